@@ -1,0 +1,132 @@
+// The compression and optimizer math of 1-bit Adam: one API, two implementations
+// (CPU: AVX2 with a scalar fallback; CUDA). ALGORITHM.md is the contract.
+//
+// WIRE FORMAT: a compressed chunk of C elements (C a multiple of 8) is one block of
+// CompressedBlockBytes(C) = 4 + C/8 bytes:
+//
+//   offset 0     float32 scale, little-endian IEEE 754
+//   offset 4     packed signs, C/8 bytes: element j of the chunk is bit (j % 8) of byte
+//                4 + j/8, least significant bit first. Bit 1 means +1 (x >= 0, so
+//                sign(0) = +1), bit 0 means -1.
+//
+// Read as little-endian uint32 words the sign bytes are bit (j % 32) of word j/32: the
+// layout a CUDA warp ballot produces. A tensor of N_pad elements split into K chunks is K
+// consecutive blocks. This layout is a wire format: keep it stable.
+//
+// EXACT ARITHMETIC: both implementations evaluate these float32 expressions, with explicit
+// fused multiply-adds where written fma(), so that they agree bit for bit except for the
+// order of the sums of squares (accumulated in float64):
+//   momentum   m = fma(b1, m, (1 - b1) * g)
+//   worker     x = m + err (m after the momentum update when fused); err = x - s*sign(x)
+//   server     acc = sum over workers j in order of (bit_j ? s_j : -s_j);
+//              y = fma(acc, 1/W, err);  err = y - s*sign(y)
+//   scale      s = float(sqrt(sumsq / n)) computed in float64; s = 0 when n = 0
+//   warmup     g' = g * grad_scale; m = fma(b1, m, (1-b1)*g'); v = fma(b2, v, ((1-b2)*g')*g')
+//   update     u = m / (sqrt(v) + eps); if wd > 0: u = fma(wd, p, u); p = fma(-lr, u, p)
+//   mask       m = m * mask (compression stage only, after the exchange)
+//
+// MEMORY: every pointer passed to a Backend lives in its memory_space(): host memory for
+// the CPU backend, device memory for CUDA. Kernels on the CUDA backend are queued on the
+// backend's stream; Synchronize() waits for them. Scalars that a later kernel needs stay
+// in backend memory, so a step runs without host round trips.
+//
+// THREAD SAFETY: a Backend may be used by one thread at a time.
+#ifndef ONEBIT_KERNELS_KERNELS_H_
+#define ONEBIT_KERNELS_KERNELS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace onebit::kernels {
+
+enum class MemorySpace { kHost, kCuda };
+
+// Bytes of one compressed block of `chunk` elements (chunk % 8 == 0).
+constexpr size_t CompressedBlockBytes(size_t chunk) { return 4 + chunk / 8; }
+
+struct AdamHyper {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string name() const = 0;
+  virtual MemorySpace memory_space() const = 0;
+
+  // Memory in memory_space(). Allocate(0) returns a valid, unique, non-null pointer.
+  virtual absl::StatusOr<void*> Allocate(size_t bytes) = 0;
+  virtual void Free(void* ptr) = 0;
+  virtual absl::Status Zero(void* ptr, size_t bytes) = 0;
+  virtual absl::Status CopyFromHost(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual absl::Status CopyToHost(void* host_dst, const void* src, size_t bytes) = 0;
+  virtual absl::Status Copy(void* dst, const void* src, size_t bytes) = 0;
+  // Waits for all queued work; returns any asynchronous error.
+  virtual absl::Status Synchronize() = 0;
+
+  // m = fma(b1, m, (1-b1)*g) over n elements.
+  virtual absl::Status MomentumUpdate(float beta1, const float* g, float* m, size_t n) = 0;
+
+  // Worker-side compression with error feedback, into `num_chunks` blocks of
+  // `chunk` elements each (n_pad = num_chunks * chunk, n <= n_pad, chunk % 8 == 0):
+  //   x[i] = m'[i] + err[i] for i < n and x[i] = err[i] for n <= i < n_pad, where
+  //   m' = fma(b1, m, (1-b1)*g) if g != nullptr (the fused momentum update; m is not
+  //   written) and m' = m otherwise.
+  //   s = ||x|| / sqrt(n_pad); every block gets scale s and the signs of its chunk;
+  //   err = x - s*sign(x).
+  // `err` has n_pad elements; `out` has num_chunks * CompressedBlockBytes(chunk) bytes.
+  virtual absl::Status CompressWorker(const float* m, const float* g, float beta1, size_t n,
+                                      size_t num_chunks, size_t chunk, float* err,
+                                      uint8_t* out) = 0;
+
+  // Server-side aggregation of one chunk: `blocks` holds num_workers consecutive blocks
+  // of `chunk` elements (one per worker, in rank order). y = average of the decoded
+  // blocks + err; out = compress(y) as one block; err = y - s*sign(y).
+  virtual absl::Status ServerAggregate(const uint8_t* blocks, int num_workers, size_t chunk,
+                                       float* err, uint8_t* out) = 0;
+
+  // Decodes num_chunks consecutive blocks of `chunk` elements into the first n elements
+  // of out (the padding is dropped).
+  virtual absl::Status Decompress(const uint8_t* blocks, size_t num_chunks, size_t chunk,
+                                  size_t n, float* out) = 0;
+
+  // Warmup Adam step on the gradient g*grad_scale: updates m, v and p.
+  virtual absl::Status AdamWarmupUpdate(const AdamHyper& h, const float* g, float grad_scale,
+                                        float* m, float* v, float* p, size_t n) = 0;
+
+  // Frozen-variance update: m *= mask (if mask != nullptr), then p -= lr * u.
+  virtual absl::Status FrozenAdamUpdate(const AdamHyper& h, const float* v, const float* mask,
+                                        float* m, float* p, size_t n) = 0;
+
+  // Decompress fused with FrozenAdamUpdate: m = decode(blocks)[0..n) * mask; p update.
+  virtual absl::Status DecompressFrozenAdamUpdate(const uint8_t* blocks, size_t num_chunks,
+                                                  size_t chunk, const AdamHyper& h,
+                                                  const float* v, const float* mask, float* m,
+                                                  float* p, size_t n) = 0;
+
+  // Sum of squares of x (float64), written to *host_result. Used for metrics (error
+  // norms), not on the hot path.
+  virtual absl::Status SumSquares(const float* x, size_t n, double* host_result) = 0;
+};
+
+// The CPU backend. With allow_simd, uses AVX2+FMA when the CPU has them (checked at run
+// time) and the scalar code otherwise; the two agree bit for bit but for the summation
+// order of the norms.
+std::unique_ptr<Backend> NewCpuBackend(bool allow_simd = true);
+
+// True when this CPU runs the AVX2 path.
+bool CpuHasAvx2();
+
+}  // namespace onebit::kernels
+
+#endif  // ONEBIT_KERNELS_KERNELS_H_
