@@ -1,0 +1,65 @@
+// Internal to the CPU backend: the host-memory kernels as a table of functions, with a
+// scalar table and (where compiled) an AVX2+FMA table. cpu_backend.cc picks one at run
+// time. The element-wise formulas are the ones in kernels.h; both tables evaluate them in
+// the same order, so they differ only in the summation order of sums of squares.
+#ifndef ONEBIT_KERNELS_CPU_KERNELS_H_
+#define ONEBIT_KERNELS_CPU_KERNELS_H_
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/kernels.h"
+
+namespace onebit::kernels::cpu {
+
+struct KernelTable {
+  const char* name;
+  // m = fma(b1, m, (1-b1)*g).
+  void (*momentum)(float beta1, const float* g, float* m, size_t n);
+  // Worker pass 1: err[i] = x[i] (see Backend::CompressWorker); returns sum of x^2.
+  double (*worker_input)(const float* m, const float* g, float beta1, size_t n, size_t n_pad,
+                         float* err);
+  // Server pass 1: err = fma(sum_j decode(block j), 1/W, err); returns sum of y^2.
+  double (*server_input)(const uint8_t* blocks, int num_workers, size_t chunk, float* err);
+  // Sign pass over one chunk of x held in err (chunk % 8 == 0): packed signs to `bits`,
+  // err = x - s*sign(x).
+  void (*sign_pack)(float* err, size_t chunk, float scale, uint8_t* bits);
+  // out[i] = (bit i ? s : -s) for i < count (count <= chunk of the block).
+  void (*decode_block)(const uint8_t* block, size_t count, float* out);
+  void (*adam_warmup)(const AdamHyper& h, const float* g, float grad_scale, float* m, float* v,
+                      float* p, size_t n);
+  // m *= mask (if any); p -= lr*u.
+  void (*frozen_update)(const AdamHyper& h, const float* v, const float* mask, float* m,
+                        float* p, size_t n);
+  // m = decode(block)[0..count) * mask; p -= lr*u.
+  void (*decode_block_frozen_update)(const uint8_t* block, const AdamHyper& h, const float* v,
+                                     const float* mask, float* m, float* p, size_t count);
+  double (*sum_squares)(const float* x, size_t n);
+};
+
+const KernelTable& ScalarKernels();
+// Null when this build has no AVX2 code.
+const KernelTable* Avx2Kernels();
+
+// Shared scalar element formulas. `static` on purpose: the AVX2 file compiles its own
+// copies with AVX2 enabled, and an inline (linkonce) copy from there must never be the
+// one the scalar path runs on a CPU without AVX2.
+static inline float BlockScale(const uint8_t* block) {
+  float s;
+  std::memcpy(&s, block, sizeof(s));
+  return s;
+}
+static inline void SetBlockScale(uint8_t* block, float s) { std::memcpy(block, &s, sizeof(s)); }
+static inline bool SignBit(const uint8_t* bits, size_t j) { return (bits[j >> 3] >> (j & 7)) & 1u; }
+
+static inline float AdamDirection(const AdamHyper& h, float m, float v, float p) {
+  float u = m / (std::sqrt(v) + h.eps);
+  if (h.weight_decay > 0.0f) u = std::fma(h.weight_decay, p, u);
+  return u;
+}
+
+}  // namespace onebit::kernels::cpu
+
+#endif  // ONEBIT_KERNELS_CPU_KERNELS_H_

@@ -1,0 +1,211 @@
+// AVX2+FMA kernels. The file is compiled for AVX2 through a target pragma (not a global
+// -mavx2) so one binary runs everywhere; cpu_backend.cc only calls these after checking
+// the CPU. Every loop handles 8 floats (one sign byte) at a time and finishes with the
+// scalar formulas from cpu_kernels.h.
+#if defined(__x86_64__) && defined(__GNUC__)
+#pragma GCC target("avx2,fma")
+#include <immintrin.h>
+
+#include "kernels/cpu_kernels.h"
+
+namespace onebit::kernels::cpu {
+namespace {
+
+// Adds x*x of 8 floats to two float64 accumulators.
+inline void AccumulateSquares(__m256 x, __m256d& lo, __m256d& hi) {
+  const __m256d xl = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
+  const __m256d xh = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
+  lo = _mm256_fmadd_pd(xl, xl, lo);
+  hi = _mm256_fmadd_pd(xh, xh, hi);
+}
+
+inline double HorizontalSum(__m256d lo, __m256d hi) {
+  alignas(32) double lanes[4];
+  _mm256_store_pd(lanes, _mm256_add_pd(lo, hi));
+  return (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+}
+
+// Lane b selects bit b of a sign byte.
+inline __m256i BitSelectors() { return _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128); }
+
+// The 8 decoded values of one sign byte: bit set -> s, clear -> -s.
+inline __m256 DecodeByte(uint8_t byte, __m256 s, __m256 neg_s, __m256i selectors) {
+  const __m256i bits = _mm256_and_si256(_mm256_set1_epi32(byte), selectors);
+  const __m256 set = _mm256_castsi256_ps(_mm256_cmpeq_epi32(bits, selectors));
+  return _mm256_blendv_ps(neg_s, s, set);
+}
+
+inline __m256 Direction(const AdamHyper& h, __m256 m, __m256 v, __m256 p) {
+  __m256 u = _mm256_div_ps(m, _mm256_add_ps(_mm256_sqrt_ps(v), _mm256_set1_ps(h.eps)));
+  if (h.weight_decay > 0.0f) u = _mm256_fmadd_ps(_mm256_set1_ps(h.weight_decay), p, u);
+  return u;
+}
+
+void Momentum(float beta1, const float* g, float* m, size_t n) {
+  const __m256 b1 = _mm256_set1_ps(beta1), omb1 = _mm256_set1_ps(1.0f - beta1);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 gi = _mm256_mul_ps(omb1, _mm256_loadu_ps(g + i));
+    _mm256_storeu_ps(m + i, _mm256_fmadd_ps(b1, _mm256_loadu_ps(m + i), gi));
+  }
+  ScalarKernels().momentum(beta1, g + i, m + i, n - i);
+}
+
+double WorkerInput(const float* m, const float* g, float beta1, size_t n, size_t n_pad,
+                   float* err) {
+  const __m256 b1 = _mm256_set1_ps(beta1), omb1 = _mm256_set1_ps(1.0f - beta1);
+  __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+  size_t i = 0;
+  if (g) {
+    for (; i + 8 <= n; i += 8) {
+      const __m256 gi = _mm256_mul_ps(omb1, _mm256_loadu_ps(g + i));
+      const __m256 mi = _mm256_fmadd_ps(b1, _mm256_loadu_ps(m + i), gi);
+      const __m256 x = _mm256_add_ps(mi, _mm256_loadu_ps(err + i));
+      _mm256_storeu_ps(err + i, x);
+      AccumulateSquares(x, lo, hi);
+    }
+  } else {
+    for (; i + 8 <= n; i += 8) {
+      const __m256 x = _mm256_add_ps(_mm256_loadu_ps(m + i), _mm256_loadu_ps(err + i));
+      _mm256_storeu_ps(err + i, x);
+      AccumulateSquares(x, lo, hi);
+    }
+  }
+  return HorizontalSum(lo, hi) +
+         ScalarKernels().worker_input(m + i, g ? g + i : nullptr, beta1, n - i, n_pad - i,
+                                      err + i);
+}
+
+double ServerInput(const uint8_t* blocks, int num_workers, size_t chunk, float* err) {
+  const size_t stride = CompressedBlockBytes(chunk);
+  const __m256 inv_w = _mm256_set1_ps(1.0f / static_cast<float>(num_workers));
+  const __m256i selectors = BitSelectors();
+  __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+  // chunk is a multiple of 8: no tail.
+  for (size_t k = 0; k < chunk / 8; ++k) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int j = 0; j < num_workers; ++j) {
+      const uint8_t* block = blocks + j * stride;
+      const __m256 s = _mm256_set1_ps(BlockScale(block));
+      const __m256 neg_s = _mm256_sub_ps(_mm256_setzero_ps(), s);
+      acc = _mm256_add_ps(acc, DecodeByte(block[4 + k], s, neg_s, selectors));
+    }
+    const __m256 y = _mm256_fmadd_ps(acc, inv_w, _mm256_loadu_ps(err + 8 * k));
+    _mm256_storeu_ps(err + 8 * k, y);
+    AccumulateSquares(y, lo, hi);
+  }
+  return HorizontalSum(lo, hi);
+}
+
+void SignPack(float* err, size_t chunk, float scale, uint8_t* bits) {
+  const __m256 s = _mm256_set1_ps(scale), zero = _mm256_setzero_ps();
+  for (size_t k = 0; k < chunk / 8; ++k) {
+    const __m256 x = _mm256_loadu_ps(err + 8 * k);
+    const __m256 positive = _mm256_cmp_ps(x, zero, _CMP_GE_OQ);  // sign(0) = +1
+    bits[k] = static_cast<uint8_t>(_mm256_movemask_ps(positive));
+    const __m256 step = _mm256_blendv_ps(_mm256_sub_ps(zero, s), s, positive);
+    _mm256_storeu_ps(err + 8 * k, _mm256_sub_ps(x, step));
+  }
+}
+
+void DecodeBlock(const uint8_t* block, size_t count, float* out) {
+  const __m256 s = _mm256_set1_ps(BlockScale(block));
+  const __m256 neg_s = _mm256_sub_ps(_mm256_setzero_ps(), s);
+  const __m256i selectors = BitSelectors();
+  size_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    _mm256_storeu_ps(out + i, DecodeByte(block[4 + i / 8], s, neg_s, selectors));
+  }
+  for (; i < count; ++i) out[i] = SignBit(block + 4, i) ? BlockScale(block) : -BlockScale(block);
+}
+
+void AdamWarmup(const AdamHyper& h, const float* g, float grad_scale, float* m, float* v,
+                float* p, size_t n) {
+  const __m256 b1 = _mm256_set1_ps(h.beta1), omb1 = _mm256_set1_ps(1.0f - h.beta1);
+  const __m256 b2 = _mm256_set1_ps(h.beta2), omb2 = _mm256_set1_ps(1.0f - h.beta2);
+  const __m256 gs = _mm256_set1_ps(grad_scale), neg_lr = _mm256_set1_ps(-h.lr);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 gi = _mm256_mul_ps(_mm256_loadu_ps(g + i), gs);
+    const __m256 mi = _mm256_fmadd_ps(b1, _mm256_loadu_ps(m + i), _mm256_mul_ps(omb1, gi));
+    const __m256 vi =
+        _mm256_fmadd_ps(b2, _mm256_loadu_ps(v + i), _mm256_mul_ps(_mm256_mul_ps(omb2, gi), gi));
+    const __m256 pi = _mm256_loadu_ps(p + i);
+    _mm256_storeu_ps(m + i, mi);
+    _mm256_storeu_ps(v + i, vi);
+    _mm256_storeu_ps(p + i, _mm256_fmadd_ps(neg_lr, Direction(h, mi, vi, pi), pi));
+  }
+  ScalarKernels().adam_warmup(h, g + i, grad_scale, m + i, v + i, p + i, n - i);
+}
+
+void FrozenUpdate(const AdamHyper& h, const float* v, const float* mask, float* m, float* p,
+                  size_t n) {
+  const __m256 neg_lr = _mm256_set1_ps(-h.lr);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 mi = _mm256_loadu_ps(m + i);
+    if (mask) {
+      mi = _mm256_mul_ps(mi, _mm256_loadu_ps(mask + i));
+      _mm256_storeu_ps(m + i, mi);
+    }
+    const __m256 pi = _mm256_loadu_ps(p + i);
+    _mm256_storeu_ps(p + i,
+                     _mm256_fmadd_ps(neg_lr, Direction(h, mi, _mm256_loadu_ps(v + i), pi), pi));
+  }
+  ScalarKernels().frozen_update(h, v + i, mask ? mask + i : nullptr, m + i, p + i, n - i);
+}
+
+void DecodeBlockFrozenUpdate(const uint8_t* block, const AdamHyper& h, const float* v,
+                             const float* mask, float* m, float* p, size_t count) {
+  const __m256 s = _mm256_set1_ps(BlockScale(block));
+  const __m256 neg_s = _mm256_sub_ps(_mm256_setzero_ps(), s);
+  const __m256i selectors = BitSelectors();
+  const __m256 neg_lr = _mm256_set1_ps(-h.lr);
+  size_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    __m256 mi = DecodeByte(block[4 + i / 8], s, neg_s, selectors);
+    if (mask) mi = _mm256_mul_ps(mi, _mm256_loadu_ps(mask + i));
+    _mm256_storeu_ps(m + i, mi);
+    const __m256 pi = _mm256_loadu_ps(p + i);
+    _mm256_storeu_ps(p + i,
+                     _mm256_fmadd_ps(neg_lr, Direction(h, mi, _mm256_loadu_ps(v + i), pi), pi));
+  }
+  if (i < count) {
+    // The tail starts on a byte boundary (i % 8 == 0): hand the scalar code a block view
+    // whose sign bytes begin at byte i/8.
+    uint8_t tail[4 + 1];
+    SetBlockScale(tail, BlockScale(block));
+    tail[4] = block[4 + i / 8];
+    ScalarKernels().decode_block_frozen_update(tail, h, v + i, mask ? mask + i : nullptr, m + i,
+                                               p + i, count - i);
+  }
+}
+
+double SumSquares(const float* x, size_t n) {
+  __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) AccumulateSquares(_mm256_loadu_ps(x + i), lo, hi);
+  return HorizontalSum(lo, hi) + ScalarKernels().sum_squares(x + i, n - i);
+}
+
+}  // namespace
+
+const KernelTable* Avx2Kernels() {
+  static const KernelTable table = {
+      "avx2",       Momentum,     WorkerInput,  ServerInput,           SignPack,
+      DecodeBlock,  AdamWarmup,   FrozenUpdate, DecodeBlockFrozenUpdate, SumSquares,
+  };
+  return &table;
+}
+
+}  // namespace onebit::kernels::cpu
+
+#else  // not x86-64 GCC/Clang: scalar only.
+
+#include "kernels/cpu_kernels.h"
+
+namespace onebit::kernels::cpu {
+const KernelTable* Avx2Kernels() { return nullptr; }
+}  // namespace onebit::kernels::cpu
+
+#endif

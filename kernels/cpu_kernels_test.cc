@@ -1,0 +1,283 @@
+// Every CPU kernel (scalar and, where the CPU has it, AVX2) against the float64 models in
+// kernels_reference.h, at lengths chosen around the 8-, 32- and chunk boundaries.
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/kernels.h"
+#include "kernels/kernels_reference.h"
+
+namespace onebit::kernels {
+namespace {
+
+namespace ref = reference;
+
+constexpr size_t kLengths[] = {0, 1, 7, 8, 9, 31, 32, 33, 1000, 10007};
+
+std::vector<float> Normal(size_t n, uint32_t seed, float stddev = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, stddev);
+  std::vector<float> x(n);
+  for (float& v : x) v = dist(rng);
+  return x;
+}
+
+std::vector<double> ToDouble(const std::vector<float>& x) { return {x.begin(), x.end()}; }
+
+// |got - want| <= rel * (|want| + floor). A float result carries rounding relative to
+// the terms it was computed from, not to itself, so `floor` is the size of those terms.
+void ExpectNear(const std::vector<float>& got, const std::vector<double>& want, double rel,
+                double floor, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_LE(std::abs(got[i] - want[i]), rel * (std::abs(want[i]) + floor))
+        << what << " at " << i << ": got " << got[i] << " want " << want[i];
+  }
+}
+
+size_t RoundUp(size_t n, size_t multiple) { return (n + multiple - 1) / multiple * multiple; }
+
+// Signs must agree except where float rounding can flip a value the reference puts within
+// `tie` of zero.
+void ExpectSigns(const ref::SignTensor& got, const ref::SignTensor& want,
+                 const std::vector<double>& x_ref, double tie, const std::string& what) {
+  ASSERT_EQ(got.signs.size(), want.signs.size()) << what;
+  for (size_t i = 0; i < got.signs.size(); ++i) {
+    if (std::abs(x_ref[i]) <= tie) continue;
+    ASSERT_EQ(got.signs[i], want.signs[i]) << what << " sign at " << i << " x=" << x_ref[i];
+  }
+}
+
+class CpuKernelsTest : public ::testing::TestWithParam<std::tuple<bool, size_t>> {
+ protected:
+  void SetUp() override {
+    const bool simd = std::get<0>(GetParam());
+    if (simd && !CpuHasAvx2()) GTEST_SKIP() << "this CPU has no AVX2+FMA; the scalar run covers it";
+    backend_ = NewCpuBackend(simd);
+    n_ = std::get<1>(GetParam());
+  }
+  std::unique_ptr<Backend> backend_;
+  size_t n_ = 0;
+};
+
+TEST_P(CpuKernelsTest, MomentumUpdate) {
+  std::vector<float> g = Normal(n_, 1), m = Normal(n_, 2);
+  std::vector<double> m_ref = ToDouble(m);
+  ASSERT_TRUE(backend_->MomentumUpdate(0.9f, g.data(), m.data(), n_).ok());
+  ref::Momentum(0.9f, g.data(), &m_ref);
+  ExpectNear(m, m_ref, 1e-6, 1.0, "m");
+}
+
+TEST_P(CpuKernelsTest, CompressWorker) {
+  for (size_t num_chunks : {1, 3, 4}) {
+    for (bool fused : {false, true}) {
+      const size_t chunk = RoundUp((n_ + num_chunks - 1) / num_chunks, 8);
+      const size_t n_pad = num_chunks * chunk;
+      const std::string what = "chunks=" + std::to_string(num_chunks) + (fused ? " fused" : "");
+      std::vector<float> m = Normal(n_, 3), g = Normal(n_, 4);
+      std::vector<float> err = Normal(n_pad, 5, 0.1f);  // includes a nonzero padded tail
+      std::vector<double> err_ref = ToDouble(err);
+      std::vector<uint8_t> out(num_chunks * CompressedBlockBytes(chunk), 0xAB);
+      ASSERT_TRUE(backend_
+                      ->CompressWorker(m.data(), fused ? g.data() : nullptr, 0.9f, n_, num_chunks,
+                                       chunk, err.data(), out.data())
+                      .ok());
+      std::vector<double> x_ref = err_ref;  // recompute x for the tie check
+      for (size_t i = 0; i < n_; ++i) x_ref[i] += fused ? 0.9f * m[i] + (1 - 0.9f) * g[i] : m[i];
+      const ref::SignTensor want = ref::CompressWorker(m.data(), fused ? g.data() : nullptr, 0.9f,
+                                                       n_, num_chunks, chunk, &err_ref);
+      const ref::SignTensor got = ref::DecodeBlocks(out.data(), num_chunks, chunk);
+      for (size_t r = 0; r < num_chunks; ++r) {
+        EXPECT_NEAR(got.scales[r], want.scales[r], 1e-6 * want.scales[r]) << what;
+      }
+      ExpectSigns(got, want, x_ref, 1e-6, what);
+      ExpectNear(err, err_ref, 1e-5, want.scales.empty() ? 0 : want.scales[0], what + " err");
+    }
+  }
+}
+
+TEST_P(CpuKernelsTest, ServerAggregate) {
+  const size_t chunk = RoundUp(n_, 8);
+  for (int w : {1, 2, 3, 8}) {
+    std::vector<ref::SignTensor> workers(w);
+    std::vector<uint8_t> blocks;
+    std::mt19937 rng(7 + w);
+    for (int j = 0; j < w; ++j) {
+      workers[j].scales = {0.5 + 0.1 * j};
+      for (size_t i = 0; i < chunk; ++i) workers[j].signs.push_back(rng() % 2 ? 1 : -1);
+      std::vector<uint8_t> b = ref::EncodeBlocks(workers[j], chunk);
+      blocks.insert(blocks.end(), b.begin(), b.end());
+    }
+    std::vector<float> err = Normal(chunk, 8, 0.05f);
+    std::vector<double> err_ref = ToDouble(err);
+    std::vector<uint8_t> out(CompressedBlockBytes(chunk));
+    ASSERT_TRUE(backend_->ServerAggregate(blocks.data(), w, chunk, err.data(), out.data()).ok());
+    std::vector<double> y_ref(chunk);
+    for (size_t i = 0; i < chunk; ++i) {
+      for (int j = 0; j < w; ++j) y_ref[i] += static_cast<float>(workers[j].scales[0]) * workers[j].signs[i];
+      y_ref[i] = y_ref[i] / w + err_ref[i];
+    }
+    for (auto& wk : workers) wk.scales[0] = static_cast<float>(wk.scales[0]);  // as on the wire
+    const ref::SignTensor want = ref::ServerAggregate(workers, &err_ref);
+    const ref::SignTensor got = ref::DecodeBlocks(out.data(), 1, chunk);
+    const std::string what = "W=" + std::to_string(w);
+    EXPECT_NEAR(got.scales[0], want.scales[0], 1e-6 * want.scales[0]) << what;
+    ExpectSigns(got, want, y_ref, 1e-6, what);
+    ExpectNear(err, err_ref, 1e-5, want.scales[0], what + " err");
+  }
+}
+
+TEST_P(CpuKernelsTest, Decompress) {
+  for (size_t num_chunks : {1, 3, 4}) {
+    const size_t chunk = RoundUp((n_ + num_chunks - 1) / num_chunks, 8);
+    ref::SignTensor t;
+    std::mt19937 rng(9);
+    for (size_t r = 0; r < num_chunks; ++r) t.scales.push_back(0.25f * (r + 1));
+    for (size_t i = 0; i < num_chunks * chunk; ++i) t.signs.push_back(rng() % 2 ? 1 : -1);
+    const std::vector<uint8_t> blocks = ref::EncodeBlocks(t, chunk);
+    std::vector<float> out(n_, 0.0f);
+    ASSERT_TRUE(backend_->Decompress(blocks.data(), num_chunks, chunk, n_, out.data()).ok());
+    ExpectNear(out, ref::Decode(t, chunk, n_), 0.0, 0.0, "decoded");  // exact
+  }
+}
+
+TEST_P(CpuKernelsTest, AdamWarmupUpdate) {
+  for (float wd : {0.0f, 0.01f}) {
+    AdamHyper h;
+    h.lr = 0.01f;
+    h.weight_decay = wd;
+    std::vector<float> g = Normal(n_, 10), m = Normal(n_, 11, 0.1f), p = Normal(n_, 13);
+    std::vector<float> v = Normal(n_, 12, 0.1f);
+    for (float& x : v) x = x * x;
+    std::vector<double> m_ref = ToDouble(m), v_ref = ToDouble(v), p_ref = ToDouble(p);
+    ASSERT_TRUE(backend_->AdamWarmupUpdate(h, g.data(), 0.25f, m.data(), v.data(), p.data(), n_).ok());
+    ref::AdamWarmup(h, g.data(), 0.25f, &m_ref, &v_ref, &p_ref);
+    ExpectNear(m, m_ref, 1e-6, 1.0, "m");
+    ExpectNear(v, v_ref, 1e-6, 1.0, "v");
+    ExpectNear(p, p_ref, 1e-6, 1.0, "p");
+  }
+}
+
+TEST_P(CpuKernelsTest, FrozenAdamUpdate) {
+  for (bool masked : {false, true}) {
+    AdamHyper h;
+    h.lr = 0.01f;
+    h.weight_decay = masked ? 0.01f : 0.0f;
+    std::vector<float> m = Normal(n_, 14, 0.1f), p = Normal(n_, 15), v = Normal(n_, 16, 0.1f);
+    for (float& x : v) x = x * x;
+    std::vector<float> mask(n_);
+    for (size_t i = 0; i < n_; ++i) mask[i] = i % 3 == 0 ? 0.0f : 1.0f;
+    std::vector<double> m_ref = ToDouble(m), p_ref = ToDouble(p);
+    const float* mask_ptr = masked ? mask.data() : nullptr;
+    ASSERT_TRUE(backend_->FrozenAdamUpdate(h, v.data(), mask_ptr, m.data(), p.data(), n_).ok());
+    ref::FrozenUpdate(h, ToDouble(v), mask_ptr, &m_ref, &p_ref);
+    ExpectNear(m, m_ref, 0.0, 0.0, "m");  // a multiply by 0 or 1 is exact
+    ExpectNear(p, p_ref, 1e-6, 1.0, "p");
+  }
+}
+
+TEST_P(CpuKernelsTest, DecompressFrozenAdamUpdate) {
+  for (bool masked : {false, true}) {
+    const size_t num_chunks = 3;
+    const size_t chunk = RoundUp((n_ + num_chunks - 1) / num_chunks, 8);
+    ref::SignTensor t;
+    std::mt19937 rng(17);
+    for (size_t r = 0; r < num_chunks; ++r) t.scales.push_back(0.01f * (r + 1));
+    for (size_t i = 0; i < num_chunks * chunk; ++i) t.signs.push_back(rng() % 2 ? 1 : -1);
+    const std::vector<uint8_t> blocks = ref::EncodeBlocks(t, chunk);
+    AdamHyper h;
+    h.lr = 0.01f;
+    h.weight_decay = 0.001f;
+    std::vector<float> m(n_, 123.0f), p = Normal(n_, 18), v = Normal(n_, 19, 0.1f);
+    for (float& x : v) x = x * x;
+    std::vector<float> mask(n_);
+    for (size_t i = 0; i < n_; ++i) mask[i] = i % 5 == 1 ? 0.0f : 1.0f;
+    const float* mask_ptr = masked ? mask.data() : nullptr;
+    ASSERT_TRUE(backend_
+                    ->DecompressFrozenAdamUpdate(blocks.data(), num_chunks, chunk, h, v.data(),
+                                                 mask_ptr, m.data(), p.data(), n_)
+                    .ok());
+    std::vector<double> m_ref = ref::Decode(t, chunk, n_), p_ref = ToDouble(p);
+    // p was overwritten: rebuild the input.
+    p_ref = ToDouble(Normal(n_, 18));
+    ref::FrozenUpdate(h, ToDouble(v), mask_ptr, &m_ref, &p_ref);
+    ExpectNear(m, m_ref, 0.0, 0.0, "m");
+    ExpectNear(p, p_ref, 1e-6, 1.0, "p");
+  }
+}
+
+TEST_P(CpuKernelsTest, SumSquares) {
+  const std::vector<float> x = Normal(n_, 20);
+  double want = 0;
+  for (float v : x) want += static_cast<double>(v) * v;
+  double got = -1;
+  ASSERT_TRUE(backend_->SumSquares(x.data(), n_, &got).ok());
+  EXPECT_NEAR(got, want, 1e-12 * (want + 1));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Lengths, CpuKernelsTest,
+    ::testing::Combine(::testing::Bool(), ::testing::ValuesIn(kLengths)),
+    [](const ::testing::TestParamInfo<std::tuple<bool, size_t>>& info) {
+      return std::string(std::get<0>(info.param) ? "avx2" : "scalar") + "_n" +
+             std::to_string(std::get<1>(info.param));
+    });
+
+// The SIMD and scalar paths evaluate the same float expressions: element-wise kernels must
+// agree bit for bit.
+TEST(CpuKernelsSimdTest, MatchesScalarBitForBit) {
+  if (!CpuHasAvx2()) GTEST_SKIP() << "this CPU has no AVX2+FMA";
+  auto simd = NewCpuBackend(true), scalar = NewCpuBackend(false);
+  const size_t n = 10007, num_chunks = 3, chunk = RoundUp((n + 2) / 3, 8);
+  AdamHyper h;
+  h.weight_decay = 0.01f;
+  std::vector<float> g = Normal(n, 21), v = Normal(n, 22);
+  for (float& x : v) x = x * x;
+  auto run = [&](Backend* b) {
+    std::vector<float> m = Normal(n, 23), vv = v, p = Normal(n, 24);
+    std::vector<float> err(num_chunks * chunk, 0.0f);
+    std::vector<uint8_t> blocks(num_chunks * CompressedBlockBytes(chunk));
+    EXPECT_TRUE(b->AdamWarmupUpdate(h, g.data(), 0.5f, m.data(), vv.data(), p.data(), n).ok());
+    EXPECT_TRUE(b->CompressWorker(m.data(), g.data(), 0.9f, n, num_chunks, chunk, err.data(),
+                                  blocks.data()).ok());
+    // The scales differ in the last bits (summation order): give both the same ones so
+    // that everything downstream is compared exactly.
+    for (size_t r = 0; r < num_chunks; ++r) {
+      const float scale = 0.01f;
+      std::memcpy(blocks.data() + r * CompressedBlockBytes(chunk), &scale, 4);
+    }
+    EXPECT_TRUE(b->DecompressFrozenAdamUpdate(blocks.data(), num_chunks, chunk, h, vv.data(),
+                                              nullptr, m.data(), p.data(), n).ok());
+    std::vector<float> all = m;
+    all.insert(all.end(), vv.begin(), vv.end());
+    all.insert(all.end(), p.begin(), p.end());
+    for (size_t r = 0; r < num_chunks; ++r) {
+      const uint8_t* bits = blocks.data() + r * CompressedBlockBytes(chunk) + 4;
+      all.insert(all.end(), bits, bits + chunk / 8);  // sign bytes as values
+    }
+    return all;
+  };
+  const std::vector<float> a = run(simd.get()), b = run(scalar.get());
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+}
+
+TEST(CpuKernelsErrorsTest, RejectsBadChunks) {
+  auto b = NewCpuBackend();
+  std::vector<float> x(16), err(16);
+  std::vector<uint8_t> out(64);
+  EXPECT_EQ(b->CompressWorker(x.data(), nullptr, 0.9f, 16, 1, 12, err.data(), out.data()).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(b->CompressWorker(x.data(), nullptr, 0.9f, 17, 2, 8, err.data(), out.data()).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(b->ServerAggregate(out.data(), 0, 8, err.data(), out.data()).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace onebit::kernels

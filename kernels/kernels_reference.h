@@ -1,0 +1,48 @@
+// Float64 models of the kernels in kernels.h, written from ALGORITHM.md for tests. They
+// share no code with the implementations, including an independent coder for the wire
+// format, so a bit-layout mistake in either shows up as a disagreement.
+#ifndef ONEBIT_KERNELS_KERNELS_REFERENCE_H_
+#define ONEBIT_KERNELS_KERNELS_REFERENCE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/kernels.h"
+
+namespace onebit::kernels::reference {
+
+// A 1-bit tensor: one scale per chunk and one sign (+1 or -1) per element.
+struct SignTensor {
+  std::vector<double> scales;  // one per chunk
+  std::vector<int> signs;      // num_chunks * chunk entries
+};
+
+// The wire format of kernels.h, coded bit by bit.
+std::vector<uint8_t> EncodeBlocks(const SignTensor& t, size_t chunk);
+SignTensor DecodeBlocks(const uint8_t* blocks, size_t num_chunks, size_t chunk);
+
+// m = b1*m + (1-b1)*g.
+void Momentum(double beta1, const float* g, std::vector<double>* m);
+
+// Worker compression of m (or of the momentum b1*m + (1-b1)*g when g is non-null) with
+// error feedback; err has num_chunks*chunk entries and is updated.
+SignTensor CompressWorker(const float* m, const float* g, double beta1, size_t n,
+                          size_t num_chunks, size_t chunk, std::vector<double>* err);
+
+// Server aggregation of one chunk: workers[j] is worker j's one-chunk tensor.
+SignTensor ServerAggregate(const std::vector<SignTensor>& workers, std::vector<double>* err);
+
+// Decoded values s_r * sign, first n elements.
+std::vector<double> Decode(const SignTensor& t, size_t chunk, size_t n);
+
+void AdamWarmup(const AdamHyper& h, const float* g, double grad_scale, std::vector<double>* m,
+                std::vector<double>* v, std::vector<double>* p);
+
+// m *= mask (if non-null), then p -= lr * (m / (sqrt(v) + eps) + wd * p).
+void FrozenUpdate(const AdamHyper& h, const std::vector<double>& v, const float* mask,
+                  std::vector<double>* m, std::vector<double>* p);
+
+}  // namespace onebit::kernels::reference
+
+#endif  // ONEBIT_KERNELS_KERNELS_REFERENCE_H_
