@@ -104,6 +104,12 @@ class CpuBackend : public Backend {
     return absl::OkStatus();
   }
 
+  absl::Status SumRows(const float* rows, int num_rows, size_t count, float* out) override {
+    if (num_rows < 0) return absl::InvalidArgumentError("negative row count");
+    k_.sum_rows(rows, num_rows, count, out);
+    return absl::OkStatus();
+  }
+
   absl::Status AdamWarmupUpdate(const AdamHyper& h, const float* g, float grad_scale, float* m,
                                 float* v, float* p, size_t n) override {
     k_.adam_warmup(h, g, grad_scale, m, v, p, n);

@@ -28,6 +28,7 @@ struct KernelTable {
   void (*sign_pack)(float* err, size_t chunk, float scale, uint8_t* bits);
   // out[i] = (bit i ? s : -s) for i < count (count <= chunk of the block).
   void (*decode_block)(const uint8_t* block, size_t count, float* out);
+  void (*sum_rows)(const float* rows, int num_rows, size_t count, float* out);
   void (*adam_warmup)(const AdamHyper& h, const float* g, float grad_scale, float* m, float* v,
                       float* p, size_t n);
   // m *= mask (if any); p -= lr*u.

@@ -119,6 +119,20 @@ void DecodeBlock(const uint8_t* block, size_t count, float* out) {
   for (; i < count; ++i) out[i] = SignBit(block + 4, i) ? BlockScale(block) : -BlockScale(block);
 }
 
+void SumRows(const float* rows, int num_rows, size_t count, float* out) {
+  size_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int j = 0; j < num_rows; ++j) acc = _mm256_add_ps(acc, _mm256_loadu_ps(rows + j * count + i));
+    _mm256_storeu_ps(out + i, acc);
+  }
+  for (; i < count; ++i) {
+    float acc = 0.0f;
+    for (int j = 0; j < num_rows; ++j) acc += rows[j * count + i];
+    out[i] = acc;
+  }
+}
+
 void AdamWarmup(const AdamHyper& h, const float* g, float grad_scale, float* m, float* v,
                 float* p, size_t n) {
   const __m256 b1 = _mm256_set1_ps(h.beta1), omb1 = _mm256_set1_ps(1.0f - h.beta1);
@@ -193,7 +207,7 @@ double SumSquares(const float* x, size_t n) {
 const KernelTable* Avx2Kernels() {
   static const KernelTable table = {
       "avx2",       Momentum,     WorkerInput,  ServerInput,           SignPack,
-      DecodeBlock,  AdamWarmup,   FrozenUpdate, DecodeBlockFrozenUpdate, SumSquares,
+      DecodeBlock,  SumRows,      AdamWarmup,   FrozenUpdate, DecodeBlockFrozenUpdate, SumSquares,
   };
   return &table;
 }

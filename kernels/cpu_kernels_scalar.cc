@@ -65,6 +65,14 @@ void DecodeBlock(const uint8_t* block, size_t count, float* out) {
   for (size_t i = 0; i < count; ++i) out[i] = SignBit(block + 4, i) ? s : -s;
 }
 
+void SumRows(const float* rows, int num_rows, size_t count, float* out) {
+  for (size_t i = 0; i < count; ++i) {
+    float acc = 0.0f;
+    for (int j = 0; j < num_rows; ++j) acc += rows[j * count + i];
+    out[i] = acc;
+  }
+}
+
 void AdamWarmup(const AdamHyper& h, const float* g, float grad_scale, float* m, float* v,
                 float* p, size_t n) {
   const float omb1 = 1.0f - h.beta1, omb2 = 1.0f - h.beta2;
@@ -106,7 +114,7 @@ double SumSquares(const float* x, size_t n) {
 const KernelTable& ScalarKernels() {
   static const KernelTable table = {
       "scalar",     Momentum,     WorkerInput,  ServerInput,           SignPack,
-      DecodeBlock,  AdamWarmup,   FrozenUpdate, DecodeBlockFrozenUpdate, SumSquares,
+      DecodeBlock,  SumRows,      AdamWarmup,   FrozenUpdate, DecodeBlockFrozenUpdate, SumSquares,
   };
   return table;
 }

@@ -146,6 +146,19 @@ TEST_P(CpuKernelsTest, Decompress) {
   }
 }
 
+TEST_P(CpuKernelsTest, SumRows) {
+  for (int rows : {1, 2, 5}) {
+    const std::vector<float> x = Normal(rows * n_, 30 + rows);
+    std::vector<double> want(n_, 0.0);
+    for (int j = 0; j < rows; ++j) {
+      for (size_t i = 0; i < n_; ++i) want[i] += x[j * n_ + i];
+    }
+    std::vector<float> out(n_);
+    ASSERT_TRUE(backend_->SumRows(x.data(), rows, n_, out.data()).ok());
+    ExpectNear(out, want, 1e-6, 1.0, "sum");
+  }
+}
+
 TEST_P(CpuKernelsTest, AdamWarmupUpdate) {
   for (float wd : {0.0f, 0.01f}) {
     AdamHyper h;

@@ -100,6 +100,11 @@ class Backend {
   virtual absl::Status Decompress(const uint8_t* blocks, size_t num_chunks, size_t chunk,
                                   size_t n, float* out) = 0;
 
+  // out[i] = rows[0][i] + rows[1][i] + ... in row order (float), for the rows
+  // rows[j] = rows + j*count. The fixed order makes a full-precision allreduce built on it
+  // give the same bits over every transport.
+  virtual absl::Status SumRows(const float* rows, int num_rows, size_t count, float* out) = 0;
+
   // Warmup Adam step on the gradient g*grad_scale: updates m, v and p.
   virtual absl::Status AdamWarmupUpdate(const AdamHyper& h, const float* g, float grad_scale,
                                         float* m, float* v, float* p, size_t n) = 0;

@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/buffer.h"
 #include "kernels/kernels.h"
 #include "server/chunk_aggregator.h"
 #include "worker/transport.h"
@@ -31,7 +32,6 @@ class CompressedAllreduce {
   static absl::StatusOr<std::unique_ptr<CompressedAllreduce>> Create(kernels::Backend* backend,
                                                                      Transport* transport,
                                                                      size_t n);
-  ~CompressedAllreduce();
 
   // out = the compressed average of every rank's `in` (n elements, backend memory).
   // in and out may be the same buffer.
@@ -43,7 +43,7 @@ class CompressedAllreduce {
   absl::Status RunMomentum(const float* m, const float* g, float beta1);
 
   // After Run*/RunMomentum: world_size blocks of chunk() elements (backend memory).
-  const uint8_t* result_blocks() const { return gathered_; }
+  const uint8_t* result_blocks() const { return gathered_.data(); }
   size_t num_chunks() const { return static_cast<size_t>(world_size_); }
   size_t chunk() const { return chunk_; }
   size_t padded_size() const { return n_pad_; }
@@ -65,10 +65,10 @@ class CompressedAllreduce {
   size_t n_, n_pad_, chunk_, block_bytes_;
   std::unique_ptr<WorkerCompressor> worker_;
   std::unique_ptr<server::ChunkAggregator> server_;
-  uint8_t* send_ = nullptr;      // W blocks this rank compressed, block r for server r
-  uint8_t* received_ = nullptr;  // W blocks of this rank's chunk, one per worker
-  uint8_t* server_out_ = nullptr;  // 1 block: this rank's server result
-  uint8_t* gathered_ = nullptr;  // W blocks: every server's result
+  kernels::Buffer<uint8_t> send_;        // W blocks this rank compressed, block r for server r
+  kernels::Buffer<uint8_t> received_;    // W blocks of this rank's chunk, one per worker
+  kernels::Buffer<uint8_t> server_out_;  // 1 block: this rank's server result
+  kernels::Buffer<uint8_t> gathered_;    // W blocks: every server's result
 };
 
 }  // namespace onebit

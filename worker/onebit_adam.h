@@ -1,7 +1,8 @@
 // The 1-bit Adam stage machine for one worker (ALGORITHM.md, "1-bit Adam").
 //
 // Steps are numbered from 1. Steps 1..freeze_step are warmup: plain Adam on the exactly
-// averaged gradient (a full-precision allreduce). After step freeze_step the variance is
+// averaged gradient (a full-precision allreduce with a fixed summation order, so every
+// transport gives the same bits). After step freeze_step the variance is
 // frozen and every step exchanges the local momentum with CompressedAllreduce. With one
 // worker the exchange is skipped. All state (p, m, v, the error buffers) lives in the
 // backend's memory.
@@ -17,8 +18,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/buffer.h"
 #include "kernels/kernels.h"
 #include "worker/compressed_allreduce.h"
+#include "worker/exact_allreduce.h"
 #include "worker/transport.h"
 
 namespace onebit {
@@ -44,8 +47,6 @@ class OnebitAdam {
                                                             Transport* transport,
                                                             const float* initial_params,
                                                             size_t n);
-  ~OnebitAdam();
-
   // One optimizer step on this worker's local gradient `grad` (backend memory, n
   // elements; it is not modified).
   absl::Status Step(const float* grad);
@@ -61,10 +62,10 @@ class OnebitAdam {
 
   size_t size() const { return n_; }
   // Backend memory, n elements each.
-  const float* params() const { return p_; }
-  const float* momentum() const { return m_; }
-  const float* variance() const { return v_; }
-  float* mutable_params() { return p_; }
+  const float* params() const { return p_.data(); }
+  const float* momentum() const { return m_.data(); }
+  const float* variance() const { return v_.data(); }
+  float* mutable_params() { return p_.data(); }
 
   // Copies of the state into host memory.
   absl::StatusOr<std::vector<float>> ParamsToHost() const;
@@ -84,11 +85,9 @@ class OnebitAdam {
   Transport* transport_;
   size_t n_;
   int64_t step_ = 0;
-  float* p_ = nullptr;
-  float* m_ = nullptr;
-  float* v_ = nullptr;
-  float* mask_ = nullptr;        // null when no mask was given
-  float* grad_sum_ = nullptr;    // warmup allreduce buffer (world size > 1)
+  kernels::Buffer<float> p_, m_, v_;
+  kernels::Buffer<float> mask_;      // empty when no mask was given
+  std::unique_ptr<ExactAllreduce> grad_sum_;  // warmup averaging (world size > 1)
   std::unique_ptr<CompressedAllreduce> exchange_;
 };
 

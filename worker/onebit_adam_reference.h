@@ -3,6 +3,7 @@
 #ifndef ONEBIT_WORKER_ONEBIT_ADAM_REFERENCE_H_
 #define ONEBIT_WORKER_ONEBIT_ADAM_REFERENCE_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 

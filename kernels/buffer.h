@@ -1,0 +1,89 @@
+// Buffer<T>: an owned array in a Backend's memory space (host or device), zeroed on
+// creation. Movable, not copyable. The backend must outlive the buffer.
+#ifndef ONEBIT_KERNELS_BUFFER_H_
+#define ONEBIT_KERNELS_BUFFER_H_
+
+#include <cmath>
+#include <cstddef>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/kernels.h"
+#include "kernels/status_macros.h"
+
+namespace onebit::kernels {
+
+template <typename T>
+class Buffer {
+ public:
+  Buffer() = default;
+  static absl::StatusOr<Buffer> Create(Backend* backend, size_t count) {
+    ONEBIT_ASSIGN_OR_RETURN(void* ptr, backend->Allocate(count * sizeof(T)));
+    Buffer buffer(backend, static_cast<T*>(ptr), count);
+    ONEBIT_RETURN_IF_ERROR(backend->Zero(ptr, count * sizeof(T)));
+    return buffer;
+  }
+  static absl::StatusOr<Buffer> FromHost(Backend* backend, const T* host, size_t count) {
+    ONEBIT_ASSIGN_OR_RETURN(Buffer buffer, Create(backend, count));
+    ONEBIT_RETURN_IF_ERROR(buffer.CopyFromHost(host, count));
+    return buffer;
+  }
+
+  Buffer(Buffer&& other) noexcept { *this = std::move(other); }
+  Buffer& operator=(Buffer&& other) noexcept {
+    Release();
+    backend_ = std::exchange(other.backend_, nullptr);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    return *this;
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() { Release(); }
+
+  T* data() { return data_; }
+  const T* data() const { return data_; }
+  size_t size() const { return size_; }
+  size_t bytes() const { return size_ * sizeof(T); }
+
+  absl::Status Zero() { return backend_->Zero(data_, bytes()); }
+
+  absl::Status CopyFromHost(const T* host, size_t count) {
+    if (count != size_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("expected ", size_, " elements, got ", count));
+    }
+    return backend_->CopyFromHost(data_, host, bytes());
+  }
+
+  absl::StatusOr<std::vector<T>> ToHost() const {
+    std::vector<T> host(size_);
+    ONEBIT_RETURN_IF_ERROR(backend_->CopyToHost(host.data(), data_, bytes()));
+    return host;
+  }
+
+ private:
+  Buffer(Backend* backend, T* data, size_t size) : backend_(backend), data_(data), size_(size) {}
+  void Release() {
+    if (backend_ && data_) backend_->Free(data_);
+    data_ = nullptr;
+  }
+
+  Backend* backend_ = nullptr;
+  T* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// ||x|| of a float buffer (read back to the host: for metrics, not the hot path).
+inline absl::StatusOr<double> L2Norm(Backend* backend, const Buffer<float>& x) {
+  double sumsq = 0;
+  ONEBIT_RETURN_IF_ERROR(backend->SumSquares(x.data(), x.size(), &sumsq));
+  return std::sqrt(sumsq);
+}
+
+}  // namespace onebit::kernels
+
+#endif  // ONEBIT_KERNELS_BUFFER_H_
