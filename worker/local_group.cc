@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "worker/gloo_transport.h"
 #include "worker/inproc_transport.h"
 
@@ -21,56 +22,81 @@ std::string TransportKindName(TransportKind kind) {
   return kind == TransportKind::kInproc ? "inproc" : "gloo";
 }
 
+namespace {
+
+constexpr int kConnectAttempts = 3;
+
+// Connects every rank (collectively, one thread per rank). Returns all transports or the
+// first error.
+absl::StatusOr<std::vector<std::unique_ptr<Transport>>> ConnectGroup(TransportKind kind,
+                                                                     int world_size) {
+  std::vector<std::unique_ptr<Transport>> transports(world_size);
+  if (kind == TransportKind::kInproc) {
+    auto hub = InprocHub::Create(world_size);
+    if (!hub.ok()) return hub.status();
+    for (int rank = 0; rank < world_size; ++rank) {
+      auto t = (*hub)->Connect(rank);
+      if (!t.ok()) return t.status();
+      transports[rank] = *std::move(t);
+    }
+    return transports;
+  }
+  std::shared_ptr<gloo::rendezvous::Store> store = NewInMemoryStore();
+  std::vector<absl::Status> results(world_size);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world_size; ++rank) {
+    threads.emplace_back([&, rank] {
+      auto t = GlooTransport::Create(store, rank, world_size);
+      if (t.ok()) transports[rank] = *std::move(t); else results[rank] = t.status();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const absl::Status& s : results) {
+    if (!s.ok()) return s;
+  }
+  return transports;
+}
+
+}  // namespace
+
 absl::Status RunLocalGroup(TransportKind kind, int world_size,
                            const std::function<absl::Status(Transport&)>& body) {
   if (world_size < 1) {
     return absl::InvalidArgumentError(absl::StrCat("world size must be >= 1, got ", world_size));
   }
-  std::shared_ptr<InprocHub> hub;
-  std::shared_ptr<gloo::rendezvous::Store> store;
-  if (kind == TransportKind::kInproc) {
-    auto created = InprocHub::Create(world_size);
-    if (!created.ok()) return created.status();
-    hub = *std::move(created);
-  } else {
-    store = NewInMemoryStore();
+  // Connecting a gloo mesh over loopback fails now and then on a loaded machine (a peer
+  // sees its connection closed during the handshake); a fresh store and fresh devices
+  // connect fine, so retry the whole group a few times before giving up.
+  absl::StatusOr<std::vector<std::unique_ptr<Transport>>> transports;
+  for (int attempt = 1; attempt <= kConnectAttempts; ++attempt) {
+    transports = ConnectGroup(kind, world_size);
+    if (transports.ok() || transports.status().code() != absl::StatusCode::kUnavailable) break;
   }
+  if (!transports.ok()) return transports.status();
 
-  std::vector<absl::Status> results(world_size);
+  // The first rank to fail holds the root cause; the others fail because of it.
+  absl::Mutex mu;
+  absl::Status first_failure;
   std::vector<std::thread> threads;
   for (int rank = 0; rank < world_size; ++rank) {
     threads.emplace_back([&, rank] {
-      absl::Status status;
-      std::unique_ptr<Transport> transport;
-      if (kind == TransportKind::kInproc) {
-        auto t = hub->Connect(rank);
-        if (t.ok()) transport = *std::move(t); else status = t.status();
-      } else {
-        auto t = GlooTransport::Create(store, rank, world_size);
-        if (t.ok()) transport = *std::move(t); else status = t.status();
+      std::unique_ptr<Transport>& transport = (*transports)[rank];
+      const absl::Status status = body(*transport);
+      if (status.ok()) return;
+      {
+        absl::MutexLock lock(&mu);
+        if (first_failure.ok()) {
+          first_failure =
+              absl::Status(status.code(), absl::StrCat("rank ", rank, ": ", status.message()));
+        }
       }
-      if (status.ok()) status = body(*transport);
-      if (!status.ok() && hub) hub->Abort(absl::AbortedError(absl::StrCat("rank ", rank, " failed")));
-      // A failed gloo rank closes its connections here, which unblocks its peers.
+      // Close this rank's transport at once so that its peers fail instead of waiting
+      // for it (gloo: closed connections; inproc: the hub is aborted).
       transport.reset();
-      results[rank] = status;
     });
   }
   for (std::thread& t : threads) t.join();
-  // Prefer the root cause: the first rank whose error is not the abort it caused.
-  for (int rank = 0; rank < world_size; ++rank) {
-    if (!results[rank].ok() && results[rank].code() != absl::StatusCode::kAborted) {
-      return absl::Status(results[rank].code(),
-                          absl::StrCat("rank ", rank, ": ", results[rank].message()));
-    }
-  }
-  for (int rank = 0; rank < world_size; ++rank) {
-    if (!results[rank].ok()) {
-      return absl::Status(results[rank].code(),
-                          absl::StrCat("rank ", rank, ": ", results[rank].message()));
-    }
-  }
-  return absl::OkStatus();
+  return first_failure;
 }
 
 }  // namespace onebit

@@ -22,8 +22,8 @@ std::string TransportKindName(TransportKind kind);
 
 // Connects `world_size` ranks over `kind` (gloo: TCP on 127.0.0.1) and runs body(transport)
 // on one thread per rank. Returns OK when every rank returned OK, otherwise the error of
-// the lowest failing rank, prefixed with that rank. When a rank fails the group is torn
-// down so that the others fail too instead of waiting for it.
+// the first rank to fail, prefixed with that rank. A failing rank's transport is closed at
+// once so that the others fail too instead of waiting for it.
 absl::Status RunLocalGroup(TransportKind kind, int world_size,
                            const std::function<absl::Status(Transport&)>& body);
 
