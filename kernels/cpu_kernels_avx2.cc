@@ -25,14 +25,22 @@ inline double HorizontalSum(__m256d lo, __m256d hi) {
   return (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
 }
 
-// Lane b selects bit b of a sign byte.
-inline __m256i BitSelectors() { return _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128); }
+// kNegate[b] holds, for the 8 elements of sign byte b, the float sign bit in every lane
+// whose bit is clear (a -1). Decoding is then one 32-byte load and one XOR with the scale.
+struct NegateTable {
+  alignas(32) uint32_t lanes[256][8];
+  constexpr NegateTable() : lanes() {
+    for (int b = 0; b < 256; ++b) {
+      for (int i = 0; i < 8; ++i) lanes[b][i] = ((b >> i) & 1) ? 0u : 0x80000000u;
+    }
+  }
+};
+constexpr NegateTable kNegate;
 
-// The 8 decoded values of one sign byte: bit set -> s, clear -> -s.
-inline __m256 DecodeByte(uint8_t byte, __m256 s, __m256 neg_s, __m256i selectors) {
-  const __m256i bits = _mm256_and_si256(_mm256_set1_epi32(byte), selectors);
-  const __m256 set = _mm256_castsi256_ps(_mm256_cmpeq_epi32(bits, selectors));
-  return _mm256_blendv_ps(neg_s, s, set);
+// The 8 decoded values of one sign byte: bit set -> s, clear -> -s (flipping the sign
+// bit is exact negation, as in the scalar code, for any s).
+inline __m256 DecodeByte(uint8_t byte, __m256 s) {
+  return _mm256_xor_ps(s, _mm256_load_ps(reinterpret_cast<const float*>(kNegate.lanes[byte])));
 }
 
 inline __m256 Direction(const AdamHyper& h, __m256 m, __m256 v, __m256 p) {
@@ -79,16 +87,13 @@ double WorkerInput(const float* m, const float* g, float beta1, size_t n, size_t
 double ServerInput(const uint8_t* blocks, int num_workers, size_t chunk, float* err) {
   const size_t stride = CompressedBlockBytes(chunk);
   const __m256 inv_w = _mm256_set1_ps(1.0f / static_cast<float>(num_workers));
-  const __m256i selectors = BitSelectors();
   __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
   // chunk is a multiple of 8: no tail.
   for (size_t k = 0; k < chunk / 8; ++k) {
     __m256 acc = _mm256_setzero_ps();
     for (int j = 0; j < num_workers; ++j) {
       const uint8_t* block = blocks + j * stride;
-      const __m256 s = _mm256_set1_ps(BlockScale(block));
-      const __m256 neg_s = _mm256_sub_ps(_mm256_setzero_ps(), s);
-      acc = _mm256_add_ps(acc, DecodeByte(block[4 + k], s, neg_s, selectors));
+      acc = _mm256_add_ps(acc, DecodeByte(block[4 + k], _mm256_set1_ps(BlockScale(block))));
     }
     const __m256 y = _mm256_fmadd_ps(acc, inv_w, _mm256_loadu_ps(err + 8 * k));
     _mm256_storeu_ps(err + 8 * k, y);
@@ -110,12 +115,8 @@ void SignPack(float* err, size_t chunk, float scale, uint8_t* bits) {
 
 void DecodeBlock(const uint8_t* block, size_t count, float* out) {
   const __m256 s = _mm256_set1_ps(BlockScale(block));
-  const __m256 neg_s = _mm256_sub_ps(_mm256_setzero_ps(), s);
-  const __m256i selectors = BitSelectors();
   size_t i = 0;
-  for (; i + 8 <= count; i += 8) {
-    _mm256_storeu_ps(out + i, DecodeByte(block[4 + i / 8], s, neg_s, selectors));
-  }
+  for (; i + 8 <= count; i += 8) _mm256_storeu_ps(out + i, DecodeByte(block[4 + i / 8], s));
   for (; i < count; ++i) out[i] = SignBit(block + 4, i) ? BlockScale(block) : -BlockScale(block);
 }
 
@@ -172,12 +173,10 @@ void FrozenUpdate(const AdamHyper& h, const float* v, const float* mask, float* 
 void DecodeBlockFrozenUpdate(const uint8_t* block, const AdamHyper& h, const float* v,
                              const float* mask, float* m, float* p, size_t count) {
   const __m256 s = _mm256_set1_ps(BlockScale(block));
-  const __m256 neg_s = _mm256_sub_ps(_mm256_setzero_ps(), s);
-  const __m256i selectors = BitSelectors();
   const __m256 neg_lr = _mm256_set1_ps(-h.lr);
   size_t i = 0;
   for (; i + 8 <= count; i += 8) {
-    __m256 mi = DecodeByte(block[4 + i / 8], s, neg_s, selectors);
+    __m256 mi = DecodeByte(block[4 + i / 8], s);
     if (mask) mi = _mm256_mul_ps(mi, _mm256_loadu_ps(mask + i));
     _mm256_storeu_ps(m + i, mi);
     const __m256 pi = _mm256_loadu_ps(p + i);

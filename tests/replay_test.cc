@@ -1,0 +1,500 @@
+// End-to-end tests of the onebit_replay binary: random inputs are written as .npy files,
+// the real binary runs on them (as a child process), and its output is compared with the
+// float64 model of ALGORITHM.md (worker/onebit_adam_reference.h). The same runs over gloo
+// must produce the same bytes as over inproc.
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tools/npy.h"
+#include "worker/onebit_adam_reference.h"
+
+extern char** environ;
+
+namespace onebit {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string Env(const char* name, const std::string& fallback = "") {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : fallback;
+}
+
+std::string BinaryPath() {
+  return absl::StrCat(Env("TEST_SRCDIR"), "/", Env("TEST_WORKSPACE", "onebit"),
+                      "/tools/onebit_replay");
+}
+
+// A fresh directory under TEST_TMPDIR.
+std::string NewDir(const std::string& name) {
+  static int counter = 0;
+  std::string dir = absl::StrCat(Env("TEST_TMPDIR", "/tmp"), "/", name, "_", counter++);
+  mkdir(dir.c_str(), 0777);
+  return dir;
+}
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0;
+}
+
+std::vector<std::string> ListDir(const std::string& dir) {
+  std::vector<std::string> names;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      std::string name = e->d_name;
+      if (name != "." && name != "..") names.push_back(name);
+    }
+    closedir(d);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string ReadRaw(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void WriteRaw(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+struct RunResult {
+  int exit_code = -1;  // 128 + signal when killed
+  std::string output;  // stdout and stderr, interleaved
+};
+
+// Runs the binary with `args`, extra "NAME=value" environment entries, in `cwd`.
+RunResult RunBinary(const std::vector<std::string>& args,
+                    const std::vector<std::string>& extra_env = {},
+                    const std::string& cwd = "") {
+  const std::string log = absl::StrCat(NewDir("log"), "/output.txt");
+  std::vector<std::string> argv_strings = {BinaryPath()};
+  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& s : argv_strings) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::strncmp(*e, "BUILD_WORKING_DIRECTORY=", 24) != 0) env_strings.push_back(*e);
+  }
+  env_strings.insert(env_strings.end(), extra_env.begin(), extra_env.end());
+  std::vector<char*> envp;
+  for (std::string& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0644);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  // The child inherits the working directory: change it around the spawn (the test is
+  // single-threaded; posix_spawn_file_actions_addchdir_np is not portable).
+  std::string old_cwd;
+  if (!cwd.empty()) {
+    char buf[4096];
+    old_cwd = getcwd(buf, sizeof(buf));
+    EXPECT_EQ(chdir(cwd.c_str()), 0);
+  }
+  pid_t pid = -1;
+  int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), envp.data());
+  if (!cwd.empty()) {
+    EXPECT_EQ(chdir(old_cwd.c_str()), 0);
+  }
+  posix_spawn_file_actions_destroy(&actions);
+  RunResult result;
+  if (rc != 0) {
+    ADD_FAILURE() << "cannot spawn " << argv[0] << ": " << std::strerror(rc);
+    return result;
+  }
+  // A hung child would otherwise hang the test until Bazel's timeout.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  int status = 0;
+  while (true) {
+    pid_t done = waitpid(pid, &status, WNOHANG);
+    if (done == pid) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      ADD_FAILURE() << "onebit_replay did not finish within 120 s";
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  result.output = ReadRaw(log);
+  return result;
+}
+
+// Random inputs. The gradient of each element has a persistent direction plus noise and a
+// slow drift, so the optimizer moves steadily and the momentum has a real signal to
+// compress.
+struct Problem {
+  int workers;
+  int64_t n, steps;
+  std::vector<float> params;  // (n,)
+  std::vector<float> grads;   // (steps, workers, n)
+
+  std::vector<std::vector<float>> StepGrads(int64_t t) const {
+    std::vector<std::vector<float>> g(workers);
+    for (int w = 0; w < workers; ++w) {
+      const float* begin = grads.data() + (t * workers + w) * n;
+      g[w].assign(begin, begin + n);
+    }
+    return g;
+  }
+};
+
+Problem MakeProblem(int workers, int64_t n, int64_t steps, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  Problem p{workers, n, steps, {}, {}};
+  p.params.resize(n);
+  for (float& x : p.params) x = normal(rng);
+  std::vector<float> direction(n);
+  for (float& x : direction) x = normal(rng);
+  p.grads.resize(static_cast<size_t>(steps * workers * n));
+  for (int64_t t = 0; t < steps; ++t) {
+    const float drift = 1.0f + 0.05f * static_cast<float>(t);
+    for (int w = 0; w < workers; ++w) {
+      for (int64_t i = 0; i < n; ++i) {
+        p.grads[(t * workers + w) * n + i] = 0.01f * (direction[i] * drift + normal(rng));
+      }
+    }
+  }
+  return p;
+}
+
+struct Paths {
+  std::string dir, params, grads, out;
+};
+
+Paths WriteProblem(const Problem& p, const std::string& name) {
+  Paths paths;
+  paths.dir = NewDir(name);
+  paths.params = paths.dir + "/params.npy";
+  paths.grads = paths.dir + "/grads.npy";
+  paths.out = paths.dir + "/out.npy";
+  EXPECT_TRUE(npy::WriteFloat32(paths.params, {p.n}, p.params.data()).ok());
+  EXPECT_TRUE(npy::WriteFloat32(paths.grads, {p.steps, p.workers, p.n}, p.grads.data()).ok());
+  return paths;
+}
+
+struct Case {
+  std::string name;
+  int workers;
+  int64_t n;
+  int64_t steps;
+  int64_t freeze_step;  // < 0: leave the flag out (default 100000)
+  double weight_decay;  // < 0: leave the flag out (default 0)
+  double lr;            // < 0: leave the flag out (default 1e-3)
+};
+
+std::vector<std::string> Flags(const Case& c, const Paths& paths, const std::string& transport) {
+  std::vector<std::string> flags = {"--optimizer=onebit_adam",
+                                    absl::StrCat("--workers=", c.workers),
+                                    "--params=" + paths.params, "--grads=" + paths.grads,
+                                    "--out=" + paths.out, "--transport=" + transport};
+  if (c.lr >= 0) flags.push_back(absl::StrCat("--lr=", c.lr));
+  if (c.freeze_step >= 0) flags.push_back(absl::StrCat("--freeze-step=", c.freeze_step));
+  if (c.weight_decay >= 0) flags.push_back(absl::StrCat("--weight-decay=", c.weight_decay));
+  return flags;
+}
+
+// The float64 model on the same inputs, with the hyperparameters rounded to float32 as
+// the binary uses them.
+std::vector<double> Reference(const Case& c, const Problem& p) {
+  ReferenceHyper h;
+  h.lr = static_cast<float>(c.lr >= 0 ? c.lr : 1e-3);
+  h.beta1 = 0.9f;
+  h.beta2 = 0.999f;
+  h.eps = 1e-8f;
+  h.weight_decay = static_cast<float>(c.weight_decay >= 0 ? c.weight_decay : 0.0);
+  h.freeze_step = c.freeze_step >= 0 ? c.freeze_step : 100000;
+  ReferenceOnebitAdam ref(h, c.workers, p.params);
+  for (int64_t t = 0; t < p.steps; ++t) ref.Step(p.StepGrads(t));
+  return ref.params();
+}
+
+class ReplayMatchesReferenceTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ReplayMatchesReferenceTest, InprocMatchesReferenceAndGlooMatchesInproc) {
+  const Case& c = GetParam();
+  const Problem p = MakeProblem(c.workers, c.n, c.steps, 1234 + c.workers * 7 + c.n);
+  const Paths paths = WriteProblem(p, c.name);
+
+  RunResult run = RunBinary(Flags(c, paths, "inproc"));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const int64_t freeze = c.freeze_step >= 0 ? c.freeze_step : 100000;
+  const int64_t warmup = std::min(freeze, c.steps);
+  EXPECT_THAT(run.output, HasSubstr(absl::StrCat(warmup, " warmup, ", c.steps - warmup,
+                                                 " compression")));
+  EXPECT_THAT(run.output, HasSubstr(paths.out));
+  absl::StatusOr<npy::Float32Array> out = npy::ReadFloat32(paths.out, {c.n});
+  ASSERT_TRUE(out.ok()) << out.status();
+
+  const std::vector<double> ref = Reference(c, p);
+  double diff2 = 0, moved2 = 0;
+  for (int64_t i = 0; i < c.n; ++i) {
+    diff2 += (out->data[i] - ref[i]) * (out->data[i] - ref[i]);
+    moved2 += (ref[i] - p.params[i]) * (ref[i] - p.params[i]);
+  }
+  ASSERT_GT(moved2, 0) << "the reference did not move; the test would prove nothing";
+  const double rel = std::sqrt(diff2 / moved2);
+  EXPECT_LT(rel, 1e-4) << "||p_out - p_ref|| / ||p_ref - p_in|| for " << c.name;
+  RecordProperty("relative_error", absl::StrCat(rel));
+
+  // gloo: the same bytes.
+  const std::string inproc_bytes = ReadRaw(paths.out);
+  ASSERT_EQ(unlink(paths.out.c_str()), 0);
+  RunResult gloo = RunBinary(Flags(c, paths, "gloo"));
+  ASSERT_EQ(gloo.exit_code, 0) << gloo.output;
+  const std::string gloo_bytes = ReadRaw(paths.out);
+  if (gloo_bytes != inproc_bytes) {
+    absl::StatusOr<npy::Float32Array> g = npy::ReadFloat32(paths.out, {c.n});
+    ASSERT_TRUE(g.ok()) << g.status();
+    int64_t differ = 0, first = -1;
+    for (int64_t i = 0; i < c.n; ++i) {
+      if (std::memcmp(&g->data[i], &out->data[i], 4) != 0) {
+        if (differ++ == 0) first = i;
+      }
+    }
+    ADD_FAILURE() << "gloo output differs from inproc in " << differ << " of " << c.n
+                  << " elements; first at " << first << ": gloo " << g->data[first]
+                  << " vs inproc " << out->data[first];
+  }
+  // Nothing but the inputs and the output in the directory: no temporary files left.
+  EXPECT_EQ(ListDir(paths.dir), (std::vector<std::string>{"grads.npy", "out.npy", "params.npy"}));
+}
+
+// W = 1, 2, 3, 4, 5, 8; N not a multiple of 8 (37, 1001, 10007) and one that is (1000);
+// freeze step 0, inside (1..T-1), equal to T, past T, and the default; with and without
+// weight decay.
+INSTANTIATE_TEST_SUITE_P(
+    Cases, ReplayMatchesReferenceTest,
+    ::testing::Values(
+        Case{"w1_n1000_warmup_then_compress", 1, 1000, 20, 5, -1, -1},
+        Case{"w1_n37_compress_only", 1, 37, 20, 0, 0.01, 2e-3},
+        Case{"w2_n1001_compress_only", 2, 1001, 30, 0, -1, -1},
+        Case{"w2_n1000_default_freeze", 2, 1000, 25, -1, -1, -1},
+        Case{"w3_n37_mid_freeze_wd", 3, 37, 25, 10, 0.01, -1},
+        Case{"w3_n10007_freeze1", 3, 10007, 20, 1, -1, 1e-3},
+        Case{"w4_n1000_freeze_eq_T", 4, 1000, 30, 30, -1, -1},
+        Case{"w4_n10007_mid_freeze_wd", 4, 10007, 20, 8, 0.1, 5e-4},
+        Case{"w5_n1001_mid_freeze", 5, 1001, 24, 7, -1, -1},
+        Case{"w8_n1001_mid_freeze", 8, 1001, 30, 12, -1, -1},
+        Case{"w8_n37_compress_only_wd", 8, 37, 20, 0, 0.01, -1},
+        Case{"w8_n1000_freeze_past_T_wd", 8, 1000, 20, 50, 0.05, -1}),
+    [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
+
+// ---- Flags and paths ----
+
+class ReplayFlagsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    problem_ = MakeProblem(2, 101, 6, 99);
+    paths_ = WriteProblem(problem_, "flags");
+  }
+  std::vector<std::string> Base() const {
+    return {"--workers=2", "--params=" + paths_.params, "--grads=" + paths_.grads,
+            "--out=" + paths_.out, "--lr=0.01", "--freeze-step=3"};
+  }
+  Problem problem_;
+  Paths paths_;
+};
+
+TEST_F(ReplayFlagsTest, UnderscoreAndSeparateValueSpellingsAgree) {
+  std::vector<std::string> dashed = Base();
+  dashed.push_back("--weight-decay=0.02");
+  RunResult a = RunBinary(dashed);
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  const std::string bytes = ReadRaw(paths_.out);
+
+  RunResult b = RunBinary({"--workers", "2", "--params", paths_.params, "--grads",
+                           paths_.grads, "--out", paths_.out, "--lr", "0.01", "--freeze_step",
+                           "3", "--weight_decay=0.02"});
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_EQ(ReadRaw(paths_.out), bytes);
+
+  // Without weight decay the result differs: the flag was really applied.
+  RunResult c = RunBinary(Base());
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  EXPECT_NE(ReadRaw(paths_.out), bytes);
+}
+
+TEST_F(ReplayFlagsTest, RelativePathsUseBuildWorkingDirectory) {
+  RunResult r = RunBinary({"--workers=2", "--params=params.npy", "--grads=grads.npy",
+                           "--out=relative_out.npy", "--freeze-step=3"},
+                          {"BUILD_WORKING_DIRECTORY=" + paths_.dir}, "/");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Exists(paths_.dir + "/relative_out.npy")) << r.output;
+  EXPECT_FALSE(Exists("/relative_out.npy"));
+}
+
+TEST_F(ReplayFlagsTest, RelativePathsWithoutBuildWorkingDirectoryUseCwd) {
+  RunResult r = RunBinary({"--workers=2", "--params=params.npy", "--grads=grads.npy",
+                           "--out=cwd_out.npy"},
+                          {}, paths_.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Exists(paths_.dir + "/cwd_out.npy")) << r.output;
+}
+
+// Exit status 2, a message naming the flag, no output.
+void ExpectUsageError(const std::vector<std::string>& args, const std::string& out,
+                      const std::vector<std::string>& parts) {
+  SCOPED_TRACE(::testing::PrintToString(args));
+  RunResult r = RunBinary(args);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  for (const std::string& part : parts) EXPECT_THAT(r.output, HasSubstr(part));
+  EXPECT_FALSE(Exists(out));
+}
+
+TEST_F(ReplayFlagsTest, UsageErrors) {
+  const std::string p = "--params=" + paths_.params, g = "--grads=" + paths_.grads,
+                    o = "--out=" + paths_.out;
+  const std::string& out = paths_.out;
+  ExpectUsageError({p, g, o}, out, {"--workers", "required"});
+  ExpectUsageError({"--workers=2", g, o}, out, {"--params", "required"});
+  ExpectUsageError({"--workers=2", p, o}, out, {"--grads", "required"});
+  ExpectUsageError({"--workers=2", p, g}, out, {"--out", "required"});
+  ExpectUsageError({"--workers=0", p, g, o}, out, {"--workers", "got 0"});
+  ExpectUsageError({"--workers=-3", p, g, o}, out, {"--workers"});
+  ExpectUsageError({"--workers=two", p, g, o}, out, {"--workers", "two"});
+  ExpectUsageError({"--workers=2", p, g, o, "--optimizer=adam"}, out,
+                   {"--optimizer", "'adam'", "onebit_adam"});
+  ExpectUsageError({"--workers=2", p, g, o, "--transport=nccl"}, out, {"--transport", "nccl"});
+  ExpectUsageError({"--workers=2", p, g, o, "--lr=-0.1"}, out, {"--lr"});
+  ExpectUsageError({"--workers=2", p, g, o, "--lr=nan"}, out, {"--lr"});
+  ExpectUsageError({"--workers=2", p, g, o, "--beta1=1"}, out, {"--beta1"});
+  ExpectUsageError({"--workers=2", p, g, o, "--beta1=-0.1"}, out, {"--beta1"});
+  ExpectUsageError({"--workers=2", p, g, o, "--beta2=0.999999999"}, out, {"--beta2"});
+  ExpectUsageError({"--workers=2", p, g, o, "--eps=0"}, out, {"--eps"});
+  ExpectUsageError({"--workers=2", p, g, o, "--weight-decay=-1"}, out, {"--weight-decay"});
+  ExpectUsageError({"--workers=2", p, g, o, "--freeze-step=-1"}, out, {"--freeze-step"});
+  ExpectUsageError({"--workers=2", p, g, o, "--no-such-flag=1"}, out, {"unknown flag", "--no-such-flag"});
+  ExpectUsageError({"--workers=2", p, g, o, "stray"}, out, {"stray"});
+  ExpectUsageError({"--workers=2", p, g, "--out"}, out, {"--out", "needs a value"});
+}
+
+TEST_F(ReplayFlagsTest, ZeroLearningRateLeavesParamsUnchanged) {
+  std::vector<std::string> args = Base();
+  args.push_back("--lr=0");
+  RunResult r = RunBinary(args);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  absl::StatusOr<npy::Float32Array> out = npy::ReadFloat32(paths_.out);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->data, problem_.params);
+}
+
+TEST_F(ReplayFlagsTest, ZeroStepsCopiesParams) {
+  const std::string grads = paths_.dir + "/no_steps.npy";
+  ASSERT_TRUE(npy::WriteFloat32(grads, {0, 2, problem_.n}, nullptr).ok());
+  RunResult r = RunBinary({"--workers=2", "--params=" + paths_.params, "--grads=" + grads,
+                           "--out=" + paths_.out});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  absl::StatusOr<npy::Float32Array> out = npy::ReadFloat32(paths_.out);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->data, problem_.params);
+}
+
+// ---- Bad input files: exit status 1, the file named, nothing written ----
+
+class ReplayInputErrorTest : public ReplayFlagsTest {
+ protected:
+  // Runs with params/grads replaced by the given paths.
+  void ExpectInputError(const std::string& params, const std::string& grads,
+                        const std::vector<std::string>& parts, int workers = 2) {
+    const std::vector<std::string> before = ListDir(paths_.dir);
+    RunResult r = RunBinary({absl::StrCat("--workers=", workers), "--params=" + params,
+                             "--grads=" + grads, "--out=" + paths_.out, "--freeze-step=2"});
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    for (const std::string& part : parts) EXPECT_THAT(r.output, HasSubstr(part));
+    EXPECT_FALSE(Exists(paths_.out)) << r.output;
+    EXPECT_EQ(ListDir(paths_.dir), before) << "something was written";
+  }
+};
+
+TEST_F(ReplayInputErrorTest, MissingFiles) {
+  const std::string missing = paths_.dir + "/missing.npy";
+  ExpectInputError(missing, paths_.grads, {missing, "No such file"});
+  ExpectInputError(paths_.params, missing, {missing, "No such file"});
+}
+
+TEST_F(ReplayInputErrorTest, WrongDtype) {
+  // A float64 params file, written by hand the way numpy would.
+  const std::string f8 = paths_.dir + "/params_f8.npy";
+  std::string dict = "{'descr': '<f8', 'fortran_order': False, 'shape': (101,), }";
+  std::string header("\x93NUMPY\x01\x00", 8);
+  const size_t len = 128 - 10;
+  header.push_back(static_cast<char>(len));
+  header.push_back(0);
+  header += dict + std::string(len - dict.size() - 1, ' ') + "\n";
+  WriteRaw(f8, header + std::string(101 * 8, '\0'));
+  ExpectInputError(f8, paths_.grads, {f8, "wrong dtype", "'<f8' (float64)"});
+}
+
+TEST_F(ReplayInputErrorTest, WrongShapes) {
+  // params not 1-D.
+  const std::string params_2d = paths_.dir + "/params_2d.npy";
+  ASSERT_TRUE(npy::WriteFloat32(params_2d, {101, 1}, problem_.params.data()).ok());
+  ExpectInputError(params_2d, paths_.grads, {params_2d, "(101, 1)", "(N,)"});
+  // grads with the wrong W.
+  ExpectInputError(paths_.params, paths_.grads, {paths_.grads, "(6, 2, 101)", "--workers=3"},
+                   /*workers=*/3);
+  // grads whose N differs from params'.
+  const std::string params_short = paths_.dir + "/params_short.npy";
+  ASSERT_TRUE(npy::WriteFloat32(params_short, {100}, problem_.params.data()).ok());
+  ExpectInputError(params_short, paths_.grads, {paths_.grads, "101", "N=100"});
+  // grads not 3-D.
+  const std::string grads_2d = paths_.dir + "/grads_2d.npy";
+  ASSERT_TRUE(npy::WriteFloat32(grads_2d, {12, 101}, problem_.grads.data()).ok());
+  ExpectInputError(paths_.params, grads_2d, {grads_2d, "(12, 101)", "(T, W, N)"});
+}
+
+TEST_F(ReplayInputErrorTest, TruncatedAndCorruptFiles) {
+  const std::string raw = ReadRaw(paths_.grads);
+  const std::string truncated = paths_.dir + "/grads_truncated.npy";
+  WriteRaw(truncated, raw.substr(0, raw.size() - 10));
+  ExpectInputError(paths_.params, truncated, {truncated, "truncated data", "found"});
+
+  const std::string garbage = paths_.dir + "/grads_garbage.npy";
+  WriteRaw(garbage, raw + "junk");
+  ExpectInputError(paths_.params, garbage, {garbage, "trailing garbage"});
+
+  const std::string not_npy = paths_.dir + "/not_npy.npy";
+  WriteRaw(not_npy, "x,y\n1,2\n");
+  ExpectInputError(not_npy, paths_.grads, {not_npy, "bad magic"});
+}
+
+TEST_F(ReplayInputErrorTest, UnwritableOutputDirectory) {
+  const std::string out = paths_.dir + "/no_such_dir/out.npy";
+  RunResult r = RunBinary({"--workers=2", "--params=" + paths_.params,
+                           "--grads=" + paths_.grads, "--out=" + out});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr(out));
+  EXPECT_FALSE(Exists(out));
+}
+
+}  // namespace
+}  // namespace onebit
