@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what onebit needs to build and test on Debian 12, from Debian's packages only.
+# Idempotent: installs nothing when everything is already there.
+set -euo pipefail
+
+packages=(
+  build-essential
+  bazel-bootstrap bazel-platforms bazel-rules-java
+  libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libgloo-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  sudo_cmd=()
+  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -q
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+  echo "install-deps: all Debian packages present"
+fi
+
+# CUDA 13 (nvcc, cudart, NCCL) is preinstalled under /usr/local/cuda; Debian does not ship
+# it, so say clearly when it is absent instead of failing deep inside the build.
+if [ ! -x /usr/local/cuda/bin/nvcc ]; then
+  echo "install-deps: error: /usr/local/cuda/bin/nvcc not found; the CUDA kernels need the CUDA 13 toolkit there" >&2
+  exit 1
+fi

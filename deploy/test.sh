@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The README's test command: install what is missing, then build everything (CUDA code
+# included, compiled with nvcc; no GPU needed) and run every test. GPU tests skip with a
+# message when there is no GPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash deploy/install-deps.sh
+bazel build //...
+bazel test //... "$@"
