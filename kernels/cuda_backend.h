@@ -13,7 +13,14 @@ namespace onebit::kernels {
 int CudaDeviceCount();
 
 // A backend on `device` with its own stream. kUnavailable when no such GPU exists.
+// Zero, Copy and the kernels are queued on the stream; CopyFromHost and CopyToHost return
+// once the copy is done, so the host buffer may be reused at once.
 absl::StatusOr<std::unique_ptr<Backend>> NewCudaBackend(int device = 0);
+
+// The cudaStream_t of a backend made by NewCudaBackend (void* keeps CUDA headers out of
+// this header), for work that must be ordered with the backend's kernels: NCCL calls,
+// cudaEvents. Null for any other backend.
+void* CudaStreamOf(Backend* backend);
 
 }  // namespace onebit::kernels
 

@@ -1,0 +1,622 @@
+// The CUDA backend: kernels.h's contract on one GPU, every kernel queued on the backend's
+// own stream.
+//
+// Bit-exactness with the CPU backend rests on the float32 expressions below being evaluated
+// exactly as written. The element formulas therefore use the round-to-nearest intrinsics
+// (__fadd_rn, __fmul_rn, __fdiv_rn, __fsqrt_rn) and fmaf() only where the contract says
+// fma: nvcc may not contract an __fmul_rn/__fadd_rn pair into an FMA, whatever -fmad says.
+// The build also passes -fmad=false so that a later edit written with plain operators stays
+// exact, and never --use_fast_math.
+//
+// Sums of squares are the one place the two backends may differ: they are accumulated in
+// float64 in another order (per thread, then per block, then atomicAdd across blocks), so
+// scales agree to within rounding, not bit for bit.
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda_backend.h"
+#include "kernels/kernels.h"
+#include "kernels/status_macros.h"
+
+namespace onebit::kernels {
+namespace {
+
+// ---------------------------------------------------------------------------------------
+// Errors
+
+absl::StatusCode CudaErrorCode(cudaError_t error) {
+  switch (error) {
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorDevicesUnavailable:
+    case cudaErrorInitializationError:
+      return absl::StatusCode::kUnavailable;
+    case cudaErrorMemoryAllocation:
+      return absl::StatusCode::kResourceExhausted;
+    case cudaErrorInvalidValue:
+    case cudaErrorInvalidDevicePointer:
+    case cudaErrorInvalidMemcpyDirection:
+      return absl::StatusCode::kInvalidArgument;
+    default:
+      return absl::StatusCode::kInternal;
+  }
+}
+
+absl::Status CudaErrorStatus(cudaError_t error, const char* expr, const char* file, int line) {
+  return absl::Status(CudaErrorCode(error),
+                      absl::StrCat(file, ":", line, ": ", expr, ": ", cudaGetErrorName(error),
+                                   ": ", cudaGetErrorString(error)));
+}
+
+// Returns an absl::Status naming the call, file and line when a CUDA call fails.
+#define ONEBIT_CUDA_RETURN_IF_ERROR(expr)                                        \
+  do {                                                                           \
+    const cudaError_t onebit_cuda_error_ = (expr);                               \
+    if (onebit_cuda_error_ != cudaSuccess) {                                     \
+      return CudaErrorStatus(onebit_cuda_error_, #expr, __FILE__, __LINE__);     \
+    }                                                                            \
+  } while (0)
+
+// A launch reports bad configurations through cudaGetLastError only; faults inside the
+// kernel surface at the next synchronizing call.
+#define ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR() ONEBIT_CUDA_RETURN_IF_ERROR(cudaGetLastError())
+
+absl::Status CheckChunking(size_t num_chunks, size_t chunk, size_t n) {
+  if (chunk % 8 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk ", chunk, " is not a multiple of 8"));
+  }
+  if (chunk != 0 && num_chunks > SIZE_MAX / chunk) {
+    return absl::InvalidArgumentError("num_chunks * chunk overflows");
+  }
+  if (n > num_chunks * chunk) {
+    return absl::InvalidArgumentError(absl::StrCat("n = ", n, " exceeds num_chunks * chunk = ",
+                                                   num_chunks * chunk));
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------
+// Device code
+
+// Every kernel runs blocks of this many threads; the block reductions rely on it.
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr unsigned kFullMask = 0xffffffffu;
+// grid.y is limited to 65535; chunked kernels loop over chunks with this stride.
+constexpr size_t kMaxGridY = 65535;
+
+// Block scales sit at offset 0 of blocks of 4 + chunk/8 bytes, so they are only byte aligned.
+__device__ __forceinline__ float LoadScale(const uint8_t* block) {
+  float s;
+  memcpy(&s, block, sizeof(s));
+  return s;
+}
+
+__device__ __forceinline__ void StoreScale(uint8_t* block, float s) {
+  memcpy(block, &s, sizeof(s));
+}
+
+__device__ __forceinline__ float Decode(const uint8_t* bits, size_t j, float s) {
+  return ((bits[j >> 3] >> (j & 7)) & 1u) ? s : -s;
+}
+
+// s = float(sqrt(sumsq / n)) in float64, s = 0 when n = 0 (the contract's scale).
+__device__ __forceinline__ float ScaleFromSumSquares(double sumsq, size_t n) {
+  if (n == 0) return 0.0f;
+  return __double2float_rn(__dsqrt_rn(__ddiv_rn(sumsq, static_cast<double>(n))));
+}
+
+// u = m / (sqrt(v) + eps); u = fma(wd, p, u) if wd > 0; returns fma(-lr, u, p).
+__device__ __forceinline__ float AdamStep(float m, float v, float p, float neg_lr, float eps,
+                                          float wd) {
+  float u = __fdiv_rn(m, __fadd_rn(__fsqrt_rn(v), eps));
+  if (wd > 0.0f) u = fmaf(wd, p, u);
+  return fmaf(neg_lr, u, p);
+}
+
+__device__ __forceinline__ double SquareF64(float x) {
+  // Exact: a float's square fits in a double's mantissa.
+  return static_cast<double>(x) * static_cast<double>(x);
+}
+
+// Adds `value` from every thread of the block into *total. All threads must call it.
+__device__ void BlockSumToGlobal(double value, double* total) {
+  __shared__ double warp_sums[kWarps];
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    value += __shfl_down_sync(kFullMask, value, offset);
+  }
+  if (lane == 0) warp_sums[warp] = value;
+  __syncthreads();
+  if (warp == 0) {
+    value = lane < kWarps ? warp_sums[lane] : 0.0;
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      value += __shfl_down_sync(kFullMask, value, offset);
+    }
+    if (lane == 0) atomicAdd(total, value);
+  }
+}
+
+struct AdamArgs {
+  float beta1, one_minus_beta1;
+  float beta2, one_minus_beta2;
+  float neg_lr, eps, weight_decay;
+};
+
+__global__ void MomentumKernel(float beta1, float one_minus_beta1, const float* g, float* m,
+                               size_t n) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    m[i] = fmaf(beta1, m[i], __fmul_rn(one_minus_beta1, g[i]));
+  }
+}
+
+// Worker pass 1: err = x (see Backend::CompressWorker), *sumsq += sum of x^2.
+template <bool kFusedMomentum>
+__global__ void WorkerInputKernel(const float* m, const float* g, float beta1,
+                                  float one_minus_beta1, size_t n, size_t n_pad, float* err,
+                                  double* sumsq) {
+  double local = 0.0;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n_pad;
+       i += stride) {
+    float x = err[i];
+    if (i < n) {
+      const float mi =
+          kFusedMomentum ? fmaf(beta1, m[i], __fmul_rn(one_minus_beta1, g[i])) : m[i];
+      x = __fadd_rn(mi, x);
+      err[i] = x;
+    }
+    local += SquareF64(x);
+  }
+  BlockSumToGlobal(local, sumsq);
+}
+
+// Server pass 1: err = fma(sum over workers in rank order of decode(block w), 1/W, err),
+// *sumsq += sum of err^2. The loop over elements advances block-uniformly so that the whole
+// block can stage worker scales in shared memory, kThreads workers at a time.
+__global__ void ServerInputKernel(const uint8_t* blocks, size_t block_bytes, int num_workers,
+                                  size_t chunk, float inv_w, float* err, double* sumsq) {
+  __shared__ float scales[kThreads];
+  double local = 0.0;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t base = static_cast<size_t>(blockIdx.x) * blockDim.x; base < chunk;
+       base += stride) {
+    const size_t j = base + threadIdx.x;
+    const bool valid = j < chunk;
+    float acc = 0.0f;
+    for (int w0 = 0; w0 < num_workers; w0 += kThreads) {
+      const int tile = min(kThreads, num_workers - w0);
+      __syncthreads();  // Nobody still reads the previous tile's scales.
+      if (static_cast<int>(threadIdx.x) < tile) {
+        scales[threadIdx.x] = LoadScale(blocks + (w0 + threadIdx.x) * block_bytes);
+      }
+      __syncthreads();
+      if (valid) {
+        const uint8_t* bits = blocks + w0 * block_bytes + 4;
+        for (int w = 0; w < tile; ++w, bits += block_bytes) {
+          acc = __fadd_rn(acc, Decode(bits, j, scales[w]));
+        }
+      }
+    }
+    if (valid) {
+      const float y = fmaf(acc, inv_w, err[j]);
+      err[j] = y;
+      local += SquareF64(y);
+    }
+  }
+  BlockSumToGlobal(local, sumsq);
+}
+
+// Pass 2 of both compressions: x is in err; s comes from *sumsq over n_scale elements.
+// Writes s and the packed signs of each chunk and sets err = x - s*sign(x). grid.y walks
+// the chunks; the warps of grid.x walk 32-element groups of a chunk, so each ballot is one
+// little-endian sign word (a chunk is only a multiple of 8, so the last word of a chunk may
+// be partial and sign words are byte aligned: they are stored as bytes).
+__global__ void SignPackKernel(const double* sumsq, size_t n_scale, size_t num_chunks,
+                               size_t chunk, size_t block_bytes, float* err, uint8_t* out) {
+  const float s = ScaleFromSumSquares(*sumsq, n_scale);
+  const int lane = threadIdx.x & 31;
+  const size_t warp = (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const size_t warp_stride = (static_cast<size_t>(gridDim.x) * blockDim.x) >> 5;
+  for (size_t k = blockIdx.y; k < num_chunks; k += gridDim.y) {
+    float* x_chunk = err + k * chunk;
+    uint8_t* block = out + k * block_bytes;
+    if (blockIdx.x == 0 && threadIdx.x == 0) StoreScale(block, s);
+    for (size_t j0 = warp * 32; j0 < chunk; j0 += warp_stride * 32) {
+      const size_t j = j0 + lane;
+      const bool valid = j < chunk;
+      const float x = valid ? x_chunk[j] : 0.0f;
+      const bool positive = x >= 0.0f;  // sign(0) = +1; NaN counts as negative, like the CPU.
+      const unsigned word = __ballot_sync(kFullMask, valid && positive);
+      if (valid) x_chunk[j] = positive ? __fsub_rn(x, s) : __fadd_rn(x, s);
+      if (lane < 4 && j0 + 8 * lane < chunk) {
+        block[4 + j0 / 8 + lane] = static_cast<uint8_t>(word >> (8 * lane));
+      }
+    }
+  }
+}
+
+// out[i] = decode(blocks)[i] for i < n.
+__global__ void DecompressKernel(const uint8_t* blocks, size_t block_bytes, size_t num_chunks,
+                                 size_t chunk, size_t n, float* out) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t k = blockIdx.y; k < num_chunks && k * chunk < n; k += gridDim.y) {
+    const uint8_t* block = blocks + k * block_bytes;
+    const float s = LoadScale(block);
+    const size_t count = min(chunk, n - k * chunk);
+    float* out_chunk = out + k * chunk;
+    for (size_t j = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < count;
+         j += stride) {
+      out_chunk[j] = Decode(block + 4, j, s);
+    }
+  }
+}
+
+// out[i] = sum over rows in row order, from 0.0f like the CPU backend. Each thread reads
+// its element of every row before writing, so out may be one of the rows.
+__global__ void SumRowsKernel(const float* rows, int num_rows, size_t count, float* out) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += stride) {
+    float acc = 0.0f;
+    for (int j = 0; j < num_rows; ++j) acc = __fadd_rn(acc, rows[j * count + i]);
+    out[i] = acc;
+  }
+}
+
+__global__ void AdamWarmupKernel(AdamArgs a, const float* g, float grad_scale, float* m,
+                                 float* v, float* p, size_t n) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    const float gi = __fmul_rn(g[i], grad_scale);
+    const float mi = fmaf(a.beta1, m[i], __fmul_rn(a.one_minus_beta1, gi));
+    const float vi = fmaf(a.beta2, v[i], __fmul_rn(__fmul_rn(a.one_minus_beta2, gi), gi));
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = AdamStep(mi, vi, p[i], a.neg_lr, a.eps, a.weight_decay);
+  }
+}
+
+// Without a mask m is only read: skipping its store saves a quarter of the traffic.
+__global__ void FrozenAdamKernel(AdamArgs a, const float* v, const float* mask, float* m,
+                                 float* p, size_t n) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    float mi = m[i];
+    if (mask != nullptr) {
+      mi = __fmul_rn(mi, mask[i]);
+      m[i] = mi;
+    }
+    p[i] = AdamStep(mi, v[i], p[i], a.neg_lr, a.eps, a.weight_decay);
+  }
+}
+
+__global__ void DecompressFrozenAdamKernel(const uint8_t* blocks, size_t block_bytes,
+                                           size_t num_chunks, size_t chunk, AdamArgs a, const float* v,
+                                           const float* mask, float* m, float* p, size_t n) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t k = blockIdx.y; k < num_chunks && k * chunk < n; k += gridDim.y) {
+    const uint8_t* block = blocks + k * block_bytes;
+    const float s = LoadScale(block);
+    const size_t begin = k * chunk;
+    const size_t count = min(chunk, n - begin);
+    for (size_t j = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < count;
+         j += stride) {
+      const size_t i = begin + j;
+      float mi = Decode(block + 4, j, s);
+      if (mask != nullptr) mi = __fmul_rn(mi, mask[i]);
+      m[i] = mi;
+      p[i] = AdamStep(mi, v[i], p[i], a.neg_lr, a.eps, a.weight_decay);
+    }
+  }
+}
+
+__global__ void SumSquaresKernel(const float* x, size_t n, double* sumsq) {
+  double local = 0.0;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    local += SquareF64(x[i]);
+  }
+  BlockSumToGlobal(local, sumsq);
+}
+
+AdamArgs MakeAdamArgs(const AdamHyper& h) {
+  // Host float arithmetic is IEEE binary32 too, so 1 - beta matches the CPU backend's.
+  return AdamArgs{h.beta1, 1.0f - h.beta1, h.beta2,         1.0f - h.beta2,
+                  -h.lr,   h.eps,          h.weight_decay};
+}
+
+size_t CeilDiv(size_t a, size_t b) { return (a + b - 1) / b; }
+
+// ---------------------------------------------------------------------------------------
+// The backend
+
+class CudaBackend final : public Backend {
+ public:
+  // Takes ownership of `stream` and `sumsq` (a device double).
+  CudaBackend(int device, int num_sms, cudaStream_t stream, double* sumsq)
+      : device_(device),
+        // Enough 256-thread blocks to fill every SM (2048 resident threads on sm_80/sm_90);
+        // the kernels loop over the rest.
+        max_blocks_(static_cast<size_t>(std::max(num_sms, 1)) * 8),
+        stream_(stream),
+        sumsq_(sumsq) {}
+
+  ~CudaBackend() override {
+    // Errors here mean the context is already broken; there is nobody left to report to.
+    cudaSetDevice(device_);
+    cudaStreamSynchronize(stream_);
+    cudaFree(sumsq_);
+    cudaStreamDestroy(stream_);
+  }
+
+  std::string name() const override { return absl::StrCat("cuda:", device_); }
+  MemorySpace memory_space() const override { return MemorySpace::kCuda; }
+
+  cudaStream_t stream() const { return stream_; }
+
+  absl::StatusOr<void*> Allocate(size_t bytes) override {
+    ONEBIT_RETURN_IF_ERROR(Activate());
+    void* ptr = nullptr;
+    // cudaMalloc(0) may return null; one byte keeps pointers unique and non-null.
+    ONEBIT_CUDA_RETURN_IF_ERROR(cudaMalloc(&ptr, std::max<size_t>(bytes, 1)));
+    return ptr;
+  }
+
+  void Free(void* ptr) override {
+    if (ptr == nullptr) return;
+    // cudaFree waits for the device, so queued kernels that use ptr finish first. A failure
+    // means a broken context, which the next call that returns a Status reports.
+    if (cudaSetDevice(device_) == cudaSuccess) cudaFree(ptr);
+  }
+
+  absl::Status Zero(void* ptr, size_t bytes) override {
+    if (bytes == 0) return absl::OkStatus();
+    ONEBIT_RETURN_IF_ERROR(Activate());
+    ONEBIT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(ptr, 0, bytes, stream_));
+    return absl::OkStatus();
+  }
+
+  absl::Status CopyFromHost(void* dst, const void* host_src, size_t bytes) override {
+    if (bytes == 0) return absl::OkStatus();
+    ONEBIT_RETURN_IF_ERROR(Activate());
+    ONEBIT_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_));
+    // CUDA may still read host_src after cudaMemcpyAsync returns (always for pinned memory,
+    // sometimes for pageable). Callers written against Backend expect to reuse the buffer
+    // at once, as with the CPU backend, so wait.
+    ONEBIT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    return absl::OkStatus();
+  }
+
+  absl::Status CopyToHost(void* host_dst, const void* src, size_t bytes) override {
+    if (bytes == 0) return absl::OkStatus();
+    ONEBIT_RETURN_IF_ERROR(Activate());
+    ONEBIT_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    ONEBIT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    return absl::OkStatus();
+  }
+
+  absl::Status Copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes == 0) return absl::OkStatus();
+    ONEBIT_RETURN_IF_ERROR(Activate());
+    ONEBIT_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+    return absl::OkStatus();
+  }
+
+  absl::Status Synchronize() override {
+    ONEBIT_RETURN_IF_ERROR(Activate());
+    ONEBIT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    return absl::OkStatus();
+  }
+
+  absl::Status MomentumUpdate(float beta1, const float* g, float* m, size_t n) override {
+    if (n == 0) return absl::OkStatus();
+    ONEBIT_RETURN_IF_ERROR(Activate());
+    MomentumKernel<<<Blocks(n), kThreads, 0, stream_>>>(beta1, 1.0f - beta1, g, m, n);
+    ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
+    return absl::OkStatus();
+  }
+
+  absl::Status CompressWorker(const float* m, const float* g, float beta1, size_t n,
+                              size_t num_chunks, size_t chunk, float* err,
+                              uint8_t* out) override {
+    ONEBIT_RETURN_IF_ERROR(CheckChunking(num_chunks, chunk, n));
+    ONEBIT_RETURN_IF_ERROR(Activate());
+    const size_t n_pad = num_chunks * chunk;
+    if (n_pad == 0) return ZeroScales(out, num_chunks);
+    ONEBIT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(sumsq_, 0, sizeof(double), stream_));
+    if (g != nullptr) {
+      WorkerInputKernel<true><<<Blocks(n_pad), kThreads, 0, stream_>>>(
+          m, g, beta1, 1.0f - beta1, n, n_pad, err, sumsq_);
+    } else {
+      WorkerInputKernel<false><<<Blocks(n_pad), kThreads, 0, stream_>>>(
+          m, g, beta1, 1.0f - beta1, n, n_pad, err, sumsq_);
+    }
+    ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
+    SignPackKernel<<<ChunkGrid(num_chunks, chunk), kThreads, 0, stream_>>>(
+        sumsq_, n_pad, num_chunks, chunk, CompressedBlockBytes(chunk), err, out);
+    ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
+    return absl::OkStatus();
+  }
+
+  absl::Status ServerAggregate(const uint8_t* blocks, int num_workers, size_t chunk,
+                               float* err, uint8_t* out) override {
+    if (num_workers < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("num_workers = ", num_workers));
+    }
+    ONEBIT_RETURN_IF_ERROR(CheckChunking(1, chunk, chunk));
+    ONEBIT_RETURN_IF_ERROR(Activate());
+    if (chunk == 0) return ZeroScales(out, 1);
+    ONEBIT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(sumsq_, 0, sizeof(double), stream_));
+    const float inv_w = 1.0f / static_cast<float>(num_workers);
+    ServerInputKernel<<<Blocks(chunk), kThreads, 0, stream_>>>(
+        blocks, CompressedBlockBytes(chunk), num_workers, chunk, inv_w, err, sumsq_);
+    ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
+    SignPackKernel<<<ChunkGrid(1, chunk), kThreads, 0, stream_>>>(
+        sumsq_, chunk, 1, chunk, CompressedBlockBytes(chunk), err, out);
+    ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
+    return absl::OkStatus();
+  }
+
+  absl::Status Decompress(const uint8_t* blocks, size_t num_chunks, size_t chunk, size_t n,
+                          float* out) override {
+    ONEBIT_RETURN_IF_ERROR(CheckChunking(num_chunks, chunk, n));
+    if (n == 0) return absl::OkStatus();
+    ONEBIT_RETURN_IF_ERROR(Activate());
+    DecompressKernel<<<ChunkGrid(CeilDiv(n, chunk), chunk), kThreads, 0, stream_>>>(
+        blocks, CompressedBlockBytes(chunk), num_chunks, chunk, n, out);
+    ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
+    return absl::OkStatus();
+  }
+
+  absl::Status SumRows(const float* rows, int num_rows, size_t count, float* out) override {
+    if (num_rows < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("num_rows = ", num_rows));
+    }
+    if (count == 0) return absl::OkStatus();
+    ONEBIT_RETURN_IF_ERROR(Activate());
+    SumRowsKernel<<<Blocks(count), kThreads, 0, stream_>>>(rows, num_rows, count, out);
+    ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
+    return absl::OkStatus();
+  }
+
+  absl::Status AdamWarmupUpdate(const AdamHyper& h, const float* g, float grad_scale, float* m,
+                                float* v, float* p, size_t n) override {
+    if (n == 0) return absl::OkStatus();
+    ONEBIT_RETURN_IF_ERROR(Activate());
+    AdamWarmupKernel<<<Blocks(n), kThreads, 0, stream_>>>(MakeAdamArgs(h), g, grad_scale, m,
+                                                           v, p, n);
+    ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
+    return absl::OkStatus();
+  }
+
+  absl::Status FrozenAdamUpdate(const AdamHyper& h, const float* v, const float* mask,
+                                float* m, float* p, size_t n) override {
+    if (n == 0) return absl::OkStatus();
+    ONEBIT_RETURN_IF_ERROR(Activate());
+    FrozenAdamKernel<<<Blocks(n), kThreads, 0, stream_>>>(MakeAdamArgs(h), v, mask, m, p, n);
+    ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
+    return absl::OkStatus();
+  }
+
+  absl::Status DecompressFrozenAdamUpdate(const uint8_t* blocks, size_t num_chunks,
+                                          size_t chunk, const AdamHyper& h, const float* v,
+                                          const float* mask, float* m, float* p,
+                                          size_t n) override {
+    ONEBIT_RETURN_IF_ERROR(CheckChunking(num_chunks, chunk, n));
+    if (n == 0) return absl::OkStatus();
+    ONEBIT_RETURN_IF_ERROR(Activate());
+    DecompressFrozenAdamKernel<<<ChunkGrid(CeilDiv(n, chunk), chunk), kThreads, 0,
+                                 stream_>>>(blocks, CompressedBlockBytes(chunk), num_chunks,
+                                            chunk, MakeAdamArgs(h), v, mask, m, p, n);
+    ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
+    return absl::OkStatus();
+  }
+
+  absl::Status SumSquares(const float* x, size_t n, double* host_result) override {
+    ONEBIT_RETURN_IF_ERROR(Activate());
+    ONEBIT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(sumsq_, 0, sizeof(double), stream_));
+    if (n > 0) {
+      SumSquaresKernel<<<Blocks(n), kThreads, 0, stream_>>>(x, n, sumsq_);
+      ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
+    }
+    return CopyToHost(host_result, sumsq_, sizeof(double));
+  }
+
+ private:
+  // The calling thread's current device may be another backend's.
+  absl::Status Activate() const {
+    ONEBIT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    return absl::OkStatus();
+  }
+
+  // n > 0.
+  unsigned Blocks(size_t n) const {
+    return static_cast<unsigned>(std::min(CeilDiv(n, kThreads), max_blocks_));
+  }
+
+  // grid.y over chunks, grid.x within a chunk, about max_blocks_ blocks in all.
+  // num_chunks > 0, chunk > 0.
+  dim3 ChunkGrid(size_t num_chunks, size_t chunk) const {
+    const size_t y = std::min(num_chunks, kMaxGridY);
+    const size_t x = std::min(std::max<size_t>(max_blocks_ / y, 1), CeilDiv(chunk, kThreads));
+    return dim3(static_cast<unsigned>(x), static_cast<unsigned>(y));
+  }
+
+  // Blocks of chunk 0 are bare scales, and their scale is 0 (a float 0 is all zero bytes).
+  absl::Status ZeroScales(uint8_t* out, size_t num_chunks) {
+    if (num_chunks == 0) return absl::OkStatus();
+    ONEBIT_CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(out, 0, num_chunks * CompressedBlockBytes(0), stream_));
+    return absl::OkStatus();
+  }
+
+  const int device_;
+  const size_t max_blocks_;
+  const cudaStream_t stream_;
+  // The sum of squares of the tensor being compressed. Stream order makes one slot enough:
+  // the next call's reset is queued after the previous call's last reader.
+  double* const sumsq_;
+};
+
+}  // namespace
+
+int CudaDeviceCount() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    // No driver or no device: clear the error so that it does not leak into later calls.
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> NewCudaBackend(int device) {
+  const int count = CudaDeviceCount();
+  if (device < 0 || device >= count) {
+    return absl::UnavailableError(
+        absl::StrCat("no CUDA device ", device, ": ", count,
+                     " device(s) visible (no GPU, no driver, or CUDA_VISIBLE_DEVICES)"));
+  }
+  ONEBIT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  int num_sms = 0;
+  ONEBIT_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
+  cudaStream_t stream = nullptr;
+  // Non-blocking: the legacy default stream, which other libraries may use, does not
+  // serialize against this backend's work.
+  ONEBIT_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  double* sumsq = nullptr;
+  const cudaError_t error = cudaMalloc(&sumsq, sizeof(double));
+  if (error != cudaSuccess) {
+    cudaStreamDestroy(stream);
+    return CudaErrorStatus(error, "cudaMalloc(&sumsq, sizeof(double))", __FILE__, __LINE__);
+  }
+  return std::unique_ptr<Backend>(new CudaBackend(device, num_sms, stream, sumsq));
+}
+
+void* CudaStreamOf(Backend* backend) {
+  auto* cuda = dynamic_cast<CudaBackend*>(backend);
+  return cuda == nullptr ? nullptr : static_cast<void*>(cuda->stream());
+}
+
+}  // namespace onebit::kernels

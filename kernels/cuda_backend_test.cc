@@ -1,0 +1,631 @@
+// The CUDA backend against the CPU backend's scalar kernels, which define the arithmetic
+// (kernels.h). Element values and sign bits must agree bit for bit; the only allowed
+// difference is the summation order of sums of squares, so scales agree to within
+// rounding, and values computed from a scale agree bit for bit when the two scales do.
+//
+// Lengths sweep the packing edge cases (not multiples of 8, of 32, of num_chunks * 8), and
+// compressed blocks sit at odd addresses, as they do inside a buffer of several blocks.
+// Without a GPU every test that needs one skips.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "kernels/cuda_backend.h"
+#include "kernels/kernels.h"
+
+namespace onebit::kernels {
+namespace {
+
+constexpr size_t kLengths[] = {0, 1, 7, 8, 9, 31, 32, 33, 1000, 10007};
+constexpr size_t kNumChunks[] = {1, 3, 4};
+constexpr int kNumWorkers[] = {1, 2, 3, 8};
+// Scales differ only by the order of a float64 sum of squares: far below this.
+constexpr double kScaleTolerance = 1e-6;
+
+#define ASSERT_OK(expr)                                                  \
+  do {                                                                   \
+    const absl::Status assert_ok_status_ = (expr);                       \
+    ASSERT_TRUE(assert_ok_status_.ok()) << #expr << ": " << assert_ok_status_; \
+  } while (0)
+
+size_t CeilDiv(size_t a, size_t b) { return (a + b - 1) / b; }
+
+uint32_t Bits(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  return bits;
+}
+
+float BlockScale(const std::vector<uint8_t>& blocks, size_t offset) {
+  float s;
+  std::memcpy(&s, blocks.data() + offset, sizeof(s));
+  return s;
+}
+
+// An array in the CUDA backend's memory, filled from the host, that starts `misalign`
+// elements into its allocation (misalign = 1 on bytes gives an odd address).
+template <typename T>
+class DeviceArray {
+ public:
+  DeviceArray(Backend* backend, const std::vector<T>& host, size_t misalign = 0)
+      : backend_(backend), size_(host.size()) {
+    absl::StatusOr<void*> base = backend->Allocate((misalign + size_) * sizeof(T));
+    status_ = base.status();
+    if (!status_.ok()) return;
+    base_ = *base;
+    data_ = static_cast<T*>(base_) + misalign;
+    status_ = backend->CopyFromHost(data_, host.data(), size_ * sizeof(T));
+  }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  ~DeviceArray() { backend_->Free(base_); }
+
+  const absl::Status& status() const { return status_; }
+  T* data() { return data_; }
+
+  // The contents; on failure records it and returns an empty vector, which then fails the
+  // comparison it feeds.
+  std::vector<T> Read() const {
+    std::vector<T> host(size_);
+    const absl::Status status = backend_->CopyToHost(host.data(), data_, size_ * sizeof(T));
+    if (!status.ok()) {
+      ADD_FAILURE() << "CopyToHost: " << status;
+      return {};
+    }
+    return host;
+  }
+
+ private:
+  Backend* backend_;
+  size_t size_;
+  void* base_ = nullptr;
+  T* data_ = nullptr;
+  absl::Status status_;
+};
+
+::testing::AssertionResult FloatsBitEqual(const std::vector<float>& cuda,
+                                          const std::vector<float>& cpu) {
+  if (cuda.size() != cpu.size()) {
+    return ::testing::AssertionFailure()
+           << "sizes differ: cuda " << cuda.size() << ", cpu " << cpu.size();
+  }
+  size_t mismatches = 0, first = 0;
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    if (Bits(cuda[i]) != Bits(cpu[i]) && mismatches++ == 0) first = i;
+  }
+  if (mismatches == 0) return ::testing::AssertionSuccess();
+  char detail[128];
+  std::snprintf(detail, sizeof(detail), "cuda %.9g (0x%08x) vs cpu %.9g (0x%08x)",
+                cuda[first], Bits(cuda[first]), cpu[first], Bits(cpu[first]));
+  return ::testing::AssertionFailure() << mismatches << " of " << cpu.size()
+                                       << " elements differ; first at " << first << ": "
+                                       << detail;
+}
+
+// Values x - s*sign(x) computed with scales that may differ by rounding: bit-equal when the
+// scales are, else within the scale's tolerance.
+::testing::AssertionResult ErrorsMatch(const std::vector<float>& cuda,
+                                       const std::vector<float>& cpu, float cuda_scale,
+                                       float cpu_scale) {
+  if (Bits(cuda_scale) == Bits(cpu_scale)) return FloatsBitEqual(cuda, cpu);
+  if (cuda.size() != cpu.size()) return FloatsBitEqual(cuda, cpu);
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    const double tolerance =
+        kScaleTolerance * (cpu_scale + std::max(std::fabs(cuda[i]), std::fabs(cpu[i])));
+    if (!(std::fabs(double{cuda[i]} - cpu[i]) <= tolerance)) {
+      return ::testing::AssertionFailure()
+             << "element " << i << ": cuda " << cuda[i] << " vs cpu " << cpu[i]
+             << " (scales " << cuda_scale << ", " << cpu_scale << ")";
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// `num_blocks` compressed blocks of `chunk` elements: sign bytes equal, scales within
+// tolerance.
+::testing::AssertionResult BlocksMatch(const std::vector<uint8_t>& cuda,
+                                       const std::vector<uint8_t>& cpu, size_t num_blocks,
+                                       size_t chunk) {
+  const size_t block_bytes = CompressedBlockBytes(chunk);
+  if (cuda.size() != num_blocks * block_bytes || cpu.size() != cuda.size()) {
+    return ::testing::AssertionFailure() << "sizes differ: cuda " << cuda.size() << ", cpu "
+                                         << cpu.size();
+  }
+  for (size_t k = 0; k < num_blocks; ++k) {
+    const size_t offset = k * block_bytes;
+    const float s_cuda = BlockScale(cuda, offset), s_cpu = BlockScale(cpu, offset);
+    if (!(std::fabs(double{s_cuda} - s_cpu) <= kScaleTolerance * s_cpu)) {
+      return ::testing::AssertionFailure()
+             << "block " << k << " scale: cuda " << s_cuda << " vs cpu " << s_cpu;
+    }
+    for (size_t b = 4; b < block_bytes; ++b) {
+      if (cuda[offset + b] != cpu[offset + b]) {
+        return ::testing::AssertionFailure()
+               << "block " << k << " sign byte " << b - 4 << " (elements " << 8 * (b - 4)
+               << ".." << 8 * (b - 4) + 7 << "): cuda 0x" << std::hex << int{cuda[offset + b]}
+               << " vs cpu 0x" << int{cpu[offset + b]};
+      }
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Gaussian values with exact zeros of both signs mixed in (sign(+-0) = +1).
+std::vector<float> RandomFloats(std::mt19937& rng, size_t n, float stddev = 1.0f) {
+  std::normal_distribution<float> normal(0.0f, stddev);
+  std::vector<float> x(n);
+  for (size_t i = 0; i < n; ++i) {
+    x[i] = i % 17 == 5 ? 0.0f : i % 19 == 7 ? -0.0f : normal(rng);
+  }
+  return x;
+}
+
+// Variances: non-negative, some exactly zero.
+std::vector<float> RandomVariances(std::mt19937& rng, size_t n) {
+  std::vector<float> v = RandomFloats(rng, n, 1e-2f);
+  for (float& x : v) x = x * x;
+  return v;
+}
+
+std::vector<float> RandomMask(std::mt19937& rng, size_t n) {
+  std::bernoulli_distribution keep(0.8);
+  std::vector<float> mask(n);
+  for (float& x : mask) x = keep(rng) ? 1.0f : 0.0f;
+  return mask;
+}
+
+// num_blocks blocks of random signs; scales random and positive, one of them zero.
+std::vector<uint8_t> RandomBlocks(std::mt19937& rng, size_t num_blocks, size_t chunk) {
+  const size_t block_bytes = CompressedBlockBytes(chunk);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(0.01f, 2.0f);
+  std::vector<uint8_t> blocks(num_blocks * block_bytes);
+  for (size_t k = 0; k < num_blocks; ++k) {
+    const float s = k == 1 ? 0.0f : scale(rng);
+    std::memcpy(blocks.data() + k * block_bytes, &s, sizeof(s));
+    for (size_t b = 4; b < block_bytes; ++b) blocks[k * block_bytes + b] = byte(rng);
+  }
+  return blocks;
+}
+
+AdamHyper Hyper(float weight_decay) {
+  AdamHyper h;
+  h.lr = 3e-3f;
+  h.beta1 = 0.9f;
+  h.beta2 = 0.999f;
+  h.eps = 1e-8f;
+  h.weight_decay = weight_decay;
+  return h;
+}
+
+class CudaBackendTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (CudaDeviceCount() == 0) {
+      GTEST_SKIP() << "no CUDA device: CudaDeviceCount() == 0 (no GPU or no driver on this "
+                      "machine); run this test on a GPU machine";
+    }
+    absl::StatusOr<std::unique_ptr<Backend>> cuda = NewCudaBackend(0);
+    ASSERT_TRUE(cuda.ok()) << cuda.status();
+    cuda_ = std::move(*cuda);
+    // The scalar kernels define the arithmetic; the AVX2 ones are tested against them.
+    cpu_ = NewCpuBackend(/*allow_simd=*/false);
+  }
+
+  void TearDown() override {
+    if (cuda_ != nullptr) {
+      EXPECT_TRUE(cuda_->Synchronize().ok());
+    }
+  }
+
+  Backend* cuda() { return cuda_.get(); }
+  Backend* cpu() { return cpu_.get(); }
+
+  std::mt19937 rng_{12345};
+
+ private:
+  std::unique_ptr<Backend> cuda_;
+  std::unique_ptr<Backend> cpu_;
+};
+
+TEST_F(CudaBackendTest, AllocateZeroBytesGivesDistinctPointers) {
+  absl::StatusOr<void*> a = cuda()->Allocate(0);
+  absl::StatusOr<void*> b = cuda()->Allocate(0);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_NE(*a, nullptr);
+  EXPECT_NE(*b, nullptr);
+  EXPECT_NE(*a, *b);
+  cuda()->Free(*a);
+  cuda()->Free(*b);
+  cuda()->Free(nullptr);
+  EXPECT_EQ(cuda()->memory_space(), MemorySpace::kCuda);
+  EXPECT_NE(CudaStreamOf(cuda()), nullptr);
+}
+
+TEST_F(CudaBackendTest, CopiesAndZero) {
+  const std::vector<float> host = RandomFloats(rng_, 1000);
+  DeviceArray<float> a(cuda(), host);
+  DeviceArray<float> b(cuda(), std::vector<float>(1000, 7.0f));
+  ASSERT_OK(a.status());
+  ASSERT_OK(b.status());
+  ASSERT_OK(cuda()->Copy(b.data(), a.data(), 1000 * sizeof(float)));
+  EXPECT_TRUE(FloatsBitEqual(b.Read(), host));
+  ASSERT_OK(cuda()->Zero(b.data() + 10, 20 * sizeof(float)));
+  std::vector<float> expected = host;
+  std::fill(expected.begin() + 10, expected.begin() + 30, 0.0f);
+  EXPECT_TRUE(FloatsBitEqual(b.Read(), expected));
+  ASSERT_OK(cuda()->Copy(b.data(), a.data(), 0));
+  ASSERT_OK(cuda()->Zero(b.data(), 0));
+  ASSERT_OK(cuda()->Synchronize());
+}
+
+TEST_F(CudaBackendTest, MomentumUpdateMatchesCpu) {
+  for (size_t n : kLengths) {
+    SCOPED_TRACE(absl::StrCat("n = ", n));
+    const std::vector<float> g = RandomFloats(rng_, n);
+    std::vector<float> m = RandomFloats(rng_, n);
+    DeviceArray<float> g_dev(cuda(), g), m_dev(cuda(), m);
+    ASSERT_OK(g_dev.status());
+    ASSERT_OK(m_dev.status());
+    ASSERT_OK(cuda()->MomentumUpdate(0.9f, g_dev.data(), m_dev.data(), n));
+    ASSERT_OK(cpu()->MomentumUpdate(0.9f, g.data(), m.data(), n));
+    EXPECT_TRUE(FloatsBitEqual(m_dev.Read(), m));
+  }
+}
+
+TEST_F(CudaBackendTest, CompressWorkerMatchesCpu) {
+  for (size_t n : kLengths) {
+    for (size_t num_chunks : kNumChunks) {
+      // Padding to the next multiple of num_chunks * 8, and one more round of it, so that
+      // some chunks are all padding.
+      for (size_t extra_rounds : {0, 1}) {
+        for (bool fused : {false, true}) {
+          const size_t unit = num_chunks * 8;
+          const size_t n_pad = (CeilDiv(n, unit) + extra_rounds) * unit;
+          const size_t chunk = n_pad / num_chunks;
+          SCOPED_TRACE(absl::StrCat("n = ", n, ", num_chunks = ", num_chunks, ", chunk = ",
+                                    chunk, fused ? ", fused momentum" : ""));
+          const std::vector<float> m = RandomFloats(rng_, n);
+          const std::vector<float> g = RandomFloats(rng_, n);
+          std::vector<float> err = RandomFloats(rng_, n_pad, 0.1f);
+          // Some x = m + err exactly 0.
+          for (size_t i = 3; i < n; i += 11) err[i] = -m[i];
+          const size_t out_bytes = num_chunks * CompressedBlockBytes(chunk);
+          std::vector<uint8_t> out(out_bytes, 0xAB);
+
+          DeviceArray<float> m_dev(cuda(), m), g_dev(cuda(), g), err_dev(cuda(), err);
+          DeviceArray<uint8_t> out_dev(cuda(), out, /*misalign=*/1);
+          ASSERT_OK(m_dev.status());
+          ASSERT_OK(g_dev.status());
+          ASSERT_OK(err_dev.status());
+          ASSERT_OK(out_dev.status());
+          ASSERT_OK(cuda()->CompressWorker(m_dev.data(), fused ? g_dev.data() : nullptr, 0.9f,
+                                           n, num_chunks, chunk, err_dev.data(),
+                                           out_dev.data()));
+          ASSERT_OK(cpu()->CompressWorker(m.data(), fused ? g.data() : nullptr, 0.9f, n,
+                                          num_chunks, chunk, err.data(), out.data()));
+
+          const std::vector<uint8_t> out_cuda = out_dev.Read();
+          ASSERT_TRUE(BlocksMatch(out_cuda, out, num_chunks, chunk));
+          EXPECT_TRUE(ErrorsMatch(err_dev.Read(), err, BlockScale(out_cuda, 0),
+                                  BlockScale(out, 0)));
+          // The fused momentum is not written back.
+          EXPECT_TRUE(FloatsBitEqual(m_dev.Read(), m));
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CudaBackendTest, ServerAggregateMatchesCpu) {
+  for (size_t length : kLengths) {
+    for (int num_workers : kNumWorkers) {
+      const size_t chunk = CeilDiv(length, 8) * 8;
+      SCOPED_TRACE(absl::StrCat("chunk = ", chunk, ", num_workers = ", num_workers));
+      const std::vector<uint8_t> blocks = RandomBlocks(rng_, num_workers, chunk);
+      std::vector<float> err = RandomFloats(rng_, chunk, 0.1f);
+      std::vector<uint8_t> out(CompressedBlockBytes(chunk), 0xAB);
+
+      DeviceArray<uint8_t> blocks_dev(cuda(), blocks, /*misalign=*/1);
+      DeviceArray<float> err_dev(cuda(), err);
+      DeviceArray<uint8_t> out_dev(cuda(), out, /*misalign=*/3);
+      ASSERT_OK(blocks_dev.status());
+      ASSERT_OK(err_dev.status());
+      ASSERT_OK(out_dev.status());
+      ASSERT_OK(cuda()->ServerAggregate(blocks_dev.data(), num_workers, chunk, err_dev.data(),
+                                        out_dev.data()));
+      ASSERT_OK(cpu()->ServerAggregate(blocks.data(), num_workers, chunk, err.data(),
+                                       out.data()));
+
+      const std::vector<uint8_t> out_cuda = out_dev.Read();
+      ASSERT_TRUE(BlocksMatch(out_cuda, out, 1, chunk));
+      EXPECT_TRUE(
+          ErrorsMatch(err_dev.Read(), err, BlockScale(out_cuda, 0), BlockScale(out, 0)));
+    }
+  }
+}
+
+// Many workers: the kernel stages scales in shared memory in tiles of 256 workers.
+TEST_F(CudaBackendTest, ServerAggregateManyWorkersMatchesCpu) {
+  for (int num_workers : {255, 256, 257, 600}) {
+    const size_t chunk = 1000;
+    SCOPED_TRACE(absl::StrCat("num_workers = ", num_workers));
+    const std::vector<uint8_t> blocks = RandomBlocks(rng_, num_workers, chunk);
+    std::vector<float> err = RandomFloats(rng_, chunk, 0.1f);
+    std::vector<uint8_t> out(CompressedBlockBytes(chunk));
+    DeviceArray<uint8_t> blocks_dev(cuda(), blocks), out_dev(cuda(), out);
+    DeviceArray<float> err_dev(cuda(), err);
+    ASSERT_OK(blocks_dev.status());
+    ASSERT_OK(err_dev.status());
+    ASSERT_OK(out_dev.status());
+    ASSERT_OK(cuda()->ServerAggregate(blocks_dev.data(), num_workers, chunk, err_dev.data(),
+                                      out_dev.data()));
+    ASSERT_OK(
+        cpu()->ServerAggregate(blocks.data(), num_workers, chunk, err.data(), out.data()));
+    const std::vector<uint8_t> out_cuda = out_dev.Read();
+    ASSERT_TRUE(BlocksMatch(out_cuda, out, 1, chunk));
+    EXPECT_TRUE(
+        ErrorsMatch(err_dev.Read(), err, BlockScale(out_cuda, 0), BlockScale(out, 0)));
+  }
+}
+
+TEST_F(CudaBackendTest, DecompressMatchesCpu) {
+  constexpr float kSentinel = -12345.0f;
+  for (size_t n : kLengths) {
+    for (size_t num_chunks : kNumChunks) {
+      const size_t unit = num_chunks * 8;
+      const size_t chunk = CeilDiv(n, unit) * unit / num_chunks;
+      SCOPED_TRACE(absl::StrCat("n = ", n, ", num_chunks = ", num_chunks));
+      const std::vector<uint8_t> blocks = RandomBlocks(rng_, num_chunks, chunk);
+      // One element past n shows that the padding is dropped.
+      std::vector<float> out(n + 1, kSentinel);
+      DeviceArray<uint8_t> blocks_dev(cuda(), blocks, /*misalign=*/1);
+      DeviceArray<float> out_dev(cuda(), out);
+      ASSERT_OK(blocks_dev.status());
+      ASSERT_OK(out_dev.status());
+      ASSERT_OK(cuda()->Decompress(blocks_dev.data(), num_chunks, chunk, n, out_dev.data()));
+      ASSERT_OK(cpu()->Decompress(blocks.data(), num_chunks, chunk, n, out.data()));
+      ASSERT_EQ(out[n], kSentinel);
+      EXPECT_TRUE(FloatsBitEqual(out_dev.Read(), out));
+    }
+  }
+}
+
+TEST_F(CudaBackendTest, SumRowsMatchesCpu) {
+  for (size_t count : kLengths) {
+    for (int num_rows : {0, 1, 2, 3, 8}) {
+      SCOPED_TRACE(absl::StrCat("count = ", count, ", num_rows = ", num_rows));
+      const std::vector<float> rows = RandomFloats(rng_, num_rows * count);
+      std::vector<float> out(count, 7.0f);
+      DeviceArray<float> rows_dev(cuda(), rows), out_dev(cuda(), out);
+      ASSERT_OK(rows_dev.status());
+      ASSERT_OK(out_dev.status());
+      ASSERT_OK(cuda()->SumRows(rows_dev.data(), num_rows, count, out_dev.data()));
+      ASSERT_OK(cpu()->SumRows(rows.data(), num_rows, count, out.data()));
+      EXPECT_TRUE(FloatsBitEqual(out_dev.Read(), out));
+      if (num_rows > 0) {
+        // In place, into the first row.
+        ASSERT_OK(cuda()->SumRows(rows_dev.data(), num_rows, count, rows_dev.data()));
+        std::vector<float> in_place = rows_dev.Read();
+        in_place.resize(count);
+        EXPECT_TRUE(FloatsBitEqual(in_place, out));
+      }
+    }
+  }
+}
+
+TEST_F(CudaBackendTest, AdamWarmupUpdateMatchesCpu) {
+  for (size_t n : kLengths) {
+    for (float weight_decay : {0.0f, 0.01f}) {
+      for (float grad_scale : {1.0f, 0.37f}) {
+        SCOPED_TRACE(absl::StrCat("n = ", n, ", weight_decay = ", weight_decay,
+                                  ", grad_scale = ", grad_scale));
+        const AdamHyper h = Hyper(weight_decay);
+        const std::vector<float> g = RandomFloats(rng_, n);
+        std::vector<float> m = RandomFloats(rng_, n, 0.1f);
+        std::vector<float> v = RandomVariances(rng_, n);
+        std::vector<float> p = RandomFloats(rng_, n);
+        DeviceArray<float> g_dev(cuda(), g), m_dev(cuda(), m), v_dev(cuda(), v),
+            p_dev(cuda(), p);
+        ASSERT_OK(g_dev.status());
+        ASSERT_OK(m_dev.status());
+        ASSERT_OK(v_dev.status());
+        ASSERT_OK(p_dev.status());
+        ASSERT_OK(cuda()->AdamWarmupUpdate(h, g_dev.data(), grad_scale, m_dev.data(),
+                                           v_dev.data(), p_dev.data(), n));
+        ASSERT_OK(cpu()->AdamWarmupUpdate(h, g.data(), grad_scale, m.data(), v.data(),
+                                          p.data(), n));
+        EXPECT_TRUE(FloatsBitEqual(m_dev.Read(), m));
+        EXPECT_TRUE(FloatsBitEqual(v_dev.Read(), v));
+        EXPECT_TRUE(FloatsBitEqual(p_dev.Read(), p));
+      }
+    }
+  }
+}
+
+TEST_F(CudaBackendTest, FrozenAdamUpdateMatchesCpu) {
+  for (size_t n : kLengths) {
+    for (float weight_decay : {0.0f, 0.01f}) {
+      for (bool masked : {false, true}) {
+        SCOPED_TRACE(absl::StrCat("n = ", n, ", weight_decay = ", weight_decay,
+                                  masked ? ", masked" : ""));
+        const AdamHyper h = Hyper(weight_decay);
+        const std::vector<float> v = RandomVariances(rng_, n);
+        const std::vector<float> mask = RandomMask(rng_, n);
+        std::vector<float> m = RandomFloats(rng_, n, 0.1f);
+        std::vector<float> p = RandomFloats(rng_, n);
+        DeviceArray<float> v_dev(cuda(), v), mask_dev(cuda(), mask), m_dev(cuda(), m),
+            p_dev(cuda(), p);
+        ASSERT_OK(v_dev.status());
+        ASSERT_OK(mask_dev.status());
+        ASSERT_OK(m_dev.status());
+        ASSERT_OK(p_dev.status());
+        ASSERT_OK(cuda()->FrozenAdamUpdate(h, v_dev.data(), masked ? mask_dev.data() : nullptr,
+                                           m_dev.data(), p_dev.data(), n));
+        ASSERT_OK(cpu()->FrozenAdamUpdate(h, v.data(), masked ? mask.data() : nullptr,
+                                          m.data(), p.data(), n));
+        EXPECT_TRUE(FloatsBitEqual(m_dev.Read(), m));
+        EXPECT_TRUE(FloatsBitEqual(p_dev.Read(), p));
+      }
+    }
+  }
+}
+
+TEST_F(CudaBackendTest, DecompressFrozenAdamUpdateMatchesCpu) {
+  for (size_t n : kLengths) {
+    for (size_t num_chunks : kNumChunks) {
+      for (bool masked : {false, true}) {
+        const float weight_decay = n % 2 == 0 ? 0.0f : 0.01f;
+        const size_t unit = num_chunks * 8;
+        const size_t chunk = CeilDiv(n, unit) * unit / num_chunks;
+        SCOPED_TRACE(absl::StrCat("n = ", n, ", num_chunks = ", num_chunks,
+                                  ", weight_decay = ", weight_decay, masked ? ", masked" : ""));
+        const AdamHyper h = Hyper(weight_decay);
+        const std::vector<uint8_t> blocks = RandomBlocks(rng_, num_chunks, chunk);
+        const std::vector<float> v = RandomVariances(rng_, n);
+        const std::vector<float> mask = RandomMask(rng_, n);
+        std::vector<float> m = RandomFloats(rng_, n, 0.1f);
+        std::vector<float> p = RandomFloats(rng_, n);
+        DeviceArray<uint8_t> blocks_dev(cuda(), blocks, /*misalign=*/1);
+        DeviceArray<float> v_dev(cuda(), v), mask_dev(cuda(), mask), m_dev(cuda(), m),
+            p_dev(cuda(), p);
+        ASSERT_OK(blocks_dev.status());
+        ASSERT_OK(v_dev.status());
+        ASSERT_OK(mask_dev.status());
+        ASSERT_OK(m_dev.status());
+        ASSERT_OK(p_dev.status());
+        ASSERT_OK(cuda()->DecompressFrozenAdamUpdate(
+            blocks_dev.data(), num_chunks, chunk, h, v_dev.data(),
+            masked ? mask_dev.data() : nullptr, m_dev.data(), p_dev.data(), n));
+        ASSERT_OK(cpu()->DecompressFrozenAdamUpdate(blocks.data(), num_chunks, chunk, h,
+                                                    v.data(), masked ? mask.data() : nullptr,
+                                                    m.data(), p.data(), n));
+        EXPECT_TRUE(FloatsBitEqual(m_dev.Read(), m));
+        EXPECT_TRUE(FloatsBitEqual(p_dev.Read(), p));
+      }
+    }
+  }
+}
+
+TEST_F(CudaBackendTest, SumSquaresMatchesCpu) {
+  for (size_t n : kLengths) {
+    SCOPED_TRACE(absl::StrCat("n = ", n));
+    const std::vector<float> x = RandomFloats(rng_, n);
+    DeviceArray<float> x_dev(cuda(), x);
+    ASSERT_OK(x_dev.status());
+    double cuda_sum = -1.0, cpu_sum = -1.0;
+    ASSERT_OK(cuda()->SumSquares(x_dev.data(), n, &cuda_sum));
+    ASSERT_OK(cpu()->SumSquares(x.data(), n, &cpu_sum));
+    // Float64 sums of exact squares in two orders: a few ulps apart.
+    EXPECT_NEAR(cuda_sum, cpu_sum, 1e-12 * cpu_sum);
+  }
+}
+
+// The worker -> server -> worker pipeline on the device alone, the blocks of one step
+// feeding the next kernel through device pointers at block offsets (byte aligned only).
+TEST_F(CudaBackendTest, CompressedExchangeOnDeviceMatchesCpu) {
+  constexpr size_t kN = 10007;
+  constexpr int kWorkers = 3;
+  const size_t unit = kWorkers * 8;
+  const size_t chunk = CeilDiv(kN, unit) * unit / kWorkers;
+  const size_t block_bytes = CompressedBlockBytes(chunk);
+  const AdamHyper h = Hyper(0.0f);
+
+  // Worker 0's compression of its momentum.
+  const std::vector<float> m = RandomFloats(rng_, kN);
+  std::vector<float> worker_err(chunk * kWorkers, 0.0f);
+  std::vector<uint8_t> worker_out(kWorkers * block_bytes);
+  DeviceArray<float> m_dev(cuda(), m), worker_err_dev(cuda(), worker_err);
+  DeviceArray<uint8_t> worker_out_dev(cuda(), worker_out);
+  ASSERT_OK(m_dev.status());
+  ASSERT_OK(worker_err_dev.status());
+  ASSERT_OK(worker_out_dev.status());
+  ASSERT_OK(cuda()->CompressWorker(m_dev.data(), nullptr, 0.9f, kN, kWorkers, chunk,
+                                   worker_err_dev.data(), worker_out_dev.data()));
+  ASSERT_OK(cpu()->CompressWorker(m.data(), nullptr, 0.9f, kN, kWorkers, chunk,
+                                  worker_err.data(), worker_out.data()));
+  const std::vector<uint8_t> worker_out_cuda = worker_out_dev.Read();
+  ASSERT_TRUE(BlocksMatch(worker_out_cuda, worker_out, kWorkers, chunk));
+  if (Bits(BlockScale(worker_out_cuda, 0)) != Bits(BlockScale(worker_out, 0))) {
+    GTEST_SKIP() << "worker scales differ in the last bit; the rest would not be bit-exact";
+  }
+
+  // Server 1 aggregates as if every worker had sent worker 0's blocks 0..2 (a stand-in
+  // for W blocks of its chunk), then every worker applies the result.
+  std::vector<float> server_err(chunk, 0.0f);
+  std::vector<uint8_t> server_out(block_bytes);
+  DeviceArray<float> server_err_dev(cuda(), server_err);
+  DeviceArray<uint8_t> server_out_dev(cuda(), server_out, /*misalign=*/1);
+  ASSERT_OK(server_err_dev.status());
+  ASSERT_OK(server_out_dev.status());
+  ASSERT_OK(cuda()->ServerAggregate(worker_out_dev.data(), kWorkers, chunk,
+                                    server_err_dev.data(), server_out_dev.data()));
+  ASSERT_OK(cpu()->ServerAggregate(worker_out.data(), kWorkers, chunk, server_err.data(),
+                                   server_out.data()));
+  const std::vector<uint8_t> server_out_cuda = server_out_dev.Read();
+  ASSERT_TRUE(BlocksMatch(server_out_cuda, server_out, 1, chunk));
+  EXPECT_TRUE(ErrorsMatch(server_err_dev.Read(), server_err, BlockScale(server_out_cuda, 0),
+                          BlockScale(server_out, 0)));
+  if (Bits(BlockScale(server_out_cuda, 0)) != Bits(BlockScale(server_out, 0))) {
+    GTEST_SKIP() << "server scales differ in the last bit; the update would not be bit-exact";
+  }
+
+  const std::vector<float> v = RandomVariances(rng_, chunk);
+  std::vector<float> m_new(chunk), p = RandomFloats(rng_, chunk);
+  DeviceArray<float> v_dev(cuda(), v), m_new_dev(cuda(), m_new), p_dev(cuda(), p);
+  ASSERT_OK(v_dev.status());
+  ASSERT_OK(m_new_dev.status());
+  ASSERT_OK(p_dev.status());
+  ASSERT_OK(cuda()->DecompressFrozenAdamUpdate(server_out_dev.data(), 1, chunk, h,
+                                               v_dev.data(), nullptr, m_new_dev.data(),
+                                               p_dev.data(), chunk));
+  ASSERT_OK(cpu()->DecompressFrozenAdamUpdate(server_out.data(), 1, chunk, h, v.data(),
+                                              nullptr, m_new.data(), p.data(), chunk));
+  EXPECT_TRUE(FloatsBitEqual(m_new_dev.Read(), m_new));
+  EXPECT_TRUE(FloatsBitEqual(p_dev.Read(), p));
+}
+
+TEST_F(CudaBackendTest, RejectsBadShapes) {
+  DeviceArray<float> x(cuda(), std::vector<float>(64, 1.0f));
+  DeviceArray<uint8_t> out(cuda(), std::vector<uint8_t>(64));
+  ASSERT_OK(x.status());
+  ASSERT_OK(out.status());
+  EXPECT_EQ(cuda()->CompressWorker(x.data(), nullptr, 0.9f, 12, 1, 12, x.data(), out.data())
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda()->CompressWorker(x.data(), nullptr, 0.9f, 17, 2, 8, x.data(), out.data())
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda()->ServerAggregate(out.data(), 0, 8, x.data(), out.data()).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda()->Decompress(out.data(), 1, 8, 9, x.data()).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda()->DecompressFrozenAdamUpdate(out.data(), 1, 4, Hyper(0.0f), x.data(),
+                                               nullptr, x.data(), x.data(), 4)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// Runs everywhere: asking for a device that is not there is kUnavailable, not a crash.
+TEST(CudaBackendNoDeviceTest, MissingDeviceIsUnavailable) {
+  const int count = CudaDeviceCount();
+  EXPECT_GE(count, 0);
+  EXPECT_EQ(NewCudaBackend(count).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(NewCudaBackend(-1).status().code(), absl::StatusCode::kUnavailable);
+  std::unique_ptr<Backend> cpu = NewCpuBackend();
+  EXPECT_EQ(CudaStreamOf(cpu.get()), nullptr);
+}
+
+}  // namespace
+}  // namespace onebit::kernels

@@ -1,0 +1,293 @@
+// Memory bandwidth of every CUDA kernel at 64M elements, each next to a device-to-device
+// cudaMemcpyAsync that moves the same number of bytes, timed in the same run with
+// cudaEvents on the backend's stream. The kernels are memory bound, so the ratio to the
+// copy says how far each is from what the GPU's memory allows.
+//
+// Counters per kernel:
+//   min_bytes  the fewest bytes the kernel must move: every input read once, every output
+//              written once
+//   GB/s       min_bytes / kernel time
+//   copy_GB/s  bytes moved / time of a copy of min_bytes/2 bytes (it reads and writes them)
+//   vs_copy    GB/s / copy_GB/s; 1 is the ceiling
+// The compressions need two passes (the scale depends on every element before any sign can
+// be applied to the error), so they move 8 bytes per element more than min_bytes and top
+// out near 0.6 of the copy.
+//
+// Without a GPU it says so and exits 0.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "benchmark/benchmark.h"
+#include "kernels/cuda_backend.h"
+#include "kernels/kernels.h"
+
+namespace onebit::kernels {
+namespace {
+
+constexpr size_t kN = size_t{64} << 20;  // elements
+constexpr size_t kChunks = 8;            // worker blocks per tensor (W = 8 servers)
+constexpr int kWorkers = 8;              // blocks per server aggregation; rows per SumRows
+constexpr size_t kChunk = kN / kChunks;
+constexpr size_t kCopyRepeats = 20;
+
+void Check(cudaError_t error, const char* what) {
+  if (error != cudaSuccess) {
+    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(error));
+    std::exit(1);
+  }
+}
+
+void Check(const absl::Status& status, const char* what) {
+  if (!status.ok()) {
+    std::fprintf(stderr, "%s: %s\n", what, status.ToString().c_str());
+    std::exit(1);
+  }
+}
+
+// Device buffers for every kernel, filled once with plausible values.
+struct Workspace {
+  std::unique_ptr<Backend> backend;
+  cudaStream_t stream = nullptr;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  float *g, *m, *v, *p, *mask, *err, *out, *rows;
+  uint8_t *worker_blocks, *server_blocks, *server_out;
+  void *copy_src, *copy_dst;
+  size_t copy_capacity;
+
+  template <typename T>
+  T* Allocate(size_t count) {
+    absl::StatusOr<void*> ptr = backend->Allocate(count * sizeof(T));
+    Check(ptr.status(), "Allocate");
+    return static_cast<T*>(*ptr);
+  }
+
+  // Milliseconds of `fn`'s work on the stream.
+  float Time(const std::function<absl::Status()>& fn) {
+    Check(cudaEventRecord(start, stream), "cudaEventRecord");
+    Check(fn(), "kernel");
+    Check(cudaEventRecord(stop, stream), "cudaEventRecord");
+    Check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float ms = 0.0f;
+    Check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    return ms;
+  }
+};
+
+Workspace* workspace = nullptr;
+
+// A cheap deterministic fill: generating 64M normal floats on the host would dominate.
+std::vector<float> Pattern(size_t n, uint32_t seed, bool non_negative) {
+  std::vector<float> x(n);
+  uint32_t state = seed;
+  for (size_t i = 0; i < n; ++i) {
+    state = state * 1664525u + 1013904223u;
+    const float u = static_cast<float>(state >> 8) / 16777216.0f;  // [0, 1)
+    x[i] = non_negative ? u * 1e-4f : u - 0.5f;
+  }
+  return x;
+}
+
+Workspace* MakeWorkspace() {
+  auto* w = new Workspace;
+  absl::StatusOr<std::unique_ptr<Backend>> backend = NewCudaBackend(0);
+  Check(backend.status(), "NewCudaBackend");
+  w->backend = std::move(*backend);
+  w->stream = static_cast<cudaStream_t>(CudaStreamOf(w->backend.get()));
+  Check(cudaEventCreate(&w->start), "cudaEventCreate");
+  Check(cudaEventCreate(&w->stop), "cudaEventCreate");
+
+  Backend* b = w->backend.get();
+  const std::vector<float> signed_values = Pattern(kN, 1, false);
+  const std::vector<float> variances = Pattern(kN, 2, true);
+  std::vector<float> mask(kN);
+  for (size_t i = 0; i < kN; ++i) mask[i] = i % 10 == 0 ? 0.0f : 1.0f;
+  w->g = w->Allocate<float>(kN);
+  w->m = w->Allocate<float>(kN);
+  w->v = w->Allocate<float>(kN);
+  w->p = w->Allocate<float>(kN);
+  w->mask = w->Allocate<float>(kN);
+  w->err = w->Allocate<float>(kN);
+  w->out = w->Allocate<float>(kN);
+  w->rows = w->Allocate<float>(kWorkers * kN);
+  for (float* x : {w->g, w->m, w->p}) {
+    Check(b->CopyFromHost(x, signed_values.data(), kN * sizeof(float)), "CopyFromHost");
+  }
+  for (int r = 0; r < kWorkers; ++r) {
+    Check(b->CopyFromHost(w->rows + r * kN, signed_values.data(), kN * sizeof(float)),
+          "CopyFromHost");
+  }
+  Check(b->CopyFromHost(w->v, variances.data(), kN * sizeof(float)), "CopyFromHost");
+  Check(b->CopyFromHost(w->mask, mask.data(), kN * sizeof(float)), "CopyFromHost");
+  Check(b->Zero(w->err, kN * sizeof(float)), "Zero");
+
+  // Worker blocks come from a real compression; the server's W blocks of a 64M-element
+  // chunk are the first worker block's signs repeated, each with its own scale.
+  w->worker_blocks = w->Allocate<uint8_t>(kChunks * CompressedBlockBytes(kChunk));
+  Check(b->CompressWorker(w->m, nullptr, 0.9f, kN, kChunks, kChunk, w->err, w->worker_blocks),
+        "CompressWorker");
+  const size_t server_block_bytes = CompressedBlockBytes(kN);
+  std::vector<uint8_t> server_blocks(kWorkers * server_block_bytes);
+  for (int r = 0; r < kWorkers; ++r) {
+    uint8_t* block = server_blocks.data() + r * server_block_bytes;
+    const float s = 0.5f + 0.1f * r;
+    std::memcpy(block, &s, sizeof(s));
+    for (size_t i = 4; i < server_block_bytes; ++i) block[i] = static_cast<uint8_t>(i * 37 + r);
+  }
+  w->server_blocks = w->Allocate<uint8_t>(server_blocks.size());
+  Check(b->CopyFromHost(w->server_blocks, server_blocks.data(), server_blocks.size()),
+        "CopyFromHost");
+  w->server_out = w->Allocate<uint8_t>(server_block_bytes);
+
+  // Half of the largest min_bytes (SumRows: 9 arrays of 4 bytes per element).
+  w->copy_capacity = (kWorkers + 1) * kN * sizeof(float) / 2;
+  w->copy_src = w->Allocate<uint8_t>(w->copy_capacity);
+  w->copy_dst = w->Allocate<uint8_t>(w->copy_capacity);
+  Check(b->Zero(w->copy_src, w->copy_capacity), "Zero");
+  Check(b->Synchronize(), "Synchronize");
+  return w;
+}
+
+void RunKernel(benchmark::State& state, double min_bytes, std::function<absl::Status()> fn) {
+  Workspace& w = *workspace;
+  w.Time(fn);  // Warm up: first launches load modules.
+  double kernel_seconds = 0.0;
+  for (auto _ : state) {
+    const double seconds = w.Time(fn) * 1e-3;
+    kernel_seconds += seconds;
+    state.SetIterationTime(seconds);
+  }
+  const size_t copy_bytes = std::min(static_cast<size_t>(min_bytes / 2), w.copy_capacity);
+  const auto copy = [&w, copy_bytes] {
+    const cudaError_t error = cudaMemcpyAsync(w.copy_dst, w.copy_src, copy_bytes,
+                                              cudaMemcpyDeviceToDevice, w.stream);
+    return error == cudaSuccess ? absl::OkStatus() : absl::InternalError(cudaGetErrorString(error));
+  };
+  w.Time(copy);
+  double copy_seconds = 0.0;
+  for (size_t i = 0; i < kCopyRepeats; ++i) copy_seconds += w.Time(copy) * 1e-3;
+
+  const double kernel_gbps = min_bytes * state.iterations() / kernel_seconds * 1e-9;
+  const double copy_gbps = 2.0 * copy_bytes * kCopyRepeats / copy_seconds * 1e-9;
+  state.counters["min_bytes"] = min_bytes;
+  state.counters["GB/s"] = kernel_gbps;
+  state.counters["copy_GB/s"] = copy_gbps;
+  state.counters["vs_copy"] = kernel_gbps / copy_gbps;
+}
+
+void RegisterAll() {
+  Workspace& w = *workspace;
+  Backend* b = w.backend.get();
+  const double n = static_cast<double>(kN);
+  const double f32 = 4.0 * n;                                          // one float array
+  const double worker_blocks = kChunks * CompressedBlockBytes(kChunk);  // N/8 + scales
+  const double server_block = CompressedBlockBytes(kN);
+  const AdamHyper h;
+  AdamHyper h_wd;
+  h_wd.weight_decay = 0.01f;
+
+  struct Case {
+    const char* name;
+    double min_bytes;
+    std::function<absl::Status()> fn;
+  };
+  const std::vector<Case> cases = {
+      {"DeviceToDeviceCopy", 2.0 * f32,
+       [&w] {
+         const cudaError_t e = cudaMemcpyAsync(w.out, w.g, kN * sizeof(float),
+                                               cudaMemcpyDeviceToDevice, w.stream);
+         return e == cudaSuccess ? absl::OkStatus() : absl::InternalError(cudaGetErrorString(e));
+       }},
+      // Reads g, m; writes m.
+      {"MomentumUpdate", 3 * f32, [=, &w] { return b->MomentumUpdate(0.9f, w.g, w.m, kN); }},
+      // Reads m, err; writes err and the blocks.
+      {"CompressWorker", 3 * f32 + worker_blocks,
+       [=, &w] {
+         return b->CompressWorker(w.m, nullptr, 0.9f, kN, kChunks, kChunk, w.err,
+                                  w.worker_blocks);
+       }},
+      // Reads m, g, err; writes err and the blocks.
+      {"CompressWorkerFusedMomentum", 4 * f32 + worker_blocks,
+       [=, &w] {
+         return b->CompressWorker(w.m, w.g, 0.9f, kN, kChunks, kChunk, w.err, w.worker_blocks);
+       }},
+      // Reads W blocks and err; writes err and one block.
+      {"ServerAggregate/W=8", kWorkers * server_block + 2 * f32 + server_block,
+       [=, &w] { return b->ServerAggregate(w.server_blocks, kWorkers, kN, w.err, w.server_out); }},
+      // Reads the blocks; writes out.
+      {"Decompress", worker_blocks + f32,
+       [=, &w] { return b->Decompress(w.worker_blocks, kChunks, kChunk, kN, w.out); }},
+      // Reads W rows; writes out.
+      {"SumRows/rows=8", (kWorkers + 1) * f32,
+       [=, &w] { return b->SumRows(w.rows, kWorkers, kN, w.out); }},
+      // Reads g, m, v, p; writes m, v, p.
+      {"AdamWarmupUpdate", 7 * f32,
+       [=, &w] { return b->AdamWarmupUpdate(h, w.g, 1.0f, w.m, w.v, w.p, kN); }},
+      {"AdamWarmupUpdate/weight_decay", 7 * f32,
+       [=, &w] { return b->AdamWarmupUpdate(h_wd, w.g, 1.0f, w.m, w.v, w.p, kN); }},
+      // Reads v, m, p; writes p.
+      {"FrozenAdamUpdate", 4 * f32,
+       [=, &w] { return b->FrozenAdamUpdate(h, w.v, nullptr, w.m, w.p, kN); }},
+      // Reads v, mask, m, p; writes m, p.
+      {"FrozenAdamUpdate/mask", 6 * f32,
+       [=, &w] { return b->FrozenAdamUpdate(h, w.v, w.mask, w.m, w.p, kN); }},
+      // Reads the blocks, v, p; writes m, p.
+      {"DecompressFrozenAdamUpdate", worker_blocks + 4 * f32,
+       [=, &w] {
+         return b->DecompressFrozenAdamUpdate(w.worker_blocks, kChunks, kChunk, h, w.v,
+                                              nullptr, w.m, w.p, kN);
+       }},
+      // Reads the blocks, v, mask, p; writes m, p.
+      {"DecompressFrozenAdamUpdate/mask", worker_blocks + 5 * f32,
+       [=, &w] {
+         return b->DecompressFrozenAdamUpdate(w.worker_blocks, kChunks, kChunk, h, w.v, w.mask,
+                                              w.m, w.p, kN);
+       }},
+      // Reads x (and waits for the 8-byte result on the host).
+      {"SumSquares", f32,
+       [=, &w] {
+         double result;
+         return b->SumSquares(w.err, kN, &result);
+       }},
+  };
+  for (const Case& c : cases) {
+    benchmark::RegisterBenchmark(c.name, RunKernel, c.min_bytes, c.fn)
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond);
+  }
+}
+
+}  // namespace
+}  // namespace onebit::kernels
+
+int main(int argc, char** argv) {
+  using namespace onebit::kernels;
+  if (CudaDeviceCount() == 0) {
+    std::printf(
+        "cuda_kernels_benchmark: no CUDA device (no GPU or no driver on this machine); "
+        "nothing to measure. Run it on a GPU machine.\n");
+    return 0;
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  workspace = MakeWorkspace();
+  cudaDeviceProp prop;
+  Check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  std::printf("device 0: %s, %d SMs; %zu elements per tensor\n", prop.name,
+              prop.multiProcessorCount, kN);
+  RegisterAll();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  // The workspace lives to the end of the process; the driver frees device memory at exit.
+  return 0;
+}
