@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/status_macros.h"
+#include "worker/peer_exchange.h"
 
 namespace onebit {
 namespace {
@@ -51,23 +52,32 @@ const char* StageName(Stage stage) {
 
 absl::StatusOr<std::unique_ptr<OnebitAdam>> OnebitAdam::Create(const OnebitAdamOptions& options,
                                                                kernels::Backend* backend,
-                                                               Transport* transport,
+                                                               Exchange* exchange,
                                                                const float* initial_params,
                                                                size_t n) {
   ONEBIT_RETURN_IF_ERROR(ValidateOptions(options, n));
-  if (backend->memory_space() != transport->memory_space()) {
-    return absl::InvalidArgumentError(absl::StrCat("backend ", backend->name(),
-                                                   " and transport ", transport->name(),
-                                                   " use different memory spaces"));
-  }
-  std::unique_ptr<OnebitAdam> adam(new OnebitAdam(options, backend, transport, n));
+  std::unique_ptr<OnebitAdam> adam(new OnebitAdam(options, backend, exchange, n));
   ONEBIT_RETURN_IF_ERROR(adam->Init(initial_params));
   return adam;
 }
 
+absl::StatusOr<std::unique_ptr<OnebitAdam>> OnebitAdam::Create(const OnebitAdamOptions& options,
+                                                               kernels::Backend* backend,
+                                                               Transport* transport,
+                                                               const float* initial_params,
+                                                               size_t n) {
+  ONEBIT_RETURN_IF_ERROR(ValidateOptions(options, n));
+  ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<PeerExchange> exchange,
+                          PeerExchange::Create(backend, transport, n));
+  ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<OnebitAdam> adam,
+                          Create(options, backend, exchange.get(), initial_params, n));
+  adam->owned_exchange_ = std::move(exchange);
+  return adam;
+}
+
 OnebitAdam::OnebitAdam(const OnebitAdamOptions& options, kernels::Backend* backend,
-                       Transport* transport, size_t n)
-    : options_(options), backend_(backend), transport_(transport), n_(n) {}
+                       Exchange* exchange, size_t n)
+    : options_(options), backend_(backend), exchange_(exchange), n_(n) {}
 
 absl::Status OnebitAdam::Init(const float* initial_params) {
   using kernels::Buffer;
@@ -77,10 +87,6 @@ absl::Status OnebitAdam::Init(const float* initial_params) {
   if (!options_.momentum_mask.empty()) {
     ONEBIT_ASSIGN_OR_RETURN(
         mask_, Buffer<float>::FromHost(backend_, options_.momentum_mask.data(), n_));
-  }
-  if (transport_->world_size() > 1) {
-    ONEBIT_ASSIGN_OR_RETURN(grad_sum_, ExactAllreduce::Create(backend_, transport_, n_));
-    ONEBIT_ASSIGN_OR_RETURN(exchange_, CompressedAllreduce::Create(backend_, transport_, n_));
   }
   return absl::OkStatus();
 }
@@ -110,30 +116,29 @@ absl::Status OnebitAdam::Step(const float* grad) {
 }
 
 absl::Status OnebitAdam::WarmupStep(const float* grad) {
-  const int w = transport_->world_size();
+  const int w = exchange_->world_size();
   if (w == 1) {
     return backend_->AdamWarmupUpdate(options_.hyper, grad, 1.0f, m_.data(), v_.data(),
                                       p_.data(), n_);
   }
-  // Exact average: full-precision allreduce of the local gradients.
-  ONEBIT_RETURN_IF_ERROR(grad_sum_->Run(grad));
-  return backend_->AdamWarmupUpdate(options_.hyper, grad_sum_->result(),
-                                    1.0f / static_cast<float>(w), m_.data(), v_.data(),
-                                    p_.data(), n_);
+  // Exact average: full-precision sum of the local gradients, then / W in the kernel.
+  ONEBIT_ASSIGN_OR_RETURN(const float* sum, exchange_->SumGradients(step_ + 1, grad));
+  return backend_->AdamWarmupUpdate(options_.hyper, sum, 1.0f / static_cast<float>(w),
+                                    m_.data(), v_.data(), p_.data(), n_);
 }
 
 absl::Status OnebitAdam::CompressionStep(const float* grad) {
   const kernels::AdamHyper& h = options_.hyper;
   const float* mask = mask_.size() ? mask_.data() : nullptr;
-  if (!exchange_) {  // one worker: nothing to exchange
+  if (exchange_->world_size() == 1) {  // one worker: nothing to exchange
     ONEBIT_RETURN_IF_ERROR(backend_->MomentumUpdate(h.beta1, grad, m_.data(), n_));
     return backend_->FrozenAdamUpdate(h, v_.data(), mask, m_.data(), p_.data(), n_);
   }
   // The local momentum goes straight into the compressor; m is rewritten from the result.
-  ONEBIT_RETURN_IF_ERROR(exchange_->RunMomentum(m_.data(), grad, h.beta1));
-  return backend_->DecompressFrozenAdamUpdate(exchange_->result_blocks(), exchange_->num_chunks(),
-                                              exchange_->chunk(), h, v_.data(), mask, m_.data(),
-                                              p_.data(), n_);
+  ONEBIT_ASSIGN_OR_RETURN(CompressedResult r,
+                          exchange_->AverageMomentum(step_ + 1, m_.data(), grad, h.beta1));
+  return backend_->DecompressFrozenAdamUpdate(r.blocks, r.num_chunks, r.chunk, h, v_.data(), mask,
+                                              m_.data(), p_.data(), n_);
 }
 
 absl::StatusOr<std::vector<float>> OnebitAdam::ParamsToHost() const { return p_.ToHost(); }

@@ -7,8 +7,8 @@
 // worker the exchange is skipped. All state (p, m, v, the error buffers) lives in the
 // backend's memory.
 //
-// Thread safety: one thread at a time. The backend and transport are borrowed and must
-// outlive the optimizer.
+// Thread safety: one thread at a time. The backend is borrowed and must outlive the
+// optimizer.
 #ifndef ONEBIT_WORKER_ONEBIT_ADAM_H_
 #define ONEBIT_WORKER_ONEBIT_ADAM_H_
 
@@ -20,8 +20,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/buffer.h"
 #include "kernels/kernels.h"
-#include "worker/compressed_allreduce.h"
-#include "worker/exact_allreduce.h"
+#include "worker/exchange.h"
 #include "worker/transport.h"
 
 namespace onebit {
@@ -41,7 +40,14 @@ struct OnebitAdamOptions {
 
 class OnebitAdam {
  public:
-  // `initial_params` is host memory with n elements.
+  // `initial_params` is host memory with n elements. The exchange is borrowed and must
+  // outlive the optimizer; it is not used with one worker.
+  static absl::StatusOr<std::unique_ptr<OnebitAdam>> Create(const OnebitAdamOptions& options,
+                                                            kernels::Backend* backend,
+                                                            Exchange* exchange,
+                                                            const float* initial_params,
+                                                            size_t n);
+  // The same over a PeerExchange on `transport`, which the optimizer owns.
   static absl::StatusOr<std::unique_ptr<OnebitAdam>> Create(const OnebitAdamOptions& options,
                                                             kernels::Backend* backend,
                                                             Transport* transport,
@@ -70,11 +76,10 @@ class OnebitAdam {
   // Copies of the state into host memory.
   absl::StatusOr<std::vector<float>> ParamsToHost() const;
 
-  // Present once the optimizer has a compressed exchange (world size > 1).
-  const CompressedAllreduce* exchange() const { return exchange_.get(); }
+  Exchange& exchange() { return *exchange_; }
 
  private:
-  OnebitAdam(const OnebitAdamOptions& options, kernels::Backend* backend, Transport* transport,
+  OnebitAdam(const OnebitAdamOptions& options, kernels::Backend* backend, Exchange* exchange,
              size_t n);
   absl::Status Init(const float* initial_params);
   absl::Status WarmupStep(const float* grad);
@@ -82,13 +87,12 @@ class OnebitAdam {
 
   OnebitAdamOptions options_;
   kernels::Backend* backend_;
-  Transport* transport_;
+  Exchange* exchange_;
+  std::unique_ptr<Exchange> owned_exchange_;  // set by the Transport overload
   size_t n_;
   int64_t step_ = 0;
   kernels::Buffer<float> p_, m_, v_;
   kernels::Buffer<float> mask_;      // empty when no mask was given
-  std::unique_ptr<ExactAllreduce> grad_sum_;  // warmup averaging (world size > 1)
-  std::unique_ptr<CompressedAllreduce> exchange_;
 };
 
 }  // namespace onebit
