@@ -8,6 +8,10 @@ packages=(
   bazel-bootstrap bazel-platforms bazel-rules-java
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   libgloo-dev
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  prometheus-cpp-dev libcpp-httplib-dev libeigen3-dev zlib1g-dev
+  dataset-fashion-mnist
+  prometheus
 )
 
 missing=()
