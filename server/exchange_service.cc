@@ -1,0 +1,66 @@
+#include "server/exchange_service.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "server/grpc_status.h"
+
+namespace onebit::server {
+namespace {
+
+void FillResult(int64_t step, int chunk, ChunkKind kind, const ResultPayload& payload,
+                v1::ChunkResult* out) {
+  out->set_step(step);
+  out->set_chunk(chunk);
+  out->set_kind(static_cast<v1::ChunkKind>(kind));
+  out->set_payload(*payload);
+}
+
+}  // namespace
+
+grpc::Status ExchangeService::Exchange(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<v1::ChunkResult, v1::PushChunk>* stream) {
+  auto cancelled = [context] { return context->IsCancelled(); };
+  v1::PushChunk push;
+  v1::ChunkResult reply;
+  while (stream->Read(&push)) {
+    if (metrics_ != nullptr) metrics_->AddBytesReceived(push.payload().size());
+    // Any int converts; ShardState rejects what is not a known kind.
+    const auto kind = static_cast<ChunkKind>(static_cast<int>(push.kind()));
+    absl::StatusOr<ShardState::PushOutcome> outcome =
+        state_->Push(push.worker(), push.step(), push.chunk(), kind, push.payload());
+    if (!outcome.ok()) return ToGrpcStatus(outcome.status());
+    ResultPayload result = outcome->result;
+    if (result == nullptr) {
+      absl::StatusOr<ResultPayload> awaited = state_->AwaitResult(
+          push.worker(), push.step(), push.chunk(), kind, absl::InfiniteFuture(), cancelled);
+      if (!awaited.ok()) return ToGrpcStatus(awaited.status());
+      result = *std::move(awaited);
+    }
+    FillResult(push.step(), push.chunk(), kind, result, &reply);
+    if (!stream->Write(reply)) {
+      return grpc::Status(grpc::StatusCode::CANCELLED, "the worker's stream went away");
+    }
+    if (metrics_ != nullptr) metrics_->AddBytesSent(result->size());
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status ExchangeService::Pull(grpc::ServerContext* context, const v1::PullRequest* request,
+                                   v1::ChunkResult* response) {
+  absl::Time deadline = absl::Now() + options_.max_pull_wait;
+  if (context->deadline() != std::chrono::system_clock::time_point::max()) {
+    deadline = std::min(deadline, absl::FromChrono(context->deadline()));
+  }
+  const auto kind = static_cast<ChunkKind>(static_cast<int>(request->kind()));
+  absl::StatusOr<ResultPayload> result =
+      state_->AwaitResult(request->worker(), request->step(), request->chunk(), kind, deadline,
+                          [context] { return context->IsCancelled(); });
+  if (!result.ok()) return ToGrpcStatus(result.status());
+  FillResult(request->step(), request->chunk(), kind, *result, response);
+  if (metrics_ != nullptr) metrics_->AddBytesSent((*result)->size());
+  return grpc::Status::OK;
+}
+
+}  // namespace onebit::server

@@ -1,0 +1,57 @@
+// onebit.v1.ParameterServer over a ShardState: the gRPC face of one shard.
+//
+// Exchange: one bidi stream per worker. Each PushChunk is handed to ShardState::Push; the
+// ChunkResult of that step is written back on the same stream once all W workers have
+// pushed (at once for a retry of a finished step). A rejected push ends the stream with
+// ShardState's status (INVALID_ARGUMENT, FAILED_PRECONDITION or ALREADY_EXISTS) and has
+// changed nothing. A stream whose client goes away stops waiting within ~50 ms. Bytes
+// that do not parse as a PushChunk end the stream too (gRPC's synchronous API reports them
+// as the end of the stream, so the status is OK) and push nothing; a message larger than
+// the largest legal push is refused by gRPC (RESOURCE_EXHAUSTED) before it is buffered.
+//
+// Pull: the result of a recent step; waits while it is open, up to the call's deadline and
+// at most `max_pull_wait`.
+//
+// THREADS: this is gRPC's synchronous API, so every open stream holds a server thread
+// while it waits for the slowest worker: W streams wait on each other in ShardState, not on
+// gRPC, and cannot deadlock as long as the server may run W + a few threads at once
+// (ServerProcess bounds its thread quota at a generous multiple of W). The callback API
+// would save those threads, at the price of turning ShardState's wait into completion
+// callbacks; with W in the tens to hundreds per shard, threads are the simpler choice.
+//
+// Thread safety: thread-safe. State and metrics are borrowed; metrics may be null.
+#ifndef ONEBIT_SERVER_EXCHANGE_SERVICE_H_
+#define ONEBIT_SERVER_EXCHANGE_SERVICE_H_
+
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "onebit/v1/exchange.grpc.pb.h"
+#include "server/server_metrics.h"
+#include "server/shard_state.h"
+
+namespace onebit::server {
+
+struct ExchangeServiceOptions {
+  absl::Duration max_pull_wait = absl::Seconds(60);
+};
+
+class ExchangeService final : public v1::ParameterServer::Service {
+ public:
+  ExchangeService(ShardState* state, ServerMetrics* metrics,
+                  const ExchangeServiceOptions& options = {})
+      : state_(state), metrics_(metrics), options_(options) {}
+
+  grpc::Status Exchange(grpc::ServerContext* context,
+                        grpc::ServerReaderWriter<v1::ChunkResult, v1::PushChunk>* stream) override;
+  grpc::Status Pull(grpc::ServerContext* context, const v1::PullRequest* request,
+                    v1::ChunkResult* response) override;
+
+ private:
+  ShardState* const state_;
+  ServerMetrics* const metrics_;
+  const ExchangeServiceOptions options_;
+};
+
+}  // namespace onebit::server
+
+#endif  // ONEBIT_SERVER_EXCHANGE_SERVICE_H_

@@ -1,0 +1,97 @@
+// onebit-server: one parameter-server shard (ps mode, DESIGN.md).
+//
+//   onebit-server --shard=0 --shards=2 --workers=4 --n=1000000 --port=0 --metrics_port=0
+//       --address_file=/run/onebit/shard0.json         (one command line)
+//
+// It serves onebit.v1.ParameterServer over gRPC and Prometheus metrics at /metrics, writes
+// the bound addresses to --address_file ({"grpc": "host:port", "metrics": "host:port"},
+// atomically) and runs until SIGTERM or SIGINT, then shuts down gracefully (exit 0).
+// Exit status: 2 a bad flag value, 1 a failure to start (absl exits 1 on unknown flags).
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdint>
+#include <iostream>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "server/server_process.h"
+
+ABSL_FLAG(int, shard, -1, "This shard's index, in [0, --shards) (required).");
+ABSL_FLAG(int, shards, 0, "Number of shards S (required, >= 1).");
+ABSL_FLAG(int, workers, 0, "Number of workers W (required, >= 1).");
+ABSL_FLAG(int64_t, n, 0, "Parameters in the whole tensor (required, >= 1).");
+ABSL_FLAG(std::string, host, "127.0.0.1", "Address to listen on (gRPC and /metrics).");
+ABSL_FLAG(int, port, 0, "gRPC port; 0 picks a free one.");
+ABSL_FLAG(int, metrics_port, 0, "Port of /metrics; 0 picks a free one.");
+ABSL_FLAG(std::string, address_file, "", "Where to write the bound addresses as JSON.");
+ABSL_FLAG(int, retained_steps, 2, "Finished steps whose results are kept for retries (>= 2).");
+
+namespace {
+
+constexpr int kExitRuntime = 1;
+constexpr int kExitUsage = 2;
+
+int UsageError(const std::string& message) {
+  std::cerr << "onebit-server: error: " << message << "\nRun with --help for the flags."
+            << std::endl;
+  return kExitUsage;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("A parameter-server shard of a onebit job.");
+  absl::ParseCommandLine(argc, argv);
+
+  onebit::server::ServerProcessOptions options;
+  options.shard.shard = absl::GetFlag(FLAGS_shard);
+  options.shard.num_shards = absl::GetFlag(FLAGS_shards);
+  options.shard.num_workers = absl::GetFlag(FLAGS_workers);
+  options.shard.retained_steps = absl::GetFlag(FLAGS_retained_steps);
+  const int64_t n = absl::GetFlag(FLAGS_n);
+  options.host = absl::GetFlag(FLAGS_host);
+  options.port = absl::GetFlag(FLAGS_port);
+  options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  options.address_file = absl::GetFlag(FLAGS_address_file);
+  if (options.shard.num_shards < 1) return UsageError("--shards must be >= 1");
+  if (options.shard.shard < 0 || options.shard.shard >= options.shard.num_shards) {
+    return UsageError("--shard must be in [0, --shards)");
+  }
+  if (options.shard.num_workers < 1) return UsageError("--workers must be >= 1");
+  if (n < 1) return UsageError("--n must be >= 1");
+  options.shard.n = static_cast<size_t>(n);
+  if (options.port < 0 || options.port > 65535) return UsageError("--port must be in [0, 65535]");
+  if (options.metrics_port < 0 || options.metrics_port > 65535) {
+    return UsageError("--metrics_port must be in [0, 65535]");
+  }
+  if (options.shard.retained_steps < 2) return UsageError("--retained_steps must be >= 2");
+
+  // Block the termination signals in every thread (gRPC's and civetweb's inherit this
+  // mask), so that this thread alone receives them, synchronously, in sigwait.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  auto process = onebit::server::ServerProcess::Start(options);
+  if (!process.ok()) {
+    std::cerr << "onebit-server: " << process.status() << std::endl;
+    return kExitRuntime;
+  }
+  std::cerr << "onebit-server: shard " << options.shard.shard << " of " << options.shard.num_shards
+            << ", " << options.shard.num_workers << " workers, n = " << n << "; gRPC on "
+            << (*process)->grpc_address() << ", /metrics on " << (*process)->metrics_address()
+            << std::endl;
+
+  int signal = 0;
+  sigwait(&signals, &signal);
+  std::cerr << "onebit-server: signal " << signal << ", shutting down" << std::endl;
+  (*process)->Shutdown();
+  process->reset();
+  return 0;
+}

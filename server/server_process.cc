@@ -1,0 +1,155 @@
+#include "server/server_process.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "kernels/status_macros.h"
+#include "server/ps_layout.h"
+
+namespace onebit::server {
+namespace {
+
+absl::Status ErrnoError(const std::string& what) {
+  return absl::InternalError(absl::StrCat(what, ": ", std::strerror(errno)));
+}
+
+// Temp file in the same directory, fsync, rename: a reader sees the whole file or none.
+absl::Status WriteFileAtomically(const std::string& path, const std::string& contents) {
+  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoError(absl::StrCat("cannot create ", tmp));
+  size_t done = 0;
+  while (done < contents.size()) {
+    const ssize_t n = write(fd, contents.data() + done, contents.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const absl::Status error = ErrnoError(absl::StrCat("cannot write ", tmp));
+      close(fd);
+      unlink(tmp.c_str());
+      return error;
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (fsync(fd) != 0 || close(fd) != 0) {
+    const absl::Status error = ErrnoError(absl::StrCat("cannot sync ", tmp));
+    unlink(tmp.c_str());
+    return error;
+  }
+  if (rename(tmp.c_str(), path.c_str()) != 0) {
+    const absl::Status error = ErrnoError(absl::StrCat("cannot rename ", tmp, " to ", path));
+    unlink(tmp.c_str());
+    return error;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string JoinHostPort(const std::string& host, int port) {
+  if (host.find(':') != std::string::npos && host.front() != '[') {
+    return absl::StrCat("[", host, "]:", port);
+  }
+  return absl::StrCat(host, ":", port);
+}
+
+absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
+    const ServerProcessOptions& options) {
+  std::unique_ptr<ServerProcess> process(new ServerProcess(options));
+  ONEBIT_RETURN_IF_ERROR(process->Init());
+  return process;
+}
+
+absl::Status ServerProcess::Init() {
+  const ShardConfig& config = options_.shard;
+  if (options_.port < 0 || options_.port > 65535 || options_.metrics_port < 0 ||
+      options_.metrics_port > 65535) {
+    return absl::InvalidArgumentError("ports must be in [0, 65535]");
+  }
+  backend_ = kernels::NewCpuBackend();
+  registry_ = std::make_shared<prometheus::Registry>();
+  metrics_ = std::make_unique<ServerMetrics>(*registry_, config);
+  ONEBIT_ASSIGN_OR_RETURN(state_, ShardState::Create(backend_.get(), config, metrics_.get()));
+  service_ = std::make_unique<ExchangeService>(state_.get(), metrics_.get(), options_.service);
+
+  grpc::ServerBuilder builder;
+  int bound_port = 0;
+  builder.AddListeningPort(JoinHostPort(options_.host, options_.port),
+                           grpc::InsecureServerCredentials(), &bound_port);
+  builder.RegisterService(service_.get());
+  // The largest legal push is one fp32 run; anything much bigger is refused by gRPC before
+  // it is buffered.
+  const PsLayout& layout = state_->layout();
+  const size_t max_payload =
+      std::max(layout.max_fp32_count() * sizeof(float), layout.block_bytes());
+  builder.SetMaxReceiveMessageSize(
+      static_cast<int>(std::min<size_t>(max_payload + 4096, INT32_MAX)));
+  builder.SetMaxSendMessageSize(-1);
+  // One thread per open stream (see exchange_service.h): room for every worker, a
+  // reconnect each, pulls and gRPC's own pollers, but a bound against a flood of streams.
+  grpc::ResourceQuota quota("onebit-server");
+  quota.SetMaxThreads(4 * config.num_workers + 16);
+  builder.SetResourceQuota(quota);
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr || bound_port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve gRPC on ", JoinHostPort(options_.host, options_.port)));
+  }
+  grpc_address_ = JoinHostPort(options_.host, bound_port);
+
+  if (options_.serve_metrics) {
+    const std::string bind = JoinHostPort(options_.host, options_.metrics_port);
+    try {  // prometheus-cpp (civetweb) reports a failed bind by throwing
+      exposer_ = std::make_unique<prometheus::Exposer>(bind, 2);
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot serve /metrics on ", bind, ": ", e.what()));
+    }
+    exposer_->RegisterCollectable(registry_);
+    const std::vector<int> ports = exposer_->GetListeningPorts();
+    if (ports.empty()) return absl::UnavailableError(absl::StrCat("no /metrics port on ", bind));
+    metrics_address_ = JoinHostPort(options_.host, ports.front());
+  }
+
+  if (!options_.address_file.empty()) {
+    ONEBIT_RETURN_IF_ERROR(WriteFileAtomically(
+        options_.address_file, absl::StrFormat("{\"grpc\": \"%s\", \"metrics\": \"%s\"}\n",
+                                               grpc_address_, metrics_address_)));
+  }
+  return absl::OkStatus();
+}
+
+void ServerProcess::Shutdown() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+  }
+  // Waiting streams first, so they end at once with UNAVAILABLE instead of at the grace
+  // deadline; then gRPC stops and cancels whatever is still reading.
+  if (state_ != nullptr) state_->Shutdown();
+  if (server_ != nullptr) {
+    server_->Shutdown(std::chrono::system_clock::now() +
+                      absl::ToChronoMilliseconds(options_.shutdown_grace));
+  }
+  exposer_.reset();
+}
+
+void ServerProcess::Wait() {
+  if (server_ != nullptr) server_->Wait();
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(&shut_down_));
+}
+
+ServerProcess::~ServerProcess() {
+  Shutdown();
+  if (server_ != nullptr) server_->Wait();
+}
+
+}  // namespace onebit::server

@@ -1,0 +1,323 @@
+#include "server/shard_state.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "absl/hash/hash.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/status_macros.h"
+
+namespace onebit::server {
+namespace {
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "the wire format is little-endian; this code reads it in place");
+
+// How often a waiter with a cancellation hook looks at it.
+constexpr absl::Duration kCancelPoll = absl::Milliseconds(50);
+
+// More workers than this is a configuration mistake.
+constexpr int kMaxWorkers = 65536;
+
+size_t Fingerprint(absl::string_view bytes) { return absl::Hash<absl::string_view>{}(bytes); }
+
+}  // namespace
+
+const char* RejectReasonName(RejectReason reason) {
+  switch (reason) {
+    case RejectReason::kBadKind:
+      return "bad_kind";
+    case RejectReason::kUnknownWorker:
+      return "unknown_worker";
+    case RejectReason::kWrongChunk:
+      return "wrong_chunk";
+    case RejectReason::kBadStep:
+      return "bad_step";
+    case RejectReason::kWrongSize:
+      return "wrong_size";
+    case RejectReason::kBadScale:
+      return "bad_scale";
+    case RejectReason::kStaleStep:
+      return "stale_step";
+    case RejectReason::kStepAhead:
+      return "step_ahead";
+    case RejectReason::kKindMismatch:
+      return "kind_mismatch";
+    case RejectReason::kConflictingDuplicate:
+      return "conflicting_duplicate";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<std::unique_ptr<ShardState>> ShardState::Create(kernels::Backend* backend,
+                                                               const ShardConfig& config,
+                                                               ShardObserver* observer) {
+  if (backend->memory_space() != kernels::MemorySpace::kHost) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a shard needs a host-memory backend, got ", backend->name()));
+  }
+  ONEBIT_ASSIGN_OR_RETURN(PsLayout layout, PsLayout::Create(config.n, config.num_shards));
+  if (config.shard < 0 || config.shard >= config.num_shards) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard index ", config.shard, " is outside [0, ", config.num_shards, ")"));
+  }
+  if (config.num_workers < 1 || config.num_workers > kMaxWorkers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker count must be in [1, ", kMaxWorkers, "], got ", config.num_workers));
+  }
+  if (config.retained_steps < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("retained_steps must be >= 2, got ", config.retained_steps));
+  }
+  std::unique_ptr<ShardState> state(new ShardState(backend, config, layout, observer));
+  ONEBIT_RETURN_IF_ERROR(state->Init());
+  return state;
+}
+
+absl::Status ShardState::Init() {
+  absl::MutexLock lock(&mu_);
+  const size_t w = static_cast<size_t>(config_.num_workers);
+  ONEBIT_ASSIGN_OR_RETURN(aggregator_, ChunkAggregator::Create(backend_, layout_.chunk()));
+  ONEBIT_ASSIGN_OR_RETURN(
+      fp32_rows_, kernels::Buffer<float>::Create(backend_, w * layout_.fp32_count(config_.shard)));
+  ONEBIT_ASSIGN_OR_RETURN(onebit_rows_,
+                          kernels::Buffer<uint8_t>::Create(backend_, w * layout_.block_bytes()));
+  return absl::OkStatus();
+}
+
+absl::Status ShardState::Reject(RejectReason reason, absl::Status status) const {
+  if (observer_ != nullptr) observer_->OnRejected(reason);
+  return status;
+}
+
+absl::Status ShardState::ValidateRequest(int worker, int64_t step, int chunk, ChunkKind kind,
+                                         RejectReason* reason) const {
+  if (kind != ChunkKind::kFp32 && kind != ChunkKind::kOnebit) {
+    *reason = RejectReason::kBadKind;
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk kind must be CHUNK_KIND_FP32 (1) or CHUNK_KIND_ONEBIT (2), got ",
+                     static_cast<int>(kind)));
+  }
+  if (worker < 0 || worker >= config_.num_workers) {
+    *reason = RejectReason::kUnknownWorker;
+    return absl::InvalidArgumentError(absl::StrCat("unknown worker ", worker, ": this job has ",
+                                                   config_.num_workers, " workers"));
+  }
+  if (chunk != config_.shard) {
+    *reason = RejectReason::kWrongChunk;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk ", chunk, " sent to shard ", config_.shard, " (of ", config_.num_shards, ")"));
+  }
+  if (step < 1) {
+    *reason = RejectReason::kBadStep;
+    return absl::InvalidArgumentError(absl::StrCat("steps are numbered from 1, got ", step));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShardState::ValidatePayload(ChunkKind kind, absl::string_view payload,
+                                         RejectReason* reason) const {
+  const size_t expected = layout_.payload_bytes(kind, config_.shard);
+  if (payload.size() != expected) {
+    *reason = RejectReason::kWrongSize;
+    return absl::InvalidArgumentError(absl::StrCat(ChunkKindName(kind), " payload for shard ",
+                                                   config_.shard, " must be ", expected,
+                                                   " bytes, got ", payload.size()));
+  }
+  if (kind == ChunkKind::kOnebit) {
+    float scale;
+    std::memcpy(&scale, payload.data(), sizeof(scale));
+    if (!std::isfinite(scale) || scale < 0.0f) {
+      *reason = RejectReason::kBadScale;
+      return absl::InvalidArgumentError(
+          absl::StrCat("onebit block scale must be finite and >= 0, got ", scale));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<const ShardState::FinishedStep*> ShardState::Locate(int64_t step, ChunkKind kind,
+                                                                   RejectReason* reason) const {
+  auto kind_mismatch = [&](ChunkKind step_kind) {
+    *reason = RejectReason::kKindMismatch;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "step ", step, " is ", ChunkKindName(step_kind), ", got ", ChunkKindName(kind)));
+  };
+  auto stale = [&]() {
+    *reason = RejectReason::kStaleStep;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "step ", step, " is older than the steps this shard keeps (",
+        finished_.empty() ? std::string("none")
+                          : absl::StrCat(finished_.front().step, "..", finished_.back().step),
+        open_.has_value() ? absl::StrCat("; step ", open_->step, " is open") : "", ")"));
+  };
+  for (const FinishedStep& f : finished_) {
+    if (f.step != step) continue;
+    if (f.kind != kind) return kind_mismatch(f.kind);
+    return &f;
+  }
+  if (open_.has_value()) {
+    if (step == open_->step) {
+      if (open_->kind != kind) return kind_mismatch(open_->kind);
+      return nullptr;
+    }
+    if (step < open_->step) return stale();
+    *reason = RejectReason::kStepAhead;
+    return absl::FailedPreconditionError(
+        absl::StrCat("step ", step, " pushed while step ", open_->step,
+                     " is open: workers can be at most one step apart"));
+  }
+  // Nothing open: a fresh shard opens at any step, a running one at the next.
+  if (last_completed_ == 0 || step == last_completed_ + 1) return nullptr;
+  if (step <= last_completed_) return stale();
+  *reason = RejectReason::kStepAhead;
+  return absl::FailedPreconditionError(
+      absl::StrCat("step ", step, " skips ahead: the last finished step is ", last_completed_));
+}
+
+uint8_t* ShardState::Row(ChunkKind kind, int worker) {
+  const size_t w = static_cast<size_t>(worker);
+  if (kind == ChunkKind::kFp32) {
+    return reinterpret_cast<uint8_t*>(fp32_rows_.data() + w * layout_.fp32_count(config_.shard));
+  }
+  return onebit_rows_.data() + w * layout_.block_bytes();
+}
+
+absl::StatusOr<ShardState::PushOutcome> ShardState::Push(int worker, int64_t step, int chunk,
+                                                         ChunkKind kind,
+                                                         absl::string_view payload) {
+  RejectReason reason;
+  if (absl::Status s = ValidateRequest(worker, step, chunk, kind, &reason); !s.ok()) {
+    return Reject(reason, s);
+  }
+  if (absl::Status s = ValidatePayload(kind, payload, &reason); !s.ok()) return Reject(reason, s);
+
+  absl::MutexLock lock(&mu_);
+  if (!broken_.ok()) return broken_;
+  if (shutdown_) return absl::UnavailableError("the shard is shutting down");
+  absl::StatusOr<const FinishedStep*> finished = Locate(step, kind, &reason);
+  if (!finished.ok()) return Reject(reason, finished.status());
+
+  if (*finished != nullptr) {  // a retry of a finished step
+    if (Fingerprint(payload) != (*finished)->fingerprints[worker]) {
+      return Reject(RejectReason::kConflictingDuplicate,
+                    absl::AlreadyExistsError(absl::StrCat(
+                        "worker ", worker, " already pushed a different payload for step ", step)));
+    }
+    if (observer_ != nullptr) observer_->OnDuplicate(kind);
+    return PushOutcome{true, (*finished)->result};
+  }
+
+  uint8_t* row = Row(kind, worker);
+  if (open_.has_value() && open_->pushed[worker]) {
+    if (payload.size() > 0 && std::memcmp(row, payload.data(), payload.size()) != 0) {
+      return Reject(RejectReason::kConflictingDuplicate,
+                    absl::AlreadyExistsError(absl::StrCat(
+                        "worker ", worker, " already pushed a different payload for step ", step)));
+    }
+    if (observer_ != nullptr) observer_->OnDuplicate(kind);
+    return PushOutcome{true, nullptr};
+  }
+
+  // Accepted: from here on the push changes the state.
+  if (!open_.has_value()) {
+    open_ = OpenStep{step, kind, std::vector<bool>(config_.num_workers, false), 0, absl::Now()};
+  }
+  if (payload.size() > 0) std::memcpy(row, payload.data(), payload.size());
+  open_->pushed[worker] = true;
+  if (++open_->num_pushed < config_.num_workers) return PushOutcome{false, nullptr};
+  ONEBIT_RETURN_IF_ERROR(Complete());
+  return PushOutcome{false, finished_.back().result};
+}
+
+absl::Status ShardState::Complete() {
+  const OpenStep open = *open_;
+  const size_t bytes = layout_.payload_bytes(open.kind, config_.shard);
+  auto result = std::make_shared<std::string>(bytes, '\0');
+  absl::Status status;
+  if (open.kind == ChunkKind::kFp32) {
+    status =
+        backend_->SumRows(fp32_rows_.data(), config_.num_workers, layout_.fp32_count(config_.shard),
+                          reinterpret_cast<float*>(result->data()));
+  } else {
+    status = aggregator_->Aggregate(onebit_rows_.data(), config_.num_workers,
+                                    reinterpret_cast<uint8_t*>(result->data()));
+  }
+  if (!status.ok()) {
+    broken_ = absl::InternalError(
+        absl::StrCat("shard ", config_.shard, " failed step ", open.step, ": ", status.message()));
+    step_done_.SignalAll();
+    return broken_;
+  }
+
+  FinishedStep finished{open.step, open.kind, std::move(result), {}};
+  for (int w = 0; w < config_.num_workers; ++w) {
+    finished.fingerprints.push_back(
+        Fingerprint(absl::string_view(reinterpret_cast<const char*>(Row(open.kind, w)), bytes)));
+  }
+  finished_.push_back(std::move(finished));
+  while (finished_.size() > static_cast<size_t>(config_.retained_steps)) finished_.pop_front();
+  last_completed_ = open.step;
+  open_.reset();
+
+  if (observer_ != nullptr) {
+    observer_->OnStepCompleted(open.kind, open.step, absl::Now() - open.opened_at);
+    if (open.kind == ChunkKind::kOnebit) {
+      absl::StatusOr<double> norm = aggregator_->ErrorNorm();
+      if (norm.ok()) observer_->OnServerErrorNorm(*norm);
+    }
+  }
+  step_done_.SignalAll();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ResultPayload> ShardState::AwaitResult(int worker, int64_t step, int chunk,
+                                                      ChunkKind kind, absl::Time deadline,
+                                                      const std::function<bool()>& cancelled) {
+  RejectReason reason;  // pulls are not counted as rejected pushes
+  ONEBIT_RETURN_IF_ERROR(ValidateRequest(worker, step, chunk, kind, &reason));
+  absl::MutexLock lock(&mu_);
+  while (true) {
+    if (!broken_.ok()) return broken_;
+    if (shutdown_) return absl::UnavailableError("the shard is shutting down");
+    ONEBIT_ASSIGN_OR_RETURN(const FinishedStep* finished, Locate(step, kind, &reason));
+    if (finished != nullptr) return finished->result;
+    const absl::Time now = absl::Now();
+    if (now >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("step ", step, " is still waiting for workers"));
+    }
+    if (cancelled && cancelled()) return absl::CancelledError("the caller went away");
+    step_done_.WaitWithDeadline(&mu_, cancelled ? std::min(deadline, now + kCancelPoll) : deadline);
+  }
+}
+
+void ShardState::Shutdown() {
+  absl::MutexLock lock(&mu_);
+  shutdown_ = true;
+  step_done_.SignalAll();
+}
+
+int64_t ShardState::last_completed_step() const {
+  absl::MutexLock lock(&mu_);
+  return last_completed_;
+}
+
+int64_t ShardState::open_step() const {
+  absl::MutexLock lock(&mu_);
+  return open_.has_value() ? open_->step : 0;
+}
+
+absl::StatusOr<std::vector<float>> ShardState::ServerErrorToHost() const {
+  absl::MutexLock lock(&mu_);
+  return aggregator_->error().ToHost();
+}
+
+absl::StatusOr<double> ShardState::ServerErrorNorm() const {
+  absl::MutexLock lock(&mu_);
+  return aggregator_->ErrorNorm();
+}
+
+}  // namespace onebit::server

@@ -1,0 +1,194 @@
+// The state of one parameter-server shard, without any gRPC: it takes the pushes of W
+// workers for its chunk, step by step, and computes each step's result once all W have
+// pushed (server/ps_layout.h has the layout; ALGORITHM.md the math).
+//
+//   fp32 step (warmup):        result = sum of the W runs in worker-rank order (SumRows)
+//   onebit step (compression): result = ChunkAggregator over the W blocks in rank order;
+//                              the server error changes here and nowhere else
+//
+// STEPS. Steps are numbered from 1 and each has one kind. The shard has at most one open
+// step: a worker only pushes step t+1 after it has the result of step t, which exists only
+// once every worker pushed step t, so the W workers are never more than one step apart.
+// A fresh shard opens at whatever step comes first (a resumed job need not start at 1);
+// after that, step t+1 opens only after step t completed.
+//
+// IDEMPOTENCY per (worker, step, chunk): the results of the last `retained_steps` steps are
+// kept, so a retried push of a finished step gets the same result again and changes
+// nothing; so does a repeated push of the open step. A repeat whose payload differs from
+// the first push (compared byte for byte on the open step, by a 64-bit hash on finished
+// steps) is ALREADY_EXISTS: the worker re-ran its compressor, so its worker error has
+// moved on and no answer is right.
+//
+// VALIDATION, every failure leaving the state untouched:
+//   INVALID_ARGUMENT     kind not fp32/onebit, worker outside [0, W), chunk != shard,
+//                        step < 1, payload of the wrong size (the message names expected
+//                        and got), a onebit block whose scale is negative, NaN or infinite
+//                        (it would poison the server error for good)
+//   FAILED_PRECONDITION  a step older than the retained window, a step ahead of the open
+//                        one (or skipping one), a kind that differs from the step's kind
+//   ALREADY_EXISTS       a repeated push with a different payload (see above)
+//   UNAVAILABLE          after Shutdown()
+// fp32 values are not checked: a non-finite gradient is the worker's business and leaves
+// no state behind on the shard.
+//
+// Thread safety: all methods are thread-safe. The backend (host memory) and the observer
+// are borrowed; the observer is called with the shard's lock held and must not call back.
+#ifndef ONEBIT_SERVER_SHARD_STATE_H_
+#define ONEBIT_SERVER_SHARD_STATE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "kernels/buffer.h"
+#include "kernels/kernels.h"
+#include "server/chunk_aggregator.h"
+#include "server/ps_layout.h"
+
+namespace onebit::server {
+
+struct ShardConfig {
+  int shard = 0;        // this shard's index in [0, num_shards)
+  int num_shards = 1;   // S
+  int num_workers = 1;  // W
+  size_t n = 0;         // parameters of the whole tensor
+  // Finished steps whose results are kept for retries; at least 2 (while step t+1 is open
+  // a slow worker may still be asking for step t).
+  int retained_steps = 2;
+};
+
+// Why a push was rejected: the label of onebit_server_rejected_pushes_total.
+enum class RejectReason {
+  kBadKind,
+  kUnknownWorker,
+  kWrongChunk,
+  kBadStep,
+  kWrongSize,
+  kBadScale,
+  kStaleStep,
+  kStepAhead,
+  kKindMismatch,
+  kConflictingDuplicate,
+};
+const char* RejectReasonName(RejectReason reason);  // "bad_kind", "unknown_worker", ...
+
+// Hooks for metrics. Every method has an empty default.
+class ShardObserver {
+ public:
+  virtual ~ShardObserver() = default;
+  virtual void OnRejected(RejectReason /*reason*/) {}
+  virtual void OnDuplicate(ChunkKind /*kind*/) {}
+  // `open_for`: from the step's first push to its result (the wait for the slowest
+  // worker plus the aggregation).
+  virtual void OnStepCompleted(ChunkKind /*kind*/, int64_t /*step*/, absl::Duration /*open_for*/) {}
+  // After every onebit step: ||server error||_2.
+  virtual void OnServerErrorNorm(double /*norm*/) {}
+};
+
+// A step's result payload, shared by everyone who asks for it.
+using ResultPayload = std::shared_ptr<const std::string>;
+
+class ShardState {
+ public:
+  static absl::StatusOr<std::unique_ptr<ShardState>> Create(kernels::Backend* backend,
+                                                            const ShardConfig& config,
+                                                            ShardObserver* observer = nullptr);
+
+  struct PushOutcome {
+    bool duplicate = false;  // seen before: nothing changed
+    ResultPayload result;    // the step's result if it is complete, null while it is open
+  };
+  // Validates and records one push; completes the step when it is the W-th. Never waits
+  // for other workers.
+  absl::StatusOr<PushOutcome> Push(int worker, int64_t step, int chunk, ChunkKind kind,
+                                   absl::string_view payload);
+
+  // The result of `step`, waiting for it while it is open (or, when no step is open, is the
+  // next one) until `deadline` (DEADLINE_EXCEEDED) or until `cancelled` returns true
+  // (CANCELLED; polled every few tens of milliseconds). worker, chunk and kind are checked
+  // as for Push.
+  absl::StatusOr<ResultPayload> AwaitResult(int worker, int64_t step, int chunk, ChunkKind kind,
+                                            absl::Time deadline,
+                                            const std::function<bool()>& cancelled = nullptr);
+
+  // Wakes every waiter with UNAVAILABLE; later calls fail the same way.
+  void Shutdown();
+
+  const ShardConfig& config() const { return config_; }
+  const PsLayout& layout() const { return layout_; }
+  // 0 when none.
+  int64_t last_completed_step() const;
+  int64_t open_step() const;
+  // For checkpoints, metrics and tests.
+  absl::StatusOr<std::vector<float>> ServerErrorToHost() const;
+  absl::StatusOr<double> ServerErrorNorm() const;
+
+ private:
+  struct OpenStep {
+    int64_t step = 0;
+    ChunkKind kind = ChunkKind::kUnspecified;
+    std::vector<bool> pushed;  // by worker
+    int num_pushed = 0;
+    absl::Time opened_at;
+  };
+  struct FinishedStep {
+    int64_t step = 0;
+    ChunkKind kind = ChunkKind::kUnspecified;
+    ResultPayload result;
+    std::vector<size_t> fingerprints;  // hash of each worker's payload
+  };
+
+  ShardState(kernels::Backend* backend, const ShardConfig& config, const PsLayout& layout,
+             ShardObserver* observer)
+      : backend_(backend), config_(config), layout_(layout), observer_(observer) {}
+  absl::Status Init();
+
+  // Checks that need no state: INVALID_ARGUMENT, with the reason in *reason.
+  absl::Status ValidateRequest(int worker, int64_t step, int chunk, ChunkKind kind,
+                               RejectReason* reason) const;
+  absl::Status ValidatePayload(ChunkKind kind, absl::string_view payload,
+                               RejectReason* reason) const;
+  // Reports a rejected push to the observer and returns `status`.
+  absl::Status Reject(RejectReason reason, absl::Status status) const;
+
+  // Where `step` stands: finished and retained (returned), open or the next to open
+  // (nullptr), or impossible (FAILED_PRECONDITION, with the reason in *reason).
+  absl::StatusOr<const FinishedStep*> Locate(int64_t step, ChunkKind kind,
+                                             RejectReason* reason) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint8_t* Row(ChunkKind kind, int worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Complete() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  kernels::Backend* const backend_;
+  const ShardConfig config_;
+  const PsLayout layout_;
+  ShardObserver* const observer_;
+
+  mutable absl::Mutex mu_;
+  absl::CondVar step_done_;  // signalled when a step completes and on Shutdown
+  std::unique_ptr<ChunkAggregator> aggregator_ ABSL_GUARDED_BY(mu_);
+  // The open step's payloads, one row per worker, in rank order.
+  kernels::Buffer<float> fp32_rows_ ABSL_GUARDED_BY(mu_);
+  kernels::Buffer<uint8_t> onebit_rows_ ABSL_GUARDED_BY(mu_);
+  std::optional<OpenStep> open_ ABSL_GUARDED_BY(mu_);
+  std::deque<FinishedStep> finished_ ABSL_GUARDED_BY(mu_);  // oldest first
+  int64_t last_completed_ ABSL_GUARDED_BY(mu_) = 0;
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  // A failed aggregation leaves the server error in an unknown state: stop serving.
+  absl::Status broken_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace onebit::server
+
+#endif  // ONEBIT_SERVER_SHARD_STATE_H_
