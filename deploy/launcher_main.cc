@@ -21,7 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "coordinator/job_config.h"
-#include "deploy/process.h"
+#include "deploy/local_job.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "kernels/status_macros.h"
@@ -38,7 +38,7 @@ namespace {
 
 using google::protobuf::Value;
 
-volatile sig_atomic_t g_interrupted = 0;
+volatile int g_interrupted = 0;
 
 // Paths given on the command line are relative to where `bazel run` was started.
 std::string UserPath(const std::string& path) {
@@ -54,125 +54,35 @@ std::string BinDir(const char* argv0) {
   return absl::StrCat(argv0, ".runfiles/onebit");
 }
 
-absl::StatusOr<Value> ParseJson(const std::string& text, const std::string& what) {
-  Value v;
-  const auto s = google::protobuf::util::JsonStringToMessage(text, &v);
-  if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": ", s.message().as_string()));
-  return v;
-}
-
-double Field(const Value& v, const std::string& key) {
-  const auto& fields = v.struct_value().fields();
-  auto it = fields.find(key);
-  return it == fields.end() ? 0.0 : it->second.number_value();
-}
-
-std::string Str(const Value& v, const std::string& key) {
-  const auto& fields = v.struct_value().fields();
-  auto it = fields.find(key);
-  return it == fields.end() ? "" : it->second.string_value();
-}
+double Field(const Value& v, const std::string& key) { return NumberField(v, key); }
 
 struct JobResult {
   std::vector<Value> workers;  // each worker's summary file
   double seconds = 0;
 };
 
-class Job {
- public:
-  Job(std::string bin_dir, std::string dir, const JobConfig& config, std::string config_path)
-      : bin_(std::move(bin_dir)), dir_(std::move(dir)), config_(config),
-        config_path_(std::move(config_path)) {}
-
-  absl::StatusOr<JobResult> Run() {
-    const absl::Time start = absl::Now();
-    mkdir(dir_.c_str(), 0755);
-    const bool echo = absl::GetFlag(FLAGS_echo_all);
-    ONEBIT_ASSIGN_OR_RETURN(
-        Process* coordinator,
-        Spawn("coordinator", {bin_ + "/coordinator/onebit_coordinator", "--config=" + config_path_,
-                              "--address_file=" + dir_ + "/coordinator.addr"}, echo));
-    ONEBIT_ASSIGN_OR_RETURN(std::string addr_text,
-                            WaitForFile(dir_ + "/coordinator.addr", absl::Seconds(30), coordinator));
-    ONEBIT_ASSIGN_OR_RETURN(Value addr, ParseJson(addr_text, "coordinator.addr"));
-    const std::string coordinator_addr = Str(addr, "grpc");
-    std::printf("coordinator at %s (REST %s, metrics %s)\n", coordinator_addr.c_str(),
-                Str(addr, "rest").c_str(), Str(addr, "metrics").c_str());
-
-    if (config_.exchange.mode == "ps") {
-      for (int s = 0; s < config_.exchange.servers; ++s) {
-        const std::string file = absl::StrCat(dir_, "/server-", s, ".addr");
-        ONEBIT_ASSIGN_OR_RETURN(
-            Process* server,
-            Spawn(absl::StrCat("server ", s),
-                  {bin_ + "/server/onebit_server", "--config=" + config_path_,
-                   "--coordinator=" + coordinator_addr, absl::StrCat("--shard=", s),
-                   "--address_file=" + file},
-                  echo));
-        ONEBIT_RETURN_IF_ERROR(WaitForFile(file, absl::Seconds(30), server).status());
-      }
-    }
-    std::vector<Process*> workers;
-    for (int i = 0; i < config_.workers; ++i) {
-      ONEBIT_ASSIGN_OR_RETURN(
-          Process* worker,
-          Spawn(absl::StrCat("worker ", i),
-                {bin_ + "/worker/onebit_worker", "--config=" + config_path_,
-                 "--coordinator=" + coordinator_addr,
-                 absl::StrCat("--summary_file=", dir_, "/worker-", i, ".json")},
-                echo || i == 0));
-      workers.push_back(worker);
-    }
-    ONEBIT_RETURN_IF_ERROR(WaitAll(workers));
-    JobResult result;
-    for (int i = 0; i < config_.workers; ++i) {
-      ONEBIT_ASSIGN_OR_RETURN(std::string text,
-                              WaitForFile(absl::StrCat(dir_, "/worker-", i, ".json"), absl::Seconds(5)));
-      ONEBIT_ASSIGN_OR_RETURN(Value v, ParseJson(text, absl::StrCat("worker-", i, ".json")));
-      result.workers.push_back(v);
-    }
-    for (auto& p : processes_) p->Terminate();
-    result.seconds = absl::ToDoubleSeconds(absl::Now() - start);
-    return result;
+absl::StatusOr<JobResult> RunJob(const std::string& bin, const std::string& dir,
+                                 const JobConfig& config, const std::string& config_path) {
+  const absl::Time start = absl::Now();
+  LocalJobOptions options;
+  options.bin_dir = bin;
+  options.dir = dir;
+  options.config_path = config_path;
+  options.echo_all = absl::GetFlag(FLAGS_echo_all);
+  LocalJob job(options, config);
+  absl::Status status = job.Start();
+  if (status.ok()) {
+    std::printf("coordinator at %s (REST %s, metrics %s)\n", job.grpc_address().c_str(),
+                job.rest_address().c_str(), job.metrics_address().c_str());
+    status = job.WaitForWorkers(absl::Seconds(absl::GetFlag(FLAGS_timeout_s)), &g_interrupted);
   }
-
- private:
-  absl::StatusOr<Process*> Spawn(const std::string& name, const std::vector<std::string>& argv,
-                                 bool echo) {
-    const std::string log = absl::StrCat(dir_, "/", name, ".log");
-    ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<Process> p, Process::Start(name, argv, log, echo));
-    processes_.push_back(std::move(p));
-    return processes_.back().get();
-  }
-
-  // Waits for every worker to exit 0; stops at the first failure, or any other process
-  // dying, or the timeout, or ^C.
-  absl::Status WaitAll(const std::vector<Process*>& workers) {
-    const absl::Time deadline = absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
-    for (;;) {
-      size_t done = 0;
-      for (auto& p : processes_) {
-        int code = 0;
-        const bool is_worker = std::find(workers.begin(), workers.end(), p.get()) != workers.end();
-        if (!p->Exited(&code)) continue;
-        if (code != 0 || !is_worker) {
-          return absl::AbortedError(absl::StrCat(p->name(), " exited with code ", code,
-                                                 "; its log is in ", dir_, "/", p->name(), ".log"));
-        }
-        ++done;
-      }
-      if (done == workers.size()) return absl::OkStatus();
-      if (g_interrupted) return absl::CancelledError("interrupted");
-      if (absl::Now() > deadline) return absl::DeadlineExceededError("the job took too long");
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-  }
-
-  std::string bin_, dir_;
-  JobConfig config_;
-  std::string config_path_;
-  std::vector<std::unique_ptr<Process>> processes_;
-};
+  job.Stop();
+  if (!status.ok()) return status;
+  JobResult result;
+  ONEBIT_ASSIGN_OR_RETURN(result.workers, job.Summaries());
+  result.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  return result;
+}
 
 std::string Bytes(double b) {
   if (b >= 1e9) return absl::StrFormat("%.2f GB", b / 1e9);
@@ -253,8 +163,7 @@ int Main(int argc, char** argv) {
   const std::string bin = BinDir(argv[0]);
 
   std::printf("== 1-bit Adam: %s\n", config_path.c_str());
-  Job onebit_job(bin, out + "/onebit_adam", *config, config_path);
-  absl::StatusOr<JobResult> onebit = onebit_job.Run();
+  absl::StatusOr<JobResult> onebit = RunJob(bin, out + "/onebit_adam", *config, config_path);
   if (!onebit.ok()) {
     std::fprintf(stderr, "error: %s\n", std::string(onebit.status().message()).c_str());
     return 1;
@@ -266,8 +175,7 @@ int Main(int argc, char** argv) {
     const std::string adam_path = out + "/adam.json";
     std::ofstream(adam_path) << JobConfigToJson(adam_config);
     std::printf("\n== Adam, same job with a full-precision exchange: %s\n", adam_path.c_str());
-    Job adam_job(bin, out + "/adam", adam_config, adam_path);
-    absl::StatusOr<JobResult> r = adam_job.Run();
+    absl::StatusOr<JobResult> r = RunJob(bin, out + "/adam", adam_config, adam_path);
     if (!r.ok()) {
       std::fprintf(stderr, "error: %s\n", std::string(r.status().message()).c_str());
       return 1;

@@ -2,12 +2,18 @@
 //
 //   onebit-server --shard=0 --shards=2 --workers=4 --n=1000000 --port=0 --metrics_port=0
 //       --address_file=/run/onebit/shard0.json         (one command line)
+//   onebit-server --config=job.json --coordinator=HOST:PORT --shard=0
+//
+// With --config, shards, workers and n come from the job config (flags given explicitly
+// win). With --coordinator, the shard registers under its index once it serves, so that
+// workers find its address, and keeps a heartbeat session.
 //
 // It serves onebit.v1.ParameterServer over gRPC and Prometheus metrics at /metrics, writes
 // the bound addresses to --address_file ({"grpc": "host:port", "metrics": "host:port"},
 // atomically) and runs until SIGTERM or SIGINT, then shuts down gracefully (exit 0).
 // Exit status: 2 a bad flag value, 1 a failure to start (absl exits 1 on unknown flags).
 #include <pthread.h>
+#include <unistd.h>
 #include <signal.h>
 
 #include <cstdint>
@@ -18,7 +24,10 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "coordinator/coordinator_client.h"
+#include "coordinator/job_config.h"
 #include "server/server_process.h"
+#include "worker/job_setup.h"
 
 ABSL_FLAG(int, shard, -1, "This shard's index, in [0, --shards) (required).");
 ABSL_FLAG(int, shards, 0, "Number of shards S (required, >= 1).");
@@ -28,12 +37,38 @@ ABSL_FLAG(std::string, host, "127.0.0.1", "Address to listen on (gRPC and /metri
 ABSL_FLAG(int, port, 0, "gRPC port; 0 picks a free one.");
 ABSL_FLAG(int, metrics_port, 0, "Port of /metrics; 0 picks a free one.");
 ABSL_FLAG(std::string, address_file, "", "Where to write the bound addresses as JSON.");
+ABSL_FLAG(std::string, config, "", "Job config: shards, workers and n from it (flags win).");
+ABSL_FLAG(std::string, coordinator, "", "host:port of the coordinator: register and heartbeat.");
 ABSL_FLAG(int, retained_steps, 2, "Finished steps whose results are kept for retries (>= 2).");
 
 namespace {
 
 constexpr int kExitRuntime = 1;
 constexpr int kExitUsage = 2;
+
+// Registers the shard and starts its heartbeat session.
+absl::StatusOr<std::unique_ptr<onebit::CoordinatorSession>> JoinJob(
+    onebit::CoordinatorClient& client, int shard, const onebit::server::ServerProcess& process) {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  onebit::v1::RegisterRequest request;
+  request.set_role(onebit::v1::ROLE_SERVER);
+  request.set_instance_id(absl::StrCat(host, ":", getpid(), ":shard", shard));
+  request.set_address(process.grpc_address());
+  request.set_metrics_address(process.metrics_address());
+  request.set_requested_rank(shard);
+  absl::StatusOr<onebit::v1::RegisterResponse> reg = client.Register(request);
+  if (!reg.ok()) return reg.status();
+  if (reg->rank() != shard) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("asked to be shard ", shard, ", the coordinator assigned ", reg->rank()));
+  }
+  onebit::SessionOptions session;
+  session.role = onebit::v1::ROLE_SERVER;
+  session.rank = shard;
+  session.instance_id = request.instance_id();
+  return client.StartSession(session, [](const onebit::v1::JobEvent&) {});
+}
 
 int UsageError(const std::string& message) {
   std::cerr << "onebit-server: error: " << message << "\nRun with --help for the flags."
@@ -52,10 +87,20 @@ int main(int argc, char** argv) {
   options.shard.num_shards = absl::GetFlag(FLAGS_shards);
   options.shard.num_workers = absl::GetFlag(FLAGS_workers);
   options.shard.retained_steps = absl::GetFlag(FLAGS_retained_steps);
-  const int64_t n = absl::GetFlag(FLAGS_n);
+  int64_t n = absl::GetFlag(FLAGS_n);
+  if (!absl::GetFlag(FLAGS_config).empty()) {
+    absl::StatusOr<onebit::JobConfig> config = onebit::LoadJobConfig(absl::GetFlag(FLAGS_config));
+    if (!config.ok()) return UsageError(std::string(config.status().message()));
+    absl::StatusOr<size_t> count = onebit::WorkloadParameterCount(config->workload);
+    if (!count.ok()) return UsageError(std::string(count.status().message()));
+    if (options.shard.num_shards == 0) options.shard.num_shards = config->exchange.servers;
+    if (options.shard.num_workers == 0) options.shard.num_workers = config->workers;
+    if (n == 0) n = static_cast<int64_t>(*count);
+    if (options.metrics_port == 0) options.metrics_port = config->ports.metrics;
+  }
   options.host = absl::GetFlag(FLAGS_host);
   options.port = absl::GetFlag(FLAGS_port);
-  options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  if (absl::GetFlag(FLAGS_metrics_port) != 0) options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   options.address_file = absl::GetFlag(FLAGS_address_file);
   if (options.shard.num_shards < 1) return UsageError("--shards must be >= 1");
   if (options.shard.shard < 0 || options.shard.shard >= options.shard.num_shards) {
@@ -88,8 +133,26 @@ int main(int argc, char** argv) {
             << (*process)->grpc_address() << ", /metrics on " << (*process)->metrics_address()
             << std::endl;
 
+  std::unique_ptr<onebit::CoordinatorClient> client;
+  std::unique_ptr<onebit::CoordinatorSession> session;
+  if (!absl::GetFlag(FLAGS_coordinator).empty()) {
+    onebit::GrpcClientOptions client_options;
+    client_options.address = absl::GetFlag(FLAGS_coordinator);
+    auto made = onebit::NewGrpcCoordinatorClient(client_options);
+    auto joined = made.ok() ? JoinJob(**made, options.shard.shard, **process)
+                            : absl::StatusOr<std::unique_ptr<onebit::CoordinatorSession>>(made.status());
+    if (!joined.ok()) {
+      std::cerr << "onebit-server: cannot join the job: " << joined.status() << std::endl;
+      (*process)->Shutdown();
+      return kExitRuntime;
+    }
+    client = *std::move(made);
+    session = *std::move(joined);
+  }
+
   int signal = 0;
   sigwait(&signals, &signal);
+  if (session) (void)session->Stop();
   std::cerr << "onebit-server: signal " << signal << ", shutting down" << std::endl;
   (*process)->Shutdown();
   process->reset();

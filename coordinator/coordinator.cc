@@ -1,0 +1,393 @@
+#include "coordinator/coordinator.h"
+
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/log.h"
+
+namespace onebit {
+
+absl::StatusOr<StageMachineOptions> StageMachineOptionsFromConfig(const JobConfig& config) {
+  StageMachineOptions o;
+  o.world_size = config.workers;
+  o.lease_steps = config.lease_steps;
+  o.total_steps = config.steps;
+  if (config.optimizer.type == "Adam") {
+    o.policy = FreezePolicy::kNever;
+  } else if (config.freeze.mode == "static") {
+    o.policy = FreezePolicy::kStatic;
+  } else if (config.freeze.mode == "automatic") {
+    o.policy = FreezePolicy::kAutomatic;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "onebit.freeze.mode: must be static or automatic, got '", config.freeze.mode, "'"));
+  }
+  o.static_freeze_step = config.optimizer.freeze_step;
+  o.threshold = config.freeze.threshold;
+  o.reports_in_a_row = config.freeze.reports_in_a_row;
+  o.min_warmup = config.freeze.min_warmup;
+  o.max_warmup = config.freeze.max_warmup;
+  absl::Status status = ValidateStageMachineOptions(o);
+  if (!status.ok()) return status;
+  return o;
+}
+
+namespace {
+
+int NumServers(const JobConfig& config) {
+  return config.exchange.mode == "ps" ? config.exchange.servers : 0;
+}
+
+v1::FreezeMode FreezeModeOf(const StageMachineOptions& o) {
+  switch (o.policy) {
+    case FreezePolicy::kStatic:
+      return v1::FREEZE_MODE_STATIC;
+    case FreezePolicy::kAutomatic:
+      return v1::FREEZE_MODE_AUTOMATIC;
+    case FreezePolicy::kNever:
+      break;
+  }
+  return v1::FREEZE_MODE_UNSPECIFIED;
+}
+
+std::string FreezeText(int64_t freeze_step) {
+  return freeze_step < 0 ? std::string("no switch scheduled")
+                         : absl::StrCat("switch after step ", freeze_step);
+}
+
+}  // namespace
+
+bool Coordinator::Digest::operator==(const Digest& o) const {
+  return stage == o.stage && freeze_step == o.freeze_step && stop_after_step == o.stop_after_step &&
+         workers_registered == o.workers_registered && workers_alive == o.workers_alive &&
+         servers_registered == o.servers_registered && servers_alive == o.servers_alive;
+}
+
+absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(const CoordinatorOptions& options,
+                                                                 Clock* clock,
+                                                                 CoordinatorMetrics* metrics) {
+  if (clock == nullptr) return absl::InvalidArgumentError("clock is null");
+  absl::StatusOr<StageMachineOptions> sm_options = StageMachineOptionsFromConfig(options.config);
+  if (!sm_options.ok()) return sm_options.status();
+  if (options.config.exchange.mode == "ps" && options.config.exchange.servers < 1) {
+    return absl::InvalidArgumentError("onebit.exchange.servers: must be >= 1 in ps mode");
+  }
+  if (options.config.exchange.servers < 0) {
+    return absl::InvalidArgumentError("onebit.exchange.servers: must be >= 0");
+  }
+  if (options.heartbeat_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("heartbeat timeout must be positive");
+  }
+  absl::StatusOr<StageMachine> stage_machine = StageMachine::Create(*sm_options);
+  if (!stage_machine.ok()) return stage_machine.status();
+  return std::unique_ptr<Coordinator>(
+      new Coordinator(options, clock, metrics, *std::move(stage_machine)));
+}
+
+Coordinator::Coordinator(const CoordinatorOptions& options, Clock* clock,
+                         CoordinatorMetrics* metrics, StageMachine stage_machine)
+    : options_(options),
+      clock_(clock),
+      metrics_(metrics),
+      kv_(options.kv_limits),
+      stage_machine_(std::move(stage_machine)),
+      membership_(options.config.workers, NumServers(options.config), options.heartbeat_timeout) {
+  absl::MutexLock lock(&mu_);
+  const v1::JobStatus job = JobLocked();
+  digest_ = Digest{job.stage(),
+                   job.freeze_step(),
+                   job.stop_after_step(),
+                   job.workers_registered(),
+                   job.workers_alive(),
+                   job.servers_registered(),
+                   membership_.Alive(v1::ROLE_SERVER, clock_->Now())};
+  logged_freeze_step_ = stage_machine_.freeze_step();
+  LogLine(absl::StrCat("job ", options_.job_id, ": ", options_.config.workers, " workers, ",
+                       NumServers(options_.config), " servers, ", options_.config.steps, " steps, ",
+                       FreezeText(stage_machine_.freeze_step()),
+                       stage_machine_.freeze_reason().empty()
+                           ? ""
+                           : absl::StrCat(" (", stage_machine_.freeze_reason(), ")")));
+  if (metrics_ != nullptr) metrics_->SetJob(job, digest_.servers_alive);
+}
+
+v1::JobStatus Coordinator::JobLocked() const {
+  const absl::Time now = clock_->Now();
+  const StageMachine& sm = stage_machine_;
+  v1::JobStatus job;
+  job.set_job_id(options_.job_id);
+  job.set_stage(sm.Compresses(sm.max_reported_step()) ? v1::STAGE_COMPRESSION : v1::STAGE_WARMUP);
+  job.set_step(sm.max_reported_step());
+  job.set_freeze_step(sm.freeze_step());
+  job.set_freeze_mode(FreezeModeOf(sm.options()));
+  job.set_max_lease_step(sm.max_lease_step());
+  job.set_stop_after_step(sm.stop_after_step());
+  job.set_world_size(membership_.world_size());
+  job.set_workers_registered(membership_.Registered(v1::ROLE_WORKER));
+  job.set_num_servers(membership_.num_servers());
+  job.set_servers_registered(membership_.Registered(v1::ROLE_SERVER));
+  job.set_workers_alive(membership_.Alive(v1::ROLE_WORKER, now));
+  job.set_last_loss(last_loss_);
+  job.set_last_variance_change(last_variance_change_);
+  job.set_exchange_mode(options_.config.exchange.mode);
+  return job;
+}
+
+void Coordinator::ChangedLocked() {
+  const v1::JobStatus job = JobLocked();
+  const Digest digest{job.stage(),
+                      job.freeze_step(),
+                      job.stop_after_step(),
+                      job.workers_registered(),
+                      job.workers_alive(),
+                      job.servers_registered(),
+                      membership_.Alive(v1::ROLE_SERVER, clock_->Now())};
+  if (!(digest == digest_)) {
+    if (digest.workers_alive != digest_.workers_alive ||
+        digest.servers_alive != digest_.servers_alive) {
+      LogLine(absl::StrCat("alive: ", digest.workers_alive, "/", job.world_size(), " workers, ",
+                           digest.servers_alive, "/", job.num_servers(), " servers"));
+    }
+    if (digest.stage != digest_.stage && digest.stage == v1::STAGE_COMPRESSION) {
+      LogLine(absl::StrCat("step ", job.step(), ": compression stage"));
+    }
+    digest_ = digest;
+    ++version_;
+  }
+  if (stage_machine_.freeze_step() != logged_freeze_step_) {
+    logged_freeze_step_ = stage_machine_.freeze_step();
+    LogLine(logged_freeze_step_ < 0
+                ? std::string("freeze cancelled: no switch scheduled")
+                : absl::StrCat("switch to compression scheduled after step ", logged_freeze_step_,
+                               " (", stage_machine_.freeze_reason(), "); leases through ",
+                               stage_machine_.max_lease_step()));
+  }
+  if (metrics_ != nullptr) metrics_->SetJob(job, digest.servers_alive);
+}
+
+absl::Status Coordinator::CheckWorker(int rank) const {
+  if (rank < 0 || rank >= membership_.world_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " is out of range [0, ", membership_.world_size(), ")"));
+  }
+  if (!membership_.IsRegistered(v1::ROLE_WORKER, rank)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker rank ", rank, " is not registered; call Register first"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::RegisterResponse> Coordinator::Register(const v1::RegisterRequest& request) {
+  absl::MutexLock lock(&mu_);
+  const int before = membership_.Registered(request.role());
+  absl::StatusOr<int> rank = membership_.Register(request, clock_->Now());
+  if (!rank.ok()) return rank.status();
+  if (membership_.Registered(request.role()) != before) {
+    LogLine(absl::StrCat(RoleName(request.role()), " ", *rank, " registered: instance '",
+                         request.instance_id(), "'",
+                         request.address().empty() ? "" : absl::StrCat(" at ", request.address())));
+  }
+  ChangedLocked();
+  v1::RegisterResponse response;
+  response.set_rank(*rank);
+  response.set_world_size(membership_.world_size());
+  response.set_num_servers(membership_.num_servers());
+  response.set_job_id(options_.job_id);
+  return response;
+}
+
+absl::StatusOr<v1::KvSetResponse> Coordinator::KvSet(const v1::KvSetRequest& request) {
+  absl::Status status = kv_.Set(request.key(), request.value());
+  if (!status.ok()) return status;
+  if (metrics_ != nullptr) metrics_->SetKvKeys(kv_.size());
+  return v1::KvSetResponse();
+}
+
+absl::StatusOr<v1::KvGetResponse> Coordinator::KvGet(const v1::KvGetRequest& request) {
+  if (request.timeout_ms() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("timeout_ms must be >= 0, got ", request.timeout_ms()));
+  }
+  // With wait, 0 (proto3's "unset") means as long as the coordinator allows.
+  absl::Duration wait = absl::ZeroDuration();
+  if (request.wait()) {
+    wait = request.timeout_ms() == 0 ? kv_.limits().max_wait
+                                     : absl::Milliseconds(request.timeout_ms());
+  }
+  absl::StatusOr<std::optional<std::string>> value = kv_.Get(request.key(), wait);
+  if (!value.ok()) return value.status();
+  v1::KvGetResponse response;
+  response.set_found(value->has_value());
+  if (value->has_value()) response.set_value(**value);
+  return response;
+}
+
+absl::StatusOr<v1::LeaseResponse> Coordinator::Lease(const v1::LeaseRequest& request) {
+  absl::MutexLock lock(&mu_);
+  const absl::Time start = clock_->Now();
+  absl::Status status = CheckWorker(request.rank());
+  if (!status.ok()) return status;
+  absl::StatusOr<LeaseGrant> grant = stage_machine_.Lease(request.rank(), request.next_step());
+  if (!grant.ok()) return grant.status();
+  ChangedLocked();
+  if (metrics_ != nullptr) {
+    if (grant->through_step >= request.next_step()) metrics_->LeaseGranted();
+    metrics_->ObserveLease(absl::ToDoubleSeconds(clock_->Now() - start));
+  }
+  v1::LeaseResponse response;
+  response.set_through_step(grant->through_step);
+  response.set_freeze_step(grant->freeze_step);
+  response.set_stop_after_step(grant->stop_after_step);
+  return response;
+}
+
+absl::StatusOr<v1::StatsReportResponse> Coordinator::ReportStats(const v1::StatsReport& report) {
+  if (report.stage() != v1::STAGE_WARMUP && report.stage() != v1::STAGE_COMPRESSION) {
+    return absl::InvalidArgumentError("stage must be STAGE_WARMUP or STAGE_COMPRESSION");
+  }
+  if (report.step() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("step must be >= 0, got ", report.step()));
+  }
+  if (!(report.step_seconds() >= 0) || std::isinf(report.step_seconds())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step_seconds must be a finite number >= 0, got ", report.step_seconds()));
+  }
+  absl::MutexLock lock(&mu_);
+  absl::Status status = CheckWorker(report.rank());
+  if (!status.ok()) return status;
+  // A worker that disagrees about the stage of a step has a bug, and one that would break
+  // the collectives: say so rather than average its numbers in.
+  const bool compresses = stage_machine_.Compresses(report.step());
+  if (compresses != (report.stage() == v1::STAGE_COMPRESSION)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("rank ", report.rank(), " reports step ", report.step(), " in ",
+                     report.stage() == v1::STAGE_COMPRESSION ? "compression" : "warmup", " but ",
+                     FreezeText(stage_machine_.freeze_step())));
+  }
+  status = compresses ? stage_machine_.ReportProgress(report.rank(), report.step())
+                      : stage_machine_.ReportVarianceChange(report.rank(), report.step(),
+                                                            report.variance_change());
+  if (!status.ok()) return status;
+  membership_.NoteStep(v1::ROLE_WORKER, report.rank(), report.step());
+  if (report.step() >= last_loss_step_) {
+    last_loss_step_ = report.step();
+    last_loss_ = report.loss();
+  }
+  const bool measured = report.variance_change() >= 0 || std::isnan(report.variance_change());
+  if (!compresses && measured && report.step() >= last_variance_step_) {
+    last_variance_step_ = report.step();
+    last_variance_change_ = report.variance_change();
+  }
+  ChangedLocked();
+  return v1::StatsReportResponse();
+}
+
+absl::Status Coordinator::Heartbeat(const v1::Heartbeat& heartbeat) {
+  absl::MutexLock lock(&mu_);
+  absl::Status status =
+      membership_.CheckMember(heartbeat.role(), heartbeat.rank(), heartbeat.instance_id());
+  if (!status.ok()) return status;
+  if (heartbeat.role() == v1::ROLE_WORKER) {
+    status = stage_machine_.ReportProgress(heartbeat.rank(), heartbeat.step());
+    if (!status.ok()) return status;
+  }
+  status = membership_.Heartbeat(heartbeat, clock_->Now());
+  if (!status.ok()) return status;
+  ChangedLocked();
+  return absl::OkStatus();
+}
+
+uint64_t Coordinator::WaitForJobChange(uint64_t seen_version, absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto changed = [this, seen_version]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return shut_down_ || version_ != seen_version;
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&changed), timeout);
+  return version_;
+}
+
+absl::StatusOr<v1::JobStatus> Coordinator::GetJob(const v1::GetJobRequest&) {
+  absl::MutexLock lock(&mu_);
+  return JobLocked();
+}
+
+absl::StatusOr<v1::ListMembersResponse> Coordinator::ListMembers(const v1::ListMembersRequest&) {
+  absl::MutexLock lock(&mu_);
+  v1::ListMembersResponse response;
+  for (v1::Member& member : membership_.List(clock_->Now())) {
+    *response.add_members() = std::move(member);
+  }
+  return response;
+}
+
+v1::JobStatus Coordinator::AdminDoneLocked(const std::string& what) {
+  LogLine(absl::StrCat("operator: ", what, ": ", FreezeText(stage_machine_.freeze_step()),
+                       ", stop after step ", stage_machine_.stop_after_step(), ", leases through ",
+                       stage_machine_.max_lease_step()));
+  ChangedLocked();
+  return JobLocked();
+}
+
+absl::StatusOr<v1::JobStatus> Coordinator::Freeze(const v1::FreezeRequest& request) {
+  absl::MutexLock lock(&mu_);
+  absl::Status status;
+  std::string what;
+  switch (request.when_case()) {
+    case v1::FreezeRequest::kAtStep:
+      status = stage_machine_.FreezeAt(request.at_step());
+      what = absl::StrCat("freeze at step ", request.at_step());
+      break;
+    case v1::FreezeRequest::kNow:
+      if (!request.now()) return absl::InvalidArgumentError("now must be true when set");
+      status = stage_machine_.FreezeNow();
+      what = "freeze now";
+      break;
+    default:
+      return absl::InvalidArgumentError("set exactly one of at_step or now");
+  }
+  if (!status.ok()) return status;
+  return AdminDoneLocked(what);
+}
+
+absl::StatusOr<v1::JobStatus> Coordinator::DelayFreeze(const v1::DelayFreezeRequest& request) {
+  absl::MutexLock lock(&mu_);
+  absl::Status status = stage_machine_.DelayFreeze(request.to_step());
+  if (!status.ok()) return status;
+  return AdminDoneLocked(request.to_step() < 0
+                             ? std::string("cancel freeze")
+                             : absl::StrCat("delay freeze to step ", request.to_step()));
+}
+
+absl::StatusOr<v1::JobStatus> Coordinator::Stop(const v1::StopRequest& request) {
+  if (request.now() && request.after_step() > 0) {
+    return absl::InvalidArgumentError("set either now or after_step, not both");
+  }
+  // Stopping after step 0 only makes sense before any lease, where it is also what "as
+  // soon as is safe" means; so proto3's unset 0 is read as "as soon as is safe".
+  const bool asap = request.now() || request.after_step() <= 0;
+  absl::MutexLock lock(&mu_);
+  absl::Status status = stage_machine_.Stop(asap ? -1 : request.after_step());
+  if (!status.ok()) return status;
+  return AdminDoneLocked(asap ? std::string("stop as soon as safe")
+                              : absl::StrCat("stop after step ", request.after_step()));
+}
+
+void Coordinator::Tick() {
+  absl::MutexLock lock(&mu_);
+  ChangedLocked();
+}
+
+bool Coordinator::Finished() const {
+  absl::MutexLock lock(&mu_);
+  return membership_.Registered(v1::ROLE_WORKER) == membership_.world_size() &&
+         stage_machine_.Finished();
+}
+
+void Coordinator::Shutdown() {
+  kv_.Shutdown();
+  absl::MutexLock lock(&mu_);
+  shut_down_ = true;
+}
+
+}  // namespace onebit

@@ -1,0 +1,116 @@
+// The coordinator's state and the one implementation of CoordinatorHandler: membership, the
+// rendezvous store, the stage machine with its leases, stats, and the admin calls. No I/O
+// besides log lines; the clock is injected. Served by CoordinatorServer (gRPC, REST,
+// metrics); tests may also call it directly.
+//
+// Thread-safe. One mutex guards the job state (every call is short); the rendezvous store
+// has its own, so that waiting KvGets hold nothing the rest needs. Every call validates
+// its whole input before changing anything: an error leaves the state as it was.
+#ifndef ONEBIT_COORDINATOR_COORDINATOR_H_
+#define ONEBIT_COORDINATOR_COORDINATOR_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "coordinator/clock.h"
+#include "coordinator/coordinator_handler.h"
+#include "coordinator/job_config.h"
+#include "coordinator/kv_store.h"
+#include "coordinator/membership.h"
+#include "coordinator/metrics.h"
+#include "coordinator/stage_machine.h"
+
+namespace onebit {
+
+struct CoordinatorOptions {
+  JobConfig config;
+  std::string job_id = "onebit-job";
+  // A member is dead after this long without a heartbeat (registering counts as one).
+  absl::Duration heartbeat_timeout = absl::Seconds(10);
+  KvLimits kv_limits;
+};
+
+// The stage machine's options for a job config; INVALID_ARGUMENT names the config key.
+absl::StatusOr<StageMachineOptions> StageMachineOptionsFromConfig(const JobConfig& config);
+
+class Coordinator final : public CoordinatorHandler {
+ public:
+  // `clock` and `metrics` are not owned and must outlive the coordinator; metrics may be
+  // null. INVALID_ARGUMENT if the config does not make a job.
+  static absl::StatusOr<std::unique_ptr<Coordinator>> Create(const CoordinatorOptions& options,
+                                                             Clock* clock,
+                                                             CoordinatorMetrics* metrics);
+
+  absl::StatusOr<v1::RegisterResponse> Register(const v1::RegisterRequest& request) override;
+  absl::StatusOr<v1::KvSetResponse> KvSet(const v1::KvSetRequest& request) override;
+  absl::StatusOr<v1::KvGetResponse> KvGet(const v1::KvGetRequest& request) override;
+  absl::StatusOr<v1::LeaseResponse> Lease(const v1::LeaseRequest& request) override;
+  absl::StatusOr<v1::StatsReportResponse> ReportStats(const v1::StatsReport& report) override;
+  absl::Status Heartbeat(const v1::Heartbeat& heartbeat) override;
+  uint64_t WaitForJobChange(uint64_t seen_version, absl::Duration timeout) override;
+  absl::StatusOr<v1::JobStatus> GetJob(const v1::GetJobRequest& request) override;
+  absl::StatusOr<v1::ListMembersResponse> ListMembers(
+      const v1::ListMembersRequest& request) override;
+  absl::StatusOr<v1::JobStatus> Freeze(const v1::FreezeRequest& request) override;
+  absl::StatusOr<v1::JobStatus> DelayFreeze(const v1::DelayFreezeRequest& request) override;
+  absl::StatusOr<v1::JobStatus> Stop(const v1::StopRequest& request) override;
+
+  // Re-evaluates liveness against the clock (call it periodically): a member that went
+  // silent changes the job's version, so sessions hear of it.
+  void Tick() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Every worker registered and reported the job's last step: nothing is left to do.
+  bool Finished() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Wakes blocked KvGet and WaitForJobChange calls; they return at once from now on.
+  void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
+
+  const std::string& job_id() const { return options_.job_id; }
+
+ private:
+  // The parts of the status whose change is pushed to sessions.
+  struct Digest {
+    v1::Stage stage;
+    int64_t freeze_step, stop_after_step;
+    int workers_registered, workers_alive, servers_registered, servers_alive;
+    bool operator==(const Digest& o) const;
+  };
+
+  Coordinator(const CoordinatorOptions& options, Clock* clock, CoordinatorMetrics* metrics,
+              StageMachine stage_machine);
+
+  absl::Status CheckWorker(int rank) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::JobStatus JobLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After every change: bump the version if sessions should hear of it, log what moved,
+  // refresh the gauges.
+  void ChangedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // An admin call that changed the stage machine: log and answer with the new status.
+  v1::JobStatus AdminDoneLocked(const std::string& what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const CoordinatorOptions options_;
+  Clock* const clock_;
+  CoordinatorMetrics* const metrics_;  // may be null
+  KvStore kv_;
+
+  mutable absl::Mutex mu_;
+  StageMachine stage_machine_ ABSL_GUARDED_BY(mu_);
+  Membership membership_ ABSL_GUARDED_BY(mu_);
+  double last_loss_ ABSL_GUARDED_BY(mu_) = 0.0;
+  int64_t last_loss_step_ ABSL_GUARDED_BY(mu_) = -1;
+  double last_variance_change_ ABSL_GUARDED_BY(mu_) = -1.0;
+  int64_t last_variance_step_ ABSL_GUARDED_BY(mu_) = -1;
+  uint64_t version_ ABSL_GUARDED_BY(mu_) = 1;
+  Digest digest_ ABSL_GUARDED_BY(mu_);
+  int64_t logged_freeze_step_ ABSL_GUARDED_BY(mu_) = -1;
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace onebit
+
+#endif  // ONEBIT_COORDINATOR_COORDINATOR_H_

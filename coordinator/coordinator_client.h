@@ -1,0 +1,107 @@
+// The client side of the coordinator, for workers, servers, onebitctl and launchers.
+//
+// CoordinatorClient mirrors the onebit.v1.Coordinator service call for call, over the same
+// messages (proto/onebit/v1/coordinator.proto documents every field), with absl::Status
+// errors carrying the coordinator's codes and messages unchanged:
+//   INVALID_ARGUMENT     the request is malformed (fix the caller)
+//   FAILED_PRECONDITION  the job is not in a state that allows it (e.g. not registered,
+//                        a freeze step that is already leased); the message says why
+//   ALREADY_EXISTS       a rendezvous key was already set to another value
+//   RESOURCE_EXHAUSTED   no free rank, or the rendezvous store is full
+//   DEADLINE_EXCEEDED    a waiting KvGet timed out, or the call's deadline passed
+//   UNAVAILABLE          the coordinator cannot be reached (after retries, see below)
+//
+// Two implementations: NewGrpcCoordinatorClient (here) and an in-process one over a
+// CoordinatorHandler (inprocess_client.h), for tests that need no network.
+#ifndef ONEBIT_COORDINATOR_COORDINATOR_CLIENT_H_
+#define ONEBIT_COORDINATOR_COORDINATOR_CLIENT_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "onebit/v1/coordinator.pb.h"
+
+namespace onebit {
+
+// Who a session speaks for, and how often.
+struct SessionOptions {
+  v1::Role role = v1::ROLE_WORKER;
+  int rank = 0;             // as Register assigned it
+  std::string instance_id;  // as given to Register
+  // Heartbeats go this often (the first at once); the coordinator declares a member dead
+  // after its own timeout (onebit-coordinator --heartbeat_timeout) without one.
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+};
+
+// Called with every JobEvent: once after the first heartbeat, then whenever the job
+// changes (stage, freeze or stop step, membership, liveness). Runs on the session's own
+// thread, one call at a time; it must not call Stop() on its session.
+using JobEventCallback = std::function<void(const v1::JobEvent& event)>;
+
+// A live session: heartbeats in the background, reconnecting (with backoff) when the
+// coordinator is unreachable. Thread-safe. Destroying it stops it.
+class CoordinatorSession {
+ public:
+  virtual ~CoordinatorSession() = default;
+  // The last completed step, sent with every heartbeat from now on.
+  virtual void SetStep(int64_t step) = 0;
+  // Ends the session and joins its threads. Returns the error that ended the session
+  // before, if one did, else OK. Idempotent.
+  virtual absl::Status Stop() = 0;
+  // OK while the session runs (or reconnects); the error that ended it otherwise (e.g.
+  // FAILED_PRECONDITION when the coordinator does not know this member).
+  virtual absl::Status status() const = 0;
+};
+
+// Thread-safe: any number of calls may run at once.
+class CoordinatorClient {
+ public:
+  virtual ~CoordinatorClient() = default;
+
+  // ---- for the processes of a job; all idempotent, so retried when UNAVAILABLE ----
+  // The same instance_id gets the same rank again.
+  virtual absl::StatusOr<v1::RegisterResponse> Register(const v1::RegisterRequest& request) = 0;
+  // Keys are written once; the same value again is OK, another is ALREADY_EXISTS.
+  virtual absl::StatusOr<v1::KvSetResponse> KvSet(const v1::KvSetRequest& request) = 0;
+  // With wait, blocks until the key is set or timeout_ms passes (0: the coordinator's
+  // bound, 30 s by default); the call's deadline is extended by the wait.
+  virtual absl::StatusOr<v1::KvGetResponse> KvGet(const v1::KvGetRequest& request) = 0;
+  virtual absl::StatusOr<v1::LeaseResponse> Lease(const v1::LeaseRequest& request) = 0;
+  // A repeated (rank, step) report is harmless.
+  virtual absl::StatusOr<v1::StatsReportResponse> ReportStats(const v1::StatsReport& report) = 0;
+  virtual absl::StatusOr<std::unique_ptr<CoordinatorSession>> StartSession(
+      const SessionOptions& options, JobEventCallback on_event) = 0;
+
+  // ---- admin; GetJob and ListMembers are retried, the others are not ----
+  virtual absl::StatusOr<v1::JobStatus> GetJob(const v1::GetJobRequest& request) = 0;
+  virtual absl::StatusOr<v1::ListMembersResponse> ListMembers(
+      const v1::ListMembersRequest& request) = 0;
+  virtual absl::StatusOr<v1::JobStatus> Freeze(const v1::FreezeRequest& request) = 0;
+  virtual absl::StatusOr<v1::JobStatus> DelayFreeze(const v1::DelayFreezeRequest& request) = 0;
+  virtual absl::StatusOr<v1::JobStatus> Stop(const v1::StopRequest& request) = 0;
+};
+
+struct GrpcClientOptions {
+  std::string address;  // host:port of the coordinator's gRPC service
+  // The deadline of every call (a waiting KvGet gets its wait on top).
+  absl::Duration rpc_timeout = absl::Seconds(10);
+  // Idempotent calls that fail with UNAVAILABLE are tried this many times in all, with
+  // exponential backoff between tries.
+  int max_attempts = 6;
+  absl::Duration initial_backoff = absl::Milliseconds(50);
+  absl::Duration max_backoff = absl::Seconds(2);
+};
+
+// A client over gRPC (insecure channel). INVALID_ARGUMENT for an empty address or bad
+// options; the connection itself is made lazily, by the first call.
+absl::StatusOr<std::unique_ptr<CoordinatorClient>> NewGrpcCoordinatorClient(
+    const GrpcClientOptions& options);
+
+}  // namespace onebit
+
+#endif  // ONEBIT_COORDINATOR_COORDINATOR_CLIENT_H_

@@ -1,0 +1,106 @@
+#include "coordinator/coordinator_server.h"
+
+#include <chrono>
+#include <exception>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/log.h"
+#include "grpcpp/grpcpp.h"
+#include "prometheus/exposer.h"
+
+namespace onebit {
+namespace {
+
+// host:port, with an IPv6 literal in brackets.
+std::string JoinHostPort(const std::string& host, int port) {
+  return host.find(':') != std::string::npos ? absl::StrCat("[", host, "]:", port)
+                                             : absl::StrCat(host, ":", port);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
+    const CoordinatorOptions& options, const CoordinatorServerOptions& server_options,
+    Clock* clock) {
+  std::unique_ptr<CoordinatorServer> s(new CoordinatorServer());
+  s->metrics_ = std::make_unique<CoordinatorMetrics>();
+  absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
+      Coordinator::Create(options, clock, s->metrics_.get());
+  if (!coordinator.ok()) return coordinator.status();
+  s->coordinator_ = *std::move(coordinator);
+  const std::string& host = server_options.host;
+
+  s->service_ = std::make_unique<CoordinatorGrpcService>(s->coordinator_.get(), s->metrics_.get());
+  grpc::ServerBuilder builder;
+  int grpc_port = 0;
+  builder.AddListeningPort(JoinHostPort(host, server_options.grpc_port),
+                           grpc::InsecureServerCredentials(), &grpc_port);
+  // gRPC sets SO_REUSEPORT by default, which would let a second coordinator "bind" a port
+  // that is already in use.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.RegisterService(s->service_.get());
+  s->grpc_server_ = builder.BuildAndStart();
+  if (s->grpc_server_ == nullptr || grpc_port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("gRPC: cannot bind ", JoinHostPort(host, server_options.grpc_port)));
+  }
+  s->addresses_.grpc = JoinHostPort(host, grpc_port);
+
+  s->rest_ = std::make_unique<RestMirror>(s->coordinator_.get(), s->metrics_.get());
+  absl::Status rest = s->rest_->Start(host, server_options.rest_port);
+  if (!rest.ok()) return rest;
+  s->addresses_.rest = JoinHostPort(host, s->rest_->port());
+
+  if (server_options.metrics_port >= 0) {
+    try {
+      s->exposer_ = std::make_unique<prometheus::Exposer>(
+          JoinHostPort(host, server_options.metrics_port), /*num_threads=*/1);
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(absl::StrCat("metrics: cannot bind ",
+                                                 JoinHostPort(host, server_options.metrics_port),
+                                                 ": ", e.what()));
+    }
+    s->exposer_->RegisterCollectable(s->metrics_->registry());
+    const std::vector<int> ports = s->exposer_->GetListeningPorts();
+    if (ports.empty()) {
+      return absl::UnavailableError(
+          absl::StrCat("metrics: cannot bind ", JoinHostPort(host, server_options.metrics_port)));
+    }
+    s->addresses_.metrics = JoinHostPort(host, ports.front());
+  }
+
+  s->ticker_ = std::thread([server = s.get(), tick = server_options.tick] {
+    while (!server->stop_ticker_.WaitForNotificationWithTimeout(tick)) {
+      server->coordinator_->Tick();
+    }
+  });
+  LogLine(absl::StrCat("serving gRPC on ", s->addresses_.grpc, ", REST on ", s->addresses_.rest,
+                       s->addresses_.metrics.empty()
+                           ? std::string()
+                           : absl::StrCat(", metrics on ", s->addresses_.metrics)));
+  return s;
+}
+
+CoordinatorServer::~CoordinatorServer() { Shutdown(); }
+
+void CoordinatorServer::Shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  // Sessions first (their loops would otherwise spin on a shut-down coordinator), then
+  // the waits, then the servers, which now have nothing long-running to wait for.
+  if (service_ != nullptr) service_->Shutdown();
+  if (coordinator_ != nullptr) coordinator_->Shutdown();
+  if (rest_ != nullptr) rest_->Stop();
+  if (grpc_server_ != nullptr) {
+    grpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    grpc_server_->Wait();
+  }
+  if (ticker_.joinable()) {
+    stop_ticker_.Notify();
+    ticker_.join();
+  }
+  exposer_.reset();
+}
+
+}  // namespace onebit

@@ -1,0 +1,79 @@
+// A running coordinator: the Coordinator behind a gRPC server, the REST mirror and the
+// Prometheus /metrics endpoint, each on its own port, plus a ticker that re-evaluates
+// liveness. What onebit-coordinator runs, and what tests start in-process.
+//
+// Start and Shutdown from one thread; the accessors are thread-safe.
+#ifndef ONEBIT_COORDINATOR_COORDINATOR_SERVER_H_
+#define ONEBIT_COORDINATOR_COORDINATOR_SERVER_H_
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "coordinator/address_file.h"
+#include "coordinator/clock.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/grpc_service.h"
+#include "coordinator/metrics.h"
+#include "coordinator/rest_mirror.h"
+
+namespace grpc {
+class Server;
+}  // namespace grpc
+
+namespace prometheus {
+class Exposer;
+}  // namespace prometheus
+
+namespace onebit {
+
+struct CoordinatorServerOptions {
+  std::string host = "127.0.0.1";
+  int grpc_port = 0;     // 0: any free port
+  int rest_port = 0;     // 0: any free port
+  int metrics_port = 0;  // 0: any free port; < 0: no /metrics endpoint
+  // How often liveness is re-evaluated.
+  absl::Duration tick = absl::Milliseconds(200);
+};
+
+class CoordinatorServer {
+ public:
+  // Creates the coordinator and serves it. INVALID_ARGUMENT for a config that does not make
+  // a job; UNAVAILABLE naming the port that could not be bound. `clock` must outlive the
+  // server.
+  static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(
+      const CoordinatorOptions& options, const CoordinatorServerOptions& server_options,
+      Clock* clock = Clock::Real());
+
+  ~CoordinatorServer();  // Shutdown()
+
+  // Ends sessions, wakes waiting calls, stops every server. Idempotent.
+  void Shutdown();
+
+  const CoordinatorAddresses& addresses() const { return addresses_; }
+  const std::string& grpc_address() const { return addresses_.grpc; }
+  const std::string& rest_address() const { return addresses_.rest; }
+  Coordinator* coordinator() const { return coordinator_.get(); }
+  CoordinatorMetrics* metrics() const { return metrics_.get(); }
+
+ private:
+  CoordinatorServer() = default;
+
+  std::unique_ptr<CoordinatorMetrics> metrics_;
+  std::unique_ptr<Coordinator> coordinator_;
+  std::unique_ptr<CoordinatorGrpcService> service_;
+  std::unique_ptr<grpc::Server> grpc_server_;
+  std::unique_ptr<RestMirror> rest_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  absl::Notification stop_ticker_;
+  std::thread ticker_;
+  CoordinatorAddresses addresses_;
+  bool shut_down_ = false;
+};
+
+}  // namespace onebit
+
+#endif  // ONEBIT_COORDINATOR_COORDINATOR_SERVER_H_

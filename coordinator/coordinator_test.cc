@@ -1,0 +1,297 @@
+// The handler implementation without any transport: a fake clock, direct calls.
+#include "coordinator/coordinator.h"
+
+#include <memory>
+#include <string>
+
+#include "coordinator/clock.h"
+#include "coordinator/proto_json.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace onebit {
+namespace {
+
+using ::testing::HasSubstr;
+
+JobConfig SmallJob() {
+  JobConfig config;
+  config.workers = 2;
+  config.steps = 100;
+  config.lease_steps = 10;
+  config.optimizer.freeze_step = 30;
+  config.exchange.mode = "ps";
+  config.exchange.servers = 1;
+  return config;
+}
+
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Make(SmallJob()); }
+
+  void Make(const JobConfig& config) {
+    CoordinatorOptions options;
+    options.config = config;
+    options.job_id = "job-1";
+    options.heartbeat_timeout = absl::Seconds(5);
+    absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Create(options, &clock_, nullptr);
+    ASSERT_TRUE(c.ok()) << c.status();
+    coordinator_ = *std::move(c);
+  }
+
+  int RegisterWorker(const std::string& id) {
+    v1::RegisterRequest r;
+    r.set_role(v1::ROLE_WORKER);
+    r.set_instance_id(id);
+    r.set_requested_rank(-1);
+    absl::StatusOr<v1::RegisterResponse> response = coordinator_->Register(r);
+    EXPECT_TRUE(response.ok()) << response.status();
+    return response.ok() ? response->rank() : -1;
+  }
+
+  absl::StatusOr<v1::LeaseResponse> Lease(int rank, int64_t next) {
+    v1::LeaseRequest r;
+    r.set_rank(rank);
+    r.set_next_step(next);
+    return coordinator_->Lease(r);
+  }
+
+  v1::StatsReport Stats(int rank, int64_t step, v1::Stage stage, double vc = -1) {
+    v1::StatsReport r;
+    r.set_rank(rank);
+    r.set_step(step);
+    r.set_stage(stage);
+    r.set_loss(0.5);
+    r.set_variance_change(vc);
+    r.set_step_seconds(0.01);
+    return r;
+  }
+
+  std::string JobJson() { return ToJson(*coordinator_->GetJob(v1::GetJobRequest())); }
+
+  FakeClock clock_;
+  std::unique_ptr<Coordinator> coordinator_;
+};
+
+TEST_F(CoordinatorTest, BadConfigsNameTheKey) {
+  CoordinatorOptions options;
+  options.config = SmallJob();
+  options.config.lease_steps = 0;
+  absl::Status s = Coordinator::Create(options, &clock_, nullptr).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("onebit.lease_steps"));
+  options.config = SmallJob();
+  options.config.freeze.mode = "sometimes";
+  EXPECT_THAT(Coordinator::Create(options, &clock_, nullptr).status().message(),
+              HasSubstr("onebit.freeze.mode"));
+  options.config = SmallJob();
+  options.config.exchange.servers = 0;
+  EXPECT_THAT(Coordinator::Create(options, &clock_, nullptr).status().message(),
+              HasSubstr("onebit.exchange.servers"));
+}
+
+TEST_F(CoordinatorTest, RegisterAnswersTheJobShape) {
+  v1::RegisterRequest r;
+  r.set_role(v1::ROLE_SERVER);
+  r.set_instance_id("s");
+  r.set_requested_rank(0);
+  absl::StatusOr<v1::RegisterResponse> response = coordinator_->Register(r);
+  ASSERT_TRUE(response.ok());
+  EXPECT_EQ(response->rank(), 0);
+  EXPECT_EQ(response->world_size(), 2);
+  EXPECT_EQ(response->num_servers(), 1);
+  EXPECT_EQ(response->job_id(), "job-1");
+  v1::JobStatus job = *coordinator_->GetJob(v1::GetJobRequest());
+  EXPECT_EQ(job.servers_registered(), 1);
+  EXPECT_EQ(job.workers_registered(), 0);
+  EXPECT_EQ(job.freeze_step(), 30);
+  EXPECT_EQ(job.freeze_mode(), v1::FREEZE_MODE_STATIC);
+  EXPECT_EQ(job.stop_after_step(), 100);
+  EXPECT_EQ(job.exchange_mode(), "ps");
+  EXPECT_EQ(job.stage(), v1::STAGE_WARMUP);
+}
+
+TEST_F(CoordinatorTest, LeasesNeedARegisteredWorker) {
+  EXPECT_EQ(Lease(0, 1).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Lease(2, 1).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Lease(-1, 1).status().code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_EQ(RegisterWorker("w0"), 0);
+  absl::StatusOr<v1::LeaseResponse> lease = Lease(0, 1);
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  EXPECT_EQ(lease->through_step(), 10);
+  EXPECT_EQ(lease->freeze_step(), 30);
+  EXPECT_EQ(lease->stop_after_step(), 100);
+}
+
+TEST_F(CoordinatorTest, StatsMustAgreeOnTheStage) {
+  ASSERT_EQ(RegisterWorker("w0"), 0);
+  ASSERT_TRUE(Lease(0, 1).ok());
+  ASSERT_TRUE(Lease(0, 11).ok());
+  ASSERT_TRUE(Lease(0, 21).ok());
+  ASSERT_TRUE(Lease(0, 31).ok());
+  EXPECT_TRUE(coordinator_->ReportStats(Stats(0, 30, v1::STAGE_WARMUP, 0.2)).ok());
+  absl::Status wrong = coordinator_->ReportStats(Stats(0, 31, v1::STAGE_WARMUP)).status();
+  EXPECT_EQ(wrong.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(wrong.message(), HasSubstr("switch after step 30"));
+  EXPECT_TRUE(coordinator_->ReportStats(Stats(0, 31, v1::STAGE_COMPRESSION)).ok());
+  v1::JobStatus job = *coordinator_->GetJob(v1::GetJobRequest());
+  EXPECT_EQ(job.stage(), v1::STAGE_COMPRESSION);
+  EXPECT_EQ(job.step(), 31);
+  EXPECT_DOUBLE_EQ(job.last_loss(), 0.5);
+  EXPECT_DOUBLE_EQ(job.last_variance_change(), 0.2);
+}
+
+TEST_F(CoordinatorTest, BadInputsChangeNothing) {
+  ASSERT_EQ(RegisterWorker("w0"), 0);
+  ASSERT_TRUE(Lease(0, 1).ok());
+  const std::string before = JobJson();
+  const std::string members_before = ToJson(*coordinator_->ListMembers({}));
+
+  v1::RegisterRequest bad_register;
+  bad_register.set_instance_id("x");
+  EXPECT_EQ(coordinator_->Register(bad_register).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Lease(0, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Lease(0, 50).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(coordinator_->ReportStats(Stats(0, 5, v1::STAGE_UNSPECIFIED)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(coordinator_->ReportStats(Stats(0, -5, v1::STAGE_WARMUP)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(coordinator_->ReportStats(Stats(0, 11, v1::STAGE_WARMUP)).status().code(),
+            absl::StatusCode::kFailedPrecondition);  // beyond its lease
+  v1::StatsReport negative_time = Stats(0, 5, v1::STAGE_WARMUP);
+  negative_time.set_step_seconds(-1);
+  EXPECT_EQ(coordinator_->ReportStats(negative_time).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(coordinator_->ReportStats(Stats(1, 5, v1::STAGE_WARMUP)).status().code(),
+            absl::StatusCode::kFailedPrecondition);  // not registered
+  v1::Heartbeat hb;
+  hb.set_role(v1::ROLE_WORKER);
+  hb.set_rank(0);
+  hb.set_instance_id("someone else");
+  EXPECT_EQ(coordinator_->Heartbeat(hb).code(), absl::StatusCode::kFailedPrecondition);
+  hb.set_instance_id("w0");
+  hb.set_step(11);
+  EXPECT_EQ(coordinator_->Heartbeat(hb).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(coordinator_->Freeze(v1::FreezeRequest()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  v1::FreezeRequest now_false;
+  now_false.set_now(false);
+  EXPECT_EQ(coordinator_->Freeze(now_false).status().code(), absl::StatusCode::kInvalidArgument);
+  v1::FreezeRequest too_early;
+  too_early.set_at_step(5);
+  absl::Status early = coordinator_->Freeze(too_early).status();
+  EXPECT_EQ(early.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(early.message(), HasSubstr("earliest freeze step is 10"));
+  v1::DelayFreezeRequest earlier;
+  earlier.set_to_step(20);
+  EXPECT_EQ(coordinator_->DelayFreeze(earlier).status().code(), absl::StatusCode::kInvalidArgument);
+  v1::StopRequest both;
+  both.set_now(true);
+  both.set_after_step(50);
+  EXPECT_EQ(coordinator_->Stop(both).status().code(), absl::StatusCode::kInvalidArgument);
+  v1::StopRequest too_soon;
+  too_soon.set_after_step(5);
+  EXPECT_EQ(coordinator_->Stop(too_soon).status().code(), absl::StatusCode::kFailedPrecondition);
+  v1::KvGetRequest negative_timeout;
+  negative_timeout.set_key("k");
+  negative_timeout.set_wait(true);
+  negative_timeout.set_timeout_ms(-1);
+  EXPECT_EQ(coordinator_->KvGet(negative_timeout).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  EXPECT_EQ(JobJson(), before);
+  EXPECT_EQ(ToJson(*coordinator_->ListMembers({})), members_before);
+}
+
+TEST_F(CoordinatorTest, KvThroughTheHandler) {
+  v1::KvSetRequest set;
+  set.set_key("nccl/id");
+  set.set_value(std::string(128, '\x7f'));
+  ASSERT_TRUE(coordinator_->KvSet(set).ok());
+  v1::KvGetRequest get;
+  get.set_key("nccl/id");
+  absl::StatusOr<v1::KvGetResponse> got = coordinator_->KvGet(get);
+  ASSERT_TRUE(got.ok());
+  EXPECT_TRUE(got->found());
+  EXPECT_EQ(got->value(), set.value());
+  get.set_key("missing");
+  EXPECT_FALSE(coordinator_->KvGet(get)->found());
+  get.set_wait(true);
+  get.set_timeout_ms(20);
+  EXPECT_EQ(coordinator_->KvGet(get).status().code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST_F(CoordinatorTest, LivenessFollowsTheClockAndChangesTheVersion) {
+  ASSERT_EQ(RegisterWorker("w0"), 0);
+  ASSERT_EQ(RegisterWorker("w1"), 1);
+  const uint64_t v0 = coordinator_->WaitForJobChange(0, absl::ZeroDuration());
+  EXPECT_EQ(coordinator_->GetJob({})->workers_alive(), 2);
+  clock_.Advance(absl::Seconds(3));
+  v1::Heartbeat hb;
+  hb.set_role(v1::ROLE_WORKER);
+  hb.set_rank(0);
+  hb.set_instance_id("w0");
+  ASSERT_TRUE(coordinator_->Heartbeat(hb).ok());
+  EXPECT_EQ(coordinator_->WaitForJobChange(v0, absl::ZeroDuration()), v0);  // nothing to push
+  clock_.Advance(absl::Seconds(3));
+  coordinator_->Tick();
+  EXPECT_EQ(coordinator_->GetJob({})->workers_alive(), 1);
+  const uint64_t v1 = coordinator_->WaitForJobChange(v0, absl::ZeroDuration());
+  EXPECT_NE(v1, v0);
+  const v1::ListMembersResponse list = *coordinator_->ListMembers({});
+  const auto& members = list.members();
+  ASSERT_EQ(members.size(), 2);
+  EXPECT_TRUE(members[0].alive());
+  EXPECT_FALSE(members[1].alive());
+}
+
+TEST_F(CoordinatorTest, AdminChangesArePushedAndAnswerTheNewStatus) {
+  ASSERT_EQ(RegisterWorker("w0"), 0);
+  const uint64_t v0 = coordinator_->WaitForJobChange(0, absl::ZeroDuration());
+  v1::FreezeRequest now;
+  now.set_now(true);
+  absl::StatusOr<v1::JobStatus> job = coordinator_->Freeze(now);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->freeze_step(), 0);
+  EXPECT_NE(coordinator_->WaitForJobChange(v0, absl::ZeroDuration()), v0);
+  v1::DelayFreezeRequest delay;
+  delay.set_to_step(40);
+  EXPECT_EQ(coordinator_->DelayFreeze(delay)->freeze_step(), 40);
+  v1::StopRequest stop;  // empty: as soon as safe
+  EXPECT_EQ(coordinator_->Stop(stop)->stop_after_step(), 0);
+}
+
+TEST_F(CoordinatorTest, FinishedOnceEveryWorkerReportedTheLastStep) {
+  JobConfig config = SmallJob();
+  config.steps = 5;
+  Make(config);
+  ASSERT_EQ(RegisterWorker("w0"), 0);
+  ASSERT_TRUE(Lease(0, 1).ok());
+  ASSERT_TRUE(coordinator_->ReportStats(Stats(0, 5, v1::STAGE_WARMUP)).ok());
+  EXPECT_FALSE(coordinator_->Finished());  // rank 1 never registered
+  ASSERT_EQ(RegisterWorker("w1"), 1);
+  ASSERT_TRUE(Lease(1, 1).ok());
+  v1::Heartbeat hb;
+  hb.set_role(v1::ROLE_WORKER);
+  hb.set_rank(1);
+  hb.set_instance_id("w1");
+  hb.set_step(5);
+  ASSERT_TRUE(coordinator_->Heartbeat(hb).ok());
+  EXPECT_TRUE(coordinator_->Finished());
+}
+
+TEST_F(CoordinatorTest, AdamJobsReportNoFreezeMode) {
+  JobConfig config = SmallJob();
+  config.optimizer.type = "Adam";
+  Make(config);
+  v1::JobStatus job = *coordinator_->GetJob({});
+  EXPECT_EQ(job.freeze_mode(), v1::FREEZE_MODE_UNSPECIFIED);
+  EXPECT_EQ(job.freeze_step(), -1);
+  v1::FreezeRequest now;
+  now.set_now(true);
+  EXPECT_THAT(coordinator_->Freeze(now).status().message(), HasSubstr("Adam"));
+}
+
+}  // namespace
+}  // namespace onebit

@@ -1,0 +1,277 @@
+// CoordinatorClient over gRPC: deadlines on every call, retries with backoff for the
+// idempotent ones, and sessions on a background thread that reconnect.
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <thread>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/random/random.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "coordinator/coordinator_client.h"
+#include "coordinator/grpc_status.h"
+#include "grpcpp/grpcpp.h"
+#include "onebit/v1/coordinator.grpc.pb.h"
+
+namespace onebit {
+namespace {
+
+using Stub = v1::Coordinator::Stub;
+
+// How long a waiting KvGet may take when it names no timeout (the coordinator's own bound
+// is shorter by default; this only sizes the call's deadline).
+constexpr absl::Duration kDefaultKvWait = absl::Seconds(30);
+
+absl::Duration Jittered(absl::Duration d) {
+  static absl::Mutex mu(absl::kConstInit);
+  static absl::BitGen* gen = new absl::BitGen();
+  absl::MutexLock lock(&mu);
+  return d * absl::Uniform(*gen, 0.8, 1.2);
+}
+
+class GrpcSession final : public CoordinatorSession {
+ public:
+  GrpcSession(std::shared_ptr<Stub> stub, const GrpcClientOptions& client_options,
+              const SessionOptions& options, JobEventCallback on_event)
+      : stub_(std::move(stub)),
+        client_options_(client_options),
+        options_(options),
+        on_event_(std::move(on_event)) {}
+
+  ~GrpcSession() override { Stop().IgnoreError(); }
+
+  void Start() {
+    thread_ = std::thread([this] { Run(); });
+  }
+
+  void SetStep(int64_t step) override { step_.store(step); }
+
+  absl::Status Stop() override {
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+      if (context_ != nullptr) context_->TryCancel();
+    }
+    if (thread_.joinable()) thread_.join();
+    absl::MutexLock lock(&mu_);
+    return status_;
+  }
+
+  absl::Status status() const override {
+    absl::MutexLock lock(&mu_);
+    return status_;
+  }
+
+ private:
+  void Run();
+  // One stream, from connect to finish.
+  grpc::Status RunStream();
+
+  const std::shared_ptr<Stub> stub_;
+  const GrpcClientOptions client_options_;
+  const SessionOptions options_;
+  const JobEventCallback on_event_;
+  std::atomic<int64_t> step_{0};
+  std::thread thread_;
+
+  mutable absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;  // the current stream's
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+  bool got_event_ = false;  // on the current stream; only the session thread touches it
+};
+
+grpc::Status GrpcSession::RunStream() {
+  grpc::ClientContext context;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return grpc::Status::CANCELLED;
+    context_ = &context;
+  }
+  std::unique_ptr<grpc::ClientReaderWriter<v1::Heartbeat, v1::JobEvent>> stream =
+      stub_->Session(&context);
+  bool stream_over = false;  // guarded by mu_; tells the writer to quit
+  std::thread writer([&] {
+    v1::Heartbeat heartbeat;
+    heartbeat.set_role(options_.role);
+    heartbeat.set_rank(options_.rank);
+    heartbeat.set_instance_id(options_.instance_id);
+    while (true) {
+      heartbeat.set_step(step_.load());
+      if (!stream->Write(heartbeat)) return;
+      absl::MutexLock lock(&mu_);
+      auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || stream_over; };
+      if (mu_.AwaitWithTimeout(absl::Condition(&done), options_.heartbeat_interval)) return;
+    }
+  });
+  v1::JobEvent event;
+  got_event_ = false;
+  while (stream->Read(&event)) {
+    got_event_ = true;
+    if (on_event_) on_event_(event);
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    stream_over = true;
+  }
+  // Reads are over, so the call is over: a Write still in flight fails promptly.
+  writer.join();
+  grpc::Status status = stream->Finish();
+  absl::MutexLock lock(&mu_);
+  context_ = nullptr;
+  return status;
+}
+
+void GrpcSession::Run() {
+  absl::Duration backoff = client_options_.initial_backoff;
+  while (true) {
+    const grpc::Status status = RunStream();
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    // The coordinator went away or restarts, or the session was cut: connect again. Any
+    // other error is an answer about this member (not registered, wrong id): final.
+    const grpc::StatusCode code = status.error_code();
+    if (!status.ok() && code != grpc::StatusCode::UNAVAILABLE &&
+        code != grpc::StatusCode::CANCELLED && code != grpc::StatusCode::DEADLINE_EXCEEDED) {
+      status_ = FromGrpcStatus(status);
+      return;
+    }
+    if (got_event_) backoff = client_options_.initial_backoff;
+    auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
+    if (mu_.AwaitWithTimeout(absl::Condition(&stopping), Jittered(backoff))) return;
+    backoff = std::min(backoff * 2, client_options_.max_backoff);
+  }
+}
+
+class GrpcCoordinatorClient final : public CoordinatorClient {
+ public:
+  GrpcCoordinatorClient(const GrpcClientOptions& options, std::shared_ptr<Stub> stub)
+      : options_(options), stub_(std::move(stub)) {}
+
+  absl::StatusOr<v1::RegisterResponse> Register(const v1::RegisterRequest& request) override {
+    return Call<v1::RegisterResponse>(kRetry, absl::ZeroDuration(),
+                                      [&](grpc::ClientContext* c, v1::RegisterResponse* r) {
+                                        return stub_->Register(c, request, r);
+                                      });
+  }
+  absl::StatusOr<v1::KvSetResponse> KvSet(const v1::KvSetRequest& request) override {
+    return Call<v1::KvSetResponse>(
+        kRetry, absl::ZeroDuration(),
+        [&](grpc::ClientContext* c, v1::KvSetResponse* r) { return stub_->KvSet(c, request, r); });
+  }
+  absl::StatusOr<v1::KvGetResponse> KvGet(const v1::KvGetRequest& request) override {
+    absl::Duration wait = absl::ZeroDuration();
+    if (request.wait()) {
+      wait = request.timeout_ms() > 0 ? absl::Milliseconds(request.timeout_ms()) : kDefaultKvWait;
+    }
+    return Call<v1::KvGetResponse>(kRetry, wait, [&](grpc::ClientContext* c, v1::KvGetResponse* r) {
+      return stub_->KvGet(c, request, r);
+    });
+  }
+  absl::StatusOr<v1::LeaseResponse> Lease(const v1::LeaseRequest& request) override {
+    return Call<v1::LeaseResponse>(
+        kRetry, absl::ZeroDuration(),
+        [&](grpc::ClientContext* c, v1::LeaseResponse* r) { return stub_->Lease(c, request, r); });
+  }
+  absl::StatusOr<v1::StatsReportResponse> ReportStats(const v1::StatsReport& report) override {
+    return Call<v1::StatsReportResponse>(kRetry, absl::ZeroDuration(),
+                                         [&](grpc::ClientContext* c, v1::StatsReportResponse* r) {
+                                           return stub_->ReportStats(c, report, r);
+                                         });
+  }
+  absl::StatusOr<std::unique_ptr<CoordinatorSession>> StartSession(
+      const SessionOptions& options, JobEventCallback on_event) override {
+    if (options.heartbeat_interval <= absl::ZeroDuration()) {
+      return absl::InvalidArgumentError("heartbeat_interval must be positive");
+    }
+    auto session = std::make_unique<GrpcSession>(stub_, options_, options, std::move(on_event));
+    session->Start();
+    return std::unique_ptr<CoordinatorSession>(std::move(session));
+  }
+  absl::StatusOr<v1::JobStatus> GetJob(const v1::GetJobRequest& request) override {
+    return Call<v1::JobStatus>(
+        kRetry, absl::ZeroDuration(),
+        [&](grpc::ClientContext* c, v1::JobStatus* r) { return stub_->GetJob(c, request, r); });
+  }
+  absl::StatusOr<v1::ListMembersResponse> ListMembers(
+      const v1::ListMembersRequest& request) override {
+    return Call<v1::ListMembersResponse>(kRetry, absl::ZeroDuration(),
+                                         [&](grpc::ClientContext* c, v1::ListMembersResponse* r) {
+                                           return stub_->ListMembers(c, request, r);
+                                         });
+  }
+  absl::StatusOr<v1::JobStatus> Freeze(const v1::FreezeRequest& request) override {
+    return Call<v1::JobStatus>(
+        kOnce, absl::ZeroDuration(),
+        [&](grpc::ClientContext* c, v1::JobStatus* r) { return stub_->Freeze(c, request, r); });
+  }
+  absl::StatusOr<v1::JobStatus> DelayFreeze(const v1::DelayFreezeRequest& request) override {
+    return Call<v1::JobStatus>(kOnce, absl::ZeroDuration(),
+                               [&](grpc::ClientContext* c, v1::JobStatus* r) {
+                                 return stub_->DelayFreeze(c, request, r);
+                               });
+  }
+  absl::StatusOr<v1::JobStatus> Stop(const v1::StopRequest& request) override {
+    return Call<v1::JobStatus>(
+        kOnce, absl::ZeroDuration(),
+        [&](grpc::ClientContext* c, v1::JobStatus* r) { return stub_->Stop(c, request, r); });
+  }
+
+ private:
+  static constexpr bool kRetry = true;
+  static constexpr bool kOnce = false;
+
+  template <typename Response, typename Invoke>
+  absl::StatusOr<Response> Call(bool idempotent, absl::Duration extra_deadline, Invoke invoke) {
+    absl::Duration backoff = options_.initial_backoff;
+    for (int attempt = 1;; ++attempt) {
+      grpc::ClientContext context;
+      context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout + extra_deadline));
+      Response response;
+      const grpc::Status status = invoke(&context, &response);
+      if (status.ok()) return response;
+      if (status.error_code() != grpc::StatusCode::UNAVAILABLE) return FromGrpcStatus(status);
+      if (!idempotent || attempt >= options_.max_attempts) {
+        return absl::UnavailableError(
+            absl::StrCat("coordinator at ", options_.address, " is unavailable (", attempt,
+                         " attempt", attempt == 1 ? "" : "s", "): ", status.error_message()));
+      }
+      absl::SleepFor(Jittered(backoff));
+      backoff = std::min(backoff * 2, options_.max_backoff);
+    }
+  }
+
+  const GrpcClientOptions options_;
+  const std::shared_ptr<Stub> stub_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CoordinatorClient>> NewGrpcCoordinatorClient(
+    const GrpcClientOptions& options) {
+  if (options.address.empty()) {
+    return absl::InvalidArgumentError("coordinator address is empty (want host:port)");
+  }
+  if (options.max_attempts < 1 || options.rpc_timeout <= absl::ZeroDuration() ||
+      options.initial_backoff < absl::ZeroDuration() ||
+      options.max_backoff < options.initial_backoff) {
+    return absl::InvalidArgumentError(
+        "client options: need max_attempts >= 1, rpc_timeout > 0, "
+        "0 <= initial_backoff <= max_backoff");
+  }
+  grpc::ChannelArguments args;
+  // gRPC's own reconnect backoff starts at 1 s and grows to 2 min; a worker that starts
+  // before its coordinator should find it within our retries instead.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateCustomChannel(options.address, grpc::InsecureChannelCredentials(), args);
+  return std::unique_ptr<CoordinatorClient>(
+      new GrpcCoordinatorClient(options, v1::Coordinator::NewStub(channel)));
+}
+
+}  // namespace onebit

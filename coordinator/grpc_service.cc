@@ -1,0 +1,183 @@
+#include "coordinator/grpc_service.h"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "coordinator/grpc_status.h"
+
+namespace onebit {
+namespace {
+
+// How often a session loop looks at cancellation and shutdown while nothing happens.
+constexpr absl::Duration kSessionPoll = absl::Milliseconds(100);
+
+// What a session's reader thread tells its writer.
+struct SessionState {
+  absl::Mutex mu;
+  bool got_heartbeat ABSL_GUARDED_BY(mu) = false;
+  bool reader_done ABSL_GUARDED_BY(mu) = false;
+  absl::Status error ABSL_GUARDED_BY(mu);
+};
+
+}  // namespace
+
+template <typename Response>
+grpc::Status CoordinatorGrpcService::Reply(const char* method, absl::StatusOr<Response> result,
+                                           Response* response) {
+  if (!result.ok()) {
+    if (metrics_ != nullptr) metrics_->RpcError(method);
+    return ToGrpcStatus(result.status());
+  }
+  *response = *std::move(result);
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorGrpcService::Register(grpc::ServerContext*,
+                                              const v1::RegisterRequest* request,
+                                              v1::RegisterResponse* response) {
+  return Reply("Register", handler_->Register(*request), response);
+}
+
+grpc::Status CoordinatorGrpcService::KvSet(grpc::ServerContext*, const v1::KvSetRequest* request,
+                                           v1::KvSetResponse* response) {
+  return Reply("KvSet", handler_->KvSet(*request), response);
+}
+
+grpc::Status CoordinatorGrpcService::KvGet(grpc::ServerContext* context,
+                                           const v1::KvGetRequest* request,
+                                           v1::KvGetResponse* response) {
+  v1::KvGetRequest bounded = *request;
+  // Waiting past the caller's deadline would only hold a thread for nobody.
+  const auto deadline = context->deadline();
+  if (request->wait() && request->timeout_ms() >= 0 &&
+      deadline != std::chrono::system_clock::time_point::max()) {
+    const int64_t left_ms =
+        std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 deadline - std::chrono::system_clock::now())
+                                 .count());
+    if (bounded.timeout_ms() == 0 || bounded.timeout_ms() > left_ms) {
+      bounded.set_timeout_ms(left_ms);
+    }
+  }
+  return Reply("KvGet", handler_->KvGet(bounded), response);
+}
+
+grpc::Status CoordinatorGrpcService::Lease(grpc::ServerContext*, const v1::LeaseRequest* request,
+                                           v1::LeaseResponse* response) {
+  return Reply("Lease", handler_->Lease(*request), response);
+}
+
+grpc::Status CoordinatorGrpcService::ReportStats(grpc::ServerContext*,
+                                                 const v1::StatsReport* request,
+                                                 v1::StatsReportResponse* response) {
+  return Reply("ReportStats", handler_->ReportStats(*request), response);
+}
+
+grpc::Status CoordinatorGrpcService::GetJob(grpc::ServerContext*, const v1::GetJobRequest* request,
+                                            v1::JobStatus* response) {
+  return Reply("GetJob", handler_->GetJob(*request), response);
+}
+
+grpc::Status CoordinatorGrpcService::ListMembers(grpc::ServerContext*,
+                                                 const v1::ListMembersRequest* request,
+                                                 v1::ListMembersResponse* response) {
+  return Reply("ListMembers", handler_->ListMembers(*request), response);
+}
+
+grpc::Status CoordinatorGrpcService::Freeze(grpc::ServerContext*, const v1::FreezeRequest* request,
+                                            v1::JobStatus* response) {
+  return Reply("Freeze", handler_->Freeze(*request), response);
+}
+
+grpc::Status CoordinatorGrpcService::DelayFreeze(grpc::ServerContext*,
+                                                 const v1::DelayFreezeRequest* request,
+                                                 v1::JobStatus* response) {
+  return Reply("DelayFreeze", handler_->DelayFreeze(*request), response);
+}
+
+grpc::Status CoordinatorGrpcService::Stop(grpc::ServerContext*, const v1::StopRequest* request,
+                                          v1::JobStatus* response) {
+  return Reply("Stop", handler_->Stop(*request), response);
+}
+
+grpc::Status CoordinatorGrpcService::Session(
+    grpc::ServerContext* context, grpc::ServerReaderWriter<v1::JobEvent, v1::Heartbeat>* stream) {
+  SessionState state;
+  // Reads and writes may run concurrently on a sync stream (one reader, one writer).
+  std::thread reader([&] {
+    v1::Heartbeat heartbeat;
+    while (stream->Read(&heartbeat)) {
+      absl::Status status = handler_->Heartbeat(heartbeat);
+      absl::MutexLock lock(&state.mu);
+      if (!status.ok()) {
+        state.error = status;
+        break;
+      }
+      state.got_heartbeat = true;
+    }
+    absl::MutexLock lock(&state.mu);
+    state.reader_done = true;
+  });
+
+  // Why the loop below ended; OK when the client closed its side.
+  grpc::Status result = grpc::Status::OK;
+  bool reader_blocked = true;  // it may still sit in Read, which only a cancel ends
+  uint64_t sent_version = 0;   // 0: no event sent yet (versions start at 1)
+  while (true) {
+    bool ready = false;
+    {
+      absl::MutexLock lock(&state.mu);
+      auto woken = [&state]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(state.mu) {
+        return state.got_heartbeat || state.reader_done || !state.error.ok();
+      };
+      if (sent_version == 0) state.mu.AwaitWithTimeout(absl::Condition(&woken), kSessionPoll);
+      if (!state.error.ok()) {
+        result = ToGrpcStatus(state.error);
+        reader_blocked = false;
+        break;
+      }
+      if (state.reader_done) {
+        reader_blocked = false;
+        break;
+      }
+      ready = state.got_heartbeat;
+    }
+    if (context->IsCancelled()) break;
+    if (shutting_down_) {
+      result = grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is shutting down");
+      break;
+    }
+    if (!ready) continue;
+    // Read the version before the status: a change in between only causes one more event.
+    const absl::Time waited_from = absl::Now();
+    const uint64_t version = sent_version == 0
+                                 ? handler_->WaitForJobChange(0, absl::ZeroDuration())
+                                 : handler_->WaitForJobChange(sent_version, kSessionPoll);
+    if (version == sent_version) {
+      // A shut-down handler returns at once: do not spin.
+      absl::SleepFor(kSessionPoll - (absl::Now() - waited_from));
+      continue;
+    }
+    absl::StatusOr<v1::JobStatus> job = handler_->GetJob(v1::GetJobRequest());
+    if (!job.ok()) {
+      result = ToGrpcStatus(job.status());
+      break;
+    }
+    v1::JobEvent event;
+    *event.mutable_job() = *std::move(job);
+    if (!stream->Write(event)) break;  // the client is gone
+    sent_version = version;
+  }
+  if (reader_blocked) context->TryCancel();
+  reader.join();
+  if (!result.ok() && metrics_ != nullptr) metrics_->RpcError("Session");
+  return result;
+}
+
+}  // namespace onebit

@@ -1,0 +1,63 @@
+// The gRPC face of the coordinator: each method converts nothing but the status and calls
+// the CoordinatorHandler. The Session stream is built from Heartbeat and WaitForJobChange:
+// a reader thread feeds heartbeats to the handler while the handler's thread pushes a
+// JobEvent after the first heartbeat and after every change of the job.
+//
+// Thread-safe (gRPC calls methods from its own threads). The handler and the metrics are
+// not owned and must outlive the service; metrics may be null.
+#ifndef ONEBIT_COORDINATOR_GRPC_SERVICE_H_
+#define ONEBIT_COORDINATOR_GRPC_SERVICE_H_
+
+#include <atomic>
+
+#include "coordinator/coordinator_handler.h"
+#include "coordinator/metrics.h"
+#include "grpcpp/grpcpp.h"
+#include "onebit/v1/coordinator.grpc.pb.h"
+
+namespace onebit {
+
+class CoordinatorGrpcService final : public v1::Coordinator::Service {
+ public:
+  CoordinatorGrpcService(CoordinatorHandler* handler, CoordinatorMetrics* metrics)
+      : handler_(handler), metrics_(metrics) {}
+
+  // Open sessions end (UNAVAILABLE or CANCELLED for their clients) within ~100 ms; call
+  // before grpc::Server::Shutdown so that it does not wait for them.
+  void Shutdown() { shutting_down_ = true; }
+
+  grpc::Status Register(grpc::ServerContext* context, const v1::RegisterRequest* request,
+                        v1::RegisterResponse* response) override;
+  grpc::Status KvSet(grpc::ServerContext* context, const v1::KvSetRequest* request,
+                     v1::KvSetResponse* response) override;
+  grpc::Status KvGet(grpc::ServerContext* context, const v1::KvGetRequest* request,
+                     v1::KvGetResponse* response) override;
+  grpc::Status Lease(grpc::ServerContext* context, const v1::LeaseRequest* request,
+                     v1::LeaseResponse* response) override;
+  grpc::Status Session(grpc::ServerContext* context,
+                       grpc::ServerReaderWriter<v1::JobEvent, v1::Heartbeat>* stream) override;
+  grpc::Status ReportStats(grpc::ServerContext* context, const v1::StatsReport* request,
+                           v1::StatsReportResponse* response) override;
+  grpc::Status GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request,
+                      v1::JobStatus* response) override;
+  grpc::Status ListMembers(grpc::ServerContext* context, const v1::ListMembersRequest* request,
+                           v1::ListMembersResponse* response) override;
+  grpc::Status Freeze(grpc::ServerContext* context, const v1::FreezeRequest* request,
+                      v1::JobStatus* response) override;
+  grpc::Status DelayFreeze(grpc::ServerContext* context, const v1::DelayFreezeRequest* request,
+                           v1::JobStatus* response) override;
+  grpc::Status Stop(grpc::ServerContext* context, const v1::StopRequest* request,
+                    v1::JobStatus* response) override;
+
+ private:
+  template <typename Response>
+  grpc::Status Reply(const char* method, absl::StatusOr<Response> result, Response* response);
+
+  CoordinatorHandler* const handler_;
+  CoordinatorMetrics* const metrics_;
+  std::atomic<bool> shutting_down_{false};
+};
+
+}  // namespace onebit
+
+#endif  // ONEBIT_COORDINATOR_GRPC_SERVICE_H_

@@ -1,0 +1,76 @@
+#include "coordinator/metrics.h"
+
+#include <string>
+
+namespace onebit {
+namespace {
+
+prometheus::Gauge* NewGauge(prometheus::Registry& registry, const std::string& name,
+                            const std::string& help) {
+  return &prometheus::BuildGauge().Name(name).Help(help).Register(registry).Add({});
+}
+
+}  // namespace
+
+CoordinatorMetrics::CoordinatorMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
+  prometheus::Registry& r = *registry_;
+  stage_ = NewGauge(r, "onebit_coordinator_stage",
+                    "Stage of the most advanced worker: 0 warmup, 1 compression.");
+  step_ = NewGauge(r, "onebit_coordinator_step", "Highest completed step any worker reported.");
+  freeze_step_ = NewGauge(r, "onebit_coordinator_freeze_step",
+                          "Last warmup step; -1 while no switch is scheduled.");
+  max_lease_step_ = NewGauge(r, "onebit_coordinator_max_lease_step",
+                             "Furthest step any worker may run without asking.");
+  stop_after_step_ =
+      NewGauge(r, "onebit_coordinator_stop_after_step", "The job ends after this step.");
+  world_size_ = NewGauge(r, "onebit_coordinator_world_size", "Workers in the job config.");
+  workers_registered_ =
+      NewGauge(r, "onebit_coordinator_workers_registered", "Workers that registered.");
+  workers_alive_ = NewGauge(r, "onebit_coordinator_workers_alive",
+                            "Registered workers with a recent heartbeat.");
+  servers_registered_ = NewGauge(r, "onebit_coordinator_servers_registered",
+                                 "Parameter-server shards that registered.");
+  servers_alive_ = NewGauge(r, "onebit_coordinator_servers_alive",
+                            "Registered parameter-server shards with a recent heartbeat.");
+  loss_ = NewGauge(r, "onebit_coordinator_loss", "Training loss of the latest stats report.");
+  variance_change_ = NewGauge(r, "onebit_coordinator_variance_change",
+                              "Latest measured ||v_t - v_{t-k}|| / ||v_t|| (warmup).");
+  kv_keys_ = NewGauge(r, "onebit_coordinator_kv_keys", "Keys in the rendezvous store.");
+  leases_granted_ = &prometheus::BuildCounter()
+                         .Name("onebit_coordinator_leases_granted_total")
+                         .Help("Step leases granted.")
+                         .Register(r)
+                         .Add({});
+  lease_seconds_ = &prometheus::BuildHistogram()
+                        .Name("onebit_coordinator_lease_seconds")
+                        .Help("Time to handle a Lease call.")
+                        .Register(r)
+                        .Add({}, prometheus::Histogram::BucketBoundaries{1e-6, 1e-5, 1e-4, 1e-3,
+                                                                         1e-2, 1e-1, 1.0});
+  rpc_errors_ = &prometheus::BuildCounter()
+                     .Name("onebit_coordinator_rpc_errors_total")
+                     .Help("Calls answered with an error, by method (gRPC and REST).")
+                     .Register(r);
+  freeze_step_->Set(-1);
+}
+
+void CoordinatorMetrics::SetJob(const v1::JobStatus& job, int servers_alive) {
+  stage_->Set(job.stage() == v1::STAGE_COMPRESSION ? 1 : 0);
+  step_->Set(static_cast<double>(job.step()));
+  freeze_step_->Set(static_cast<double>(job.freeze_step()));
+  max_lease_step_->Set(static_cast<double>(job.max_lease_step()));
+  stop_after_step_->Set(static_cast<double>(job.stop_after_step()));
+  world_size_->Set(job.world_size());
+  workers_registered_->Set(job.workers_registered());
+  workers_alive_->Set(job.workers_alive());
+  servers_registered_->Set(job.servers_registered());
+  servers_alive_->Set(servers_alive);
+  loss_->Set(job.last_loss());
+  variance_change_->Set(job.last_variance_change());
+}
+
+void CoordinatorMetrics::RpcError(absl::string_view method) {
+  rpc_errors_->Add({{"method", std::string(method)}}).Increment();
+}
+
+}  // namespace onebit

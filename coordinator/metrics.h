@@ -1,0 +1,70 @@
+// The coordinator's job-level Prometheus metrics (served on /metrics by CoordinatorServer).
+// Thread-safe: prometheus-cpp metrics are atomic, families lock.
+//
+//   onebit_coordinator_stage                 0 warmup, 1 compression (of the most advanced worker)
+//   onebit_coordinator_step                  highest completed step reported
+//   onebit_coordinator_freeze_step           last warmup step; -1 if none scheduled
+//   onebit_coordinator_max_lease_step        furthest step any worker may run
+//   onebit_coordinator_stop_after_step       the job ends after this step
+//   onebit_coordinator_world_size            workers in the job config
+//   onebit_coordinator_workers_registered / _workers_alive
+//   onebit_coordinator_servers_registered / _servers_alive
+//   onebit_coordinator_loss                  loss of the latest stats report
+//   onebit_coordinator_variance_change       latest measured variance change
+//   onebit_coordinator_kv_keys               keys in the rendezvous store
+//   onebit_coordinator_leases_granted_total
+//   onebit_coordinator_lease_seconds         histogram of Lease handling time
+//   onebit_coordinator_rpc_errors_total{method}  failed calls, gRPC and REST alike
+#ifndef ONEBIT_COORDINATOR_METRICS_H_
+#define ONEBIT_COORDINATOR_METRICS_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/strings/string_view.h"
+#include "onebit/v1/coordinator.pb.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace onebit {
+
+class CoordinatorMetrics {
+ public:
+  CoordinatorMetrics();
+
+  // What an Exposer serves.
+  std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
+
+  // Sets every job gauge from a status snapshot (alive counts included).
+  void SetJob(const v1::JobStatus& job, int servers_alive);
+  void SetKvKeys(size_t keys) { kv_keys_->Set(static_cast<double>(keys)); }
+  void LeaseGranted() { leases_granted_->Increment(); }
+  void ObserveLease(double seconds) { lease_seconds_->Observe(seconds); }
+  void RpcError(absl::string_view method);
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Gauge* stage_;
+  prometheus::Gauge* step_;
+  prometheus::Gauge* freeze_step_;
+  prometheus::Gauge* max_lease_step_;
+  prometheus::Gauge* stop_after_step_;
+  prometheus::Gauge* world_size_;
+  prometheus::Gauge* workers_registered_;
+  prometheus::Gauge* workers_alive_;
+  prometheus::Gauge* servers_registered_;
+  prometheus::Gauge* servers_alive_;
+  prometheus::Gauge* loss_;
+  prometheus::Gauge* variance_change_;
+  prometheus::Gauge* kv_keys_;
+  prometheus::Counter* leases_granted_;
+  prometheus::Histogram* lease_seconds_;
+  prometheus::Family<prometheus::Counter>* rpc_errors_;
+};
+
+}  // namespace onebit
+
+#endif  // ONEBIT_COORDINATOR_METRICS_H_

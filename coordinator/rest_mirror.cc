@@ -1,0 +1,212 @@
+#include "coordinator/rest_mirror.h"
+
+#include <chrono>
+#include <functional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "coordinator/proto_json.h"
+#include "google/protobuf/struct.pb.h"
+#include "httplib.h"
+
+namespace onebit {
+
+int HttpStatusFor(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kOk:
+      return 200;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+      return 400;
+    case absl::StatusCode::kUnauthenticated:
+      return 401;
+    case absl::StatusCode::kPermissionDenied:
+      return 403;
+    case absl::StatusCode::kNotFound:
+      return 404;
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kAlreadyExists:
+    case absl::StatusCode::kAborted:
+      return 409;
+    case absl::StatusCode::kResourceExhausted:
+      return 429;
+    case absl::StatusCode::kCancelled:
+      return 499;
+    case absl::StatusCode::kUnimplemented:
+      return 501;
+    case absl::StatusCode::kUnavailable:
+      return 503;
+    case absl::StatusCode::kDeadlineExceeded:
+      return 504;
+    default:
+      return 500;
+  }
+}
+
+namespace {
+
+RestResponse ErrorResponse(int http_status, const absl::Status& status) {
+  google::protobuf::Struct body;
+  (*body.mutable_fields())["code"].set_string_value(absl::StatusCodeToString(status.code()));
+  (*body.mutable_fields())["message"].set_string_value(std::string(status.message()));
+  RestResponse response;
+  response.http_status = http_status;
+  response.body = ToJson(body);
+  return response;
+}
+
+RestResponse ErrorResponse(const absl::Status& status) {
+  return ErrorResponse(HttpStatusFor(status.code()), status);
+}
+
+template <typename Response>
+RestResponse Answer(const absl::StatusOr<Response>& result) {
+  if (!result.ok()) return ErrorResponse(result.status());
+  RestResponse response;
+  response.body = ToJson(*result);
+  return response;
+}
+
+// Parses the body into a fresh Request (empty means {}) and calls `call` with it.
+template <typename Request, typename Call>
+RestResponse WithBody(absl::string_view body, Call call) {
+  Request request;
+  const absl::string_view json = absl::StripAsciiWhitespace(body);
+  absl::Status parsed = FromJson(json.empty() ? absl::string_view("{}") : json, &request);
+  if (!parsed.ok()) return ErrorResponse(parsed);
+  return Answer(call(request));
+}
+
+struct Route {
+  const char* path;
+  const char* method;  // GET or POST
+  const char* rpc;     // the handler method, for metrics
+  std::function<RestResponse(CoordinatorHandler*, absl::string_view body)> serve;
+};
+
+const std::vector<Route>& Routes() {
+  static const auto* routes = new std::vector<Route>{
+      {"/v1/job", "GET", "GetJob",
+       [](CoordinatorHandler* h, absl::string_view) {
+         return Answer(h->GetJob(v1::GetJobRequest()));
+       }},
+      {"/v1/members", "GET", "ListMembers",
+       [](CoordinatorHandler* h, absl::string_view) {
+         return Answer(h->ListMembers(v1::ListMembersRequest()));
+       }},
+      {"/v1/freeze", "POST", "Freeze",
+       [](CoordinatorHandler* h, absl::string_view body) {
+         return WithBody<v1::FreezeRequest>(
+             body, [h](const v1::FreezeRequest& r) { return h->Freeze(r); });
+       }},
+      {"/v1/freeze/delay", "POST", "DelayFreeze",
+       [](CoordinatorHandler* h, absl::string_view body) {
+         return WithBody<v1::DelayFreezeRequest>(
+             body, [h](const v1::DelayFreezeRequest& r) { return h->DelayFreeze(r); });
+       }},
+      {"/v1/stop", "POST", "Stop",
+       [](CoordinatorHandler* h, absl::string_view body) {
+         return WithBody<v1::StopRequest>(body,
+                                          [h](const v1::StopRequest& r) { return h->Stop(r); });
+       }},
+  };
+  return *routes;
+}
+
+}  // namespace
+
+RestResponse HandleRest(CoordinatorHandler* handler, CoordinatorMetrics* metrics,
+                        absl::string_view method, absl::string_view path, absl::string_view body) {
+  // HEAD is GET without the body (the HTTP server drops it).
+  const absl::string_view effective = method == "HEAD" ? absl::string_view("GET") : method;
+  for (const Route& route : Routes()) {
+    if (path != route.path) continue;
+    if (effective != route.method) {
+      RestResponse response = ErrorResponse(
+          405, absl::UnimplementedError(absl::StrCat(method, " ", path, ": method not allowed; ",
+                                                     "use ", route.method)));
+      response.allow = route.method;
+      return response;
+    }
+    RestResponse response = route.serve(handler, body);
+    if (response.http_status >= 400 && metrics != nullptr) metrics->RpcError(route.rpc);
+    return response;
+  }
+  std::vector<std::string> paths;
+  for (const Route& route : Routes()) paths.push_back(absl::StrCat(route.method, " ", route.path));
+  return ErrorResponse(404, absl::NotFoundError(absl::StrCat("no such path: ", path, " (known: ",
+                                                             absl::StrJoin(paths, ", "), ")")));
+}
+
+RestMirror::RestMirror(CoordinatorHandler* handler, CoordinatorMetrics* metrics)
+    : handler_(handler), metrics_(metrics) {}
+
+RestMirror::~RestMirror() { Stop(); }
+
+absl::Status RestMirror::Start(const std::string& host, int port) {
+  if (server_ != nullptr) return absl::FailedPreconditionError("REST mirror already started");
+  auto server = std::make_unique<httplib::Server>();
+  // Admin traffic is light; two threads keep one slow client from blocking the rest.
+  server->new_task_queue = [] { return new httplib::ThreadPool(2); };
+  server->set_payload_max_length(1 << 20);
+  // Not httplib's default SO_REUSEPORT, which would let two servers share a port.
+  server->set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  auto serve = [this](const httplib::Request& request, httplib::Response& response) {
+    RestResponse answer =
+        HandleRest(handler_, metrics_, request.method, request.path, request.body);
+    response.status = answer.http_status;
+    if (!answer.allow.empty()) response.set_header("Allow", answer.allow);
+    response.set_content(answer.body + "\n", "application/json");
+  };
+  const char* kAll = "(.*)";
+  server->Get(kAll, serve);
+  server->Post(kAll, serve);
+  server->Put(kAll, serve);
+  server->Delete(kAll, serve);
+  server->Patch(kAll, serve);
+  server->Options(kAll, serve);
+  // Errors the server produces itself (a too large body, a request it cannot parse) get a
+  // JSON body too.
+  server->set_error_handler([](const httplib::Request&, httplib::Response& response) {
+    if (!response.body.empty()) return;
+    absl::Status status = response.status == 413
+                              ? absl::InvalidArgumentError("request body over 1 MiB")
+                              : absl::InvalidArgumentError("bad HTTP request");
+    response.set_content(ErrorResponse(response.status, status).body + "\n", "application/json");
+  });
+  if (port == 0) {
+    port_ = server->bind_to_any_port(host);
+    if (port_ < 0) port_ = 0;
+  } else if (server->bind_to_port(host, port)) {
+    port_ = port;
+  }
+  if (port_ == 0) {
+    return absl::UnavailableError(absl::StrCat("REST mirror: cannot bind ", host, ":", port));
+  }
+  server_ = std::move(server);
+  thread_ = std::thread([server = server_.get()] { server->listen_after_bind(); });
+  // httplib's stop() does nothing to a server that is not running yet, so a Stop() right
+  // after Start() would leave the thread listening forever: wait until it runs.
+  for (int i = 0; i < 5000 && !server_->is_running(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (!server_->is_running()) {
+    Stop();
+    return absl::UnavailableError("REST mirror: the HTTP server did not start");
+  }
+  return absl::OkStatus();
+}
+
+void RestMirror::Stop() {
+  if (server_ == nullptr) return;
+  server_->stop();
+  if (thread_.joinable()) thread_.join();
+  server_.reset();
+}
+
+}  // namespace onebit

@@ -1,0 +1,73 @@
+// The REST/JSON mirror of the coordinator's admin calls, on its own port, calling the same
+// CoordinatorHandler as the gRPC service:
+//
+//   GET  /v1/job           -> GetJob       JobStatus
+//   GET  /v1/members       -> ListMembers  ListMembersResponse
+//   POST /v1/freeze        -> Freeze       body FreezeRequest, e.g. {"now": true} or
+//                                          {"atStep": "120"} (or "at_step", or a number)
+//   POST /v1/freeze/delay  -> DelayFreeze  body DelayFreezeRequest, e.g. {"toStep": 200}
+//   POST /v1/stop          -> Stop         body StopRequest; empty or {} stops as soon as safe
+//
+// Bodies and answers use protobuf's JSON mapping (proto_json.h). An empty POST body is {}.
+// Errors answer {"code": "FAILED_PRECONDITION", "message": "..."} with the HTTP status
+// HttpStatusFor(code): 400 INVALID_ARGUMENT / OUT_OF_RANGE (malformed JSON too),
+// 409 FAILED_PRECONDITION / ALREADY_EXISTS / ABORTED, 404 NOT_FOUND (and unknown paths),
+// 405 for a known path with the wrong method (with an Allow header), 429 RESOURCE_EXHAUSTED,
+// 504 DEADLINE_EXCEEDED, 503 UNAVAILABLE, 501 UNIMPLEMENTED, 401/403, 499 CANCELLED,
+// 500 otherwise. Bodies over 1 MiB get 413.
+#ifndef ONEBIT_COORDINATOR_REST_MIRROR_H_
+#define ONEBIT_COORDINATOR_REST_MIRROR_H_
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "coordinator/coordinator_handler.h"
+#include "coordinator/metrics.h"
+
+namespace httplib {
+class Server;
+}  // namespace httplib
+
+namespace onebit {
+
+int HttpStatusFor(absl::StatusCode code);
+
+struct RestResponse {
+  int http_status = 200;
+  std::string body;   // JSON
+  std::string allow;  // the Allow header of a 405, else empty
+};
+
+// The whole mirror as a function of (method, path, body): what the HTTP server runs for
+// every request, and what tests can call without a socket. `metrics` may be null.
+RestResponse HandleRest(CoordinatorHandler* handler, CoordinatorMetrics* metrics,
+                        absl::string_view method, absl::string_view path, absl::string_view body);
+
+// The HTTP server around HandleRest: a cpp-httplib server with a small thread pool.
+// Start and Stop from one thread; the handler and metrics must outlive it.
+class RestMirror {
+ public:
+  RestMirror(CoordinatorHandler* handler, CoordinatorMetrics* metrics);
+  ~RestMirror();  // Stop()s
+
+  // Binds host:port (port 0: any free port) and serves on a background thread.
+  // UNAVAILABLE if the address cannot be bound.
+  absl::Status Start(const std::string& host, int port);
+  int port() const { return port_; }
+  // Stops accepting, finishes requests in flight, joins. Idempotent.
+  void Stop();
+
+ private:
+  CoordinatorHandler* const handler_;
+  CoordinatorMetrics* const metrics_;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+  int port_ = 0;
+};
+
+}  // namespace onebit
+
+#endif  // ONEBIT_COORDINATOR_REST_MIRROR_H_

@@ -1,0 +1,358 @@
+// The real binaries as child processes: onebit-coordinator started from a config file,
+// found through its address file, driven with onebitctl and over REST while workers (gRPC
+// clients in this process) run a short job; it exits by itself once the job is over, on
+// SIGTERM, and with a message naming the key when the config is bad.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "coordinator/address_file.h"
+#include "coordinator/coordinator_client.h"
+#include "coordinator/proto_json.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "httplib.h"
+
+extern char** environ;
+
+namespace onebit {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string Env(const char* name, const std::string& fallback = "") {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : fallback;
+}
+
+std::string Runfile(const std::string& path) {
+  return absl::StrCat(Env("TEST_SRCDIR"), "/", Env("TEST_WORKSPACE", "onebit"), "/", path);
+}
+
+std::string NewDir(const std::string& name) {
+  static int counter = 0;
+  std::string dir = absl::StrCat(Env("TEST_TMPDIR", "/tmp"), "/", name, "_", counter++);
+  mkdir(dir.c_str(), 0777);
+  return dir;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+void WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::trunc) << text;
+}
+
+// A child process with stdout and stderr in files.
+struct Child {
+  pid_t pid = -1;
+  std::shared_ptr<int> exit_code = std::make_shared<int>(-1);  // once reaped
+  std::string out_path, err_path;
+  std::string out() const { return ReadFile(out_path); }
+  std::string err() const { return ReadFile(err_path); }
+};
+
+Child Spawn(const std::string& binary, const std::vector<std::string>& args, const std::string& dir,
+            const std::string& name) {
+  Child child;
+  child.out_path = absl::StrCat(dir, "/", name, ".out");
+  child.err_path = absl::StrCat(dir, "/", name, ".err");
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, child.out_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, 2, child.err_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  std::vector<std::string> argv_strings = {binary};
+  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : argv_strings) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  if (posix_spawn(&child.pid, binary.c_str(), &actions, nullptr, argv.data(), environ) != 0) {
+    child.pid = -1;
+  }
+  posix_spawn_file_actions_destroy(&actions);
+  return child;
+}
+
+// Whether the child has exited (reaping it if so).
+bool Exited(const Child& child) {
+  if (*child.exit_code >= 0) return true;
+  int status = 0;
+  if (waitpid(child.pid, &status, WNOHANG) != child.pid) return false;
+  *child.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return true;
+}
+
+// The exit code, or -1 if the child did not exit within `timeout` (it is then killed).
+int Wait(const Child& child, absl::Duration timeout = absl::Seconds(30)) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    if (Exited(child)) return *child.exit_code;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  kill(child.pid, SIGKILL);
+  waitpid(child.pid, nullptr, 0);
+  return -1;
+}
+
+struct Ran {
+  int code;
+  std::string out, err;
+};
+
+Ran Onebitctl(const std::string& dir, const std::vector<std::string>& args) {
+  static int n = 0;
+  Child child = Spawn(Runfile("tools/onebitctl"), args, dir, absl::StrCat("onebitctl_", n++));
+  const int code = Wait(child);
+  return Ran{code, child.out(), child.err()};
+}
+
+std::string JobConfigJson(int workers, int64_t steps, int64_t freeze_step) {
+  return absl::StrCat(
+      R"({"steps": )", steps, R"(, "optimizer": {"type": "OneBitAdam", "params": {"freeze_step": )",
+      freeze_step, R"(}}, "onebit": {"workers": )", workers, R"(, "lease_steps": 5}})");
+}
+
+// A started onebit-coordinator and where it listens.
+struct Coordinator {
+  Child child;
+  CoordinatorAddresses addresses;
+  std::string address_file;
+};
+
+Coordinator StartCoordinator(const std::string& dir, const std::string& config_json,
+                             const std::vector<std::string>& extra_flags = {}) {
+  Coordinator c;
+  const std::string config = absl::StrCat(dir, "/job.json");
+  WriteFile(config, config_json);
+  c.address_file = absl::StrCat(dir, "/coordinator.json");
+  std::vector<std::string> args = {absl::StrCat("--config=", config),
+                                   absl::StrCat("--address_file=", c.address_file),
+                                   "--heartbeat_timeout=2s", "--linger=300ms"};
+  args.insert(args.end(), extra_flags.begin(), extra_flags.end());
+  c.child = Spawn(Runfile("coordinator/onebit-coordinator"), args, dir, "coordinator");
+  for (int i = 0; i < 1000 && !Exited(c.child); ++i) {
+    absl::StatusOr<CoordinatorAddresses> read = ReadAddressFile(c.address_file);
+    if (read.ok()) {
+      c.addresses = *read;
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return c;
+}
+
+std::unique_ptr<httplib::Client> Http(const std::string& host_port) {
+  const size_t colon = host_port.rfind(':');
+  auto client = std::make_unique<httplib::Client>(host_port.substr(0, colon),
+                                                  std::stoi(host_port.substr(colon + 1)));
+  client->set_read_timeout(10, 0);
+  return client;
+}
+
+// One worker: registers, heartbeats, runs every leased step to the end, reports the last.
+absl::Status RunWorker(const std::string& address, const std::string& id) {
+  GrpcClientOptions options;
+  options.address = address;
+  absl::StatusOr<std::unique_ptr<CoordinatorClient>> client = NewGrpcCoordinatorClient(options);
+  if (!client.ok()) return client.status();
+  v1::RegisterRequest reg;
+  reg.set_role(v1::ROLE_WORKER);
+  reg.set_instance_id(id);
+  reg.set_requested_rank(-1);
+  absl::StatusOr<v1::RegisterResponse> registered = (*client)->Register(reg);
+  if (!registered.ok()) return registered.status();
+  SessionOptions session_options;
+  session_options.rank = registered->rank();
+  session_options.instance_id = id;
+  session_options.heartbeat_interval = absl::Milliseconds(100);
+  absl::StatusOr<std::unique_ptr<CoordinatorSession>> session =
+      (*client)->StartSession(session_options, nullptr);
+  if (!session.ok()) return session.status();
+  int64_t through = 0, freeze = -1, step = 1;
+  for (;; ++step) {
+    if (step > through) {
+      v1::LeaseRequest lease;
+      lease.set_rank(registered->rank());
+      lease.set_next_step(step);
+      absl::StatusOr<v1::LeaseResponse> granted = (*client)->Lease(lease);
+      if (!granted.ok()) return granted.status();
+      through = granted->through_step();
+      freeze = granted->freeze_step();
+      if (through < step) break;
+    }
+    absl::SleepFor(absl::Milliseconds(5));
+    (*session)->SetStep(step);
+  }
+  v1::StatsReport last;
+  last.set_rank(registered->rank());
+  last.set_step(step - 1);
+  last.set_stage(freeze >= 0 && step - 1 > freeze ? v1::STAGE_COMPRESSION : v1::STAGE_WARMUP);
+  last.set_variance_change(-1);
+  absl::Status reported = (*client)->ReportStats(last).status();
+  absl::Status ended = (*session)->Stop();
+  return reported.ok() ? ended : reported;
+}
+
+TEST(CoordinatorProcessTest, AJobDrivenWithOnebitctlAndRest) {
+  const std::string dir = NewDir("job");
+  Coordinator c = StartCoordinator(dir, JobConfigJson(2, 40, 10));
+  ASSERT_FALSE(c.addresses.grpc.empty()) << "no address file; stderr:\n" << c.child.err();
+  const std::string flag = absl::StrCat("--coordinator=", c.addresses.grpc);
+
+  Ran status = Onebitctl(dir, {flag, "status"});
+  EXPECT_EQ(status.code, 0) << status.err;
+  EXPECT_THAT(status.out, HasSubstr("switch     after step 10 (static)"));
+  EXPECT_THAT(status.out, HasSubstr("workers    0/2 registered, 0 alive"));
+  EXPECT_THAT(status.out, HasSubstr("stop       after step 40"));
+
+  // onebitctl --json and REST print the same status.
+  auto rest = Http(c.addresses.rest);
+  Ran json = Onebitctl(dir, {flag, "--json", "status"});
+  ASSERT_EQ(json.code, 0) << json.err;
+  auto job = rest->Get("/v1/job");
+  ASSERT_TRUE(job);
+  EXPECT_EQ(json.out, job->body);
+
+  Ran freeze = Onebitctl(dir, {flag, "freeze", "--at", "12"});
+  EXPECT_EQ(freeze.code, 0) << freeze.err;
+  EXPECT_THAT(freeze.out, HasSubstr("switch to compression scheduled after step 12"));
+  EXPECT_THAT(rest->Get("/v1/job")->body, HasSubstr("\"freezeStep\":\"12\""));
+
+  Ran bad = Onebitctl(dir, {flag, "freeze", "--at=-3"});
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_THAT(bad.err, HasSubstr("onebitctl: freeze: INVALID_ARGUMENT: at_step must be >= 0"));
+  Ran usage = Onebitctl(dir, {flag, "freeze"});
+  EXPECT_EQ(usage.code, 2);
+  EXPECT_THAT(usage.err, HasSubstr("exactly one of --at STEP or --now"));
+  Ran unknown = Onebitctl(dir, {flag, "launch"});
+  EXPECT_EQ(unknown.code, 2);
+  Ran no_address = Onebitctl(dir, {"status"});
+  EXPECT_EQ(no_address.code, 2);
+
+  Ran members = Onebitctl(dir, {flag, "members"});
+  EXPECT_EQ(members.code, 0) << members.err;
+  EXPECT_THAT(members.out, HasSubstr("no members registered"));
+
+  Child watch = Spawn(Runfile("tools/onebitctl"), {flag, "watch", "--interval=50ms"}, dir, "watch");
+  std::vector<absl::Status> results(2);
+  std::thread w0([&] { results[0] = RunWorker(c.addresses.grpc, "w0"); });
+  std::thread w1([&] { results[1] = RunWorker(c.addresses.grpc, "w1"); });
+  // Members while the job runs.
+  for (int i = 0; i < 200; ++i) {
+    auto m = rest->Get("/v1/members");
+    if (m && m->body.find("\"w1\"") != std::string::npos) break;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  Ran listed = Onebitctl(dir, {flag, "members"});
+  EXPECT_EQ(listed.code, 0) << listed.err;
+  EXPECT_THAT(listed.out, HasSubstr("worker"));
+  EXPECT_THAT(listed.out, HasSubstr("w0"));
+  EXPECT_THAT(listed.out, HasSubstr("w1"));
+  w0.join();
+  w1.join();
+  EXPECT_TRUE(results[0].ok()) << results[0];
+  EXPECT_TRUE(results[1].ok()) << results[1];
+
+  // The job is over: watch saw it end, and the coordinator exits by itself.
+  EXPECT_EQ(Wait(watch), 0) << watch.err();
+  EXPECT_THAT(watch.out(), HasSubstr("job over after step 40"));
+  EXPECT_THAT(watch.out(), HasSubstr("switch after step 12 (static)"));
+  EXPECT_EQ(Wait(c.child, absl::Seconds(20)), 0) << c.child.err();
+  EXPECT_THAT(c.child.err(), HasSubstr("job over: every worker reported its last step"));
+  struct stat st;
+  EXPECT_NE(stat(c.address_file.c_str(), &st), 0) << "address file left behind";
+}
+
+TEST(CoordinatorProcessTest, StopThenSigterm) {
+  const std::string dir = NewDir("stop");
+  Coordinator c = StartCoordinator(dir, JobConfigJson(1, 100, 50));
+  ASSERT_FALSE(c.addresses.grpc.empty()) << c.child.err();
+  const std::string flag = absl::StrCat("--coordinator=", c.addresses.grpc);
+  Ran stop = Onebitctl(dir, {flag, "stop", "--at", "30"});
+  EXPECT_EQ(stop.code, 0) << stop.err;
+  EXPECT_THAT(stop.out, HasSubstr("the job stops after step 30"));
+  Ran again = Onebitctl(dir, {flag, "stop", "--at", "60"});
+  EXPECT_EQ(again.code, 1);
+  EXPECT_THAT(again.err, HasSubstr("FAILED_PRECONDITION: the job already stops after step 30"));
+  // The REST mirror answers the same.
+  auto rest = Http(c.addresses.rest);
+  auto refused = rest->Post("/v1/stop", R"({"afterStep": "60"})", "application/json");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 409);
+  EXPECT_THAT(refused->body, HasSubstr("the job already stops after step 30"));
+  auto metrics = Http(c.addresses.metrics)->Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_THAT(metrics->body, HasSubstr("onebit_coordinator_stop_after_step 30"));
+
+  kill(c.child.pid, SIGTERM);
+  EXPECT_EQ(Wait(c.child, absl::Seconds(15)), 0) << c.child.err();
+  EXPECT_THAT(c.child.err(), HasSubstr("received SIGTERM"));
+  Ran gone = Onebitctl(dir, {flag, "--timeout=2s", "status"});
+  EXPECT_EQ(gone.code, 1);
+  EXPECT_THAT(gone.err, HasSubstr("UNAVAILABLE"));
+}
+
+TEST(CoordinatorProcessTest, BadConfigsExitWithTheKey) {
+  const std::string dir = NewDir("bad");
+  struct Case {
+    std::string json;
+    std::string expected;
+  };
+  const Case cases[] = {
+      {R"({"onebit": {"workers": 0}})", "onebit.workers"},
+      {R"({"onebit": {"lease_stepz": 3}})", "onebit.lease_stepz"},
+      {R"({"onebit": {"freeze": {"mode": "sometimes"}}})", "onebit.freeze.mode"},
+      {R"({"steps": )", "not valid JSON"},
+  };
+  for (const Case& c : cases) {
+    const std::string config = absl::StrCat(dir, "/bad.json");
+    WriteFile(config, c.json);
+    Child child = Spawn(Runfile("coordinator/onebit-coordinator"),
+                        {absl::StrCat("--config=", config)}, dir, "bad");
+    EXPECT_EQ(Wait(child), 1) << c.json;
+    EXPECT_THAT(child.err(), HasSubstr(c.expected)) << c.json;
+  }
+  Child missing = Spawn(Runfile("coordinator/onebit-coordinator"),
+                        {absl::StrCat("--config=", dir, "/missing.json")}, dir, "missing");
+  EXPECT_EQ(Wait(missing), 1);
+  EXPECT_THAT(missing.err(), HasSubstr("missing.json"));
+  Child no_config = Spawn(Runfile("coordinator/onebit-coordinator"), {}, dir, "none");
+  EXPECT_EQ(Wait(no_config), 2);
+  EXPECT_THAT(no_config.err(), HasSubstr("--config"));
+}
+
+TEST(CoordinatorProcessTest, APortInUseIsAClearError) {
+  const std::string dir = NewDir("ports");
+  Coordinator first = StartCoordinator(dir, JobConfigJson(1, 10, 5));
+  ASSERT_FALSE(first.addresses.grpc.empty()) << first.child.err();
+  const std::string port = first.addresses.grpc.substr(first.addresses.grpc.rfind(':') + 1);
+  const std::string dir2 = NewDir("ports");
+  Coordinator second = StartCoordinator(dir2, JobConfigJson(1, 10, 5), {"--port=" + port});
+  EXPECT_EQ(Wait(second.child), 1);
+  EXPECT_THAT(second.child.err(), HasSubstr("cannot bind 127.0.0.1:" + port));
+  kill(first.child.pid, SIGTERM);
+  EXPECT_EQ(Wait(first.child), 0);
+}
+
+}  // namespace
+}  // namespace onebit

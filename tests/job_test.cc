@@ -1,0 +1,178 @@
+// Whole jobs as real processes on loopback (coordinator, shards, workers): every worker
+// switches at the same step under static, automatic and operator-forced freezing, and ps
+// mode gives the same parameters as peer mode when there are as many shards as workers.
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "coordinator/job_config.h"
+#include "deploy/local_job.h"
+#include "gtest/gtest.h"
+#include "httplib.h"
+
+namespace onebit {
+namespace {
+
+using launcher::LocalJob;
+using launcher::LocalJobOptions;
+using launcher::NumberField;
+
+std::string BinDir() { return absl::StrCat(std::getenv("TEST_SRCDIR"), "/onebit"); }
+std::string TmpDir() { return std::getenv("TEST_TMPDIR"); }
+
+// A small synthetic job over gloo (peer) or shards (ps).
+JobConfig SmallJob(int workers, int64_t steps) {
+  JobConfig c;
+  c.workers = workers;
+  c.steps = steps;
+  c.micro_batch = 8;
+  c.lease_steps = 4;
+  c.log_every = 10;
+  c.workload.type = "synthetic";
+  c.workload.parameters = 5003;
+  c.optimizer.lr = 1e-2;
+  return c;
+}
+
+// Writes the config, runs the job to the end, returns the workers' summaries.
+struct Ran {
+  std::vector<google::protobuf::Value> summaries;
+};
+
+class JobTest : public ::testing::Test {
+ protected:
+  // Starts `config` under a fresh directory named `name`.
+  std::unique_ptr<LocalJob> StartJob(const std::string& name, const JobConfig& config,
+                                     std::vector<std::string> worker_flags = {}) {
+    const std::string dir = TmpDir() + "/" + name;
+    mkdir(dir.c_str(), 0755);
+    const std::string path = dir + "/job.json";
+    std::ofstream(path) << JobConfigToJson(config);
+    LocalJobOptions options;
+    options.bin_dir = BinDir();
+    options.dir = dir;
+    options.config_path = path;
+    options.echo_all = false;
+    options.worker_flags = std::move(worker_flags);
+    options.coordinator_flags = {"--linger=0s"};
+    auto job = std::make_unique<LocalJob>(options, config);
+    const absl::Status started = job->Start();
+    EXPECT_TRUE(started.ok()) << started;
+    return job;
+  }
+
+  std::vector<google::protobuf::Value> Finish(LocalJob& job) {
+    const absl::Status done = job.WaitForWorkers(absl::Seconds(120));
+    EXPECT_TRUE(done.ok()) << done;
+    auto summaries = job.Summaries();
+    job.Stop();
+    EXPECT_TRUE(summaries.ok()) << summaries.status();
+    return summaries.ok() ? *summaries : std::vector<google::protobuf::Value>{};
+  }
+
+  // Every worker's first compression step; they must all agree. Returns it.
+  int64_t CommonSwitchStep(const std::vector<google::protobuf::Value>& summaries) {
+    EXPECT_FALSE(summaries.empty());
+    int64_t first = -2;
+    for (const auto& s : summaries) {
+      const int64_t step = static_cast<int64_t>(NumberField(s, "first_compression_step"));
+      if (first == -2) first = step;
+      EXPECT_EQ(step, first) << "workers switched at different steps";
+    }
+    return first;
+  }
+};
+
+TEST_F(JobTest, StaticFreezeSwitchesEveryWorkerAtTheSameStep) {
+  JobConfig c = SmallJob(3, 30);
+  c.optimizer.freeze_step = 13;
+  auto job = StartJob("static", c);
+  const auto summaries = Finish(*job);
+  EXPECT_EQ(CommonSwitchStep(summaries), 14);
+  for (const auto& s : summaries) {
+    EXPECT_EQ(NumberField(s, "warmup_steps"), 13);
+    EXPECT_EQ(NumberField(s, "compression_steps"), 17);
+  }
+}
+
+TEST_F(JobTest, AutomaticFreezeSwitchesEveryWorkerAtTheSameStep) {
+  JobConfig c = SmallJob(2, 60);
+  c.freeze.mode = "automatic";
+  c.freeze.report_interval = 4;
+  c.freeze.reports_in_a_row = 2;
+  c.freeze.threshold = 0.5;
+  c.freeze.min_warmup = 8;
+  c.freeze.max_warmup = 40;
+  auto job = StartJob("automatic", c);
+  const int64_t first = CommonSwitchStep(Finish(*job));
+  EXPECT_GT(first, c.freeze.min_warmup);
+  EXPECT_LE(first, c.freeze.max_warmup + 1);
+}
+
+TEST_F(JobTest, OperatorFreezeSwitchesEveryWorkerAtTheSameStep) {
+  JobConfig c = SmallJob(2, 1000000);  // runs until the operator stops it
+  c.optimizer.freeze_step = 100000;    // never, unless the operator says so
+  auto job = StartJob("forced", c);
+  httplib::Client rest("http://" + job->rest_address());
+  // Wait until training is under way, then freeze now over REST.
+  const absl::Time give_up = absl::Now() + absl::Seconds(60);
+  for (;;) {
+    auto r = rest.Get("/v1/job");
+    ASSERT_TRUE(r) << "REST unreachable";
+    auto job_status = launcher::ParseJsonValue(r->body, "/v1/job");
+    ASSERT_TRUE(job_status.ok());
+    if (NumberField(*job_status, "step") >= 10) break;
+    ASSERT_LT(absl::Now(), give_up) << "the job did not start";
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  auto r = rest.Post("/v1/freeze", R"({"now": true})", "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  auto status = launcher::ParseJsonValue(r->body, "freeze");
+  ASSERT_TRUE(status.ok());
+  const int64_t freeze = static_cast<int64_t>(NumberField(*status, "freezeStep"));
+  EXPECT_GE(freeze, 10);
+  // Let a few compression steps run, then stop the job as soon as is safe.
+  for (;;) {
+    auto j = rest.Get("/v1/job");
+    ASSERT_TRUE(j);
+    auto js = launcher::ParseJsonValue(j->body, "/v1/job");
+    ASSERT_TRUE(js.ok());
+    if (NumberField(*js, "step") >= freeze + 10) break;
+    ASSERT_LT(absl::Now(), give_up + absl::Seconds(60)) << "no progress after the freeze";
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  auto stop = rest.Post("/v1/stop", "{}", "application/json");
+  ASSERT_TRUE(stop);
+  ASSERT_EQ(stop->status, 200) << stop->body;
+  EXPECT_EQ(CommonSwitchStep(Finish(*job)), freeze + 1);
+}
+
+TEST_F(JobTest, PsAndPeerGiveTheSameParameters) {
+  std::vector<std::string> files;
+  for (const std::string mode : {"peer", "ps"}) {
+    JobConfig c = SmallJob(2, 24);
+    c.optimizer.freeze_step = 8;
+    c.exchange.mode = mode;
+    c.exchange.servers = mode == "ps" ? 2 : 0;
+    const std::string out = TmpDir() + "/params-" + mode + "-{i}.npy";
+    auto job = StartJob("agree-" + mode, c, {"--params_out=" + out});
+    Finish(*job);
+    for (int i = 0; i < 2; ++i) files.push_back(TmpDir() + "/params-" + mode + "-" + std::to_string(i) + ".npy");
+  }
+  auto read = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string first = read(files[0]);
+  ASSERT_GT(first.size(), 5003u * 4);
+  for (const std::string& f : files) EXPECT_EQ(read(f), first) << f << " differs from " << files[0];
+}
+
+}  // namespace
+}  // namespace onebit

@@ -1,0 +1,53 @@
+#include "worker/coordinator_step_controller.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace onebit {
+
+absl::StatusOr<Lease> CoordinatorStepController::Acquire(int64_t next_step) {
+  v1::LeaseRequest request;
+  request.set_rank(rank_);
+  request.set_next_step(next_step);
+  const absl::Time give_up = absl::Now() + absl::Minutes(10);
+  absl::Duration backoff = absl::Milliseconds(5);
+  for (;;) {
+    absl::StatusOr<v1::LeaseResponse> r = client_->Lease(request);
+    if (!r.ok()) return r.status();
+    const bool stops_before = r->stop_after_step() >= 0 && r->stop_after_step() < next_step;
+    if (r->through_step() >= next_step || stops_before) {
+      freeze_step_ = r->freeze_step();
+      stop_after_step_ = r->stop_after_step();
+      return Lease{r->through_step(), r->freeze_step(), r->stop_after_step()};
+    }
+    if (absl::Now() > give_up) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("the coordinator granted no lease for step ", next_step, " in 10 minutes"));
+    }
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Milliseconds(200));
+  }
+}
+
+absl::Status CoordinatorStepController::Report(const StepReport& report) {
+  if (session_) session_->SetStep(report.step);
+  // The last step is always reported: the coordinator ends the job when every worker has.
+  const bool due = report.variance_change.has_value() || report.step == 1 ||
+                   report.step == stop_after_step_ ||
+                   (report_every_ > 0 && report.step % report_every_ == 0);
+  if (!due) return absl::OkStatus();
+  v1::StatsReport stats;
+  stats.set_rank(rank_);
+  stats.set_step(report.step);
+  stats.set_stage(report.stage == Stage::kWarmup ? v1::STAGE_WARMUP : v1::STAGE_COMPRESSION);
+  stats.set_loss(report.loss);
+  stats.set_variance_change(report.variance_change.value_or(-1.0));
+  stats.set_step_seconds(report.compute_seconds + report.exchange_update_seconds);
+  if (exchange_) {
+    stats.set_bytes_sent(exchange_->bytes_sent());
+    stats.set_bytes_received(exchange_->bytes_received());
+  }
+  return client_->ReportStats(stats).status();
+}
+
+}  // namespace onebit

@@ -1,0 +1,280 @@
+#include "worker/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "kernels/status_macros.h"
+#include "worker/worker_compressor.h"
+
+namespace onebit {
+namespace {
+
+// The optimizer's freeze step while no switch is scheduled.
+constexpr int64_t kNeverFreeze = std::numeric_limits<int64_t>::max();
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void PrintToStdout(absl::string_view line) {
+  // One write per line, so lines of workers sharing a process do not interleave.
+  const std::string text = absl::StrCat(line, "\n");
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+// ---- StaticStepController ----
+
+StaticStepController::StaticStepController(int64_t freeze_step, int64_t total_steps,
+                                           int64_t lease_steps)
+    : freeze_step_(freeze_step),
+      total_steps_(total_steps),
+      lease_steps_(std::max<int64_t>(1, lease_steps)) {}
+
+absl::StatusOr<Lease> StaticStepController::Acquire(int64_t next_step) {
+  ++acquisitions_;
+  Lease lease;
+  lease.freeze_step = freeze_step_;
+  lease.stop_after_step = total_steps_;
+  lease.through_step = std::min(total_steps_, next_step + lease_steps_ - 1);
+  return lease;
+}
+
+absl::Status StaticStepController::Report(const StepReport& report) {
+  ++reports_;
+  if (report.variance_change.has_value()) variance_reports_.push_back(report);
+  return absl::OkStatus();
+}
+
+// ---- Trainer ----
+
+Trainer::Trainer(const TrainerOptions& options, Workload* workload, kernels::Backend* backend,
+                 StepController* controller, TrainerMetricsSink* sink)
+    : options_(options),
+      workload_(workload),
+      backend_(backend),
+      controller_(controller),
+      sink_(sink) {
+  if (!options_.print) options_.print = PrintToStdout;
+}
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
+    const TrainerOptions& options, Workload* workload, kernels::Backend* backend,
+    Exchange* exchange, StepController* controller, TrainerMetricsSink* sink) {
+  if (exchange == nullptr) return absl::InvalidArgumentError("no exchange");
+  std::unique_ptr<Trainer> trainer(new Trainer(options, workload, backend, controller, sink));
+  ONEBIT_RETURN_IF_ERROR(trainer->Init(exchange, nullptr));
+  return trainer;
+}
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
+    const TrainerOptions& options, Workload* workload, kernels::Backend* backend,
+    Transport* transport, StepController* controller, TrainerMetricsSink* sink) {
+  if (transport == nullptr) return absl::InvalidArgumentError("no transport");
+  std::unique_ptr<Trainer> trainer(new Trainer(options, workload, backend, controller, sink));
+  ONEBIT_RETURN_IF_ERROR(trainer->Init(nullptr, transport));
+  return trainer;
+}
+
+absl::Status Trainer::Init(Exchange* exchange, Transport* transport) {
+  if (workload_ == nullptr || backend_ == nullptr || controller_ == nullptr) {
+    return absl::InvalidArgumentError("the trainer needs a workload, a backend and a controller");
+  }
+  if (workload_->memory_space() != backend_->memory_space()) {
+    return absl::InvalidArgumentError(absl::StrCat("workload ", workload_->name(), " and backend ",
+                                                   backend_->name(),
+                                                   " use different memory spaces"));
+  }
+  if (options_.log_every < 0 || options_.eval_every < 0 || options_.report_interval < 0) {
+    return absl::InvalidArgumentError("log_every, eval_every and report_interval must be >= 0");
+  }
+  const size_t n = workload_->num_parameters();
+  std::vector<float> initial(n);
+  ONEBIT_RETURN_IF_ERROR(workload_->InitParameters(initial.data(), options_.init_seed));
+  OnebitAdamOptions adam = options_.optimizer;
+  adam.freeze_step = kNeverFreeze;  // until a lease schedules the switch
+  if (exchange != nullptr) {
+    ONEBIT_ASSIGN_OR_RETURN(optimizer_,
+                            OnebitAdam::Create(adam, backend_, exchange, initial.data(), n));
+  } else {
+    ONEBIT_ASSIGN_OR_RETURN(optimizer_,
+                            OnebitAdam::Create(adam, backend_, transport, initial.data(), n));
+  }
+  ONEBIT_ASSIGN_OR_RETURN(grad_, kernels::Buffer<float>::Create(backend_, n));
+  const int w = optimizer_->exchange().world_size();
+  fp32_allreduce_bytes_ = 2 * static_cast<uint64_t>(w - 1) * (n * sizeof(float)) / w;
+  sent_at_start_ = optimizer_->exchange().bytes_sent();
+  // A fresh optimizer's variance is zero: v_0 is known without a copy.
+  if (optimizer_->step() == 0) v_prev_step_ = 0;
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::ApplyLease(const Lease& lease, int64_t next_step) {
+  if (lease.stop_after_step >= 0 && lease.stop_after_step < next_step) {
+    lease_ = lease;  // the end of the job
+    return absl::OkStatus();
+  }
+  if (lease.through_step < next_step) {
+    return absl::FailedPreconditionError(absl::StrCat("lease through step ", lease.through_step,
+                                                      " does not cover step ", next_step));
+  }
+  if (!options_.never_freeze) {
+    const int64_t freeze = lease.freeze_step >= 0 ? lease.freeze_step : kNeverFreeze;
+    if (freeze != optimizer_->freeze_step()) {
+      ONEBIT_RETURN_IF_ERROR(optimizer_->SetFreezeStep(freeze));
+    }
+  }
+  lease_ = lease;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TrainerSummary> Trainer::Run() {
+  while (true) {
+    const int64_t t = optimizer_->step() + 1;
+    auto ended = [&] { return lease_->stop_after_step >= 0 && t > lease_->stop_after_step; };
+    if (lease_.has_value() && ended()) break;
+    if (!lease_.has_value() || t > lease_->through_step) {
+      ONEBIT_ASSIGN_OR_RETURN(Lease lease, controller_->Acquire(t));
+      ONEBIT_RETURN_IF_ERROR(ApplyLease(lease, t));
+      if (ended()) break;
+    }
+    ONEBIT_RETURN_IF_ERROR(RunStep(t));
+    if (options_.eval_every > 0 && t % options_.eval_every == 0) {
+      ONEBIT_RETURN_IF_ERROR(Evaluate(t));
+    }
+  }
+  const int64_t last = optimizer_->step();
+  if (options_.eval_at_end && last > 0 && last_eval_step_ != last) {
+    ONEBIT_RETURN_IF_ERROR(Evaluate(last));
+  }
+  return summary_;
+}
+
+absl::Status Trainer::RunStep(int64_t t) {
+  Exchange& exchange = optimizer_->exchange();
+  StepReport report;
+  report.step = t;
+  report.stage = optimizer_->stage();
+  const uint64_t sent_before = exchange.bytes_sent();
+  const uint64_t received_before = exchange.bytes_received();
+
+  const auto start = std::chrono::steady_clock::now();
+  ONEBIT_ASSIGN_OR_RETURN(report.loss,
+                          workload_->ComputeGradient(optimizer_->params(), t, grad_.data()));
+  report.compute_seconds = SecondsSince(start);
+  if (!std::isfinite(report.loss)) {
+    // Continuing would only spread NaNs through the exchange. The usual cause in the
+    // compression stage is a frozen variance with (near-)zero entries: u = m / (sqrt(v) +
+    // eps) blows up where the compressed momentum is nonzero.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "training diverged: the loss is ", report.loss, " at step ", t, " (",
+        StageName(report.stage),
+        report.stage == Stage::kCompression
+            ? "); parameters whose variance froze at ~0 get huge updates from the compressed "
+              "momentum: raise optimizer eps (1e-5 works for the Fashion-MNIST MLP), freeze "
+              "later, or mask them"
+            : "); lower the learning rate"));
+  }
+  const auto update_start = std::chrono::steady_clock::now();
+  ONEBIT_RETURN_IF_ERROR(optimizer_->Step(grad_.data()));
+  ONEBIT_RETURN_IF_ERROR(backend_->Synchronize());  // GPU work done: the time is real
+  report.exchange_update_seconds = SecondsSince(update_start);
+
+  report.bytes_sent = exchange.bytes_sent() - sent_before;
+  report.bytes_received = exchange.bytes_received() - received_before;
+  if (report.bytes_sent > 0) {
+    report.compression_ratio =
+        static_cast<double>(fp32_allreduce_bytes_) / static_cast<double>(report.bytes_sent);
+  }
+  ONEBIT_ASSIGN_OR_RETURN(report.variance_change, VarianceChange(t, report.stage));
+  const bool log_line = options_.log_every > 0 && t % options_.log_every == 0;
+  if (report.stage == Stage::kCompression && log_line) {
+    ONEBIT_ASSIGN_OR_RETURN(report.error_norm, exchange.worker_compressor().ErrorNorm());
+  }
+
+  StageTotals& totals = report.stage == Stage::kWarmup ? summary_.warmup : summary_.compression;
+  const double seconds = report.compute_seconds + report.exchange_update_seconds;
+  ++totals.steps;
+  totals.bytes_sent += report.bytes_sent;
+  totals.bytes_received += report.bytes_received;
+  totals.seconds += seconds;
+  summary_.last_step = t;
+  summary_.last_loss = report.loss;
+  if (report.stage == Stage::kCompression && summary_.first_compression_step < 0) {
+    summary_.first_compression_step = t;
+  }
+
+  ONEBIT_RETURN_IF_ERROR(controller_->Report(report));
+  if (sink_ != nullptr) sink_->RecordStep(report);
+
+  window_loss_ += report.loss;
+  window_seconds_ += seconds;
+  ++window_steps_;
+  if (log_line) {
+    const std::string of_total =
+        options_.total_steps > 0 ? absl::StrCat("/", options_.total_steps) : "";
+    const double sent_mb = static_cast<double>(exchange.bytes_sent() - sent_at_start_) / 1e6;
+    Print(absl::StrFormat("step %d%s  loss %.4f  stage %s  step %.1f ms  sent %.1f MB", t, of_total,
+                          window_loss_ / window_steps_, StageName(report.stage),
+                          1e3 * window_seconds_ / window_steps_, sent_mb));
+    window_loss_ = window_seconds_ = 0.0;
+    window_steps_ = 0;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<double>> Trainer::VarianceChange(int64_t t, Stage stage) {
+  const int64_t k = options_.report_interval;
+  // Only warmup moves the variance; once it is frozen the statistic means nothing.
+  if (k == 0 || stage == Stage::kCompression) {
+    std::vector<float>().swap(v_prev_);  // give the memory back
+    std::vector<float>().swap(v_now_);
+    v_prev_step_ = -1;
+    return std::optional<double>();
+  }
+  if (t % k != 0) return std::optional<double>();
+  // Host copies: every k warmup steps, one read of v (cheap next to k steps of training).
+  const size_t n = optimizer_->size();
+  v_now_.resize(n);
+  ONEBIT_RETURN_IF_ERROR(
+      backend_->CopyToHost(v_now_.data(), optimizer_->variance(), n * sizeof(float)));
+  std::optional<double> change;
+  if (v_prev_step_ == t - k) {
+    if (v_prev_.empty()) v_prev_.assign(n, 0.0f);  // v_0 = 0
+    double diff = 0.0, norm = 0.0;
+    for (size_t i = 0; i < n; ++i) {
+      const double d = double{v_now_[i]} - v_prev_[i];
+      diff += d * d;
+      norm += double{v_now_[i]} * v_now_[i];
+    }
+    change = norm > 0.0 ? std::sqrt(diff / norm) : 0.0;
+  }
+  v_prev_.swap(v_now_);
+  v_prev_step_ = t;
+  return change;
+}
+
+absl::Status Trainer::Evaluate(int64_t t) {
+  ONEBIT_ASSIGN_OR_RETURN(EvalResult result, workload_->Evaluate(optimizer_->params()));
+  last_eval_step_ = t;
+  summary_.final_eval = result;
+  std::string line = absl::StrFormat("eval step %d  test loss %.4f", t, result.loss);
+  if (result.accuracy.has_value()) {
+    absl::StrAppend(&line, absl::StrFormat("  test accuracy %.2f%%", 100.0 * *result.accuracy));
+  }
+  Print(line);
+  if (sink_ != nullptr) sink_->RecordEval(t, result);
+  return absl::OkStatus();
+}
+
+void Trainer::Print(const std::string& line) const { options_.print(line); }
+
+}  // namespace onebit

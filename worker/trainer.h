@@ -1,0 +1,209 @@
+// The training loop of one worker: a Workload's gradients through OnebitAdam, in steps
+// granted by a StepController (the coordinator's leases, or a fixed plan), with progress
+// lines, periodic evaluation, the variance-change statistic for automatic freezing, and
+// per-stage byte accounting.
+//
+// Each step t (numbered from 1):
+//   1. if t is past the current lease, Acquire(t); apply its freeze step to the optimizer
+//      (every worker gets the same leases, so every worker switches at the same step);
+//      stop if the lease says the job ended before t. Never runs past a lease.
+//   2. compute the gradient (timed as "compute"), optimizer Step (timed as
+//      "exchange_update": the exchange, compression and update; the backend is
+//      synchronized so GPU times are real);
+//   3. build a StepReport (bytes from the Exchange's counters, the variance change every
+//      report_interval warmup steps, the worker error norm on logged compression steps),
+//      give it to the controller and the metrics sink;
+//   4. every log_every steps print one line,
+//        step 120/600  loss 0.4123  stage warmup  step 41.2 ms  sent 12.4 MB
+//      (loss and step time are means over the steps since the last line; "sent" is every
+//      byte this worker sent since the trainer was made, 1 MB = 10^6 bytes);
+//   5. every eval_every steps, and after the last step, evaluate on the test set and print
+//        eval step 600  test loss 0.4012  test accuracy 85.31%
+//
+// Optimizer "Adam" is OnebitAdam that never freezes (TrainerOptions::never_freeze).
+//
+// Thread safety: one thread at a time. Everything passed to Create is borrowed and must
+// outlive the trainer.
+#ifndef ONEBIT_WORKER_TRAINER_H_
+#define ONEBIT_WORKER_TRAINER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "kernels/buffer.h"
+#include "kernels/kernels.h"
+#include "worker/exchange.h"
+#include "worker/onebit_adam.h"
+#include "worker/transport.h"
+#include "worker/workload.h"
+
+namespace onebit {
+
+// What a worker may run: the stage is settled through `through_step`.
+struct Lease {
+  int64_t through_step = 0;
+  // Last warmup step, when a switch is scheduled; < 0: none scheduled (warmup goes on). A
+  // later lease may move or drop a switch that has not happened yet.
+  int64_t freeze_step = -1;
+  // The job ends after this step; < 0: not known yet.
+  int64_t stop_after_step = -1;
+};
+
+// One finished step, as the controller and the metrics see it.
+struct StepReport {
+  int64_t step = 0;
+  Stage stage = Stage::kWarmup;
+  double loss = 0.0;  // this worker's micro batch
+  double compute_seconds = 0.0;
+  double exchange_update_seconds = 0.0;
+  uint64_t bytes_sent = 0;      // during this step
+  uint64_t bytes_received = 0;  // during this step
+  // What an fp32 ring allreduce of the gradient would send, 2*(W-1)/W * 4 * n bytes, over
+  // bytes_sent; 0 when nothing was sent (one worker).
+  double compression_ratio = 0.0;
+  // ||v_t - v_{t-k}|| / ||v_t|| with k = report_interval, on warmup steps t divisible by k.
+  std::optional<double> variance_change;
+  // L2 norm of the worker error, on compression steps that print a progress line.
+  std::optional<double> error_norm;
+};
+
+// Where leases come from: the coordinator (a gRPC client) or a fixed plan.
+class StepController {
+ public:
+  virtual ~StepController() = default;
+  // A lease that covers next_step (through_step >= next_step), or one that ends the job
+  // before it (0 <= stop_after_step < next_step). May block while the lease is being
+  // decided. An error ends the run with that error.
+  virtual absl::StatusOr<Lease> Acquire(int64_t next_step) = 0;
+  // Called after every step, in order; implementations may forward only part (say, the
+  // variance changes) or batch. An error ends the run.
+  virtual absl::Status Report(const StepReport& report) = 0;
+};
+
+// A fixed plan for single-process runs and tests: freeze after `freeze_step` (< 0: never),
+// stop after `total_steps`, leases of `lease_steps` steps. Thread safety: one thread.
+class StaticStepController : public StepController {
+ public:
+  StaticStepController(int64_t freeze_step, int64_t total_steps, int64_t lease_steps = 10);
+
+  absl::StatusOr<Lease> Acquire(int64_t next_step) override;
+  absl::Status Report(const StepReport& report) override;
+
+  // For tests.
+  int acquisitions() const { return acquisitions_; }
+  int64_t reports() const { return reports_; }
+  const std::vector<StepReport>& variance_reports() const { return variance_reports_; }
+
+ private:
+  const int64_t freeze_step_, total_steps_, lease_steps_;
+  int acquisitions_ = 0;
+  int64_t reports_ = 0;
+  std::vector<StepReport> variance_reports_;  // the reports with a variance change
+};
+
+// Receives what the trainer measures (the Prometheus metrics implement it; tests record).
+class TrainerMetricsSink {
+ public:
+  virtual ~TrainerMetricsSink() = default;
+  virtual void RecordStep(const StepReport& report) = 0;
+  virtual void RecordEval(int64_t step, const EvalResult& result) = 0;
+};
+
+struct TrainerOptions {
+  // lr, betas, eps, weight decay, momentum mask. Its freeze_step is ignored: the leases
+  // say when to switch.
+  OnebitAdamOptions optimizer;
+  // Optimizer "Adam": full precision throughout; freeze steps in leases are ignored.
+  bool never_freeze = false;
+  uint64_t init_seed = 1;   // Workload::InitParameters
+  int64_t total_steps = 0;  // shown as "step t/total"; 0: unknown. Does not stop.
+  int64_t log_every = 20;   // 0: no progress lines
+  int64_t eval_every = 0;   // 0: no periodic evaluation
+  bool eval_at_end = true;
+  int64_t report_interval = 10;  // k of the variance change; 0: not computed
+  // Where progress and eval lines go, one call per line (no newline). Default: stdout.
+  std::function<void(absl::string_view line)> print;
+};
+
+struct StageTotals {
+  int64_t steps = 0;
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
+  double seconds = 0.0;  // compute + exchange_update
+  double bytes_sent_per_step() const { return steps > 0 ? double(bytes_sent) / steps : 0.0; }
+  double bytes_received_per_step() const {
+    return steps > 0 ? double(bytes_received) / steps : 0.0;
+  }
+};
+
+struct TrainerSummary {
+  StageTotals warmup;
+  StageTotals compression;
+  int64_t last_step = 0;
+  int64_t first_compression_step = -1;  // -1: never compressed
+  double last_loss = 0.0;
+  std::optional<EvalResult> final_eval;  // the last evaluation
+};
+
+class Trainer {
+ public:
+  // `sink` may be null. The workload, backend and exchange must share a memory space.
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(
+      const TrainerOptions& options, Workload* workload, kernels::Backend* backend,
+      Exchange* exchange, StepController* controller, TrainerMetricsSink* sink = nullptr);
+  // The same over a PeerExchange on `transport` (owned by the optimizer).
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(
+      const TrainerOptions& options, Workload* workload, kernels::Backend* backend,
+      Transport* transport, StepController* controller, TrainerMetricsSink* sink = nullptr);
+
+  // Runs steps until the controller's lease ends the job; returns the totals so far.
+  // Another call continues from the next step.
+  absl::StatusOr<TrainerSummary> Run();
+
+  OnebitAdam& optimizer() { return *optimizer_; }
+  const TrainerSummary& summary() const { return summary_; }
+
+ private:
+  Trainer(const TrainerOptions& options, Workload* workload, kernels::Backend* backend,
+          StepController* controller, TrainerMetricsSink* sink);
+  absl::Status Init(Exchange* exchange, Transport* transport);
+  absl::Status ApplyLease(const Lease& lease, int64_t next_step);
+  absl::Status RunStep(int64_t step);
+  // The variance change after step `step` (run in `stage`), when one is due.
+  absl::StatusOr<std::optional<double>> VarianceChange(int64_t step, Stage stage);
+  absl::Status Evaluate(int64_t step);
+  void Print(const std::string& line) const;
+
+  TrainerOptions options_;
+  Workload* const workload_;
+  kernels::Backend* const backend_;
+  StepController* const controller_;
+  TrainerMetricsSink* const sink_;
+  std::unique_ptr<OnebitAdam> optimizer_;
+  kernels::Buffer<float> grad_;
+  uint64_t fp32_allreduce_bytes_ = 0;  // per step, for the compression ratio
+
+  std::optional<Lease> lease_;
+  uint64_t sent_at_start_ = 0;
+  TrainerSummary summary_;
+  int64_t last_eval_step_ = -1;
+
+  // Progress lines: means since the last line.
+  double window_loss_ = 0.0, window_seconds_ = 0.0;
+  int64_t window_steps_ = 0;
+
+  // The variance at step v_prev_step_ (host copy), for the variance change.
+  std::vector<float> v_prev_, v_now_;
+  int64_t v_prev_step_ = -1;  // -1: no usable copy
+};
+
+}  // namespace onebit
+
+#endif  // ONEBIT_WORKER_TRAINER_H_

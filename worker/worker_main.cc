@@ -1,0 +1,231 @@
+// onebit-worker: one worker of a job. Registers with the coordinator (which assigns the
+// rank), builds the workload and the exchange the config asks for (peer over gloo or NCCL,
+// or the parameter-server shards), trains in the coordinator's leases, serves /metrics,
+// and writes a summary for launchers.
+//
+//   onebit_worker --config=job.json --coordinator=127.0.0.1:PORT [--summary_file=F]
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "coordinator/coordinator_client.h"
+#include "coordinator/gloo_store.h"
+#include "coordinator/job_config.h"
+#include "kernels/cuda_backend.h"
+#include "kernels/kernels.h"
+#include "kernels/status_macros.h"
+#include "tools/npy.h"
+#include "worker/coordinator_step_controller.h"
+#include "worker/gloo_transport.h"
+#include "worker/job_setup.h"
+#include "worker/nccl_transport.h"
+#include "worker/peer_exchange.h"
+#include "worker/ps_exchange.h"
+#include "worker/trainer.h"
+#include "worker/worker_metrics.h"
+
+ABSL_FLAG(std::string, config, "", "The job config (JSON, required).");
+ABSL_FLAG(std::string, coordinator, "", "host:port of the coordinator's gRPC service (required).");
+ABSL_FLAG(std::string, host, "127.0.0.1", "This worker's address (gloo, /metrics).");
+ABSL_FLAG(int, metrics_port, -1, "Port of /metrics; -1: the config's, 0: a free one.");
+ABSL_FLAG(std::string, summary_file, "", "Write a JSON summary here at the end.");
+ABSL_FLAG(std::string, params_out, "", "Write the final parameters here (.npy).");
+ABSL_FLAG(int, cuda_device, 0, "GPU to use with onebit.device = cuda.");
+
+namespace onebit {
+namespace {
+
+std::string InstanceId() {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  std::random_device rd;
+  return absl::StrFormat("%s:%d:%08x", host, getpid(), rd());
+}
+
+// The job's parts, in the order they must be torn down (reverse).
+struct Worker {
+  std::unique_ptr<CoordinatorClient> client;
+  std::unique_ptr<MetricsEndpoint> metrics;
+  std::unique_ptr<WorkerMetrics> sink;
+  std::unique_ptr<CoordinatorSession> session;
+  std::unique_ptr<kernels::Backend> backend;
+  std::unique_ptr<Workload> workload;
+  std::unique_ptr<Transport> transport;
+  std::unique_ptr<Exchange> exchange;
+  std::unique_ptr<CoordinatorStepController> controller;
+  std::unique_ptr<Trainer> trainer;
+};
+
+// Waits until the coordinator knows every shard's address; in shard order.
+absl::StatusOr<std::vector<std::string>> ShardAddresses(CoordinatorClient& client, int num_servers) {
+  const absl::Time give_up = absl::Now() + absl::Seconds(60);
+  for (;;) {
+    ONEBIT_ASSIGN_OR_RETURN(v1::ListMembersResponse members, client.ListMembers({}));
+    std::vector<std::string> addresses(num_servers);
+    int found = 0;
+    for (const v1::Member& m : members.members()) {
+      if (m.role() == v1::ROLE_SERVER && m.rank() >= 0 && m.rank() < num_servers &&
+          addresses[m.rank()].empty()) {
+        addresses[m.rank()] = m.address();
+        ++found;
+      }
+    }
+    if (found == num_servers) return addresses;
+    if (absl::Now() > give_up) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("only ", found, " of ", num_servers, " parameter servers registered in 60 s"));
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+}
+
+absl::StatusOr<std::unique_ptr<Transport>> PeerTransport(const JobConfig& config,
+                                                         const v1::RegisterResponse& reg,
+                                                         std::shared_ptr<CoordinatorClient> store_client,
+                                                         kernels::Backend* backend) {
+  if (config.optimizer.comm_backend_name == "nccl") {
+    const std::string key = absl::StrCat(reg.job_id(), "/nccl_unique_id");
+    if (reg.rank() == 0) {
+      ONEBIT_ASSIGN_OR_RETURN(ncclUniqueId id, NewNcclUniqueId());
+      v1::KvSetRequest set;
+      set.set_key(key);
+      set.set_value(SerializeNcclUniqueId(id));
+      ONEBIT_RETURN_IF_ERROR(store_client->KvSet(set).status());
+    }
+    v1::KvGetRequest get;
+    get.set_key(key);
+    get.set_wait(true);
+    get.set_timeout_ms(60000);
+    ONEBIT_ASSIGN_OR_RETURN(v1::KvGetResponse got, store_client->KvGet(get));
+    ONEBIT_ASSIGN_OR_RETURN(ncclUniqueId id, ParseNcclUniqueId(got.value()));
+    return NcclTransport::Create(reg.rank(), reg.world_size(), id, backend);
+  }
+  auto store = std::make_shared<CoordinatorGlooStore>(store_client, GlooStorePrefix(reg.job_id(), 0));
+  GlooOptions options;
+  options.hostname = absl::GetFlag(FLAGS_host);
+  return GlooTransport::Create(store, reg.rank(), reg.world_size(), options);
+}
+
+absl::Status WriteSummary(const std::string& path, const JobConfig& config, int rank,
+                          const TrainerSummary& s, double seconds) {
+  const double accuracy = s.final_eval && s.final_eval->accuracy ? *s.final_eval->accuracy : -1;
+  const double test_loss = s.final_eval ? s.final_eval->loss : -1;
+  const std::string json = absl::StrFormat(
+      R"({"rank": %d, "optimizer": "%s", "exchange": "%s", "warmup_steps": %d, "compression_steps": %d,
+"first_compression_step": %d, "bytes_sent_warmup": %d, "bytes_sent_compression": %d,
+"bytes_received_warmup": %d, "bytes_received_compression": %d, "last_loss": %.6g,
+"test_loss": %.6g, "test_accuracy": %.6g, "samples": %d, "seconds": %.3f}
+)",
+      rank, config.optimizer.type, config.exchange.mode, s.warmup.steps, s.compression.steps,
+      s.first_compression_step, s.warmup.bytes_sent, s.compression.bytes_sent,
+      s.warmup.bytes_received, s.compression.bytes_received, s.last_loss, test_loss, accuracy,
+      s.last_step * config.micro_batch, seconds);
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << json;
+    if (!out.flush()) return absl::InternalError(absl::StrCat("cannot write ", tmp));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ", path));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Run() {
+  const absl::Time start = absl::Now();
+  if (absl::GetFlag(FLAGS_config).empty() || absl::GetFlag(FLAGS_coordinator).empty()) {
+    return absl::InvalidArgumentError("--config and --coordinator are required");
+  }
+  ONEBIT_ASSIGN_OR_RETURN(JobConfig config, LoadJobConfig(absl::GetFlag(FLAGS_config)));
+  Worker w;
+  GrpcClientOptions client_options;
+  client_options.address = absl::GetFlag(FLAGS_coordinator);
+  ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> client,
+                          NewGrpcCoordinatorClient(client_options));
+  std::shared_ptr<CoordinatorClient> shared_client = std::move(client);
+
+  const int port = absl::GetFlag(FLAGS_metrics_port) >= 0 ? absl::GetFlag(FLAGS_metrics_port)
+                                                          : config.ports.metrics;
+  ONEBIT_ASSIGN_OR_RETURN(w.metrics, MetricsEndpoint::Start(absl::GetFlag(FLAGS_host), port));
+
+  const std::string instance = InstanceId();
+  v1::RegisterRequest reg_request;
+  reg_request.set_role(v1::ROLE_WORKER);
+  reg_request.set_instance_id(instance);
+  reg_request.set_address(absl::GetFlag(FLAGS_host));
+  reg_request.set_metrics_address(absl::StrCat(absl::GetFlag(FLAGS_host), ":", w.metrics->port()));
+  reg_request.set_requested_rank(-1);
+  ONEBIT_ASSIGN_OR_RETURN(v1::RegisterResponse reg, shared_client->Register(reg_request));
+  std::fprintf(stderr, "worker rank %d of %d (job %s), metrics on :%d\n", reg.rank(),
+               reg.world_size(), reg.job_id().c_str(), w.metrics->port());
+  w.sink = std::make_unique<WorkerMetrics>(w.metrics->registry(),
+                                           std::map<std::string, std::string>{{"rank", absl::StrCat(reg.rank())}});
+  SessionOptions session;
+  session.role = v1::ROLE_WORKER;
+  session.rank = reg.rank();
+  session.instance_id = instance;
+  ONEBIT_ASSIGN_OR_RETURN(w.session, shared_client->StartSession(session, [](const v1::JobEvent&) {}));
+
+  if (config.device == "cuda") {
+    ONEBIT_ASSIGN_OR_RETURN(w.backend, kernels::NewCudaBackend(absl::GetFlag(FLAGS_cuda_device)));
+  } else {
+    w.backend = kernels::NewCpuBackend();
+  }
+  ONEBIT_ASSIGN_OR_RETURN(w.workload, NewWorkload(config, reg.rank(), reg.world_size(), w.backend.get()));
+  const size_t n = w.workload->num_parameters();
+  if (config.exchange.mode == "ps") {
+    ONEBIT_ASSIGN_OR_RETURN(std::vector<std::string> shards,
+                            ShardAddresses(*shared_client, reg.num_servers()));
+    ONEBIT_ASSIGN_OR_RETURN(w.exchange, PsExchange::Create(w.backend.get(), reg.rank(),
+                                                           reg.world_size(), n, shards));
+  } else {
+    ONEBIT_ASSIGN_OR_RETURN(w.transport, PeerTransport(config, reg, shared_client, w.backend.get()));
+    ONEBIT_ASSIGN_OR_RETURN(w.exchange, PeerExchange::Create(w.backend.get(), w.transport.get(), n));
+  }
+  w.controller = std::make_unique<CoordinatorStepController>(
+      shared_client.get(), w.session.get(), reg.rank(), config.log_every, w.exchange.get());
+  TrainerOptions options = TrainerOptionsFromConfig(config);
+  const int rank = reg.rank();
+  options.print = [rank](absl::string_view line) {
+    std::printf("rank %d  %.*s\n", rank, static_cast<int>(line.size()), line.data());
+    std::fflush(stdout);
+  };
+  ONEBIT_ASSIGN_OR_RETURN(w.trainer, Trainer::Create(options, w.workload.get(), w.backend.get(),
+                                                     w.exchange.get(), w.controller.get(), w.sink.get()));
+  ONEBIT_ASSIGN_OR_RETURN(TrainerSummary summary, w.trainer->Run());
+
+  if (!absl::GetFlag(FLAGS_params_out).empty()) {
+    ONEBIT_ASSIGN_OR_RETURN(std::vector<float> params, w.trainer->optimizer().ParamsToHost());
+    ONEBIT_RETURN_IF_ERROR(npy::WriteFloat32(absl::GetFlag(FLAGS_params_out),
+                                             {static_cast<int64_t>(params.size())}, params.data()));
+  }
+  if (!absl::GetFlag(FLAGS_summary_file).empty()) {
+    ONEBIT_RETURN_IF_ERROR(WriteSummary(absl::GetFlag(FLAGS_summary_file), config, rank, summary,
+                                        absl::ToDoubleSeconds(absl::Now() - start)));
+  }
+  (void)w.session->Stop();
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace onebit
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  const absl::Status status = onebit::Run();
+  if (!status.ok()) {
+    std::fprintf(stderr, "onebit-worker: error: %s\n", status.ToString().c_str());
+    return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  return 0;
+}

@@ -1,0 +1,143 @@
+#include "worker/worker_metrics.h"
+
+#include <exception>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "prometheus/text_serializer.h"
+
+namespace onebit {
+namespace {
+
+using Labels = std::map<std::string, std::string>;
+
+prometheus::Family<prometheus::Gauge>& GaugeFamily(prometheus::Registry& registry,
+                                                   const std::string& name, const std::string& help,
+                                                   const Labels& labels) {
+  return prometheus::BuildGauge().Name(name).Help(help).Labels(labels).Register(registry);
+}
+
+prometheus::Family<prometheus::Counter>& CounterFamily(prometheus::Registry& registry,
+                                                       const std::string& name,
+                                                       const std::string& help,
+                                                       const Labels& labels) {
+  return prometheus::BuildCounter().Name(name).Help(help).Labels(labels).Register(registry);
+}
+
+prometheus::Family<prometheus::Histogram>& StepSeconds(prometheus::Registry& registry,
+                                                       const Labels& labels) {
+  return prometheus::BuildHistogram()
+      .Name("onebit_worker_step_seconds")
+      .Help(
+          "Time per step in seconds, by part: compute (the gradient) and exchange_update "
+          "(compression, exchange and optimizer update).")
+      .Labels(labels)
+      .Register(registry);
+}
+
+prometheus::Histogram::BucketBoundaries StepBuckets() {
+  return {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+}
+
+}  // namespace
+
+WorkerMetrics::WorkerMetrics(prometheus::Registry& registry, const Labels& labels)
+    : stage_(GaugeFamily(registry, "onebit_worker_stage",
+                         "Stage of the last step: 0 = warmup, 1 = compression.", labels)
+                 .Add({})),
+      step_(
+          GaugeFamily(registry, "onebit_worker_step", "The last completed step.", labels).Add({})),
+      warmup_steps_(
+          CounterFamily(registry, "onebit_worker_steps_total", "Steps run, by stage.", labels)
+              .Add({{"stage", "warmup"}})),
+      compression_steps_(
+          CounterFamily(registry, "onebit_worker_steps_total", "Steps run, by stage.", labels)
+              .Add({{"stage", "compression"}})),
+      compute_seconds_(StepSeconds(registry, labels).Add({{"part", "compute"}}, StepBuckets())),
+      exchange_update_seconds_(
+          StepSeconds(registry, labels).Add({{"part", "exchange_update"}}, StepBuckets())),
+      warmup_bytes_sent_(CounterFamily(registry, "onebit_worker_bytes_sent_total",
+                                       "Payload bytes sent, by stage.", labels)
+                             .Add({{"stage", "warmup"}})),
+      compression_bytes_sent_(CounterFamily(registry, "onebit_worker_bytes_sent_total",
+                                            "Payload bytes sent, by stage.", labels)
+                                  .Add({{"stage", "compression"}})),
+      warmup_bytes_received_(CounterFamily(registry, "onebit_worker_bytes_received_total",
+                                           "Payload bytes received, by stage.", labels)
+                                 .Add({{"stage", "warmup"}})),
+      compression_bytes_received_(CounterFamily(registry, "onebit_worker_bytes_received_total",
+                                                "Payload bytes received, by stage.", labels)
+                                      .Add({{"stage", "compression"}})),
+      compression_ratio_(
+          GaugeFamily(registry, "onebit_worker_compression_ratio",
+                      "Bytes an fp32 ring allreduce would send over bytes sent, last step that "
+                      "sent anything.",
+                      labels)
+              .Add({})),
+      loss_(GaugeFamily(registry, "onebit_worker_loss", "Training loss of the last step.", labels)
+                .Add({})),
+      variance_change_(GaugeFamily(registry, "onebit_worker_variance_change",
+                                   "||v_t - v_{t-k}|| / ||v_t|| at the last report (warmup).",
+                                   labels)
+                           .Add({})),
+      error_norm_(GaugeFamily(registry, "onebit_worker_error_norm",
+                              "L2 norm of the worker error, last measured.", labels)
+                      .Add({})),
+      test_loss_(GaugeFamily(registry, "onebit_worker_test_loss",
+                             "Test-set loss at the last evaluation.", labels)
+                     .Add({})),
+      test_accuracy_(GaugeFamily(registry, "onebit_worker_test_accuracy",
+                                 "Test-set accuracy (0..1) at the last evaluation.", labels)
+                         .Add({})) {}
+
+void WorkerMetrics::RecordStep(const StepReport& report) {
+  const bool warmup = report.stage == Stage::kWarmup;
+  stage_.Set(warmup ? 0 : 1);
+  step_.Set(static_cast<double>(report.step));
+  (warmup ? warmup_steps_ : compression_steps_).Increment();
+  compute_seconds_.Observe(report.compute_seconds);
+  exchange_update_seconds_.Observe(report.exchange_update_seconds);
+  (warmup ? warmup_bytes_sent_ : compression_bytes_sent_)
+      .Increment(static_cast<double>(report.bytes_sent));
+  (warmup ? warmup_bytes_received_ : compression_bytes_received_)
+      .Increment(static_cast<double>(report.bytes_received));
+  if (report.compression_ratio > 0) compression_ratio_.Set(report.compression_ratio);
+  loss_.Set(report.loss);
+  if (report.variance_change.has_value()) variance_change_.Set(*report.variance_change);
+  if (report.error_norm.has_value()) error_norm_.Set(*report.error_norm);
+}
+
+void WorkerMetrics::RecordEval(int64_t, const EvalResult& result) {
+  test_loss_.Set(result.loss);
+  if (result.accuracy.has_value()) test_accuracy_.Set(*result.accuracy);
+}
+
+absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
+    const std::string& bind_address, int port) {
+  std::unique_ptr<MetricsEndpoint> endpoint(new MetricsEndpoint());
+  endpoint->registry_ = std::make_shared<prometheus::Registry>();
+  const std::string address = absl::StrCat(bind_address, ":", port);
+  try {
+    // civetweb's options spelled out: the (address, threads) constructor failed to start
+    // here inside larger binaries, this form does not. A failed bind throws; keep
+    // exceptions inside this call.
+    endpoint->exposer_ = std::make_unique<prometheus::Exposer>(
+        std::vector<std::string>{"listening_ports", address, "num_threads", "2"});
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve /metrics on ", address, ": ", e.what()));
+  }
+  endpoint->exposer_->RegisterCollectable(endpoint->registry_);
+  const std::vector<int> ports = endpoint->exposer_->GetListeningPorts();
+  if (ports.empty()) {
+    return absl::UnavailableError(absl::StrCat("no listening port for /metrics on ", address));
+  }
+  endpoint->port_ = ports.front();
+  return endpoint;
+}
+
+std::string SerializeMetrics(const prometheus::Registry& registry) {
+  return prometheus::TextSerializer().Serialize(registry.Collect());
+}
+
+}  // namespace onebit
