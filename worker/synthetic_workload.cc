@@ -104,7 +104,7 @@ class SyntheticWorkload : public Workload {
       return 0.5 * SyntheticGradient(params, num_parameters(), keys, options_.noise, grad_out) /
              static_cast<double>(num_parameters());
     }
-    ONEBIT_RETURN_IF_ERROR(Stage(params));
+    ONEBIT_RETURN_IF_ERROR(CopyParamsToHost(params));
     const double sumsq = SyntheticGradient(host_params_.data(), num_parameters(), keys,
                                            options_.noise, host_grad_.data());
     ONEBIT_RETURN_IF_ERROR(
@@ -118,7 +118,7 @@ class SyntheticWorkload : public Workload {
     const SyntheticKeys keys = MakeSyntheticKeys(options_.shard.seed, 0, options_.shard.rank);
     const float* host = params;
     if (device_ != nullptr) {
-      ONEBIT_RETURN_IF_ERROR(Stage(params));
+      ONEBIT_RETURN_IF_ERROR(CopyParamsToHost(params));
       host = host_params_.data();
     }
     EvalResult result;
@@ -129,7 +129,7 @@ class SyntheticWorkload : public Workload {
 
  private:
   // Copies device parameters into the host staging buffer (allocated on first use).
-  absl::Status Stage(const float* device_params) {
+  absl::Status CopyParamsToHost(const float* device_params) {
     host_params_.resize(num_parameters());
     host_grad_.resize(num_parameters());
     return device_->CopyToHost(host_params_.data(), device_params,
