@@ -12,7 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "coordinator/coordinator_client.h"
-#include "coordinator/grpc_status.h"
+#include "proto/grpc_status.h"
 #include "grpcpp/grpcpp.h"
 #include "onebit/v1/coordinator.grpc.pb.h"
 

@@ -9,7 +9,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "coordinator/grpc_status.h"
+#include "proto/grpc_status.h"
 
 namespace onebit {
 namespace {

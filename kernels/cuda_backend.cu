@@ -25,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda_backend.h"
+#include "kernels/cuda_status.h"
 #include "kernels/kernels.h"
 #include "kernels/status_macros.h"
 
@@ -34,42 +35,7 @@ namespace {
 // ---------------------------------------------------------------------------------------
 // Errors
 
-absl::StatusCode CudaErrorCode(cudaError_t error) {
-  switch (error) {
-    case cudaErrorNoDevice:
-    case cudaErrorInsufficientDriver:
-    case cudaErrorDevicesUnavailable:
-    case cudaErrorInitializationError:
-      return absl::StatusCode::kUnavailable;
-    case cudaErrorMemoryAllocation:
-      return absl::StatusCode::kResourceExhausted;
-    case cudaErrorInvalidValue:
-    case cudaErrorInvalidDevicePointer:
-    case cudaErrorInvalidMemcpyDirection:
-      return absl::StatusCode::kInvalidArgument;
-    default:
-      return absl::StatusCode::kInternal;
-  }
-}
-
-absl::Status CudaErrorStatus(cudaError_t error, const char* expr, const char* file, int line) {
-  return absl::Status(CudaErrorCode(error),
-                      absl::StrCat(file, ":", line, ": ", expr, ": ", cudaGetErrorName(error),
-                                   ": ", cudaGetErrorString(error)));
-}
-
-// Returns an absl::Status naming the call, file and line when a CUDA call fails.
-#define ONEBIT_CUDA_RETURN_IF_ERROR(expr)                                        \
-  do {                                                                           \
-    const cudaError_t onebit_cuda_error_ = (expr);                               \
-    if (onebit_cuda_error_ != cudaSuccess) {                                     \
-      return CudaErrorStatus(onebit_cuda_error_, #expr, __FILE__, __LINE__);     \
-    }                                                                            \
-  } while (0)
-
-// A launch reports bad configurations through cudaGetLastError only; faults inside the
-// kernel surface at the next synchronizing call.
-#define ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR() ONEBIT_CUDA_RETURN_IF_ERROR(cudaGetLastError())
+// CudaErrorStatus and ONEBIT_CUDA_RETURN_IF_ERROR come from kernels/cuda_status.h.
 
 absl::Status CheckChunking(size_t num_chunks, size_t chunk, size_t n) {
   if (chunk % 8 != 0) {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "server/grpc_status.h"
+#include "proto/grpc_status.h"
 
 namespace onebit::server {
 namespace {

@@ -27,6 +27,7 @@
 #include "kernels/kernels.h"
 #include "kernels/status_macros.h"
 #include "worker/fashion_mnist.h"
+#include "kernels/cuda_status.h"
 #include "worker/mlp_cpu.h"
 #include "worker/mlp_cuda.h"
 #include "worker/workload.h"
@@ -36,14 +37,6 @@ namespace {
 
 // ---------------------------------------------------------------------------------------
 // Errors: every CUDA and cuBLAS call names itself, its file and line.
-
-absl::Status CudaStatus(cudaError_t error, const char* expr, const char* file, int line) {
-  const absl::StatusCode code = error == cudaErrorMemoryAllocation
-                                    ? absl::StatusCode::kResourceExhausted
-                                    : absl::StatusCode::kInternal;
-  return absl::Status(code, absl::StrCat(file, ":", line, ": ", expr, ": ", cudaGetErrorName(error),
-                                         ": ", cudaGetErrorString(error)));
-}
 
 // cuBLAS is loaded when the first CUDA workload is made, not linked: linking
 // libcublasLt.so makes civetweb (the /metrics server of prometheus-cpp) fail to start in
@@ -95,14 +88,6 @@ absl::Status CublasStatus(cublasStatus_t status, const char* expr, const char* f
                          ": ", (*LoadCublas())->status_string(status)));
 }
 
-#define ONEBIT_CUDA_RETURN_IF_ERROR(expr)                               \
-  do {                                                                  \
-    const cudaError_t onebit_cuda_error_ = (expr);                      \
-    if (onebit_cuda_error_ != cudaSuccess) {                            \
-      return CudaStatus(onebit_cuda_error_, #expr, __FILE__, __LINE__); \
-    }                                                                   \
-  } while (0)
-
 #define ONEBIT_CUBLAS_RETURN_IF_ERROR(expr)                                  \
   do {                                                                       \
     const cublasStatus_t onebit_cublas_status_ = (expr);                     \
@@ -111,8 +96,6 @@ absl::Status CublasStatus(cublasStatus_t status, const char* expr, const char* f
     }                                                                        \
   } while (0)
 
-// Launch errors (bad configurations) show up only here.
-#define ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR() ONEBIT_CUDA_RETURN_IF_ERROR(cudaGetLastError())
 
 // ---------------------------------------------------------------------------------------
 // Device code. Elementwise kernels use grid-stride loops over a capped grid.

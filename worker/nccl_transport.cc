@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "kernels/cuda_backend.h"
+#include "kernels/cuda_status.h"
 #include "kernels/status_macros.h"
 
 namespace onebit {
@@ -31,25 +32,6 @@ absl::StatusCode NcclCode(ncclResult_t result) {
   }
 }
 
-absl::StatusCode CudaCode(cudaError_t error) {
-  switch (error) {
-    case cudaErrorNoDevice:
-    case cudaErrorInsufficientDriver:
-    case cudaErrorDevicesUnavailable:
-    case cudaErrorInitializationError:
-      return absl::StatusCode::kUnavailable;
-    case cudaErrorMemoryAllocation:
-      return absl::StatusCode::kResourceExhausted;
-    default:
-      return absl::StatusCode::kInternal;
-  }
-}
-
-absl::Status CudaStatus(cudaError_t error, const char* expr, const char* file, int line) {
-  return absl::Status(CudaCode(error),
-                      absl::StrCat(file, ":", line, ": ", expr, ": ", cudaGetErrorName(error), ": ",
-                                   cudaGetErrorString(error)));
-}
 
 // As the other transports count it (transport.h): a ring allreduce moves 2*(W-1)/W of
 // the buffer each way, rounded down once.
@@ -149,7 +131,7 @@ absl::StatusOr<std::unique_ptr<NcclTransport>> NcclTransport::Create(int rank, i
   }
   int device = 0;
   if (const cudaError_t e = cudaStreamGetDevice(stream, &device); e != cudaSuccess) {
-    return CudaStatus(e, "cudaStreamGetDevice(stream, &device)", __FILE__, __LINE__);
+    return kernels::CudaErrorStatus(e, "cudaStreamGetDevice(stream, &device)", __FILE__, __LINE__);
   }
   std::unique_ptr<NcclTransport> transport(
       new NcclTransport(rank, world_size, backend, stream, device, deadline));
@@ -202,7 +184,7 @@ absl::Status NcclTransport::NcclError(ncclResult_t result, const char* expr, con
 
 absl::Status NcclTransport::CudaError(cudaError_t error, const char* expr, const char* file,
                                       int line) {
-  return CudaStatus(error, expr, file, line);
+  return kernels::CudaErrorStatus(error, expr, file, line);
 }
 
 absl::Status NcclTransport::Fail(absl::Status status) {

@@ -9,7 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "kernels/status_macros.h"
 #include "onebit/v1/exchange.grpc.pb.h"
-#include "server/grpc_status.h"
+#include "proto/grpc_status.h"
 
 namespace onebit {
 namespace {
@@ -294,7 +294,7 @@ void PsExchange::HandleEvent(Op& op, bool ok, int64_t step, ChunkKind kind) {
       shard.broken = false;
       if (shard.done || !shard.fatal.ok()) break;
       const absl::Status error = status.ok() ? absl::UnavailableError("the shard closed the stream")
-                                             : server::FromGrpcStatus(status);
+                                             : FromGrpcStatus(status);
       const std::string message = absl::StrCat(shard.name, ": ", error.message());
       if (status.ok() || Retryable(status.error_code())) {
         shard.last_error = absl::Status(error.code(), message);

@@ -1,7 +1,7 @@
-// absl::Status <-> grpc::Status. The codes are the same numbers, so the conversion is
+// absl::Status <-> grpc::Status, for every gRPC service and client of the project. The codes are the same numbers, so the conversion is
 // one-to-one and loses nothing but error details (which we do not use).
-#ifndef ONEBIT_COORDINATOR_GRPC_STATUS_H_
-#define ONEBIT_COORDINATOR_GRPC_STATUS_H_
+#ifndef ONEBIT_PROTO_GRPC_STATUS_H_
+#define ONEBIT_PROTO_GRPC_STATUS_H_
 
 #include <string>
 
@@ -22,4 +22,4 @@ inline absl::Status FromGrpcStatus(const grpc::Status& status) {
 
 }  // namespace onebit
 
-#endif  // ONEBIT_COORDINATOR_GRPC_STATUS_H_
+#endif  // ONEBIT_PROTO_GRPC_STATUS_H_
