@@ -12,6 +12,7 @@ packages=(
   prometheus-cpp-dev libcpp-httplib-dev libeigen3-dev zlib1g-dev
   dataset-fashion-mnist
   prometheus
+  gnuplot-nox
 )
 
 missing=()

@@ -69,6 +69,7 @@ absl::StatusOr<JobResult> RunJob(const std::string& bin, const std::string& dir,
   options.dir = dir;
   options.config_path = config_path;
   options.echo_all = absl::GetFlag(FLAGS_echo_all);
+  options.worker_flags = {"--history_csv=" + dir + "/worker-{i}.csv"};
   LocalJob job(options, config);
   absl::Status status = job.Start();
   if (status.ok()) {
@@ -148,6 +149,51 @@ void PrintSummary(const JobConfig& c, const JobResult& onebit, const JobResult* 
   }
 }
 
+// Loss curves of worker 0 (training loss per step, smoothed, and test accuracy) for the
+// runs in `dirs`, drawn by gnuplot into out/loss.png when gnuplot is installed.
+void PlotLossCurves(const std::string& out, const std::vector<std::pair<std::string, std::string>>& runs,
+                    int64_t freeze_step) {
+  if (system("command -v gnuplot > /dev/null 2>&1") != 0) {
+    std::printf("(no gnuplot: apt-get install gnuplot-nox to get %s/loss.png)\n", out.c_str());
+    return;
+  }
+  const std::string script = out + "/loss.gp";
+  std::ofstream gp(script);
+  gp << "set terminal pngcairo size 1100,450 font ',10'\n"
+     << "set output '" << out << "/loss.png'\n"
+     << "set datafile separator ','\n"
+     << "set multiplot layout 1,2\n"
+     << "set title 'training loss (worker 0, mean of 20 steps)'\nset xlabel 'step'\n"
+     << "set grid\nset key top right\n";
+  if (freeze_step > 0) {
+    gp << "set arrow from " << freeze_step << ", graph 0 to " << freeze_step
+       << ", graph 1 nohead dt 2 lc rgb 'gray'\n"
+       << "set label 'switch to 1-bit' at " << freeze_step << ", graph 0.95 offset 1,0\n";
+  }
+  // A running mean over 20 steps, in gnuplot: sum the last 20 values kept in an array.
+  gp << "array w[20]\nsm(x, n) = (w[int(n)%20+1] = x, n < 19 ? x : (sum [i=1:20] w[i]) / 20.0)\n";
+  gp << "plot ";
+  for (size_t i = 0; i < runs.size(); ++i) {
+    gp << (i ? ", " : "") << "'" << runs[i].second << "' using 1:(stringcolumn(2) eq 'step' ? sm($4, $1) : 1/0)"
+       << " with lines lw 2 title '" << runs[i].first << "'";
+  }
+  gp << "\nunset arrow\nunset label\n"
+     << "set title 'test accuracy (worker 0)'\nset key bottom right\nset format y '%.1f%%'\n"
+     << "plot ";
+  for (size_t i = 0; i < runs.size(); ++i) {
+    gp << (i ? ", " : "") << "'" << runs[i].second
+       << "' using 1:(stringcolumn(2) eq 'eval' ? 100*$8 : 1/0) with linespoints lw 2 title '"
+       << runs[i].first << "'";
+  }
+  gp << "\nunset multiplot\n";
+  gp.close();
+  if (system(("gnuplot '" + script + "' 2> '" + out + "/gnuplot.log'").c_str()) == 0) {
+    std::printf("loss curves: %s/loss.png\n", out.c_str());
+  } else {
+    std::printf("gnuplot failed; see %s/gnuplot.log\n", out.c_str());
+  }
+}
+
 int Main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   signal(SIGINT, [](int) { g_interrupted = 1; });
@@ -183,6 +229,9 @@ int Main(int argc, char** argv) {
     adam = std::make_unique<JobResult>(*std::move(r));
   }
   PrintSummary(*config, *onebit, adam.get());
+  std::vector<std::pair<std::string, std::string>> runs = {{"1-bit Adam", out + "/onebit_adam/worker-0.csv"}};
+  if (adam) runs.push_back({"Adam", out + "/adam/worker-0.csv"});
+  PlotLossCurves(out, runs, config->optimizer.type == "Adam" ? -1 : config->optimizer.freeze_step);
   return 0;
 }
 

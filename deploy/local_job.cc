@@ -78,7 +78,9 @@ absl::Status LocalJob::Start() {
   for (int i = 0; i < config_.workers; ++i) {
     std::vector<std::string> w = {bin + "/worker/onebit-worker", "--config=" + options_.config_path,
                                   "--coordinator=" + grpc_,
-                                  absl::StrCat("--summary_file=", options_.dir, "/worker-", i, ".json")};
+                                  absl::StrCat("--summary_file=", options_.dir, "/worker-", i, ".json"),
+                                  // Worker i is rank i, so that logs and files line up across runs.
+                                  absl::StrCat("--rank=", i)};
     for (const std::string& flag : options_.worker_flags) {
       w.push_back(absl::StrReplaceAll(flag, {{"{i}", absl::StrCat(i)}}));
     }

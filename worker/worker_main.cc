@@ -39,7 +39,10 @@ ABSL_FLAG(std::string, host, "127.0.0.1", "This worker's address (gloo, /metrics
 ABSL_FLAG(int, metrics_port, -1, "Port of /metrics; -1: the config's, 0: a free one.");
 ABSL_FLAG(std::string, summary_file, "", "Write a JSON summary here at the end.");
 ABSL_FLAG(std::string, params_out, "", "Write the final parameters here (.npy).");
+ABSL_FLAG(int, rank, -1, "Ask the coordinator for this rank (-1: the next free one).");
 ABSL_FLAG(int, cuda_device, 0, "GPU to use with onebit.device = cuda.");
+ABSL_FLAG(std::string, history_csv, "",
+          "Write every step (step,stage,loss,seconds,bytes_sent) and evaluation here (CSV).");
 
 namespace onebit {
 namespace {
@@ -51,11 +54,43 @@ std::string InstanceId() {
   return absl::StrFormat("%s:%d:%08x", host, getpid(), rd());
 }
 
+// Forwards to the Prometheus metrics and, with --history_csv, writes one CSV row per step
+// and per evaluation, for loss curves:
+//   step,kind,stage,loss,seconds,bytes_sent,test_loss,test_accuracy
+class HistorySink : public TrainerMetricsSink {
+ public:
+  HistorySink(TrainerMetricsSink* next, const std::string& path) : next_(next) {
+    if (!path.empty()) {
+      out_.open(path);
+      out_ << "step,kind,stage,loss,seconds,bytes_sent,test_loss,test_accuracy\n";
+    }
+  }
+  void RecordStep(const StepReport& r) override {
+    next_->RecordStep(r);
+    if (out_.is_open()) {
+      out_ << r.step << ",step," << StageName(r.stage) << "," << r.loss << ","
+           << r.compute_seconds + r.exchange_update_seconds << "," << r.bytes_sent << ",,\n";
+    }
+  }
+  void RecordEval(int64_t step, const EvalResult& e) override {
+    next_->RecordEval(step, e);
+    if (out_.is_open()) {
+      out_ << step << ",eval,,,,," << e.loss << "," << e.accuracy.value_or(-1) << "\n";
+      out_.flush();
+    }
+  }
+
+ private:
+  TrainerMetricsSink* next_;
+  std::ofstream out_;
+};
+
 // The job's parts, in the order they must be torn down (reverse).
 struct Worker {
   std::unique_ptr<CoordinatorClient> client;
   std::unique_ptr<MetricsEndpoint> metrics;
-  std::unique_ptr<WorkerMetrics> sink;
+  std::unique_ptr<WorkerMetrics> metrics_sink;
+  std::unique_ptr<HistorySink> sink;
   std::unique_ptr<CoordinatorSession> session;
   std::unique_ptr<kernels::Backend> backend;
   std::unique_ptr<Workload> workload;
@@ -164,12 +199,13 @@ absl::Status Run() {
   reg_request.set_instance_id(instance);
   reg_request.set_address(absl::GetFlag(FLAGS_host));
   reg_request.set_metrics_address(absl::StrCat(absl::GetFlag(FLAGS_host), ":", w.metrics->port()));
-  reg_request.set_requested_rank(-1);
+  reg_request.set_requested_rank(absl::GetFlag(FLAGS_rank));
   ONEBIT_ASSIGN_OR_RETURN(v1::RegisterResponse reg, shared_client->Register(reg_request));
   std::fprintf(stderr, "worker rank %d of %d (job %s), metrics on :%d\n", reg.rank(),
                reg.world_size(), reg.job_id().c_str(), w.metrics->port());
-  w.sink = std::make_unique<WorkerMetrics>(w.metrics->registry(),
-                                           std::map<std::string, std::string>{{"rank", absl::StrCat(reg.rank())}});
+  w.metrics_sink = std::make_unique<WorkerMetrics>(
+      w.metrics->registry(), std::map<std::string, std::string>{{"rank", absl::StrCat(reg.rank())}});
+  w.sink = std::make_unique<HistorySink>(w.metrics_sink.get(), absl::GetFlag(FLAGS_history_csv));
   SessionOptions session;
   session.role = v1::ROLE_WORKER;
   session.rank = reg.rank();
