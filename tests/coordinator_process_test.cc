@@ -25,6 +25,7 @@
 #include "coordinator/proto_json.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/test_paths.h"
 #include "httplib.h"
 
 extern char** environ;
@@ -34,14 +35,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string Env(const char* name, const std::string& fallback = "") {
-  const char* v = std::getenv(name);
-  return v != nullptr ? v : fallback;
-}
+using testing_paths::Env;
 
-std::string Runfile(const std::string& path) {
-  return absl::StrCat(Env("TEST_SRCDIR"), "/", Env("TEST_WORKSPACE", "onebit"), "/", path);
-}
+using testing_paths::Runfile;
 
 std::string NewDir(const std::string& name) {
   static int counter = 0;

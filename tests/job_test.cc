@@ -14,6 +14,7 @@
 #include "deploy/local_job.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
+#include "tests/test_paths.h"
 
 namespace onebit {
 namespace {
@@ -22,8 +23,8 @@ using launcher::LocalJob;
 using launcher::LocalJobOptions;
 using launcher::NumberField;
 
-std::string BinDir() { return absl::StrCat(std::getenv("TEST_SRCDIR"), "/onebit"); }
-std::string TmpDir() { return std::getenv("TEST_TMPDIR"); }
+std::string BinDir() { return testing_paths::RunfilesRoot(); }
+std::string TmpDir() { return testing_paths::TestTmpDir(); }
 
 // A small synthetic job over gloo (peer) or shards (ps).
 JobConfig SmallJob(int workers, int64_t steps) {

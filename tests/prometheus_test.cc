@@ -16,6 +16,7 @@
 #include "deploy/process.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
+#include "tests/test_paths.h"
 
 namespace onebit {
 namespace {
@@ -66,7 +67,7 @@ TEST(PrometheusTest, ScrapesAWorkerAndTheCoordinator) {
   const std::string prometheus_bin = "/usr/bin/prometheus";
   ASSERT_EQ(access(prometheus_bin.c_str(), X_OK), 0)
       << "Prometheus is missing: apt-get install prometheus (deploy/install-deps.sh does)";
-  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/prom";
+  const std::string dir = testing_paths::TestTmpDir() + "/prom";
   mkdir(dir.c_str(), 0755);
 
   JobConfig c;
@@ -80,7 +81,7 @@ TEST(PrometheusTest, ScrapesAWorkerAndTheCoordinator) {
   const std::string config_path = dir + "/job.json";
   std::ofstream(config_path) << JobConfigToJson(c);
   launcher::LocalJobOptions options;
-  options.bin_dir = absl::StrCat(std::getenv("TEST_SRCDIR"), "/onebit");
+  options.bin_dir = testing_paths::RunfilesRoot();
   options.dir = dir;
   options.config_path = config_path;
   options.echo_all = false;

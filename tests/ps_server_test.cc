@@ -30,6 +30,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/test_paths.h"
 #include "kernels/kernels.h"
 #include "server/ps_layout.h"
 #include "worker/local_group.h"
@@ -43,14 +44,10 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string Env(const char* name, const std::string& fallback = "") {
-  const char* v = std::getenv(name);
-  return v != nullptr ? v : fallback;
-}
+using testing_paths::Env;
 
 std::string ServerBinary() {
-  return absl::StrCat(Env("TEST_SRCDIR"), "/", Env("TEST_WORKSPACE", "onebit"),
-                      "/server/onebit-server");
+  return testing_paths::Runfile("server/onebit-server");
 }
 
 std::string TempPath(const std::string& name) {

@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/test_paths.h"
 #include "tools/npy.h"
 #include "worker/onebit_adam_reference.h"
 
@@ -34,14 +35,10 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string Env(const char* name, const std::string& fallback = "") {
-  const char* v = std::getenv(name);
-  return v != nullptr ? v : fallback;
-}
+using testing_paths::Env;
 
 std::string BinaryPath() {
-  return absl::StrCat(Env("TEST_SRCDIR"), "/", Env("TEST_WORKSPACE", "onebit"),
-                      "/tools/onebit_replay");
+  return testing_paths::Runfile("tools/onebit_replay");
 }
 
 // A fresh directory under TEST_TMPDIR.
