@@ -5,9 +5,10 @@
 //
 //   bazel run //deploy:onebit_launch -- --config=deploy/demo.json
 #include <signal.h>
-#include <sys/stat.h>
 
 #include <cstdio>
+#include <filesystem>
+#include <system_error>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -205,7 +206,12 @@ int Main(int argc, char** argv) {
     return 2;
   }
   const std::string out = UserPath(absl::GetFlag(FLAGS_out_dir));
-  mkdir(out.c_str(), 0755);
+  std::error_code error;
+  std::filesystem::create_directories(out, error);
+  if (error) {
+    std::fprintf(stderr, "error: cannot create %s: %s\n", out.c_str(), error.message().c_str());
+    return 1;
+  }
   const std::string bin = BinDir(argv[0]);
 
   std::printf("== 1-bit Adam: %s\n", config_path.c_str());

@@ -1,8 +1,8 @@
 #include "deploy/local_job.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
+#include <filesystem>
+#include <system_error>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -49,7 +49,12 @@ absl::StatusOr<Process*> LocalJob::Spawn(const std::string& name,
 }
 
 absl::Status LocalJob::Start() {
-  mkdir(options_.dir.c_str(), 0755);
+  std::error_code error;
+  std::filesystem::create_directories(options_.dir, error);
+  if (error) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create ", options_.dir, ": ", error.message()));
+  }
   const std::string& bin = options_.bin_dir;
   const bool echo = options_.echo_all;
   const std::string addr_file = options_.dir + "/coordinator.addr";
