@@ -20,7 +20,7 @@
 #include "absl/time/time.h"
 #include "coordinator/clock.h"
 #include "coordinator/coordinator_handler.h"
-#include "coordinator/job_config.h"
+#include "config/job_config.h"
 #include "coordinator/kv_store.h"
 #include "coordinator/membership.h"
 #include "coordinator/metrics.h"

@@ -26,7 +26,7 @@
 #include "absl/time/time.h"
 #include "coordinator/address_file.h"
 #include "coordinator/coordinator_server.h"
-#include "coordinator/job_config.h"
+#include "config/job_config.h"
 #include "coordinator/log.h"
 
 ABSL_FLAG(std::string, config, "", "The job config (JSON). Required.");

@@ -1,25 +1,17 @@
-// The in-process client (the fake) and the gloo store over it: real gloo ranks as threads
-// find each other through the coordinator's key/value store.
+// The in-process client (the fake): sessions, events and errors without a network.
 #include "coordinator/inprocess_client.h"
 
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
 #include "coordinator/clock.h"
 #include "coordinator/coordinator.h"
-#include "coordinator/gloo_store.h"
-#include "gloo/common/error.h"
-#include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "worker/gloo_transport.h"
 
 namespace onebit {
 namespace {
-
-using ::testing::HasSubstr;
 
 class InProcessClientTest : public ::testing::Test {
  protected:
@@ -76,66 +68,6 @@ TEST_F(InProcessClientTest, SessionOfAStrangerEndsWithTheError) {
   }
   EXPECT_EQ((*session)->status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ((*session)->Stop().code(), absl::StatusCode::kFailedPrecondition);
-}
-
-TEST_F(InProcessClientTest, GlooRanksRendezvousThroughTheCoordinator) {
-  constexpr int kWorld = 3;
-  for (int generation = 0; generation < 2; ++generation) {
-    auto store = std::make_shared<CoordinatorGlooStore>(
-        client_, GlooStorePrefix("inproc", generation), std::chrono::seconds(20));
-    std::vector<absl::Status> results(kWorld);
-    std::vector<std::vector<float>> data(kWorld);
-    std::vector<std::thread> ranks;
-    for (int rank = 0; rank < kWorld; ++rank) {
-      ranks.emplace_back([&, rank] {
-        GlooOptions options;
-        options.timeout = absl::Seconds(20);
-        auto transport = GlooTransport::Create(store, rank, kWorld, options);
-        if (!transport.ok()) {
-          results[rank] = transport.status();
-          return;
-        }
-        data[rank] = {1.0f * rank, 2.0f};
-        results[rank] = (*transport)->AllReduceSum(data[rank].data(), data[rank].size());
-      });
-    }
-    for (std::thread& t : ranks) t.join();
-    for (int rank = 0; rank < kWorld; ++rank) {
-      ASSERT_TRUE(results[rank].ok()) << "rank " << rank << ": " << results[rank];
-      EXPECT_EQ(data[rank], (std::vector<float>{3.0f, 6.0f}));
-    }
-  }
-}
-
-TEST_F(InProcessClientTest, GlooStoreErrorsAreGlooExceptions) {
-  CoordinatorGlooStore store(client_, "p/", std::chrono::milliseconds(50));
-  store.set("k", {'a'});
-  store.set("k", {'a'});  // the same value again: fine
-  EXPECT_EQ(store.get("k"), (std::vector<char>{'a'}));
-  try {
-    store.set("k", {'b'});
-    ADD_FAILURE() << "no exception";
-  } catch (const gloo::IoException& e) {
-    EXPECT_THAT(e.what(), HasSubstr("ALREADY_EXISTS"));
-  }
-  try {
-    store.get("missing");
-    ADD_FAILURE() << "no exception";
-  } catch (const gloo::IoException& e) {
-    EXPECT_THAT(e.what(), HasSubstr("Wait timeout for key(s): p/missing"));
-  }
-  try {
-    store.wait({"k", "missing"}, std::chrono::milliseconds(30));
-    ADD_FAILURE() << "no exception";
-  } catch (const gloo::IoException& e) {
-    EXPECT_THAT(e.what(), HasSubstr("Wait timeout"));
-  }
-  try {
-    store.set(std::string(600, 'x'), {'a'});
-    ADD_FAILURE() << "no exception";
-  } catch (const gloo::IoException& e) {
-    EXPECT_THAT(e.what(), HasSubstr("INVALID_ARGUMENT"));
-  }
 }
 
 }  // namespace

@@ -10,7 +10,7 @@
 #include "absl/time/time.h"
 #include "coordinator/coordinator_client.h"
 #include "coordinator/coordinator_server.h"
-#include "coordinator/job_config.h"
+#include "config/job_config.h"
 
 namespace onebit {
 

@@ -7,6 +7,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash deploy/install-deps.sh
-bazel build //deploy:onebit_launch
-exec ./bazel-bin/deploy/onebit_launch --config=deploy/demo.json --out_dir=out/demo \
+bazel build //deploy:onebit-launch
+exec ./bazel-bin/deploy/onebit-launch --config=deploy/demo.json --out_dir=out/demo \
   --bin_dir=bazel-bin "$@"

@@ -3,7 +3,7 @@
 // process's output labelled on the terminal, then, with --compare_adam, the same job with
 // plain Adam (full-precision exchange, same data and seed) and a side-by-side summary.
 //
-//   bazel run //deploy:onebit_launch -- --config=deploy/demo.json
+//   bazel run //deploy:onebit-launch -- --config=deploy/demo.json
 #include <signal.h>
 
 #include <cstdio>
@@ -21,11 +21,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "coordinator/job_config.h"
+#include "config/job_config.h"
 #include "deploy/local_job.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
-#include "kernels/status_macros.h"
+#include "common/status_macros.h"
 
 ABSL_FLAG(std::string, config, "deploy/demo.json", "The job config (JSON).");
 ABSL_FLAG(std::string, out_dir, "out/demo", "Logs, addresses and summaries go here.");

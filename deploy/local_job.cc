@@ -9,7 +9,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "google/protobuf/util/json_util.h"
-#include "kernels/status_macros.h"
+#include "common/status_macros.h"
 
 namespace onebit::launcher {
 

@@ -13,7 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "coordinator/job_config.h"
+#include "config/job_config.h"
 #include "deploy/process.h"
 #include "google/protobuf/struct.pb.h"
 

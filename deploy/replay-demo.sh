@@ -5,15 +5,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash deploy/install-deps.sh
-bazel build -c opt //tools:onebit_replay //tools:make_gradient_stream
+bazel build -c opt //tools:onebit-replay //tools:onebit-gradient-stream
 
 out=${ONEBIT_DEMO_DIR:-out/replay-demo}
 mkdir -p "$out"
 workers=4 steps=100 n=1000000 freeze=20
-./bazel-bin/tools/make_gradient_stream --workers=$workers --steps=$steps --n=$n --out_dir="$out"
+./bazel-bin/tools/onebit-gradient-stream --workers=$workers --steps=$steps --n=$n --out_dir="$out"
 for transport in inproc gloo; do
-  echo "== onebit_replay over $transport"
-  ./bazel-bin/tools/onebit_replay --optimizer=onebit_adam --workers=$workers \
+  echo "== onebit-replay over $transport"
+  ./bazel-bin/tools/onebit-replay --optimizer=onebit_adam --workers=$workers \
     --lr=1e-3 --freeze-step=$freeze --weight-decay=0.01 \
     --params="$out/params.npy" --grads="$out/grads.npy" --out="$out/params_$transport.npy" \
     --transport=$transport

@@ -12,7 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/kernels.h"
-#include "kernels/status_macros.h"
+#include "common/status_macros.h"
 
 namespace onebit::kernels {
 

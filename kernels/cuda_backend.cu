@@ -27,7 +27,7 @@
 #include "kernels/cuda_backend.h"
 #include "kernels/cuda_status.h"
 #include "kernels/kernels.h"
-#include "kernels/status_macros.h"
+#include "common/status_macros.h"
 
 namespace onebit::kernels {
 namespace {

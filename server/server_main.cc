@@ -25,9 +25,9 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/coordinator_client.h"
-#include "coordinator/job_config.h"
+#include "config/job_config.h"
+#include "config/model_spec.h"
 #include "server/server_process.h"
-#include "worker/job_setup.h"
 
 ABSL_FLAG(int, shard, -1, "This shard's index, in [0, --shards) (required).");
 ABSL_FLAG(int, shards, 0, "Number of shards S (required, >= 1).");

@@ -10,8 +10,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "kernels/status_macros.h"
-#include "server/ps_layout.h"
+#include "common/status_macros.h"
+#include "compression/layout.h"
 
 namespace onebit::server {
 namespace {

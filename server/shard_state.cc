@@ -7,7 +7,7 @@
 
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
-#include "kernels/status_macros.h"
+#include "common/status_macros.h"
 
 namespace onebit::server {
 namespace {

@@ -53,8 +53,8 @@
 #include "absl/time/time.h"
 #include "kernels/buffer.h"
 #include "kernels/kernels.h"
-#include "server/chunk_aggregator.h"
-#include "server/ps_layout.h"
+#include "compression/chunk_aggregator.h"
+#include "compression/layout.h"
 
 namespace onebit::server {
 

@@ -14,7 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/kernels.h"
-#include "server/chunk_aggregator.h"
+#include "compression/chunk_aggregator.h"
 
 namespace onebit::server {
 namespace {
@@ -72,29 +72,6 @@ class ShardStateTest : public ::testing::Test {
 
   std::unique_ptr<kernels::Backend> backend_ = kernels::NewCpuBackend();
 };
-
-TEST(PsLayoutTest, SplitsAndPads) {
-  for (size_t n : {1, 7, 8, 100, 1001, 10007}) {
-    for (int s : {1, 2, 3, 4, 5, 8}) {
-      auto layout = PsLayout::Create(n, s);
-      ASSERT_TRUE(layout.ok());
-      EXPECT_EQ(layout->padded_size() % (8 * static_cast<size_t>(s)), 0u);
-      EXPECT_GE(layout->padded_size(), n);
-      EXPECT_EQ(layout->block_bytes(), 4 + layout->chunk() / 8);
-      size_t next = 0;
-      for (int shard = 0; shard < s; ++shard) {  // contiguous runs covering [0, n)
-        EXPECT_EQ(layout->fp32_offset(shard), next);
-        EXPECT_LE(layout->fp32_count(shard), layout->max_fp32_count());
-        EXPECT_GE(layout->fp32_count(shard) + 1, layout->max_fp32_count());
-        next += layout->fp32_count(shard);
-      }
-      EXPECT_EQ(next, n);
-    }
-  }
-  EXPECT_EQ(PsLayout::Create(1, 3)->padded_size(), 72u);  // 3 * lcm(3, 8)
-  EXPECT_FALSE(PsLayout::Create(0, 2).ok());
-  EXPECT_FALSE(PsLayout::Create(10, 0).ok());
-}
 
 TEST_F(ShardStateTest, CreateValidatesTheConfig) {
   ShardConfig good{1, 2, 3, 100, 2};

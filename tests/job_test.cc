@@ -10,7 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "coordinator/job_config.h"
+#include "config/job_config.h"
 #include "deploy/local_job.h"
 #include "gtest/gtest.h"
 #include "httplib.h"

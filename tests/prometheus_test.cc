@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "coordinator/job_config.h"
+#include "config/job_config.h"
 #include "deploy/local_job.h"
 #include "deploy/process.h"
 #include "gtest/gtest.h"

@@ -32,10 +32,10 @@
 #include "gtest/gtest.h"
 #include "tests/test_paths.h"
 #include "kernels/kernels.h"
-#include "server/ps_layout.h"
-#include "worker/local_group.h"
-#include "worker/onebit_adam.h"
-#include "worker/ps_exchange.h"
+#include "compression/layout.h"
+#include "worker/transport/local_group.h"
+#include "worker/optim/onebit_adam.h"
+#include "worker/exchange/ps_exchange.h"
 
 extern char** environ;
 
@@ -285,7 +285,7 @@ TEST(PsServerTest, ShardProcessesGiveThePeerResultAndHonestMetrics) {
         << "rank " << rank;
   }
 
-  const auto layout = *server::PsLayout::Create(kN, kW);
+  const auto layout = *PsLayout::Create(kN, kW);
   uint64_t total_sent = 0;
   for (int s = 0; s < kW; ++s) {
     SCOPED_TRACE(testing::Message() << "shard " << s);

@@ -1,4 +1,4 @@
-// End-to-end tests of the onebit_replay binary: random inputs are written as .npy files,
+// End-to-end tests of the onebit-replay binary: random inputs are written as .npy files,
 // the real binary runs on them (as a child process), and its output is compared with the
 // float64 model of ALGORITHM.md (worker/onebit_adam_reference.h). The same runs over gloo
 // must produce the same bytes as over inproc.
@@ -25,8 +25,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/test_paths.h"
-#include "tools/npy.h"
-#include "worker/onebit_adam_reference.h"
+#include "common/npy.h"
+#include "worker/optim/onebit_adam_reference.h"
 
 extern char** environ;
 
@@ -38,7 +38,7 @@ using ::testing::HasSubstr;
 using testing_paths::Env;
 
 std::string BinaryPath() {
-  return testing_paths::Runfile("tools/onebit_replay");
+  return testing_paths::Runfile("tools/onebit-replay");
 }
 
 // A fresh directory under TEST_TMPDIR.
@@ -134,7 +134,7 @@ RunResult RunBinary(const std::vector<std::string>& args,
     if (std::chrono::steady_clock::now() > deadline) {
       kill(pid, SIGKILL);
       waitpid(pid, &status, 0);
-      ADD_FAILURE() << "onebit_replay did not finish within 120 s";
+      ADD_FAILURE() << "onebit-replay did not finish within 120 s";
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));

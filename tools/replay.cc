@@ -14,11 +14,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "kernels/status_macros.h"
-#include "tools/npy.h"
-#include "worker/local_group.h"
-#include "worker/onebit_adam.h"
-#include "worker/transport.h"
+#include "common/status_macros.h"
+#include "common/npy.h"
+#include "worker/transport/local_group.h"
+#include "worker/optim/onebit_adam.h"
+#include "worker/transport/transport.h"
 
 namespace onebit::tools {
 namespace {
@@ -141,7 +141,7 @@ absl::Status RunWorker(const ReplayConfig& config, const Inputs& in, Transport& 
         const double left = elapsed / static_cast<double>(t + 1) *
                             static_cast<double>(in.steps - t - 1);
         *progress << absl::StrFormat(
-                         "onebit_replay: step %d/%d (%s next), %.1f s elapsed, ~%.0f s left, "
+                         "onebit-replay: step %d/%d (%s next), %.1f s elapsed, ~%.0f s left, "
                          "%d bytes sent by rank 0",
                          t + 1, in.steps, StageName(optimizer->stage()), elapsed, left,
                          transport.bytes_sent())
@@ -253,7 +253,7 @@ absl::StatusOr<ReplaySummary> RunReplay(const ReplayConfig& config, std::ostream
   size_t non_finite = 0;
   for (float x : p0) non_finite += std::isfinite(x) ? 0 : 1;
   if (non_finite > 0 && progress != nullptr) {
-    *progress << "onebit_replay: warning: " << non_finite << " of " << p0.size()
+    *progress << "onebit-replay: warning: " << non_finite << " of " << p0.size()
               << " output parameters are not finite" << std::endl;
   }
   ONEBIT_RETURN_IF_ERROR(npy::WriteFloat32(config.out_path, {in.n}, p0.data()));
@@ -286,7 +286,7 @@ std::string FormatSummary(const ReplaySummary& s) {
                          ")");
   }
   std::string out;
-  absl::StrAppend(&out, "onebit_replay: ", s.optimizer, " over ", s.transport, "\n");
+  absl::StrAppend(&out, "onebit-replay: ", s.optimizer, " over ", s.transport, "\n");
   absl::StrAppend(&out, "  N (parameters)      ", s.n, "\n");
   absl::StrAppend(&out, "  T (steps)           ", s.steps, "\n");
   absl::StrAppend(&out, "  W (workers)         ", s.workers, "\n");

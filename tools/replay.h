@@ -1,4 +1,4 @@
-// The logic of onebit_replay: W workers in one process, one thread each with its own CPU
+// The logic of onebit-replay: W workers in one process, one thread each with its own CPU
 // backend and its own Transport rank, driven through OnebitAdam::Create + Step over a
 // gradient stream read from .npy files. Kept out of the binary's main() so that it can be
 // tested and reused.

@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tools/npy.h"
+#include "common/npy.h"
 
 namespace onebit::tools {
 namespace {

@@ -1,22 +1,13 @@
 #include "worker/job_setup.h"
 
 #include "absl/strings/str_cat.h"
-#include "kernels/status_macros.h"
-#include "worker/fashion_mnist.h"
-#include "worker/mlp_cpu.h"
-#include "worker/mlp_cuda.h"
-#include "worker/synthetic_workload.h"
+#include "common/status_macros.h"
+#include "worker/workloads/fashion_mnist.h"
+#include "worker/workloads/mlp_cpu.h"
+#include "worker/workloads/mlp_cuda.h"
+#include "worker/workloads/synthetic_workload.h"
 
 namespace onebit {
-
-absl::StatusOr<size_t> WorkloadParameterCount(const WorkloadConfig& config) {
-  if (config.type == "synthetic") return static_cast<size_t>(config.parameters);
-  if (config.type == "fashion_mnist") {
-    ONEBIT_ASSIGN_OR_RETURN(MlpLayout layout, FashionMnistLayout(config.hidden));
-    return layout.num_parameters();
-  }
-  return absl::InvalidArgumentError(absl::StrCat("unknown workload '", config.type, "'"));
-}
 
 absl::StatusOr<std::unique_ptr<Workload>> NewWorkload(const JobConfig& config, int rank,
                                                       int world_size, kernels::Backend* backend) {

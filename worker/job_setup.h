@@ -1,6 +1,5 @@
-// Turns a job config into the worker's parts: the workload, the trainer's options, and the
-// parameter count that every process of the job must agree on (servers size their shards
-// by it).
+// Turns a job config into the worker's parts: the workload and the trainer's options. (The
+// parameter count every process must agree on is config/model_spec.h's.)
 #ifndef ONEBIT_WORKER_JOB_SETUP_H_
 #define ONEBIT_WORKER_JOB_SETUP_H_
 
@@ -8,15 +7,13 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "coordinator/job_config.h"
+#include "config/job_config.h"
+#include "config/model_spec.h"
 #include "kernels/kernels.h"
 #include "worker/trainer.h"
-#include "worker/workload.h"
+#include "worker/workloads/workload.h"
 
 namespace onebit {
-
-// The number of parameters the configured workload trains (no data is read).
-absl::StatusOr<size_t> WorkloadParameterCount(const WorkloadConfig& config);
 
 // The workload of worker `rank` of `world_size`, on `backend` (CPU or CUDA).
 absl::StatusOr<std::unique_ptr<Workload>> NewWorkload(const JobConfig& config, int rank,

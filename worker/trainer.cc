@@ -9,8 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "kernels/status_macros.h"
-#include "worker/worker_compressor.h"
+#include "common/status_macros.h"
+#include "compression/worker_compressor.h"
 
 namespace onebit {
 namespace {

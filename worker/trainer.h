@@ -39,10 +39,10 @@
 #include "absl/strings/string_view.h"
 #include "kernels/buffer.h"
 #include "kernels/kernels.h"
-#include "worker/exchange.h"
-#include "worker/onebit_adam.h"
-#include "worker/transport.h"
-#include "worker/workload.h"
+#include "worker/exchange/exchange.h"
+#include "worker/optim/onebit_adam.h"
+#include "worker/transport/transport.h"
+#include "worker/workloads/workload.h"
 
 namespace onebit {
 

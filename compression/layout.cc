@@ -1,0 +1,67 @@
+#include "compression/layout.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/kernels.h"
+
+namespace onebit {
+
+// More shards than this is a configuration mistake, not a deployment.
+constexpr int kMaxShards = 65536;
+
+size_t PeerPaddedSize(size_t n, int w) {
+  const size_t ws = static_cast<size_t>(w);
+  const size_t multiple = ws * std::lcm(ws, size_t{8});
+  return (n + multiple - 1) / multiple * multiple;
+}
+
+const char* ChunkKindName(ChunkKind kind) {
+  switch (kind) {
+    case ChunkKind::kFp32:
+      return "fp32";
+    case ChunkKind::kOnebit:
+      return "onebit";
+    default:
+      return "unspecified";
+  }
+}
+
+absl::StatusOr<PsLayout> PsLayout::Create(size_t n, int num_shards) {
+  if (n == 0) return absl::InvalidArgumentError("the tensor must have at least one element");
+  if (num_shards < 1 || num_shards > kMaxShards) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard count must be in [1, ", kMaxShards, "], got ", num_shards));
+  }
+  // The peer layout with S for W.
+  return PsLayout(n, num_shards, PeerPaddedSize(n, num_shards));
+}
+
+size_t PsLayout::block_bytes() const { return kernels::CompressedBlockBytes(chunk()); }
+
+size_t PsLayout::fp32_offset(int shard) const {
+  const size_t s = static_cast<size_t>(shard);
+  const size_t base = n_ / static_cast<size_t>(num_shards_);
+  const size_t extra = n_ % static_cast<size_t>(num_shards_);
+  return s * base + std::min(s, extra);
+}
+
+size_t PsLayout::fp32_count(int shard) const {
+  const size_t base = n_ / static_cast<size_t>(num_shards_);
+  const size_t extra = n_ % static_cast<size_t>(num_shards_);
+  return base + (static_cast<size_t>(shard) < extra ? 1 : 0);
+}
+
+size_t PsLayout::payload_bytes(ChunkKind kind, int shard) const {
+  switch (kind) {
+    case ChunkKind::kFp32:
+      return fp32_count(shard) * sizeof(float);
+    case ChunkKind::kOnebit:
+      return block_bytes();
+    default:
+      return 0;
+  }
+}
+
+}  // namespace onebit

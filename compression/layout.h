@@ -1,0 +1,78 @@
+// How a tensor of n float32 parameters is split into server chunks, for both sides of the
+// exchange: every process computes the layout from the same numbers, so that no two ever
+// disagree about a payload size.
+//
+// PEER (PeerPaddedSize): n_pad = n rounded up to a multiple of W*lcm(W, 8); chunk
+// C = n_pad / W belongs to rank r as elements [r*C, (r+1)*C) (ALGORITHM.md).
+//
+// PARAMETER SERVER (PsLayout), the contract of onebit-server (ShardState) and the worker's
+// PsExchange:
+//
+// COMPRESSION (CHUNK_KIND_ONEBIT): the peer layout of CompressedAllreduce with S in place
+// of W. n_pad = n rounded up to a multiple of S*lcm(S, 8) (so also of S*8), chunk
+// C = n_pad / S, shard s owns padded elements [s*C, (s+1)*C). A worker compresses its whole
+// padded tensor with one scale (WorkerCompressor(n, S, C)) into S blocks of
+// 4 + C/8 bytes (kernels/kernels.h); block s goes to shard s, which aggregates the W
+// blocks of its chunk in worker-rank order (ChunkAggregator) and returns one block to
+// every worker. With S == W this is exactly peer mode, so the results are bit-identical.
+//
+// WARMUP (CHUNK_KIND_FP32): no padding. The n values are split into S contiguous runs as
+// evenly as possible: shard s gets n/S values, plus one for the first n%S shards, starting
+// at offset s*(n/S) + min(s, n%S). A shard sums the W runs elementwise in worker-rank order
+// starting from 0.0f (Backend::SumRows), as ExactAllreduce does, so the warmup sum has the
+// same bits for every S (a sum of one element position never crosses shards). With S > n
+// some shards get empty runs; they still take part (empty payloads).
+//
+// Thread safety: immutable after Create.
+#ifndef ONEBIT_COMPRESSION_LAYOUT_H_
+#define ONEBIT_COMPRESSION_LAYOUT_H_
+
+#include <cstddef>
+
+#include "absl/status/statusor.h"
+
+namespace onebit {
+
+// N_pad for n elements over w ranks in peer mode (a multiple of w*lcm(w, 8)).
+size_t PeerPaddedSize(size_t n, int w);
+
+// Values mirror onebit.v1.ChunkKind, so a proto enum converts with a cast; anything else is
+// rejected by validation, never trusted.
+enum class ChunkKind : int { kUnspecified = 0, kFp32 = 1, kOnebit = 2 };
+
+const char* ChunkKindName(ChunkKind kind);  // "fp32", "onebit", or "unspecified"
+
+class PsLayout {
+ public:
+  // n >= 1 parameters over 1 <= num_shards shards.
+  static absl::StatusOr<PsLayout> Create(size_t n, int num_shards);
+
+  size_t n() const { return n_; }
+  int num_shards() const { return num_shards_; }
+
+  // Compression.
+  size_t padded_size() const { return padded_size_; }
+  size_t chunk() const { return padded_size_ / static_cast<size_t>(num_shards_); }
+  size_t block_bytes() const;  // 4 + chunk()/8
+
+  // Warmup: shard s's run of the unpadded tensor.
+  size_t fp32_offset(int shard) const;
+  size_t fp32_count(int shard) const;
+  size_t max_fp32_count() const { return fp32_count(0); }
+
+  // Payload bytes of one push (and of its result) for `shard`: 4*fp32_count(shard) or
+  // block_bytes(). 0 for kUnspecified.
+  size_t payload_bytes(ChunkKind kind, int shard) const;
+
+ private:
+  PsLayout(size_t n, int num_shards, size_t padded_size)
+      : n_(n), num_shards_(num_shards), padded_size_(padded_size) {}
+
+  size_t n_;
+  int num_shards_;
+  size_t padded_size_;
+};
+
+}  // namespace onebit
+
+#endif  // ONEBIT_COMPRESSION_LAYOUT_H_

@@ -1,0 +1,42 @@
+// The chunk layouts: padding, chunk sizes and the parameter-server runs.
+#include "compression/layout.h"
+
+#include "gtest/gtest.h"
+
+namespace onebit {
+namespace {
+
+TEST(PeerPaddedSizeTest, IsAMultipleOfWTimesLcm) {
+  EXPECT_EQ(PeerPaddedSize(0, 3), 0u);
+  EXPECT_EQ(PeerPaddedSize(1, 1), 8u);
+  EXPECT_EQ(PeerPaddedSize(1, 2), 16u);
+  EXPECT_EQ(PeerPaddedSize(1, 3), 72u);    // 3 * lcm(3, 8) = 72
+  EXPECT_EQ(PeerPaddedSize(1000, 8), 1024u);
+  EXPECT_EQ(PeerPaddedSize(10007, 5), 10200u);  // 5 * 40 = 200
+}
+
+TEST(PsLayoutTest, SplitsAndPads) {
+  for (size_t n : {1, 7, 8, 100, 1001, 10007}) {
+    for (int s : {1, 2, 3, 4, 5, 8}) {
+      auto layout = PsLayout::Create(n, s);
+      ASSERT_TRUE(layout.ok());
+      EXPECT_EQ(layout->padded_size() % (8 * static_cast<size_t>(s)), 0u);
+      EXPECT_GE(layout->padded_size(), n);
+      EXPECT_EQ(layout->block_bytes(), 4 + layout->chunk() / 8);
+      size_t next = 0;
+      for (int shard = 0; shard < s; ++shard) {  // contiguous runs covering [0, n)
+        EXPECT_EQ(layout->fp32_offset(shard), next);
+        EXPECT_LE(layout->fp32_count(shard), layout->max_fp32_count());
+        EXPECT_GE(layout->fp32_count(shard) + 1, layout->max_fp32_count());
+        next += layout->fp32_count(shard);
+      }
+      EXPECT_EQ(next, n);
+    }
+  }
+  EXPECT_EQ(PsLayout::Create(1, 3)->padded_size(), 72u);  // 3 * lcm(3, 8)
+  EXPECT_FALSE(PsLayout::Create(0, 2).ok());
+  EXPECT_FALSE(PsLayout::Create(10, 0).ok());
+}
+
+}  // namespace
+}  // namespace onebit

@@ -1,0 +1,111 @@
+// The job config: one JSON file shared by every process of a job. The optimizer block is
+// DeepSpeed's, so a DeepSpeed user recognises it; onebit's own settings live in "onebit".
+//
+//   {
+//     "train_micro_batch_size_per_gpu": 64,        // per worker
+//     "steps": 600,
+//     "seed": 1,
+//     "optimizer": {
+//       "type": "OneBitAdam",                      // or "Adam": full precision throughout
+//       "params": {"lr": 1e-3, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0,
+//                  "freeze_step": 100, "comm_backend_name": "gloo"}   // gloo | nccl
+//     },
+//     "onebit": {
+//       "workers": 4,
+//       "device": "cpu",                           // cpu | cuda
+//       "exchange": {"mode": "ps", "servers": 2},  // peer | ps
+//       "freeze": {"mode": "static"},              // static | automatic, see FreezeConfig
+//       "lease_steps": 10,
+//       "workload": {"type": "fashion_mnist", "hidden": [256, 128], "eval_every": 100,
+//                    "data_dir": "/usr/share/datasets/fashion-mnist"},
+//       "ports": {"coordinator": 0, "coordinator_rest": 0, "metrics": 0, "server": 0},
+//       "log_every": 20
+//     }
+//   }
+//
+// Unknown keys and bad values are errors that name the key's path, e.g.
+// "onebit.exchange.servers: must be >= 1 in ps mode".
+#ifndef ONEBIT_CONFIG_JOB_CONFIG_H_
+#define ONEBIT_CONFIG_JOB_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace onebit {
+
+struct OptimizerConfig {
+  std::string type = "OneBitAdam";  // "OneBitAdam" or "Adam"
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  // Last warmup step (static freeze). "Adam" never freezes.
+  int64_t freeze_step = 100000;
+  std::string comm_backend_name = "gloo";  // "gloo" (CPU) or "nccl" (GPU)
+};
+
+struct ExchangeConfig {
+  std::string mode = "peer";  // "peer" or "ps"
+  int servers = 0;            // parameter-server shards, >= 1 in ps mode
+};
+
+struct FreezeConfig {
+  std::string mode = "static";  // "static" (optimizer.params.freeze_step) or "automatic"
+  // Automatic: freeze when ||v_t - v_{t-k}|| / ||v_t|| (k = report_interval) stays under
+  // `threshold` for `reports_in_a_row` reports, but not before min_warmup steps; freeze at
+  // max_warmup steps at the latest.
+  double threshold = 0.05;
+  int reports_in_a_row = 3;
+  int64_t report_interval = 10;
+  int64_t min_warmup = 50;
+  int64_t max_warmup = 1000;
+};
+
+struct WorkloadConfig {
+  std::string type = "fashion_mnist";  // "fashion_mnist" or "synthetic"
+  // fashion_mnist
+  std::vector<int> hidden = {256, 128};
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  int64_t eval_every = 100;  // steps between test-set evaluations; 0: only at the end
+  // synthetic
+  int64_t parameters = 1000000;
+};
+
+struct PortsConfig {
+  // 0 picks a free port; a process reports what it bound to the coordinator.
+  int coordinator = 0;
+  int coordinator_rest = 0;
+  int metrics = 0;
+  int server = 0;
+};
+
+struct JobConfig {
+  int64_t micro_batch = 64;  // train_micro_batch_size_per_gpu: per worker and step
+  int64_t steps = 600;
+  uint64_t seed = 1;
+  OptimizerConfig optimizer;
+  int workers = 1;
+  std::string device = "cpu";  // "cpu" or "cuda"
+  ExchangeConfig exchange;
+  FreezeConfig freeze;
+  int64_t lease_steps = 10;
+  WorkloadConfig workload;
+  PortsConfig ports;
+  int64_t log_every = 20;
+};
+
+// Parses and validates; errors name the offending key's path.
+absl::StatusOr<JobConfig> ParseJobConfig(absl::string_view json);
+// Reads `path` and parses it; errors also name the file.
+absl::StatusOr<JobConfig> LoadJobConfig(const std::string& path);
+// The config as JSON again (every key, defaults filled in).
+std::string JobConfigToJson(const JobConfig& config);
+
+}  // namespace onebit
+
+#endif  // ONEBIT_CONFIG_JOB_CONFIG_H_

@@ -1,0 +1,138 @@
+#include "config/job_config.h"
+
+#include <fstream>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace onebit {
+namespace {
+
+constexpr char kFull[] = R"({
+  "train_micro_batch_size_per_gpu": 32,
+  "train_batch_size": 128,
+  "steps": 300,
+  "seed": 7,
+  "optimizer": {
+    "type": "OneBitAdam",
+    "params": {"lr": 0.002, "betas": [0.8, 0.99], "eps": 1e-6, "weight_decay": 0.01,
+               "freeze_step": 40, "comm_backend_name": "gloo"}
+  },
+  "onebit": {
+    "workers": 4,
+    "device": "cpu",
+    "exchange": {"mode": "ps", "servers": 2},
+    "freeze": {"mode": "automatic", "threshold": 0.02, "reports_in_a_row": 2,
+               "report_interval": 5, "min_warmup": 10, "max_warmup": 100},
+    "lease_steps": 8,
+    "workload": {"type": "fashion_mnist", "hidden": [300, 100], "eval_every": 50},
+    "ports": {"coordinator": 5000, "metrics": 0},
+    "log_every": 10
+  }
+})";
+
+TEST(JobConfigTest, ParsesEveryKey) {
+  auto c = ParseJobConfig(kFull);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->micro_batch, 32);
+  EXPECT_EQ(c->steps, 300);
+  EXPECT_EQ(c->seed, 7u);
+  EXPECT_EQ(c->optimizer.type, "OneBitAdam");
+  EXPECT_DOUBLE_EQ(c->optimizer.lr, 0.002);
+  EXPECT_DOUBLE_EQ(c->optimizer.beta1, 0.8);
+  EXPECT_DOUBLE_EQ(c->optimizer.beta2, 0.99);
+  EXPECT_DOUBLE_EQ(c->optimizer.eps, 1e-6);
+  EXPECT_DOUBLE_EQ(c->optimizer.weight_decay, 0.01);
+  EXPECT_EQ(c->optimizer.freeze_step, 40);
+  EXPECT_EQ(c->workers, 4);
+  EXPECT_EQ(c->exchange.mode, "ps");
+  EXPECT_EQ(c->exchange.servers, 2);
+  EXPECT_EQ(c->freeze.mode, "automatic");
+  EXPECT_DOUBLE_EQ(c->freeze.threshold, 0.02);
+  EXPECT_EQ(c->freeze.reports_in_a_row, 2);
+  EXPECT_EQ(c->freeze.report_interval, 5);
+  EXPECT_EQ(c->freeze.min_warmup, 10);
+  EXPECT_EQ(c->freeze.max_warmup, 100);
+  EXPECT_EQ(c->lease_steps, 8);
+  EXPECT_EQ(c->workload.hidden, (std::vector<int>{300, 100}));
+  EXPECT_EQ(c->workload.eval_every, 50);
+  EXPECT_EQ(c->ports.coordinator, 5000);
+  EXPECT_EQ(c->log_every, 10);
+}
+
+TEST(JobConfigTest, EmptyObjectGivesDefaults) {
+  auto c = ParseJobConfig("{}");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->optimizer.type, "OneBitAdam");
+  EXPECT_EQ(c->exchange.mode, "peer");
+  EXPECT_EQ(c->workers, 1);
+}
+
+TEST(JobConfigTest, RoundTripsThroughJson) {
+  auto c = ParseJobConfig(kFull);
+  ASSERT_TRUE(c.ok());
+  c->workload.data_dir = "/tmp/a \"quoted\" dir";
+  auto again = ParseJobConfig(JobConfigToJson(*c));
+  ASSERT_TRUE(again.ok()) << again.status() << "\n" << JobConfigToJson(*c);
+  EXPECT_EQ(JobConfigToJson(*again), JobConfigToJson(*c));
+  EXPECT_EQ(again->workload.data_dir, c->workload.data_dir);
+}
+
+// Each bad config must fail with INVALID_ARGUMENT and a message containing `path`.
+struct BadCase {
+  const char* json;
+  const char* path;
+};
+
+TEST(JobConfigTest, RejectsBadConfigsNamingTheKey) {
+  const BadCase cases[] = {
+      {R"({"stepz": 3})", "stepz: unknown key"},
+      {R"({"optimizer": {"type": "Lamb"}})", "optimizer.type"},
+      {R"({"optimizer": {"params": {"lr": -1}}})", "optimizer.params.lr"},
+      {R"({"optimizer": {"params": {"betas": [0.9]}}})", "optimizer.params.betas"},
+      {R"({"optimizer": {"params": {"betas": [0.9, 1.0]}}})", "optimizer.params.betas"},
+      {R"({"optimizer": {"params": {"eps": 0}}})", "optimizer.params.eps"},
+      {R"({"optimizer": {"params": {"freeze_step": 1.5}}})", "optimizer.params.freeze_step"},
+      {R"({"optimizer": {"params": {"freeze_step": "10"}}})", "optimizer.params.freeze_step"},
+      {R"({"optimizer": {"params": {"comm_backend_name": "mpi"}}})",
+       "optimizer.params.comm_backend_name"},
+      {R"({"optimizer": {"params": {"comm_backend_name": "nccl"}}})",
+       "optimizer.params.comm_backend_name: nccl needs"},
+      {R"({"optimizer": {"params": {"momentum": 0.9}}})", "optimizer.params.momentum"},
+      {R"({"onebit": {"workers": 0}})", "onebit.workers"},
+      {R"({"onebit": {"exchange": {"mode": "ps"}}})", "onebit.exchange.servers"},
+      {R"({"onebit": {"exchange": {"mode": "ring"}}})", "onebit.exchange.mode"},
+      {R"({"onebit": {"exchange": {"servers": 2}}})", "onebit.exchange.servers"},
+      {R"({"onebit": {"freeze": {"threshold": 0}}})", "onebit.freeze.threshold"},
+      {R"({"onebit": {"freeze": {"min_warmup": 10, "max_warmup": 5}}})", "onebit.freeze.max_warmup"},
+      {R"({"onebit": {"workload": {"hidden": []}}})", "onebit.workload.hidden"},
+      {R"({"onebit": {"workload": {"hidden": [100, 0]}}})", "onebit.workload.hidden[1]"},
+      {R"({"onebit": {"workload": {"parameters": 1e12}}})", "onebit.workload.parameters"},
+      {R"({"onebit": {"ports": {"metrics": 70000}}})", "onebit.ports.metrics"},
+      {R"({"onebit": 3})", "onebit: must be an object"},
+      {R"({"train_batch_size": 100, "train_micro_batch_size_per_gpu": 32})", "train_batch_size"},
+      {R"([1, 2])", "must be an object"},
+      {R"({"steps": )", "not valid JSON"},
+  };
+  for (const BadCase& c : cases) {
+    auto parsed = ParseJobConfig(c.json);
+    ASSERT_FALSE(parsed.ok()) << c.json;
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << c.json;
+    EXPECT_NE(std::string(parsed.status().message()).find(c.path), std::string::npos)
+        << c.json << " -> " << parsed.status().message();
+  }
+}
+
+TEST(JobConfigTest, LoadNamesTheFile) {
+  const std::string dir = std::getenv("TEST_TMPDIR");
+  EXPECT_EQ(LoadJobConfig(dir + "/missing.json").status().code(), absl::StatusCode::kNotFound);
+  const std::string path = dir + "/bad.json";
+  std::ofstream(path) << R"({"onebit": {"workers": -2}})";
+  auto c = LoadJobConfig(path);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(std::string(c.status().message()).find(path), std::string::npos);
+  EXPECT_NE(std::string(c.status().message()).find("onebit.workers"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace onebit

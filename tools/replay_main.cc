@@ -1,0 +1,185 @@
+// onebit-replay: replays a recorded gradient stream through the real optimizer code path.
+//
+//   bazel run //tools:onebit-replay -- --optimizer=onebit_adam --workers=4
+//       --lr=1e-3 --freeze-step=10 --params=p.npy --grads=g.npy --out=out.npy
+//   (one command line)
+//
+// W workers run as threads of this process, each with its own CPU backend and its own
+// transport rank (--transport=inproc, or gloo over 127.0.0.1), and call OnebitAdam::Create
+// and Step exactly as a training job does. See tools/replay.h for the file formats.
+//
+// Exit status: 0 success; 2 the command line is wrong on its face (unknown or malformed
+// flag, missing flag, bad value; checked before any file is opened); 1 anything found
+// while running, including input files that are missing, malformed or inconsistent with
+// the flags. On any error nothing is written to --out.
+#include <cstdlib>
+#include <iostream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "tools/replay.h"
+
+// Flag names use '_' (absl requires identifiers); main() rewrites '-' to '_' in flag names
+// first, so the documented spellings --weight-decay and --freeze-step work, and so do
+// --weight_decay and --freeze_step.
+ABSL_FLAG(std::string, optimizer, "onebit_adam", "Optimizer to replay. Only: onebit_adam.");
+ABSL_FLAG(int, workers, 0, "Number of workers W (required, >= 1).");
+ABSL_FLAG(double, lr, 1e-3, "Learning rate (>= 0; 0 leaves the parameters unchanged).");
+ABSL_FLAG(double, beta1, 0.9, "Momentum coefficient, in [0, 1).");
+ABSL_FLAG(double, beta2, 0.999, "Variance coefficient, in [0, 1).");
+ABSL_FLAG(double, eps, 1e-8, "Added to sqrt(v) in the denominator (> 0).");
+ABSL_FLAG(double, weight_decay, 0.0, "Decoupled weight decay (>= 0). Also --weight-decay.");
+ABSL_FLAG(int64_t, freeze_step, 100000,
+          "Last warmup step; later steps compress. 0 compresses from the first step. "
+          "Also --freeze-step.");
+ABSL_FLAG(std::string, params, "", "Initial parameters: float32 .npy of shape (N,) (required).");
+ABSL_FLAG(std::string, grads, "",
+          "Gradients: float32 .npy of shape (T, W, N), [step][worker][element] (required).");
+ABSL_FLAG(std::string, out, "", "Output: float32 .npy of shape (N,), written atomically "
+                                "(required).");
+ABSL_FLAG(std::string, transport, "inproc", "inproc or gloo (TCP over 127.0.0.1).");
+
+namespace {
+
+constexpr int kExitRuntime = 1;
+constexpr int kExitUsage = 2;
+
+// The flags of this tool; others (--help, --flagfile, ...) are absl's and left to it.
+const std::set<std::string>& OwnFlags() {
+  static const auto* flags = new std::set<std::string>{
+      "optimizer", "workers", "lr",     "beta1", "beta2", "eps",      "weight_decay",
+      "freeze_step", "params", "grads", "out",   "transport"};
+  return *flags;
+}
+
+// Flags that absl::ParseCommandLine handles itself and that FindCommandLineFlag does not
+// know.
+const std::set<std::string>& AbslBuiltinFlags() {
+  static const auto* flags = new std::set<std::string>{
+      "help",      "helpfull",   "helpshort",  "helppackage", "helpmatch", "version",
+      "only_check_args", "flagfile", "fromenv", "tryfromenv", "undefok"};
+  return *flags;
+}
+
+int UsageError(const std::string& message) {
+  std::cerr << "onebit-replay: error: " << message << "\n"
+            << "Run with --help for the flags." << std::endl;
+  return kExitUsage;
+}
+
+// absl reports an unknown flag or an unparsable value by exiting with status 1; this
+// finds them first so that they are usage errors (status 2). It also records which flags
+// were given. Returns false and sets *error on the first problem.
+// `original` is the command line as typed, for the messages.
+bool PrecheckFlags(const std::vector<std::string>& args, const std::vector<std::string>& original,
+                   std::set<std::string>* seen, std::string* error) {
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--") break;
+    size_t dashes = absl::StartsWith(arg, "--") ? 2 : absl::StartsWith(arg, "-") ? 1 : 0;
+    // Positionals and values such as "-0.5" are not flags.
+    if (dashes == 0 || arg.size() == dashes ||
+        !absl::ascii_isalpha(static_cast<unsigned char>(arg[dashes]))) {
+      continue;
+    }
+    const size_t eq = arg.find('=');
+    const std::string name = arg.substr(dashes, eq == std::string::npos ? eq : eq - dashes);
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag == nullptr && absl::StartsWith(name, "no")) {
+      absl::CommandLineFlag* negated = absl::FindCommandLineFlag(name.substr(2));
+      if (negated != nullptr && negated->IsOfType<bool>()) continue;
+    }
+    if (flag == nullptr && AbslBuiltinFlags().count(name) != 0) continue;
+    if (flag == nullptr) {
+      *error = absl::StrCat("unknown flag '", original[i].substr(0, eq), "'");
+      return false;
+    }
+    if (OwnFlags().count(name) == 0 || flag->IsOfType<bool>()) continue;
+    seen->insert(name);
+    std::string value;
+    if (eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+    } else if (i + 1 < args.size()) {
+      value = args[++i];  // "--flag value"
+    } else {
+      *error = absl::StrCat("flag '", original[i], "' needs a value");
+      return false;
+    }
+    std::string parse_error;
+    if (!flag->ParseFrom(value, &parse_error)) {
+      *error = absl::StrCat(original[i].substr(0, eq), "=", value, ": ", parse_error);
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Replays a gradient stream through W in-process workers running 1-bit Adam.\n"
+      "  onebit-replay --workers=W --params=P.npy --grads=G.npy --out=OUT.npy "
+      "[--lr=1e-3 --beta1=0.9 --beta2=0.999 --eps=1e-8 --weight-decay=0 "
+      "--freeze-step=100000 --transport=inproc|gloo --optimizer=onebit_adam]\n"
+      "P.npy: float32 (N,); G.npy: float32 (T, W, N); OUT.npy: float32 (N,).\n"
+      "Relative paths are taken from $BUILD_WORKING_DIRECTORY (set by bazel run) when set.\n"
+      "Exit status: 0 ok, 2 bad command line, 1 bad input file or failed run.");
+
+  const std::vector<std::string> original(argv, argv + argc);
+  std::vector<std::string> args = original;
+  onebit::tools::NormalizeFlagNames(&args);
+  std::set<std::string> seen;
+  std::string error;
+  if (!PrecheckFlags(args, original, &seen, &error)) return UsageError(error);
+
+  std::vector<char*> normalized;
+  for (std::string& arg : args) normalized.push_back(arg.data());
+  normalized.push_back(nullptr);
+  std::vector<char*> positional =
+      absl::ParseCommandLine(static_cast<int>(args.size()), normalized.data());
+  if (positional.size() > 1) {
+    return UsageError(absl::StrCat("unexpected argument '", positional[1],
+                                   "' (flags are --name=value)"));
+  }
+
+  onebit::tools::ReplayConfig config;
+  const char* wd = std::getenv("BUILD_WORKING_DIRECTORY");
+  const std::string working_dir = wd != nullptr ? wd : "";
+  config.optimizer = absl::GetFlag(FLAGS_optimizer);
+  config.workers = absl::GetFlag(FLAGS_workers);
+  config.hyper.lr = static_cast<float>(absl::GetFlag(FLAGS_lr));
+  config.hyper.beta1 = static_cast<float>(absl::GetFlag(FLAGS_beta1));
+  config.hyper.beta2 = static_cast<float>(absl::GetFlag(FLAGS_beta2));
+  config.hyper.eps = static_cast<float>(absl::GetFlag(FLAGS_eps));
+  config.hyper.weight_decay = static_cast<float>(absl::GetFlag(FLAGS_weight_decay));
+  config.freeze_step = absl::GetFlag(FLAGS_freeze_step);
+  config.params_path = onebit::tools::ResolvePath(absl::GetFlag(FLAGS_params), working_dir);
+  config.grads_path = onebit::tools::ResolvePath(absl::GetFlag(FLAGS_grads), working_dir);
+  config.out_path = onebit::tools::ResolvePath(absl::GetFlag(FLAGS_out), working_dir);
+  config.transport = absl::GetFlag(FLAGS_transport);
+
+  if (config.workers == 0 && seen.count("workers") == 0) {
+    return UsageError("--workers: is required (the number of workers W, >= 1)");
+  }
+  absl::Status status = onebit::tools::ValidateConfig(config);
+  if (!status.ok()) return UsageError(std::string(status.message()));
+
+  absl::StatusOr<onebit::tools::ReplaySummary> summary =
+      onebit::tools::RunReplay(config, &std::cerr);
+  if (!summary.ok()) {
+    std::cerr << "onebit-replay: error: " << summary.status().message() << "\n"
+              << "onebit-replay: nothing was written to " << config.out_path << std::endl;
+    return kExitRuntime;
+  }
+  std::cout << onebit::tools::FormatSummary(*summary) << std::flush;
+  return 0;
+}

@@ -1,0 +1,74 @@
+// CompressedAllreduce (ALGORITHM.md): 1-bit averaging with error feedback on both sides,
+// written once against Transport. In peer mode every worker is also the server of its own
+// chunk: one all-to-all of compressed blocks (worker -> server), the server-side
+// aggregation of the own chunk, one all-gather of the server blocks (server -> everyone).
+//
+// Layout: N_pad is n rounded up to a multiple of W*lcm(W,8); chunk C = N_pad/W; chunk r
+// belongs to rank r. Blocks follow the wire format in kernels/kernels.h.
+//
+// Thread safety: one thread at a time. Backend and transport are borrowed.
+#ifndef ONEBIT_WORKER_EXCHANGE_COMPRESSED_ALLREDUCE_H_
+#define ONEBIT_WORKER_EXCHANGE_COMPRESSED_ALLREDUCE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/buffer.h"
+#include "kernels/kernels.h"
+#include "compression/chunk_aggregator.h"
+#include "compression/layout.h"
+#include "worker/transport/transport.h"
+#include "compression/worker_compressor.h"
+
+namespace onebit {
+
+class CompressedAllreduce {
+ public:
+  static absl::StatusOr<std::unique_ptr<CompressedAllreduce>> Create(kernels::Backend* backend,
+                                                                     Transport* transport,
+                                                                     size_t n);
+
+  // out = the compressed average of every rank's `in` (n elements, backend memory).
+  // in and out may be the same buffer.
+  absl::Status Run(const float* in, float* out);
+
+  // Exchanges the local momentum fma(b1, m, (1-b1)*g) without materialising it, leaving
+  // the averaged result as blocks in result_blocks(); m is not written. Callers decode
+  // with Backend::Decompress or a fused update.
+  absl::Status RunMomentum(const float* m, const float* g, float beta1);
+
+  // After Run*/RunMomentum: world_size blocks of chunk() elements (backend memory).
+  const uint8_t* result_blocks() const { return gathered_.data(); }
+  size_t num_chunks() const { return static_cast<size_t>(world_size_); }
+  size_t chunk() const { return chunk_; }
+  size_t padded_size() const { return n_pad_; }
+  size_t size() const { return n_; }
+
+  const WorkerCompressor& worker() const { return *worker_; }
+  const ChunkAggregator& server() const { return *server_; }
+  WorkerCompressor& mutable_worker() { return *worker_; }
+  ChunkAggregator& mutable_server() { return *server_; }
+
+ private:
+  CompressedAllreduce(kernels::Backend* backend, Transport* transport, size_t n);
+  absl::Status Init();
+  absl::Status Exchange();
+
+  kernels::Backend* backend_;
+  Transport* transport_;
+  int world_size_;
+  size_t n_, n_pad_, chunk_, block_bytes_;
+  std::unique_ptr<WorkerCompressor> worker_;
+  std::unique_ptr<ChunkAggregator> server_;
+  kernels::Buffer<uint8_t> send_;        // W blocks this rank compressed, block r for server r
+  kernels::Buffer<uint8_t> received_;    // W blocks of this rank's chunk, one per worker
+  kernels::Buffer<uint8_t> server_out_;  // 1 block: this rank's server result
+  kernels::Buffer<uint8_t> gathered_;    // W blocks: every server's result
+};
+
+}  // namespace onebit
+
+#endif  // ONEBIT_WORKER_EXCHANGE_COMPRESSED_ALLREDUCE_H_

@@ -1,0 +1,34 @@
+#include "worker/exchange/peer_exchange.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace onebit {
+
+absl::StatusOr<std::unique_ptr<PeerExchange>> PeerExchange::Create(kernels::Backend* backend,
+                                                                  Transport* transport,
+                                                                  size_t n) {
+  if (backend->memory_space() != transport->memory_space()) {
+    return absl::InvalidArgumentError(absl::StrCat("backend ", backend->name(),
+                                                   " and transport ", transport->name(),
+                                                   " use different memory spaces"));
+  }
+  std::unique_ptr<PeerExchange> e(new PeerExchange(transport));
+  ONEBIT_ASSIGN_OR_RETURN(e->exact_, ExactAllreduce::Create(backend, transport, n));
+  ONEBIT_ASSIGN_OR_RETURN(e->compressed_, CompressedAllreduce::Create(backend, transport, n));
+  return e;
+}
+
+absl::StatusOr<const float*> PeerExchange::SumGradients(int64_t /*step*/, const float* grad) {
+  ONEBIT_RETURN_IF_ERROR(exact_->Run(grad));
+  return exact_->result();
+}
+
+absl::StatusOr<CompressedResult> PeerExchange::AverageMomentum(int64_t /*step*/, const float* m,
+                                                               const float* g, float beta1) {
+  ONEBIT_RETURN_IF_ERROR(compressed_->RunMomentum(m, g, beta1));
+  return CompressedResult{compressed_->result_blocks(), compressed_->num_chunks(),
+                          compressed_->chunk()};
+}
+
+}  // namespace onebit

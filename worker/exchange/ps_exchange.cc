@@ -1,0 +1,393 @@
+#include "worker/exchange/ps_exchange.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "onebit/v1/exchange.grpc.pb.h"
+#include "proto/grpc_status.h"
+
+namespace onebit {
+namespace {
+
+enum OpType { kWrite = 0, kRead, kFinish, kNumOps };
+
+// Codes after which the same push is tried again on a new stream: the shard or the
+// connection went away (or was too busy), not the push itself. A rejection of the push
+// (INVALID_ARGUMENT, FAILED_PRECONDITION, ALREADY_EXISTS, ...) would only be rejected again.
+bool Retryable(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::UNAVAILABLE:
+    case grpc::StatusCode::CANCELLED:
+    case grpc::StatusCode::UNKNOWN:
+    case grpc::StatusCode::ABORTED:
+    case grpc::StatusCode::INTERNAL:
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+struct PsExchange::Op {
+  Shard* shard;
+  int type;  // OpType
+};
+
+struct PsExchange::Shard {
+  int index = 0;
+  std::string name;  // "shard 1 (host:port)", for messages
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::ParameterServer::Stub> stub;
+  // The open stream, if any.
+  std::unique_ptr<grpc::ClientContext> context;
+  std::unique_ptr<grpc::ClientAsyncReaderWriter<v1::PushChunk, v1::ChunkResult>> stream;
+  Op ops[kNumOps];
+  bool pending[kNumOps] = {};
+  bool broken = false;  // to be finished and reopened
+  grpc::Status finish_status;
+  v1::PushChunk push;
+  v1::ChunkResult result;
+  // The current call.
+  bool done = false;
+  int attempts = 0;
+  absl::Time retry_at = absl::InfinitePast();
+  absl::Status last_error;  // why the last attempt failed
+  absl::Status fatal;       // a failure that ends the call
+};
+
+grpc::ChannelArguments PsExchange::ChannelArguments() {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  // Workers in one process (tests, local runs) should not share a connection, as real
+  // workers on different hosts do not.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return args;
+}
+
+absl::StatusOr<std::unique_ptr<PsExchange>> PsExchange::Create(
+    kernels::Backend* backend, int rank, int world_size, size_t n,
+    const std::vector<std::string>& shard_addresses, const PsExchangeOptions& options) {
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  for (const std::string& address : shard_addresses) {
+    channels.push_back(
+        grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), ChannelArguments()));
+  }
+  ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<PsExchange> exchange,
+                          Create(backend, rank, world_size, n, std::move(channels), options));
+  for (size_t s = 0; s < shard_addresses.size(); ++s) {
+    exchange->shards_[s]->name = absl::StrCat("shard ", s, " (", shard_addresses[s], ")");
+  }
+  return exchange;
+}
+
+absl::StatusOr<std::unique_ptr<PsExchange>> PsExchange::Create(
+    kernels::Backend* backend, int rank, int world_size, size_t n,
+    std::vector<std::shared_ptr<grpc::Channel>> channels, const PsExchangeOptions& options) {
+  if (backend->memory_space() != kernels::MemorySpace::kHost) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("PsExchange needs a host-memory backend, got ", backend->name()));
+  }
+  if (world_size < 1 || rank < 0 || rank >= world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " is outside [0, ", world_size, ")"));
+  }
+  if (channels.empty()) return absl::InvalidArgumentError("ps mode needs at least one shard");
+  for (const auto& channel : channels) {
+    if (channel == nullptr) return absl::InvalidArgumentError("null channel");
+  }
+  if (options.max_attempts < 1 || options.step_deadline <= absl::ZeroDuration() ||
+      options.retry_backoff < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "PsExchangeOptions: max_attempts must be >= 1, step_deadline > 0, retry_backoff >= 0");
+  }
+  ONEBIT_ASSIGN_OR_RETURN(PsLayout layout,
+                          PsLayout::Create(n, static_cast<int>(channels.size())));
+  std::unique_ptr<PsExchange> exchange(new PsExchange(backend, rank, world_size, layout, options));
+  ONEBIT_RETURN_IF_ERROR(exchange->Init(std::move(channels)));
+  return exchange;
+}
+
+PsExchange::PsExchange(kernels::Backend* backend, int rank, int world_size,
+                       const PsLayout& layout, const PsExchangeOptions& options)
+    : backend_(backend), rank_(rank), world_size_(world_size), layout_(layout), options_(options) {}
+
+absl::Status PsExchange::Init(std::vector<std::shared_ptr<grpc::Channel>> channels) {
+  const size_t num_shards = static_cast<size_t>(layout_.num_shards());
+  ONEBIT_ASSIGN_OR_RETURN(
+      compressor_, WorkerCompressor::Create(backend_, layout_.n(), num_shards, layout_.chunk()));
+  using kernels::Buffer;
+  ONEBIT_ASSIGN_OR_RETURN(sum_, Buffer<float>::Create(backend_, layout_.n()));
+  ONEBIT_ASSIGN_OR_RETURN(blocks_,
+                          Buffer<uint8_t>::Create(backend_, num_shards * layout_.block_bytes()));
+  ONEBIT_ASSIGN_OR_RETURN(gathered_,
+                          Buffer<uint8_t>::Create(backend_, num_shards * layout_.block_bytes()));
+  cq_ = std::make_unique<grpc::CompletionQueue>();
+  for (size_t s = 0; s < num_shards; ++s) {
+    auto shard = std::make_unique<Shard>();
+    shard->index = static_cast<int>(s);
+    shard->name = absl::StrCat("shard ", s);
+    shard->channel = std::move(channels[s]);
+    shard->stub = v1::ParameterServer::NewStub(shard->channel);
+    for (int t = 0; t < kNumOps; ++t) shard->ops[t] = Op{shard.get(), t};
+    shard->push.set_worker(rank_);
+    shard->push.set_chunk(static_cast<int>(s));
+    shards_.push_back(std::move(shard));
+  }
+  return absl::OkStatus();
+}
+
+PsExchange::~PsExchange() {
+  // Close every stream (the shards see a cancelled stream and stop waiting for it), then
+  // empty the queue: gRPC requires both before the objects go.
+  for (auto& shard : shards_) {
+    if (shard->stream == nullptr) continue;
+    shard->context->TryCancel();
+    shard->broken = true;
+    FinishIfBroken(*shard);
+  }
+  CancelAndDrain();
+  cq_->Shutdown();
+  void* tag;
+  bool ok;
+  while (cq_->Next(&tag, &ok)) {
+  }
+}
+
+absl::StatusOr<const float*> PsExchange::SumGradients(int64_t step, const float* grad) {
+  for (auto& shard : shards_) {
+    const int s = shard->index;
+    shard->push.set_step(step);
+    shard->push.set_kind(v1::CHUNK_KIND_FP32);
+    shard->push.set_payload(reinterpret_cast<const char*>(grad + layout_.fp32_offset(s)),
+                            layout_.fp32_count(s) * sizeof(float));
+  }
+  ONEBIT_RETURN_IF_ERROR(RoundTrip(step, ChunkKind::kFp32));
+  for (auto& shard : shards_) {
+    const std::string& payload = shard->result.payload();
+    if (!payload.empty()) {
+      std::memcpy(sum_.data() + layout_.fp32_offset(shard->index), payload.data(), payload.size());
+    }
+  }
+  return sum_.data();
+}
+
+absl::StatusOr<CompressedResult> PsExchange::AverageMomentum(int64_t step, const float* m,
+                                                             const float* g, float beta1) {
+  // A call retried after a failure pushes the blocks it already made: compressing again
+  // would move the worker error a second time and the shard would see a different payload.
+  if (step != failed_step_) {
+    ONEBIT_RETURN_IF_ERROR(compressor_->Compress(m, g, beta1, blocks_.data()));
+  }
+  failed_step_ = step;
+  const size_t block = layout_.block_bytes();
+  for (auto& shard : shards_) {
+    shard->push.set_step(step);
+    shard->push.set_kind(v1::CHUNK_KIND_ONEBIT);
+    shard->push.set_payload(reinterpret_cast<const char*>(blocks_.data() + shard->index * block),
+                            block);
+  }
+  ONEBIT_RETURN_IF_ERROR(RoundTrip(step, ChunkKind::kOnebit));
+  failed_step_ = 0;
+  for (auto& shard : shards_) {
+    std::memcpy(gathered_.data() + shard->index * block, shard->result.payload().data(), block);
+  }
+  return CompressedResult{gathered_.data(), shards_.size(), layout_.chunk()};
+}
+
+bool PsExchange::Busy(const Shard& shard) const {
+  return std::any_of(std::begin(shard.pending), std::end(shard.pending), [](bool p) { return p; });
+}
+
+void PsExchange::StartAttempt(Shard& shard) {
+  ++shard.attempts;
+  if (shard.stream == nullptr) {
+    shard.context = std::make_unique<grpc::ClientContext>();
+    // Corked: the call's metadata leaves with the first push, and StartCall queues no
+    // operation of its own (it would share the write slot with that push).
+    shard.context->set_initial_metadata_corked(true);
+    shard.stream = shard.stub->PrepareAsyncExchange(shard.context.get(), cq_.get());
+    shard.broken = false;
+    shard.stream->StartCall(nullptr);
+  }
+  shard.pending[kWrite] = true;
+  shard.stream->Write(shard.push, &shard.ops[kWrite]);
+  shard.pending[kRead] = true;
+  shard.stream->Read(&shard.result, &shard.ops[kRead]);
+}
+
+void PsExchange::FinishIfBroken(Shard& shard) {
+  if (!shard.broken || shard.stream == nullptr || Busy(shard)) return;
+  shard.pending[kFinish] = true;
+  shard.stream->Finish(&shard.finish_status, &shard.ops[kFinish]);
+}
+
+absl::Status PsExchange::ValidateResult(const Shard& shard, int64_t step, ChunkKind kind) const {
+  const v1::ChunkResult& r = shard.result;
+  if (r.step() != step || r.chunk() != shard.index ||
+      static_cast<int>(r.kind()) != static_cast<int>(kind)) {
+    return absl::InternalError(absl::StrCat(shard.name, " answered step ", r.step(), ", chunk ",
+                                            r.chunk(), ", kind ", static_cast<int>(r.kind()),
+                                            " to a push of step ", step, ", chunk ", shard.index,
+                                            ", kind ", static_cast<int>(kind)));
+  }
+  const size_t expected = layout_.payload_bytes(kind, shard.index);
+  if (r.payload().size() != expected) {
+    return absl::InternalError(absl::StrCat(shard.name, " sent a ", ChunkKindName(kind),
+                                            " result of ", r.payload().size(), " bytes, expected ",
+                                            expected));
+  }
+  if (kind == ChunkKind::kOnebit) {
+    float scale;
+    std::memcpy(&scale, r.payload().data(), sizeof(scale));
+    if (!std::isfinite(scale) || scale < 0.0f) {
+      return absl::InternalError(
+          absl::StrCat(shard.name, " sent a result block with scale ", scale));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void PsExchange::HandleEvent(Op& op, bool ok, int64_t step, ChunkKind kind) {
+  Shard& shard = *op.shard;
+  shard.pending[op.type] = false;
+  switch (op.type) {
+    case kWrite:
+      if (ok) {
+        bytes_sent_ += shard.push.payload().size();
+      } else {
+        shard.broken = true;  // the read fails too and the status tells why
+      }
+      break;
+    case kRead:
+      if (!ok) {
+        shard.broken = true;
+        break;
+      }
+      bytes_received_ += shard.result.payload().size();
+      if (absl::Status valid = ValidateResult(shard, step, kind); valid.ok()) {
+        shard.done = true;
+      } else {
+        // The stream itself is fine but cannot be trusted: drop it.
+        shard.fatal = valid;
+        shard.context->TryCancel();
+        shard.broken = true;
+      }
+      break;
+    case kFinish: {
+      const grpc::Status status = shard.finish_status;
+      shard.stream.reset();
+      shard.context.reset();
+      shard.broken = false;
+      if (shard.done || !shard.fatal.ok()) break;
+      const absl::Status error = status.ok() ? absl::UnavailableError("the shard closed the stream")
+                                             : FromGrpcStatus(status);
+      const std::string message = absl::StrCat(shard.name, ": ", error.message());
+      if (status.ok() || Retryable(status.error_code())) {
+        shard.last_error = absl::Status(error.code(), message);
+        shard.retry_at =
+            absl::Now() + options_.retry_backoff * (1 << std::min(shard.attempts - 1, 16));
+      } else {
+        shard.fatal = absl::Status(error.code(), message);
+      }
+      break;
+    }
+  }
+  FinishIfBroken(shard);
+}
+
+absl::Status PsExchange::RoundTrip(int64_t step, ChunkKind kind) {
+  const absl::Time deadline = absl::Now() + options_.step_deadline;
+  for (auto& shard : shards_) {
+    shard->done = false;
+    shard->attempts = 0;
+    shard->retry_at = absl::InfinitePast();
+    shard->last_error = absl::OkStatus();
+    shard->fatal = absl::OkStatus();
+  }
+  while (true) {
+    const absl::Time now = absl::Now();
+    absl::Time wake = deadline;
+    bool finished = true;
+    for (auto& shard_ptr : shards_) {
+      Shard& shard = *shard_ptr;
+      if (!shard.fatal.ok()) {
+        CancelAndDrain();
+        return shard.fatal;
+      }
+      if (shard.done && !Busy(shard)) continue;
+      finished = false;
+      if (shard.done || Busy(shard)) continue;
+      if (shard.attempts >= options_.max_attempts) {
+        CancelAndDrain();
+        return absl::UnavailableError(absl::StrCat("step ", step, " failed after ", shard.attempts,
+                                                   " attempts: ", shard.last_error.message()));
+      }
+      if (now < shard.retry_at) {
+        wake = std::min(wake, shard.retry_at);
+        continue;
+      }
+      StartAttempt(shard);
+    }
+    if (finished) return absl::OkStatus();
+    if (now >= deadline) {
+      std::vector<std::string> missing;
+      for (auto& shard : shards_) {
+        if (!shard->done) missing.push_back(shard->name);
+      }
+      CancelAndDrain();
+      return absl::UnavailableError(absl::StrCat("no result for step ", step, " within ",
+                                                 absl::FormatDuration(options_.step_deadline),
+                                                 " from ", absl::StrJoin(missing, ", ")));
+    }
+    void* tag = nullptr;
+    bool ok = false;
+    switch (cq_->AsyncNext(&tag, &ok, absl::ToChronoTime(wake))) {
+      case grpc::CompletionQueue::GOT_EVENT:
+        HandleEvent(*static_cast<Op*>(tag), ok, step, kind);
+        break;
+      case grpc::CompletionQueue::TIMEOUT:
+        break;
+      case grpc::CompletionQueue::SHUTDOWN:
+        return absl::InternalError("completion queue shut down");
+    }
+  }
+}
+
+void PsExchange::CancelAndDrain() {
+  for (auto& shard : shards_) {
+    if (!Busy(*shard)) continue;
+    shard->context->TryCancel();
+    shard->broken = true;
+  }
+  // After TryCancel every operation completes promptly, so this wait is bounded.
+  while (std::any_of(shards_.begin(), shards_.end(), [this](const auto& s) { return Busy(*s); })) {
+    void* tag = nullptr;
+    bool ok = false;
+    if (!cq_->Next(&tag, &ok)) return;
+    Op& op = *static_cast<Op*>(tag);
+    Shard& shard = *op.shard;
+    shard.pending[op.type] = false;
+    if (op.type == kWrite && ok) bytes_sent_ += shard.push.payload().size();
+    if (op.type == kRead && ok) bytes_received_ += shard.result.payload().size();
+    if (op.type == kFinish) {
+      shard.stream.reset();
+      shard.context.reset();
+      shard.broken = false;
+    }
+    FinishIfBroken(shard);
+  }
+}
+
+}  // namespace onebit

@@ -1,0 +1,129 @@
+// The parameter-server exchange: this worker's side of ps mode. Every step it pushes one
+// payload to each of the S onebit-server shards over a gRPC bidi stream per shard and
+// assembles the S results in shard order. server/ps_layout.h is the layout; with S == W
+// the results are bit-identical to PeerExchange, and warmup sums are identical for any S.
+//
+//   warmup       SumGradients: shard s gets this worker's fp32 run s of the gradient and
+//                returns the rank-order sum of that run over all workers.
+//   compression  AverageMomentum: the local momentum is compressed once (WorkerCompressor
+//                over S chunks, one scale), block s goes to shard s, shard s returns its
+//                recompressed average; the S blocks are the result.
+//
+// STREAMS: opened lazily, kept across steps, and reopened when one breaks. All S pushes of
+// a step are written at once and the S results read as they come (one completion queue,
+// no threads). A push is idempotent per (worker, step, chunk), so after a broken stream
+// the same bytes are pushed again on a new one (at most max_attempts streams per shard and
+// step, with backoff). When AverageMomentum(t) fails, the next AverageMomentum(t) re-sends
+// the blocks it made rather than compressing again, so the worker error moves once per
+// step (after restoring the worker error from a checkpoint, make a new PsExchange).
+//
+// ERRORS: a shard that is down, or that gives no result within step_deadline (the wait
+// for the slowest worker included), makes the call fail with UNAVAILABLE, never hang. A
+// rejection by a shard (INVALID_ARGUMENT, FAILED_PRECONDITION, ALREADY_EXISTS) is returned
+// as it came, prefixed with the shard. A malformed result is INTERNAL. Every failed call
+// leaves no operation in flight; the next call reopens what is broken.
+//
+// BYTES: bytes_sent/bytes_received count the payload fields of the pushes written and the
+// results read (retries included), nothing else: the bytes of the exchange itself.
+//
+// Thread safety: one thread at a time. The backend must use host memory; it is borrowed.
+#ifndef ONEBIT_WORKER_EXCHANGE_PS_EXCHANGE_H_
+#define ONEBIT_WORKER_EXCHANGE_PS_EXCHANGE_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "kernels/buffer.h"
+#include "kernels/kernels.h"
+#include "compression/layout.h"
+#include "worker/exchange/exchange.h"
+#include "compression/worker_compressor.h"
+
+namespace onebit {
+
+struct PsExchangeOptions {
+  // Longest a SumGradients/AverageMomentum call may take, waiting for the other workers
+  // included; then UNAVAILABLE.
+  absl::Duration step_deadline = absl::Seconds(120);
+  // Streams tried per shard within one call (the first included).
+  int max_attempts = 3;
+  // Pause before the second attempt; doubled for each further one.
+  absl::Duration retry_backoff = absl::Milliseconds(100);
+};
+
+class PsExchange : public Exchange {
+ public:
+  // `shard_addresses[s]` is shard s's gRPC "host:port". Channels get ChannelArguments().
+  static absl::StatusOr<std::unique_ptr<PsExchange>> Create(
+      kernels::Backend* backend, int rank, int world_size, size_t n,
+      const std::vector<std::string>& shard_addresses, const PsExchangeOptions& options = {});
+  // The same over channels made by the caller (they must allow messages of a whole fp32
+  // run: see ChannelArguments()).
+  static absl::StatusOr<std::unique_ptr<PsExchange>> Create(
+      kernels::Backend* backend, int rank, int world_size, size_t n,
+      std::vector<std::shared_ptr<grpc::Channel>> channels, const PsExchangeOptions& options = {});
+  ~PsExchange() override;
+
+  // No size limit on messages; reconnects after 0.1..1 s instead of gRPC's 1..120 s, so a
+  // restarted shard is found again within a retry; a connection of its own per exchange.
+  static grpc::ChannelArguments ChannelArguments();
+
+  int world_size() const override { return world_size_; }
+  absl::StatusOr<const float*> SumGradients(int64_t step, const float* grad) override;
+  absl::StatusOr<CompressedResult> AverageMomentum(int64_t step, const float* m, const float* g,
+                                                   float beta1) override;
+  WorkerCompressor& worker_compressor() override { return *compressor_; }
+  uint64_t bytes_sent() const override { return bytes_sent_.load(); }
+  uint64_t bytes_received() const override { return bytes_received_.load(); }
+
+  int rank() const { return rank_; }
+  int num_shards() const { return layout_.num_shards(); }
+  const PsLayout& layout() const { return layout_; }
+
+ private:
+  struct Shard;  // one shard's channel, stream and call state (ps_exchange.cc)
+  struct Op;
+
+  PsExchange(kernels::Backend* backend, int rank, int world_size, const PsLayout& layout,
+             const PsExchangeOptions& options);
+  absl::Status Init(std::vector<std::shared_ptr<grpc::Channel>> channels);
+
+  // Pushes Shard::push to every shard and waits for every Shard::result.
+  absl::Status RoundTrip(int64_t step, ChunkKind kind);
+  void StartAttempt(Shard& shard);
+  void HandleEvent(Op& op, bool ok, int64_t step, ChunkKind kind);
+  void FinishIfBroken(Shard& shard);
+  bool Busy(const Shard& shard) const;
+  // Cancels every stream with work in flight and waits until none is left.
+  void CancelAndDrain();
+  absl::Status ValidateResult(const Shard& shard, int64_t step, ChunkKind kind) const;
+
+  kernels::Backend* const backend_;
+  const int rank_;
+  const int world_size_;
+  const PsLayout layout_;
+  const PsExchangeOptions options_;
+
+  std::unique_ptr<WorkerCompressor> compressor_;
+  kernels::Buffer<float> sum_;         // SumGradients' result, n values
+  kernels::Buffer<uint8_t> blocks_;    // the S compressed blocks this worker pushes
+  kernels::Buffer<uint8_t> gathered_;  // the S result blocks
+  // The step of a failed AverageMomentum whose blocks_ a retry must push again; 0: none.
+  int64_t failed_step_ = 0;
+
+  std::unique_ptr<grpc::CompletionQueue> cq_;
+  std::vector<std::unique_ptr<Shard>> shards_;
+  std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0};
+};
+
+}  // namespace onebit
+
+#endif  // ONEBIT_WORKER_EXCHANGE_PS_EXCHANGE_H_

@@ -1,0 +1,439 @@
+// PsExchange against real shard services on 127.0.0.1 (in this process):
+//  - S == W: OnebitAdam over PsExchange equals OnebitAdam over PeerExchange bit for bit
+//    (parameters, momentum, worker and server errors) across the freeze, W = 1..4;
+//  - S != W: warmup is still bit-identical; compression matches a float64 model of the
+//    ps layout;
+//  - bytes on the wire, retries after a deadline, rejections, a vanished shard, big pushes.
+#include "worker/exchange/ps_exchange.h"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/kernels.h"
+#include "server/server_process.h"
+#include "worker/exchange/compressed_allreduce.h"
+#include "worker/transport/local_group.h"
+#include "worker/optim/onebit_adam.h"
+#include "worker/exchange/peer_exchange.h"
+
+namespace onebit {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::vector<float> Random(uint32_t seed, size_t n, float mean, float stddev) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(mean, stddev);
+  std::vector<float> x(n);
+  for (float& v : x) v = dist(rng);
+  return x;
+}
+
+std::vector<float> Grad(int rank, int64_t step, size_t n) {
+  return Random(static_cast<uint32_t>(7919 * step + rank), n, 0.05f * rank, 1.0f + 0.5f * rank);
+}
+
+// S shard processes in this process, on free ports, without /metrics.
+struct Shards {
+  Shards(int num_shards, int workers, size_t n) {
+    for (int s = 0; s < num_shards; ++s) {
+      server::ServerProcessOptions options;
+      options.shard = server::ShardConfig{s, num_shards, workers, n, 2};
+      options.serve_metrics = false;
+      options.shutdown_grace = absl::Milliseconds(200);
+      auto process = server::ServerProcess::Start(options);
+      EXPECT_TRUE(process.ok()) << process.status();
+      if (!process.ok()) return;
+      addresses.push_back((*process)->grpc_address());
+      processes.push_back(std::move(*process));
+    }
+  }
+  std::vector<std::unique_ptr<server::ServerProcess>> processes;
+  std::vector<std::string> addresses;
+};
+
+// What one worker ends with.
+struct WorkerEnd {
+  std::vector<float> params, momentum, worker_error;
+  uint64_t bytes_sent = 0, bytes_received = 0;
+};
+
+absl::Status RunWorker(const OnebitAdamOptions& options, Exchange* exchange,
+                       kernels::Backend* backend, int rank, int steps, size_t n,
+                       const std::vector<float>& p0, WorkerEnd* end) {
+  auto adam = OnebitAdam::Create(options, backend, exchange, p0.data(), n);
+  if (!adam.ok()) return adam.status();
+  for (int64_t step = 1; step <= steps; ++step) {
+    const std::vector<float> g = Grad(rank, step, n);
+    if (absl::Status s = (*adam)->Step(g.data()); !s.ok()) return s;
+  }
+  end->params = *(*adam)->ParamsToHost();
+  end->momentum.assign((*adam)->momentum(), (*adam)->momentum() + n);
+  end->worker_error = *exchange->worker_compressor().error().ToHost();
+  end->bytes_sent = exchange->bytes_sent();
+  end->bytes_received = exchange->bytes_received();
+  return absl::OkStatus();
+}
+
+// OnebitAdam over PsExchange: W workers as threads against `shards`.
+std::vector<WorkerEnd> RunPs(const OnebitAdamOptions& options, int workers, int steps, size_t n,
+                             const std::vector<std::string>& addresses) {
+  const std::vector<float> p0 = Random(1, n, 0.0f, 1.0f);
+  std::vector<WorkerEnd> ends(workers);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < workers; ++rank) {
+    threads.emplace_back([&, rank] {
+      auto backend = kernels::NewCpuBackend();
+      auto exchange = PsExchange::Create(backend.get(), rank, workers, n, addresses);
+      ASSERT_TRUE(exchange.ok()) << exchange.status();
+      const absl::Status s =
+          RunWorker(options, exchange->get(), backend.get(), rank, steps, n, p0, &ends[rank]);
+      EXPECT_TRUE(s.ok()) << "rank " << rank << ": " << s;
+    });
+  }
+  for (auto& t : threads) t.join();
+  return ends;
+}
+
+// The same over PeerExchange (inproc transport); also returns every rank's server error.
+std::vector<WorkerEnd> RunPeer(const OnebitAdamOptions& options, int workers, int steps, size_t n,
+                               std::vector<std::vector<float>>* server_errors) {
+  const std::vector<float> p0 = Random(1, n, 0.0f, 1.0f);
+  std::vector<WorkerEnd> ends(workers);
+  server_errors->assign(workers, {});
+  const absl::Status status =
+      RunLocalGroup(TransportKind::kInproc, workers, [&](Transport& transport) -> absl::Status {
+        auto backend = kernels::NewCpuBackend();
+        auto exchange = PeerExchange::Create(backend.get(), &transport, n);
+        if (!exchange.ok()) return exchange.status();
+        const int rank = transport.rank();
+        if (absl::Status s =
+                RunWorker(options, exchange->get(), backend.get(), rank, steps, n, p0, &ends[rank]);
+            !s.ok()) {
+          return s;
+        }
+        (*server_errors)[rank] = *(*exchange)->compressed().server().error().ToHost();
+        return absl::OkStatus();
+      });
+  EXPECT_TRUE(status.ok()) << status;
+  return ends;
+}
+
+bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST(PsLayoutTest, PaddingIsPeerPaddingWithShardsForWorkers) {
+  for (size_t n : {1, 7, 8, 9, 100, 1000, 1003, 10007}) {
+    for (int s = 1; s <= 16; ++s) {
+      EXPECT_EQ(PsLayout::Create(n, s)->padded_size(), PeerPaddedSize(n, s))
+          << "n " << n << " S " << s;
+    }
+  }
+}
+
+class PsEqualsPeerTest : public ::testing::TestWithParam<int> {};
+
+// 12 steps with the freeze after step 5: both stages and the switch between them.
+TEST_P(PsEqualsPeerTest, BitIdenticalWhenShardsEqualWorkers) {
+  const int w = GetParam();
+  const size_t n = 1003;  // not a multiple of 8: the padding is exercised
+  constexpr int kSteps = 12;
+  constexpr int64_t kFreeze = 5;
+  OnebitAdamOptions options;
+  options.hyper.lr = 1e-2f;
+  options.hyper.weight_decay = 0.01f;
+  options.freeze_step = kFreeze;
+
+  std::vector<std::vector<float>> peer_server_errors;
+  const std::vector<WorkerEnd> peer = RunPeer(options, w, kSteps, n, &peer_server_errors);
+  Shards shards(w, w, n);
+  ASSERT_EQ(shards.addresses.size(), static_cast<size_t>(w));
+  const std::vector<WorkerEnd> ps = RunPs(options, w, kSteps, n, shards.addresses);
+
+  for (int rank = 0; rank < w; ++rank) {
+    SCOPED_TRACE(testing::Message() << "rank " << rank);
+    EXPECT_TRUE(SameBits(ps[rank].params, peer[rank].params));
+    EXPECT_TRUE(SameBits(ps[rank].momentum, peer[rank].momentum));
+    EXPECT_TRUE(SameBits(ps[rank].worker_error, peer[rank].worker_error));
+    // Shard r holds exactly what peer rank r held as the server of chunk r.
+    if (w > 1) {
+      EXPECT_TRUE(
+          SameBits(*shards.processes[rank]->state().ServerErrorToHost(), peer_server_errors[rank]));
+      EXPECT_GT(*shards.processes[rank]->state().ServerErrorNorm(), 0.0);
+      EXPECT_EQ(shards.processes[rank]->state().last_completed_step(), kSteps);
+    }
+  }
+  if (w == 1) return;  // one worker never exchanges
+  // Bytes: a warmup step sends and receives the n floats once; a compression step one
+  // block per shard each way.
+  const auto layout = *PsLayout::Create(n, w);
+  const uint64_t want = kFreeze * n * 4 + (kSteps - kFreeze) * w * layout.block_bytes();
+  for (int rank = 0; rank < w; ++rank) {
+    EXPECT_EQ(ps[rank].bytes_sent, want) << "rank " << rank;
+    EXPECT_EQ(ps[rank].bytes_received, want) << "rank " << rank;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Workers, PsEqualsPeerTest, ::testing::Values(1, 2, 3, 4),
+                         [](const auto& info) { return "W" + std::to_string(info.param); });
+
+// S != W: warmup sums are elementwise in rank order whatever the split, so pure warmup
+// matches peer mode bit for bit.
+TEST(PsExchangeTest, WarmupIsBitIdenticalForAnyShardCount) {
+  const size_t n = 1003;
+  OnebitAdamOptions options;
+  options.freeze_step = 1000;  // never compresses
+  std::vector<std::vector<float>> unused;
+  for (auto [w, s] : {std::pair{4, 2}, std::pair{3, 5}, std::pair{2, 1}}) {
+    SCOPED_TRACE(testing::Message() << "W " << w << " S " << s);
+    const std::vector<WorkerEnd> peer = RunPeer(options, w, 4, n, &unused);
+    Shards shards(s, w, n);
+    const std::vector<WorkerEnd> ps = RunPs(options, w, 4, n, shards.addresses);
+    for (int rank = 0; rank < w; ++rank) EXPECT_TRUE(SameBits(ps[rank].params, peer[rank].params));
+  }
+}
+
+// CompressedAllreduce with S server chunks in float64 (ALGORITHM.md with S for W on the
+// server side), to check PsExchange when S != W.
+class PsModel {
+ public:
+  PsModel(int workers, int shards, size_t n)
+      : w_(workers),
+        s_(shards),
+        n_(n),
+        n_pad_(PeerPaddedSize(n, shards)),
+        chunk_(n_pad_ / shards),
+        worker_error_(workers, std::vector<double>(n_pad_)),
+        server_error_(shards, std::vector<double>(chunk_)) {}
+
+  std::vector<double> Run(const std::vector<std::vector<float>>& inputs) {
+    std::vector<double> avg(n_pad_, 0.0);
+    for (int i = 0; i < w_; ++i) {
+      std::vector<double> x(n_pad_);
+      double sumsq = 0;
+      for (size_t j = 0; j < n_pad_; ++j) {
+        x[j] = (j < n_ ? inputs[i][j] : 0.0) + worker_error_[i][j];
+        sumsq += x[j] * x[j];
+      }
+      const double scale = std::sqrt(sumsq / n_pad_);
+      for (size_t j = 0; j < n_pad_; ++j) {
+        const double q = x[j] >= 0 ? scale : -scale;
+        worker_error_[i][j] = x[j] - q;
+        avg[j] += q / w_;
+      }
+    }
+    std::vector<double> out(n_);
+    for (int r = 0; r < s_; ++r) {
+      std::vector<double> y(chunk_);
+      double sumsq = 0;
+      for (size_t j = 0; j < chunk_; ++j) {
+        y[j] = avg[r * chunk_ + j] + server_error_[r][j];
+        sumsq += y[j] * y[j];
+      }
+      const double scale = std::sqrt(sumsq / chunk_);
+      for (size_t j = 0; j < chunk_; ++j) {
+        const double q = y[j] >= 0 ? scale : -scale;
+        server_error_[r][j] = y[j] - q;
+        if (r * chunk_ + j < n_) out[r * chunk_ + j] = q;
+      }
+    }
+    return out;
+  }
+
+ private:
+  int w_, s_;
+  size_t n_, n_pad_, chunk_;
+  std::vector<std::vector<double>> worker_error_, server_error_;
+};
+
+TEST(PsExchangeTest, CompressionMatchesTheFloat64ModelWhenShardsDifferFromWorkers) {
+  constexpr int kRounds = 3;
+  for (auto [w, s] : {std::pair{4, 2}, std::pair{2, 3}, std::pair{3, 8}}) {
+    for (size_t n : {size_t{7}, size_t{1000}, size_t{10007}}) {
+      SCOPED_TRACE(testing::Message() << "W " << w << " S " << s << " n " << n);
+      Shards shards(s, w, n);
+      // outputs[round][rank]
+      std::vector<std::vector<std::vector<float>>> outputs(
+          kRounds, std::vector<std::vector<float>>(w, std::vector<float>(n)));
+      std::vector<std::thread> threads;
+      for (int rank = 0; rank < w; ++rank) {
+        threads.emplace_back([&, rank] {
+          auto backend = kernels::NewCpuBackend();
+          auto exchange = PsExchange::Create(backend.get(), rank, w, n, shards.addresses);
+          ASSERT_TRUE(exchange.ok()) << exchange.status();
+          for (int round = 0; round < kRounds; ++round) {
+            const std::vector<float> m = Random(100 * round + rank, n, 0.1f * rank, 1.0f + rank);
+            auto r = (*exchange)->AverageMomentum(round + 1, m.data(), nullptr, 0.0f);
+            ASSERT_TRUE(r.ok()) << r.status();
+            ASSERT_TRUE(
+                backend
+                    ->Decompress(r->blocks, r->num_chunks, r->chunk, n, outputs[round][rank].data())
+                    .ok());
+          }
+        });
+      }
+      for (auto& t : threads) t.join();
+
+      PsModel model(w, s, n);
+      for (int round = 0; round < kRounds; ++round) {
+        std::vector<std::vector<float>> inputs;
+        for (int rank = 0; rank < w; ++rank) {
+          inputs.push_back(Random(100 * round + rank, n, 0.1f * rank, 1.0f + rank));
+        }
+        const std::vector<double> want = model.Run(inputs);
+        double diff = 0, norm = 0;
+        for (size_t j = 0; j < n; ++j) {
+          diff += (outputs[round][0][j] - want[j]) * (outputs[round][0][j] - want[j]);
+          norm += want[j] * want[j];
+        }
+        EXPECT_LT(std::sqrt(diff / norm), 1e-5) << "round " << round;
+        for (int rank = 1; rank < w; ++rank) {
+          EXPECT_TRUE(SameBits(outputs[round][rank], outputs[round][0])) << "rank " << rank;
+        }
+      }
+    }
+  }
+}
+
+TEST(PsExchangeTest, CreateValidates) {
+  auto backend = kernels::NewCpuBackend();
+  const std::vector<std::string> one = {"127.0.0.1:1"};
+  EXPECT_EQ(PsExchange::Create(backend.get(), 2, 2, 10, one).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PsExchange::Create(backend.get(), 0, 2, 10, std::vector<std::string>{}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PsExchange::Create(backend.get(), 0, 2, 0, one).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  PsExchangeOptions bad;
+  bad.max_attempts = 0;
+  EXPECT_EQ(PsExchange::Create(backend.get(), 0, 2, 10, one, bad).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(PsExchangeTest, AShardThatIsNotThereIsUnavailableQuickly) {
+  // A port that was free a moment ago: nothing listens there.
+  std::string address;
+  {
+    Shards gone(1, 2, 64);
+    address = gone.addresses[0];
+  }
+  auto backend = kernels::NewCpuBackend();
+  PsExchangeOptions options;
+  options.retry_backoff = absl::Milliseconds(20);
+  auto exchange = PsExchange::Create(backend.get(), 0, 2, 64, {address}, options);
+  ASSERT_TRUE(exchange.ok());
+  const std::vector<float> g(64, 1.0f);
+  const absl::Time start = absl::Now();
+  auto sum = (*exchange)->SumGradients(1, g.data());
+  EXPECT_EQ(sum.status().code(), absl::StatusCode::kUnavailable) << sum.status();
+  EXPECT_THAT(std::string(sum.status().message()), HasSubstr("after 3 attempts"));
+  EXPECT_THAT(std::string(sum.status().message()), HasSubstr(address));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_EQ((*exchange)->bytes_received(), 0u);
+}
+
+// Worker 1 is late: worker 0 runs into its deadline (UNAVAILABLE, its push stays on the
+// shard), retries the same step later, and both get the same result.
+TEST(PsExchangeTest, ARetryAfterTheDeadlineGetsTheSameStep) {
+  const size_t n = 100;
+  Shards shards(2, 2, n);
+  auto backend = kernels::NewCpuBackend();
+  PsExchangeOptions short_deadline;
+  short_deadline.step_deadline = absl::Milliseconds(300);
+  auto w0 = PsExchange::Create(backend.get(), 0, 2, n, shards.addresses, short_deadline);
+  auto w1 = PsExchange::Create(backend.get(), 1, 2, n, shards.addresses);
+  ASSERT_TRUE(w0.ok() && w1.ok());
+  const std::vector<float> m0 = Random(1, n, 0, 1), m1 = Random(2, n, 0, 1);
+
+  const absl::Time start = absl::Now();
+  auto late = (*w0)->AverageMomentum(1, m0.data(), nullptr, 0.0f);
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kUnavailable) << late.status();
+  EXPECT_THAT(std::string(late.status().message()), HasSubstr("no result for step 1"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+  const std::vector<float> error_after_first_try = *(*w0)->worker_compressor().error().ToHost();
+
+  std::vector<uint8_t> r0, r1;
+  std::thread t1([&] {
+    auto r = (*w1)->AverageMomentum(1, m1.data(), nullptr, 0.0f);
+    ASSERT_TRUE(r.ok()) << r.status();
+    r1.assign(r->blocks, r->blocks + 2 * (4 + r->chunk / 8));
+  });
+  // The retry pushes the same blocks (the shards accept it as a duplicate) and does not
+  // compress again; on a loaded machine worker 1 may need more than one 300 ms window.
+  auto w0_until_done = [&](int64_t step) {
+    absl::StatusOr<CompressedResult> r;
+    for (int attempt = 0; attempt < 50; ++attempt) {
+      r = (*w0)->AverageMomentum(step, m0.data(), nullptr, 0.0f);
+      if (r.status().code() != absl::StatusCode::kUnavailable) break;
+    }
+    return r;
+  };
+  auto retry = w0_until_done(1);
+  ASSERT_TRUE(retry.ok()) << retry.status();
+  r0.assign(retry->blocks, retry->blocks + 2 * (4 + retry->chunk / 8));
+  t1.join();
+  EXPECT_EQ(r0, r1);
+  EXPECT_TRUE(SameBits(*(*w0)->worker_compressor().error().ToHost(), error_after_first_try));
+  for (auto& p : shards.processes) EXPECT_EQ(p->state().last_completed_step(), 1);
+  // Step 2 runs normally on the reopened streams.
+  std::thread t2([&] { ASSERT_TRUE(w0_until_done(2).ok()); });
+  EXPECT_TRUE((*w1)->AverageMomentum(2, m1.data(), nullptr, 0.0f).ok());
+  t2.join();
+}
+
+TEST(PsExchangeTest, ARejectionComesBackAsItIsWithoutRetries) {
+  Shards shards(1, 2, 100);
+  auto backend = kernels::NewCpuBackend();
+  // The worker thinks the tensor has 101 elements: its fp32 run has the wrong size.
+  auto exchange = PsExchange::Create(backend.get(), 0, 2, 101, shards.addresses);
+  ASSERT_TRUE(exchange.ok());
+  const std::vector<float> g(101, 1.0f);
+  auto sum = (*exchange)->SumGradients(1, g.data());
+  EXPECT_EQ(sum.status().code(), absl::StatusCode::kInvalidArgument) << sum.status();
+  EXPECT_THAT(std::string(sum.status().message()),
+              HasSubstr("fp32 payload for shard 0 must be 400 bytes, got 404"));
+  EXPECT_THAT(std::string(sum.status().message()), HasSubstr(shards.addresses[0]));
+  EXPECT_EQ(shards.processes[0]->metrics().rejected(server::RejectReason::kWrongSize), 1.0);
+  EXPECT_EQ(shards.processes[0]->state().open_step(), 0);
+}
+
+TEST(PsExchangeTest, AShardShuttingDownMidStepIsUnavailable) {
+  Shards shards(2, 2, 100);
+  auto backend = kernels::NewCpuBackend();
+  PsExchangeOptions options;
+  options.retry_backoff = absl::Milliseconds(20);
+  auto exchange = PsExchange::Create(backend.get(), 0, 2, 100, shards.addresses, options);
+  ASSERT_TRUE(exchange.ok());
+  const std::vector<float> g(100, 1.0f);
+  std::thread stopper([&] {
+    absl::SleepFor(absl::Milliseconds(200));  // worker 0 is waiting for worker 1 by now
+    shards.processes[1]->Shutdown();
+  });
+  const absl::Time start = absl::Now();
+  auto sum = (*exchange)->SumGradients(1, g.data());
+  stopper.join();
+  EXPECT_EQ(sum.status().code(), absl::StatusCode::kUnavailable) << sum.status();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+TEST(PsExchangeTest, PushesLargerThanGrpcsDefaultLimitGoThrough) {
+  const size_t n = 3 << 20;  // 12 MiB of fp32 for one shard; gRPC's default limit is 4 MiB
+  Shards shards(1, 1, n);
+  auto backend = kernels::NewCpuBackend();
+  auto exchange = PsExchange::Create(backend.get(), 0, 1, n, shards.addresses);
+  ASSERT_TRUE(exchange.ok());
+  const std::vector<float> g = Random(3, n, 0, 1);
+  auto sum = (*exchange)->SumGradients(1, g.data());
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  EXPECT_EQ(std::memcmp(*sum, g.data(), n * sizeof(float)), 0);  // 0.0f + g == g
+  EXPECT_EQ((*exchange)->bytes_sent(), n * 4);
+}
+
+}  // namespace
+}  // namespace onebit

@@ -1,0 +1,146 @@
+#include "worker/optim/onebit_adam.h"
+
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "worker/exchange/peer_exchange.h"
+
+namespace onebit {
+namespace {
+
+absl::Status ValidateOptions(const OnebitAdamOptions& o, size_t n) {
+  const kernels::AdamHyper& h = o.hyper;
+  if (!(h.lr >= 0.0f) || !std::isfinite(h.lr)) {
+    return absl::InvalidArgumentError(absl::StrCat("lr must be >= 0, got ", h.lr));
+  }
+  if (!(h.beta1 >= 0.0f && h.beta1 < 1.0f) || !(h.beta2 >= 0.0f && h.beta2 < 1.0f)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("betas must be in [0, 1), got ", h.beta1, ", ", h.beta2));
+  }
+  if (!(h.eps > 0.0f) || !std::isfinite(h.eps)) {
+    return absl::InvalidArgumentError(absl::StrCat("eps must be > 0, got ", h.eps));
+  }
+  if (!(h.weight_decay >= 0.0f) || !std::isfinite(h.weight_decay)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weight_decay must be >= 0, got ", h.weight_decay));
+  }
+  if (o.freeze_step < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("freeze_step must be >= 0, got ", o.freeze_step));
+  }
+  if (!o.momentum_mask.empty()) {
+    if (o.momentum_mask.size() != n) {
+      return absl::InvalidArgumentError(absl::StrCat("momentum mask has ", o.momentum_mask.size(),
+                                                     " elements, the parameters ", n));
+    }
+    for (size_t i = 0; i < n; ++i) {
+      if (o.momentum_mask[i] != 0.0f && o.momentum_mask[i] != 1.0f) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("momentum mask must be 0 or 1; element ", i, " is ", o.momentum_mask[i]));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const char* StageName(Stage stage) {
+  return stage == Stage::kWarmup ? "warmup" : "compression";
+}
+
+absl::StatusOr<std::unique_ptr<OnebitAdam>> OnebitAdam::Create(const OnebitAdamOptions& options,
+                                                               kernels::Backend* backend,
+                                                               Exchange* exchange,
+                                                               const float* initial_params,
+                                                               size_t n) {
+  ONEBIT_RETURN_IF_ERROR(ValidateOptions(options, n));
+  std::unique_ptr<OnebitAdam> adam(new OnebitAdam(options, backend, exchange, n));
+  ONEBIT_RETURN_IF_ERROR(adam->Init(initial_params));
+  return adam;
+}
+
+absl::StatusOr<std::unique_ptr<OnebitAdam>> OnebitAdam::Create(const OnebitAdamOptions& options,
+                                                               kernels::Backend* backend,
+                                                               Transport* transport,
+                                                               const float* initial_params,
+                                                               size_t n) {
+  ONEBIT_RETURN_IF_ERROR(ValidateOptions(options, n));
+  ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<PeerExchange> exchange,
+                          PeerExchange::Create(backend, transport, n));
+  ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<OnebitAdam> adam,
+                          Create(options, backend, exchange.get(), initial_params, n));
+  adam->owned_exchange_ = std::move(exchange);
+  return adam;
+}
+
+OnebitAdam::OnebitAdam(const OnebitAdamOptions& options, kernels::Backend* backend,
+                       Exchange* exchange, size_t n)
+    : options_(options), backend_(backend), exchange_(exchange), n_(n) {}
+
+absl::Status OnebitAdam::Init(const float* initial_params) {
+  using kernels::Buffer;
+  ONEBIT_ASSIGN_OR_RETURN(p_, Buffer<float>::FromHost(backend_, initial_params, n_));
+  ONEBIT_ASSIGN_OR_RETURN(m_, Buffer<float>::Create(backend_, n_));
+  ONEBIT_ASSIGN_OR_RETURN(v_, Buffer<float>::Create(backend_, n_));
+  if (!options_.momentum_mask.empty()) {
+    ONEBIT_ASSIGN_OR_RETURN(
+        mask_, Buffer<float>::FromHost(backend_, options_.momentum_mask.data(), n_));
+  }
+  return absl::OkStatus();
+}
+
+Stage OnebitAdam::stage() const {
+  return step_ + 1 <= options_.freeze_step ? Stage::kWarmup : Stage::kCompression;
+}
+
+absl::Status OnebitAdam::SetFreezeStep(int64_t freeze_step) {
+  if (freeze_step < 0) return absl::InvalidArgumentError("freeze_step must be >= 0");
+  if (step_ > options_.freeze_step && freeze_step != options_.freeze_step) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("already compressing since step ", options_.freeze_step + 1));
+  }
+  if (freeze_step < step_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot freeze at step ", freeze_step, ": step ", step_, " already ran in warmup"));
+  }
+  options_.freeze_step = freeze_step;
+  return absl::OkStatus();
+}
+
+absl::Status OnebitAdam::Step(const float* grad) {
+  ONEBIT_RETURN_IF_ERROR(stage() == Stage::kWarmup ? WarmupStep(grad) : CompressionStep(grad));
+  ++step_;
+  return absl::OkStatus();
+}
+
+absl::Status OnebitAdam::WarmupStep(const float* grad) {
+  const int w = exchange_->world_size();
+  if (w == 1) {
+    return backend_->AdamWarmupUpdate(options_.hyper, grad, 1.0f, m_.data(), v_.data(),
+                                      p_.data(), n_);
+  }
+  // Exact average: full-precision sum of the local gradients, then / W in the kernel.
+  ONEBIT_ASSIGN_OR_RETURN(const float* sum, exchange_->SumGradients(step_ + 1, grad));
+  return backend_->AdamWarmupUpdate(options_.hyper, sum, 1.0f / static_cast<float>(w),
+                                    m_.data(), v_.data(), p_.data(), n_);
+}
+
+absl::Status OnebitAdam::CompressionStep(const float* grad) {
+  const kernels::AdamHyper& h = options_.hyper;
+  const float* mask = mask_.size() ? mask_.data() : nullptr;
+  if (exchange_->world_size() == 1) {  // one worker: nothing to exchange
+    ONEBIT_RETURN_IF_ERROR(backend_->MomentumUpdate(h.beta1, grad, m_.data(), n_));
+    return backend_->FrozenAdamUpdate(h, v_.data(), mask, m_.data(), p_.data(), n_);
+  }
+  // The local momentum goes straight into the compressor; m is rewritten from the result.
+  ONEBIT_ASSIGN_OR_RETURN(CompressedResult r,
+                          exchange_->AverageMomentum(step_ + 1, m_.data(), grad, h.beta1));
+  return backend_->DecompressFrozenAdamUpdate(r.blocks, r.num_chunks, r.chunk, h, v_.data(), mask,
+                                              m_.data(), p_.data(), n_);
+}
+
+absl::StatusOr<std::vector<float>> OnebitAdam::ParamsToHost() const { return p_.ToHost(); }
+
+}  // namespace onebit

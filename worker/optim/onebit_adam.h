@@ -1,0 +1,100 @@
+// The 1-bit Adam stage machine for one worker (ALGORITHM.md, "1-bit Adam").
+//
+// Steps are numbered from 1. Steps 1..freeze_step are warmup: plain Adam on the exactly
+// averaged gradient (a full-precision allreduce with a fixed summation order, so every
+// transport gives the same bits). After step freeze_step the variance is
+// frozen and every step exchanges the local momentum with CompressedAllreduce. With one
+// worker the exchange is skipped. All state (p, m, v, the error buffers) lives in the
+// backend's memory.
+//
+// Thread safety: one thread at a time. The backend is borrowed and must outlive the
+// optimizer.
+#ifndef ONEBIT_WORKER_OPTIM_ONEBIT_ADAM_H_
+#define ONEBIT_WORKER_OPTIM_ONEBIT_ADAM_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/buffer.h"
+#include "kernels/kernels.h"
+#include "worker/exchange/exchange.h"
+#include "worker/transport/transport.h"
+
+namespace onebit {
+
+enum class Stage { kWarmup, kCompression };
+const char* StageName(Stage stage);
+
+struct OnebitAdamOptions {
+  kernels::AdamHyper hyper;
+  // Last warmup step. 0 compresses from the first step; a value >= the number of steps
+  // run never compresses.
+  int64_t freeze_step = 100000;
+  // Optional {0,1} momentum mask of n elements (host memory), applied after every
+  // compressed exchange. Empty means no mask.
+  std::vector<float> momentum_mask;
+};
+
+class OnebitAdam {
+ public:
+  // `initial_params` is host memory with n elements. The exchange is borrowed and must
+  // outlive the optimizer; it is not used with one worker.
+  static absl::StatusOr<std::unique_ptr<OnebitAdam>> Create(const OnebitAdamOptions& options,
+                                                            kernels::Backend* backend,
+                                                            Exchange* exchange,
+                                                            const float* initial_params,
+                                                            size_t n);
+  // The same over a PeerExchange on `transport`, which the optimizer owns.
+  static absl::StatusOr<std::unique_ptr<OnebitAdam>> Create(const OnebitAdamOptions& options,
+                                                            kernels::Backend* backend,
+                                                            Transport* transport,
+                                                            const float* initial_params,
+                                                            size_t n);
+  // One optimizer step on this worker's local gradient `grad` (backend memory, n
+  // elements; it is not modified).
+  absl::Status Step(const float* grad);
+
+  // The stage the next Step() runs in.
+  Stage stage() const;
+  // Steps completed.
+  int64_t step() const { return step_; }
+  int64_t freeze_step() const { return options_.freeze_step; }
+  // Moves the switch. Must not be at or before a step already run in compression, and
+  // must be called with the same value on every worker before the step it concerns.
+  absl::Status SetFreezeStep(int64_t freeze_step);
+
+  size_t size() const { return n_; }
+  // Backend memory, n elements each.
+  const float* params() const { return p_.data(); }
+  const float* momentum() const { return m_.data(); }
+  const float* variance() const { return v_.data(); }
+  float* mutable_params() { return p_.data(); }
+
+  // Copies of the state into host memory.
+  absl::StatusOr<std::vector<float>> ParamsToHost() const;
+
+  Exchange& exchange() { return *exchange_; }
+
+ private:
+  OnebitAdam(const OnebitAdamOptions& options, kernels::Backend* backend, Exchange* exchange,
+             size_t n);
+  absl::Status Init(const float* initial_params);
+  absl::Status WarmupStep(const float* grad);
+  absl::Status CompressionStep(const float* grad);
+
+  OnebitAdamOptions options_;
+  kernels::Backend* backend_;
+  Exchange* exchange_;
+  std::unique_ptr<Exchange> owned_exchange_;  // set by the Transport overload
+  size_t n_;
+  int64_t step_ = 0;
+  kernels::Buffer<float> p_, m_, v_;
+  kernels::Buffer<float> mask_;      // empty when no mask was given
+};
+
+}  // namespace onebit
+
+#endif  // ONEBIT_WORKER_OPTIM_ONEBIT_ADAM_H_

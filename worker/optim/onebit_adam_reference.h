@@ -1,0 +1,64 @@
+// A float64 model of ALGORITHM.md's 1-bit Adam, written from the text for tests, sharing
+// no code with the kernels. All W workers live in one object.
+#ifndef ONEBIT_WORKER_OPTIM_ONEBIT_ADAM_REFERENCE_H_
+#define ONEBIT_WORKER_OPTIM_ONEBIT_ADAM_REFERENCE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace onebit {
+
+struct ReferenceHyper {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  int64_t freeze_step = 0;
+};
+
+// N_pad for n elements over w workers in peer mode: a multiple of w * lcm(w, 8).
+size_t ReferencePaddedSize(size_t n, int w);
+
+// CompressedAllreduce in float64 with its own error state (peer layout: W chunks).
+class ReferenceCompressedAllreduce {
+ public:
+  ReferenceCompressedAllreduce(int workers, size_t n);
+  // inputs[i] is worker i's tensor (n values); returns the tensor every worker ends with.
+  std::vector<double> Run(const std::vector<std::vector<double>>& inputs);
+
+  const std::vector<std::vector<double>>& worker_errors() const { return worker_error_; }
+  const std::vector<std::vector<double>>& server_errors() const { return server_error_; }
+
+ private:
+  int w_;
+  size_t n_, n_pad_, chunk_;
+  std::vector<std::vector<double>> worker_error_;  // [w][n_pad]
+  std::vector<std::vector<double>> server_error_;  // [w][chunk]
+};
+
+class ReferenceOnebitAdam {
+ public:
+  ReferenceOnebitAdam(const ReferenceHyper& hyper, int workers,
+                      const std::vector<float>& initial_params,
+                      std::vector<float> momentum_mask = {});
+  // grads[i] is worker i's local gradient (n values).
+  void Step(const std::vector<std::vector<float>>& grads);
+
+  const std::vector<double>& params() const { return p_; }
+  const std::vector<double>& momentum() const { return m_; }
+  const std::vector<double>& variance() const { return v_; }
+  int64_t step() const { return step_; }
+
+ private:
+  ReferenceHyper h_;
+  int w_;
+  int64_t step_ = 0;
+  std::vector<double> p_, m_, v_, mask_;
+  ReferenceCompressedAllreduce exchange_;
+};
+
+}  // namespace onebit
+
+#endif  // ONEBIT_WORKER_OPTIM_ONEBIT_ADAM_REFERENCE_H_

@@ -1,0 +1,201 @@
+// OnebitAdam against the float64 model of ALGORITHM.md: transports x world sizes x
+// lengths, across the switch from warmup to compression.
+#include "worker/optim/onebit_adam.h"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/kernels.h"
+#include "worker/transport/local_group.h"
+#include "worker/optim/onebit_adam_reference.h"
+
+namespace onebit {
+namespace {
+
+struct Case {
+  int64_t steps = 12;
+  int64_t freeze_step = 5;
+  float weight_decay = 0.0f;
+  bool mask = false;
+};
+
+std::vector<float> Params(size_t n) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> p(n);
+  for (float& v : p) v = dist(rng);
+  return p;
+}
+
+// Worker `rank`'s gradient at `step`: a shared drift plus worker noise.
+std::vector<float> Grad(int rank, int64_t step, size_t n) {
+  std::mt19937 rng(100 * rank + step);
+  std::normal_distribution<float> noise(0.0f, 0.5f);
+  std::vector<float> g(n);
+  for (size_t i = 0; i < n; ++i) g[i] = std::sin(0.01f * i + 0.1f * step) + noise(rng);
+  return g;
+}
+
+std::vector<float> Mask(size_t n) {
+  std::vector<float> mask(n);
+  for (size_t i = 0; i < n; ++i) mask[i] = i % 4 == 3 ? 0.0f : 1.0f;
+  return mask;
+}
+
+// Runs `c` on `w` ranks and returns every rank's final parameters.
+std::vector<std::vector<float>> RunOptimizer(TransportKind kind, int w, size_t n, const Case& c) {
+  std::vector<std::vector<float>> result(w);
+  const std::vector<float> p0 = Params(n);
+  const absl::Status status = RunLocalGroup(kind, w, [&](Transport& transport) -> absl::Status {
+    auto backend = kernels::NewCpuBackend();
+    OnebitAdamOptions options;
+    options.hyper.lr = 0.01f;
+    options.hyper.weight_decay = c.weight_decay;
+    options.freeze_step = c.freeze_step;
+    if (c.mask) options.momentum_mask = Mask(n);
+    auto adam = OnebitAdam::Create(options, backend.get(), &transport, p0.data(), n);
+    if (!adam.ok()) return adam.status();
+    for (int64_t t = 1; t <= c.steps; ++t) {
+      const Stage expected = t <= c.freeze_step ? Stage::kWarmup : Stage::kCompression;
+      if ((*adam)->stage() != expected) return absl::InternalError("wrong stage");
+      const std::vector<float> g = Grad(transport.rank(), t, n);
+      if (absl::Status s = (*adam)->Step(g.data()); !s.ok()) return s;
+    }
+    auto p = (*adam)->ParamsToHost();
+    if (!p.ok()) return p.status();
+    result[transport.rank()] = *p;
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(status.ok()) << status;
+  return result;
+}
+
+// ||p - p_ref|| / ||p_ref - p_in||: the measure of the issue.
+double Disagreement(TransportKind kind, int w, size_t n, const Case& c) {
+  const std::vector<std::vector<float>> got = RunOptimizer(kind, w, n, c);
+  for (int rank = 1; rank < w; ++rank) {
+    EXPECT_EQ(0, std::memcmp(got[rank].data(), got[0].data(), n * sizeof(float)))
+        << "rank " << rank << " diverged";
+  }
+  ReferenceHyper h;
+  h.lr = 0.01f;
+  h.beta1 = 0.9f;
+  h.beta2 = 0.999f;
+  h.eps = 1e-8f;
+  h.weight_decay = c.weight_decay;
+  h.freeze_step = c.freeze_step;
+  const std::vector<float> p0 = Params(n);
+  ReferenceOnebitAdam reference(h, w, p0, c.mask ? Mask(n) : std::vector<float>{});
+  for (int64_t t = 1; t <= c.steps; ++t) {
+    std::vector<std::vector<float>> grads;
+    for (int rank = 0; rank < w; ++rank) grads.push_back(Grad(rank, t, n));
+    reference.Step(grads);
+  }
+  double diff = 0, moved = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double ref = reference.params()[i];
+    diff += (got[0][i] - ref) * (got[0][i] - ref);
+    moved += (ref - p0[i]) * (ref - p0[i]);
+  }
+  return std::sqrt(diff / moved);
+}
+
+using Param = std::tuple<TransportKind, int, size_t>;
+class OnebitAdamMatrixTest : public ::testing::TestWithParam<Param> {};
+
+TEST_P(OnebitAdamMatrixTest, MatchesFloat64Model) {
+  const auto [kind, w, n] = GetParam();
+  EXPECT_LT(Disagreement(kind, w, n, Case{}), 1e-4);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Matrix, OnebitAdamMatrixTest,
+    ::testing::Combine(::testing::Values(TransportKind::kInproc, TransportKind::kGloo),
+                       ::testing::Values(1, 2, 3, 4, 5, 8),
+                       ::testing::Values(size_t{1}, size_t{7}, size_t{1000}, size_t{10007})),
+    [](const ::testing::TestParamInfo<Param>& info) {
+      return TransportKindName(std::get<0>(info.param)) + "_W" +
+             std::to_string(std::get<1>(info.param)) + "_N" +
+             std::to_string(std::get<2>(info.param));
+    });
+
+TEST(OnebitAdamTest, CompressesFromTheFirstStep) {
+  Case c;
+  c.freeze_step = 0;
+  EXPECT_LT(Disagreement(TransportKind::kInproc, 3, 1000, c), 1e-4);
+}
+
+TEST(OnebitAdamTest, NeverFreezesWhenFreezeStepIsPastTheEnd) {
+  Case c;
+  c.freeze_step = 12;
+  EXPECT_LT(Disagreement(TransportKind::kInproc, 4, 1001, c), 1e-4);
+}
+
+TEST(OnebitAdamTest, WeightDecayAndMomentumMask) {
+  Case c;
+  c.weight_decay = 0.01f;
+  c.mask = true;
+  for (int w : {1, 2, 4}) EXPECT_LT(Disagreement(TransportKind::kInproc, w, 1003, c), 1e-4) << w;
+}
+
+TEST(OnebitAdamTest, SameResultOverInprocAndGloo) {
+  const std::vector<std::vector<float>> a = RunOptimizer(TransportKind::kInproc, 3, 999, Case{});
+  const std::vector<std::vector<float>> b = RunOptimizer(TransportKind::kGloo, 3, 999, Case{});
+  EXPECT_EQ(0, std::memcmp(a[0].data(), b[0].data(), 999 * sizeof(float)));
+}
+
+TEST(OnebitAdamTest, RejectsBadOptions) {
+  auto backend = kernels::NewCpuBackend();
+  const absl::Status status = RunLocalGroup(TransportKind::kInproc, 1, [&](Transport& t) {
+    const std::vector<float> p(10, 1.0f);
+    auto bad = [&](OnebitAdamOptions o) {
+      return OnebitAdam::Create(o, backend.get(), &t, p.data(), p.size()).status().code();
+    };
+    OnebitAdamOptions o;
+    o.hyper.beta1 = 1.0f;
+    EXPECT_EQ(bad(o), absl::StatusCode::kInvalidArgument);
+    o = {};
+    o.hyper.eps = 0.0f;
+    EXPECT_EQ(bad(o), absl::StatusCode::kInvalidArgument);
+    o = {};
+    o.hyper.weight_decay = -1.0f;
+    EXPECT_EQ(bad(o), absl::StatusCode::kInvalidArgument);
+    o = {};
+    o.freeze_step = -1;
+    EXPECT_EQ(bad(o), absl::StatusCode::kInvalidArgument);
+    o = {};
+    o.momentum_mask = std::vector<float>(9, 1.0f);
+    EXPECT_EQ(bad(o), absl::StatusCode::kInvalidArgument);
+    o.momentum_mask = std::vector<float>(10, 0.5f);
+    EXPECT_EQ(bad(o), absl::StatusCode::kInvalidArgument);
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(status.ok()) << status;
+}
+
+TEST(OnebitAdamTest, FreezeStepCanMoveOnlyWhileInWarmup) {
+  auto backend = kernels::NewCpuBackend();
+  const absl::Status status = RunLocalGroup(TransportKind::kInproc, 1, [&](Transport& t) {
+    const std::vector<float> p(16, 1.0f), g(16, 0.5f);
+    OnebitAdamOptions o;
+    o.freeze_step = 10;
+    auto adam = *OnebitAdam::Create(o, backend.get(), &t, p.data(), p.size());
+    EXPECT_TRUE(adam->Step(g.data()).ok());
+    EXPECT_TRUE(adam->Step(g.data()).ok());
+    EXPECT_EQ(adam->SetFreezeStep(1).code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_TRUE(adam->SetFreezeStep(2).ok());  // freeze now: the next step compresses
+    EXPECT_EQ(adam->stage(), Stage::kCompression);
+    EXPECT_TRUE(adam->Step(g.data()).ok());
+    EXPECT_EQ(adam->SetFreezeStep(5).code(), absl::StatusCode::kFailedPrecondition);
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(status.ok()) << status;
+}
+
+}  // namespace
+}  // namespace onebit

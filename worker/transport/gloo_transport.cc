@@ -1,0 +1,192 @@
+#include "worker/transport/gloo_transport.h"
+
+#include <chrono>
+#include <exception>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gloo/allgather.h"
+#include "gloo/allreduce.h"
+#include "gloo/alltoall.h"
+#include "gloo/barrier.h"
+#include "gloo/common/error.h"
+#include "gloo/common/logging.h"
+#include "gloo/math.h"
+#include "gloo/rendezvous/context.h"
+#include "gloo/rendezvous/hash_store.h"
+#include "gloo/transport/tcp/device.h"
+
+namespace onebit {
+namespace {
+
+// Ring allreduce: reduce-scatter then all-gather, each moving (W-1)/W of the buffer.
+// Rounded down once, over the whole product, so every rank counts the same.
+uint64_t RingAllReduceWireBytes(size_t bytes, int world_size) {
+  return 2 * static_cast<uint64_t>(world_size - 1) * bytes / world_size;
+}
+
+std::chrono::milliseconds ToChrono(absl::Duration d) {
+  return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
+}
+
+// gloo has no timeout exception type: its timeouts are IoExceptions whose messages say
+// "Timed out waiting ...", "Read timeout", "Connect timeout", "Wait timeout for key(s)".
+bool IsTimeoutMessage(absl::string_view message) {
+  const std::string lower = absl::AsciiStrToLower(message);
+  return absl::StrContains(lower, "timeout") || absl::StrContains(lower, "timed out");
+}
+
+// Call only inside a catch block: converts the exception in flight.
+absl::Status StatusFromCurrentException(absl::string_view op) {
+  try {
+    throw;
+  } catch (const gloo::IoException& e) {
+    const std::string message = absl::StrCat("gloo ", op, ": ", e.what());
+    return IsTimeoutMessage(e.what()) ? absl::DeadlineExceededError(message)
+                                      : absl::UnavailableError(message);
+  } catch (const gloo::EnforceNotMet& e) {  // a violated gloo precondition: our bug
+    return absl::InternalError(absl::StrCat("gloo ", op, ": ", e.what()));
+  } catch (const std::exception& e) {  // other gloo::Exceptions, std::system_error, ...
+    return absl::InternalError(absl::StrCat("gloo ", op, ": ", e.what()));
+  } catch (...) {
+    return absl::InternalError(absl::StrCat("gloo ", op, ": unknown exception"));
+  }
+}
+
+// Everything of Create that may throw.
+std::shared_ptr<gloo::Context> ConnectFullMesh(gloo::rendezvous::Store& store, int rank,
+                                               int world_size, const GlooOptions& options) {
+  gloo::transport::tcp::attr attr;
+  if (options.iface.empty()) {
+    attr.hostname = options.hostname;
+  } else {
+    attr.iface = options.iface;
+  }
+  std::shared_ptr<gloo::transport::Device> device = gloo::transport::tcp::CreateDevice(attr);
+  auto context = std::make_shared<gloo::rendezvous::Context>(rank, world_size);
+  // Before connecting: the mesh setup waits on the store and on each peer with it.
+  context->setTimeout(ToChrono(options.timeout));
+  context->connectFullMesh(store, device);
+  return context;
+}
+
+}  // namespace
+
+std::shared_ptr<gloo::rendezvous::Store> NewInMemoryStore() {
+  return std::make_shared<gloo::rendezvous::HashStore>();
+}
+
+absl::StatusOr<std::unique_ptr<GlooTransport>> GlooTransport::Create(
+    std::shared_ptr<gloo::rendezvous::Store> store, int rank, int world_size,
+    const GlooOptions& options) {
+  if (store == nullptr) return absl::InvalidArgumentError("store is null");
+  if (world_size < 1 || rank < 0 || rank >= world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad rank ", rank, " for world_size ", world_size));
+  }
+  if (options.timeout < absl::Milliseconds(1)) {
+    return absl::InvalidArgumentError("timeout must be at least 1 ms");
+  }
+  std::shared_ptr<gloo::Context> context;
+  try {
+    context = ConnectFullMesh(*store, rank, world_size, options);
+  } catch (...) {
+    return StatusFromCurrentException(absl::StrCat("connect rank ", rank));
+  }
+  // Not make_unique: the constructor is private.
+  return std::unique_ptr<GlooTransport>(new GlooTransport(std::move(context), options.timeout));
+}
+
+GlooTransport::GlooTransport(std::shared_ptr<gloo::Context> context, absl::Duration timeout)
+    : context_(std::move(context)),
+      rank_(context_->rank),
+      world_size_(context_->size),
+      timeout_(timeout) {}
+
+// The gloo context closes its sockets when destroyed ("soft" close: queued data is still
+// delivered, then peers read EOF).
+GlooTransport::~GlooTransport() = default;
+
+template <typename Fn>
+absl::Status GlooTransport::Run(absl::string_view op, uint64_t wire_bytes, Fn&& collective) {
+  if (!status_.ok()) return status_;
+  try {
+    collective();
+  } catch (...) {
+    status_ = StatusFromCurrentException(op);
+    // Hard-close every connection: a peer blocked on this rank (say, the next rank of a
+    // ring) then fails now with kUnavailable instead of at its own timeout.
+    try {
+      context_->closeConnections();
+    } catch (...) {
+      // Already failing; the first status is the one to report.
+    }
+    return status_;
+  }
+  bytes_sent_.fetch_add(wire_bytes, std::memory_order_relaxed);
+  bytes_received_.fetch_add(wire_bytes, std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
+absl::Status GlooTransport::AllToAll(const void* send, void* recv, size_t block_bytes) {
+  const uint32_t tag = NextTag();
+  const uint64_t wire = static_cast<uint64_t>(world_size_ - 1) * block_bytes;
+  return Run("AllToAll", wire, [&] {
+    if (block_bytes == 0) return;
+    gloo::AlltoallOptions opts(context_);
+    // gloo's unbound buffers take non-const pointers for both directions; `send` is only
+    // read.
+    opts.setInput(static_cast<uint8_t*>(const_cast<void*>(send)), world_size_ * block_bytes);
+    opts.setOutput(static_cast<uint8_t*>(recv), world_size_ * block_bytes);
+    opts.setTag(tag);
+    opts.setTimeout(ToChrono(timeout_));
+    gloo::alltoall(opts);
+  });
+}
+
+absl::Status GlooTransport::AllGather(const void* send, void* recv, size_t block_bytes) {
+  const uint32_t tag = NextTag();
+  const uint64_t wire = static_cast<uint64_t>(world_size_ - 1) * block_bytes;
+  return Run("AllGather", wire, [&] {
+    if (block_bytes == 0) return;
+    gloo::AllgatherOptions opts(context_);
+    opts.setInput(static_cast<uint8_t*>(const_cast<void*>(send)), block_bytes);
+    opts.setOutput(static_cast<uint8_t*>(recv), world_size_ * block_bytes);
+    opts.setTag(tag);
+    opts.setTimeout(ToChrono(timeout_));
+    gloo::allgather(opts);
+  });
+}
+
+absl::Status GlooTransport::AllReduceSum(float* data, size_t count) {
+  const uint32_t tag = NextTag();
+  const uint64_t wire = RingAllReduceWireBytes(count * sizeof(float), world_size_);
+  return Run("AllReduceSum", wire, [&] {
+    if (count == 0) return;
+    gloo::AllreduceOptions opts(context_);
+    // Ring explicitly: the byte counters assume a ring, and in a ring each chunk is summed
+    // on one rank and then copied, so all ranks hold the same bits.
+    opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+    opts.setOutput(data, count);  // no input: in place
+    // gloo::sum is overloaded; pick the type-erased (out, in1, in2, n) form.
+    opts.setReduceFunction(
+        static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+    opts.setTag(tag);
+    opts.setTimeout(ToChrono(timeout_));
+    gloo::allreduce(opts);
+  });
+}
+
+absl::Status GlooTransport::Barrier() {
+  const uint32_t tag = NextTag();
+  return Run("Barrier", 0, [&] {
+    gloo::BarrierOptions opts(context_);
+    opts.setTag(tag);
+    opts.setTimeout(ToChrono(timeout_));
+    gloo::barrier(opts);
+  });
+}
+
+}  // namespace onebit

@@ -1,0 +1,51 @@
+// The collective transport that CompressedAllreduce is written against. Implementations:
+// in-process (ranks as threads, for tests), gloo over TCP (CPUs), NCCL (GPUs).
+//
+// Contract: every call is a collective. All ranks make the same calls in the same order
+// with the same sizes. Buffers live in memory_space() (host for in-process and gloo,
+// device memory for NCCL). A call that cannot complete (a peer vanished, a deadline
+// passed) returns an error instead of hanging; after an error the transport is unusable.
+// A Transport is used by one thread at a time.
+#ifndef ONEBIT_WORKER_TRANSPORT_TRANSPORT_H_
+#define ONEBIT_WORKER_TRANSPORT_TRANSPORT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "kernels/kernels.h"
+
+namespace onebit {
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  virtual std::string name() const = 0;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  virtual kernels::MemorySpace memory_space() const = 0;
+
+  // `send` holds world_size() blocks of block_bytes; block j goes to rank j. Block j of
+  // `recv` is what rank j sent to this rank. send and recv must not overlap.
+  virtual absl::Status AllToAll(const void* send, void* recv, size_t block_bytes) = 0;
+
+  // Block j of `recv` (world_size() blocks of block_bytes) is rank j's `send`.
+  virtual absl::Status AllGather(const void* send, void* recv, size_t block_bytes) = 0;
+
+  // In place: data[i] = sum over ranks of data[i].
+  virtual absl::Status AllReduceSum(float* data, size_t count) = 0;
+
+  virtual absl::Status Barrier() = 0;
+
+  // Payload bytes this rank has put on (taken off) the wire so far, as the algorithm moves
+  // them: copies to itself do not count; an allreduce counts as a ring allreduce,
+  // 2*(W-1)/W of the buffer each way.
+  virtual uint64_t bytes_sent() const = 0;
+  virtual uint64_t bytes_received() const = 0;
+};
+
+}  // namespace onebit
+
+#endif  // ONEBIT_WORKER_TRANSPORT_TRANSPORT_H_

@@ -1,0 +1,115 @@
+// What the training loop trains: a model with its data, seen as one flat parameter vector
+// (so the optimizer sees one tensor) and a gradient source. Implementations: Fashion-MNIST
+// MLP on the CPU (mlp_cpu.h) and on a GPU (mlp_cuda.h), and a synthetic gradient source
+// for communication benchmarks (synthetic_workload.h).
+//
+// DATA SHARDS: a workload is built for one worker (WorkloadShard: rank, world size, micro
+// batch, seed). The examples a worker uses at step t are a deterministic function of
+// (seed, t, rank, world size, micro batch), so runs are reproducible and two optimizers
+// given the same seed see the same samples.
+//
+// MEMORY: `params` and `grad_out` live in memory_space(): host memory for CPU workloads,
+// device memory of the workload's CUDA backend for GPU ones. InitParameters always writes
+// host memory (the optimizer uploads it).
+//
+// THREAD SAFETY: one thread at a time (a workload owns scratch buffers).
+#ifndef ONEBIT_WORKER_WORKLOADS_WORKLOAD_H_
+#define ONEBIT_WORKER_WORKLOADS_WORKLOAD_H_
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/kernels.h"
+
+namespace onebit {
+
+struct WorkloadShard {
+  int rank = 0;
+  int world_size = 1;
+  int64_t micro_batch = 64;  // examples per worker and step
+  uint64_t seed = 1;
+};
+
+// Validates a shard: 0 <= rank < world_size, micro_batch >= 1.
+inline absl::Status ValidateShard(const WorkloadShard& shard) {
+  if (shard.world_size < 1 || shard.rank < 0 || shard.rank >= shard.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", shard.rank, " is not in a world of ", shard.world_size));
+  }
+  if (shard.micro_batch < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("micro batch must be >= 1, got ", shard.micro_batch));
+  }
+  return absl::OkStatus();
+}
+
+struct EvalResult {
+  double loss = 0.0;               // mean over the evaluation set
+  std::optional<double> accuracy;  // fraction in [0, 1]; absent where it means nothing
+  int64_t examples = 0;
+};
+
+class Workload {
+ public:
+  virtual ~Workload() = default;
+
+  virtual std::string name() const = 0;
+  virtual size_t num_parameters() const = 0;
+  virtual kernels::MemorySpace memory_space() const = 0;
+
+  // Writes the initial parameters (host memory, num_parameters() floats); the same seed
+  // gives the same bits on every worker and machine.
+  virtual absl::Status InitParameters(float* host_params, uint64_t seed) const = 0;
+
+  // Gradient of this worker's loss at `step` (>= 1) on its micro batch, written to
+  // grad_out (num_parameters() floats); returns that loss. Both pointers are in
+  // memory_space(); on a GPU the call returns once grad_out is complete on the backend's
+  // stream (the returned loss needs the result anyway).
+  virtual absl::StatusOr<double> ComputeGradient(const float* params, int64_t step,
+                                                 float* grad_out) = 0;
+
+  // Loss (and accuracy where it means something) on the held-out set.
+  virtual absl::StatusOr<EvalResult> Evaluate(const float* params) = 0;
+};
+
+// ---- Counter-based randomness shared by the workloads ----
+//
+// Pure functions of their inputs, the same on every platform (std:: distributions are not),
+// so initial parameters and samples do not depend on the standard library.
+
+// SplitMix64's finalizer: a bijective 64-bit mix with full avalanche.
+inline uint64_t Mix64(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  x ^= x >> 31;
+  return x;
+}
+
+// A key from a key and one more input (order matters).
+inline uint64_t HashCombine(uint64_t key, uint64_t value) {
+  return Mix64(key ^ Mix64(value + 0x9e3779b97f4a7c15ULL));
+}
+
+// Uniform in [0, 1) from the top 53 bits.
+inline double UniformDouble(uint64_t bits) {
+  return static_cast<double>(bits >> 11) * (1.0 / 9007199254740992.0);
+}
+
+// Standard normal from two hashes of (key, i) by Box-Muller. Not for hot loops.
+inline double NormalDouble(uint64_t key, uint64_t i) {
+  const double u1 = 1.0 - UniformDouble(HashCombine(key, 2 * i));  // (0, 1]
+  const double u2 = UniformDouble(HashCombine(key, 2 * i + 1));
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+}
+
+}  // namespace onebit
+
+#endif  // ONEBIT_WORKER_WORKLOADS_WORKLOAD_H_
