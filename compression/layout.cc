@@ -64,4 +64,25 @@ size_t PsLayout::payload_bytes(ChunkKind kind, int shard) const {
   }
 }
 
+absl::StatusOr<HierarchicalLayout> HierarchicalLayout::Create(size_t n, int local_size,
+                                                              int inter_chunks) {
+  if (n == 0) return absl::InvalidArgumentError("the tensor must have at least one element");
+  if (local_size < 1 || local_size > kMaxShards) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("local size must be in [1, ", kMaxShards, "], got ", local_size));
+  }
+  if (inter_chunks < 1 || inter_chunks > kMaxShards) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("inter-node chunk count must be in [1, ", kMaxShards, "], got ", inter_chunks));
+  }
+  const size_t l = static_cast<size_t>(local_size);
+  const size_t slice = PeerPaddedSize((n + l - 1) / l, inter_chunks);
+  return HierarchicalLayout(n, local_size, inter_chunks, slice);
+}
+
+size_t HierarchicalLayout::slice_count(int local_rank) const {
+  const size_t begin = static_cast<size_t>(local_rank) * slice_;
+  return begin >= n_ ? 0 : std::min(slice_, n_ - begin);
+}
+
 }  // namespace onebit

@@ -23,6 +23,15 @@
 // same bits for every S (a sum of one element position never crosses shards). With S > n
 // some shards get empty runs; they still take part (empty payloads).
 //
+// HIERARCHICAL (HierarchicalLayout): nodes x local_size workers. The tensor is padded to
+// n_pad = local_size * S and cut into local_size slices of S elements; slice l is
+// averaged at full precision inside each node, and exchanged between the nodes by local
+// rank l of every node, as a tensor of S elements in `inter_chunks` server chunks (one per
+// node in peer mode, the slice's shards in ps mode). S is the smallest multiple of
+// inter_chunks*lcm(inter_chunks, 8) that is >= ceil(n / local_size), so the inter-node
+// exchange of a slice needs no padding of its own and the local_size * inter_chunks result
+// blocks, in slice order, are the whole padded tensor.
+//
 // Thread safety: immutable after Create.
 #ifndef ONEBIT_COMPRESSION_LAYOUT_H_
 #define ONEBIT_COMPRESSION_LAYOUT_H_
@@ -71,6 +80,32 @@ class PsLayout {
   size_t n_;
   int num_shards_;
   size_t padded_size_;
+};
+
+class HierarchicalLayout {
+ public:
+  // n >= 1 parameters, local_size >= 1 workers per node, inter_chunks >= 1 server chunks
+  // per slice.
+  static absl::StatusOr<HierarchicalLayout> Create(size_t n, int local_size, int inter_chunks);
+
+  size_t n() const { return n_; }
+  int local_size() const { return local_size_; }
+  int inter_chunks() const { return inter_chunks_; }
+  size_t slice() const { return slice_; }
+  size_t padded_size() const { return slice_ * static_cast<size_t>(local_size_); }
+  size_t chunk() const { return slice_ / static_cast<size_t>(inter_chunks_); }
+  size_t num_chunks() const { return static_cast<size_t>(local_size_) * inter_chunks_; }
+  // Elements of slice `local_rank` that hold parameters (the rest is padding).
+  size_t slice_count(int local_rank) const;
+
+ private:
+  HierarchicalLayout(size_t n, int local_size, int inter_chunks, size_t slice)
+      : n_(n), local_size_(local_size), inter_chunks_(inter_chunks), slice_(slice) {}
+
+  size_t n_;
+  int local_size_;
+  int inter_chunks_;
+  size_t slice_;
 };
 
 }  // namespace onebit

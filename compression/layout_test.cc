@@ -38,5 +38,33 @@ TEST(PsLayoutTest, SplitsAndPads) {
   EXPECT_FALSE(PsLayout::Create(10, 0).ok());
 }
 
+TEST(HierarchicalLayoutTest, SlicesCoverThePaddedTensor) {
+  for (size_t n : {1, 7, 8, 100, 1001, 10007}) {
+    for (int local : {1, 2, 3, 4}) {
+      for (int inter : {1, 2, 3, 5}) {
+        auto layout = HierarchicalLayout::Create(n, local, inter);
+        ASSERT_TRUE(layout.ok());
+        EXPECT_EQ(layout->slice() % (8 * static_cast<size_t>(inter)), 0u);
+        EXPECT_EQ(PeerPaddedSize(layout->slice(), inter), layout->slice());  // no extra padding
+        EXPECT_GE(layout->padded_size(), n);
+        const size_t per_worker = (n + local - 1) / local;  // the smallest such multiple
+        EXPECT_GE(layout->slice(), per_worker);
+        EXPECT_LT(layout->slice() - PeerPaddedSize(1, inter), per_worker);
+        EXPECT_EQ(layout->chunk() * layout->num_chunks(), layout->padded_size());
+        size_t covered = 0;
+        for (int l = 0; l < local; ++l) covered += layout->slice_count(l);
+        EXPECT_EQ(covered, n);
+      }
+    }
+  }
+  // 4 nodes of one worker: the flat peer layout.
+  EXPECT_EQ(HierarchicalLayout::Create(10007, 1, 4)->padded_size(), PeerPaddedSize(10007, 4));
+  EXPECT_EQ(HierarchicalLayout::Create(10, 4, 2)->slice(), 16u);  // ceil(10/4) = 3 -> 16
+  EXPECT_EQ(HierarchicalLayout::Create(10, 4, 2)->slice_count(3), 0u);
+  EXPECT_FALSE(HierarchicalLayout::Create(0, 2, 2).ok());
+  EXPECT_FALSE(HierarchicalLayout::Create(10, 0, 2).ok());
+  EXPECT_FALSE(HierarchicalLayout::Create(10, 2, 0).ok());
+}
+
 }  // namespace
 }  // namespace onebit

@@ -110,6 +110,14 @@ class CpuBackend : public Backend {
     return absl::OkStatus();
   }
 
+  absl::Status AverageRows(const float* rows, int num_rows, size_t count, float* out) override {
+    if (num_rows < 1) return absl::InvalidArgumentError("AverageRows needs at least one row");
+    k_.sum_rows(rows, num_rows, count, out);
+    const float inv = 1.0f / static_cast<float>(num_rows);
+    for (size_t i = 0; i < count; ++i) out[i] *= inv;
+    return absl::OkStatus();
+  }
+
   absl::Status AdamWarmupUpdate(const AdamHyper& h, const float* g, float grad_scale, float* m,
                                 float* v, float* p, size_t n) override {
     k_.adam_warmup(h, g, grad_scale, m, v, p, n);

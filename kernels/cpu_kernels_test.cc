@@ -159,6 +159,27 @@ TEST_P(CpuKernelsTest, SumRows) {
   }
 }
 
+TEST_P(CpuKernelsTest, AverageRows) {
+  for (int rows : {1, 2, 3, 5}) {
+    const std::vector<float> x = Normal(rows * n_, 40 + rows);
+    std::vector<double> want(n_, 0.0);
+    for (int j = 0; j < rows; ++j) {
+      for (size_t i = 0; i < n_; ++i) want[i] += x[j * n_ + i] / static_cast<double>(rows);
+    }
+    std::vector<float> out(n_), sum(n_);
+    ASSERT_TRUE(backend_->AverageRows(x.data(), rows, n_, out.data()).ok());
+    ExpectNear(out, want, 1e-6, 1.0, "average");
+    // Exactly the sum in row order, then one product with 1/rows.
+    ASSERT_TRUE(backend_->SumRows(x.data(), rows, n_, sum.data()).ok());
+    for (size_t i = 0; i < n_; ++i) {
+      ASSERT_EQ(out[i], sum[i] * (1.0f / static_cast<float>(rows))) << "element " << i;
+    }
+  }
+  std::vector<float> out(n_);
+  EXPECT_EQ(backend_->AverageRows(nullptr, 0, n_, out.data()).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_P(CpuKernelsTest, AdamWarmupUpdate) {
   for (float wd : {0.0f, 0.01f}) {
     AdamHyper h;

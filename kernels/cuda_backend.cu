@@ -243,6 +243,18 @@ __global__ void SumRowsKernel(const float* rows, int num_rows, size_t count, flo
   }
 }
 
+// SumRowsKernel's sum, times inv (the CPU backend's two roundings: the sum, the product).
+__global__ void AverageRowsKernel(const float* rows, int num_rows, size_t count, float inv,
+                                  float* out) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += stride) {
+    float acc = 0.0f;
+    for (int j = 0; j < num_rows; ++j) acc = __fadd_rn(acc, rows[j * count + i]);
+    out[i] = __fmul_rn(acc, inv);
+  }
+}
+
 __global__ void AdamWarmupKernel(AdamArgs a, const float* g, float grad_scale, float* m,
                                  float* v, float* p, size_t n) {
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
@@ -461,6 +473,18 @@ class CudaBackend final : public Backend {
     if (count == 0) return absl::OkStatus();
     ONEBIT_RETURN_IF_ERROR(Activate());
     SumRowsKernel<<<Blocks(count), kThreads, 0, stream_>>>(rows, num_rows, count, out);
+    ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
+    return absl::OkStatus();
+  }
+
+  absl::Status AverageRows(const float* rows, int num_rows, size_t count, float* out) override {
+    if (num_rows < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("num_rows = ", num_rows));
+    }
+    if (count == 0) return absl::OkStatus();
+    ONEBIT_RETURN_IF_ERROR(Activate());
+    AverageRowsKernel<<<Blocks(count), kThreads, 0, stream_>>>(
+        rows, num_rows, count, 1.0f / static_cast<float>(num_rows), out);
     ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
     return absl::OkStatus();
   }

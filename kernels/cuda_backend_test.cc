@@ -425,6 +425,23 @@ TEST_F(CudaBackendTest, SumRowsMatchesCpu) {
   }
 }
 
+TEST_F(CudaBackendTest, AverageRowsMatchesCpu) {
+  for (size_t count : kLengths) {
+    for (int num_rows : {1, 2, 3, 8}) {
+      SCOPED_TRACE(absl::StrCat("count = ", count, ", num_rows = ", num_rows));
+      const std::vector<float> rows = RandomFloats(rng_, num_rows * count);
+      std::vector<float> out(count, 7.0f);
+      DeviceArray<float> rows_dev(cuda(), rows), out_dev(cuda(), out);
+      ASSERT_OK(rows_dev.status());
+      ASSERT_OK(out_dev.status());
+      ASSERT_OK(cuda()->AverageRows(rows_dev.data(), num_rows, count, out_dev.data()));
+      ASSERT_OK(cpu()->AverageRows(rows.data(), num_rows, count, out.data()));
+      EXPECT_TRUE(FloatsBitEqual(out_dev.Read(), out));
+    }
+  }
+  EXPECT_FALSE(cuda()->AverageRows(nullptr, 0, 8, nullptr).ok());
+}
+
 TEST_F(CudaBackendTest, AdamWarmupUpdateMatchesCpu) {
   for (size_t n : kLengths) {
     for (float weight_decay : {0.0f, 0.01f}) {

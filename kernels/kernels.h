@@ -24,6 +24,7 @@
 //   warmup     g' = g * grad_scale; m = fma(b1, m, (1-b1)*g'); v = fma(b2, v, ((1-b2)*g')*g')
 //   update     u = m / (sqrt(v) + eps); if wd > 0: u = fma(wd, p, u); p = fma(-lr, u, p)
 //   mask       m = m * mask (compression stage only, after the exchange)
+//   average    out = (sum over rows in order, from 0.0f) * (1.0f / num_rows)
 //
 // MEMORY: every pointer passed to a Backend lives in its memory_space(): host memory for
 // the CPU backend, device memory for CUDA. Kernels on the CUDA backend are queued on the
@@ -104,6 +105,11 @@ class Backend {
   // rows[j] = rows + j*count. The fixed order makes a full-precision allreduce built on it
   // give the same bits over every transport.
   virtual absl::Status SumRows(const float* rows, int num_rows, size_t count, float* out) = 0;
+
+  // out[i] = SumRows(...)[i] * (1.0f / num_rows) (num_rows >= 1): the mean of the rows, the
+  // sum in the same fixed order, so every backend gives the same bits. The hierarchical
+  // exchange averages a node's gradients with it.
+  virtual absl::Status AverageRows(const float* rows, int num_rows, size_t count, float* out) = 0;
 
   // Warmup Adam step on the gradient g*grad_scale: updates m, v and p.
   virtual absl::Status AdamWarmupUpdate(const AdamHyper& h, const float* g, float grad_scale,

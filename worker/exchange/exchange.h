@@ -17,11 +17,19 @@ namespace onebit {
 class WorkerCompressor;
 
 // The averaged momentum as compressed blocks (backend memory), one per server chunk, in
-// the wire format of kernels/kernels.h. Valid until the next call.
+// the wire format of kernels/kernels.h; or, where the exchange averaged exactly (a
+// hierarchical exchange with one node), as floats. Valid until the next call.
 struct CompressedResult {
   const uint8_t* blocks = nullptr;
   size_t num_chunks = 0;
   size_t chunk = 0;
+  const float* momentum = nullptr;  // set instead of blocks: n elements (or more, padded)
+};
+
+// Payload bytes one way or the other.
+struct LinkBytes {
+  uint64_t sent = 0;
+  uint64_t received = 0;
 };
 
 class Exchange {
@@ -47,6 +55,12 @@ class Exchange {
   // Payload bytes this worker has sent and received so far.
   virtual uint64_t bytes_sent() const = 0;
   virtual uint64_t bytes_received() const = 0;
+
+  // The same split by link: inside this worker's node and between nodes. A flat exchange
+  // (peer, ps) does not know the topology and treats every peer as remote: all its bytes
+  // are inter-node, as on a cluster of one worker per node.
+  virtual LinkBytes intra_node_bytes() const { return {}; }
+  virtual LinkBytes inter_node_bytes() const { return {bytes_sent(), bytes_received()}; }
 };
 
 }  // namespace onebit

@@ -137,6 +137,10 @@ absl::Status OnebitAdam::CompressionStep(const float* grad) {
   // The local momentum goes straight into the compressor; m is rewritten from the result.
   ONEBIT_ASSIGN_OR_RETURN(CompressedResult r,
                           exchange_->AverageMomentum(step_ + 1, m_.data(), grad, h.beta1));
+  if (r.momentum != nullptr) {  // averaged exactly
+    ONEBIT_RETURN_IF_ERROR(backend_->Copy(m_.data(), r.momentum, n_ * sizeof(float)));
+    return backend_->FrozenAdamUpdate(h, v_.data(), mask, m_.data(), p_.data(), n_);
+  }
   return backend_->DecompressFrozenAdamUpdate(r.blocks, r.num_chunks, r.chunk, h, v_.data(), mask,
                                               m_.data(), p_.data(), n_);
 }

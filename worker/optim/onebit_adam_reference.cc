@@ -16,6 +16,30 @@ double Rms(const std::vector<double>& x, size_t begin, size_t end) {
 
 double Sign(double x) { return x >= 0.0 ? 1.0 : -1.0; }
 
+// Warmup on the exact mean of every worker's gradient: m and v.
+void WarmupMoments(const ReferenceHyper& h, const std::vector<std::vector<float>>& grads,
+                   std::vector<double>* m, std::vector<double>* v) {
+  const int w = static_cast<int>(grads.size());
+  for (size_t j = 0; j < m->size(); ++j) {
+    double g = 0.0;
+    for (int i = 0; i < w; ++i) g += grads[i][j];
+    g /= w;
+    (*m)[j] = h.beta1 * (*m)[j] + (1 - h.beta1) * g;
+    (*v)[j] = h.beta2 * (*v)[j] + (1 - h.beta2) * g * g;
+  }
+}
+
+// m *= mask (if any); p -= lr * (m / (sqrt(v) + eps) + wd * p).
+void MaskAndUpdate(const ReferenceHyper& h, const std::vector<double>& mask,
+                   const std::vector<double>& v, std::vector<double>* m, std::vector<double>* p) {
+  for (size_t j = 0; j < p->size(); ++j) {
+    if (!mask.empty()) (*m)[j] *= mask[j];
+    double u = (*m)[j] / (std::sqrt(v[j]) + h.eps);
+    if (h.weight_decay > 0) u += h.weight_decay * (*p)[j];
+    (*p)[j] -= h.lr * u;
+  }
+}
+
 }  // namespace
 
 size_t ReferencePaddedSize(size_t n, int w) {
@@ -82,28 +106,66 @@ void ReferenceOnebitAdam::Step(const std::vector<std::vector<float>>& grads) {
   ++step_;
   const size_t n = p_.size();
   if (step_ <= h_.freeze_step) {
-    for (size_t j = 0; j < n; ++j) {
-      double g = 0.0;
-      for (int i = 0; i < w_; ++i) g += grads[i][j];
-      g /= w_;
-      m_[j] = h_.beta1 * m_[j] + (1 - h_.beta1) * g;
-      v_[j] = h_.beta2 * v_[j] + (1 - h_.beta2) * g * g;
+    WarmupMoments(h_, grads, &m_, &v_);
+    MaskAndUpdate(h_, {}, v_, &m_, &p_);
+    return;
+  }
+  std::vector<std::vector<double>> local(w_, std::vector<double>(n));
+  for (int i = 0; i < w_; ++i) {
+    for (size_t j = 0; j < n; ++j) local[i][j] = h_.beta1 * m_[j] + (1 - h_.beta1) * grads[i][j];
+  }
+  m_ = w_ == 1 ? local[0] : exchange_.Run(local);
+  MaskAndUpdate(h_, mask_, v_, &m_, &p_);
+}
+
+ReferenceHierarchicalOnebitAdam::ReferenceHierarchicalOnebitAdam(
+    const ReferenceHyper& hyper, int nodes, int local_size,
+    const std::vector<float>& initial_params, std::vector<float> momentum_mask)
+    : h_(hyper),
+      nodes_(nodes),
+      local_size_(local_size),
+      slice_(ReferencePaddedSize(
+          (initial_params.size() + static_cast<size_t>(local_size) - 1) / local_size, nodes)),
+      p_(initial_params.begin(), initial_params.end()),
+      m_(initial_params.size(), 0.0),
+      v_(initial_params.size(), 0.0),
+      mask_(momentum_mask.begin(), momentum_mask.end()),
+      slices_(local_size, ReferenceCompressedAllreduce(nodes, slice_)) {}
+
+void ReferenceHierarchicalOnebitAdam::Step(const std::vector<std::vector<float>>& grads) {
+  ++step_;
+  const size_t n = p_.size();
+  if (step_ <= h_.freeze_step) {
+    WarmupMoments(h_, grads, &m_, &v_);
+    MaskAndUpdate(h_, {}, v_, &m_, &p_);
+    return;
+  }
+  // Each node's exact average of its workers' momenta b1*m + (1-b1)*g_i.
+  std::vector<std::vector<double>> node_m(nodes_, std::vector<double>(n, 0.0));
+  for (int node = 0; node < nodes_; ++node) {
+    for (int l = 0; l < local_size_; ++l) {
+      const std::vector<float>& g = grads[node * local_size_ + l];
+      for (size_t j = 0; j < n; ++j) {
+        node_m[node][j] += (h_.beta1 * m_[j] + (1 - h_.beta1) * g[j]) / local_size_;
+      }
     }
+  }
+  if (nodes_ == 1) {
+    m_ = node_m[0];
   } else {
-    std::vector<std::vector<double>> local(w_, std::vector<double>(n));
-    for (int i = 0; i < w_; ++i) {
-      for (size_t j = 0; j < n; ++j) local[i][j] = h_.beta1 * m_[j] + (1 - h_.beta1) * grads[i][j];
-    }
-    m_ = w_ == 1 ? local[0] : exchange_.Run(local);
-    if (!mask_.empty()) {
-      for (size_t j = 0; j < n; ++j) m_[j] *= mask_[j];
+    for (int l = 0; l < local_size_; ++l) {  // slice l between the nodes
+      const size_t begin = l * slice_;
+      std::vector<std::vector<double>> inputs(nodes_, std::vector<double>(slice_, 0.0));
+      for (int node = 0; node < nodes_; ++node) {
+        for (size_t j = begin; j < n && j < begin + slice_; ++j) {
+          inputs[node][j - begin] = node_m[node][j];
+        }
+      }
+      const std::vector<double> averaged = slices_[l].Run(inputs);
+      for (size_t j = begin; j < n && j < begin + slice_; ++j) m_[j] = averaged[j - begin];
     }
   }
-  for (size_t j = 0; j < n; ++j) {
-    double u = m_[j] / (std::sqrt(v_[j]) + h_.eps);
-    if (h_.weight_decay > 0) u += h_.weight_decay * p_[j];
-    p_[j] -= h_.lr * u;
-  }
+  MaskAndUpdate(h_, mask_, v_, &m_, &p_);
 }
 
 }  // namespace onebit

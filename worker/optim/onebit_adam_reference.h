@@ -59,6 +59,33 @@ class ReferenceOnebitAdam {
   ReferenceCompressedAllreduce exchange_;
 };
 
+// The hierarchical mode (DESIGN.md) in float64: nodes x local_size workers, worker
+// w = node * local_size + l. Warmup is the flat model's. In compression every node averages
+// its workers' momenta exactly; slice l of the node averages (the tensor padded to
+// local_size slices of S = ReferencePaddedSize(ceil(n / local_size), nodes)) goes through
+// its own CompressedAllreduce over the nodes, with its own worker and server errors. With
+// one node the node average is the momentum, nothing compressed.
+class ReferenceHierarchicalOnebitAdam {
+ public:
+  ReferenceHierarchicalOnebitAdam(const ReferenceHyper& hyper, int nodes, int local_size,
+                                  const std::vector<float>& initial_params,
+                                  std::vector<float> momentum_mask = {});
+  // grads[w] is worker w's local gradient (n values).
+  void Step(const std::vector<std::vector<float>>& grads);
+
+  const std::vector<double>& params() const { return p_; }
+  const std::vector<double>& momentum() const { return m_; }
+  size_t slice() const { return slice_; }
+
+ private:
+  ReferenceHyper h_;
+  int nodes_, local_size_;
+  size_t slice_;
+  int64_t step_ = 0;
+  std::vector<double> p_, m_, v_, mask_;
+  std::vector<ReferenceCompressedAllreduce> slices_;  // one per local rank
+};
+
 }  // namespace onebit
 
 #endif  // ONEBIT_WORKER_OPTIM_ONEBIT_ADAM_REFERENCE_H_

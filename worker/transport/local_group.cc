@@ -57,6 +57,46 @@ absl::StatusOr<std::vector<std::unique_ptr<Transport>>> ConnectGroup(TransportKi
   return transports;
 }
 
+// ConnectGroup, retried: connecting a gloo mesh over loopback fails now and then on a
+// loaded machine (a peer sees its connection closed during the handshake); a fresh store
+// and fresh devices connect fine, so retry the whole group a few times before giving up.
+absl::StatusOr<std::vector<std::unique_ptr<Transport>>> ConnectGroupWithRetries(
+    TransportKind kind, int world_size) {
+  absl::StatusOr<std::vector<std::unique_ptr<Transport>>> transports;
+  for (int attempt = 1; attempt <= kConnectAttempts; ++attempt) {
+    transports = ConnectGroup(kind, world_size);
+    if (transports.ok() || transports.status().code() != absl::StatusCode::kUnavailable) break;
+  }
+  return transports;
+}
+
+// Runs body(w) on one thread per worker. The first worker to fail holds the root cause
+// (the others fail because of it): its error is returned, prefixed with `what` and w, and
+// close(w) runs at once so that its peers fail instead of waiting for it (gloo: closed
+// connections; inproc: the hub is aborted).
+absl::Status RunThreads(int count, const char* what, const std::function<absl::Status(int)>& body,
+                        const std::function<void(int)>& close) {
+  absl::Mutex mu;
+  absl::Status first_failure;
+  std::vector<std::thread> threads;
+  for (int w = 0; w < count; ++w) {
+    threads.emplace_back([&, w] {
+      const absl::Status status = body(w);
+      if (status.ok()) return;
+      {
+        absl::MutexLock lock(&mu);
+        if (first_failure.ok()) {
+          first_failure =
+              absl::Status(status.code(), absl::StrCat(what, " ", w, ": ", status.message()));
+        }
+      }
+      close(w);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return first_failure;
+}
+
 }  // namespace
 
 absl::Status RunLocalGroup(TransportKind kind, int world_size,
@@ -64,39 +104,39 @@ absl::Status RunLocalGroup(TransportKind kind, int world_size,
   if (world_size < 1) {
     return absl::InvalidArgumentError(absl::StrCat("world size must be >= 1, got ", world_size));
   }
-  // Connecting a gloo mesh over loopback fails now and then on a loaded machine (a peer
-  // sees its connection closed during the handshake); a fresh store and fresh devices
-  // connect fine, so retry the whole group a few times before giving up.
-  absl::StatusOr<std::vector<std::unique_ptr<Transport>>> transports;
-  for (int attempt = 1; attempt <= kConnectAttempts; ++attempt) {
-    transports = ConnectGroup(kind, world_size);
-    if (transports.ok() || transports.status().code() != absl::StatusCode::kUnavailable) break;
-  }
+  auto transports = ConnectGroupWithRetries(kind, world_size);
   if (!transports.ok()) return transports.status();
+  return RunThreads(
+      world_size, "rank", [&](int rank) { return body(*(*transports)[rank]); },
+      [&](int rank) { (*transports)[rank].reset(); });
+}
 
-  // The first rank to fail holds the root cause; the others fail because of it.
-  absl::Mutex mu;
-  absl::Status first_failure;
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < world_size; ++rank) {
-    threads.emplace_back([&, rank] {
-      std::unique_ptr<Transport>& transport = (*transports)[rank];
-      const absl::Status status = body(*transport);
-      if (status.ok()) return;
-      {
-        absl::MutexLock lock(&mu);
-        if (first_failure.ok()) {
-          first_failure =
-              absl::Status(status.code(), absl::StrCat("rank ", rank, ": ", status.message()));
-        }
-      }
-      // Close this rank's transport at once so that its peers fail instead of waiting
-      // for it (gloo: closed connections; inproc: the hub is aborted).
-      transport.reset();
-    });
+absl::Status RunLocalNodes(
+    TransportKind kind, int nodes, int local_size,
+    const std::function<absl::Status(Transport& intra, Transport& inter)>& body) {
+  if (nodes < 1 || local_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("nodes and local size must be >= 1, got ", nodes, " x ", local_size));
   }
-  for (std::thread& t : threads) t.join();
-  return first_failure;
+  // intra[node][l] and inter[l][node].
+  std::vector<std::vector<std::unique_ptr<Transport>>> intra, inter;
+  for (int node = 0; node < nodes; ++node) {
+    auto group = ConnectGroupWithRetries(kind, local_size);
+    if (!group.ok()) return group.status();
+    intra.push_back(*std::move(group));
+  }
+  for (int l = 0; l < local_size; ++l) {
+    auto group = ConnectGroupWithRetries(kind, nodes);
+    if (!group.ok()) return group.status();
+    inter.push_back(*std::move(group));
+  }
+  return RunThreads(
+      nodes * local_size, "worker",
+      [&](int w) { return body(*intra[w / local_size][w % local_size], *inter[w % local_size][w / local_size]); },
+      [&](int w) {
+        intra[w / local_size][w % local_size].reset();
+        inter[w % local_size][w / local_size].reset();
+      });
 }
 
 }  // namespace onebit

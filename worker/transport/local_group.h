@@ -27,6 +27,13 @@ std::string TransportKindName(TransportKind kind);
 absl::Status RunLocalGroup(TransportKind kind, int world_size,
                            const std::function<absl::Status(Transport&)>& body);
 
+// The same for a cluster of `nodes` x `local_size` workers as threads (the hierarchical
+// exchange): worker w = node * local_size + l gets `intra`, a transport of its node's
+// local_size workers (rank l), and `inter`, a transport of local rank l of every node
+// (rank node). The first failure closes that worker's two transports.
+absl::Status RunLocalNodes(TransportKind kind, int nodes, int local_size,
+                           const std::function<absl::Status(Transport& intra, Transport& inter)>& body);
+
 }  // namespace onebit
 
 #endif  // ONEBIT_WORKER_TRANSPORT_LOCAL_GROUP_H_

@@ -1,0 +1,101 @@
+// The hierarchical exchange (DESIGN.md, `exchange.mode: hierarchical`): full precision
+// inside a node, where links are fast, and 1-bit compression only between nodes, where they
+// are slow. Worker (node, l) of nodes x local_size workers holds slice l of the padded
+// tensor (compression/layout.h, HierarchicalLayout):
+//
+//   warmup       reduce-scatter inside the node (the node's sum of slice l, in local-rank
+//                order), the inter-node exchange's exact sum of that slice over the nodes
+//                (in node order), all-gather inside the node. The result is the sum over
+//                all workers, the same bits over every transport.
+//   compression  the node's average gradient of slice l (reduce-scatter, then * 1/local_size,
+//                Backend::AverageRows), the momentum of that average,
+//                fma(b1, m, (1-b1)*avg) = the average of the node's local momenta (m is the
+//                same on every worker), goes through the inter-node exchange's compressed
+//                allreduce with local rank l of every other node (worker and server errors
+//                exist only on this path, per slice), then the nodes x local_size result
+//                blocks are all-gathered inside the node. With one node nothing is
+//                compressed: the result is the exact average, as floats.
+//
+// The inter-node exchange is any Exchange over a tensor of layout.slice() elements whose
+// world is the nodes: PeerExchange over a transport of the same local rank on every node,
+// or PsExchange over the slice's own shards. Inside the node: a Transport of the node's
+// local_size workers (gloo or in-process on CPUs, NCCL on GPUs).
+//
+// BYTES: intra_node_bytes() counts the intra transport, inter_node_bytes() the inter-node
+// exchange; bytes_sent()/bytes_received() are their sums.
+//
+// Thread safety: one thread at a time. Backend and intra transport are borrowed; the
+// inter-node exchange is owned.
+#ifndef ONEBIT_WORKER_EXCHANGE_HIERARCHICAL_EXCHANGE_H_
+#define ONEBIT_WORKER_EXCHANGE_HIERARCHICAL_EXCHANGE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "compression/layout.h"
+#include "compression/worker_compressor.h"
+#include "kernels/buffer.h"
+#include "kernels/kernels.h"
+#include "worker/exchange/exchange.h"
+#include "worker/transport/transport.h"
+
+namespace onebit {
+
+class HierarchicalExchange : public Exchange {
+ public:
+  // `intra`: this node's workers; its rank is this worker's local rank and its world size
+  // layout.local_size(). `inter`: the exchange of this local rank's slice between the
+  // nodes, over layout.slice() elements in layout.inter_chunks() server chunks; its world
+  // size is the number of nodes. Null means a single node.
+  static absl::StatusOr<std::unique_ptr<HierarchicalExchange>> Create(
+      kernels::Backend* backend, Transport* intra, std::unique_ptr<Exchange> inter,
+      const HierarchicalLayout& layout);
+  // The peer form: the inter-node exchange is a PeerExchange over `inter` (local rank l of
+  // every node; its world size is the number of nodes), for a tensor of n elements.
+  static absl::StatusOr<std::unique_ptr<HierarchicalExchange>> CreatePeer(
+      kernels::Backend* backend, Transport* intra, Transport* inter, size_t n);
+
+  int world_size() const override { return nodes_ * layout_.local_size(); }
+  absl::StatusOr<const float*> SumGradients(int64_t step, const float* grad) override;
+  absl::StatusOr<CompressedResult> AverageMomentum(int64_t step, const float* m, const float* g,
+                                                   float beta1) override;
+  // The worker error of this worker's slice (one node: a compressor that never runs, so
+  // that metrics and checkpoints see zero error).
+  WorkerCompressor& worker_compressor() override;
+  uint64_t bytes_sent() const override;
+  uint64_t bytes_received() const override;
+  LinkBytes intra_node_bytes() const override;
+  LinkBytes inter_node_bytes() const override;
+
+  int nodes() const { return nodes_; }
+  int local_rank() const { return intra_->rank(); }
+  const HierarchicalLayout& layout() const { return layout_; }
+
+ private:
+  HierarchicalExchange(kernels::Backend* backend, Transport* intra,
+                       std::unique_ptr<Exchange> inter, const HierarchicalLayout& layout);
+  absl::Status Init();
+  // The node's slice of `in` (n elements): its sum (average) over the local workers at
+  // slice_sum_.
+  absl::Status ReduceScatter(const float* in, bool average);
+
+  kernels::Backend* const backend_;
+  Transport* const intra_;
+  const std::unique_ptr<Exchange> inter_;
+  const HierarchicalLayout layout_;
+  const int nodes_;
+  std::unique_ptr<WorkerCompressor> idle_compressor_;  // one node only
+  kernels::Buffer<float> padded_;      // the input, padded to layout.padded_size()
+  kernels::Buffer<float> received_;    // slice l of every local worker
+  kernels::Buffer<float> slice_sum_;   // the node's sum (or average) of slice l
+  kernels::Buffer<float> slice_m_;     // slice l of the momentum, zero past the parameters
+                                       // (one node: the averaged momentum's slice)
+  kernels::Buffer<float> gathered_;    // the whole sum (floats), padded
+  kernels::Buffer<uint8_t> blocks_;    // every slice's result blocks
+};
+
+}  // namespace onebit
+
+#endif  // ONEBIT_WORKER_EXCHANGE_HIERARCHICAL_EXCHANGE_H_
