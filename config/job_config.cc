@@ -154,8 +154,10 @@ absl::Status Parse(const Value& root, JobConfig* c) {
                {"exchange",
                 [&](const Value& e, const std::string& ep) {
                   return Object(e, ep,
-                                {{"mode", String(&c->exchange.mode, {"peer", "ps"})},
-                                 {"servers", Integer(&c->exchange.servers, 0, 1024)}});
+                                {{"mode", String(&c->exchange.mode, {"peer", "ps", "hierarchical"})},
+                                 {"servers", Integer(&c->exchange.servers, 0, 1024)},
+                                 {"local_size", Integer(&c->exchange.local_size, 1, 1024)},
+                                 {"inter", String(&c->exchange.inter, {"peer", "ps"})}});
                 }},
                {"freeze",
                 [&](const Value& f, const std::string& fp) {
@@ -195,11 +197,27 @@ absl::Status Parse(const Value& root, JobConfig* c) {
                             c->micro_batch * c->workers, " (no gradient accumulation), got ",
                             train_batch));
   }
-  if (c->exchange.mode == "ps" && c->exchange.servers < 1) {
-    return Bad("onebit.exchange.servers", "must be >= 1 in ps mode");
+  const ExchangeConfig& x = c->exchange;
+  if (UsesServers(x) && x.servers < 1) {
+    return Bad("onebit.exchange.servers", x.mode == "ps" ? "must be >= 1 in ps mode"
+                                                         : "must be >= 1 with inter ps");
   }
-  if (c->exchange.mode == "peer" && c->exchange.servers != 0) {
-    return Bad("onebit.exchange.servers", "only applies to mode ps");
+  if (!UsesServers(x) && x.servers != 0) {
+    return Bad("onebit.exchange.servers", "only applies to mode ps or inter ps");
+  }
+  if (x.mode != "hierarchical" && (x.local_size != 1 || x.inter != "peer")) {
+    return Bad(x.local_size != 1 ? "onebit.exchange.local_size" : "onebit.exchange.inter",
+               "only applies to mode hierarchical");
+  }
+  if (x.mode == "hierarchical" && c->workers % x.local_size != 0) {
+    return Bad("onebit.exchange.local_size",
+               absl::StrCat("must divide onebit.workers = ", c->workers, ", got ", x.local_size));
+  }
+  if (x.mode == "hierarchical" && x.inter == "ps" && x.servers % x.local_size != 0) {
+    return Bad("onebit.exchange.servers",
+               absl::StrCat("must be a multiple of local_size = ", x.local_size,
+                            " with inter ps (each local rank has its own shards), got ",
+                            x.servers));
   }
   if (o.comm_backend_name == "nccl" && c->device != "cuda") {
     return Bad("optimizer.params.comm_backend_name", "nccl needs onebit.device = cuda");
@@ -268,7 +286,7 @@ std::string JobConfigToJson(const JobConfig& c) {
     "device": "%s",
     "lease_steps": %d,
     "log_every": %d,
-    "exchange": {"mode": "%s", "servers": %d},
+    "exchange": {"mode": "%s", "servers": %d, "local_size": %d, "inter": "%s"},
     "freeze": {"mode": "%s", "threshold": %.17g, "reports_in_a_row": %d, "report_interval": %d,
                "min_warmup": %d, "max_warmup": %d},
     "workload": {"type": "%s", "hidden": [%s], "data_dir": "%s", "eval_every": %d,
@@ -279,11 +297,19 @@ std::string JobConfigToJson(const JobConfig& c) {
 )",
       c.micro_batch, c.steps, c.seed, o.type, o.lr, o.beta1, o.beta2, o.eps, o.weight_decay,
       o.freeze_step, o.comm_backend_name, c.workers, c.device, c.lease_steps, c.log_every,
-      c.exchange.mode, c.exchange.servers, c.freeze.mode, c.freeze.threshold,
+      c.exchange.mode, c.exchange.servers, c.exchange.local_size, c.exchange.inter, c.freeze.mode, c.freeze.threshold,
       c.freeze.reports_in_a_row, c.freeze.report_interval, c.freeze.min_warmup,
       c.freeze.max_warmup, c.workload.type, absl::StrJoin(c.workload.hidden, ", "),
       Quote(c.workload.data_dir), c.workload.eval_every, c.workload.parameters, c.ports.coordinator,
       c.ports.coordinator_rest, c.ports.metrics, c.ports.server);
+}
+
+bool UsesServers(const ExchangeConfig& exchange) {
+  return exchange.mode == "ps" || (exchange.mode == "hierarchical" && exchange.inter == "ps");
+}
+
+int ServerCount(const JobConfig& config) {
+  return UsesServers(config.exchange) ? config.exchange.servers : 0;
 }
 
 }  // namespace onebit

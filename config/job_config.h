@@ -13,7 +13,7 @@
 //     "onebit": {
 //       "workers": 4,
 //       "device": "cpu",                           // cpu | cuda
-//       "exchange": {"mode": "ps", "servers": 2},  // peer | ps
+//       "exchange": {"mode": "ps", "servers": 2},  // peer | ps | hierarchical, see ExchangeConfig
 //       "freeze": {"mode": "static"},              // static | automatic, see FreezeConfig
 //       "lease_steps": 10,
 //       "workload": {"type": "fashion_mnist", "hidden": [256, 128], "eval_every": 100,
@@ -50,9 +50,18 @@ struct OptimizerConfig {
 };
 
 struct ExchangeConfig {
-  std::string mode = "peer";  // "peer" or "ps"
-  int servers = 0;            // parameter-server shards, >= 1 in ps mode
+  // "peer": every worker is the server of its own chunk. "ps": dedicated shards.
+  // "hierarchical": full precision inside a node, 1-bit between nodes (the `inter` path).
+  std::string mode = "peer";
+  int servers = 0;  // parameter-server shards: >= 1 in ps mode and hierarchical over ps
+  // hierarchical: workers per node. Ranks are node-major: worker r is local rank
+  // r % local_size of node r / local_size; workers must be a multiple of it.
+  int local_size = 1;
+  // hierarchical: how a node's slice crosses nodes, "peer" or "ps" (then servers must be a
+  // multiple of local_size: local rank l uses shards [l*K, (l+1)*K), K = servers/local_size).
+  std::string inter = "peer";
 };
+
 
 struct FreezeConfig {
   std::string mode = "static";  // "static" (optimizer.params.freeze_step) or "automatic"
@@ -98,6 +107,11 @@ struct JobConfig {
   PortsConfig ports;
   int64_t log_every = 20;
 };
+
+// True when the job has onebit-server shards: ps mode, or hierarchical over ps.
+bool UsesServers(const ExchangeConfig& exchange);
+// The number of onebit-server processes the job has (0 without shards).
+int ServerCount(const JobConfig& config);
 
 // Parses and validates; errors name the offending key's path.
 absl::StatusOr<JobConfig> ParseJobConfig(absl::string_view json);

@@ -35,10 +35,6 @@ absl::StatusOr<StageMachineOptions> StageMachineOptionsFromConfig(const JobConfi
 
 namespace {
 
-int NumServers(const JobConfig& config) {
-  return config.exchange.mode == "ps" ? config.exchange.servers : 0;
-}
-
 v1::FreezeMode FreezeModeOf(const StageMachineOptions& o) {
   switch (o.policy) {
     case FreezePolicy::kStatic:
@@ -70,8 +66,8 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(const Coordinat
   if (clock == nullptr) return absl::InvalidArgumentError("clock is null");
   absl::StatusOr<StageMachineOptions> sm_options = StageMachineOptionsFromConfig(options.config);
   if (!sm_options.ok()) return sm_options.status();
-  if (options.config.exchange.mode == "ps" && options.config.exchange.servers < 1) {
-    return absl::InvalidArgumentError("onebit.exchange.servers: must be >= 1 in ps mode");
+  if (UsesServers(options.config.exchange) && options.config.exchange.servers < 1) {
+    return absl::InvalidArgumentError("onebit.exchange.servers: must be >= 1 with shards");
   }
   if (options.config.exchange.servers < 0) {
     return absl::InvalidArgumentError("onebit.exchange.servers: must be >= 0");
@@ -92,7 +88,7 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock* clock,
       metrics_(metrics),
       kv_(options.kv_limits),
       stage_machine_(std::move(stage_machine)),
-      membership_(options.config.workers, NumServers(options.config), options.heartbeat_timeout) {
+      membership_(options.config.workers, ServerCount(options.config), options.heartbeat_timeout) {
   absl::MutexLock lock(&mu_);
   const v1::JobStatus job = JobLocked();
   digest_ = Digest{job.stage(),
@@ -104,7 +100,7 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock* clock,
                    membership_.Alive(v1::ROLE_SERVER, clock_->Now())};
   logged_freeze_step_ = stage_machine_.freeze_step();
   LogLine(absl::StrCat("job ", options_.job_id, ": ", options_.config.workers, " workers, ",
-                       NumServers(options_.config), " servers, ", options_.config.steps, " steps, ",
+                       ServerCount(options_.config), " servers, ", options_.config.steps, " steps, ",
                        FreezeText(stage_machine_.freeze_step()),
                        stage_machine_.freeze_reason().empty()
                            ? ""

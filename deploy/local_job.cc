@@ -68,7 +68,7 @@ absl::Status LocalJob::Start() {
   rest_ = StringField(addr, "rest");
   metrics_ = StringField(addr, "metrics");
 
-  if (config_.exchange.mode == "ps") {
+  if (UsesServers(config_.exchange)) {
     for (int s = 0; s < config_.exchange.servers; ++s) {
       const std::string file = absl::StrCat(options_.dir, "/server-", s, ".addr");
       ONEBIT_ASSIGN_OR_RETURN(

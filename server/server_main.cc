@@ -5,7 +5,8 @@
 //   onebit-server --config=job.json --coordinator=HOST:PORT --shard=0
 //
 // With --config, shards, workers and n come from the job config (flags given explicitly
-// win). With --coordinator, the shard registers under its index once it serves, so that
+// win). In hierarchical mode over ps, --shard is the job-wide index: the shard serves its
+// slice's group of servers/local_size shards, one push per node. With --coordinator, the shard registers under its index once it serves, so that
 // workers find its address, and keeps a heartbeat session.
 //
 // It serves onebit.v1.ParameterServer over gRPC and Prometheus metrics at /metrics, writes
@@ -26,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "coordinator/coordinator_client.h"
 #include "config/job_config.h"
+#include "compression/layout.h"
 #include "config/model_spec.h"
 #include "server/server_process.h"
 
@@ -88,11 +90,30 @@ int main(int argc, char** argv) {
   options.shard.num_workers = absl::GetFlag(FLAGS_workers);
   options.shard.retained_steps = absl::GetFlag(FLAGS_retained_steps);
   int64_t n = absl::GetFlag(FLAGS_n);
+  int group_offset = 0;  // hierarchical over ps: the first shard of this shard's slice
   if (!absl::GetFlag(FLAGS_config).empty()) {
     absl::StatusOr<onebit::JobConfig> config = onebit::LoadJobConfig(absl::GetFlag(FLAGS_config));
     if (!config.ok()) return UsageError(std::string(config.status().message()));
     absl::StatusOr<size_t> count = onebit::WorkloadParameterCount(config->workload);
     if (!count.ok()) return UsageError(std::string(count.status().message()));
+    const onebit::ExchangeConfig& x = config->exchange;
+    if (x.mode == "hierarchical") {
+      // Hierarchical over ps: local rank l of every node (one worker per node) exchanges
+      // slice l with its own K = servers / local_size shards; this is shard --shard % K of
+      // slice --shard / K, and its tensor is one slice.
+      const int k = x.servers / x.local_size;
+      if (options.shard.shard < 0 || options.shard.shard >= x.servers) {
+        return UsageError("--shard must be in [0, onebit.exchange.servers)");
+      }
+      absl::StatusOr<onebit::HierarchicalLayout> layout =
+          onebit::HierarchicalLayout::Create(*count, x.local_size, k);
+      if (!layout.ok()) return UsageError(std::string(layout.status().message()));
+      group_offset = options.shard.shard - options.shard.shard % k;
+      options.shard.shard %= k;
+      if (options.shard.num_shards == 0) options.shard.num_shards = k;
+      if (options.shard.num_workers == 0) options.shard.num_workers = config->workers / x.local_size;
+      if (n == 0) n = static_cast<int64_t>(layout->slice());
+    }
     if (options.shard.num_shards == 0) options.shard.num_shards = config->exchange.servers;
     if (options.shard.num_workers == 0) options.shard.num_workers = config->workers;
     if (n == 0) n = static_cast<int64_t>(*count);
@@ -139,7 +160,7 @@ int main(int argc, char** argv) {
     onebit::GrpcClientOptions client_options;
     client_options.address = absl::GetFlag(FLAGS_coordinator);
     auto made = onebit::NewGrpcCoordinatorClient(client_options);
-    auto joined = made.ok() ? JoinJob(**made, options.shard.shard, **process)
+    auto joined = made.ok() ? JoinJob(**made, group_offset + options.shard.shard, **process)
                             : absl::StatusOr<std::unique_ptr<onebit::CoordinatorSession>>(made.status());
     if (!joined.ok()) {
       std::cerr << "onebit-server: cannot join the job: " << joined.status() << std::endl;

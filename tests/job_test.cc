@@ -175,5 +175,47 @@ TEST_F(JobTest, PsAndPeerGiveTheSameParameters) {
   for (const std::string& f : files) EXPECT_EQ(read(f), first) << f << " differs from " << files[0];
 }
 
+// 2 nodes x 2 workers, hierarchical: the inter-node path over gloo peers and over shards
+// (2 per slice, as many as nodes) gives the same bits; every worker ends the same; only
+// the compressed slices cross nodes.
+TEST_F(JobTest, HierarchicalOverPeerAndPsGiveTheSameParameters) {
+  constexpr int kWorkers = 4, kLocal = 2, kNodes = kWorkers / kLocal;
+  std::vector<std::string> files;
+  for (const std::string inter : {"peer", "ps"}) {
+    JobConfig c = SmallJob(kWorkers, 24);
+    c.optimizer.freeze_step = 8;
+    c.exchange.mode = "hierarchical";
+    c.exchange.local_size = kLocal;
+    c.exchange.inter = inter;
+    c.exchange.servers = inter == "ps" ? kNodes * kLocal : 0;
+    const std::string out = TmpDir() + "/params-h" + inter + "-{i}.npy";
+    auto job = StartJob("hierarchical-" + inter, c, {"--params_out=" + out});
+    const auto summaries = Finish(*job);
+    ASSERT_EQ(summaries.size(), static_cast<size_t>(kWorkers));
+    EXPECT_EQ(CommonSwitchStep(summaries), 9);
+    for (const auto& s : summaries) {
+      const double inter_bytes = NumberField(s, "inter_node_bytes_sent_compression");
+      const double all_bytes = NumberField(s, "bytes_sent_compression");
+      EXPECT_GT(inter_bytes, 0);
+      EXPECT_GT(all_bytes, inter_bytes);  // the fp32 reduce-scatter stays inside the node
+      if (inter == "peer") {
+        // One all-to-all and one all-gather of the worker's slice blocks with the other node.
+        const size_t slice = (5003 / kLocal + 1 + 15) / 16 * 16;  // ceil(n/2) up to 16
+        EXPECT_EQ(inter_bytes, 16.0 * 2 * (kNodes - 1) * (4 + slice / kNodes / 8));
+      }
+    }
+    for (int i = 0; i < kWorkers; ++i) {
+      files.push_back(TmpDir() + "/params-h" + inter + "-" + std::to_string(i) + ".npy");
+    }
+  }
+  auto read = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string first = read(files[0]);
+  ASSERT_GT(first.size(), 5003u * 4);
+  for (const std::string& f : files) EXPECT_EQ(read(f), first) << f << " differs from " << files[0];
+}
+
 }  // namespace
 }  // namespace onebit

@@ -165,6 +165,7 @@ absl::Status Trainer::RunStep(int64_t t) {
   report.stage = optimizer_->stage();
   const uint64_t sent_before = exchange.bytes_sent();
   const uint64_t received_before = exchange.bytes_received();
+  const LinkBytes inter_before = exchange.inter_node_bytes();
 
   const auto start = std::chrono::steady_clock::now();
   ONEBIT_ASSIGN_OR_RETURN(report.loss,
@@ -190,6 +191,8 @@ absl::Status Trainer::RunStep(int64_t t) {
 
   report.bytes_sent = exchange.bytes_sent() - sent_before;
   report.bytes_received = exchange.bytes_received() - received_before;
+  report.inter_node_bytes_sent = exchange.inter_node_bytes().sent - inter_before.sent;
+  report.inter_node_bytes_received = exchange.inter_node_bytes().received - inter_before.received;
   if (report.bytes_sent > 0) {
     report.compression_ratio =
         static_cast<double>(fp32_allreduce_bytes_) / static_cast<double>(report.bytes_sent);
@@ -205,6 +208,7 @@ absl::Status Trainer::RunStep(int64_t t) {
   ++totals.steps;
   totals.bytes_sent += report.bytes_sent;
   totals.bytes_received += report.bytes_received;
+  totals.inter_node_bytes_sent += report.inter_node_bytes_sent;
   totals.seconds += seconds;
   summary_.last_step = t;
   summary_.last_loss = report.loss;

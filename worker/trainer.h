@@ -65,6 +65,10 @@ struct StepReport {
   double exchange_update_seconds = 0.0;
   uint64_t bytes_sent = 0;      // during this step
   uint64_t bytes_received = 0;  // during this step
+  // The part of those between nodes (Exchange::inter_node_bytes: all of it for a flat
+  // exchange, the compressed slice traffic for a hierarchical one).
+  uint64_t inter_node_bytes_sent = 0;
+  uint64_t inter_node_bytes_received = 0;
   // What an fp32 ring allreduce of the gradient would send, 2*(W-1)/W * 4 * n bytes, over
   // bytes_sent; 0 when nothing was sent (one worker).
   double compression_ratio = 0.0;
@@ -136,6 +140,7 @@ struct StageTotals {
   int64_t steps = 0;
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;
+  uint64_t inter_node_bytes_sent = 0;  // part of bytes_sent
   double seconds = 0.0;  // compute + exchange_update
   double bytes_sent_per_step() const { return steps > 0 ? double(bytes_sent) / steps : 0.0; }
   double bytes_received_per_step() const {

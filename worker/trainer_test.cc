@@ -392,12 +392,15 @@ TEST(WorkerMetricsTest, TheTrainerFeedsTheMetricsAndTheEndpointServesThem) {
   EXPECT_THAT(text, HasSubstr("onebit_worker_stage{rank=\"0\"} 1"));
   EXPECT_THAT(text, HasSubstr("onebit_worker_steps_total{rank=\"0\",stage=\"warmup\"} 6"));
   EXPECT_THAT(text, HasSubstr("onebit_worker_steps_total{rank=\"0\",stage=\"compression\"} 6"));
-  EXPECT_THAT(text, HasSubstr(absl::StrCat(
-                        "onebit_worker_bytes_sent_total{rank=\"0\",stage=\"compression\"} ",
-                        summary.compression.bytes_sent)));
-  EXPECT_THAT(text, HasSubstr(absl::StrCat(
-                        "onebit_worker_bytes_received_total{rank=\"0\",stage=\"warmup\"} ",
-                        summary.warmup.bytes_received)));
+  // A flat exchange: every byte counts as inter-node.
+  EXPECT_THAT(text, HasSubstr(absl::StrCat("onebit_worker_bytes_sent_total{link=\"inter_node\","
+                                           "rank=\"0\",stage=\"compression\"} ",
+                                           summary.compression.bytes_sent)));
+  EXPECT_THAT(text, HasSubstr("onebit_worker_bytes_sent_total{link=\"intra_node\",rank=\"0\","
+                              "stage=\"compression\"} 0"));
+  EXPECT_THAT(text, HasSubstr(absl::StrCat("onebit_worker_bytes_received_total{link=\"inter_node\","
+                                           "rank=\"0\",stage=\"warmup\"} ",
+                                           summary.warmup.bytes_received)));
   EXPECT_THAT(text, HasSubstr("onebit_worker_step_seconds_count{rank=\"0\",part=\"compute\"} 12"));
   for (const char* name :
        {"onebit_worker_compression_ratio", "onebit_worker_loss", "onebit_worker_variance_change",

@@ -1,6 +1,7 @@
 // onebit-worker: one worker of a job. Registers with the coordinator (which assigns the
 // rank), builds the workload and the exchange the config asks for (peer over gloo or NCCL,
-// or the parameter-server shards), trains in the coordinator's leases, serves /metrics,
+// the parameter-server shards, or hierarchical: a node group plus peer or shards between
+// nodes), trains in the coordinator's leases, serves /metrics,
 // and writes a summary for launchers.
 //
 //   onebit_worker --config=job.json --coordinator=127.0.0.1:PORT [--summary_file=F]
@@ -28,6 +29,8 @@
 #include "worker/transport/gloo_transport.h"
 #include "worker/job_setup.h"
 #include "worker/transport/nccl_transport.h"
+#include "compression/layout.h"
+#include "worker/exchange/hierarchical_exchange.h"
 #include "worker/exchange/peer_exchange.h"
 #include "worker/exchange/ps_exchange.h"
 #include "worker/trainer.h"
@@ -94,7 +97,8 @@ struct Worker {
   std::unique_ptr<CoordinatorSession> session;
   std::unique_ptr<kernels::Backend> backend;
   std::unique_ptr<Workload> workload;
-  std::unique_ptr<Transport> transport;
+  std::unique_ptr<Transport> transport;        // peer: the job; hierarchical: the node
+  std::unique_ptr<Transport> inter_transport;  // hierarchical over peer: between nodes
   std::unique_ptr<Exchange> exchange;
   std::unique_ptr<CoordinatorStepController> controller;
   std::unique_ptr<Trainer> trainer;
@@ -123,13 +127,17 @@ absl::StatusOr<std::vector<std::string>> ShardAddresses(CoordinatorClient& clien
   }
 }
 
-absl::StatusOr<std::unique_ptr<Transport>> PeerTransport(const JobConfig& config,
-                                                         const v1::RegisterResponse& reg,
-                                                         std::shared_ptr<CoordinatorClient> store_client,
-                                                         kernels::Backend* backend) {
+// A collective group of this job over NCCL (device cuda) or gloo: `group` names it among
+// the job's groups ("world", "node3", "slice1") for the rendezvous keys.
+absl::StatusOr<std::unique_ptr<Transport>> GroupTransport(const JobConfig& config,
+                                                          const std::string& job_id,
+                                                          const std::string& group, int rank,
+                                                          int world_size,
+                                                          std::shared_ptr<CoordinatorClient> store_client,
+                                                          kernels::Backend* backend) {
   if (config.optimizer.comm_backend_name == "nccl") {
-    const std::string key = absl::StrCat(reg.job_id(), "/nccl_unique_id");
-    if (reg.rank() == 0) {
+    const std::string key = absl::StrCat(job_id, "/", group, "/nccl_unique_id");
+    if (rank == 0) {
       ONEBIT_ASSIGN_OR_RETURN(ncclUniqueId id, NewNcclUniqueId());
       v1::KvSetRequest set;
       set.set_key(key);
@@ -142,12 +150,44 @@ absl::StatusOr<std::unique_ptr<Transport>> PeerTransport(const JobConfig& config
     get.set_timeout_ms(60000);
     ONEBIT_ASSIGN_OR_RETURN(v1::KvGetResponse got, store_client->KvGet(get));
     ONEBIT_ASSIGN_OR_RETURN(ncclUniqueId id, ParseNcclUniqueId(got.value()));
-    return NcclTransport::Create(reg.rank(), reg.world_size(), id, backend);
+    return NcclTransport::Create(rank, world_size, id, backend);
   }
-  auto store = std::make_shared<CoordinatorGlooStore>(store_client, GlooStorePrefix(reg.job_id(), 0));
+  auto store = std::make_shared<CoordinatorGlooStore>(
+      store_client, GlooStorePrefix(absl::StrCat(job_id, "/", group), 0));
   GlooOptions options;
   options.hostname = absl::GetFlag(FLAGS_host);
-  return GlooTransport::Create(store, reg.rank(), reg.world_size(), options);
+  return GlooTransport::Create(store, rank, world_size, options);
+}
+
+// The hierarchical exchange of worker `rank`: its node's group, and between the nodes
+// either a group of the same local rank on every node or that local rank's shards.
+absl::StatusOr<std::unique_ptr<Exchange>> NewHierarchicalExchange(
+    const JobConfig& config, const v1::RegisterResponse& reg, size_t n,
+    std::shared_ptr<CoordinatorClient> client, kernels::Backend* backend, Worker& w) {
+  const int local_size = config.exchange.local_size;
+  const int node = reg.rank() / local_size, local_rank = reg.rank() % local_size;
+  const int nodes = reg.world_size() / local_size;
+  std::fprintf(stderr, "worker rank %d: node %d of %d, local rank %d of %d, between nodes: %s\n",
+               reg.rank(), node, nodes, local_rank, local_size, config.exchange.inter.c_str());
+  ONEBIT_ASSIGN_OR_RETURN(w.transport, GroupTransport(config, reg.job_id(), absl::StrCat("node", node),
+                                                      local_rank, local_size, client, backend));
+  std::unique_ptr<Exchange> between_nodes;
+  if (config.exchange.inter == "ps") {
+    const int k = config.exchange.servers / local_size;
+    ONEBIT_ASSIGN_OR_RETURN(HierarchicalLayout layout, HierarchicalLayout::Create(n, local_size, k));
+    ONEBIT_ASSIGN_OR_RETURN(std::vector<std::string> shards,
+                            ShardAddresses(*client, reg.num_servers()));
+    std::vector<std::string> own(shards.begin() + local_rank * k,
+                                 shards.begin() + (local_rank + 1) * k);
+    ONEBIT_ASSIGN_OR_RETURN(between_nodes,
+                            PsExchange::Create(backend, node, nodes, layout.slice(), own));
+    return HierarchicalExchange::Create(backend, w.transport.get(), std::move(between_nodes),
+                                        layout);
+  }
+  ONEBIT_ASSIGN_OR_RETURN(w.inter_transport,
+                          GroupTransport(config, reg.job_id(), absl::StrCat("slice", local_rank),
+                                         node, nodes, client, backend));
+  return HierarchicalExchange::CreatePeer(backend, w.transport.get(), w.inter_transport.get(), n);
 }
 
 absl::Status WriteSummary(const std::string& path, const JobConfig& config, int rank,
@@ -157,12 +197,14 @@ absl::Status WriteSummary(const std::string& path, const JobConfig& config, int 
   const std::string json = absl::StrFormat(
       R"({"rank": %d, "optimizer": "%s", "exchange": "%s", "warmup_steps": %d, "compression_steps": %d,
 "first_compression_step": %d, "bytes_sent_warmup": %d, "bytes_sent_compression": %d,
-"bytes_received_warmup": %d, "bytes_received_compression": %d, "last_loss": %.6g,
+"bytes_received_warmup": %d, "bytes_received_compression": %d,
+"inter_node_bytes_sent_warmup": %d, "inter_node_bytes_sent_compression": %d, "last_loss": %.6g,
 "test_loss": %.6g, "test_accuracy": %.6g, "samples": %d, "seconds": %.3f}
 )",
       rank, config.optimizer.type, config.exchange.mode, s.warmup.steps, s.compression.steps,
       s.first_compression_step, s.warmup.bytes_sent, s.compression.bytes_sent,
-      s.warmup.bytes_received, s.compression.bytes_received, s.last_loss, test_loss, accuracy,
+      s.warmup.bytes_received, s.compression.bytes_received, s.warmup.inter_node_bytes_sent,
+      s.compression.inter_node_bytes_sent, s.last_loss, test_loss, accuracy,
       s.last_step * config.micro_batch, seconds);
   const std::string tmp = path + ".tmp";
   {
@@ -224,8 +266,13 @@ absl::Status Run() {
                             ShardAddresses(*shared_client, reg.num_servers()));
     ONEBIT_ASSIGN_OR_RETURN(w.exchange, PsExchange::Create(w.backend.get(), reg.rank(),
                                                            reg.world_size(), n, shards));
+  } else if (config.exchange.mode == "hierarchical") {
+    ONEBIT_ASSIGN_OR_RETURN(w.exchange, NewHierarchicalExchange(config, reg, n, shared_client,
+                                                                w.backend.get(), w));
   } else {
-    ONEBIT_ASSIGN_OR_RETURN(w.transport, PeerTransport(config, reg, shared_client, w.backend.get()));
+    ONEBIT_ASSIGN_OR_RETURN(w.transport, GroupTransport(config, reg.job_id(), "world", reg.rank(),
+                                                        reg.world_size(), shared_client,
+                                                        w.backend.get()));
     ONEBIT_ASSIGN_OR_RETURN(w.exchange, PeerExchange::Create(w.backend.get(), w.transport.get(), n));
   }
   w.controller = std::make_unique<CoordinatorStepController>(

@@ -56,18 +56,6 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& registry, const Labels& label
       compute_seconds_(StepSeconds(registry, labels).Add({{"part", "compute"}}, StepBuckets())),
       exchange_update_seconds_(
           StepSeconds(registry, labels).Add({{"part", "exchange_update"}}, StepBuckets())),
-      warmup_bytes_sent_(CounterFamily(registry, "onebit_worker_bytes_sent_total",
-                                       "Payload bytes sent, by stage.", labels)
-                             .Add({{"stage", "warmup"}})),
-      compression_bytes_sent_(CounterFamily(registry, "onebit_worker_bytes_sent_total",
-                                            "Payload bytes sent, by stage.", labels)
-                                  .Add({{"stage", "compression"}})),
-      warmup_bytes_received_(CounterFamily(registry, "onebit_worker_bytes_received_total",
-                                           "Payload bytes received, by stage.", labels)
-                                 .Add({{"stage", "warmup"}})),
-      compression_bytes_received_(CounterFamily(registry, "onebit_worker_bytes_received_total",
-                                                "Payload bytes received, by stage.", labels)
-                                      .Add({{"stage", "compression"}})),
       compression_ratio_(
           GaugeFamily(registry, "onebit_worker_compression_ratio",
                       "Bytes an fp32 ring allreduce would send over bytes sent, last step that "
@@ -88,7 +76,22 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& registry, const Labels& label
                      .Add({})),
       test_accuracy_(GaugeFamily(registry, "onebit_worker_test_accuracy",
                                  "Test-set accuracy (0..1) at the last evaluation.", labels)
-                         .Add({})) {}
+                         .Add({})) {
+  auto& sent = CounterFamily(registry, "onebit_worker_bytes_sent_total",
+                             "Payload bytes sent, by stage and link (intra_node: inside this "
+                             "worker's node; inter_node: between nodes).",
+                             labels);
+  auto& received = CounterFamily(registry, "onebit_worker_bytes_received_total",
+                                 "Payload bytes received, by stage and link.", labels);
+  const char* stages[2] = {"warmup", "compression"};
+  const char* links[2] = {"intra_node", "inter_node"};
+  for (int s = 0; s < 2; ++s) {
+    for (int l = 0; l < 2; ++l) {
+      bytes_sent_[s][l] = &sent.Add({{"stage", stages[s]}, {"link", links[l]}});
+      bytes_received_[s][l] = &received.Add({{"stage", stages[s]}, {"link", links[l]}});
+    }
+  }
+}
 
 void WorkerMetrics::RecordStep(const StepReport& report) {
   const bool warmup = report.stage == Stage::kWarmup;
@@ -97,10 +100,13 @@ void WorkerMetrics::RecordStep(const StepReport& report) {
   (warmup ? warmup_steps_ : compression_steps_).Increment();
   compute_seconds_.Observe(report.compute_seconds);
   exchange_update_seconds_.Observe(report.exchange_update_seconds);
-  (warmup ? warmup_bytes_sent_ : compression_bytes_sent_)
-      .Increment(static_cast<double>(report.bytes_sent));
-  (warmup ? warmup_bytes_received_ : compression_bytes_received_)
-      .Increment(static_cast<double>(report.bytes_received));
+  const int s = warmup ? 0 : 1;
+  bytes_sent_[s][0]->Increment(
+      static_cast<double>(report.bytes_sent - report.inter_node_bytes_sent));
+  bytes_sent_[s][1]->Increment(static_cast<double>(report.inter_node_bytes_sent));
+  bytes_received_[s][0]->Increment(
+      static_cast<double>(report.bytes_received - report.inter_node_bytes_received));
+  bytes_received_[s][1]->Increment(static_cast<double>(report.inter_node_bytes_received));
   if (report.compression_ratio > 0) compression_ratio_.Set(report.compression_ratio);
   loss_.Set(report.loss);
   if (report.variance_change.has_value()) variance_change_.Set(*report.variance_change);

@@ -7,8 +7,9 @@
 //   onebit_worker_step_seconds{part}             histogram; part = compute | exchange_update
 //                                                (exchange_update: compression, exchange and
 //                                                optimizer update, which run fused)
-//   onebit_worker_bytes_sent_total{stage}        payload bytes this worker put on the wire
-//   onebit_worker_bytes_received_total{stage}    payload bytes it took off the wire
+//   onebit_worker_bytes_sent_total{stage,link}   payload bytes this worker put on the wire
+//                                                (link: intra_node or inter_node)
+//   onebit_worker_bytes_received_total{stage,link} payload bytes it took off the wire
 //   onebit_worker_compression_ratio              fp32 ring-allreduce bytes / bytes sent, last
 //                                                step that sent anything
 //   onebit_worker_loss                           training loss of the last step
@@ -53,10 +54,9 @@ class WorkerMetrics : public TrainerMetricsSink {
   prometheus::Counter& compression_steps_;
   prometheus::Histogram& compute_seconds_;
   prometheus::Histogram& exchange_update_seconds_;
-  prometheus::Counter& warmup_bytes_sent_;
-  prometheus::Counter& compression_bytes_sent_;
-  prometheus::Counter& warmup_bytes_received_;
-  prometheus::Counter& compression_bytes_received_;
+  // [stage][link]: stage 0 warmup, 1 compression; link 0 intra-node, 1 inter-node.
+  prometheus::Counter* bytes_sent_[2][2];
+  prometheus::Counter* bytes_received_[2][2];
   prometheus::Gauge& compression_ratio_;
   prometheus::Gauge& loss_;
   prometheus::Gauge& variance_change_;
