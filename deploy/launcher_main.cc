@@ -33,6 +33,18 @@ ABSL_FLAG(bool, compare_adam, true, "Also run the job with plain Adam and compar
 ABSL_FLAG(int, timeout_s, 900, "Give up on a job after this many seconds.");
 ABSL_FLAG(bool, echo_all, true, "Print every process's output (else only worker 0's).");
 ABSL_FLAG(std::string, bin_dir, "", "Where the onebit binaries are (default: runfiles).");
+ABSL_FLAG(std::string, exchange, "",
+          "Override onebit.exchange.mode: peer, ps or hierarchical (with --local_size).");
+ABSL_FLAG(int, local_size, 0, "Override onebit.exchange.local_size (workers per node).");
+ABSL_FLAG(std::string, inter, "", "Override onebit.exchange.inter: peer or ps.");
+ABSL_FLAG(int, servers, -1, "Override onebit.exchange.servers.");
+ABSL_FLAG(int, steps, 0, "Override steps.");
+ABSL_FLAG(std::string, cluster_control, "",
+          "Emulated cluster (tools/emulated_cluster.sh up): NAMESPACE@ADDRESS of the "
+          "coordinator and the shards.");
+ABSL_FLAG(std::string, cluster_nodes, "",
+          "Emulated cluster: NS@ADDR,NS@ADDR,... of the nodes; workers spread over them "
+          "node-major.");
 
 namespace onebit::launcher {
 namespace {
@@ -62,10 +74,38 @@ struct JobResult {
   double seconds = 0;
 };
 
+// The command line's overrides of the config; false when there are none.
+absl::StatusOr<bool> ApplyOverrides(JobConfig* c) {
+  const JobConfig before = *c;
+  ExchangeConfig& x = c->exchange;
+  if (!absl::GetFlag(FLAGS_exchange).empty()) {
+    x.mode = absl::GetFlag(FLAGS_exchange);
+    if (x.mode != "hierarchical") x.local_size = 1, x.inter = "peer";
+    if (x.mode == "peer") x.servers = 0;
+  }
+  if (absl::GetFlag(FLAGS_local_size) > 0) x.local_size = absl::GetFlag(FLAGS_local_size);
+  if (!absl::GetFlag(FLAGS_inter).empty()) x.inter = absl::GetFlag(FLAGS_inter);
+  if (x.mode == "hierarchical" && x.inter == "peer") x.servers = 0;
+  if (absl::GetFlag(FLAGS_servers) >= 0) x.servers = absl::GetFlag(FLAGS_servers);
+  if (absl::GetFlag(FLAGS_steps) > 0) c->steps = absl::GetFlag(FLAGS_steps);
+  const std::string json = JobConfigToJson(*c);
+  if (json == JobConfigToJson(before)) return false;
+  // The same validation as any config file: errors name the key.
+  ONEBIT_ASSIGN_OR_RETURN(*c, ParseJobConfig(json));
+  return true;
+}
+
 absl::StatusOr<JobResult> RunJob(const std::string& bin, const std::string& dir,
                                  const JobConfig& config, const std::string& config_path) {
   const absl::Time start = absl::Now();
   LocalJobOptions options;
+  if (!absl::GetFlag(FLAGS_cluster_control).empty()) {
+    ONEBIT_ASSIGN_OR_RETURN(std::vector<ClusterHost> control,
+                            ParseClusterHosts(absl::GetFlag(FLAGS_cluster_control)));
+    if (control.size() != 1) return absl::InvalidArgumentError("--cluster_control: one host");
+    options.control = control[0];
+  }
+  ONEBIT_ASSIGN_OR_RETURN(options.nodes, ParseClusterHosts(absl::GetFlag(FLAGS_cluster_nodes)));
   options.bin_dir = bin;
   options.dir = dir;
   options.config_path = config_path;
@@ -107,9 +147,14 @@ std::string PerStep(const JobResult& r, const std::string& stage) {
 }
 
 void PrintSummary(const JobConfig& c, const JobResult& onebit, const JobResult* adam) {
-  std::printf("\n== Summary: %s, %d workers, %s exchange%s, %lld steps x %lld samples per worker\n",
-              c.workload.type.c_str(), c.workers, c.exchange.mode.c_str(),
-              c.exchange.mode == "ps" ? absl::StrCat(" over ", c.exchange.servers, " shards").c_str() : "",
+  std::string exchange = c.exchange.mode;
+  if (c.exchange.mode == "hierarchical") {
+    absl::StrAppend(&exchange, " (", c.workers / c.exchange.local_size, " nodes x ",
+                    c.exchange.local_size, ", between nodes: ", c.exchange.inter, ")");
+  }
+  if (UsesServers(c.exchange)) absl::StrAppend(&exchange, " over ", c.exchange.servers, " shards");
+  std::printf("\n== Summary: %s, %d workers, %s exchange, %lld steps x %lld samples per worker\n",
+              c.workload.type.c_str(), c.workers, exchange.c_str(),
               static_cast<long long>(c.steps), static_cast<long long>(c.micro_batch));
   std::printf("%-34s %-22s %s\n", "", "1-bit Adam", adam ? "Adam (fp32 exchange)" : "");
   auto row = [&](const char* name, const std::string& a, const std::string& b) {
@@ -125,6 +170,13 @@ void PrintSummary(const JobConfig& c, const JobResult& onebit, const JobResult* 
   row("  warmup steps x bytes/step", PerStep(onebit, "warmup"), adam ? PerStep(*adam, "warmup") : "");
   row("  compression steps x bytes/step", PerStep(onebit, "compression"),
       adam ? PerStep(*adam, "compression") : "");
+  if (c.exchange.mode == "hierarchical") {
+    auto inter = [](const JobResult& r) {
+      return Bytes(Mean(r, "inter_node_bytes_sent_warmup") +
+                   Mean(r, "inter_node_bytes_sent_compression"));
+    };
+    row("  of which between nodes", inter(onebit), adam ? inter(*adam) : "");
+  }
   row("bytes received per worker, total",
       Bytes(Mean(onebit, "bytes_received_warmup") + Mean(onebit, "bytes_received_compression")),
       adam ? Bytes(Mean(*adam, "bytes_received_warmup") + Mean(*adam, "bytes_received_compression")) : "");
@@ -199,10 +251,12 @@ int Main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   signal(SIGINT, [](int) { g_interrupted = 1; });
   signal(SIGTERM, [](int) { g_interrupted = 1; });
-  const std::string config_path = UserPath(absl::GetFlag(FLAGS_config));
+  std::string config_path = UserPath(absl::GetFlag(FLAGS_config));
   absl::StatusOr<JobConfig> config = LoadJobConfig(config_path);
-  if (!config.ok()) {
-    std::fprintf(stderr, "error: %s\n", std::string(config.status().message()).c_str());
+  absl::StatusOr<bool> overridden = config.ok() ? ApplyOverrides(&*config) : false;
+  if (!config.ok() || !overridden.ok()) {
+    const absl::Status& s = config.ok() ? overridden.status() : config.status();
+    std::fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
     return 2;
   }
   const std::string out = UserPath(absl::GetFlag(FLAGS_out_dir));
@@ -211,6 +265,10 @@ int Main(int argc, char** argv) {
   if (error) {
     std::fprintf(stderr, "error: cannot create %s: %s\n", out.c_str(), error.message().c_str());
     return 1;
+  }
+  if (*overridden) {  // the processes read the config with the command line's overrides
+    config_path = out + "/job.json";
+    std::ofstream(config_path) << JobConfigToJson(*config);
   }
   const std::string bin = BinDir(argv[0]);
 

@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "google/protobuf/util/json_util.h"
 #include "common/status_macros.h"
@@ -40,8 +41,23 @@ std::string StringField(const Value& v, const std::string& key) {
   return it == fields.end() ? "" : it->second.string_value();
 }
 
-absl::StatusOr<Process*> LocalJob::Spawn(const std::string& name,
-                                         const std::vector<std::string>& argv, bool echo) {
+absl::StatusOr<std::vector<ClusterHost>> ParseClusterHosts(const std::string& text) {
+  std::vector<ClusterHost> hosts;
+  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    std::vector<std::string> parts = absl::StrSplit(item, '@');
+    if (parts.size() != 2 || parts[0].empty() || parts[1].empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a cluster host is NAMESPACE@ADDRESS, got '", item, "'"));
+    }
+    hosts.push_back({parts[0], parts[1]});
+  }
+  return hosts;
+}
+
+absl::StatusOr<Process*> LocalJob::Spawn(const std::string& name, std::vector<std::string> argv,
+                                         const ClusterHost& host, bool echo) {
+  argv.push_back("--host=" + host.address);
+  if (!host.netns.empty()) argv.insert(argv.begin(), {"/sbin/ip", "netns", "exec", host.netns});
   const std::string log = absl::StrCat(options_.dir, "/", absl::StrReplaceAll(name, {{" ", "-"}}), ".log");
   ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<Process> p, Process::Start(name, argv, log, echo));
   processes_.push_back(std::move(p));
@@ -61,7 +77,12 @@ absl::Status LocalJob::Start() {
   std::vector<std::string> argv = {bin + "/coordinator/onebit-coordinator",
                                    "--config=" + options_.config_path, "--address_file=" + addr_file};
   argv.insert(argv.end(), options_.coordinator_flags.begin(), options_.coordinator_flags.end());
-  ONEBIT_ASSIGN_OR_RETURN(Process * coordinator, Spawn("coordinator", argv, echo));
+  if (!options_.nodes.empty() && config_.workers % options_.nodes.size() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        config_.workers, " workers do not spread evenly over ", options_.nodes.size(), " nodes"));
+  }
+  ONEBIT_ASSIGN_OR_RETURN(Process * coordinator,
+                          Spawn("coordinator", argv, options_.control, echo));
   ONEBIT_ASSIGN_OR_RETURN(std::string text, WaitForFile(addr_file, absl::Seconds(30), coordinator));
   ONEBIT_ASSIGN_OR_RETURN(Value addr, ParseJsonValue(text, addr_file));
   grpc_ = StringField(addr, "grpc");
@@ -76,7 +97,7 @@ absl::Status LocalJob::Start() {
           Spawn(absl::StrCat("server ", s),
                 {bin + "/server/onebit-server", "--config=" + options_.config_path,
                  "--coordinator=" + grpc_, absl::StrCat("--shard=", s), "--address_file=" + file},
-                echo));
+                options_.control, echo));
       ONEBIT_RETURN_IF_ERROR(WaitForFile(file, absl::Seconds(30), server).status());
     }
   }
@@ -89,7 +110,12 @@ absl::Status LocalJob::Start() {
     for (const std::string& flag : options_.worker_flags) {
       w.push_back(absl::StrReplaceAll(flag, {{"{i}", absl::StrCat(i)}}));
     }
-    ONEBIT_ASSIGN_OR_RETURN(Process * worker, Spawn(absl::StrCat("worker ", i), w, echo || i == 0));
+    const ClusterHost& host =
+        options_.nodes.empty()
+            ? options_.control
+            : options_.nodes[i / (config_.workers / static_cast<int>(options_.nodes.size()))];
+    ONEBIT_ASSIGN_OR_RETURN(Process * worker,
+                            Spawn(absl::StrCat("worker ", i), w, host, echo || i == 0));
     workers_.push_back(worker);
   }
   return absl::OkStatus();

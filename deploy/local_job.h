@@ -19,6 +19,16 @@
 
 namespace onebit::launcher {
 
+// A host of an emulated cluster (tools/emulated_cluster.sh): a network namespace and the
+// address the processes there bind to. An empty netns is this namespace on 127.0.0.1.
+struct ClusterHost {
+  std::string netns;
+  std::string address = "127.0.0.1";
+};
+
+// "NAME@ADDRESS" or "NAME@ADDRESS,NAME@ADDRESS,...".
+absl::StatusOr<std::vector<ClusterHost>> ParseClusterHosts(const std::string& text);
+
 struct LocalJobOptions {
   std::string bin_dir;      // holds coordinator/onebit-coordinator, server/..., worker/...
   std::string dir;          // logs, address files, summaries (created)
@@ -27,6 +37,11 @@ struct LocalJobOptions {
   // Extra flags for worker i (e.g. --params_out=...); "{i}" is replaced by i.
   std::vector<std::string> worker_flags;
   std::vector<std::string> coordinator_flags;
+  // Where the processes run (`ip netns exec`, root): the coordinator and the shards on
+  // `control`, worker i on nodes[i / (workers / nodes.size())] (ranks are node-major, as
+  // the hierarchical exchange expects). No nodes: every worker on `control`.
+  ClusterHost control;
+  std::vector<ClusterHost> nodes;
 };
 
 class LocalJob {
@@ -52,8 +67,9 @@ class LocalJob {
   absl::StatusOr<std::vector<google::protobuf::Value>> Summaries() const;
 
  private:
-  absl::StatusOr<Process*> Spawn(const std::string& name, const std::vector<std::string>& argv,
-                                 bool echo);
+  // Starts argv on `host` (its namespace, --host=its address appended).
+  absl::StatusOr<Process*> Spawn(const std::string& name, std::vector<std::string> argv,
+                                 const ClusterHost& host, bool echo);
 
   LocalJobOptions options_;
   JobConfig config_;

@@ -393,13 +393,13 @@ TEST(WorkerMetricsTest, TheTrainerFeedsTheMetricsAndTheEndpointServesThem) {
   EXPECT_THAT(text, HasSubstr("onebit_worker_steps_total{rank=\"0\",stage=\"warmup\"} 6"));
   EXPECT_THAT(text, HasSubstr("onebit_worker_steps_total{rank=\"0\",stage=\"compression\"} 6"));
   // A flat exchange: every byte counts as inter-node.
-  EXPECT_THAT(text, HasSubstr(absl::StrCat("onebit_worker_bytes_sent_total{link=\"inter_node\","
-                                           "rank=\"0\",stage=\"compression\"} ",
+  EXPECT_THAT(text, HasSubstr(absl::StrCat("onebit_worker_bytes_sent_total{rank=\"0\","
+                                           "link=\"inter_node\",stage=\"compression\"} ",
                                            summary.compression.bytes_sent)));
-  EXPECT_THAT(text, HasSubstr("onebit_worker_bytes_sent_total{link=\"intra_node\",rank=\"0\","
+  EXPECT_THAT(text, HasSubstr("onebit_worker_bytes_sent_total{rank=\"0\",link=\"intra_node\","
                               "stage=\"compression\"} 0"));
-  EXPECT_THAT(text, HasSubstr(absl::StrCat("onebit_worker_bytes_received_total{link=\"inter_node\","
-                                           "rank=\"0\",stage=\"warmup\"} ",
+  EXPECT_THAT(text, HasSubstr(absl::StrCat("onebit_worker_bytes_received_total{rank=\"0\","
+                                           "link=\"inter_node\",stage=\"warmup\"} ",
                                            summary.warmup.bytes_received)));
   EXPECT_THAT(text, HasSubstr("onebit_worker_step_seconds_count{rank=\"0\",part=\"compute\"} 12"));
   for (const char* name :

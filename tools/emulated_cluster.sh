@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# An emulated cluster on this machine (root only): network namespaces as hosts, joined by
+# veth links to one bridge, each node's link rate-limited with tc. Traffic between nodes
+# crosses the shaped links; traffic inside a node stays in its namespace.
+#
+#   tools/emulated_cluster.sh up NODES [RATE]   # RATE for tc, e.g. 1gbit, 100mbit; none: no limit
+#   tools/emulated_cluster.sh down
+#   tools/emulated_cluster.sh bytes             # per node: bytes that left and entered it
+#
+# Hosts: onebit-ctl at 10.213.0.1 (coordinator and shards) and onebit-node<i> at
+# 10.213.0.<10+i>. `up` prints the onebit-launch flags that place a job on them.
+set -euo pipefail
+
+PREFIX=onebit
+BRIDGE=${PREFIX}-br0
+SUBNET=10.213.0
+
+die() { echo "emulated_cluster: $*" >&2; exit 1; }
+[ "$(id -u)" -eq 0 ] || die "needs root (network namespaces and tc)"
+command -v ip > /dev/null || die "needs iproute2 (ip, tc)"
+
+host_up() {  # name address rate
+  local ns=$1 addr=$2 rate=$3 outer=${1#${PREFIX}-}
+  outer="v-${outer}"
+  ip netns add "$ns"
+  ip link add "$outer" type veth peer name eth0 netns "$ns"
+  ip link set "$outer" master "$BRIDGE" up
+  ip -n "$ns" link set lo up
+  ip -n "$ns" addr add "$addr/24" dev eth0
+  ip -n "$ns" link set eth0 up
+  if [ "$rate" != none ]; then
+    # Both directions: what leaves the host (its eth0) and what enters it (the bridge side).
+    ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst 256kb latency 50ms
+    tc qdisc add dev "$outer" root tbf rate "$rate" burst 256kb latency 50ms
+  fi
+}
+
+cmd_down() {
+  for ns in $(ip netns list | awk '{print $1}' | grep "^${PREFIX}-" || true); do
+    ip netns del "$ns"
+  done
+  ip link del "$BRIDGE" 2> /dev/null || true
+}
+
+cmd_up() {
+  local nodes=${1:?usage: up NODES [RATE]} rate=${2:-none}
+  [ "$nodes" -ge 1 ] && [ "$nodes" -le 200 ] || die "NODES must be in [1, 200]"
+  cmd_down
+  ip link add "$BRIDGE" type bridge
+  ip link set "$BRIDGE" up
+  host_up "${PREFIX}-ctl" "${SUBNET}.1" none
+  local list=""
+  for ((i = 0; i < nodes; ++i)); do
+    host_up "${PREFIX}-node$i" "${SUBNET}.$((10 + i))" "$rate"
+    list+="${list:+,}${PREFIX}-node$i@${SUBNET}.$((10 + i))"
+  done
+  echo "--cluster_control=${PREFIX}-ctl@${SUBNET}.1 --cluster_nodes=$list"
+}
+
+cmd_bytes() {  # node tx_bytes rx_bytes, as the node's own eth0 counts them
+  for ns in $(ip netns list | awk '{print $1}' | grep "^${PREFIX}-node" | sort -V); do
+    echo "$ns $(ip netns exec "$ns" cat /sys/class/net/eth0/statistics/tx_bytes) \
+$(ip netns exec "$ns" cat /sys/class/net/eth0/statistics/rx_bytes)"
+  done
+}
+
+case "${1:-}" in
+  up) shift; cmd_up "$@" ;;
+  down) cmd_down ;;
+  bytes) cmd_bytes ;;
+  *) die "usage: $0 up NODES [RATE] | down | bytes" ;;
+esac
