@@ -13,6 +13,7 @@ packages=(
   dataset-fashion-mnist
   prometheus
   gnuplot-nox
+  iproute2 python3
 )
 
 missing=()

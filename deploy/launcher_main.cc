@@ -39,6 +39,7 @@ ABSL_FLAG(int, local_size, 0, "Override onebit.exchange.local_size (workers per 
 ABSL_FLAG(std::string, inter, "", "Override onebit.exchange.inter: peer or ps.");
 ABSL_FLAG(int, servers, -1, "Override onebit.exchange.servers.");
 ABSL_FLAG(int, steps, 0, "Override steps.");
+ABSL_FLAG(int, freeze_step, -1, "Override optimizer.params.freeze_step.");
 ABSL_FLAG(std::string, cluster_control, "",
           "Emulated cluster (tools/emulated_cluster.sh up): NAMESPACE@ADDRESS of the "
           "coordinator and the shards.");
@@ -88,6 +89,7 @@ absl::StatusOr<bool> ApplyOverrides(JobConfig* c) {
   if (x.mode == "hierarchical" && x.inter == "peer") x.servers = 0;
   if (absl::GetFlag(FLAGS_servers) >= 0) x.servers = absl::GetFlag(FLAGS_servers);
   if (absl::GetFlag(FLAGS_steps) > 0) c->steps = absl::GetFlag(FLAGS_steps);
+  if (absl::GetFlag(FLAGS_freeze_step) >= 0) c->optimizer.freeze_step = absl::GetFlag(FLAGS_freeze_step);
   const std::string json = JobConfigToJson(*c);
   if (json == JobConfigToJson(before)) return false;
   // The same validation as any config file: errors name the key.
@@ -185,9 +187,14 @@ void PrintSummary(const JobConfig& c, const JobResult& onebit, const JobResult* 
 
   const double warm = Mean(onebit, "warmup_steps"), comp = Mean(onebit, "compression_steps");
   if (warm > 0 && comp > 0) {
-    const double fp32_step = Mean(onebit, "bytes_sent_warmup") / warm;
-    const double onebit_step = Mean(onebit, "bytes_sent_compression") / comp;
-    std::printf("\ncompression stage, bytes sent per worker per step (measured): %s\n", Bytes(onebit_step).c_str());
+    // Hierarchical: what crosses nodes is what the compression is for; the fp32 traffic
+    // inside a node is not compressed.
+    const std::string prefix = c.exchange.mode == "hierarchical" ? "inter_node_" : "";
+    const char* what = c.exchange.mode == "hierarchical" ? " between nodes" : "";
+    const double fp32_step = Mean(onebit, prefix + "bytes_sent_warmup") / warm;
+    const double onebit_step = Mean(onebit, prefix + "bytes_sent_compression") / comp;
+    std::printf("\ncompression stage, bytes sent%s per worker per step (measured): %s\n", what,
+                Bytes(onebit_step).c_str());
     std::printf("  vs the same exchange carrying fp32 (warmup steps, measured): %s, %.1fx fewer\n",
                 Bytes(fp32_step).c_str(), fp32_step / onebit_step);
     std::printf("  vs fp16 (half the measured fp32; no fp16 exchange exists to measure): %.1fx fewer\n",

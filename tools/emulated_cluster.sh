@@ -8,20 +8,24 @@
 #   tools/emulated_cluster.sh bytes             # per node: bytes that left and entered it
 #
 # Hosts: onebit-ctl at 10.213.0.1 (coordinator and shards) and onebit-node<i> at
-# 10.213.0.<10+i>. `up` prints the onebit-launch flags that place a job on them.
+# 10.213.0.<10+i>. `up` prints the onebit-launch flags that place a job on them. Another
+# cluster can live beside it: ONEBIT_CLUSTER=name (at most 8 characters) and
+# ONEBIT_CLUSTER_SUBNET=10.x.y name its hosts and addresses (the tests use their own).
 set -euo pipefail
 
-PREFIX=onebit
+PREFIX=${ONEBIT_CLUSTER:-onebit}
+SUBNET=${ONEBIT_CLUSTER_SUBNET:-10.213.0}
 BRIDGE=${PREFIX}-br0
-SUBNET=10.213.0
 
 die() { echo "emulated_cluster: $*" >&2; exit 1; }
+[ ${#PREFIX} -le 8 ] || die "ONEBIT_CLUSTER must be at most 8 characters (interface names)"
 [ "$(id -u)" -eq 0 ] || die "needs root (network namespaces and tc)"
 command -v ip > /dev/null || die "needs iproute2 (ip, tc)"
 
 host_up() {  # name address rate
-  local ns=$1 addr=$2 rate=$3 outer=${1#${PREFIX}-}
-  outer="v-${outer}"
+  local ns=$1 addr=$2 rate=$3
+  local outer="${PREFIX}v${ns#${PREFIX}-}"  # the bridge side of the host's link
+  outer=${outer/node/}
   ip netns add "$ns"
   ip link add "$outer" type veth peer name eth0 netns "$ns"
   ip link set "$outer" master "$BRIDGE" up

@@ -198,13 +198,14 @@ absl::Status WriteSummary(const std::string& path, const JobConfig& config, int 
       R"({"rank": %d, "optimizer": "%s", "exchange": "%s", "warmup_steps": %d, "compression_steps": %d,
 "first_compression_step": %d, "bytes_sent_warmup": %d, "bytes_sent_compression": %d,
 "bytes_received_warmup": %d, "bytes_received_compression": %d,
-"inter_node_bytes_sent_warmup": %d, "inter_node_bytes_sent_compression": %d, "last_loss": %.6g,
+"inter_node_bytes_sent_warmup": %d, "inter_node_bytes_sent_compression": %d,
+"seconds_warmup": %.6f, "seconds_compression": %.6f, "last_loss": %.6g,
 "test_loss": %.6g, "test_accuracy": %.6g, "samples": %d, "seconds": %.3f}
 )",
       rank, config.optimizer.type, config.exchange.mode, s.warmup.steps, s.compression.steps,
       s.first_compression_step, s.warmup.bytes_sent, s.compression.bytes_sent,
       s.warmup.bytes_received, s.compression.bytes_received, s.warmup.inter_node_bytes_sent,
-      s.compression.inter_node_bytes_sent, s.last_loss, test_loss, accuracy,
+      s.compression.inter_node_bytes_sent, s.warmup.seconds, s.compression.seconds, s.last_loss, test_loss, accuracy,
       s.last_step * config.micro_batch, seconds);
   const std::string tmp = path + ".tmp";
   {
