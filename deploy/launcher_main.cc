@@ -201,9 +201,12 @@ void PrintSummary(const JobConfig& c, const JobResult& onebit, const JobResult* 
                 fp32_step / 2 / onebit_step);
   }
   if (adam) {
-    const double total_a = Mean(*adam, "bytes_sent_warmup") + Mean(*adam, "bytes_sent_compression");
-    const double total_o = Mean(onebit, "bytes_sent_warmup") + Mean(onebit, "bytes_sent_compression");
-    std::printf("whole run: Adam sends %.1fx the bytes of 1-bit Adam\n", total_a / total_o);
+    const std::string prefix = c.exchange.mode == "hierarchical" ? "inter_node_" : "";
+    auto total = [&](const JobResult& r) {
+      return Mean(r, prefix + "bytes_sent_warmup") + Mean(r, prefix + "bytes_sent_compression");
+    };
+    std::printf("whole run: Adam sends %.1fx the bytes of 1-bit Adam%s\n",
+                total(*adam) / total(onebit), prefix.empty() ? "" : " between nodes");
     const double diff = 100 * (Field(onebit.workers[0], "test_accuracy") - Field(adam->workers[0], "test_accuracy"));
     std::printf("accuracy: 1-bit Adam %+.2f points vs Adam at an equal number of samples (target: within 1)\n", diff);
   }
