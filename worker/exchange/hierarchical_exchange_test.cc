@@ -17,6 +17,7 @@
 #include "kernels/kernels.h"
 #include "worker/optim/onebit_adam.h"
 #include "worker/optim/onebit_adam_reference.h"
+#include "worker/optim/test_stream.h"
 #include "worker/transport/local_group.h"
 
 namespace onebit {
@@ -26,22 +27,8 @@ constexpr int64_t kSteps = 12;
 constexpr int64_t kFreezeStep = 5;
 constexpr float kLr = 0.01f;
 
-std::vector<float> Params(size_t n) {
-  std::mt19937 rng(7);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> p(n);
-  for (float& v : p) v = dist(rng);
-  return p;
-}
-
-// Worker `w`'s gradient at `step`: a shared drift plus worker noise.
-std::vector<float> Grad(int w, int64_t step, size_t n) {
-  std::mt19937 rng(100 * w + step);
-  std::normal_distribution<float> noise(0.0f, 0.5f);
-  std::vector<float> g(n);
-  for (size_t i = 0; i < n; ++i) g[i] = std::sin(0.01f * i + 0.1f * step) + noise(rng);
-  return g;
-}
+using test_stream::Grad;
+using test_stream::Params;
 
 struct Outcome {
   std::vector<std::vector<float>> params;  // per worker

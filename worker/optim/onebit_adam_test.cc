@@ -13,6 +13,7 @@
 #include "kernels/kernels.h"
 #include "worker/transport/local_group.h"
 #include "worker/optim/onebit_adam_reference.h"
+#include "worker/optim/test_stream.h"
 
 namespace onebit {
 namespace {
@@ -24,22 +25,8 @@ struct Case {
   bool mask = false;
 };
 
-std::vector<float> Params(size_t n) {
-  std::mt19937 rng(7);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> p(n);
-  for (float& v : p) v = dist(rng);
-  return p;
-}
-
-// Worker `rank`'s gradient at `step`: a shared drift plus worker noise.
-std::vector<float> Grad(int rank, int64_t step, size_t n) {
-  std::mt19937 rng(100 * rank + step);
-  std::normal_distribution<float> noise(0.0f, 0.5f);
-  std::vector<float> g(n);
-  for (size_t i = 0; i < n; ++i) g[i] = std::sin(0.01f * i + 0.1f * step) + noise(rng);
-  return g;
-}
+using test_stream::Grad;
+using test_stream::Params;
 
 std::vector<float> Mask(size_t n) {
   std::vector<float> mask(n);

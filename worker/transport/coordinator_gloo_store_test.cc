@@ -21,20 +21,12 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// A real coordinator (its key/value store) behind the in-process client.
 class CoordinatorGlooStoreTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    CoordinatorOptions options;
-    options.config.workers = 3;
-    options.config.steps = 100;
-    options.config.optimizer.freeze_step = 50;
-    options.job_id = "inproc";
-    coordinator_ = *Coordinator::Create(options, Clock::Real(), nullptr);
-    client_ = NewInProcessCoordinatorClient(coordinator_.get());
-  }
-
-  std::unique_ptr<Coordinator> coordinator_;
-  std::shared_ptr<CoordinatorClient> client_;
+  std::unique_ptr<Coordinator> coordinator_ =
+      *Coordinator::Create(CoordinatorOptions{}, Clock::Real(), nullptr);
+  std::shared_ptr<CoordinatorClient> client_ = NewInProcessCoordinatorClient(coordinator_.get());
 };
 
 TEST_F(CoordinatorGlooStoreTest, GlooRanksRendezvousThroughTheCoordinator) {
