@@ -38,6 +38,15 @@ TEST(PsLayoutTest, SplitsAndPads) {
   EXPECT_FALSE(PsLayout::Create(10, 0).ok());
 }
 
+TEST(PsLayoutTest, PaddingIsPeerPaddingWithShardsForWorkers) {
+  for (size_t n : {1, 7, 8, 9, 100, 1000, 1003, 10007}) {
+    for (int s = 1; s <= 16; ++s) {
+      EXPECT_EQ(PsLayout::Create(n, s)->padded_size(), PeerPaddedSize(n, s))
+          << "n " << n << " S " << s;
+    }
+  }
+}
+
 TEST(HierarchicalLayoutTest, SlicesCoverThePaddedTensor) {
   for (size_t n : {1, 7, 8, 100, 1001, 10007}) {
     for (int local : {1, 2, 3, 4}) {

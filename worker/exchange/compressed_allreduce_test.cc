@@ -14,7 +14,7 @@
 #include "gtest/gtest.h"
 #include "kernels/kernels.h"
 #include "worker/transport/local_group.h"
-#include "worker/optim/onebit_adam_reference.h"
+#include "worker/exchange/compressed_allreduce_reference.h"
 
 namespace onebit {
 namespace {

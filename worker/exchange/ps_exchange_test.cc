@@ -1,9 +1,7 @@
-// PsExchange against real shard services on 127.0.0.1 (in this process):
-//  - S == W: OnebitAdam over PsExchange equals OnebitAdam over PeerExchange bit for bit
-//    (parameters, momentum, worker and server errors) across the freeze, W = 1..4;
-//  - S != W: warmup is still bit-identical; compression matches a float64 model of the
-//    ps layout;
-//  - bytes on the wire, retries after a deadline, rejections, a vanished shard, big pushes.
+// PsExchange against real shard services on 127.0.0.1 (in this process): with S != W
+// compression matches a float64 model of the ps layout; retries after a deadline,
+// rejections, a vanished shard, big pushes. (OnebitAdam over PsExchange against peer mode
+// is worker/optim:onebit_adam_ps_test.)
 #include "worker/exchange/ps_exchange.h"
 
 #include <cmath>
@@ -15,16 +13,14 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/kernels.h"
-#include "server/server_process.h"
+#include "server/in_process_shards.h"
 #include "worker/exchange/compressed_allreduce.h"
-#include "worker/transport/local_group.h"
-#include "worker/optim/onebit_adam.h"
-#include "worker/exchange/peer_exchange.h"
 
 namespace onebit {
 namespace {
 
 using ::testing::HasSubstr;
+using server::InProcessShards;
 
 std::vector<float> Random(uint32_t seed, size_t n, float mean, float stddev) {
   std::mt19937 rng(seed);
@@ -34,169 +30,8 @@ std::vector<float> Random(uint32_t seed, size_t n, float mean, float stddev) {
   return x;
 }
 
-std::vector<float> Grad(int rank, int64_t step, size_t n) {
-  return Random(static_cast<uint32_t>(7919 * step + rank), n, 0.05f * rank, 1.0f + 0.5f * rank);
-}
-
-// S shard processes in this process, on free ports, without /metrics.
-struct Shards {
-  Shards(int num_shards, int workers, size_t n) {
-    for (int s = 0; s < num_shards; ++s) {
-      server::ServerProcessOptions options;
-      options.shard = server::ShardConfig{s, num_shards, workers, n, 2};
-      options.serve_metrics = false;
-      options.shutdown_grace = absl::Milliseconds(200);
-      auto process = server::ServerProcess::Start(options);
-      EXPECT_TRUE(process.ok()) << process.status();
-      if (!process.ok()) return;
-      addresses.push_back((*process)->grpc_address());
-      processes.push_back(std::move(*process));
-    }
-  }
-  std::vector<std::unique_ptr<server::ServerProcess>> processes;
-  std::vector<std::string> addresses;
-};
-
-// What one worker ends with.
-struct WorkerEnd {
-  std::vector<float> params, momentum, worker_error;
-  uint64_t bytes_sent = 0, bytes_received = 0;
-};
-
-absl::Status RunWorker(const OnebitAdamOptions& options, Exchange* exchange,
-                       kernels::Backend* backend, int rank, int steps, size_t n,
-                       const std::vector<float>& p0, WorkerEnd* end) {
-  auto adam = OnebitAdam::Create(options, backend, exchange, p0.data(), n);
-  if (!adam.ok()) return adam.status();
-  for (int64_t step = 1; step <= steps; ++step) {
-    const std::vector<float> g = Grad(rank, step, n);
-    if (absl::Status s = (*adam)->Step(g.data()); !s.ok()) return s;
-  }
-  end->params = *(*adam)->ParamsToHost();
-  end->momentum.assign((*adam)->momentum(), (*adam)->momentum() + n);
-  end->worker_error = *exchange->worker_compressor().error().ToHost();
-  end->bytes_sent = exchange->bytes_sent();
-  end->bytes_received = exchange->bytes_received();
-  return absl::OkStatus();
-}
-
-// OnebitAdam over PsExchange: W workers as threads against `shards`.
-std::vector<WorkerEnd> RunPs(const OnebitAdamOptions& options, int workers, int steps, size_t n,
-                             const std::vector<std::string>& addresses) {
-  const std::vector<float> p0 = Random(1, n, 0.0f, 1.0f);
-  std::vector<WorkerEnd> ends(workers);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < workers; ++rank) {
-    threads.emplace_back([&, rank] {
-      auto backend = kernels::NewCpuBackend();
-      auto exchange = PsExchange::Create(backend.get(), rank, workers, n, addresses);
-      ASSERT_TRUE(exchange.ok()) << exchange.status();
-      const absl::Status s =
-          RunWorker(options, exchange->get(), backend.get(), rank, steps, n, p0, &ends[rank]);
-      EXPECT_TRUE(s.ok()) << "rank " << rank << ": " << s;
-    });
-  }
-  for (auto& t : threads) t.join();
-  return ends;
-}
-
-// The same over PeerExchange (inproc transport); also returns every rank's server error.
-std::vector<WorkerEnd> RunPeer(const OnebitAdamOptions& options, int workers, int steps, size_t n,
-                               std::vector<std::vector<float>>* server_errors) {
-  const std::vector<float> p0 = Random(1, n, 0.0f, 1.0f);
-  std::vector<WorkerEnd> ends(workers);
-  server_errors->assign(workers, {});
-  const absl::Status status =
-      RunLocalGroup(TransportKind::kInproc, workers, [&](Transport& transport) -> absl::Status {
-        auto backend = kernels::NewCpuBackend();
-        auto exchange = PeerExchange::Create(backend.get(), &transport, n);
-        if (!exchange.ok()) return exchange.status();
-        const int rank = transport.rank();
-        if (absl::Status s =
-                RunWorker(options, exchange->get(), backend.get(), rank, steps, n, p0, &ends[rank]);
-            !s.ok()) {
-          return s;
-        }
-        (*server_errors)[rank] = *(*exchange)->compressed().server().error().ToHost();
-        return absl::OkStatus();
-      });
-  EXPECT_TRUE(status.ok()) << status;
-  return ends;
-}
-
 bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-TEST(PsLayoutTest, PaddingIsPeerPaddingWithShardsForWorkers) {
-  for (size_t n : {1, 7, 8, 9, 100, 1000, 1003, 10007}) {
-    for (int s = 1; s <= 16; ++s) {
-      EXPECT_EQ(PsLayout::Create(n, s)->padded_size(), PeerPaddedSize(n, s))
-          << "n " << n << " S " << s;
-    }
-  }
-}
-
-class PsEqualsPeerTest : public ::testing::TestWithParam<int> {};
-
-// 12 steps with the freeze after step 5: both stages and the switch between them.
-TEST_P(PsEqualsPeerTest, BitIdenticalWhenShardsEqualWorkers) {
-  const int w = GetParam();
-  const size_t n = 1003;  // not a multiple of 8: the padding is exercised
-  constexpr int kSteps = 12;
-  constexpr int64_t kFreeze = 5;
-  OnebitAdamOptions options;
-  options.hyper.lr = 1e-2f;
-  options.hyper.weight_decay = 0.01f;
-  options.freeze_step = kFreeze;
-
-  std::vector<std::vector<float>> peer_server_errors;
-  const std::vector<WorkerEnd> peer = RunPeer(options, w, kSteps, n, &peer_server_errors);
-  Shards shards(w, w, n);
-  ASSERT_EQ(shards.addresses.size(), static_cast<size_t>(w));
-  const std::vector<WorkerEnd> ps = RunPs(options, w, kSteps, n, shards.addresses);
-
-  for (int rank = 0; rank < w; ++rank) {
-    SCOPED_TRACE(testing::Message() << "rank " << rank);
-    EXPECT_TRUE(SameBits(ps[rank].params, peer[rank].params));
-    EXPECT_TRUE(SameBits(ps[rank].momentum, peer[rank].momentum));
-    EXPECT_TRUE(SameBits(ps[rank].worker_error, peer[rank].worker_error));
-    // Shard r holds exactly what peer rank r held as the server of chunk r.
-    if (w > 1) {
-      EXPECT_TRUE(
-          SameBits(*shards.processes[rank]->state().ServerErrorToHost(), peer_server_errors[rank]));
-      EXPECT_GT(*shards.processes[rank]->state().ServerErrorNorm(), 0.0);
-      EXPECT_EQ(shards.processes[rank]->state().last_completed_step(), kSteps);
-    }
-  }
-  if (w == 1) return;  // one worker never exchanges
-  // Bytes: a warmup step sends and receives the n floats once; a compression step one
-  // block per shard each way.
-  const auto layout = *PsLayout::Create(n, w);
-  const uint64_t want = kFreeze * n * 4 + (kSteps - kFreeze) * w * layout.block_bytes();
-  for (int rank = 0; rank < w; ++rank) {
-    EXPECT_EQ(ps[rank].bytes_sent, want) << "rank " << rank;
-    EXPECT_EQ(ps[rank].bytes_received, want) << "rank " << rank;
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(Workers, PsEqualsPeerTest, ::testing::Values(1, 2, 3, 4),
-                         [](const auto& info) { return "W" + std::to_string(info.param); });
-
-// S != W: warmup sums are elementwise in rank order whatever the split, so pure warmup
-// matches peer mode bit for bit.
-TEST(PsExchangeTest, WarmupIsBitIdenticalForAnyShardCount) {
-  const size_t n = 1003;
-  OnebitAdamOptions options;
-  options.freeze_step = 1000;  // never compresses
-  std::vector<std::vector<float>> unused;
-  for (auto [w, s] : {std::pair{4, 2}, std::pair{3, 5}, std::pair{2, 1}}) {
-    SCOPED_TRACE(testing::Message() << "W " << w << " S " << s);
-    const std::vector<WorkerEnd> peer = RunPeer(options, w, 4, n, &unused);
-    Shards shards(s, w, n);
-    const std::vector<WorkerEnd> ps = RunPs(options, w, 4, n, shards.addresses);
-    for (int rank = 0; rank < w; ++rank) EXPECT_TRUE(SameBits(ps[rank].params, peer[rank].params));
-  }
 }
 
 // CompressedAllreduce with S server chunks in float64 (ALGORITHM.md with S for W on the
@@ -257,7 +92,7 @@ TEST(PsExchangeTest, CompressionMatchesTheFloat64ModelWhenShardsDifferFromWorker
   for (auto [w, s] : {std::pair{4, 2}, std::pair{2, 3}, std::pair{3, 8}}) {
     for (size_t n : {size_t{7}, size_t{1000}, size_t{10007}}) {
       SCOPED_TRACE(testing::Message() << "W " << w << " S " << s << " n " << n);
-      Shards shards(s, w, n);
+      InProcessShards shards(s, w, n);
       // outputs[round][rank]
       std::vector<std::vector<std::vector<float>>> outputs(
           kRounds, std::vector<std::vector<float>>(w, std::vector<float>(n)));
@@ -320,7 +155,7 @@ TEST(PsExchangeTest, AShardThatIsNotThereIsUnavailableQuickly) {
   // A port that was free a moment ago: nothing listens there.
   std::string address;
   {
-    Shards gone(1, 2, 64);
+    InProcessShards gone(1, 2, 64);
     address = gone.addresses[0];
   }
   auto backend = kernels::NewCpuBackend();
@@ -342,7 +177,7 @@ TEST(PsExchangeTest, AShardThatIsNotThereIsUnavailableQuickly) {
 // shard), retries the same step later, and both get the same result.
 TEST(PsExchangeTest, ARetryAfterTheDeadlineGetsTheSameStep) {
   const size_t n = 100;
-  Shards shards(2, 2, n);
+  InProcessShards shards(2, 2, n);
   auto backend = kernels::NewCpuBackend();
   PsExchangeOptions short_deadline;
   short_deadline.step_deadline = absl::Milliseconds(300);
@@ -388,7 +223,7 @@ TEST(PsExchangeTest, ARetryAfterTheDeadlineGetsTheSameStep) {
 }
 
 TEST(PsExchangeTest, ARejectionComesBackAsItIsWithoutRetries) {
-  Shards shards(1, 2, 100);
+  InProcessShards shards(1, 2, 100);
   auto backend = kernels::NewCpuBackend();
   // The worker thinks the tensor has 101 elements: its fp32 run has the wrong size.
   auto exchange = PsExchange::Create(backend.get(), 0, 2, 101, shards.addresses);
@@ -404,7 +239,7 @@ TEST(PsExchangeTest, ARejectionComesBackAsItIsWithoutRetries) {
 }
 
 TEST(PsExchangeTest, AShardShuttingDownMidStepIsUnavailable) {
-  Shards shards(2, 2, 100);
+  InProcessShards shards(2, 2, 100);
   auto backend = kernels::NewCpuBackend();
   PsExchangeOptions options;
   options.retry_backoff = absl::Milliseconds(20);
@@ -424,7 +259,7 @@ TEST(PsExchangeTest, AShardShuttingDownMidStepIsUnavailable) {
 
 TEST(PsExchangeTest, PushesLargerThanGrpcsDefaultLimitGoThrough) {
   const size_t n = 3 << 20;  // 12 MiB of fp32 for one shard; gRPC's default limit is 4 MiB
-  Shards shards(1, 1, n);
+  InProcessShards shards(1, 1, n);
   auto backend = kernels::NewCpuBackend();
   auto exchange = PsExchange::Create(backend.get(), 0, 1, n, shards.addresses);
   ASSERT_TRUE(exchange.ok());

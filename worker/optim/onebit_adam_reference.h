@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "worker/exchange/compressed_allreduce_reference.h"
+
 namespace onebit {
 
 struct ReferenceHyper {
@@ -16,26 +18,6 @@ struct ReferenceHyper {
   double eps = 1e-8;
   double weight_decay = 0.0;
   int64_t freeze_step = 0;
-};
-
-// N_pad for n elements over w workers in peer mode: a multiple of w * lcm(w, 8).
-size_t ReferencePaddedSize(size_t n, int w);
-
-// CompressedAllreduce in float64 with its own error state (peer layout: W chunks).
-class ReferenceCompressedAllreduce {
- public:
-  ReferenceCompressedAllreduce(int workers, size_t n);
-  // inputs[i] is worker i's tensor (n values); returns the tensor every worker ends with.
-  std::vector<double> Run(const std::vector<std::vector<double>>& inputs);
-
-  const std::vector<std::vector<double>>& worker_errors() const { return worker_error_; }
-  const std::vector<std::vector<double>>& server_errors() const { return server_error_; }
-
- private:
-  int w_;
-  size_t n_, n_pad_, chunk_;
-  std::vector<std::vector<double>> worker_error_;  // [w][n_pad]
-  std::vector<std::vector<double>> server_error_;  // [w][chunk]
 };
 
 class ReferenceOnebitAdam {

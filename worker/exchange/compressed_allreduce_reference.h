@@ -1,0 +1,33 @@
+// CompressedAllreduce (ALGORITHM.md) in float64, written from the text for tests, sharing
+// no code with the implementation: all W workers and servers live in one object.
+#ifndef ONEBIT_WORKER_EXCHANGE_COMPRESSED_ALLREDUCE_REFERENCE_H_
+#define ONEBIT_WORKER_EXCHANGE_COMPRESSED_ALLREDUCE_REFERENCE_H_
+
+#include <cstddef>
+#include <vector>
+
+namespace onebit {
+
+// N_pad for n elements over w workers in peer mode: a multiple of w * lcm(w, 8).
+size_t ReferencePaddedSize(size_t n, int w);
+
+// CompressedAllreduce in float64 with its own error state (peer layout: W chunks).
+class ReferenceCompressedAllreduce {
+ public:
+  ReferenceCompressedAllreduce(int workers, size_t n);
+  // inputs[i] is worker i's tensor (n values); returns the tensor every worker ends with.
+  std::vector<double> Run(const std::vector<std::vector<double>>& inputs);
+
+  const std::vector<std::vector<double>>& worker_errors() const { return worker_error_; }
+  const std::vector<std::vector<double>>& server_errors() const { return server_error_; }
+
+ private:
+  int w_;
+  size_t n_, n_pad_, chunk_;
+  std::vector<std::vector<double>> worker_error_;  // [w][n_pad]
+  std::vector<std::vector<double>> server_error_;  // [w][chunk]
+};
+
+}  // namespace onebit
+
+#endif  // ONEBIT_WORKER_EXCHANGE_COMPRESSED_ALLREDUCE_REFERENCE_H_

@@ -1,0 +1,171 @@
+// OnebitAdam over the parameter-server exchange against real shard services on 127.0.0.1
+// (in this process):
+//  - S == W: it equals OnebitAdam over PeerExchange bit for bit (parameters, momentum,
+//    worker and server errors) across the freeze, W = 1..4, with the bytes on the wire;
+//  - S != W: warmup is still bit-identical.
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "compression/layout.h"
+#include "kernels/kernels.h"
+#include "server/in_process_shards.h"
+#include "worker/exchange/peer_exchange.h"
+#include "worker/exchange/ps_exchange.h"
+#include "worker/optim/onebit_adam.h"
+#include "worker/transport/local_group.h"
+
+namespace onebit {
+namespace {
+
+using server::InProcessShards;
+
+std::vector<float> Random(uint32_t seed, size_t n, float mean, float stddev) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(mean, stddev);
+  std::vector<float> x(n);
+  for (float& v : x) v = dist(rng);
+  return x;
+}
+
+std::vector<float> Grad(int rank, int64_t step, size_t n) {
+  return Random(static_cast<uint32_t>(7919 * step + rank), n, 0.05f * rank, 1.0f + 0.5f * rank);
+}
+
+// What one worker ends with.
+struct WorkerEnd {
+  std::vector<float> params, momentum, worker_error;
+  uint64_t bytes_sent = 0, bytes_received = 0;
+};
+
+absl::Status RunWorker(const OnebitAdamOptions& options, Exchange* exchange,
+                       kernels::Backend* backend, int rank, int steps, size_t n,
+                       const std::vector<float>& p0, WorkerEnd* end) {
+  auto adam = OnebitAdam::Create(options, backend, exchange, p0.data(), n);
+  if (!adam.ok()) return adam.status();
+  for (int64_t step = 1; step <= steps; ++step) {
+    const std::vector<float> g = Grad(rank, step, n);
+    if (absl::Status s = (*adam)->Step(g.data()); !s.ok()) return s;
+  }
+  end->params = *(*adam)->ParamsToHost();
+  end->momentum.assign((*adam)->momentum(), (*adam)->momentum() + n);
+  end->worker_error = *exchange->worker_compressor().error().ToHost();
+  end->bytes_sent = exchange->bytes_sent();
+  end->bytes_received = exchange->bytes_received();
+  return absl::OkStatus();
+}
+
+// OnebitAdam over PsExchange: W workers as threads against `shards`.
+std::vector<WorkerEnd> RunPs(const OnebitAdamOptions& options, int workers, int steps, size_t n,
+                             const std::vector<std::string>& addresses) {
+  const std::vector<float> p0 = Random(1, n, 0.0f, 1.0f);
+  std::vector<WorkerEnd> ends(workers);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < workers; ++rank) {
+    threads.emplace_back([&, rank] {
+      auto backend = kernels::NewCpuBackend();
+      auto exchange = PsExchange::Create(backend.get(), rank, workers, n, addresses);
+      ASSERT_TRUE(exchange.ok()) << exchange.status();
+      const absl::Status s =
+          RunWorker(options, exchange->get(), backend.get(), rank, steps, n, p0, &ends[rank]);
+      EXPECT_TRUE(s.ok()) << "rank " << rank << ": " << s;
+    });
+  }
+  for (auto& t : threads) t.join();
+  return ends;
+}
+
+// The same over PeerExchange (inproc transport); also returns every rank's server error.
+std::vector<WorkerEnd> RunPeer(const OnebitAdamOptions& options, int workers, int steps, size_t n,
+                               std::vector<std::vector<float>>* server_errors) {
+  const std::vector<float> p0 = Random(1, n, 0.0f, 1.0f);
+  std::vector<WorkerEnd> ends(workers);
+  server_errors->assign(workers, {});
+  const absl::Status status =
+      RunLocalGroup(TransportKind::kInproc, workers, [&](Transport& transport) -> absl::Status {
+        auto backend = kernels::NewCpuBackend();
+        auto exchange = PeerExchange::Create(backend.get(), &transport, n);
+        if (!exchange.ok()) return exchange.status();
+        const int rank = transport.rank();
+        if (absl::Status s =
+                RunWorker(options, exchange->get(), backend.get(), rank, steps, n, p0, &ends[rank]);
+            !s.ok()) {
+          return s;
+        }
+        (*server_errors)[rank] = *(*exchange)->compressed().server().error().ToHost();
+        return absl::OkStatus();
+      });
+  EXPECT_TRUE(status.ok()) << status;
+  return ends;
+}
+
+bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+class PsEqualsPeerTest : public ::testing::TestWithParam<int> {};
+
+// 12 steps with the freeze after step 5: both stages and the switch between them.
+TEST_P(PsEqualsPeerTest, BitIdenticalWhenShardsEqualWorkers) {
+  const int w = GetParam();
+  const size_t n = 1003;  // not a multiple of 8: the padding is exercised
+  constexpr int kSteps = 12;
+  constexpr int64_t kFreeze = 5;
+  OnebitAdamOptions options;
+  options.hyper.lr = 1e-2f;
+  options.hyper.weight_decay = 0.01f;
+  options.freeze_step = kFreeze;
+
+  std::vector<std::vector<float>> peer_server_errors;
+  const std::vector<WorkerEnd> peer = RunPeer(options, w, kSteps, n, &peer_server_errors);
+  InProcessShards shards(w, w, n);
+  ASSERT_EQ(shards.addresses.size(), static_cast<size_t>(w));
+  const std::vector<WorkerEnd> ps = RunPs(options, w, kSteps, n, shards.addresses);
+
+  for (int rank = 0; rank < w; ++rank) {
+    SCOPED_TRACE(testing::Message() << "rank " << rank);
+    EXPECT_TRUE(SameBits(ps[rank].params, peer[rank].params));
+    EXPECT_TRUE(SameBits(ps[rank].momentum, peer[rank].momentum));
+    EXPECT_TRUE(SameBits(ps[rank].worker_error, peer[rank].worker_error));
+    // Shard r holds exactly what peer rank r held as the server of chunk r.
+    if (w > 1) {
+      EXPECT_TRUE(
+          SameBits(*shards.processes[rank]->state().ServerErrorToHost(), peer_server_errors[rank]));
+      EXPECT_GT(*shards.processes[rank]->state().ServerErrorNorm(), 0.0);
+      EXPECT_EQ(shards.processes[rank]->state().last_completed_step(), kSteps);
+    }
+  }
+  if (w == 1) return;  // one worker never exchanges
+  // Bytes: a warmup step sends and receives the n floats once; a compression step one
+  // block per shard each way.
+  const auto layout = *PsLayout::Create(n, w);
+  const uint64_t want = kFreeze * n * 4 + (kSteps - kFreeze) * w * layout.block_bytes();
+  for (int rank = 0; rank < w; ++rank) {
+    EXPECT_EQ(ps[rank].bytes_sent, want) << "rank " << rank;
+    EXPECT_EQ(ps[rank].bytes_received, want) << "rank " << rank;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Workers, PsEqualsPeerTest, ::testing::Values(1, 2, 3, 4),
+                         [](const auto& info) { return "W" + std::to_string(info.param); });
+
+// S != W: warmup sums are elementwise in rank order whatever the split, so pure warmup
+// matches peer mode bit for bit.
+TEST(PsExchangeTest, WarmupIsBitIdenticalForAnyShardCount) {
+  const size_t n = 1003;
+  OnebitAdamOptions options;
+  options.freeze_step = 1000;  // never compresses
+  std::vector<std::vector<float>> unused;
+  for (auto [w, s] : {std::pair{4, 2}, std::pair{3, 5}, std::pair{2, 1}}) {
+    SCOPED_TRACE(testing::Message() << "W " << w << " S " << s);
+    const std::vector<WorkerEnd> peer = RunPeer(options, w, 4, n, &unused);
+    InProcessShards shards(s, w, n);
+    const std::vector<WorkerEnd> ps = RunPs(options, w, 4, n, shards.addresses);
+    for (int rank = 0; rank < w; ++rank) EXPECT_TRUE(SameBits(ps[rank].params, peer[rank].params));
+  }
+}
+
+}  // namespace
+}  // namespace onebit
