@@ -4,7 +4,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -15,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "common/atomic_file.h"
 
 // The payload is copied to and from memory as is.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "npy.cc assumes a little-endian host");
@@ -52,20 +52,6 @@ absl::Status PreadFully(int fd, const std::string& path, void* buf, size_t size,
     done += static_cast<size_t>(r);
   }
   *got = done;
-  return absl::OkStatus();
-}
-
-absl::Status WriteFully(int fd, const std::string& path, const void* buf, size_t size) {
-  const auto* in = static_cast<const char*>(buf);
-  while (size > 0) {
-    ssize_t w = write(fd, in, size);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoError(path, "write failed", errno);
-    }
-    in += w;
-    size -= static_cast<size_t>(w);
-  }
   return absl::OkStatus();
 }
 
@@ -276,13 +262,6 @@ std::string BuildHeader(const std::vector<int64_t>& shape, int* major) {
   return out;
 }
 
-std::string DirName(const std::string& path) {
-  size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
-
 }  // namespace
 
 std::string ShapeToString(const std::vector<int64_t>& shape) {
@@ -484,41 +463,10 @@ absl::Status WriteFloat32(const std::string& path, const std::vector<int64_t>& s
   const std::string header = BuildHeader(shape, &major);
   const size_t data_bytes = static_cast<size_t>(NumElements(shape)) * 4;
 
-  // A unique name in the destination directory, so rename() is atomic. open() with mode
-  // 0666 (rather than mkstemp's 0600) gives the file the usual umask-derived permissions.
-  static std::atomic<uint64_t> counter{0};
-  std::string tmp;
-  int fd = -1;
-  for (int attempt = 0; fd < 0; ++attempt) {
-    tmp = absl::StrCat(path, ".tmp.", getpid(), ".", counter.fetch_add(1));
-    fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd < 0 && (errno != EEXIST || attempt >= 100)) {
-      return ErrnoError(path, absl::StrCat("cannot create temporary file ", tmp), errno);
-    }
-  }
-  auto fail = [&](absl::Status status) {
-    if (fd >= 0) close(fd);
-    unlink(tmp.c_str());
-    return status;
-  };
-  absl::Status status = WriteFully(fd, tmp, header.data(), header.size());
-  if (status.ok() && data_bytes > 0) status = WriteFully(fd, tmp, data, data_bytes);
-  if (!status.ok()) return fail(status);
-  if (fsync(fd) != 0) return fail(ErrnoError(tmp, "fsync failed", errno));
-  int closed = close(fd);
-  fd = -1;
-  if (closed != 0) return fail(ErrnoError(tmp, "close failed", errno));
-  if (rename(tmp.c_str(), path.c_str()) != 0) {
-    return fail(ErrnoError(path, absl::StrCat("cannot rename ", tmp, " to it"), errno));
-  }
-  // Make the rename itself durable. Best effort: some file systems refuse fsync on a
-  // directory, and the data is already in place.
-  int dir_fd = open(DirName(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd >= 0) {
-    fsync(dir_fd);
-    close(dir_fd);
-  }
-  return absl::OkStatus();
+  // Header and data handed over as they are: the array is not copied into one string.
+  const absl::string_view pieces[] = {
+      header, absl::string_view(reinterpret_cast<const char*>(data), data_bytes)};
+  return WriteFileAtomically(path, pieces);
 }
 
 }  // namespace onebit::npy

@@ -1,56 +1,14 @@
 #include "server/server_process.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <exception>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/atomic_file.h"
 #include "common/status_macros.h"
 #include "compression/layout.h"
 
 namespace onebit::server {
-namespace {
-
-absl::Status ErrnoError(const std::string& what) {
-  return absl::InternalError(absl::StrCat(what, ": ", std::strerror(errno)));
-}
-
-// Temp file in the same directory, fsync, rename: a reader sees the whole file or none.
-absl::Status WriteFileAtomically(const std::string& path, const std::string& contents) {
-  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoError(absl::StrCat("cannot create ", tmp));
-  size_t done = 0;
-  while (done < contents.size()) {
-    const ssize_t n = write(fd, contents.data() + done, contents.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const absl::Status error = ErrnoError(absl::StrCat("cannot write ", tmp));
-      close(fd);
-      unlink(tmp.c_str());
-      return error;
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (fsync(fd) != 0 || close(fd) != 0) {
-    const absl::Status error = ErrnoError(absl::StrCat("cannot sync ", tmp));
-    unlink(tmp.c_str());
-    return error;
-  }
-  if (rename(tmp.c_str(), path.c_str()) != 0) {
-    const absl::Status error = ErrnoError(absl::StrCat("cannot rename ", tmp, " to ", path));
-    unlink(tmp.c_str());
-    return error;
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 std::string JoinHostPort(const std::string& host, int port) {
   if (host.find(':') != std::string::npos && host.front() != '[') {

@@ -25,6 +25,7 @@
 #include "kernels/kernels.h"
 #include "common/status_macros.h"
 #include "common/npy.h"
+#include "common/atomic_file.h"
 #include "worker/coordinator_step_controller.h"
 #include "worker/transport/gloo_transport.h"
 #include "worker/job_setup.h"
@@ -207,16 +208,7 @@ absl::Status WriteSummary(const std::string& path, const JobConfig& config, int 
       s.warmup.bytes_received, s.compression.bytes_received, s.warmup.inter_node_bytes_sent,
       s.compression.inter_node_bytes_sent, s.warmup.seconds, s.compression.seconds, s.last_loss, test_loss, accuracy,
       s.last_step * config.micro_batch, seconds);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << json;
-    if (!out.flush()) return absl::InternalError(absl::StrCat("cannot write ", tmp));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ", path));
-  }
-  return absl::OkStatus();
+  return WriteFileAtomically(path, json);
 }
 
 absl::Status Run() {
