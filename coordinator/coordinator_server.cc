@@ -5,20 +5,12 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/net.h"
 #include "coordinator/log.h"
 #include "grpcpp/grpcpp.h"
 #include "prometheus/exposer.h"
 
 namespace onebit {
-namespace {
-
-// host:port, with an IPv6 literal in brackets.
-std::string JoinHostPort(const std::string& host, int port) {
-  return host.find(':') != std::string::npos ? absl::StrCat("[", host, "]:", port)
-                                             : absl::StrCat(host, ":", port);
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     const CoordinatorOptions& options, const CoordinatorServerOptions& server_options,

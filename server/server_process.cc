@@ -5,17 +5,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/atomic_file.h"
+#include "common/net.h"
 #include "common/status_macros.h"
 #include "compression/layout.h"
 
 namespace onebit::server {
-
-std::string JoinHostPort(const std::string& host, int port) {
-  if (host.find(':') != std::string::npos && host.front() != '[') {
-    return absl::StrCat("[", host, "]:", port);
-  }
-  return absl::StrCat(host, ":", port);
-}
 
 absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
     const ServerProcessOptions& options) {

@@ -42,9 +42,6 @@ struct ServerProcessOptions {
   absl::Duration shutdown_grace = absl::Seconds(2);
 };
 
-// "host:port", with brackets for an IPv6 host.
-std::string JoinHostPort(const std::string& host, int port);
-
 class ServerProcess {
  public:
   static absl::StatusOr<std::unique_ptr<ServerProcess>> Start(const ServerProcessOptions& options);
