@@ -110,7 +110,7 @@ absl::Status Trainer::Init(Exchange* exchange, Transport* transport) {
   }
   ONEBIT_ASSIGN_OR_RETURN(grad_, kernels::Buffer<float>::Create(backend_, n));
   const int w = optimizer_->exchange().world_size();
-  fp32_allreduce_bytes_ = 2 * static_cast<uint64_t>(w - 1) * (n * sizeof(float)) / w;
+  fp32_allreduce_bytes_ = RingAllReduceWireBytes(n * sizeof(float), w);
   sent_at_start_ = optimizer_->exchange().bytes_sent();
   // A fresh optimizer's variance is zero: v_0 is known without a copy.
   if (optimizer_->step() == 0) v_prev_step_ = 0;

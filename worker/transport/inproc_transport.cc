@@ -8,15 +8,6 @@
 #include "common/status_macros.h"
 
 namespace onebit {
-namespace {
-
-// Ring allreduce: reduce-scatter then all-gather, each moving (W-1)/W of the buffer.
-// Rounded down once, over the whole product, so every rank counts the same.
-uint64_t RingAllReduceWireBytes(size_t bytes, int world_size) {
-  return 2 * static_cast<uint64_t>(world_size - 1) * bytes / world_size;
-}
-
-}  // namespace
 
 // ---- InprocHub ----
 

@@ -33,12 +33,6 @@ absl::StatusCode NcclCode(ncclResult_t result) {
 }
 
 
-// As the other transports count it (transport.h): a ring allreduce moves 2*(W-1)/W of
-// the buffer each way, rounded down once.
-uint64_t RingAllReduceWireBytes(size_t bytes, int world_size) {
-  return 2 * static_cast<uint64_t>(world_size - 1) * bytes / world_size;
-}
-
 // Polling: spin briefly (a small collective finishes in microseconds), then back off so a
 // long wait does not burn a core.
 class Backoff {

@@ -41,10 +41,18 @@ class Transport {
 
   // Payload bytes this rank has put on (taken off) the wire so far, as the algorithm moves
   // them: copies to itself do not count; an allreduce counts as a ring allreduce,
-  // 2*(W-1)/W of the buffer each way.
+  // 2*(W-1)/W of the buffer each way (RingAllReduceWireBytes below), whatever algorithm
+  // the library really runs, so that every transport reports the same numbers.
   virtual uint64_t bytes_sent() const = 0;
   virtual uint64_t bytes_received() const = 0;
 };
+
+// What bytes_sent() (and bytes_received()) grow by for an allreduce of `bytes` over
+// `world_size` ranks: a ring's reduce-scatter then all-gather, each moving (W-1)/W of the
+// buffer. Rounded down once, over the whole product, so that every rank counts the same.
+inline uint64_t RingAllReduceWireBytes(size_t bytes, int world_size) {
+  return 2 * static_cast<uint64_t>(world_size - 1) * bytes / world_size;
+}
 
 }  // namespace onebit
 

@@ -127,6 +127,16 @@ std::string FirstDifference(const std::vector<T>& actual, const std::vector<T>& 
 // Bytes of a ring allreduce of `bytes` over w ranks, each way, as transport.h defines it.
 uint64_t RingBytes(uint64_t bytes, int w) { return 2 * (w - 1) * bytes / w; }
 
+// The shared formula, against values worked out by hand.
+TEST(RingAllReduceWireBytesTest, CountsTwoTimesWMinusOneOverWRoundedDownOnce) {
+  EXPECT_EQ(RingAllReduceWireBytes(28, 1), 0u);   // alone: nothing moves
+  EXPECT_EQ(RingAllReduceWireBytes(28, 2), 28u);  // 2 * 1/2
+  EXPECT_EQ(RingAllReduceWireBytes(28, 3), 37u);  // 112/3 = 37.33: once, not 2 * 18
+  EXPECT_EQ(RingAllReduceWireBytes(0, 5), 0u);
+  // 10 GB over 8 ranks: no 32-bit overflow in the product.
+  EXPECT_EQ(RingAllReduceWireBytes(10'000'000'000ull, 8), 17'500'000'000ull);
+}
+
 // ---- Conformance suite: both transports x world size ----
 
 class TransportConformance : public ::testing::TestWithParam<std::tuple<Kind, int>> {
