@@ -58,8 +58,13 @@ absl::StatusOr<Process*> LocalJob::Spawn(const std::string& name, std::vector<st
                                          const ClusterHost& host, bool echo) {
   argv.push_back("--host=" + host.address);
   if (!host.netns.empty()) argv.insert(argv.begin(), {"/sbin/ip", "netns", "exec", host.netns});
-  const std::string log = absl::StrCat(options_.dir, "/", absl::StrReplaceAll(name, {{" ", "-"}}), ".log");
-  ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<Process> p, Process::Start(name, argv, log, echo));
+  ProcessOptions process;
+  process.argv = std::move(argv);
+  process.name = name;
+  process.echo = echo;
+  process.log_path =
+      absl::StrCat(options_.dir, "/", absl::StrReplaceAll(name, {{" ", "-"}}), ".log");
+  ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<Process> p, Process::Start(process));
   processes_.push_back(std::move(p));
   return processes_.back().get();
 }

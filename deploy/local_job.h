@@ -13,8 +13,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/subprocess.h"
 #include "config/job_config.h"
-#include "deploy/process.h"
 #include "google/protobuf/struct.pb.h"
 
 namespace onebit::launcher {

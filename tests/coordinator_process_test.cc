@@ -2,12 +2,8 @@
 // found through its address file, driven with onebitctl and over REST while workers (gRPC
 // clients in this process) run a short job; it exits by itself once the job is over, on
 // SIGTERM, and with a message naming the key when the config is bad.
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -20,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/subprocess.h"
 #include "coordinator/address_file.h"
 #include "coordinator/coordinator_client.h"
 #include "coordinator/proto_json.h"
@@ -27,8 +24,6 @@
 #include "gtest/gtest.h"
 #include "tests/test_paths.h"
 #include "httplib.h"
-
-extern char** environ;
 
 namespace onebit {
 namespace {
@@ -57,56 +52,41 @@ void WriteFile(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::trunc) << text;
 }
 
-// A child process with stdout and stderr in files.
+// A child process with stdout and stderr in files of their own.
 struct Child {
-  pid_t pid = -1;
-  std::shared_ptr<int> exit_code = std::make_shared<int>(-1);  // once reaped
+  std::unique_ptr<Process> process;  // null if it could not start
   std::string out_path, err_path;
   std::string out() const { return ReadFile(out_path); }
   std::string err() const { return ReadFile(err_path); }
 };
 
+// `name` names the output files in `dir`; they are appended to, so use a new one per child.
 Child Spawn(const std::string& binary, const std::vector<std::string>& args, const std::string& dir,
             const std::string& name) {
   Child child;
   child.out_path = absl::StrCat(dir, "/", name, ".out");
   child.err_path = absl::StrCat(dir, "/", name, ".err");
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, child.out_path.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&actions, 2, child.err_path.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  std::vector<std::string> argv_strings = {binary};
-  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& a : argv_strings) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  if (posix_spawn(&child.pid, binary.c_str(), &actions, nullptr, argv.data(), environ) != 0) {
-    child.pid = -1;
-  }
-  posix_spawn_file_actions_destroy(&actions);
+  ProcessOptions options;
+  options.argv = {binary};
+  options.argv.insert(options.argv.end(), args.begin(), args.end());
+  options.log_path = child.out_path;
+  options.stderr_path = child.err_path;
+  absl::StatusOr<std::unique_ptr<Process>> process = Process::Start(options);
+  EXPECT_TRUE(process.ok()) << process.status();
+  if (process.ok()) child.process = *std::move(process);
   return child;
 }
 
 // Whether the child has exited (reaping it if so).
-bool Exited(const Child& child) {
-  if (*child.exit_code >= 0) return true;
-  int status = 0;
-  if (waitpid(child.pid, &status, WNOHANG) != child.pid) return false;
-  *child.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return true;
-}
+bool Exited(Child& child) { return child.process == nullptr || child.process->Exited(nullptr); }
 
 // The exit code, or -1 if the child did not exit within `timeout` (it is then killed).
-int Wait(const Child& child, absl::Duration timeout = absl::Seconds(30)) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
-    if (Exited(child)) return *child.exit_code;
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  kill(child.pid, SIGKILL);
-  waitpid(child.pid, nullptr, 0);
+int Wait(Child& child, absl::Duration timeout = absl::Seconds(30)) {
+  if (child.process == nullptr) return -1;
+  const absl::StatusOr<int> code = child.process->Wait(timeout);
+  if (code.ok()) return *code;
+  child.process->Signal(SIGKILL);
+  (void)child.process->Wait(absl::Seconds(10));
   return -1;
 }
 
@@ -300,7 +280,7 @@ TEST(CoordinatorProcessTest, StopThenSigterm) {
   ASSERT_TRUE(metrics);
   EXPECT_THAT(metrics->body, HasSubstr("onebit_coordinator_stop_after_step 30"));
 
-  kill(c.child.pid, SIGTERM);
+  c.child.process->Signal(SIGTERM);
   EXPECT_EQ(Wait(c.child, absl::Seconds(15)), 0) << c.child.err();
   EXPECT_THAT(c.child.err(), HasSubstr("received SIGTERM"));
   Ran gone = Onebitctl(dir, {flag, "--timeout=2s", "status"});
@@ -320,11 +300,12 @@ TEST(CoordinatorProcessTest, BadConfigsExitWithTheKey) {
       {R"({"onebit": {"freeze": {"mode": "sometimes"}}})", "onebit.freeze.mode"},
       {R"({"steps": )", "not valid JSON"},
   };
+  int n = 0;
   for (const Case& c : cases) {
     const std::string config = absl::StrCat(dir, "/bad.json");
     WriteFile(config, c.json);
     Child child = Spawn(Runfile("coordinator/onebit-coordinator"),
-                        {absl::StrCat("--config=", config)}, dir, "bad");
+                        {absl::StrCat("--config=", config)}, dir, absl::StrCat("bad_", n++));
     EXPECT_EQ(Wait(child), 1) << c.json;
     EXPECT_THAT(child.err(), HasSubstr(c.expected)) << c.json;
   }
@@ -346,7 +327,7 @@ TEST(CoordinatorProcessTest, APortInUseIsAClearError) {
   Coordinator second = StartCoordinator(dir2, JobConfigJson(1, 10, 5), {"--port=" + port});
   EXPECT_EQ(Wait(second.child), 1);
   EXPECT_THAT(second.child.err(), HasSubstr("cannot bind 127.0.0.1:" + port));
-  kill(first.child.pid, SIGTERM);
+  first.child.process->Signal(SIGTERM);
   EXPECT_EQ(Wait(first.child), 0);
 }
 

@@ -11,9 +11,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/subprocess.h"
 #include "config/job_config.h"
 #include "deploy/local_job.h"
-#include "deploy/process.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "tests/test_paths.h"
@@ -114,11 +114,12 @@ TEST(PrometheusTest, ScrapesAWorkerAndTheCoordinator) {
                      << "  - job_name: onebit\n    static_configs:\n"
                      << "      - targets: ['" << worker_metrics << "', '" << job.metrics_address() << "']\n";
   const std::string listen = absl::StrCat("127.0.0.1:", FreePort());
-  auto prom_process = launcher::Process::Start(
-      "prometheus",
-      {prometheus_bin, "--config.file=" + yml, "--storage.tsdb.path=" + dir + "/data",
-       "--web.listen-address=" + listen},
-      dir + "/prometheus.log", /*echo=*/false);
+  ProcessOptions prom_options;
+  prom_options.name = "prometheus";
+  prom_options.argv = {prometheus_bin, "--config.file=" + yml,
+                       "--storage.tsdb.path=" + dir + "/data", "--web.listen-address=" + listen};
+  prom_options.log_path = dir + "/prometheus.log";
+  auto prom_process = Process::Start(prom_options);
   ASSERT_TRUE(prom_process.ok()) << prom_process.status();
 
   httplib::Client prom("http://" + listen);

@@ -7,9 +7,7 @@
 #include <dirent.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -27,6 +25,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/subprocess.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/test_paths.h"
@@ -35,8 +34,6 @@
 #include "worker/transport/local_group.h"
 #include "worker/optim/onebit_adam.h"
 #include "worker/exchange/ps_exchange.h"
-
-extern char** environ;
 
 namespace onebit {
 namespace {
@@ -54,77 +51,50 @@ std::string TempPath(const std::string& name) {
   return absl::StrCat(Env("TEST_TMPDIR", "/tmp"), "/", name, "_", getpid(), "_", counter++);
 }
 
-// A child process, killed and reaped when this goes out of scope.
-class Child {
- public:
-  explicit Child(const std::vector<std::string>& args) {
-    std::vector<char*> argv;
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    if (posix_spawn(&pid_, argv[0], nullptr, nullptr, argv.data(), environ) != 0) pid_ = -1;
-  }
-  ~Child() {
-    if (pid_ > 0 && !reaped_) {
-      kill(pid_, SIGKILL);
-      kill(pid_, SIGCONT);
-      Wait(absl::Seconds(10));
-    }
-  }
-  pid_t pid() const { return pid_; }
-  // SIGSTOP, then waits until every thread of the child is stopped (kill() returns before
-  // the signal has taken effect).
-  bool Stop() {
-    kill(pid_, SIGSTOP);
-    const absl::Time deadline = absl::Now() + absl::Seconds(10);
-    while (absl::Now() < deadline) {
-      if (AllThreadsStopped()) return true;
-      absl::SleepFor(absl::Milliseconds(5));
-    }
-    return false;
-  }
-  void Signal(int sig) { kill(pid_, sig); }
-  // The exit status (as waitpid gives it), or -1 if it is still running at the deadline.
-  int Wait(absl::Duration timeout) {
-    const absl::Time deadline = absl::Now() + timeout;
-    while (absl::Now() < deadline) {
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        reaped_ = true;
-        return status;
-      }
-      absl::SleepFor(absl::Milliseconds(10));
-    }
-    return -1;
-  }
+// Starts `argv` with its output in this test's; null (and a failure) if it cannot start.
+std::unique_ptr<Process> StartChild(const std::vector<std::string>& argv) {
+  ProcessOptions options;
+  options.argv = argv;
+  absl::StatusOr<std::unique_ptr<Process>> process = Process::Start(options);
+  EXPECT_TRUE(process.ok()) << process.status();
+  return process.ok() ? *std::move(process) : nullptr;
+}
 
- private:
-  bool AllThreadsStopped() const {
-    DIR* dir = opendir(absl::StrCat("/proc/", pid_, "/task").c_str());
-    if (dir == nullptr) return false;
-    bool stopped = true;
-    int threads = 0;
-    while (dirent* entry = readdir(dir)) {
-      if (entry->d_name[0] == '.') continue;
-      ++threads;
-      std::ifstream stat(absl::StrCat("/proc/", pid_, "/task/", entry->d_name, "/stat"));
-      std::string line;
-      std::getline(stat, line);
-      // "pid (comm) S ...": the state follows the last ')'.
-      const size_t paren = line.rfind(')');
-      if (paren == std::string::npos || paren + 2 >= line.size() || line[paren + 2] != 'T') {
-        stopped = false;
-      }
+bool AllThreadsStopped(pid_t pid) {
+  DIR* dir = opendir(absl::StrCat("/proc/", pid, "/task").c_str());
+  if (dir == nullptr) return false;
+  bool stopped = true;
+  int threads = 0;
+  while (dirent* entry = readdir(dir)) {
+    if (entry->d_name[0] == '.') continue;
+    ++threads;
+    std::ifstream stat(absl::StrCat("/proc/", pid, "/task/", entry->d_name, "/stat"));
+    std::string line;
+    std::getline(stat, line);
+    // "pid (comm) S ...": the state follows the last ')'.
+    const size_t paren = line.rfind(')');
+    if (paren == std::string::npos || paren + 2 >= line.size() || line[paren + 2] != 'T') {
+      stopped = false;
     }
-    closedir(dir);
-    return stopped && threads > 0;
   }
+  closedir(dir);
+  return stopped && threads > 0;
+}
 
-  pid_t pid_ = -1;
-  bool reaped_ = false;
-};
+// SIGSTOP, then waits until every thread of the child is stopped (kill() returns before
+// the signal has taken effect).
+bool StopAndWait(Process& child) {
+  child.Signal(SIGSTOP);
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (absl::Now() < deadline) {
+    if (AllThreadsStopped(child.pid())) return true;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return false;
+}
 
 struct ShardProcess {
-  std::unique_ptr<Child> child;
+  std::unique_ptr<Process> child;  // terminated when this goes out of scope
   std::string grpc, metrics, address_file;
 };
 
@@ -132,10 +102,11 @@ struct ShardProcess {
 ShardProcess StartShard(int s, int shards, int workers, size_t n) {
   ShardProcess shard;
   shard.address_file = TempPath(absl::StrCat("shard", s, ".json"));
-  shard.child = std::make_unique<Child>(std::vector<std::string>{
-      ServerBinary(), absl::StrCat("--shard=", s), absl::StrCat("--shards=", shards),
-      absl::StrCat("--workers=", workers), absl::StrCat("--n=", n), "--port=0", "--metrics_port=0",
-      absl::StrCat("--address_file=", shard.address_file)});
+  shard.child = StartChild(
+      {ServerBinary(), absl::StrCat("--shard=", s), absl::StrCat("--shards=", shards),
+       absl::StrCat("--workers=", workers), absl::StrCat("--n=", n), "--port=0",
+       "--metrics_port=0", absl::StrCat("--address_file=", shard.address_file)});
+  if (shard.child == nullptr) return shard;
   const absl::Time deadline = absl::Now() + absl::Seconds(20);
   while (absl::Now() < deadline) {
     std::ifstream in(shard.address_file);
@@ -264,6 +235,7 @@ TEST(PsServerTest, ShardProcessesGiveThePeerResultAndHonestMetrics) {
   std::vector<std::string> addresses;
   for (int s = 0; s < kW; ++s) {
     shards.push_back(StartShard(s, kW, kW, kN));
+    ASSERT_FALSE(shards.back().grpc.empty());
     addresses.push_back(shards.back().grpc);
   }
 
@@ -321,9 +293,9 @@ TEST(PsServerTest, ShardProcessesGiveThePeerResultAndHonestMetrics) {
 
   for (auto& shard : shards) shard.child->Signal(SIGTERM);
   for (auto& shard : shards) {
-    const int status = shard.child->Wait(absl::Seconds(10));
-    ASSERT_NE(status, -1) << "no exit after SIGTERM";
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    const absl::StatusOr<int> code = shard.child->Wait(absl::Seconds(10));
+    ASSERT_TRUE(code.ok()) << "no exit after SIGTERM";
+    EXPECT_EQ(*code, 0);
     EXPECT_THAT(TemporaryFilesOf(shard.address_file), testing::IsEmpty());
   }
 }
@@ -337,6 +309,7 @@ TEST(PsServerTest, AKilledShardMakesTheNextStepUnavailableQuickly) {
   std::vector<std::string> addresses;
   for (int s = 0; s < kW; ++s) {
     shards.push_back(StartShard(s, kW, kW, kN));
+    ASSERT_FALSE(shards.back().grpc.empty());
     addresses.push_back(shards.back().grpc);
   }
   PsExchangeOptions options;
@@ -356,7 +329,7 @@ TEST(PsServerTest, AKilledShardMakesTheNextStepUnavailableQuickly) {
                         // Both workers finished step 5: kill shard 1 now.
                         if (++ready == kW) {
                           shards[1].child->Signal(SIGKILL);
-                          shards[1].child->Wait(absl::Seconds(10));
+                          (void)shards[1].child->Wait(absl::Seconds(10));
                           killed = true;
                         }
                         while (!killed) absl::SleepFor(absl::Milliseconds(5));
@@ -378,6 +351,7 @@ TEST(PsServerTest, AKilledShardMakesTheNextStepUnavailableQuickly) {
 TEST(PsServerTest, AStoppedShardIsUnavailableAtTheStepDeadline) {
   constexpr size_t kN = 1000;
   ShardProcess shard = StartShard(0, 1, 1, kN);
+  ASSERT_FALSE(shard.grpc.empty());
   PsExchangeOptions options;
   options.step_deadline = absl::Seconds(1);
   auto backend = kernels::NewCpuBackend();
@@ -386,7 +360,7 @@ TEST(PsServerTest, AStoppedShardIsUnavailableAtTheStepDeadline) {
   const std::vector<float> g = Random(5, kN, 0, 1);
   ASSERT_TRUE((*exchange)->SumGradients(1, g.data()).ok());  // the stream is open
 
-  ASSERT_TRUE(shard.child->Stop());
+  ASSERT_TRUE(StopAndWait(*shard.child));
   const absl::Time start = absl::Now();
   auto sum = (*exchange)->SumGradients(2, g.data());
   const absl::Duration took = absl::Now() - start;
@@ -419,11 +393,11 @@ TEST(PsServerTest, BadFlagsAndFailedStartsExitNonZero) {
        1},
   };
   for (const Case& c : cases) {
-    Child child(c.args);
-    const int status = child.Wait(absl::Seconds(20));
-    ASSERT_NE(status, -1) << c.args.back();
-    EXPECT_TRUE(WIFEXITED(status)) << c.args.back();
-    EXPECT_EQ(WEXITSTATUS(status), c.exit_code) << c.args.back();
+    std::unique_ptr<Process> child = StartChild(c.args);
+    ASSERT_NE(child, nullptr);
+    const absl::StatusOr<int> code = child->Wait(absl::Seconds(20));
+    ASSERT_TRUE(code.ok()) << c.args.back();
+    EXPECT_EQ(*code, c.exit_code) << c.args.back();  // 128+N if a signal ended it
   }
 }
 

@@ -3,32 +3,28 @@
 // float64 model of ALGORITHM.md (worker/onebit_adam_reference.h). The same runs over gloo
 // must produce the same bytes as over inproc.
 #include <dirent.h>
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "common/npy.h"
+#include "common/subprocess.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/test_paths.h"
-#include "common/npy.h"
 #include "worker/optim/onebit_adam_reference.h"
-
-extern char** environ;
 
 namespace onebit {
 namespace {
@@ -86,61 +82,30 @@ struct RunResult {
 RunResult RunBinary(const std::vector<std::string>& args,
                     const std::vector<std::string>& extra_env = {},
                     const std::string& cwd = "") {
-  const std::string log = absl::StrCat(NewDir("log"), "/output.txt");
-  std::vector<std::string> argv_strings = {BinaryPath()};
-  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& s : argv_strings) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e != nullptr; ++e) {
-    if (std::strncmp(*e, "BUILD_WORKING_DIRECTORY=", 24) != 0) env_strings.push_back(*e);
-  }
-  env_strings.insert(env_strings.end(), extra_env.begin(), extra_env.end());
-  std::vector<char*> envp;
-  for (std::string& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                   0644);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  // The child inherits the working directory: change it around the spawn (the test is
-  // single-threaded; posix_spawn_file_actions_addchdir_np is not portable).
-  std::string old_cwd;
-  if (!cwd.empty()) {
-    char buf[4096];
-    old_cwd = getcwd(buf, sizeof(buf));
-    EXPECT_EQ(chdir(cwd.c_str()), 0);
-  }
-  pid_t pid = -1;
-  int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), envp.data());
-  if (!cwd.empty()) {
-    EXPECT_EQ(chdir(old_cwd.c_str()), 0);
-  }
-  posix_spawn_file_actions_destroy(&actions);
+  ProcessOptions options;
+  options.argv = {BinaryPath()};
+  options.argv.insert(options.argv.end(), args.begin(), args.end());
+  // Only the tests that ask for one get a BUILD_WORKING_DIRECTORY (the tool resolves
+  // relative paths against it).
+  options.env_unset = {"BUILD_WORKING_DIRECTORY"};
+  options.env_set = extra_env;
+  options.working_dir = cwd;
+  options.log_path = absl::StrCat(NewDir("log"), "/output.txt");
   RunResult result;
-  if (rc != 0) {
-    ADD_FAILURE() << "cannot spawn " << argv[0] << ": " << std::strerror(rc);
+  absl::StatusOr<std::unique_ptr<Process>> process = Process::Start(options);
+  if (!process.ok()) {
+    ADD_FAILURE() << process.status();
     return result;
   }
   // A hung child would otherwise hang the test until Bazel's timeout.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  int status = 0;
-  while (true) {
-    pid_t done = waitpid(pid, &status, WNOHANG);
-    if (done == pid) break;
-    if (std::chrono::steady_clock::now() > deadline) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      ADD_FAILURE() << "onebit-replay did not finish within 120 s";
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  absl::StatusOr<int> code = (*process)->Wait(absl::Seconds(120));
+  if (!code.ok()) {
+    ADD_FAILURE() << "onebit-replay did not finish within 120 s";
+    (*process)->Signal(SIGKILL);
+    code = (*process)->Wait(absl::Seconds(10));
   }
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  result.output = ReadRaw(log);
+  result.exit_code = code.ok() ? *code : -1;
+  result.output = ReadRaw(options.log_path);
   return result;
 }
 
