@@ -3,11 +3,8 @@
 // /metrics tells the truth about steps and bytes, SIGTERM ends a shard cleanly, and a shard
 // that is killed or stopped mid-run makes the workers fail with UNAVAILABLE promptly
 // instead of hanging.
-#include <arpa/inet.h>
 #include <dirent.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -28,6 +25,7 @@
 #include "common/subprocess.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "httplib.h"
 #include "tests/test_paths.h"
 #include "kernels/kernels.h"
 #include "compression/layout.h"
@@ -144,27 +142,11 @@ std::vector<std::string> TemporaryFilesOf(const std::string& path) {
   return found;
 }
 
-// GET http://address/metrics with a plain socket (HTTP/1.0: the server closes when done).
-std::string Scrape(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  int port = 0;
-  if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port)) return "";
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  inet_pton(AF_INET, address.substr(0, colon).c_str(), &addr.sin_addr);
-  std::string response;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    const std::string request = "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n";
-    if (write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
-      char buffer[4096];
-      ssize_t got;
-      while ((got = read(fd, buffer, sizeof(buffer))) > 0) response.append(buffer, got);
-    }
-  }
-  close(fd);
-  return response;
+// GET http://address/metrics.
+httplib::Result Scrape(const std::string& address) {
+  httplib::Client client("http://" + address);
+  client.set_read_timeout(10, 0);
+  return client.Get("/metrics");
 }
 
 // The value of the sample `series` (name with labels, as exposed) in a scrape.
@@ -275,8 +257,10 @@ TEST(PsServerTest, ShardProcessesGiveThePeerResultAndHonestMetrics) {
   uint64_t total_sent = 0;
   for (int s = 0; s < kW; ++s) {
     SCOPED_TRACE(testing::Message() << "shard " << s);
-    const std::string scrape = Scrape(shards[s].metrics);
-    EXPECT_THAT(scrape, HasSubstr("200 OK"));
+    const httplib::Result response = Scrape(shards[s].metrics);
+    ASSERT_TRUE(response) << httplib::to_string(response.error());
+    EXPECT_EQ(response->status, 200);
+    const std::string& scrape = response->body;
     EXPECT_EQ(Sample(scrape, "onebit_server_steps_total{kind=\"fp32\"}"), kFreeze);
     EXPECT_EQ(Sample(scrape, "onebit_server_steps_total{kind=\"onebit\"}"), kSteps - kFreeze);
     EXPECT_EQ(Sample(scrape, "onebit_server_step"), kSteps);

@@ -5,11 +5,6 @@
 // over NCCL) skips without a GPU.
 #include "worker/trainer.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -22,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "httplib.h"
 #include "kernels/cuda_backend.h"
 #include "kernels/kernels.h"
 #include "worker/workloads/fashion_mnist.h"
@@ -343,27 +339,6 @@ TEST(TrainerTest, DivergenceStopsTheRunWithAHint) {
   EXPECT_LT((*trainer)->summary().last_step, 100);
 }
 
-// GET /metrics on 127.0.0.1:port over a plain socket.
-std::string HttpGet(int port, const std::string& path) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return "";
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string response;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    const std::string request = absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
-    if (write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
-      char buf[4096];
-      ssize_t got;
-      while ((got = read(fd, buf, sizeof(buf))) > 0) response.append(buf, got);
-    }
-  }
-  close(fd);
-  return response;
-}
-
 TEST(WorkerMetricsTest, TheTrainerFeedsTheMetricsAndTheEndpointServesThem) {
   auto endpoint = MetricsEndpoint::Start("127.0.0.1", 0);
   ASSERT_TRUE(endpoint.ok()) << endpoint.status();
@@ -408,9 +383,12 @@ TEST(WorkerMetricsTest, TheTrainerFeedsTheMetricsAndTheEndpointServesThem) {
     EXPECT_THAT(text, HasSubstr(absl::StrCat(name, "{rank=\"0\"}"))) << name;
   }
 
-  const std::string response = HttpGet((*endpoint)->port(), "/metrics");
-  EXPECT_THAT(response, HasSubstr("200 OK"));
-  EXPECT_THAT(response, HasSubstr("onebit_worker_step{rank=\"0\"} 12"));
+  httplib::Client client("127.0.0.1", (*endpoint)->port());
+  client.set_read_timeout(10, 0);
+  const httplib::Result response = client.Get("/metrics");
+  ASSERT_TRUE(response) << httplib::to_string(response.error());
+  EXPECT_EQ(response->status, 200);
+  EXPECT_THAT(response->body, HasSubstr("onebit_worker_step{rank=\"0\"} 12"));
 
   // The port is taken now: a second endpoint on it fails cleanly.
   auto second = MetricsEndpoint::Start("127.0.0.1", (*endpoint)->port());
