@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <optional>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
@@ -18,7 +19,9 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/subprocess.h"
 #include "config/job_config.h"
 #include "deploy/local_job.h"
 #include "gtest/gtest.h"
@@ -38,18 +41,23 @@ constexpr char kSubnet[] = "10.214.0";
 
 std::string Script() { return testing_paths::Runfile("tools/emulated_cluster.sh"); }
 
-// Runs the cluster script; its stdout, or nullopt when it failed.
-std::optional<std::string> Cluster(const std::string& args) {
-  const std::string command = absl::StrCat("ONEBIT_CLUSTER=", kCluster,
-                                           " ONEBIT_CLUSTER_SUBNET=", kSubnet, " ", Script(),
-                                           " ", args, " 2>&1");
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return std::nullopt;
-  std::string out;
-  char buf[512];
-  while (size_t got = fread(buf, 1, sizeof(buf), pipe)) out.append(buf, got);
-  if (pclose(pipe) != 0) {
-    ADD_FAILURE() << command << ":\n" << out;
+// Runs the cluster script with `args`; its output, or nullopt when it failed.
+std::optional<std::string> Cluster(const std::vector<std::string>& args) {
+  static int runs = 0;
+  ProcessOptions options;
+  options.argv = {Script()};
+  options.argv.insert(options.argv.end(), args.begin(), args.end());
+  options.env_set = {absl::StrCat("ONEBIT_CLUSTER=", kCluster),
+                     absl::StrCat("ONEBIT_CLUSTER_SUBNET=", kSubnet)};
+  options.log_path = absl::StrCat(testing_paths::TestTmpDir(), "/cluster-", runs++, ".log");
+  absl::StatusOr<std::unique_ptr<Process>> p = Process::Start(options);
+  absl::StatusOr<int> code = p.ok() ? (*p)->Wait(absl::Seconds(60)) : p.status();
+  std::ifstream in(options.log_path);
+  const std::string out(std::istreambuf_iterator<char>(in), {});
+  if (!code.ok() || *code != 0) {
+    ADD_FAILURE() << "emulated_cluster.sh " << absl::StrJoin(args, " ") << ": "
+                  << (code.ok() ? absl::StrCat("exit ", *code) : code.status().ToString())
+                  << "\n" << out;
     return std::nullopt;
   }
   return out;
@@ -57,7 +65,7 @@ std::optional<std::string> Cluster(const std::string& args) {
 
 // Bytes that left each node so far (its eth0's tx counter), summed.
 uint64_t NodeTxBytes() {
-  std::optional<std::string> out = Cluster("bytes");
+  std::optional<std::string> out = Cluster({"bytes"});
   uint64_t total = 0;
   if (!out) return 0;
   for (absl::string_view line : absl::StrSplit(*out, '\n', absl::SkipEmpty())) {
@@ -75,7 +83,7 @@ class EmulatedClusterTest : public ::testing::Test {
     if (system("/sbin/ip netns list > /dev/null 2>&1") != 0) {
       GTEST_SKIP() << "no network namespaces here (ip netns fails): skipped";
     }
-    std::optional<std::string> up = Cluster(absl::StrCat("up ", kNodes, " 200mbit"));
+    std::optional<std::string> up = Cluster({"up", absl::StrCat(kNodes), "200mbit"});
     ASSERT_TRUE(up.has_value());
     control_ = {absl::StrCat(kCluster, "-ctl"), absl::StrCat(kSubnet, ".1")};
     for (int i = 0; i < kNodes; ++i) {
@@ -83,7 +91,7 @@ class EmulatedClusterTest : public ::testing::Test {
     }
   }
   void TearDown() override {
-    if (!nodes_.empty()) Cluster("down");
+    if (!nodes_.empty()) Cluster({"down"});
   }
 
   // Runs `config` to the end (on the cluster, or on loopback); returns worker 0's final
