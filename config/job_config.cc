@@ -87,6 +87,14 @@ Handler String(std::string* out, std::set<std::string> allowed = {}) {
   };
 }
 
+Handler Bool(bool* out) {
+  return [=](const Value& v, const std::string& path) -> absl::Status {
+    if (v.kind_case() != Value::kBoolValue) return Bad(path, "must be true or false");
+    *out = v.bool_value();
+    return absl::OkStatus();
+  };
+}
+
 Handler Betas(double* beta1, double* beta2) {
   return [=](const Value& v, const std::string& path) -> absl::Status {
     if (v.kind_case() != Value::kListValue || v.list_value().values_size() != 2) {
@@ -180,6 +188,15 @@ absl::Status Parse(const Value& root, JobConfig* c) {
                                  {"eval_every", Integer(&k.eval_every, 0, kMaxSteps)},
                                  {"parameters", Integer(&k.parameters, 1, kMaxParameters)}});
                 }},
+               {"checkpoint",
+                [&](const Value& k, const std::string& kp) {
+                  CheckpointConfig& q = c->checkpoint;
+                  return Object(k, kp,
+                                {{"dir", String(&q.dir)},
+                                 {"every_steps", Integer(&q.every_steps, 0, kMaxSteps)},
+                                 {"keep", Integer(&q.keep, 1, 1 << 20)},
+                                 {"resume", Bool(&q.resume)}});
+                }},
                {"ports", [&](const Value& p, const std::string& pp) {
                   PortsConfig& q = c->ports;
                   return Object(p, pp,
@@ -221,6 +238,9 @@ absl::Status Parse(const Value& root, JobConfig* c) {
   }
   if (o.comm_backend_name == "nccl" && c->device != "cuda") {
     return Bad("optimizer.params.comm_backend_name", "nccl needs onebit.device = cuda");
+  }
+  if (c->checkpoint.every_steps > 0 && c->checkpoint.dir.empty()) {
+    return Bad("onebit.checkpoint.dir", "is required with every_steps");
   }
   if (c->freeze.max_warmup < c->freeze.min_warmup) {
     return Bad("onebit.freeze.max_warmup", "must be >= min_warmup");
@@ -291,7 +311,8 @@ std::string JobConfigToJson(const JobConfig& c) {
                "min_warmup": %d, "max_warmup": %d},
     "workload": {"type": "%s", "hidden": [%s], "data_dir": "%s", "eval_every": %d,
                  "parameters": %d},
-    "ports": {"coordinator": %d, "coordinator_rest": %d, "metrics": %d, "server": %d}
+    "ports": {"coordinator": %d, "coordinator_rest": %d, "metrics": %d, "server": %d},
+    "checkpoint": {"dir": "%s", "every_steps": %d, "keep": %d, "resume": %s}
   }
 }
 )",
@@ -301,7 +322,8 @@ std::string JobConfigToJson(const JobConfig& c) {
       c.freeze.reports_in_a_row, c.freeze.report_interval, c.freeze.min_warmup,
       c.freeze.max_warmup, c.workload.type, absl::StrJoin(c.workload.hidden, ", "),
       Quote(c.workload.data_dir), c.workload.eval_every, c.workload.parameters, c.ports.coordinator,
-      c.ports.coordinator_rest, c.ports.metrics, c.ports.server);
+      c.ports.coordinator_rest, c.ports.metrics, c.ports.server, Quote(c.checkpoint.dir),
+      c.checkpoint.every_steps, c.checkpoint.keep, c.checkpoint.resume ? "true" : "false");
 }
 
 bool UsesServers(const ExchangeConfig& exchange) {

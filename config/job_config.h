@@ -19,7 +19,8 @@
 //       "workload": {"type": "fashion_mnist", "hidden": [256, 128], "eval_every": 100,
 //                    "data_dir": "/usr/share/datasets/fashion-mnist"},
 //       "ports": {"coordinator": 0, "coordinator_rest": 0, "metrics": 0, "server": 0},
-//       "log_every": 20
+//       "log_every": 20,
+//       "checkpoint": {"dir": "/ckpt", "every_steps": 100, "keep": 3, "resume": true}
 //     }
 //   }
 //
@@ -93,6 +94,16 @@ struct PortsConfig {
   int server = 0;
 };
 
+// Two-phase-commit checkpoints (checkpoint/manifest.h). Every process of the job reads and
+// writes the same directory: a local disk for a one-machine job, a shared volume otherwise.
+struct CheckpointConfig {
+  std::string dir;          // "": no checkpoints and no resume
+  int64_t every_steps = 0;  // a checkpoint after every multiple of this step; 0: on demand only
+  int keep = 3;             // committed checkpoints kept (the newest)
+  // Resume from the newest committed checkpoint in `dir` when the coordinator starts.
+  bool resume = true;
+};
+
 struct JobConfig {
   int64_t micro_batch = 64;  // train_micro_batch_size_per_gpu: per worker and step
   int64_t steps = 600;
@@ -106,6 +117,7 @@ struct JobConfig {
   WorkloadConfig workload;
   PortsConfig ports;
   int64_t log_every = 20;
+  CheckpointConfig checkpoint;
 };
 
 // True when the job has onebit-server shards: ps mode, or hierarchical over ps.

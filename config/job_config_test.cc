@@ -27,7 +27,8 @@ constexpr char kFull[] = R"({
     "lease_steps": 8,
     "workload": {"type": "fashion_mnist", "hidden": [300, 100], "eval_every": 50},
     "ports": {"coordinator": 5000, "metrics": 0},
-    "log_every": 10
+    "log_every": 10,
+    "checkpoint": {"dir": "/ckpt", "every_steps": 25, "keep": 2, "resume": false}
   }
 })";
 
@@ -58,6 +59,10 @@ TEST(JobConfigTest, ParsesEveryKey) {
   EXPECT_EQ(c->workload.eval_every, 50);
   EXPECT_EQ(c->ports.coordinator, 5000);
   EXPECT_EQ(c->log_every, 10);
+  EXPECT_EQ(c->checkpoint.dir, "/ckpt");
+  EXPECT_EQ(c->checkpoint.every_steps, 25);
+  EXPECT_EQ(c->checkpoint.keep, 2);
+  EXPECT_FALSE(c->checkpoint.resume);
 }
 
 TEST(JobConfigTest, EmptyObjectGivesDefaults) {
@@ -110,6 +115,9 @@ TEST(JobConfigTest, RejectsBadConfigsNamingTheKey) {
       {R"({"onebit": {"workload": {"parameters": 1e12}}})", "onebit.workload.parameters"},
       {R"({"onebit": {"ports": {"metrics": 70000}}})", "onebit.ports.metrics"},
       {R"({"onebit": 3})", "onebit: must be an object"},
+      {R"({"onebit": {"checkpoint": {"every_steps": 10}}})", "onebit.checkpoint.dir"},
+      {R"({"onebit": {"checkpoint": {"dir": "/c", "keep": 0}}})", "onebit.checkpoint.keep"},
+      {R"({"onebit": {"checkpoint": {"resume": 1}}})", "onebit.checkpoint.resume"},
       {R"({"train_batch_size": 100, "train_micro_batch_size_per_gpu": 32})", "train_batch_size"},
       {R"([1, 2])", "must be an object"},
       {R"({"steps": )", "not valid JSON"},

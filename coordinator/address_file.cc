@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/atomic_file.h"
-#include "coordinator/proto_json.h"
+#include "proto/proto_json.h"
 #include "google/protobuf/struct.pb.h"
 
 namespace onebit {

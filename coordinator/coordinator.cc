@@ -1,9 +1,11 @@
 #include "coordinator/coordinator.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "checkpoint/manifest.h"
 #include "coordinator/log.h"
 
 namespace onebit {
@@ -28,6 +30,7 @@ absl::StatusOr<StageMachineOptions> StageMachineOptionsFromConfig(const JobConfi
   o.reports_in_a_row = config.freeze.reports_in_a_row;
   o.min_warmup = config.freeze.min_warmup;
   o.max_warmup = config.freeze.max_warmup;
+  o.checkpoint_every = config.checkpoint.dir.empty() ? 0 : config.checkpoint.every_steps;
   absl::Status status = ValidateStageMachineOptions(o);
   if (!status.ok()) return status;
   return o;
@@ -75,6 +78,10 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(const Coordinat
   if (options.heartbeat_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("heartbeat timeout must be positive");
   }
+  if (options.resume.has_value()) {
+    sm_options->resume_step = options.resume->step();
+    sm_options->resume_freeze_step = options.resume_freeze_step;
+  }
   absl::StatusOr<StageMachine> stage_machine = StageMachine::Create(*sm_options);
   if (!stage_machine.ok()) return stage_machine.status();
   return std::unique_ptr<Coordinator>(
@@ -99,13 +106,36 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock* clock,
                    job.servers_registered(),
                    membership_.Alive(v1::ROLE_SERVER, clock_->Now())};
   logged_freeze_step_ = stage_machine_.freeze_step();
+  for (const v1::CheckpointManifest& m : options_.committed) {
+    v1::CheckpointInfo info;
+    info.set_step(m.step());
+    info.set_name(checkpoint::StepDirName(m.step()));
+    info.set_committed(true);
+    info.set_parts_done(m.parts_size());
+    info.set_parts_expected(m.parts_size());
+    info.set_reason(m.reason());
+    info.set_created_unix_ms(m.created_unix_ms());
+    committed_.push_back(info);
+  }
+  if (options_.resume.has_value()) {
+    LogLine(absl::StrCat("resuming from the checkpoint of step ", options_.resume->step(), " (",
+                         options_.resume->name(), ")",
+                         options_.resume->reset_errors()
+                             ? absl::StrCat("; error buffers reset: ", options_.resume->reason())
+                             : std::string("; every error buffer restored")));
+  }
   LogLine(absl::StrCat("job ", options_.job_id, ": ", options_.config.workers, " workers, ",
                        ServerCount(options_.config), " servers, ", options_.config.steps, " steps, ",
                        FreezeText(stage_machine_.freeze_step()),
                        stage_machine_.freeze_reason().empty()
                            ? ""
                            : absl::StrCat(" (", stage_machine_.freeze_reason(), ")")));
-  if (metrics_ != nullptr) metrics_->SetJob(job, digest_.servers_alive);
+  if (metrics_ != nullptr) {
+    metrics_->SetJob(job, digest_.servers_alive);
+    if (options_.resume.has_value()) {
+      metrics_->Resumed(options_.resume->step(), options_.resume->reset_errors());
+    }
+  }
 }
 
 v1::JobStatus Coordinator::JobLocked() const {
@@ -127,6 +157,8 @@ v1::JobStatus Coordinator::JobLocked() const {
   job.set_last_loss(last_loss_);
   job.set_last_variance_change(last_variance_change_);
   job.set_exchange_mode(options_.config.exchange.mode);
+  job.set_last_checkpoint_step(committed_.empty() ? 0 : committed_.back().step());
+  job.set_resumed_from_step(options_.resume.has_value() ? options_.resume->step() : 0);
   return job;
 }
 
@@ -190,6 +222,7 @@ absl::StatusOr<v1::RegisterResponse> Coordinator::Register(const v1::RegisterReq
   response.set_world_size(membership_.world_size());
   response.set_num_servers(membership_.num_servers());
   response.set_job_id(options_.job_id);
+  if (options_.resume.has_value()) *response.mutable_resume() = *options_.resume;
   return response;
 }
 
@@ -235,6 +268,7 @@ absl::StatusOr<v1::LeaseResponse> Coordinator::Lease(const v1::LeaseRequest& req
   response.set_through_step(grant->through_step);
   response.set_freeze_step(grant->freeze_step);
   response.set_stop_after_step(grant->stop_after_step);
+  for (int64_t step : grant->checkpoint_steps) response.add_checkpoint_steps(step);
   return response;
 }
 
@@ -369,6 +403,137 @@ absl::StatusOr<v1::JobStatus> Coordinator::Stop(const v1::StopRequest& request) 
                               : absl::StrCat("stop after step ", request.after_step()));
 }
 
+std::string Coordinator::CheckpointReasonLocked(int64_t step) const {
+  if (auto it = requested_checkpoints_.find(step); it != requested_checkpoints_.end()) {
+    return it->second;
+  }
+  const int64_t every = stage_machine_.options().checkpoint_every;
+  if (every > 0 && step > 0 && step % every == 0) return absl::StrCat("every ", every, " steps");
+  return "";
+}
+
+v1::CheckpointInfo Coordinator::PendingInfoLocked(int64_t step, const PendingCheckpoint& p) const {
+  v1::CheckpointInfo info;
+  info.set_step(step);
+  info.set_name(checkpoint::StepDirName(step));
+  info.set_committed(false);
+  info.set_parts_done(static_cast<int>(p.parts.size()));
+  info.set_parts_expected(membership_.world_size() + membership_.num_servers());
+  info.set_reason(p.reason);
+  return info;
+}
+
+absl::StatusOr<v1::CommitPartResponse> Coordinator::CommitPart(const v1::CommitPartRequest& request) {
+  if (!options_.commit_checkpoint) {
+    return absl::FailedPreconditionError("this job takes no checkpoints (onebit.checkpoint.dir is empty)");
+  }
+  const v1::CheckpointPart& part = request.part();
+  if (part.role() != v1::ROLE_WORKER && part.role() != v1::ROLE_SERVER) {
+    return absl::InvalidArgumentError("part.role must be ROLE_WORKER or ROLE_SERVER");
+  }
+  // The coordinator names the files: a member cannot point a manifest anywhere else.
+  const std::string expected_file = checkpoint::PartFileName(part.role(), part.rank());
+  if (part.file() != expected_file) {
+    return absl::InvalidArgumentError(absl::StrCat("part.file must be '", expected_file, "' for ",
+                                                   RoleName(part.role()), " ", part.rank()));
+  }
+  if (part.bytes() == 0) return absl::InvalidArgumentError("part.bytes must be > 0");
+  absl::MutexLock lock(&mu_);
+  absl::Status status = membership_.CheckMember(part.role(), part.rank(), request.instance_id());
+  if (!status.ok()) return status;
+  const int64_t step = request.step();
+  const std::string reason = CheckpointReasonLocked(step);
+  if (reason.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("no checkpoint is scheduled after step ", step));
+  }
+  if (!committed_.empty() && step <= committed_.back().step()) {
+    // A retry after the manifest was written, or a part of a checkpoint already superseded.
+    v1::CommitPartResponse response;
+    response.set_committed(step == committed_.back().step());
+    return response;
+  }
+  PendingCheckpoint& pending = pending_checkpoints_[step];
+  pending.reason = reason;
+  pending.parts[{part.role(), part.rank()}] = part;
+  const int expected = membership_.world_size() + membership_.num_servers();
+  v1::CommitPartResponse response;
+  if (static_cast<int>(pending.parts.size()) < expected) return response;
+
+  // Phase two: every part is on disk; the manifest makes the checkpoint exist.
+  v1::CheckpointManifest manifest;
+  manifest.set_version(checkpoint::kManifestVersion);
+  manifest.set_job_id(options_.job_id);
+  manifest.set_step(step);
+  manifest.set_freeze_step(stage_machine_.freeze_step());
+  manifest.set_world_size(membership_.world_size());
+  manifest.set_num_servers(membership_.num_servers());
+  manifest.set_exchange_mode(checkpoint::TopologyKey(options_.config));
+  manifest.set_num_parameters(options_.num_parameters);
+  manifest.set_optimizer(options_.config.optimizer.type);
+  manifest.set_created_unix_ms(absl::ToUnixMillis(clock_->Now()));
+  manifest.set_reason(reason);
+  for (const auto& [key, p] : pending.parts) *manifest.add_parts() = p;
+  const absl::Time start = clock_->Now();
+  status = options_.commit_checkpoint(manifest);
+  if (!status.ok()) {
+    LogLine(absl::StrCat("checkpoint of step ", step, " NOT committed: ", status.message()));
+    pending_checkpoints_.erase(step);
+    if (metrics_ != nullptr) metrics_->CheckpointFailed();
+    return status;
+  }
+  v1::CheckpointInfo info = PendingInfoLocked(step, pending);
+  info.set_committed(true);
+  info.set_created_unix_ms(manifest.created_unix_ms());
+  committed_.push_back(info);
+  // Older pending ones can never complete now; retention keeps the newest `keep`.
+  pending_checkpoints_.erase(pending_checkpoints_.begin(), pending_checkpoints_.upper_bound(step));
+  const size_t keep = static_cast<size_t>(std::max(1, options_.config.checkpoint.keep));
+  if (committed_.size() > keep) committed_.erase(committed_.begin(), committed_.end() - keep);
+  LogLine(absl::StrCat("checkpoint of step ", step, " committed (", reason, "): ",
+                       manifest.parts_size(), " parts"));
+  if (metrics_ != nullptr) {
+    metrics_->CheckpointCommitted(step, absl::ToDoubleSeconds(clock_->Now() - start));
+  }
+  ChangedLocked();
+  response.set_committed(true);
+  return response;
+}
+
+absl::StatusOr<v1::CheckpointInfo> Coordinator::Checkpoint(const v1::CheckpointRequest& request) {
+  if (!options_.commit_checkpoint) {
+    return absl::FailedPreconditionError("this job takes no checkpoints (onebit.checkpoint.dir is empty)");
+  }
+  if (request.at_step() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("at_step must be >= 0, got ", request.at_step()));
+  }
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<int64_t> step = stage_machine_.RequestCheckpoint(request.at_step());
+  if (!step.ok()) return step.status();
+  if (CheckpointReasonLocked(*step).empty()) requested_checkpoints_[*step] = "operator";
+  LogLine(absl::StrCat("operator: checkpoint after step ", *step));
+  PendingCheckpoint pending;
+  pending.reason = CheckpointReasonLocked(*step);
+  return PendingInfoLocked(*step, pending);
+}
+
+absl::StatusOr<v1::ListCheckpointsResponse> Coordinator::ListCheckpoints(
+    const v1::ListCheckpointsRequest&) {
+  absl::MutexLock lock(&mu_);
+  v1::ListCheckpointsResponse response;
+  for (const v1::CheckpointInfo& info : committed_) *response.add_checkpoints() = info;
+  for (const auto& [step, pending] : pending_checkpoints_) {
+    *response.add_checkpoints() = PendingInfoLocked(step, pending);
+  }
+  for (const auto& [step, reason] : requested_checkpoints_) {
+    if (step > stage_machine_.max_reported_step() && !pending_checkpoints_.count(step)) {
+      PendingCheckpoint scheduled;
+      scheduled.reason = reason;
+      *response.add_checkpoints() = PendingInfoLocked(step, scheduled);
+    }
+  }
+  return response;
+}
+
 void Coordinator::Tick() {
   absl::MutexLock lock(&mu_);
   ChangedLocked();
@@ -376,8 +541,10 @@ void Coordinator::Tick() {
 
 bool Coordinator::Finished() const {
   absl::MutexLock lock(&mu_);
+  // A checkpoint whose parts are still coming in keeps the job open: its manifest is the
+  // last thing a finished job writes.
   return membership_.Registered(v1::ROLE_WORKER) == membership_.world_size() &&
-         stage_machine_.Finished();
+         stage_machine_.Finished() && pending_checkpoints_.empty();
 }
 
 void Coordinator::Shutdown() {

@@ -10,6 +10,10 @@
 #define ONEBIT_COORDINATOR_COORDINATOR_H_
 
 #include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <vector>
 #include <memory>
 #include <string>
 
@@ -34,6 +38,20 @@ struct CoordinatorOptions {
   // A member is dead after this long without a heartbeat (registering counts as one).
   absl::Duration heartbeat_timeout = absl::Seconds(10);
   KvLimits kv_limits;
+
+  // Checkpoints (config.checkpoint). `commit_checkpoint` makes a checkpoint exist once every
+  // part is in: it writes the manifest atomically and applies retention (onebit-coordinator
+  // uses checkpoint::CommitCheckpoint on checkpoint.dir). Null: the job takes no
+  // checkpoints, and CommitPart / Checkpoint fail with FAILED_PRECONDITION.
+  std::function<absl::Status(const v1::CheckpointManifest&)> commit_checkpoint;
+  // Committed checkpoints found at start, oldest first (listed, and the retention baseline).
+  std::vector<v1::CheckpointManifest> committed;
+  // Set when this run resumes: registering members are told, and the stage machine starts
+  // after resume->step() with the manifest's switch.
+  std::optional<v1::ResumeFrom> resume;
+  int64_t resume_freeze_step = -1;
+  // Recorded in manifests: a checkpoint of another model cannot be resumed.
+  uint64_t num_parameters = 0;
 };
 
 // The stage machine's options for a job config; INVALID_ARGUMENT names the config key.
@@ -60,12 +78,17 @@ class Coordinator final : public CoordinatorHandler {
   absl::StatusOr<v1::JobStatus> Freeze(const v1::FreezeRequest& request) override;
   absl::StatusOr<v1::JobStatus> DelayFreeze(const v1::DelayFreezeRequest& request) override;
   absl::StatusOr<v1::JobStatus> Stop(const v1::StopRequest& request) override;
+  absl::StatusOr<v1::CommitPartResponse> CommitPart(const v1::CommitPartRequest& request) override;
+  absl::StatusOr<v1::CheckpointInfo> Checkpoint(const v1::CheckpointRequest& request) override;
+  absl::StatusOr<v1::ListCheckpointsResponse> ListCheckpoints(
+      const v1::ListCheckpointsRequest& request) override;
 
   // Re-evaluates liveness against the clock (call it periodically): a member that went
   // silent changes the job's version, so sessions hear of it.
   void Tick() ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Every worker registered and reported the job's last step: nothing is left to do.
+  // Every worker registered and reported the job's last step, and no checkpoint waits for
+  // parts: nothing is left to do.
   bool Finished() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Wakes blocked KvGet and WaitForJobChange calls; they return at once from now on.
@@ -93,6 +116,16 @@ class Coordinator final : public CoordinatorHandler {
   // An admin call that changed the stage machine: log and answer with the new status.
   v1::JobStatus AdminDoneLocked(const std::string& what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // A checkpoint whose parts are coming in.
+  struct PendingCheckpoint {
+    std::string reason;
+    std::map<std::pair<int, int>, v1::CheckpointPart> parts;  // by (role, rank)
+  };
+  // Why a checkpoint is taken after `step` ("every 10 steps", "operator"); "" if none is.
+  std::string CheckpointReasonLocked(int64_t step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::CheckpointInfo PendingInfoLocked(int64_t step, const PendingCheckpoint& p) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const CoordinatorOptions options_;
   Clock* const clock_;
   CoordinatorMetrics* const metrics_;  // may be null
@@ -109,6 +142,9 @@ class Coordinator final : public CoordinatorHandler {
   Digest digest_ ABSL_GUARDED_BY(mu_);
   int64_t logged_freeze_step_ ABSL_GUARDED_BY(mu_) = -1;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  std::map<int64_t, PendingCheckpoint> pending_checkpoints_ ABSL_GUARDED_BY(mu_);
+  std::map<int64_t, std::string> requested_checkpoints_ ABSL_GUARDED_BY(mu_);  // step -> reason
+  std::vector<v1::CheckpointInfo> committed_ ABSL_GUARDED_BY(mu_);  // oldest first
 };
 
 }  // namespace onebit

@@ -44,6 +44,10 @@ class CoordinatorHandler {
   virtual absl::StatusOr<v1::JobStatus> Freeze(const v1::FreezeRequest& request) = 0;
   virtual absl::StatusOr<v1::JobStatus> DelayFreeze(const v1::DelayFreezeRequest& request) = 0;
   virtual absl::StatusOr<v1::JobStatus> Stop(const v1::StopRequest& request) = 0;
+  virtual absl::StatusOr<v1::CommitPartResponse> CommitPart(const v1::CommitPartRequest& request) = 0;
+  virtual absl::StatusOr<v1::CheckpointInfo> Checkpoint(const v1::CheckpointRequest& request) = 0;
+  virtual absl::StatusOr<v1::ListCheckpointsResponse> ListCheckpoints(
+      const v1::ListCheckpointsRequest& request) = 0;
 };
 
 }  // namespace onebit

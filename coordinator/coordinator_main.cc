@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -24,7 +25,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/signals.h"
 #include "coordinator/address_file.h"
+#include "checkpoint/manifest.h"
+#include "config/model_spec.h"
 #include "coordinator/coordinator_server.h"
 #include "config/job_config.h"
 #include "coordinator/log.h"
@@ -90,6 +94,27 @@ int Run(int argc, char** argv) {
   if (options.heartbeat_timeout <= absl::ZeroDuration()) {
     return Fail(2, "--heartbeat_timeout must be positive");
   }
+  if (!config->checkpoint.dir.empty()) {
+    absl::StatusOr<size_t> n = WorkloadParameterCount(config->workload);
+    if (!n.ok()) return Fail(1, std::string(n.status().message()));
+    options.num_parameters = *n;
+    absl::StatusOr<checkpoint::ResumePlan> plan = checkpoint::PlanResume(*config, *n);
+    if (!plan.ok()) return Fail(1, std::string(plan.status().message()));
+    for (const std::string& line : plan->log) LogLine(line);
+    options.resume = plan->resume;
+    options.resume_freeze_step = plan->freeze_step;
+    options.committed = plan->committed;
+    // Directories of checkpoints that never committed (a crash between the parts and the
+    // manifest) do not exist: clean them up.
+    for (const std::string& name : checkpoint::RemoveUncommitted(config->checkpoint.dir, INT64_MAX)) {
+      LogLine(absl::StrCat("removed uncommitted checkpoint directory ", name));
+    }
+    const std::string root = config->checkpoint.dir;
+    const int keep = config->checkpoint.keep;
+    options.commit_checkpoint = [root, keep](const v1::CheckpointManifest& manifest) {
+      return checkpoint::CommitCheckpoint(root, manifest, keep);
+    };
+  }
   CoordinatorServerOptions server_options;
   server_options.host = absl::GetFlag(FLAGS_host);
   auto port = [](int flag, int from_config) { return flag >= 0 ? flag : from_config; };
@@ -137,4 +162,7 @@ int Run(int argc, char** argv) {
 }  // namespace
 }  // namespace onebit
 
-int main(int argc, char** argv) { return onebit::Run(argc, argv); }
+int main(int argc, char** argv) {
+  onebit::IgnoreSigpipe();
+  return onebit::Run(argc, argv);
+}

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "coordinator/clock.h"
-#include "coordinator/proto_json.h"
+#include "proto/proto_json.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -291,6 +291,117 @@ TEST_F(CoordinatorTest, AdamJobsReportNoFreezeMode) {
   v1::FreezeRequest now;
   now.set_now(true);
   EXPECT_THAT(coordinator_->Freeze(now).status().message(), HasSubstr("Adam"));
+}
+
+// Two-phase commit: the manifest is written once, when the last part is in, and names
+// exactly the parts reported.
+TEST_F(CoordinatorTest, CheckpointCommitsWhenEveryPartIsIn) {
+  JobConfig config = SmallJob();
+  config.checkpoint.dir = "/unused";  // the commit function below is the only writer
+  config.checkpoint.every_steps = 10;
+  CoordinatorOptions options;
+  options.config = config;
+  options.job_id = "job-1";
+  options.num_parameters = 1234;
+  std::vector<v1::CheckpointManifest> written;
+  options.commit_checkpoint = [&](const v1::CheckpointManifest& m) {
+    written.push_back(m);
+    return absl::OkStatus();
+  };
+  coordinator_ = *Coordinator::Create(options, &clock_, nullptr);
+  ASSERT_EQ(RegisterWorker("w0"), 0);
+  ASSERT_EQ(RegisterWorker("w1"), 1);
+  v1::RegisterRequest server;
+  server.set_role(v1::ROLE_SERVER);
+  server.set_instance_id("s0");
+  ASSERT_TRUE(coordinator_->Register(server).ok());
+  EXPECT_THAT(Lease(0, 1)->checkpoint_steps(), testing::ElementsAre(10));
+
+  auto part = [](v1::Role role, int rank, const std::string& id, int64_t step) {
+    v1::CommitPartRequest r;
+    r.set_instance_id(id);
+    r.set_step(step);
+    r.mutable_part()->set_role(role);
+    r.mutable_part()->set_rank(rank);
+    r.mutable_part()->set_file(role == v1::ROLE_SERVER ? absl::StrCat("server-0000", rank, ".part")
+                                                       : absl::StrCat("worker-0000", rank, ".part"));
+    r.mutable_part()->set_bytes(100 + rank);
+    r.mutable_part()->set_crc32(7);
+    return r;
+  };
+  // Bad parts change nothing.
+  EXPECT_EQ(coordinator_->CommitPart(part(v1::ROLE_WORKER, 0, "w0", 7)).status().code(),
+            absl::StatusCode::kInvalidArgument);  // no checkpoint after step 7
+  EXPECT_EQ(coordinator_->CommitPart(part(v1::ROLE_WORKER, 0, "w1", 10)).status().code(),
+            absl::StatusCode::kFailedPrecondition);  // not rank 0's instance
+  v1::CommitPartRequest escape = part(v1::ROLE_WORKER, 0, "w0", 10);
+  escape.mutable_part()->set_file("../../etc/passwd");
+  EXPECT_EQ(coordinator_->CommitPart(escape).status().code(), absl::StatusCode::kInvalidArgument);
+
+  EXPECT_FALSE(coordinator_->CommitPart(part(v1::ROLE_WORKER, 0, "w0", 10))->committed());
+  EXPECT_FALSE(coordinator_->CommitPart(part(v1::ROLE_WORKER, 0, "w0", 10))->committed());  // retry
+  EXPECT_FALSE(coordinator_->CommitPart(part(v1::ROLE_SERVER, 0, "s0", 10))->committed());
+  v1::ListCheckpointsResponse list = *coordinator_->ListCheckpoints({});
+  ASSERT_EQ(list.checkpoints_size(), 1);
+  EXPECT_FALSE(list.checkpoints(0).committed());
+  EXPECT_EQ(list.checkpoints(0).parts_done(), 2);
+  EXPECT_EQ(list.checkpoints(0).parts_expected(), 3);
+  EXPECT_TRUE(written.empty());
+
+  EXPECT_TRUE(coordinator_->CommitPart(part(v1::ROLE_WORKER, 1, "w1", 10))->committed());
+  ASSERT_EQ(written.size(), 1u);
+  EXPECT_EQ(written[0].step(), 10);
+  EXPECT_EQ(written[0].parts_size(), 3);
+  EXPECT_EQ(written[0].num_parameters(), 1234u);
+  EXPECT_EQ(written[0].freeze_step(), 30);
+  EXPECT_EQ(written[0].exchange_mode(), "ps servers=1");
+  EXPECT_EQ(written[0].reason(), "every 10 steps");
+  EXPECT_EQ(coordinator_->GetJob({})->last_checkpoint_step(), 10);
+  // A late retry is answered, and writes nothing again.
+  EXPECT_TRUE(coordinator_->CommitPart(part(v1::ROLE_WORKER, 1, "w1", 10))->committed());
+  EXPECT_EQ(written.size(), 1u);
+
+  // On demand: after the furthest lease, announced in the leases that cover it.
+  v1::CheckpointRequest asap;
+  absl::StatusOr<v1::CheckpointInfo> info = coordinator_->Checkpoint(asap);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->step(), 11);
+  EXPECT_EQ(info->reason(), "operator");
+  EXPECT_THAT(Lease(1, 1)->checkpoint_steps(), testing::ElementsAre(10));
+  EXPECT_THAT(Lease(1, 11)->checkpoint_steps(), testing::ElementsAre(11, 20));
+  v1::CheckpointRequest past;
+  past.set_at_step(5);
+  EXPECT_EQ(coordinator_->Checkpoint(past).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(CoordinatorTest, CheckpointCallsFailWithoutACheckpointDir) {
+  EXPECT_EQ(coordinator_->Checkpoint({}).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(coordinator_->CommitPart({}).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(coordinator_->ListCheckpoints({})->checkpoints_size(), 0);
+}
+
+TEST_F(CoordinatorTest, ResumedJobsTellTheirMembersAndStartAfterTheCheckpoint) {
+  CoordinatorOptions options;
+  options.config = SmallJob();
+  options.job_id = "job-1";
+  v1::ResumeFrom resume;
+  resume.set_step(40);
+  resume.set_name("step-000000040");
+  options.resume = resume;
+  options.resume_freeze_step = 30;
+  coordinator_ = *Coordinator::Create(options, &clock_, nullptr);
+  v1::RegisterRequest r;
+  r.set_role(v1::ROLE_WORKER);
+  r.set_instance_id("w0");
+  absl::StatusOr<v1::RegisterResponse> reg = coordinator_->Register(r);
+  ASSERT_TRUE(reg.ok());
+  EXPECT_EQ(reg->resume().step(), 40);
+  EXPECT_EQ(reg->resume().name(), "step-000000040");
+  absl::StatusOr<v1::LeaseResponse> lease = Lease(0, 41);
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  EXPECT_EQ(lease->through_step(), 50);
+  EXPECT_EQ(lease->freeze_step(), 30);
+  EXPECT_EQ(coordinator_->GetJob({})->resumed_from_step(), 40);
 }
 
 }  // namespace

@@ -219,6 +219,26 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
         kOnce, absl::ZeroDuration(),
         [&](grpc::ClientContext* c, v1::JobStatus* r) { return stub_->Stop(c, request, r); });
   }
+  // Idempotent: a part reported twice is recorded once.
+  absl::StatusOr<v1::CommitPartResponse> CommitPart(const v1::CommitPartRequest& request) override {
+    return Call<v1::CommitPartResponse>(kRetry, absl::ZeroDuration(),
+                                        [&](grpc::ClientContext* c, v1::CommitPartResponse* r) {
+                                          return stub_->CommitPart(c, request, r);
+                                        });
+  }
+  absl::StatusOr<v1::CheckpointInfo> Checkpoint(const v1::CheckpointRequest& request) override {
+    return Call<v1::CheckpointInfo>(kOnce, absl::ZeroDuration(),
+                                    [&](grpc::ClientContext* c, v1::CheckpointInfo* r) {
+                                      return stub_->Checkpoint(c, request, r);
+                                    });
+  }
+  absl::StatusOr<v1::ListCheckpointsResponse> ListCheckpoints(
+      const v1::ListCheckpointsRequest& request) override {
+    return Call<v1::ListCheckpointsResponse>(
+        kRetry, absl::ZeroDuration(), [&](grpc::ClientContext* c, v1::ListCheckpointsResponse* r) {
+          return stub_->ListCheckpoints(c, request, r);
+        });
+  }
 
  private:
   static constexpr bool kRetry = true;

@@ -106,6 +106,24 @@ grpc::Status CoordinatorGrpcService::Stop(grpc::ServerContext*, const v1::StopRe
   return Reply("Stop", handler_->Stop(*request), response);
 }
 
+grpc::Status CoordinatorGrpcService::CommitPart(grpc::ServerContext*,
+                                                const v1::CommitPartRequest* request,
+                                                v1::CommitPartResponse* response) {
+  return Reply("CommitPart", handler_->CommitPart(*request), response);
+}
+
+grpc::Status CoordinatorGrpcService::Checkpoint(grpc::ServerContext*,
+                                                const v1::CheckpointRequest* request,
+                                                v1::CheckpointInfo* response) {
+  return Reply("Checkpoint", handler_->Checkpoint(*request), response);
+}
+
+grpc::Status CoordinatorGrpcService::ListCheckpoints(grpc::ServerContext*,
+                                                     const v1::ListCheckpointsRequest* request,
+                                                     v1::ListCheckpointsResponse* response) {
+  return Reply("ListCheckpoints", handler_->ListCheckpoints(*request), response);
+}
+
 grpc::Status CoordinatorGrpcService::Session(
     grpc::ServerContext* context, grpc::ServerReaderWriter<v1::JobEvent, v1::Heartbeat>* stream) {
   SessionState state;

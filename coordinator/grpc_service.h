@@ -48,6 +48,13 @@ class CoordinatorGrpcService final : public v1::Coordinator::Service {
                            v1::JobStatus* response) override;
   grpc::Status Stop(grpc::ServerContext* context, const v1::StopRequest* request,
                     v1::JobStatus* response) override;
+  grpc::Status CommitPart(grpc::ServerContext* context, const v1::CommitPartRequest* request,
+                          v1::CommitPartResponse* response) override;
+  grpc::Status Checkpoint(grpc::ServerContext* context, const v1::CheckpointRequest* request,
+                          v1::CheckpointInfo* response) override;
+  grpc::Status ListCheckpoints(grpc::ServerContext* context,
+                               const v1::ListCheckpointsRequest* request,
+                               v1::ListCheckpointsResponse* response) override;
 
  private:
   template <typename Response>

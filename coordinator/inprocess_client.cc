@@ -128,6 +128,16 @@ class InProcessClient final : public CoordinatorClient {
     return h_->DelayFreeze(r);
   }
   absl::StatusOr<v1::JobStatus> Stop(const v1::StopRequest& r) override { return h_->Stop(r); }
+  absl::StatusOr<v1::CommitPartResponse> CommitPart(const v1::CommitPartRequest& r) override {
+    return h_->CommitPart(r);
+  }
+  absl::StatusOr<v1::CheckpointInfo> Checkpoint(const v1::CheckpointRequest& r) override {
+    return h_->Checkpoint(r);
+  }
+  absl::StatusOr<v1::ListCheckpointsResponse> ListCheckpoints(
+      const v1::ListCheckpointsRequest& r) override {
+    return h_->ListCheckpoints(r);
+  }
 
  private:
   CoordinatorHandler* const h_;

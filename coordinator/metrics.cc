@@ -51,7 +51,41 @@ CoordinatorMetrics::CoordinatorMetrics() : registry_(std::make_shared<prometheus
                      .Name("onebit_coordinator_rpc_errors_total")
                      .Help("Calls answered with an error, by method (gRPC and REST).")
                      .Register(r);
+  checkpoints_committed_ = &prometheus::BuildCounter()
+                                .Name("onebit_coordinator_checkpoints_committed_total")
+                                .Help("Checkpoints whose manifest was written.")
+                                .Register(r)
+                                .Add({});
+  checkpoints_failed_ = &prometheus::BuildCounter()
+                             .Name("onebit_coordinator_checkpoints_failed_total")
+                             .Help("Checkpoints whose manifest could not be written.")
+                             .Register(r)
+                             .Add({});
+  last_checkpoint_step_ = NewGauge(r, "onebit_coordinator_last_checkpoint_step",
+                                   "Step of the newest committed checkpoint; 0 if none.");
+  checkpoint_commit_seconds_ = &prometheus::BuildHistogram()
+                                    .Name("onebit_coordinator_checkpoint_commit_seconds")
+                                    .Help("Time to write a checkpoint's manifest.")
+                                    .Register(r)
+                                    .Add({}, prometheus::Histogram::BucketBoundaries{
+                                                 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0});
+  resumed_step_ = NewGauge(r, "onebit_coordinator_resumed_step",
+                           "Step of the checkpoint this run resumed from; 0 if none.");
+  resumed_errors_reset_ = NewGauge(
+      r, "onebit_coordinator_resumed_errors_reset",
+      "1 if the resume reset the error buffers (another topology wrote the checkpoint).");
   freeze_step_->Set(-1);
+}
+
+void CoordinatorMetrics::CheckpointCommitted(int64_t step, double seconds) {
+  checkpoints_committed_->Increment();
+  last_checkpoint_step_->Set(static_cast<double>(step));
+  checkpoint_commit_seconds_->Observe(seconds);
+}
+
+void CoordinatorMetrics::Resumed(int64_t step, bool errors_reset) {
+  resumed_step_->Set(static_cast<double>(step));
+  resumed_errors_reset_->Set(errors_reset ? 1 : 0);
 }
 
 void CoordinatorMetrics::SetJob(const v1::JobStatus& job, int servers_alive) {
@@ -67,6 +101,7 @@ void CoordinatorMetrics::SetJob(const v1::JobStatus& job, int servers_alive) {
   servers_alive_->Set(servers_alive);
   loss_->Set(job.last_loss());
   variance_change_->Set(job.last_variance_change());
+  last_checkpoint_step_->Set(static_cast<double>(job.last_checkpoint_step()));
 }
 
 void CoordinatorMetrics::RpcError(absl::string_view method) {

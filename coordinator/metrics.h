@@ -15,6 +15,11 @@
 //   onebit_coordinator_leases_granted_total
 //   onebit_coordinator_lease_seconds         histogram of Lease handling time
 //   onebit_coordinator_rpc_errors_total{method}  failed calls, gRPC and REST alike
+//   onebit_coordinator_checkpoints_committed_total / _checkpoints_failed_total
+//   onebit_coordinator_last_checkpoint_step  newest committed checkpoint; 0 if none
+//   onebit_coordinator_checkpoint_commit_seconds  histogram of writing a manifest
+//   onebit_coordinator_resumed_step          checkpoint this run resumed from; 0 if none
+//   onebit_coordinator_resumed_errors_reset  1 if that resume reset the error buffers
 #ifndef ONEBIT_COORDINATOR_METRICS_H_
 #define ONEBIT_COORDINATOR_METRICS_H_
 
@@ -44,6 +49,9 @@ class CoordinatorMetrics {
   void LeaseGranted() { leases_granted_->Increment(); }
   void ObserveLease(double seconds) { lease_seconds_->Observe(seconds); }
   void RpcError(absl::string_view method);
+  void CheckpointCommitted(int64_t step, double seconds);
+  void CheckpointFailed() { checkpoints_failed_->Increment(); }
+  void Resumed(int64_t step, bool errors_reset);
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
@@ -63,6 +71,12 @@ class CoordinatorMetrics {
   prometheus::Counter* leases_granted_;
   prometheus::Histogram* lease_seconds_;
   prometheus::Family<prometheus::Counter>* rpc_errors_;
+  prometheus::Counter* checkpoints_committed_;
+  prometheus::Counter* checkpoints_failed_;
+  prometheus::Gauge* last_checkpoint_step_;
+  prometheus::Histogram* checkpoint_commit_seconds_;
+  prometheus::Gauge* resumed_step_;
+  prometheus::Gauge* resumed_errors_reset_;
 };
 
 }  // namespace onebit

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
-#include "coordinator/proto_json.h"
+#include "proto/proto_json.h"
 #include "google/protobuf/struct.pb.h"
 #include "httplib.h"
 
@@ -111,6 +111,15 @@ const std::vector<Route>& Routes() {
          return WithBody<v1::StopRequest>(body,
                                           [h](const v1::StopRequest& r) { return h->Stop(r); });
        }},
+      {"/v1/checkpoints", "GET", "ListCheckpoints",
+       [](CoordinatorHandler* h, absl::string_view) {
+         return Answer(h->ListCheckpoints(v1::ListCheckpointsRequest()));
+       }},
+      {"/v1/checkpoints", "POST", "Checkpoint",
+       [](CoordinatorHandler* h, absl::string_view body) {
+         return WithBody<v1::CheckpointRequest>(
+             body, [h](const v1::CheckpointRequest& r) { return h->Checkpoint(r); });
+       }},
   };
   return *routes;
 }
@@ -121,17 +130,22 @@ RestResponse HandleRest(CoordinatorHandler* handler, CoordinatorMetrics* metrics
                         absl::string_view method, absl::string_view path, absl::string_view body) {
   // HEAD is GET without the body (the HTTP server drops it).
   const absl::string_view effective = method == "HEAD" ? absl::string_view("GET") : method;
+  std::vector<std::string> allowed;  // methods of `path`
   for (const Route& route : Routes()) {
     if (path != route.path) continue;
     if (effective != route.method) {
-      RestResponse response = ErrorResponse(
-          405, absl::UnimplementedError(absl::StrCat(method, " ", path, ": method not allowed; ",
-                                                     "use ", route.method)));
-      response.allow = route.method;
-      return response;
+      allowed.push_back(route.method);
+      continue;
     }
     RestResponse response = route.serve(handler, body);
     if (response.http_status >= 400 && metrics != nullptr) metrics->RpcError(route.rpc);
+    return response;
+  }
+  if (!allowed.empty()) {
+    RestResponse response = ErrorResponse(
+        405, absl::UnimplementedError(absl::StrCat(method, " ", path, ": method not allowed; ",
+                                                   "use ", absl::StrJoin(allowed, " or "))));
+    response.allow = absl::StrJoin(allowed, ", ");
     return response;
   }
   std::vector<std::string> paths;

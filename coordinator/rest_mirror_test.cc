@@ -5,7 +5,7 @@
 
 #include "coordinator/clock.h"
 #include "coordinator/coordinator.h"
-#include "coordinator/proto_json.h"
+#include "proto/proto_json.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/struct.pb.h"
 #include "gtest/gtest.h"

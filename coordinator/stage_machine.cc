@@ -62,10 +62,16 @@ absl::StatusOr<StageMachine> StageMachine::Create(const StageMachineOptions& opt
 StageMachine::StageMachine(const StageMachineOptions& options)
     : options_(options),
       stop_after_step_(options.total_steps),
-      lease_through_(options.world_size, 0),
-      last_step_(options.world_size, 0) {
-  if (options_.policy == FreezePolicy::kStatic) {
-    Schedule(options_.static_freeze_step, "static freeze_step from the job config");
+      lease_through_(options.world_size, options.resume_step),
+      last_step_(options.world_size, options.resume_step) {
+  const int64_t start = options_.resume_step;
+  max_lease_step_ = max_reported_step_ = last_counted_step_ = start;
+  if (start > 0 && options_.resume_freeze_step >= 0 && options_.resume_freeze_step < start) {
+    Schedule(options_.resume_freeze_step, "the switch of the checkpoint resumed from");
+  } else if (options_.policy == FreezePolicy::kStatic) {
+    Schedule(std::max(options_.static_freeze_step, start),
+             options_.static_freeze_step >= start ? "static freeze_step from the job config"
+                                                  : "static freeze_step, passed before the resume");
   }
   // max_warmup 0: the first lease could only be empty, so the switch is due at once.
   ForceAtMaxWarmupIfDue();
@@ -115,7 +121,38 @@ absl::StatusOr<LeaseGrant> StageMachine::Lease(int rank, int64_t next_step) {
     max_lease_step_ = std::max(max_lease_step_, through);
   }
   ForceAtMaxWarmupIfDue();
-  return LeaseGrant{through, freeze_step_, stop_after_step_};
+  return LeaseGrant{through, freeze_step_, stop_after_step_, CheckpointSteps(next_step, through)};
+}
+
+absl::StatusOr<int64_t> StageMachine::RequestCheckpoint(int64_t at_step) {
+  const int64_t step = at_step > 0 ? at_step : max_lease_step_ + 1;
+  if (step <= max_lease_step_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("a checkpoint after step ", step, " is too late: workers hold leases through step ",
+                     max_lease_step_, "; the earliest possible is ", max_lease_step_ + 1));
+  }
+  if (step > stop_after_step_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "a checkpoint after step ", step, " is past the job's end (step ", stop_after_step_, ")"));
+  }
+  requested_checkpoints_.insert(step);
+  return step;
+}
+
+std::vector<int64_t> StageMachine::CheckpointSteps(int64_t from, int64_t through) const {
+  std::vector<int64_t> steps;
+  if (through < from) return steps;
+  const int64_t k = options_.checkpoint_every;
+  for (auto it = requested_checkpoints_.lower_bound(from);
+       it != requested_checkpoints_.end() && *it <= through; ++it) {
+    steps.push_back(*it);
+  }
+  if (k > 0) {
+    for (int64_t s = ((from + k - 1) / k) * k; s <= through; s += k) steps.push_back(s);
+  }
+  std::sort(steps.begin(), steps.end());
+  steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
+  return steps;
 }
 
 absl::Status StageMachine::ReportProgress(int rank, int64_t step) {

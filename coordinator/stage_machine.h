@@ -30,6 +30,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,14 @@ struct StageMachineOptions {
   int reports_in_a_row = 3;
   int64_t min_warmup = 50;
   int64_t max_warmup = 1000;
+  // Checkpoints after every multiple of this step; 0: only those requested.
+  int64_t checkpoint_every = 0;
+  // A resumed job: steps 1..resume_step are done (every worker starts at resume_step + 1),
+  // and the switch as of that checkpoint was resume_freeze_step (< 0: none). A switch
+  // already passed (resume_freeze_step < resume_step) stays where it was; otherwise the
+  // policy decides again, but never at or before resume_step.
+  int64_t resume_step = 0;
+  int64_t resume_freeze_step = -1;
 };
 
 // OK, or INVALID_ARGUMENT naming the job config key at fault (e.g. "onebit.lease_steps").
@@ -63,6 +72,8 @@ struct LeaseGrant {
   int64_t through_step = 0;
   int64_t freeze_step = -1;  // < 0: none scheduled
   int64_t stop_after_step = 0;
+  // Steps in [next_step, through_step] after which every worker writes a checkpoint part.
+  std::vector<int64_t> checkpoint_steps;
 };
 
 // Not thread-safe: the owner serialises every call.
@@ -93,6 +104,12 @@ class StageMachine {
   absl::Status DelayFreeze(int64_t to_step);
   // Stops the job after `after_step`, or as soon as is safe if after_step < 0.
   absl::Status Stop(int64_t after_step);
+  // Schedules a checkpoint after `at_step`, or (at_step <= 0) after the earliest step no
+  // lease has promised yet; returns the step. FAILED_PRECONDITION when that step is already
+  // promised (at or before max_lease_step) or past the job's end.
+  absl::StatusOr<int64_t> RequestCheckpoint(int64_t at_step);
+  // The checkpoint steps in [from, through]: multiples of checkpoint_every and requested ones.
+  std::vector<int64_t> CheckpointSteps(int64_t from, int64_t through) const;
 
   const StageMachineOptions& options() const { return options_; }
   int64_t freeze_step() const { return freeze_step_; }
@@ -141,6 +158,7 @@ class StageMachine {
   int64_t last_counted_step_ = 0;
   int streak_ = 0;  // consecutive counted report steps under the threshold
   double last_counted_variance_change_ = -1.0;
+  std::set<int64_t> requested_checkpoints_;
 };
 
 }  // namespace onebit

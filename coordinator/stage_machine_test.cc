@@ -409,5 +409,56 @@ TEST(StageMachineTest, OperatorFreezeOverridesAutomatic) {
   EXPECT_EQ(m.Lease(0, 11)->through_step, 20);  // no max_warmup cap once scheduled
 }
 
+TEST(StageMachineCheckpointTest, PeriodicStepsComeWithTheLeases) {
+  StageMachineOptions o = Static(2, 100, /*lease_steps=*/10, /*total_steps=*/40);
+  o.checkpoint_every = 15;
+  auto sm = StageMachine::Create(o);
+  ASSERT_TRUE(sm.ok());
+  EXPECT_THAT(sm->Lease(0, 1)->checkpoint_steps, testing::ElementsAre());
+  EXPECT_THAT(sm->Lease(0, 11)->checkpoint_steps, testing::ElementsAre(15));
+  EXPECT_THAT(sm->Lease(1, 1)->checkpoint_steps, testing::ElementsAre());
+  EXPECT_THAT(sm->CheckpointSteps(1, 40), testing::ElementsAre(15, 30));
+}
+
+TEST(StageMachineCheckpointTest, RequestedCheckpointsLieBeyondEveryLease) {
+  auto sm = StageMachine::Create(Static(2, 100, 10, 40));
+  ASSERT_TRUE(sm.ok());
+  ASSERT_TRUE(sm->Lease(0, 1).ok());  // through 10
+  absl::StatusOr<int64_t> next = sm->RequestCheckpoint(0);
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(*next, 11);
+  EXPECT_THAT(sm->RequestCheckpoint(7).status().message(), HasSubstr("earliest possible is 11"));
+  EXPECT_THAT(sm->RequestCheckpoint(41).status().message(), HasSubstr("past the job's end"));
+  ASSERT_TRUE(sm->RequestCheckpoint(25).ok());
+  // Every worker hears of both in the leases that cover them, rank 1 as well as rank 0.
+  EXPECT_THAT(sm->Lease(1, 1)->checkpoint_steps, testing::ElementsAre());
+  EXPECT_THAT(sm->Lease(1, 11)->checkpoint_steps, testing::ElementsAre(11));
+  EXPECT_THAT(sm->Lease(0, 11)->checkpoint_steps, testing::ElementsAre(11));
+  EXPECT_THAT(sm->Lease(0, 21)->checkpoint_steps, testing::ElementsAre(25));
+}
+
+TEST(StageMachineCheckpointTest, ResumeStartsAfterTheCheckpoint) {
+  StageMachineOptions o = Static(2, 5, 10, 40);
+  o.resume_step = 20;
+  o.resume_freeze_step = 5;
+  auto sm = StageMachine::Create(o);
+  ASSERT_TRUE(sm.ok());
+  EXPECT_EQ(sm->freeze_step(), 5);
+  EXPECT_EQ(sm->max_lease_step(), 20);
+  EXPECT_EQ(sm->Lease(0, 1).status().code(), absl::StatusCode::kOk);  // a rollback may ask again
+  absl::StatusOr<LeaseGrant> g = sm->Lease(1, 21);
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(g->through_step, 30);
+  EXPECT_THAT(sm->Lease(0, 22).status().message(), HasSubstr("from step 21 at the latest"));
+  // A static switch the resumed run has not reached yet stays the config's.
+  o.static_freeze_step = 30;
+  o.resume_freeze_step = 30;
+  EXPECT_EQ(StageMachine::Create(o)->freeze_step(), 30);
+  // One the config moved before the checkpoint switches right away, never in the past.
+  o.static_freeze_step = 10;
+  o.resume_freeze_step = 30;
+  EXPECT_EQ(StageMachine::Create(o)->freeze_step(), 20);
+}
+
 }  // namespace
 }  // namespace onebit

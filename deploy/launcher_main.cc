@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/signals.h"
 #include "config/job_config.h"
 #include "deploy/local_job.h"
 #include "google/protobuf/struct.pb.h"
@@ -312,4 +313,7 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace onebit::launcher
 
-int main(int argc, char** argv) { return onebit::launcher::Main(argc, argv); }
+int main(int argc, char** argv) {
+  onebit::IgnoreSigpipe();
+  return onebit::launcher::Main(argc, argv);
+}

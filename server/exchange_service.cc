@@ -29,7 +29,8 @@ grpc::Status ExchangeService::Exchange(
     // Any int converts; ShardState rejects what is not a known kind.
     const auto kind = static_cast<ChunkKind>(static_cast<int>(push.kind()));
     absl::StatusOr<ShardState::PushOutcome> outcome =
-        state_->Push(push.worker(), push.step(), push.chunk(), kind, push.payload());
+        state_->Push(push.worker(), push.step(), push.chunk(), kind, push.payload(),
+                     push.checkpoint());
     if (!outcome.ok()) return ToGrpcStatus(outcome.status());
     ResultPayload result = outcome->result;
     if (result == nullptr) {

@@ -25,11 +25,14 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "common/signals.h"
 #include "coordinator/coordinator_client.h"
 #include "config/job_config.h"
 #include "compression/layout.h"
 #include "config/model_spec.h"
 #include "server/server_process.h"
+#include "server/shard_checkpointer.h"
+#include "checkpoint/manifest.h"
 
 ABSL_FLAG(int, shard, -1, "This shard's index, in [0, --shards) (required).");
 ABSL_FLAG(int, shards, 0, "Number of shards S (required, >= 1).");
@@ -48,9 +51,11 @@ namespace {
 constexpr int kExitRuntime = 1;
 constexpr int kExitUsage = 2;
 
-// Registers the shard and starts its heartbeat session.
+// Registers the shard and starts its heartbeat session; *reg gets the coordinator's answer
+// and *instance this process's id.
 absl::StatusOr<std::unique_ptr<onebit::CoordinatorSession>> JoinJob(
-    onebit::CoordinatorClient& client, int shard, const onebit::server::ServerProcess& process) {
+    onebit::CoordinatorClient& client, int shard, const onebit::server::ServerProcess& process,
+    onebit::v1::RegisterResponse* reg_out, std::string* instance) {
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
   onebit::v1::RegisterRequest request;
@@ -61,6 +66,8 @@ absl::StatusOr<std::unique_ptr<onebit::CoordinatorSession>> JoinJob(
   request.set_requested_rank(shard);
   absl::StatusOr<onebit::v1::RegisterResponse> reg = client.Register(request);
   if (!reg.ok()) return reg.status();
+  *reg_out = *reg;
+  *instance = request.instance_id();
   if (reg->rank() != shard) {
     return absl::FailedPreconditionError(
         absl::StrCat("asked to be shard ", shard, ", the coordinator assigned ", reg->rank()));
@@ -81,6 +88,7 @@ int UsageError(const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  onebit::IgnoreSigpipe();
   absl::SetProgramUsageMessage("A parameter-server shard of a onebit job.");
   absl::ParseCommandLine(argc, argv);
 
@@ -91,9 +99,12 @@ int main(int argc, char** argv) {
   options.shard.retained_steps = absl::GetFlag(FLAGS_retained_steps);
   int64_t n = absl::GetFlag(FLAGS_n);
   int group_offset = 0;  // hierarchical over ps: the first shard of this shard's slice
+  std::string checkpoint_dir, topology;
   if (!absl::GetFlag(FLAGS_config).empty()) {
     absl::StatusOr<onebit::JobConfig> config = onebit::LoadJobConfig(absl::GetFlag(FLAGS_config));
     if (!config.ok()) return UsageError(std::string(config.status().message()));
+    checkpoint_dir = config->checkpoint.dir;
+    topology = onebit::checkpoint::TopologyKey(*config);
     absl::StatusOr<size_t> count = onebit::WorkloadParameterCount(config->workload);
     if (!count.ok()) return UsageError(std::string(count.status().message()));
     const onebit::ExchangeConfig& x = config->exchange;
@@ -144,6 +155,15 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  // Checkpoints need the coordinator (it commits them) and a directory.
+  std::unique_ptr<onebit::server::ShardCheckpointer> checkpointer;
+  if (!checkpoint_dir.empty() && !absl::GetFlag(FLAGS_coordinator).empty()) {
+    checkpointer = std::make_unique<onebit::server::ShardCheckpointer>(
+        checkpoint_dir, group_offset + options.shard.shard, topology);
+    options.shard.on_checkpoint = [c = checkpointer.get()](int64_t step, std::vector<float> e) {
+      c->Enqueue(step, std::move(e));
+    };
+  }
   auto process = onebit::server::ServerProcess::Start(options);
   if (!process.ok()) {
     std::cerr << "onebit-server: " << process.status() << std::endl;
@@ -160,8 +180,22 @@ int main(int argc, char** argv) {
     onebit::GrpcClientOptions client_options;
     client_options.address = absl::GetFlag(FLAGS_coordinator);
     auto made = onebit::NewGrpcCoordinatorClient(client_options);
-    auto joined = made.ok() ? JoinJob(**made, group_offset + options.shard.shard, **process)
+    onebit::v1::RegisterResponse reg;
+    std::string instance;
+    const int index = group_offset + options.shard.shard;
+    auto joined = made.ok() ? JoinJob(**made, index, **process, &reg, &instance)
                             : absl::StatusOr<std::unique_ptr<onebit::CoordinatorSession>>(made.status());
+    if (joined.ok() && reg.has_resume()) {
+      if (reg.resume().reset_errors()) {
+        std::cerr << "onebit-server: resuming from step " << reg.resume().step()
+                  << " with the server error reset: " << reg.resume().reason() << std::endl;
+      } else {
+        const absl::Status restored = onebit::server::ShardCheckpointer::Restore(
+            checkpoint_dir, reg.resume(), index, (*process)->state());
+        if (!restored.ok()) joined = restored;
+        else std::cerr << "onebit-server: resumed from the checkpoint of step " << reg.resume().step() << std::endl;
+      }
+    }
     if (!joined.ok()) {
       std::cerr << "onebit-server: cannot join the job: " << joined.status() << std::endl;
       (*process)->Shutdown();
@@ -169,6 +203,7 @@ int main(int argc, char** argv) {
     }
     client = *std::move(made);
     session = *std::move(joined);
+    if (checkpointer) checkpointer->Start(client.get(), instance);
   }
 
   int signal = 0;
@@ -177,5 +212,6 @@ int main(int argc, char** argv) {
   std::cerr << "onebit-server: signal " << signal << ", shutting down" << std::endl;
   (*process)->Shutdown();
   process->reset();
+  checkpointer.reset();  // drains queued parts while the client is still alive
   return 0;
 }

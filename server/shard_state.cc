@@ -187,7 +187,8 @@ uint8_t* ShardState::Row(ChunkKind kind, int worker) {
 
 absl::StatusOr<ShardState::PushOutcome> ShardState::Push(int worker, int64_t step, int chunk,
                                                          ChunkKind kind,
-                                                         absl::string_view payload) {
+                                                         absl::string_view payload,
+                                                         bool checkpoint) {
   RejectReason reason;
   if (absl::Status s = ValidateRequest(worker, step, chunk, kind, &reason); !s.ok()) {
     return Reject(reason, s);
@@ -227,6 +228,8 @@ absl::StatusOr<ShardState::PushOutcome> ShardState::Push(int worker, int64_t ste
   }
   if (payload.size() > 0) std::memcpy(row, payload.data(), payload.size());
   open_->pushed[worker] = true;
+  open_->checkpoint = open_->checkpoint || checkpoint;
+  any_push_ = true;
   if (++open_->num_pushed < config_.num_workers) return PushOutcome{false, nullptr};
   ONEBIT_RETURN_IF_ERROR(Complete());
   return PushOutcome{false, finished_.back().result};
@@ -269,8 +272,31 @@ absl::Status ShardState::Complete() {
       if (norm.ok()) observer_->OnServerErrorNorm(*norm);
     }
   }
+  if (open.checkpoint && config_.on_checkpoint) {
+    absl::StatusOr<std::vector<float>> error = aggregator_->error().ToHost();
+    if (!error.ok()) {
+      broken_ = absl::InternalError(absl::StrCat("shard ", config_.shard, ": cannot copy the server error for the checkpoint of step ", open.step, ": ", error.status().message()));
+      step_done_.SignalAll();
+      return broken_;
+    }
+    config_.on_checkpoint(open.step, *std::move(error));
+  }
   step_done_.SignalAll();
   return absl::OkStatus();
+}
+
+absl::Status ShardState::RestoreServerError(const std::vector<float>& error) {
+  absl::MutexLock lock(&mu_);
+  if (any_push_) {
+    return absl::FailedPreconditionError(
+        "the server error can only be restored before the first push");
+  }
+  if (error.size() != aggregator_->chunk()) {
+    return absl::InvalidArgumentError(absl::StrCat("server_error has ", error.size(),
+                                                   " elements, this shard's chunk ",
+                                                   aggregator_->chunk()));
+  }
+  return aggregator_->RestoreError(error);
 }
 
 absl::StatusOr<ResultPayload> ShardState::AwaitResult(int worker, int64_t step, int chunk,

@@ -66,6 +66,10 @@ struct ShardConfig {
   // Finished steps whose results are kept for retries; at least 2 (while step t+1 is open
   // a slow worker may still be asking for step t).
   int retained_steps = 2;
+  // Called when a step pushed with the checkpoint flag completes, with the server error as
+  // it stands after that step (host copy). Runs with the shard's lock held: it must only
+  // hand the data on (a queue), never block or call back.
+  std::function<void(int64_t step, std::vector<float> server_error)> on_checkpoint;
 };
 
 // Why a push was rejected: the label of onebit_server_rejected_pushes_total.
@@ -111,8 +115,9 @@ class ShardState {
   };
   // Validates and records one push; completes the step when it is the W-th. Never waits
   // for other workers.
+  // `checkpoint`: the job checkpoints after this step (any worker's flag counts).
   absl::StatusOr<PushOutcome> Push(int worker, int64_t step, int chunk, ChunkKind kind,
-                                   absl::string_view payload);
+                                   absl::string_view payload, bool checkpoint = false);
 
   // The result of `step`, waiting for it while it is open (or, when no step is open, is the
   // next one) until `deadline` (DEADLINE_EXCEEDED) or until `cancelled` returns true
@@ -133,6 +138,9 @@ class ShardState {
   // For checkpoints, metrics and tests.
   absl::StatusOr<std::vector<float>> ServerErrorToHost() const;
   absl::StatusOr<double> ServerErrorNorm() const;
+  // A resumed job: the server error of the checkpoint. Only before the first push
+  // (FAILED_PRECONDITION after), and of the chunk's size (INVALID_ARGUMENT otherwise).
+  absl::Status RestoreServerError(const std::vector<float>& error);
 
  private:
   struct OpenStep {
@@ -141,6 +149,7 @@ class ShardState {
     std::vector<bool> pushed;  // by worker
     int num_pushed = 0;
     absl::Time opened_at;
+    bool checkpoint = false;
   };
   struct FinishedStep {
     int64_t step = 0;
@@ -184,6 +193,7 @@ class ShardState {
   std::optional<OpenStep> open_ ABSL_GUARDED_BY(mu_);
   std::deque<FinishedStep> finished_ ABSL_GUARDED_BY(mu_);  // oldest first
   int64_t last_completed_ ABSL_GUARDED_BY(mu_) = 0;
+  bool any_push_ ABSL_GUARDED_BY(mu_) = false;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   // A failed aggregation leaves the server error in an unknown state: stop serving.
   absl::Status broken_ ABSL_GUARDED_BY(mu_);

@@ -19,7 +19,7 @@
 #include "common/subprocess.h"
 #include "coordinator/address_file.h"
 #include "coordinator/coordinator_client.h"
-#include "coordinator/proto_json.h"
+#include "proto/proto_json.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/test_paths.h"

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "coordinator/proto_json.h"
+#include "proto/proto_json.h"
 #include "coordinator/test_coordinator.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/struct.pb.h"

@@ -10,7 +10,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "coordinator/coordinator_client.h"
-#include "coordinator/proto_json.h"
+#include "proto/proto_json.h"
 #include "coordinator/test_coordinator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

@@ -14,6 +14,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "common/npy.h"
+#include "common/signals.h"
 
 ABSL_FLAG(int, workers, 4, "Workers W.");
 ABSL_FLAG(int, steps, 200, "Steps T.");
@@ -23,6 +24,7 @@ ABSL_FLAG(int, seed, 1, "Random seed.");
 ABSL_FLAG(std::string, out_dir, ".", "Directory for params.npy and grads.npy.");
 
 int main(int argc, char** argv) {
+  onebit::IgnoreSigpipe();
   absl::ParseCommandLine(argc, argv);
   const int w = absl::GetFlag(FLAGS_workers), t_steps = absl::GetFlag(FLAGS_steps);
   const int64_t n = absl::GetFlag(FLAGS_n);

@@ -26,8 +26,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/signals.h"
 #include "coordinator/coordinator_client.h"
-#include "coordinator/proto_json.h"
+#include "proto/proto_json.h"
 
 ABSL_FLAG(std::string, coordinator, "",
           "The coordinator's gRPC address, HOST:PORT (default: $ONEBIT_COORDINATOR).");
@@ -258,4 +259,7 @@ int Run(int argc, char** argv) {
 }  // namespace
 }  // namespace onebit
 
-int main(int argc, char** argv) { return onebit::Run(argc, argv); }
+int main(int argc, char** argv) {
+  onebit::IgnoreSigpipe();
+  return onebit::Run(argc, argv);
+}

@@ -25,6 +25,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/signals.h"
 #include "tools/replay.h"
 
 // Flag names use '_' (absl requires identifiers); main() rewrites '-' to '_' in flag names
@@ -125,6 +126,7 @@ bool PrecheckFlags(const std::vector<std::string>& args, const std::vector<std::
 }  // namespace
 
 int main(int argc, char** argv) {
+  onebit::IgnoreSigpipe();
   absl::SetProgramUsageMessage(
       "Replays a gradient stream through W in-process workers running 1-bit Adam.\n"
       "  onebit-replay --workers=W --params=P.npy --grads=G.npy --out=OUT.npy "

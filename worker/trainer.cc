@@ -146,7 +146,18 @@ absl::StatusOr<TrainerSummary> Trainer::Run() {
       ONEBIT_RETURN_IF_ERROR(ApplyLease(lease, t));
       if (ended()) break;
     }
+    const bool checkpoint = options_.checkpoints != nullptr &&
+                            std::count(lease_->checkpoint_steps.begin(),
+                                       lease_->checkpoint_steps.end(), t) > 0;
+    if (checkpoint) optimizer_->exchange().ScheduleCheckpoint(t);
     ONEBIT_RETURN_IF_ERROR(RunStep(t));
+    if (checkpoint) {
+      const auto start = std::chrono::steady_clock::now();
+      ONEBIT_RETURN_IF_ERROR(options_.checkpoints->Save(t, *optimizer_));
+      const double seconds = SecondsSince(start);
+      if (sink_ != nullptr) sink_->RecordCheckpoint(t, seconds);
+      Print(absl::StrFormat("checkpoint after step %d written in %.1f ms", t, seconds * 1e3));
+    }
     if (options_.eval_every > 0 && t % options_.eval_every == 0) {
       ONEBIT_RETURN_IF_ERROR(Evaluate(t));
     }

@@ -54,6 +54,16 @@ struct Lease {
   int64_t freeze_step = -1;
   // The job ends after this step; < 0: not known yet.
   int64_t stop_after_step = -1;
+  // Steps of this lease after which the trainer hands its state to the CheckpointSink.
+  std::vector<int64_t> checkpoint_steps;
+};
+
+// Where checkpoints go (worker/checkpointer.h writes parts and reports them).
+class CheckpointSink {
+ public:
+  virtual ~CheckpointSink() = default;
+  // The state after `step`, before step + 1 runs. An error ends the run.
+  virtual absl::Status Save(int64_t step, OnebitAdam& optimizer) = 0;
 };
 
 // One finished step, as the controller and the metrics see it.
@@ -118,6 +128,8 @@ class TrainerMetricsSink {
   virtual ~TrainerMetricsSink() = default;
   virtual void RecordStep(const StepReport& report) = 0;
   virtual void RecordEval(int64_t step, const EvalResult& result) = 0;
+  // A checkpoint part written after `step`, taking `seconds` of the training thread.
+  virtual void RecordCheckpoint(int64_t /*step*/, double /*seconds*/) {}
 };
 
 struct TrainerOptions {
@@ -134,6 +146,9 @@ struct TrainerOptions {
   int64_t report_interval = 10;  // k of the variance change; 0: not computed
   // Where progress and eval lines go, one call per line (no newline). Default: stdout.
   std::function<void(absl::string_view line)> print;
+  // Takes the checkpoints the leases ask for; null: none are taken (the leases' steps are
+  // ignored). Borrowed.
+  CheckpointSink* checkpoints = nullptr;
 };
 
 struct StageTotals {

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/signals.h"
 #include "coordinator/coordinator_client.h"
 #include "worker/transport/coordinator_gloo_store.h"
 #include "config/job_config.h"
@@ -26,6 +27,8 @@
 #include "common/status_macros.h"
 #include "common/npy.h"
 #include "common/atomic_file.h"
+#include "checkpoint/manifest.h"
+#include "worker/checkpointer.h"
 #include "worker/coordinator_step_controller.h"
 #include "worker/transport/gloo_transport.h"
 #include "worker/job_setup.h"
@@ -102,6 +105,7 @@ struct Worker {
   std::unique_ptr<Transport> inter_transport;  // hierarchical over peer: between nodes
   std::unique_ptr<Exchange> exchange;
   std::unique_ptr<CoordinatorStepController> controller;
+  std::unique_ptr<WorkerCheckpointer> checkpointer;
   std::unique_ptr<Trainer> trainer;
 };
 
@@ -272,12 +276,33 @@ absl::Status Run() {
       shared_client.get(), w.session.get(), reg.rank(), config.log_every, w.exchange.get());
   TrainerOptions options = TrainerOptionsFromConfig(config);
   const int rank = reg.rank();
+  if (!config.checkpoint.dir.empty()) {
+    CheckpointerOptions c;
+    c.dir = config.checkpoint.dir;
+    c.rank = rank;
+    c.world_size = reg.world_size();
+    c.instance_id = instance;
+    c.topology = checkpoint::TopologyKey(config);
+    w.checkpointer = std::make_unique<WorkerCheckpointer>(c, shared_client.get());
+    options.checkpoints = w.checkpointer.get();
+  }
   options.print = [rank](absl::string_view line) {
     std::printf("rank %d  %.*s\n", rank, static_cast<int>(line.size()), line.data());
     std::fflush(stdout);
   };
   ONEBIT_ASSIGN_OR_RETURN(w.trainer, Trainer::Create(options, w.workload.get(), w.backend.get(),
                                                      w.exchange.get(), w.controller.get(), w.sink.get()));
+  if (reg.has_resume()) {
+    const absl::Time restore_start = absl::Now();
+    ONEBIT_RETURN_IF_ERROR(RestoreWorker(config.checkpoint.dir, reg.resume(), rank,
+                                         w.trainer->optimizer()));
+    std::fprintf(stderr, "worker rank %d: resumed from the checkpoint of step %d in %.1f ms%s\n",
+                 rank, static_cast<int>(reg.resume().step()),
+                 absl::ToDoubleMilliseconds(absl::Now() - restore_start),
+                 reg.resume().reset_errors()
+                     ? absl::StrCat(" (error buffers reset: ", reg.resume().reason(), ")").c_str()
+                     : "");
+  }
   ONEBIT_ASSIGN_OR_RETURN(TrainerSummary summary, w.trainer->Run());
 
   if (!absl::GetFlag(FLAGS_params_out).empty()) {
@@ -297,6 +322,7 @@ absl::Status Run() {
 }  // namespace onebit
 
 int main(int argc, char** argv) {
+  onebit::IgnoreSigpipe();
   absl::ParseCommandLine(argc, argv);
   const absl::Status status = onebit::Run();
   if (!status.ok()) {

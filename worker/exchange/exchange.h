@@ -9,12 +9,19 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace onebit {
 
 class WorkerCompressor;
+
+// Named host copies of error buffers (Exchange::SaveErrors).
+using ErrorState = std::map<std::string, std::vector<float>>;
 
 // The averaged momentum as compressed blocks (backend memory), one per server chunk, in
 // the wire format of kernels/kernels.h; or, where the exchange averaged exactly (a
@@ -31,6 +38,10 @@ struct LinkBytes {
   uint64_t sent = 0;
   uint64_t received = 0;
 };
+
+// state[name], or INVALID_ARGUMENT naming what the checkpoint lacks.
+absl::StatusOr<const std::vector<float>*> FindError(const ErrorState& state,
+                                                    const std::string& name);
 
 class Exchange {
  public:
@@ -51,6 +62,17 @@ class Exchange {
 
   // The worker side's error state, for metrics and checkpoints.
   virtual WorkerCompressor& worker_compressor() = 0;
+
+  // CHECKPOINTS. The error buffers this worker holds, as host copies by name:
+  // "worker_error" (padded, as the compressor keeps it) and, where the worker is also a
+  // server (peer mode), "server_error" of its own chunk. The default saves the worker error.
+  virtual absl::StatusOr<ErrorState> SaveErrors();
+  // Puts back what SaveErrors gave on the same topology. INVALID_ARGUMENT naming the buffer
+  // when a name is missing or a size differs; nothing changes then.
+  virtual absl::Status RestoreErrors(const ErrorState& state);
+  // The state after `step` will be checkpointed: an exchange with servers tells them in
+  // that step's pushes, so that each writes its server error after completing it.
+  virtual void ScheduleCheckpoint(int64_t /*step*/) {}
 
   // Payload bytes this worker has sent and received so far.
   virtual uint64_t bytes_sent() const = 0;

@@ -145,4 +145,14 @@ uint64_t HierarchicalExchange::bytes_received() const {
   return intra_node_bytes().received + inter_node_bytes().received;
 }
 
+absl::StatusOr<ErrorState> HierarchicalExchange::SaveErrors() {
+  if (inter_ == nullptr) return ErrorState();
+  return inter_->SaveErrors();
+}
+
+absl::Status HierarchicalExchange::RestoreErrors(const ErrorState& state) {
+  if (inter_ == nullptr) return absl::OkStatus();
+  return inter_->RestoreErrors(state);
+}
+
 }  // namespace onebit

@@ -64,6 +64,12 @@ class HierarchicalExchange : public Exchange {
   // The worker error of this worker's slice (one node: a compressor that never runs, so
   // that metrics and checkpoints see zero error).
   WorkerCompressor& worker_compressor() override;
+  // The inter-node exchange's errors (one node: none, nothing is compressed).
+  absl::StatusOr<ErrorState> SaveErrors() override;
+  absl::Status RestoreErrors(const ErrorState& state) override;
+  void ScheduleCheckpoint(int64_t step) override {
+    if (inter_ != nullptr) inter_->ScheduleCheckpoint(step);
+  }
   uint64_t bytes_sent() const override;
   uint64_t bytes_received() const override;
   LinkBytes intra_node_bytes() const override;

@@ -31,4 +31,21 @@ absl::StatusOr<CompressedResult> PeerExchange::AverageMomentum(int64_t /*step*/,
                           compressed_->chunk()};
 }
 
+absl::StatusOr<ErrorState> PeerExchange::SaveErrors() {
+  ONEBIT_ASSIGN_OR_RETURN(ErrorState state, Exchange::SaveErrors());
+  ONEBIT_ASSIGN_OR_RETURN(state["server_error"], compressed_->server().error().ToHost());
+  return state;
+}
+
+absl::Status PeerExchange::RestoreErrors(const ErrorState& state) {
+  ONEBIT_ASSIGN_OR_RETURN(const std::vector<float>* server, FindError(state, "server_error"));
+  if (server->size() != compressed_->server().chunk()) {
+    return absl::InvalidArgumentError(absl::StrCat("server_error has ", server->size(),
+                                                   " elements, this rank's chunk ",
+                                                   compressed_->server().chunk()));
+  }
+  ONEBIT_RETURN_IF_ERROR(Exchange::RestoreErrors(state));
+  return compressed_->mutable_server().RestoreError(*server);
+}
+
 }  // namespace onebit

@@ -27,6 +27,9 @@ class PeerExchange : public Exchange {
   absl::StatusOr<CompressedResult> AverageMomentum(int64_t step, const float* m, const float* g,
                                                    float beta1) override;
   WorkerCompressor& worker_compressor() override { return compressed_->mutable_worker(); }
+  // "worker_error" and "server_error" (this rank's chunk: every worker is a server here).
+  absl::StatusOr<ErrorState> SaveErrors() override;
+  absl::Status RestoreErrors(const ErrorState& state) override;
   uint64_t bytes_sent() const override { return transport_->bytes_sent(); }
   uint64_t bytes_received() const override { return transport_->bytes_received(); }
 

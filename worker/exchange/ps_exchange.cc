@@ -169,6 +169,7 @@ absl::StatusOr<const float*> PsExchange::SumGradients(int64_t step, const float*
   for (auto& shard : shards_) {
     const int s = shard->index;
     shard->push.set_step(step);
+    shard->push.set_checkpoint(step == checkpoint_step_);
     shard->push.set_kind(v1::CHUNK_KIND_FP32);
     shard->push.set_payload(reinterpret_cast<const char*>(grad + layout_.fp32_offset(s)),
                             layout_.fp32_count(s) * sizeof(float));
@@ -194,6 +195,7 @@ absl::StatusOr<CompressedResult> PsExchange::AverageMomentum(int64_t step, const
   const size_t block = layout_.block_bytes();
   for (auto& shard : shards_) {
     shard->push.set_step(step);
+    shard->push.set_checkpoint(step == checkpoint_step_);
     shard->push.set_kind(v1::CHUNK_KIND_ONEBIT);
     shard->push.set_payload(reinterpret_cast<const char*>(blocks_.data() + shard->index * block),
                             block);

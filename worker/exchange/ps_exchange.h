@@ -81,6 +81,8 @@ class PsExchange : public Exchange {
   absl::StatusOr<CompressedResult> AverageMomentum(int64_t step, const float* m, const float* g,
                                                    float beta1) override;
   WorkerCompressor& worker_compressor() override { return *compressor_; }
+  // The pushes of `step` ask every shard to write its server error after the step.
+  void ScheduleCheckpoint(int64_t step) override { checkpoint_step_ = step; }
   uint64_t bytes_sent() const override { return bytes_sent_.load(); }
   uint64_t bytes_received() const override { return bytes_received_.load(); }
 
@@ -113,6 +115,7 @@ class PsExchange : public Exchange {
   const PsExchangeOptions options_;
 
   std::unique_ptr<WorkerCompressor> compressor_;
+  int64_t checkpoint_step_ = -1;  // the latest step scheduled for a checkpoint
   kernels::Buffer<float> sum_;         // SumGradients' result, n values
   kernels::Buffer<uint8_t> blocks_;    // the S compressed blocks this worker pushes
   kernels::Buffer<uint8_t> gathered_;  // the S result blocks

@@ -146,5 +146,27 @@ absl::Status OnebitAdam::CompressionStep(const float* grad) {
 }
 
 absl::StatusOr<std::vector<float>> OnebitAdam::ParamsToHost() const { return p_.ToHost(); }
+absl::StatusOr<std::vector<float>> OnebitAdam::MomentumToHost() const { return m_.ToHost(); }
+absl::StatusOr<std::vector<float>> OnebitAdam::VarianceToHost() const { return v_.ToHost(); }
+
+absl::Status OnebitAdam::Restore(int64_t step, int64_t freeze_step, const std::vector<float>& params,
+                                 const std::vector<float>& momentum,
+                                 const std::vector<float>& variance) {
+  if (step < 0) return absl::InvalidArgumentError(absl::StrCat("step must be >= 0, got ", step));
+  const std::pair<const char*, const std::vector<float>*> parts[] = {
+      {"params", &params}, {"exp_avg", &momentum}, {"exp_avg_sq", &variance}};
+  for (const auto& [name, v] : parts) {
+    if (v->size() != n_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " has ", v->size(), " elements, the model ", n_));
+    }
+  }
+  ONEBIT_RETURN_IF_ERROR(p_.CopyFromHost(params.data(), n_));
+  ONEBIT_RETURN_IF_ERROR(m_.CopyFromHost(momentum.data(), n_));
+  ONEBIT_RETURN_IF_ERROR(v_.CopyFromHost(variance.data(), n_));
+  step_ = step;
+  if (freeze_step >= 0 && freeze_step < step) options_.freeze_step = freeze_step;
+  return absl::OkStatus();
+}
 
 }  // namespace onebit

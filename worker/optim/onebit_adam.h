@@ -75,6 +75,16 @@ class OnebitAdam {
 
   // Copies of the state into host memory.
   absl::StatusOr<std::vector<float>> ParamsToHost() const;
+  absl::StatusOr<std::vector<float>> MomentumToHost() const;
+  absl::StatusOr<std::vector<float>> VarianceToHost() const;
+
+  // Resumes from a checkpoint taken after step `step`: parameters, momentum and variance
+  // (host memory, n elements each), and the switch if it had passed (0 <= freeze_step <
+  // step; otherwise the leases decide as before). The next Step() is step + 1. The error
+  // buffers live in the exchange (Exchange::RestoreErrors). INVALID_ARGUMENT on a size
+  // mismatch or a negative step, leaving the state as it was.
+  absl::Status Restore(int64_t step, int64_t freeze_step, const std::vector<float>& params,
+                       const std::vector<float>& momentum, const std::vector<float>& variance);
 
   Exchange& exchange() { return *exchange_; }
 

@@ -1,4 +1,4 @@
-#include "coordinator/proto_json.h"
+#include "proto/proto_json.h"
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/util/json_util.h"

@@ -3,8 +3,8 @@
 // printed (zeros and empty strings too, so a reader never has to know proto3 defaults),
 // enums by name, 64-bit integers as strings. Parsing accepts lowerCamelCase and the proto
 // field names, and rejects unknown fields.
-#ifndef ONEBIT_COORDINATOR_PROTO_JSON_H_
-#define ONEBIT_COORDINATOR_PROTO_JSON_H_
+#ifndef ONEBIT_PROTO_PROTO_JSON_H_
+#define ONEBIT_PROTO_PROTO_JSON_H_
 
 #include <string>
 
@@ -22,4 +22,4 @@ absl::Status FromJson(absl::string_view json, google::protobuf::Message* message
 
 }  // namespace onebit
 
-#endif  // ONEBIT_COORDINATOR_PROTO_JSON_H_
+#endif  // ONEBIT_PROTO_PROTO_JSON_H_

@@ -1,0 +1,248 @@
+#include "checkpoint/part.h"
+
+#include <zlib.h>
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/atomic_file.h"
+#include "common/status_macros.h"
+
+namespace onebit::checkpoint {
+namespace {
+
+constexpr uint8_t kDtypeFloat32 = 1;
+constexpr size_t kMagicBytes = 8;
+
+void AppendRaw(std::string* out, const void* data, size_t size) {
+  out->append(static_cast<const char*>(data), size);
+}
+void AppendU32(std::string* out, uint32_t v) { AppendRaw(out, &v, sizeof(v)); }
+void AppendU64(std::string* out, uint64_t v) { AppendRaw(out, &v, sizeof(v)); }
+void AppendString(std::string* out, const std::string& s) {
+  AppendU32(out, static_cast<uint32_t>(s.size()));
+  out->append(s);
+}
+
+// Reads fixed fields from the front of a byte range; every read checks the bytes left.
+class Reader {
+ public:
+  explicit Reader(absl::string_view bytes) : rest_(bytes) {}
+
+  absl::Status Raw(void* out, size_t size, absl::string_view what) {
+    if (rest_.size() < size) {
+      return absl::DataLossError(absl::StrCat("checkpoint part truncated in ", what, ": needs ",
+                                              size, " bytes, ", rest_.size(), " left"));
+    }
+    std::memcpy(out, rest_.data(), size);
+    rest_.remove_prefix(size);
+    return absl::OkStatus();
+  }
+  template <typename T>
+  absl::StatusOr<T> Get(absl::string_view what) {
+    T v;
+    ONEBIT_RETURN_IF_ERROR(Raw(&v, sizeof(v), what));
+    return v;
+  }
+  absl::StatusOr<std::string> String(absl::string_view what) {
+    ONEBIT_ASSIGN_OR_RETURN(uint32_t len, Get<uint32_t>(what));
+    if (len > kMaxPartNameBytes) {
+      return absl::DataLossError(
+          absl::StrCat("checkpoint part: ", what, " of ", len, " bytes (limit ", kMaxPartNameBytes, ")"));
+    }
+    std::string s(std::min<size_t>(len, rest_.size()), '\0');
+    ONEBIT_RETURN_IF_ERROR(Raw(s.data(), len, what));
+    return s;
+  }
+  size_t left() const { return rest_.size(); }
+
+ private:
+  absl::string_view rest_;
+};
+
+absl::StatusOr<Part> DecodeBody(absl::string_view body) {
+  Reader r(body);
+  Part part;
+  ONEBIT_ASSIGN_OR_RETURN(uint32_t num_meta, r.Get<uint32_t>("meta count"));
+  if (num_meta > kMaxPartEntries) {
+    return absl::DataLossError(absl::StrCat("checkpoint part: ", num_meta, " meta entries"));
+  }
+  for (uint32_t i = 0; i < num_meta; ++i) {
+    ONEBIT_ASSIGN_OR_RETURN(std::string key, r.String("meta key"));
+    ONEBIT_ASSIGN_OR_RETURN(std::string value, r.String("meta value"));
+    if (!part.meta.emplace(std::move(key), std::move(value)).second) {
+      return absl::DataLossError("checkpoint part: a meta key appears twice");
+    }
+  }
+  ONEBIT_ASSIGN_OR_RETURN(uint32_t num_tensors, r.Get<uint32_t>("tensor count"));
+  if (num_tensors > kMaxPartEntries) {
+    return absl::DataLossError(absl::StrCat("checkpoint part: ", num_tensors, " tensors"));
+  }
+  for (uint32_t i = 0; i < num_tensors; ++i) {
+    ONEBIT_ASSIGN_OR_RETURN(std::string name, r.String("tensor name"));
+    ONEBIT_ASSIGN_OR_RETURN(uint8_t dtype, r.Get<uint8_t>("dtype"));
+    if (dtype != kDtypeFloat32) {
+      return absl::DataLossError(
+          absl::StrCat("checkpoint part: tensor '", name, "' has unknown dtype ", dtype));
+    }
+    ONEBIT_ASSIGN_OR_RETURN(uint32_t ndim, r.Get<uint32_t>("ndim"));
+    if (ndim > kMaxPartDims) {
+      return absl::DataLossError(absl::StrCat("checkpoint part: tensor '", name, "' has ", ndim, " dims"));
+    }
+    Tensor t;
+    uint64_t elements = 1;
+    for (uint32_t d = 0; d < ndim; ++d) {
+      ONEBIT_ASSIGN_OR_RETURN(uint64_t dim, r.Get<uint64_t>("shape"));
+      // Bounded by the bytes left, so the product cannot overflow and the allocation below
+      // is never larger than the input.
+      const uint64_t max_elements = r.left() / sizeof(float);
+      if (dim != 0 && elements > max_elements / dim) {
+        return absl::DataLossError(absl::StrCat("checkpoint part: tensor '", name,
+                                                "' is larger than the file"));
+      }
+      elements *= dim;
+      t.shape.push_back(dim);
+    }
+    if (elements > r.left() / sizeof(float)) {
+      return absl::DataLossError(absl::StrCat("checkpoint part truncated in tensor '", name, "': ",
+                                              elements, " floats, ", r.left(), " bytes left"));
+    }
+    t.data.resize(elements);
+    ONEBIT_RETURN_IF_ERROR(r.Raw(t.data.data(), elements * sizeof(float), name));
+    if (!part.tensors.emplace(std::move(name), std::move(t)).second) {
+      return absl::DataLossError("checkpoint part: a tensor name appears twice");
+    }
+  }
+  if (r.left() != 0) {
+    return absl::DataLossError(absl::StrCat("checkpoint part: ", r.left(), " stray bytes after the tensors"));
+  }
+  return part;
+}
+
+}  // namespace
+
+void Part::Put(const std::string& name, std::vector<float> data) {
+  Tensor t;
+  t.shape = {data.size()};
+  t.data = std::move(data);
+  tensors[name] = std::move(t);
+}
+
+absl::StatusOr<const Tensor*> Part::Get(const std::string& name) const {
+  auto it = tensors.find(name);
+  if (it == tensors.end()) return absl::NotFoundError(absl::StrCat("checkpoint part has no tensor '", name, "'"));
+  return &it->second;
+}
+
+absl::StatusOr<int64_t> Part::MetaInt(const std::string& key) const {
+  auto it = meta.find(key);
+  if (it == meta.end()) return absl::NotFoundError(absl::StrCat("checkpoint part has no meta '", key, "'"));
+  int64_t v;
+  if (!absl::SimpleAtoi(it->second, &v)) {
+    return absl::DataLossError(absl::StrCat("checkpoint part meta '", key, "' is not an integer: '",
+                                            it->second.substr(0, 64), "'"));
+  }
+  return v;
+}
+
+void Part::PutMetaInt(const std::string& key, int64_t value) { meta[key] = absl::StrCat(value); }
+
+uint32_t Crc32(absl::string_view bytes) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  // zlib takes uInt lengths: feed large inputs in pieces.
+  while (!bytes.empty()) {
+    const size_t piece = std::min<size_t>(bytes.size(), 1u << 30);
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(piece));
+    bytes.remove_prefix(piece);
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+std::string EncodePart(const Part& part) {
+  std::string body;
+  AppendU32(&body, static_cast<uint32_t>(part.meta.size()));
+  for (const auto& [key, value] : part.meta) {
+    AppendString(&body, key);
+    AppendString(&body, value);
+  }
+  AppendU32(&body, static_cast<uint32_t>(part.tensors.size()));
+  for (const auto& [name, t] : part.tensors) {
+    AppendString(&body, name);
+    body.push_back(static_cast<char>(kDtypeFloat32));
+    AppendU32(&body, static_cast<uint32_t>(t.shape.size()));
+    for (uint64_t d : t.shape) AppendU64(&body, d);
+    AppendRaw(&body, t.data.data(), t.data.size() * sizeof(float));
+  }
+  std::string out(kPartMagic, kMagicBytes);
+  AppendU32(&out, kPartVersion);
+  AppendU64(&out, body.size());
+  out += body;
+  AppendU32(&out, Crc32(out));
+  return out;
+}
+
+absl::StatusOr<Part> DecodePart(absl::string_view bytes) {
+  constexpr size_t kHeader = kMagicBytes + sizeof(uint32_t) + sizeof(uint64_t);
+  if (bytes.size() < kMagicBytes || bytes.substr(0, kMagicBytes) != absl::string_view(kPartMagic, kMagicBytes)) {
+    return absl::InvalidArgumentError("not a onebit checkpoint part (bad magic)");
+  }
+  if (bytes.size() < kHeader + sizeof(uint32_t)) {
+    return absl::DataLossError(absl::StrCat("checkpoint part truncated: ", bytes.size(), " bytes"));
+  }
+  Reader header(bytes.substr(kMagicBytes));
+  ONEBIT_ASSIGN_OR_RETURN(uint32_t version, header.Get<uint32_t>("version"));
+  if (version != kPartVersion) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint part version ", version, " (this build reads ", kPartVersion, ")"));
+  }
+  ONEBIT_ASSIGN_OR_RETURN(uint64_t body_bytes, header.Get<uint64_t>("length"));
+  const size_t available = bytes.size() - kHeader - sizeof(uint32_t);
+  if (body_bytes != available) {
+    return absl::DataLossError(absl::StrCat("checkpoint part truncated or padded: header says ",
+                                            body_bytes, " body bytes, file has ", available));
+  }
+  uint32_t stored;
+  std::memcpy(&stored, bytes.data() + bytes.size() - sizeof(uint32_t), sizeof(stored));
+  const uint32_t actual = Crc32(bytes.substr(0, bytes.size() - sizeof(uint32_t)));
+  if (stored != actual) {
+    return absl::DataLossError(absl::StrCat("checkpoint part checksum mismatch: stored ", stored,
+                                            ", computed ", actual));
+  }
+  return DecodeBody(bytes.substr(kHeader, body_bytes));
+}
+
+namespace {
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return absl::DataLossError(absl::StrCat("cannot read ", path));
+  return std::move(ss).str();
+}
+}  // namespace
+
+absl::StatusOr<WrittenFile> WritePart(const std::string& path, const Part& part) {
+  const std::string bytes = EncodePart(part);
+  ONEBIT_RETURN_IF_ERROR(WriteFileAtomically(path, bytes));
+  return WrittenFile{bytes.size(), Crc32(bytes)};
+}
+
+absl::StatusOr<Part> ReadPart(const std::string& path) {
+  ONEBIT_ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(path));
+  absl::StatusOr<Part> part = DecodePart(bytes);
+  if (!part.ok()) {
+    return absl::Status(part.status().code(), absl::StrCat(path, ": ", part.status().message()));
+  }
+  return part;
+}
+
+absl::StatusOr<WrittenFile> ChecksumFile(const std::string& path) {
+  ONEBIT_ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(path));
+  return WrittenFile{bytes.size(), Crc32(bytes)};
+}
+
+}  // namespace onebit::checkpoint

@@ -1,0 +1,121 @@
+#include "worker/checkpointer.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "checkpoint/manifest.h"
+#include "checkpoint/part.h"
+#include "common/status_macros.h"
+
+namespace onebit {
+namespace {
+
+constexpr const char* kStateNames[] = {"params", "exp_avg", "exp_avg_sq"};
+
+// [begin, end) of rank's slice of n elements among world_size workers.
+std::pair<size_t, size_t> Slice(size_t n, int rank, int world_size) {
+  const size_t begin = n * static_cast<size_t>(rank) / static_cast<size_t>(world_size);
+  const size_t end = n * static_cast<size_t>(rank + 1) / static_cast<size_t>(world_size);
+  return {begin, end};
+}
+
+}  // namespace
+
+absl::Status WorkerCheckpointer::Save(int64_t step, OnebitAdam& optimizer) {
+  const size_t n = optimizer.size();
+  const auto [begin, end] = Slice(n, options_.rank, options_.world_size);
+  checkpoint::Part part;
+  part.meta["role"] = "worker";
+  part.meta["topology"] = options_.topology;
+  part.PutMetaInt("step", step);
+  part.PutMetaInt("rank", options_.rank);
+  part.PutMetaInt("world_size", options_.world_size);
+  part.PutMetaInt("num_parameters", static_cast<int64_t>(n));
+  part.PutMetaInt("slice_begin", static_cast<int64_t>(begin));
+  part.PutMetaInt("slice_end", static_cast<int64_t>(end));
+  part.PutMetaInt("freeze_step", optimizer.freeze_step());
+  std::vector<float> state[3];
+  ONEBIT_ASSIGN_OR_RETURN(state[0], optimizer.ParamsToHost());
+  ONEBIT_ASSIGN_OR_RETURN(state[1], optimizer.MomentumToHost());
+  ONEBIT_ASSIGN_OR_RETURN(state[2], optimizer.VarianceToHost());
+  for (int i = 0; i < 3; ++i) {
+    part.Put(kStateNames[i], std::vector<float>(state[i].begin() + begin, state[i].begin() + end));
+  }
+  ONEBIT_ASSIGN_OR_RETURN(ErrorState errors, optimizer.exchange().SaveErrors());
+  for (auto& [name, values] : errors) part.Put(name, std::move(values));
+
+  ONEBIT_ASSIGN_OR_RETURN(std::string dir, checkpoint::MakeStepDir(options_.dir, step));
+  const std::string file = checkpoint::PartFileName(v1::ROLE_WORKER, options_.rank);
+  ONEBIT_ASSIGN_OR_RETURN(checkpoint::WrittenFile written,
+                          checkpoint::WritePart(checkpoint::JoinPath(dir, file), part));
+  if (client_ == nullptr) return absl::OkStatus();
+  v1::CommitPartRequest request;
+  request.set_instance_id(options_.instance_id);
+  request.set_step(step);
+  v1::CheckpointPart* p = request.mutable_part();
+  p->set_role(v1::ROLE_WORKER);
+  p->set_rank(options_.rank);
+  p->set_file(file);
+  p->set_bytes(written.bytes);
+  p->set_crc32(written.crc32);
+  return client_->CommitPart(request).status();
+}
+
+absl::Status RestoreWorker(const std::string& root, const v1::ResumeFrom& resume, int rank,
+                           OnebitAdam& optimizer) {
+  const std::string dir = checkpoint::JoinPath(root, checkpoint::StepDirName(resume.step()));
+  ONEBIT_ASSIGN_OR_RETURN(v1::CheckpointManifest manifest, checkpoint::ReadManifest(dir));
+  const size_t n = optimizer.size();
+  if (manifest.num_parameters() != n) {
+    return absl::InvalidArgumentError(absl::StrCat(dir, ": ", manifest.num_parameters(),
+                                                   " parameters, this model has ", n));
+  }
+  std::vector<float> state[3];
+  for (auto& s : state) s.assign(n, 0.0f);
+  std::vector<bool> covered(n, false);
+  bool own_errors_restored = false;
+  for (const v1::CheckpointPart& entry : manifest.parts()) {
+    if (entry.role() != v1::ROLE_WORKER) continue;
+    const std::string path = checkpoint::JoinPath(dir, entry.file());
+    ONEBIT_ASSIGN_OR_RETURN(checkpoint::Part part, checkpoint::ReadPart(path));
+    ONEBIT_ASSIGN_OR_RETURN(int64_t begin, part.MetaInt("slice_begin"));
+    ONEBIT_ASSIGN_OR_RETURN(int64_t end, part.MetaInt("slice_end"));
+    ONEBIT_ASSIGN_OR_RETURN(int64_t step, part.MetaInt("step"));
+    if (step != resume.step() || begin < 0 || end < begin || static_cast<size_t>(end) > n) {
+      return absl::DataLossError(absl::StrCat(path, ": step ", step, ", slice [", begin, ", ", end,
+                                              ") does not fit a checkpoint of step ", resume.step(),
+                                              " of ", n, " parameters"));
+    }
+    for (int i = 0; i < 3; ++i) {
+      ONEBIT_ASSIGN_OR_RETURN(const checkpoint::Tensor* t, part.Get(kStateNames[i]));
+      if (t->data.size() != static_cast<size_t>(end - begin)) {
+        return absl::DataLossError(absl::StrCat(path, ": ", kStateNames[i], " has ", t->data.size(),
+                                                " elements for a slice of ", end - begin));
+      }
+      std::copy(t->data.begin(), t->data.end(), state[i].begin() + begin);
+    }
+    std::fill(covered.begin() + begin, covered.begin() + end, true);
+    if (entry.rank() == rank && !resume.reset_errors()) {
+      ErrorState errors;
+      for (const auto& [name, t] : part.tensors) {
+        if (name.find("_error") != std::string::npos) errors[name] = t.data;
+      }
+      absl::Status restored = optimizer.exchange().RestoreErrors(errors);
+      if (!restored.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(path, ": ", restored.message()));
+      }
+      own_errors_restored = true;
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (!covered[i]) {
+      return absl::DataLossError(absl::StrCat(dir, ": no worker part holds parameter ", i));
+    }
+  }
+  if (!resume.reset_errors() && !own_errors_restored) {
+    return absl::DataLossError(absl::StrCat(dir, ": no part of worker ", rank, " to restore its errors from"));
+  }
+  return optimizer.Restore(resume.step(), manifest.freeze_step(), state[0], state[1], state[2]);
+}
+
+}  // namespace onebit

@@ -1,0 +1,29 @@
+#include "worker/exchange/exchange.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "compression/worker_compressor.h"
+
+namespace onebit {
+
+absl::StatusOr<ErrorState> Exchange::SaveErrors() {
+  ErrorState state;
+  ONEBIT_ASSIGN_OR_RETURN(state["worker_error"], worker_compressor().error().ToHost());
+  return state;
+}
+
+absl::Status Exchange::RestoreErrors(const ErrorState& state) {
+  ONEBIT_ASSIGN_OR_RETURN(const std::vector<float>* error, FindError(state, "worker_error"));
+  return worker_compressor().RestoreError(*error);
+}
+
+absl::StatusOr<const std::vector<float>*> FindError(const ErrorState& state,
+                                                    const std::string& name) {
+  auto it = state.find(name);
+  if (it == state.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("the checkpoint has no ", name));
+  }
+  return &it->second;
+}
+
+}  // namespace onebit
