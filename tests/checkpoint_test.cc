@@ -51,9 +51,16 @@ JobConfig SmallJob(const std::string& mode, int workers, int64_t steps, int64_t 
   return c;
 }
 
-// Runs `config` to the end under TmpDir()/name; returns worker 0's final parameters
-// (.npy bytes), after waiting for the manifest of `wait_for_step` (0: none).
-std::string RunJob(const std::string& name, const JobConfig& config, int64_t wait_for_step = 0) {
+struct Ran {
+  std::string params;       // worker 0's final parameters (.npy bytes)
+  int64_t steps_run = 0;    // steps worker 0 ran in this process
+  std::string coordinator_log;
+  bool operator==(const Ran& o) const { return params == o.params; }
+};
+
+// Runs `config` to the end under TmpDir()/name, waiting for the manifest of
+// `wait_for_step` (0: none) before stopping every process.
+Ran RunJob(const std::string& name, const JobConfig& config, int64_t wait_for_step = 0) {
   const std::string dir = TmpDir() + "/" + name;
   fs::create_directories(dir);
   const std::string path = dir + "/job.json";
@@ -79,13 +86,21 @@ std::string RunJob(const std::string& name, const JobConfig& config, int64_t wai
     while (!fs::exists(manifest) && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(20));
     EXPECT_TRUE(fs::exists(manifest)) << manifest;
   }
+  absl::StatusOr<std::vector<google::protobuf::Value>> summaries = job.Summaries();
   job.Stop();  // every process goes: SIGTERM, then SIGKILL
-  const std::string params = ReadAll(dir + "/params-0.npy");
-  EXPECT_GT(params.size(), 5003u * 4) << name;
+  Ran ran;
+  ran.params = ReadAll(dir + "/params-0.npy");
+  EXPECT_GT(ran.params.size(), 5003u * 4) << name;
   for (int i = 1; i < config.workers; ++i) {
-    EXPECT_EQ(ReadAll(absl::StrCat(dir, "/params-", i, ".npy")), params) << name << " worker " << i;
+    EXPECT_EQ(ReadAll(absl::StrCat(dir, "/params-", i, ".npy")), ran.params) << name << " worker " << i;
   }
-  return params;
+  EXPECT_TRUE(summaries.ok() && !summaries->empty()) << name;
+  if (summaries.ok() && !summaries->empty()) {
+    ran.steps_run = static_cast<int64_t>(launcher::NumberField((*summaries)[0], "warmup_steps") +
+                                         launcher::NumberField((*summaries)[0], "compression_steps"));
+  }
+  ran.coordinator_log = ReadAll(dir + "/coordinator.log");
+  return ran;
 }
 
 struct ResumeCase {
@@ -100,17 +115,19 @@ class ResumeTest : public ::testing::TestWithParam<ResumeCase> {};
 TEST_P(ResumeTest, StopAndResumeIsBitIdentical) {
   const ResumeCase& p = GetParam();
   const std::string tag = absl::StrCat(p.mode, "-f", p.freeze_step);
-  const std::string straight = RunJob("straight-" + tag, SmallJob(p.mode, 3, 20, p.freeze_step, ""));
+  const Ran straight = RunJob("straight-" + tag, SmallJob(p.mode, 3, 20, p.freeze_step, ""));
   const std::string ckpt = TmpDir() + "/ckpt-" + tag;
-  RunJob("first-" + tag, SmallJob(p.mode, 3, 10, p.freeze_step, ckpt), /*wait_for_step=*/10);
+  const Ran first = RunJob("first-" + tag, SmallJob(p.mode, 3, 10, p.freeze_step, ckpt), 10);
   ASSERT_TRUE(fs::exists(ckpt + "/step-000000010/MANIFEST.json"));
   ASSERT_TRUE(fs::exists(ckpt + "/step-000000010/worker-00002.part"));
   if (p.mode == "ps") ASSERT_TRUE(fs::exists(ckpt + "/step-000000010/server-00001.part"));
-  const std::string resumed =
-      RunJob("second-" + tag, SmallJob(p.mode, 3, 20, p.freeze_step, ckpt), /*wait_for_step=*/20);
+  const Ran resumed = RunJob("second-" + tag, SmallJob(p.mode, 3, 20, p.freeze_step, ckpt), 20);
+  EXPECT_EQ(resumed.steps_run, 10) << "the second run must resume, not start over";
+  EXPECT_NE(resumed.coordinator_log.find("resuming from the checkpoint of step 10"),
+            std::string::npos) << resumed.coordinator_log;
   EXPECT_TRUE(resumed == straight) << "resumed parameters differ from the uninterrupted run";
   // The interrupted run (10 steps) differs from both: the comparison means something.
-  EXPECT_NE(ReadAll(TmpDir() + "/first-" + tag + "/params-0.npy"), straight);
+  EXPECT_FALSE(first == straight);
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, ResumeTest,
@@ -123,7 +140,7 @@ INSTANTIATE_TEST_SUITE_P(Modes, ResumeTest,
 // The newest checkpoint's part is damaged: the coordinator says so and resumes from the
 // one before, which still gives the uninterrupted run's bits.
 TEST(CheckpointTest, DamagedNewestCheckpointFallsBackToThePreviousOne) {
-  const std::string straight = RunJob("fallback-straight", SmallJob("peer", 2, 20, 5, ""));
+  const Ran straight = RunJob("fallback-straight", SmallJob("peer", 2, 20, 5, ""));
   const std::string ckpt = TmpDir() + "/ckpt-fallback";
   RunJob("fallback-first", SmallJob("peer", 2, 20, 5, ckpt), /*wait_for_step=*/20);
   ASSERT_TRUE(fs::exists(ckpt + "/step-000000010/MANIFEST.json"));
@@ -135,8 +152,10 @@ TEST(CheckpointTest, DamagedNewestCheckpointFallsBackToThePreviousOne) {
     part.put('\x55');
   }
   // A job of 20 steps that resumes from step 10 runs 11..20 again.
-  EXPECT_TRUE(RunJob("fallback-second", SmallJob("peer", 2, 20, 5, ckpt), 20) == straight);
-  const std::string log = ReadAll(TmpDir() + "/fallback-second/coordinator.log");
+  const Ran second = RunJob("fallback-second", SmallJob("peer", 2, 20, 5, ckpt), 20);
+  EXPECT_EQ(second.steps_run, 10);
+  EXPECT_TRUE(second == straight);
+  const std::string& log = second.coordinator_log;
   EXPECT_NE(log.find("step 20 is damaged"), std::string::npos) << log;
   EXPECT_NE(log.find("resuming from the checkpoint of step 10"), std::string::npos) << log;
 }
@@ -146,8 +165,9 @@ TEST(CheckpointTest, DamagedNewestCheckpointFallsBackToThePreviousOne) {
 TEST(CheckpointTest, AnotherWorldSizeResumesWithTheErrorsReset) {
   const std::string ckpt = TmpDir() + "/ckpt-resize";
   RunJob("resize-first", SmallJob("peer", 2, 10, 5, ckpt), /*wait_for_step=*/10);
-  RunJob("resize-second", SmallJob("peer", 3, 20, 5, ckpt), /*wait_for_step=*/20);
-  const std::string log = ReadAll(TmpDir() + "/resize-second/coordinator.log");
+  const Ran second = RunJob("resize-second", SmallJob("peer", 3, 20, 5, ckpt), 20);
+  EXPECT_EQ(second.steps_run, 10);
+  const std::string& log = second.coordinator_log;
   EXPECT_NE(log.find("error buffers reset"), std::string::npos) << log;
   EXPECT_NE(log.find("workers 2 -> 3"), std::string::npos) << log;
 }
