@@ -197,6 +197,19 @@ absl::Status Parse(const Value& root, JobConfig* c) {
                                  {"keep", Integer(&q.keep, 1, 1 << 20)},
                                  {"resume", Bool(&q.resume)}});
                 }},
+               {"failure",
+                [&](const Value& f, const std::string& fp) {
+                  FailureConfig& q = c->failure;
+                  constexpr double kDay = 86400;
+                  return Object(f, fp,
+                                {{"heartbeat_timeout_s", Number(&q.heartbeat_timeout_s, 0, kDay, true)},
+                                 {"rejoin_timeout_s", Number(&q.rejoin_timeout_s, 0, kDay, true)},
+                                 {"max_restarts", Integer(&q.max_restarts, 0, 1 << 20)},
+                                 {"coordinator_retry_s", Number(&q.coordinator_retry_s, 0, kDay, true)},
+                                 {"gloo_timeout_s", Number(&q.gloo_timeout_s, 0, kDay, true)},
+                                 {"rendezvous_timeout_s", Number(&q.rendezvous_timeout_s, 0, kDay, true)},
+                                 {"ps_step_deadline_s", Number(&q.ps_step_deadline_s, 0, kDay, true)}});
+                }},
                {"ports", [&](const Value& p, const std::string& pp) {
                   PortsConfig& q = c->ports;
                   return Object(p, pp,
@@ -312,7 +325,10 @@ std::string JobConfigToJson(const JobConfig& c) {
     "workload": {"type": "%s", "hidden": [%s], "data_dir": "%s", "eval_every": %d,
                  "parameters": %d},
     "ports": {"coordinator": %d, "coordinator_rest": %d, "metrics": %d, "server": %d},
-    "checkpoint": {"dir": "%s", "every_steps": %d, "keep": %d, "resume": %s}
+    "checkpoint": {"dir": "%s", "every_steps": %d, "keep": %d, "resume": %s},
+    "failure": {"heartbeat_timeout_s": %.17g, "rejoin_timeout_s": %.17g, "max_restarts": %d,
+                "coordinator_retry_s": %.17g, "gloo_timeout_s": %.17g, "rendezvous_timeout_s": %.17g,
+                "ps_step_deadline_s": %.17g}
   }
 }
 )",
@@ -323,7 +339,10 @@ std::string JobConfigToJson(const JobConfig& c) {
       c.freeze.max_warmup, c.workload.type, absl::StrJoin(c.workload.hidden, ", "),
       Quote(c.workload.data_dir), c.workload.eval_every, c.workload.parameters, c.ports.coordinator,
       c.ports.coordinator_rest, c.ports.metrics, c.ports.server, Quote(c.checkpoint.dir),
-      c.checkpoint.every_steps, c.checkpoint.keep, c.checkpoint.resume ? "true" : "false");
+      c.checkpoint.every_steps, c.checkpoint.keep, c.checkpoint.resume ? "true" : "false",
+      c.failure.heartbeat_timeout_s, c.failure.rejoin_timeout_s, c.failure.max_restarts,
+      c.failure.coordinator_retry_s, c.failure.gloo_timeout_s, c.failure.rendezvous_timeout_s,
+      c.failure.ps_step_deadline_s);
 }
 
 bool UsesServers(const ExchangeConfig& exchange) {

@@ -20,7 +20,8 @@
 //                    "data_dir": "/usr/share/datasets/fashion-mnist"},
 //       "ports": {"coordinator": 0, "coordinator_rest": 0, "metrics": 0, "server": 0},
 //       "log_every": 20,
-//       "checkpoint": {"dir": "/ckpt", "every_steps": 100, "keep": 3, "resume": true}
+//       "checkpoint": {"dir": "/ckpt", "every_steps": 100, "keep": 3, "resume": true},
+//       "failure": {"heartbeat_timeout_s": 10, "rejoin_timeout_s": 300, "max_restarts": 3, ...}
 //     }
 //   }
 //
@@ -104,6 +105,26 @@ struct CheckpointConfig {
   bool resume = true;
 };
 
+// Failure detection and recovery, and the timeouts of every wait (defaults for a real
+// cluster). A member without a heartbeat for heartbeat_timeout_s is dead; then every other
+// member exits with code 75 to be restarted, and once the whole membership has registered
+// again the job resumes from the last committed checkpoint. After max_restarts recoveries,
+// or when the membership is not back within rejoin_timeout_s, the job is declared failed.
+struct FailureConfig {
+  double heartbeat_timeout_s = 10;
+  double rejoin_timeout_s = 300;
+  int max_restarts = 3;
+  // How long members retry an unreachable coordinator before giving up.
+  double coordinator_retry_s = 120;
+  // gloo: connecting the mesh, and each collective (a dead peer is noticed this late at
+  // the latest).
+  double gloo_timeout_s = 60;
+  // Waiting for peers to publish their rendezvous data (NCCL ids, shard addresses).
+  double rendezvous_timeout_s = 300;
+  // ps mode: the longest one step's push and pull may take.
+  double ps_step_deadline_s = 120;
+};
+
 struct JobConfig {
   int64_t micro_batch = 64;  // train_micro_batch_size_per_gpu: per worker and step
   int64_t steps = 600;
@@ -118,6 +139,7 @@ struct JobConfig {
   PortsConfig ports;
   int64_t log_every = 20;
   CheckpointConfig checkpoint;
+  FailureConfig failure;
 };
 
 // True when the job has onebit-server shards: ps mode, or hierarchical over ps.

@@ -28,7 +28,8 @@ constexpr char kFull[] = R"({
     "workload": {"type": "fashion_mnist", "hidden": [300, 100], "eval_every": 50},
     "ports": {"coordinator": 5000, "metrics": 0},
     "log_every": 10,
-    "checkpoint": {"dir": "/ckpt", "every_steps": 25, "keep": 2, "resume": false}
+    "checkpoint": {"dir": "/ckpt", "every_steps": 25, "keep": 2, "resume": false},
+    "failure": {"heartbeat_timeout_s": 2.5, "max_restarts": 1, "gloo_timeout_s": 7}
   }
 })";
 
@@ -63,6 +64,10 @@ TEST(JobConfigTest, ParsesEveryKey) {
   EXPECT_EQ(c->checkpoint.every_steps, 25);
   EXPECT_EQ(c->checkpoint.keep, 2);
   EXPECT_FALSE(c->checkpoint.resume);
+  EXPECT_DOUBLE_EQ(c->failure.heartbeat_timeout_s, 2.5);
+  EXPECT_EQ(c->failure.max_restarts, 1);
+  EXPECT_DOUBLE_EQ(c->failure.gloo_timeout_s, 7);
+  EXPECT_DOUBLE_EQ(c->failure.rejoin_timeout_s, 300);
 }
 
 TEST(JobConfigTest, EmptyObjectGivesDefaults) {
@@ -118,6 +123,8 @@ TEST(JobConfigTest, RejectsBadConfigsNamingTheKey) {
       {R"({"onebit": {"checkpoint": {"every_steps": 10}}})", "onebit.checkpoint.dir"},
       {R"({"onebit": {"checkpoint": {"dir": "/c", "keep": 0}}})", "onebit.checkpoint.keep"},
       {R"({"onebit": {"checkpoint": {"resume": 1}}})", "onebit.checkpoint.resume"},
+      {R"({"onebit": {"failure": {"heartbeat_timeout_s": 0}}})", "onebit.failure.heartbeat_timeout_s"},
+      {R"({"onebit": {"failure": {"max_restarts": -1}}})", "onebit.failure.max_restarts"},
       {R"({"train_batch_size": 100, "train_micro_batch_size_per_gpu": 32})", "train_batch_size"},
       {R"([1, 2])", "must be an object"},
       {R"({"steps": )", "not valid JSON"},

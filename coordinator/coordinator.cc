@@ -58,7 +58,8 @@ std::string FreezeText(int64_t freeze_step) {
 }  // namespace
 
 bool Coordinator::Digest::operator==(const Digest& o) const {
-  return stage == o.stage && freeze_step == o.freeze_step && stop_after_step == o.stop_after_step &&
+  return state == o.state && generation == o.generation && stage == o.stage &&
+         freeze_step == o.freeze_step && stop_after_step == o.stop_after_step &&
          workers_registered == o.workers_registered && workers_alive == o.workers_alive &&
          servers_registered == o.servers_registered && servers_alive == o.servers_alive;
 }
@@ -82,6 +83,9 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(const Coordinat
     sm_options->resume_step = options.resume->step();
     sm_options->resume_freeze_step = options.resume_freeze_step;
   }
+  if (options.generation < 1 || options.recoveries < 0) {
+    return absl::InvalidArgumentError("generation must be >= 1 and recoveries >= 0");
+  }
   absl::StatusOr<StageMachine> stage_machine = StageMachine::Create(*sm_options);
   if (!stage_machine.ok()) return stage_machine.status();
   return std::unique_ptr<Coordinator>(
@@ -97,8 +101,16 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock* clock,
       stage_machine_(std::move(stage_machine)),
       membership_(options.config.workers, ServerCount(options.config), options.heartbeat_timeout) {
   absl::MutexLock lock(&mu_);
+  resume_ = options_.resume;
+  generation_ = options_.generation;
+  recoveries_ = options_.recoveries;
+  state_ = options_.recovering ? v1::JOB_STATE_RECOVERING : v1::JOB_STATE_STARTING;
+  membership_deadline_ =
+      clock_->Now() + absl::Seconds(options_.config.failure.rejoin_timeout_s);
   const v1::JobStatus job = JobLocked();
-  digest_ = Digest{job.stage(),
+  digest_ = Digest{job.state(),
+                   job.generation(),
+                   job.stage(),
                    job.freeze_step(),
                    job.stop_after_step(),
                    job.workers_registered(),
@@ -116,6 +128,11 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock* clock,
     info.set_reason(m.reason());
     info.set_created_unix_ms(m.created_unix_ms());
     committed_.push_back(info);
+  }
+  if (options_.recovering) {
+    LogLine(absl::StrCat("recovering in generation ", generation_, " (recovery ", recoveries_,
+                         " of at most ", options_.config.failure.max_restarts,
+                         "): waiting for every member to register again"));
   }
   if (options_.resume.has_value()) {
     LogLine(absl::StrCat("resuming from the checkpoint of step ", options_.resume->step(), " (",
@@ -158,13 +175,20 @@ v1::JobStatus Coordinator::JobLocked() const {
   job.set_last_variance_change(last_variance_change_);
   job.set_exchange_mode(options_.config.exchange.mode);
   job.set_last_checkpoint_step(committed_.empty() ? 0 : committed_.back().step());
-  job.set_resumed_from_step(options_.resume.has_value() ? options_.resume->step() : 0);
+  job.set_resumed_from_step(resume_.has_value() ? resume_->step() : 0);
+  job.set_state(state_);
+  job.set_failure_reason(failure_reason_);
+  job.set_generation(generation_);
+  job.set_recoveries(recoveries_);
   return job;
 }
 
 void Coordinator::ChangedLocked() {
+  CheckFailuresLocked();
   const v1::JobStatus job = JobLocked();
-  const Digest digest{job.stage(),
+  const Digest digest{job.state(),
+                      job.generation(),
+                      job.stage(),
                       job.freeze_step(),
                       job.stop_after_step(),
                       job.workers_registered(),
@@ -208,6 +232,25 @@ absl::Status Coordinator::CheckWorker(int rank) const {
 
 absl::StatusOr<v1::RegisterResponse> Coordinator::Register(const v1::RegisterRequest& request) {
   absl::MutexLock lock(&mu_);
+  if (state_ == v1::JOB_STATE_FAILED || state_ == v1::JOB_STATE_SUCCEEDED) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the job is over (", state_ == v1::JOB_STATE_FAILED ? "failed: " + failure_reason_
+                                                             : std::string("succeeded"), ")"));
+  }
+  // A new process asking for a rank another instance holds replaces it (an orchestrator
+  // restarted a dead member before its heartbeats ran out): recover at once, and register
+  // the newcomer in the new generation.
+  const std::string holder = membership_.InstanceAt(request.role(), request.requested_rank());
+  if (!holder.empty() && holder != request.instance_id() &&
+      (state_ == v1::JOB_STATE_RUNNING || state_ == v1::JOB_STATE_STARTING)) {
+    RecoverLocked(absl::StrCat(RoleName(request.role()), " ", request.requested_rank(), " (",
+                               holder, ") was replaced by a new process (", request.instance_id(),
+                               ")"));
+    ChangedLocked();
+    if (state_ == v1::JOB_STATE_FAILED) {
+      return absl::FailedPreconditionError(absl::StrCat("the job failed: ", failure_reason_));
+    }
+  }
   const int before = membership_.Registered(request.role());
   absl::StatusOr<int> rank = membership_.Register(request, clock_->Now());
   if (!rank.ok()) return rank.status();
@@ -216,13 +259,16 @@ absl::StatusOr<v1::RegisterResponse> Coordinator::Register(const v1::RegisterReq
                          request.instance_id(), "'",
                          request.address().empty() ? "" : absl::StrCat(" at ", request.address())));
   }
-  ChangedLocked();
   v1::RegisterResponse response;
   response.set_rank(*rank);
   response.set_world_size(membership_.world_size());
   response.set_num_servers(membership_.num_servers());
   response.set_job_id(options_.job_id);
-  if (options_.resume.has_value()) *response.mutable_resume() = *options_.resume;
+  if (resume_.has_value()) *response.mutable_resume() = *resume_;
+  // Before ChangedLocked: should it start a recovery, this member hears of the newer
+  // generation and restarts like everyone else.
+  response.set_generation(generation_);
+  ChangedLocked();
   return response;
 }
 
@@ -534,6 +580,98 @@ absl::StatusOr<v1::ListCheckpointsResponse> Coordinator::ListCheckpoints(
   return response;
 }
 
+void Coordinator::CheckFailuresLocked() {
+  if (state_ == v1::JOB_STATE_FAILED || state_ == v1::JOB_STATE_SUCCEEDED) return;
+  if (state_ == v1::JOB_STATE_RUNNING && FinishedLocked()) {
+    state_ = v1::JOB_STATE_SUCCEEDED;
+    LogLine("job succeeded: every worker ran the last step");
+    return;
+  }
+  const absl::Time now = clock_->Now();
+  for (const v1::Member& m : membership_.List(now)) {
+    // A worker that ran the job's last step may be gone already: that is no failure.
+    const bool done = m.role() == v1::ROLE_WORKER && m.last_step() >= stage_machine_.stop_after_step();
+    if (m.alive() || done) continue;
+    RecoverLocked(absl::StrCat(RoleName(m.role()), " ", m.rank(), " (", m.instance_id(),
+                               ") sent no heartbeat for ",
+                               options_.config.failure.heartbeat_timeout_s, " s"));
+    return;
+  }
+  if (state_ == v1::JOB_STATE_STARTING || state_ == v1::JOB_STATE_RECOVERING) {
+    const int workers = membership_.Registered(v1::ROLE_WORKER);
+    const int servers = membership_.Registered(v1::ROLE_SERVER);
+    if (workers == membership_.world_size() && servers == membership_.num_servers()) {
+      LogLine(absl::StrCat("generation ", generation_, ": every member registered; running"));
+      state_ = v1::JOB_STATE_RUNNING;
+    } else if (now > membership_deadline_) {
+      FailLocked(absl::StrCat(
+          "only ", workers, " of ", membership_.world_size(), " workers and ", servers, " of ",
+          membership_.num_servers(), " servers registered within ",
+          options_.config.failure.rejoin_timeout_s, " s (onebit.failure.rejoin_timeout_s)",
+          state_ == v1::JOB_STATE_RECOVERING ? absl::StrCat("; recovering from: ", failure_reason_)
+                                             : std::string()));
+    }
+  }
+}
+
+void Coordinator::FailLocked(const std::string& reason) {
+  state_ = v1::JOB_STATE_FAILED;
+  failure_reason_ = reason;
+  LogLine(absl::StrCat("job FAILED: ", reason));
+}
+
+void Coordinator::RecoverLocked(const std::string& what_failed) {
+  if (recoveries_ >= options_.config.failure.max_restarts) {
+    FailLocked(absl::StrCat(what_failed, "; no recovery left (onebit.failure.max_restarts = ",
+                            options_.config.failure.max_restarts, ")"));
+    return;
+  }
+  std::optional<v1::ResumeFrom> resume;
+  int64_t freeze_step = -1;
+  if (options_.plan_resume) {
+    absl::StatusOr<checkpoint::ResumePlan> plan = options_.plan_resume();
+    if (!plan.ok()) {
+      FailLocked(absl::StrCat(what_failed, "; cannot recover: ", plan.status().message()));
+      return;
+    }
+    for (const std::string& line : plan->log) LogLine(line);
+    resume = plan->resume;
+    freeze_step = plan->freeze_step;
+  }
+  absl::StatusOr<StageMachineOptions> sm_options = StageMachineOptionsFromConfig(options_.config);
+  if (sm_options.ok() && resume.has_value()) {
+    sm_options->resume_step = resume->step();
+    sm_options->resume_freeze_step = freeze_step;
+  }
+  absl::StatusOr<StageMachine> sm =
+      sm_options.ok() ? StageMachine::Create(*sm_options) : sm_options.status();
+  if (!sm.ok()) {
+    FailLocked(absl::StrCat(what_failed, "; cannot recover: ", sm.status().message()));
+    return;
+  }
+  ++generation_;
+  ++recoveries_;
+  if (options_.persist) {
+    const absl::Status saved = options_.persist(generation_, recoveries_);
+    if (!saved.ok()) LogLine(absl::StrCat("cannot save the coordinator state: ", saved.message()));
+  }
+  stage_machine_ = *std::move(sm);
+  membership_ = Membership(options_.config.workers, ServerCount(options_.config),
+                           options_.heartbeat_timeout);
+  pending_checkpoints_.clear();
+  requested_checkpoints_.clear();
+  resume_ = resume;
+  last_loss_step_ = last_variance_step_ = -1;
+  state_ = v1::JOB_STATE_RECOVERING;
+  failure_reason_ = what_failed;
+  membership_deadline_ = clock_->Now() + absl::Seconds(options_.config.failure.rejoin_timeout_s);
+  LogLine(absl::StrCat("recovery ", recoveries_, " of at most ", options_.config.failure.max_restarts,
+                       ": ", what_failed, "; generation ", generation_, " resumes from ",
+                       resume.has_value() ? absl::StrCat("the checkpoint of step ", resume->step())
+                                          : std::string("step 0 (no committed checkpoint)"),
+                       " once every member registered again"));
+}
+
 void Coordinator::Tick() {
   absl::MutexLock lock(&mu_);
   ChangedLocked();
@@ -541,10 +679,26 @@ void Coordinator::Tick() {
 
 bool Coordinator::Finished() const {
   absl::MutexLock lock(&mu_);
+  return state_ == v1::JOB_STATE_SUCCEEDED;
+}
+
+bool Coordinator::Failed() const {
+  absl::MutexLock lock(&mu_);
+  return state_ == v1::JOB_STATE_FAILED;
+}
+
+bool Coordinator::FinishedLocked() const {
   // A checkpoint whose parts are still coming in keeps the job open: its manifest is the
   // last thing a finished job writes.
-  return membership_.Registered(v1::ROLE_WORKER) == membership_.world_size() &&
-         stage_machine_.Finished() && pending_checkpoints_.empty();
+  if (membership_.Registered(v1::ROLE_WORKER) != membership_.world_size() ||
+      !stage_machine_.Finished() || !pending_checkpoints_.empty()) {
+    return false;
+  }
+  // The parts of a checkpoint after the last step come after the workers' last reports.
+  const int64_t last = stage_machine_.stop_after_step();
+  const std::vector<int64_t> due = stage_machine_.CheckpointSteps(1, last);
+  const int64_t committed = committed_.empty() ? 0 : committed_.back().step();
+  return !options_.commit_checkpoint || due.empty() || committed >= due.back();
 }
 
 void Coordinator::Shutdown() {

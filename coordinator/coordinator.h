@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "checkpoint/manifest.h"
 #include "coordinator/clock.h"
 #include "coordinator/coordinator_handler.h"
 #include "config/job_config.h"
@@ -52,6 +53,22 @@ struct CoordinatorOptions {
   int64_t resume_freeze_step = -1;
   // Recorded in manifests: a checkpoint of another model cannot be resumed.
   uint64_t num_parameters = 0;
+
+  // FAILURES (config.failure). A registered member whose heartbeats stop for
+  // heartbeat_timeout starts a recovery: the generation goes up, every member of the old
+  // one is told (JobEvent) to exit with code 75 and be restarted, the membership and the
+  // stage machine start over from the checkpoint `plan_resume` names (null: from step 0),
+  // and once the whole membership registered again the job runs on. After
+  // config.failure.max_restarts recoveries, or when the membership is not complete within
+  // rejoin_timeout (at the start too), the job is FAILED.
+  std::function<absl::StatusOr<checkpoint::ResumePlan>()> plan_resume;
+  // The generation to start in, and the recoveries so far: a coordinator restarted from its
+  // state file starts recovering in the next generation.
+  int64_t generation = 1;
+  int recoveries = 0;
+  bool recovering = false;
+  // Called with (generation, recoveries) whenever they change, to keep them on disk.
+  std::function<absl::Status(int64_t generation, int recoveries)> persist;
 };
 
 // The stage machine's options for a job config; INVALID_ARGUMENT names the config key.
@@ -90,6 +107,8 @@ class Coordinator final : public CoordinatorHandler {
   // Every worker registered and reported the job's last step, and no checkpoint waits for
   // parts: nothing is left to do.
   bool Finished() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The job cannot continue; the reason is in GetJob's failure_reason.
+  bool Failed() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Wakes blocked KvGet and WaitForJobChange calls; they return at once from now on.
   void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
@@ -99,6 +118,8 @@ class Coordinator final : public CoordinatorHandler {
  private:
   // The parts of the status whose change is pushed to sessions.
   struct Digest {
+    v1::JobState state;
+    int64_t generation;
     v1::Stage stage;
     int64_t freeze_step, stop_after_step;
     int workers_registered, workers_alive, servers_registered, servers_alive;
@@ -110,6 +131,11 @@ class Coordinator final : public CoordinatorHandler {
 
   absl::Status CheckWorker(int rank) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::JobStatus JobLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool FinishedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Liveness and deadlines: starts a recovery, completes one, or fails the job.
+  void CheckFailuresLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RecoverLocked(const std::string& what_failed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FailLocked(const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After every change: bump the version if sessions should hear of it, log what moved,
   // refresh the gauges.
   void ChangedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -145,6 +171,12 @@ class Coordinator final : public CoordinatorHandler {
   std::map<int64_t, PendingCheckpoint> pending_checkpoints_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, std::string> requested_checkpoints_ ABSL_GUARDED_BY(mu_);  // step -> reason
   std::vector<v1::CheckpointInfo> committed_ ABSL_GUARDED_BY(mu_);  // oldest first
+  std::optional<v1::ResumeFrom> resume_ ABSL_GUARDED_BY(mu_);
+  v1::JobState state_ ABSL_GUARDED_BY(mu_) = v1::JOB_STATE_STARTING;
+  std::string failure_reason_ ABSL_GUARDED_BY(mu_);
+  int64_t generation_ ABSL_GUARDED_BY(mu_) = 1;
+  int recoveries_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time membership_deadline_ ABSL_GUARDED_BY(mu_);  // STARTING / RECOVERING
 };
 
 }  // namespace onebit

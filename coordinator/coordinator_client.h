@@ -97,6 +97,9 @@ struct GrpcClientOptions {
   // Idempotent calls that fail with UNAVAILABLE are tried this many times in all, with
   // exponential backoff between tries.
   int max_attempts = 6;
+  // When positive, idempotent calls are retried for this long instead (a coordinator that
+  // restarts comes back within it): members use onebit.failure.coordinator_retry_s.
+  absl::Duration retry_for = absl::ZeroDuration();
   absl::Duration initial_backoff = absl::Milliseconds(50);
   absl::Duration max_backoff = absl::Seconds(2);
 };

@@ -4,16 +4,21 @@
 //
 //   onebit-coordinator --config=job.json [--host=127.0.0.1] [--port=N] [--rest_port=N]
 //       [--metrics_port=N] [--address_file=PATH] [--job_id=ID] [--heartbeat_timeout=10s]
+//       [--state_file=PATH]
 //
-// Exit status: 0 after a clean shutdown, 1 for a bad config or a port that cannot be bound
-// (the message names the key or the port), 2 for bad flags.
+// Exit status: 0 after a clean shutdown or a job that succeeded, 1 for a job that failed
+// (the reason is logged), a bad config or a port that cannot be bound (the message names
+// the key or the port), 2 for bad flags.
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
+#include <iterator>
 #include <cstdio>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,8 +30,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/fault.h"
 #include "common/signals.h"
+#include "common/atomic_file.h"
 #include "coordinator/address_file.h"
+#include "proto/proto_json.h"
 #include "checkpoint/manifest.h"
 #include "config/model_spec.h"
 #include "coordinator/coordinator_server.h"
@@ -44,14 +52,29 @@ ABSL_FLAG(std::string, address_file, "",
           "If set, write {\"grpc\": host:port, \"rest\": ..., \"metrics\": ...} here once "
           "every port is bound (atomically); removed at exit.");
 ABSL_FLAG(std::string, job_id, "", "Job id reported to every process; default: generated.");
-ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(10),
-          "A member is dead after this long without a heartbeat.");
+ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::ZeroDuration(),
+          "A member is dead after this long without a heartbeat; 0: the config's "
+          "onebit.failure.heartbeat_timeout_s.");
+ABSL_FLAG(std::string, fault, "",
+          "Fault injection for tests: kill_at_step:STEP (SIGKILL once a worker reported STEP).");
+ABSL_FLAG(std::string, state_file, "",
+          "The coordinator's state on disk (job id, generation); default: "
+          "coordinator-state.json in onebit.checkpoint.dir, if set. A coordinator that finds "
+          "the state of a job that is not over recovers it in the next generation.");
 ABSL_FLAG(absl::Duration, kv_max_wait, absl::Seconds(30), "Longest a waiting KvGet may block.");
 ABSL_FLAG(absl::Duration, linger, absl::Seconds(3),
           "Time to keep serving after the job is over, so clients can read the final status.");
 
 namespace onebit {
 namespace {
+
+absl::StatusOr<std::string> ReadSmallFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  std::string text(std::istreambuf_iterator<char>(in), {});
+  if (text.size() > (1 << 20)) return absl::DataLossError("too large for a state file");
+  return text;
+}
 
 int Fail(int code, const std::string& message) {
   std::fprintf(stderr, "onebit-coordinator: %s\n", message.c_str());
@@ -88,17 +111,59 @@ int Run(int argc, char** argv) {
 
   CoordinatorOptions options;
   options.config = *config;
-  options.job_id = absl::GetFlag(FLAGS_job_id).empty() ? NewJobId() : absl::GetFlag(FLAGS_job_id);
-  options.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
+  // The state of an earlier run of this coordinator: a job that is not over is recovered.
+  std::string state_file = absl::GetFlag(FLAGS_state_file);
+  if (state_file.empty() && !config->checkpoint.dir.empty()) {
+    state_file = checkpoint::JoinPath(config->checkpoint.dir, "coordinator-state.json");
+  }
+  v1::CoordinatorState saved;
+  bool restarted = false;
+  if (!state_file.empty() && access(state_file.c_str(), F_OK) == 0) {
+    absl::StatusOr<std::string> text = ReadSmallFile(state_file);
+    absl::Status parsed = text.ok() ? FromJson(*text, &saved) : text.status();
+    if (!parsed.ok()) {
+      return Fail(1, absl::StrCat(state_file, ": ", parsed.message(),
+                                  " (remove it to start a new job)"));
+    }
+    restarted = !saved.over();
+  }
+  options.job_id = !absl::GetFlag(FLAGS_job_id).empty() ? absl::GetFlag(FLAGS_job_id)
+                   : restarted                           ? saved.job_id()
+                                                         : NewJobId();
+  if (restarted) {
+    options.generation = saved.generation() + 1;
+    options.recoveries = saved.recoveries() + 1;
+    options.recovering = true;
+    LogLine(absl::StrCat("restarted: job ", options.job_id, " was in generation ",
+                         saved.generation(), "; recovering in generation ", options.generation));
+  }
+  auto save_state = [state_file, job_id = options.job_id](int64_t generation, int recoveries,
+                                                         bool over) -> absl::Status {
+    if (state_file.empty()) return absl::OkStatus();
+    v1::CoordinatorState state;
+    state.set_job_id(job_id);
+    state.set_generation(generation);
+    state.set_recoveries(recoveries);
+    state.set_over(over);
+    return WriteFileAtomically(state_file, ToJson(state, /*pretty=*/true));
+  };
+  options.persist = [save_state](int64_t generation, int recoveries) {
+    return save_state(generation, recoveries, false);
+  };
+  options.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout) > absl::ZeroDuration()
+                                  ? absl::GetFlag(FLAGS_heartbeat_timeout)
+                                  : absl::Seconds(config->failure.heartbeat_timeout_s);
   options.kv_limits.max_wait = absl::GetFlag(FLAGS_kv_max_wait);
-  if (options.heartbeat_timeout <= absl::ZeroDuration()) {
+  if (absl::GetFlag(FLAGS_heartbeat_timeout) < absl::ZeroDuration()) {
     return Fail(2, "--heartbeat_timeout must be positive");
   }
   if (!config->checkpoint.dir.empty()) {
     absl::StatusOr<size_t> n = WorkloadParameterCount(config->workload);
     if (!n.ok()) return Fail(1, std::string(n.status().message()));
     options.num_parameters = *n;
-    absl::StatusOr<checkpoint::ResumePlan> plan = checkpoint::PlanResume(*config, *n);
+    JobConfig resume_config = *config;
+    if (restarted) resume_config.checkpoint.resume = true;  // a recovery always resumes
+    absl::StatusOr<checkpoint::ResumePlan> plan = checkpoint::PlanResume(resume_config, *n);
     if (!plan.ok()) return Fail(1, std::string(plan.status().message()));
     for (const std::string& line : plan->log) LogLine(line);
     options.resume = plan->resume;
@@ -114,6 +179,13 @@ int Run(int argc, char** argv) {
     options.commit_checkpoint = [root, keep](const v1::CheckpointManifest& manifest) {
       return checkpoint::CommitCheckpoint(root, manifest, keep);
     };
+    // A recovery resumes from the newest committed checkpoint at that moment.
+    resume_config.checkpoint.resume = true;
+    options.plan_resume = [resume_config, n = *n]() { return checkpoint::PlanResume(resume_config, n); };
+  }
+  {
+    const absl::Status saved_now = save_state(options.generation, options.recoveries, false);
+    if (!saved_now.ok()) return Fail(1, std::string(saved_now.message()));
   }
   CoordinatorServerOptions server_options;
   server_options.host = absl::GetFlag(FLAGS_host);
@@ -137,8 +209,11 @@ int Run(int argc, char** argv) {
     if (!written.ok()) return Fail(1, std::string(written.message()));
   }
 
+  absl::StatusOr<std::optional<Fault>> fault = ParseFault(absl::GetFlag(FLAGS_fault), {"kill_at_step"});
+  if (!fault.ok()) return Fail(2, std::string(fault.status().message()));
   const absl::Duration linger = absl::GetFlag(FLAGS_linger);
   absl::Time finished_at = absl::InfiniteFuture();
+  int exit_code = 0;
   while (true) {
     const timespec poll = {0, 100 * 1000 * 1000};
     const int sig = sigtimedwait(&stop_signals, nullptr, &poll);
@@ -151,12 +226,30 @@ int Run(int argc, char** argv) {
       LogLine(absl::StrCat("job over: every worker reported its last step; exiting in ",
                            absl::FormatDuration(linger)));
     }
+    if (finished_at == absl::InfiniteFuture() && (*server)->coordinator()->Failed()) {
+      finished_at = absl::Now();
+      exit_code = 1;
+      LogLine(absl::StrCat("job failed: ", (*server)->coordinator()->GetJob({})->failure_reason(),
+                           "; exiting in ", absl::FormatDuration(linger)));
+    }
     if (absl::Now() >= finished_at + linger) break;
+    if (fault->has_value()) {
+      const int64_t step = (*server)->coordinator()->GetJob({})->step();
+      if (step >= (*fault)->step) {
+        KillSelf("the coordinator", absl::StrCat("step ", step, " (a worker reported it)"));
+      }
+    }
+  }
+  if (finished_at != absl::InfiniteFuture()) {
+    // The job is over: a later start with this state file is a new job.
+    const v1::JobStatus job = *(*server)->coordinator()->GetJob({});
+    const absl::Status saved_now = save_state(job.generation(), job.recoveries(), true);
+    if (!saved_now.ok()) LogLine(absl::StrCat("cannot save the coordinator state: ", saved_now.message()));
   }
   (*server)->Shutdown();
   if (!address_file.empty()) unlink(address_file.c_str());
   LogLine("stopped");
-  return 0;
+  return exit_code;
 }
 
 }  // namespace

@@ -223,6 +223,9 @@ TEST_F(CoordinatorTest, KvThroughTheHandler) {
 }
 
 TEST_F(CoordinatorTest, LivenessFollowsTheClockAndChangesTheVersion) {
+  JobConfig config = SmallJob();
+  config.failure.max_restarts = 0;  // a dead member fails the job, membership kept as it was
+  Make(config);
   ASSERT_EQ(RegisterWorker("w0"), 0);
   ASSERT_EQ(RegisterWorker("w1"), 1);
   const uint64_t v0 = coordinator_->WaitForJobChange(0, absl::ZeroDuration());
@@ -244,6 +247,13 @@ TEST_F(CoordinatorTest, LivenessFollowsTheClockAndChangesTheVersion) {
   ASSERT_EQ(members.size(), 2);
   EXPECT_TRUE(members[0].alive());
   EXPECT_FALSE(members[1].alive());
+  const v1::JobStatus job = *coordinator_->GetJob({});
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(job.failure_reason(), HasSubstr("worker 1 (w1) sent no heartbeat"));
+  EXPECT_THAT(job.failure_reason(), HasSubstr("max_restarts = 0"));
+  EXPECT_TRUE(coordinator_->Failed());
+  EXPECT_EQ(coordinator_->Register(v1::RegisterRequest()).status().code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_F(CoordinatorTest, AdminChangesArePushedAndAnswerTheNewStatus) {
@@ -271,6 +281,10 @@ TEST_F(CoordinatorTest, FinishedOnceEveryWorkerReportedTheLastStep) {
   ASSERT_TRUE(coordinator_->ReportStats(Stats(0, 5, v1::STAGE_WARMUP)).ok());
   EXPECT_FALSE(coordinator_->Finished());  // rank 1 never registered
   ASSERT_EQ(RegisterWorker("w1"), 1);
+  v1::RegisterRequest server;
+  server.set_role(v1::ROLE_SERVER);
+  server.set_instance_id("s0");
+  ASSERT_TRUE(coordinator_->Register(server).ok());
   ASSERT_TRUE(Lease(1, 1).ok());
   v1::Heartbeat hb;
   hb.set_role(v1::ROLE_WORKER);
@@ -279,6 +293,11 @@ TEST_F(CoordinatorTest, FinishedOnceEveryWorkerReportedTheLastStep) {
   hb.set_step(5);
   ASSERT_TRUE(coordinator_->Heartbeat(hb).ok());
   EXPECT_TRUE(coordinator_->Finished());
+  EXPECT_EQ(coordinator_->GetJob({})->state(), v1::JOB_STATE_SUCCEEDED);
+  // Workers that ran the last step may go; that is no failure.
+  clock_.Advance(absl::Seconds(60));
+  coordinator_->Tick();
+  EXPECT_EQ(coordinator_->GetJob({})->state(), v1::JOB_STATE_SUCCEEDED);
 }
 
 TEST_F(CoordinatorTest, AdamJobsReportNoFreezeMode) {
@@ -402,6 +421,104 @@ TEST_F(CoordinatorTest, ResumedJobsTellTheirMembersAndStartAfterTheCheckpoint) {
   EXPECT_EQ(lease->through_step(), 50);
   EXPECT_EQ(lease->freeze_step(), 30);
   EXPECT_EQ(coordinator_->GetJob({})->resumed_from_step(), 40);
+}
+
+// A dead member starts a recovery: a new generation, an empty membership, the stage
+// machine from the checkpoint plan_resume names; the job runs on once everyone is back.
+TEST_F(CoordinatorTest, ADeadMemberStartsARecoveryFromTheLastCheckpoint) {
+  JobConfig config = SmallJob();
+  config.exchange.mode = "peer";
+  config.exchange.servers = 0;
+  config.failure.max_restarts = 1;
+  config.failure.rejoin_timeout_s = 30;
+  CoordinatorOptions options;
+  options.config = config;
+  options.job_id = "job-1";
+  options.heartbeat_timeout = absl::Seconds(5);
+  int plans = 0;
+  options.plan_resume = [&plans]() -> absl::StatusOr<checkpoint::ResumePlan> {
+    ++plans;
+    checkpoint::ResumePlan plan;
+    v1::ResumeFrom resume;
+    resume.set_step(20);
+    resume.set_name("step-000000020");
+    plan.resume = resume;
+    plan.freeze_step = -1;
+    return plan;
+  };
+  std::vector<std::pair<int64_t, int>> persisted;
+  options.persist = [&persisted](int64_t generation, int recoveries) {
+    persisted.emplace_back(generation, recoveries);
+    return absl::OkStatus();
+  };
+  coordinator_ = *Coordinator::Create(options, &clock_, nullptr);
+  EXPECT_EQ(coordinator_->GetJob({})->state(), v1::JOB_STATE_STARTING);
+  ASSERT_EQ(RegisterWorker("w0"), 0);
+  ASSERT_EQ(RegisterWorker("w1"), 1);
+  EXPECT_EQ(coordinator_->GetJob({})->state(), v1::JOB_STATE_RUNNING);
+  ASSERT_TRUE(Lease(0, 1).ok());
+  v1::Heartbeat hb;
+  hb.set_role(v1::ROLE_WORKER);
+  hb.set_rank(0);
+  hb.set_instance_id("w0");
+  clock_.Advance(absl::Seconds(4));
+  ASSERT_TRUE(coordinator_->Heartbeat(hb).ok());
+  clock_.Advance(absl::Seconds(2));  // w1 silent for 6 s
+  coordinator_->Tick();
+  v1::JobStatus job = *coordinator_->GetJob({});
+  EXPECT_EQ(job.state(), v1::JOB_STATE_RECOVERING);
+  EXPECT_EQ(job.generation(), 2);
+  EXPECT_EQ(job.recoveries(), 1);
+  EXPECT_THAT(job.failure_reason(), HasSubstr("worker 1 (w1)"));
+  EXPECT_EQ(job.workers_registered(), 0);
+  EXPECT_EQ(plans, 1);
+  EXPECT_EQ(persisted, (std::vector<std::pair<int64_t, int>>{{2, 1}}));
+  // The old generation is gone: its heartbeat is refused, so it learns and restarts.
+  EXPECT_EQ(coordinator_->Heartbeat(hb).code(), absl::StatusCode::kFailedPrecondition);
+  // The new one resumes after step 20.
+  v1::RegisterRequest r;
+  r.set_role(v1::ROLE_WORKER);
+  r.set_instance_id("w0-again");
+  r.set_requested_rank(0);
+  absl::StatusOr<v1::RegisterResponse> reg = coordinator_->Register(r);
+  ASSERT_TRUE(reg.ok());
+  EXPECT_EQ(reg->generation(), 2);
+  EXPECT_EQ(reg->resume().step(), 20);
+  r.set_instance_id("w1-again");
+  r.set_requested_rank(1);
+  ASSERT_TRUE(coordinator_->Register(r).ok());
+  EXPECT_EQ(coordinator_->GetJob({})->state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Lease(0, 1)->through_step(), 10);  // a rollback may ask again
+  absl::StatusOr<v1::LeaseResponse> lease = Lease(1, 21);
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  EXPECT_EQ(lease->through_step(), 30);
+  // A second failure: no recovery left.
+  clock_.Advance(absl::Seconds(6));
+  coordinator_->Tick();
+  job = *coordinator_->GetJob({});
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(job.failure_reason(), HasSubstr("no recovery left"));
+}
+
+TEST_F(CoordinatorTest, AMembershipThatDoesNotComeBackInTimeFailsTheJob) {
+  JobConfig config = SmallJob();
+  config.failure.rejoin_timeout_s = 30;
+  Make(config);
+  ASSERT_EQ(RegisterWorker("w0"), 0);
+  clock_.Advance(absl::Seconds(4));
+  coordinator_->Tick();
+  EXPECT_EQ(coordinator_->GetJob({})->state(), v1::JOB_STATE_STARTING);
+  v1::Heartbeat hb;
+  hb.set_role(v1::ROLE_WORKER);
+  hb.set_rank(0);
+  hb.set_instance_id("w0");
+  for (int i = 0; i < 10; ++i) {
+    clock_.Advance(absl::Seconds(3));
+    ASSERT_TRUE(coordinator_->Heartbeat(hb).ok());
+  }
+  const v1::JobStatus job = *coordinator_->GetJob({});
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(job.failure_reason(), HasSubstr("only 1 of 2 workers and 0 of 1 servers registered within 30 s"));
 }
 
 }  // namespace

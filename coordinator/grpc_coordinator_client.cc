@@ -247,6 +247,7 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
   template <typename Response, typename Invoke>
   absl::StatusOr<Response> Call(bool idempotent, absl::Duration extra_deadline, Invoke invoke) {
     absl::Duration backoff = options_.initial_backoff;
+    const absl::Time give_up = absl::Now() + options_.retry_for;
     for (int attempt = 1;; ++attempt) {
       grpc::ClientContext context;
       context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout + extra_deadline));
@@ -254,7 +255,9 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
       const grpc::Status status = invoke(&context, &response);
       if (status.ok()) return response;
       if (status.error_code() != grpc::StatusCode::UNAVAILABLE) return FromGrpcStatus(status);
-      if (!idempotent || attempt >= options_.max_attempts) {
+      const bool more = options_.retry_for > absl::ZeroDuration() ? absl::Now() < give_up
+                                                                  : attempt < options_.max_attempts;
+      if (!idempotent || !more) {
         return absl::UnavailableError(
             absl::StrCat("coordinator at ", options_.address, " is unavailable (", attempt,
                          " attempt", attempt == 1 ? "" : "s", "): ", status.error_message()));

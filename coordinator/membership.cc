@@ -179,6 +179,13 @@ int Membership::Alive(v1::Role role, absl::Time now) const {
   return n;
 }
 
+std::string Membership::InstanceAt(v1::Role role, int rank) const {
+  const std::vector<Slot>* slots = Slots(role);
+  if (slots == nullptr || rank < 0 || rank >= static_cast<int>(slots->size())) return "";
+  const Slot& slot = (*slots)[rank];
+  return slot.registered ? slot.member.instance_id() : "";
+}
+
 std::vector<v1::Member> Membership::List(absl::Time now) const {
   std::vector<v1::Member> members;
   for (const std::vector<Slot>* slots : {&workers_, &servers_}) {

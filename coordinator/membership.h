@@ -46,6 +46,8 @@ class Membership {
   void NoteStep(v1::Role role, int rank, int64_t step);
 
   bool IsRegistered(v1::Role role, int rank) const;
+  // The instance id registered in that slot; "" if it is free (or out of range).
+  std::string InstanceAt(v1::Role role, int rank) const;
   int Registered(v1::Role role) const;
   int Alive(v1::Role role, absl::Time now) const;
   // Workers by rank, then servers by shard.

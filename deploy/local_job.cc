@@ -1,9 +1,11 @@
 #include "deploy/local_job.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <system_error>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -13,6 +15,16 @@
 #include "common/status_macros.h"
 
 namespace onebit::launcher {
+
+// A member's exit code for "the job recovers: restart me" (worker_main, server_main).
+constexpr int kExitRestart = 75;
+
+std::vector<std::string> WithFlags(std::vector<std::string> argv,
+                                   const std::map<int, std::vector<std::string>>& flags, int index) {
+  auto it = flags.find(index);
+  if (it != flags.end()) argv.insert(argv.end(), it->second.begin(), it->second.end());
+  return argv;
+}
 
 using google::protobuf::Value;
 
@@ -66,7 +78,43 @@ absl::StatusOr<Process*> LocalJob::Spawn(const std::string& name, std::vector<st
       absl::StrCat(options_.dir, "/", absl::StrReplaceAll(name, {{" ", "-"}}), ".log");
   ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<Process> p, Process::Start(process));
   processes_.push_back(std::move(p));
+  specs_.push_back(Spec{name, process.argv, host, echo});
   return processes_.back().get();
+}
+
+absl::StatusOr<Process*> LocalJob::Respawn(size_t index) {
+  Spec& spec = specs_[index];
+  std::vector<std::string> argv;
+  for (const std::string& arg : spec.argv) {
+    if (absl::StartsWith(arg, "--fault=")) continue;  // a fault fires once
+    argv.push_back(arg);
+  }
+  spec.argv = argv;
+  ProcessOptions process;
+  process.argv = std::move(argv);
+  process.name = spec.name;
+  process.echo = spec.echo;
+  process.log_path =
+      absl::StrCat(options_.dir, "/", absl::StrReplaceAll(spec.name, {{" ", "-"}}), ".log");
+  ONEBIT_ASSIGN_OR_RETURN(processes_[index], Process::Start(process));
+  return processes_[index].get();
+}
+
+absl::StatusOr<int> LocalJob::WaitForProcess(const std::string& name, absl::Duration timeout) {
+  for (auto& p : processes_) {
+    if (p->name() == name) return p->Wait(timeout);
+  }
+  return absl::NotFoundError(absl::StrCat("no process named '", name, "'"));
+}
+
+absl::Status LocalJob::SignalProcess(const std::string& name, int sig) {
+  for (auto& p : processes_) {
+    if (p->name() == name) {
+      p->Signal(sig);
+      return absl::OkStatus();
+    }
+  }
+  return absl::NotFoundError(absl::StrCat("no process named '", name, "'"));
 }
 
 absl::Status LocalJob::Start() {
@@ -79,8 +127,10 @@ absl::Status LocalJob::Start() {
   const std::string& bin = options_.bin_dir;
   const bool echo = options_.echo_all;
   const std::string addr_file = options_.dir + "/coordinator.addr";
+  // The state file lets a restarted coordinator keep the job (id, generation).
   std::vector<std::string> argv = {bin + "/coordinator/onebit-coordinator",
-                                   "--config=" + options_.config_path, "--address_file=" + addr_file};
+                                   "--config=" + options_.config_path, "--address_file=" + addr_file,
+                                   "--state_file=" + options_.dir + "/coordinator-state.json"};
   argv.insert(argv.end(), options_.coordinator_flags.begin(), options_.coordinator_flags.end());
   if (!options_.nodes.empty() && config_.workers % options_.nodes.size() != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -93,6 +143,13 @@ absl::Status LocalJob::Start() {
   grpc_ = StringField(addr, "grpc");
   rest_ = StringField(addr, "rest");
   metrics_ = StringField(addr, "metrics");
+  // A restarted coordinator must be found where the first one was.
+  auto port_of = [](const std::string& hostport) { return hostport.substr(hostport.rfind(':') + 1); };
+  for (auto [flag, address] : {std::pair<const char*, const std::string*>{"--port=", &grpc_},
+                               {"--rest_port=", &rest_},
+                               {"--metrics_port=", &metrics_}}) {
+    if (!address->empty()) specs_[0].argv.push_back(flag + port_of(*address));
+  }
 
   if (UsesServers(config_.exchange)) {
     for (int s = 0; s < config_.exchange.servers; ++s) {
@@ -100,8 +157,10 @@ absl::Status LocalJob::Start() {
       ONEBIT_ASSIGN_OR_RETURN(
           Process * server,
           Spawn(absl::StrCat("server ", s),
-                {bin + "/server/onebit-server", "--config=" + options_.config_path,
-                 "--coordinator=" + grpc_, absl::StrCat("--shard=", s), "--address_file=" + file},
+                WithFlags({bin + "/server/onebit-server", "--config=" + options_.config_path,
+                           "--coordinator=" + grpc_, absl::StrCat("--shard=", s),
+                           "--address_file=" + file},
+                          options_.flags_of_server, s),
                 options_.control, echo));
       ONEBIT_RETURN_IF_ERROR(WaitForFile(file, absl::Seconds(30), server).status());
     }
@@ -115,30 +174,49 @@ absl::Status LocalJob::Start() {
     for (const std::string& flag : options_.worker_flags) {
       w.push_back(absl::StrReplaceAll(flag, {{"{i}", absl::StrCat(i)}}));
     }
+    w = WithFlags(std::move(w), options_.flags_of_worker, i);
     const ClusterHost& host =
         options_.nodes.empty()
             ? options_.control
             : options_.nodes[i / (config_.workers / static_cast<int>(options_.nodes.size()))];
     ONEBIT_ASSIGN_OR_RETURN(Process * worker,
                             Spawn(absl::StrCat("worker ", i), w, host, echo || i == 0));
-    workers_.push_back(worker);
+    (void)worker;
+    workers_.push_back(processes_.size() - 1);
   }
   return absl::OkStatus();
 }
 
 absl::Status LocalJob::WaitForWorkers(absl::Duration timeout, const volatile int* interrupted) {
   const absl::Time deadline = absl::Now() + timeout;
+  const int max_restarts = options_.max_restarts_per_process >= 0
+                               ? options_.max_restarts_per_process
+                               : config_.failure.max_restarts + 1;
   for (;;) {
     size_t done = 0;
-    for (auto& p : processes_) {
+    for (size_t i = 0; i < processes_.size(); ++i) {
       int code = 0;
-      if (!p->Exited(&code)) continue;
-      // The coordinator exits 0 by itself once every worker reported its last step.
-      if (code != 0) {
-        return absl::AbortedError(absl::StrCat(p->name(), " exited with code ", code,
-                                               "; its log is in ", options_.dir));
+      if (!processes_[i]->Exited(&code)) continue;
+      const bool is_worker = std::find(workers_.begin(), workers_.end(), i) != workers_.end();
+      if (code == 0) {
+        // The coordinator and the shards exit 0 by themselves once the job succeeded.
+        if (is_worker) ++done;
+        continue;
       }
-      if (std::find(workers_.begin(), workers_.end(), p.get()) != workers_.end()) ++done;
+      const std::string name = specs_[i].name;
+      // Died of a signal (128 + N), or asked to be restarted: restart, as an orchestrator would.
+      if ((code == kExitRestart || code > 128) && restarts_[name] < max_restarts) {
+        ++restarts_[name];
+        std::fprintf(stderr, "onebit-launch: %s exited with code %d; restarting it (%d of %d)\n",
+                     name.c_str(), code, restarts_[name], max_restarts);
+        ONEBIT_RETURN_IF_ERROR(Respawn(i).status());
+        continue;
+      }
+      return absl::AbortedError(absl::StrCat(name, " exited with code ", code,
+                                             code == kExitRestart || code > 128
+                                                 ? " and has no restart left"
+                                                 : "",
+                                             "; its log is in ", options_.dir));
     }
     if (done == workers_.size()) return absl::OkStatus();
     if (interrupted && *interrupted) return absl::CancelledError("interrupted");

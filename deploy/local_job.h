@@ -6,6 +6,7 @@
 #ifndef ONEBIT_DEPLOY_LOCAL_JOB_H_
 #define ONEBIT_DEPLOY_LOCAL_JOB_H_
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,11 +38,18 @@ struct LocalJobOptions {
   // Extra flags for worker i (e.g. --params_out=...); "{i}" is replaced by i.
   std::vector<std::string> worker_flags;
   std::vector<std::string> coordinator_flags;
+  // Flags for one worker (by rank) or one shard (by index) only, e.g. a --fault.
+  std::map<int, std::vector<std::string>> flags_of_worker;
+  std::map<int, std::vector<std::string>> flags_of_server;
   // Where the processes run (`ip netns exec`, root): the coordinator and the shards on
   // `control`, worker i on nodes[i / (workers / nodes.size())] (ranks are node-major, as
   // the hierarchical exchange expects). No nodes: every worker on `control`.
   ClusterHost control;
   std::vector<ClusterHost> nodes;
+  // Restart a process that died of a signal (kill -9) or exited with 75 (the job recovers:
+  // "restart me"), as compose's `restart: on-failure` and Kubernetes would; at most this
+  // many times per process. -1: the config's onebit.failure.max_restarts + 1.
+  int max_restarts_per_process = -1;
 };
 
 class LocalJob {
@@ -52,8 +60,10 @@ class LocalJob {
   // Starts the coordinator, waits for its address file, then the shards (each registered
   // once its address file exists), then the workers.
   absl::Status Start();
-  // Waits until every worker exits 0. Fails at once when any process exits with another
-  // code, after `timeout`, or when *interrupted is set.
+  // Waits until every worker exits 0, restarting processes that die (see
+  // max_restarts_per_process; a restarted process loses its --fault flag, and a restarted
+  // coordinator gets the ports the first one bound). Fails at once when a process exits
+  // with another code or runs out of restarts, after `timeout`, or when *interrupted is set.
   absl::Status WaitForWorkers(absl::Duration timeout, const volatile int* interrupted = nullptr);
   // Terminates whatever still runs (SIGTERM, then SIGKILL).
   void Stop();
@@ -66,16 +76,34 @@ class LocalJob {
   // After WaitForWorkers: worker i's summary (the JSON its --summary_file holds).
   absl::StatusOr<std::vector<google::protobuf::Value>> Summaries() const;
 
+  // Restarts so far, by process name ("worker 1", "server 0", "coordinator").
+  const std::map<std::string, int>& restarts() const { return restarts_; }
+  // Sends `sig` to the process named `name` (tests inject faults this way too).
+  absl::Status SignalProcess(const std::string& name, int sig);
+  // Waits for the process named `name` to exit; its exit code.
+  absl::StatusOr<int> WaitForProcess(const std::string& name, absl::Duration timeout);
+
  private:
   // Starts argv on `host` (its namespace, --host=its address appended).
   absl::StatusOr<Process*> Spawn(const std::string& name, std::vector<std::string> argv,
                                  const ClusterHost& host, bool echo);
 
+  // How a process was started, to start it again.
+  struct Spec {
+    std::string name;
+    std::vector<std::string> argv;
+    ClusterHost host;
+    bool echo = false;
+  };
+  absl::StatusOr<Process*> Respawn(size_t index);
+
   LocalJobOptions options_;
   JobConfig config_;
   std::string grpc_, rest_, metrics_;
   std::vector<std::unique_ptr<Process>> processes_;
-  std::vector<Process*> workers_;
+  std::vector<Spec> specs_;  // parallel to processes_
+  std::vector<size_t> workers_;  // indices into processes_
+  std::map<std::string, int> restarts_;
 };
 
 // JSON text into a google.protobuf.Value; `what` names the source in errors.

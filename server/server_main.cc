@@ -17,7 +17,10 @@
 #include <unistd.h>
 #include <signal.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <optional>
 #include <iostream>
 #include <string>
 
@@ -25,6 +28,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "common/fault.h"
 #include "common/signals.h"
 #include "coordinator/coordinator_client.h"
 #include "config/job_config.h"
@@ -45,17 +49,25 @@ ABSL_FLAG(std::string, address_file, "", "Where to write the bound addresses as 
 ABSL_FLAG(std::string, config, "", "Job config: shards, workers and n from it (flags win).");
 ABSL_FLAG(std::string, coordinator, "", "host:port of the coordinator: register and heartbeat.");
 ABSL_FLAG(int, retained_steps, 2, "Finished steps whose results are kept for retries (>= 2).");
+ABSL_FLAG(std::string, fault, "",
+          "Fault injection for tests: kill_at_step:STEP (SIGKILL once step STEP completes).");
 
 namespace {
 
 constexpr int kExitRuntime = 1;
 constexpr int kExitUsage = 2;
+constexpr int kExitRestart = 75;  // the job recovers in a newer generation: restart me
+
+// Set by the session callback before it raises SIGTERM at this process: the exit code that
+// the job's end (0), failure (1) or recovery (75) asks for.
+std::atomic<int> g_exit_code{0};
 
 // Registers the shard and starts its heartbeat session; *reg gets the coordinator's answer
 // and *instance this process's id.
 absl::StatusOr<std::unique_ptr<onebit::CoordinatorSession>> JoinJob(
     onebit::CoordinatorClient& client, int shard, const onebit::server::ServerProcess& process,
-    onebit::v1::RegisterResponse* reg_out, std::string* instance) {
+    absl::Duration heartbeat_interval, onebit::v1::RegisterResponse* reg_out,
+    std::string* instance) {
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
   onebit::v1::RegisterRequest request;
@@ -73,10 +85,31 @@ absl::StatusOr<std::unique_ptr<onebit::CoordinatorSession>> JoinJob(
         absl::StrCat("asked to be shard ", shard, ", the coordinator assigned ", reg->rank()));
   }
   onebit::SessionOptions session;
+  session.heartbeat_interval = heartbeat_interval;
   session.role = onebit::v1::ROLE_SERVER;
   session.rank = shard;
   session.instance_id = request.instance_id();
-  return client.StartSession(session, [](const onebit::v1::JobEvent&) {});
+  const int64_t generation = reg->generation();
+  return client.StartSession(session, [generation, shard](const onebit::v1::JobEvent& e) {
+    const onebit::v1::JobStatus& job = e.job();
+    int code = -1;
+    std::string why;
+    if (job.state() == onebit::v1::JOB_STATE_SUCCEEDED) {
+      code = 0;
+      why = "the job succeeded";
+    } else if (job.state() == onebit::v1::JOB_STATE_FAILED) {
+      code = kExitRuntime;
+      why = absl::StrCat("the job failed: ", job.failure_reason());
+    } else if (job.generation() > generation) {
+      code = kExitRestart;
+      why = absl::StrCat("the job recovers in generation ", job.generation(), " (",
+                         job.failure_reason(), "); exiting with 75 to be restarted");
+    }
+    if (code < 0) return;
+    std::cerr << "onebit-server: shard " << shard << ": " << why << std::endl;
+    g_exit_code = code;
+    kill(getpid(), SIGTERM);  // the main thread shuts down gracefully
+  });
 }
 
 int UsageError(const std::string& message) {
@@ -100,10 +133,13 @@ int main(int argc, char** argv) {
   int64_t n = absl::GetFlag(FLAGS_n);
   int group_offset = 0;  // hierarchical over ps: the first shard of this shard's slice
   std::string checkpoint_dir, topology;
+  double retry_s = 120, heartbeat_s = 10;
   if (!absl::GetFlag(FLAGS_config).empty()) {
     absl::StatusOr<onebit::JobConfig> config = onebit::LoadJobConfig(absl::GetFlag(FLAGS_config));
     if (!config.ok()) return UsageError(std::string(config.status().message()));
     checkpoint_dir = config->checkpoint.dir;
+    retry_s = config->failure.coordinator_retry_s;
+    heartbeat_s = config->failure.heartbeat_timeout_s;
     topology = onebit::checkpoint::TopologyKey(*config);
     absl::StatusOr<size_t> count = onebit::WorkloadParameterCount(config->workload);
     if (!count.ok()) return UsageError(std::string(count.status().message()));
@@ -164,6 +200,16 @@ int main(int argc, char** argv) {
       c->Enqueue(step, std::move(e));
     };
   }
+  absl::StatusOr<std::optional<onebit::Fault>> fault =
+      onebit::ParseFault(absl::GetFlag(FLAGS_fault), {"kill_at_step"});
+  if (!fault.ok()) return UsageError(std::string(fault.status().message()));
+  if (fault->has_value()) {
+    options.shard.on_step_completed = [f = **fault, shard = options.shard.shard](int64_t step) {
+      if (f.At("kill_at_step", step)) {
+        onebit::KillSelf(absl::StrCat("shard ", shard), absl::StrCat("the end of step ", step));
+      }
+    };
+  }
   auto process = onebit::server::ServerProcess::Start(options);
   if (!process.ok()) {
     std::cerr << "onebit-server: " << process.status() << std::endl;
@@ -179,11 +225,14 @@ int main(int argc, char** argv) {
   if (!absl::GetFlag(FLAGS_coordinator).empty()) {
     onebit::GrpcClientOptions client_options;
     client_options.address = absl::GetFlag(FLAGS_coordinator);
+    client_options.retry_for = absl::Seconds(retry_s);
     auto made = onebit::NewGrpcCoordinatorClient(client_options);
     onebit::v1::RegisterResponse reg;
     std::string instance;
     const int index = group_offset + options.shard.shard;
-    auto joined = made.ok() ? JoinJob(**made, index, **process, &reg, &instance)
+    auto joined = made.ok() ? JoinJob(**made, index, **process,
+                                      std::min(absl::Seconds(1), absl::Seconds(heartbeat_s) / 4),
+                                      &reg, &instance)
                             : absl::StatusOr<std::unique_ptr<onebit::CoordinatorSession>>(made.status());
     if (joined.ok() && reg.has_resume()) {
       if (reg.resume().reset_errors()) {
@@ -213,5 +262,5 @@ int main(int argc, char** argv) {
   (*process)->Shutdown();
   process->reset();
   checkpointer.reset();  // drains queued parts while the client is still alive
-  return 0;
+  return g_exit_code.load();
 }

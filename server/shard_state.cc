@@ -281,6 +281,7 @@ absl::Status ShardState::Complete() {
     }
     config_.on_checkpoint(open.step, *std::move(error));
   }
+  if (config_.on_step_completed) config_.on_step_completed(open.step);
   step_done_.SignalAll();
   return absl::OkStatus();
 }

@@ -70,6 +70,8 @@ struct ShardConfig {
   // it stands after that step (host copy). Runs with the shard's lock held: it must only
   // hand the data on (a queue), never block or call back.
   std::function<void(int64_t step, std::vector<float> server_error)> on_checkpoint;
+  // Called after every completed step, with the lock held (fault injection).
+  std::function<void(int64_t step)> on_step_completed;
 };
 
 // Why a push was rejected: the label of onebit_server_rejected_pushes_total.

@@ -48,6 +48,7 @@ absl::Status WorkerCheckpointer::Save(int64_t step, OnebitAdam& optimizer) {
   const std::string file = checkpoint::PartFileName(v1::ROLE_WORKER, options_.rank);
   ONEBIT_ASSIGN_OR_RETURN(checkpoint::WrittenFile written,
                           checkpoint::WritePart(checkpoint::JoinPath(dir, file), part));
+  if (options_.before_commit) options_.before_commit(step);
   if (client_ == nullptr) return absl::OkStatus();
   v1::CommitPartRequest request;
   request.set_instance_id(options_.instance_id);

@@ -18,6 +18,7 @@
 #define ONEBIT_WORKER_CHECKPOINTER_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -34,6 +35,8 @@ struct CheckpointerOptions {
   int world_size = 1;
   std::string instance_id;  // for CommitPart
   std::string topology;     // checkpoint::TopologyKey of the job
+  // Called after the part is written and before it is reported (fault injection).
+  std::function<void(int64_t step)> before_commit;
 };
 
 class WorkerCheckpointer : public CheckpointSink {

@@ -29,7 +29,9 @@
 #include "common/atomic_file.h"
 #include "checkpoint/manifest.h"
 #include "worker/checkpointer.h"
+#include "common/fault.h"
 #include "worker/coordinator_step_controller.h"
+#include "worker/fault_exchange.h"
 #include "worker/transport/gloo_transport.h"
 #include "worker/job_setup.h"
 #include "worker/transport/nccl_transport.h"
@@ -48,6 +50,9 @@ ABSL_FLAG(std::string, summary_file, "", "Write a JSON summary here at the end."
 ABSL_FLAG(std::string, params_out, "", "Write the final parameters here (.npy).");
 ABSL_FLAG(int, rank, -1, "Ask the coordinator for this rank (-1: the next free one).");
 ABSL_FLAG(int, cuda_device, 0, "GPU to use with onebit.device = cuda.");
+ABSL_FLAG(std::string, fault, "",
+          "Fault injection for tests: kill_in_exchange:STEP or kill_before_commit:STEP "
+          "(SIGKILL at that point).");
 ABSL_FLAG(std::string, history_csv, "",
           "Write every step (step,stage,loss,seconds,bytes_sent) and evaluation here (CSV).");
 
@@ -104,14 +109,77 @@ struct Worker {
   std::unique_ptr<Transport> transport;        // peer: the job; hierarchical: the node
   std::unique_ptr<Transport> inter_transport;  // hierarchical over peer: between nodes
   std::unique_ptr<Exchange> exchange;
+  std::unique_ptr<Exchange> fault_exchange;  // --fault=kill_in_exchange: wraps `exchange`
   std::unique_ptr<CoordinatorStepController> controller;
   std::unique_ptr<WorkerCheckpointer> checkpointer;
   std::unique_ptr<Trainer> trainer;
 };
 
+PsExchangeOptions PsOptions(const JobConfig& config) {
+  PsExchangeOptions options;
+  options.step_deadline = absl::Seconds(config.failure.ps_step_deadline_s);
+  return options;
+}
+
+// EXIT CODES: 0 done; 75 the job recovers in a newer generation (restart this process);
+// 1 the job failed or this worker hit an error; 2 bad flags or config.
+constexpr int kExitRestart = 75;
+constexpr int kExitFailed = 1;
+
+// What the member knows of the job, for the exit code after an error (main).
+struct MemberState {
+  std::shared_ptr<CoordinatorClient> client;
+  int64_t generation = 0;
+  absl::Duration wait_for_verdict = absl::Seconds(15);
+};
+MemberState g_member;
+
+// The exit code the job's status asks of a member of `generation`, or -1 to go on.
+int MemberExitCode(const v1::JobStatus& job, int64_t generation) {
+  if (job.state() == v1::JOB_STATE_FAILED) return kExitFailed;
+  if (job.generation() > generation) return kExitRestart;
+  return -1;
+}
+
+std::string ExitReason(const v1::JobStatus& job, int code) {
+  if (code == kExitFailed) return absl::StrCat("the job failed: ", job.failure_reason());
+  return absl::StrCat("the job recovers in generation ", job.generation(), " (",
+                      job.failure_reason(), "); exiting with ", kExitRestart, " to be restarted");
+}
+
+// After an error: a dead peer or a lost coordinator shows first as an error here, before
+// the coordinator has noticed. Ask it for a while: a recovery means "restart me" (75).
+int ExitCodeAfterError() {
+  if (g_member.client == nullptr) return kExitFailed;
+  const absl::Time give_up = absl::Now() + g_member.wait_for_verdict;
+  while (absl::Now() < give_up) {
+    absl::StatusOr<v1::JobStatus> job = g_member.client->GetJob({});
+    if (job.ok()) {
+      const int code = MemberExitCode(*job, g_member.generation);
+      if (code >= 0) {
+        std::fprintf(stderr, "onebit-worker: %s\n", ExitReason(*job, code).c_str());
+        return code;
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(250));
+  }
+  return kExitFailed;
+}
+
+absl::Duration RendezvousTimeout(const JobConfig& config) {
+  return absl::Seconds(config.failure.rendezvous_timeout_s);
+}
+
+// The rendezvous keys of a collective group: per job, generation (a recovery rebuilds every
+// communicator under new keys) and group.
+std::string GroupPrefix(const v1::RegisterResponse& reg, const std::string& group) {
+  return absl::StrCat(reg.job_id(), "/g", reg.generation(), "/", group);
+}
+
 // Waits until the coordinator knows every shard's address; in shard order.
-absl::StatusOr<std::vector<std::string>> ShardAddresses(CoordinatorClient& client, int num_servers) {
-  const absl::Time give_up = absl::Now() + absl::Seconds(60);
+absl::StatusOr<std::vector<std::string>> ShardAddresses(CoordinatorClient& client, int num_servers,
+                                                        absl::Duration timeout) {
+  const absl::Time give_up = absl::Now() + timeout;
   for (;;) {
     ONEBIT_ASSIGN_OR_RETURN(v1::ListMembersResponse members, client.ListMembers({}));
     std::vector<std::string> addresses(num_servers);
@@ -126,7 +194,8 @@ absl::StatusOr<std::vector<std::string>> ShardAddresses(CoordinatorClient& clien
     if (found == num_servers) return addresses;
     if (absl::Now() > give_up) {
       return absl::DeadlineExceededError(
-          absl::StrCat("only ", found, " of ", num_servers, " parameter servers registered in 60 s"));
+          absl::StrCat("only ", found, " of ", num_servers, " parameter servers registered in ",
+                       absl::FormatDuration(timeout), " (onebit.failure.rendezvous_timeout_s)"));
     }
     absl::SleepFor(absl::Milliseconds(100));
   }
@@ -135,13 +204,13 @@ absl::StatusOr<std::vector<std::string>> ShardAddresses(CoordinatorClient& clien
 // A collective group of this job over NCCL (device cuda) or gloo: `group` names it among
 // the job's groups ("world", "node3", "slice1") for the rendezvous keys.
 absl::StatusOr<std::unique_ptr<Transport>> GroupTransport(const JobConfig& config,
-                                                          const std::string& job_id,
+                                                          const v1::RegisterResponse& reg,
                                                           const std::string& group, int rank,
                                                           int world_size,
                                                           std::shared_ptr<CoordinatorClient> store_client,
                                                           kernels::Backend* backend) {
   if (config.optimizer.comm_backend_name == "nccl") {
-    const std::string key = absl::StrCat(job_id, "/", group, "/nccl_unique_id");
+    const std::string key = absl::StrCat(GroupPrefix(reg, group), "/nccl_unique_id");
     if (rank == 0) {
       ONEBIT_ASSIGN_OR_RETURN(ncclUniqueId id, NewNcclUniqueId());
       v1::KvSetRequest set;
@@ -152,15 +221,16 @@ absl::StatusOr<std::unique_ptr<Transport>> GroupTransport(const JobConfig& confi
     v1::KvGetRequest get;
     get.set_key(key);
     get.set_wait(true);
-    get.set_timeout_ms(60000);
+    get.set_timeout_ms(static_cast<int64_t>(config.failure.rendezvous_timeout_s * 1000));
     ONEBIT_ASSIGN_OR_RETURN(v1::KvGetResponse got, store_client->KvGet(get));
     ONEBIT_ASSIGN_OR_RETURN(ncclUniqueId id, ParseNcclUniqueId(got.value()));
     return NcclTransport::Create(rank, world_size, id, backend);
   }
   auto store = std::make_shared<CoordinatorGlooStore>(
-      store_client, GlooStorePrefix(absl::StrCat(job_id, "/", group), 0));
+      store_client, GlooStorePrefix(GroupPrefix(reg, group), 0));
   GlooOptions options;
   options.hostname = absl::GetFlag(FLAGS_host);
+  options.timeout = absl::Seconds(config.failure.gloo_timeout_s);
   return GlooTransport::Create(store, rank, world_size, options);
 }
 
@@ -174,23 +244,24 @@ absl::StatusOr<std::unique_ptr<Exchange>> NewHierarchicalExchange(
   const int nodes = reg.world_size() / local_size;
   std::fprintf(stderr, "worker rank %d: node %d of %d, local rank %d of %d, between nodes: %s\n",
                reg.rank(), node, nodes, local_rank, local_size, config.exchange.inter.c_str());
-  ONEBIT_ASSIGN_OR_RETURN(w.transport, GroupTransport(config, reg.job_id(), absl::StrCat("node", node),
+  ONEBIT_ASSIGN_OR_RETURN(w.transport, GroupTransport(config, reg, absl::StrCat("node", node),
                                                       local_rank, local_size, client, backend));
   std::unique_ptr<Exchange> between_nodes;
   if (config.exchange.inter == "ps") {
     const int k = config.exchange.servers / local_size;
     ONEBIT_ASSIGN_OR_RETURN(HierarchicalLayout layout, HierarchicalLayout::Create(n, local_size, k));
     ONEBIT_ASSIGN_OR_RETURN(std::vector<std::string> shards,
-                            ShardAddresses(*client, reg.num_servers()));
+                            ShardAddresses(*client, reg.num_servers(), RendezvousTimeout(config)));
     std::vector<std::string> own(shards.begin() + local_rank * k,
                                  shards.begin() + (local_rank + 1) * k);
     ONEBIT_ASSIGN_OR_RETURN(between_nodes,
-                            PsExchange::Create(backend, node, nodes, layout.slice(), own));
+                            PsExchange::Create(backend, node, nodes, layout.slice(), own,
+                                               PsOptions(config)));
     return HierarchicalExchange::Create(backend, w.transport.get(), std::move(between_nodes),
                                         layout);
   }
   ONEBIT_ASSIGN_OR_RETURN(w.inter_transport,
-                          GroupTransport(config, reg.job_id(), absl::StrCat("slice", local_rank),
+                          GroupTransport(config, reg, absl::StrCat("slice", local_rank),
                                          node, nodes, client, backend));
   return HierarchicalExchange::CreatePeer(backend, w.transport.get(), w.inter_transport.get(), n);
 }
@@ -224,8 +295,12 @@ absl::Status Run() {
   Worker w;
   GrpcClientOptions client_options;
   client_options.address = absl::GetFlag(FLAGS_coordinator);
+  client_options.retry_for = absl::Seconds(config.failure.coordinator_retry_s);
   ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> client,
                           NewGrpcCoordinatorClient(client_options));
+  ONEBIT_ASSIGN_OR_RETURN(std::optional<Fault> fault,
+                          ParseFault(absl::GetFlag(FLAGS_fault),
+                                     {"kill_in_exchange", "kill_before_commit"}));
   std::shared_ptr<CoordinatorClient> shared_client = std::move(client);
 
   const int port = absl::GetFlag(FLAGS_metrics_port) >= 0 ? absl::GetFlag(FLAGS_metrics_port)
@@ -246,10 +321,28 @@ absl::Status Run() {
       w.metrics->registry(), std::map<std::string, std::string>{{"rank", absl::StrCat(reg.rank())}});
   w.sink = std::make_unique<HistorySink>(w.metrics_sink.get(), absl::GetFlag(FLAGS_history_csv));
   SessionOptions session;
+  // Several heartbeats per detection window, so that one late beat is no death.
+  session.heartbeat_interval =
+      std::min(absl::Seconds(1), absl::Seconds(config.failure.heartbeat_timeout_s) / 4);
   session.role = v1::ROLE_WORKER;
   session.rank = reg.rank();
   session.instance_id = instance;
-  ONEBIT_ASSIGN_OR_RETURN(w.session, shared_client->StartSession(session, [](const v1::JobEvent&) {}));
+  g_member.client = shared_client;
+  g_member.generation = reg.generation();
+  g_member.wait_for_verdict = absl::Seconds(config.failure.heartbeat_timeout_s) + absl::Seconds(5);
+  const int64_t generation = reg.generation();
+  const int my_rank = reg.rank();
+  ONEBIT_ASSIGN_OR_RETURN(
+      w.session, shared_client->StartSession(session, [generation, my_rank](const v1::JobEvent& e) {
+        // Runs on the session's thread; the training thread may be blocked in a collective
+        // with a dead peer, so leave at once (every file this process writes is atomic).
+        const int code = MemberExitCode(e.job(), generation);
+        if (code < 0) return;
+        std::fprintf(stderr, "worker rank %d: %s\n", my_rank, ExitReason(e.job(), code).c_str());
+        std::fflush(stdout);
+        std::fflush(stderr);
+        std::_Exit(code);
+      }));
 
   if (config.device == "cuda") {
     ONEBIT_ASSIGN_OR_RETURN(w.backend, kernels::NewCudaBackend(absl::GetFlag(FLAGS_cuda_device)));
@@ -260,20 +353,26 @@ absl::Status Run() {
   const size_t n = w.workload->num_parameters();
   if (config.exchange.mode == "ps") {
     ONEBIT_ASSIGN_OR_RETURN(std::vector<std::string> shards,
-                            ShardAddresses(*shared_client, reg.num_servers()));
+                            ShardAddresses(*shared_client, reg.num_servers(), RendezvousTimeout(config)));
     ONEBIT_ASSIGN_OR_RETURN(w.exchange, PsExchange::Create(w.backend.get(), reg.rank(),
-                                                           reg.world_size(), n, shards));
+                                                           reg.world_size(), n, shards,
+                                                           PsOptions(config)));
   } else if (config.exchange.mode == "hierarchical") {
     ONEBIT_ASSIGN_OR_RETURN(w.exchange, NewHierarchicalExchange(config, reg, n, shared_client,
                                                                 w.backend.get(), w));
   } else {
-    ONEBIT_ASSIGN_OR_RETURN(w.transport, GroupTransport(config, reg.job_id(), "world", reg.rank(),
+    ONEBIT_ASSIGN_OR_RETURN(w.transport, GroupTransport(config, reg, "world", reg.rank(),
                                                         reg.world_size(), shared_client,
                                                         w.backend.get()));
     ONEBIT_ASSIGN_OR_RETURN(w.exchange, PeerExchange::Create(w.backend.get(), w.transport.get(), n));
   }
+  if (fault.has_value() && fault->point == "kill_in_exchange") {
+    w.fault_exchange = std::make_unique<FaultExchange>(w.exchange.get(), fault->step,
+                                                       absl::StrCat("worker ", reg.rank()));
+  }
+  Exchange* exchange = w.fault_exchange ? w.fault_exchange.get() : w.exchange.get();
   w.controller = std::make_unique<CoordinatorStepController>(
-      shared_client.get(), w.session.get(), reg.rank(), config.log_every, w.exchange.get());
+      shared_client.get(), w.session.get(), reg.rank(), config.log_every, exchange);
   TrainerOptions options = TrainerOptionsFromConfig(config);
   const int rank = reg.rank();
   if (!config.checkpoint.dir.empty()) {
@@ -283,6 +382,14 @@ absl::Status Run() {
     c.world_size = reg.world_size();
     c.instance_id = instance;
     c.topology = checkpoint::TopologyKey(config);
+    if (fault.has_value() && fault->point == "kill_before_commit") {
+      c.before_commit = [fault, rank](int64_t step) {
+        if (fault->At("kill_before_commit", step)) {
+          KillSelf(absl::StrCat("worker ", rank),
+                   absl::StrCat("step ", step, ", its checkpoint part written but not reported"));
+        }
+      };
+    }
     w.checkpointer = std::make_unique<WorkerCheckpointer>(c, shared_client.get());
     options.checkpoints = w.checkpointer.get();
   }
@@ -291,7 +398,7 @@ absl::Status Run() {
     std::fflush(stdout);
   };
   ONEBIT_ASSIGN_OR_RETURN(w.trainer, Trainer::Create(options, w.workload.get(), w.backend.get(),
-                                                     w.exchange.get(), w.controller.get(), w.sink.get()));
+                                                     exchange, w.controller.get(), w.sink.get()));
   if (reg.has_resume()) {
     const absl::Time restore_start = absl::Now();
     ONEBIT_RETURN_IF_ERROR(RestoreWorker(config.checkpoint.dir, reg.resume(), rank,
@@ -327,7 +434,8 @@ int main(int argc, char** argv) {
   const absl::Status status = onebit::Run();
   if (!status.ok()) {
     std::fprintf(stderr, "onebit-worker: error: %s\n", status.ToString().c_str());
-    return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+    if (status.code() == absl::StatusCode::kInvalidArgument) return 2;
+    return onebit::ExitCodeAfterError();
   }
   return 0;
 }

@@ -1,0 +1,126 @@
+// Failure recovery with real processes (coordinator, shards, workers on loopback): a
+// process is killed with SIGKILL at a chosen point (--fault), the launcher restarts it as
+// an orchestrator would, the others exit with 75 and are restarted too, the coordinator
+// resumes the job from the last committed checkpoint, and the job finishes with the
+// parameters of an uninterrupted run, bit for bit. Without restarts left, the job is
+// declared failed and every process exits non-zero with the reason.
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tests/job_runner.h"
+#include "tests/test_paths.h"
+
+namespace onebit {
+namespace {
+
+namespace fs = std::filesystem;
+using testing_jobs::JobRun;
+using testing_jobs::ReadAll;
+using testing_jobs::RunJob;
+using testing_jobs::RunOptions;
+using testing_jobs::SmallJob;
+
+std::string TmpDir() { return testing_paths::TestTmpDir(); }
+
+struct FaultCase {
+  std::string name;
+  std::string mode;         // peer | ps
+  int64_t freeze_step;
+  std::string process;      // "worker", "server", "coordinator"
+  int index;                // worker rank or shard index
+  std::string fault;        // --fault=...
+  int64_t resumed_from;     // the checkpoint the recovery must use; 0: any committed one
+};
+
+class RecoveryTest : public ::testing::TestWithParam<FaultCase> {};
+
+TEST_P(RecoveryTest, KilledProcessIsRestartedAndTheJobEndsAsIfUninterrupted) {
+  const FaultCase& f = GetParam();
+  const JobRun straight = RunJob("straight-" + f.name, SmallJob(f.mode, 3, 30, f.freeze_step, ""));
+  ASSERT_TRUE(straight.status.ok()) << straight.status;
+  const std::string ckpt = TmpDir() + "/ckpt-" + f.name;
+  RunOptions options;
+  const std::vector<std::string> flag = {"--fault=" + f.fault};
+  if (f.process == "worker") options.flags_of_worker[f.index] = flag;
+  if (f.process == "server") options.flags_of_server[f.index] = flag;
+  if (f.process == "coordinator") options.coordinator_flags = flag;
+  options.wait_for_checkpoint = 30;
+  const JobRun run = RunJob("faulty-" + f.name, SmallJob(f.mode, 3, 30, f.freeze_step, ckpt), options);
+  ASSERT_TRUE(run.status.ok()) << run.status << "\n" << run.coordinator_log;
+  const std::string killed = f.process == "coordinator" ? "coordinator"
+                                                        : absl::StrCat(f.process, " ", f.index);
+  EXPECT_GE(run.restarts.count(killed) ? run.restarts.at(killed) : 0, 1) << killed << " was not restarted";
+  // The checkpoint the recovery resumed from (the last "resumes from" line).
+  const std::string kResumes = "resumes from the checkpoint of step ";
+  const std::string kRestarted = "resuming from the checkpoint of step ";
+  size_t at = run.coordinator_log.rfind(kResumes);
+  size_t len = kResumes.size();
+  if (at == std::string::npos) {
+    at = run.coordinator_log.rfind(kRestarted);  // a restarted coordinator says it so
+    len = kRestarted.size();
+  }
+  ASSERT_NE(at, std::string::npos) << run.coordinator_log;
+  const int64_t resumed = std::atoll(run.coordinator_log.c_str() + at + len);
+  if (f.resumed_from > 0) EXPECT_EQ(resumed, f.resumed_from) << run.coordinator_log;
+  EXPECT_GE(resumed, 10);
+  // Worker 0's last incarnation ran from the checkpoint to the end.
+  EXPECT_EQ(run.steps_run, 30 - resumed);
+  EXPECT_TRUE(run.SameParams(straight)) << "the recovered job's parameters differ from an uninterrupted run";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Faults, RecoveryTest,
+    ::testing::Values(
+        // A worker vanishes in the middle of a collective (peer: gloo; ps: the shards).
+        FaultCase{"peer_worker_mid_exchange", "peer", 5, "worker", 1, "kill_in_exchange:15", 10},
+        FaultCase{"ps_worker_mid_exchange", "ps", 5, "worker", 2, "kill_in_exchange:15", 10},
+        // During the switch: the first compression step.
+        FaultCase{"peer_worker_at_the_switch", "peer", 12, "worker", 0, "kill_in_exchange:13", 10},
+        // Mid-checkpoint: its part written, the manifest never: step 20 does not exist.
+        FaultCase{"peer_worker_mid_checkpoint", "peer", 5, "worker", 2, "kill_before_commit:20", 10},
+        // A parameter-server shard.
+        FaultCase{"ps_shard", "ps", 5, "server", 1, "kill_at_step:15", 10},
+        // The coordinator in the middle of a step; it restarts from its state file.
+        FaultCase{"peer_coordinator", "peer", 5, "coordinator", 0, "kill_at_step:15", 0}),
+    [](const auto& info) { return info.param.name; });
+
+// No restart allowed: the job is declared failed, every process exits non-zero with the
+// reason (the shards too, instead of running forever).
+TEST(RecoveryFailureTest, WithoutRestartsLeftTheJobFailsAndEveryProcessExits) {
+  JobConfig config = SmallJob("ps", 2, 30, 5, "");
+  config.failure.max_restarts = 0;
+  RunOptions options;
+  options.flags_of_worker[1] = {"--fault=kill_in_exchange:8"};
+  int shard_exit = -1, coordinator_exit = -1;
+  options.before_stop = [&](launcher::LocalJob& job) {
+    shard_exit = job.WaitForProcess("server 0", absl::Seconds(30)).value_or(-1);
+    coordinator_exit = job.WaitForProcess("coordinator", absl::Seconds(30)).value_or(-1);
+  };
+  const JobRun run = RunJob("no-restarts", config, options);
+  EXPECT_FALSE(run.status.ok());
+  EXPECT_NE(run.coordinator_log.find("job FAILED: worker 1"), std::string::npos) << run.coordinator_log;
+  EXPECT_NE(run.coordinator_log.find("max_restarts = 0"), std::string::npos) << run.coordinator_log;
+  EXPECT_EQ(shard_exit, 1);
+  EXPECT_EQ(coordinator_exit, 1);
+  const std::string shard_log = ReadAll(TmpDir() + "/no-restarts/server-0.log");
+  EXPECT_NE(shard_log.find("the job failed: worker 1"), std::string::npos) << shard_log;
+}
+
+// A job that ends well ends every process: the shards exit 0 by themselves.
+TEST(RecoveryFailureTest, ShardsExitWhenTheJobSucceeds) {
+  int shard_exit = -1;
+  RunOptions options;
+  options.before_stop = [&](launcher::LocalJob& job) {
+    shard_exit = job.WaitForProcess("server 1", absl::Seconds(30)).value_or(-1);
+  };
+  const JobRun run = RunJob("shards-exit", SmallJob("ps", 2, 12, 5, ""), options);
+  ASSERT_TRUE(run.status.ok()) << run.status;
+  EXPECT_EQ(shard_exit, 0);
+}
+
+}  // namespace
+}  // namespace onebit
