@@ -101,8 +101,8 @@ __device__ __forceinline__ double SquareF64(float x) {
 // Reductions: a fixed tree
 //
 // A float64 sum over n elements runs on ReduceBlocks(n) blocks, a function of n alone:
-//   1. thread t of block b adds the squares of elements b*kThreads + t + k*stride, k = 0, 1, ...
-//      (stride = ReduceBlocks(n) * kThreads), in that order;
+//   1. thread t of block b adds the squares of elements b*kThreads + t + k*stride,
+//      k = 0, 1, ... (stride = ReduceBlocks(n) * kThreads), in that order;
 //   2. each block adds its threads' sums by a fixed shuffle tree (BlockSum) and stores the
 //      result in partials[b];
 //   3. the last block to finish adds partials[0..ReduceBlocks(n)) in index order, by the
@@ -114,16 +114,14 @@ __device__ __forceinline__ double SquareF64(float x) {
 // another order on another GPU.
 
 // At most this many blocks per reduction: ~4 waves of 256-thread blocks on an H100 (132 SMs
-// x 8), ~5 on an A100, so the last partial wave costs little on either; 32 KB of partials.
+// x 8 resident), ~5 on an A100 (108 x 8), so the last, partial wave costs little on either;
+// 32 KB of partials. Up to n = 1056 * kThreads this is the grid the SM count gave on an
+// H100; above that, more blocks whose threads loop fewer times.
 constexpr size_t kMaxReduceBlocks = 4096;
-// Each thread of a reduction gets at least this many elements before another block is
-// added: a mid-sized tensor needs no more blocks (and partials) than that.
-constexpr size_t kMinReduceItemsPerThread = 4;
 
 // The grid of every reduction kernel over n > 0 elements: depends on n alone (see above).
 constexpr unsigned ReduceBlocks(size_t n) {
-  const size_t per_block = kThreads * kMinReduceItemsPerThread;
-  const size_t blocks = (n + per_block - 1) / per_block;
+  const size_t blocks = (n + kThreads - 1) / kThreads;
   return static_cast<unsigned>(blocks < kMaxReduceBlocks ? blocks : kMaxReduceBlocks);
 }
 
