@@ -9,8 +9,10 @@
 // exact, and never --use_fast_math.
 //
 // Sums of squares are the one place the two backends may differ: they are accumulated in
-// float64 in another order (per thread, then per block, then atomicAdd across blocks), so
-// scales agree to within rounding, not bit for bit.
+// float64 in another order than the CPU's, so scales agree with the CPU's to within
+// rounding, not bit for bit. The order is still fixed (see "Reductions" below): it depends
+// on the length alone, never on the GPU, its SM count or the timing of blocks, so two runs
+// on the same input give the same bits, and a resumed run continues bit for bit.
 
 #include <cuda_runtime.h>
 
@@ -95,8 +97,45 @@ __device__ __forceinline__ double SquareF64(float x) {
   return static_cast<double>(x) * static_cast<double>(x);
 }
 
-// Adds `value` from every thread of the block into *total. All threads must call it.
-__device__ void BlockSumToGlobal(double value, double* total) {
+// ---------------------------------------------------------------------------------------
+// Reductions: a fixed tree
+//
+// A float64 sum over n elements runs on ReduceBlocks(n) blocks, a function of n alone:
+//   1. thread t of block b adds the squares of elements b*kThreads + t + k*stride,
+//      k = 0, 1, ... (stride = ReduceBlocks(n) * kThreads), in that order;
+//   2. each block adds its threads' sums by a fixed shuffle tree (BlockSum) and stores the
+//      result in partials[b];
+//   3. the last block to finish adds partials[0..ReduceBlocks(n)) in index order, by the
+//      same per-thread loop and tree, and stores the total.
+// An atomic counter only elects the block that does step 3; what it adds, and in which
+// order, does not depend on which block that is. Adding the block sums with atomicAdd, as
+// this file once did, made the last bit depend on the order in which blocks finished.
+// The grid must not depend on the SM count either, or the same tensor would be summed in
+// another order on another GPU.
+
+// At most this many blocks per reduction: ~4 waves of 256-thread blocks on an H100 (132 SMs
+// x 8 resident), ~5 on an A100 (108 x 8), so the last, partial wave costs little on either;
+// 32 KB of partials. Up to n = 1056 * kThreads this is the grid the SM count gave on an
+// H100; above that, more blocks whose threads loop fewer times.
+constexpr size_t kMaxReduceBlocks = 4096;
+
+// The grid of every reduction kernel over n > 0 elements: depends on n alone (see above).
+constexpr unsigned ReduceBlocks(size_t n) {
+  const size_t blocks = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(blocks < kMaxReduceBlocks ? blocks : kMaxReduceBlocks);
+}
+
+// Device memory of the reductions, one per backend: its kernels run one at a time on the
+// backend's stream, so one scratch is enough.
+struct ReductionScratch {
+  double total;                        // the result of the last reduction
+  unsigned arrivals;                   // blocks done in the running reduction; 0 between
+  double partials[kMaxReduceBlocks];   // per-block sums of the running reduction
+};
+
+// The sum of `value` over the threads of the block by a fixed tree, in thread 0 (other
+// threads get a partial sum). All threads must call it; blockDim.x == kThreads.
+__device__ double BlockSum(double value) {
   __shared__ double warp_sums[kWarps];
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -110,8 +149,33 @@ __device__ void BlockSumToGlobal(double value, double* total) {
     for (int offset = 16; offset > 0; offset >>= 1) {
       value += __shfl_down_sync(kFullMask, value, offset);
     }
-    if (lane == 0) atomicAdd(total, value);
   }
+  __syncthreads();  // warp_sums may be written again by the next call.
+  return value;
+}
+
+// Steps 2 and 3 above: every thread of every block of a reduction kernel calls it last,
+// with its own sum. Launch with ReduceBlocks(n) blocks (gridDim.y == 1) of kThreads.
+__device__ void FinishReduction(double value, ReductionScratch* scratch) {
+  __shared__ bool is_last;
+  value = BlockSum(value);
+  if (threadIdx.x == 0) {
+    scratch->partials[blockIdx.x] = value;
+    // The partial is visible to every block before this block is counted (the CUDA
+    // Programming Guide's last-block pattern).
+    __threadfence();
+    // atomicInc wraps to 0 after gridDim.x - 1: the counter is ready for the next launch.
+    is_last = atomicInc(&scratch->arrivals, gridDim.x - 1) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();
+  double sum = 0.0;
+  for (unsigned b = threadIdx.x; b < gridDim.x; b += kThreads) {
+    sum += __ldcg(&scratch->partials[b]);  // from L2: other SMs wrote them
+  }
+  sum = BlockSum(sum);
+  if (threadIdx.x == 0) scratch->total = sum;
 }
 
 struct AdamArgs {
@@ -129,11 +193,11 @@ __global__ void MomentumKernel(float beta1, float one_minus_beta1, const float* 
   }
 }
 
-// Worker pass 1: err = x (see Backend::CompressWorker), *sumsq += sum of x^2.
+// Worker pass 1: err = x (see Backend::CompressWorker), scratch->total = sum of x^2.
 template <bool kFusedMomentum>
 __global__ void WorkerInputKernel(const float* m, const float* g, float beta1,
                                   float one_minus_beta1, size_t n, size_t n_pad, float* err,
-                                  double* sumsq) {
+                                  ReductionScratch* scratch) {
   double local = 0.0;
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n_pad;
@@ -147,14 +211,15 @@ __global__ void WorkerInputKernel(const float* m, const float* g, float beta1,
     }
     local += SquareF64(x);
   }
-  BlockSumToGlobal(local, sumsq);
+  FinishReduction(local, scratch);
 }
 
 // Server pass 1: err = fma(sum over workers in rank order of decode(block w), 1/W, err),
-// *sumsq += sum of err^2. The loop over elements advances block-uniformly so that the whole
-// block can stage worker scales in shared memory, kThreads workers at a time.
+// scratch->total = sum of err^2. The loop over elements advances block-uniformly so that the
+// whole block can stage worker scales in shared memory, kThreads workers at a time.
 __global__ void ServerInputKernel(const uint8_t* blocks, size_t block_bytes, int num_workers,
-                                  size_t chunk, float inv_w, float* err, double* sumsq) {
+                                  size_t chunk, float inv_w, float* err,
+                                  ReductionScratch* scratch) {
   __shared__ float scales[kThreads];
   double local = 0.0;
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
@@ -183,10 +248,11 @@ __global__ void ServerInputKernel(const uint8_t* blocks, size_t block_bytes, int
       local += SquareF64(y);
     }
   }
-  BlockSumToGlobal(local, sumsq);
+  FinishReduction(local, scratch);
 }
 
-// Pass 2 of both compressions: x is in err; s comes from *sumsq over n_scale elements.
+// Pass 2 of both compressions: x is in err; s comes from the sum of squares *sumsq over
+// n_scale elements.
 // Writes s and the packed signs of each chunk and sets err = x - s*sign(x). grid.y walks
 // the chunks; the warps of grid.x walk 32-element groups of a chunk, so each ballot is one
 // little-endian sign word (a chunk is only a multiple of 8, so the last word of a chunk may
@@ -304,14 +370,14 @@ __global__ void DecompressFrozenAdamKernel(const uint8_t* blocks, size_t block_b
   }
 }
 
-__global__ void SumSquaresKernel(const float* x, size_t n, double* sumsq) {
+__global__ void SumSquaresKernel(const float* x, size_t n, ReductionScratch* scratch) {
   double local = 0.0;
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
     local += SquareF64(x[i]);
   }
-  BlockSumToGlobal(local, sumsq);
+  FinishReduction(local, scratch);
 }
 
 AdamArgs MakeAdamArgs(const AdamHyper& h) {
@@ -327,20 +393,20 @@ size_t CeilDiv(size_t a, size_t b) { return (a + b - 1) / b; }
 
 class CudaBackend final : public Backend {
  public:
-  // Takes ownership of `stream` and `sumsq` (a device double).
-  CudaBackend(int device, int num_sms, cudaStream_t stream, double* sumsq)
+  // Takes ownership of `stream` and `scratch` (device memory, arrivals == 0).
+  CudaBackend(int device, int num_sms, cudaStream_t stream, ReductionScratch* scratch)
       : device_(device),
         // Enough 256-thread blocks to fill every SM (2048 resident threads on sm_80/sm_90);
         // the kernels loop over the rest.
         max_blocks_(static_cast<size_t>(std::max(num_sms, 1)) * 8),
         stream_(stream),
-        sumsq_(sumsq) {}
+        scratch_(scratch) {}
 
   ~CudaBackend() override {
     // Errors here mean the context is already broken; there is nobody left to report to.
     cudaSetDevice(device_);
     cudaStreamSynchronize(stream_);
-    cudaFree(sumsq_);
+    cudaFree(scratch_);
     cudaStreamDestroy(stream_);
   }
 
@@ -421,17 +487,16 @@ class CudaBackend final : public Backend {
     ONEBIT_RETURN_IF_ERROR(Activate());
     const size_t n_pad = num_chunks * chunk;
     if (n_pad == 0) return ZeroScales(out, num_chunks);
-    ONEBIT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(sumsq_, 0, sizeof(double), stream_));
     if (g != nullptr) {
-      WorkerInputKernel<true><<<Blocks(n_pad), kThreads, 0, stream_>>>(
-          m, g, beta1, 1.0f - beta1, n, n_pad, err, sumsq_);
+      WorkerInputKernel<true><<<ReduceBlocks(n_pad), kThreads, 0, stream_>>>(
+          m, g, beta1, 1.0f - beta1, n, n_pad, err, scratch_);
     } else {
-      WorkerInputKernel<false><<<Blocks(n_pad), kThreads, 0, stream_>>>(
-          m, g, beta1, 1.0f - beta1, n, n_pad, err, sumsq_);
+      WorkerInputKernel<false><<<ReduceBlocks(n_pad), kThreads, 0, stream_>>>(
+          m, g, beta1, 1.0f - beta1, n, n_pad, err, scratch_);
     }
     ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
     SignPackKernel<<<ChunkGrid(num_chunks, chunk), kThreads, 0, stream_>>>(
-        sumsq_, n_pad, num_chunks, chunk, CompressedBlockBytes(chunk), err, out);
+        &scratch_->total, n_pad, num_chunks, chunk, CompressedBlockBytes(chunk), err, out);
     ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
     return absl::OkStatus();
   }
@@ -444,13 +509,12 @@ class CudaBackend final : public Backend {
     ONEBIT_RETURN_IF_ERROR(CheckChunking(1, chunk, chunk));
     ONEBIT_RETURN_IF_ERROR(Activate());
     if (chunk == 0) return ZeroScales(out, 1);
-    ONEBIT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(sumsq_, 0, sizeof(double), stream_));
     const float inv_w = 1.0f / static_cast<float>(num_workers);
-    ServerInputKernel<<<Blocks(chunk), kThreads, 0, stream_>>>(
-        blocks, CompressedBlockBytes(chunk), num_workers, chunk, inv_w, err, sumsq_);
+    ServerInputKernel<<<ReduceBlocks(chunk), kThreads, 0, stream_>>>(
+        blocks, CompressedBlockBytes(chunk), num_workers, chunk, inv_w, err, scratch_);
     ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
     SignPackKernel<<<ChunkGrid(1, chunk), kThreads, 0, stream_>>>(
-        sumsq_, chunk, 1, chunk, CompressedBlockBytes(chunk), err, out);
+        &scratch_->total, chunk, 1, chunk, CompressedBlockBytes(chunk), err, out);
     ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
     return absl::OkStatus();
   }
@@ -524,12 +588,14 @@ class CudaBackend final : public Backend {
 
   absl::Status SumSquares(const float* x, size_t n, double* host_result) override {
     ONEBIT_RETURN_IF_ERROR(Activate());
-    ONEBIT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(sumsq_, 0, sizeof(double), stream_));
-    if (n > 0) {
-      SumSquaresKernel<<<Blocks(n), kThreads, 0, stream_>>>(x, n, sumsq_);
+    if (n == 0) {
+      ONEBIT_CUDA_RETURN_IF_ERROR(
+          cudaMemsetAsync(&scratch_->total, 0, sizeof(double), stream_));
+    } else {
+      SumSquaresKernel<<<ReduceBlocks(n), kThreads, 0, stream_>>>(x, n, scratch_);
       ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
     }
-    return CopyToHost(host_result, sumsq_, sizeof(double));
+    return CopyToHost(host_result, &scratch_->total, sizeof(double));
   }
 
  private:
@@ -539,7 +605,8 @@ class CudaBackend final : public Backend {
     return absl::OkStatus();
   }
 
-  // n > 0.
+  // The grid of the elementwise kernels, n > 0. Not for reductions: it depends on the SM
+  // count (they use ReduceBlocks).
   unsigned Blocks(size_t n) const {
     return static_cast<unsigned>(std::min(CeilDiv(n, kThreads), max_blocks_));
   }
@@ -563,9 +630,9 @@ class CudaBackend final : public Backend {
   const int device_;
   const size_t max_blocks_;
   const cudaStream_t stream_;
-  // The sum of squares of the tensor being compressed. Stream order makes one slot enough:
-  // the next call's reset is queued after the previous call's last reader.
-  double* const sumsq_;
+  // The reductions' partials and result. Stream order makes one enough: the next
+  // reduction is queued after the previous one's last reader.
+  ReductionScratch* const scratch_;
 };
 
 }  // namespace
@@ -595,13 +662,22 @@ absl::StatusOr<std::unique_ptr<Backend>> NewCudaBackend(int device) {
   // Non-blocking: the legacy default stream, which other libraries may use, does not
   // serialize against this backend's work.
   ONEBIT_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  double* sumsq = nullptr;
-  const cudaError_t error = cudaMalloc(&sumsq, sizeof(double));
+  ReductionScratch* scratch = nullptr;
+  cudaError_t error = cudaMalloc(&scratch, sizeof(ReductionScratch));
   if (error != cudaSuccess) {
     cudaStreamDestroy(stream);
-    return CudaErrorStatus(error, "cudaMalloc(&sumsq, sizeof(double))", __FILE__, __LINE__);
+    return CudaErrorStatus(error, "cudaMalloc(&scratch, sizeof(ReductionScratch))", __FILE__,
+                           __LINE__);
   }
-  return std::unique_ptr<Backend>(new CudaBackend(device, num_sms, stream, sumsq));
+  // On the backend's stream: a non-blocking stream is not ordered after the legacy one.
+  error = cudaMemsetAsync(scratch, 0, sizeof(ReductionScratch), stream);
+  if (error == cudaSuccess) error = cudaStreamSynchronize(stream);
+  if (error != cudaSuccess) {
+    cudaFree(scratch);
+    cudaStreamDestroy(stream);
+    return CudaErrorStatus(error, "cudaMemsetAsync(scratch, 0, ...)", __FILE__, __LINE__);
+  }
+  return std::unique_ptr<Backend>(new CudaBackend(device, num_sms, stream, scratch));
 }
 
 void* CudaStreamOf(Backend* backend) {

@@ -13,6 +13,10 @@
 // be applied to the error), so they move 8 bytes per element more than min_bytes and top
 // out near 0.6 of the copy.
 //
+// The kernels that reduce (the compressions, SumSquares) also run at 256K, 1M and 4M
+// elements, where launches, the last wave of blocks and the last block's sum of the
+// partials (cuda_backend.cu, "Reductions") weigh more than at 64M.
+//
 // Without a GPU it says so and exits 0.
 #include <cuda_runtime.h>
 
@@ -86,6 +90,19 @@ struct Workspace {
 
 Workspace* workspace = nullptr;
 
+// `num_workers` server blocks of `chunk` elements: fixed signs, a scale of its own each.
+std::vector<uint8_t> ServerBlocks(int num_workers, size_t chunk) {
+  const size_t block_bytes = CompressedBlockBytes(chunk);
+  std::vector<uint8_t> blocks(num_workers * block_bytes);
+  for (int r = 0; r < num_workers; ++r) {
+    uint8_t* block = blocks.data() + r * block_bytes;
+    const float s = 0.5f + 0.1f * r;
+    std::memcpy(block, &s, sizeof(s));
+    for (size_t i = 4; i < block_bytes; ++i) block[i] = static_cast<uint8_t>(i * 37 + r);
+  }
+  return blocks;
+}
+
 // A cheap deterministic fill: generating 64M normal floats on the host would dominate.
 std::vector<float> Pattern(size_t n, uint32_t seed, bool non_negative) {
   std::vector<float> x(n);
@@ -137,13 +154,7 @@ Workspace* MakeWorkspace() {
   Check(b->CompressWorker(w->m, nullptr, 0.9f, kN, kChunks, kChunk, w->err, w->worker_blocks),
         "CompressWorker");
   const size_t server_block_bytes = CompressedBlockBytes(kN);
-  std::vector<uint8_t> server_blocks(kWorkers * server_block_bytes);
-  for (int r = 0; r < kWorkers; ++r) {
-    uint8_t* block = server_blocks.data() + r * server_block_bytes;
-    const float s = 0.5f + 0.1f * r;
-    std::memcpy(block, &s, sizeof(s));
-    for (size_t i = 4; i < server_block_bytes; ++i) block[i] = static_cast<uint8_t>(i * 37 + r);
-  }
+  const std::vector<uint8_t> server_blocks = ServerBlocks(kWorkers, kN);
   w->server_blocks = w->Allocate<uint8_t>(server_blocks.size());
   Check(b->CopyFromHost(w->server_blocks, server_blocks.data(), server_blocks.size()),
         "CopyFromHost");
@@ -264,6 +275,42 @@ void RegisterAll() {
     benchmark::RegisterBenchmark(c.name, RunKernel, c.min_bytes, c.fn)
         ->UseManualTime()
         ->Unit(benchmark::kMicrosecond);
+  }
+
+  // The reductions at smaller sizes, on prefixes of the same buffers (min_bytes as above).
+  for (size_t n : {size_t{1} << 18, size_t{1} << 20, size_t{1} << 22}) {
+    const size_t chunk = n / kChunks;
+    const double f32_n = 4.0 * static_cast<double>(n);
+    const double worker_blocks_n = kChunks * CompressedBlockBytes(chunk);
+    const double server_block_n = CompressedBlockBytes(n);
+    const std::vector<uint8_t> host_blocks = ServerBlocks(kWorkers, n);
+    uint8_t* server_blocks = w.Allocate<uint8_t>(host_blocks.size());
+    Check(b->CopyFromHost(server_blocks, host_blocks.data(), host_blocks.size()),
+          "CopyFromHost");
+    const std::string size = "/n=" + std::to_string(n);
+    const std::vector<Case> small = {
+        {"CompressWorker", 3 * f32_n + worker_blocks_n,
+         [=, &w] {
+           return b->CompressWorker(w.m, nullptr, 0.9f, n, kChunks, chunk, w.err,
+                                    w.worker_blocks);
+         }},
+        {"CompressWorkerFusedMomentum", 4 * f32_n + worker_blocks_n,
+         [=, &w] {
+           return b->CompressWorker(w.m, w.g, 0.9f, n, kChunks, chunk, w.err, w.worker_blocks);
+         }},
+        {"ServerAggregate/W=8", kWorkers * server_block_n + 2 * f32_n + server_block_n,
+         [=, &w] { return b->ServerAggregate(server_blocks, kWorkers, n, w.err, w.server_out); }},
+        {"SumSquares", f32_n,
+         [=, &w] {
+           double result;
+           return b->SumSquares(w.err, n, &result);
+         }},
+    };
+    for (const Case& c : small) {
+      benchmark::RegisterBenchmark((c.name + size).c_str(), RunKernel, c.min_bytes, c.fn)
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond);
+    }
   }
 }
 

@@ -26,6 +26,11 @@
 //   mask       m = m * mask (compression stage only, after the exchange)
 //   average    out = (sum over rows in order, from 0.0f) * (1.0f / num_rows)
 //
+// REPRODUCIBILITY: each backend sums the squares in an order fixed by n alone (the CUDA
+// backend's does not depend on the GPU either), so the same inputs give the same bits on
+// every run and a resumed run continues bit for bit. The CPU backend's order depends on
+// whether it runs the AVX2 or the scalar kernels.
+//
 // MEMORY: every pointer passed to a Backend lives in its memory_space(): host memory for
 // the CPU backend, device memory for CUDA. Kernels on the CUDA backend are queued on the
 // backend's stream; Synchronize() waits for them. Scalars that a later kernel needs stay
