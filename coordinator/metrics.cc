@@ -74,6 +74,12 @@ CoordinatorMetrics::CoordinatorMetrics() : registry_(std::make_shared<prometheus
   resumed_errors_reset_ = NewGauge(
       r, "onebit_coordinator_resumed_errors_reset",
       "1 if the resume reset the error buffers (another topology wrote the checkpoint).");
+  job_state_ = NewGauge(r, "onebit_coordinator_job_state",
+                        "1 starting, 2 running, 3 recovering, 4 succeeded, 5 failed.");
+  generation_ = NewGauge(r, "onebit_coordinator_generation",
+                         "Membership generation: 1, plus one per recovery.");
+  recoveries_ = NewGauge(r, "onebit_coordinator_recoveries",
+                         "Recoveries so far (a dead member, or a coordinator restart).");
   freeze_step_->Set(-1);
 }
 
@@ -102,6 +108,18 @@ void CoordinatorMetrics::SetJob(const v1::JobStatus& job, int servers_alive) {
   loss_->Set(job.last_loss());
   variance_change_->Set(job.last_variance_change());
   last_checkpoint_step_->Set(static_cast<double>(job.last_checkpoint_step()));
+  double state = 0;
+  switch (job.state()) {
+    case v1::JOB_STATE_STARTING: state = 1; break;
+    case v1::JOB_STATE_RUNNING: state = 2; break;
+    case v1::JOB_STATE_RECOVERING: state = 3; break;
+    case v1::JOB_STATE_SUCCEEDED: state = 4; break;
+    case v1::JOB_STATE_FAILED: state = 5; break;
+    default: break;
+  }
+  job_state_->Set(state);
+  generation_->Set(static_cast<double>(job.generation()));
+  recoveries_->Set(job.recoveries());
 }
 
 void CoordinatorMetrics::RpcError(absl::string_view method) {

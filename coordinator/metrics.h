@@ -20,6 +20,9 @@
 //   onebit_coordinator_checkpoint_commit_seconds  histogram of writing a manifest
 //   onebit_coordinator_resumed_step          checkpoint this run resumed from; 0 if none
 //   onebit_coordinator_resumed_errors_reset  1 if that resume reset the error buffers
+//   onebit_coordinator_job_state             1 starting, 2 running, 3 recovering, 4 succeeded, 5 failed
+//   onebit_coordinator_generation            membership generation (1 + recoveries)
+//   onebit_coordinator_recoveries            recoveries so far, coordinator restarts included
 #ifndef ONEBIT_COORDINATOR_METRICS_H_
 #define ONEBIT_COORDINATOR_METRICS_H_
 
@@ -77,6 +80,9 @@ class CoordinatorMetrics {
   prometheus::Histogram* checkpoint_commit_seconds_;
   prometheus::Gauge* resumed_step_;
   prometheus::Gauge* resumed_errors_reset_;
+  prometheus::Gauge* job_state_;
+  prometheus::Gauge* generation_;
+  prometheus::Gauge* recoveries_;
 };
 
 }  // namespace onebit

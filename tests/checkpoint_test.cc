@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <cstdlib>
+#include <memory>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -14,6 +15,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "config/job_config.h"
+#include "common/subprocess.h"
+#include "httplib.h"
 #include "tests/job_runner.h"
 #include "gtest/gtest.h"
 #include "tests/test_paths.h"
@@ -104,6 +107,73 @@ TEST(CheckpointTest, AnotherWorldSizeResumesWithTheErrorsReset) {
   const std::string& log = second.coordinator_log;
   EXPECT_NE(log.find("error buffers reset"), std::string::npos) << log;
   EXPECT_NE(log.find("workers 2 -> 3"), std::string::npos) << log;
+}
+
+// On demand: onebitctl and REST schedule checkpoints in a running job, list them, and the
+// coordinator's metrics show the newest.
+TEST(CheckpointTest, OperatorCheckpointsThroughOnebitctlAndRest) {
+  const std::string ckpt = TmpDir() + "/ckpt-operator";
+  JobConfig config = SmallJob("peer", 2, 1000000, 5, ckpt);  // runs until stopped
+  config.checkpoint.every_steps = 0;                          // on demand only
+  const std::string dir = TmpDir() + "/operator";
+  fs::create_directories(dir);
+  std::ofstream(dir + "/job.json") << JobConfigToJson(config);
+  launcher::LocalJobOptions options;
+  options.bin_dir = testing_paths::RunfilesRoot();
+  options.dir = dir;
+  options.config_path = dir + "/job.json";
+  options.echo_all = false;
+  options.coordinator_flags = {"--linger=0s"};
+  launcher::LocalJob job(options, config);
+  ASSERT_TRUE(job.Start().ok());
+
+  auto onebitctl = [&](const std::vector<std::string>& args) {
+    ProcessOptions p;
+    p.argv = {testing_paths::Runfile("tools/onebitctl"), "--coordinator=" + job.grpc_address()};
+    p.argv.insert(p.argv.end(), args.begin(), args.end());
+    p.log_path = dir + "/onebitctl.out";
+    fs::remove(p.log_path);
+    absl::StatusOr<std::unique_ptr<Process>> proc = Process::Start(p);
+    EXPECT_TRUE(proc.ok());
+    EXPECT_EQ((*proc)->Wait(absl::Seconds(30)).value_or(-1), 0);
+    return ReadAll(p.log_path);
+  };
+  const std::string scheduled = onebitctl({"checkpoint"});
+  const size_t at = scheduled.find("checkpoint scheduled after step ");
+  ASSERT_NE(at, std::string::npos) << scheduled;
+  const int64_t step = std::atoll(scheduled.c_str() + at + 32);
+  ASSERT_GT(step, 0);
+  const std::string manifest = testing_jobs::ManifestPath(ckpt, step);
+  const absl::Time give_up = absl::Now() + absl::Seconds(60);
+  while (!fs::exists(manifest) && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(20));
+  ASSERT_TRUE(fs::exists(manifest)) << manifest;
+  EXPECT_NE(onebitctl({"checkpoints"}).find("committed"), std::string::npos);
+
+  const std::string rest = job.rest_address();
+  httplib::Client http(rest.substr(0, rest.rfind(':')), std::stoi(rest.substr(rest.rfind(':') + 1)));
+  httplib::Result posted = http.Post("/v1/checkpoints", "{}", "application/json");
+  ASSERT_TRUE(posted);
+  EXPECT_EQ(posted->status, 200) << posted->body;
+  EXPECT_NE(posted->body.find("\"reason\":\"operator\""), std::string::npos) << posted->body;
+  httplib::Result bad = http.Post("/v1/checkpoints", R"({"atStep": "-3"})", "application/json");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400) << bad->body;
+  httplib::Result listed = http.Get("/v1/checkpoints");
+  ASSERT_TRUE(listed);
+  EXPECT_EQ(listed->status, 200);
+  EXPECT_NE(listed->body.find(absl::StrCat("\"step\":\"", step, "\"")), std::string::npos)
+      << listed->body;
+  const std::string metrics = job.metrics_address();
+  httplib::Client prom(metrics.substr(0, metrics.rfind(':')),
+                       std::stoi(metrics.substr(metrics.rfind(':') + 1)));
+  httplib::Result scraped = prom.Get("/metrics");
+  ASSERT_TRUE(scraped);
+  EXPECT_NE(scraped->body.find("onebit_coordinator_checkpoints_committed_total"), std::string::npos);
+  EXPECT_EQ(scraped->body.find("onebit_coordinator_last_checkpoint_step 0\n"), std::string::npos)
+      << scraped->body;
+  ASSERT_TRUE(http.Post("/v1/stop", "{}", "application/json"));
+  EXPECT_TRUE(job.WaitForWorkers(absl::Seconds(60)).ok());
+  job.Stop();
 }
 
 }  // namespace

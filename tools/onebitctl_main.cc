@@ -53,6 +53,9 @@ constexpr char kUsage[] =
     "  freeze --at STEP | --now    switch to compression after STEP, or as soon as safe\n"
     "  delay --to STEP | --cancel  postpone the scheduled switch, or cancel it\n"
     "  stop [--at STEP]            end the job after STEP (default: as soon as safe)\n"
+    "  checkpoint [--at STEP]      take a checkpoint after STEP (default: the earliest step\n"
+    "                              every worker can still agree on)\n"
+    "  checkpoints                 committed checkpoints and the one in progress\n"
     "  watch [--interval=1s]       print a line whenever the job changes, until it ends";
 
 int Usage(const std::string& problem) {
@@ -89,12 +92,41 @@ std::string SwitchText(const v1::JobStatus& job) {
   return absl::StrCat("after step ", job.freeze_step(), " (", mode, ")");
 }
 
+std::string JobStateText(const v1::JobStatus& job) {
+  std::string state;
+  switch (job.state()) {
+    case v1::JOB_STATE_STARTING: state = "starting"; break;
+    case v1::JOB_STATE_RUNNING: state = "running"; break;
+    case v1::JOB_STATE_RECOVERING: state = "recovering"; break;
+    case v1::JOB_STATE_SUCCEEDED: state = "succeeded"; break;
+    case v1::JOB_STATE_FAILED: state = "FAILED"; break;
+    default: state = "unknown"; break;
+  }
+  absl::StrAppend(&state, " (generation ", job.generation(), ", ", job.recoveries(), " recoveries)");
+  if (!job.failure_reason().empty()) absl::StrAppend(&state, ": ", job.failure_reason());
+  return state;
+}
+
+std::string CheckpointsText(const v1::ListCheckpointsResponse& response) {
+  if (response.checkpoints().empty()) return "no checkpoints";
+  std::string text = absl::StrFormat("%10s  %-10s %-7s %-16s %s", "AFTER STEP", "STATE", "PARTS",
+                                     "DIRECTORY", "REASON");
+  for (const v1::CheckpointInfo& c : response.checkpoints()) {
+    absl::StrAppend(&text, "\n",
+                    absl::StrFormat("%10d  %-10s %3d/%-3d %-16s %s", c.step(),
+                                    c.committed() ? "committed" : "pending", c.parts_done(),
+                                    c.parts_expected(), c.name(), c.reason()));
+  }
+  return text;
+}
+
 std::string StatusText(const v1::JobStatus& job) {
   std::string text;
   auto line = [&text](const char* key, const std::string& value) {
     absl::StrAppend(&text, absl::StrFormat("%-10s %s\n", key, value));
   };
   line("job", job.job_id());
+  line("state", JobStateText(job));
   line("stage", absl::StrCat(Stage(job.stage()), " (step ", job.step(), ")"));
   line("switch", SwitchText(job));
   line("leases", absl::StrCat("through step ", job.max_lease_step()));
@@ -106,6 +138,12 @@ std::string StatusText(const v1::JobStatus& job) {
                       : absl::StrCat(job.servers_registered(), "/", job.num_servers(),
                                      " registered (", job.exchange_mode(), " exchange)"));
   line("loss", absl::StrCat(job.last_loss()));
+  line("checkpoint", job.last_checkpoint_step() > 0
+                         ? absl::StrCat("after step ", job.last_checkpoint_step(),
+                                        job.resumed_from_step() > 0
+                                            ? absl::StrCat(" (resumed from step ", job.resumed_from_step(), ")")
+                                            : std::string())
+                         : std::string("none"));
   line("variance", job.last_variance_change() < 0
                        ? std::string("not measured")
                        : absl::StrCat(job.last_variance_change(), " (relative change)"));
@@ -251,6 +289,25 @@ int Run(int argc, char** argv) {
     absl::StatusOr<v1::JobStatus> job = (*client)->Stop(request);
     if (!job.ok()) return Failed(command, job.status());
     return PrintJob(*job, absl::StrCat("the job stops after step ", job->stop_after_step()));
+  }
+  if (command == "checkpoint") {
+    v1::CheckpointRequest request;
+    if (at.has_value()) {
+      if (*at <= 0) return Usage("checkpoint --at needs a step >= 1 (leave it out for the earliest)");
+      request.set_at_step(*at);
+    }
+    absl::StatusOr<v1::CheckpointInfo> info = (*client)->Checkpoint(request);
+    if (!info.ok()) return Failed(command, info.status());
+    Print(absl::GetFlag(FLAGS_json) ? ToJson(*info)
+                                    : absl::StrCat("checkpoint scheduled after step ", info->step(),
+                                                   " (", info->name(), ")"));
+    return 0;
+  }
+  if (command == "checkpoints") {
+    absl::StatusOr<v1::ListCheckpointsResponse> list = (*client)->ListCheckpoints({});
+    if (!list.ok()) return Failed(command, list.status());
+    Print(absl::GetFlag(FLAGS_json) ? ToJson(*list) : CheckpointsText(*list));
+    return 0;
   }
   if (command == "watch") return Watch(**client);
   return Usage(absl::StrCat("unknown command '", command, "'"));

@@ -84,6 +84,9 @@ class HistorySink : public TrainerMetricsSink {
            << r.compute_seconds + r.exchange_update_seconds << "," << r.bytes_sent << ",,\n";
     }
   }
+  void RecordCheckpoint(int64_t step, double seconds) override {
+    next_->RecordCheckpoint(step, seconds);
+  }
   void RecordEval(int64_t step, const EvalResult& e) override {
     next_->RecordEval(step, e);
     if (out_.is_open()) {

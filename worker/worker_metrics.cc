@@ -76,7 +76,18 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& registry, const Labels& label
                      .Add({})),
       test_accuracy_(GaugeFamily(registry, "onebit_worker_test_accuracy",
                                  "Test-set accuracy (0..1) at the last evaluation.", labels)
-                         .Add({})) {
+                         .Add({})),
+      checkpoint_seconds_(prometheus::BuildHistogram()
+                              .Name("onebit_worker_checkpoint_seconds")
+                              .Help("Time the training thread spent writing this worker's "
+                                    "checkpoint part.")
+                              .Labels(labels)
+                              .Register(registry)
+                              .Add({}, StepBuckets())),
+      last_checkpoint_step_(GaugeFamily(registry, "onebit_worker_last_checkpoint_step",
+                                        "The last step this worker wrote a checkpoint part after.",
+                                        labels)
+                                .Add({})) {
   auto& sent = CounterFamily(registry, "onebit_worker_bytes_sent_total",
                              "Payload bytes sent, by stage and link (intra_node: inside this "
                              "worker's node; inter_node: between nodes).",
@@ -111,6 +122,11 @@ void WorkerMetrics::RecordStep(const StepReport& report) {
   loss_.Set(report.loss);
   if (report.variance_change.has_value()) variance_change_.Set(*report.variance_change);
   if (report.error_norm.has_value()) error_norm_.Set(*report.error_norm);
+}
+
+void WorkerMetrics::RecordCheckpoint(int64_t step, double seconds) {
+  checkpoint_seconds_.Observe(seconds);
+  last_checkpoint_step_.Set(static_cast<double>(step));
 }
 
 void WorkerMetrics::RecordEval(int64_t, const EvalResult& result) {

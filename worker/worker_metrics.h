@@ -16,6 +16,9 @@
 //   onebit_worker_variance_change                ||v_t - v_{t-k}|| / ||v_t||, last report
 //   onebit_worker_error_norm                     L2 norm of the worker error, last measured
 //   onebit_worker_test_loss, onebit_worker_test_accuracy   last evaluation
+//   onebit_worker_checkpoint_seconds             histogram: writing this worker's checkpoint
+//                                                part (the training thread's pause)
+//   onebit_worker_last_checkpoint_step           the last step it wrote a part after
 //
 // Every label value exists from the start, so dashboards see zeros instead of gaps.
 // Thread safety: thread-safe (prometheus-cpp metrics are atomic).
@@ -46,6 +49,7 @@ class WorkerMetrics : public TrainerMetricsSink {
 
   void RecordStep(const StepReport& report) override;
   void RecordEval(int64_t step, const EvalResult& result) override;
+  void RecordCheckpoint(int64_t step, double seconds) override;
 
  private:
   prometheus::Gauge& stage_;
@@ -63,6 +67,8 @@ class WorkerMetrics : public TrainerMetricsSink {
   prometheus::Gauge& error_norm_;
   prometheus::Gauge& test_loss_;
   prometheus::Gauge& test_accuracy_;
+  prometheus::Histogram& checkpoint_seconds_;
+  prometheus::Gauge& last_checkpoint_step_;
 };
 
 // A registry served over HTTP at /metrics.
