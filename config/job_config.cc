@@ -195,7 +195,8 @@ absl::Status Parse(const Value& root, JobConfig* c) {
                                 {{"dir", String(&q.dir)},
                                  {"every_steps", Integer(&q.every_steps, 0, kMaxSteps)},
                                  {"keep", Integer(&q.keep, 1, 1 << 20)},
-                                 {"resume", Bool(&q.resume)}});
+                                 {"resume", Bool(&q.resume)},
+                                 {"async", Bool(&q.async)}});
                 }},
                {"failure",
                 [&](const Value& f, const std::string& fp) {
@@ -325,7 +326,7 @@ std::string JobConfigToJson(const JobConfig& c) {
     "workload": {"type": "%s", "hidden": [%s], "data_dir": "%s", "eval_every": %d,
                  "parameters": %d},
     "ports": {"coordinator": %d, "coordinator_rest": %d, "metrics": %d, "server": %d},
-    "checkpoint": {"dir": "%s", "every_steps": %d, "keep": %d, "resume": %s},
+    "checkpoint": {"dir": "%s", "every_steps": %d, "keep": %d, "resume": %s, "async": %s},
     "failure": {"heartbeat_timeout_s": %.17g, "rejoin_timeout_s": %.17g, "max_restarts": %d,
                 "coordinator_retry_s": %.17g, "gloo_timeout_s": %.17g, "rendezvous_timeout_s": %.17g,
                 "ps_step_deadline_s": %.17g}
@@ -340,6 +341,7 @@ std::string JobConfigToJson(const JobConfig& c) {
       Quote(c.workload.data_dir), c.workload.eval_every, c.workload.parameters, c.ports.coordinator,
       c.ports.coordinator_rest, c.ports.metrics, c.ports.server, Quote(c.checkpoint.dir),
       c.checkpoint.every_steps, c.checkpoint.keep, c.checkpoint.resume ? "true" : "false",
+      c.checkpoint.async ? "true" : "false",
       c.failure.heartbeat_timeout_s, c.failure.rejoin_timeout_s, c.failure.max_restarts,
       c.failure.coordinator_retry_s, c.failure.gloo_timeout_s, c.failure.rendezvous_timeout_s,
       c.failure.ps_step_deadline_s);

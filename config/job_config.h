@@ -103,6 +103,10 @@ struct CheckpointConfig {
   int keep = 3;             // committed checkpoints kept (the newest)
   // Resume from the newest committed checkpoint in `dir` when the coordinator starts.
   bool resume = true;
+  // false: a worker writes its part before its next step (training pauses for the write).
+  // true: training pauses only for a host snapshot and a thread writes the part meanwhile;
+  // a worker that dies before its part is written loses that checkpoint, not an older one.
+  bool async = false;
 };
 
 // Failure detection and recovery, and the timeouts of every wait (defaults for a real

@@ -28,7 +28,7 @@ constexpr char kFull[] = R"({
     "workload": {"type": "fashion_mnist", "hidden": [300, 100], "eval_every": 50},
     "ports": {"coordinator": 5000, "metrics": 0},
     "log_every": 10,
-    "checkpoint": {"dir": "/ckpt", "every_steps": 25, "keep": 2, "resume": false},
+    "checkpoint": {"dir": "/ckpt", "every_steps": 25, "keep": 2, "resume": false, "async": true},
     "failure": {"heartbeat_timeout_s": 2.5, "max_restarts": 1, "gloo_timeout_s": 7}
   }
 })";
@@ -64,6 +64,7 @@ TEST(JobConfigTest, ParsesEveryKey) {
   EXPECT_EQ(c->checkpoint.every_steps, 25);
   EXPECT_EQ(c->checkpoint.keep, 2);
   EXPECT_FALSE(c->checkpoint.resume);
+  EXPECT_TRUE(c->checkpoint.async);
   EXPECT_DOUBLE_EQ(c->failure.heartbeat_timeout_s, 2.5);
   EXPECT_EQ(c->failure.max_restarts, 1);
   EXPECT_DOUBLE_EQ(c->failure.gloo_timeout_s, 7);

@@ -43,7 +43,14 @@ RunOptions WaitFor(int64_t step) {
 struct ResumeCase {
   std::string mode;
   int64_t freeze_step;  // 5: switch before the checkpoint; 15: in the resumed half
+  bool async = false;   // parts written by a thread while training goes on
 };
+
+JobConfig Checkpointed(const ResumeCase& p, int64_t steps, const std::string& ckpt) {
+  JobConfig c = SmallJob(p.mode, 3, steps, p.freeze_step, ckpt);
+  c.checkpoint.async = p.async;
+  return c;
+}
 
 class ResumeTest : public ::testing::TestWithParam<ResumeCase> {};
 
@@ -51,14 +58,14 @@ class ResumeTest : public ::testing::TestWithParam<ResumeCase> {};
 // bits.
 TEST_P(ResumeTest, StopAndResumeIsBitIdentical) {
   const ResumeCase& p = GetParam();
-  const std::string tag = absl::StrCat(p.mode, "-f", p.freeze_step);
+  const std::string tag = absl::StrCat(p.mode, "-f", p.freeze_step, p.async ? "-async" : "");
   const JobRun straight = RunJob("straight-" + tag, SmallJob(p.mode, 3, 20, p.freeze_step, ""));
   const std::string ckpt = TmpDir() + "/ckpt-" + tag;
-  const JobRun first = RunJob("first-" + tag, SmallJob(p.mode, 3, 10, p.freeze_step, ckpt), WaitFor(10));
+  const JobRun first = RunJob("first-" + tag, Checkpointed(p, 10, ckpt), WaitFor(10));
   ASSERT_TRUE(fs::exists(ckpt + "/step-000000010/MANIFEST.json"));
   ASSERT_TRUE(fs::exists(ckpt + "/step-000000010/worker-00002.part"));
   if (p.mode == "ps") ASSERT_TRUE(fs::exists(ckpt + "/step-000000010/server-00001.part"));
-  const JobRun resumed = RunJob("second-" + tag, SmallJob(p.mode, 3, 20, p.freeze_step, ckpt), WaitFor(20));
+  const JobRun resumed = RunJob("second-" + tag, Checkpointed(p, 20, ckpt), WaitFor(20));
   EXPECT_EQ(resumed.steps_run, 10) << "the second run must resume, not start over";
   EXPECT_NE(resumed.coordinator_log.find("resuming from the checkpoint of step 10"),
             std::string::npos) << resumed.coordinator_log;
@@ -69,9 +76,12 @@ TEST_P(ResumeTest, StopAndResumeIsBitIdentical) {
 
 INSTANTIATE_TEST_SUITE_P(Modes, ResumeTest,
                          ::testing::Values(ResumeCase{"peer", 5}, ResumeCase{"peer", 15},
-                                           ResumeCase{"ps", 5}, ResumeCase{"ps", 15}),
+                                           ResumeCase{"ps", 5}, ResumeCase{"ps", 15},
+                                           ResumeCase{"peer", 5, /*async=*/true},
+                                           ResumeCase{"ps", 15, /*async=*/true}),
                          [](const auto& info) {
-                           return absl::StrCat(info.param.mode, "_freeze", info.param.freeze_step);
+                           return absl::StrCat(info.param.mode, "_freeze", info.param.freeze_step,
+                                               info.param.async ? "_async" : "");
                          });
 
 // The newest checkpoint's part is damaged: the coordinator says so and resumes from the

@@ -1,6 +1,9 @@
 #include "worker/checkpointer.h"
 
+#include <cstdio>
 #include <vector>
+
+#include "absl/time/clock.h"
 
 #include "absl/strings/str_cat.h"
 #include "checkpoint/manifest.h"
@@ -21,10 +24,28 @@ std::pair<size_t, size_t> Slice(size_t n, int rank, int world_size) {
 
 }  // namespace
 
+WorkerCheckpointer::WorkerCheckpointer(const CheckpointerOptions& options, CoordinatorClient* client)
+    : options_(options), client_(client) {
+  thread_ = std::thread([this] { Run(); });
+}
+
+WorkerCheckpointer::~WorkerCheckpointer() {
+  (void)Flush();
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  thread_.join();
+}
+
 absl::Status WorkerCheckpointer::Save(int64_t step, OnebitAdam& optimizer) {
+  // One snapshot in memory at a time: wait for the previous part first.
+  ONEBIT_RETURN_IF_ERROR(Flush());
   const size_t n = optimizer.size();
   const auto [begin, end] = Slice(n, options_.rank, options_.world_size);
-  checkpoint::Part part;
+  Pending pending;
+  pending.step = step;
+  checkpoint::Part& part = pending.part;
   part.meta["role"] = "worker";
   part.meta["topology"] = options_.topology;
   part.PutMetaInt("step", step);
@@ -43,11 +64,50 @@ absl::Status WorkerCheckpointer::Save(int64_t step, OnebitAdam& optimizer) {
   }
   ONEBIT_ASSIGN_OR_RETURN(ErrorState errors, optimizer.exchange().SaveErrors());
   for (auto& [name, values] : errors) part.Put(name, std::move(values));
+  {
+    absl::MutexLock lock(&mu_);
+    pending_ = std::move(pending);
+  }
+  return options_.async ? absl::OkStatus() : Flush();
+}
 
+absl::Status WorkerCheckpointer::Flush() {
+  absl::MutexLock lock(&mu_);
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !pending_.has_value() && !writing_; };
+  mu_.Await(absl::Condition(&idle));
+  return status_;
+}
+
+void WorkerCheckpointer::Run() {
+  for (;;) {
+    Pending pending;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || pending_.has_value(); };
+      mu_.Await(absl::Condition(&ready));
+      if (!pending_.has_value()) return;  // stopping, nothing left
+      pending = *std::move(pending_);
+      pending_.reset();
+      writing_ = true;
+    }
+    const int64_t step = pending.step;
+    const absl::Status status = Write(std::move(pending));
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    if (!status.ok() && status_.ok()) {
+      status_ = absl::Status(status.code(), absl::StrCat("checkpoint part of step ", step, ": ",
+                                                         status.message()));
+    }
+  }
+}
+
+absl::Status WorkerCheckpointer::Write(Pending pending) {
+  const int64_t step = pending.step;
+  const absl::Time start = absl::Now();
   ONEBIT_ASSIGN_OR_RETURN(std::string dir, checkpoint::MakeStepDir(options_.dir, step));
   const std::string file = checkpoint::PartFileName(v1::ROLE_WORKER, options_.rank);
   ONEBIT_ASSIGN_OR_RETURN(checkpoint::WrittenFile written,
-                          checkpoint::WritePart(checkpoint::JoinPath(dir, file), part));
+                          checkpoint::WritePart(checkpoint::JoinPath(dir, file), pending.part));
   if (options_.before_commit) options_.before_commit(step);
   if (client_ == nullptr) return absl::OkStatus();
   v1::CommitPartRequest request;
@@ -59,7 +119,11 @@ absl::Status WorkerCheckpointer::Save(int64_t step, OnebitAdam& optimizer) {
   p->set_file(file);
   p->set_bytes(written.bytes);
   p->set_crc32(written.crc32);
-  return client_->CommitPart(request).status();
+  ONEBIT_RETURN_IF_ERROR(client_->CommitPart(request).status());
+  std::fprintf(stderr, "worker rank %d: checkpoint part of step %lld: %.1f MB written and reported in %.1f ms\n",
+               options_.rank, static_cast<long long>(step), written.bytes / 1e6,
+               absl::ToDoubleMilliseconds(absl::Now() - start));
+  return absl::OkStatus();
 }
 
 absl::Status RestoreWorker(const std::string& root, const v1::ResumeFrom& resume, int rank,

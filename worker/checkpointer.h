@@ -1,6 +1,11 @@
 // A worker's side of checkpoints (DESIGN.md, two-phase commit).
 //
-// Save (after a checkpoint step S): this worker's part, <dir>/step-S/worker-R.part, holds
+// Save (after a checkpoint step S) takes a host snapshot of the state on the training
+// thread; a writer thread encodes, writes and reports it. Synchronous (the default), Save
+// returns once the part is reported; with `async`, at once, and training goes on while the
+// part is written (a Save waits for the previous part first, so at most one snapshot is in
+// memory; Flush waits for the last: call it before the process exits).
+// This worker's part, <dir>/step-S/worker-R.part, holds
 //   params, exp_avg, exp_avg_sq   the slice [R*n/W, (R+1)*n/W): every worker has the same
 //                                 p, m and v, so the W parts together hold them once
 //   worker_error (+ server_error in peer mode)   this worker's own error buffers, whole
@@ -19,9 +24,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
+#include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "checkpoint/part.h"
 #include "coordinator/coordinator_client.h"
 #include "worker/exchange/exchange.h"
 #include "worker/optim/onebit_adam.h"
@@ -35,6 +45,7 @@ struct CheckpointerOptions {
   int world_size = 1;
   std::string instance_id;  // for CommitPart
   std::string topology;     // checkpoint::TopologyKey of the job
+  bool async = false;  // onebit.checkpoint.async
   // Called after the part is written and before it is reported (fault injection).
   std::function<void(int64_t step)> before_commit;
 };
@@ -42,14 +53,30 @@ struct CheckpointerOptions {
 class WorkerCheckpointer : public CheckpointSink {
  public:
   // `client` is borrowed (null: parts are written but not reported, for tests).
-  WorkerCheckpointer(const CheckpointerOptions& options, CoordinatorClient* client)
-      : options_(options), client_(client) {}
+  WorkerCheckpointer(const CheckpointerOptions& options, CoordinatorClient* client);
+  ~WorkerCheckpointer() override;  // flushes
 
+  // Snapshots and queues; the error of an earlier part's write, if one failed.
   absl::Status Save(int64_t step, OnebitAdam& optimizer) override;
+  // Waits until every queued part is written and reported; the first error, if any.
+  absl::Status Flush();
 
  private:
+  struct Pending {
+    int64_t step = 0;
+    checkpoint::Part part;
+  };
+  void Run();
+  absl::Status Write(Pending pending);
+
   CheckpointerOptions options_;
   CoordinatorClient* client_;
+  absl::Mutex mu_;
+  std::optional<Pending> pending_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
 };
 
 // Restores `optimizer` (and its exchange's error buffers) from the checkpoint `resume`

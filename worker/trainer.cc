@@ -156,7 +156,7 @@ absl::StatusOr<TrainerSummary> Trainer::Run() {
       ONEBIT_RETURN_IF_ERROR(options_.checkpoints->Save(t, *optimizer_));
       const double seconds = SecondsSince(start);
       if (sink_ != nullptr) sink_->RecordCheckpoint(t, seconds);
-      Print(absl::StrFormat("checkpoint after step %d written in %.1f ms", t, seconds * 1e3));
+      Print(absl::StrFormat("checkpoint after step %d: training paused %.1f ms", t, seconds * 1e3));
     }
     if (options_.eval_every > 0 && t % options_.eval_every == 0) {
       ONEBIT_RETURN_IF_ERROR(Evaluate(t));

@@ -388,6 +388,7 @@ absl::Status Run() {
     c.world_size = reg.world_size();
     c.instance_id = instance;
     c.topology = checkpoint::TopologyKey(config);
+    c.async = config.checkpoint.async;
     if (fault.has_value() && fault->point == "kill_before_commit") {
       c.before_commit = [fault, rank](int64_t step) {
         if (fault->At("kill_before_commit", step)) {
@@ -417,6 +418,8 @@ absl::Status Run() {
                      : "");
   }
   ONEBIT_ASSIGN_OR_RETURN(TrainerSummary summary, w.trainer->Run());
+  // The last checkpoint's part is written and reported before this worker goes.
+  if (w.checkpointer != nullptr) ONEBIT_RETURN_IF_ERROR(w.checkpointer->Flush());
 
   if (!absl::GetFlag(FLAGS_params_out).empty()) {
     ONEBIT_ASSIGN_OR_RETURN(std::vector<float> params, w.trainer->optimizer().ParamsToHost());
