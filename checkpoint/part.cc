@@ -5,6 +5,8 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -161,34 +163,72 @@ uint32_t Crc32(absl::string_view bytes) {
   return static_cast<uint32_t>(crc);
 }
 
-std::string EncodePart(const Part& part) {
-  // One buffer, sized up front: parts are large (a worker's slice of p, m and v and its
-  // error buffers), so every extra copy is a visible pause of the training thread.
+namespace {
+
+// The file as pieces: small headers of our own, and views of the tensors' data (no copy of
+// the large arrays), in file order, with the CRC-32 trailer last.
+struct Encoded {
+  std::vector<std::string> headers;  // owned storage for the small pieces
+  std::vector<absl::string_view> pieces;
+  uint64_t bytes = 0;
+};
+
+void Encode(const Part& part, Encoded* e) {
   size_t body_bytes = 2 * sizeof(uint32_t);
   for (const auto& [key, value] : part.meta) body_bytes += 2 * sizeof(uint32_t) + key.size() + value.size();
   for (const auto& [name, t] : part.tensors) {
     body_bytes += 2 * sizeof(uint32_t) + name.size() + 1 + t.shape.size() * sizeof(uint64_t) +
                   t.data.size() * sizeof(float);
   }
-  std::string out;
-  out.reserve(kMagicBytes + sizeof(uint32_t) + sizeof(uint64_t) + body_bytes + sizeof(uint32_t));
-  out.append(kPartMagic, kMagicBytes);
-  AppendU32(&out, kPartVersion);
-  AppendU64(&out, body_bytes);
-  AppendU32(&out, static_cast<uint32_t>(part.meta.size()));
+  e->headers.reserve(part.tensors.size() + 2);
+  std::string head(kPartMagic, kMagicBytes);
+  AppendU32(&head, kPartVersion);
+  AppendU64(&head, body_bytes);
+  AppendU32(&head, static_cast<uint32_t>(part.meta.size()));
   for (const auto& [key, value] : part.meta) {
-    AppendString(&out, key);
-    AppendString(&out, value);
+    AppendString(&head, key);
+    AppendString(&head, value);
   }
-  AppendU32(&out, static_cast<uint32_t>(part.tensors.size()));
+  AppendU32(&head, static_cast<uint32_t>(part.tensors.size()));
+  e->headers.push_back(std::move(head));
+  std::vector<std::pair<size_t, const Tensor*>> order;  // header index, tensor
   for (const auto& [name, t] : part.tensors) {
-    AppendString(&out, name);
-    out.push_back(static_cast<char>(kDtypeFloat32));
-    AppendU32(&out, static_cast<uint32_t>(t.shape.size()));
-    for (uint64_t d : t.shape) AppendU64(&out, d);
-    AppendRaw(&out, t.data.data(), t.data.size() * sizeof(float));
+    std::string h;
+    AppendString(&h, name);
+    h.push_back(static_cast<char>(kDtypeFloat32));
+    AppendU32(&h, static_cast<uint32_t>(t.shape.size()));
+    for (uint64_t d : t.shape) AppendU64(&h, d);
+    e->headers.push_back(std::move(h));
+    order.emplace_back(e->headers.size() - 1, &t);
   }
-  AppendU32(&out, Crc32(out));
+  e->pieces.push_back(e->headers[0]);
+  for (const auto& [index, t] : order) {
+    e->pieces.push_back(e->headers[index]);
+    e->pieces.emplace_back(reinterpret_cast<const char*>(t->data.data()), t->data.size() * sizeof(float));
+  }
+  uLong crc = crc32(0L, Z_NULL, 0);
+  for (absl::string_view piece : e->pieces) {
+    while (!piece.empty()) {
+      const size_t n = std::min<size_t>(piece.size(), 1u << 30);
+      crc = crc32(crc, reinterpret_cast<const Bytef*>(piece.data()), static_cast<uInt>(n));
+      piece.remove_prefix(n);
+    }
+  }
+  std::string trailer;
+  AppendU32(&trailer, static_cast<uint32_t>(crc));
+  e->headers.push_back(std::move(trailer));
+  e->pieces.push_back(e->headers.back());
+  for (absl::string_view piece : e->pieces) e->bytes += piece.size();
+}
+
+}  // namespace
+
+std::string EncodePart(const Part& part) {
+  Encoded e;
+  Encode(part, &e);
+  std::string out;
+  out.reserve(e.bytes);
+  for (absl::string_view piece : e.pieces) out.append(piece.data(), piece.size());
   return out;
 }
 
@@ -234,13 +274,15 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
 }  // namespace
 
 absl::StatusOr<WrittenFile> WritePart(const std::string& path, const Part& part) {
-  const std::string bytes = EncodePart(part);
-  ONEBIT_RETURN_IF_ERROR(WriteFileAtomically(path, bytes));
+  Encoded e;
+  Encode(part, &e);
+  ONEBIT_RETURN_IF_ERROR(WriteFileAtomically(path, e.pieces));
   // The whole file's CRC extends the one stored in its last four bytes.
+  const absl::string_view trailer = e.pieces.back();
   uint32_t inner;
-  std::memcpy(&inner, bytes.data() + bytes.size() - sizeof(inner), sizeof(inner));
-  const uLong whole = crc32(inner, reinterpret_cast<const Bytef*>(bytes.data() + bytes.size() - 4), 4);
-  return WrittenFile{bytes.size(), static_cast<uint32_t>(whole)};
+  std::memcpy(&inner, trailer.data(), sizeof(inner));
+  const uLong whole = crc32(inner, reinterpret_cast<const Bytef*>(trailer.data()), 4);
+  return WrittenFile{e.bytes, static_cast<uint32_t>(whole)};
 }
 
 absl::StatusOr<Part> ReadPart(const std::string& path) {

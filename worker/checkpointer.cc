@@ -55,12 +55,11 @@ absl::Status WorkerCheckpointer::Save(int64_t step, OnebitAdam& optimizer) {
   part.PutMetaInt("slice_begin", static_cast<int64_t>(begin));
   part.PutMetaInt("slice_end", static_cast<int64_t>(end));
   part.PutMetaInt("freeze_step", optimizer.freeze_step());
-  std::vector<float> state[3];
-  ONEBIT_ASSIGN_OR_RETURN(state[0], optimizer.ParamsToHost());
-  ONEBIT_ASSIGN_OR_RETURN(state[1], optimizer.MomentumToHost());
-  ONEBIT_ASSIGN_OR_RETURN(state[2], optimizer.VarianceToHost());
+  constexpr OnebitAdam::State kStates[] = {OnebitAdam::State::kParams, OnebitAdam::State::kMomentum,
+                                           OnebitAdam::State::kVariance};
   for (int i = 0; i < 3; ++i) {
-    part.Put(kStateNames[i], std::vector<float>(state[i].begin() + begin, state[i].begin() + end));
+    ONEBIT_ASSIGN_OR_RETURN(std::vector<float> slice, optimizer.SliceToHost(kStates[i], begin, end));
+    part.Put(kStateNames[i], std::move(slice));
   }
   ONEBIT_ASSIGN_OR_RETURN(ErrorState errors, optimizer.exchange().SaveErrors());
   for (auto& [name, values] : errors) part.Put(name, std::move(values));

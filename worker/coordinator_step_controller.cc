@@ -1,5 +1,9 @@
 #include "worker/coordinator_step_controller.h"
 
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
@@ -15,6 +19,13 @@ absl::StatusOr<Lease> CoordinatorStepController::Acquire(int64_t next_step) {
     absl::StatusOr<v1::LeaseResponse> r = client_->Lease(request);
     if (!r.ok()) return r.status();
     const bool stops_before = r->stop_after_step() >= 0 && r->stop_after_step() < next_step;
+    if (stops_before && last_.has_value() && last_->step > last_reported_step_) {
+      // The job ended at this worker's last step: the coordinator must hear of it.
+      const StepReport final_report = *last_;
+      stop_after_step_ = r->stop_after_step();
+      absl::Status sent = Send(final_report);
+      if (!sent.ok()) return sent;
+    }
     if (r->through_step() >= next_step || stops_before) {
       freeze_step_ = r->freeze_step();
       stop_after_step_ = r->stop_after_step();
@@ -32,11 +43,28 @@ absl::StatusOr<Lease> CoordinatorStepController::Acquire(int64_t next_step) {
 
 absl::Status CoordinatorStepController::Report(const StepReport& report) {
   if (session_) session_->SetStep(report.step);
+  last_ = report;
   // The last step is always reported: the coordinator ends the job when every worker has.
   const bool due = report.variance_change.has_value() || report.step == 1 ||
                    report.step == stop_after_step_ ||
                    (report_every_ > 0 && report.step % report_every_ == 0);
   if (!due) return absl::OkStatus();
+  const absl::Status sent = Send(report);
+  // Statistics are not worth a job: an unreachable coordinator (being restarted, say) costs
+  // a report, not the training. The final step's report does matter; so does an answer
+  // about this member (not registered any more: a newer generation).
+  const absl::StatusCode code = sent.code();
+  if (report.step != stop_after_step_ &&
+      (code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kDeadlineExceeded ||
+       code == absl::StatusCode::kResourceExhausted)) {
+    std::fprintf(stderr, "worker rank %d: stats report of step %lld not delivered: %s\n", rank_,
+                 static_cast<long long>(report.step), std::string(sent.message()).c_str());
+    return absl::OkStatus();
+  }
+  return sent;
+}
+
+absl::Status CoordinatorStepController::Send(const StepReport& report) {
   v1::StatsReport stats;
   stats.set_rank(rank_);
   stats.set_step(report.step);
@@ -48,7 +76,9 @@ absl::Status CoordinatorStepController::Report(const StepReport& report) {
     stats.set_bytes_sent(exchange_->bytes_sent());
     stats.set_bytes_received(exchange_->bytes_received());
   }
-  return client_->ReportStats(stats).status();
+  absl::Status status = client_->ReportStats(stats).status();
+  if (status.ok()) last_reported_step_ = std::max(last_reported_step_, report.step);
+  return status;
 }
 
 }  // namespace onebit

@@ -6,6 +6,7 @@
 #ifndef ONEBIT_WORKER_COORDINATOR_STEP_CONTROLLER_H_
 #define ONEBIT_WORKER_COORDINATOR_STEP_CONTROLLER_H_
 
+#include <optional>
 #include <cstdint>
 
 #include "absl/time/time.h"
@@ -37,6 +38,13 @@ class CoordinatorStepController : public StepController {
   Exchange* exchange_;
   int64_t freeze_step_ = -1;
   int64_t stop_after_step_ = -1;
+  // The latest step's report, and the latest step the coordinator got a report of: a job
+  // stopped "as soon as safe" ends at a step no lease named in advance, so the last step is
+  // reported when the lease that ends the job arrives.
+  std::optional<StepReport> last_;
+  int64_t last_reported_step_ = 0;
+
+  absl::Status Send(const StepReport& report);
 };
 
 }  // namespace onebit

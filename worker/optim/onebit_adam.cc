@@ -149,6 +149,21 @@ absl::StatusOr<std::vector<float>> OnebitAdam::ParamsToHost() const { return p_.
 absl::StatusOr<std::vector<float>> OnebitAdam::MomentumToHost() const { return m_.ToHost(); }
 absl::StatusOr<std::vector<float>> OnebitAdam::VarianceToHost() const { return v_.ToHost(); }
 
+absl::StatusOr<std::vector<float>> OnebitAdam::SliceToHost(State state, size_t begin,
+                                                           size_t end) const {
+  if (begin > end || end > n_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("slice [", begin, ", ", end, ") is not within ", n_, " elements"));
+  }
+  const kernels::Buffer<float>& b =
+      state == State::kParams ? p_ : state == State::kMomentum ? m_ : v_;
+  std::vector<float> host(end - begin);
+  if (!host.empty()) {
+    ONEBIT_RETURN_IF_ERROR(backend_->CopyToHost(host.data(), b.data() + begin, host.size() * sizeof(float)));
+  }
+  return host;
+}
+
 absl::Status OnebitAdam::Restore(int64_t step, int64_t freeze_step, const std::vector<float>& params,
                                  const std::vector<float>& momentum,
                                  const std::vector<float>& variance) {

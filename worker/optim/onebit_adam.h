@@ -77,6 +77,9 @@ class OnebitAdam {
   absl::StatusOr<std::vector<float>> ParamsToHost() const;
   absl::StatusOr<std::vector<float>> MomentumToHost() const;
   absl::StatusOr<std::vector<float>> VarianceToHost() const;
+  // Elements [begin, end) of p, m or v, copied to host memory (a checkpoint's slice).
+  enum class State { kParams, kMomentum, kVariance };
+  absl::StatusOr<std::vector<float>> SliceToHost(State state, size_t begin, size_t end) const;
 
   // Resumes from a checkpoint taken after step `step`: parameters, momentum and variance
   // (host memory, n elements each), and the switch if it had passed (0 <= freeze_step <
