@@ -14,6 +14,8 @@
 #include "coordinator/coordinator_client.h"
 #include "proto/grpc_status.h"
 #include "grpcpp/grpcpp.h"
+#include "security/auth.h"
+#include "security/tls.h"
 #include "onebit/v1/coordinator.grpc.pb.h"
 
 namespace onebit {
@@ -86,6 +88,9 @@ class GrpcSession final : public CoordinatorSession {
 
 grpc::Status GrpcSession::RunStream() {
   grpc::ClientContext context;
+  if (!client_options_.token.empty()) {
+    context.AddMetadata(security::kAuthorizationKey, security::BearerValue(client_options_.token));
+  }
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return grpc::Status::CANCELLED;
@@ -251,6 +256,9 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     for (int attempt = 1;; ++attempt) {
       grpc::ClientContext context;
       context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout + extra_deadline));
+      if (!options_.token.empty()) {
+        context.AddMetadata(security::kAuthorizationKey, security::BearerValue(options_.token));
+      }
       Response response;
       const grpc::Status status = invoke(&context, &response);
       if (status.ok()) return response;
@@ -260,7 +268,8 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
       if (!idempotent || !more) {
         return absl::UnavailableError(
             absl::StrCat("coordinator at ", options_.address, " is unavailable (", attempt,
-                         " attempt", attempt == 1 ? "" : "s", "): ", status.error_message()));
+                         " attempt", attempt == 1 ? "" : "s", "): ", status.error_message(),
+            security::HandshakeHint(options_.tls)));
       }
       absl::SleepFor(Jittered(backoff));
       backoff = std::min(backoff * 2, options_.max_backoff);
@@ -291,8 +300,14 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> NewGrpcCoordinatorClient(
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  args.SetMaxReceiveMessageSize(kCoordinatorMaxMessageBytes);
+  args.SetMaxSendMessageSize(kCoordinatorMaxMessageBytes);
+  security::AddTlsChannelArguments(options.tls, &args);
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      security::GrpcChannelCredentials(options.tls);
+  if (!credentials.ok()) return credentials.status();
   std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateCustomChannel(options.address, grpc::InsecureChannelCredentials(), args);
+      grpc::CreateCustomChannel(options.address, *credentials, args);
   return std::unique_ptr<CoordinatorClient>(
       new GrpcCoordinatorClient(options, v1::Coordinator::NewStub(channel)));
 }
