@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 
 namespace onebit {
 
@@ -29,7 +30,8 @@ absl::StatusOr<std::optional<Fault>> ParseFault(const std::string& text,
 }
 
 void KillSelf(const std::string& who, const std::string& what) {
-  std::fprintf(stderr, "fault injection: killing %s at %s\n", who.c_str(), what.c_str());
+  std::fprintf(stderr, "fault injection: killing %s at %s (unix ms %lld)\n", who.c_str(),
+               what.c_str(), static_cast<long long>(absl::ToUnixMillis(absl::Now())));
   std::fflush(stderr);
   std::fflush(stdout);
   raise(SIGKILL);

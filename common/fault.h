@@ -26,7 +26,7 @@ struct Fault {
 absl::StatusOr<std::optional<Fault>> ParseFault(const std::string& text,
                                                 const std::vector<std::string>& points);
 
-// Prints "fault injection: killing <who> at <what>" to stderr, then SIGKILL.
+// Prints "fault injection: killing <who> at <what> (unix ms T)" to stderr, then SIGKILL.
 [[noreturn]] void KillSelf(const std::string& who, const std::string& what);
 
 }  // namespace onebit

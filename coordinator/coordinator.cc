@@ -237,18 +237,26 @@ absl::StatusOr<v1::RegisterResponse> Coordinator::Register(const v1::RegisterReq
         "the job is over (", state_ == v1::JOB_STATE_FAILED ? "failed: " + failure_reason_
                                                              : std::string("succeeded"), ")"));
   }
-  // A new process asking for a rank another instance holds replaces it (an orchestrator
-  // restarted a dead member before its heartbeats ran out): recover at once, and register
-  // the newcomer in the new generation.
+  // A new process asking for the rank of a member that has gone silent replaces it (an
+  // orchestrator restarted it): recover at once instead of waiting out the rest of the
+  // timeout, and register the newcomer in the new generation. A live member's rank is not
+  // taken over: the newcomer gets RESOURCE_EXHAUSTED (and retries until the holder is
+  // declared dead).
   const std::string holder = membership_.InstanceAt(request.role(), request.requested_rank());
   if (!holder.empty() && holder != request.instance_id() &&
       (state_ == v1::JOB_STATE_RUNNING || state_ == v1::JOB_STATE_STARTING)) {
-    RecoverLocked(absl::StrCat(RoleName(request.role()), " ", request.requested_rank(), " (",
-                               holder, ") was replaced by a new process (", request.instance_id(),
-                               ")"));
-    ChangedLocked();
-    if (state_ == v1::JOB_STATE_FAILED) {
-      return absl::FailedPreconditionError(absl::StrCat("the job failed: ", failure_reason_));
+    bool holder_alive = true;
+    for (const v1::Member& m : membership_.List(clock_->Now())) {
+      if (m.role() == request.role() && m.rank() == request.requested_rank()) holder_alive = m.alive();
+    }
+    if (!holder_alive) {
+      RecoverLocked(absl::StrCat(RoleName(request.role()), " ", request.requested_rank(), " (",
+                                 holder, ") went silent and was replaced by a new process (",
+                                 request.instance_id(), ")"));
+      ChangedLocked();
+      if (state_ == v1::JOB_STATE_FAILED) {
+        return absl::FailedPreconditionError(absl::StrCat("the job failed: ", failure_reason_));
+      }
     }
   }
   const int before = membership_.Registered(request.role());

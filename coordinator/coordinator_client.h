@@ -95,6 +95,13 @@ class CoordinatorClient {
       const v1::ListCheckpointsRequest& request) = 0;
 };
 
+// Register, retrying RESOURCE_EXHAUSTED for up to `wait`: a process that replaces a dead
+// member asks for its rank while the coordinator may still count the old one alive; once
+// the old one's heartbeats have timed out the rank is free again (in a new generation).
+absl::StatusOr<v1::RegisterResponse> RegisterReplacing(CoordinatorClient& client,
+                                                       const v1::RegisterRequest& request,
+                                                       absl::Duration wait);
+
 // The largest coordinator message either way, on both sides (requests and answers are
 // small: the biggest is a rendezvous value, at most 1 MiB, or a member list).
 inline constexpr int kCoordinatorMaxMessageBytes = 4 << 20;

@@ -521,5 +521,37 @@ TEST_F(CoordinatorTest, AMembershipThatDoesNotComeBackInTimeFailsTheJob) {
   EXPECT_THAT(job.failure_reason(), HasSubstr("only 1 of 2 workers and 0 of 1 servers registered within 30 s"));
 }
 
+// A new process for the rank of a live member is refused; for a silent one, it is the
+// replacement: the recovery starts at once and the newcomer joins the new generation.
+TEST_F(CoordinatorTest, ANewProcessReplacesASilentMemberButNotALiveOne) {
+  JobConfig config = SmallJob();
+  config.exchange.mode = "peer";
+  config.exchange.servers = 0;
+  Make(config);
+  ASSERT_EQ(RegisterWorker("w0"), 0);
+  ASSERT_EQ(RegisterWorker("w1"), 1);
+  v1::RegisterRequest r;
+  r.set_role(v1::ROLE_WORKER);
+  r.set_instance_id("w1-new");
+  r.set_requested_rank(1);
+  EXPECT_EQ(coordinator_->Register(r).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(coordinator_->GetJob({})->generation(), 1);
+  v1::Heartbeat hb;
+  hb.set_role(v1::ROLE_WORKER);
+  hb.set_rank(0);
+  hb.set_instance_id("w0");
+  clock_.Advance(absl::Seconds(4));
+  ASSERT_TRUE(coordinator_->Heartbeat(hb).ok());
+  clock_.Advance(absl::Seconds(2));  // w1 silent for 6 s > 5 s; nobody ticked yet
+  absl::StatusOr<v1::RegisterResponse> reg = coordinator_->Register(r);
+  ASSERT_TRUE(reg.ok()) << reg.status();
+  EXPECT_EQ(reg->rank(), 1);
+  EXPECT_EQ(reg->generation(), 2);
+  const v1::JobStatus job = *coordinator_->GetJob({});
+  EXPECT_EQ(job.state(), v1::JOB_STATE_RECOVERING);
+  EXPECT_THAT(job.failure_reason(), HasSubstr("worker 1 (w1) went silent and was replaced"));
+  EXPECT_EQ(job.workers_registered(), 1);
+}
+
 }  // namespace
 }  // namespace onebit

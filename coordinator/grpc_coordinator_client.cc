@@ -282,6 +282,20 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
 
 }  // namespace
 
+absl::StatusOr<v1::RegisterResponse> RegisterReplacing(CoordinatorClient& client,
+                                                       const v1::RegisterRequest& request,
+                                                       absl::Duration wait) {
+  const absl::Time give_up = absl::Now() + wait;
+  for (;;) {
+    absl::StatusOr<v1::RegisterResponse> reg = client.Register(request);
+    if (reg.ok() || reg.status().code() != absl::StatusCode::kResourceExhausted ||
+        absl::Now() >= give_up) {
+      return reg;
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+}
+
 absl::StatusOr<std::unique_ptr<CoordinatorClient>> NewGrpcCoordinatorClient(
     const GrpcClientOptions& options) {
   if (options.address.empty()) {

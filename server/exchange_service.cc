@@ -1,5 +1,7 @@
 #include "server/exchange_service.h"
 
+#include "absl/strings/str_cat.h"
+
 #include <algorithm>
 #include <chrono>
 
@@ -50,6 +52,16 @@ grpc::Status ExchangeService::Exchange(
 
 grpc::Status ExchangeService::Pull(grpc::ServerContext* context, const v1::PullRequest* request,
                                    v1::ChunkResult* response) {
+  if (waiting_pulls_.fetch_add(1) >= options_.max_waiting_pulls) {
+    waiting_pulls_.fetch_sub(1);
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        absl::StrCat("more than ", options_.max_waiting_pulls,
+                                     " Pulls are waiting on this shard; try again later"));
+  }
+  struct Release {
+    std::atomic<int>& count;
+    ~Release() { count.fetch_sub(1); }
+  } release{waiting_pulls_};
   absl::Time deadline = absl::Now() + options_.max_pull_wait;
   if (context->deadline() != std::chrono::system_clock::time_point::max()) {
     deadline = std::min(deadline, absl::FromChrono(context->deadline()));

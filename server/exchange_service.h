@@ -33,6 +33,9 @@ namespace onebit::server {
 
 struct ExchangeServiceOptions {
   absl::Duration max_pull_wait = absl::Seconds(60);
+  // Pulls waiting at once; more get RESOURCE_EXHAUSTED at once, so that a flood of Pulls
+  // (each holding a server thread while it waits) cannot starve the workers' streams.
+  int max_waiting_pulls = 64;
 };
 
 class ExchangeService final : public v1::ParameterServer::Service {
@@ -50,6 +53,7 @@ class ExchangeService final : public v1::ParameterServer::Service {
   ShardState* const state_;
   ServerMetrics* const metrics_;
   const ExchangeServiceOptions options_;
+  std::atomic<int> waiting_pulls_{0};
 };
 
 }  // namespace onebit::server

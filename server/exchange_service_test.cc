@@ -4,6 +4,7 @@
 // change nothing, and a client that gives up while waiting leaves the shard usable.
 #include "server/exchange_service.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -187,6 +188,47 @@ TEST_F(ExchangeServiceTest, ADuplicateOnTheSameStreamGetsTheResultAgain) {
   EXPECT_EQ(status.error_code(), grpc::ALREADY_EXISTS) << status.error_message();
   EXPECT_EQ(*process_->state().ServerErrorNorm(), error_norm);
   EXPECT_EQ(process_->state().last_completed_step(), 1);
+}
+
+// A flood of Pulls waiting for a step: past the bound they are refused at once, and the
+// workers' pushes still complete the step (and wake the waiting ones).
+TEST_F(ExchangeServiceTest, APullFloodDoesNotStarveThePushes) {
+  ServerProcessOptions options;
+  options.shard = ShardConfig{1, 2, kWorkers, kN, 2};
+  options.serve_metrics = false;
+  options.service.max_pull_wait = absl::Seconds(20);
+  options.service.max_waiting_pulls = 4;
+  auto process = ServerProcess::Start(options);
+  ASSERT_TRUE(process.ok()) << process.status();
+  process_ = std::move(*process);
+  channel_ = grpc::CreateChannel(process_->grpc_address(), grpc::InsecureChannelCredentials());
+  stub_ = v1::ParameterServer::NewStub(channel_);
+  layout_ = &process_->state().layout();
+
+  v1::PullRequest request;
+  request.set_worker(0);
+  request.set_step(1);
+  request.set_chunk(1);
+  request.set_kind(v1::CHUNK_KIND_FP32);
+  std::vector<std::thread> waiting;
+  std::atomic<int> answered{0};
+  for (int i = 0; i < 4; ++i) {
+    waiting.emplace_back([&] {
+      grpc::ClientContext context;
+      v1::ChunkResult pulled;
+      if (stub_->Pull(&context, request, &pulled).ok()) ++answered;
+    });
+  }
+  absl::SleepFor(absl::Milliseconds(300));  // the four are waiting now
+  {
+    grpc::ClientContext context;
+    v1::ChunkResult pulled;
+    const grpc::Status refused = stub_->Pull(&context, request, &pulled);
+    EXPECT_EQ(refused.error_code(), grpc::RESOURCE_EXHAUSTED) << refused.error_message();
+  }
+  CompleteStep(1, v1::CHUNK_KIND_FP32);
+  for (std::thread& t : waiting) t.join();
+  EXPECT_EQ(answered.load(), 4);
 }
 
 TEST_F(ExchangeServiceTest, PullReturnsWaitsAndTimesOut) {

@@ -86,7 +86,8 @@ absl::StatusOr<std::unique_ptr<onebit::CoordinatorSession>> JoinJob(
   request.set_address(process.grpc_address());
   request.set_metrics_address(process.metrics_address());
   request.set_requested_rank(shard);
-  absl::StatusOr<onebit::v1::RegisterResponse> reg = client.Register(request);
+  absl::StatusOr<onebit::v1::RegisterResponse> reg =
+      onebit::RegisterReplacing(client, request, heartbeat_interval * 4 + absl::Seconds(10));
   if (!reg.ok()) return reg.status();
   *reg_out = *reg;
   *instance = request.instance_id();
@@ -218,6 +219,8 @@ int main(int argc, char** argv) {
       c->Enqueue(step, std::move(e));
     };
   }
+  // A shard of a job opens once the coordinator said where the job starts.
+  if (!absl::GetFlag(FLAGS_coordinator).empty()) options.shard.first_step = -1;
   absl::StatusOr<std::optional<onebit::Fault>> fault =
       onebit::ParseFault(absl::GetFlag(FLAGS_fault), {"kill_at_step"});
   if (!fault.ok()) return UsageError(std::string(fault.status().message()));
@@ -255,6 +258,11 @@ int main(int argc, char** argv) {
                                       std::min(absl::Seconds(1), absl::Seconds(heartbeat_s) / 4),
                                       &reg, &instance)
                             : absl::StatusOr<std::unique_ptr<onebit::CoordinatorSession>>(made.status());
+    if (joined.ok()) {
+      const absl::Status opened = (*process)->state().SetFirstStep(
+          reg.has_resume() ? reg.resume().step() + 1 : 1);
+      if (!opened.ok()) joined = opened;
+    }
     if (joined.ok() && reg.has_resume()) {
       if (reg.resume().reset_errors()) {
         std::cerr << "onebit-server: resuming from step " << reg.resume().step()

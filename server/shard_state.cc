@@ -78,6 +78,7 @@ absl::StatusOr<std::unique_ptr<ShardState>> ShardState::Create(kernels::Backend*
 
 absl::Status ShardState::Init() {
   absl::MutexLock lock(&mu_);
+  first_step_ = config_.first_step;
   const size_t w = static_cast<size_t>(config_.num_workers);
   ONEBIT_ASSIGN_OR_RETURN(aggregator_, ChunkAggregator::Create(backend_, layout_.chunk()));
   ONEBIT_ASSIGN_OR_RETURN(
@@ -169,7 +170,13 @@ absl::StatusOr<const ShardState::FinishedStep*> ShardState::Locate(int64_t step,
         absl::StrCat("step ", step, " pushed while step ", open_->step,
                      " is open: workers can be at most one step apart"));
   }
-  // Nothing open: a fresh shard opens at any step, a running one at the next.
+  // Nothing open: a fresh shard opens at its first step (any, if none was set), a running
+  // one at the next.
+  if (last_completed_ == 0 && first_step_ > 0 && step != first_step_) {
+    *reason = step < first_step_ ? RejectReason::kStaleStep : RejectReason::kStepAhead;
+    return absl::FailedPreconditionError(
+        absl::StrCat("step ", step, " pushed to a shard whose job starts at step ", first_step_));
+  }
   if (last_completed_ == 0 || step == last_completed_ + 1) return nullptr;
   if (step <= last_completed_) return stale();
   *reason = RejectReason::kStepAhead;
@@ -196,6 +203,13 @@ absl::StatusOr<ShardState::PushOutcome> ShardState::Push(int worker, int64_t ste
   if (absl::Status s = ValidatePayload(kind, payload, &reason); !s.ok()) return Reject(reason, s);
 
   absl::MutexLock lock(&mu_);
+  if (first_step_ < 0) {
+    // Closed until the coordinator said where the job starts.
+    auto open = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return first_step_ >= 0 || shutdown_; };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&open), absl::Seconds(60))) {
+      return absl::UnavailableError("the shard has not learned the job's first step yet");
+    }
+  }
   if (!broken_.ok()) return broken_;
   if (shutdown_) return absl::UnavailableError("the shard is shutting down");
   absl::StatusOr<const FinishedStep*> finished = Locate(step, kind, &reason);
@@ -283,6 +297,14 @@ absl::Status ShardState::Complete() {
   }
   if (config_.on_step_completed) config_.on_step_completed(open.step);
   step_done_.SignalAll();
+  return absl::OkStatus();
+}
+
+absl::Status ShardState::SetFirstStep(int64_t step) {
+  if (step < 1) return absl::InvalidArgumentError(absl::StrCat("first step must be >= 1, got ", step));
+  absl::MutexLock lock(&mu_);
+  if (any_push_) return absl::FailedPreconditionError("the shard has taken pushes already");
+  first_step_ = step;
   return absl::OkStatus();
 }
 

@@ -70,6 +70,11 @@ struct ShardConfig {
   // it stands after that step (host copy). Runs with the shard's lock held: it must only
   // hand the data on (a queue), never block or call back.
   std::function<void(int64_t step, std::vector<float> server_error)> on_checkpoint;
+  // The step a fresh shard opens at: 0 any (standalone shards, tests); > 0 exactly that one;
+  // < 0 none yet: pushes wait (up to 60 s) until SetFirstStep says it. A shard of a job
+  // starts closed and learns its first step from the coordinator (1, or after the
+  // checkpoint it resumes from), so a stray client cannot pin it to a far-future step.
+  int64_t first_step = 0;
   // Called after every completed step, with the lock held (fault injection).
   std::function<void(int64_t step)> on_step_completed;
 };
@@ -143,6 +148,9 @@ class ShardState {
   // A resumed job: the server error of the checkpoint. Only before the first push
   // (FAILED_PRECONDITION after), and of the chunk's size (INVALID_ARGUMENT otherwise).
   absl::Status RestoreServerError(const std::vector<float>& error);
+  // Opens a closed shard (ShardConfig::first_step < 0) at `step` (>= 1); FAILED_PRECONDITION
+  // once anything was pushed.
+  absl::Status SetFirstStep(int64_t step);
 
  private:
   struct OpenStep {
@@ -196,6 +204,7 @@ class ShardState {
   std::deque<FinishedStep> finished_ ABSL_GUARDED_BY(mu_);  // oldest first
   int64_t last_completed_ ABSL_GUARDED_BY(mu_) = 0;
   bool any_push_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t first_step_ ABSL_GUARDED_BY(mu_) = 0;  // see ShardConfig::first_step
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   // A failed aggregation leaves the server error in an unknown state: stop serving.
   absl::Status broken_ ABSL_GUARDED_BY(mu_);

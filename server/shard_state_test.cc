@@ -323,6 +323,36 @@ TEST_F(ShardStateTest, StepsComeInOrder) {
   EXPECT_EQ(push(1, 10).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
+// A shard of a job opens only at the job's first step: a stray client cannot pin it to
+// a far-future step. Closed until told, pushes wait.
+TEST_F(ShardStateTest, AStrayFarFuturePushCannotPinTheShard) {
+  ShardConfig config{0, 1, 2, 16, 2};
+  config.first_step = -1;
+  auto state = NewState(config);
+  const PsLayout& layout = state->layout();
+  auto push = [&](int w, int64_t step) {
+    return state->Push(w, step, 0, ChunkKind::kFp32, Payload(layout, 0, ChunkKind::kFp32, w, step));
+  };
+  std::thread early([&] { EXPECT_TRUE(push(0, 11).ok()); });  // waits until opened
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_EQ(state->open_step(), 0);
+  ASSERT_TRUE(state->SetFirstStep(11).ok());  // resumed after step 10
+  early.join();
+  EXPECT_EQ(state->open_step(), 11);
+  ASSERT_TRUE(push(1, 11).ok());
+  EXPECT_EQ(state->SetFirstStep(1).code(), absl::StatusCode::kFailedPrecondition);
+
+  ShardConfig fresh{0, 1, 2, 16, 2};
+  fresh.first_step = 1;
+  auto other = NewState(fresh);
+  auto stray = other->Push(0, 1000000000, 0, ChunkKind::kFp32,
+                           Payload(layout, 0, ChunkKind::kFp32, 0, 1000000000));
+  EXPECT_EQ(stray.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(stray.status().message()), HasSubstr("starts at step 1"));
+  EXPECT_EQ(other->open_step(), 0);
+  EXPECT_TRUE(other->Push(0, 1, 0, ChunkKind::kFp32, Payload(layout, 0, ChunkKind::kFp32, 0, 1)).ok());
+}
+
 TEST_F(ShardStateTest, WorkersOnThreadsAgreeWithASequentialRun) {
   const ShardConfig config{2, 3, 4, 5000, 3};
   auto sequential = NewState(config);

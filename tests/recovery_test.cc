@@ -4,12 +4,14 @@
 // resumes the job from the last committed checkpoint, and the job finishes with the
 // parameters of an uninterrupted run, bit for bit. Without restarts left, the job is
 // declared failed and every process exits non-zero with the reason.
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "tests/job_runner.h"
 #include "tests/test_paths.h"
@@ -37,6 +39,18 @@ struct FaultCase {
 };
 
 class RecoveryTest : public ::testing::TestWithParam<FaultCase> {};
+
+// The time stamp of the coordinator's first log line containing `text`.
+absl::Time LogTime(const std::string& log, const std::string& text) {
+  const size_t at = log.find(text);
+  EXPECT_NE(at, std::string::npos) << text << " not in\n" << log;
+  if (at == std::string::npos) return absl::InfinitePast();
+  const size_t line = log.rfind('\n', at) == std::string::npos ? 0 : log.rfind('\n', at) + 1;
+  absl::Time t;
+  std::string error;
+  EXPECT_TRUE(absl::ParseTime("%Y-%m-%dT%H:%M:%E*SZ", log.substr(line, 24), &t, &error)) << error;
+  return t;
+}
 
 TEST_P(RecoveryTest, KilledProcessIsRestartedAndTheJobEndsAsIfUninterrupted) {
   const FaultCase& f = GetParam();
@@ -70,6 +84,27 @@ TEST_P(RecoveryTest, KilledProcessIsRestartedAndTheJobEndsAsIfUninterrupted) {
   // Worker 0's last incarnation ran from the checkpoint to the end.
   EXPECT_EQ(run.steps_run, 30 - resumed);
   EXPECT_TRUE(run.SameParams(straight)) << "the recovered job's parameters differ from an uninterrupted run";
+  // No committed checkpoint is lost: the one resumed from is still there.
+  EXPECT_TRUE(fs::exists(testing_jobs::ManifestPath(ckpt, resumed)));
+
+  // Times for RELIABILITY.md: the fault (the killed process's own line), its detection (the
+  // coordinator starts the recovery, or a restarted coordinator starts), the recovery (the
+  // whole membership registered again).
+  const std::string log_name = f.process == "coordinator" ? "coordinator"
+                               : f.process == "server"    ? absl::StrCat("server-", f.index)
+                                                          : absl::StrCat("worker-", f.index);
+  const std::string killed_log = ReadAll(TmpDir() + "/faulty-" + f.name + "/" + log_name + ".log");
+  const size_t ms_at = killed_log.find("(unix ms ");
+  ASSERT_NE(ms_at, std::string::npos) << killed_log;
+  const absl::Time killed_at = absl::FromUnixMillis(std::atoll(killed_log.c_str() + ms_at + 9));
+  const absl::Time detected = LogTime(run.coordinator_log, f.process == "coordinator"
+                                                               ? "restarted: job"
+                                                               : "recovery 1 of at most");
+  const absl::Time running = LogTime(run.coordinator_log, "generation 2: every member registered");
+  std::printf("RELIABILITY | %s | detected after %.2f s | running again after %.2f s | resumed from step %lld\n",
+              f.name.c_str(), absl::ToDoubleSeconds(detected - killed_at),
+              absl::ToDoubleSeconds(running - killed_at), static_cast<long long>(resumed));
+  EXPECT_GT(running, detected);
 }
 
 INSTANTIATE_TEST_SUITE_P(

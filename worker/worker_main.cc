@@ -337,7 +337,10 @@ absl::Status Run() {
   reg_request.set_address(absl::GetFlag(FLAGS_host));
   reg_request.set_metrics_address(absl::StrCat(absl::GetFlag(FLAGS_host), ":", w.metrics->port()));
   reg_request.set_requested_rank(absl::GetFlag(FLAGS_rank));
-  ONEBIT_ASSIGN_OR_RETURN(v1::RegisterResponse reg, shared_client->Register(reg_request));
+  ONEBIT_ASSIGN_OR_RETURN(
+      v1::RegisterResponse reg,
+      RegisterReplacing(*shared_client, reg_request,
+                        absl::Seconds(config.failure.heartbeat_timeout_s) + absl::Seconds(10)));
   std::fprintf(stderr, "worker rank %d of %d (job %s), metrics on :%d\n", reg.rank(),
                reg.world_size(), reg.job_id().c_str(), w.metrics->port());
   w.metrics_sink = std::make_unique<WorkerMetrics>(
