@@ -6,6 +6,7 @@
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 
+#include <algorithm>
 #include <fstream>
 #include <iterator>
 #include <vector>
@@ -140,6 +141,11 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> GrpcChannelCredentials
   ssl.pem_private_key = m.key_pem;
   ssl.pem_cert_chain = m.cert_pem;
   return grpc::SslCredentials(ssl);
+}
+
+int ConnectTimeoutMs(const TlsOptions& options, int plaintext_ms) {
+  constexpr int kTlsConnectTimeoutMs = 5000;
+  return options.enabled() ? std::max(plaintext_ms, kTlsConnectTimeoutMs) : plaintext_ms;
 }
 
 void AddTlsChannelArguments(const TlsOptions& options, grpc::ChannelArguments* args) {

@@ -45,6 +45,13 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> GrpcServerCredentials(
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> GrpcChannelCredentials(
     const TlsOptions& options);
 
+// How long one connection attempt may take: gRPC's GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, which
+// is its minimum connect timeout (TCP connect plus, with TLS, the handshake). Plaintext
+// keeps `plaintext_ms` (short, so that a stopped peer is given up at once); with TLS it is
+// at least 5 s: a handshake on a loaded machine can take longer than 100 ms, and an
+// attempt cut short fails ("tcp handshaker shutdown") however often it is retried.
+int ConnectTimeoutMs(const TlsOptions& options, int plaintext_ms);
+
 // The channel arguments TLS needs on a client: the server name override, if any.
 void AddTlsChannelArguments(const TlsOptions& options, grpc::ChannelArguments* args);
 

@@ -64,14 +64,16 @@ struct PsExchange::Shard {
   absl::Status fatal;       // a failure that ends the call
 };
 
-grpc::ChannelArguments PsExchange::ChannelArguments(const PsLayout& layout) {
+grpc::ChannelArguments PsExchange::ChannelArguments(const PsLayout& layout,
+                                                    const security::TlsOptions& tls) {
   grpc::ChannelArguments args;
   const int max_message =
       static_cast<int>(std::min<size_t>(layout.max_message_bytes(), INT32_MAX));
   args.SetMaxReceiveMessageSize(max_message);
   args.SetMaxSendMessageSize(max_message);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, security::ConnectTimeoutMs(tls, 100));
+  security::AddTlsChannelArguments(tls, &args);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   // Workers in one process (tests, local runs) should not share a connection, as real
   // workers on different hosts do not.
@@ -87,8 +89,7 @@ absl::StatusOr<std::unique_ptr<PsExchange>> PsExchange::Create(
                           PsLayout::Create(n, static_cast<int>(shard_addresses.size())));
   ONEBIT_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
                           security::GrpcChannelCredentials(options.tls));
-  grpc::ChannelArguments args = ChannelArguments(layout);
-  security::AddTlsChannelArguments(options.tls, &args);
+  const grpc::ChannelArguments args = ChannelArguments(layout, options.tls);
   std::vector<std::shared_ptr<grpc::Channel>> channels;
   for (const std::string& address : shard_addresses) {
     channels.push_back(grpc::CreateCustomChannel(address, credentials, args));

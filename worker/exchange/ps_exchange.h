@@ -66,7 +66,7 @@ struct PsExchangeOptions {
 class PsExchange : public Exchange {
  public:
   // `shard_addresses[s]` is shard s's gRPC "host:port". Channels get
-  // ChannelArguments(layout) and options.tls; a TLS file that does not load is an error.
+  // ChannelArguments(layout, options.tls); a TLS file that does not load is an error.
   static absl::StatusOr<std::unique_ptr<PsExchange>> Create(
       kernels::Backend* backend, int rank, int world_size, size_t n,
       const std::vector<std::string>& shard_addresses, const PsExchangeOptions& options = {});
@@ -80,8 +80,10 @@ class PsExchange : public Exchange {
   // Messages both ways up to layout.max_message_bytes() (the largest push or result of
   // the layout plus room for the other fields; the shard has the same bound), reconnects
   // after 0.1..1 s instead of gRPC's 1..120 s, so a restarted shard is found again within
-  // a retry; a connection of its own per exchange.
-  static grpc::ChannelArguments ChannelArguments(const PsLayout& layout);
+  // a retry; a connection of its own per exchange; with `tls`, the server name override
+  // and room for the handshake (security/tls.h).
+  static grpc::ChannelArguments ChannelArguments(const PsLayout& layout,
+                                                 const security::TlsOptions& tls = {});
 
   int world_size() const override { return world_size_; }
   absl::StatusOr<const float*> SumGradients(int64_t step, const float* grad) override;
