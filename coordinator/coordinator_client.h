@@ -49,7 +49,8 @@ struct SessionOptions {
 using JobEventCallback = std::function<void(const v1::JobEvent& event)>;
 
 // A live session: heartbeats in the background, reconnecting (with backoff) when the
-// coordinator is unreachable. Thread-safe. Destroying it stops it.
+// coordinator is unreachable or has its most sessions open (RESOURCE_EXHAUSTED).
+// Thread-safe. Destroying it stops it.
 class CoordinatorSession {
  public:
   virtual ~CoordinatorSession() = default;

@@ -136,11 +136,13 @@ void GrpcSession::Run() {
     const grpc::Status status = RunStream();
     absl::MutexLock lock(&mu_);
     if (stopping_) return;
-    // The coordinator went away or restarts, or the session was cut: connect again. Any
-    // other error is an answer about this member (not registered, wrong id): final.
+    // The coordinator went away or restarts, the session was cut, or the coordinator had
+    // too many sessions open for a moment: connect again. Any other error is an answer
+    // about this member (not registered, wrong id, no token): final.
     const grpc::StatusCode code = status.error_code();
     if (!status.ok() && code != grpc::StatusCode::UNAVAILABLE &&
-        code != grpc::StatusCode::CANCELLED && code != grpc::StatusCode::DEADLINE_EXCEEDED) {
+        code != grpc::StatusCode::CANCELLED && code != grpc::StatusCode::DEADLINE_EXCEEDED &&
+        code != grpc::StatusCode::RESOURCE_EXHAUSTED) {
       status_ = FromGrpcStatus(status);
       return;
     }

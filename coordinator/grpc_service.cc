@@ -180,18 +180,21 @@ grpc::Status CoordinatorGrpcService::Session(
   if (absl::Status auth = Authorize("Session", security::Access::kMember, context); !auth.ok()) {
     return ToGrpcStatus(auth);
   }
-  // Counted from here to the return; over the bound, refused before it holds anything.
-  const int open = open_sessions_.fetch_add(1) + 1;
+  // Over the bound, refused before it holds anything (and without counting itself, so a
+  // flood of refused sessions never crowds out one that fits).
+  int open = open_sessions_.load();
+  do {
+    if (options_.max_sessions > 0 && open >= options_.max_sessions) {
+      if (metrics_ != nullptr) metrics_->RpcError("Session");
+      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          absl::StrCat("too many open sessions (at most ", options_.max_sessions,
+                                       " at once); a member has one each"));
+    }
+  } while (!open_sessions_.compare_exchange_weak(open, open + 1));
   struct Release {
     std::atomic<int>* count;
     ~Release() { count->fetch_sub(1); }
   } release{&open_sessions_};
-  if (options_.max_sessions > 0 && open > options_.max_sessions) {
-    if (metrics_ != nullptr) metrics_->RpcError("Session");
-    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                        absl::StrCat("too many open sessions (at most ", options_.max_sessions,
-                                     " at once); a member has one each"));
-  }
   SessionState state;
   // Reads and writes may run concurrently on a sync stream (one reader, one writer).
   std::thread reader([&] {
