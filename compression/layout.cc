@@ -40,6 +40,10 @@ absl::StatusOr<PsLayout> PsLayout::Create(size_t n, int num_shards) {
 
 size_t PsLayout::block_bytes() const { return kernels::CompressedBlockBytes(chunk()); }
 
+size_t PsLayout::max_payload_bytes() const {
+  return std::max(max_fp32_count() * sizeof(float), block_bytes());
+}
+
 size_t PsLayout::fp32_offset(int shard) const {
   const size_t s = static_cast<size_t>(shard);
   const size_t base = n_ / static_cast<size_t>(num_shards_);

@@ -72,6 +72,12 @@ class PsLayout {
   // Payload bytes of one push (and of its result) for `shard`: 4*fp32_count(shard) or
   // block_bytes(). 0 for kUnspecified.
   size_t payload_bytes(ChunkKind kind, int shard) const;
+  // The largest payload of any push or result: 4*max_fp32_count() or block_bytes().
+  size_t max_payload_bytes() const;
+  // A bound on one serialized exchange message (push, result, pull) of this layout: the
+  // largest payload plus room for the other fields. Both ends size gRPC's limits by it.
+  size_t max_message_bytes() const { return max_payload_bytes() + kMessageOverheadBytes; }
+  static constexpr size_t kMessageOverheadBytes = 64 << 10;
 
  private:
   PsLayout(size_t n, int num_shards, size_t padded_size)

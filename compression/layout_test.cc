@@ -28,9 +28,14 @@ TEST(PsLayoutTest, SplitsAndPads) {
         EXPECT_EQ(layout->fp32_offset(shard), next);
         EXPECT_LE(layout->fp32_count(shard), layout->max_fp32_count());
         EXPECT_GE(layout->fp32_count(shard) + 1, layout->max_fp32_count());
+        for (ChunkKind kind : {ChunkKind::kFp32, ChunkKind::kOnebit}) {
+          EXPECT_LE(layout->payload_bytes(kind, shard), layout->max_payload_bytes());
+        }
         next += layout->fp32_count(shard);
       }
       EXPECT_EQ(next, n);
+      EXPECT_EQ(layout->max_message_bytes(),
+                layout->max_payload_bytes() + PsLayout::kMessageOverheadBytes);
     }
   }
   EXPECT_EQ(PsLayout::Create(1, 3)->padded_size(), 72u);  // 3 * lcm(3, 8)

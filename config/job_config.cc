@@ -211,6 +211,23 @@ absl::Status Parse(const Value& root, JobConfig* c) {
                                  {"rendezvous_timeout_s", Number(&q.rendezvous_timeout_s, 0, kDay, true)},
                                  {"ps_step_deadline_s", Number(&q.ps_step_deadline_s, 0, kDay, true)}});
                 }},
+               {"security",
+                [&](const Value& k, const std::string& kp) {
+                  SecurityConfig& q = c->security;
+                  return Object(
+                      k, kp,
+                      {{"tls",
+                        [&](const Value& t, const std::string& tp) {
+                          return Object(t, tp,
+                                        {{"ca_cert", String(&q.tls.ca_cert)},
+                                         {"cert", String(&q.tls.cert)},
+                                         {"key", String(&q.tls.key)},
+                                         {"mutual", Bool(&q.tls.mutual)},
+                                         {"server_name", String(&q.tls.server_name)}});
+                        }},
+                       {"admin_token_file", String(&q.admin_token_file)},
+                       {"member_token_file", String(&q.member_token_file)}});
+                }},
                {"ports", [&](const Value& p, const std::string& pp) {
                   PortsConfig& q = c->ports;
                   return Object(p, pp,
@@ -255,6 +272,18 @@ absl::Status Parse(const Value& root, JobConfig* c) {
   }
   if (c->checkpoint.every_steps > 0 && c->checkpoint.dir.empty()) {
     return Bad("onebit.checkpoint.dir", "is required with every_steps");
+  }
+  const TlsConfig& tls = c->security.tls;
+  if (tls.cert.empty() != tls.key.empty()) {
+    return Bad(tls.cert.empty() ? "onebit.security.tls.cert" : "onebit.security.tls.key",
+               "cert and key go together");
+  }
+  if (!tls.ca_cert.empty() && tls.cert.empty()) {
+    return Bad("onebit.security.tls.cert",
+               "is required with ca_cert (the coordinator and the shards serve with it)");
+  }
+  if (!tls.cert.empty() && tls.mutual && tls.ca_cert.empty()) {
+    return Bad("onebit.security.tls.ca_cert", "is required with mutual TLS");
   }
   if (c->freeze.max_warmup < c->freeze.min_warmup) {
     return Bad("onebit.freeze.max_warmup", "must be >= min_warmup");
@@ -329,7 +358,9 @@ std::string JobConfigToJson(const JobConfig& c) {
     "checkpoint": {"dir": "%s", "every_steps": %d, "keep": %d, "resume": %s, "async": %s},
     "failure": {"heartbeat_timeout_s": %.17g, "rejoin_timeout_s": %.17g, "max_restarts": %d,
                 "coordinator_retry_s": %.17g, "gloo_timeout_s": %.17g, "rendezvous_timeout_s": %.17g,
-                "ps_step_deadline_s": %.17g}
+                "ps_step_deadline_s": %.17g},
+    "security": {"tls": {"ca_cert": "%s", "cert": "%s", "key": "%s", "mutual": %s, "server_name": "%s"},
+                 "admin_token_file": "%s", "member_token_file": "%s"}
   }
 }
 )",
@@ -344,7 +375,10 @@ std::string JobConfigToJson(const JobConfig& c) {
       c.checkpoint.async ? "true" : "false",
       c.failure.heartbeat_timeout_s, c.failure.rejoin_timeout_s, c.failure.max_restarts,
       c.failure.coordinator_retry_s, c.failure.gloo_timeout_s, c.failure.rendezvous_timeout_s,
-      c.failure.ps_step_deadline_s);
+      c.failure.ps_step_deadline_s, Quote(c.security.tls.ca_cert), Quote(c.security.tls.cert),
+      Quote(c.security.tls.key), c.security.tls.mutual ? "true" : "false",
+      Quote(c.security.tls.server_name), Quote(c.security.admin_token_file),
+      Quote(c.security.member_token_file));
 }
 
 bool UsesServers(const ExchangeConfig& exchange) {

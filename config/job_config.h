@@ -21,7 +21,11 @@
 //       "ports": {"coordinator": 0, "coordinator_rest": 0, "metrics": 0, "server": 0},
 //       "log_every": 20,
 //       "checkpoint": {"dir": "/ckpt", "every_steps": 100, "keep": 3, "resume": true},
-//       "failure": {"heartbeat_timeout_s": 10, "rejoin_timeout_s": 300, "max_restarts": 3, ...}
+//       "failure": {"heartbeat_timeout_s": 10, "rejoin_timeout_s": 300, "max_restarts": 3, ...},
+//       "security": {"tls": {"ca_cert": "/etc/onebit/ca.pem", "cert": "/etc/onebit/node.pem",
+//                            "key": "/etc/onebit/node.key", "mutual": true},
+//                    "admin_token_file": "/etc/onebit/admin.token",
+//                    "member_token_file": "/etc/onebit/member.token"}
 //     }
 //   }
 //
@@ -129,6 +133,31 @@ struct FailureConfig {
   double ps_step_deadline_s = 120;
 };
 
+// The secured control plane (README "Security"; security/tls.h, security/auth.h). Every
+// key is optional; none set is the plaintext, open job of before. Paths are as given
+// (relative ones to each process's working directory). Flags of each binary override.
+struct TlsConfig {
+  // The CA that every certificate of the job chains to; this process's certificate and
+  // key. Setting any of them turns TLS on for every gRPC port and for the REST mirror
+  // (HTTPS); servers then need cert and key.
+  std::string ca_cert;
+  std::string cert;
+  std::string key;
+  // Servers require and verify a client certificate (mutual TLS): only holders of a
+  // certificate of the job's CA can connect at all.
+  bool mutual = true;
+  // Clients check the servers' certificates against this name instead of the dialled host.
+  std::string server_name;
+};
+
+struct SecurityConfig {
+  TlsConfig tls;
+  // Files holding the bearer tokens (security/auth.h): the admin token guards the calls
+  // that change the job; the member token, the calls of the job's processes and reads.
+  std::string admin_token_file;
+  std::string member_token_file;
+};
+
 struct JobConfig {
   int64_t micro_batch = 64;  // train_micro_batch_size_per_gpu: per worker and step
   int64_t steps = 600;
@@ -144,6 +173,7 @@ struct JobConfig {
   int64_t log_every = 20;
   CheckpointConfig checkpoint;
   FailureConfig failure;
+  SecurityConfig security;
 };
 
 // True when the job has onebit-server shards: ps mode, or hierarchical over ps.

@@ -79,6 +79,31 @@ TEST(JobConfigTest, EmptyObjectGivesDefaults) {
   EXPECT_EQ(c->workers, 1);
 }
 
+TEST(JobConfigTest, SecurityBlock) {
+  auto c = ParseJobConfig(R"({"onebit": {"security": {
+      "tls": {"ca_cert": "/s/ca.pem", "cert": "/s/node.pem", "key": "/s/node.key"},
+      "admin_token_file": "/s/admin", "member_token_file": "/s/member"}}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->security.tls.ca_cert, "/s/ca.pem");
+  EXPECT_EQ(c->security.tls.cert, "/s/node.pem");
+  EXPECT_EQ(c->security.tls.key, "/s/node.key");
+  EXPECT_TRUE(c->security.tls.mutual);
+  EXPECT_EQ(c->security.admin_token_file, "/s/admin");
+  EXPECT_EQ(c->security.member_token_file, "/s/member");
+  auto again = ParseJobConfig(JobConfigToJson(*c));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(JobConfigToJson(*again), JobConfigToJson(*c));
+  // TLS without client certificates needs no CA in the config.
+  auto server_only = ParseJobConfig(
+      R"({"onebit": {"security": {"tls": {"cert": "/c", "key": "/k", "mutual": false}}}})");
+  EXPECT_TRUE(server_only.ok()) << server_only.status();
+  // Off by default.
+  auto plain = ParseJobConfig("{}");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_TRUE(plain->security.tls.cert.empty());
+  EXPECT_TRUE(plain->security.admin_token_file.empty());
+}
+
 TEST(JobConfigTest, RoundTripsThroughJson) {
   auto c = ParseJobConfig(kFull);
   ASSERT_TRUE(c.ok());
@@ -126,6 +151,12 @@ TEST(JobConfigTest, RejectsBadConfigsNamingTheKey) {
       {R"({"onebit": {"checkpoint": {"resume": 1}}})", "onebit.checkpoint.resume"},
       {R"({"onebit": {"failure": {"heartbeat_timeout_s": 0}}})", "onebit.failure.heartbeat_timeout_s"},
       {R"({"onebit": {"failure": {"max_restarts": -1}}})", "onebit.failure.max_restarts"},
+      {R"({"onebit": {"security": {"tls": {"cert": "/c.pem"}}}})", "onebit.security.tls.key"},
+      {R"({"onebit": {"security": {"tls": {"ca_cert": "/ca.pem"}}}})", "onebit.security.tls.cert"},
+      {R"({"onebit": {"security": {"tls": {"cert": "/c", "key": "/k"}}}})",
+       "onebit.security.tls.ca_cert: is required with mutual TLS"},
+      {R"({"onebit": {"security": {"tls": {"mutual": "yes"}}}})", "onebit.security.tls.mutual"},
+      {R"({"onebit": {"security": {"admin_token": "x"}}})", "onebit.security.admin_token: unknown key"},
       {R"({"train_batch_size": 100, "train_micro_batch_size_per_gpu": 32})", "train_batch_size"},
       {R"([1, 2])", "must be an object"},
       {R"({"steps": )", "not valid JSON"},

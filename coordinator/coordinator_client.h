@@ -9,7 +9,11 @@
 //   ALREADY_EXISTS       a rendezvous key was already set to another value
 //   RESOURCE_EXHAUSTED   no free rank, or the rendezvous store is full
 //   DEADLINE_EXCEEDED    a waiting KvGet timed out, or the call's deadline passed
-//   UNAVAILABLE          the coordinator cannot be reached (after retries, see below)
+//   UNAVAILABLE          the coordinator cannot be reached (after retries, see below);
+//                        with TLS on, also a failed handshake (the message says so)
+//   UNAUTHENTICATED      the call needs a token (security/auth.h) and none or a wrong one
+//                        was sent; PERMISSION_DENIED: the member token on an admin call
+//   RESOURCE_EXHAUSTED   also: too many open sessions, or a message over the size limit
 //
 // Two implementations: NewGrpcCoordinatorClient (here) and an in-process one over a
 // CoordinatorHandler (inprocess_client.h), for tests that need no network.
@@ -25,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "onebit/v1/coordinator.pb.h"
+#include "security/tls_options.h"
 
 namespace onebit {
 
@@ -44,7 +49,8 @@ struct SessionOptions {
 using JobEventCallback = std::function<void(const v1::JobEvent& event)>;
 
 // A live session: heartbeats in the background, reconnecting (with backoff) when the
-// coordinator is unreachable. Thread-safe. Destroying it stops it.
+// coordinator is unreachable or has its most sessions open (RESOURCE_EXHAUSTED).
+// Thread-safe. Destroying it stops it.
 class CoordinatorSession {
  public:
   virtual ~CoordinatorSession() = default;
@@ -97,8 +103,19 @@ absl::StatusOr<v1::RegisterResponse> RegisterReplacing(CoordinatorClient& client
                                                        const v1::RegisterRequest& request,
                                                        absl::Duration wait);
 
+// The largest coordinator message either way, on both sides (requests and answers are
+// small: the biggest is a rendezvous value, at most 1 MiB, or a member list).
+inline constexpr int kCoordinatorMaxMessageBytes = 4 << 20;
+
 struct GrpcClientOptions {
   std::string address;  // host:port of the coordinator's gRPC service
+  // TLS (security/tls.h): the CA that verifies the coordinator, and this process's
+  // certificate and key for mutual TLS. Off (plaintext) when nothing is set.
+  security::TlsOptions tls;
+  // Sent as "authorization: Bearer <token>" with every call, sessions included
+  // (security/auth.h): the member token for the job's processes, the admin token for an
+  // operator. Empty: no authorization is sent.
+  std::string token;
   // The deadline of every call (a waiting KvGet gets its wait on top).
   absl::Duration rpc_timeout = absl::Seconds(10);
   // Idempotent calls that fail with UNAVAILABLE are tried this many times in all, with
@@ -111,8 +128,9 @@ struct GrpcClientOptions {
   absl::Duration max_backoff = absl::Seconds(2);
 };
 
-// A client over gRPC (insecure channel). INVALID_ARGUMENT for an empty address or bad
-// options; the connection itself is made lazily, by the first call.
+// A client over gRPC (TLS when options.tls says so). INVALID_ARGUMENT for an empty address
+// or bad options, an error naming the file for TLS files that do not load; the connection
+// itself is made lazily, by the first call.
 absl::StatusOr<std::unique_ptr<CoordinatorClient>> NewGrpcCoordinatorClient(
     const GrpcClientOptions& options);
 

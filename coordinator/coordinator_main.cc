@@ -4,7 +4,14 @@
 //
 //   onebit-coordinator --config=job.json [--host=127.0.0.1] [--port=N] [--rest_port=N]
 //       [--metrics_port=N] [--address_file=PATH] [--job_id=ID] [--heartbeat_timeout=10s]
-//       [--state_file=PATH]
+//       [--state_file=PATH] [--tls_ca=PEM --tls_cert=PEM --tls_key=PEM]
+//       [--admin_token_file=F] [--member_token_file=F]
+//
+// Security (README "Security"): TLS on the gRPC port and HTTPS on the REST mirror with the
+// --tls_* flags or the config's onebit.security.tls (mutual by default: clients need a
+// certificate of the same CA). Tokens come from files or the environment, never the
+// command line: --admin_token_file, $ONEBIT_ADMIN_TOKEN or onebit.security.admin_token_file;
+// --member_token_file, $ONEBIT_MEMBER_TOKEN or onebit.security.member_token_file.
 //
 // Exit status: 0 after a clean shutdown or a job that succeeded, 1 for a job that failed
 // (the reason is logged), a bad config or a port that cannot be bound (the message names
@@ -40,6 +47,8 @@
 #include "coordinator/coordinator_server.h"
 #include "config/job_config.h"
 #include "coordinator/log.h"
+#include "security/auth.h"
+#include "security/flags.h"
 
 ABSL_FLAG(std::string, config, "", "The job config (JSON). Required.");
 ABSL_FLAG(std::string, host, "127.0.0.1", "Address to bind every port on.");
@@ -61,6 +70,12 @@ ABSL_FLAG(std::string, state_file, "",
           "The coordinator's state on disk (job id, generation); default: "
           "coordinator-state.json in onebit.checkpoint.dir, if set. A coordinator that finds "
           "the state of a job that is not over recovers it in the next generation.");
+ABSL_FLAG(std::string, admin_token_file, "",
+          "File holding the admin token (Freeze, DelayFreeze, Stop, Checkpoint); default: "
+          "$ONEBIT_ADMIN_TOKEN, then onebit.security.admin_token_file; none: admin calls open.");
+ABSL_FLAG(std::string, member_token_file, "",
+          "File holding the member token (the job's processes and reads); default: "
+          "$ONEBIT_MEMBER_TOKEN, then onebit.security.member_token_file; none: open.");
 ABSL_FLAG(absl::Duration, kv_max_wait, absl::Seconds(30), "Longest a waiting KvGet may block.");
 ABSL_FLAG(absl::Duration, linger, absl::Seconds(3),
           "Time to keep serving after the job is over, so clients can read the final status.");
@@ -196,6 +211,21 @@ int Run(int argc, char** argv) {
   for (int p : {server_options.grpc_port, server_options.rest_port, server_options.metrics_port}) {
     if (p > 65535) return Fail(2, absl::StrCat("port ", p, " is out of range"));
   }
+  absl::StatusOr<security::TlsOptions> tls = security::TlsFromFlags(config->security.tls);
+  if (!tls.ok()) return Fail(2, std::string(tls.status().message()));
+  server_options.tls = *tls;
+  absl::StatusOr<std::string> admin_token =
+      security::ResolveToken(absl::GetFlag(FLAGS_admin_token_file), "ONEBIT_ADMIN_TOKEN",
+                             config->security.admin_token_file);
+  if (!admin_token.ok()) return Fail(1, std::string(admin_token.status().message()));
+  absl::StatusOr<std::string> member_token =
+      security::ResolveToken(absl::GetFlag(FLAGS_member_token_file), "ONEBIT_MEMBER_TOKEN",
+                             config->security.member_token_file);
+  if (!member_token.ok()) return Fail(1, std::string(member_token.status().message()));
+  if (!admin_token->empty() && *admin_token == *member_token) {
+    return Fail(1, "the admin and member tokens must differ (a member could act as admin)");
+  }
+  server_options.tokens = {*admin_token, *member_token};
   // The heartbeat timeout is seconds; a tick well under it keeps liveness fresh.
   server_options.tick = std::min(absl::Milliseconds(200), options.heartbeat_timeout / 4);
 

@@ -6,6 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/net.h"
+#include "config/job_config.h"
+#include "security/tls.h"
 #include "coordinator/log.h"
 #include "grpcpp/grpcpp.h"
 #include "prometheus/exposer.h"
@@ -23,14 +25,33 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   s->coordinator_ = *std::move(coordinator);
   const std::string& host = server_options.host;
 
-  s->service_ = std::make_unique<CoordinatorGrpcService>(s->coordinator_.get(), s->metrics_.get());
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      security::GrpcServerCredentials(server_options.tls);
+  if (!credentials.ok()) return credentials.status();
+  const int members = options.config.workers + ServerCount(options.config);
+  CoordinatorGrpcServiceOptions service_options;
+  service_options.tokens = server_options.tokens;
+  service_options.max_sessions =
+      server_options.max_sessions > 0 ? server_options.max_sessions : 2 * members + 16;
+  const int max_threads = server_options.max_threads > 0
+                              ? server_options.max_threads
+                              : service_options.max_sessions + members + 32;
+  s->service_ = std::make_unique<CoordinatorGrpcService>(s->coordinator_.get(), s->metrics_.get(),
+                                                         service_options);
   grpc::ServerBuilder builder;
   int grpc_port = 0;
-  builder.AddListeningPort(JoinHostPort(host, server_options.grpc_port),
-                           grpc::InsecureServerCredentials(), &grpc_port);
+  builder.AddListeningPort(JoinHostPort(host, server_options.grpc_port), *credentials, &grpc_port);
   // gRPC sets SO_REUSEPORT by default, which would let a second coordinator "bind" a port
   // that is already in use.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, server_options.max_concurrent_streams);
+  builder.SetMaxReceiveMessageSize(server_options.max_message_bytes);
+  builder.SetMaxSendMessageSize(server_options.max_message_bytes);
+  // Every call runs on a thread of the synchronous server, and a session holds one for
+  // its whole life: without a bound, a flood of calls starts threads without end.
+  grpc::ResourceQuota quota("onebit-coordinator");
+  quota.SetMaxThreads(max_threads);
+  builder.SetResourceQuota(quota);
   builder.RegisterService(s->service_.get());
   s->grpc_server_ = builder.BuildAndStart();
   if (s->grpc_server_ == nullptr || grpc_port == 0) {
@@ -39,7 +60,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   }
   s->addresses_.grpc = JoinHostPort(host, grpc_port);
 
-  s->rest_ = std::make_unique<RestMirror>(s->coordinator_.get(), s->metrics_.get());
+  RestMirrorOptions rest_options;
+  rest_options.tokens = server_options.tokens;
+  rest_options.tls = server_options.tls;
+  s->rest_ = std::make_unique<RestMirror>(s->coordinator_.get(), s->metrics_.get(), rest_options);
   absl::Status rest = s->rest_->Start(host, server_options.rest_port);
   if (!rest.ok()) return rest;
   s->addresses_.rest = JoinHostPort(host, s->rest_->port());
@@ -67,10 +91,20 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
       server->coordinator_->Tick();
     }
   });
-  LogLine(absl::StrCat("serving gRPC on ", s->addresses_.grpc, ", REST on ", s->addresses_.rest,
-                       s->addresses_.metrics.empty()
-                           ? std::string()
-                           : absl::StrCat(", metrics on ", s->addresses_.metrics)));
+  const bool tls = server_options.tls.enabled();
+  const security::Tokens& tokens = server_options.tokens;
+  LogLine(absl::StrCat(
+      "serving gRPC on ", s->addresses_.grpc,
+      tls ? (server_options.tls.mutual ? " (mutual TLS)" : " (TLS)") : "", ", REST on ",
+      s->addresses_.rest, tls ? " (HTTPS)" : "",
+      s->addresses_.metrics.empty() ? std::string()
+                                    : absl::StrCat(", metrics on ", s->addresses_.metrics),
+      "; admin calls ", tokens.admin.empty() ? "open" : "need the admin token",
+      ", member calls and reads ", tokens.member.empty() ? "open" : "need the member token",
+      "; at most ", service_options.max_sessions, " sessions, ", max_threads, " threads"));
+  if (!tls && (!tokens.admin.empty() || !tokens.member.empty())) {
+    LogLine("warning: bearer tokens without TLS travel in clear text");
+  }
   return s;
 }
 

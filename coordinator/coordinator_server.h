@@ -16,9 +16,12 @@
 #include "coordinator/address_file.h"
 #include "coordinator/clock.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/coordinator_client.h"
 #include "coordinator/grpc_service.h"
 #include "coordinator/metrics.h"
 #include "coordinator/rest_mirror.h"
+#include "security/auth.h"
+#include "security/tls_options.h"
 
 namespace grpc {
 class Server;
@@ -37,6 +40,23 @@ struct CoordinatorServerOptions {
   int metrics_port = 0;  // 0: any free port; < 0: no /metrics endpoint
   // How often liveness is re-evaluated.
   absl::Duration tick = absl::Milliseconds(200);
+
+  // TLS on the gRPC port and HTTPS on the REST mirror (security/tls.h); off: plaintext.
+  // /metrics stays plain HTTP (Prometheus scrapes it; it holds no secrets and takes no
+  // commands).
+  security::TlsOptions tls;
+  // Who may make which call, on gRPC and REST alike (security/auth.h); none: open.
+  security::Tokens tokens;
+  // The largest message either way.
+  int max_message_bytes = kCoordinatorMaxMessageBytes;
+  // Bounds against floods: server threads (grpc::ResourceQuota; a call that finds none
+  // free gets RESOURCE_EXHAUSTED), open Session streams (grpc_service.h), and concurrent
+  // streams on one connection. 0: from the job's size (members = workers + servers):
+  // 2 * members + 16 sessions (a reconnect each while the old one is noticed), threads for
+  // those plus one waiting KvGet per member plus 32 for everything else.
+  int max_threads = 0;
+  int max_sessions = 0;
+  int max_concurrent_streams = 100;
 };
 
 class CoordinatorServer {

@@ -14,6 +14,8 @@
 #include "coordinator/coordinator_client.h"
 #include "proto/grpc_status.h"
 #include "grpcpp/grpcpp.h"
+#include "security/auth.h"
+#include "security/tls.h"
 #include "onebit/v1/coordinator.grpc.pb.h"
 
 namespace onebit {
@@ -86,6 +88,9 @@ class GrpcSession final : public CoordinatorSession {
 
 grpc::Status GrpcSession::RunStream() {
   grpc::ClientContext context;
+  if (!client_options_.token.empty()) {
+    context.AddMetadata(security::kAuthorizationKey, security::BearerValue(client_options_.token));
+  }
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return grpc::Status::CANCELLED;
@@ -131,11 +136,13 @@ void GrpcSession::Run() {
     const grpc::Status status = RunStream();
     absl::MutexLock lock(&mu_);
     if (stopping_) return;
-    // The coordinator went away or restarts, or the session was cut: connect again. Any
-    // other error is an answer about this member (not registered, wrong id): final.
+    // The coordinator went away or restarts, the session was cut, or the coordinator had
+    // too many sessions open for a moment: connect again. Any other error is an answer
+    // about this member (not registered, wrong id, no token): final.
     const grpc::StatusCode code = status.error_code();
     if (!status.ok() && code != grpc::StatusCode::UNAVAILABLE &&
-        code != grpc::StatusCode::CANCELLED && code != grpc::StatusCode::DEADLINE_EXCEEDED) {
+        code != grpc::StatusCode::CANCELLED && code != grpc::StatusCode::DEADLINE_EXCEEDED &&
+        code != grpc::StatusCode::RESOURCE_EXHAUSTED) {
       status_ = FromGrpcStatus(status);
       return;
     }
@@ -251,6 +258,9 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     for (int attempt = 1;; ++attempt) {
       grpc::ClientContext context;
       context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout + extra_deadline));
+      if (!options_.token.empty()) {
+        context.AddMetadata(security::kAuthorizationKey, security::BearerValue(options_.token));
+      }
       Response response;
       const grpc::Status status = invoke(&context, &response);
       if (status.ok()) return response;
@@ -260,7 +270,8 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
       if (!idempotent || !more) {
         return absl::UnavailableError(
             absl::StrCat("coordinator at ", options_.address, " is unavailable (", attempt,
-                         " attempt", attempt == 1 ? "" : "s", "): ", status.error_message()));
+                         " attempt", attempt == 1 ? "" : "s", "): ", status.error_message(),
+            security::HandshakeHint(options_.tls)));
       }
       absl::SleepFor(Jittered(backoff));
       backoff = std::min(backoff * 2, options_.max_backoff);
@@ -303,10 +314,16 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> NewGrpcCoordinatorClient(
   // gRPC's own reconnect backoff starts at 1 s and grows to 2 min; a worker that starts
   // before its coordinator should find it within our retries instead.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, security::ConnectTimeoutMs(options.tls, 100));
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  args.SetMaxReceiveMessageSize(kCoordinatorMaxMessageBytes);
+  args.SetMaxSendMessageSize(kCoordinatorMaxMessageBytes);
+  security::AddTlsChannelArguments(options.tls, &args);
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      security::GrpcChannelCredentials(options.tls);
+  if (!credentials.ok()) return credentials.status();
   std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateCustomChannel(options.address, grpc::InsecureChannelCredentials(), args);
+      grpc::CreateCustomChannel(options.address, *credentials, args);
   return std::unique_ptr<CoordinatorClient>(
       new GrpcCoordinatorClient(options, v1::Coordinator::NewStub(channel)));
 }

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -27,6 +28,17 @@ struct SessionState {
 
 }  // namespace
 
+absl::Status CoordinatorGrpcService::Authorize(const char* method, security::Access access,
+                                              const grpc::ServerContext* context) {
+  std::string authorization;
+  const auto& metadata = context->client_metadata();
+  auto it = metadata.find(security::kAuthorizationKey);
+  if (it != metadata.end()) authorization.assign(it->second.data(), it->second.size());
+  absl::Status status = security::Authorize(options_.tokens, access, authorization, method);
+  if (!status.ok() && metrics_ != nullptr) metrics_->RpcError(method);
+  return status;
+}
+
 template <typename Response>
 grpc::Status CoordinatorGrpcService::Reply(const char* method, absl::StatusOr<Response> result,
                                            Response* response) {
@@ -38,20 +50,29 @@ grpc::Status CoordinatorGrpcService::Reply(const char* method, absl::StatusOr<Re
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorGrpcService::Register(grpc::ServerContext*,
+grpc::Status CoordinatorGrpcService::Register(grpc::ServerContext* context,
                                               const v1::RegisterRequest* request,
                                               v1::RegisterResponse* response) {
+  if (absl::Status auth = Authorize("Register", security::Access::kMember, context); !auth.ok()) {
+    return ToGrpcStatus(auth);
+  }
   return Reply("Register", handler_->Register(*request), response);
 }
 
-grpc::Status CoordinatorGrpcService::KvSet(grpc::ServerContext*, const v1::KvSetRequest* request,
+grpc::Status CoordinatorGrpcService::KvSet(grpc::ServerContext* context, const v1::KvSetRequest* request,
                                            v1::KvSetResponse* response) {
+  if (absl::Status auth = Authorize("KvSet", security::Access::kMember, context); !auth.ok()) {
+    return ToGrpcStatus(auth);
+  }
   return Reply("KvSet", handler_->KvSet(*request), response);
 }
 
 grpc::Status CoordinatorGrpcService::KvGet(grpc::ServerContext* context,
                                            const v1::KvGetRequest* request,
                                            v1::KvGetResponse* response) {
+  if (absl::Status auth = Authorize("KvGet", security::Access::kMember, context); !auth.ok()) {
+    return ToGrpcStatus(auth);
+  }
   v1::KvGetRequest bounded = *request;
   // Waiting past the caller's deadline would only hold a thread for nobody.
   const auto deadline = context->deadline();
@@ -68,64 +89,112 @@ grpc::Status CoordinatorGrpcService::KvGet(grpc::ServerContext* context,
   return Reply("KvGet", handler_->KvGet(bounded), response);
 }
 
-grpc::Status CoordinatorGrpcService::Lease(grpc::ServerContext*, const v1::LeaseRequest* request,
+grpc::Status CoordinatorGrpcService::Lease(grpc::ServerContext* context, const v1::LeaseRequest* request,
                                            v1::LeaseResponse* response) {
+  if (absl::Status auth = Authorize("Lease", security::Access::kMember, context); !auth.ok()) {
+    return ToGrpcStatus(auth);
+  }
   return Reply("Lease", handler_->Lease(*request), response);
 }
 
-grpc::Status CoordinatorGrpcService::ReportStats(grpc::ServerContext*,
+grpc::Status CoordinatorGrpcService::ReportStats(grpc::ServerContext* context,
                                                  const v1::StatsReport* request,
                                                  v1::StatsReportResponse* response) {
+  if (absl::Status auth = Authorize("ReportStats", security::Access::kMember, context); !auth.ok()) {
+    return ToGrpcStatus(auth);
+  }
   return Reply("ReportStats", handler_->ReportStats(*request), response);
 }
 
-grpc::Status CoordinatorGrpcService::GetJob(grpc::ServerContext*, const v1::GetJobRequest* request,
+grpc::Status CoordinatorGrpcService::GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request,
                                             v1::JobStatus* response) {
+  if (absl::Status auth = Authorize("GetJob", security::Access::kMember, context); !auth.ok()) {
+    return ToGrpcStatus(auth);
+  }
   return Reply("GetJob", handler_->GetJob(*request), response);
 }
 
-grpc::Status CoordinatorGrpcService::ListMembers(grpc::ServerContext*,
+grpc::Status CoordinatorGrpcService::ListMembers(grpc::ServerContext* context,
                                                  const v1::ListMembersRequest* request,
                                                  v1::ListMembersResponse* response) {
+  if (absl::Status auth = Authorize("ListMembers", security::Access::kMember, context); !auth.ok()) {
+    return ToGrpcStatus(auth);
+  }
   return Reply("ListMembers", handler_->ListMembers(*request), response);
 }
 
-grpc::Status CoordinatorGrpcService::Freeze(grpc::ServerContext*, const v1::FreezeRequest* request,
+grpc::Status CoordinatorGrpcService::Freeze(grpc::ServerContext* context, const v1::FreezeRequest* request,
                                             v1::JobStatus* response) {
+  if (absl::Status auth = Authorize("Freeze", security::Access::kAdmin, context); !auth.ok()) {
+    return ToGrpcStatus(auth);
+  }
   return Reply("Freeze", handler_->Freeze(*request), response);
 }
 
-grpc::Status CoordinatorGrpcService::DelayFreeze(grpc::ServerContext*,
+grpc::Status CoordinatorGrpcService::DelayFreeze(grpc::ServerContext* context,
                                                  const v1::DelayFreezeRequest* request,
                                                  v1::JobStatus* response) {
+  if (absl::Status auth = Authorize("DelayFreeze", security::Access::kAdmin, context); !auth.ok()) {
+    return ToGrpcStatus(auth);
+  }
   return Reply("DelayFreeze", handler_->DelayFreeze(*request), response);
 }
 
-grpc::Status CoordinatorGrpcService::Stop(grpc::ServerContext*, const v1::StopRequest* request,
+grpc::Status CoordinatorGrpcService::Stop(grpc::ServerContext* context, const v1::StopRequest* request,
                                           v1::JobStatus* response) {
+  if (absl::Status auth = Authorize("Stop", security::Access::kAdmin, context); !auth.ok()) {
+    return ToGrpcStatus(auth);
+  }
   return Reply("Stop", handler_->Stop(*request), response);
 }
 
-grpc::Status CoordinatorGrpcService::CommitPart(grpc::ServerContext*,
+grpc::Status CoordinatorGrpcService::CommitPart(grpc::ServerContext* context,
                                                 const v1::CommitPartRequest* request,
                                                 v1::CommitPartResponse* response) {
+  if (absl::Status auth = Authorize("CommitPart", security::Access::kMember, context); !auth.ok()) {
+    return ToGrpcStatus(auth);
+  }
   return Reply("CommitPart", handler_->CommitPart(*request), response);
 }
 
-grpc::Status CoordinatorGrpcService::Checkpoint(grpc::ServerContext*,
+grpc::Status CoordinatorGrpcService::Checkpoint(grpc::ServerContext* context,
                                                 const v1::CheckpointRequest* request,
                                                 v1::CheckpointInfo* response) {
+  if (absl::Status auth = Authorize("Checkpoint", security::Access::kAdmin, context); !auth.ok()) {
+    return ToGrpcStatus(auth);
+  }
   return Reply("Checkpoint", handler_->Checkpoint(*request), response);
 }
 
-grpc::Status CoordinatorGrpcService::ListCheckpoints(grpc::ServerContext*,
+grpc::Status CoordinatorGrpcService::ListCheckpoints(grpc::ServerContext* context,
                                                      const v1::ListCheckpointsRequest* request,
                                                      v1::ListCheckpointsResponse* response) {
+  if (absl::Status auth = Authorize("ListCheckpoints", security::Access::kMember, context); !auth.ok()) {
+    return ToGrpcStatus(auth);
+  }
   return Reply("ListCheckpoints", handler_->ListCheckpoints(*request), response);
 }
 
 grpc::Status CoordinatorGrpcService::Session(
     grpc::ServerContext* context, grpc::ServerReaderWriter<v1::JobEvent, v1::Heartbeat>* stream) {
+  if (absl::Status auth = Authorize("Session", security::Access::kMember, context); !auth.ok()) {
+    return ToGrpcStatus(auth);
+  }
+  // Over the bound, refused before it holds anything (and without counting itself, so a
+  // flood of refused sessions never crowds out one that fits).
+  int open = open_sessions_.load();
+  do {
+    if (options_.max_sessions > 0 && open >= options_.max_sessions) {
+      if (metrics_ != nullptr) metrics_->RpcError("Session");
+      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          absl::StrCat("too many open sessions (at most ", options_.max_sessions,
+                                       " at once); a member has one each"));
+    }
+  } while (!open_sessions_.compare_exchange_weak(open, open + 1));
+  struct Release {
+    std::atomic<int>* count;
+    ~Release() { count->fetch_sub(1); }
+  } release{&open_sessions_};
   SessionState state;
   // Reads and writes may run concurrently on a sync stream (one reader, one writer).
   std::thread reader([&] {

@@ -3,6 +3,14 @@
 // a reader thread feeds heartbeats to the handler while the handler's thread pushes a
 // JobEvent after the first heartbeat and after every change of the job.
 //
+// Every method first checks the caller's bearer token (security/auth.h): Freeze,
+// DelayFreeze, Stop and Checkpoint are admin calls; the rest (the members' calls and the
+// reads) are member calls. A refused call never reaches the handler.
+//
+// At most max_sessions Session streams are open at once; another one is answered
+// RESOURCE_EXHAUSTED at once, so a flood of sessions cannot hold every server thread
+// (coordinator_server bounds the threads; this keeps room in them for the other calls).
+//
 // Thread-safe (gRPC calls methods from its own threads). The handler and the metrics are
 // not owned and must outlive the service; metrics may be null.
 #ifndef ONEBIT_COORDINATOR_GRPC_SERVICE_H_
@@ -10,21 +18,31 @@
 
 #include <atomic>
 
+#include "absl/status/status.h"
 #include "coordinator/coordinator_handler.h"
 #include "coordinator/metrics.h"
 #include "grpcpp/grpcpp.h"
 #include "onebit/v1/coordinator.grpc.pb.h"
+#include "security/auth.h"
 
 namespace onebit {
 
+struct CoordinatorGrpcServiceOptions {
+  security::Tokens tokens;  // none: every call is open (to whom the transport admits)
+  int max_sessions = 0;     // open Session streams at once; 0: no bound
+};
+
 class CoordinatorGrpcService final : public v1::Coordinator::Service {
  public:
-  CoordinatorGrpcService(CoordinatorHandler* handler, CoordinatorMetrics* metrics)
-      : handler_(handler), metrics_(metrics) {}
+  CoordinatorGrpcService(CoordinatorHandler* handler, CoordinatorMetrics* metrics,
+                         const CoordinatorGrpcServiceOptions& options = {})
+      : handler_(handler), metrics_(metrics), options_(options) {}
 
   // Open sessions end (UNAVAILABLE or CANCELLED for their clients) within ~100 ms; call
   // before grpc::Server::Shutdown so that it does not wait for them.
   void Shutdown() { shutting_down_ = true; }
+
+  int open_sessions() const { return open_sessions_.load(); }
 
   grpc::Status Register(grpc::ServerContext* context, const v1::RegisterRequest* request,
                         v1::RegisterResponse* response) override;
@@ -59,10 +77,16 @@ class CoordinatorGrpcService final : public v1::Coordinator::Service {
  private:
   template <typename Response>
   grpc::Status Reply(const char* method, absl::StatusOr<Response> result, Response* response);
+  // OK when the caller's authorization metadata grants `access`; else the refusal (counted
+  // as an error of `method`).
+  absl::Status Authorize(const char* method, security::Access access,
+                         const grpc::ServerContext* context);
 
   CoordinatorHandler* const handler_;
   CoordinatorMetrics* const metrics_;
+  const CoordinatorGrpcServiceOptions options_;
   std::atomic<bool> shutting_down_{false};
+  std::atomic<int> open_sessions_{0};
 };
 
 }  // namespace onebit

@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "proto/proto_json.h"
+#include "security/tls.h"
 #include "google/protobuf/struct.pb.h"
 #include "httplib.h"
 
@@ -127,7 +128,8 @@ const std::vector<Route>& Routes() {
 }  // namespace
 
 RestResponse HandleRest(CoordinatorHandler* handler, CoordinatorMetrics* metrics,
-                        absl::string_view method, absl::string_view path, absl::string_view body) {
+                        absl::string_view method, absl::string_view path, absl::string_view body,
+                        const security::Tokens* tokens, absl::string_view authorization) {
   // HEAD is GET without the body (the HTTP server drops it).
   const absl::string_view effective = method == "HEAD" ? absl::string_view("GET") : method;
   std::vector<std::string> allowed;  // methods of `path`
@@ -136,6 +138,21 @@ RestResponse HandleRest(CoordinatorHandler* handler, CoordinatorMetrics* metrics
     if (effective != route.method) {
       allowed.push_back(route.method);
       continue;
+    }
+    if (tokens != nullptr) {
+      // GETs read; POSTs change the job.
+      const security::Access access = absl::string_view(route.method) == "GET"
+                                          ? security::Access::kMember
+                                          : security::Access::kAdmin;
+      const absl::Status auth = security::Authorize(*tokens, access, authorization, route.rpc);
+      if (!auth.ok()) {
+        if (metrics != nullptr) metrics->RpcError(route.rpc);
+        RestResponse refused = ErrorResponse(auth);
+        if (auth.code() == absl::StatusCode::kUnauthenticated) {
+          refused.www_authenticate = "Bearer realm=\"onebit\"";
+        }
+        return refused;
+      }
     }
     RestResponse response = route.serve(handler, body);
     if (response.http_status >= 400 && metrics != nullptr) metrics->RpcError(route.rpc);
@@ -154,14 +171,36 @@ RestResponse HandleRest(CoordinatorHandler* handler, CoordinatorMetrics* metrics
                                                              absl::StrJoin(paths, ", "), ")")));
 }
 
-RestMirror::RestMirror(CoordinatorHandler* handler, CoordinatorMetrics* metrics)
-    : handler_(handler), metrics_(metrics) {}
+RestMirror::RestMirror(CoordinatorHandler* handler, CoordinatorMetrics* metrics,
+                       const RestMirrorOptions& options)
+    : handler_(handler), metrics_(metrics), options_(options) {}
 
 RestMirror::~RestMirror() { Stop(); }
 
 absl::Status RestMirror::Start(const std::string& host, int port) {
   if (server_ != nullptr) return absl::FailedPreconditionError("REST mirror already started");
-  auto server = std::make_unique<httplib::Server>();
+  std::unique_ptr<httplib::Server> server;
+  if (options_.tls.enabled()) {
+    // The same files as the gRPC port, checked the same way (errors name the file).
+    const bool mutual = options_.tls.mutual;
+    if (options_.tls.cert.empty() || (mutual && options_.tls.ca_cert.empty())) {
+      return absl::InvalidArgumentError(
+          "REST mirror: HTTPS needs a certificate and key (and the CA with mutual TLS)");
+    }
+    absl::StatusOr<security::TlsMaterial> checked = security::LoadTlsMaterial(options_.tls);
+    if (!checked.ok()) return checked.status();
+    auto https = std::make_unique<httplib::SSLServer>(
+        options_.tls.cert.c_str(), options_.tls.key.c_str(),
+        mutual ? options_.tls.ca_cert.c_str() : nullptr);
+    if (!https->is_valid()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("REST mirror: cannot serve HTTPS with ", options_.tls.cert, " and ",
+                       options_.tls.key));
+    }
+    server = std::move(https);
+  } else {
+    server = std::make_unique<httplib::Server>();
+  }
   // Admin traffic is light; two threads keep one slow client from blocking the rest.
   server->new_task_queue = [] { return new httplib::ThreadPool(2); };
   server->set_payload_max_length(1 << 20);
@@ -171,10 +210,17 @@ absl::Status RestMirror::Start(const std::string& host, int port) {
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
   auto serve = [this](const httplib::Request& request, httplib::Response& response) {
-    RestResponse answer =
-        HandleRest(handler_, metrics_, request.method, request.path, request.body);
+    const security::Tokens* tokens =
+        options_.tokens.admin.empty() && options_.tokens.member.empty() ? nullptr
+                                                                        : &options_.tokens;
+    RestResponse answer = HandleRest(handler_, metrics_, request.method, request.path,
+                                     request.body, tokens,
+                                     request.get_header_value("Authorization"));
     response.status = answer.http_status;
     if (!answer.allow.empty()) response.set_header("Allow", answer.allow);
+    if (!answer.www_authenticate.empty()) {
+      response.set_header("WWW-Authenticate", answer.www_authenticate);
+    }
     response.set_content(answer.body + "\n", "application/json");
   };
   const char* kAll = "(.*)";

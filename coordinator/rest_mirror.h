@@ -15,6 +15,13 @@
 // 405 for a known path with the wrong method (with an Allow header), 429 RESOURCE_EXHAUSTED,
 // 504 DEADLINE_EXCEEDED, 503 UNAVAILABLE, 501 UNIMPLEMENTED, 401/403, 499 CANCELLED,
 // 500 otherwise. Bodies over 1 MiB get 413.
+//
+// SECURITY (security/auth.h): with tokens configured, the request's "Authorization:
+// Bearer <token>" header is checked as on gRPC: the POSTs are admin calls (admin token),
+// the GETs reads (member or admin token). None, or a wrong one: 401 with
+// "WWW-Authenticate: Bearer"; the member token on a POST: 403. With TLS options the mirror
+// serves HTTPS with the same certificate as the gRPC port, and with mutual TLS it requires
+// a client certificate from the same CA (curl --cacert CA --cert C --key K).
 #ifndef ONEBIT_COORDINATOR_REST_MIRROR_H_
 #define ONEBIT_COORDINATOR_REST_MIRROR_H_
 
@@ -26,6 +33,8 @@
 #include "absl/strings/string_view.h"
 #include "coordinator/coordinator_handler.h"
 #include "coordinator/metrics.h"
+#include "security/auth.h"
+#include "security/tls_options.h"
 
 namespace httplib {
 class Server;
@@ -39,22 +48,34 @@ struct RestResponse {
   int http_status = 200;
   std::string body;   // JSON
   std::string allow;  // the Allow header of a 405, else empty
+  std::string www_authenticate;  // the WWW-Authenticate header of a 401, else empty
 };
 
 // The whole mirror as a function of (method, path, body): what the HTTP server runs for
 // every request, and what tests can call without a socket. `metrics` may be null.
+// `tokens` (may be null: no checks) and `authorization` (the header's value, "" when
+// absent) decide who may call what.
 RestResponse HandleRest(CoordinatorHandler* handler, CoordinatorMetrics* metrics,
-                        absl::string_view method, absl::string_view path, absl::string_view body);
+                        absl::string_view method, absl::string_view path, absl::string_view body,
+                        const security::Tokens* tokens = nullptr,
+                        absl::string_view authorization = "");
+
+struct RestMirrorOptions {
+  security::Tokens tokens;  // none: every route is open
+  security::TlsOptions tls;  // enabled: HTTPS (cert and key required; ca_cert with mutual)
+};
 
 // The HTTP server around HandleRest: a cpp-httplib server with a small thread pool.
 // Start and Stop from one thread; the handler and metrics must outlive it.
 class RestMirror {
  public:
-  RestMirror(CoordinatorHandler* handler, CoordinatorMetrics* metrics);
+  RestMirror(CoordinatorHandler* handler, CoordinatorMetrics* metrics,
+             const RestMirrorOptions& options = {});
   ~RestMirror();  // Stop()s
 
   // Binds host:port (port 0: any free port) and serves on a background thread.
-  // UNAVAILABLE if the address cannot be bound.
+  // UNAVAILABLE if the address cannot be bound; INVALID_ARGUMENT (naming the file) for TLS
+  // files that do not load.
   absl::Status Start(const std::string& host, int port);
   int port() const { return port_; }
   // Stops accepting, finishes requests in flight, joins. Idempotent.
@@ -63,6 +84,7 @@ class RestMirror {
  private:
   CoordinatorHandler* const handler_;
   CoordinatorMetrics* const metrics_;
+  const RestMirrorOptions options_;
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
   int port_ = 0;

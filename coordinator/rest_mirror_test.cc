@@ -158,5 +158,37 @@ TEST_F(RestMirrorTest, StopRightAfterStart) {
   }
 }
 
+// Tokens, without a socket: POSTs need the admin token, GETs a member or admin token; a
+// refused request changes nothing.
+TEST_F(RestMirrorTest, TokensGuardEveryRoute) {
+  const security::Tokens tokens{"admin-token-0123456789", "member-token-0123456789"};
+  auto call = [&](const std::string& method, const std::string& path, const std::string& body,
+                  const std::string& authorization) {
+    return HandleRest(coordinator_.get(), nullptr, method, path, body, &tokens, authorization);
+  };
+  const std::string before = JobJson();
+  RestResponse r = call("POST", "/v1/stop", "{}", "");
+  EXPECT_EQ(r.http_status, 401);
+  EXPECT_EQ(Code(r), "UNAUTHENTICATED");
+  EXPECT_EQ(r.www_authenticate, "Bearer realm=\"onebit\"");
+  r = call("POST", "/v1/stop", "{}", "Bearer wrong-token-0123456789");
+  EXPECT_EQ(r.http_status, 401);
+  r = call("POST", "/v1/freeze", R"({"now": true})", "Bearer member-token-0123456789");
+  EXPECT_EQ(r.http_status, 403);
+  EXPECT_EQ(Code(r), "PERMISSION_DENIED");
+  EXPECT_TRUE(r.www_authenticate.empty());
+  r = call("GET", "/v1/members", "", "");
+  EXPECT_EQ(r.http_status, 401);
+  EXPECT_EQ(JobJson(), before);
+  EXPECT_EQ(call("GET", "/v1/job", "", "Bearer member-token-0123456789").http_status, 200);
+  EXPECT_EQ(call("GET", "/v1/checkpoints", "", "Bearer admin-token-0123456789").http_status, 200);
+  r = call("POST", "/v1/freeze/delay", R"({"toStep": 70})", "Bearer admin-token-0123456789");
+  EXPECT_EQ(r.http_status, 200) << r.body;
+  EXPECT_THAT(r.body, HasSubstr("\"freezeStep\":\"70\""));
+  // Unknown paths and wrong methods answer as before, token or not.
+  EXPECT_EQ(call("GET", "/v2/job", "", "").http_status, 404);
+  EXPECT_EQ(call("DELETE", "/v1/job", "", "").http_status, 405);
+}
+
 }  // namespace
 }  // namespace onebit

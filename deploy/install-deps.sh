@@ -10,6 +10,7 @@ packages=(
   libgloo-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   prometheus-cpp-dev libcpp-httplib-dev libeigen3-dev zlib1g-dev
+  libssl-dev openssl
   dataset-fashion-mnist
   prometheus
   gnuplot-nox

@@ -117,8 +117,11 @@ absl::StatusOr<JobResult> RunJob(const std::string& bin, const std::string& dir,
   LocalJob job(options, config);
   absl::Status status = job.Start();
   if (status.ok()) {
-    std::printf("coordinator at %s (REST %s, metrics %s)\n", job.grpc_address().c_str(),
-                job.rest_address().c_str(), job.metrics_address().c_str());
+    const bool tls = !config.security.tls.cert.empty();
+    std::printf("coordinator at %s%s (REST %s%s, metrics http://%s)\n", job.grpc_address().c_str(),
+                tls ? (config.security.tls.mutual ? ", mutual TLS" : ", TLS") : "",
+                tls ? "https://" : "http://", job.rest_address().c_str(),
+                job.metrics_address().c_str());
     status = job.WaitForWorkers(absl::Seconds(absl::GetFlag(FLAGS_timeout_s)), &g_interrupted);
   }
   job.Stop();

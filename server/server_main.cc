@@ -9,6 +9,11 @@
 // slice's group of servers/local_size shards, one push per node. With --coordinator, the shard registers under its index once it serves, so that
 // workers find its address, and keeps a heartbeat session.
 //
+// TLS (--tls_ca/--tls_cert/--tls_key, or the config's onebit.security.tls) secures both the
+// shard's own gRPC port (mutual TLS: only holders of a certificate of the job's CA can push)
+// and its channel to the coordinator; the member token (--member_token_file,
+// $ONEBIT_MEMBER_TOKEN or onebit.security.member_token_file) goes with its coordinator calls.
+//
 // It serves onebit.v1.ParameterServer over gRPC and Prometheus metrics at /metrics, writes
 // the bound addresses to --address_file ({"grpc": "host:port", "metrics": "host:port"},
 // atomically) and runs until SIGTERM or SIGINT, then shuts down gracefully (exit 0).
@@ -37,6 +42,8 @@
 #include "server/server_process.h"
 #include "server/shard_checkpointer.h"
 #include "checkpoint/manifest.h"
+#include "security/auth.h"
+#include "security/flags.h"
 
 ABSL_FLAG(int, shard, -1, "This shard's index, in [0, --shards) (required).");
 ABSL_FLAG(int, shards, 0, "Number of shards S (required, >= 1).");
@@ -49,6 +56,9 @@ ABSL_FLAG(std::string, address_file, "", "Where to write the bound addresses as 
 ABSL_FLAG(std::string, config, "", "Job config: shards, workers and n from it (flags win).");
 ABSL_FLAG(std::string, coordinator, "", "host:port of the coordinator: register and heartbeat.");
 ABSL_FLAG(int, retained_steps, 2, "Finished steps whose results are kept for retries (>= 2).");
+ABSL_FLAG(std::string, member_token_file, "",
+          "File holding the member token for the coordinator's calls; default: "
+          "$ONEBIT_MEMBER_TOKEN, then onebit.security.member_token_file.");
 ABSL_FLAG(std::string, fault, "",
           "Fault injection for tests: kill_at_step:STEP (SIGKILL once step STEP completes).");
 
@@ -135,9 +145,11 @@ int main(int argc, char** argv) {
   int group_offset = 0;  // hierarchical over ps: the first shard of this shard's slice
   std::string checkpoint_dir, topology;
   double retry_s = 120, heartbeat_s = 10;
+  onebit::SecurityConfig security;
   if (!absl::GetFlag(FLAGS_config).empty()) {
     absl::StatusOr<onebit::JobConfig> config = onebit::LoadJobConfig(absl::GetFlag(FLAGS_config));
     if (!config.ok()) return UsageError(std::string(config.status().message()));
+    security = config->security;
     checkpoint_dir = config->checkpoint.dir;
     retry_s = config->failure.coordinator_retry_s;
     heartbeat_s = config->failure.heartbeat_timeout_s;
@@ -183,6 +195,12 @@ int main(int argc, char** argv) {
     return UsageError("--metrics_port must be in [0, 65535]");
   }
   if (options.shard.retained_steps < 2) return UsageError("--retained_steps must be >= 2");
+  absl::StatusOr<onebit::security::TlsOptions> tls = onebit::security::TlsFromFlags(security.tls);
+  if (!tls.ok()) return UsageError(std::string(tls.status().message()));
+  options.tls = *tls;
+  absl::StatusOr<std::string> member_token = onebit::security::ResolveToken(
+      absl::GetFlag(FLAGS_member_token_file), "ONEBIT_MEMBER_TOKEN", security.member_token_file);
+  if (!member_token.ok()) return UsageError(std::string(member_token.status().message()));
 
   // Block the termination signals in every thread (gRPC's and civetweb's inherit this
   // mask), so that this thread alone receives them, synchronously, in sigwait.
@@ -219,8 +237,9 @@ int main(int argc, char** argv) {
     return kExitRuntime;
   }
   std::cerr << "onebit-server: shard " << options.shard.shard << " of " << options.shard.num_shards
-            << ", " << options.shard.num_workers << " workers, n = " << n << "; gRPC on "
-            << (*process)->grpc_address() << ", /metrics on " << (*process)->metrics_address()
+            << ", " << options.shard.num_workers << " workers, n = " << n << "; gRPC"
+            << (options.tls.enabled() ? (options.tls.mutual ? " (mutual TLS)" : " (TLS)") : "")
+            << " on " << (*process)->grpc_address() << ", /metrics on " << (*process)->metrics_address()
             << std::endl;
 
   std::unique_ptr<onebit::CoordinatorClient> client;
@@ -229,6 +248,8 @@ int main(int argc, char** argv) {
     onebit::GrpcClientOptions client_options;
     client_options.address = absl::GetFlag(FLAGS_coordinator);
     client_options.retry_for = absl::Seconds(retry_s);
+    client_options.tls = *tls;
+    client_options.token = *member_token;
     auto made = onebit::NewGrpcCoordinatorClient(client_options);
     onebit::v1::RegisterResponse reg;
     std::string instance;

@@ -8,6 +8,7 @@
 #include "common/net.h"
 #include "common/status_macros.h"
 #include "compression/layout.h"
+#include "security/tls.h"
 
 namespace onebit::server {
 
@@ -30,19 +31,19 @@ absl::Status ServerProcess::Init() {
   ONEBIT_ASSIGN_OR_RETURN(state_, ShardState::Create(backend_.get(), config, metrics_.get()));
   service_ = std::make_unique<ExchangeService>(state_.get(), metrics_.get(), options_.service);
 
+  ONEBIT_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                          security::GrpcServerCredentials(options_.tls));
   grpc::ServerBuilder builder;
   int bound_port = 0;
-  builder.AddListeningPort(JoinHostPort(options_.host, options_.port),
-                           grpc::InsecureServerCredentials(), &bound_port);
+  builder.AddListeningPort(JoinHostPort(options_.host, options_.port), credentials, &bound_port);
   builder.RegisterService(service_.get());
-  // The largest legal push is one fp32 run; anything much bigger is refused by gRPC before
-  // it is buffered.
-  const PsLayout& layout = state_->layout();
-  const size_t max_payload =
-      std::max(layout.max_fp32_count() * sizeof(float), layout.block_bytes());
-  builder.SetMaxReceiveMessageSize(
-      static_cast<int>(std::min<size_t>(max_payload + 4096, INT32_MAX)));
-  builder.SetMaxSendMessageSize(-1);
+  // The largest legal push or result is one fp32 run (or one compressed block): anything
+  // bigger is refused by gRPC before it is buffered, both ways. PsExchange's channels
+  // carry the same bound.
+  const int max_message = static_cast<int>(
+      std::min<size_t>(state_->layout().max_message_bytes(), INT32_MAX));
+  builder.SetMaxReceiveMessageSize(max_message);
+  builder.SetMaxSendMessageSize(max_message);
   // One thread per open stream (see exchange_service.h): room for every worker, a
   // reconnect each, pulls and gRPC's own pollers, but a bound against a flood of streams.
   grpc::ResourceQuota quota("onebit-server");

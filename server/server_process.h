@@ -25,6 +25,7 @@
 #include "server/exchange_service.h"
 #include "server/server_metrics.h"
 #include "server/shard_state.h"
+#include "security/tls_options.h"
 
 namespace onebit::server {
 
@@ -38,6 +39,9 @@ struct ServerProcessOptions {
   // temp file, fsync, rename) once both listeners are bound.
   std::string address_file;
   ExchangeServiceOptions service;
+  // TLS on the gRPC port (security/tls.h); with mutual TLS only holders of a certificate
+  // of the job's CA can push. Off: plaintext. /metrics stays plain HTTP.
+  security::TlsOptions tls;
   // How long Shutdown lets in-flight calls finish before cancelling them.
   absl::Duration shutdown_grace = absl::Seconds(2);
 };

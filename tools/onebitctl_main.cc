@@ -11,6 +11,11 @@
 // one per change) instead of text. The coordinator address may also come from
 // $ONEBIT_COORDINATOR. Exit status: 0 on success, 1 when the coordinator refuses or cannot
 // be reached (the message gives its status code and reason), 2 for a bad command line.
+//
+// A secured coordinator (README "Security"): --tls_ca=CA.pem verifies it; with mutual TLS
+// --tls_cert/--tls_key are this client's certificate. The bearer token comes from
+// --token_file or $ONEBIT_ADMIN_TOKEN (the admin token for freeze, delay, stop and
+// checkpoint; the admin or member token for the rest).
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -29,6 +34,8 @@
 #include "common/signals.h"
 #include "coordinator/coordinator_client.h"
 #include "proto/proto_json.h"
+#include "security/auth.h"
+#include "security/flags.h"
 
 ABSL_FLAG(std::string, coordinator, "",
           "The coordinator's gRPC address, HOST:PORT (default: $ONEBIT_COORDINATOR).");
@@ -41,12 +48,15 @@ ABSL_FLAG(std::optional<int64_t>, to, std::nullopt,
           "delay: postpone the switch to after this step.");
 ABSL_FLAG(bool, cancel, false, "delay: cancel the scheduled switch.");
 ABSL_FLAG(absl::Duration, interval, absl::Seconds(1), "watch: how often to ask.");
+ABSL_FLAG(std::string, token_file, "",
+          "File holding the bearer token sent with every call (default: $ONEBIT_ADMIN_TOKEN).");
 
 namespace onebit {
 namespace {
 
 constexpr char kUsage[] =
-    "onebitctl --coordinator=HOST:PORT [--json] COMMAND\n"
+    "onebitctl --coordinator=HOST:PORT [--json] [--tls_ca=PEM [--tls_cert=PEM --tls_key=PEM]]\n"
+    "          [--token_file=F] COMMAND\n"
     "commands:\n"
     "  status                      the job: stage, step, switch, leases, members alive\n"
     "  members                     workers and servers, liveness, addresses\n"
@@ -233,6 +243,13 @@ int Run(int argc, char** argv) {
   options.address = address;
   options.rpc_timeout = absl::GetFlag(FLAGS_timeout);
   options.max_attempts = 3;
+  absl::StatusOr<security::TlsOptions> tls = security::TlsFromFlags();
+  if (!tls.ok()) return Usage(std::string(tls.status().message()));
+  options.tls = *tls;
+  absl::StatusOr<std::string> token =
+      security::ResolveToken(absl::GetFlag(FLAGS_token_file), "ONEBIT_ADMIN_TOKEN", "");
+  if (!token.ok()) return Usage(std::string(token.status().message()));
+  options.token = *token;
   absl::StatusOr<std::unique_ptr<CoordinatorClient>> client = NewGrpcCoordinatorClient(options);
   if (!client.ok()) return Usage(std::string(client.status().message()));
 

@@ -5,6 +5,11 @@
 // and writes a summary for launchers.
 //
 //   onebit_worker --config=job.json --coordinator=127.0.0.1:PORT [--summary_file=F]
+//
+// TLS (--tls_ca/--tls_cert/--tls_key, or the config's onebit.security.tls) secures the
+// channels to the coordinator and to the shards; the member token (--member_token_file,
+// $ONEBIT_MEMBER_TOKEN or onebit.security.member_token_file) goes with every coordinator
+// call. gloo's and NCCL's own links between workers are not covered (see README).
 #include <unistd.h>
 
 #include <cstdio>
@@ -41,6 +46,8 @@
 #include "worker/exchange/ps_exchange.h"
 #include "worker/trainer.h"
 #include "worker/worker_metrics.h"
+#include "security/auth.h"
+#include "security/flags.h"
 
 ABSL_FLAG(std::string, config, "", "The job config (JSON, required).");
 ABSL_FLAG(std::string, coordinator, "", "host:port of the coordinator's gRPC service (required).");
@@ -53,6 +60,9 @@ ABSL_FLAG(int, cuda_device, 0, "GPU to use with onebit.device = cuda.");
 ABSL_FLAG(std::string, fault, "",
           "Fault injection for tests: kill_in_exchange:STEP or kill_before_commit:STEP "
           "(SIGKILL at that point).");
+ABSL_FLAG(std::string, member_token_file, "",
+          "File holding the member token for the coordinator's calls; default: "
+          "$ONEBIT_MEMBER_TOKEN, then onebit.security.member_token_file.");
 ABSL_FLAG(std::string, history_csv, "",
           "Write every step (step,stage,loss,seconds,bytes_sent) and evaluation here (CSV).");
 
@@ -118,9 +128,13 @@ struct Worker {
   std::unique_ptr<Trainer> trainer;
 };
 
+// TLS of this process (flags over the config), set once in Run.
+security::TlsOptions g_tls;
+
 PsExchangeOptions PsOptions(const JobConfig& config) {
   PsExchangeOptions options;
   options.step_deadline = absl::Seconds(config.failure.ps_step_deadline_s);
+  options.tls = g_tls;
   return options;
 }
 
@@ -295,10 +309,16 @@ absl::Status Run() {
     return absl::InvalidArgumentError("--config and --coordinator are required");
   }
   ONEBIT_ASSIGN_OR_RETURN(JobConfig config, LoadJobConfig(absl::GetFlag(FLAGS_config)));
+  ONEBIT_ASSIGN_OR_RETURN(g_tls, security::TlsFromFlags(config.security.tls));
   Worker w;
   GrpcClientOptions client_options;
   client_options.address = absl::GetFlag(FLAGS_coordinator);
   client_options.retry_for = absl::Seconds(config.failure.coordinator_retry_s);
+  client_options.tls = g_tls;
+  ONEBIT_ASSIGN_OR_RETURN(client_options.token,
+                          security::ResolveToken(absl::GetFlag(FLAGS_member_token_file),
+                                                 "ONEBIT_MEMBER_TOKEN",
+                                                 config.security.member_token_file));
   ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> client,
                           NewGrpcCoordinatorClient(client_options));
   ONEBIT_ASSIGN_OR_RETURN(std::optional<Fault> fault,

@@ -10,6 +10,7 @@
 #include "common/status_macros.h"
 #include "onebit/v1/exchange.grpc.pb.h"
 #include "proto/grpc_status.h"
+#include "security/tls.h"
 
 namespace onebit {
 namespace {
@@ -63,12 +64,16 @@ struct PsExchange::Shard {
   absl::Status fatal;       // a failure that ends the call
 };
 
-grpc::ChannelArguments PsExchange::ChannelArguments() {
+grpc::ChannelArguments PsExchange::ChannelArguments(const PsLayout& layout,
+                                                    const security::TlsOptions& tls) {
   grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(-1);
-  args.SetMaxSendMessageSize(-1);
+  const int max_message =
+      static_cast<int>(std::min<size_t>(layout.max_message_bytes(), INT32_MAX));
+  args.SetMaxReceiveMessageSize(max_message);
+  args.SetMaxSendMessageSize(max_message);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, security::ConnectTimeoutMs(tls, 100));
+  security::AddTlsChannelArguments(tls, &args);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   // Workers in one process (tests, local runs) should not share a connection, as real
   // workers on different hosts do not.
@@ -79,10 +84,15 @@ grpc::ChannelArguments PsExchange::ChannelArguments() {
 absl::StatusOr<std::unique_ptr<PsExchange>> PsExchange::Create(
     kernels::Backend* backend, int rank, int world_size, size_t n,
     const std::vector<std::string>& shard_addresses, const PsExchangeOptions& options) {
+  if (shard_addresses.empty()) return absl::InvalidArgumentError("ps mode needs at least one shard");
+  ONEBIT_ASSIGN_OR_RETURN(PsLayout layout,
+                          PsLayout::Create(n, static_cast<int>(shard_addresses.size())));
+  ONEBIT_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
+                          security::GrpcChannelCredentials(options.tls));
+  const grpc::ChannelArguments args = ChannelArguments(layout, options.tls);
   std::vector<std::shared_ptr<grpc::Channel>> channels;
   for (const std::string& address : shard_addresses) {
-    channels.push_back(
-        grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), ChannelArguments()));
+    channels.push_back(grpc::CreateCustomChannel(address, credentials, args));
   }
   ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<PsExchange> exchange,
                           Create(backend, rank, world_size, n, std::move(channels), options));
@@ -333,8 +343,12 @@ absl::Status PsExchange::RoundTrip(int64_t step, ChunkKind kind) {
       if (shard.done || Busy(shard)) continue;
       if (shard.attempts >= options_.max_attempts) {
         CancelAndDrain();
-        return absl::UnavailableError(absl::StrCat("step ", step, " failed after ", shard.attempts,
-                                                   " attempts: ", shard.last_error.message()));
+        return absl::UnavailableError(absl::StrCat(
+            "step ", step, " failed after ", shard.attempts, " attempts: ",
+            shard.last_error.message(),
+            shard.last_error.code() == absl::StatusCode::kUnavailable
+                ? security::HandshakeHint(options_.tls)
+                : std::string()));
       }
       if (now < shard.retry_at) {
         wake = std::min(wake, shard.retry_at);

@@ -46,6 +46,7 @@
 #include "compression/layout.h"
 #include "worker/exchange/exchange.h"
 #include "compression/worker_compressor.h"
+#include "security/tls_options.h"
 
 namespace onebit {
 
@@ -57,24 +58,32 @@ struct PsExchangeOptions {
   int max_attempts = 3;
   // Pause before the second attempt; doubled for each further one.
   absl::Duration retry_backoff = absl::Milliseconds(100);
+  // TLS to the shards (security/tls.h): the CA that verifies them and this worker's
+  // certificate for mutual TLS. Off: plaintext. Only the address overload of Create uses it.
+  security::TlsOptions tls;
 };
 
 class PsExchange : public Exchange {
  public:
-  // `shard_addresses[s]` is shard s's gRPC "host:port". Channels get ChannelArguments().
+  // `shard_addresses[s]` is shard s's gRPC "host:port". Channels get
+  // ChannelArguments(layout, options.tls); a TLS file that does not load is an error.
   static absl::StatusOr<std::unique_ptr<PsExchange>> Create(
       kernels::Backend* backend, int rank, int world_size, size_t n,
       const std::vector<std::string>& shard_addresses, const PsExchangeOptions& options = {});
   // The same over channels made by the caller (they must allow messages of a whole fp32
-  // run: see ChannelArguments()).
+  // run: see ChannelArguments(layout)).
   static absl::StatusOr<std::unique_ptr<PsExchange>> Create(
       kernels::Backend* backend, int rank, int world_size, size_t n,
       std::vector<std::shared_ptr<grpc::Channel>> channels, const PsExchangeOptions& options = {});
   ~PsExchange() override;
 
-  // No size limit on messages; reconnects after 0.1..1 s instead of gRPC's 1..120 s, so a
-  // restarted shard is found again within a retry; a connection of its own per exchange.
-  static grpc::ChannelArguments ChannelArguments();
+  // Messages both ways up to layout.max_message_bytes() (the largest push or result of
+  // the layout plus room for the other fields; the shard has the same bound), reconnects
+  // after 0.1..1 s instead of gRPC's 1..120 s, so a restarted shard is found again within
+  // a retry; a connection of its own per exchange; with `tls`, the server name override
+  // and room for the handshake (security/tls.h).
+  static grpc::ChannelArguments ChannelArguments(const PsLayout& layout,
+                                                 const security::TlsOptions& tls = {});
 
   int world_size() const override { return world_size_; }
   absl::StatusOr<const float*> SumGradients(int64_t step, const float* grad) override;
