@@ -37,7 +37,8 @@ class Reader {
       return absl::DataLossError(absl::StrCat("checkpoint part truncated in ", what, ": needs ",
                                               size, " bytes, ", rest_.size(), " left"));
     }
-    std::memcpy(out, rest_.data(), size);
+    // An empty tensor's out is null, and memcpy's arguments must not be, even for 0 bytes.
+    if (size > 0) std::memcpy(out, rest_.data(), size);
     rest_.remove_prefix(size);
     return absl::OkStatus();
   }
