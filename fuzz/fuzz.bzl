@@ -31,7 +31,6 @@ _COMPILE_FLAGS = [
 
 _LINK_FLAGS = [
     "-fsanitize=fuzzer",
-    "-fuse-ld=bfd",
 ] + _SANITIZE
 
 # Flags for single sources. clang ignores `#pragma GCC target`, by which the AVX2 kernels

@@ -138,6 +138,12 @@ inline void Canary(const uint8_t* data, size_t size) {
   }
 }
 
+// Silences the coordinator's log lines (coordinator/log.h) unless ONEBIT_FUZZ_VERBOSE is
+// set: a line per input would cost more than the input. Call from LLVMFuzzerInitialize.
+inline void QuietLogs() {
+  if (!Verbose()) setenv("ONEBIT_QUIET", "1", /*overwrite=*/0);
+}
+
 // Writes `bytes` to `path` (replacing it); aborts on failure, which is the harness's, not
 // the decoder's.
 inline void WriteFileOrDie(const std::string& path, absl::string_view bytes) {

@@ -7,8 +7,9 @@
 // bits on both paths (kernels.h), NaN for NaN. Sizes the backend refuses (a chunk that is
 // not a multiple of 8, n beyond the blocks) must be refused by both.
 //
-// Input: u8 num_chunks-1 (mod 4), u8 chunk (0..255, usually a multiple of 8), u16 n,
-// u8 workers-1 (mod 4), then the blocks (num_chunks * (4 + chunk/8) bytes; missing bytes
+// Input: u8 num_chunks-1 (mod 4), u8 chunk code (top bit clear: 8 * (code + 1) elements;
+// set: the low bits as they are, often not a multiple of 8), u16 n (top bit set: beyond the
+// blocks), u8 workers-1 (mod 4), then the blocks (num_chunks * (4 + chunk/8) bytes; missing bytes
 // are zero), then v, m, p and mask values (floats; missing values are fixed ones).
 #include <cmath>
 #include <cstddef>
@@ -76,12 +77,13 @@ void Run(const uint8_t* data, size_t size) {
   const size_t total = num_chunks * chunk;
   size_t n = in.Byte();
   n |= static_cast<size_t>(in.Byte()) << 8;
-  // Mostly n <= total, sometimes beyond.
-  n = (n & 0x8000) ? (n & 0x7fff) : n % (total + 1);
+  // Mostly n <= total, sometimes beyond (the backend must refuse).
+  n = (n & 0x8000) ? total + 1 + (n & 0xff) : n % (total + 1);
   const int workers = 1 + in.Byte() % 4;
   const size_t block = CompressedBlockBytes(chunk);
   const std::vector<uint8_t> blocks = in.Bytes(num_chunks * block);
-  std::vector<float> v(std::max(total, n)), m0(v.size()), p0(v.size()), mask(v.size());
+  // Exactly the n elements the API promises to touch, so that ASan sees any write beyond.
+  std::vector<float> v(n), m0(n), p0(n), mask(n);
   for (size_t i = 0; i < v.size(); ++i) {
     v[i] = in.Float(1e-4f);
     m0[i] = in.Float(0.5f);
@@ -123,7 +125,7 @@ void Run(const uint8_t* data, size_t size) {
     }
     for (Backend* backend : {Simd(), Scalar()}) {
       std::vector<float> err(chunk);
-      for (size_t i = 0; i < chunk; ++i) err[i] = m0[i];
+      for (size_t i = 0; i < chunk && i < n; ++i) err[i] = m0[i];
       std::vector<uint8_t> result(block);
       ONEBIT_FUZZ_CHECK(
           backend->ServerAggregate(worker_blocks.data(), workers, chunk, err.data(), result.data())
@@ -147,7 +149,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   onebit::fuzz::HeapBudget::Begin();
   onebit::fuzz::Canary(data, size);
   onebit::kernels::Run(data, size);
-  // Ten buffers of at most 32767 floats (n), whatever the input.
-  onebit::fuzz::HeapBudget::End(0, 0, 4 << 20);
+  // A dozen buffers of at most 4 chunks of 1024 elements, whatever the input.
+  onebit::fuzz::HeapBudget::End(0, 0, 1 << 20);
   return 0;
 }

@@ -94,6 +94,10 @@ void Parts() {
   checkpoint::Tensor scalar;
   scalar.data = {1.5f};
   shapes.tensors["scalar"] = scalar;
+  // Empty, though its first dimension is more than the bytes after it (last by name).
+  checkpoint::Tensor no_columns;
+  no_columns.shape = {30, 0};
+  shapes.tensors["zz_no_columns"] = no_columns;
   Write("part_fuzzer", "shapes.part", checkpoint::EncodePart(shapes));
 }
 
