@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include "absl/strings/string_view.h"
@@ -80,9 +81,8 @@ class HeapBudget {
   }
 };
 
-// A directory of this process's own, made once (under $TEST_TMPDIR or $TMPDIR or /tmp).
-// The OS cleans TEST_TMPDIR; elsewhere the files are overwritten by every input, so it
-// holds a few small files at most.
+// A directory of this process's own, made once (under $TEST_TMPDIR or $TMPDIR or /tmp) and
+// removed when the process exits normally. Every input overwrites the same few files.
 inline const std::string& ScratchDir() {
   static const std::string* dir = [] {
     const char* base = std::getenv("TEST_TMPDIR");
@@ -93,6 +93,7 @@ inline const std::string& ScratchDir() {
       std::perror("fuzz: mkdtemp");
       std::abort();
     }
+    std::atexit([] { std::filesystem::remove_all(ScratchDir()); });
     return new std::string(pattern);
   }();
   return *dir;
