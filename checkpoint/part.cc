@@ -2,6 +2,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -39,7 +40,8 @@ class Reader {
       return absl::DataLossError(absl::StrCat("checkpoint part truncated in ", what, ": needs ",
                                               size, " bytes, ", rest_.size(), " left"));
     }
-    std::memcpy(out, rest_.data(), size);
+    // An empty tensor's out is null, and memcpy's arguments must not be, even for 0 bytes.
+    if (size > 0) std::memcpy(out, rest_.data(), size);
     rest_.remove_prefix(size);
     return absl::OkStatus();
   }
@@ -95,18 +97,22 @@ absl::StatusOr<Part> DecodeBody(absl::string_view body) {
       return absl::DataLossError(absl::StrCat("checkpoint part: tensor '", name, "' has ", ndim, " dims"));
     }
     Tensor t;
-    uint64_t elements = 1;
     for (uint32_t d = 0; d < ndim; ++d) {
       ONEBIT_ASSIGN_OR_RETURN(uint64_t dim, r.Get<uint64_t>("shape"));
-      // Bounded by the bytes left, so the product cannot overflow and the allocation below
-      // is never larger than the input.
-      const uint64_t max_elements = r.left() / sizeof(float);
-      if (dim != 0 && elements > max_elements / dim) {
+      t.shape.push_back(dim);
+    }
+    // A zero dimension makes the tensor empty whatever the others are (EncodePart writes
+    // such shapes). Otherwise the product is bounded by the bytes left, so it cannot
+    // overflow and the allocation below is never larger than the input.
+    const uint64_t max_elements = r.left() / sizeof(float);
+    uint64_t elements = std::count(t.shape.begin(), t.shape.end(), uint64_t{0}) > 0 ? 0 : 1;
+    for (uint64_t dim : t.shape) {
+      if (elements == 0) break;
+      if (elements > max_elements / dim) {
         return absl::DataLossError(absl::StrCat("checkpoint part: tensor '", name,
                                                 "' is larger than the file"));
       }
       elements *= dim;
-      t.shape.push_back(dim);
     }
     if (elements > r.left() / sizeof(float)) {
       return absl::DataLossError(absl::StrCat("checkpoint part truncated in tensor '", name, "': ",

@@ -418,8 +418,11 @@ absl::StatusOr<std::unique_ptr<Float32Reader>> Float32Reader::Open(const std::st
 
 absl::Status Float32Reader::ReadElements(int64_t offset, int64_t count, float* out) const {
   if (offset < 0 || count < 0 || offset > num_elements_ || count > num_elements_ - offset) {
-    return absl::OutOfRangeError(absl::StrCat(path_, ": elements [", offset, ", ",
-                                              offset + count, ") are outside the ",
+    // offset + count may overflow: add as unsigned (wrapping) for the message.
+    const int64_t end =
+        static_cast<int64_t>(static_cast<uint64_t>(offset) + static_cast<uint64_t>(count));
+    return absl::OutOfRangeError(absl::StrCat(path_, ": elements [", offset, ", ", end,
+                                              ") are outside the ",
                                               num_elements_, " elements of the array"));
   }
   size_t got = 0;

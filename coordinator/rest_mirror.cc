@@ -48,10 +48,46 @@ int HttpStatusFor(absl::StatusCode code) {
 
 namespace {
 
+// `s` with every byte that is not part of a well-formed UTF-8 sequence replaced by U+FFFD.
+// Messages echo the request (its path), and protobuf prints a string's bytes as they are:
+// invalid UTF-8 would make the answer invalid JSON.
+std::string ValidUtf8(absl::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    const size_t len = c < 0x80                 ? 1
+                       : (c >= 0xc2 && c <= 0xdf) ? 2
+                       : (c >= 0xe0 && c <= 0xef) ? 3
+                       : (c >= 0xf0 && c <= 0xf4) ? 4
+                                                  : 0;
+    bool ok = len > 0 && i + len <= s.size();
+    for (size_t k = 1; ok && k < len; ++k) {
+      ok = (static_cast<unsigned char>(s[i + k]) & 0xc0) == 0x80;
+    }
+    if (ok && len > 2) {
+      const unsigned char c1 = static_cast<unsigned char>(s[i + 1]);
+      ok = !(c == 0xe0 && c1 < 0xa0) &&  // overlong
+           !(c == 0xed && c1 > 0x9f) &&  // a surrogate
+           !(c == 0xf0 && c1 < 0x90) &&  // overlong
+           !(c == 0xf4 && c1 > 0x8f);    // beyond U+10FFFF
+    }
+    if (ok) {
+      out.append(s.data() + i, len);
+      i += len;
+    } else {
+      out += "\xef\xbf\xbd";
+      ++i;
+    }
+  }
+  return out;
+}
+
 RestResponse ErrorResponse(int http_status, const absl::Status& status) {
   google::protobuf::Struct body;
   (*body.mutable_fields())["code"].set_string_value(absl::StatusCodeToString(status.code()));
-  (*body.mutable_fields())["message"].set_string_value(std::string(status.message()));
+  (*body.mutable_fields())["message"].set_string_value(ValidUtf8(status.message()));
   RestResponse response;
   response.http_status = http_status;
   response.body = ToJson(body);

@@ -15,6 +15,8 @@ packages=(
   prometheus
   gnuplot-nox
   iproute2 python3
+  # The fuzzers (fuzz/): clang with its sanitizer and libFuzzer runtimes.
+  clang libclang-rt-14-dev
 )
 
 missing=()

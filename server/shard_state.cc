@@ -261,6 +261,14 @@ absl::Status ShardState::Complete() {
   } else {
     status = aggregator_->Aggregate(onebit_rows_.data(), config_.num_workers,
                                     reinterpret_cast<uint8_t*>(result->data()));
+    // Finite scales can still overflow their sum (W scales near FLT_MAX): the server error
+    // is then infinite or NaN, and no worker would accept the result.
+    float scale;
+    std::memcpy(&scale, result->data(), sizeof(scale));
+    if (status.ok() && !std::isfinite(scale)) {
+      status = absl::OutOfRangeError(absl::StrCat(
+          "the average of the workers' blocks overflowed float32 (result scale ", scale, ")"));
+    }
   }
   if (!status.ok()) {
     broken_ = absl::InternalError(
@@ -318,6 +326,12 @@ absl::Status ShardState::RestoreServerError(const std::vector<float>& error) {
     return absl::InvalidArgumentError(absl::StrCat("server_error has ", error.size(),
                                                    " elements, this shard's chunk ",
                                                    aggregator_->chunk()));
+  }
+  for (size_t i = 0; i < error.size(); ++i) {
+    if (!std::isfinite(error[i])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("server_error[", i, "] is ", error[i], ": it must be finite"));
+    }
   }
   return aggregator_->RestoreError(error);
 }

@@ -29,7 +29,8 @@
 //   ALREADY_EXISTS       a repeated push with a different payload (see above)
 //   UNAVAILABLE          after Shutdown()
 // fp32 values are not checked: a non-finite gradient is the worker's business and leaves
-// no state behind on the shard.
+// no state behind on the shard. Finite scales whose average overflows float32 would poison
+// the server error all the same: that step fails, and the shard with it (INTERNAL).
 //
 // Thread safety: all methods are thread-safe. The backend (host memory) and the observer
 // are borrowed; the observer is called with the shard's lock held and must not call back.
@@ -146,7 +147,7 @@ class ShardState {
   absl::StatusOr<std::vector<float>> ServerErrorToHost() const;
   absl::StatusOr<double> ServerErrorNorm() const;
   // A resumed job: the server error of the checkpoint. Only before the first push
-  // (FAILED_PRECONDITION after), and of the chunk's size (INVALID_ARGUMENT otherwise).
+  // (FAILED_PRECONDITION after), of the chunk's size and finite (INVALID_ARGUMENT otherwise).
   absl::Status RestoreServerError(const std::vector<float>& error);
   // Opens a closed shard (ShardConfig::first_step < 0) at `step` (>= 1); FAILED_PRECONDITION
   // once anything was pushed.
