@@ -578,8 +578,10 @@ absl::StatusOr<v1::ListCheckpointsResponse> Coordinator::ListCheckpoints(
   for (const auto& [step, pending] : pending_checkpoints_) {
     *response.add_checkpoints() = PendingInfoLocked(step, pending);
   }
+  const int64_t last_committed = committed_.empty() ? 0 : committed_.back().step();
   for (const auto& [step, reason] : requested_checkpoints_) {
-    if (step > stage_machine_.max_reported_step() && !pending_checkpoints_.count(step)) {
+    if (step > last_committed && step > stage_machine_.max_reported_step() &&
+        !pending_checkpoints_.count(step)) {
       PendingCheckpoint scheduled;
       scheduled.reason = reason;
       *response.add_checkpoints() = PendingInfoLocked(step, scheduled);
