@@ -57,11 +57,15 @@ v1::PushChunk Push(int worker, int64_t step, int chunk, v1::ChunkKind kind, std:
 
 class ExchangeServiceTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  void SetUp() override { Start(absl::Seconds(5), 64); }
+
+  // (Re)starts the shard under test: shard 1 of 2, kWorkers workers, kN parameters.
+  void Start(absl::Duration max_pull_wait, int max_waiting_pulls) {
     ServerProcessOptions options;
     options.shard = ShardConfig{1, 2, kWorkers, kN, 2};
     options.serve_metrics = false;
-    options.service.max_pull_wait = absl::Seconds(5);
+    options.service.max_pull_wait = max_pull_wait;
+    options.service.max_waiting_pulls = max_waiting_pulls;
     auto process = ServerProcess::Start(options);
     ASSERT_TRUE(process.ok()) << process.status();
     process_ = std::move(*process);
@@ -193,17 +197,7 @@ TEST_F(ExchangeServiceTest, ADuplicateOnTheSameStreamGetsTheResultAgain) {
 // A flood of Pulls waiting for a step: past the bound they are refused at once, and the
 // workers' pushes still complete the step (and wake the waiting ones).
 TEST_F(ExchangeServiceTest, APullFloodDoesNotStarveThePushes) {
-  ServerProcessOptions options;
-  options.shard = ShardConfig{1, 2, kWorkers, kN, 2};
-  options.serve_metrics = false;
-  options.service.max_pull_wait = absl::Seconds(20);
-  options.service.max_waiting_pulls = 4;
-  auto process = ServerProcess::Start(options);
-  ASSERT_TRUE(process.ok()) << process.status();
-  process_ = std::move(*process);
-  channel_ = grpc::CreateChannel(process_->grpc_address(), grpc::InsecureChannelCredentials());
-  stub_ = v1::ParameterServer::NewStub(channel_);
-  layout_ = &process_->state().layout();
+  Start(absl::Seconds(20), /*max_waiting_pulls=*/4);
 
   v1::PullRequest request;
   request.set_worker(0);

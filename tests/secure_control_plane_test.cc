@@ -81,6 +81,13 @@ class SecureControlPlaneTest : public ::testing::Test {
     certs_ = new TestCerts(*made);
   }
 
+  static void TearDownTestSuite() {
+    delete certs_;
+    certs_ = nullptr;
+    delete error_;
+    error_ = nullptr;
+  }
+
   void SetUp() override {
     // Fails (never skips) without openssl: the message says what to install.
     ASSERT_NE(certs_, nullptr) << "cannot make the test certificates: " << *error_;

@@ -48,6 +48,8 @@ TEST(ExactAllreduceTest, SumsInRankOrderOverEveryTransport) {
       }
       for (int r = 0; r < w; ++r) {
         const std::string where = "W=" + std::to_string(w) + " n=" + std::to_string(n);
+        // Bitwise: memcmp, skipped for n = 0 (an empty vector's data() may be null).
+        if (n == 0) continue;
         ASSERT_EQ(0, std::memcmp(inproc[r].data(), want.data(), n * sizeof(float))) << where;
         ASSERT_EQ(0, std::memcmp(gloo[r].data(), want.data(), n * sizeof(float))) << where;
       }
