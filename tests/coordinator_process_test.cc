@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
@@ -146,7 +147,10 @@ std::unique_ptr<httplib::Client> Http(const std::string& host_port) {
 }
 
 // One worker: registers, heartbeats, runs every leased step to the end, reports the last.
-absl::Status RunWorker(const std::string& address, const std::string& id) {
+// With `hold`, the worker waits after registering until *hold is false, so a test can look
+// at the members before the job can end (however slow the machine).
+absl::Status RunWorker(const std::string& address, const std::string& id,
+                       const std::atomic<bool>* hold = nullptr) {
   GrpcClientOptions options;
   options.address = address;
   absl::StatusOr<std::unique_ptr<CoordinatorClient>> client = NewGrpcCoordinatorClient(options);
@@ -164,6 +168,7 @@ absl::Status RunWorker(const std::string& address, const std::string& id) {
   absl::StatusOr<std::unique_ptr<CoordinatorSession>> session =
       (*client)->StartSession(session_options, nullptr);
   if (!session.ok()) return session.status();
+  while (hold != nullptr && hold->load()) absl::SleepFor(absl::Milliseconds(5));
   int64_t through = 0, freeze = -1, step = 1;
   for (;; ++step) {
     if (step > through) {
@@ -231,10 +236,11 @@ TEST(CoordinatorProcessTest, AJobDrivenWithOnebitctlAndRest) {
 
   Child watch = Spawn(Runfile("tools/onebitctl"), {flag, "watch", "--interval=50ms"}, dir, "watch");
   std::vector<absl::Status> results(2);
-  std::thread w0([&] { results[0] = RunWorker(c.addresses.grpc, "w0"); });
-  std::thread w1([&] { results[1] = RunWorker(c.addresses.grpc, "w1"); });
-  // Members while the job runs.
-  for (int i = 0; i < 200; ++i) {
+  std::atomic<bool> hold{true};
+  std::thread w0([&] { results[0] = RunWorker(c.addresses.grpc, "w0", &hold); });
+  std::thread w1([&] { results[1] = RunWorker(c.addresses.grpc, "w1", &hold); });
+  // Members while the job runs (the workers wait until they are listed).
+  for (int i = 0; i < 3000; ++i) {
     auto m = rest->Get("/v1/members");
     if (m && m->body.find("\"w1\"") != std::string::npos) break;
     absl::SleepFor(absl::Milliseconds(10));
@@ -244,6 +250,7 @@ TEST(CoordinatorProcessTest, AJobDrivenWithOnebitctlAndRest) {
   EXPECT_THAT(listed.out, HasSubstr("worker"));
   EXPECT_THAT(listed.out, HasSubstr("w0"));
   EXPECT_THAT(listed.out, HasSubstr("w1"));
+  hold = false;
   w0.join();
   w1.join();
   EXPECT_TRUE(results[0].ok()) << results[0];

@@ -81,12 +81,16 @@ TEST_P(RecoveryTest, KilledProcessIsRestartedAndTheJobEndsAsIfUninterrupted) {
   // None: the job started over from step 0 (possible only when no checkpoint had committed).
   const int64_t resumed =
       at == std::string::npos ? 0 : std::atoll(run.coordinator_log.c_str() + at + len);
-  if (f.resumed_from > 0) EXPECT_EQ(resumed, f.resumed_from) << run.coordinator_log;
+  if (f.resumed_from > 0) {
+    EXPECT_EQ(resumed, f.resumed_from) << run.coordinator_log;
+  }
   // Worker 0's last incarnation ran from the checkpoint to the end.
   EXPECT_EQ(run.steps_run, 30 - resumed);
   EXPECT_TRUE(run.SameParams(straight)) << "the recovered job's parameters differ from an uninterrupted run";
   // No committed checkpoint is lost: the one resumed from is still there.
-  if (resumed > 0) EXPECT_TRUE(fs::exists(testing_jobs::ManifestPath(ckpt, resumed)));
+  if (resumed > 0) {
+    EXPECT_TRUE(fs::exists(testing_jobs::ManifestPath(ckpt, resumed)));
+  }
 
   // Times for RELIABILITY.md: the fault (the killed process's own line), its detection (the
   // coordinator starts the recovery, or a restarted coordinator starts), the recovery (the
