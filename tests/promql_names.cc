@@ -82,14 +82,21 @@ std::string SubstituteGrafanaVariables(absl::string_view expr, absl::string_view
 }
 
 absl::StatusOr<std::vector<std::string>> MetricNames(absl::string_view expr) {
+  // A Grafana variable anywhere outside a string literal (ranges included).
+  for (size_t i = 0; i < expr.size(); ++i) {
+    if (expr[i] == '"' || expr[i] == '\'' || expr[i] == '`') {
+      i = SkipString(expr, i);
+      if (i == absl::string_view::npos) break;  // reported below
+      --i;
+    } else if (expr[i] == '$') {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a Grafana variable is left in: ", expr.substr(i)));
+    }
+  }
   std::vector<std::string> names;
   size_t i = 0;
   while (i < expr.size()) {
     const char c = expr[i];
-    if (c == '$') {
-      return absl::InvalidArgumentError(
-          absl::StrCat("a Grafana variable is left in: ", expr.substr(i)));
-    }
     if (c == '"' || c == '\'' || c == '`' || c == '{' || c == '[') {
       const size_t end = (c == '{' || c == '[') ? SkipGroup(expr, i) : SkipString(expr, i);
       if (end == absl::string_view::npos) {
@@ -112,7 +119,10 @@ absl::StatusOr<std::vector<std::string>> MetricNames(absl::string_view expr) {
     while (end < expr.size() && IdentChar(expr[end])) ++end;
     const std::string word(expr.substr(i, end - i));
     const size_t next = SkipSpaces(expr, end);
-    const bool call = next < expr.size() && expr[next] == '(';
+    // A call, or an aggregation written "sum by (l) (...)" / "sum without (l) (...)".
+    const bool call = (next < expr.size() && expr[next] == '(') ||
+                      expr.substr(next, 3) == "by " || expr.substr(next, 3) == "by(" ||
+                      expr.substr(next, 8) == "without " || expr.substr(next, 8) == "without(";
     if (TakesLabelList(word)) {
       i = end;
       if (call) {

@@ -15,8 +15,8 @@ class SteadyStepClock final : public StepClock {
 
 }  // namespace
 
-StepClock *StepClock::Real() {
-  static StepClock *const clock = new SteadyStepClock();
+StepClock* StepClock::Real() {
+  static StepClock* const clock = new SteadyStepClock();
   return clock;
 }
 
