@@ -64,7 +64,9 @@ async function panelSeries(panel) {
   const out = [];
   for (const t of panel.targets || []) {
     const series = await queryRange(t.expr);
-    for (const s of series) out.push({ name: legendText(t.legendFormat, s.metric), points: s.points });
+    for (const s of series) {
+      out.push({ name: legendText(t.legendFormat, s.metric), labeled: !!t.legendFormat, points: s.points });
+    }
   }
   return out;
 }
@@ -86,10 +88,11 @@ function el(tag, attrs, parent) {
   return e;
 }
 
-function niceTicks(lo, hi, n) {
+function niceTicks(lo, hi, n, integer) {
   if (hi === lo) { hi = lo + 1; lo = lo - (lo === 0 ? 0 : 1); }
   const raw = (hi - lo) / n, mag = Math.pow(10, Math.floor(Math.log10(raw)));
-  const stepv = [1, 2, 2.5, 5, 10].map(m => m * mag).find(s => s >= raw);
+  let stepv = [1, 2, 2.5, 5, 10].map(m => m * mag).find(s => s >= raw);
+  if (integer) stepv = Math.max(1, Math.round(stepv));  // no repeated labels with 0 decimals
   const ticks = [];
   for (let v = Math.ceil(lo / stepv) * stepv; v <= hi + 1e-9 * stepv; v += stepv) ticks.push(v);
   return { lo: Math.min(lo, ticks[0]), hi: Math.max(hi, ticks[ticks.length - 1]), ticks };
@@ -102,20 +105,27 @@ function drawTimeseries(box, panel, series) {
   const stacked = custom.stacking && custom.stacking.mode === "normal";
   const logScale = custom.scaleDistribution && custom.scaleDistribution.type === "log";
   const W = box.clientWidth, H = box.clientHeight - 24;
-  const legendRows = Math.ceil(series.length / Math.max(1, Math.floor(W / 190)));
-  const legendH = 8 + 15 * Math.max(1, legendRows);
-  const svg = el("svg", { width: W, height: H - legendH, style: "position:absolute;top:24px;left:0" });
-  box.appendChild(svg);
-  if (series.length === 0 || series.every(s => s.points.length === 0)) {
-    const nd = document.createElement("div"); nd.className = "nodata"; nd.textContent = "No data";
-    box.appendChild(nd); return;
-  }
+  // The legend first: its laid-out height is what the plot leaves to it.
+  const legend = document.createElement("div"); legend.className = "legend";
+  box.appendChild(legend);
+  const legendH = () => Math.max(15, legend.offsetHeight) + 8;
   series.forEach((s, i) => {
     const o = override(panel, s.name);
     s.color = o.color ? color(o.color.fixedColor) : PALETTE[i % PALETTE.length];
     s.dash = o["custom.lineStyle"] ? o["custom.lineStyle"].dash.join(",") : null;
     s.right = o["custom.axisPlacement"] === "right";
+    const last = s.points.length ? s.points[s.points.length - 1][1] : null;
+    const item = document.createElement("span"); item.className = "item";
+    item.innerHTML = `<i style="background:${s.color}"></i>`;
+    item.appendChild(document.createTextNode(`${s.name}  ${fmt(last, s.right ? undefined : unit, decimals)}`));
+    legend.appendChild(item);
   });
+  const svg = el("svg", { width: W, height: H - legendH(), style: "position:absolute;top:24px;left:0" });
+  box.appendChild(svg);
+  if (series.length === 0 || series.every(s => s.points.length === 0)) {
+    const nd = document.createElement("div"); nd.className = "nodata"; nd.textContent = "No data";
+    box.appendChild(nd); return;
+  }
   if (stacked) {  // cumulative sums at shared timestamps
     const acc = new Map();
     for (const s of series) {
@@ -124,7 +134,7 @@ function drawTimeseries(box, panel, series) {
   }
   const hasRight = series.some(s => s.right);
   const padL = 58, padR = hasRight ? 58 : 12, padT = 8, padB = 20;
-  const pw = W - padL - padR, ph = (H - legendH) - padT - padB;
+  const pw = W - padL - padR, ph = (H - legendH()) - padT - padB;
   const x = t => padL + (t - from) / (to - from) * pw;
   function axis(sel) {
     const vals = sel.flatMap(s => s.points.map(p => p[1]).concat(stacked ? s.points.map(p => p[2]) : []))
@@ -138,7 +148,7 @@ function drawTimeseries(box, panel, series) {
     }
     if (!stacked && lo > 0 && lo < hi * 0.5) lo = 0;
     if (stacked || unit === "s" || unit === "decbytes") lo = Math.min(0, lo);
-    return niceTicks(lo, hi, Math.max(2, Math.floor(ph / 40)));
+    return niceTicks(lo, hi, Math.max(2, Math.floor(ph / 40)), decimals === 0);
   }
   const left = axis(series.filter(s => !s.right)), right = hasRight ? axis(series.filter(s => s.right)) : null;
   const yOf = a => v => a.log
@@ -197,16 +207,6 @@ function drawTimeseries(box, panel, series) {
       if (seg.length === 1) el("circle", { cx: x(seg[0][0]), cy: y(seg[0][1]), r: 2, fill: s.color }, svg);
     }
   }
-  const legend = document.createElement("div"); legend.className = "legend";
-  for (const s of series) {
-    const last = s.points.length ? s.points[s.points.length - 1] : null;
-    const v = last ? (stacked ? last[1] - last[2] : last[1]) : null;
-    const item = document.createElement("span"); item.className = "item";
-    item.innerHTML = `<i style="background:${s.color}"></i>`;
-    item.appendChild(document.createTextNode(`${s.name}  ${fmt(v, s.right ? undefined : unit, decimals)}`));
-    legend.appendChild(item);
-  }
-  box.appendChild(legend);
 }
 
 function drawStat(box, panel, series) {
@@ -221,7 +221,7 @@ function drawStat(box, panel, series) {
     const div = document.createElement("div"); div.className = "stat";
     div.innerHTML = `<div class="v" style="color:${m ? color(m.color) : fixed}"></div><div class="l"></div>`;
     div.firstChild.textContent = m ? m.text : fmt(last, defaults.unit, defaults.decimals);
-    div.lastChild.textContent = series.length > 1 || s.name !== "value" ? s.name : "";
+    div.lastChild.textContent = s.labeled ? s.name : "";  // Grafana: no legend, no label
     wrap.appendChild(div);
   }
   box.appendChild(wrap);

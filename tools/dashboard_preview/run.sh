@@ -24,6 +24,7 @@ cleanup() {
   wait 2>/dev/null || true
 }
 trap cleanup EXIT
+trap "exit 1" INT TERM  # through the EXIT trap
 
 for tool in prometheus chromium python3; do
   command -v $tool >/dev/null || { echo "missing $tool: apt-get install $tool" >&2; exit 1; }
@@ -41,9 +42,10 @@ start=$(date +%s)
 pids+=($!)
 
 # The coordinator's addresses, then every member's /metrics as registered.
-for _ in $(seq 120); do [ -s "$work/job/coordinator.addr" ] && break; sleep 0.5; done
-rest=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["rest"])' "$work/job/coordinator.addr")
-coord_metrics=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["metrics"])' "$work/job/coordinator.addr")
+addr=$work/job/onebit_adam/coordinator.addr  # the launcher's directory for the 1-bit Adam run
+for _ in $(seq 240); do [ -s "$addr" ] && break; sleep 0.5; done
+rest=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["rest"])' "$addr")
+coord_metrics=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["metrics"])' "$addr")
 targets=""
 for _ in $(seq 120); do
   targets=$(curl -s "http://$rest/v1/members" | python3 -c '
