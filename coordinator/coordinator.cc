@@ -118,6 +118,10 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock* clock,
                    job.servers_registered(),
                    membership_.Alive(v1::ROLE_SERVER, clock_->Now())};
   logged_freeze_step_ = stage_machine_.freeze_step();
+  if (metrics_ != nullptr && options_.config.freeze.mode == "automatic") {
+    const FreezeConfig& f = options_.config.freeze;
+    metrics_->SetAutomaticFreeze(f.threshold, f.reports_in_a_row, f.min_warmup, f.max_warmup);
+  }
   for (const v1::CheckpointManifest& m : options_.committed) {
     v1::CheckpointInfo info;
     info.set_step(m.step());

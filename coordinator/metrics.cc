@@ -5,9 +5,15 @@
 namespace onebit {
 namespace {
 
+prometheus::Family<prometheus::Gauge>* GaugeFamily(prometheus::Registry& registry,
+                                                   const std::string& name,
+                                                   const std::string& help) {
+  return &prometheus::BuildGauge().Name(name).Help(help).Register(registry);
+}
+
 prometheus::Gauge* NewGauge(prometheus::Registry& registry, const std::string& name,
                             const std::string& help) {
-  return &prometheus::BuildGauge().Name(name).Help(help).Register(registry).Add({});
+  return &GaugeFamily(registry, name, help)->Add({});
 }
 
 }  // namespace
@@ -32,9 +38,9 @@ CoordinatorMetrics::CoordinatorMetrics() : registry_(std::make_shared<prometheus
                                  "Parameter-server shards that registered.");
   servers_alive_ = NewGauge(r, "onebit_coordinator_servers_alive",
                             "Registered parameter-server shards with a recent heartbeat.");
-  loss_ = NewGauge(r, "onebit_coordinator_loss", "Training loss of the latest stats report.");
-  variance_change_ = NewGauge(r, "onebit_coordinator_variance_change",
-                              "Latest measured ||v_t - v_{t-k}|| / ||v_t|| (warmup).");
+  loss_ = GaugeFamily(r, "onebit_coordinator_loss", "Training loss of the latest stats report.");
+  variance_change_ = GaugeFamily(r, "onebit_coordinator_variance_change",
+                                 "Latest measured ||v_t - v_{t-k}|| / ||v_t|| (warmup).");
   kv_keys_ = NewGauge(r, "onebit_coordinator_kv_keys", "Keys in the rendezvous store.");
   leases_granted_ = &prometheus::BuildCounter()
                          .Name("onebit_coordinator_leases_granted_total")
@@ -89,6 +95,23 @@ void CoordinatorMetrics::CheckpointCommitted(int64_t step, double seconds) {
   checkpoint_commit_seconds_->Observe(seconds);
 }
 
+void CoordinatorMetrics::SetAutomaticFreeze(double threshold, int reports_in_a_row,
+                                            int64_t min_warmup, int64_t max_warmup) {
+  prometheus::Registry& r = *registry_;
+  NewGauge(r, "onebit_coordinator_freeze_threshold",
+           "Automatic freezing: the variance change must stay under this threshold.")
+      ->Set(threshold);
+  NewGauge(r, "onebit_coordinator_freeze_reports_in_a_row",
+           "Automatic freezing: reports under the threshold needed in a row.")
+      ->Set(reports_in_a_row);
+  NewGauge(r, "onebit_coordinator_freeze_min_warmup_step",
+           "Automatic freezing: no freeze before this step.")
+      ->Set(static_cast<double>(min_warmup));
+  NewGauge(r, "onebit_coordinator_freeze_max_warmup_step",
+           "Automatic freezing: the freeze happens at this step at the latest.")
+      ->Set(static_cast<double>(max_warmup));
+}
+
 void CoordinatorMetrics::Resumed(int64_t step, bool errors_reset) {
   resumed_step_->Set(static_cast<double>(step));
   resumed_errors_reset_->Set(errors_reset ? 1 : 0);
@@ -105,8 +128,10 @@ void CoordinatorMetrics::SetJob(const v1::JobStatus& job, int servers_alive) {
   workers_alive_->Set(job.workers_alive());
   servers_registered_->Set(job.servers_registered());
   servers_alive_->Set(servers_alive);
-  loss_->Set(job.last_loss());
-  variance_change_->Set(job.last_variance_change());
+  // Absent until they exist (the proto's 0 means "none yet"; a measured variance change of
+  // exactly 0 would need a variance that did not move at all).
+  if (job.step() > 0) loss_->Add({}).Set(job.last_loss());
+  if (job.last_variance_change() != 0.0) variance_change_->Add({}).Set(job.last_variance_change());
   last_checkpoint_step_->Set(static_cast<double>(job.last_checkpoint_step()));
   double state = 0;
   switch (job.state()) {

@@ -9,8 +9,15 @@
 //   onebit_coordinator_world_size            workers in the job config
 //   onebit_coordinator_workers_registered / _workers_alive
 //   onebit_coordinator_servers_registered / _servers_alive
-//   onebit_coordinator_loss                  loss of the latest stats report
-//   onebit_coordinator_variance_change       latest measured variance change
+//   onebit_coordinator_loss                  loss of the latest stats report (absent before
+//                                            the first step)
+//   onebit_coordinator_variance_change       latest measured variance change (absent before
+//                                            the first measurement)
+//   onebit_coordinator_freeze_threshold      automatic freezing only: the variance change
+//                                            must stay under it ...
+//   onebit_coordinator_freeze_reports_in_a_row  ... for this many reports in a row ...
+//   onebit_coordinator_freeze_min_warmup_step   ... but not before this step;
+//   onebit_coordinator_freeze_max_warmup_step   freeze here at the latest
 //   onebit_coordinator_kv_keys               keys in the rendezvous store
 //   onebit_coordinator_leases_granted_total
 //   onebit_coordinator_lease_seconds         histogram of Lease handling time
@@ -55,6 +62,10 @@ class CoordinatorMetrics {
   void CheckpointCommitted(int64_t step, double seconds);
   void CheckpointFailed() { checkpoints_failed_->Increment(); }
   void Resumed(int64_t step, bool errors_reset);
+  // The automatic freeze rule (FreezeConfig), exported once; not called in static mode, so
+  // those gauges are absent there.
+  void SetAutomaticFreeze(double threshold, int reports_in_a_row, int64_t min_warmup,
+                          int64_t max_warmup);
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
@@ -68,8 +79,8 @@ class CoordinatorMetrics {
   prometheus::Gauge* workers_alive_;
   prometheus::Gauge* servers_registered_;
   prometheus::Gauge* servers_alive_;
-  prometheus::Gauge* loss_;
-  prometheus::Gauge* variance_change_;
+  prometheus::Family<prometheus::Gauge>* loss_;             // added at the first step
+  prometheus::Family<prometheus::Gauge>* variance_change_;  // added at the first report
   prometheus::Gauge* kv_keys_;
   prometheus::Counter* leases_granted_;
   prometheus::Histogram* lease_seconds_;

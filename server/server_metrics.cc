@@ -51,8 +51,7 @@ ServerMetrics::ServerMetrics(prometheus::Registry& registry, const ShardConfig& 
           CounterFamily(registry, "onebit_server_bytes_sent_total", "Result payload bytes sent.")
               .Add({})),
       error_norm_(GaugeFamily(registry, "onebit_server_error_norm",
-                              "L2 norm of this shard's server error after the last onebit step.")
-                      .Add({})) {
+                              "L2 norm of this shard's server error after the last onebit step.")) {
   // Every label value exists from the start, so dashboards see zeros instead of gaps.
   for (ChunkKind kind : {ChunkKind::kFp32, ChunkKind::kOnebit}) {
     steps_.Add({{"kind", ChunkKindName(kind)}});
@@ -80,7 +79,8 @@ void ServerMetrics::OnStepCompleted(ChunkKind kind, int64_t step, absl::Duration
   step_seconds_.Observe(absl::ToDoubleSeconds(open_for));
 }
 
-void ServerMetrics::OnServerErrorNorm(double norm) { error_norm_.Set(norm); }
+// Family::Add is thread-safe and returns the gauge once it exists.
+void ServerMetrics::OnServerErrorNorm(double norm) { error_norm_.Add({}).Set(norm); }
 
 double ServerMetrics::rejected(RejectReason reason) const {
   return rejected_.Add({{"reason", RejectReasonName(reason)}}).Value();

@@ -9,6 +9,7 @@
 //                                                field; rejected pushes included)
 //   onebit_server_bytes_sent_total               result payload bytes written back
 //   onebit_server_error_norm                     ||server error||_2 after each onebit step
+//                                                (absent before the first one)
 //   onebit_server_rejected_pushes_total{reason}  see RejectReasonName
 //   onebit_server_duplicate_pushes_total{kind}   repeated pushes (retries) that changed
 //                                                nothing
@@ -55,7 +56,7 @@ class ServerMetrics : public ShardObserver {
   prometheus::Histogram& step_seconds_;
   prometheus::Counter& bytes_received_;
   prometheus::Counter& bytes_sent_;
-  prometheus::Gauge& error_norm_;
+  prometheus::Family<prometheus::Gauge>& error_norm_;  // its gauge added at the first value
 };
 
 }  // namespace onebit::server

@@ -71,7 +71,7 @@ absl::Status CoordinatorStepController::Send(const StepReport& report) {
   stats.set_stage(report.stage == Stage::kWarmup ? v1::STAGE_WARMUP : v1::STAGE_COMPRESSION);
   stats.set_loss(report.loss);
   stats.set_variance_change(report.variance_change.value_or(-1.0));
-  stats.set_step_seconds(report.compute_seconds + report.exchange_update_seconds);
+  stats.set_step_seconds(report.seconds());
   if (exchange_) {
     stats.set_bytes_sent(exchange_->bytes_sent());
     stats.set_bytes_received(exchange_->bytes_received());

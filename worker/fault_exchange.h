@@ -39,6 +39,11 @@ class FaultExchange final : public Exchange {
   uint64_t bytes_received() const override { return inner_->bytes_received(); }
   LinkBytes intra_node_bytes() const override { return inner_->intra_node_bytes(); }
   LinkBytes inter_node_bytes() const override { return inner_->inter_node_bytes(); }
+  double compress_seconds() const override { return inner_->compress_seconds(); }
+  void set_step_clock(StepClock* clock) override {
+    Exchange::set_step_clock(clock);
+    inner_->set_step_clock(clock);
+  }
 
  private:
   void MaybeDie(int64_t step) {

@@ -62,7 +62,8 @@ Trainer::Trainer(const TrainerOptions& options, Workload* workload, kernels::Bac
       workload_(workload),
       backend_(backend),
       controller_(controller),
-      sink_(sink) {
+      sink_(sink),
+      clock_(options.clock != nullptr ? options.clock : StepClock::Real()) {
   if (!options_.print) options_.print = PrintToStdout;
 }
 
@@ -109,6 +110,7 @@ absl::Status Trainer::Init(Exchange* exchange, Transport* transport) {
                             OnebitAdam::Create(adam, backend_, transport, initial.data(), n));
   }
   ONEBIT_ASSIGN_OR_RETURN(grad_, kernels::Buffer<float>::Create(backend_, n));
+  optimizer_->exchange().set_step_clock(clock_);
   const int w = optimizer_->exchange().world_size();
   fp32_allreduce_bytes_ = RingAllReduceWireBytes(n * sizeof(float), w);
   sent_at_start_ = optimizer_->exchange().bytes_sent();
@@ -178,10 +180,11 @@ absl::Status Trainer::RunStep(int64_t t) {
   const uint64_t received_before = exchange.bytes_received();
   const LinkBytes inter_before = exchange.inter_node_bytes();
 
-  const auto start = std::chrono::steady_clock::now();
+  const double start = clock_->Seconds();
   ONEBIT_ASSIGN_OR_RETURN(report.loss,
                           workload_->ComputeGradient(optimizer_->params(), t, grad_.data()));
-  report.compute_seconds = SecondsSince(start);
+  const double computed = clock_->Seconds();
+  report.compute_seconds = computed - start;
   if (!std::isfinite(report.loss)) {
     // Continuing would only spread NaNs through the exchange. The usual cause in the
     // compression stage is a frozen variance with (near-)zero entries: u = m / (sqrt(v) +
@@ -195,10 +198,18 @@ absl::Status Trainer::RunStep(int64_t t) {
               "later, or mask them"
             : "); lower the learning rate"));
   }
-  const auto update_start = std::chrono::steady_clock::now();
+  const double compress_before = exchange.compress_seconds();
+  const double call_before = optimizer_->exchange_call_seconds();
   ONEBIT_RETURN_IF_ERROR(optimizer_->Step(grad_.data()));
   ONEBIT_RETURN_IF_ERROR(backend_->Synchronize());  // GPU work done: the time is real
-  report.exchange_update_seconds = SecondsSince(update_start);
+  const double stepped = clock_->Seconds() - computed;
+  // Nested intervals on one monotonic clock: compress within the exchange call, the call
+  // within the optimizer step. The clamps only guard against a clock that is not.
+  const double call = std::max(0.0, optimizer_->exchange_call_seconds() - call_before);
+  report.compress_seconds =
+      std::clamp(exchange.compress_seconds() - compress_before, 0.0, call);
+  report.exchange_seconds = call - report.compress_seconds;
+  report.update_seconds = std::max(0.0, stepped - call);
 
   report.bytes_sent = exchange.bytes_sent() - sent_before;
   report.bytes_received = exchange.bytes_received() - received_before;
@@ -215,7 +226,7 @@ absl::Status Trainer::RunStep(int64_t t) {
   }
 
   StageTotals& totals = report.stage == Stage::kWarmup ? summary_.warmup : summary_.compression;
-  const double seconds = report.compute_seconds + report.exchange_update_seconds;
+  const double seconds = report.seconds();
   ++totals.steps;
   totals.bytes_sent += report.bytes_sent;
   totals.bytes_received += report.bytes_received;

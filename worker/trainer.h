@@ -7,9 +7,13 @@
 //   1. if t is past the current lease, Acquire(t); apply its freeze step to the optimizer
 //      (every worker gets the same leases, so every worker switches at the same step);
 //      stop if the lease says the job ended before t. Never runs past a lease.
-//   2. compute the gradient (timed as "compute"), optimizer Step (timed as
-//      "exchange_update": the exchange, compression and update; the backend is
-//      synchronized so GPU times are real);
+//   2. compute the gradient (timed as "compute"), optimizer Step, split into "compress"
+//      (compression with error feedback and server-side aggregation on this worker, as
+//      the Exchange reports it), "exchange" (the rest of the exchange call: transport,
+//      waiting for peers or shards) and "update" (the rest of the step: the optimizer
+//      update, fused with decompression in the compression stage; the backend is
+//      synchronized at its end so GPU times are real). The parts add up to the step;
+//      they are read from TrainerOptions::clock, a few reads per step;
 //   3. build a StepReport (bytes from the Exchange's counters, the variance change every
 //      report_interval warmup steps, the worker error norm on logged compression steps),
 //      give it to the controller and the metrics sink;
@@ -40,6 +44,7 @@
 #include "kernels/buffer.h"
 #include "kernels/kernels.h"
 #include "worker/exchange/exchange.h"
+#include "worker/exchange/step_clock.h"
 #include "worker/optim/onebit_adam.h"
 #include "worker/transport/transport.h"
 #include "worker/workloads/workload.h"
@@ -71,8 +76,14 @@ struct StepReport {
   int64_t step = 0;
   Stage stage = Stage::kWarmup;
   double loss = 0.0;  // this worker's micro batch
+  // The step time split (see the header comment); each >= 0, summing to the step.
   double compute_seconds = 0.0;
-  double exchange_update_seconds = 0.0;
+  double compress_seconds = 0.0;
+  double exchange_seconds = 0.0;
+  double update_seconds = 0.0;
+  double seconds() const {
+    return compute_seconds + compress_seconds + exchange_seconds + update_seconds;
+  }
   uint64_t bytes_sent = 0;      // during this step
   uint64_t bytes_received = 0;  // during this step
   // The part of those between nodes (Exchange::inter_node_bytes: all of it for a flat
@@ -149,6 +160,9 @@ struct TrainerOptions {
   // Takes the checkpoints the leases ask for; null: none are taken (the leases' steps are
   // ignored). Borrowed.
   CheckpointSink* checkpoints = nullptr;
+  // The clock of the step-time split (also given to the exchange); null: steady_clock.
+  // Borrowed.
+  StepClock* clock = nullptr;
 };
 
 struct StageTotals {
@@ -156,7 +170,7 @@ struct StageTotals {
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;
   uint64_t inter_node_bytes_sent = 0;  // part of bytes_sent
-  double seconds = 0.0;  // compute + exchange_update
+  double seconds = 0.0;  // compute + compress + exchange + update
   double bytes_sent_per_step() const { return steps > 0 ? double(bytes_sent) / steps : 0.0; }
   double bytes_received_per_step() const {
     return steps > 0 ? double(bytes_received) / steps : 0.0;
@@ -206,6 +220,7 @@ class Trainer {
   kernels::Backend* const backend_;
   StepController* const controller_;
   TrainerMetricsSink* const sink_;
+  StepClock* const clock_;
   std::unique_ptr<OnebitAdam> optimizer_;
   kernels::Buffer<float> grad_;
   uint64_t fp32_allreduce_bytes_ = 0;  // per step, for the compression ratio

@@ -33,6 +33,7 @@ namespace onebit {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::shared_ptr<const FashionMnist> Data() {
   static const auto* data = [] {
@@ -252,7 +253,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> MakeSyntheticTrainer(StepController* co
                                                               Transport* transport,
                                                               kernels::Backend* backend,
                                                               std::unique_ptr<Workload>* workload,
-                                                              TrainerMetricsSink* sink = nullptr) {
+                                                              TrainerMetricsSink* sink = nullptr,
+                                                              StepClock* clock = nullptr) {
   SyntheticWorkloadOptions synthetic;
   synthetic.parameters = 1000;
   synthetic.shard = {transport->rank(), transport->world_size(), 1, 1};
@@ -262,7 +264,68 @@ absl::StatusOr<std::unique_ptr<Trainer>> MakeSyntheticTrainer(StepController* co
   TrainerOptions options;
   options.log_every = 0;
   options.print = [](absl::string_view) {};
+  options.clock = clock;
   return Trainer::Create(options, workload->get(), backend, transport, controller, sink);
+}
+
+// A clock that moves one millisecond at every read, so each part of a step is a whole
+// number of reads: no sleeping, no timing.
+class TickingClock : public StepClock {
+ public:
+  double Seconds() override { return 1e-3 * static_cast<double>(++reads_); }
+  int64_t reads() const { return reads_; }
+
+ private:
+  int64_t reads_ = 0;
+};
+
+TEST(TrainerTest, StepTimeSplitsIntoComputeCompressExchangeUpdate) {
+  // Two workers over the peer exchange: 3 warmup steps (the exact allreduce), then 3
+  // compression steps (compress, all-to-all, aggregate own chunk, all-gather).
+  std::vector<StepReport> reports[2];
+  TickingClock clocks[2];
+  const absl::Status status =
+      RunLocalGroup(TransportKind::kInproc, 2, [&](Transport& transport) -> absl::Status {
+        auto backend = kernels::NewCpuBackend();
+        StaticStepController controller(/*freeze_step=*/3, /*total_steps=*/6);
+        RecordingSink sink;
+        std::unique_ptr<Workload> workload;
+        const int r = transport.rank();
+        auto trainer = MakeSyntheticTrainer(&controller, &transport, backend.get(), &workload,
+                                            &sink, &clocks[r]);
+        if (!trainer.ok()) return trainer.status();
+        auto s = (*trainer)->Run();
+        if (!s.ok()) return s.status();
+        reports[r] = sink.steps;
+        return absl::OkStatus();
+      });
+  ASSERT_TRUE(status.ok()) << status;
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(reports[r].size(), 6u);
+    double total = 0.0;
+    for (const StepReport& report : reports[r]) {
+      SCOPED_TRACE(absl::StrCat("rank ", r, " step ", report.step));
+      for (double part : {report.compute_seconds, report.compress_seconds,
+                          report.exchange_seconds, report.update_seconds}) {
+        EXPECT_GE(part, 0.0);
+      }
+      // Two reads around the gradient.
+      EXPECT_NEAR(report.compute_seconds, 1e-3, 1e-9);
+      EXPECT_GT(report.exchange_seconds, 0.0);
+      EXPECT_GT(report.update_seconds, 0.0);
+      if (report.stage == Stage::kWarmup) {
+        EXPECT_EQ(report.compress_seconds, 0.0);  // nothing is compressed in warmup
+      } else {
+        // The compression and the own chunk's aggregation, timed apart from the transport.
+        EXPECT_GE(report.compress_seconds, 2e-3 - 1e-9);
+      }
+      total += report.seconds();
+    }
+    // The parts of each step add up to its span on the clock: all reads but the six gaps
+    // between one step's last read and the next one's first (nothing else reads it).
+    EXPECT_NEAR(total, 1e-3 * static_cast<double>(clocks[r].reads() - 6), 1e-9)
+        << "rank " << r;
+  }
 }
 
 TEST(TrainerTest, LeasesMoveTheSwitchAndAreNeverOverrun) {
@@ -377,10 +440,21 @@ TEST(WorkerMetricsTest, TheTrainerFeedsTheMetricsAndTheEndpointServesThem) {
                                            "link=\"inter_node\",stage=\"warmup\"} ",
                                            summary.warmup.bytes_received)));
   EXPECT_THAT(text, HasSubstr("onebit_worker_step_seconds_count{rank=\"0\",part=\"compute\"} 12"));
+  for (const char* part : {"compute", "compress", "exchange", "update"}) {
+    EXPECT_THAT(text, HasSubstr(absl::StrCat("onebit_worker_step_seconds_count{rank=\"0\",part=\"",
+                                             part, "\"} 12")))
+        << part;
+  }
   for (const char* name :
-       {"onebit_worker_compression_ratio", "onebit_worker_loss", "onebit_worker_variance_change",
-        "onebit_worker_error_norm", "onebit_worker_test_loss", "onebit_worker_test_accuracy"}) {
+       {"onebit_worker_compression_ratio", "onebit_worker_loss", "onebit_worker_test_loss"}) {
     EXPECT_THAT(text, HasSubstr(absl::StrCat(name, "{rank=\"0\"}"))) << name;
+  }
+  // Values that do not exist are absent, not 0: the synthetic workload has no test
+  // accuracy; 6 warmup steps make no variance report (every 10 steps); with no progress
+  // lines the error norm is never measured.
+  for (const char* name : {"onebit_worker_test_accuracy", "onebit_worker_variance_change",
+                           "onebit_worker_error_norm"}) {
+    EXPECT_THAT(text, Not(HasSubstr(absl::StrCat(name, "{")))) << name;
   }
 
   httplib::Client client("127.0.0.1", (*endpoint)->port());

@@ -91,7 +91,7 @@ class HistorySink : public TrainerMetricsSink {
     next_->RecordStep(r);
     if (out_.is_open()) {
       out_ << r.step << ",step," << StageName(r.stage) << "," << r.loss << ","
-           << r.compute_seconds + r.exchange_update_seconds << "," << r.bytes_sent << ",,\n";
+           << r.seconds() << "," << r.bytes_sent << ",,\n";
     }
   }
   void RecordCheckpoint(int64_t step, double seconds) override {

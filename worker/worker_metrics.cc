@@ -29,8 +29,10 @@ prometheus::Family<prometheus::Histogram>& StepSeconds(prometheus::Registry& reg
   return prometheus::BuildHistogram()
       .Name("onebit_worker_step_seconds")
       .Help(
-          "Time per step in seconds, by part: compute (the gradient) and exchange_update "
-          "(compression, exchange and optimizer update).")
+          "Time per step in seconds, by part: compute (the gradient), compress (compression "
+          "with error feedback and server-side aggregation on this worker), exchange "
+          "(transport, waiting for peers or shards) and update (the optimizer update). The "
+          "parts add up to the step.")
       .Labels(labels)
       .Register(registry);
 }
@@ -54,29 +56,24 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& registry, const Labels& label
           CounterFamily(registry, "onebit_worker_steps_total", "Steps run, by stage.", labels)
               .Add({{"stage", "compression"}})),
       compute_seconds_(StepSeconds(registry, labels).Add({{"part", "compute"}}, StepBuckets())),
-      exchange_update_seconds_(
-          StepSeconds(registry, labels).Add({{"part", "exchange_update"}}, StepBuckets())),
+      compress_seconds_(StepSeconds(registry, labels).Add({{"part", "compress"}}, StepBuckets())),
+      exchange_seconds_(StepSeconds(registry, labels).Add({{"part", "exchange"}}, StepBuckets())),
+      update_seconds_(StepSeconds(registry, labels).Add({{"part", "update"}}, StepBuckets())),
       compression_ratio_(
           GaugeFamily(registry, "onebit_worker_compression_ratio",
                       "Bytes an fp32 ring allreduce would send over bytes sent, last step that "
                       "sent anything.",
-                      labels)
-              .Add({})),
-      loss_(GaugeFamily(registry, "onebit_worker_loss", "Training loss of the last step.", labels)
-                .Add({})),
+                      labels)),
+      loss_(GaugeFamily(registry, "onebit_worker_loss", "Training loss of the last step.", labels)),
       variance_change_(GaugeFamily(registry, "onebit_worker_variance_change",
                                    "||v_t - v_{t-k}|| / ||v_t|| at the last report (warmup).",
-                                   labels)
-                           .Add({})),
+                                   labels)),
       error_norm_(GaugeFamily(registry, "onebit_worker_error_norm",
-                              "L2 norm of the worker error, last measured.", labels)
-                      .Add({})),
+                              "L2 norm of the worker error, last measured.", labels)),
       test_loss_(GaugeFamily(registry, "onebit_worker_test_loss",
-                             "Test-set loss at the last evaluation.", labels)
-                     .Add({})),
+                             "Test-set loss at the last evaluation.", labels)),
       test_accuracy_(GaugeFamily(registry, "onebit_worker_test_accuracy",
-                                 "Test-set accuracy (0..1) at the last evaluation.", labels)
-                         .Add({})),
+                                 "Test-set accuracy (0..1) at the last evaluation.", labels)),
       checkpoint_seconds_(prometheus::BuildHistogram()
                               .Name("onebit_worker_checkpoint_seconds")
                               .Help("Time the training thread spent writing this worker's "
@@ -86,8 +83,7 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& registry, const Labels& label
                               .Add({}, StepBuckets())),
       last_checkpoint_step_(GaugeFamily(registry, "onebit_worker_last_checkpoint_step",
                                         "The last step this worker wrote a checkpoint part after.",
-                                        labels)
-                                .Add({})) {
+                                        labels)) {
   auto& sent = CounterFamily(registry, "onebit_worker_bytes_sent_total",
                              "Payload bytes sent, by stage and link (intra_node: inside this "
                              "worker's node; inter_node: between nodes).",
@@ -110,7 +106,9 @@ void WorkerMetrics::RecordStep(const StepReport& report) {
   step_.Set(static_cast<double>(report.step));
   (warmup ? warmup_steps_ : compression_steps_).Increment();
   compute_seconds_.Observe(report.compute_seconds);
-  exchange_update_seconds_.Observe(report.exchange_update_seconds);
+  compress_seconds_.Observe(report.compress_seconds);
+  exchange_seconds_.Observe(report.exchange_seconds);
+  update_seconds_.Observe(report.update_seconds);
   const int s = warmup ? 0 : 1;
   bytes_sent_[s][0]->Increment(
       static_cast<double>(report.bytes_sent - report.inter_node_bytes_sent));

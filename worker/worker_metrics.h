@@ -4,14 +4,14 @@
 //   onebit_worker_stage                          0 = warmup, 1 = compression (last step)
 //   onebit_worker_step                           the last completed step
 //   onebit_worker_steps_total{stage}             steps run per stage
-//   onebit_worker_step_seconds{part}             histogram; part = compute | exchange_update
-//                                                (exchange_update: compression, exchange and
-//                                                optimizer update, which run fused)
+//   onebit_worker_step_seconds{part}             histogram; part = compute | compress |
+//                                                exchange | update (StepReport: they add up
+//                                                to the step; compress is 0 in warmup)
 //   onebit_worker_bytes_sent_total{stage,link}   payload bytes this worker put on the wire
 //                                                (link: intra_node or inter_node)
 //   onebit_worker_bytes_received_total{stage,link} payload bytes it took off the wire
 //   onebit_worker_compression_ratio              fp32 ring-allreduce bytes / bytes sent, last
-//                                                step that sent anything
+//                                                step that sent anything (about 1 in warmup)
 //   onebit_worker_loss                           training loss of the last step
 //   onebit_worker_variance_change                ||v_t - v_{t-k}|| / ||v_t||, last report
 //   onebit_worker_error_norm                     L2 norm of the worker error, last measured
@@ -20,7 +20,13 @@
 //                                                part (the training thread's pause)
 //   onebit_worker_last_checkpoint_step           the last step it wrote a part after
 //
-// Every label value exists from the start, so dashboards see zeros instead of gaps.
+// Counters and histograms exist with every label value from the start, so rates see zeros
+// instead of gaps. Gauges of a value that does not exist yet, or never will, are absent
+// rather than 0: the loss before the first step, the variance change before its first
+// report (it then keeps its last warmup value), the compression ratio before anything was
+// sent, the error norm before the first compression step that measures it, the test loss
+// before the first evaluation, the test accuracy of a workload that has none (synthetic),
+// the last checkpoint step before the first checkpoint.
 // Thread safety: thread-safe (prometheus-cpp metrics are atomic).
 #ifndef ONEBIT_WORKER_WORKER_METRICS_H_
 #define ONEBIT_WORKER_WORKER_METRICS_H_
@@ -57,18 +63,33 @@ class WorkerMetrics : public TrainerMetricsSink {
   prometheus::Counter& warmup_steps_;
   prometheus::Counter& compression_steps_;
   prometheus::Histogram& compute_seconds_;
-  prometheus::Histogram& exchange_update_seconds_;
+  prometheus::Histogram& compress_seconds_;
+  prometheus::Histogram& exchange_seconds_;
+  prometheus::Histogram& update_seconds_;
   // [stage][link]: stage 0 warmup, 1 compression; link 0 intra-node, 1 inter-node.
   prometheus::Counter* bytes_sent_[2][2];
   prometheus::Counter* bytes_received_[2][2];
-  prometheus::Gauge& compression_ratio_;
-  prometheus::Gauge& loss_;
-  prometheus::Gauge& variance_change_;
-  prometheus::Gauge& error_norm_;
-  prometheus::Gauge& test_loss_;
-  prometheus::Gauge& test_accuracy_;
+  // A gauge added to its family the first time it gets a value (on the trainer's thread).
+  class LazyGauge {
+   public:
+    explicit LazyGauge(prometheus::Family<prometheus::Gauge>& family) : family_(family) {}
+    void Set(double value) {
+      if (gauge_ == nullptr) gauge_ = &family_.Add({});
+      gauge_->Set(value);
+    }
+
+   private:
+    prometheus::Family<prometheus::Gauge>& family_;
+    prometheus::Gauge* gauge_ = nullptr;
+  };
+  LazyGauge compression_ratio_;
+  LazyGauge loss_;
+  LazyGauge variance_change_;
+  LazyGauge error_norm_;
+  LazyGauge test_loss_;
+  LazyGauge test_accuracy_;
   prometheus::Histogram& checkpoint_seconds_;
-  prometheus::Gauge& last_checkpoint_step_;
+  LazyGauge last_checkpoint_step_;
 };
 
 // A registry served over HTTP at /metrics.

@@ -42,19 +42,29 @@ absl::Status CompressedAllreduce::Init() {
 absl::Status CompressedAllreduce::Exchange() {
   // Worker -> server: block r of every worker reaches rank r.
   ONEBIT_RETURN_IF_ERROR(transport_->AllToAll(send_.data(), received_.data(), block_bytes_));
-  ONEBIT_RETURN_IF_ERROR(server_->Aggregate(received_.data(), world_size_, server_out_.data()));
+  {
+    ScopedStepTime time(clock_, &compress_seconds_);
+    ONEBIT_RETURN_IF_ERROR(server_->Aggregate(received_.data(), world_size_, server_out_.data()));
+  }
   // Server -> everyone.
   return transport_->AllGather(server_out_.data(), gathered_.data(), block_bytes_);
 }
 
 absl::Status CompressedAllreduce::Run(const float* in, float* out) {
-  ONEBIT_RETURN_IF_ERROR(worker_->Compress(in, nullptr, 0.0f, send_.data()));
+  {
+    ScopedStepTime time(clock_, &compress_seconds_);
+    ONEBIT_RETURN_IF_ERROR(worker_->Compress(in, nullptr, 0.0f, send_.data()));
+  }
   ONEBIT_RETURN_IF_ERROR(Exchange());
+  ScopedStepTime time(clock_, &compress_seconds_);
   return backend_->Decompress(gathered_.data(), num_chunks(), chunk_, n_, out);
 }
 
 absl::Status CompressedAllreduce::RunMomentum(const float* m, const float* g, float beta1) {
-  ONEBIT_RETURN_IF_ERROR(worker_->Compress(m, g, beta1, send_.data()));
+  {
+    ScopedStepTime time(clock_, &compress_seconds_);
+    ONEBIT_RETURN_IF_ERROR(worker_->Compress(m, g, beta1, send_.data()));
+  }
   return Exchange();
 }
 

@@ -22,6 +22,7 @@
 #include "compression/layout.h"
 #include "worker/transport/transport.h"
 #include "compression/worker_compressor.h"
+#include "worker/exchange/step_clock.h"
 
 namespace onebit {
 
@@ -52,6 +53,11 @@ class CompressedAllreduce {
   WorkerCompressor& mutable_worker() { return *worker_; }
   ChunkAggregator& mutable_server() { return *server_; }
 
+  // Seconds spent so far compressing, aggregating the own chunk and decompressing (not in
+  // the transport), read on `clock` (null: not measured). Cumulative. The clock is borrowed.
+  double compress_seconds() const { return compress_seconds_; }
+  void set_step_clock(StepClock* clock) { clock_ = clock; }
+
  private:
   CompressedAllreduce(kernels::Backend* backend, Transport* transport, size_t n);
   absl::Status Init();
@@ -67,6 +73,8 @@ class CompressedAllreduce {
   kernels::Buffer<uint8_t> received_;    // W blocks of this rank's chunk, one per worker
   kernels::Buffer<uint8_t> server_out_;  // 1 block: this rank's server result
   kernels::Buffer<uint8_t> gathered_;    // W blocks: every server's result
+  StepClock* clock_ = StepClock::Real();
+  double compress_seconds_ = 0.0;
 };
 
 }  // namespace onebit

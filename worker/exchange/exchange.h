@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "worker/exchange/step_clock.h"
 
 namespace onebit {
 
@@ -83,6 +84,25 @@ class Exchange {
   // are inter-node, as on a cluster of one worker per node.
   virtual LinkBytes intra_node_bytes() const { return {}; }
   virtual LinkBytes inter_node_bytes() const { return {bytes_sent(), bytes_received()}; }
+
+  // STEP TIME. The seconds SumGradients/AverageMomentum calls have spent so far in local
+  // compression work: compressing with error feedback, and the server-side aggregation
+  // where this worker serves a chunk (peer mode). The rest of a call's time is the
+  // exchange itself (transport, waiting for peers or shards). Full-precision sums count
+  // as exchange: their reduction is part of the collective. Cumulative; read deltas.
+  virtual double compress_seconds() const { return compress_seconds_; }
+  // The clock compress_seconds reads (default StepClock::Real(); null measures nothing).
+  // Borrowed.
+  virtual void set_step_clock(StepClock* clock) { step_clock_ = clock; }
+  StepClock* step_clock() const { return step_clock_; }
+
+ protected:
+  // Implementations time their compression work with
+  // ScopedStepTime t(step_clock(), &compress_seconds_);
+  double compress_seconds_ = 0.0;
+
+ private:
+  StepClock* step_clock_ = StepClock::Real();
 };
 
 }  // namespace onebit

@@ -74,6 +74,15 @@ class HierarchicalExchange : public Exchange {
   uint64_t bytes_received() const override;
   LinkBytes intra_node_bytes() const override;
   LinkBytes inter_node_bytes() const override;
+  // The inter-node exchange's compression (the intra-node reduce-scatter and all-gather
+  // are full precision: exchange time).
+  double compress_seconds() const override {
+    return inter_ != nullptr ? inter_->compress_seconds() : 0.0;
+  }
+  void set_step_clock(StepClock* clock) override {
+    Exchange::set_step_clock(clock);
+    if (inter_ != nullptr) inter_->set_step_clock(clock);
+  }
 
   int nodes() const { return nodes_; }
   int local_rank() const { return intra_->rank(); }

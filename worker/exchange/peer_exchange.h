@@ -32,6 +32,12 @@ class PeerExchange : public Exchange {
   absl::Status RestoreErrors(const ErrorState& state) override;
   uint64_t bytes_sent() const override { return transport_->bytes_sent(); }
   uint64_t bytes_received() const override { return transport_->bytes_received(); }
+  // The compressed allreduce's compression and own-chunk aggregation.
+  double compress_seconds() const override { return compressed_->compress_seconds(); }
+  void set_step_clock(StepClock* clock) override {
+    Exchange::set_step_clock(clock);
+    compressed_->set_step_clock(clock);
+  }
 
   const CompressedAllreduce& compressed() const { return *compressed_; }
   CompressedAllreduce& mutable_compressed() { return *compressed_; }

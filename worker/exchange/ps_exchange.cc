@@ -199,6 +199,7 @@ absl::StatusOr<CompressedResult> PsExchange::AverageMomentum(int64_t step, const
   // A call retried after a failure pushes the blocks it already made: compressing again
   // would move the worker error a second time and the shard would see a different payload.
   if (step != failed_step_) {
+    ScopedStepTime time(step_clock(), &compress_seconds_);
     ONEBIT_RETURN_IF_ERROR(compressor_->Compress(m, g, beta1, blocks_.data()));
   }
   failed_step_ = step;

@@ -122,7 +122,11 @@ absl::Status OnebitAdam::WarmupStep(const float* grad) {
                                       p_.data(), n_);
   }
   // Exact average: full-precision sum of the local gradients, then / W in the kernel.
-  ONEBIT_ASSIGN_OR_RETURN(const float* sum, exchange_->SumGradients(step_ + 1, grad));
+  const float* sum = nullptr;
+  {
+    ScopedStepTime time(exchange_->step_clock(), &exchange_call_seconds_);
+    ONEBIT_ASSIGN_OR_RETURN(sum, exchange_->SumGradients(step_ + 1, grad));
+  }
   return backend_->AdamWarmupUpdate(options_.hyper, sum, 1.0f / static_cast<float>(w),
                                     m_.data(), v_.data(), p_.data(), n_);
 }
@@ -135,8 +139,11 @@ absl::Status OnebitAdam::CompressionStep(const float* grad) {
     return backend_->FrozenAdamUpdate(h, v_.data(), mask, m_.data(), p_.data(), n_);
   }
   // The local momentum goes straight into the compressor; m is rewritten from the result.
-  ONEBIT_ASSIGN_OR_RETURN(CompressedResult r,
-                          exchange_->AverageMomentum(step_ + 1, m_.data(), grad, h.beta1));
+  CompressedResult r;
+  {
+    ScopedStepTime time(exchange_->step_clock(), &exchange_call_seconds_);
+    ONEBIT_ASSIGN_OR_RETURN(r, exchange_->AverageMomentum(step_ + 1, m_.data(), grad, h.beta1));
+  }
   if (r.momentum != nullptr) {  // averaged exactly
     ONEBIT_RETURN_IF_ERROR(backend_->Copy(m_.data(), r.momentum, n_ * sizeof(float)));
     return backend_->FrozenAdamUpdate(h, v_.data(), mask, m_.data(), p_.data(), n_);

@@ -91,6 +91,10 @@ class OnebitAdam {
 
   Exchange& exchange() { return *exchange_; }
 
+  // Seconds Step() has spent inside the exchange's SumGradients/AverageMomentum so far,
+  // read on the exchange's step_clock(); the rest of a Step is the update. Cumulative.
+  double exchange_call_seconds() const { return exchange_call_seconds_; }
+
  private:
   OnebitAdam(const OnebitAdamOptions& options, kernels::Backend* backend, Exchange* exchange,
              size_t n);
@@ -106,6 +110,7 @@ class OnebitAdam {
   int64_t step_ = 0;
   kernels::Buffer<float> p_, m_, v_;
   kernels::Buffer<float> mask_;      // empty when no mask was given
+  double exchange_call_seconds_ = 0.0;
 };
 
 }  // namespace onebit
