@@ -157,6 +157,7 @@ absl::Status Parse(const Value& root, JobConfig* c) {
               v, path,
               {{"workers", Integer(&c->workers, 1, 1024)},
                {"device", String(&c->device, {"cpu", "cuda"})},
+               {"cpu_threads", Integer(&c->cpu_threads, 0, 256)},
                {"lease_steps", Integer(&c->lease_steps, 1, 1 << 20)},
                {"log_every", Integer(&c->log_every, 1, kMaxSteps)},
                {"exchange",
@@ -347,6 +348,7 @@ std::string JobConfigToJson(const JobConfig& c) {
   "onebit": {
     "workers": %d,
     "device": "%s",
+    "cpu_threads": %d,
     "lease_steps": %d,
     "log_every": %d,
     "exchange": {"mode": "%s", "servers": %d, "local_size": %d, "inter": "%s"},
@@ -365,7 +367,7 @@ std::string JobConfigToJson(const JobConfig& c) {
 }
 )",
       c.micro_batch, c.steps, c.seed, o.type, o.lr, o.beta1, o.beta2, o.eps, o.weight_decay,
-      o.freeze_step, o.comm_backend_name, c.workers, c.device, c.lease_steps, c.log_every,
+      o.freeze_step, o.comm_backend_name, c.workers, c.device, c.cpu_threads, c.lease_steps, c.log_every,
       c.exchange.mode, c.exchange.servers, c.exchange.local_size, c.exchange.inter, c.freeze.mode, c.freeze.threshold,
       c.freeze.reports_in_a_row, c.freeze.report_interval, c.freeze.min_warmup,
       c.freeze.max_warmup, c.workload.type, absl::StrJoin(c.workload.hidden, ", "),

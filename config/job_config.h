@@ -13,6 +13,7 @@
 //     "onebit": {
 //       "workers": 4,
 //       "device": "cpu",                           // cpu | cuda
+//       "cpu_threads": 0,                          // CPU kernels' threads; 0: all usable
 //       "exchange": {"mode": "ps", "servers": 2},  // peer | ps | hierarchical, see ExchangeConfig
 //       "freeze": {"mode": "static"},              // static | automatic, see FreezeConfig
 //       "lease_steps": 10,
@@ -165,6 +166,11 @@ struct JobConfig {
   OptimizerConfig optimizer;
   int workers = 1;
   std::string device = "cpu";  // "cpu" or "cuda"
+  // Threads of the CPU kernels in each worker and shard (the exchange's compression, the
+  // optimizer update). 0: the CPUs the process may use (affinity and cgroup quota); the
+  // local launcher divides the machine's among its processes instead. Any value gives the
+  // same bits.
+  int cpu_threads = 0;
   ExchangeConfig exchange;
   FreezeConfig freeze;
   int64_t lease_steps = 10;

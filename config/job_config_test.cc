@@ -19,7 +19,7 @@ constexpr char kFull[] = R"({
                "freeze_step": 40, "comm_backend_name": "gloo"}
   },
   "onebit": {
-    "workers": 4,
+    "workers": 4, "cpu_threads": 3,
     "device": "cpu",
     "exchange": {"mode": "ps", "servers": 2},
     "freeze": {"mode": "automatic", "threshold": 0.02, "reports_in_a_row": 2,
@@ -47,6 +47,7 @@ TEST(JobConfigTest, ParsesEveryKey) {
   EXPECT_DOUBLE_EQ(c->optimizer.weight_decay, 0.01);
   EXPECT_EQ(c->optimizer.freeze_step, 40);
   EXPECT_EQ(c->workers, 4);
+  EXPECT_EQ(c->cpu_threads, 3);
   EXPECT_EQ(c->exchange.mode, "ps");
   EXPECT_EQ(c->exchange.servers, 2);
   EXPECT_EQ(c->freeze.mode, "automatic");
@@ -145,6 +146,8 @@ TEST(JobConfigTest, RejectsBadConfigsNamingTheKey) {
       {R"({"onebit": {"workload": {"hidden": [100, 0]}}})", "onebit.workload.hidden[1]"},
       {R"({"onebit": {"workload": {"parameters": 1e12}}})", "onebit.workload.parameters"},
       {R"({"onebit": {"ports": {"metrics": 70000}}})", "onebit.ports.metrics"},
+      {R"({"onebit": {"cpu_threads": -1}})", "onebit.cpu_threads"},
+      {R"({"onebit": {"cpu_threads": 1.5}})", "onebit.cpu_threads"},
       {R"({"onebit": 3})", "onebit: must be an object"},
       {R"({"onebit": {"checkpoint": {"every_steps": 10}}})", "onebit.checkpoint.dir"},
       {R"({"onebit": {"checkpoint": {"dir": "/c", "keep": 0}}})", "onebit.checkpoint.keep"},

@@ -12,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "google/protobuf/util/json_util.h"
+#include "common/parallel.h"
 #include "common/status_macros.h"
 
 namespace onebit::launcher {
@@ -151,17 +152,25 @@ absl::Status LocalJob::Start() {
     if (!address->empty()) specs_[0].argv.push_back(flag + port_of(*address));
   }
 
+  // Every process is on this machine (namespaces share its CPUs): unless the config says
+  // otherwise, the kernels of the shards and workers share the usable CPUs out evenly
+  // rather than each taking all of them.
+  std::vector<std::string> threads_flag;
+  if (config_.cpu_threads == 0) {
+    const int processes = config_.workers + (UsesServers(config_.exchange) ? config_.exchange.servers : 0);
+    threads_flag.push_back(absl::StrCat("--cpu_threads=", std::max(1, UsableCpus() / processes)));
+  }
   if (UsesServers(config_.exchange)) {
     for (int s = 0; s < config_.exchange.servers; ++s) {
       const std::string file = absl::StrCat(options_.dir, "/server-", s, ".addr");
-      ONEBIT_ASSIGN_OR_RETURN(
-          Process * server,
-          Spawn(absl::StrCat("server ", s),
-                WithFlags({bin + "/server/onebit-server", "--config=" + options_.config_path,
-                           "--coordinator=" + grpc_, absl::StrCat("--shard=", s),
-                           "--address_file=" + file},
-                          options_.flags_of_server, s),
-                options_.control, echo));
+      std::vector<std::string> server_argv = {bin + "/server/onebit-server",
+                                       "--config=" + options_.config_path, "--coordinator=" + grpc_,
+                                       absl::StrCat("--shard=", s), "--address_file=" + file};
+      server_argv.insert(server_argv.end(), threads_flag.begin(), threads_flag.end());
+      ONEBIT_ASSIGN_OR_RETURN(Process * server,
+                              Spawn(absl::StrCat("server ", s),
+                                    WithFlags(std::move(server_argv), options_.flags_of_server, s),
+                                    options_.control, echo));
       ONEBIT_RETURN_IF_ERROR(WaitForFile(file, absl::Seconds(30), server).status());
     }
   }
@@ -171,6 +180,7 @@ absl::Status LocalJob::Start() {
                                   absl::StrCat("--summary_file=", options_.dir, "/worker-", i, ".json"),
                                   // Worker i is rank i, so that logs and files line up across runs.
                                   absl::StrCat("--rank=", i)};
+    w.insert(w.end(), threads_flag.begin(), threads_flag.end());
     for (const std::string& flag : options_.worker_flags) {
       w.push_back(absl::StrReplaceAll(flag, {{"{i}", absl::StrCat(i)}}));
     }

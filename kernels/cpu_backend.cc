@@ -1,4 +1,7 @@
-// The CPU Backend: host memory, kernels from the scalar or AVX2 table (cpu_kernels.h).
+// The CPU Backend: host memory, kernels from the scalar or AVX2 table (cpu_kernels.h),
+// run over fixed pieces of kPiece elements on a pool of threads. Sums of squares are
+// float64 partial sums per piece added in piece order, so the bits never depend on the
+// thread count.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -6,8 +9,10 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/parallel.h"
 #include "kernels/cpu_kernels.h"
 #include "kernels/kernels.h"
 
@@ -22,15 +27,25 @@ absl::Status CheckChunk(size_t chunk) {
   return absl::OkStatus();
 }
 
+// Elements per piece of work: 256 KB of floats, a multiple of 8 (whole sign bytes). Big
+// enough that handing a piece to a thread costs little, small enough that a 1M-element
+// chunk keeps several threads busy.
+constexpr size_t kPiece = size_t{1} << 16;
+
+size_t Pieces(size_t n) { return (n + kPiece - 1) / kPiece; }
+
 float ScaleFor(double sumsq, size_t n) {
   return n == 0 ? 0.0f : static_cast<float>(std::sqrt(sumsq / static_cast<double>(n)));
 }
 
 class CpuBackend : public Backend {
  public:
-  explicit CpuBackend(const cpu::KernelTable& table) : k_(table) {}
+  CpuBackend(const cpu::KernelTable& table, int threads) : k_(table), pool_(threads) {}
 
-  std::string name() const override { return absl::StrCat("cpu-", k_.name); }
+  std::string name() const override {
+    return pool_.threads() == 1 ? absl::StrCat("cpu-", k_.name)
+                                : absl::StrCat("cpu-", k_.name, "-x", pool_.threads());
+  }
   MemorySpace memory_space() const override { return MemorySpace::kHost; }
 
   absl::StatusOr<void*> Allocate(size_t bytes) override {
@@ -60,7 +75,7 @@ class CpuBackend : public Backend {
   absl::Status Synchronize() override { return absl::OkStatus(); }
 
   absl::Status MomentumUpdate(float beta1, const float* g, float* m, size_t n) override {
-    k_.momentum(beta1, g, m, n);
+    ForEachPiece(n, [&](size_t i, size_t count) { k_.momentum(beta1, g + i, m + i, count); });
     return absl::OkStatus();
   }
 
@@ -74,13 +89,18 @@ class CpuBackend : public Backend {
           absl::StrCat("tensor of ", n, " elements does not fit ", num_chunks, " chunks of ",
                        chunk));
     }
-    const float scale = ScaleFor(k_.worker_input(m, g, beta1, n, n_pad, err), n_pad);
+    // Pass 1 over [0, n_pad): elements past n are the padding, whose err is summed only.
+    const double sumsq = SumOverPieces(n_pad, [&](size_t i, size_t count) {
+      const size_t real = i < n ? std::min(count, n - i) : 0;
+      return k_.worker_input(real ? m + i : m, g && real ? g + i : nullptr, beta1, real,
+                             count, err + i);
+    });
+    const float scale = ScaleFor(sumsq, n_pad);
     const size_t stride = CompressedBlockBytes(chunk);
-    for (size_t r = 0; r < num_chunks; ++r) {
-      uint8_t* block = out + r * stride;
-      cpu::SetBlockScale(block, scale);
-      k_.sign_pack(err + r * chunk, chunk, scale, block + 4);
-    }
+    for (size_t r = 0; r < num_chunks; ++r) cpu::SetBlockScale(out + r * stride, scale);
+    ForEachPieceOfChunks(num_chunks, chunk, n_pad, [&](size_t r, size_t i, size_t count) {
+      k_.sign_pack(err + r * chunk + i, count, scale, out + r * stride + 4 + i / 8);
+    });
     return absl::OkStatus();
   }
 
@@ -88,9 +108,15 @@ class CpuBackend : public Backend {
                                uint8_t* out) override {
     if (absl::Status s = CheckChunk(chunk); !s.ok()) return s;
     if (num_workers < 1) return absl::InvalidArgumentError("ServerAggregate needs a worker");
-    const float scale = ScaleFor(k_.server_input(blocks, num_workers, chunk, err), chunk);
+    const size_t stride = CompressedBlockBytes(chunk);
+    const double sumsq = SumOverPieces(chunk, [&](size_t i, size_t count) {
+      return k_.server_input(blocks, stride, num_workers, i, count, err + i);
+    });
+    const float scale = ScaleFor(sumsq, chunk);
     cpu::SetBlockScale(out, scale);
-    k_.sign_pack(err, chunk, scale, out + 4);
+    ForEachPiece(chunk, [&](size_t i, size_t count) {
+      k_.sign_pack(err + i, count, scale, out + 4 + i / 8);
+    });
     return absl::OkStatus();
   }
 
@@ -98,35 +124,39 @@ class CpuBackend : public Backend {
                           float* out) override {
     if (absl::Status s = CheckChunk(chunk); !s.ok()) return s;
     if (n > num_chunks * chunk) return absl::InvalidArgumentError("n exceeds the blocks");
-    ForEachChunk(num_chunks, chunk, n, [&](size_t r, size_t begin, size_t count) {
-      k_.decode_block(blocks + r * CompressedBlockBytes(chunk), count, out + begin);
+    const size_t stride = CompressedBlockBytes(chunk);
+    ForEachPieceOfChunks(num_chunks, chunk, n, [&](size_t r, size_t i, size_t count) {
+      const uint8_t* block = blocks + r * stride;
+      k_.decode_block(cpu::BlockScale(block), block + 4 + i / 8, count, out + r * chunk + i);
     });
     return absl::OkStatus();
   }
 
   absl::Status SumRows(const float* rows, int num_rows, size_t count, float* out) override {
     if (num_rows < 0) return absl::InvalidArgumentError("negative row count");
-    k_.sum_rows(rows, num_rows, count, out);
+    SumRowsPieces(rows, num_rows, count, out, 1.0f, false);
     return absl::OkStatus();
   }
 
   absl::Status AverageRows(const float* rows, int num_rows, size_t count, float* out) override {
     if (num_rows < 1) return absl::InvalidArgumentError("AverageRows needs at least one row");
-    k_.sum_rows(rows, num_rows, count, out);
-    const float inv = 1.0f / static_cast<float>(num_rows);
-    for (size_t i = 0; i < count; ++i) out[i] *= inv;
+    SumRowsPieces(rows, num_rows, count, out, 1.0f / static_cast<float>(num_rows), true);
     return absl::OkStatus();
   }
 
   absl::Status AdamWarmupUpdate(const AdamHyper& h, const float* g, float grad_scale, float* m,
                                 float* v, float* p, size_t n) override {
-    k_.adam_warmup(h, g, grad_scale, m, v, p, n);
+    ForEachPiece(n, [&](size_t i, size_t count) {
+      k_.adam_warmup(h, g + i, grad_scale, m + i, v + i, p + i, count);
+    });
     return absl::OkStatus();
   }
 
   absl::Status FrozenAdamUpdate(const AdamHyper& h, const float* v, const float* mask, float* m,
                                 float* p, size_t n) override {
-    k_.frozen_update(h, v, mask, m, p, n);
+    ForEachPiece(n, [&](size_t i, size_t count) {
+      k_.frozen_update(h, v + i, mask ? mask + i : nullptr, m + i, p + i, count);
+    });
     return absl::OkStatus();
   }
 
@@ -135,30 +165,75 @@ class CpuBackend : public Backend {
                                           float* m, float* p, size_t n) override {
     if (absl::Status s = CheckChunk(chunk); !s.ok()) return s;
     if (n > num_chunks * chunk) return absl::InvalidArgumentError("n exceeds the blocks");
-    ForEachChunk(num_chunks, chunk, n, [&](size_t r, size_t begin, size_t count) {
-      k_.decode_block_frozen_update(blocks + r * CompressedBlockBytes(chunk), h, v + begin,
-                                    mask ? mask + begin : nullptr, m + begin, p + begin, count);
+    const size_t stride = CompressedBlockBytes(chunk);
+    ForEachPieceOfChunks(num_chunks, chunk, n, [&](size_t r, size_t i, size_t count) {
+      const uint8_t* block = blocks + r * stride;
+      const size_t at = r * chunk + i;
+      k_.decode_block_frozen_update(cpu::BlockScale(block), block + 4 + i / 8, h, v + at,
+                                    mask ? mask + at : nullptr, m + at, p + at, count);
     });
     return absl::OkStatus();
   }
 
   absl::Status SumSquares(const float* x, size_t n, double* host_result) override {
-    *host_result = k_.sum_squares(x, n);
+    *host_result =
+        SumOverPieces(n, [&](size_t i, size_t count) { return k_.sum_squares(x + i, count); });
     return absl::OkStatus();
   }
 
  private:
-  // Calls fn(chunk index, first element, element count) for the chunks holding [0, n).
+  // fn(first element, count) for the pieces of [0, n), on the pool.
   template <typename Fn>
-  static void ForEachChunk(size_t num_chunks, size_t chunk, size_t n, Fn fn) {
-    for (size_t r = 0; r < num_chunks; ++r) {
-      const size_t begin = r * chunk;
-      if (begin >= n) break;
-      fn(r, begin, std::min(chunk, n - begin));
-    }
+  void ForEachPiece(size_t n, Fn fn) {
+    pool_.Run(Pieces(n), [&](size_t t) {
+      const size_t i = t * kPiece;
+      fn(i, std::min(kPiece, n - i));
+    });
+  }
+
+  // The sum of fn(first element, count) (a float64 partial sum) over the pieces of [0, n),
+  // added in piece order.
+  template <typename Fn>
+  double SumOverPieces(size_t n, Fn fn) {
+    const size_t pieces = Pieces(n);
+    if (pieces <= 1) return n == 0 ? fn(0, 0) : fn(0, n);
+    partial_.assign(pieces, 0.0);
+    pool_.Run(pieces, [&](size_t t) {
+      const size_t i = t * kPiece;
+      partial_[t] = fn(i, std::min(kPiece, n - i));
+    });
+    double sum = 0.0;
+    for (double p : partial_) sum += p;
+    return sum;
+  }
+
+  // fn(chunk r, first element within the chunk, count) for the pieces of the first n
+  // elements of num_chunks chunks of `chunk` elements; a piece never spans two chunks.
+  template <typename Fn>
+  void ForEachPieceOfChunks(size_t num_chunks, size_t chunk, size_t n, Fn fn) {
+    const size_t per_chunk = Pieces(chunk);
+    pool_.Run(num_chunks * per_chunk, [&](size_t t) {
+      const size_t r = t / per_chunk, i = (t % per_chunk) * kPiece;
+      const size_t begin = r * chunk + i;
+      if (begin >= n) return;
+      fn(r, i, std::min({kPiece, chunk - i, n - begin}));
+    });
+  }
+
+  // out = sum of the rows (in row order, `count` apart) [* scale], over pieces.
+  void SumRowsPieces(const float* rows, int num_rows, size_t count, float* out, float scale,
+                     bool apply_scale) {
+    ForEachPiece(count, [&](size_t i, size_t c) {
+      k_.sum_rows(rows + i, count, num_rows, c, out + i);
+      if (apply_scale) {
+        for (size_t k = 0; k < c; ++k) out[i + k] *= scale;
+      }
+    });
   }
 
   const cpu::KernelTable& k_;
+  ParallelFor pool_;
+  std::vector<double> partial_;  // SumOverPieces' partial sums
 };
 
 }  // namespace
@@ -172,10 +247,10 @@ bool CpuHasAvx2() {
 #endif
 }
 
-std::unique_ptr<Backend> NewCpuBackend(bool allow_simd) {
+std::unique_ptr<Backend> NewCpuBackend(bool allow_simd, int threads) {
   const cpu::KernelTable& table =
       allow_simd && CpuHasAvx2() ? *cpu::Avx2Kernels() : cpu::ScalarKernels();
-  return std::make_unique<CpuBackend>(table);
+  return std::make_unique<CpuBackend>(table, std::max(threads, 1));
 }
 
 }  // namespace onebit::kernels

@@ -21,22 +21,27 @@ struct KernelTable {
   // Worker pass 1: err[i] = x[i] (see Backend::CompressWorker); returns sum of x^2.
   double (*worker_input)(const float* m, const float* g, float beta1, size_t n, size_t n_pad,
                          float* err);
-  // Server pass 1: err = fma(sum_j decode(block j), 1/W, err); returns sum of y^2.
-  double (*server_input)(const uint8_t* blocks, int num_workers, size_t chunk, float* err);
+  // Server pass 1 over elements [first, first + count) of W blocks `stride` bytes apart
+  // (first and count multiples of 8): err[i] = fma(sum_j decode(block j)[first + i], 1/W,
+  // err[i]) for i < count, `err` pointing at element `first`; returns sum of y^2.
+  double (*server_input)(const uint8_t* blocks, size_t stride, int num_workers, size_t first,
+                         size_t count, float* err);
   // Sign pass over one chunk of x held in err (chunk % 8 == 0): packed signs to `bits`,
   // err = x - s*sign(x).
   void (*sign_pack)(float* err, size_t chunk, float scale, uint8_t* bits);
-  // out[i] = (bit i ? s : -s) for i < count (count <= chunk of the block).
-  void (*decode_block)(const uint8_t* block, size_t count, float* out);
-  void (*sum_rows)(const float* rows, int num_rows, size_t count, float* out);
+  // out[i] = (bit i of bits ? s : -s) for i < count.
+  void (*decode_block)(float scale, const uint8_t* bits, size_t count, float* out);
+  // out[i] = sum over rows j in order, from 0.0f, of rows[j * stride + i], for i < count.
+  void (*sum_rows)(const float* rows, size_t stride, int num_rows, size_t count, float* out);
   void (*adam_warmup)(const AdamHyper& h, const float* g, float grad_scale, float* m, float* v,
                       float* p, size_t n);
   // m *= mask (if any); p -= lr*u.
   void (*frozen_update)(const AdamHyper& h, const float* v, const float* mask, float* m,
                         float* p, size_t n);
-  // m = decode(block)[0..count) * mask; p -= lr*u.
-  void (*decode_block_frozen_update)(const uint8_t* block, const AdamHyper& h, const float* v,
-                                     const float* mask, float* m, float* p, size_t count);
+  // m = decode(scale, bits)[0..count) * mask; p -= lr*u.
+  void (*decode_block_frozen_update)(float scale, const uint8_t* bits, const AdamHyper& h,
+                                     const float* v, const float* mask, float* m, float* p,
+                                     size_t count);
   double (*sum_squares)(const float* x, size_t n);
 };
 

@@ -84,16 +84,17 @@ double WorkerInput(const float* m, const float* g, float beta1, size_t n, size_t
                                       err + i);
 }
 
-double ServerInput(const uint8_t* blocks, int num_workers, size_t chunk, float* err) {
-  const size_t stride = CompressedBlockBytes(chunk);
+double ServerInput(const uint8_t* blocks, size_t stride, int num_workers, size_t first,
+                   size_t count, float* err) {
   const __m256 inv_w = _mm256_set1_ps(1.0f / static_cast<float>(num_workers));
   __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
-  // chunk is a multiple of 8: no tail.
-  for (size_t k = 0; k < chunk / 8; ++k) {
+  // count is a multiple of 8: no tail.
+  const size_t byte0 = 4 + first / 8;
+  for (size_t k = 0; k < count / 8; ++k) {
     __m256 acc = _mm256_setzero_ps();
     for (int j = 0; j < num_workers; ++j) {
       const uint8_t* block = blocks + j * stride;
-      acc = _mm256_add_ps(acc, DecodeByte(block[4 + k], _mm256_set1_ps(BlockScale(block))));
+      acc = _mm256_add_ps(acc, DecodeByte(block[byte0 + k], _mm256_set1_ps(BlockScale(block))));
     }
     const __m256 y = _mm256_fmadd_ps(acc, inv_w, _mm256_loadu_ps(err + 8 * k));
     _mm256_storeu_ps(err + 8 * k, y);
@@ -113,23 +114,23 @@ void SignPack(float* err, size_t chunk, float scale, uint8_t* bits) {
   }
 }
 
-void DecodeBlock(const uint8_t* block, size_t count, float* out) {
-  const __m256 s = _mm256_set1_ps(BlockScale(block));
+void DecodeBlock(float scale, const uint8_t* bits, size_t count, float* out) {
+  const __m256 s = _mm256_set1_ps(scale);
   size_t i = 0;
-  for (; i + 8 <= count; i += 8) _mm256_storeu_ps(out + i, DecodeByte(block[4 + i / 8], s));
-  for (; i < count; ++i) out[i] = SignBit(block + 4, i) ? BlockScale(block) : -BlockScale(block);
+  for (; i + 8 <= count; i += 8) _mm256_storeu_ps(out + i, DecodeByte(bits[i / 8], s));
+  for (; i < count; ++i) out[i] = SignBit(bits, i) ? scale : -scale;
 }
 
-void SumRows(const float* rows, int num_rows, size_t count, float* out) {
+void SumRows(const float* rows, size_t stride, int num_rows, size_t count, float* out) {
   size_t i = 0;
   for (; i + 8 <= count; i += 8) {
     __m256 acc = _mm256_setzero_ps();
-    for (int j = 0; j < num_rows; ++j) acc = _mm256_add_ps(acc, _mm256_loadu_ps(rows + j * count + i));
+    for (int j = 0; j < num_rows; ++j) acc = _mm256_add_ps(acc, _mm256_loadu_ps(rows + j * stride + i));
     _mm256_storeu_ps(out + i, acc);
   }
   for (; i < count; ++i) {
     float acc = 0.0f;
-    for (int j = 0; j < num_rows; ++j) acc += rows[j * count + i];
+    for (int j = 0; j < num_rows; ++j) acc += rows[j * stride + i];
     out[i] = acc;
   }
 }
@@ -170,28 +171,23 @@ void FrozenUpdate(const AdamHyper& h, const float* v, const float* mask, float* 
   ScalarKernels().frozen_update(h, v + i, mask ? mask + i : nullptr, m + i, p + i, n - i);
 }
 
-void DecodeBlockFrozenUpdate(const uint8_t* block, const AdamHyper& h, const float* v,
-                             const float* mask, float* m, float* p, size_t count) {
-  const __m256 s = _mm256_set1_ps(BlockScale(block));
+void DecodeBlockFrozenUpdate(float scale, const uint8_t* bits, const AdamHyper& h,
+                             const float* v, const float* mask, float* m, float* p,
+                             size_t count) {
+  const __m256 s = _mm256_set1_ps(scale);
   const __m256 neg_lr = _mm256_set1_ps(-h.lr);
   size_t i = 0;
   for (; i + 8 <= count; i += 8) {
-    __m256 mi = DecodeByte(block[4 + i / 8], s);
+    __m256 mi = DecodeByte(bits[i / 8], s);
     if (mask) mi = _mm256_mul_ps(mi, _mm256_loadu_ps(mask + i));
     _mm256_storeu_ps(m + i, mi);
     const __m256 pi = _mm256_loadu_ps(p + i);
     _mm256_storeu_ps(p + i,
                      _mm256_fmadd_ps(neg_lr, Direction(h, mi, _mm256_loadu_ps(v + i), pi), pi));
   }
-  if (i < count) {
-    // The tail starts on a byte boundary (i % 8 == 0): hand the scalar code a block view
-    // whose sign bytes begin at byte i/8.
-    uint8_t tail[4 + 1];
-    SetBlockScale(tail, BlockScale(block));
-    tail[4] = block[4 + i / 8];
-    ScalarKernels().decode_block_frozen_update(tail, h, v + i, mask ? mask + i : nullptr, m + i,
-                                               p + i, count - i);
-  }
+  // The tail starts on a byte boundary (i % 8 == 0).
+  ScalarKernels().decode_block_frozen_update(scale, bits + i / 8, h, v + i,
+                                             mask ? mask + i : nullptr, m + i, p + i, count - i);
 }
 
 double SumSquares(const float* x, size_t n) {

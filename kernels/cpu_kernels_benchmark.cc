@@ -4,7 +4,9 @@
 // write of every output; compression and aggregation also need a second read of x,
 // because the scale is a norm over the whole tensor and 64M floats do not fit a cache),
 // and `vs_memcpy`: that bandwidth over memcpy's, measured in the same process on the same
-// byte counts (a memcpy of B bytes moves 2B: B read, B written). All single-threaded.
+// byte counts (a memcpy of B bytes moves 2B: B read, B written). Each kernel runs on 1, 2,
+// 4, ... threads up to the usable CPUs (the argument /N); memcpy too, split the same way,
+// so `vs_memcpy` of a kernel on N threads compares with memcpy on N threads.
 //
 //   bazel run -c opt //kernels:cpu_kernels_benchmark -- --benchmark_min_time=2
 #include <chrono>
@@ -14,7 +16,10 @@
 #include <random>
 #include <vector>
 
+#include <map>
+
 #include "benchmark/benchmark.h"
+#include "common/parallel.h"
 #include "kernels/buffer.h"
 #include "kernels/kernels.h"
 
@@ -38,11 +43,17 @@ constexpr double kDecompressUpdateBytes = B + 4 * F;           // read signs,v,p
 constexpr double kStepBytes = kCompressBytes + kServerBytes + kDecompressUpdateBytes;
 
 struct State {
-  std::unique_ptr<Backend> backend = NewCpuBackend();
+  std::map<int, std::unique_ptr<Backend>> backends;  // by thread count
+  std::map<int, double> memcpy_gbps;                 // by thread count, from BM_Memcpy
   std::vector<float> m, g, v, p, err, server_err;
   std::vector<uint8_t> blocks, server_out;
   std::vector<char> src, dst;
-  double memcpy_gbps = 0;  // filled by BM_Memcpy, which runs first
+
+  Backend* backend(int threads) {
+    std::unique_ptr<Backend>& b = backends[threads];
+    if (b == nullptr) b = NewCpuBackend(/*allow_simd=*/true, threads);
+    return b.get();
+  }
 
   State() {
     std::mt19937 rng(1);
@@ -66,40 +77,49 @@ State& S() {
   return *state;
 }
 
-// Reports bandwidth over `bytes` per iteration and the ratio to memcpy.
+// Reports bandwidth over `bytes` per iteration and the ratio to memcpy on as many threads.
 void Report(benchmark::State& st, double bytes) {
   st.SetBytesProcessed(static_cast<int64_t>(bytes) * st.iterations());
   st.counters["min_bytes"] = bytes;
   st.counters["GBps"] = benchmark::Counter(bytes * st.iterations() / 1e9, benchmark::Counter::kIsRate);
-  if (S().memcpy_gbps > 0) {
+  const double memcpy_gbps = S().memcpy_gbps[static_cast<int>(st.range(0))];
+  if (memcpy_gbps > 0) {
     st.counters["vs_memcpy"] = benchmark::Counter(
-        bytes * st.iterations() / 1e9 / S().memcpy_gbps, benchmark::Counter::kIsRate);
+        bytes * st.iterations() / 1e9 / memcpy_gbps, benchmark::Counter::kIsRate);
   }
 }
 
+// memcpy of the whole buffer, cut into as many pieces as threads, one per thread.
 void BM_Memcpy(benchmark::State& st) {
   State& s = S();
+  const int threads = static_cast<int>(st.range(0));
+  ParallelFor pool(threads);
+  const size_t piece = (s.src.size() / threads + 63) / 64 * 64;
   double seconds = 0;
   for (auto _ : st) {
     const auto start = std::chrono::steady_clock::now();
-    std::memcpy(s.dst.data(), s.src.data(), s.src.size());
+    pool.Run(threads, [&](size_t t) {
+      const size_t begin = std::min(s.src.size(), t * piece);
+      const size_t end = std::min(s.src.size(), begin + piece);
+      std::memcpy(s.dst.data() + begin, s.src.data() + begin, end - begin);
+    });
     benchmark::ClobberMemory();
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
-  s.memcpy_gbps = 2 * F * st.iterations() / seconds / 1e9;
+  s.memcpy_gbps[threads] = 2 * F * st.iterations() / seconds / 1e9;
   Report(st, 2 * F);
 }
 
 void BM_MomentumUpdate(benchmark::State& st) {
   State& s = S();
-  for (auto _ : st) (void)s.backend->MomentumUpdate(0.9f, s.g.data(), s.m.data(), kN);
+  for (auto _ : st) (void)s.backend(static_cast<int>(st.range(0)))->MomentumUpdate(0.9f, s.g.data(), s.m.data(), kN);
   Report(st, kMomentumBytes);
 }
 
 void BM_CompressWorkerFused(benchmark::State& st) {
   State& s = S();
   for (auto _ : st) {
-    (void)s.backend->CompressWorker(s.m.data(), s.g.data(), 0.9f, kN, kWorkers, kChunk,
+    (void)s.backend(static_cast<int>(st.range(0)))->CompressWorker(s.m.data(), s.g.data(), 0.9f, kN, kWorkers, kChunk,
                                     s.err.data(), s.blocks.data());
   }
   Report(st, kCompressBytes);
@@ -108,7 +128,7 @@ void BM_CompressWorkerFused(benchmark::State& st) {
 void BM_ServerAggregate(benchmark::State& st) {
   State& s = S();
   for (auto _ : st) {
-    (void)s.backend->ServerAggregate(s.blocks.data(), kWorkers, kChunk, s.server_err.data(),
+    (void)s.backend(static_cast<int>(st.range(0)))->ServerAggregate(s.blocks.data(), kWorkers, kChunk, s.server_err.data(),
                                      s.server_out.data());
   }
   Report(st, kServerBytes);
@@ -116,7 +136,7 @@ void BM_ServerAggregate(benchmark::State& st) {
 
 void BM_Decompress(benchmark::State& st) {
   State& s = S();
-  for (auto _ : st) (void)s.backend->Decompress(s.blocks.data(), kWorkers, kChunk, kN, s.m.data());
+  for (auto _ : st) (void)s.backend(static_cast<int>(st.range(0)))->Decompress(s.blocks.data(), kWorkers, kChunk, kN, s.m.data());
   Report(st, kDecompressBytes);
 }
 
@@ -125,7 +145,7 @@ void BM_AdamWarmupUpdate(benchmark::State& st) {
   AdamHyper h;
   h.lr = 1e-9f;  // keep the values sane over many iterations
   for (auto _ : st) {
-    (void)s.backend->AdamWarmupUpdate(h, s.g.data(), 1.0f, s.m.data(), s.v.data(), s.p.data(), kN);
+    (void)s.backend(static_cast<int>(st.range(0)))->AdamWarmupUpdate(h, s.g.data(), 1.0f, s.m.data(), s.v.data(), s.p.data(), kN);
   }
   Report(st, kWarmupBytes);
 }
@@ -134,7 +154,7 @@ void BM_FrozenAdamUpdate(benchmark::State& st) {
   State& s = S();
   AdamHyper h;
   h.lr = 1e-9f;
-  for (auto _ : st) (void)s.backend->FrozenAdamUpdate(h, s.v.data(), nullptr, s.m.data(), s.p.data(), kN);
+  for (auto _ : st) (void)s.backend(static_cast<int>(st.range(0)))->FrozenAdamUpdate(h, s.v.data(), nullptr, s.m.data(), s.p.data(), kN);
   Report(st, kFrozenBytes);
 }
 
@@ -143,7 +163,7 @@ void BM_DecompressFrozenAdamUpdate(benchmark::State& st) {
   AdamHyper h;
   h.lr = 1e-9f;
   for (auto _ : st) {
-    (void)s.backend->DecompressFrozenAdamUpdate(s.blocks.data(), kWorkers, kChunk, h, s.v.data(),
+    (void)s.backend(static_cast<int>(st.range(0)))->DecompressFrozenAdamUpdate(s.blocks.data(), kWorkers, kChunk, h, s.v.data(),
                                                 nullptr, s.m.data(), s.p.data(), kN);
   }
   Report(st, kDecompressUpdateBytes);
@@ -157,34 +177,41 @@ void BM_CompressionStep(benchmark::State& st) {
   AdamHyper h;
   h.lr = 1e-9f;
   for (auto _ : st) {
-    (void)s.backend->CompressWorker(s.m.data(), s.g.data(), 0.9f, kN, kWorkers, kChunk,
+    (void)s.backend(static_cast<int>(st.range(0)))->CompressWorker(s.m.data(), s.g.data(), 0.9f, kN, kWorkers, kChunk,
                                     s.err.data(), s.blocks.data());
-    (void)s.backend->ServerAggregate(s.blocks.data(), kWorkers, kChunk, s.server_err.data(),
+    (void)s.backend(static_cast<int>(st.range(0)))->ServerAggregate(s.blocks.data(), kWorkers, kChunk, s.server_err.data(),
                                      s.server_out.data());
-    (void)s.backend->DecompressFrozenAdamUpdate(s.blocks.data(), kWorkers, kChunk, h, s.v.data(),
+    (void)s.backend(static_cast<int>(st.range(0)))->DecompressFrozenAdamUpdate(s.blocks.data(), kWorkers, kChunk, h, s.v.data(),
                                                 nullptr, s.m.data(), s.p.data(), kN);
   }
   Report(st, kStepBytes);
 }
 
-BENCHMARK(BM_Memcpy)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_MomentumUpdate)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_CompressWorkerFused)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_ServerAggregate)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_Decompress)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_AdamWarmupUpdate)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_FrozenAdamUpdate)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_DecompressFrozenAdamUpdate)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_CompressionStep)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_Memcpy)->Name("BM_Memcpy_again")->Unit(benchmark::kMillisecond)->UseRealTime();
+// 1, 2, 4, ... threads, up to the CPUs this process may use.
+void ThreadCounts(benchmark::internal::Benchmark* b) {
+  const int cpus = UsableCpus();
+  for (int t = 1; t < cpus; t *= 2) b->Arg(t);
+  b->Arg(cpus);
+}
+
+BENCHMARK(BM_Memcpy)->Unit(benchmark::kMillisecond)->UseRealTime()->Apply(ThreadCounts);
+BENCHMARK(BM_MomentumUpdate)->Unit(benchmark::kMillisecond)->UseRealTime()->Apply(ThreadCounts);
+BENCHMARK(BM_CompressWorkerFused)->Unit(benchmark::kMillisecond)->UseRealTime()->Apply(ThreadCounts);
+BENCHMARK(BM_ServerAggregate)->Unit(benchmark::kMillisecond)->UseRealTime()->Apply(ThreadCounts);
+BENCHMARK(BM_Decompress)->Unit(benchmark::kMillisecond)->UseRealTime()->Apply(ThreadCounts);
+BENCHMARK(BM_AdamWarmupUpdate)->Unit(benchmark::kMillisecond)->UseRealTime()->Apply(ThreadCounts);
+BENCHMARK(BM_FrozenAdamUpdate)->Unit(benchmark::kMillisecond)->UseRealTime()->Apply(ThreadCounts);
+BENCHMARK(BM_DecompressFrozenAdamUpdate)->Unit(benchmark::kMillisecond)->UseRealTime()->Apply(ThreadCounts);
+BENCHMARK(BM_CompressionStep)->Unit(benchmark::kMillisecond)->UseRealTime()->Apply(ThreadCounts);
+BENCHMARK(BM_Memcpy)->Name("BM_Memcpy_again")->Unit(benchmark::kMillisecond)->UseRealTime()->Apply(ThreadCounts);
 
 }  // namespace
 }  // namespace onebit::kernels
 
 int main(int argc, char** argv) {
-  std::printf("backend: %s, %zu elements, %d chunks\n",
+  std::printf("backend: %s, %zu elements, %d chunks, %d usable CPUs\n",
               onebit::kernels::NewCpuBackend()->name().c_str(), onebit::kernels::kN,
-              onebit::kernels::kWorkers);
+              onebit::kernels::kWorkers, onebit::UsableCpus());
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

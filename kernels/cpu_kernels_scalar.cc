@@ -26,16 +26,16 @@ double WorkerInput(const float* m, const float* g, float beta1, size_t n, size_t
   return sumsq;
 }
 
-double ServerInput(const uint8_t* blocks, int num_workers, size_t chunk, float* err) {
-  const size_t stride = CompressedBlockBytes(chunk);
+double ServerInput(const uint8_t* blocks, size_t stride, int num_workers, size_t first,
+                   size_t count, float* err) {
   const float inv_w = 1.0f / static_cast<float>(num_workers);
   double sumsq = 0.0;
-  for (size_t i = 0; i < chunk; ++i) {
+  for (size_t i = 0; i < count; ++i) {
     float acc = 0.0f;
     for (int j = 0; j < num_workers; ++j) {
       const uint8_t* block = blocks + j * stride;
       const float s = BlockScale(block);
-      acc += SignBit(block + 4, i) ? s : -s;
+      acc += SignBit(block + 4 + first / 8, i) ? s : -s;
     }
     const float y = std::fma(acc, inv_w, err[i]);
     err[i] = y;
@@ -60,15 +60,14 @@ void SignPack(float* err, size_t chunk, float scale, uint8_t* bits) {
   }
 }
 
-void DecodeBlock(const uint8_t* block, size_t count, float* out) {
-  const float s = BlockScale(block);
-  for (size_t i = 0; i < count; ++i) out[i] = SignBit(block + 4, i) ? s : -s;
+void DecodeBlock(float s, const uint8_t* bits, size_t count, float* out) {
+  for (size_t i = 0; i < count; ++i) out[i] = SignBit(bits, i) ? s : -s;
 }
 
-void SumRows(const float* rows, int num_rows, size_t count, float* out) {
+void SumRows(const float* rows, size_t stride, int num_rows, size_t count, float* out) {
   for (size_t i = 0; i < count; ++i) {
     float acc = 0.0f;
-    for (int j = 0; j < num_rows; ++j) acc += rows[j * count + i];
+    for (int j = 0; j < num_rows; ++j) acc += rows[j * stride + i];
     out[i] = acc;
   }
 }
@@ -92,11 +91,10 @@ void FrozenUpdate(const AdamHyper& h, const float* v, const float* mask, float* 
   }
 }
 
-void DecodeBlockFrozenUpdate(const uint8_t* block, const AdamHyper& h, const float* v,
+void DecodeBlockFrozenUpdate(float s, const uint8_t* bits, const AdamHyper& h, const float* v,
                              const float* mask, float* m, float* p, size_t count) {
-  const float s = BlockScale(block);
   for (size_t i = 0; i < count; ++i) {
-    float mi = SignBit(block + 4, i) ? s : -s;
+    float mi = SignBit(bits, i) ? s : -s;
     if (mask) mi = mi * mask[i];
     m[i] = mi;
     p[i] = std::fma(-h.lr, AdamDirection(h, mi, v[i], p[i]), p[i]);

@@ -17,7 +17,8 @@ namespace {
 
 namespace ref = reference;
 
-constexpr size_t kLengths[] = {0, 1, 7, 8, 9, 31, 32, 33, 1000, 10007};
+// The last two span several of the backend's 65536-element pieces (and end mid-piece).
+constexpr size_t kLengths[] = {0, 1, 7, 8, 9, 31, 32, 33, 1000, 10007, 65536, 200003};
 
 std::vector<float> Normal(size_t n, uint32_t seed, float stddev = 1.0f) {
   std::mt19937 rng(seed);
@@ -53,12 +54,13 @@ void ExpectSigns(const ref::SignTensor& got, const ref::SignTensor& want,
   }
 }
 
-class CpuKernelsTest : public ::testing::TestWithParam<std::tuple<bool, size_t>> {
+// (SIMD, length, threads).
+class CpuKernelsTest : public ::testing::TestWithParam<std::tuple<bool, size_t, int>> {
  protected:
   void SetUp() override {
     const bool simd = std::get<0>(GetParam());
     if (simd && !CpuHasAvx2()) GTEST_SKIP() << "this CPU has no AVX2+FMA; the scalar run covers it";
-    backend_ = NewCpuBackend(simd);
+    backend_ = NewCpuBackend(simd, std::get<2>(GetParam()));
     n_ = std::get<1>(GetParam());
   }
   std::unique_ptr<Backend> backend_;
@@ -256,11 +258,70 @@ TEST_P(CpuKernelsTest, SumSquares) {
 
 INSTANTIATE_TEST_SUITE_P(
     Lengths, CpuKernelsTest,
-    ::testing::Combine(::testing::Bool(), ::testing::ValuesIn(kLengths)),
-    [](const ::testing::TestParamInfo<std::tuple<bool, size_t>>& info) {
+    ::testing::Combine(::testing::Bool(), ::testing::ValuesIn(kLengths), ::testing::Values(1, 3)),
+    [](const ::testing::TestParamInfo<std::tuple<bool, size_t, int>>& info) {
       return std::string(std::get<0>(info.param) ? "avx2" : "scalar") + "_n" +
-             std::to_string(std::get<1>(info.param));
+             std::to_string(std::get<1>(info.param)) + "_t" +
+             std::to_string(std::get<2>(info.param));
     });
+
+// Every kernel, whole step by step, gives the same bits on 1, 2 and 3 threads (pieces
+// are fixed by the data, partial sums added in piece order), at lengths spanning many
+// pieces and with chunks that do not fall on piece boundaries.
+TEST(CpuKernelsThreadsTest, ThreadCountNeverChangesBits) {
+  for (bool simd : {false, true}) {
+    if (simd && !CpuHasAvx2()) continue;
+    for (size_t n : {size_t{65536 * 3 + 17}, size_t{300007}}) {
+      const size_t num_chunks = 5, chunk = RoundUp((n + num_chunks - 1) / num_chunks, 8);
+      AdamHyper h;
+      h.weight_decay = 0.01f;
+      const std::vector<float> g = Normal(n, 31);
+      auto run = [&](int threads) {
+        auto b = NewCpuBackend(simd, threads);
+        std::vector<float> m = Normal(n, 32), v = Normal(n, 33), p = Normal(n, 34);
+        for (float& x : v) x = x * x;
+        std::vector<float> err(num_chunks * chunk, 0.0f), server_err(chunk, 0.0f);
+        std::vector<uint8_t> blocks(num_chunks * CompressedBlockBytes(chunk));
+        std::vector<uint8_t> aggregated(CompressedBlockBytes(chunk));
+        std::vector<float> rows = Normal(3 * n, 35), sum(n), avg(n), decoded(n);
+        double norm = 0;
+        EXPECT_TRUE(b->AdamWarmupUpdate(h, g.data(), 0.5f, m.data(), v.data(), p.data(), n).ok());
+        EXPECT_TRUE(b->MomentumUpdate(0.9f, g.data(), m.data(), n).ok());
+        for (int step = 0; step < 2; ++step) {
+          EXPECT_TRUE(b->CompressWorker(m.data(), g.data(), 0.9f, n, num_chunks, chunk,
+                                        err.data(), blocks.data()).ok());
+        }
+        // The 5 blocks as 5 workers' blocks of one chunk.
+        EXPECT_TRUE(b->ServerAggregate(blocks.data(), static_cast<int>(num_chunks), chunk,
+                                       server_err.data(), aggregated.data()).ok());
+        EXPECT_TRUE(b->Decompress(blocks.data(), num_chunks, chunk, n, decoded.data()).ok());
+        EXPECT_TRUE(b->DecompressFrozenAdamUpdate(blocks.data(), num_chunks, chunk, h, v.data(),
+                                                  nullptr, m.data(), p.data(), n).ok());
+        EXPECT_TRUE(b->FrozenAdamUpdate(h, v.data(), nullptr, m.data(), p.data(), n).ok());
+        EXPECT_TRUE(b->SumRows(rows.data(), 3, n, sum.data()).ok());
+        EXPECT_TRUE(b->AverageRows(rows.data(), 3, n, avg.data()).ok());
+        EXPECT_TRUE(b->SumSquares(err.data(), err.size(), &norm).ok());
+        std::vector<uint8_t> all;
+        auto append = [&](const void* data, size_t bytes) {
+          const auto* c = static_cast<const uint8_t*>(data);
+          all.insert(all.end(), c, c + bytes);
+        };
+        for (const std::vector<float>* x : {&m, &v, &p, &err, &server_err, &sum, &avg, &decoded}) {
+          append(x->data(), x->size() * sizeof(float));
+        }
+        append(blocks.data(), blocks.size());
+        append(aggregated.data(), aggregated.size());
+        append(&norm, sizeof(norm));
+        return all;
+      };
+      const std::vector<uint8_t> one = run(1);
+      for (int threads : {2, 3}) {
+        EXPECT_TRUE(one == run(threads)) << (simd ? "avx2" : "scalar") << " n " << n
+                                         << " threads " << threads;
+      }
+    }
+  }
+}
 
 // The SIMD and scalar paths evaluate the same float expressions: element-wise kernels must
 // agree bit for bit.

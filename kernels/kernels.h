@@ -27,9 +27,9 @@
 //   average    out = (sum over rows in order, from 0.0f) * (1.0f / num_rows)
 //
 // REPRODUCIBILITY: each backend sums the squares in an order fixed by n alone (the CUDA
-// backend's does not depend on the GPU either), so the same inputs give the same bits on
-// every run and a resumed run continues bit for bit. The CPU backend's order depends on
-// whether it runs the AVX2 or the scalar kernels.
+// backend's does not depend on the GPU either; the CPU backend's not on its thread count),
+// so the same inputs give the same bits on every run and a resumed run continues bit for
+// bit. The CPU backend's order depends on whether it runs the AVX2 or the scalar kernels.
 //
 // MEMORY: every pointer passed to a Backend lives in its memory_space(): host memory for
 // the CPU backend, device memory for CUDA. Kernels on the CUDA backend are queued on the
@@ -137,8 +137,9 @@ class Backend {
 
 // The CPU backend. With allow_simd, uses AVX2+FMA when the CPU has them (checked at run
 // time) and the scalar code otherwise; the two agree bit for bit but for the summation
-// order of the norms.
-std::unique_ptr<Backend> NewCpuBackend(bool allow_simd = true);
+// order of the norms. Kernels run on `threads` threads (the caller's included) over
+// fixed pieces of the data: every thread count gives the same bits.
+std::unique_ptr<Backend> NewCpuBackend(bool allow_simd = true, int threads = 1);
 
 // True when this CPU runs the AVX2 path.
 bool CpuHasAvx2();

@@ -34,6 +34,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "common/fault.h"
+#include "common/parallel.h"
 #include "common/signals.h"
 #include "coordinator/coordinator_client.h"
 #include "config/job_config.h"
@@ -55,6 +56,9 @@ ABSL_FLAG(int, metrics_port, 0, "Port of /metrics; 0 picks a free one.");
 ABSL_FLAG(std::string, address_file, "", "Where to write the bound addresses as JSON.");
 ABSL_FLAG(std::string, config, "", "Job config: shards, workers and n from it (flags win).");
 ABSL_FLAG(std::string, coordinator, "", "host:port of the coordinator: register and heartbeat.");
+ABSL_FLAG(int, cpu_threads, -1,
+          "Threads of the CPU kernels; -1: the config's onebit.cpu_threads (0, or no config: "
+          "every usable CPU).");
 ABSL_FLAG(int, retained_steps, 2, "Finished steps whose results are kept for retries (>= 2).");
 ABSL_FLAG(std::string, member_token_file, "",
           "File holding the member token for the coordinator's calls; default: "
@@ -146,10 +150,12 @@ int main(int argc, char** argv) {
   std::string checkpoint_dir, topology;
   double retry_s = 120, heartbeat_s = 10;
   onebit::SecurityConfig security;
+  int config_cpu_threads = 0;
   if (!absl::GetFlag(FLAGS_config).empty()) {
     absl::StatusOr<onebit::JobConfig> config = onebit::LoadJobConfig(absl::GetFlag(FLAGS_config));
     if (!config.ok()) return UsageError(std::string(config.status().message()));
     security = config->security;
+    config_cpu_threads = config->cpu_threads;
     checkpoint_dir = config->checkpoint.dir;
     retry_s = config->failure.coordinator_retry_s;
     heartbeat_s = config->failure.heartbeat_timeout_s;
@@ -179,6 +185,9 @@ int main(int argc, char** argv) {
     if (n == 0) n = static_cast<int64_t>(*count);
     if (options.metrics_port == 0) options.metrics_port = config->ports.metrics;
   }
+  int cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
+  if (cpu_threads < 0) cpu_threads = config_cpu_threads;
+  options.cpu_threads = cpu_threads > 0 ? cpu_threads : onebit::UsableCpus();
   options.host = absl::GetFlag(FLAGS_host);
   options.port = absl::GetFlag(FLAGS_port);
   if (absl::GetFlag(FLAGS_metrics_port) != 0) options.metrics_port = absl::GetFlag(FLAGS_metrics_port);

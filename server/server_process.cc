@@ -25,7 +25,7 @@ absl::Status ServerProcess::Init() {
       options_.metrics_port > 65535) {
     return absl::InvalidArgumentError("ports must be in [0, 65535]");
   }
-  backend_ = kernels::NewCpuBackend();
+  backend_ = kernels::NewCpuBackend(/*allow_simd=*/true, options_.cpu_threads);
   registry_ = std::make_shared<prometheus::Registry>();
   metrics_ = std::make_unique<ServerMetrics>(*registry_, config);
   ONEBIT_ASSIGN_OR_RETURN(state_, ShardState::Create(backend_.get(), config, metrics_.get()));

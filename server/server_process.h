@@ -42,6 +42,8 @@ struct ServerProcessOptions {
   // TLS on the gRPC port (security/tls.h); with mutual TLS only holders of a certificate
   // of the job's CA can push. Off: plaintext. /metrics stays plain HTTP.
   security::TlsOptions tls;
+  // Threads of the CPU kernels (>= 1).
+  int cpu_threads = 1;
   // How long Shutdown lets in-flight calls finish before cancelling them.
   absl::Duration shutdown_grace = absl::Seconds(2);
 };

@@ -35,6 +35,7 @@
 #include "checkpoint/manifest.h"
 #include "worker/checkpointer.h"
 #include "common/fault.h"
+#include "common/parallel.h"
 #include "worker/coordinator_step_controller.h"
 #include "worker/fault_exchange.h"
 #include "worker/transport/gloo_transport.h"
@@ -57,6 +58,8 @@ ABSL_FLAG(std::string, summary_file, "", "Write a JSON summary here at the end."
 ABSL_FLAG(std::string, params_out, "", "Write the final parameters here (.npy).");
 ABSL_FLAG(int, rank, -1, "Ask the coordinator for this rank (-1: the next free one).");
 ABSL_FLAG(int, cuda_device, 0, "GPU to use with onebit.device = cuda.");
+ABSL_FLAG(int, cpu_threads, -1,
+          "Threads of the CPU kernels; -1: the config's onebit.cpu_threads (0: every usable CPU).");
 ABSL_FLAG(std::string, fault, "",
           "Fault injection for tests: kill_in_exchange:STEP or kill_before_commit:STEP "
           "(SIGKILL at that point).");
@@ -373,7 +376,9 @@ absl::Status Run() {
   if (config.device == "cuda") {
     ONEBIT_ASSIGN_OR_RETURN(w.backend, kernels::NewCudaBackend(absl::GetFlag(FLAGS_cuda_device)));
   } else {
-    w.backend = kernels::NewCpuBackend();
+    int threads = absl::GetFlag(FLAGS_cpu_threads);
+    if (threads < 0) threads = config.cpu_threads;
+    w.backend = kernels::NewCpuBackend(/*allow_simd=*/true, threads > 0 ? threads : UsableCpus());
   }
   ONEBIT_ASSIGN_OR_RETURN(w.workload, NewWorkload(config, reg.rank(), reg.world_size(), w.backend.get()));
   const size_t n = w.workload->num_parameters();
