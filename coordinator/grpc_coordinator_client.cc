@@ -314,7 +314,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> NewGrpcCoordinatorClient(
   // gRPC's own reconnect backoff starts at 1 s and grows to 2 min; a worker that starts
   // before its coordinator should find it within our retries instead.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, security::ConnectTimeoutMs(options.tls, 100));
+  // Also gRPC's connect timeout (TCP plus the HTTP/2 SETTINGS frame): a coordinator that
+  // is down refuses at once, so this only has to outlast a slow one (100 ms was too short
+  // on a loaded machine).
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, security::ConnectTimeoutMs(options.tls, 2000));
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetMaxReceiveMessageSize(kCoordinatorMaxMessageBytes);
   args.SetMaxSendMessageSize(kCoordinatorMaxMessageBytes);

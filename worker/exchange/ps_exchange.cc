@@ -72,7 +72,10 @@ grpc::ChannelArguments PsExchange::ChannelArguments(const PsLayout& layout,
   args.SetMaxReceiveMessageSize(max_message);
   args.SetMaxSendMessageSize(max_message);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, security::ConnectTimeoutMs(tls, 100));
+  // gRPC takes this as the connect timeout too (TCP plus the HTTP/2 SETTINGS frame). A
+  // dead shard refuses at once whatever it is, so it only has to outlast a slow peer: at
+  // 100 ms, shards on a loaded machine (sanitizers, load 20 on 2 cores) were given up on.
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, security::ConnectTimeoutMs(tls, 2000));
   security::AddTlsChannelArguments(tls, &args);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   // Workers in one process (tests, local runs) should not share a connection, as real
