@@ -14,7 +14,8 @@
 // and its channel to the coordinator; the member token (--member_token_file,
 // $ONEBIT_MEMBER_TOKEN or onebit.security.member_token_file) goes with its coordinator calls.
 //
-// It serves onebit.v1.ParameterServer over gRPC and Prometheus metrics at /metrics, writes
+// It serves onebit.v1.ParameterServer over gRPC and Prometheus metrics at /metrics (with
+// the probes /healthz and /readyz, ready once registered with the job), writes
 // the bound addresses to --address_file ({"grpc": "host:port", "metrics": "host:port"},
 // atomically) and runs until SIGTERM or SIGINT, then shuts down gracefully (exit 0).
 // Exit status: 2 a bad flag value, 1 a failure to start (absl exits 1 on unknown flags).
@@ -23,6 +24,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <atomic>
 #include <cstdint>
 #include <optional>
@@ -71,6 +73,8 @@ constexpr int kExitRestart = 75;  // the job recovers in a newer generation: res
 // Set by the session callback before it raises SIGTERM at this process: the exit code that
 // the job's end (0), failure (1) or recovery (75) asks for.
 std::atomic<int> g_exit_code{0};
+// Set once the shard serves the job (main then waits for a signal to shut down gracefully).
+std::atomic<bool> g_serving{false};
 
 // Registers the shard and starts its heartbeat session; *reg gets the coordinator's answer
 // and *instance this process's id.
@@ -202,13 +206,15 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_member_token_file), "ONEBIT_MEMBER_TOKEN", security.member_token_file);
   if (!member_token.ok()) return UsageError(std::string(member_token.status().message()));
 
-  // Block the termination signals in every thread (gRPC's and civetweb's inherit this
-  // mask), so that this thread alone receives them, synchronously, in sigwait.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // SIGTERM/SIGINT are taken on the watcher's thread (gRPC's and civetweb's threads inherit
+  // the mask it sets). While the shard is still joining the job (registration retries for
+  // up to onebit.failure.coordinator_retry_s) there is nothing to drain: leave at once;
+  // once it serves, main shuts down gracefully below.
+  onebit::TerminationWatcher signals([](int sig) {
+    if (g_serving.load()) return;
+    std::cerr << "onebit-server: signal " << sig << " while starting; exiting" << std::endl;
+    std::_Exit(g_exit_code.load());  // 0, or what the job's verdict asked for
+  });
 
   // Checkpoints need the coordinator (it commits them) and a directory.
   std::unique_ptr<onebit::server::ShardCheckpointer> checkpointer;
@@ -283,9 +289,11 @@ int main(int argc, char** argv) {
     session = *std::move(joined);
     if (checkpointer) checkpointer->Start(client.get(), instance);
   }
+  // Open for pushes (registered with the job, where there is one): /readyz says so.
+  if ((*process)->metrics_server() != nullptr) (*process)->metrics_server()->SetReady();
 
-  int signal = 0;
-  sigwait(&signals, &signal);
+  g_serving = true;
+  const int signal = signals.Wait();
   if (session) (void)session->Stop();
   std::cerr << "onebit-server: signal " << signal << ", shutting down" << std::endl;
   (*process)->Shutdown();
