@@ -36,6 +36,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "common/fault.h"
+#include "common/net.h"
 #include "common/signals.h"
 #include "coordinator/coordinator_client.h"
 #include "config/job_config.h"
@@ -55,12 +56,18 @@ ABSL_FLAG(std::string, host, "127.0.0.1", "Address to listen on (gRPC and /metri
 ABSL_FLAG(int, port, 0, "gRPC port; 0 picks a free one.");
 ABSL_FLAG(int, metrics_port, 0, "Port of /metrics; 0 picks a free one.");
 ABSL_FLAG(std::string, address_file, "", "Where to write the bound addresses as JSON.");
+ABSL_FLAG(std::string, advertise_host, "",
+          "Host name or address the workers reach this shard by, registered with the "
+          "coordinator (a container's service name when --host=0.0.0.0); default: --host.");
 ABSL_FLAG(std::string, config, "", "Job config: shards, workers and n from it (flags win).");
 ABSL_FLAG(std::string, coordinator, "", "host:port of the coordinator: register and heartbeat.");
 ABSL_FLAG(int, retained_steps, 2, "Finished steps whose results are kept for retries (>= 2).");
 ABSL_FLAG(std::string, member_token_file, "",
           "File holding the member token for the coordinator's calls; default: "
           "$ONEBIT_MEMBER_TOKEN, then onebit.security.member_token_file.");
+ABSL_FLAG(bool, check, false,
+          "Validate the flags and the config (and the TLS files and token they name), say so "
+          "and exit 0, without binding a port or writing a file (deployment checks).");
 ABSL_FLAG(std::string, fault, "",
           "Fault injection for tests: kill_at_step:STEP (SIGKILL once step STEP completes).");
 
@@ -76,6 +83,13 @@ std::atomic<int> g_exit_code{0};
 // Set once the shard serves the job (main then waits for a signal to shut down gracefully).
 std::atomic<bool> g_serving{false};
 
+// `bound` (host:port) with --advertise_host for the host, if given.
+std::string Advertised(const std::string& bound) {
+  const std::string host = absl::GetFlag(FLAGS_advertise_host);
+  if (host.empty() || bound.empty()) return bound;
+  return onebit::JoinHostPort(host, std::stoi(bound.substr(bound.rfind(':') + 1)));
+}
+
 // Registers the shard and starts its heartbeat session; *reg gets the coordinator's answer
 // and *instance this process's id.
 absl::StatusOr<std::unique_ptr<onebit::CoordinatorSession>> JoinJob(
@@ -87,8 +101,8 @@ absl::StatusOr<std::unique_ptr<onebit::CoordinatorSession>> JoinJob(
   onebit::v1::RegisterRequest request;
   request.set_role(onebit::v1::ROLE_SERVER);
   request.set_instance_id(absl::StrCat(host, ":", getpid(), ":shard", shard));
-  request.set_address(process.grpc_address());
-  request.set_metrics_address(process.metrics_address());
+  request.set_address(Advertised(process.grpc_address()));
+  request.set_metrics_address(Advertised(process.metrics_address()));
   request.set_requested_rank(shard);
   absl::StatusOr<onebit::v1::RegisterResponse> reg =
       onebit::RegisterReplacing(client, request, heartbeat_interval * 4 + absl::Seconds(10));
@@ -205,6 +219,16 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::string> member_token = onebit::security::ResolveToken(
       absl::GetFlag(FLAGS_member_token_file), "ONEBIT_MEMBER_TOKEN", security.member_token_file);
   if (!member_token.ok()) return UsageError(std::string(member_token.status().message()));
+
+  if (absl::GetFlag(FLAGS_check)) {
+    absl::StatusOr<std::optional<onebit::Fault>> fault =
+        onebit::ParseFault(absl::GetFlag(FLAGS_fault), {"kill_at_step"});
+    if (!fault.ok()) return UsageError(std::string(fault.status().message()));
+    std::cout << "onebit-server: flags and config OK (shard " << options.shard.shard << " of "
+              << options.shard.num_shards << ", " << options.shard.num_workers
+              << " workers, n = " << n << ")" << std::endl;
+    return 0;
+  }
 
   // SIGTERM/SIGINT are taken on the watcher's thread (gRPC's and civetweb's threads inherit
   // the mask it sets). While the shard is still joining the job (registration retries for

@@ -37,6 +37,7 @@
 #include "coordinator/coordinator_client.h"
 #include "worker/transport/coordinator_gloo_store.h"
 #include "config/job_config.h"
+#include "config/model_spec.h"
 #include "kernels/cuda_backend.h"
 #include "kernels/kernels.h"
 #include "common/status_macros.h"
@@ -67,6 +68,9 @@ ABSL_FLAG(std::string, summary_file, "", "Write a JSON summary here at the end."
 ABSL_FLAG(std::string, params_out, "", "Write the final parameters here (.npy).");
 ABSL_FLAG(int, rank, -1, "Ask the coordinator for this rank (-1: the next free one).");
 ABSL_FLAG(int, cuda_device, 0, "GPU to use with onebit.device = cuda.");
+ABSL_FLAG(bool, check, false,
+          "Validate the flags and the config (and the TLS files and token they name), say so "
+          "and exit 0, without connecting, binding a port or writing a file (deployment checks).");
 ABSL_FLAG(std::string, fault, "",
           "Fault injection for tests: kill_in_exchange:STEP or kill_before_commit:STEP "
           "(SIGKILL at that point).");
@@ -357,6 +361,12 @@ absl::Status Run() {
   ONEBIT_ASSIGN_OR_RETURN(std::optional<Fault> fault,
                           ParseFault(absl::GetFlag(FLAGS_fault),
                                      {"kill_in_exchange", "kill_before_commit"}));
+  if (absl::GetFlag(FLAGS_check)) {
+    ONEBIT_RETURN_IF_ERROR(WorkloadParameterCount(config.workload).status());
+    std::printf("onebit-worker: flags and config OK (%s, %s exchange, %s)\n",
+                config.workload.type.c_str(), config.exchange.mode.c_str(), config.device.c_str());
+    return absl::OkStatus();
+  }
   std::shared_ptr<CoordinatorClient> shared_client = std::move(client);
 
   const int port = absl::GetFlag(FLAGS_metrics_port) >= 0 ? absl::GetFlag(FLAGS_metrics_port)
