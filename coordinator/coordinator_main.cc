@@ -77,6 +77,9 @@ ABSL_FLAG(std::string, member_token_file, "",
           "File holding the member token (the job's processes and reads); default: "
           "$ONEBIT_MEMBER_TOKEN, then onebit.security.member_token_file; none: open.");
 ABSL_FLAG(absl::Duration, kv_max_wait, absl::Seconds(30), "Longest a waiting KvGet may block.");
+ABSL_FLAG(bool, check, false,
+          "Validate the flags and the config (and the TLS files and tokens they name), say "
+          "so and exit 0, without binding a port or writing a file (deployment checks).");
 ABSL_FLAG(absl::Duration, linger, absl::Seconds(3),
           "Time to keep serving after the job is over, so clients can read the final status.");
 
@@ -172,6 +175,40 @@ int Run(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_heartbeat_timeout) < absl::ZeroDuration()) {
     return Fail(2, "--heartbeat_timeout must be positive");
   }
+  CoordinatorServerOptions server_options;
+  server_options.host = absl::GetFlag(FLAGS_host);
+  auto port = [](int flag, int from_config) { return flag >= 0 ? flag : from_config; };
+  server_options.grpc_port = port(absl::GetFlag(FLAGS_port), config->ports.coordinator);
+  server_options.rest_port = port(absl::GetFlag(FLAGS_rest_port), config->ports.coordinator_rest);
+  server_options.metrics_port = port(absl::GetFlag(FLAGS_metrics_port), config->ports.metrics);
+  for (int p : {server_options.grpc_port, server_options.rest_port, server_options.metrics_port}) {
+    if (p > 65535) return Fail(2, absl::StrCat("port ", p, " is out of range"));
+  }
+  absl::StatusOr<security::TlsOptions> tls = security::TlsFromFlags(config->security.tls);
+  if (!tls.ok()) return Fail(2, std::string(tls.status().message()));
+  server_options.tls = *tls;
+  absl::StatusOr<std::string> admin_token =
+      security::ResolveToken(absl::GetFlag(FLAGS_admin_token_file), "ONEBIT_ADMIN_TOKEN",
+                             config->security.admin_token_file);
+  if (!admin_token.ok()) return Fail(1, std::string(admin_token.status().message()));
+  absl::StatusOr<std::string> member_token =
+      security::ResolveToken(absl::GetFlag(FLAGS_member_token_file), "ONEBIT_MEMBER_TOKEN",
+                             config->security.member_token_file);
+  if (!member_token.ok()) return Fail(1, std::string(member_token.status().message()));
+  if (!admin_token->empty() && *admin_token == *member_token) {
+    return Fail(1, "the admin and member tokens must differ (a member could act as admin)");
+  }
+  server_options.tokens = {*admin_token, *member_token};
+  // The heartbeat timeout is seconds; a tick well under it keeps liveness fresh.
+  server_options.tick = std::min(absl::Milliseconds(200), options.heartbeat_timeout / 4);
+  absl::StatusOr<std::optional<Fault>> fault = ParseFault(absl::GetFlag(FLAGS_fault), {"kill_at_step"});
+  if (!fault.ok()) return Fail(2, std::string(fault.status().message()));
+  if (absl::GetFlag(FLAGS_check)) {
+    // Everything above is read-only: no state file, no checkpoint clean-up, no port.
+    std::printf("onebit-coordinator: flags and config OK (job of %d workers, %s exchange)\n",
+                config->workers, config->exchange.mode.c_str());
+    return 0;
+  }
   if (!config->checkpoint.dir.empty()) {
     absl::StatusOr<size_t> n = WorkloadParameterCount(config->workload);
     if (!n.ok()) return Fail(1, std::string(n.status().message()));
@@ -202,32 +239,6 @@ int Run(int argc, char** argv) {
     const absl::Status saved_now = save_state(options.generation, options.recoveries, false);
     if (!saved_now.ok()) return Fail(1, std::string(saved_now.message()));
   }
-  CoordinatorServerOptions server_options;
-  server_options.host = absl::GetFlag(FLAGS_host);
-  auto port = [](int flag, int from_config) { return flag >= 0 ? flag : from_config; };
-  server_options.grpc_port = port(absl::GetFlag(FLAGS_port), config->ports.coordinator);
-  server_options.rest_port = port(absl::GetFlag(FLAGS_rest_port), config->ports.coordinator_rest);
-  server_options.metrics_port = port(absl::GetFlag(FLAGS_metrics_port), config->ports.metrics);
-  for (int p : {server_options.grpc_port, server_options.rest_port, server_options.metrics_port}) {
-    if (p > 65535) return Fail(2, absl::StrCat("port ", p, " is out of range"));
-  }
-  absl::StatusOr<security::TlsOptions> tls = security::TlsFromFlags(config->security.tls);
-  if (!tls.ok()) return Fail(2, std::string(tls.status().message()));
-  server_options.tls = *tls;
-  absl::StatusOr<std::string> admin_token =
-      security::ResolveToken(absl::GetFlag(FLAGS_admin_token_file), "ONEBIT_ADMIN_TOKEN",
-                             config->security.admin_token_file);
-  if (!admin_token.ok()) return Fail(1, std::string(admin_token.status().message()));
-  absl::StatusOr<std::string> member_token =
-      security::ResolveToken(absl::GetFlag(FLAGS_member_token_file), "ONEBIT_MEMBER_TOKEN",
-                             config->security.member_token_file);
-  if (!member_token.ok()) return Fail(1, std::string(member_token.status().message()));
-  if (!admin_token->empty() && *admin_token == *member_token) {
-    return Fail(1, "the admin and member tokens must differ (a member could act as admin)");
-  }
-  server_options.tokens = {*admin_token, *member_token};
-  // The heartbeat timeout is seconds; a tick well under it keeps liveness fresh.
-  server_options.tick = std::min(absl::Milliseconds(200), options.heartbeat_timeout / 4);
 
   absl::StatusOr<std::unique_ptr<CoordinatorServer>> server =
       CoordinatorServer::Start(options, server_options);
@@ -239,8 +250,6 @@ int Run(int argc, char** argv) {
     if (!written.ok()) return Fail(1, std::string(written.message()));
   }
 
-  absl::StatusOr<std::optional<Fault>> fault = ParseFault(absl::GetFlag(FLAGS_fault), {"kill_at_step"});
-  if (!fault.ok()) return Fail(2, std::string(fault.status().message()));
   const absl::Duration linger = absl::GetFlag(FLAGS_linger);
   absl::Time finished_at = absl::InfiniteFuture();
   int exit_code = 0;

@@ -5,12 +5,12 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/metrics_server.h"
 #include "common/net.h"
 #include "config/job_config.h"
 #include "security/tls.h"
 #include "coordinator/log.h"
 #include "grpcpp/grpcpp.h"
-#include "prometheus/exposer.h"
 
 namespace onebit {
 
@@ -69,21 +69,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   s->addresses_.rest = JoinHostPort(host, s->rest_->port());
 
   if (server_options.metrics_port >= 0) {
-    try {
-      s->exposer_ = std::make_unique<prometheus::Exposer>(
-          JoinHostPort(host, server_options.metrics_port), /*num_threads=*/1);
-    } catch (const std::exception& e) {
-      return absl::UnavailableError(absl::StrCat("metrics: cannot bind ",
-                                                 JoinHostPort(host, server_options.metrics_port),
-                                                 ": ", e.what()));
-    }
-    s->exposer_->RegisterCollectable(s->metrics_->registry());
-    const std::vector<int> ports = s->exposer_->GetListeningPorts();
-    if (ports.empty()) {
-      return absl::UnavailableError(
-          absl::StrCat("metrics: cannot bind ", JoinHostPort(host, server_options.metrics_port)));
-    }
-    s->addresses_.metrics = JoinHostPort(host, ports.front());
+    absl::StatusOr<std::unique_ptr<MetricsServer>> metrics =
+        MetricsServer::Start(host, server_options.metrics_port);
+    if (!metrics.ok()) return metrics.status();
+    s->metrics_server_ = *std::move(metrics);
+    s->metrics_server_->RegisterCollectable(s->metrics_->registry());
+    s->addresses_.metrics = s->metrics_server_->address();
   }
 
   s->ticker_ = std::thread([server = s.get(), tick = server_options.tick] {
@@ -105,6 +96,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   if (!tls && (!tokens.admin.empty() || !tokens.member.empty())) {
     LogLine("warning: bearer tokens without TLS travel in clear text");
   }
+  // Every port serves: /readyz says so (probes, compose healthchecks).
+  if (s->metrics_server_ != nullptr) s->metrics_server_->SetReady();
   return s;
 }
 
@@ -113,6 +106,7 @@ CoordinatorServer::~CoordinatorServer() { Shutdown(); }
 void CoordinatorServer::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
+  if (metrics_server_ != nullptr) metrics_server_->SetNotReady("shutting down");
   // Sessions first (their loops would otherwise spin on a shut-down coordinator), then
   // the waits, then the servers, which now have nothing long-running to wait for.
   if (service_ != nullptr) service_->Shutdown();
@@ -126,7 +120,7 @@ void CoordinatorServer::Shutdown() {
     stop_ticker_.Notify();
     ticker_.join();
   }
-  exposer_.reset();
+  metrics_server_.reset();
 }
 
 }  // namespace onebit

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/metrics_server.h"
 #include "coordinator/address_file.h"
 #include "coordinator/clock.h"
 #include "coordinator/coordinator.h"
@@ -26,10 +27,6 @@
 namespace grpc {
 class Server;
 }  // namespace grpc
-
-namespace prometheus {
-class Exposer;
-}  // namespace prometheus
 
 namespace onebit {
 
@@ -87,7 +84,7 @@ class CoordinatorServer {
   std::unique_ptr<CoordinatorGrpcService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<RestMirror> rest_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<MetricsServer> metrics_server_;  // /metrics, /healthz, /readyz
   absl::Notification stop_ticker_;
   std::thread ticker_;
   CoordinatorAddresses addresses_;

@@ -17,6 +17,13 @@ packages=(
   iproute2 python3
   # The fuzzers (fuzz/): clang with its sanitizer and libFuzzer runtimes.
   clang libclang-rt-14-dev
+  # The deployment (deploy/images, deploy/compose, deploy/k8s; tests/deploy_test): podman
+  # as root with runc (its config: deploy/images/containers.conf, via CONTAINERS_CONF),
+  # name resolution between containers (dnsname), the pause binary of kube play
+  # (catatonit), debootstrap for the base image, Debian's python3-yaml for the test.
+  podman podman-compose runc containernetworking-plugins
+  golang-github-containernetworking-plugin-dnsname catatonit debootstrap
+  python3-yaml curl
 )
 
 missing=()
@@ -31,6 +38,15 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
 else
   echo "install-deps: all Debian packages present"
+fi
+
+# kubectl (its kustomize builds deploy/k8s) is not in Debian 12: it comes from Kubernetes'
+# own apt repository where that is configured (as on the project's machines); without it
+# the deploy test says that it skips the Kubernetes checks.
+if ! command -v kubectl >/dev/null; then
+  echo "install-deps: kubectl not found; trying apt-get install kubectl"
+  [ "$(id -u)" -eq 0 ] && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends kubectl \
+    || echo "install-deps: no kubectl package available; deploy/k8s is then only partly checked"
 fi
 
 # CUDA 13 (nvcc, cudart, NCCL) is preinstalled under /usr/local/cuda; Debian does not ship

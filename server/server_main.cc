@@ -14,7 +14,8 @@
 // and its channel to the coordinator; the member token (--member_token_file,
 // $ONEBIT_MEMBER_TOKEN or onebit.security.member_token_file) goes with its coordinator calls.
 //
-// It serves onebit.v1.ParameterServer over gRPC and Prometheus metrics at /metrics, writes
+// It serves onebit.v1.ParameterServer over gRPC and Prometheus metrics at /metrics (with
+// the probes /healthz and /readyz, ready once registered with the job), writes
 // the bound addresses to --address_file ({"grpc": "host:port", "metrics": "host:port"},
 // atomically) and runs until SIGTERM or SIGINT, then shuts down gracefully (exit 0).
 // Exit status: 2 a bad flag value, 1 a failure to start (absl exits 1 on unknown flags).
@@ -23,6 +24,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <atomic>
 #include <cstdint>
 #include <optional>
@@ -35,6 +37,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/fault.h"
 #include "common/parallel.h"
+#include "common/net.h"
 #include "common/signals.h"
 #include "coordinator/coordinator_client.h"
 #include "config/job_config.h"
@@ -54,6 +57,9 @@ ABSL_FLAG(std::string, host, "127.0.0.1", "Address to listen on (gRPC and /metri
 ABSL_FLAG(int, port, 0, "gRPC port; 0 picks a free one.");
 ABSL_FLAG(int, metrics_port, 0, "Port of /metrics; 0 picks a free one.");
 ABSL_FLAG(std::string, address_file, "", "Where to write the bound addresses as JSON.");
+ABSL_FLAG(std::string, advertise_host, "",
+          "Host name or address the workers reach this shard by, registered with the "
+          "coordinator (a container's service name when --host=0.0.0.0); default: --host.");
 ABSL_FLAG(std::string, config, "", "Job config: shards, workers and n from it (flags win).");
 ABSL_FLAG(std::string, coordinator, "", "host:port of the coordinator: register and heartbeat.");
 ABSL_FLAG(int, cpu_threads, -1,
@@ -63,6 +69,9 @@ ABSL_FLAG(int, retained_steps, 2, "Finished steps whose results are kept for ret
 ABSL_FLAG(std::string, member_token_file, "",
           "File holding the member token for the coordinator's calls; default: "
           "$ONEBIT_MEMBER_TOKEN, then onebit.security.member_token_file.");
+ABSL_FLAG(bool, check, false,
+          "Validate the flags and the config (and the TLS files and token they name), say so "
+          "and exit 0, without binding a port or writing a file (deployment checks).");
 ABSL_FLAG(std::string, fault, "",
           "Fault injection for tests: kill_at_step:STEP (SIGKILL once step STEP completes).");
 
@@ -75,6 +84,15 @@ constexpr int kExitRestart = 75;  // the job recovers in a newer generation: res
 // Set by the session callback before it raises SIGTERM at this process: the exit code that
 // the job's end (0), failure (1) or recovery (75) asks for.
 std::atomic<int> g_exit_code{0};
+// Set once the shard serves the job (main then waits for a signal to shut down gracefully).
+std::atomic<bool> g_serving{false};
+
+// `bound` (host:port) with --advertise_host for the host, if given.
+std::string Advertised(const std::string& bound) {
+  const std::string host = absl::GetFlag(FLAGS_advertise_host);
+  if (host.empty() || bound.empty()) return bound;
+  return onebit::JoinHostPort(host, std::stoi(bound.substr(bound.rfind(':') + 1)));
+}
 
 // Registers the shard and starts its heartbeat session; *reg gets the coordinator's answer
 // and *instance this process's id.
@@ -87,8 +105,8 @@ absl::StatusOr<std::unique_ptr<onebit::CoordinatorSession>> JoinJob(
   onebit::v1::RegisterRequest request;
   request.set_role(onebit::v1::ROLE_SERVER);
   request.set_instance_id(absl::StrCat(host, ":", getpid(), ":shard", shard));
-  request.set_address(process.grpc_address());
-  request.set_metrics_address(process.metrics_address());
+  request.set_address(Advertised(process.grpc_address()));
+  request.set_metrics_address(Advertised(process.metrics_address()));
   request.set_requested_rank(shard);
   absl::StatusOr<onebit::v1::RegisterResponse> reg =
       onebit::RegisterReplacing(client, request, heartbeat_interval * 4 + absl::Seconds(10));
@@ -211,13 +229,25 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_member_token_file), "ONEBIT_MEMBER_TOKEN", security.member_token_file);
   if (!member_token.ok()) return UsageError(std::string(member_token.status().message()));
 
-  // Block the termination signals in every thread (gRPC's and civetweb's inherit this
-  // mask), so that this thread alone receives them, synchronously, in sigwait.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  if (absl::GetFlag(FLAGS_check)) {
+    absl::StatusOr<std::optional<onebit::Fault>> fault =
+        onebit::ParseFault(absl::GetFlag(FLAGS_fault), {"kill_at_step"});
+    if (!fault.ok()) return UsageError(std::string(fault.status().message()));
+    std::cout << "onebit-server: flags and config OK (shard " << options.shard.shard << " of "
+              << options.shard.num_shards << ", " << options.shard.num_workers
+              << " workers, n = " << n << ")" << std::endl;
+    return 0;
+  }
+
+  // SIGTERM/SIGINT are taken on the watcher's thread (gRPC's and civetweb's threads inherit
+  // the mask it sets). While the shard is still joining the job (registration retries for
+  // up to onebit.failure.coordinator_retry_s) there is nothing to drain: leave at once;
+  // once it serves, main shuts down gracefully below.
+  onebit::TerminationWatcher signals([](int sig) {
+    if (g_serving.load()) return;
+    std::cerr << "onebit-server: signal " << sig << " while starting; exiting" << std::endl;
+    std::_Exit(g_exit_code.load());  // 0, or what the job's verdict asked for
+  });
 
   // Checkpoints need the coordinator (it commits them) and a directory.
   std::unique_ptr<onebit::server::ShardCheckpointer> checkpointer;
@@ -292,9 +322,11 @@ int main(int argc, char** argv) {
     session = *std::move(joined);
     if (checkpointer) checkpointer->Start(client.get(), instance);
   }
+  // Open for pushes (registered with the job, where there is one): /readyz says so.
+  if ((*process)->metrics_server() != nullptr) (*process)->metrics_server()->SetReady();
 
-  int signal = 0;
-  sigwait(&signals, &signal);
+  g_serving = true;
+  const int signal = signals.Wait();
   if (session) (void)session->Stop();
   std::cerr << "onebit-server: signal " << signal << ", shutting down" << std::endl;
   (*process)->Shutdown();

@@ -1,7 +1,5 @@
 #include "server/server_process.h"
 
-#include <exception>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/atomic_file.h"
@@ -57,17 +55,9 @@ absl::Status ServerProcess::Init() {
   grpc_address_ = JoinHostPort(options_.host, bound_port);
 
   if (options_.serve_metrics) {
-    const std::string bind = JoinHostPort(options_.host, options_.metrics_port);
-    try {  // prometheus-cpp (civetweb) reports a failed bind by throwing
-      exposer_ = std::make_unique<prometheus::Exposer>(bind, 2);
-    } catch (const std::exception& e) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot serve /metrics on ", bind, ": ", e.what()));
-    }
-    exposer_->RegisterCollectable(registry_);
-    const std::vector<int> ports = exposer_->GetListeningPorts();
-    if (ports.empty()) return absl::UnavailableError(absl::StrCat("no /metrics port on ", bind));
-    metrics_address_ = JoinHostPort(options_.host, ports.front());
+    ONEBIT_ASSIGN_OR_RETURN(metrics_server_, MetricsServer::Start(options_.host, options_.metrics_port));
+    metrics_server_->RegisterCollectable(registry_);
+    metrics_address_ = metrics_server_->address();
   }
 
   if (!options_.address_file.empty()) {
@@ -86,12 +76,13 @@ void ServerProcess::Shutdown() {
   }
   // Waiting streams first, so they end at once with UNAVAILABLE instead of at the grace
   // deadline; then gRPC stops and cancels whatever is still reading.
+  if (metrics_server_ != nullptr) metrics_server_->SetNotReady("shutting down");
   if (state_ != nullptr) state_->Shutdown();
   if (server_ != nullptr) {
     server_->Shutdown(std::chrono::system_clock::now() +
                       absl::ToChronoMilliseconds(options_.shutdown_grace));
   }
-  exposer_.reset();
+  metrics_server_.reset();
 }
 
 void ServerProcess::Wait() {

@@ -19,8 +19,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
+#include "common/metrics_server.h"
 #include "kernels/kernels.h"
-#include "prometheus/exposer.h"
 #include "prometheus/registry.h"
 #include "server/exchange_service.h"
 #include "server/server_metrics.h"
@@ -59,6 +59,9 @@ class ServerProcess {
 
   ShardState& state() { return *state_; }
   ServerMetrics& metrics() { return *metrics_; }
+  // /metrics, /healthz and /readyz (not ready until the owner calls SetReady(): once the
+  // shard is open for pushes); null without metrics.
+  MetricsServer* metrics_server() { return metrics_server_.get(); }
 
   // Wakes every waiting stream (UNAVAILABLE), stops accepting calls, waits up to
   // shutdown_grace for calls in flight, then cancels the rest.
@@ -77,7 +80,7 @@ class ServerProcess {
   std::unique_ptr<ShardState> state_;
   std::unique_ptr<ExchangeService> service_;
   std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<MetricsServer> metrics_server_;
   std::string grpc_address_, metrics_address_;
 
   absl::Mutex mu_;

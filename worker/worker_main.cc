@@ -1,8 +1,8 @@
 // onebit-worker: one worker of a job. Registers with the coordinator (which assigns the
 // rank), builds the workload and the exchange the config asks for (peer over gloo or NCCL,
 // the parameter-server shards, or hierarchical: a node group plus peer or shards between
-// nodes), trains in the coordinator's leases, serves /metrics,
-// and writes a summary for launchers.
+// nodes), trains in the coordinator's leases, serves /metrics (and the probes /healthz and
+// /readyz: ready once registered and training), and writes a summary for launchers.
 //
 //   onebit_worker --config=job.json --coordinator=127.0.0.1:PORT [--summary_file=F]
 //
@@ -10,6 +10,13 @@
 // channels to the coordinator and to the shards; the member token (--member_token_file,
 // $ONEBIT_MEMBER_TOKEN or onebit.security.member_token_file) goes with every coordinator
 // call. gloo's and NCCL's own links between workers are not covered (see README).
+//
+// SIGTERM or SIGINT: the worker leaves at once with exit 0 (an orchestrator stopping it):
+// /readyz turns 503, the output is flushed, and the process ends without waiting for the
+// step in flight, which may be blocked in a collective with a peer that is stopping too
+// (every file it writes is written atomically; the coordinator notices the member gone as
+// it notices any other, and a job that goes on recovers from its last checkpoint).
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -22,11 +29,15 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "prometheus/registry.h"
+#include "common/metrics_server.h"
 #include "common/signals.h"
 #include "coordinator/coordinator_client.h"
 #include "worker/transport/coordinator_gloo_store.h"
 #include "config/job_config.h"
+#include "config/model_spec.h"
 #include "kernels/cuda_backend.h"
 #include "kernels/kernels.h"
 #include "common/status_macros.h"
@@ -60,6 +71,9 @@ ABSL_FLAG(int, rank, -1, "Ask the coordinator for this rank (-1: the next free o
 ABSL_FLAG(int, cuda_device, 0, "GPU to use with onebit.device = cuda.");
 ABSL_FLAG(int, cpu_threads, -1,
           "Threads of the CPU kernels; -1: the config's onebit.cpu_threads (0: every usable CPU).");
+ABSL_FLAG(bool, check, false,
+          "Validate the flags and the config (and the TLS files and token they name), say so "
+          "and exit 0, without connecting, binding a port or writing a file (deployment checks).");
 ABSL_FLAG(std::string, fault, "",
           "Fault injection for tests: kill_in_exchange:STEP or kill_before_commit:STEP "
           "(SIGKILL at that point).");
@@ -116,7 +130,8 @@ class HistorySink : public TrainerMetricsSink {
 // The job's parts, in the order they must be torn down (reverse).
 struct Worker {
   std::unique_ptr<CoordinatorClient> client;
-  std::unique_ptr<MetricsEndpoint> metrics;
+  std::shared_ptr<prometheus::Registry> registry;
+  std::unique_ptr<MetricsServer> metrics;
   std::unique_ptr<WorkerMetrics> metrics_sink;
   std::unique_ptr<HistorySink> sink;
   std::unique_ptr<CoordinatorSession> session;
@@ -184,6 +199,28 @@ int ExitCodeAfterError() {
     absl::SleepFor(absl::Milliseconds(250));
   }
   return kExitFailed;
+}
+
+// The health endpoint of this process, for the signal thread (null while there is none).
+absl::Mutex g_health_mu(absl::kConstInit);
+MetricsServer* g_health ABSL_GUARDED_BY(g_health_mu) = nullptr;
+
+void PublishHealth(MetricsServer* server) {
+  absl::MutexLock lock(&g_health_mu);
+  g_health = server;
+}
+
+// SIGTERM/SIGINT, on the watcher's thread: leave at once (see the top of this file).
+void LeaveOnSignal(int sig) {
+  {
+    absl::MutexLock lock(&g_health_mu);
+    if (g_health != nullptr) g_health->SetNotReady("shutting down");
+  }
+  std::fprintf(stderr, "onebit-worker: %s; leaving the job (exit 0)\n",
+               sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(0);
 }
 
 absl::Duration RendezvousTimeout(const JobConfig& config) {
@@ -327,11 +364,24 @@ absl::Status Run() {
   ONEBIT_ASSIGN_OR_RETURN(std::optional<Fault> fault,
                           ParseFault(absl::GetFlag(FLAGS_fault),
                                      {"kill_in_exchange", "kill_before_commit"}));
+  if (absl::GetFlag(FLAGS_check)) {
+    ONEBIT_RETURN_IF_ERROR(WorkloadParameterCount(config.workload).status());
+    std::printf("onebit-worker: flags and config OK (%s, %s exchange, %s)\n",
+                config.workload.type.c_str(), config.exchange.mode.c_str(), config.device.c_str());
+    return absl::OkStatus();
+  }
   std::shared_ptr<CoordinatorClient> shared_client = std::move(client);
 
   const int port = absl::GetFlag(FLAGS_metrics_port) >= 0 ? absl::GetFlag(FLAGS_metrics_port)
                                                           : config.ports.metrics;
-  ONEBIT_ASSIGN_OR_RETURN(w.metrics, MetricsEndpoint::Start(absl::GetFlag(FLAGS_host), port));
+  w.registry = std::make_shared<prometheus::Registry>();
+  ONEBIT_ASSIGN_OR_RETURN(w.metrics, MetricsServer::Start(absl::GetFlag(FLAGS_host), port));
+  w.metrics->RegisterCollectable(w.registry);
+  w.metrics->SetNotReady("registering with the coordinator");
+  PublishHealth(w.metrics.get());
+  struct Unpublish {
+    ~Unpublish() { PublishHealth(nullptr); }
+  } unpublish;  // before w.metrics is destroyed
 
   const std::string instance = InstanceId();
   v1::RegisterRequest reg_request;
@@ -347,7 +397,8 @@ absl::Status Run() {
   std::fprintf(stderr, "worker rank %d of %d (job %s), metrics on :%d\n", reg.rank(),
                reg.world_size(), reg.job_id().c_str(), w.metrics->port());
   w.metrics_sink = std::make_unique<WorkerMetrics>(
-      w.metrics->registry(), std::map<std::string, std::string>{{"rank", absl::StrCat(reg.rank())}});
+      *w.registry, std::map<std::string, std::string>{{"rank", absl::StrCat(reg.rank())}});
+  w.metrics->SetNotReady("setting up the workload and the exchange");
   w.sink = std::make_unique<HistorySink>(w.metrics_sink.get(), absl::GetFlag(FLAGS_history_csv));
   SessionOptions session;
   // Several heartbeats per detection window, so that one late beat is no death.
@@ -442,7 +493,9 @@ absl::Status Run() {
                      ? absl::StrCat(" (error buffers reset: ", reg.resume().reason(), ")").c_str()
                      : "");
   }
+  w.metrics->SetReady();  // registered, set up, training
   ONEBIT_ASSIGN_OR_RETURN(TrainerSummary summary, w.trainer->Run());
+  w.metrics->SetNotReady("the job is over for this worker");
   // The last checkpoint's part is written and reported before this worker goes.
   if (w.checkpointer != nullptr) ONEBIT_RETURN_IF_ERROR(w.checkpointer->Flush());
 
@@ -464,6 +517,8 @@ absl::Status Run() {
 
 int main(int argc, char** argv) {
   onebit::IgnoreSigpipe();
+  // Before any thread starts, so that every thread inherits the blocked signals.
+  onebit::TerminationWatcher signals(&onebit::LeaveOnSignal);
   absl::ParseCommandLine(argc, argv);
   const absl::Status status = onebit::Run();
   if (!status.ok()) {

@@ -1,0 +1,520 @@
+#!/usr/bin/python3
+"""The deployment files, checked and then run for real under podman.
+
+Always (no podman needed):
+  1. deploy/compose: compose.yaml parses; every onebit container's command line is accepted
+     by its binary (the same flags plus --check, with the job config of the bind mount);
+     Prometheus scrapes every onebit service on 9100; Grafana's mounts exist and match
+     the provisioning files (deploy/grafana), when those are in the tree.
+  2. deploy/k8s: `kubectl kustomize` builds both overlays; every container's command line
+     (with $(VAR) filled in as Kubernetes would) is accepted by its binary with the job
+     config of its ConfigMap; probes on /healthz and /readyz, non-root, read-only root;
+     nvidia.com/gpu and the GPU image on the GPU overlay's workers.
+Then, as root with podman (DESIGN.md: runc, cgroupfs, containers.conf):
+  3. deploy/images/build.sh with the binaries of this build (cached base and layers).
+  4. the compose project with podman-compose (without Grafana unless its image is here:
+     there is no registry to pull it from): the job passes the switch, a worker metric is
+     read through the project's Prometheus (HTTP API), every member's healthcheck passes,
+     SIGTERM stops every member with exit 0, the project is removed.
+  5. the cpu overlay with `podman kube play`: the coordinator Deployment, the PVC and the
+     ConfigMap as they are; the StatefulSet and the indexed Job (kinds podman 4.3 does not
+     play) converted to the Pods Kubernetes would make of them; the job passes the switch;
+     SIGTERM stops every pod's container with exit 0.
+A part that cannot run says exactly why it skips. Parts 3-5 run one test at a time on a
+machine (a lock file), since they use fixed names.
+"""
+import contextlib
+import copy
+import fcntl
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+
+import yaml
+
+FAILURES = []
+SKIPS = []
+PASSES = 0
+
+
+def log(msg):
+    print(msg, flush=True)
+
+
+def check(cond, what):
+    global PASSES
+    if cond:
+        PASSES += 1
+        log(f"ok: {what}")
+    else:
+        FAILURES.append(what)
+        log(f"FAIL: {what}")
+    return cond
+
+
+def skip(what, why):
+    SKIPS.append(what)
+    log(f"SKIP: {what}: {why}")
+
+
+# ---- where things are ----
+RUNFILES = os.path.join(os.environ.get("TEST_SRCDIR", ""), os.environ.get("TEST_WORKSPACE", "onebit"))
+if not os.path.isdir(os.path.join(RUNFILES, "deploy")):
+    RUNFILES = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The source tree (runfiles are symlinks into it): compose resolves ../grafana from here.
+SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.realpath(os.path.join(RUNFILES, "deploy/compose/compose.yaml")))))
+COMPOSE_DIR = os.path.join(SOURCE, "deploy/compose")
+K8S_DIR = os.path.join(SOURCE, "deploy/k8s")
+TMP = os.environ.get("TEST_TMPDIR") or tempfile.mkdtemp()
+BINARIES = {
+    "onebit-coordinator": "coordinator/onebit-coordinator",
+    "onebit-server": "server/onebit-server",
+    "onebit-worker": "worker/onebit-worker",
+    "onebitctl": "tools/onebitctl",
+}
+ENV = dict(os.environ)
+ENV["PATH"] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+ENV["CONTAINERS_CONF"] = os.path.join(SOURCE, "deploy/images/containers.conf")
+PODMAN = ["podman", "--runtime", "runc", "--cgroup-manager=cgroupfs"]
+
+
+def run(argv, timeout=300, check_rc=False, quiet=False, **kw):
+    p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       timeout=timeout, env=ENV, **kw)
+    if check_rc and p.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} exited {p.returncode}:\n{p.stdout[-3000:]}")
+    if not quiet and p.returncode != 0:
+        log(f"  ({' '.join(argv[:6])}... exited {p.returncode}: {p.stdout.strip()[-800:]})")
+    return p
+
+
+def accepted(command, config_text, env_values, what):
+    """Runs the binary of `command` with its flags + --check; the config in a temp file."""
+    binary = command[0]
+    if binary not in BINARIES:
+        return check(False, f"{what}: unknown command {binary}")
+    path = os.path.join(TMP, f"config-{abs(hash(what))}.json")
+    with open(path, "w") as f:
+        f.write(config_text)
+    args = []
+    for a in command[1:]:
+        a = re.sub(r"\$\((\w+)\)", lambda m: env_values.get(m.group(1), m.group(0)), a)
+        check("$(" not in a, f"{what}: every $(VAR) of '{a}' is defined")
+        args.append(re.sub(r"^--config=.*", f"--config={path}", a))
+    p = run([os.path.join(RUNFILES, BINARIES[binary])] + args + ["--check"], timeout=60)
+    return check(p.returncode == 0 and "OK" in p.stdout,
+                 f"{what}: {binary} accepts {' '.join(command[1:])}")
+
+
+# ---- 1. compose ----
+def compose_services():
+    with open(os.path.join(COMPOSE_DIR, "compose.yaml")) as f:
+        return yaml.safe_load(f)["services"]
+
+
+def check_compose_files():
+    services = compose_services()
+    members = {n: s for n, s in services.items()
+               if str(s.get("command", [""])[0]).startswith("onebit-")}
+    check(len(members) == 7, f"compose: coordinator, 2 shards, 4 workers ({sorted(members)})")
+    with open(os.path.join(COMPOSE_DIR, "job.json")) as f:
+        job = f.read()
+    for name, s in members.items():
+        mounts = {v.split(":")[1]: v.split(":")[0] for v in s["volumes"]}
+        check(mounts.get("/etc/onebit/job.json") == "./job.json", f"compose {name}: job.json mounted")
+        check(mounts.get("/checkpoints") == "checkpoints", f"compose {name}: checkpoints volume")
+        check(s.get("restart") == "on-failure", f"compose {name}: restart on-failure (exit 75)")
+        check("/healthz" in " ".join(s["healthcheck"]["test"]), f"compose {name}: healthcheck on /healthz")
+        accepted(s["command"], job, {}, f"compose {name}")
+    with open(os.path.join(COMPOSE_DIR, "prometheus.yml")) as f:
+        prom = yaml.safe_load(f)
+    targets = {t for sc in prom["scrape_configs"] for st in sc["static_configs"] for t in st["targets"]}
+    check(targets == {f"{n}:9100" for n in members}, f"prometheus.yml scrapes every member ({sorted(targets)})")
+    cfg = json.loads(job)
+    check(cfg["onebit"]["checkpoint"]["dir"] == "/checkpoints", "compose job: checkpoints in the volume")
+    # Grafana: the mounts and the provisioning files agree (deploy/grafana, branch dash).
+    grafana = services["grafana"]
+    mounts = {v.split(":")[1]: os.path.normpath(os.path.join(COMPOSE_DIR, v.split(":")[0]))
+              for v in grafana["volumes"]}
+    prov = mounts.get("/etc/grafana/provisioning")
+    if prov is None or not os.path.isdir(os.path.join(prov, "datasources")):
+        skip("compose grafana provisioning files", f"{prov} is not in this tree (deploy/grafana comes from the dashboard's branch)")
+        return
+    ds = [yaml.safe_load(open(os.path.join(prov, "datasources", f)))
+          for f in os.listdir(os.path.join(prov, "datasources")) if f.endswith((".yaml", ".yml"))]
+    urls = [d["url"] for doc in ds for d in doc["datasources"]]
+    check("http://prometheus:9090" in urls, f"grafana datasource is the compose Prometheus ({urls})")
+    providers = [yaml.safe_load(open(os.path.join(prov, "dashboards", f)))
+                 for f in os.listdir(os.path.join(prov, "dashboards")) if f.endswith((".yaml", ".yml"))]
+    paths = [p["options"]["path"] for doc in providers for p in doc["providers"]]
+    for path in paths:
+        check(path in mounts and os.path.isdir(mounts[path]) and
+              any(f.endswith(".json") for f in os.listdir(mounts[path])),
+              f"grafana dashboards path {path} is mounted and holds the dashboard")
+
+
+# ---- 2. kustomize ----
+def kustomize(overlay):
+    p = run(["kubectl", "kustomize", os.path.join(K8S_DIR, "overlays", overlay)], timeout=120)
+    check(p.returncode == 0, f"kubectl kustomize overlays/{overlay} builds")
+    return list(yaml.safe_load_all(p.stdout)) if p.returncode == 0 else []
+
+
+def pod_spec(doc):
+    return doc["spec"]["template"]["spec"] if doc["kind"] in ("Deployment", "StatefulSet", "Job") else None
+
+
+def check_k8s_files():
+    if shutil.which("kubectl", path=ENV["PATH"]) is None:
+        skip("deploy/k8s", "kubectl is not installed (its kustomize builds the overlays)")
+        return None
+    docs = {}
+    for overlay in ("cpu", "gpu"):
+        objs = kustomize(overlay)
+        docs[overlay] = objs
+        kinds = sorted(f"{o['kind']}/{o['metadata']['name']}" for o in objs)
+        want = {"Deployment", "StatefulSet", "Job", "ConfigMap", "PersistentVolumeClaim", "Service"}
+        check(want <= {o["kind"] for o in objs}, f"{overlay}: {kinds}")
+        cm = [o for o in objs if o["kind"] == "ConfigMap"]
+        config = cm[0]["data"]["job.json"] if cm else "{}"
+        cfg = json.loads(config)
+        for o in objs:
+            spec = pod_spec(o)
+            if spec is None:
+                continue
+            name = f"{overlay} {o['kind']}/{o['metadata']['name']}"
+            sc = spec.get("securityContext", {})
+            check(sc.get("runAsNonRoot") is True and sc.get("runAsUser", 0) != 0, f"{name}: runs as non-root")
+            check(any(v.get("configMap", {}).get("name") == cm[0]["metadata"]["name"] for v in spec["volumes"]),
+                  f"{name}: mounts the job ConfigMap")
+            check(any("persistentVolumeClaim" in v for v in spec["volumes"]), f"{name}: checkpoints on the PVC")
+            ann = o["spec"]["template"]["metadata"].get("annotations", {})
+            check(ann.get("prometheus.io/scrape") == "true" and ann.get("prometheus.io/port") == "9100",
+                  f"{name}: Prometheus scrape annotations")
+            for c in spec["containers"]:
+                check(c["securityContext"].get("readOnlyRootFilesystem") is True, f"{name}: read-only root")
+                check(c["livenessProbe"]["httpGet"]["path"] == "/healthz" and
+                      c["readinessProbe"]["httpGet"]["path"] == "/readyz", f"{name}: probes on /healthz, /readyz")
+                values = {"SHARD_INDEX": "1", "POD_IP": "10.0.0.5", "JOB_COMPLETION_INDEX": "3", "POD_NAME": "p"}
+                accepted(c["command"] + c["args"], config, values, name)
+                gpus = c.get("resources", {}).get("limits", {}).get("nvidia.com/gpu")
+                if o["kind"] == "Job" and overlay == "gpu":
+                    check(gpus == 1 and "onebit-gpu" in c["image"], f"{name}: one nvidia.com/gpu, the GPU image")
+                else:
+                    check(gpus is None, f"{name}: no GPU asked")
+        if overlay == "gpu":
+            check(cfg["onebit"]["device"] == "cuda", "gpu overlay: job config with device cuda")
+        replicas = {o["kind"]: o["spec"].get("replicas", o["spec"].get("completions")) for o in objs
+                    if o["kind"] in ("StatefulSet", "Job")}
+        check(replicas.get("StatefulSet") == cfg["onebit"]["exchange"]["servers"] and
+              replicas.get("Job") == cfg["onebit"]["workers"],
+              f"{overlay}: {replicas} match the job config's servers and workers")
+    return docs
+
+
+# ---- podman helpers ----
+def podman(*args, timeout=300, **kw):
+    return run(PODMAN + list(args), timeout=timeout, **kw)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_get(url, timeout=5):
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except Exception as e:  # refused, timeout, HTTP error
+        return 0, str(e)
+
+
+def wait_for(what, fn, timeout):
+    deadline = time.time() + timeout
+    last = None
+    while time.time() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(2)
+    return last
+
+
+def live_prerequisites():
+    if os.geteuid() != 0:
+        return "not root: podman runs real containers here as root only (DESIGN.md)"
+    for tool in ("podman", "podman-compose", "debootstrap"):
+        if shutil.which(tool, path=ENV["PATH"]) is None:
+            return f"{tool} is not installed (deploy/install-deps.sh installs it)"
+    if os.environ.get("ONEBIT_DEPLOY_TEST_NO_PODMAN"):
+        return "ONEBIT_DEPLOY_TEST_NO_PODMAN is set"
+    return None
+
+
+# ---- 3. images ----
+def build_images():
+    p = run(["bash", os.path.join(SOURCE, "deploy/images/build.sh"), f"--bin_dir={RUNFILES}"],
+            timeout=3000)
+    log(p.stdout[-2500:])
+    return check(p.returncode == 0, "deploy/images/build.sh built and checked the images")
+
+
+# ---- 4. compose ----
+def prometheus_query(port, query):
+    status, body = http_get(f"http://127.0.0.1:{port}/api/v1/query?query={urllib.parse.quote(query)}")
+    if status != 200:
+        return None
+    data = json.loads(body)
+    return data["data"]["result"] if data.get("status") == "success" else None
+
+
+def run_compose():
+    project = f"onebittest{os.getpid()}"
+    compose = os.path.join(COMPOSE_DIR, "compose.yaml")
+    prom_port, rest_port = free_port(), free_port()
+    ENV.update(ONEBIT_PROMETHEUS_PORT=str(prom_port), ONEBIT_REST_PORT=str(rest_port),
+               ONEBIT_GRAFANA_PORT=str(free_port()))
+    services = [s for s in compose_services() if s != "grafana"]
+    grafana_image = re.sub(r"\$\{ONEBIT_GRAFANA_IMAGE:-(.*)\}", r"\1", compose_services()["grafana"]["image"])
+    if podman("image", "exists", grafana_image, quiet=True).returncode == 0:
+        services.append("grafana")
+    else:
+        skip("compose service grafana", f"image {grafana_image} is not here and there is no registry to pull it "
+             "from (Grafana is not packaged by Debian 12); its provisioning files are checked above")
+    pc = ["podman-compose", "-p", project, "-f", compose]
+    try:
+        p = run(pc + ["up", "-d"] + services, timeout=600)
+        check(p.returncode == 0, f"podman-compose up -d {' '.join(services)}")
+        freeze = json.load(open(os.path.join(COMPOSE_DIR, "job.json")))["optimizer"]["params"]["freeze_step"]
+
+        def past_switch():
+            r = prometheus_query(prom_port, "min(onebit_worker_step)")
+            if r and float(r[0]["value"][1]) > freeze:
+                return r
+            return None
+        r = wait_for("switch", past_switch, 300)
+        check(bool(r), f"compose: every worker past the switch (freeze_step {freeze}), "
+              f"read through Prometheus: min(onebit_worker_step) = {r[0]['value'][1] if r else None}")
+        stages = prometheus_query(prom_port, "onebit_worker_stage") or []
+        check(len(stages) == 4 and all(s["value"][1] == "1" for s in stages),
+              f"compose: onebit_worker_stage of 4 workers through Prometheus: "
+              f"{[(s['metric'].get('instance'), s['value'][1]) for s in stages]}")
+        up = prometheus_query(prom_port, "up") or []
+        check(len(up) == 7 and all(u["value"][1] == "1" for u in up),
+              f"compose: Prometheus scraped all 7 members: {[(u['metric']['instance'], u['value'][1]) for u in up]}")
+        names = {s: f"{project}_{s}_1" for s in services}
+        for s in services:
+            if s in ("prometheus", "grafana"):
+                continue
+            state = podman("inspect", "-f", "{{.State.Status}}", names[s], quiet=True).stdout.strip()
+            if state == "running":
+                hc = podman("healthcheck", "run", names[s], quiet=True)
+                check(hc.returncode == 0, f"compose {s}: healthcheck (curl /healthz in the container) passes")
+        code, body = http_get(f"http://127.0.0.1:{rest_port}/v1/job")
+        check(code == 200 and "step" in body, f"compose: the coordinator's REST mirror on the host port ({code})")
+        # SIGTERM to every member at once (docker compose stop does the same).
+        members = [names[s] for s in services if s not in ("prometheus", "grafana")]
+        podman("stop", "-t", "20", *members, timeout=120)
+        codes = {m: podman("inspect", "-f", "{{.State.ExitCode}}", m, quiet=True).stdout.strip() for m in members}
+        check(all(c == "0" for c in codes.values()), f"compose: every member exited 0 after SIGTERM (or at the job's end): {codes}")
+        if any(c != "0" for c in codes.values()):
+            for m in members:
+                log(podman("logs", "--tail", "15", m, quiet=True).stdout)
+    finally:
+        run(pc + ["down", "-v"], timeout=300, quiet=True)
+        podman("network", "rm", "-f", f"{project}_default", quiet=True)
+        left = podman("ps", "-a", "--filter", f"label=io.podman.compose.project={project}", "-q", quiet=True).stdout.split()
+        check(not left, "compose: project removed")
+
+
+# ---- 5. podman kube play ----
+def as_pods(objs, subnet_prefix):
+    """The cpu overlay's objects as podman 4.3 plays them: Deployments, PVCs and ConfigMaps
+    as they are; each StatefulSet replica and each index of an indexed Job as the Pod
+    Kubernetes would make (pod-index label, JOB_COMPLETION_INDEX); Services dropped, the
+    coordinator's name pointed at its pod (hostAliases), status.podIP (which podman 4.3
+    does not fill in) set to the static address the pod is played with, $(VAR) in command
+    and args expanded (by the kubelet on Kubernetes; podman 4.3 leaves them), containerPorts
+    left out (podman 4.3 publishes each on the host, so the second pod's 9100 would clash;
+    on Kubernetes they publish nothing)."""
+    first, rest, ips = [], [], []
+    coordinator_ip = f"{subnet_prefix}.10"
+    next_ip = [20]
+    for o in objs:
+        kind = o["kind"]
+        if kind in ("ConfigMap", "PersistentVolumeClaim"):
+            first.append(o)
+        elif kind == "Deployment":
+            o = copy.deepcopy(o)
+            for c in o["spec"]["template"]["spec"]["containers"]:
+                c.pop("ports", None)  # podman 4.3 publishes them on the host (see the docstring)
+            first.append(o)
+        elif kind in ("StatefulSet", "Job"):
+            n = o["spec"].get("replicas", o["spec"].get("completions", 1))
+            for i in range(n):
+                tmpl = copy.deepcopy(o["spec"]["template"])
+                name = f"{o['metadata']['name']}-{i}"
+                ip = f"{subnet_prefix}.{next_ip[0]}"
+                next_ip[0] += 1
+                meta = tmpl["metadata"]
+                meta["name"] = name
+                meta.setdefault("labels", {})
+                if kind == "StatefulSet":
+                    meta["labels"]["apps.kubernetes.io/pod-index"] = str(i)
+                spec = tmpl["spec"]
+                spec["hostAliases"] = [{"ip": coordinator_ip, "hostnames": ["onebit-coordinator"]}]
+                if kind == "Job":
+                    spec["restartPolicy"] = "OnFailure"
+                for c in spec["containers"]:
+                    c.pop("ports", None)
+                    env = []
+                    for e in c.get("env", []):
+                        if e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "status.podIP":
+                            e = {"name": e["name"], "value": ip}
+                        env.append(e)
+                    if kind == "Job":
+                        env.append({"name": "JOB_COMPLETION_INDEX", "value": str(i)})
+                    values = {}
+                    for e in env:
+                        path = e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath", "")
+                        m = re.match(r"metadata\.labels\['(.+)'\]$", path)
+                        values[e["name"]] = (e["value"] if "value" in e else
+                                             meta["labels"].get(m.group(1), "") if m else
+                                             name if path == "metadata.name" else "")
+                    # Kubernetes expands $(VAR) in command and args; podman 4.3 does not.
+                    expand = lambda a: re.sub(r"\$\((\w+)\)", lambda m: values.get(m.group(1), m.group(0)), a)
+                    c["command"] = [expand(a) for a in c.get("command", [])]
+                    c["args"] = [expand(a) for a in c.get("args", [])]
+                    c["env"] = env
+                rest.append({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec})
+                ips.append(ip)
+        elif kind == "Service":
+            log(f"  kube play: Service/{o['metadata']['name']} dropped (podman has no Services; "
+                "the name is pointed at the pod with hostAliases)")
+    return first, rest, coordinator_ip, ips
+
+
+def container_exit_codes(pods):
+    codes = {}
+    for pod in pods:
+        p = podman("pod", "inspect", pod, "--format", "{{range .Containers}}{{.Name}} {{end}}", quiet=True)
+        if p.returncode != 0:
+            codes[pod] = "missing"
+            continue
+        for c in p.stdout.split():
+            if c.endswith("-infra"):
+                continue
+            codes[c] = podman("inspect", "-f", "{{.State.ExitCode}} {{.State.Status}}", c, quiet=True).stdout.strip()
+    return codes
+
+
+def run_kube_play(objs):
+    net = f"onebitk8s{os.getpid()}"
+    octet = 100 + os.getpid() % 100
+    prefix = f"10.231.{octet}"
+    first, rest, coord_ip, ips = as_pods(objs, prefix)
+    f1, f2 = os.path.join(TMP, "kube-first.yaml"), os.path.join(TMP, "kube-pods.yaml")
+    fcm = os.path.join(TMP, "kube-configmap.yaml")
+    with open(f1, "w") as f:
+        yaml.safe_dump_all(first, f)
+    with open(fcm, "w") as f:  # the second play reads the same ConfigMap
+        yaml.safe_dump_all([o for o in first if o["kind"] == "ConfigMap"], f)
+    with open(f2, "w") as f:
+        yaml.safe_dump_all(rest, f)
+    pods = []
+    try:
+        p = podman("network", "create", "--subnet", f"{prefix}.0/24", net)
+        if not check(p.returncode == 0, f"kube play: network {net} ({prefix}.0/24)"):
+            return
+        p = podman("kube", "play", "--network", net, "--ip", coord_ip, f1, timeout=300)
+        check(p.returncode == 0, "podman kube play: Deployment/onebit-coordinator, PVC, ConfigMap")
+        pods.append("onebit-coordinator-pod-0")
+        args = ["kube", "play", "--network", net, "--configmap", fcm]
+        for ip in ips:
+            args += ["--ip", ip]
+        p = podman(*args, f2, timeout=600)
+        if not check(p.returncode == 0, f"podman kube play: {len(rest)} pods of the StatefulSet and the indexed Job"):
+            return
+        pods += [d["metadata"]["name"] for d in rest]
+        coord = "onebit-coordinator-pod-0-coordinator"
+        cfg = json.loads([o for o in first if o["kind"] == "ConfigMap"][0]["data"]["job.json"])
+        freeze = cfg["optimizer"]["params"]["freeze_step"]
+
+        def step():
+            out = podman("exec", coord, "curl", "-fsS", "http://127.0.0.1:9100/metrics", quiet=True).stdout
+            m = re.search(r"^onebit_coordinator_step(?:\{[^}]*\})? (\S+)", out, re.M)
+            return float(m.group(1)) if m and float(m.group(1)) > freeze else None
+        s = wait_for("kube switch", step, 240)
+        check(bool(s), f"kube play: the job passed the switch (coordinator step {s} > freeze_step {freeze})")
+        if not s:
+            for pod in pods:
+                log(podman("pod", "logs", "--tail", "10", pod, quiet=True).stdout)
+        ready = podman("exec", coord, "curl", "-fsS", "http://127.0.0.1:9100/readyz", quiet=True)
+        check(ready.returncode == 0, "kube play: the coordinator's readiness probe endpoint answers ready")
+        user = podman("exec", coord, "id", "-u", quiet=True).stdout.strip()
+        ro = podman("exec", coord, "sh", "-c", "touch /x", quiet=True).returncode
+        check(user == "10001" and ro != 0, f"kube play: runs as uid {user}, root file system read-only")
+        podman("pod", "stop", "-t", "20", *pods, timeout=180)
+        codes = container_exit_codes(pods)
+        check(codes and all(c.startswith("0 ") for c in codes.values()),
+              f"kube play: every container exited 0 after SIGTERM (or at the job's end): {codes}")
+    finally:
+        for f in (f2, f1):
+            podman("kube", "down", f, timeout=180, quiet=True)
+        for v in podman("volume", "ls", "-q", quiet=True).stdout.split():
+            if v == "onebit-checkpoints" or v.startswith("onebit-job-"):
+                podman("volume", "rm", "-f", v, quiet=True)
+        podman("network", "rm", "-f", net, quiet=True)
+        left = podman("pod", "ls", "-q", "--filter", "name=onebit-", quiet=True).stdout.split()
+        check(not left, "kube play: pods removed")
+
+
+def main():
+    log(f"source tree: {SOURCE}")
+    check_compose_files()
+    docs = check_k8s_files()
+    why = live_prerequisites()
+    if why:
+        skip("images, compose and kube play under podman", why)
+    else:
+        lock = open("/tmp/onebit-deploy-test.lock", "w")
+        log("waiting for the machine's podman lock (one deploy test at a time)")
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        t0 = time.time()
+        # For working on one part: ONEBIT_DEPLOY_TEST_PARTS=kube (default: compose,kube).
+        parts = os.environ.get("ONEBIT_DEPLOY_TEST_PARTS", "compose,kube").split(",")
+        if build_images():
+            log(f"images: {time.time() - t0:.0f} s")
+            t1 = time.time()
+            if "compose" in parts:
+                run_compose()
+                log(f"compose: {time.time() - t1:.0f} s")
+            if "kube" not in parts:
+                pass
+            elif docs:
+                t2 = time.time()
+                run_kube_play(docs["cpu"])
+                log(f"kube play: {time.time() - t2:.0f} s")
+            else:
+                skip("podman kube play", "no kustomize output (see above)")
+    log(f"deploy_test: {PASSES} checks passed, {len(FAILURES)} failed, {len(SKIPS)} parts skipped")
+    for f in FAILURES:
+        log(f"  failed: {f}")
+    for s in SKIPS:
+        log(f"  skipped: {s}")
+    return 1 if FAILURES else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
