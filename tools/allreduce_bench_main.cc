@@ -13,6 +13,7 @@
 // the median and every iteration's seconds and the bytes this rank sent per iteration.
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -95,7 +96,8 @@ absl::Status Main() {
   for (float& x : input) x = dist(rng);
   std::vector<float> work(n);
 
-  for (const std::string& algo : absl::StrSplit(absl::GetFlag(FLAGS_algos), ',')) {
+  const std::vector<std::string> algos = absl::StrSplit(absl::GetFlag(FLAGS_algos), ',');
+  for (const std::string& algo : algos) {
     std::function<absl::Status()> run;
     std::unique_ptr<ExactAllreduce> exact;
     std::unique_ptr<AllToAllAllreduce> alltoall;
@@ -109,7 +111,9 @@ absl::Status Main() {
       run = [&] { return alltoall->Run(input.data()); };
     } else if (algo == "ring" || algo == "ring_bf16" || algo == "ring_fp16") {
       ExactAllreduceOptions o;
-      if (algo != "ring") ONEBIT_ASSIGN_OR_RETURN(o.wire_dtype, ParseWireDtype(algo.substr(5)));
+      if (algo != "ring") {
+        ONEBIT_ASSIGN_OR_RETURN(o.wire_dtype, ParseWireDtype(algo.substr(5)));
+      }
       if (absl::GetFlag(FLAGS_segment) > 0) o.segment_elements = absl::GetFlag(FLAGS_segment);
       ONEBIT_ASSIGN_OR_RETURN(exact, ExactAllreduce::Create(backend.get(), t.get(), n, o));
       run = [&] { return exact->Run(input.data()); };

@@ -25,13 +25,17 @@ ITERS=${5:-5}
 STEPS_100M=${6:-5}
 STEPS_1G=${7:-10}
 OUT=out/bench_warmup
+# A cluster of its own beside the default one (another benchmark may be using that).
+export ONEBIT_CLUSTER=${ONEBIT_CLUSTER:-warmup}
+export ONEBIT_CLUSTER_SUBNET=${ONEBIT_CLUSTER_SUBNET:-10.214.0}
 [ "$(id -u)" -eq 0 ] || { echo "bench_warmup: needs root (network namespaces)" >&2; exit 1; }
 for f in deploy/onebit-launch coordinator/onebit-coordinator server/onebit-server worker/onebit-worker; do
   [ -x "$BASE/$f" ] || { echo "bench_warmup: $BASE/$f missing" >&2; exit 1; }
 done
 bazel build --disk_cache=/work/.bazel-disk-cache //deploy:onebit-launch \
   //coordinator:onebit-coordinator //server:onebit-server //worker:onebit-worker \
-  //tools:onebit-allreduce-bench > /dev/null
+  //tools:onebit-allreduce-bench > /dev/null 2>&1 ||
+  { echo "bench_warmup: bazel build failed" >&2; exit 1; }
 NEW=$(realpath bazel-bin)
 rm -rf "$OUT"
 mkdir -p "$OUT"
@@ -49,7 +53,7 @@ job_json() {  # STEPS DTYPE
 EOF
 }
 
-node_tx() { tools/emulated_cluster.sh bytes | awk '{s += $2} END {print s}'; }
+node_tx() { tools/emulated_cluster.sh bytes | awk '{s += $2} END {printf "%.0f\n", s}'; }
 rate_bits() { case $1 in *gbit) echo $((${1%gbit} * 1000000000)) ;; *mbit) echo $((${1%mbit} * 1000000)) ;; esac; }
 
 {
@@ -66,8 +70,8 @@ for RATE in $RATES; do
   store=$(mktemp -d /tmp/bench_warmup_store.XXXXXX)
   pids=()
   for ((i = 0; i < NODES; ++i)); do
-    ip netns exec "onebit-node$i" "$NEW/tools/onebit-allreduce-bench" --rank=$i --world=$NODES \
-      --hostname="10.213.0.$((10 + i))" --store="$store" --n="$PARAMS" --iters="$ITERS" \
+    ip netns exec "$ONEBIT_CLUSTER-node$i" "$NEW/tools/onebit-allreduce-bench" --rank=$i \
+      --world=$NODES --hostname="$ONEBIT_CLUSTER_SUBNET.$((10 + i))" --store="$store" --n="$PARAMS" --iters="$ITERS" \
       --algos=gloo_ring,alltoall,ring,ring_bf16 > "$OUT/allreduce-$RATE-$i.log" 2>&1 &
     pids+=($!)
   done

@@ -23,7 +23,7 @@
 // carries one flow each way. The former exchange sent the same bytes with one AllToAll,
 // W-1 TCP flows at once on each rate-limited link, then summed after everything had
 // arrived (BENCHMARKS.md, "Warmup exchange: pipelined ring (issue 7)"). Chunks move in
-// segments of `segment_elements`, so that no call holds a whole chunk in flight.
+// segments of at most `segment_elements`.
 //
 // Thread safety: one thread at a time. Backend and transport are borrowed.
 #ifndef ONEBIT_WORKER_EXCHANGE_EXACT_ALLREDUCE_H_
@@ -48,10 +48,11 @@ absl::StatusOr<kernels::WireDtype> ParseWireDtype(absl::string_view name);
 struct ExactAllreduceOptions {
   // What the partial sums travel as.
   kernels::WireDtype wire_dtype = kernels::WireDtype::kFp32;
-  // Elements per SendRecv (>= 1). Each SendRecv costs a round trip and, with gloo, a few
-  // hundred microseconds (milliseconds on a loaded machine) of its own; 1M elements is
-  // 4 MiB of fp32, 0.34 s at 100 Mbit/s and 3.4 ms at 10 Gbit/s.
-  size_t segment_elements = size_t{1} << 20;
+  // Elements per SendRecv (>= 1): bounds one message. Each SendRecv costs a round trip
+  // and, with gloo, a few hundred microseconds (milliseconds on a loaded machine) of its
+  // own, and the calls block, so smaller segments do not overlap more: on the emulated
+  // cluster 1M-element segments were no faster than whole chunks (BENCHMARKS.md).
+  size_t segment_elements = size_t{1} << 24;
 };
 
 class ExactAllreduce {
