@@ -3,7 +3,7 @@
 # namespaces with one worker each, every node's link limited to RATE with tc (issue 7).
 #
 #   sudo tools/bench_warmup.sh BASELINE_BIN [NODES=4] [PARAMS=25000000] [RATES="100mbit 1gbit"]
-#                              [ITERS=5] [STEPS_100M=5] [STEPS_1G=10]
+#                              [ITERS=5] [STEPS_100M=5] [STEPS_1G=10] [JOBS=1]
 #
 # BASELINE_BIN is a bin dir (deploy/, coordinator/, server/, worker/) built from the commit
 # to compare with; this tree's bazel-bin is the new one. For each rate, in one run:
@@ -24,6 +24,7 @@ RATES=${4:-"100mbit 1gbit"}
 ITERS=${5:-5}
 STEPS_100M=${6:-5}
 STEPS_1G=${7:-10}
+JOBS=${8:-1}  # 0: the exchange alone
 OUT=out/bench_warmup
 # A cluster of its own beside the default one (another benchmark may be using that).
 export ONEBIT_CLUSTER=${ONEBIT_CLUSTER:-warmup}
@@ -96,6 +97,7 @@ PY
     echo
   } >> "$OUT/results.md"
   # 2. Whole jobs.
+  [ "$JOBS" = 1 ] || continue
   steps=$STEPS_1G
   [ "$RATE" = 100mbit ] && steps=$STEPS_100M
   job_json "$steps" fp32 > "$OUT/job-fp32.json"
