@@ -166,7 +166,9 @@ absl::Status Parse(const Value& root, JobConfig* c) {
                                 {{"mode", String(&c->exchange.mode, {"peer", "ps", "hierarchical"})},
                                  {"servers", Integer(&c->exchange.servers, 0, 1024)},
                                  {"local_size", Integer(&c->exchange.local_size, 1, 1024)},
-                                 {"inter", String(&c->exchange.inter, {"peer", "ps"})}});
+                                 {"inter", String(&c->exchange.inter, {"peer", "ps"})},
+                                 {"warmup_dtype", String(&c->exchange.warmup_dtype,
+                                                         {"fp32", "bf16", "fp16"})}});
                 }},
                {"freeze",
                 [&](const Value& f, const std::string& fp) {
@@ -257,6 +259,11 @@ absl::Status Parse(const Value& root, JobConfig* c) {
   if (x.mode != "hierarchical" && (x.local_size != 1 || x.inter != "peer")) {
     return Bad(x.local_size != 1 ? "onebit.exchange.local_size" : "onebit.exchange.inter",
                "only applies to mode hierarchical");
+  }
+  if (x.mode != "peer" && x.warmup_dtype != "fp32") {
+    return Bad("onebit.exchange.warmup_dtype",
+               absl::StrCat("only peer mode can carry ", x.warmup_dtype,
+                            " (the parameter-server and hierarchical warmups are fp32)"));
   }
   if (x.mode == "hierarchical" && c->workers % x.local_size != 0) {
     return Bad("onebit.exchange.local_size",
@@ -351,7 +358,8 @@ std::string JobConfigToJson(const JobConfig& c) {
     "cpu_threads": %d,
     "lease_steps": %d,
     "log_every": %d,
-    "exchange": {"mode": "%s", "servers": %d, "local_size": %d, "inter": "%s"},
+    "exchange": {"mode": "%s", "servers": %d, "local_size": %d, "inter": "%s",
+                 "warmup_dtype": "%s"},
     "freeze": {"mode": "%s", "threshold": %.17g, "reports_in_a_row": %d, "report_interval": %d,
                "min_warmup": %d, "max_warmup": %d},
     "workload": {"type": "%s", "hidden": [%s], "data_dir": "%s", "eval_every": %d,
@@ -367,8 +375,9 @@ std::string JobConfigToJson(const JobConfig& c) {
 }
 )",
       c.micro_batch, c.steps, c.seed, o.type, o.lr, o.beta1, o.beta2, o.eps, o.weight_decay,
-      o.freeze_step, o.comm_backend_name, c.workers, c.device, c.cpu_threads, c.lease_steps, c.log_every,
-      c.exchange.mode, c.exchange.servers, c.exchange.local_size, c.exchange.inter, c.freeze.mode, c.freeze.threshold,
+      o.freeze_step, o.comm_backend_name, c.workers, c.device, c.cpu_threads, c.lease_steps,
+      c.log_every, c.exchange.mode, c.exchange.servers, c.exchange.local_size, c.exchange.inter,
+      c.exchange.warmup_dtype, c.freeze.mode, c.freeze.threshold,
       c.freeze.reports_in_a_row, c.freeze.report_interval, c.freeze.min_warmup,
       c.freeze.max_warmup, c.workload.type, absl::StrJoin(c.workload.hidden, ", "),
       Quote(c.workload.data_dir), c.workload.eval_every, c.workload.parameters, c.ports.coordinator,

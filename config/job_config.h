@@ -67,6 +67,10 @@ struct ExchangeConfig {
   // hierarchical: how a node's slice crosses nodes, "peer" or "ps" (then servers must be a
   // multiple of local_size: local rank l uses shards [l*K, (l+1)*K), K = servers/local_size).
   std::string inter = "peer";
+  // What the full-precision (warmup) exchange carries on the wire: "fp32", or "bf16" /
+  // "fp16" (half the bytes; partial sums rounded to nearest even, summed in float32; fp16
+  // overflows to inf past 65504). Peer mode only.
+  std::string warmup_dtype = "fp32";
 };
 
 

@@ -77,7 +77,19 @@ TEST(JobConfigTest, EmptyObjectGivesDefaults) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->optimizer.type, "OneBitAdam");
   EXPECT_EQ(c->exchange.mode, "peer");
+  EXPECT_EQ(c->exchange.warmup_dtype, "fp32");
   EXPECT_EQ(c->workers, 1);
+}
+
+TEST(JobConfigTest, WarmupDtype) {
+  for (const std::string dtype : {"fp32", "bf16", "fp16"}) {
+    auto c = ParseJobConfig(R"({"onebit": {"exchange": {"warmup_dtype": ")" + dtype + R"("}}})");
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->exchange.warmup_dtype, dtype);
+    auto again = ParseJobConfig(JobConfigToJson(*c));
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ(again->exchange.warmup_dtype, dtype);
+  }
 }
 
 TEST(JobConfigTest, SecurityBlock) {
@@ -140,6 +152,10 @@ TEST(JobConfigTest, RejectsBadConfigsNamingTheKey) {
       {R"({"onebit": {"exchange": {"mode": "ps"}}})", "onebit.exchange.servers"},
       {R"({"onebit": {"exchange": {"mode": "ring"}}})", "onebit.exchange.mode"},
       {R"({"onebit": {"exchange": {"servers": 2}}})", "onebit.exchange.servers"},
+      {R"({"onebit": {"exchange": {"warmup_dtype": "fp8"}}})", "onebit.exchange.warmup_dtype"},
+      {R"({"onebit": {"exchange": {"warmup_dtype": 16}}})", "onebit.exchange.warmup_dtype"},
+      {R"({"onebit": {"exchange": {"mode": "ps", "servers": 1, "warmup_dtype": "bf16"}}})",
+       "onebit.exchange.warmup_dtype: only peer mode"},
       {R"({"onebit": {"freeze": {"threshold": 0}}})", "onebit.freeze.threshold"},
       {R"({"onebit": {"freeze": {"min_warmup": 10, "max_warmup": 5}}})", "onebit.freeze.max_warmup"},
       {R"({"onebit": {"workload": {"hidden": []}}})", "onebit.workload.hidden"},

@@ -321,6 +321,62 @@ __global__ void AverageRowsKernel(const float* rows, int num_rows, size_t count,
   }
 }
 
+// The full-precision exchange's wire formats. The conversions are wire_dtype.h's, the very
+// code the CPU backend runs.
+template <WireDtype kDtype>
+__device__ inline float LoadWire(const void* p, size_t i) {
+  if constexpr (kDtype == WireDtype::kFp32) {
+    return static_cast<const float*>(p)[i];
+  } else if constexpr (kDtype == WireDtype::kBf16) {
+    return Bf16ToFloat(static_cast<const uint16_t*>(p)[i]);
+  } else {
+    return Fp16ToFloat(static_cast<const uint16_t*>(p)[i]);
+  }
+}
+
+template <WireDtype kDtype>
+__device__ inline void StoreWire(void* p, size_t i, float v) {
+  if constexpr (kDtype == WireDtype::kFp32) {
+    static_cast<float*>(p)[i] = v;
+  } else if constexpr (kDtype == WireDtype::kBf16) {
+    static_cast<uint16_t*>(p)[i] = FloatToBf16(v);
+  } else {
+    static_cast<uint16_t*>(p)[i] = FloatToFp16(v);
+  }
+}
+
+template <WireDtype kDtype>
+__global__ void ToWireKernel(const float* x, size_t n, void* out) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    StoreWire<kDtype>(out, i, x[i]);
+  }
+}
+
+// SumRowsKernel over rows in a wire format: the same float32 adds in the same order.
+template <WireDtype kDtype>
+__global__ void SumWireRowsKernel(const void* rows, int num_rows, size_t count, float* out) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += stride) {
+    float acc = 0.0f;
+    for (int j = 0; j < num_rows; ++j) {
+      acc = __fadd_rn(acc, LoadWire<kDtype>(rows, static_cast<size_t>(j) * count + i));
+    }
+    out[i] = acc;
+  }
+}
+
+template <WireDtype kDtype>
+__global__ void WireToFloatKernel(const void* in, size_t n, float* out) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    out[i] = LoadWire<kDtype>(in, i);
+  }
+}
+
 __global__ void AdamWarmupKernel(AdamArgs a, const float* g, float grad_scale, float* m,
                                  float* v, float* p, size_t n) {
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
@@ -596,6 +652,77 @@ class CudaBackend final : public Backend {
       ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
     }
     return CopyToHost(host_result, &scratch_->total, sizeof(double));
+  }
+
+  absl::Status ToWire(WireDtype dtype, const float* x, size_t n, void* out) override {
+    if (n == 0) return absl::OkStatus();
+    ONEBIT_RETURN_IF_ERROR(Activate());
+    switch (dtype) {
+      case WireDtype::kFp32:
+        if (out != x) {
+          ONEBIT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out, x, n * sizeof(float),
+                                                      cudaMemcpyDeviceToDevice, stream_));
+        }
+        return absl::OkStatus();
+      case WireDtype::kBf16:
+        ToWireKernel<WireDtype::kBf16><<<Blocks(n), kThreads, 0, stream_>>>(x, n, out);
+        break;
+      case WireDtype::kFp16:
+        ToWireKernel<WireDtype::kFp16><<<Blocks(n), kThreads, 0, stream_>>>(x, n, out);
+        break;
+      default:
+        return absl::InvalidArgumentError("unknown wire dtype");
+    }
+    ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
+    return absl::OkStatus();
+  }
+
+  absl::Status SumWireRows(WireDtype dtype, const void* rows, int num_rows, size_t count,
+                           float* out) override {
+    if (num_rows < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("num_rows = ", num_rows));
+    }
+    if (count == 0) return absl::OkStatus();
+    ONEBIT_RETURN_IF_ERROR(Activate());
+    switch (dtype) {
+      case WireDtype::kFp32:
+        return SumRows(static_cast<const float*>(rows), num_rows, count, out);
+      case WireDtype::kBf16:
+        SumWireRowsKernel<WireDtype::kBf16>
+            <<<Blocks(count), kThreads, 0, stream_>>>(rows, num_rows, count, out);
+        break;
+      case WireDtype::kFp16:
+        SumWireRowsKernel<WireDtype::kFp16>
+            <<<Blocks(count), kThreads, 0, stream_>>>(rows, num_rows, count, out);
+        break;
+      default:
+        return absl::InvalidArgumentError("unknown wire dtype");
+    }
+    ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
+    return absl::OkStatus();
+  }
+
+  absl::Status WireToFloat(WireDtype dtype, const void* in, size_t n, float* out) override {
+    if (n == 0) return absl::OkStatus();
+    ONEBIT_RETURN_IF_ERROR(Activate());
+    switch (dtype) {
+      case WireDtype::kFp32:
+        if (in != out) {
+          ONEBIT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out, in, n * sizeof(float),
+                                                      cudaMemcpyDeviceToDevice, stream_));
+        }
+        return absl::OkStatus();
+      case WireDtype::kBf16:
+        WireToFloatKernel<WireDtype::kBf16><<<Blocks(n), kThreads, 0, stream_>>>(in, n, out);
+        break;
+      case WireDtype::kFp16:
+        WireToFloatKernel<WireDtype::kFp16><<<Blocks(n), kThreads, 0, stream_>>>(in, n, out);
+        break;
+      default:
+        return absl::InvalidArgumentError("unknown wire dtype");
+    }
+    ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
+    return absl::OkStatus();
   }
 
  private:

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -440,6 +441,45 @@ TEST_F(CudaBackendTest, AverageRowsMatchesCpu) {
     }
   }
   EXPECT_FALSE(cuda()->AverageRows(nullptr, 0, 8, nullptr).ok());
+}
+
+// The full-precision exchange's wire formats, with edge values (zeros, infinities,
+// subnormals, fp16 overflow) among random ones: the same bits as the CPU backend.
+TEST_F(CudaBackendTest, ToWireSumWireRowsAndWireToFloatMatchCpu) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> edges = {0.0f,  -0.0f, inf, -inf, 1e-30f, std::ldexp(1.0f, -25),
+                                    std::ldexp(3.0f, -25), 65519.0f, 65520.0f, -7e4f, 3e38f,
+                                    1.0f + std::ldexp(1.0f, -8), 1.0f + std::ldexp(1.0f, -11)};
+  for (WireDtype dtype : {WireDtype::kFp32, WireDtype::kBf16, WireDtype::kFp16}) {
+    const size_t eb = WireDtypeBytes(dtype);
+    for (size_t count : kLengths) {
+      for (int num_rows : {1, 3, 8}) {
+        SCOPED_TRACE(absl::StrCat(WireDtypeName(dtype), ", count = ", count, ", rows = ",
+                                  num_rows));
+        const size_t total = count * num_rows;
+        std::vector<float> x = RandomFloats(rng_, total);
+        for (size_t i = 0; i < total && i < edges.size(); ++i) x[i] = edges[i];
+        std::vector<uint8_t> wire(total * eb, 0);
+        DeviceArray<float> x_dev(cuda(), x);
+        DeviceArray<uint8_t> wire_dev(cuda(), wire);
+        std::vector<float> sum(count, 7.0f), back(total, 7.0f);
+        DeviceArray<float> sum_dev(cuda(), sum), back_dev(cuda(), back);
+        ASSERT_OK(x_dev.status());
+        ASSERT_OK(wire_dev.status());
+        ASSERT_OK(sum_dev.status());
+        ASSERT_OK(back_dev.status());
+        ASSERT_OK(cuda()->ToWire(dtype, x_dev.data(), total, wire_dev.data()));
+        ASSERT_OK(cpu()->ToWire(dtype, x.data(), total, wire.data()));
+        EXPECT_EQ(wire_dev.Read(), wire);
+        ASSERT_OK(cuda()->SumWireRows(dtype, wire_dev.data(), num_rows, count, sum_dev.data()));
+        ASSERT_OK(cpu()->SumWireRows(dtype, wire.data(), num_rows, count, sum.data()));
+        EXPECT_TRUE(FloatsBitEqual(sum_dev.Read(), sum));
+        ASSERT_OK(cuda()->WireToFloat(dtype, wire_dev.data(), total, back_dev.data()));
+        ASSERT_OK(cpu()->WireToFloat(dtype, wire.data(), total, back.data()));
+        EXPECT_TRUE(FloatsBitEqual(back_dev.Read(), back));
+      }
+    }
+  }
 }
 
 TEST_F(CudaBackendTest, AdamWarmupUpdateMatchesCpu) {

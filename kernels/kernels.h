@@ -25,6 +25,7 @@
 //   update     u = m / (sqrt(v) + eps); if wd > 0: u = fma(wd, p, u); p = fma(-lr, u, p)
 //   mask       m = m * mask (compression stage only, after the exchange)
 //   average    out = (sum over rows in order, from 0.0f) * (1.0f / num_rows)
+//   wire rows  out = sum over rows in order, from 0.0f, of from_wire(row) (wire_dtype.h)
 //
 // REPRODUCIBILITY: each backend sums the squares in an order fixed by n alone (the CUDA
 // backend's does not depend on the GPU either; the CPU backend's not on its thread count),
@@ -47,6 +48,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/wire_dtype.h"
 
 namespace onebit::kernels {
 
@@ -129,6 +131,19 @@ class Backend {
                                                   size_t chunk, const AdamHyper& h,
                                                   const float* v, const float* mask, float* m,
                                                   float* p, size_t n) = 0;
+
+  // The full-precision exchange's wire formats (wire_dtype.h; worker/exchange/
+  // exact_allreduce.h). ToWire: out[i] = to_wire(x[i]), round to nearest even.
+  virtual absl::Status ToWire(WireDtype dtype, const float* x, size_t n, void* out) = 0;
+
+  // SumRows over rows that travel as `dtype`: out[i] = from_wire(rows[0][i]) +
+  // from_wire(rows[1][i]) + ... in row order, in float32 from 0.0f; rows[j] starts
+  // j*count elements into `rows`. For fp32 this is SumRows.
+  virtual absl::Status SumWireRows(WireDtype dtype, const void* rows, int num_rows, size_t count,
+                                   float* out) = 0;
+
+  // out[i] = FromWire(in[i]) for n elements of dtype.
+  virtual absl::Status WireToFloat(WireDtype dtype, const void* in, size_t n, float* out) = 0;
 
   // Sum of squares of x (float64), written to *host_result. Used for metrics (error
   // norms), not on the hot path.

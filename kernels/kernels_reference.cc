@@ -1,5 +1,6 @@
 #include "kernels/kernels_reference.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -116,6 +117,19 @@ void FrozenUpdate(const AdamHyper& h, const std::vector<double>& v, const float*
     if (mask) (*m)[i] *= mask[i];
     (*p)[i] -= h.lr * Direction(h, (*m)[i], v[i], (*p)[i]);
   }
+}
+
+double RoundToWire(WireDtype dtype, double x) {
+  if (dtype == WireDtype::kFp32) return static_cast<float>(x);
+  if (!std::isfinite(x) || x == 0.0) return x;
+  const int precision = dtype == WireDtype::kBf16 ? 8 : 11;  // significand bits
+  const int emin = dtype == WireDtype::kBf16 ? -126 : -14;   // of the smallest normal
+  const double max =
+      dtype == WireDtype::kBf16 ? std::ldexp(2.0 - std::ldexp(1.0, -7), 127) : 65504.0;
+  const int e = std::max(std::ilogb(x), emin);
+  const double quantum = std::ldexp(1.0, e - (precision - 1));
+  const double r = std::nearbyint(x / quantum) * quantum;  // ties to even
+  return std::fabs(r) > max ? std::copysign(HUGE_VAL, x) : r;
 }
 
 }  // namespace onebit::kernels::reference

@@ -36,6 +36,11 @@ SignTensor ServerAggregate(const std::vector<SignTensor>& workers, std::vector<d
 // Decoded values s_r * sign, first n elements.
 std::vector<double> Decode(const SignTensor& t, size_t chunk, size_t n);
 
+// The value x takes in a wire format (wire_dtype.h), from the format's definition: round
+// to nearest even with its significand bits, down to its smallest subnormal; past its
+// largest finite value, +-inf. Infinities, NaN and zeros stay as they are.
+double RoundToWire(WireDtype dtype, double x);
+
 void AdamWarmup(const AdamHyper& h, const float* g, double grad_scale, std::vector<double>* m,
                 std::vector<double>* v, std::vector<double>* p);
 

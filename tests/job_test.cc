@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -173,6 +174,47 @@ TEST_F(JobTest, PsAndPeerGiveTheSameParameters) {
   const std::string first = read(files[0]);
   ASSERT_GT(first.size(), 5003u * 4);
   for (const std::string& f : files) EXPECT_EQ(read(f), first) << f << " differs from " << files[0];
+}
+
+// Adam with the warmup exchange in bf16 (peer mode, 3 workers): half the warmup bytes of
+// the fp32 run, every worker ends with the same bits, and it trains as well (the bowl's
+// loss within 2% of the fp32 run's after 40 steps, and far below where it started).
+TEST_F(JobTest, Bf16WarmupHalvesTheBytesAndTrains) {
+  std::map<std::string, std::vector<google::protobuf::Value>> runs;
+  for (const std::string dtype : {"fp32", "bf16"}) {
+    JobConfig c = SmallJob(3, 40);
+    c.optimizer.type = "Adam";
+    c.exchange.warmup_dtype = dtype;
+    const std::string out = TmpDir() + "/params-" + dtype + "-{i}.npy";
+    auto job = StartJob("warmup-" + dtype, c, {"--params_out=" + out});
+    runs[dtype] = Finish(*job);
+    ASSERT_EQ(runs[dtype].size(), 3u);
+    auto read = [](const std::string& path) {
+      std::ifstream in(path, std::ios::binary);
+      return std::string(std::istreambuf_iterator<char>(in), {});
+    };
+    const std::string first = read(TmpDir() + "/params-" + dtype + "-0.npy");
+    ASSERT_GT(first.size(), 5003u * 4);
+    for (int i = 1; i < 3; ++i) {
+      EXPECT_EQ(read(TmpDir() + "/params-" + dtype + "-" + std::to_string(i) + ".npy"), first)
+          << dtype << ": worker " << i << " differs from worker 0";
+    }
+  }
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(2 * NumberField(runs["bf16"][i], "bytes_sent_warmup"),
+              NumberField(runs["fp32"][i], "bytes_sent_warmup"));
+    EXPECT_GT(NumberField(runs["bf16"][i], "bytes_sent_warmup"), 0);
+  }
+  const double fp32 = NumberField(runs["fp32"][0], "last_loss");
+  const double bf16 = NumberField(runs["bf16"][0], "last_loss");
+  EXPECT_NEAR(bf16, fp32, 0.02 * fp32);
+  // The job with one worker's first loss as the starting point.
+  JobConfig c = SmallJob(1, 1);
+  c.optimizer.type = "Adam";
+  auto one = StartJob("warmup-start", c);
+  const auto start = Finish(*one);
+  ASSERT_EQ(start.size(), 1u);
+  EXPECT_LT(bf16, 0.5 * NumberField(start[0], "last_loss"));
 }
 
 // 2 nodes x 2 workers, hierarchical: the inter-node path over gloo peers and over shards

@@ -53,6 +53,7 @@
 #include "worker/job_setup.h"
 #include "worker/transport/nccl_transport.h"
 #include "compression/layout.h"
+#include "worker/exchange/exact_allreduce.h"
 #include "worker/exchange/hierarchical_exchange.h"
 #include "worker/exchange/peer_exchange.h"
 #include "worker/exchange/ps_exchange.h"
@@ -446,7 +447,10 @@ absl::Status Run() {
     ONEBIT_ASSIGN_OR_RETURN(w.transport, GroupTransport(config, reg, "world", reg.rank(),
                                                         reg.world_size(), shared_client,
                                                         w.backend.get()));
-    ONEBIT_ASSIGN_OR_RETURN(w.exchange, PeerExchange::Create(w.backend.get(), w.transport.get(), n));
+    ExactAllreduceOptions exact;
+    ONEBIT_ASSIGN_OR_RETURN(exact.wire_dtype, ParseWireDtype(config.exchange.warmup_dtype));
+    ONEBIT_ASSIGN_OR_RETURN(w.exchange,
+                            PeerExchange::Create(w.backend.get(), w.transport.get(), n, exact));
   }
   if (fault.has_value() && fault->point == "kill_in_exchange") {
     w.fault_exchange = std::make_unique<FaultExchange>(w.exchange.get(), fault->step,

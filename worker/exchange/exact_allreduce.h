@@ -1,45 +1,101 @@
 // A full-precision allreduce whose result does not depend on the transport: a
-// reduce-scatter built from AllToAll (rank r receives chunk r of every rank) and summed
-// in rank order, then an AllGather. Each rank moves 2*(W-1)/W of the buffer each way, as
-// a ring allreduce does, but the sum order is fixed, so inproc, gloo and NCCL runs give
-// the same bits. The warmup stage averages gradients with it.
+// reduce-scatter, each rank's chunk summed in rank order, then an all-gather, both moved
+// as W-1 shift permutations of point-to-point SendRecv, segment by segment. The warmup
+// stage sums gradients with it.
+//
+// ORDER OF THE SUM. The n elements are cut into W chunks of C = ceil(n/W) (the last ones
+// shorter or empty); rank v owns chunk v. Every rank sends chunk v of its values to rank
+// v, which sums
+//
+//   s = 0.0f;  for j = 0..W-1: s = s + from_wire(to_wire(x_j))     (float32 adds)
+//
+// in rank order (Backend::SumWireRows) and sends to_wire(s) to every rank; every rank,
+// the owner included, reads the result back with from_wire. With the default fp32 wire
+// to_wire is the identity and this is exactly the parameter-server shards' sum (rank
+// order from 0.0f, compression/layout.h), so ps and peer mode give the same bits. With
+// bf16 or fp16 each value is rounded once on the way in and the sum once on the way out
+// (round to nearest even, kernels/wire_dtype.h): half the bytes on the wire, float32 sums.
+//
+// THE SCHEDULE. Reduce-scatter step s = 1..W-1: rank r sends chunk r+s to rank r+s and
+// receives chunk r from rank r-s (mod W); all-gather step s: rank r sends its summed chunk
+// to rank r+s and receives chunk r-s from rank r-s. Each rank sends and receives
+// 2(W-1)/W of the buffer, as a ring allreduce does, and in every step each node's link
+// carries one flow each way. The former exchange sent the same bytes with one AllToAll,
+// W-1 TCP flows at once on each rate-limited link, then summed after everything had
+// arrived (BENCHMARKS.md, "Warmup exchange: pipelined ring (issue 7)"). Chunks move in
+// segments of at most `segment_elements`.
 //
 // Thread safety: one thread at a time. Backend and transport are borrowed.
 #ifndef ONEBIT_WORKER_EXCHANGE_EXACT_ALLREDUCE_H_
 #define ONEBIT_WORKER_EXCHANGE_EXACT_ALLREDUCE_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <memory>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "kernels/buffer.h"
 #include "kernels/kernels.h"
 #include "worker/transport/transport.h"
 
 namespace onebit {
 
+// "fp32", "bf16" or "fp16" (the job config's exchange.warmup_dtype).
+absl::StatusOr<kernels::WireDtype> ParseWireDtype(absl::string_view name);
+
+struct ExactAllreduceOptions {
+  // What the partial sums travel as.
+  kernels::WireDtype wire_dtype = kernels::WireDtype::kFp32;
+  // Elements per SendRecv (>= 1): bounds one message. Each SendRecv costs a round trip
+  // and, with gloo, a few hundred microseconds (milliseconds on a loaded machine) of its
+  // own, and the calls block, so smaller segments do not overlap more: on the emulated
+  // cluster 1M-element segments were no faster than whole chunks (BENCHMARKS.md).
+  size_t segment_elements = size_t{1} << 24;
+};
+
 class ExactAllreduce {
  public:
-  static absl::StatusOr<std::unique_ptr<ExactAllreduce>> Create(kernels::Backend* backend,
-                                                                Transport* transport, size_t n);
+  static absl::StatusOr<std::unique_ptr<ExactAllreduce>> Create(
+      kernels::Backend* backend, Transport* transport, size_t n,
+      const ExactAllreduceOptions& options = ExactAllreduceOptions());
 
-  // Sums `in` (n elements, backend memory) over all ranks, in rank order. The sum is at
+  // Sums `in` (n elements, backend memory) over all ranks in rank order. The sum is at
   // result() until the next call.
   absl::Status Run(const float* in);
-  const float* result() const { return gathered_.data(); }
+  const float* result() const { return result_; }
 
  private:
-  ExactAllreduce(kernels::Backend* backend, Transport* transport, size_t n, size_t chunk)
-      : backend_(backend), transport_(transport), n_(n), chunk_(chunk) {}
+  ExactAllreduce(kernels::Backend* backend, Transport* transport, size_t n, size_t chunk,
+                 const ExactAllreduceOptions& options)
+      : backend_(backend), transport_(transport), n_(n), chunk_(chunk), options_(options) {}
+
+  // Bytes of `elements` elements on the wire.
+  size_t WireBytes(size_t elements) const {
+    return elements * kernels::WireDtypeBytes(options_.wire_dtype);
+  }
+  // Elements of chunk c (C, fewer for the last chunks, 0 past n).
+  size_t ChunkCount(size_t c) const {
+    const size_t begin = c * chunk_;
+    return begin >= n_ ? 0 : std::min(chunk_, n_ - begin);
+  }
+  // One shift permutation of chunk-sized messages, segment by segment: sends
+  // send_count elements from `send` to `to` and receives recv_count into `recv` from
+  // `from`. Every rank makes the same number of SendRecv calls (some of them empty).
+  absl::Status Shift(const uint8_t* send, size_t send_count, int to, uint8_t* recv,
+                     size_t recv_count, int from);
 
   kernels::Backend* backend_;
   Transport* transport_;
-  size_t n_, chunk_;                 // n padded to W*chunk
-  kernels::Buffer<float> send_;      // the input, padded with zeros
-  kernels::Buffer<float> received_;  // chunk r of every rank, r = this rank
-  kernels::Buffer<float> summed_;    // this rank's chunk of the sum
-  kernels::Buffer<float> gathered_;  // the whole sum
+  const size_t n_, chunk_;
+  const ExactAllreduceOptions options_;
+  kernels::Buffer<uint8_t> wire_in_;   // the input in the wire dtype (16-bit wires only)
+  kernels::Buffer<uint8_t> rows_;      // chunk r of every rank, W rows of ChunkCount(r)
+  kernels::Buffer<float> summed_;      // this rank's chunk of the sum
+  kernels::Buffer<uint8_t> gathered_;  // the whole sum, wire dtype
+  kernels::Buffer<float> converted_;   // the sum as float32 (16-bit wires only)
+  const float* result_ = nullptr;
 };
 
 }  // namespace onebit

@@ -5,16 +5,16 @@
 
 namespace onebit {
 
-absl::StatusOr<std::unique_ptr<PeerExchange>> PeerExchange::Create(kernels::Backend* backend,
-                                                                  Transport* transport,
-                                                                  size_t n) {
+absl::StatusOr<std::unique_ptr<PeerExchange>> PeerExchange::Create(
+    kernels::Backend* backend, Transport* transport, size_t n,
+    const ExactAllreduceOptions& exact) {
   if (backend->memory_space() != transport->memory_space()) {
     return absl::InvalidArgumentError(absl::StrCat("backend ", backend->name(),
                                                    " and transport ", transport->name(),
                                                    " use different memory spaces"));
   }
   std::unique_ptr<PeerExchange> e(new PeerExchange(transport));
-  ONEBIT_ASSIGN_OR_RETURN(e->exact_, ExactAllreduce::Create(backend, transport, n));
+  ONEBIT_ASSIGN_OR_RETURN(e->exact_, ExactAllreduce::Create(backend, transport, n, exact));
   ONEBIT_ASSIGN_OR_RETURN(e->compressed_, CompressedAllreduce::Create(backend, transport, n));
   return e;
 }

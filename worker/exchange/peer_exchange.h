@@ -19,8 +19,10 @@ namespace onebit {
 
 class PeerExchange : public Exchange {
  public:
-  static absl::StatusOr<std::unique_ptr<PeerExchange>> Create(kernels::Backend* backend,
-                                                              Transport* transport, size_t n);
+  // `exact` configures the warmup's ExactAllreduce (its wire dtype, say).
+  static absl::StatusOr<std::unique_ptr<PeerExchange>> Create(
+      kernels::Backend* backend, Transport* transport, size_t n,
+      const ExactAllreduceOptions& exact = ExactAllreduceOptions());
 
   int world_size() const override { return transport_->world_size(); }
   absl::StatusOr<const float*> SumGradients(int64_t step, const float* grad) override;

@@ -70,6 +70,10 @@ class GlooTransport final : public Transport {
   // gloo's ring algorithm; every rank ends with bit-identical sums.
   absl::Status AllReduceSum(float* data, size_t count) override;
   absl::Status Barrier() override;
+  // gloo unbound buffers: the send and the receive are posted together, then both waited
+  // for (each within options.timeout).
+  absl::Status SendRecv(const void* send, size_t send_bytes, int to, void* recv,
+                        size_t recv_bytes, int from) override;
 
   uint64_t bytes_sent() const override { return bytes_sent_.load(std::memory_order_relaxed); }
   uint64_t bytes_received() const override {
@@ -80,10 +84,10 @@ class GlooTransport final : public Transport {
   GlooTransport(std::shared_ptr<gloo::Context> context, absl::Duration timeout);
 
   // Runs `collective` (which calls gloo and may throw) unless the transport is already
-  // broken; converts an exception into the sticky status; on success adds `wire_bytes`
-  // to both counters (every collective here is symmetric).
+  // broken; converts an exception into the sticky status; on success adds `sent` and
+  // `received` to the counters.
   template <typename Fn>
-  absl::Status Run(absl::string_view op, uint64_t wire_bytes, Fn&& collective);
+  absl::Status Run(absl::string_view op, uint64_t sent, uint64_t received, Fn&& collective);
 
   // A fresh tag per call, advanced on every call including the zero-byte ones that skip
   // gloo, so tags stay equal across ranks. Distinct tags keep a rank that fell out of step

@@ -75,6 +75,17 @@ absl::Status InprocHub::Collective(int rank, const Call& call, Exchange exchange
       status = absl::InvalidArgumentError(absl::StrCat(
           "mismatched collectives: rank 0 called ", OpName(calls[0].op), ", rank ", j,
           " called ", OpName(calls[j].op)));
+    } else if (calls[j].op == Op::kSendRecv) {
+      const int to = calls[j].to;
+      if (to < 0 || to >= world_size_ || calls[j].from < 0 || calls[j].from >= world_size_) {
+        status = absl::InvalidArgumentError(absl::StrCat(
+            "SendRecv: rank ", j, " names peers (to ", to, ", from ", calls[j].from,
+            ") outside [0, ", world_size_, ")"));
+      } else if (calls[to].from != j || calls[to].recv_bytes != calls[j].bytes) {
+        status = absl::InvalidArgumentError(absl::StrCat(
+            "SendRecv: rank ", j, " sends ", calls[j].bytes, " bytes to rank ", to,
+            ", which receives ", calls[to].recv_bytes, " bytes from rank ", calls[to].from));
+      }
     } else if (calls[j].bytes != calls[0].bytes) {
       status = absl::InvalidArgumentError(absl::StrCat(
           OpName(calls[0].op), ": mismatched sizes: rank 0 passed ", calls[0].bytes,
@@ -146,6 +157,8 @@ absl::string_view InprocHub::OpName(Op op) {
       return "AllReduceSum";
     case Op::kBarrier:
       return "Barrier";
+    case Op::kSendRecv:
+      return "SendRecv";
   }
   return "unknown collective";
 }
@@ -163,12 +176,12 @@ InprocTransport::~InprocTransport() {
 }
 
 absl::Status InprocTransport::Run(const InprocHub::Call& call, InprocHub::Exchange exchange,
-                                  uint64_t wire_bytes) {
+                                  uint64_t sent, uint64_t received) {
   if (!status_.ok()) return status_;
   status_ = hub_->Collective(rank_, call, exchange);
   if (!status_.ok()) return status_;
-  bytes_sent_.fetch_add(wire_bytes, std::memory_order_relaxed);
-  bytes_received_.fetch_add(wire_bytes, std::memory_order_relaxed);
+  bytes_sent_.fetch_add(sent, std::memory_order_relaxed);
+  bytes_received_.fetch_add(received, std::memory_order_relaxed);
   return absl::OkStatus();
 }
 
@@ -182,7 +195,7 @@ absl::Status InprocTransport::AllToAll(const void* send, void* recv, size_t bloc
     }
   };
   const uint64_t wire = static_cast<uint64_t>(world_size() - 1) * block_bytes;
-  return Run({InprocHub::Op::kAllToAll, block_bytes, send}, exchange, wire);
+  return Run({InprocHub::Op::kAllToAll, block_bytes, send}, exchange, wire, wire);
 }
 
 absl::Status InprocTransport::AllGather(const void* send, void* recv, size_t block_bytes) {
@@ -193,7 +206,7 @@ absl::Status InprocTransport::AllGather(const void* send, void* recv, size_t blo
     }
   };
   const uint64_t wire = static_cast<uint64_t>(world_size() - 1) * block_bytes;
-  return Run({InprocHub::Op::kAllGather, block_bytes, send}, exchange, wire);
+  return Run({InprocHub::Op::kAllGather, block_bytes, send}, exchange, wire, wire);
 }
 
 absl::Status InprocTransport::AllReduceSum(float* data, size_t count) {
@@ -211,15 +224,31 @@ absl::Status InprocTransport::AllReduceSum(float* data, size_t count) {
     }
   };
   const size_t bytes = count * sizeof(float);
-  ONEBIT_RETURN_IF_ERROR(Run({InprocHub::Op::kAllReduceSum, bytes, data}, exchange,
-                             RingAllReduceWireBytes(bytes, world_size())));
+  const uint64_t wire = RingAllReduceWireBytes(bytes, world_size());
+  ONEBIT_RETURN_IF_ERROR(Run({InprocHub::Op::kAllReduceSum, bytes, data}, exchange, wire, wire));
   if (count > 0) std::memcpy(data, sum.data(), bytes);
   return absl::OkStatus();
 }
 
 absl::Status InprocTransport::Barrier() {
   auto exchange = [](absl::Span<const InprocHub::Call>) {};
-  return Run({InprocHub::Op::kBarrier, 0, nullptr}, exchange, 0);
+  return Run({InprocHub::Op::kBarrier, 0, nullptr}, exchange, 0, 0);
+}
+
+absl::Status InprocTransport::SendRecv(const void* send, size_t send_bytes, int to, void* recv,
+                                       size_t recv_bytes, int from) {
+  // The round checks that the calls pair up (a rank that sends to itself must receive
+  // from itself) before any copy.
+  auto exchange = [recv, recv_bytes, from](absl::Span<const InprocHub::Call> calls) {
+    if (recv_bytes == 0) return;  // pointers may be null
+    std::memcpy(recv, calls[from].send, recv_bytes);
+  };
+  InprocHub::Call call{InprocHub::Op::kSendRecv, send_bytes, send};
+  call.to = to;
+  call.from = from;
+  call.recv_bytes = recv_bytes;
+  const bool self = to == rank_;
+  return Run(call, exchange, self ? 0 : send_bytes, self ? 0 : recv_bytes);
 }
 
 }  // namespace onebit

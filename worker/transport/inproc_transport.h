@@ -11,7 +11,8 @@
 // Failure model, mirroring the real transports:
 //   - a rank that does not arrive at a collective within the hub's deadline makes every
 //     waiting rank return kDeadlineExceeded naming the collective and the missing ranks;
-//   - ranks that disagree on the call (kind or size) all return kInvalidArgument;
+//   - ranks that disagree on the call (kind or size; for SendRecv, peers that do not pair
+//     up) all return kInvalidArgument;
 //   - InprocHub::Abort(status) fails every pending and later call with `status`;
 //   - destroying an InprocTransport aborts the hub with kUnavailable (a peer vanished).
 // After an error a transport refuses further calls with the same status (transport.h).
@@ -69,13 +70,17 @@ class InprocHub : public std::enable_shared_from_this<InprocHub> {
  private:
   friend class InprocTransport;
 
-  enum class Op { kAllToAll, kAllGather, kAllReduceSum, kBarrier };
+  enum class Op { kAllToAll, kAllGather, kAllReduceSum, kBarrier, kSendRecv };
 
   // What one rank brings to a collective.
   struct Call {
     Op op = Op::kBarrier;
-    size_t bytes = 0;  // block_bytes, or the buffer size for AllReduceSum
+    size_t bytes = 0;  // block_bytes, the buffer size for AllReduceSum, send_bytes for SendRecv
     const void* send = nullptr;
+    // SendRecv only: the peers, and what this rank expects to receive.
+    int to = -1;
+    int from = -1;
+    size_t recv_bytes = 0;
   };
 
   // Runs on each rank once every rank has arrived with a matching call; calls[j] is
@@ -138,6 +143,8 @@ class InprocTransport final : public Transport {
   absl::Status AllGather(const void* send, void* recv, size_t block_bytes) override;
   absl::Status AllReduceSum(float* data, size_t count) override;
   absl::Status Barrier() override;
+  absl::Status SendRecv(const void* send, size_t send_bytes, int to, void* recv,
+                        size_t recv_bytes, int from) override;
 
   uint64_t bytes_sent() const override { return bytes_sent_.load(std::memory_order_relaxed); }
   uint64_t bytes_received() const override {
@@ -148,10 +155,10 @@ class InprocTransport final : public Transport {
   friend class InprocHub;
   InprocTransport(std::shared_ptr<InprocHub> hub, int rank);
 
-  // Runs one collective on the hub; on success adds `wire_bytes` to both counters (every
-  // collective here is symmetric), on failure makes the error sticky.
+  // Runs one collective on the hub; on success adds `sent` and `received` to the counters,
+  // on failure makes the error sticky.
   absl::Status Run(const InprocHub::Call& call, InprocHub::Exchange exchange,
-                   uint64_t wire_bytes);
+                   uint64_t sent, uint64_t received);
 
   const std::shared_ptr<InprocHub> hub_;
   const int rank_;

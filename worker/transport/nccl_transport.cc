@@ -250,14 +250,15 @@ absl::Status NcclTransport::Begin() {
   return absl::OkStatus();
 }
 
-absl::Status NcclTransport::Complete(const char* what, uint64_t wire_bytes) {
+absl::Status NcclTransport::Complete(const char* what, uint64_t wire_bytes, int64_t received) {
   const absl::Time deadline = absl::Now() + deadline_;
   // Non-blocking NCCL may still be enqueueing: nothing else may touch the stream until the
   // communicator says so; then the stream work itself must finish.
   ONEBIT_RETURN_IF_ERROR(WaitForComm(what, deadline));
   ONEBIT_RETURN_IF_ERROR(WaitForStream(what, deadline));
   bytes_sent_.fetch_add(wire_bytes, std::memory_order_relaxed);
-  bytes_received_.fetch_add(wire_bytes, std::memory_order_relaxed);
+  bytes_received_.fetch_add(received < 0 ? wire_bytes : static_cast<uint64_t>(received),
+                            std::memory_order_relaxed);
   return absl::OkStatus();
 }
 
@@ -319,6 +320,55 @@ absl::Status NcclTransport::Barrier() {
   ONEBIT_NCCL_OR_FAIL(
       ncclAllReduce(barrier_scratch_, barrier_scratch_, 1, ncclFloat32, ncclSum, comm_, stream_));
   return Complete("barrier", 0);
+}
+
+absl::Status NcclTransport::SendRecv(const void* send, size_t send_bytes, int to, void* recv,
+                                     size_t recv_bytes, int from) {
+  ONEBIT_RETURN_IF_ERROR(Begin());
+  if (to < 0 || to >= world_size_ || from < 0 || from >= world_size_ ||
+      (to == rank_) != (from == rank_)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "SendRecv: rank ", rank_, " of ", world_size_, " cannot send to ", to,
+        " and receive from ", from));
+  }
+  if (to == rank_) {
+    if (send_bytes != recv_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("SendRecv to itself: sends ", send_bytes,
+                                                     " bytes but receives ", recv_bytes));
+    }
+    if (send_bytes > 0) {
+      ONEBIT_CUDA_OR_FAIL(
+          cudaMemcpyAsync(recv, send, send_bytes, cudaMemcpyDeviceToDevice, stream_));
+    }
+    return Complete("send/recv to itself", 0);
+  }
+  if (send_bytes == 0 && recv_bytes == 0) return absl::OkStatus();
+  ONEBIT_NCCL_OR_FAIL(ncclGroupStart());
+  // Both calls are made even after a failure: a group must be closed.
+  ncclResult_t first_error = ncclSuccess;
+  const char* failed_call = "";
+  if (send_bytes > 0) {
+    const ncclResult_t r = ncclSend(send, send_bytes, ncclUint8, to, comm_, stream_);
+    if (r != ncclSuccess && r != ncclInProgress) {
+      first_error = r;
+      failed_call = "ncclSend";
+    }
+  }
+  if (recv_bytes > 0) {
+    const ncclResult_t r = ncclRecv(recv, recv_bytes, ncclUint8, from, comm_, stream_);
+    if (r != ncclSuccess && r != ncclInProgress && first_error == ncclSuccess) {
+      first_error = r;
+      failed_call = "ncclRecv";
+    }
+  }
+  const ncclResult_t end = ncclGroupEnd();
+  if (first_error != ncclSuccess) {
+    return Fail(NcclError(first_error, failed_call, __FILE__, __LINE__));
+  }
+  if (end != ncclSuccess && end != ncclInProgress) {
+    return Fail(NcclError(end, "ncclGroupEnd()", __FILE__, __LINE__));
+  }
+  return Complete("send/recv", send_bytes, static_cast<int64_t>(recv_bytes));
 }
 
 }  // namespace onebit

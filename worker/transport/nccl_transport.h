@@ -72,6 +72,9 @@ class NcclTransport final : public Transport {
   absl::Status AllGather(const void* send, void* recv, size_t block_bytes) override;
   absl::Status AllReduceSum(float* data, size_t count) override;
   absl::Status Barrier() override;
+  // ncclSend and ncclRecv in one group on the backend's stream.
+  absl::Status SendRecv(const void* send, size_t send_bytes, int to, void* recv,
+                        size_t recv_bytes, int from) override;
 
   uint64_t bytes_sent() const override { return bytes_sent_.load(std::memory_order_relaxed); }
   uint64_t bytes_received() const override {
@@ -93,8 +96,9 @@ class NcclTransport final : public Transport {
   absl::Status WaitForStream(const char* what, absl::Time deadline);
   // Checks the sticky error and makes the backend's device current.
   absl::Status Begin();
-  // Waits for the enqueued collective and counts its bytes.
-  absl::Status Complete(const char* what, uint64_t wire_bytes);
+  // Waits for the enqueued collective and counts its bytes (`received`: the same as
+  // sent unless given).
+  absl::Status Complete(const char* what, uint64_t wire_bytes, int64_t received = -1);
   // Aborts the communicator and makes `status` sticky. Returns it.
   absl::Status Fail(absl::Status status);
   // The error of a failed NCCL or CUDA call, with NCCL's last message.

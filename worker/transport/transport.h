@@ -1,4 +1,4 @@
-// The collective transport that CompressedAllreduce is written against. Implementations:
+// The collective transport that CompressedAllreduce and ExactAllreduce are written against. Implementations:
 // in-process (ranks as threads, for tests), gloo over TCP (CPUs), NCCL (GPUs).
 //
 // Contract: every call is a collective. All ranks make the same calls in the same order
@@ -38,6 +38,18 @@ class Transport {
   virtual absl::Status AllReduceSum(float* data, size_t count) = 0;
 
   virtual absl::Status Barrier() = 0;
+
+  // Point-to-point, as one step of a permutation every rank takes part in (a ring shift,
+  // say): sends send_bytes from `send` to rank `to` and receives recv_bytes from rank
+  // `from` into `recv`, both at once; returns when both are done. Ordered like a
+  // collective: every rank calls SendRecv at the same point of its sequence of calls, and
+  // the calls pair up (rank `to` names this rank as its `from`, with recv_bytes equal to
+  // this rank's send_bytes). to == rank() (and then from == rank()) is a local copy that
+  // puts nothing on the wire. send and recv must not overlap; zero-byte sides are allowed
+  // (their pointers may be null). Counts send_bytes sent and recv_bytes received, unless
+  // the peer is this rank.
+  virtual absl::Status SendRecv(const void* send, size_t send_bytes, int to, void* recv,
+                                size_t recv_bytes, int from) = 0;
 
   // Payload bytes this rank has put on (taken off) the wire so far, as the algorithm moves
   // them: copies to itself do not count; an allreduce counts as a ring allreduce,

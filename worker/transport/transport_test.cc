@@ -256,6 +256,48 @@ TEST_P(TransportConformance, SizesMayChangeFromCallToCall) {
   });
 }
 
+// A ring shift in both directions (the exact allreduce's pattern) and a pairwise swap
+// (r <-> r^1 where that rank exists, else itself), with sizes that differ per pair.
+TEST_P(TransportConformance, SendRecvDeliversAndCountsEachSide) {
+  RunGroup(kind(), world_size(), [&](Transport& t) {
+    const int w = t.world_size();
+    const int r = t.rank();
+    uint64_t sent = 0, received = 0;
+    for (size_t len : Lengths()) {
+      SCOPED_TRACE(absl::StrCat("rank ", r, " bytes ", len));
+      for (int shift : {1, w - 1}) {
+        const int to = (r + shift) % w, from = (r + w - shift) % w;
+        std::vector<uint8_t> send(len), recv(len, 0xEE), expected(len);
+        for (size_t i = 0; i < len; ++i) {
+          send[i] = PatternByte(r, to, i);
+          expected[i] = PatternByte(from, r, i);
+        }
+        ASSERT_TRUE(t.SendRecv(send.data(), len, to, recv.data(), len, from).ok());
+        ASSERT_TRUE(recv == expected) << FirstDifference(recv, expected);
+        if (to != r) {
+          sent += len;
+          received += len;
+        }
+      }
+      // Pairs (0,1), (2,3), ...; the last rank of an odd world pairs with itself. Rank r
+      // sends len + r bytes, so the two sides of a pair differ.
+      const int peer = (r ^ 1) < w ? (r ^ 1) : r;
+      const size_t out_len = len + r, in_len = len + peer;
+      std::vector<uint8_t> send(out_len), recv(in_len, 0xEE), expected(in_len);
+      for (size_t i = 0; i < out_len; ++i) send[i] = PatternByte(r, peer, i);
+      for (size_t i = 0; i < in_len; ++i) expected[i] = PatternByte(peer, r, i);
+      ASSERT_TRUE(t.SendRecv(send.data(), out_len, peer, recv.data(), in_len, peer).ok());
+      ASSERT_TRUE(recv == expected) << FirstDifference(recv, expected);
+      if (peer != r) {
+        sent += out_len;
+        received += in_len;
+      }
+    }
+    EXPECT_EQ(t.bytes_sent(), sent);
+    EXPECT_EQ(t.bytes_received(), received);
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(
     All, TransportConformance,
     ::testing::Combine(::testing::Values(Kind::kInproc, Kind::kGloo),
@@ -334,6 +376,27 @@ TEST(InprocTransportTest, MismatchedCollectivesFailOnEveryRank) {
   rank1.join();
   EXPECT_EQ(s0.code(), absl::StatusCode::kInvalidArgument) << s0;
   EXPECT_EQ(s1, s0);
+}
+
+TEST(InprocTransportTest, SendRecvThatDoesNotPairUpFailsOnEveryRank) {
+  std::shared_ptr<InprocHub> hub = InprocHub::Create(3).value();
+  std::vector<std::unique_ptr<InprocTransport>> t = hub->ConnectAll().value();
+  std::vector<absl::Status> status(3);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      // A ring shift, except that rank 2 expects 8 bytes where rank 1 sends 4.
+      std::vector<uint8_t> send(4), recv(8);
+      status[r] = t[r]->SendRecv(send.data(), 4, (r + 1) % 3, recv.data(), r == 2 ? 8 : 4,
+                                 (r + 2) % 3);
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(status[r].code(), absl::StatusCode::kInvalidArgument) << status[r];
+    EXPECT_THAT(std::string(status[r].message()), HasSubstr("SendRecv"));
+    EXPECT_EQ(t[r]->bytes_sent(), 0u);
+  }
 }
 
 TEST(InprocTransportTest, AbortFailsPendingAndLaterCalls) {
