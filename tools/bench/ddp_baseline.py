@@ -165,7 +165,7 @@ def main():
         opt.step()
         return float(loss)
 
-    compute, steps, losses = [], [], []
+    compute, steps, losses, ends = [], [], [], []
     for t in range(1, a.compute_steps + 1):
         start = time.perf_counter()
         with model.no_sync():
@@ -176,13 +176,15 @@ def main():
         start = time.perf_counter()
         losses.append(step(t))
         steps.append(time.perf_counter() - start)
+        ends.append(time.time())
         if a.rank == 0:
             print(f"ddp step {t - a.compute_steps}/{a.steps}: {steps[-1] * 1e3:.1f} ms, "
                   f"loss {losses[-1]:.5g}", flush=True)
     dist.barrier()
     with open(a.out, "w") as f:
         json.dump({"rank": a.rank, "world": a.world, "workload": a.workload, "parameters": n,
-                   "compute_seconds": compute, "step_seconds": steps, "loss": losses,
+                   "compute_seconds": compute, "step_seconds": steps, "step_end_unix": ends,
+                   "loss": losses,
                    "torch": torch.__version__}, f)
     dist.destroy_process_group()
 

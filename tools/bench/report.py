@@ -49,35 +49,92 @@ def median(xs):
     return statistics.median(xs) if xs else float("nan")
 
 
-def onebit_times(rec, workers):
-    per_step, compute = {}, {}
-    for i in range(workers):
-        path = os.path.join(rec["dir"], f"worker-{i}.csv")
+class Counters:
+    """The sampler's link counters (tools/bench/sampler.py), interpolated in time."""
+
+    def __init__(self, path):
+        self.t, self.v, self.hwm = [], [], 0
         with open(path) as f:
-            for row in csv.DictReader(f):
-                if row["kind"] != "step":
+            for line in f:
+                x = line.split()
+                if len(x) < 3:
                     continue
-                s = int(row["step"])
-                per_step.setdefault(s, []).append(float(row["seconds"]))
-                if row.get("compute_seconds"):
-                    compute.setdefault(s, []).append(float(row["compute_seconds"]))
-    steps = sorted(per_step)[1:] or sorted(per_step)
-    step = median([statistics.mean(per_step[s]) for s in steps])
-    comp = median([statistics.mean(compute[s]) for s in steps if s in compute])
-    summaries = [json.load(open(os.path.join(rec["dir"], f"worker-{i}.json"))) for i in range(workers)]
-    st = rec["stage"]
-    sent = statistics.mean(x[f"bytes_sent_{st}"] / max(1, x[f"{st}_steps"]) for x in summaries)
-    recv = statistics.mean(x[f"bytes_received_{st}"] / max(1, x[f"{st}_steps"]) for x in summaries)
-    return step, comp, sent, recv, len(steps)
+                self.t.append(float(x[0]))
+                self.v.append([int(y) for y in x[1:-1]])
+                self.hwm = max(self.hwm, int(x[-1]))
+        if len(self.t) < 2:
+            raise ValueError(f"{path}: fewer than 2 samples")
+
+    def at(self, t):
+        import bisect
+        i = bisect.bisect_left(self.t, t)
+        if i <= 0:
+            return self.v[0]
+        if i >= len(self.t):
+            return self.v[-1]
+        t0, t1 = self.t[i - 1], self.t[i]
+        f = (t - t0) / (t1 - t0) if t1 > t0 else 0.0
+        return [a + f * (b - a) for a, b in zip(self.v[i - 1], self.v[i])]
+
+    def per_step(self, t_a, t_b, steps):
+        """(tx per node, rx per node) per step between two times."""
+        a, b = self.at(t_a), self.at(t_b)
+        d = [(y - x) / steps for x, y in zip(a, b)]
+        return d[0::2], d[1::2]
 
 
-def ddp_times(rec, workers):
+def stage_stats(times, ends, compute):
+    """times/ends/compute: {step: [per worker]}, the steps of one stage. Drops the first."""
+    steps = sorted(times)
+    if len(steps) < 2:
+        raise ValueError("a stage needs at least 2 steps (the first is not measured)")
+    measured = steps[1:]
+    step = median([statistics.mean(times[s]) for s in measured])
+    comp = median([statistics.mean(compute[s]) for s in measured if compute.get(s)])
+    t_a, t_b = statistics.mean(ends[steps[0]]), statistics.mean(ends[steps[-1]])
+    return step, comp, t_a, t_b, len(measured)
+
+
+def onebit_stages(rec, workers):
+    """{stage: (step_s, compute_s, t_a, t_b, measured, sent/worker/step, received/worker/step)}"""
+    rows = []
+    for i in range(workers):
+        with open(os.path.join(rec["dir"], f"worker-{i}.csv")) as f:
+            rows += [r for r in csv.DictReader(f) if r["kind"] == "step"]
+    summaries = [json.load(open(os.path.join(rec["dir"], f"worker-{i}.json")))
+                 for i in range(workers)]
+    out = {}
+    for stage in ("warmup", "compression"):
+        times, ends, compute = {}, {}, {}
+        for r in rows:
+            if r["stage"] != stage:
+                continue
+            s = int(r["step"])
+            times.setdefault(s, []).append(float(r["seconds"]))
+            ends.setdefault(s, []).append(float(r["unix_time"]))
+            compute.setdefault(s, []).append(float(r["compute_seconds"]))
+        if not times:
+            continue
+        st = stage_stats(times, ends, compute)
+        sent = statistics.mean(x[f"bytes_sent_{stage}"] / max(1, x[f"{stage}_steps"]) for x in summaries)
+        recv = statistics.mean(x[f"bytes_received_{stage}"] / max(1, x[f"{stage}_steps"])
+                               for x in summaries)
+        out[stage] = st + (sent, recv)
+    return out
+
+
+def ddp_stages(rec, workers):
     ranks = [json.load(open(os.path.join(rec["dir"], f"rank-{i}.json"))) for i in range(workers)]
-    n = len(ranks[0]["step_seconds"])
-    steps = list(range(1, n)) or [0]
-    step = median([statistics.mean(r["step_seconds"][s] for r in ranks) for s in steps])
-    comp = statistics.mean(r["compute_seconds"][-1] for r in ranks)  # the last step without allreduce
-    return step, comp, float("nan"), float("nan"), len(steps)
+    times, ends = {}, {}
+    for r in ranks:
+        for s, (sec, end) in enumerate(zip(r["step_seconds"], r["step_end_unix"])):
+            times.setdefault(s, []).append(sec)
+            ends.setdefault(s, []).append(end)
+    step, _, t_a, t_b, measured = stage_stats(times, ends, {})
+    # Forward, backward and Adam without the allreduce (model.no_sync), the last such step.
+    comp = statistics.mean(r["compute_seconds"][-1] for r in ranks)
+    nan = float("nan")
+    return {"warmup": (step, comp, t_a, t_b, measured, nan, nan)}
 
 
 def main():
@@ -97,32 +154,31 @@ def main():
         if r["kind"] not in ("onebit", "ddp"):
             continue
         try:
-            step, comp, sent, recv, measured = (onebit_times if r["kind"] == "onebit" else ddp_times)(r, w)
+            stages = (onebit_stages if r["kind"] == "onebit" else ddp_stages)(r, w)
+            counters = Counters(r["sampler"])
         except (OSError, KeyError, ValueError, statistics.StatisticsError) as e:
             print(f"report: skipping {r.get('dir')}: {e}", file=sys.stderr)
             continue
-        before = [int(x) for x in r["before"].split()]
-        after = [int(x) for x in r["after"].split()]
-        d = [b - a_ for a_, b in zip(before, after)]
-        tx = [d[2 * i] / r["steps"] for i in range(len(d) // 2)]
-        rx = [d[2 * i + 1] / r["steps"] for i in range(len(d) // 2)]
-        busiest = max(max(tx), max(rx))
-        rate = RATE_BPS[r["rate"]]
-        wire_s = busiest * 8 / rate if rate else 0.0
-        kern_s = w * kernel_bytes_per_param(r["stage"], w) * r["params"] / (memcpy_gbps * 1e9)
-        bound = wire_s + kern_s
-        rows.append({
-            "workload": r["workload"], "params": r["params"], "rate": r["rate"],
-            "system": r["system"], "stage": r["stage"], "steps_measured": measured,
-            "step_ms": 1e3 * step, "compute_ms": 1e3 * comp,
-            "payload_sent_per_worker_step": sent, "payload_received_per_worker_step": recv,
-            "wire_tx_per_node_step": statistics.mean(tx), "wire_rx_per_node_step": statistics.mean(rx),
-            "wire_busiest_per_step": busiest, "bound_wire_ms": 1e3 * wire_s,
-            "bound_kernels_ms": 1e3 * kern_s, "bound_ms": 1e3 * bound,
-            "bound_over_step": bound / step if step > 0 else float("nan"),
-            "shard_peak_rss_mb": r.get("shard_peak_kb", 0) / 1024.0,
-            "load": r["uptime"], "wall_s": r["wall"],
-        })
+        for stage, (step, comp, t_a, t_b, measured, sent, recv) in stages.items():
+            tx, rx = counters.per_step(t_a, t_b, measured)
+            busiest = max(max(tx), max(rx))
+            rate = RATE_BPS[r["rate"]]
+            wire_s = busiest * 8 / rate if rate else 0.0
+            kern_s = w * kernel_bytes_per_param(stage, w) * r["params"] / (memcpy_gbps * 1e9)
+            bound = wire_s + kern_s
+            rows.append({
+                "workload": r["workload"], "params": r["params"], "rate": r["rate"],
+                "system": r["system"], "stage": stage, "steps_measured": measured,
+                "step_ms": 1e3 * step, "compute_ms": 1e3 * comp,
+                "payload_sent_per_worker_step": sent, "payload_received_per_worker_step": recv,
+                "wire_tx_per_node_step": statistics.mean(tx),
+                "wire_rx_per_node_step": statistics.mean(rx),
+                "wire_busiest_per_step": busiest, "bound_wire_ms": 1e3 * wire_s,
+                "bound_kernels_ms": 1e3 * kern_s, "bound_ms": 1e3 * bound,
+                "bound_over_step": bound / step if step > 0 else float("nan"),
+                "shard_peak_rss_mb": counters.hwm / 1024.0,
+                "load": r["uptime"], "wall_s": r["wall"],
+            })
 
     fields = list(rows[0].keys()) if rows else []
     with open(os.path.join(a.out, "results.csv"), "w", newline="") as f:
@@ -193,6 +249,9 @@ def main():
             def ratio(x, y):
                 return "-" if x != x or y != y or y == 0 else f"{x / y:.2f}x"
 
+            def pct(row):
+                return f"{100 * row['bound_over_step']:.0f}%" if row else "-"
+
             pw = get(wl, rate, "peer", "warmup")
             sw = get(wl, rate, "ps", "warmup")
             pc = get(wl, rate, "peer", "compression")
@@ -203,8 +262,7 @@ def main():
                 f"{ms(e2e['peer'])} | {ms(e2e['ps'])} | {ratio(d, e2e['peer'])} | {ratio(d, e2e['ps'])} | "
                 f"{ratio(pw['step_ms'] if pw else nan, d)} | {ratio(sw['step_ms'] if sw else nan, d)} | "
                 f"{ratio(sw['step_ms'] if sw else nan, pw['step_ms'] if pw else nan)} | "
-                f"{(f'{100 * pc['bound_over_step']:.0f}%' if pc else '-')}, "
-                f"{(f'{100 * sc['bound_over_step']:.0f}%' if sc else '-')} |")
+                f"{pct(pc)}, {pct(sc)} |")
             e2e_rows.append((wl, rate, d, e2e["peer"], e2e["ps"], adam["step_ms"] if adam else nan))
     ps_rows = [r for r in rows if r["system"] == "ps"]
     if ps_rows:

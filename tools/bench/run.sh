@@ -8,21 +8,23 @@
 #                           [--workloads "syn25m syn100m fmnist"] [--systems "adam peer ps ddp"]
 #                           [--out DIR]
 #
-# Systems (each a run of its own per workload, rate and stage):
+# Systems (each a job of its own per workload and rate):
 #   adam   onebit, optimizer "Adam": full-precision exchange (peer mode) on every step
-#   peer   onebit, 1-bit Adam, peer mode: a warmup-only run and a compression-only run
-#   ps     onebit, 1-bit Adam, ps mode with 4 shards (S = W): the same two runs
+#   peer   onebit, 1-bit Adam, peer mode: warmup steps, then compression steps
+#   ps     onebit, 1-bit Adam, ps mode with 4 shards (S = W): the same
 #   ddp    PyTorch DDP + torch.optim.Adam over gloo (tools/bench/ddp_baseline.py)
-# Workloads: synNNm (onebit's synthetic quadratic bowl with NN million parameters; any NN,
-# and synNNk for thousands) and fmnist (the demo's MLP on Fashion-MNIST, 64 per worker).
-# The compression-only runs switch at step 1, before any variance exists: eps 1 keeps the
-# updates bounded (they measure time and bytes, not training).
+# Workloads: synNNm (onebit's synthetic quadratic bowl with NN million parameters; synNNk for
+# thousands) and fmnist (the demo's MLP on Fashion-MNIST, 64 examples per worker and step).
+# The runs switch after a few warmup steps (eps 1e-5 keeps the first compressed updates
+# bounded; these runs measure time and bytes, not training).
 #
-# Per run it records: each step's time (per worker; the first step of a run is dropped, it
-# connects), the gradient's share of it, the workers' own byte counters, the bytes every
-# node's eth0 counted both ways, and `uptime`. A memcpy measurement (tools/bench/memcpy_bw.c)
-# at the start and the end gives the bound. tools/bench/report.py then writes
-# OUT/results.csv, OUT/results.md and OUT/*.png (gnuplot).
+# Per run it records: each step's time and end time (per worker; the first step of each
+# stage is not measured: it connects or sets up), the gradient's share of it, the workers'
+# own byte counters, every node's link counters both ways sampled every 0.1 s
+# (tools/bench/sampler.py; a stage's wire bytes are the counters between the ends of its
+# measured steps), the shards' peak memory, and `uptime`. A memcpy measurement
+# (tools/bench/memcpy_bw.c) at the start and at the end gives the bound.
+# tools/bench/report.py then writes OUT/results.csv, OUT/results.md and OUT/<workload>.png.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -44,8 +46,8 @@ while [ $# -gt 0 ]; do
   shift
 done
 if [ $QUICK = 1 ]; then
-  RATES=${QUICK_RATES:-"100mbit none"}
-  WORKLOADS=${QUICK_WORKLOADS:-"syn2m fmnist"}
+  [ "$RATES" = "100mbit 1gbit 10gbit none" ] && RATES="100mbit none"
+  [ "$WORKLOADS" = "syn25m syn100m fmnist" ] && WORKLOADS="syn2m fmnist"
   [ "$OUT" = out/bench ] && OUT=out/bench-quick
 fi
 WORKERS=4
@@ -58,6 +60,7 @@ command -v gnuplot > /dev/null || die "needs gnuplot (apt-get install gnuplot-no
 [ -d /usr/share/datasets/fashion-mnist ] || die "needs Fashion-MNIST (apt-get install dataset-fashion-mnist)"
 
 log() { echo "[bench $(date -u +%H:%M:%S)] $*"; }
+load() { uptime | sed 's/.*load average: //'; }
 mkdir -p "$OUT/runs"
 OUT=$(cd "$OUT" && pwd)
 RAW=$OUT/raw.jsonl
@@ -82,27 +85,8 @@ memcpy_measure() {  # label
   all=$("$OUT/memcpy_bw" "$(nproc)" 5)
   printf '{"kind": "memcpy", "label": "%s", "single_gbps": %s, "all_gbps": %s, "procs": %s, "uptime": "%s"}\n' \
     "$1" "$(echo "$one" | awk '{print $2}')" "$(echo "$all" | awk '{print $2}')" \
-    "$(echo "$all" | awk '{print $6}')" "$(uptime | sed 's/.*load average: //')" >> "$RAW"
+    "$(echo "$all" | awk '{print $6}')" "$(load)" >> "$RAW"
   log "memcpy ($1): one process $(echo "$one" | awk '{print $2}') GB/s, $(nproc) at once $(echo "$all" | awk '{print $2}') GB/s"
-}
-
-# Steps per run, by workload and rate: few where a step is long (the 100 Mbit/s warmup of
-# 100M parameters moves about 600 MB per node: ~50 s a step).
-steps_for() {  # workload rate stage -> steps (the first is dropped)
-  local w=$1 r=$2 s=$3 n
-  n=$(params_of "$w")
-  if [ $QUICK = 1 ]; then
-    [ "$w" = fmnist ] && { echo 20; return; }
-    echo 4; return
-  fi
-  if [ "$w" = fmnist ]; then echo 40; return; fi
-  if [ "$s" = compression ]; then
-    if [ "$n" -ge 50000000 ]; then echo 5; else echo 8; fi; return
-  fi
-  case $r in
-    100mbit) if [ "$n" -ge 50000000 ]; then echo 2; else echo 3; fi ;;
-    *) if [ "$n" -ge 50000000 ]; then echo 3; else echo 5; fi ;;
-  esac
 }
 
 params_of() {  # workload -> parameter count (fmnist: the MLP's)
@@ -114,28 +98,46 @@ params_of() {  # workload -> parameter count (fmnist: the MLP's)
   esac
 }
 
-# The per-node byte counters of the cluster: "tx0 rx0 tx1 rx1 ..."
-node_bytes() { tools/emulated_cluster.sh bytes | awk '{printf "%s %s ", $2, $3}'; }
+# Steps per stage, by workload and rate (the first step of each stage is not measured): few
+# where a step is long (the 100 Mbit/s warmup of 100M parameters moves about 600 MB per
+# node, ~50 s a step).
+steps_for() {  # workload rate stage -> steps
+  local w=$1 r=$2 s=$3 n
+  n=$(params_of "$w")
+  if [ $QUICK = 1 ]; then
+    [ "$w" = fmnist ] && { echo 15; return; }
+    echo 3; return
+  fi
+  if [ "$w" = fmnist ]; then echo 40; return; fi
+  if [ "$s" = compression ]; then
+    if [ "$n" -ge 50000000 ]; then echo 4; else echo 8; fi; return
+  fi
+  case $r in
+    100mbit) if [ "$n" -ge 50000000 ]; then echo 2; else echo 3; fi ;;
+    *) if [ "$n" -ge 50000000 ]; then echo 3; else echo 5; fi ;;
+  esac
+}
 
-job_config() {  # workload optimizer eps steps -> JSON
-  local w=$1 opt=$2 eps=$3 steps=$4 workload
+job_config() {  # workload optimizer steps -> JSON
+  local w=$1 opt=$2 steps=$3 workload
   if [ "$w" = fmnist ]; then
     workload='{"type": "fashion_mnist", "hidden": [256, 128], "eval_every": 0}'
   else
     workload="{\"type\": \"synthetic\", \"parameters\": $(params_of "$w")}"
   fi
+  # eps 1e-5 as in the demo: the runs switch after a few warmup steps, when v is still small.
   cat <<EOF
 {
   "train_micro_batch_size_per_gpu": 64, "steps": $steps, "seed": 1,
   "optimizer": {"type": "$opt",
-                "params": {"lr": 0.001, "betas": [0.9, 0.999], "eps": $eps, "freeze_step": 0}},
+                "params": {"lr": 0.001, "betas": [0.9, 0.999], "eps": 1e-5, "freeze_step": 0}},
   "onebit": {"workers": $WORKERS, "device": "cpu", "lease_steps": 10, "log_every": 1000,
              "workload": $workload}
 }
 EOF
 }
 
-# record KEY=VALUE...: one JSON line in raw.jsonl
+# record KEY=VALUE...: one JSON line in raw.jsonl (values parsed as JSON where they are)
 record() {
   python3 - "$RAW" "$@" <<'PY'
 import json, sys
@@ -152,62 +154,64 @@ with open(out, "a") as f:
 PY
 }
 
-# onebit_run WORKLOAD RATE SYSTEM STAGE
+SAMPLER_PID=
+sampler_start() {  # file
+  python3 tools/bench/sampler.py "$1" $WORKERS 0.1 &
+  SAMPLER_PID=$!
+}
+sampler_stop() {
+  if [ -n "$SAMPLER_PID" ]; then
+    kill "$SAMPLER_PID" 2> /dev/null || true
+    wait "$SAMPLER_PID" 2> /dev/null || true
+  fi
+  SAMPLER_PID=
+}
+
+# onebit_run WORKLOAD RATE SYSTEM: adam (warmup steps only), peer or ps (warmup steps, then
+# compression steps, in one job).
 onebit_run() {
-  local w=$1 rate=$2 sys=$3 stage=$4 steps opt eps freeze mode name dir before after t0 t1
-  steps=$(steps_for "$w" "$rate" "$stage")
-  name=$w-$rate-$sys-$stage
+  local w=$1 rate=$2 sys=$3 nw nc opt=OneBitAdam mode=peer name dir t0 t1 load0
+  nw=$(steps_for "$w" "$rate" warmup)
+  nc=$(steps_for "$w" "$rate" compression)
+  [ "$sys" = ps ] && mode=ps
+  if [ "$sys" = adam ]; then opt=Adam; nc=0; fi
+  name=$w-$rate-$sys
   dir=$OUT/runs/$name
   rm -rf "$dir"; mkdir -p "$dir"
-  opt=OneBitAdam; eps=1e-8; mode=peer
-  [ "$sys" = adam ] && opt=Adam
-  [ "$sys" = ps ] && mode=ps
-  if [ "$stage" = warmup ]; then freeze=$((steps + 1)); else freeze=0; eps=1.0; fi
-  [ "$w" = fmnist ] && [ "$stage" = warmup ] && eps=1e-5
-  job_config "$w" "$opt" "$eps" "$steps" > "$dir/job.json"
+  job_config "$w" "$opt" $((nw + nc)) > "$dir/job.json"
   local flags=(--exchange="$mode")
   [ "$mode" = ps ] && flags+=(--servers=$WORKERS)
-  log "  $sys $stage: $steps steps"
-  before=$(node_bytes)
+  log "  $sys: $nw warmup + $nc compression steps"
+  load0=$(load)
+  sampler_start "$dir/sampler.txt"
   t0=$(date +%s.%N)
-  # The shards' peak resident memory (VmHWM), sampled while the job runs.
-  ( peak=0
-    while :; do
-      for pid in $(pgrep -x onebit-server || true); do
-        kb=$(awk '/VmHWM/ {print $2}' /proc/$pid/status 2> /dev/null || echo 0)
-        [ "${kb:-0}" -gt "$peak" ] && peak=$kb && echo "$peak" > "$dir/shard_peak_kb"
-      done
-      sleep 0.5
-    done ) &
-  local sampler=$!
   if ! "$BIN/deploy/onebit-launch" --config="$dir/job.json" --out_dir="$dir" \
-      --bin_dir="$BIN" --compare_adam=false --echo_all=false --freeze_step=$freeze \
+      --bin_dir="$BIN" --compare_adam=false --echo_all=false --freeze_step="$nw" \
       --timeout_s=1800 $CLUSTER "${flags[@]}" > "$dir/launch.log" 2>&1; then
-    kill "$sampler" 2> /dev/null || true
+    sampler_stop
     log "  FAILED: see $dir/launch.log"; tail -5 "$dir/launch.log"; return 1
   fi
-  kill "$sampler" 2> /dev/null || true
-  wait "$sampler" 2> /dev/null || true
   t1=$(date +%s.%N)
-  after=$(node_bytes)
+  sampler_stop
   record kind=onebit workload="$w" params="$(params_of "$w")" rate="$rate" system="$sys" \
-    stage="$stage" steps="$steps" dir="\"$dir/onebit_adam\"" before="\"$before\"" \
-    after="\"$after\"" wall="$(echo "$t1 - $t0" | bc)" \
-    shard_peak_kb="$(cat "$dir/shard_peak_kb" 2> /dev/null || echo 0)" uptime="\"$(uptime | sed 's/.*load average: //')\""
+    warmup_steps="$nw" compression_steps="$nc" dir="\"$dir/onebit_adam\"" \
+    sampler="\"$dir/sampler.txt\"" wall="$(echo "$t1 - $t0" | bc)" \
+    load_before="\"$load0\"" uptime="\"$(load)\""
 }
 
 DDP_PORT=29500
 ddp_run() {  # WORKLOAD RATE
-  local w=$1 rate=$2 steps name dir before after pids=() i rc=0 t0 t1
-  steps=$(( $(steps_for "$w" "$rate" warmup) ))
+  local w=$1 rate=$2 steps name dir pids=() i rc=0 t0 t1 load0
+  steps=$(steps_for "$w" "$rate" warmup)
   name=$w-$rate-ddp
   dir=$OUT/runs/$name
   rm -rf "$dir"; mkdir -p "$dir"
   DDP_PORT=$((DDP_PORT + 1))
   local wl=(--workload synthetic --parameters "$(params_of "$w")")
   [ "$w" = fmnist ] && wl=(--workload fashion_mnist)
-  log "  ddp: $steps steps (+2 without allreduce)"
-  before=$(node_bytes)
+  log "  ddp: $steps steps (after 2 without allreduce)"
+  load0=$(load)
+  sampler_start "$dir/sampler.txt"
   t0=$(date +%s.%N)
   for ((i = 0; i < WORKERS; ++i)); do
     ip netns exec "onebit-node$i" env GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1 \
@@ -218,16 +222,16 @@ ddp_run() {  # WORKLOAD RATE
   done
   for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
   t1=$(date +%s.%N)
-  after=$(node_bytes)
+  sampler_stop
   if [ $rc != 0 ]; then log "  FAILED: see $dir/rank-*.log"; tail -5 "$dir/rank-0.log"; return 1; fi
-  record kind=ddp workload="$w" params="$(params_of "$w")" rate="$rate" system=ddp stage=warmup \
-    steps="$steps" dir="\"$dir\"" before="\"$before\"" after="\"$after\"" \
-    wall="$(echo "$t1 - $t0" | bc)" uptime="\"$(uptime | sed 's/.*load average: //')\""
+  record kind=ddp workload="$w" params="$(params_of "$w")" rate="$rate" system=ddp \
+    warmup_steps="$steps" compression_steps=0 dir="\"$dir\"" sampler="\"$dir/sampler.txt\"" \
+    wall="$(echo "$t1 - $t0" | bc)" load_before="\"$load0\"" uptime="\"$(load)\""
 }
 
-trap 'tools/emulated_cluster.sh down > /dev/null 2>&1 || true' EXIT
+trap 'sampler_stop; tools/emulated_cluster.sh down > /dev/null 2>&1 || true' EXIT
 START=$(date +%s)
-log "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), load $(uptime | sed 's/.*load average: //')"
+log "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), load $(load)"
 log "rates: $RATES; workloads: $WORKLOADS; systems: $SYSTEMS; out: $OUT"
 memcpy_measure start
 failed=0
@@ -238,9 +242,7 @@ for rate in $RATES; do
     log "$w at $rate"
     for sys in $SYSTEMS; do
       case $sys in
-        adam) onebit_run "$w" "$rate" adam warmup || failed=1 ;;
-        peer|ps) onebit_run "$w" "$rate" "$sys" warmup || failed=1
-                 onebit_run "$w" "$rate" "$sys" compression || failed=1 ;;
+        adam|peer|ps) onebit_run "$w" "$rate" "$sys" || failed=1 ;;
         ddp) ddp_run "$w" "$rate" || failed=1 ;;
         *) die "unknown system $sys" ;;
       esac
