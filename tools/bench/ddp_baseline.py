@@ -9,12 +9,14 @@ One process per worker (the bench starts each in its network namespace):
 Workloads, matched to onebit's (worker/workloads/):
   synthetic      onebit's quadratic bowl: worker r's gradient at step t is
                  g_i = (p_i - target_i) + noise * u_i, u uniform with variance 1, and the
-                 loss 0.5 * mean (p - target)^2. onebit draws target_i and u_i from a hash of
-                 (seed, step, rank, i) inside one fused SIMD loop; here they come from torch's
-                 CPU generator (torch.rand, seeded per step and rank), and the gradient is
-                 formed by a custom autograd function in a few vectorised passes. So the
-                 compute is the same arithmetic with a different random source; its cost is
-                 measured (--compute_steps) and reported beside onebit's.
+                 loss 0.5 * mean (p - target)^2. onebit computes target_i and u_i from a hash
+                 of (seed, step, rank, i) inside one fused SIMD loop (read p, write g); here
+                 both are drawn once into memory (torch's generator costs ~10x onebit's loop)
+                 and the noise of a chunk rotates between chunks from step to step. The
+                 gradient is formed by a custom autograd function in a few vectorised passes
+                 (p - target, its dot product, + noise * u): more memory passes than onebit's
+                 one loop, no random numbers per step. Its cost is measured (--compute_steps)
+                 and reported beside onebit's.
                  The parameters are split into tensors of --chunk elements (like a model's
                  layers), so DDP buckets them (25 MB buckets, its default) and starts the
                  allreduce of a bucket while the backward of the others still runs.
@@ -67,20 +69,25 @@ class Synthetic(nn.Module):
         super().__init__()
         sizes = [min(chunk, n - i) for i in range(0, n, chunk)]
         self.chunks = nn.ParameterList([nn.Parameter(torch.zeros(s)) for s in sizes])
-        self.n, self.seed, self.rank, self.noise = n, seed, rank, noise
-        self.target_gen = torch.Generator()
-        self.noise_gen = torch.Generator()
+        self.n, self.noise = n, noise
+        # The target (the same on every worker) and this worker's noise are drawn once, one
+        # tensor per parameter chunk; at step t chunk j takes the noise of chunk (j + t) mod
+        # J, so the noise changes from step to step at the cost of one read. (onebit hashes
+        # both from (seed, step, rank, i) inside its gradient loop; torch's generator costs
+        # about ten times that loop, which would make DDP's step mostly random numbers.)
+        g = torch.Generator()
+        g.manual_seed(seed)
+        self.targets = [torch.rand(s, generator=g).mul_(2).sub_(1) for s in sizes]
+        g.manual_seed(seed * 1000003 + 7919 * (rank + 1))
+        self.noises = [torch.rand(chunk, generator=g).mul_(2 * SQRT3).sub_(SQRT3)
+                       for _ in sizes]
 
     def forward(self, step):
-        # The target is the same on every worker and step (seeded by the job seed alone);
-        # drawn again each step, as onebit computes it again each step.
-        self.target_gen.manual_seed(self.seed)
-        self.noise_gen.manual_seed((self.seed * 1000003 + step) * 1009 + self.rank)
         total = 0.0
-        for p in self.chunks:
-            target = torch.rand(p.numel(), generator=self.target_gen).mul_(2).sub_(1)
-            u = torch.rand(p.numel(), generator=self.noise_gen).mul_(2 * SQRT3).sub_(SQRT3)
-            total = total + BowlGrad.apply(p, target, u, self.noise)
+        k = len(self.chunks)
+        for j, p in enumerate(self.chunks):
+            u = self.noises[(j + step) % k][:p.numel()]
+            total = total + BowlGrad.apply(p, self.targets[j], u, self.noise)
         return total / self.n
 
 

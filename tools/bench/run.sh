@@ -6,8 +6,10 @@
 #
 #   sudo tools/bench/run.sh [--quick] [--rates "100mbit 1gbit 10gbit none"]
 #                           [--workloads "syn25m syn100m fmnist"] [--systems "adam peer ps ddp"]
-#                           [--out DIR]
+#                           [--out DIR] [--bin DIR]
 #
+# --bin DIR: the onebit binaries of an earlier run (OUT/bin of it) instead of building this
+# tree's, e.g. to measure a change against the binaries before it.
 # Systems (each a job of its own per workload and rate):
 #   adam   onebit, optimizer "Adam": full-precision exchange (peer mode) on every step
 #   peer   onebit, 1-bit Adam, peer mode: warmup steps, then compression steps
@@ -15,7 +17,7 @@
 #   ddp    PyTorch DDP + torch.optim.Adam over gloo (tools/bench/ddp_baseline.py)
 # Workloads: synNNm (onebit's synthetic quadratic bowl with NN million parameters; synNNk for
 # thousands) and fmnist (the demo's MLP on Fashion-MNIST, 64 examples per worker and step).
-# The runs switch after a few warmup steps (eps 1e-5 keeps the first compressed updates
+# The runs switch after a few warmup steps (eps 1 keeps the first compressed updates
 # bounded; these runs measure time and bytes, not training).
 #
 # Per run it records: each step's time and end time (per worker; the first step of each
@@ -34,6 +36,7 @@ RATES="100mbit 1gbit 10gbit none"
 WORKLOADS="syn25m syn100m fmnist"
 SYSTEMS="adam peer ps ddp"
 OUT=out/bench
+BIN_FROM=
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) QUICK=1 ;;
@@ -41,7 +44,8 @@ while [ $# -gt 0 ]; do
     --workloads) WORKLOADS=$2; shift ;;
     --systems) SYSTEMS=$2; shift ;;
     --out) OUT=$2; shift ;;
-    *) echo "usage: $0 [--quick] [--rates R] [--workloads W] [--systems S] [--out DIR]" >&2; exit 2 ;;
+    --bin) BIN_FROM=$(cd "$2" && pwd); shift ;;
+    *) echo "usage: $0 [--quick] [--rates R] [--workloads W] [--systems S] [--out DIR] [--bin DIR]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -66,18 +70,24 @@ OUT=$(cd "$OUT" && pwd)
 RAW=$OUT/raw.jsonl
 : > "$RAW"
 
-log "building (bazel, -O2 as .bazelrc sets)"
-bazel build --disk_cache=/work/.bazel-disk-cache //deploy:onebit-launch \
-  //coordinator:onebit-coordinator //server:onebit-server //worker:onebit-worker 2>&1 | tail -1
 gcc -O2 -o "$OUT/memcpy_bw" tools/bench/memcpy_bw.c
 # A copy of the binaries, so that a rebuild of the tree while the bench runs changes nothing.
 BIN=$OUT/bin
-rm -rf "$BIN"
-for b in deploy/onebit-launch coordinator/onebit-coordinator server/onebit-server worker/onebit-worker; do
-  mkdir -p "$BIN/$(dirname $b)"
-  cp bazel-bin/$b "$BIN/$b"
-done
-echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!out' || echo '+changes')" > "$OUT/commit"
+if [ -n "$BIN_FROM" ]; then
+  [ "$BIN_FROM" = "$BIN" ] || { rm -rf "$BIN"; cp -r "$BIN_FROM" "$BIN"; }
+  log "binaries from $BIN_FROM ($(cat "$BIN_FROM/../commit" 2> /dev/null || echo '?'))"
+  cp "$BIN_FROM/../commit" "$OUT/commit" 2> /dev/null || true
+else
+  log "building (bazel, -O2 as .bazelrc sets)"
+  bazel build --disk_cache=/work/.bazel-disk-cache //deploy:onebit-launch \
+    //coordinator:onebit-coordinator //server:onebit-server //worker:onebit-worker 2>&1 | tail -1
+  rm -rf "$BIN"
+  for b in deploy/onebit-launch coordinator/onebit-coordinator server/onebit-server worker/onebit-worker; do
+    mkdir -p "$BIN/$(dirname $b)"
+    cp bazel-bin/$b "$BIN/$b"
+  done
+  echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!out' || echo '+changes')" > "$OUT/commit"
+fi
 
 memcpy_measure() {  # label
   local one all
@@ -125,12 +135,13 @@ job_config() {  # workload optimizer steps -> JSON
   else
     workload="{\"type\": \"synthetic\", \"parameters\": $(params_of "$w")}"
   fi
-  # eps 1e-5 as in the demo: the runs switch after a few warmup steps, when v is still small.
+  # eps 1: the runs switch after a few warmup steps, when v is still near 0 and a small eps
+  # diverges (the MLP within a few compressed steps); these runs measure time and bytes.
   cat <<EOF
 {
   "train_micro_batch_size_per_gpu": 64, "steps": $steps, "seed": 1,
   "optimizer": {"type": "$opt",
-                "params": {"lr": 0.001, "betas": [0.9, 0.999], "eps": 1e-5, "freeze_step": 0}},
+                "params": {"lr": 0.001, "betas": [0.9, 0.999], "eps": 1.0, "freeze_step": 0}},
   "onebit": {"workers": $WORKERS, "device": "cpu", "lease_steps": 10, "log_every": 1000,
              "workload": $workload}
 }
