@@ -58,7 +58,6 @@ struct PsExchange::Shard {
   v1::ChunkResult result;
   // The current call.
   bool done = false;
-  bool write_finished = false;  // the first push of this call left (or failed)
   int attempts = 0;
   absl::Time retry_at = absl::InfinitePast();
   absl::Status last_error;  // why the last attempt failed
@@ -277,7 +276,6 @@ void PsExchange::HandleEvent(Op& op, bool ok, int64_t step, ChunkKind kind) {
   shard.pending[op.type] = false;
   switch (op.type) {
     case kWrite:
-      shard.write_finished = true;
       if (ok) {
         bytes_sent_ += shard.push.payload().size();
       } else {
@@ -325,7 +323,6 @@ absl::Status PsExchange::RoundTrip(int64_t step, ChunkKind kind) {
   const absl::Time deadline = absl::Now() + options_.step_deadline;
   for (auto& shard : shards_) {
     shard->done = false;
-    shard->write_finished = false;
     shard->attempts = 0;
     shard->retry_at = absl::InfinitePast();
     shard->last_error = absl::OkStatus();
@@ -356,16 +353,6 @@ absl::Status PsExchange::RoundTrip(int64_t step, ChunkKind kind) {
       if (now < shard.retry_at) {
         wake = std::min(wake, shard.retry_at);
         continue;
-      }
-      // Pushes leave one shard after another, in shard order (every worker the same), so
-      // that shard 0 has every push, sums and answers while the later pushes still leave:
-      // the results come back on the link's other direction during the pushes instead of
-      // after all of them. A retry does not wait.
-      if (shard.attempts == 0 && shard.index > 0) {
-        const Shard& before = *shards_[shard.index - 1];
-        if (!before.write_finished && !before.done && before.attempts < options_.max_attempts) {
-          continue;
-        }
       }
       StartAttempt(shard);
     }

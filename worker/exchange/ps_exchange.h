@@ -9,11 +9,9 @@
 //                over S chunks, one scale), block s goes to shard s, shard s returns its
 //                recompressed average; the S blocks are the result.
 //
-// STREAMS: opened lazily, kept across steps, and reopened when one breaks. The S pushes of
-// a step leave in shard order, each once the one before it has been written (every worker
-// the same order), and the S results are read as they come (one completion queue, no
-// threads): shard 0 has all W pushes first and its result comes back while the later
-// pushes still leave, so pushes and results overlap on a link's two directions. A push is idempotent per (worker, step, chunk), so after a broken stream
+// STREAMS: opened lazily, kept across steps, and reopened when one breaks. All S pushes of
+// a step are written at once and the S results read as they come (one completion queue,
+// no threads). A push is idempotent per (worker, step, chunk), so after a broken stream
 // the same bytes are pushed again on a new one (at most max_attempts streams per shard and
 // step, with backoff). When AverageMomentum(t) fails, the next AverageMomentum(t) re-sends
 // the blocks it made rather than compressing again, so the worker error moves once per
