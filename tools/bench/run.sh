@@ -6,8 +6,9 @@
 #
 #   sudo tools/bench/run.sh [--quick] [--rates "100mbit 1gbit 10gbit none"]
 #                           [--workloads "syn25m syn100m fmnist"] [--systems "adam peer ps ddp"]
-#                           [--out DIR] [--bin DIR]
+#                           [--out DIR] [--bin DIR] [--skip "WORKLOAD@RATE ..."]
 #
+# --skip: configurations left out (e.g. "fmnist@10gbit"), to fit a run into the time there is.
 # --bin DIR: the onebit binaries of an earlier run (OUT/bin of it) instead of building this
 # tree's, e.g. to measure a change against the binaries before it.
 # Systems (each a job of its own per workload and rate):
@@ -37,6 +38,7 @@ WORKLOADS="syn25m syn100m fmnist"
 SYSTEMS="adam peer ps ddp"
 OUT=out/bench
 BIN_FROM=
+SKIP=" "
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) QUICK=1 ;;
@@ -45,6 +47,7 @@ while [ $# -gt 0 ]; do
     --systems) SYSTEMS=$2; shift ;;
     --out) OUT=$2; shift ;;
     --bin) BIN_FROM=$(cd "$2" && pwd); shift ;;
+    --skip) SKIP=" $2 "; shift ;;
     *) echo "usage: $0 [--quick] [--rates R] [--workloads W] [--systems S] [--out DIR] [--bin DIR]" >&2; exit 2 ;;
   esac
   shift
@@ -250,6 +253,7 @@ for rate in $RATES; do
   CLUSTER=$(tools/emulated_cluster.sh up $WORKERS "$rate")
   log "cluster up: $WORKERS nodes at $rate"
   for w in $WORKLOADS; do
+    if [[ "$SKIP" == *" $w@$rate "* ]]; then log "$w at $rate: skipped (--skip)"; continue; fi
     log "$w at $rate"
     for sys in $SYSTEMS; do
       case $sys in
