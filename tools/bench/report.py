@@ -239,6 +239,8 @@ def main():
         for rate in rates:
             ddp = get(wl, rate, "ddp", "warmup")
             adam = get(wl, rate, "adam", "warmup")
+            if not any(r["workload"] == wl and r["rate"] == rate for r in rows):
+                continue
             e2e = {}
             for system in ("peer", "ps"):
                 wu, co = get(wl, rate, system, "warmup"), get(wl, rate, system, "compression")
@@ -292,7 +294,9 @@ def main():
                 for s, t in cols:
                     row = get(wl, rate, s, t)
                     vals += [row["step_ms"] / 1e3, row["bound_ms"] / 1e3] if row else [math.nan, math.nan]
-                e = next(x for x in e2e_rows if x[0] == wl and x[1] == rate)
+                e = next((x for x in e2e_rows if x[0] == wl and x[1] == rate), None)
+                if e is None:
+                    continue
                 vals += [e[2] / 1e3, e[3] / 1e3, e[4] / 1e3]
                 f.write(" ".join("NaN" if v != v else f"{v:.6g}" for v in vals) + "\n")
         # column of (system, stage) step: 2 + 2*i, bound: 3 + 2*i
