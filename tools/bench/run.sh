@@ -58,6 +58,9 @@ if [ $QUICK = 1 ]; then
   [ "$OUT" = out/bench ] && OUT=out/bench-quick
 fi
 WORKERS=4
+# A cluster of its own (names and subnet), so that it never meets another one on the machine.
+export ONEBIT_CLUSTER=${ONEBIT_CLUSTER:-obbench}
+export ONEBIT_CLUSTER_SUBNET=${ONEBIT_CLUSTER_SUBNET:-10.214.7}
 # Debian's python (python3-torch), whatever python3 comes first on PATH.
 PY=${PYTHON:-/usr/bin/python3}
 die() { echo "bench: $*" >&2; exit 1; }
@@ -138,6 +141,8 @@ job_config() {  # workload optimizer steps -> JSON
   else
     workload="{\"type\": \"synthetic\", \"parameters\": $(params_of "$w")}"
   fi
+  # Deadlines of 15 min: a ps warmup round trip of 100M parameters over 100 Mbit/s took over
+  # the default 2 min here (the job then restarts, again and again).
   # eps 1: the runs switch after a few warmup steps, when v is still near 0 and a small eps
   # diverges (the MLP within a few compressed steps); these runs measure time and bytes.
   cat <<EOF
@@ -146,6 +151,7 @@ job_config() {  # workload optimizer steps -> JSON
   "optimizer": {"type": "$opt",
                 "params": {"lr": 0.001, "betas": [0.9, 0.999], "eps": 1.0, "freeze_step": 0}},
   "onebit": {"workers": $WORKERS, "device": "cpu", "lease_steps": 10, "log_every": 1000,
+             "failure": {"ps_step_deadline_s": 900, "gloo_timeout_s": 900},
              "workload": $workload}
 }
 EOF
@@ -170,7 +176,7 @@ PY
 
 SAMPLER_PID=
 sampler_start() {  # file
-  python3 tools/bench/sampler.py "$1" $WORKERS 0.1 &
+  python3 tools/bench/sampler.py "$1" $WORKERS 0.1 "$ONEBIT_CLUSTER" &
   SAMPLER_PID=$!
 }
 sampler_stop() {
@@ -228,9 +234,9 @@ ddp_run() {  # WORKLOAD RATE
   sampler_start "$dir/sampler.txt"
   t0=$(date +%s.%N)
   for ((i = 0; i < WORKERS; ++i)); do
-    ip netns exec "onebit-node$i" env GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1 \
+    ip netns exec "$ONEBIT_CLUSTER-node$i" env GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1 \
       "$PY" "$ROOT/tools/bench/ddp_baseline.py" --rank $i --world $WORKERS \
-      --master "10.213.0.10:$DDP_PORT" "${wl[@]}" --steps "$steps" --compute_steps 2 \
+      --master "$ONEBIT_CLUSTER_SUBNET.10:$DDP_PORT" "${wl[@]}" --steps "$steps" --compute_steps 2 \
       --out "$dir/rank-$i.json" > "$dir/rank-$i.log" 2>&1 &
     pids+=($!)
   done
