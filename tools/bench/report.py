@@ -45,6 +45,13 @@ def kernel_bytes_per_param(stage, w):
     return grad + 20.125 + (0.125 + 12.0 / w + 0.125 / w) + 16.125
 
 
+def pct(row):
+    """A row's bound over its step as a percentage; '-' when unknown."""
+    if not row or row["bound_over_step"] != row["bound_over_step"]:
+        return "-"
+    return f"{100 * row['bound_over_step']:.0f}%"
+
+
 def median(xs):
     return statistics.median(xs) if xs else float("nan")
 
@@ -77,7 +84,11 @@ class Counters:
         return [a + f * (b - a) for a, b in zip(self.v[i - 1], self.v[i])]
 
     def per_step(self, t_a, t_b, steps):
-        """(tx per node, rx per node) per step between two times."""
+        """(tx per node, rx per node) per step between two times; NaN where the samples do
+        not cover both times (the sampler starts late for a job whose steps are quick)."""
+        if t_a < self.t[0] or t_b > self.t[-1]:
+            n = len(self.v[0]) // 2
+            return [float("nan")] * n, [float("nan")] * n
         a, b = self.at(t_a), self.at(t_b)
         d = [(y - x) / steps for x, y in zip(a, b)]
         return d[0::2], d[1::2]
@@ -163,7 +174,7 @@ def main():
             tx, rx = counters.per_step(t_a, t_b, measured)
             busiest = max(max(tx), max(rx))
             rate = RATE_BPS[r["rate"]]
-            wire_s = busiest * 8 / rate if rate else 0.0
+            wire_s = busiest * 8 / rate if rate else 0.0  # no limit: no wire term
             kern_s = w * kernel_bytes_per_param(stage, w) * r["params"] / (memcpy_gbps * 1e9)
             bound = wire_s + kern_s
             rows.append({
@@ -225,7 +236,7 @@ def main():
                           f"{ms(row['compute_ms'])} | {mb(row['payload_sent_per_worker_step'])} | "
                           f"{mb(row['wire_tx_per_node_step'])} | {ms(row['bound_ms'])} "
                           f"({ms(row['bound_wire_ms'])} + {ms(row['bound_kernels_ms'])}) | "
-                          f"{100 * row['bound_over_step']:.0f}% | {row['load']} |")
+                          f"{pct(row)} | {row['load']} |")
     md.append("")
     md.append(f"End to end with {100 * WARMUP_SHARE:.0f}% warmup (computed from the measured "
               f"per-stage step times: {WARMUP_SHARE} x warmup step + {1 - WARMUP_SHARE:.2f} x "
@@ -250,9 +261,6 @@ def main():
 
             def ratio(x, y):
                 return "-" if x != x or y != y or y == 0 else f"{x / y:.2f}x"
-
-            def pct(row):
-                return f"{100 * row['bound_over_step']:.0f}%" if row else "-"
 
             pw = get(wl, rate, "peer", "warmup")
             sw = get(wl, rate, "ps", "warmup")

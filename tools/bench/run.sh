@@ -178,6 +178,10 @@ SAMPLER_PID=
 sampler_start() {  # file
   python3 tools/bench/sampler.py "$1" $WORKERS 0.1 "$ONEBIT_CLUSTER" &
   SAMPLER_PID=$!
+  # Its first sample before the job starts (python starts slowly on a loaded machine); the
+  # report leaves a stage's wire bytes out when the samples do not cover it.
+  local i
+  for i in $(seq 50); do [ -s "$1" ] && break; sleep 0.2; done
 }
 sampler_stop() {
   if [ -n "$SAMPLER_PID" ]; then
