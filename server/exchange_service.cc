@@ -4,18 +4,17 @@
 
 #include <algorithm>
 #include <chrono>
+#include <utility>
 
 #include "proto/grpc_status.h"
 
 namespace onebit::server {
 namespace {
 
-void FillResult(int64_t step, int chunk, ChunkKind kind, const ResultPayload& payload,
-                v1::ChunkResult* out) {
+void FillHeader(int64_t step, int chunk, ChunkKind kind, v1::ChunkResult* out) {
   out->set_step(step);
   out->set_chunk(chunk);
   out->set_kind(static_cast<v1::ChunkKind>(kind));
-  out->set_payload(*payload);
 }
 
 }  // namespace
@@ -30,9 +29,12 @@ grpc::Status ExchangeService::Exchange(
     if (metrics_ != nullptr) metrics_->AddBytesReceived(push.payload().size());
     // Any int converts; ShardState rejects what is not a known kind.
     const auto kind = static_cast<ChunkKind>(static_cast<int>(push.kind()));
+    // The payload's bytes move into the shard (kept there only while an fp32 run waits for
+    // its turn in the rank-order sum); the next Read parses into a fresh string.
     absl::StatusOr<ShardState::PushOutcome> outcome =
-        state_->Push(push.worker(), push.step(), push.chunk(), kind, push.payload(),
-                     push.checkpoint());
+        state_->PushOwned(push.worker(), push.step(), push.chunk(), kind,
+                          std::move(*push.mutable_payload()), push.checkpoint());
+    push.mutable_payload()->clear();
     if (!outcome.ok()) return ToGrpcStatus(outcome.status());
     ResultPayload result = outcome->result;
     if (result == nullptr) {
@@ -41,7 +43,8 @@ grpc::Status ExchangeService::Exchange(
       if (!awaited.ok()) return ToGrpcStatus(awaited.status());
       result = *std::move(awaited);
     }
-    FillResult(push.step(), push.chunk(), kind, result, &reply);
+    FillHeader(push.step(), push.chunk(), kind, &reply);
+    reply.set_payload(*result);
     if (!stream->Write(reply)) {
       return grpc::Status(grpc::StatusCode::CANCELLED, "the worker's stream went away");
     }
@@ -71,7 +74,8 @@ grpc::Status ExchangeService::Pull(grpc::ServerContext* context, const v1::PullR
       state_->AwaitResult(request->worker(), request->step(), request->chunk(), kind, deadline,
                           [context] { return context->IsCancelled(); });
   if (!result.ok()) return ToGrpcStatus(result.status());
-  FillResult(request->step(), request->chunk(), kind, *result, response);
+  FillHeader(request->step(), request->chunk(), kind, response);
+  response->set_payload(**result);
   if (metrics_ != nullptr) metrics_->AddBytesSent((*result)->size());
   return grpc::Status::OK;
 }

@@ -23,6 +23,16 @@ constexpr int kMaxWorkers = 65536;
 
 size_t Fingerprint(absl::string_view bytes) { return absl::Hash<absl::string_view>{}(bytes); }
 
+// sum[i] += run[i] over `count` floats (run as little-endian bytes, any alignment): one
+// step of the rank-order sum, the same float additions, in the same order, as SumRows.
+void AddRun(float* __restrict sum, const char* __restrict run, size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    float x;
+    std::memcpy(&x, run + i * sizeof(float), sizeof(float));
+    sum[i] += x;
+  }
+}
+
 }  // namespace
 
 const char* RejectReasonName(RejectReason reason) {
@@ -81,8 +91,6 @@ absl::Status ShardState::Init() {
   first_step_ = config_.first_step;
   const size_t w = static_cast<size_t>(config_.num_workers);
   ONEBIT_ASSIGN_OR_RETURN(aggregator_, ChunkAggregator::Create(backend_, layout_.chunk()));
-  ONEBIT_ASSIGN_OR_RETURN(
-      fp32_rows_, kernels::Buffer<float>::Create(backend_, w * layout_.fp32_count(config_.shard)));
   ONEBIT_ASSIGN_OR_RETURN(onebit_rows_,
                           kernels::Buffer<uint8_t>::Create(backend_, w * layout_.block_bytes()));
   return absl::OkStatus();
@@ -184,18 +192,51 @@ absl::StatusOr<const ShardState::FinishedStep*> ShardState::Locate(int64_t step,
       absl::StrCat("step ", step, " skips ahead: the last finished step is ", last_completed_));
 }
 
-uint8_t* ShardState::Row(ChunkKind kind, int worker) {
-  const size_t w = static_cast<size_t>(worker);
-  if (kind == ChunkKind::kFp32) {
-    return reinterpret_cast<uint8_t*>(fp32_rows_.data() + w * layout_.fp32_count(config_.shard));
-  }
-  return onebit_rows_.data() + w * layout_.block_bytes();
+uint8_t* ShardState::OnebitRow(int worker) {
+  return onebit_rows_.data() + static_cast<size_t>(worker) * layout_.block_bytes();
 }
 
 absl::StatusOr<ShardState::PushOutcome> ShardState::Push(int worker, int64_t step, int chunk,
                                                          ChunkKind kind,
                                                          absl::string_view payload,
                                                          bool checkpoint) {
+  return PushImpl(worker, step, chunk, kind, payload, nullptr, checkpoint);
+}
+
+absl::StatusOr<ShardState::PushOutcome> ShardState::PushOwned(int worker, int64_t step,
+                                                              int chunk, ChunkKind kind,
+                                                              std::string&& payload,
+                                                              bool checkpoint) {
+  return PushImpl(worker, step, chunk, kind, payload, &payload, checkpoint);
+}
+
+void ShardState::AddRunsInOrder(absl::string_view payload, int worker, std::string* owned) {
+  OpenStep& open = *open_;
+  if (worker != open.summed) {  // not its turn: keep it (the caller's string if given)
+    if (owned != nullptr) {
+      open.early[worker] = std::move(*owned);
+    } else {
+      open.early[worker].assign(payload.data(), payload.size());
+    }
+    return;
+  }
+  float* sum = reinterpret_cast<float*>(open.sum->data());
+  const size_t count = open.sum->size() / sizeof(float);
+  AddRun(sum, payload.data(), count);
+  ++open.summed;
+  while (open.summed < config_.num_workers && open.pushed[open.summed]) {
+    std::string& early = open.early[open.summed];
+    AddRun(sum, early.data(), count);
+    std::string().swap(early);  // the memory goes back now
+    ++open.summed;
+  }
+}
+
+absl::StatusOr<ShardState::PushOutcome> ShardState::PushImpl(int worker, int64_t step, int chunk,
+                                                             ChunkKind kind,
+                                                             absl::string_view payload,
+                                                             std::string* owned,
+                                                             bool checkpoint) {
   RejectReason reason;
   if (absl::Status s = ValidateRequest(worker, step, chunk, kind, &reason); !s.ok()) {
     return Reject(reason, s);
@@ -225,9 +266,13 @@ absl::StatusOr<ShardState::PushOutcome> ShardState::Push(int worker, int64_t ste
     return PushOutcome{true, (*finished)->result};
   }
 
-  uint8_t* row = Row(kind, worker);
   if (open_.has_value() && open_->pushed[worker]) {
-    if (payload.size() > 0 && std::memcmp(row, payload.data(), payload.size()) != 0) {
+    const bool differs =
+        kind == ChunkKind::kFp32
+            ? Fingerprint(payload) != open_->fingerprints[worker]
+            : payload.size() > 0 &&
+                  std::memcmp(OnebitRow(worker), payload.data(), payload.size()) != 0;
+    if (differs) {
       return Reject(RejectReason::kConflictingDuplicate,
                     absl::AlreadyExistsError(absl::StrCat(
                         "worker ", worker, " already pushed a different payload for step ", step)));
@@ -239,8 +284,19 @@ absl::StatusOr<ShardState::PushOutcome> ShardState::Push(int worker, int64_t ste
   // Accepted: from here on the push changes the state.
   if (!open_.has_value()) {
     open_ = OpenStep{step, kind, std::vector<bool>(config_.num_workers, false), 0, absl::Now()};
+    open_->fingerprints.assign(config_.num_workers, 0);
+    if (kind == ChunkKind::kFp32) {
+      // Zeros, then + r0 + r1 + ...: SumRows' order, so the same bits.
+      open_->sum = std::make_shared<std::string>(layout_.payload_bytes(kind, config_.shard), '\0');
+      open_->early.resize(config_.num_workers);
+    }
   }
-  if (payload.size() > 0) std::memcpy(row, payload.data(), payload.size());
+  open_->fingerprints[worker] = Fingerprint(payload);
+  if (kind == ChunkKind::kFp32) {
+    AddRunsInOrder(payload, worker, owned);
+  } else if (payload.size() > 0) {
+    std::memcpy(OnebitRow(worker), payload.data(), payload.size());
+  }
   open_->pushed[worker] = true;
   open_->checkpoint = open_->checkpoint || checkpoint;
   any_push_ = true;
@@ -250,15 +306,19 @@ absl::StatusOr<ShardState::PushOutcome> ShardState::Push(int worker, int64_t ste
 }
 
 absl::Status ShardState::Complete() {
-  const OpenStep open = *open_;
+  OpenStep open = *std::move(open_);
   const size_t bytes = layout_.payload_bytes(open.kind, config_.shard);
-  auto result = std::make_shared<std::string>(bytes, '\0');
+  std::shared_ptr<std::string> result;
   absl::Status status;
   if (open.kind == ChunkKind::kFp32) {
-    status =
-        backend_->SumRows(fp32_rows_.data(), config_.num_workers, layout_.fp32_count(config_.shard),
-                          reinterpret_cast<float*>(result->data()));
+    // Every run was added as its turn came (AddRunsInOrder): the sum is the result.
+    if (open.summed != config_.num_workers) {
+      status = absl::InternalError(absl::StrCat("the sum holds ", open.summed, " of ",
+                                                config_.num_workers, " runs"));
+    }
+    result = std::move(open.sum);
   } else {
+    result = std::make_shared<std::string>(bytes, '\0');
     status = aggregator_->Aggregate(onebit_rows_.data(), config_.num_workers,
                                     reinterpret_cast<uint8_t*>(result->data()));
     // Finite scales can still overflow their sum (W scales near FLT_MAX): the server error
@@ -277,12 +337,8 @@ absl::Status ShardState::Complete() {
     return broken_;
   }
 
-  FinishedStep finished{open.step, open.kind, std::move(result), {}};
-  for (int w = 0; w < config_.num_workers; ++w) {
-    finished.fingerprints.push_back(
-        Fingerprint(absl::string_view(reinterpret_cast<const char*>(Row(open.kind, w)), bytes)));
-  }
-  finished_.push_back(std::move(finished));
+  finished_.push_back(
+      FinishedStep{open.step, open.kind, std::move(result), std::move(open.fingerprints)});
   while (finished_.size() > static_cast<size_t>(config_.retained_steps)) finished_.pop_front();
   last_completed_ = open.step;
   open_.reset();

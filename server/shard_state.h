@@ -2,7 +2,8 @@
 // workers for its chunk, step by step, and computes each step's result once all W have
 // pushed (server/ps_layout.h has the layout; ALGORITHM.md the math).
 //
-//   fp32 step (warmup):        result = sum of the W runs in worker-rank order (SumRows)
+//   fp32 step (warmup):        result = sum of the W runs in worker-rank order, bit for bit
+//                              the float sum Backend::SumRows gives (0 + r0 + r1 + ...)
 //   onebit step (compression): result = ChunkAggregator over the W blocks in rank order;
 //                              the server error changes here and nowhere else
 //
@@ -12,11 +13,17 @@
 // A fresh shard opens at whatever step comes first (a resumed job need not start at 1);
 // after that, step t+1 opens only after step t completed.
 //
+// MEMORY (fp32 steps): the sum is streamed in rank order. Rank r's run is added into the
+// step's result as soon as ranks < r are in; a run that arrives before its turn is kept
+// (the payload string itself, moved in, not copied) until then, and dropped once added. So
+// the shard holds one chunk for the sum plus only the runs that came early, never W rows
+// of its own; and the last push of a step costs one addition, not W.
+//
 // IDEMPOTENCY per (worker, step, chunk): the results of the last `retained_steps` steps are
 // kept, so a retried push of a finished step gets the same result again and changes
 // nothing; so does a repeated push of the open step. A repeat whose payload differs from
-// the first push (compared byte for byte on the open step, by a 64-bit hash on finished
-// steps) is ALREADY_EXISTS: the worker re-ran its compressor, so its worker error has
+// the first push (a onebit block compared byte for byte on the open step; an fp32 run,
+// which is not kept once added, and every push of a finished step by a 64-bit hash) is ALREADY_EXISTS: the worker re-ran its compressor, so its worker error has
 // moved on and no answer is right.
 //
 // VALIDATION, every failure leaving the state untouched:
@@ -126,6 +133,10 @@ class ShardState {
   // `checkpoint`: the job checkpoints after this step (any worker's flag counts).
   absl::StatusOr<PushOutcome> Push(int worker, int64_t step, int chunk, ChunkKind kind,
                                    absl::string_view payload, bool checkpoint = false);
+  // The same, taking the payload's string: an fp32 run that must wait for its turn is kept
+  // as it is instead of copied (the gRPC service moves the parsed message's bytes in).
+  absl::StatusOr<PushOutcome> PushOwned(int worker, int64_t step, int chunk, ChunkKind kind,
+                                        std::string&& payload, bool checkpoint = false);
 
   // The result of `step`, waiting for it while it is open (or, when no step is open, is the
   // next one) until `deadline` (DEADLINE_EXCEEDED) or until `cancelled` returns true
@@ -161,6 +172,12 @@ class ShardState {
     int num_pushed = 0;
     absl::Time opened_at;
     bool checkpoint = false;
+    std::vector<size_t> fingerprints;  // by worker, of the pushes so far
+    // fp32: the sum so far (the step's result once all are in), the ranks added to it
+    // (0..summed-1), and the runs that came before their turn, by worker.
+    std::shared_ptr<std::string> sum;
+    int summed = 0;
+    std::vector<std::string> early;
   };
   struct FinishedStep {
     int64_t step = 0;
@@ -187,7 +204,14 @@ class ShardState {
   absl::StatusOr<const FinishedStep*> Locate(int64_t step, ChunkKind kind,
                                              RejectReason* reason) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  uint8_t* Row(ChunkKind kind, int worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Push with the payload as a view and, when the caller gave it up, as a string to keep.
+  absl::StatusOr<PushOutcome> PushImpl(int worker, int64_t step, int chunk, ChunkKind kind,
+                                       absl::string_view payload, std::string* owned,
+                                       bool checkpoint);
+  // The open fp32 step: adds every run whose turn has come (rank order) into the sum.
+  void AddRunsInOrder(absl::string_view payload, int worker, std::string* owned)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint8_t* OnebitRow(int worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Complete() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   kernels::Backend* const backend_;
@@ -198,8 +222,8 @@ class ShardState {
   mutable absl::Mutex mu_;
   absl::CondVar step_done_;  // signalled when a step completes and on Shutdown
   std::unique_ptr<ChunkAggregator> aggregator_ ABSL_GUARDED_BY(mu_);
-  // The open step's payloads, one row per worker, in rank order.
-  kernels::Buffer<float> fp32_rows_ ABSL_GUARDED_BY(mu_);
+  // The open onebit step's blocks, one row per worker, in rank order (1/32 of an fp32 run
+  // each; the aggregator reads them all at once).
   kernels::Buffer<uint8_t> onebit_rows_ ABSL_GUARDED_BY(mu_);
   std::optional<OpenStep> open_ ABSL_GUARDED_BY(mu_);
   std::deque<FinishedStep> finished_ ABSL_GUARDED_BY(mu_);  // oldest first

@@ -4,6 +4,7 @@
 // idempotency, step order, waiting, and shutdown.
 #include "server/shard_state.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <random>
@@ -121,6 +122,52 @@ TEST_F(ShardStateTest, Fp32SumsInRankOrderFromZero) {
   EXPECT_EQ(std::memcmp(last->result->data(), want.data(), 20), 0);
   // fp32 steps leave the server error alone.
   EXPECT_EQ(*state->ServerErrorNorm(), 0.0);
+}
+
+// The fp32 sum is streamed (each run added once the ranks before it are in, early ones
+// kept until then): every arrival order, with payloads handed over as views or as strings
+// to keep, gives SumRows' bits; a repeated push of the open step is checked whether its
+// run was already added or is still waiting.
+TEST_F(ShardStateTest, Fp32StreamedSumMatchesSumRowsInEveryArrivalOrder) {
+  constexpr int kW = 4;
+  const ShardConfig config{0, 1, kW, 1003, 2};
+  const PsLayout layout = *PsLayout::Create(1003, 1);
+  std::vector<std::string> runs;
+  for (int w = 0; w < kW; ++w) runs.push_back(Payload(layout, 0, ChunkKind::kFp32, w, 1, 7));
+  std::string rows;
+  for (const std::string& r : runs) rows += r;
+  std::vector<float> want(1003);
+  ASSERT_TRUE(backend_
+                  ->SumRows(reinterpret_cast<const float*>(rows.data()), kW, 1003, want.data())
+                  .ok());
+  std::vector<int> order = {0, 1, 2, 3};
+  int permutations = 0;
+  do {
+    auto state = NewState(config);
+    for (size_t k = 0; k < order.size(); ++k) {
+      const int w = order[k];
+      absl::StatusOr<ShardState::PushOutcome> outcome =
+          (k % 2 == 0) ? state->PushOwned(w, 1, 0, ChunkKind::kFp32, std::string(runs[w]))
+                       : state->Push(w, 1, 0, ChunkKind::kFp32, absl::string_view(runs[w]));
+      ASSERT_TRUE(outcome.ok()) << outcome.status();
+      if (k + 1 < order.size()) {
+        ASSERT_EQ(outcome->result, nullptr);
+        // Again, the same bytes: a duplicate; other bytes: refused, added or waiting.
+        auto same = state->Push(w, 1, 0, ChunkKind::kFp32, runs[w]);
+        ASSERT_TRUE(same.ok()) << same.status();
+        EXPECT_TRUE(same->duplicate);
+        auto other = state->Push(w, 1, 0, ChunkKind::kFp32, runs[(w + 1) % kW]);
+        EXPECT_EQ(other.status().code(), absl::StatusCode::kAlreadyExists);
+      } else {
+        ASSERT_NE(outcome->result, nullptr);
+        ASSERT_EQ(outcome->result->size(), want.size() * 4);
+        EXPECT_EQ(std::memcmp(outcome->result->data(), want.data(), want.size() * 4), 0)
+            << "arrival order " << order[0] << order[1] << order[2] << order[3];
+      }
+    }
+    ++permutations;
+  } while (std::next_permutation(order.begin(), order.end()));
+  EXPECT_EQ(permutations, 24);
 }
 
 TEST_F(ShardStateTest, OnebitMatchesChunkAggregatorInRankOrder) {

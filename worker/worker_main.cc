@@ -82,7 +82,8 @@ ABSL_FLAG(std::string, member_token_file, "",
           "File holding the member token for the coordinator's calls; default: "
           "$ONEBIT_MEMBER_TOKEN, then onebit.security.member_token_file.");
 ABSL_FLAG(std::string, history_csv, "",
-          "Write every step (step,stage,loss,seconds,bytes_sent) and evaluation here (CSV).");
+          "Write every step (step,stage,loss,seconds,bytes_sent,compute_seconds,unix_time) and "
+          "evaluation here (CSV).");
 
 namespace onebit {
 namespace {
@@ -96,20 +97,26 @@ std::string InstanceId() {
 
 // Forwards to the Prometheus metrics and, with --history_csv, writes one CSV row per step
 // and per evaluation, for loss curves:
-//   step,kind,stage,loss,seconds,bytes_sent,test_loss,test_accuracy
+//   step,kind,stage,loss,seconds,bytes_sent,test_loss,test_accuracy,compute_seconds,unix_time
+// (seconds = compute + exchange and update; compute_seconds: the gradient alone; unix_time:
+// when the step was recorded, for lining steps up with outside measurements)
 class HistorySink : public TrainerMetricsSink {
  public:
   HistorySink(TrainerMetricsSink* next, const std::string& path) : next_(next) {
     if (!path.empty()) {
       out_.open(path);
-      out_ << "step,kind,stage,loss,seconds,bytes_sent,test_loss,test_accuracy\n";
+      out_ << "step,kind,stage,loss,seconds,bytes_sent,test_loss,test_accuracy,compute_seconds,"
+              "unix_time\n";
     }
   }
   void RecordStep(const StepReport& r) override {
     next_->RecordStep(r);
     if (out_.is_open()) {
       out_ << r.step << ",step," << StageName(r.stage) << "," << r.loss << ","
-           << r.seconds() << "," << r.bytes_sent << ",,\n";
+           << r.seconds() << "," << r.bytes_sent << ",,,"
+           << r.compute_seconds << ","
+           << absl::StrFormat("%.6f", absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()))
+           << "\n";
     }
   }
   void RecordCheckpoint(int64_t step, double seconds) override {
@@ -118,7 +125,7 @@ class HistorySink : public TrainerMetricsSink {
   void RecordEval(int64_t step, const EvalResult& e) override {
     next_->RecordEval(step, e);
     if (out_.is_open()) {
-      out_ << step << ",eval,,,,," << e.loss << "," << e.accuracy.value_or(-1) << "\n";
+      out_ << step << ",eval,,,,," << e.loss << "," << e.accuracy.value_or(-1) << ",,\n";
       out_.flush();
     }
   }

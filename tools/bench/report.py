@@ -1,0 +1,361 @@
+#!/usr/bin/env python3
+"""The bench's report: reads OUT/raw.jsonl (tools/bench/run.sh) and writes OUT/results.csv,
+OUT/results.md and one PNG per workload (OUT/<workload>.png, gnuplot).
+
+    python3 tools/bench/report.py OUT [--workers 4]
+
+Step time of a run: for each step the mean over workers of its wall time (onebit: the
+history CSV's compute + exchange and update; DDP: forward, backward with its overlapped
+allreduce, and Adam), without the run's first step; then the median over steps.
+
+The bound of a configuration: its step if it took only
+  - its wire bytes at the link rate: the larger of what the busiest node's eth0 sent and
+    received per step (both directions are limited to the rate; a link with no limit adds
+    nothing), plus
+  - its kernels' fewest bytes at this machine's memcpy bandwidth: every worker's kernel
+    bytes (they all run on this machine's cores) over the best memcpy bandwidth measured
+    in the same run (one process, or one per core at once, whichever moved more).
+Fewest kernel bytes per parameter and worker (4-byte floats, W workers; the counts of
+kernels/cpu_kernels_benchmark.cc): the gradient reads p and writes g (8); warmup and Adam:
+the sum of W runs of n/W (4 + 4/W) and the Adam update (read g, m, v, p, write m, v, p: 28);
+compression: compress fused with the momentum update (5 floats and the signs, 20.125), the
+aggregation of one chunk (W blocks, server error read/reread/written, result:
+0.125 + 12/W + 0.125/W) and the decompress fused with the update (16.125). The MLP's
+arithmetic (Fashion-MNIST) is not in the bound: it only counts bytes.
+"""
+import argparse
+import csv
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+
+RATE_BPS = {"100mbit": 100e6, "1gbit": 1e9, "10gbit": 10e9, "none": None}
+RATE_X = {"100mbit": 0.1, "1gbit": 1.0, "10gbit": 10.0, "none": 100.0}  # Gbit/s on the plot
+RATE_LABEL = {"100mbit": "100 Mbit/s", "1gbit": "1 Gbit/s", "10gbit": "10 Gbit/s", "none": "no limit"}
+WARMUP_SHARE = 0.15
+
+
+def kernel_bytes_per_param(stage, w):
+    grad = 8.0
+    if stage == "warmup":
+        return grad + 4.0 + 4.0 / w + 28.0
+    return grad + 20.125 + (0.125 + 12.0 / w + 0.125 / w) + 16.125
+
+
+def pct(row):
+    """A row's bound over its step as a percentage; '-' when unknown."""
+    if not row or row["bound_over_step"] != row["bound_over_step"]:
+        return "-"
+    return f"{100 * row['bound_over_step']:.0f}%"
+
+
+def median(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+class Counters:
+    """The sampler's link counters (tools/bench/sampler.py), interpolated in time."""
+
+    def __init__(self, path):
+        self.t, self.v, self.hwm = [], [], 0
+        with open(path) as f:
+            for line in f:
+                x = line.split()
+                if len(x) < 3:
+                    continue
+                self.t.append(float(x[0]))
+                self.v.append([int(y) for y in x[1:-1]])
+                self.hwm = max(self.hwm, int(x[-1]))
+        if len(self.t) < 2:
+            raise ValueError(f"{path}: fewer than 2 samples")
+
+    def at(self, t):
+        import bisect
+        i = bisect.bisect_left(self.t, t)
+        if i <= 0:
+            return self.v[0]
+        if i >= len(self.t):
+            return self.v[-1]
+        t0, t1 = self.t[i - 1], self.t[i]
+        f = (t - t0) / (t1 - t0) if t1 > t0 else 0.0
+        return [a + f * (b - a) for a, b in zip(self.v[i - 1], self.v[i])]
+
+    def per_step(self, t_a, t_b, steps):
+        """(tx per node, rx per node) per step between two times; NaN where the samples do
+        not cover both times (the sampler starts late for a job whose steps are quick)."""
+        if t_a < self.t[0] or t_b > self.t[-1]:
+            n = len(self.v[0]) // 2
+            return [float("nan")] * n, [float("nan")] * n
+        a, b = self.at(t_a), self.at(t_b)
+        d = [(y - x) / steps for x, y in zip(a, b)]
+        return d[0::2], d[1::2]
+
+
+def stage_stats(times, ends, compute):
+    """times/ends/compute: {step: [per worker]}, the steps of one stage. Drops the first."""
+    steps = sorted(times)
+    if len(steps) < 2:
+        raise ValueError("a stage needs at least 2 steps (the first is not measured)")
+    measured = steps[1:]
+    step = median([statistics.mean(times[s]) for s in measured])
+    comp = median([statistics.mean(compute[s]) for s in measured if compute.get(s)])
+    t_a, t_b = statistics.mean(ends[steps[0]]), statistics.mean(ends[steps[-1]])
+    return step, comp, t_a, t_b, len(measured)
+
+
+def onebit_stages(rec, workers):
+    """{stage: (step_s, compute_s, t_a, t_b, measured, sent/worker/step, received/worker/step)}"""
+    rows = []
+    for i in range(workers):
+        with open(os.path.join(rec["dir"], f"worker-{i}.csv")) as f:
+            rows += [r for r in csv.DictReader(f) if r["kind"] == "step"]
+    summaries = [json.load(open(os.path.join(rec["dir"], f"worker-{i}.json")))
+                 for i in range(workers)]
+    out = {}
+    for stage in ("warmup", "compression"):
+        times, ends, compute = {}, {}, {}
+        for r in rows:
+            if r["stage"] != stage:
+                continue
+            s = int(r["step"])
+            times.setdefault(s, []).append(float(r["seconds"]))
+            ends.setdefault(s, []).append(float(r["unix_time"]))
+            compute.setdefault(s, []).append(float(r["compute_seconds"]))
+        if not times:
+            continue
+        st = stage_stats(times, ends, compute)
+        sent = statistics.mean(x[f"bytes_sent_{stage}"] / max(1, x[f"{stage}_steps"]) for x in summaries)
+        recv = statistics.mean(x[f"bytes_received_{stage}"] / max(1, x[f"{stage}_steps"])
+                               for x in summaries)
+        out[stage] = st + (sent, recv)
+    return out
+
+
+def ddp_stages(rec, workers):
+    ranks = [json.load(open(os.path.join(rec["dir"], f"rank-{i}.json"))) for i in range(workers)]
+    times, ends = {}, {}
+    for r in ranks:
+        for s, (sec, end) in enumerate(zip(r["step_seconds"], r["step_end_unix"])):
+            times.setdefault(s, []).append(sec)
+            ends.setdefault(s, []).append(end)
+    step, _, t_a, t_b, measured = stage_stats(times, ends, {})
+    # Forward, backward and Adam without the allreduce (model.no_sync), the last such step.
+    comp = statistics.mean(r["compute_seconds"][-1] for r in ranks)
+    nan = float("nan")
+    return {"warmup": (step, comp, t_a, t_b, measured, nan, nan)}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--workers", type=int, default=4)
+    a = ap.parse_args()
+    w = a.workers
+    recs = [json.loads(line) for line in open(os.path.join(a.out, "raw.jsonl")) if line.strip()]
+    mem = [r for r in recs if r["kind"] == "memcpy"]
+    if not mem:
+        sys.exit("report: no memcpy measurement in raw.jsonl")
+    memcpy_gbps = max(max(r["single_gbps"], r["all_gbps"]) for r in mem)
+
+    rows = []
+    for r in recs:
+        if r["kind"] not in ("onebit", "ddp"):
+            continue
+        try:
+            stages = (onebit_stages if r["kind"] == "onebit" else ddp_stages)(r, w)
+            counters = Counters(r["sampler"])
+        except (OSError, KeyError, ValueError, statistics.StatisticsError) as e:
+            print(f"report: skipping {r.get('dir')}: {e}", file=sys.stderr)
+            continue
+        for stage, (step, comp, t_a, t_b, measured, sent, recv) in stages.items():
+            tx, rx = counters.per_step(t_a, t_b, measured)
+            busiest = max(max(tx), max(rx))
+            rate = RATE_BPS[r["rate"]]
+            wire_s = busiest * 8 / rate if rate else 0.0  # no limit: no wire term
+            kern_s = w * kernel_bytes_per_param(stage, w) * r["params"] / (memcpy_gbps * 1e9)
+            bound = wire_s + kern_s
+            rows.append({
+                "workload": r["workload"], "params": r["params"], "rate": r["rate"],
+                "system": r["system"], "stage": stage, "steps_measured": measured,
+                "step_ms": 1e3 * step, "compute_ms": 1e3 * comp,
+                "payload_sent_per_worker_step": sent, "payload_received_per_worker_step": recv,
+                "wire_tx_per_node_step": statistics.mean(tx),
+                "wire_rx_per_node_step": statistics.mean(rx),
+                "wire_busiest_per_step": busiest, "bound_wire_ms": 1e3 * wire_s,
+                "bound_kernels_ms": 1e3 * kern_s, "bound_ms": 1e3 * bound,
+                "bound_over_step": bound / step if step > 0 else float("nan"),
+                "shard_peak_rss_mb": counters.hwm / 1024.0,
+                "load": r["uptime"], "wall_s": r["wall"],
+            })
+
+    fields = list(rows[0].keys()) if rows else []
+    with open(os.path.join(a.out, "results.csv"), "w", newline="") as f:
+        wr = csv.DictWriter(f, fieldnames=fields)
+        wr.writeheader()
+        for row in rows:
+            wr.writerow(row)
+
+    def get(wl, rate, system, stage):
+        for row in rows:
+            if (row["workload"], row["rate"], row["system"], row["stage"]) == (wl, rate, system, stage):
+                return row
+        return None
+
+    workloads = list(dict.fromkeys(r["workload"] for r in rows))
+    rates = [x for x in RATE_BPS if any(r["rate"] == x for r in rows)]
+    md = []
+    md.append(f"memcpy bandwidth (best of the run's measurements, the bound's baseline): "
+              f"{memcpy_gbps:.2f} GB/s; all measurements: " +
+              ", ".join(f"{m['label']}: {m['single_gbps']:.2f} (1 process) / {m['all_gbps']:.2f} "
+                        f"({m['procs']} at once), load {m['uptime']}" for m in mem))
+    md.append("")
+    md.append("| workload | link | system | stage | step | gradient | payload sent/worker/step | "
+              "wire out/node/step | bound (wire + kernels) | bound / step | load (1/5/15 min) |")
+    md.append("|---|---|---|---|---:|---:|---:|---:|---:|---:|---|")
+
+    def mb(x):
+        return "-" if x != x else (f"{x / 1e6:.2f} MB" if x >= 1e6 else f"{x / 1e3:.1f} kB")
+
+    def ms(x):
+        return "-" if x != x else (f"{x / 1e3:.2f} s" if x >= 1e4 else f"{x:.1f} ms")
+
+    for wl in workloads:
+        for rate in rates:
+            for system, stage in [("adam", "warmup"), ("peer", "warmup"), ("peer", "compression"),
+                                  ("ps", "warmup"), ("ps", "compression"), ("ddp", "warmup")]:
+                row = get(wl, rate, system, stage)
+                if row is None:
+                    continue
+                name = {"adam": "onebit Adam", "peer": "1-bit Adam peer", "ps": "1-bit Adam ps",
+                        "ddp": "DDP + Adam"}[system]
+                st = stage if system not in ("adam", "ddp") else "(every step)"
+                md.append(f"| {wl} | {RATE_LABEL[rate]} | {name} | {st} | {ms(row['step_ms'])} | "
+                          f"{ms(row['compute_ms'])} | {mb(row['payload_sent_per_worker_step'])} | "
+                          f"{mb(row['wire_tx_per_node_step'])} | {ms(row['bound_ms'])} "
+                          f"({ms(row['bound_wire_ms'])} + {ms(row['bound_kernels_ms'])}) | "
+                          f"{pct(row)} | {row['load']} |")
+    md.append("")
+    md.append(f"End to end with {100 * WARMUP_SHARE:.0f}% warmup (computed from the measured "
+              f"per-stage step times: {WARMUP_SHARE} x warmup step + {1 - WARMUP_SHARE:.2f} x "
+              "compression step; Adam and DDP have one stage), per step, and DDP's over it:")
+    md.append("")
+    md.append("| workload | link | DDP | onebit Adam | 1-bit peer | 1-bit ps | peer vs DDP | ps vs DDP | "
+              "peer warmup / DDP | ps warmup / DDP | ps warmup / peer warmup | compression bound/step (peer, ps) |")
+    md.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    e2e_rows = []
+    for wl in workloads:
+        for rate in rates:
+            ddp = get(wl, rate, "ddp", "warmup")
+            adam = get(wl, rate, "adam", "warmup")
+            if not any(r["workload"] == wl and r["rate"] == rate for r in rows):
+                continue
+            e2e = {}
+            for system in ("peer", "ps"):
+                wu, co = get(wl, rate, system, "warmup"), get(wl, rate, system, "compression")
+                e2e[system] = (WARMUP_SHARE * wu["step_ms"] + (1 - WARMUP_SHARE) * co["step_ms"]
+                               if wu and co else float("nan"))
+            d = ddp["step_ms"] if ddp else float("nan")
+
+            def ratio(x, y):
+                return "-" if x != x or y != y or y == 0 else f"{x / y:.2f}x"
+
+            pw = get(wl, rate, "peer", "warmup")
+            sw = get(wl, rate, "ps", "warmup")
+            pc = get(wl, rate, "peer", "compression")
+            sc = get(wl, rate, "ps", "compression")
+            nan = float("nan")
+            md.append(
+                f"| {wl} | {RATE_LABEL[rate]} | {ms(d)} | {ms(adam['step_ms'] if adam else nan)} | "
+                f"{ms(e2e['peer'])} | {ms(e2e['ps'])} | {ratio(d, e2e['peer'])} | {ratio(d, e2e['ps'])} | "
+                f"{ratio(pw['step_ms'] if pw else nan, d)} | {ratio(sw['step_ms'] if sw else nan, d)} | "
+                f"{ratio(sw['step_ms'] if sw else nan, pw['step_ms'] if pw else nan)} | "
+                f"{pct(pc)}, {pct(sc)} |")
+            e2e_rows.append((wl, rate, d, e2e["peer"], e2e["ps"], adam["step_ms"] if adam else nan))
+    ps_rows = [r for r in rows if r["system"] == "ps"]
+    if ps_rows:
+        md.append("")
+        md.append("ps mode: the largest peak resident memory (VmHWM) of a shard process, and the "
+                  "fp32 chunk it serves (n/4 floats):")
+        md.append("")
+        md.append("| workload | link | stage | shard peak RSS | chunk |")
+        md.append("|---|---|---|---:|---:|")
+        for r in ps_rows:
+            md.append(f"| {r['workload']} | {RATE_LABEL[r['rate']]} | {r['stage']} | "
+                      f"{r['shard_peak_rss_mb']:.0f} MB | {r['params'] / w * 4 / 2**20:.0f} MB |")
+    with open(os.path.join(a.out, "results.md"), "w") as f:
+        f.write("\n".join(md) + "\n")
+    print("\n".join(md))
+
+    # Plots: per workload, three panels against the link rate (log-log).
+    for wl in workloads:
+        dat = os.path.join(a.out, f"{wl}.dat")
+        cols = [("adam", "warmup"), ("peer", "warmup"), ("peer", "compression"), ("ps", "warmup"),
+                ("ps", "compression"), ("ddp", "warmup")]
+        with open(dat, "w") as f:
+            f.write("# x_gbit " + " ".join(f"{s}_{t}_step {s}_{t}_bound" for s, t in cols) +
+                    " e2e_ddp e2e_peer e2e_ps\n")
+            for rate in rates:
+                vals = [RATE_X[rate]]
+                for s, t in cols:
+                    row = get(wl, rate, s, t)
+                    vals += [row["step_ms"] / 1e3, row["bound_ms"] / 1e3] if row else [math.nan, math.nan]
+                e = next((x for x in e2e_rows if x[0] == wl and x[1] == rate), None)
+                if e is None:
+                    continue
+                vals += [e[2] / 1e3, e[3] / 1e3, e[4] / 1e3]
+                f.write(" ".join("NaN" if v != v else f"{v:.6g}" for v in vals) + "\n")
+        # column of (system, stage) step: 2 + 2*i, bound: 3 + 2*i
+        c = {k: 2 + 2 * i for i, k in enumerate(cols)}
+        png = os.path.join(a.out, f"{wl}.png")
+        gp = os.path.join(a.out, f"{wl}.gp")
+        xt = "set xtics (" + ", ".join(f"'{RATE_LABEL[r]}' {RATE_X[r]}" for r in rates) + ")"
+
+        def line(key, title, color, dash=1, bound=False, point=7):
+            col = c[key] + (1 if bound else 0)
+            style = (f"with lines dt 2 lw 1.5 lc rgb '{color}'" if bound
+                     else f"with linespoints lw 2 pt {point} lc rgb '{color}'")
+            return f"'{dat}' using 1:{col} {style} title '{title}'"
+
+        with open(gp, "w") as f:
+            f.write(f"""set terminal pngcairo size 1500,500 font ',10'
+set output '{png}'
+set multiplot layout 1,3 title '{wl}: step time against the link rate, 4 nodes (dashed: the bound, wire bytes at the link rate + kernel bytes at memcpy speed)'
+set logscale xy
+set grid
+{xt}
+set xrange [0.07:140]
+set xlabel 'link rate per node'
+set ylabel 'seconds per step'
+set key top right font ',9'
+set title 'full-precision steps (warmup)'
+plot {line(('ddp', 'warmup'), 'DDP + Adam (gloo)', '#d62728')}, \\
+     {line(('adam', 'warmup'), 'onebit Adam', '#7f7f7f')}, \\
+     {line(('peer', 'warmup'), '1-bit Adam warmup, peer', '#1f77b4')}, \\
+     {line(('ps', 'warmup'), '1-bit Adam warmup, ps', '#2ca02c', point=5)}, \\
+     {line(('ddp', 'warmup'), 'bound: DDP', '#d62728', bound=True)}, \\
+     {line(('peer', 'warmup'), 'bound: peer warmup', '#1f77b4', bound=True)}, \\
+     {line(('ps', 'warmup'), 'bound: ps warmup', '#2ca02c', bound=True)}
+set title 'compression stage'
+plot {line(('peer', 'compression'), '1-bit Adam compression, peer', '#1f77b4')}, \\
+     {line(('ps', 'compression'), '1-bit Adam compression, ps', '#2ca02c', point=5)}, \\
+     {line(('peer', 'compression'), 'bound: peer', '#1f77b4', bound=True)}, \\
+     {line(('ps', 'compression'), 'bound: ps', '#2ca02c', bound=True)}
+set title 'end to end, {100 * WARMUP_SHARE:.0f}% warmup (from the measured stage steps)'
+set ylabel 'mean seconds per step'
+plot '{dat}' using 1:{2 + 2 * len(cols)} with linespoints lw 2 pt 7 lc rgb '#d62728' title 'DDP + Adam', \\
+     '{dat}' using 1:{3 + 2 * len(cols)} with linespoints lw 2 pt 7 lc rgb '#1f77b4' title '1-bit Adam, peer', \\
+     '{dat}' using 1:{4 + 2 * len(cols)} with linespoints lw 2 pt 5 lc rgb '#2ca02c' title '1-bit Adam, ps'
+unset multiplot
+""")
+        res = subprocess.run(["gnuplot", gp], capture_output=True, text=True)
+        if res.returncode != 0:
+            print(f"report: gnuplot failed for {wl}: {res.stderr}", file=sys.stderr)
+        else:
+            print(f"plot: {png}")
+
+
+if __name__ == "__main__":
+    main()
