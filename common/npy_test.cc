@@ -112,7 +112,9 @@ TEST(NpyTest, RoundTripsShapes) {
     EXPECT_EQ(a->shape, shape);
     ASSERT_EQ(a->data.size(), v.size());
     // Bitwise; an empty vector's data() may be null, which memcmp must not see.
-    if (!v.empty()) EXPECT_EQ(std::memcmp(a->data.data(), v.data(), v.size() * 4), 0);
+    if (!v.empty()) {
+      EXPECT_EQ(std::memcmp(a->data.data(), v.data(), v.size() * 4), 0);
+    }
   }
 }
 

@@ -64,7 +64,9 @@ TEST_P(ResumeTest, StopAndResumeIsBitIdentical) {
   const JobRun first = RunJob("first-" + tag, Checkpointed(p, 10, ckpt), WaitFor(10));
   ASSERT_TRUE(fs::exists(ckpt + "/step-000000010/MANIFEST.json"));
   ASSERT_TRUE(fs::exists(ckpt + "/step-000000010/worker-00002.part"));
-  if (p.mode == "ps") ASSERT_TRUE(fs::exists(ckpt + "/step-000000010/server-00001.part"));
+  if (p.mode == "ps") {
+    ASSERT_TRUE(fs::exists(ckpt + "/step-000000010/server-00001.part"));
+  }
   const JobRun resumed = RunJob("second-" + tag, Checkpointed(p, 20, ckpt), WaitFor(20));
   EXPECT_EQ(resumed.steps_run, 10) << "the second run must resume, not start over";
   EXPECT_NE(resumed.coordinator_log.find("resuming from the checkpoint of step 10"),

@@ -35,6 +35,8 @@
 namespace onebit {
 namespace {
 
+using testing_paths::FreePort;
+
 using ::testing::HasSubstr;
 using testing_paths::Runfile;
 
@@ -52,19 +54,6 @@ std::string ReadFile(const std::string& path) {
 }
 
 // A port nothing listens on now (bound to 0, then closed).
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 struct Reply {
   int status = 0;  // 0: no answer (connection refused, timeout)
   std::string body;

@@ -21,22 +21,11 @@
 namespace onebit {
 namespace {
 
+using testing_paths::FreePort;
+
 using launcher::NumberField;
 using launcher::ParseJsonValue;
 using launcher::StringField;
-
-// A port that was free a moment ago (Prometheus takes its listen address as a flag).
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
 
 // The value of the first series `query` returns, once Prometheus has one.
 absl::StatusOr<double> QueryUntilPresent(httplib::Client& prom, const std::string& query,

@@ -521,7 +521,9 @@ TEST_F(SecureShardTest, OnlyWorkersWithACertificateOfTheCaCanPush) {
   for (const TlsOptions& bad : {certs_->NoCert(), certs_->Rogue(), TlsOptions()}) {
     const absl::Status s = OneStep(bad);
     EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << bad.cert << ": " << s;
-    if (bad.enabled()) EXPECT_THAT(std::string(s.message()), HasSubstr("TLS")) << s;
+    if (bad.enabled()) {
+      EXPECT_THAT(std::string(s.message()), HasSubstr("TLS")) << s;
+    }
   }
   const absl::Status good = OneStep(certs_->Client());
   EXPECT_TRUE(good.ok()) << good;

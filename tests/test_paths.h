@@ -1,7 +1,12 @@
 // Where a test finds what Bazel gives it: the binaries among its runfiles (its `data`),
-// and its private temporary directory.
+// its private temporary directory, and a free loopback port.
 #ifndef ONEBIT_TESTS_TEST_PATHS_H_
 #define ONEBIT_TESTS_TEST_PATHS_H_
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <string>
@@ -25,6 +30,21 @@ inline std::string RunfilesRoot() {
 inline std::string Runfile(const std::string& path) { return absl::StrCat(RunfilesRoot(), "/", path); }
 
 inline std::string TestTmpDir() { return Env("TEST_TMPDIR", "/tmp"); }
+
+// A loopback port that was free a moment ago (for programs that take a listen address as
+// a flag, such as Prometheus); 0 if none could be had.
+inline int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  close(fd);
+  return ok ? ntohs(addr.sin_port) : 0;
+}
 
 }  // namespace onebit::testing_paths
 

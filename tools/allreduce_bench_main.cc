@@ -2,14 +2,15 @@
 // node of tools/emulated_cluster.sh; tools/bench_warmup.sh does), against gloo's own ring
 // allreduce, which is what PyTorch DDP calls for CPU tensors over gloo:
 //
-//   onebit-allreduce-bench --rank=R --world=W --hostname=ADDR --store=/tmp/dir \
+//   onebit-allreduce-bench --rank=R --world=W --hostname=ADDR --store=/tmp/dir
 //       --n=25000000 --iters=5 --algos=gloo_ring,alltoall,ring,ring_bf16
 //
 // algos: gloo_ring  gloo's ring allreduce, in place (the DDP baseline; the copy of the
 //                   input into its buffer is not timed)
 //        alltoall   the former ExactAllreduce: AllToAll of the chunks, SumRows in rank
 //                   order, AllGather (the baseline of issue 7)
-//        ring, ring_bf16, ring_fp16   ExactAllreduce (pipelined ring; wire dtype)
+//        ring, ring_bf16, ring_fp16   ExactAllreduce (W-1 shift steps of SendRecv in
+//                   rank-order sums; wire dtype)
 // Each iteration starts after a barrier; rank 0 prints one JSON line per algorithm with
 // the median and every iteration's seconds and the bytes this rank sent per iteration.
 #include <algorithm>

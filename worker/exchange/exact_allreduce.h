@@ -22,7 +22,7 @@
 // 2(W-1)/W of the buffer, as a ring allreduce does, and in every step each node's link
 // carries one flow each way. The former exchange sent the same bytes with one AllToAll,
 // W-1 TCP flows at once on each rate-limited link, then summed after everything had
-// arrived (BENCHMARKS.md, "Warmup exchange: pipelined ring (issue 7)"). Chunks move in
+// arrived (BENCHMARKS.md, "Warmup exchange", issue 7). Chunks move in
 // segments of at most `segment_elements`.
 //
 // Thread safety: one thread at a time. Backend and transport are borrowed.
