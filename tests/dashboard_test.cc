@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -200,7 +201,28 @@ TEST(DashboardTest, EveryQueryNamesExportedMetricsAndHasDataInARealJob) {
     }
   }
   ASSERT_GE(step, 110) << "the job did not get far enough; see " << dir;
-  absl::SleepFor(absl::Seconds(4));
+  // Prometheus starts (and scrapes) in its own time: on a fast machine the job is past the
+  // switch before the first scrape. Wait until every target has been scraped 8 times (the
+  // job keeps training until this test stops it), so rates over 10 s have data.
+  httplib::Client prom("http://" + listen);
+  prom.set_read_timeout(30, 0);
+  double scrapes = 0;
+  for (absl::Time give_up = absl::Now() + absl::Seconds(120); absl::Now() < give_up;
+       absl::SleepFor(absl::Milliseconds(500))) {
+    auto r = prom.Post("/api/v1/query",
+                       httplib::Params{{"query", "min(count_over_time(up[5m])) and count(up) == 5"}});
+    if (!r || r->status != 200) continue;
+    auto answer = ParseJsonValue(r->body, "up");
+    if (!answer.ok()) continue;
+    const auto& result =
+        answer->struct_value().fields().at("data").struct_value().fields().at("result").list_value();
+    if (result.values_size() == 1) {
+      absl::SimpleAtod(result.values(0).struct_value().fields().at("value").list_value().values(1).string_value(),
+                       &scrapes);
+    }
+    if (scrapes >= 8) break;
+  }
+  ASSERT_GE(scrapes, 8) << "Prometheus did not scrape the 5 targets 8 times; see " << dir;
 
   // 1. Names: the union of what every process serves now, in compression.
   std::set<std::string> exported;
@@ -225,8 +247,6 @@ TEST(DashboardTest, EveryQueryNamesExportedMetricsAndHasDataInARealJob) {
   EXPECT_EQ(promql::MissingMetrics(with_typo, exported).size(), missing.size() + 1);
 
   // 2. Data: every query over the run so far, through the real Prometheus.
-  httplib::Client prom("http://" + listen);
-  prom.set_read_timeout(30, 0);
   const std::string start = absl::StrCat(absl::ToUnixSeconds(job_start));
   const std::string end = absl::StrCat(absl::ToUnixSeconds(absl::Now()));
   for (size_t i = 0; i < queries.size(); ++i) {
