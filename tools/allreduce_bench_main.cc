@@ -10,7 +10,7 @@
 //        alltoall   the former ExactAllreduce: AllToAll of the chunks, SumRows in rank
 //                   order, AllGather (the baseline of issue 7)
 //        ring, ring_bf16, ring_fp16   ExactAllreduce (W-1 shift steps of SendRecv in
-//                   rank-order sums; wire dtype)
+//                   rank-order sums, pipelined: --segment, --in_flight; wire dtype)
 // Each iteration starts after a barrier; rank 0 prints one JSON line per algorithm with
 // the median and every iteration's seconds and the bytes this rank sent per iteration.
 #include <algorithm>
@@ -44,6 +44,7 @@ ABSL_FLAG(int64_t, n, 25000000, "float32 elements.");
 ABSL_FLAG(int, iters, 5, "Timed iterations per algorithm (after one untimed).");
 ABSL_FLAG(std::string, algos, "gloo_ring,alltoall,ring,ring_bf16", "Comma-separated.");
 ABSL_FLAG(int64_t, segment, 0, "ExactAllreduce segment elements (0: the default).");
+ABSL_FLAG(int, in_flight, 0, "ExactAllreduce max_in_flight (0: the default; 1: unpipelined).");
 
 namespace onebit {
 namespace {
@@ -117,6 +118,7 @@ absl::Status Main() {
         ONEBIT_ASSIGN_OR_RETURN(o.wire_dtype, ParseWireDtype(algo.substr(5)));
       }
       if (absl::GetFlag(FLAGS_segment) > 0) o.segment_elements = absl::GetFlag(FLAGS_segment);
+      if (absl::GetFlag(FLAGS_in_flight) > 0) o.max_in_flight = absl::GetFlag(FLAGS_in_flight);
       ONEBIT_ASSIGN_OR_RETURN(exact, ExactAllreduce::Create(backend.get(), t.get(), n, o));
       run = [&] { return exact->Run(input.data()); };
     } else {

@@ -22,8 +22,22 @@
 // 2(W-1)/W of the buffer, as a ring allreduce does, and in every step each node's link
 // carries one flow each way. The former exchange sent the same bytes with one AllToAll,
 // W-1 TCP flows at once on each rate-limited link, then summed after everything had
-// arrived (BENCHMARKS.md, "Warmup exchange", issue 7). Chunks move in
-// segments of at most `segment_elements`.
+// arrived (BENCHMARKS.md, "Warmup exchange", issue 7).
+//
+// THE PIPELINE. Chunks move in segments of at most `segment_elements`, as a sequence of
+// SendRecv calls, step by step and segment by segment: every reduce-scatter step, then
+// every all-gather step (in the order s = W-1..1: the same peers as the step before, so a
+// call changes peers 2W-4 times, not 2W-3). Up to `max_in_flight` of them are started
+// (Transport::StartSendRecv) before the oldest is waited for, so the link does not idle
+// between two messages or two steps, and a segment of this rank's chunk is summed as soon
+// as its last row has arrived, while later segments are still on the wire; its all-gather
+// sends wait only for that sum. The sum of a segment is the rank-order sum above
+// (elementwise, so segments change no bit). On a transport whose StartSendRecv blocks
+// (inproc, NCCL) this is the plain step-by-step schedule.
+//
+// Tried and dropped (BENCHMARKS.md): posting every receive first and pacing only the
+// sends let the ranks drift apart, so two senders met on one shaped link at the step
+// changes; it was slower at 100 Mbit/s than this lockstep.
 //
 // Thread safety: one thread at a time. Backend and transport are borrowed.
 #ifndef ONEBIT_WORKER_EXCHANGE_EXACT_ALLREDUCE_H_
@@ -48,11 +62,12 @@ absl::StatusOr<kernels::WireDtype> ParseWireDtype(absl::string_view name);
 struct ExactAllreduceOptions {
   // What the partial sums travel as.
   kernels::WireDtype wire_dtype = kernels::WireDtype::kFp32;
-  // Elements per SendRecv (>= 1): bounds one message. Each SendRecv costs a round trip
-  // and, with gloo, a few hundred microseconds (milliseconds on a loaded machine) of its
-  // own, and the calls block, so smaller segments do not overlap more: on the emulated
-  // cluster 1M-element segments were no faster than whole chunks (BENCHMARKS.md).
-  size_t segment_elements = size_t{1} << 24;
+  // Elements per SendRecv (>= 1): bounds one message, and is the unit of the pipeline.
+  // 1M elements is 4 MB of fp32: 0.34 s at 100 Mbit/s, 3.4 ms at 10 Gbit/s, against a
+  // few hundred microseconds of gloo's own per message.
+  size_t segment_elements = size_t{1} << 20;
+  // SendRecv calls started and not yet waited for (>= 1; 1 is the unpipelined schedule).
+  int max_in_flight = 2;
 };
 
 class ExactAllreduce {
@@ -80,18 +95,27 @@ class ExactAllreduce {
     const size_t begin = c * chunk_;
     return begin >= n_ ? 0 : std::min(chunk_, n_ - begin);
   }
-  // One shift permutation of chunk-sized messages, segment by segment: sends
-  // send_count elements from `send` to `to` and receives recv_count into `recv` from
-  // `from`. Every rank makes the same number of SendRecv calls (some of them empty).
-  absl::Status Shift(const uint8_t* send, size_t send_count, int to, uint8_t* recv,
-                     size_t recv_count, int from);
+  // Segments per chunk: of the longest chunk, the same on every rank (segments past a
+  // shorter chunk's end are empty calls).
+  size_t NumSegments() const {
+    return chunk_ == 0 ? 0 : (chunk_ + options_.segment_elements - 1) / options_.segment_elements;
+  }
+  // Elements of segment k of a chunk of `count` elements.
+  size_t SegmentCount(size_t count, size_t k) const {
+    const size_t begin = k * options_.segment_elements;
+    return begin >= count ? 0 : std::min(options_.segment_elements, count - begin);
+  }
+  // Sums segment k of this rank's chunk in rank order into gathered_ (wire dtype).
+  absl::Status SumSegment(size_t k);
 
   kernels::Backend* backend_;
   Transport* transport_;
   const size_t n_, chunk_;
   const ExactAllreduceOptions options_;
   kernels::Buffer<uint8_t> wire_in_;   // the input in the wire dtype (16-bit wires only)
-  kernels::Buffer<uint8_t> rows_;      // chunk r of every rank, W rows of ChunkCount(r)
+  // Chunk r of every rank, segment-major: segment k's W rows (rank order) lie together at
+  // element W * k * segment_elements, each SegmentCount(ChunkCount(r), k) long.
+  kernels::Buffer<uint8_t> rows_;
   kernels::Buffer<float> summed_;      // this rank's chunk of the sum
   kernels::Buffer<uint8_t> gathered_;  // the whole sum, wire dtype
   kernels::Buffer<float> converted_;   // the sum as float32 (16-bit wires only)

@@ -73,13 +73,14 @@ std::vector<RankResult> Run(TransportKind kind, int w, size_t n,
 // Small segments cost one SendRecv each (a few ms with gloo on a loaded machine), so
 // `max_n` bounds the lengths swept with them, and only some sweeps run over gloo too.
 void ExpectModel(WireDtype dtype, size_t segment, float scale, size_t max_n = 10007,
-                 bool gloo = false) {
+                 bool gloo = false, int max_in_flight = ExactAllreduceOptions().max_in_flight) {
   for (int w : {1, 2, 3, 5, 8}) {
     for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{1000}, size_t{10007}}) {
       if (n > max_n) continue;
       ExactAllreduceOptions options;
       options.wire_dtype = dtype;
       options.segment_elements = segment;
+      options.max_in_flight = max_in_flight;
       const std::vector<float> want = ModelSum(w, n, dtype, scale);
       const size_t chunk = (n + w - 1) / w;
       for (TransportKind kind : {TransportKind::kInproc, TransportKind::kGloo}) {
@@ -89,7 +90,8 @@ void ExpectModel(WireDtype dtype, size_t segment, float scale, size_t max_n = 10
           const std::string where =
               absl::StrCat(kind == TransportKind::kGloo ? "gloo" : "inproc", " W=", w,
                            " n=", n, " dtype=", kernels::WireDtypeName(dtype),
-                           " segment=", segment, " rank=", r);
+                           " segment=", segment, " in flight=", max_in_flight,
+                           " rank=", r);
           ASSERT_EQ(got[r].sum.size(), n) << where;
           // Bitwise: memcmp, skipped for n = 0 (an empty vector's data() may be null).
           if (n > 0) {
@@ -113,6 +115,15 @@ TEST(ExactAllreduceTest, Fp32MatchesTheRankOrderModelOverEveryTransport) {
               /*gloo=*/true);
   ExpectModel(WireDtype::kFp32, 97, 1.0f, 10007, /*gloo=*/true);  // the last segment short
   ExpectModel(WireDtype::kFp32, 3, 1.0f, /*max_n=*/1000);
+}
+
+// Over gloo the calls really are in flight together: a segment is summed while later ones
+// move, and its all-gather waits only for that sum. Any depth gives the same bits.
+TEST(ExactAllreduceTest, PipelineDepthChangesNoBit) {
+  for (int depth : {1, 3, 16}) {
+    ExpectModel(WireDtype::kFp32, 97, 1.0f, 10007, /*gloo=*/true, depth);
+  }
+  ExpectModel(WireDtype::kBf16, 13, 1.0f, 1000, /*gloo=*/true, 5);
 }
 
 TEST(ExactAllreduceTest, Bf16MatchesTheFloat64Model) {
@@ -163,6 +174,10 @@ TEST(ExactAllreduceTest, RejectsBadOptions) {
     ExactAllreduceOptions options;
     options.segment_elements = 0;
     auto a = ExactAllreduce::Create(backend.get(), &t, 10, options);
+    EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument);
+    options = ExactAllreduceOptions();
+    options.max_in_flight = 0;
+    a = ExactAllreduce::Create(backend.get(), &t, 10, options);
     EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument);
     return absl::OkStatus();
   });

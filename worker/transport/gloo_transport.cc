@@ -8,6 +8,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "gloo/allgather.h"
 #include "gloo/allreduce.h"
 #include "gloo/alltoall.h"
@@ -187,10 +188,8 @@ absl::Status GlooTransport::Barrier() {
   });
 }
 
-absl::Status GlooTransport::SendRecv(const void* send, size_t send_bytes, int to, void* recv,
-                                     size_t recv_bytes, int from) {
-  const uint32_t tag = NextTag();
-  if (!status_.ok()) return status_;
+absl::Status GlooTransport::CheckSendRecvPeers(int to, size_t send_bytes, int from,
+                                               size_t recv_bytes) const {
   if (to < 0 || to >= world_size_ || from < 0 || from >= world_size_ ||
       (to == rank_) != (from == rank_)) {
     // Our bug, not the network's: nothing was posted, the connections stay usable.
@@ -198,37 +197,93 @@ absl::Status GlooTransport::SendRecv(const void* send, size_t send_bytes, int to
         "SendRecv: rank ", rank_, " of ", world_size_, " cannot send to ", to,
         " and receive from ", from));
   }
-  if (to == rank_) {
-    if (send_bytes != recv_bytes) {
-      return absl::InvalidArgumentError(absl::StrCat("SendRecv to itself: sends ", send_bytes,
-                                                     " bytes but receives ", recv_bytes));
-    }
-    if (send_bytes > 0) std::memcpy(recv, send, send_bytes);
-    return absl::OkStatus();
+  if (to == rank_ && send_bytes != recv_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("SendRecv to itself: sends ", send_bytes,
+                                                   " bytes but receives ", recv_bytes));
   }
-  return Run("SendRecv", send_bytes, recv_bytes, [&] {
+  return absl::OkStatus();
+}
+
+absl::Status GlooTransport::SendRecv(const void* send, size_t send_bytes, int to, void* recv,
+                                     size_t recv_bytes, int from) {
+  ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<PendingSendRecv> pending,
+                          StartSendRecv(send, send_bytes, to, recv, recv_bytes, from));
+  return pending->Wait();
+}
+
+// Both unbound buffers of one SendRecv, posted. Every gloo call runs under Run, so a
+// failure breaks the transport as any collective's does.
+class GlooTransport::GlooPendingSendRecv final : public Transport::PendingSendRecv {
+ public:
+  GlooPendingSendRecv(GlooTransport* transport, int to, size_t send_bytes, int from,
+                      size_t recv_bytes)
+      : transport_(transport),
+        to_(to),
+        from_(from),
+        send_bytes_(send_bytes),
+        recv_bytes_(recv_bytes) {}
+  ~GlooPendingSendRecv() override { Wait().IgnoreError(); }
+
+  // Posts both sides (may throw: call it under Run).
+  void Post(const void* send, void* recv, uint32_t tag) {
     // A prefix of our own beside gloo's collective ones (1..8), so these slots never meet
     // a collective's messages.
     constexpr uint8_t kSendRecvSlotPrefix = 0x20;
     const uint64_t slot = gloo::Slot::build(kSendRecvSlotPrefix, tag);
-    std::unique_ptr<gloo::transport::UnboundBuffer> in, out;
-    if (recv_bytes > 0) {
-      in = context_->createUnboundBuffer(recv, recv_bytes);
-      in->recv(from, slot);
+    gloo::Context& context = *transport_->context_;
+    if (recv_bytes_ > 0) {
+      in_ = context.createUnboundBuffer(recv, recv_bytes_);
+      in_->recv(from_, slot);
     }
-    if (send_bytes > 0) {
+    if (send_bytes_ > 0) {
       // Unbound buffers take non-const pointers; `send` is only read.
-      out = context_->createUnboundBuffer(const_cast<void*>(send), send_bytes);
-      out->send(to, slot);
+      out_ = context.createUnboundBuffer(const_cast<void*>(send), send_bytes_);
+      out_->send(to_, slot);
     }
-    const auto timeout = ToChrono(timeout_);
-    if (in != nullptr && !in->waitRecv(timeout)) {
-      throw gloo::IoException(absl::StrCat("SendRecv: receive from rank ", from, " aborted"));
-    }
-    if (out != nullptr && !out->waitSend(timeout)) {
-      throw gloo::IoException(absl::StrCat("SendRecv: send to rank ", to, " aborted"));
-    }
-  });
+  }
+
+  // gloo counts completions (a second waitRecv would wait for a second message), so the
+  // buffers are waited for once and the status kept. A broken transport returns its
+  // status without waiting.
+  absl::Status Wait() override {
+    if (waited_) return status_;
+    waited_ = true;
+    status_ = transport_->Run("SendRecv", send_bytes_, recv_bytes_, [&] {
+      const auto timeout = ToChrono(transport_->timeout_);
+      if (in_ != nullptr && !in_->waitRecv(timeout)) {
+        throw gloo::IoException(
+            absl::StrCat("SendRecv: receive from rank ", from_, " aborted"));
+      }
+      if (out_ != nullptr && !out_->waitSend(timeout)) {
+        throw gloo::IoException(absl::StrCat("SendRecv: send to rank ", to_, " aborted"));
+      }
+    });
+    return status_;
+  }
+
+ private:
+  GlooTransport* const transport_;
+  const int to_, from_;
+  const size_t send_bytes_, recv_bytes_;
+  std::unique_ptr<gloo::transport::UnboundBuffer> in_, out_;
+  bool waited_ = false;
+  absl::Status status_;
+};
+
+absl::StatusOr<std::unique_ptr<Transport::PendingSendRecv>> GlooTransport::StartSendRecv(
+    const void* send, size_t send_bytes, int to, void* recv, size_t recv_bytes, int from) {
+  const uint32_t tag = NextTag();
+  if (!status_.ok()) return status_;
+  ONEBIT_RETURN_IF_ERROR(CheckSendRecvPeers(to, send_bytes, from, recv_bytes));
+  if (to == rank_) {
+    if (send_bytes > 0) std::memcpy(recv, send, send_bytes);
+    return std::unique_ptr<PendingSendRecv>(
+        std::make_unique<internal::DonePendingSendRecv>(absl::OkStatus()));
+  }
+  auto pending = std::make_unique<GlooPendingSendRecv>(this, to, send_bytes, from, recv_bytes);
+  // Posting counts no bytes; Wait() counts them once both sides are done.
+  ONEBIT_RETURN_IF_ERROR(Run("SendRecv", 0, 0, [&] { pending->Post(send, recv, tag); }));
+  return std::unique_ptr<PendingSendRecv>(std::move(pending));
 }
 
 }  // namespace onebit

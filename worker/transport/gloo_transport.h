@@ -74,6 +74,13 @@ class GlooTransport final : public Transport {
   // for (each within options.timeout).
   absl::Status SendRecv(const void* send, size_t send_bytes, int to, void* recv,
                         size_t recv_bytes, int from) override;
+  // Posts both sides and returns; gloo's device thread moves the bytes while the caller
+  // goes on. Wait() waits for each side within options.timeout. A pending call destroyed
+  // without Wait() is waited for then (its status dropped).
+  absl::StatusOr<std::unique_ptr<PendingSendRecv>> StartSendRecv(const void* send,
+                                                                  size_t send_bytes, int to,
+                                                                  void* recv, size_t recv_bytes,
+                                                                  int from) override;
 
   uint64_t bytes_sent() const override { return bytes_sent_.load(std::memory_order_relaxed); }
   uint64_t bytes_received() const override {
@@ -88,6 +95,11 @@ class GlooTransport final : public Transport {
   // `received` to the counters.
   template <typename Fn>
   absl::Status Run(absl::string_view op, uint64_t sent, uint64_t received, Fn&& collective);
+
+  class GlooPendingSendRecv;
+
+  // Checks a SendRecv's peers; InvalidArgument (nothing posted, connections usable).
+  absl::Status CheckSendRecvPeers(int to, size_t send_bytes, int from, size_t recv_bytes) const;
 
   // A fresh tag per call, advanced on every call including the zero-byte ones that skip
   // gloo, so tags stay equal across ranks. Distinct tags keep a rank that fell out of step

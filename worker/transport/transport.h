@@ -11,9 +11,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "kernels/kernels.h"
 
 namespace onebit {
@@ -51,6 +54,32 @@ class Transport {
   virtual absl::Status SendRecv(const void* send, size_t send_bytes, int to, void* recv,
                                 size_t recv_bytes, int from) = 0;
 
+  // A SendRecv started by StartSendRecv.
+  class PendingSendRecv {
+   public:
+    virtual ~PendingSendRecv() = default;
+    // Returns when both sides are done (or failed; the transport is then unusable, as
+    // after any failed call). The byte counters move here. Waiting again returns the
+    // first wait's status.
+    virtual absl::Status Wait() = 0;
+  };
+
+  // SendRecv without waiting, so that a caller keeps the link busy with the next message
+  // (and computes) while one is on the wire. The same rules as SendRecv, plus: the
+  // started calls count, in the order they were started, as calls of the collective
+  // sequence; several may be in flight; every one must be waited for before any other
+  // call on this transport and before the transport is destroyed; the buffers must stay
+  // valid and untouched until then. An error either comes back here (nothing was posted)
+  // or from Wait.
+  //
+  // The default runs SendRecv at once and hands back its status: correct for every
+  // transport, overlapping nothing. GlooTransport really posts both sides.
+  virtual absl::StatusOr<std::unique_ptr<PendingSendRecv>> StartSendRecv(const void* send,
+                                                                          size_t send_bytes,
+                                                                          int to, void* recv,
+                                                                          size_t recv_bytes,
+                                                                          int from);
+
   // Payload bytes this rank has put on (taken off) the wire so far, as the algorithm moves
   // them: copies to itself do not count; an allreduce counts as a ring allreduce,
   // 2*(W-1)/W of the buffer each way (RingAllReduceWireBytes below), whatever algorithm
@@ -58,6 +87,24 @@ class Transport {
   virtual uint64_t bytes_sent() const = 0;
   virtual uint64_t bytes_received() const = 0;
 };
+
+namespace internal {
+// A PendingSendRecv that is already done: Wait() returns the status it was made with.
+class DonePendingSendRecv final : public Transport::PendingSendRecv {
+ public:
+  explicit DonePendingSendRecv(absl::Status status) : status_(std::move(status)) {}
+  absl::Status Wait() override { return status_; }
+
+ private:
+  absl::Status status_;
+};
+}  // namespace internal
+
+inline absl::StatusOr<std::unique_ptr<Transport::PendingSendRecv>> Transport::StartSendRecv(
+    const void* send, size_t send_bytes, int to, void* recv, size_t recv_bytes, int from) {
+  return std::unique_ptr<PendingSendRecv>(std::make_unique<internal::DonePendingSendRecv>(
+      SendRecv(send, send_bytes, to, recv, recv_bytes, from)));
+}
 
 // What bytes_sent() (and bytes_received()) grow by for an allreduce of `bytes` over
 // `world_size` ranks: a ring's reduce-scatter then all-gather, each moving (W-1)/W of the

@@ -298,6 +298,41 @@ TEST_P(TransportConformance, SendRecvDeliversAndCountsEachSide) {
   });
 }
 
+// Several SendRecv calls in flight at once (gloo posts them; the others run each at once):
+// every shift of a ring, all started before any is waited for, then waited in order.
+TEST_P(TransportConformance, StartedSendRecvsDeliverInAnyNumberInFlight) {
+  RunGroup(kind(), world_size(), [&](Transport& t) {
+    const int w = t.world_size();
+    const int r = t.rank();
+    const size_t len = 1000;
+    std::vector<std::vector<uint8_t>> send(w), recv(w);
+    std::vector<std::unique_ptr<Transport::PendingSendRecv>> pending;
+    uint64_t sent = 0;
+    for (int shift = 0; shift < w; ++shift) {
+      const int to = (r + shift) % w, from = (r + w - shift) % w;
+      send[shift].resize(len + shift);  // sizes differ per shift, agree per pair
+      recv[shift].assign(len + shift, 0xEE);
+      for (size_t i = 0; i < send[shift].size(); ++i) send[shift][i] = PatternByte(r, to, i);
+      auto p = t.StartSendRecv(send[shift].data(), send[shift].size(), to, recv[shift].data(),
+                               recv[shift].size(), from);
+      ASSERT_TRUE(p.ok()) << p.status();
+      pending.push_back(std::move(*p));
+      if (to != r) sent += len + shift;
+    }
+    for (auto& p : pending) ASSERT_TRUE(p->Wait().ok());
+    for (auto& p : pending) ASSERT_TRUE(p->Wait().ok());  // again: the same status at once
+    for (int shift = 0; shift < w; ++shift) {
+      const int from = (r + w - shift) % w;
+      std::vector<uint8_t> expected(len + shift);
+      for (size_t i = 0; i < expected.size(); ++i) expected[i] = PatternByte(from, r, i);
+      ASSERT_TRUE(recv[shift] == expected) << "shift " << shift << ": "
+                                           << FirstDifference(recv[shift], expected);
+    }
+    EXPECT_EQ(t.bytes_sent(), sent);
+    EXPECT_EQ(t.bytes_received(), sent);
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(
     All, TransportConformance,
     ::testing::Combine(::testing::Values(Kind::kInproc, Kind::kGloo),
@@ -474,6 +509,49 @@ TEST(GlooTransportTest, DestroyedPeerMakesOthersFailNotHang) {
         << "rank " << r << ": " << second[r];
     // Unusable after the error: the same status, without touching the network.
     EXPECT_EQ(third[r], second[r]) << "rank " << r;
+  }
+  EXPECT_LT(absl::Now() - start, absl::Seconds(15));
+}
+
+// A peer that vanishes while SendRecv calls are in flight: every Wait returns an error in
+// bounded time, later calls fail the same way, and nothing waits on freed buffers.
+TEST(GlooTransportTest, VanishedPeerFailsStartedSendRecvs) {
+  constexpr int kWorld = 3;
+  constexpr int kVictim = 1;
+  std::vector<absl::Status> waited(kWorld), later(kWorld);
+  absl::Time start;
+  RunGroup(
+      Kind::kGloo, kWorld,
+      [&](Transport& t) {
+        ASSERT_TRUE(t.Barrier().ok());
+        if (t.rank() == kVictim) return;  // RunGroup destroys its transport now
+        if (t.rank() == 0) start = absl::Now();
+        const int w = t.world_size(), r = t.rank();
+        std::vector<uint8_t> out(1 << 20, 1), in(2 << 20);
+        std::vector<std::unique_ptr<Transport::PendingSendRecv>> pending;
+        for (int shift = 1; shift < w; ++shift) {
+          auto p = t.StartSendRecv(out.data(), out.size(), (r + shift) % w,
+                                   in.data() + (shift - 1) * out.size(), out.size(),
+                                   (r + w - shift) % w);
+          if (!p.ok()) {
+            waited[r] = p.status();
+            break;
+          }
+          pending.push_back(std::move(*p));
+        }
+        for (auto& p : pending) {
+          const absl::Status s = p->Wait();
+          if (waited[r].ok()) waited[r] = s;
+        }
+        later[r] = t.Barrier();
+      },
+      absl::Seconds(2));
+  for (int r = 0; r < kWorld; ++r) {
+    if (r == kVictim) continue;
+    EXPECT_THAT(waited[r].code(),
+                AnyOf(absl::StatusCode::kUnavailable, absl::StatusCode::kDeadlineExceeded))
+        << "rank " << r << ": " << waited[r];
+    EXPECT_FALSE(later[r].ok()) << "rank " << r;
   }
   EXPECT_LT(absl::Now() - start, absl::Seconds(15));
 }
