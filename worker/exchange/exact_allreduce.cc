@@ -19,6 +19,13 @@ absl::StatusOr<kernels::WireDtype> ParseWireDtype(absl::string_view name) {
       absl::StrCat("unknown wire dtype \"", name, "\" (fp32, bf16 or fp16)"));
 }
 
+absl::StatusOr<SumOrder> ParseSumOrder(absl::string_view name) {
+  if (name == "rank") return SumOrder::kRank;
+  if (name == "ring") return SumOrder::kRing;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown sum order \"", name, "\" (rank or ring)"));
+}
+
 absl::StatusOr<std::unique_ptr<ExactAllreduce>> ExactAllreduce::Create(
     kernels::Backend* backend, Transport* transport, size_t n,
     const ExactAllreduceOptions& options) {
@@ -38,6 +45,19 @@ absl::StatusOr<std::unique_ptr<ExactAllreduce>> ExactAllreduce::Create(
   std::unique_ptr<ExactAllreduce> a(new ExactAllreduce(backend, transport, n, chunk, options));
   using kernels::Buffer;
   const bool fp32 = options.wire_dtype == kernels::WireDtype::kFp32;
+  if (options.order == SumOrder::kRing) {
+    if (!fp32) {
+      return absl::InvalidArgumentError(
+          "ExactAllreduce: the ring order sums on the wire, so it takes the fp32 wire only");
+    }
+    ONEBIT_ASSIGN_OR_RETURN(a->partial_, Buffer<float>::Create(backend, n));
+    const size_t slot = std::min(options.segment_elements, chunk);
+    ONEBIT_ASSIGN_OR_RETURN(
+        a->slots_, Buffer<float>::Create(backend, 2 * slot * options.max_in_flight));
+    ONEBIT_ASSIGN_OR_RETURN(a->gathered_, Buffer<uint8_t>::Create(backend, a->WireBytes(n)));
+    a->result_ = reinterpret_cast<const float*>(a->gathered_.data());
+    return a;
+  }
   const size_t mine = a->ChunkCount(static_cast<size_t>(transport->rank()));
   if (!fp32) {
     ONEBIT_ASSIGN_OR_RETURN(a->wire_in_, Buffer<uint8_t>::Create(backend, a->WireBytes(n)));
@@ -72,6 +92,7 @@ absl::Status ExactAllreduce::Run(const float* in) {
   const size_t w = static_cast<size_t>(transport_->world_size());
   const size_t r = static_cast<size_t>(transport_->rank());
   if (n_ == 0) return absl::OkStatus();  // on every rank
+  if (options_.order == SumOrder::kRing) return RunRing(in);
   const kernels::WireDtype dtype = options_.wire_dtype;
   const uint8_t* wire_in = reinterpret_cast<const uint8_t*>(in);
   if (dtype != kernels::WireDtype::kFp32) {
@@ -166,6 +187,114 @@ absl::Status ExactAllreduce::Run(const float* in) {
     ONEBIT_RETURN_IF_ERROR(backend_->WireToFloat(dtype, gathered, n_, converted_.data()));
   }
   return absl::OkStatus();
+}
+
+absl::Status ExactAllreduce::RunRing(const float* in) {
+  const size_t w = static_cast<size_t>(transport_->world_size());
+  const size_t r = static_cast<size_t>(transport_->rank());
+  const size_t segments = NumSegments();
+  const size_t seg = options_.segment_elements;
+  const size_t slot = std::min(seg, chunk_);
+  const int to = static_cast<int>((r + 1) % w), from = static_cast<int>((r + w - 1) % w);
+  float* partial = partial_.data();
+  float* gathered = reinterpret_cast<float*>(gathered_.data());
+  // Element offset of segment k of chunk c, and its length.
+  auto at = [&](size_t c, size_t k) { return c * chunk_ + k * seg; };
+  auto count = [&](size_t c, size_t k) { return SegmentCount(ChunkCount(c), k); };
+  // 0.0f + x: the first term of every sum (turns -0 into +0, as the rank order does).
+  auto start_sum = [&](size_t c, size_t k, float* out) -> absl::Status {
+    if (count(c, k) == 0) return absl::OkStatus();
+    return backend_->SumWireRows(kernels::WireDtype::kFp32, in + at(c, k), 1, count(c, k),
+                                 out + at(c, k));
+  };
+  if (w == 1) {
+    for (size_t k = 0; k < segments; ++k) ONEBIT_RETURN_IF_ERROR(start_sum(0, k, gathered));
+    return absl::OkStatus();
+  }
+  // Reduce-scatter step t (0..W-2) sends chunk r-t-1 and receives chunk r-t-2, which it
+  // adds to; the last step receives chunk r itself, whose sum is then complete. All-gather
+  // step t sends chunk r-t and receives chunk r-t-1.
+  auto rs_send = [&](size_t t) { return (r + 2 * w - t - 1) % w; };
+  auto rs_recv = [&](size_t t) { return (r + 2 * w - t - 2) % w; };
+  auto ag_send = [&](size_t t) { return (r + 2 * w - t) % w; };
+  auto ag_recv = [&](size_t t) { return (r + 2 * w - t - 1) % w; };
+  // Per segment: reduce-scatter steps added, all-gather steps received.
+  std::vector<size_t> added(segments, 0), gathered_steps(segments, 0);
+  struct InFlight {
+    std::unique_ptr<Transport::PendingSendRecv> pending;
+    bool reduce_scatter;
+    size_t step, segment;
+    float* slot;  // reduce-scatter: the received partial, then this rank's values
+  };
+  std::deque<InFlight> in_flight;
+  auto wait_oldest = [&]() -> absl::Status {
+    InFlight call = std::move(in_flight.front());
+    in_flight.pop_front();
+    ONEBIT_RETURN_IF_ERROR(call.pending->Wait());
+    const size_t k = call.segment;
+    if (!call.reduce_scatter) {
+      ++gathered_steps[k];
+      return absl::OkStatus();
+    }
+    const size_t c = rs_recv(call.step), len = count(c, k);
+    if (len > 0) {
+      // (partial) + x_r: the received partial is never -0 (a sum from +0 cannot be), so
+      // SumWireRows' 0.0f + partial is the partial itself.
+      ONEBIT_RETURN_IF_ERROR(
+          backend_->Copy(call.slot + len, in + at(c, k), len * sizeof(float)));
+      float* out = call.step + 2 == w ? gathered : partial;
+      ONEBIT_RETURN_IF_ERROR(backend_->SumWireRows(kernels::WireDtype::kFp32, call.slot, 2,
+                                                   len, out + at(c, k)));
+    }
+    ++added[k];
+    return absl::OkStatus();
+  };
+  auto run_schedule = [&]() -> absl::Status {
+    size_t calls = 0;
+    for (int phase = 0; phase < 2; ++phase) {
+      const bool reduce_scatter = phase == 0;
+      for (size_t t = 0; t + 1 < w; ++t) {
+        for (size_t k = 0; k < segments; ++k, ++calls) {
+          // What this call sends must be complete: the partial of the step before, the
+          // whole sum, or the sum received in the all-gather step before.
+          const size_t need = reduce_scatter ? t : (t == 0 ? w - 1 : t);
+          while (static_cast<int>(in_flight.size()) >= options_.max_in_flight ||
+                 (reduce_scatter ? added[k] : (t == 0 ? added[k] : gathered_steps[k])) <
+                     need) {
+            ONEBIT_RETURN_IF_ERROR(wait_oldest());
+          }
+          InFlight call{nullptr, reduce_scatter, t, k, nullptr};
+          const float* send;
+          float* recv;
+          size_t out, in_count;
+          if (reduce_scatter) {
+            const size_t cs = rs_send(t), cr = rs_recv(t);
+            if (t == 0) ONEBIT_RETURN_IF_ERROR(start_sum(cs, k, partial));
+            out = count(cs, k);
+            in_count = count(cr, k);
+            send = partial + at(cs, k);
+            call.slot = slots_.data() + 2 * slot * (calls % options_.max_in_flight);
+            recv = call.slot;
+          } else {
+            const size_t cs = ag_send(t), cr = ag_recv(t);
+            out = count(cs, k);
+            in_count = count(cr, k);
+            send = gathered + at(cs, k);
+            recv = gathered + at(cr, k);
+          }
+          ONEBIT_ASSIGN_OR_RETURN(call.pending,
+                                  transport_->StartSendRecv(send, out * sizeof(float), to, recv,
+                                                            in_count * sizeof(float), from));
+          in_flight.push_back(std::move(call));
+        }
+      }
+    }
+    while (!in_flight.empty()) ONEBIT_RETURN_IF_ERROR(wait_oldest());
+    return absl::OkStatus();
+  };
+  const absl::Status status = run_schedule();
+  for (InFlight& call : in_flight) call.pending->Wait().IgnoreError();
+  return status;
 }
 
 }  // namespace onebit

@@ -35,6 +35,19 @@
 // (elementwise, so segments change no bit). On a transport whose StartSendRecv blocks
 // (inproc, NCCL) this is the plain step-by-step schedule.
 //
+// RING ORDER (options.order = kRing, fp32 wire only). A ring allreduce, as gloo's and
+// NCCL's, with its fixed order: chunk v's partial sum starts at rank v+1 and travels
+// v+1 -> v+2 -> ... -> v, each rank adding its own values,
+//
+//   s = 0.0f;  for j = v+1, v+2, ..., v (mod W): s = s + x_j
+//
+// then the sums go round the ring once more. The same bytes as the shift schedule, but
+// every rank only ever sends to r+1 and receives from r-1: no link changes peer, which
+// on shaped links is the shift schedule's loss (BENCHMARKS.md). The bits still do not
+// depend on the transport, but they differ from the rank order, so from the
+// parameter-server shards' sum: peer mode only, and ps and peer mode then no longer agree
+// bit for bit in the warmup.
+//
 // Tried and dropped (BENCHMARKS.md): posting every receive first and pacing only the
 // sends let the ranks drift apart, so two senders met on one shaped link at the step
 // changes; it was slower at 100 Mbit/s than this lockstep.
@@ -59,7 +72,14 @@ namespace onebit {
 // "fp32", "bf16" or "fp16" (the job config's exchange.warmup_dtype).
 absl::StatusOr<kernels::WireDtype> ParseWireDtype(absl::string_view name);
 
+// The fixed order of the sums (above). kRank is the parameter-server shards' order.
+enum class SumOrder { kRank, kRing };
+
+// "rank" or "ring" (the job config's exchange.warmup_order).
+absl::StatusOr<SumOrder> ParseSumOrder(absl::string_view name);
+
 struct ExactAllreduceOptions {
+  SumOrder order = SumOrder::kRank;
   // What the partial sums travel as.
   kernels::WireDtype wire_dtype = kernels::WireDtype::kFp32;
   // Elements per SendRecv (>= 1): bounds one message, and is the unit of the pipeline.
@@ -107,6 +127,8 @@ class ExactAllreduce {
   }
   // Sums segment k of this rank's chunk in rank order into gathered_ (wire dtype).
   absl::Status SumSegment(size_t k);
+  // Run() in ring order.
+  absl::Status RunRing(const float* in);
 
   kernels::Backend* backend_;
   Transport* transport_;
@@ -119,6 +141,10 @@ class ExactAllreduce {
   kernels::Buffer<float> summed_;      // this rank's chunk of the sum
   kernels::Buffer<uint8_t> gathered_;  // the whole sum, wire dtype
   kernels::Buffer<float> converted_;   // the sum as float32 (16-bit wires only)
+  // Ring order: the partial sums (n elements), and per call in flight a received partial
+  // and this rank's values beside it (2 rows of segment_elements).
+  kernels::Buffer<float> partial_;
+  kernels::Buffer<float> slots_;
   const float* result_ = nullptr;
 };
 

@@ -6,6 +6,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -126,6 +127,65 @@ TEST(ExactAllreduceTest, PipelineDepthChangesNoBit) {
   ExpectModel(WireDtype::kBf16, 13, 1.0f, 1000, /*gloo=*/true, 5);
 }
 
+// Ring order: chunk v summed from 0.0f in the order v+1, v+2, ..., v (mod W), float32
+// adds, on every rank and transport; bytes as a ring allreduce moves them.
+TEST(ExactAllreduceTest, RingOrderMatchesItsModelOverEveryTransport) {
+  for (int w : {1, 2, 3, 4, 5}) {
+    for (size_t n : {size_t{1}, size_t{7}, size_t{1000}, size_t{10007}}) {
+      std::vector<std::vector<float>> x;
+      for (int r = 0; r < w; ++r) x.push_back(Input(r, n, 1.0f));
+      x[0][0] = -0.0f;  // -0 from one rank and +0 sums agree with the model's 0.0f start
+      const size_t chunk = (n + w - 1) / w;
+      std::vector<float> want(n);
+      for (size_t i = 0; i < n; ++i) {
+        const int v = static_cast<int>(i / chunk);
+        float sum = 0.0f;
+        for (int j = 1; j <= w; ++j) sum += x[(v + j) % w][i];
+        want[i] = sum;
+      }
+      for (auto [segment, depth] : {std::pair<size_t, int>{1 << 20, 2}, {97, 1}, {13, 5}}) {
+        ExactAllreduceOptions options;
+        options.order = SumOrder::kRing;
+        options.segment_elements = segment;
+        options.max_in_flight = depth;
+        for (TransportKind kind : {TransportKind::kInproc, TransportKind::kGloo}) {
+          std::vector<std::vector<float>> got(w);
+          std::vector<uint64_t> sent(w), received(w);
+          const absl::Status status = RunLocalGroup(kind, w, [&](Transport& t) -> absl::Status {
+            auto backend = kernels::NewCpuBackend();
+            auto a = ExactAllreduce::Create(backend.get(), &t, n, options);
+            if (!a.ok()) return a.status();
+            for (int call = 0; call < 2; ++call) {
+              if (absl::Status s = (*a)->Run(x[t.rank()].data()); !s.ok()) return s;
+            }
+            got[t.rank()].assign((*a)->result(), (*a)->result() + n);
+            sent[t.rank()] = t.bytes_sent();
+            received[t.rank()] = t.bytes_received();
+            return absl::OkStatus();
+          });
+          ASSERT_TRUE(status.ok()) << status;
+          for (int r = 0; r < w; ++r) {
+            const std::string where =
+                absl::StrCat(kind == TransportKind::kGloo ? "gloo" : "inproc", " W=", w,
+                             " n=", n, " segment=", segment, " depth=", depth, " rank=", r);
+            ASSERT_EQ(0, std::memcmp(got[r].data(), want.data(), n * sizeof(float))) << where;
+            // Sends every chunk but its own, then every chunk but rank r+1's; receives every
+            // chunk but rank r-1's, then every chunk but its own (two calls).
+            auto count = [&](int c) {
+              const size_t b = c * chunk;
+              return b >= n ? size_t{0} : std::min(chunk, n - b);
+            };
+            const uint64_t out = w == 1 ? 0 : 2 * n - count(r) - count((r + 1) % w);
+            const uint64_t in = w == 1 ? 0 : 2 * n - count((r + w - 1) % w) - count(r);
+            EXPECT_EQ(sent[r], 2 * out * sizeof(float)) << where;
+            EXPECT_EQ(received[r], 2 * in * sizeof(float)) << where;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(ExactAllreduceTest, Bf16MatchesTheFloat64Model) {
   ExpectModel(WireDtype::kBf16, ExactAllreduceOptions().segment_elements, 1.0f, 10007,
               /*gloo=*/true);
@@ -186,6 +246,20 @@ TEST(ExactAllreduceTest, RejectsBadOptions) {
   EXPECT_EQ(ParseWireDtype("fp16").value(), WireDtype::kFp16);
   EXPECT_EQ(ParseWireDtype("fp32").value(), WireDtype::kFp32);
   EXPECT_EQ(ParseWireDtype("fp8").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseSumOrder("ring").value(), SumOrder::kRing);
+  EXPECT_EQ(ParseSumOrder("rank").value(), SumOrder::kRank);
+  EXPECT_EQ(ParseSumOrder("tree").status().code(), absl::StatusCode::kInvalidArgument);
+  // The ring sums on the wire: fp32 only.
+  const absl::Status ring = RunLocalGroup(TransportKind::kInproc, 1, [](Transport& t) {
+    auto backend = kernels::NewCpuBackend();
+    ExactAllreduceOptions options;
+    options.order = SumOrder::kRing;
+    options.wire_dtype = WireDtype::kBf16;
+    EXPECT_EQ(ExactAllreduce::Create(backend.get(), &t, 10, options).status().code(),
+              absl::StatusCode::kInvalidArgument);
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(ring.ok()) << ring;
 }
 
 }  // namespace
