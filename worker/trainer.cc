@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <limits>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -28,6 +29,16 @@ void PrintToStdout(absl::string_view line) {
   std::fwrite(text.data(), 1, text.size(), stdout);
   std::fflush(stdout);
 }
+
+// The workload's announcements, to the PeerExchange's exchange thread.
+class BucketForwarder : public GradientListener {
+ public:
+  explicit BucketForwarder(PeerExchange* exchange) : exchange_(exchange) {}
+  void GradientReady(size_t begin, size_t end) override { exchange_->BucketReady(begin, end); }
+
+ private:
+  PeerExchange* const exchange_;
+};
 
 }  // namespace
 
@@ -116,7 +127,33 @@ absl::Status Trainer::Init(Exchange* exchange, Transport* transport) {
   sent_at_start_ = optimizer_->exchange().bytes_sent();
   // A fresh optimizer's variance is zero: v_0 is known without a copy.
   if (optimizer_->step() == 0) v_prev_step_ = 0;
+  return InitOverlap();
+}
+
+absl::Status Trainer::InitOverlap() {
+  PeerExchange* peer = options_.overlap;
+  if (peer == nullptr) return absl::OkStatus();
+  if (peer->world_size() != optimizer_->exchange().world_size()) {
+    return absl::InvalidArgumentError("the overlap exchange is not the trainer's exchange");
+  }
+  const std::vector<ParamRange> buckets = workload_->gradient_buckets();
+  if (buckets.empty()) {
+    Print(absl::StrCat("exchange overlap: off, workload ", workload_->name(),
+                       " announces no gradient buckets (the warmup sum runs after it)"));
+    return absl::OkStatus();
+  }
+  if (!peer->overlap_enabled()) {
+    std::vector<std::pair<size_t, size_t>> ranges;
+    for (const ParamRange& b : buckets) ranges.emplace_back(b.begin, b.end);
+    ONEBIT_RETURN_IF_ERROR(peer->EnableOverlap(ranges));
+  }
+  listener_ = std::make_unique<BucketForwarder>(peer);
+  workload_->set_gradient_listener(listener_.get());
   return absl::OkStatus();
+}
+
+Trainer::~Trainer() {
+  if (listener_ != nullptr) workload_->set_gradient_listener(nullptr);
 }
 
 absl::Status Trainer::ApplyLease(const Lease& lease, int64_t next_step) {
@@ -180,28 +217,48 @@ absl::Status Trainer::RunStep(int64_t t) {
   const uint64_t received_before = exchange.bytes_received();
   const LinkBytes inter_before = exchange.inter_node_bytes();
 
+  // Overlap: the exchange thread sums the buckets the workload announces while it computes.
+  PeerExchange* const overlap =
+      listener_ != nullptr && report.stage == Stage::kWarmup && exchange.world_size() > 1
+          ? options_.overlap
+          : nullptr;
+  const double busy_before = overlap != nullptr ? overlap->overlap_busy_seconds() : 0.0;
+  // On an error before the optimizer's sum, the buckets already handed over finish (or
+  // time out) before the error is returned: the exchange thread never outlives the step.
+  auto abandon = [&](absl::Status status) {
+    if (overlap != nullptr) overlap->EndOverlap().IgnoreError();
+    return status;
+  };
+
   const double start = clock_->Seconds();
-  ONEBIT_ASSIGN_OR_RETURN(report.loss,
-                          workload_->ComputeGradient(optimizer_->params(), t, grad_.data()));
+  if (overlap != nullptr) ONEBIT_RETURN_IF_ERROR(overlap->BeginOverlap(t, grad_.data()));
+  absl::StatusOr<double> loss = workload_->ComputeGradient(optimizer_->params(), t, grad_.data());
+  if (!loss.ok()) return abandon(loss.status());
+  report.loss = *loss;
   const double computed = clock_->Seconds();
   report.compute_seconds = computed - start;
   if (!std::isfinite(report.loss)) {
     // Continuing would only spread NaNs through the exchange. The usual cause in the
     // compression stage is a frozen variance with (near-)zero entries: u = m / (sqrt(v) +
     // eps) blows up where the compressed momentum is nonzero.
-    return absl::FailedPreconditionError(absl::StrCat(
+    return abandon(absl::FailedPreconditionError(absl::StrCat(
         "training diverged: the loss is ", report.loss, " at step ", t, " (",
         StageName(report.stage),
         report.stage == Stage::kCompression
             ? "); parameters whose variance froze at ~0 get huge updates from the compressed "
               "momentum: raise optimizer eps (1e-5 works for the Fashion-MNIST MLP), freeze "
               "later, or mask them"
-            : "); lower the learning rate"));
+            : "); lower the learning rate")));
   }
   const double compress_before = exchange.compress_seconds();
   const double call_before = optimizer_->exchange_call_seconds();
-  ONEBIT_RETURN_IF_ERROR(optimizer_->Step(grad_.data()));
+  // The optimizer's warmup sum closes the overlapped exchange (PeerExchange::SumGradients).
+  const absl::Status stepped_ok = optimizer_->Step(grad_.data());
+  if (!stepped_ok.ok()) return abandon(stepped_ok);
   ONEBIT_RETURN_IF_ERROR(backend_->Synchronize());  // GPU work done: the time is real
+  if (overlap != nullptr) {
+    report.overlapped_exchange_seconds = overlap->overlap_busy_seconds() - busy_before;
+  }
   const double stepped = clock_->Seconds() - computed;
   // Nested intervals on one monotonic clock: compress within the exchange call, the call
   // within the optimizer step. The clamps only guard against a clock that is not.
