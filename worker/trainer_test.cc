@@ -33,6 +33,7 @@
 namespace onebit {
 namespace {
 
+using ::testing::Contains;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
@@ -256,7 +257,7 @@ TEST(TrainerTest, GlooOverTcpGivesTheSameBitsAndBytes) {
 // the switch (no overlap there) follow from the same state.
 TEST(TrainerTest, OverlapGivesTheSameBits) {
   GroupPlan plan;
-  plan.hidden = {64, 32};  // three layers: three buckets, announced 2, 1, 0
+  plan.hidden = {256, 128};  // the demo's MLP: layers 2 and 1 in one bucket, then layer 0
   plan.freeze_step = 5;
   plan.steps = 8;
   plan.log_every = 4;
@@ -271,7 +272,10 @@ TEST(TrainerTest, OverlapGivesTheSameBits) {
       for (int rank = 0; rank < world; ++rank) {
         SCOPED_TRACE(absl::StrCat("rank ", rank));
         EXPECT_TRUE(on[rank].overlapping);
-        ASSERT_EQ(on[rank].params.size(), 52'650u);  // 784*64+64 + 64*32+32 + 32*10+10
+        ASSERT_EQ(on[rank].params.size(), 235'146u);
+        EXPECT_THAT(on[rank].lines,
+                    Contains("exchange overlap: on, 2 buckets from the workload's 3 gradient "
+                             "ranges"));
         EXPECT_EQ(on[rank].params, off[rank].params);
         EXPECT_EQ(on[rank].summary.last_loss, off[rank].summary.last_loss);
         EXPECT_EQ(on[rank].summary.warmup.bytes_sent, off[rank].summary.warmup.bytes_sent);
