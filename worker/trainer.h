@@ -19,8 +19,9 @@
 //      bucket per layer, announced by the workload), and the optimizer's sum waits for
 //      the last bucket. "compute" is then the workload's call, with the exchange of the
 //      buckets finished early running beside it (hidden); "exchange" is what the
-//      optimizer still waits for after it (the exposed part). StepReport::
-//      overlapped_exchange_seconds is the exchange thread's busy time, hidden or not;
+//      optimizer still waits for after it (the exposed part; the buckets not started by
+//      then run on the training thread, inside it). StepReport::
+//      overlapped_exchange_seconds is the time spent on the buckets, hidden or not;
 //   3. build a StepReport (bytes from the Exchange's counters, the variance change every
 //      report_interval warmup steps, the worker error norm on logged compression steps),
 //      give it to the controller and the metrics sink;
@@ -92,7 +93,7 @@ struct StepReport {
   double seconds() const {
     return compute_seconds + compress_seconds + exchange_seconds + update_seconds;
   }
-  // With overlap: seconds the exchange thread spent on this step's buckets, in parallel
+  // With overlap: seconds spent on this step's buckets, on the exchange thread in parallel
   // with compute and, for what was left, inside exchange_seconds. Not part of seconds().
   double overlapped_exchange_seconds = 0.0;
   uint64_t bytes_sent = 0;      // during this step

@@ -20,8 +20,12 @@ struct PeerExchange::Overlap {
   bool open = false;  // a step is open (BeginOverlap .. SumGradients/EndOverlap)
   int64_t step = 0;
   const float* grad = nullptr;
-  size_t announced = 0;  // buckets handed to the exchange thread
-  size_t done = 0;       // buckets the exchange thread has finished (or skipped)
+  size_t announced = 0;  // buckets whose gradient is final
+  size_t started = 0;    // buckets taken by a thread (in order: the transport's order)
+  size_t done = 0;       // buckets finished (or skipped); started - done <= 1
+  // SumGradients takes the buckets not started yet itself (no hand-off to the exchange
+  // thread and back: under load each costs a scheduling delay).
+  bool draining = false;
   absl::Status status;   // the open step's first error
   double busy_seconds = 0.0;
 };
@@ -87,38 +91,61 @@ absl::Status PeerExchange::EnableOverlap(const std::vector<std::pair<size_t, siz
   return absl::OkStatus();
 }
 
+absl::Status PeerExchange::RunBucket(size_t i, const float* grad, int64_t step) {
+  Overlap& o = *overlap_;
+  const auto [begin, end] = o.buckets[i];
+  absl::Status status = o.allreduces[i]->Run(grad + begin);
+  if (status.ok()) {
+    status = backend_->Copy(o.sum.data() + begin, o.allreduces[i]->result(),
+                            (end - begin) * sizeof(float));
+  }
+  if (status.ok()) return status;
+  return absl::Status(status.code(), absl::StrCat("overlapped exchange of gradient [", begin,
+                                                  ", ", end, ") of step ", step, ": ",
+                                                  status.message()));
+}
+
+// Takes the next bucket (lock held; one at a time, in order) and runs it (lock released).
+void PeerExchange::RunNextBucket(std::unique_lock<std::mutex>& lock) {
+  Overlap& o = *overlap_;
+  const size_t i = o.started++;
+  const float* grad = o.grad;
+  const int64_t step = o.step;
+  const bool skip = !o.status.ok();  // after an error the transport is not to be trusted
+  lock.unlock();
+  absl::Status status;
+  double seconds = 0.0;
+  if (!skip) {
+    ScopedStepTime time(step_clock(), &seconds);
+    status = RunBucket(i, grad, step);
+  }
+  lock.lock();
+  o.busy_seconds += seconds;
+  if (!status.ok() && o.status.ok()) o.status = status;
+  ++o.done;
+  o.cv.notify_all();
+}
+
 void PeerExchange::OverlapLoop() {
   Overlap& o = *overlap_;
   std::unique_lock<std::mutex> lock(o.mu);
   while (true) {
-    o.cv.wait(lock, [&] { return o.stop || (o.open && o.done < o.announced); });
+    o.cv.wait(lock, [&] {
+      return o.stop || (o.open && !o.draining && o.started == o.done && o.started < o.announced);
+    });
     if (o.stop) return;
-    const size_t i = o.done;
-    const float* grad = o.grad;
-    const bool skip = !o.status.ok();  // after an error the transport is not to be trusted
-    lock.unlock();
-    absl::Status status;
-    double seconds = 0.0;
-    if (!skip) {
-      ScopedStepTime time(step_clock(), &seconds);
-      const auto [begin, end] = o.buckets[i];
-      status = o.allreduces[i]->Run(grad + begin);
-      if (status.ok()) {
-        status = backend_->Copy(o.sum.data() + begin, o.allreduces[i]->result(),
-                                (end - begin) * sizeof(float));
-      }
-      if (!status.ok()) {
-        status = absl::Status(status.code(), absl::StrCat("overlapped exchange of gradient [",
-                                                          begin, ", ", end, ") of step ",
-                                                          o.step, ": ", status.message()));
-      }
-    }
-    lock.lock();
-    o.busy_seconds += seconds;
-    if (!status.ok() && o.status.ok()) o.status = status;
-    ++o.done;
-    o.cv.notify_all();
+    RunNextBucket(lock);
   }
+}
+
+absl::Status PeerExchange::Drain(std::unique_lock<std::mutex>& lock, size_t last) {
+  Overlap& o = *overlap_;
+  o.draining = true;
+  o.cv.wait(lock, [&] { return o.started == o.done; });  // the bucket in flight, if any
+  while (o.started < last) RunNextBucket(lock);
+  o.draining = false;
+  o.open = false;
+  return std::exchange(o.status, absl::OkStatus());
 }
 
 absl::Status PeerExchange::BeginOverlap(int64_t step, const float* grad) {
@@ -131,7 +158,8 @@ absl::Status PeerExchange::BeginOverlap(int64_t step, const float* grad) {
   overlap_->open = true;
   overlap_->step = step;
   overlap_->grad = grad;
-  overlap_->announced = overlap_->done = 0;
+  overlap_->announced = overlap_->started = overlap_->done = 0;
+  overlap_->draining = false;
   overlap_->status = absl::OkStatus();
   return absl::OkStatus();
 }
@@ -164,9 +192,7 @@ absl::Status PeerExchange::EndOverlap() {
   Overlap& o = *overlap_;
   std::unique_lock<std::mutex> lock(o.mu);
   if (!o.open) return absl::OkStatus();
-  o.cv.wait(lock, [&] { return o.done == o.announced; });
-  o.open = false;
-  return std::exchange(o.status, absl::OkStatus());
+  return Drain(lock, o.announced);  // the announced buckets, as the other ranks may run them
 }
 
 double PeerExchange::overlap_busy_seconds() const {
@@ -189,13 +215,10 @@ absl::StatusOr<const float*> PeerExchange::SumGradients(int64_t step, const floa
             open_step, ", or another gradient buffer)",
             ended.ok() ? "" : absl::StrCat("; that exchange failed: ", ended.message())));
       }
-      // The buckets the workload has not announced (it announces none, or stopped early)
-      // are final now: the exchange thread takes them in order.
+      // Every bucket is final now (the workload announces none, or stopped early): this
+      // thread runs, in order, the ones the exchange thread has not started.
       o.announced = o.buckets.size();
-      o.cv.notify_all();
-      o.cv.wait(lock, [&] { return o.done == o.announced; });
-      o.open = false;
-      ONEBIT_RETURN_IF_ERROR(std::exchange(o.status, absl::OkStatus()));
+      ONEBIT_RETURN_IF_ERROR(Drain(lock, o.buckets.size()));
       return o.sum.data();
     }
   }

@@ -10,8 +10,9 @@
 //   BeginOverlap(step, grad)        the computing thread, before computing grad
 //   BucketReady(begin, end) ...     the computing thread, as each bucket of grad is final
 //                                   (in the buckets' order); the exchange thread sums it
-//   SumGradients(step, grad)        hands the buckets not announced yet to the exchange
-//                                   thread, waits for the last, returns the whole sum
+//   SumGradients(step, grad)        waits for the bucket in flight, runs the ones not
+//                                   started yet itself (no hand-off to the exchange thread
+//                                   and back), returns the whole sum
 // (or EndOverlap() instead, to abandon the step when computing failed). The rank-order
 // sum is elementwise, so the result has the same bits as one ExactAllreduce of the whole
 // buffer, whatever the buckets. From BeginOverlap to the end of SumGradients/EndOverlap
@@ -68,8 +69,8 @@ class PeerExchange : public Exchange {
   // Waits for the buckets announced so far and closes the open step without a result;
   // returns the first error of its exchange. OK when no step is open.
   absl::Status EndOverlap();
-  // Seconds the exchange thread has spent on buckets so far (on step_clock()), whether or
-  // not the computing thread was waiting for it. Cumulative.
+  // Seconds spent on buckets so far (on step_clock()): on the exchange thread, and on the
+  // calling thread for those SumGradients runs itself. Cumulative.
   double overlap_busy_seconds() const;
 
   int world_size() const override { return transport_->world_size(); }
@@ -98,6 +99,11 @@ class PeerExchange : public Exchange {
 
   struct Overlap;
   void OverlapLoop();
+  absl::Status RunBucket(size_t i, const float* grad, int64_t step);
+  void RunNextBucket(std::unique_lock<std::mutex>& lock);
+  // Waits for the bucket in flight, runs the buckets before `last` not started yet on this
+  // thread, closes the step and returns its first error.
+  absl::Status Drain(std::unique_lock<std::mutex>& lock, size_t last);
 
   kernels::Backend* backend_;
   Transport* transport_;
