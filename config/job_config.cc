@@ -168,7 +168,8 @@ absl::Status Parse(const Value& root, JobConfig* c) {
                                  {"local_size", Integer(&c->exchange.local_size, 1, 1024)},
                                  {"inter", String(&c->exchange.inter, {"peer", "ps"})},
                                  {"warmup_dtype", String(&c->exchange.warmup_dtype,
-                                                         {"fp32", "bf16", "fp16"})}});
+                                                         {"fp32", "bf16", "fp16"})},
+                                 {"overlap", Bool(&c->exchange.overlap)}});
                 }},
                {"freeze",
                 [&](const Value& f, const std::string& fp) {
@@ -265,6 +266,10 @@ absl::Status Parse(const Value& root, JobConfig* c) {
                absl::StrCat("only peer mode can carry ", x.warmup_dtype,
                             " (the parameter-server and hierarchical warmups are fp32)"));
   }
+  if (x.mode != "peer" && x.overlap) {
+    return Bad("onebit.exchange.overlap",
+               "only peer mode overlaps the exchange with the backward pass");
+  }
   if (x.mode == "hierarchical" && c->workers % x.local_size != 0) {
     return Bad("onebit.exchange.local_size",
                absl::StrCat("must divide onebit.workers = ", c->workers, ", got ", x.local_size));
@@ -359,7 +364,7 @@ std::string JobConfigToJson(const JobConfig& c) {
     "lease_steps": %d,
     "log_every": %d,
     "exchange": {"mode": "%s", "servers": %d, "local_size": %d, "inter": "%s",
-                 "warmup_dtype": "%s"},
+                 "warmup_dtype": "%s", "overlap": %s},
     "freeze": {"mode": "%s", "threshold": %.17g, "reports_in_a_row": %d, "report_interval": %d,
                "min_warmup": %d, "max_warmup": %d},
     "workload": {"type": "%s", "hidden": [%s], "data_dir": "%s", "eval_every": %d,
@@ -377,7 +382,7 @@ std::string JobConfigToJson(const JobConfig& c) {
       c.micro_batch, c.steps, c.seed, o.type, o.lr, o.beta1, o.beta2, o.eps, o.weight_decay,
       o.freeze_step, o.comm_backend_name, c.workers, c.device, c.cpu_threads, c.lease_steps,
       c.log_every, c.exchange.mode, c.exchange.servers, c.exchange.local_size, c.exchange.inter,
-      c.exchange.warmup_dtype, c.freeze.mode, c.freeze.threshold,
+      c.exchange.warmup_dtype, c.exchange.overlap ? "true" : "false", c.freeze.mode, c.freeze.threshold,
       c.freeze.reports_in_a_row, c.freeze.report_interval, c.freeze.min_warmup,
       c.freeze.max_warmup, c.workload.type, absl::StrJoin(c.workload.hidden, ", "),
       Quote(c.workload.data_dir), c.workload.eval_every, c.workload.parameters, c.ports.coordinator,

@@ -71,6 +71,11 @@ struct ExchangeConfig {
   // "fp16" (half the bytes; partial sums rounded to nearest even, summed in float32; fp16
   // overflows to inf past 65504). Peer mode only.
   std::string warmup_dtype = "fp32";
+  // Peer mode: exchange the full-precision (warmup, and all of optimizer "Adam") gradient
+  // layer by layer while the backward pass computes the layers before (workloads that
+  // announce layers: the CPU Fashion-MNIST MLP). Same bits either way; off by default
+  // (BENCHMARKS.md, "Warmup exchange", says why).
+  bool overlap = false;
 };
 
 

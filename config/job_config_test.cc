@@ -78,7 +78,20 @@ TEST(JobConfigTest, EmptyObjectGivesDefaults) {
   EXPECT_EQ(c->optimizer.type, "OneBitAdam");
   EXPECT_EQ(c->exchange.mode, "peer");
   EXPECT_EQ(c->exchange.warmup_dtype, "fp32");
+  EXPECT_FALSE(c->exchange.overlap);
   EXPECT_EQ(c->workers, 1);
+}
+
+TEST(JobConfigTest, Overlap) {
+  for (const bool on : {true, false}) {
+    auto c = ParseJobConfig(std::string(R"({"onebit": {"exchange": {"overlap": )") +
+                            (on ? "true" : "false") + "}}}");
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->exchange.overlap, on);
+    auto again = ParseJobConfig(JobConfigToJson(*c));
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ(again->exchange.overlap, on);
+  }
 }
 
 TEST(JobConfigTest, WarmupDtype) {
@@ -156,6 +169,11 @@ TEST(JobConfigTest, RejectsBadConfigsNamingTheKey) {
       {R"({"onebit": {"exchange": {"warmup_dtype": 16}}})", "onebit.exchange.warmup_dtype"},
       {R"({"onebit": {"exchange": {"mode": "ps", "servers": 1, "warmup_dtype": "bf16"}}})",
        "onebit.exchange.warmup_dtype: only peer mode"},
+      {R"({"onebit": {"exchange": {"overlap": "yes"}}})",
+       "onebit.exchange.overlap: must be true or false"},
+      {R"({"onebit": {"exchange": {"overlap": 1}}})", "onebit.exchange.overlap"},
+      {R"({"onebit": {"exchange": {"mode": "ps", "servers": 1, "overlap": true}}})",
+       "onebit.exchange.overlap: only peer mode"},
       {R"({"onebit": {"freeze": {"threshold": 0}}})", "onebit.freeze.threshold"},
       {R"({"onebit": {"freeze": {"min_warmup": 10, "max_warmup": 5}}})", "onebit.freeze.max_warmup"},
       {R"({"onebit": {"workload": {"hidden": []}}})", "onebit.workload.hidden"},

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <limits>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -28,6 +29,58 @@ void PrintToStdout(absl::string_view line) {
   std::fwrite(text.data(), 1, text.size(), stdout);
   std::fflush(stdout);
 }
+
+// Overlap buckets below this many elements are merged with the next announced range (when
+// adjacent): each bucket's exchange costs 2(W-1) SendRecv calls of its own, which a bucket
+// of a few KB does not earn back (the MLP's output layer is 1,290 floats).
+constexpr size_t kMinOverlapBucket = size_t{1} << 14;  // 64 KiB of fp32
+
+// The workload's announcements, merged into the exchange's buckets, to the PeerExchange's
+// exchange thread.
+class BucketForwarder : public GradientListener {
+ public:
+  // Groups consecutive `ranges` (the workload's, in announcement order) into buckets of at
+  // least kMinOverlapBucket elements where they are adjacent in the buffer.
+  BucketForwarder(PeerExchange* exchange, std::vector<ParamRange> ranges)
+      : exchange_(exchange), ranges_(std::move(ranges)), closes_(ranges_.size(), -1) {
+    for (size_t i = 0; i < ranges_.size(); ++i) {
+      const ParamRange& r = ranges_[i];
+      if (i > 0) {
+        ParamRange& cur = buckets_.back();
+        const bool adjacent = r.end == cur.begin || r.begin == cur.end;
+        if (adjacent && cur.end - cur.begin < kMinOverlapBucket) {
+          cur = {std::min(cur.begin, r.begin), std::max(cur.end, r.end)};
+          closes_[i - 1] = -1;
+          closes_[i] = static_cast<int>(buckets_.size()) - 1;
+          continue;
+        }
+      }
+      buckets_.push_back(r);
+      closes_[i] = static_cast<int>(buckets_.size()) - 1;
+    }
+  }
+
+  const std::vector<ParamRange>& buckets() const { return buckets_; }
+  // Before each ComputeGradient: the next announcement is the first range.
+  void Reset() { next_ = 0; }
+
+  void GradientReady(size_t begin, size_t end) override {
+    if (next_ < ranges_.size() && ranges_[next_] == ParamRange{begin, end}) {
+      const int closes = closes_[next_++];
+      if (closes >= 0) exchange_->BucketReady(buckets_[closes].begin, buckets_[closes].end);
+    } else {
+      next_ = ranges_.size();
+      exchange_->BucketReady(begin, end);  // out of order: the exchange fails the step
+    }
+  }
+
+ private:
+  PeerExchange* const exchange_;
+  const std::vector<ParamRange> ranges_;
+  std::vector<int> closes_;  // per range: the bucket it completes, or -1
+  std::vector<ParamRange> buckets_;
+  size_t next_ = 0;
+};
 
 }  // namespace
 
@@ -116,7 +169,36 @@ absl::Status Trainer::Init(Exchange* exchange, Transport* transport) {
   sent_at_start_ = optimizer_->exchange().bytes_sent();
   // A fresh optimizer's variance is zero: v_0 is known without a copy.
   if (optimizer_->step() == 0) v_prev_step_ = 0;
+  return InitOverlap();
+}
+
+absl::Status Trainer::InitOverlap() {
+  PeerExchange* peer = options_.overlap;
+  if (peer == nullptr) return absl::OkStatus();
+  if (peer->world_size() != optimizer_->exchange().world_size()) {
+    return absl::InvalidArgumentError("the overlap exchange is not the trainer's exchange");
+  }
+  const std::vector<ParamRange> buckets = workload_->gradient_buckets();
+  if (buckets.empty()) {
+    Print(absl::StrCat("exchange overlap: off, workload ", workload_->name(),
+                       " announces no gradient buckets (the warmup sum runs after it)"));
+    return absl::OkStatus();
+  }
+  auto forwarder = std::make_unique<BucketForwarder>(peer, buckets);
+  if (!peer->overlap_enabled()) {
+    std::vector<std::pair<size_t, size_t>> ranges;
+    for (const ParamRange& b : forwarder->buckets()) ranges.emplace_back(b.begin, b.end);
+    ONEBIT_RETURN_IF_ERROR(peer->EnableOverlap(ranges));
+  }
+  Print(absl::StrCat("exchange overlap: on, ", forwarder->buckets().size(),
+                     " buckets from the workload's ", buckets.size(), " gradient ranges"));
+  listener_ = std::move(forwarder);
+  workload_->set_gradient_listener(listener_.get());
   return absl::OkStatus();
+}
+
+Trainer::~Trainer() {
+  if (listener_ != nullptr) workload_->set_gradient_listener(nullptr);
 }
 
 absl::Status Trainer::ApplyLease(const Lease& lease, int64_t next_step) {
@@ -180,28 +262,51 @@ absl::Status Trainer::RunStep(int64_t t) {
   const uint64_t received_before = exchange.bytes_received();
   const LinkBytes inter_before = exchange.inter_node_bytes();
 
+  // Overlap: the exchange thread sums the buckets the workload announces while it computes.
+  PeerExchange* const overlap =
+      listener_ != nullptr && report.stage == Stage::kWarmup && exchange.world_size() > 1
+          ? options_.overlap
+          : nullptr;
+  const double busy_before = overlap != nullptr ? overlap->overlap_busy_seconds() : 0.0;
+  // On an error before the optimizer's sum, the buckets already handed over finish (or
+  // time out) before the error is returned: the exchange thread never outlives the step.
+  auto abandon = [&](absl::Status status) {
+    if (overlap != nullptr) overlap->EndOverlap().IgnoreError();
+    return status;
+  };
+
   const double start = clock_->Seconds();
-  ONEBIT_ASSIGN_OR_RETURN(report.loss,
-                          workload_->ComputeGradient(optimizer_->params(), t, grad_.data()));
+  if (overlap != nullptr) {
+    static_cast<BucketForwarder*>(listener_.get())->Reset();
+    ONEBIT_RETURN_IF_ERROR(overlap->BeginOverlap(t, grad_.data()));
+  }
+  absl::StatusOr<double> loss = workload_->ComputeGradient(optimizer_->params(), t, grad_.data());
+  if (!loss.ok()) return abandon(loss.status());
+  report.loss = *loss;
   const double computed = clock_->Seconds();
   report.compute_seconds = computed - start;
   if (!std::isfinite(report.loss)) {
     // Continuing would only spread NaNs through the exchange. The usual cause in the
     // compression stage is a frozen variance with (near-)zero entries: u = m / (sqrt(v) +
     // eps) blows up where the compressed momentum is nonzero.
-    return absl::FailedPreconditionError(absl::StrCat(
+    return abandon(absl::FailedPreconditionError(absl::StrCat(
         "training diverged: the loss is ", report.loss, " at step ", t, " (",
         StageName(report.stage),
         report.stage == Stage::kCompression
             ? "); parameters whose variance froze at ~0 get huge updates from the compressed "
               "momentum: raise optimizer eps (1e-5 works for the Fashion-MNIST MLP), freeze "
               "later, or mask them"
-            : "); lower the learning rate"));
+            : "); lower the learning rate")));
   }
   const double compress_before = exchange.compress_seconds();
   const double call_before = optimizer_->exchange_call_seconds();
-  ONEBIT_RETURN_IF_ERROR(optimizer_->Step(grad_.data()));
+  // The optimizer's warmup sum closes the overlapped exchange (PeerExchange::SumGradients).
+  const absl::Status stepped_ok = optimizer_->Step(grad_.data());
+  if (!stepped_ok.ok()) return abandon(stepped_ok);
   ONEBIT_RETURN_IF_ERROR(backend_->Synchronize());  // GPU work done: the time is real
+  if (overlap != nullptr) {
+    report.overlapped_exchange_seconds = overlap->overlap_busy_seconds() - busy_before;
+  }
   const double stepped = clock_->Seconds() - computed;
   // Nested intervals on one monotonic clock: compress within the exchange call, the call
   // within the optimizer step. The clamps only guard against a clock that is not.

@@ -14,6 +14,14 @@
 //      update, fused with decompression in the compression stage; the backend is
 //      synchronized at its end so GPU times are real). The parts add up to the step;
 //      they are read from TrainerOptions::clock, a few reads per step;
+//      OVERLAP: with TrainerOptions::overlap, a warmup step of several workers hands the
+//      gradient to the PeerExchange bucket by bucket while the workload computes it (one
+//      bucket per layer, announced by the workload), and the optimizer's sum waits for
+//      the last bucket. "compute" is then the workload's call, with the exchange of the
+//      buckets finished early running beside it (hidden); "exchange" is what the
+//      optimizer still waits for after it (the exposed part; the buckets not started by
+//      then run on the training thread, inside it). StepReport::
+//      overlapped_exchange_seconds is the time spent on the buckets, hidden or not;
 //   3. build a StepReport (bytes from the Exchange's counters, the variance change every
 //      report_interval warmup steps, the worker error norm on logged compression steps),
 //      give it to the controller and the metrics sink;
@@ -44,6 +52,7 @@
 #include "kernels/buffer.h"
 #include "kernels/kernels.h"
 #include "worker/exchange/exchange.h"
+#include "worker/exchange/peer_exchange.h"
 #include "worker/exchange/step_clock.h"
 #include "worker/optim/onebit_adam.h"
 #include "worker/transport/transport.h"
@@ -84,6 +93,9 @@ struct StepReport {
   double seconds() const {
     return compute_seconds + compress_seconds + exchange_seconds + update_seconds;
   }
+  // With overlap: seconds spent on this step's buckets, on the exchange thread in parallel
+  // with compute and, for what was left, inside exchange_seconds. Not part of seconds().
+  double overlapped_exchange_seconds = 0.0;
   uint64_t bytes_sent = 0;      // during this step
   uint64_t bytes_received = 0;  // during this step
   // The part of those between nodes (Exchange::inter_node_bytes: all of it for a flat
@@ -163,6 +175,12 @@ struct TrainerOptions {
   // The clock of the step-time split (also given to the exchange); null: steady_clock.
   // Borrowed.
   StepClock* clock = nullptr;
+  // OVERLAP (issue 7; the job config's exchange.overlap): the PeerExchange that the
+  // exchange given to Create is or wraps. Its warmup sums then run bucket by bucket
+  // during the backward pass, on the buckets the workload announces
+  // (Workload::gradient_buckets; a workload without them runs as without overlap). The
+  // parameters get the same bits either way. Null: no overlap. Borrowed.
+  PeerExchange* overlap = nullptr;
 };
 
 struct StageTotals {
@@ -201,13 +219,19 @@ class Trainer {
   // Another call continues from the next step.
   absl::StatusOr<TrainerSummary> Run();
 
+  ~Trainer();
+
   OnebitAdam& optimizer() { return *optimizer_; }
   const TrainerSummary& summary() const { return summary_; }
+  // Whether warmup exchanges overlap the backward pass (TrainerOptions::overlap was given
+  // and the workload announces buckets).
+  bool overlapping() const { return listener_ != nullptr; }
 
  private:
   Trainer(const TrainerOptions& options, Workload* workload, kernels::Backend* backend,
           StepController* controller, TrainerMetricsSink* sink);
   absl::Status Init(Exchange* exchange, Transport* transport);
+  absl::Status InitOverlap();
   absl::Status ApplyLease(const Lease& lease, int64_t next_step);
   absl::Status RunStep(int64_t step);
   // The variance change after step `step` (run in `stage`), when one is due.
@@ -223,6 +247,8 @@ class Trainer {
   StepClock* const clock_;
   std::unique_ptr<OnebitAdam> optimizer_;
   kernels::Buffer<float> grad_;
+  // Forwards the workload's announcements to options_.overlap; null: no overlap.
+  std::unique_ptr<GradientListener> listener_;
   uint64_t fp32_allreduce_bytes_ = 0;  // per step, for the compression ratio
 
   std::optional<Lease> lease_;

@@ -441,6 +441,7 @@ absl::Status Run() {
   }
   ONEBIT_ASSIGN_OR_RETURN(w.workload, NewWorkload(config, reg.rank(), reg.world_size(), w.backend.get()));
   const size_t n = w.workload->num_parameters();
+  PeerExchange* overlap = nullptr;  // the job config's exchange.overlap (peer mode)
   if (config.exchange.mode == "ps") {
     ONEBIT_ASSIGN_OR_RETURN(std::vector<std::string> shards,
                             ShardAddresses(*shared_client, reg.num_servers(), RendezvousTimeout(config)));
@@ -456,8 +457,10 @@ absl::Status Run() {
                                                         w.backend.get()));
     ExactAllreduceOptions exact;
     ONEBIT_ASSIGN_OR_RETURN(exact.wire_dtype, ParseWireDtype(config.exchange.warmup_dtype));
-    ONEBIT_ASSIGN_OR_RETURN(w.exchange,
+    ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<PeerExchange> peer,
                             PeerExchange::Create(w.backend.get(), w.transport.get(), n, exact));
+    if (config.exchange.overlap) overlap = peer.get();
+    w.exchange = std::move(peer);
   }
   if (fault.has_value() && fault->point == "kill_in_exchange") {
     w.fault_exchange = std::make_unique<FaultExchange>(w.exchange.get(), fault->step,
@@ -467,6 +470,7 @@ absl::Status Run() {
   w.controller = std::make_unique<CoordinatorStepController>(
       shared_client.get(), w.session.get(), reg.rank(), config.log_every, exchange);
   TrainerOptions options = TrainerOptionsFromConfig(config);
+  options.overlap = overlap;
   const int rank = reg.rank();
   if (!config.checkpoint.dir.empty()) {
     CheckpointerOptions c;

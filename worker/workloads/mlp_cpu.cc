@@ -52,7 +52,8 @@ MlpCpu<T>::MlpCpu(MlpLayout layout, int64_t max_batch)
 
 template <typename T>
 absl::StatusOr<MlpBatchResult> MlpCpu<T>::Run(const T* params, const T* x, const uint8_t* labels,
-                                              int64_t batch, T* grad) {
+                                              int64_t batch, T* grad,
+                                              const std::function<void(int layer)>& layer_done) {
   using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic>;
   using Vector = Eigen::Matrix<T, Eigen::Dynamic, 1>;
   using ConstMap = Eigen::Map<const Matrix>;
@@ -116,6 +117,7 @@ absl::StatusOr<MlpBatchResult> MlpCpu<T>::Run(const T* params, const T* x, const
     dw.noalias() = delta * in.transpose();
     Eigen::Map<Vector> db(grad + layout_.bias_offset(l), outs);
     db = delta.rowwise().sum();
+    if (layer_done) layer_done(l);  // the exchange can take it while the next layer runs
     if (l > 0) {
       ConstMap w(params + layout_.weights_offset(l), outs, ins);
       Map back(scratch_.data(), ins, batch);
@@ -162,8 +164,22 @@ class FashionMnistCpuWorkload : public Workload {
     if (step < 1) return absl::InvalidArgumentError(absl::StrCat("step ", step, " is not >= 1"));
     const int64_t batch = shard_.micro_batch;
     sampler_.Indices(step, indices_.data());
-    ONEBIT_ASSIGN_OR_RETURN(MlpBatchResult r, RunOn(data_->train, batch, params, grad_out));
+    const MlpLayout& layout = mlp_.layout();
+    ONEBIT_ASSIGN_OR_RETURN(
+        MlpBatchResult r, RunOn(data_->train, batch, params, grad_out, [&](int l) {
+          AnnounceGradient(layout.weights_offset(l), layout.weights_offset(l + 1));
+        }));
     return r.loss_sum / static_cast<double>(batch);
+  }
+
+  // One bucket per layer, the last layer first (the order backward finishes them).
+  std::vector<ParamRange> gradient_buckets() const override {
+    const MlpLayout& layout = mlp_.layout();
+    std::vector<ParamRange> buckets;
+    for (int l = layout.num_layers() - 1; l >= 0; --l) {
+      buckets.push_back({layout.weights_offset(l), layout.weights_offset(l + 1)});
+    }
+    return buckets;
   }
 
   absl::StatusOr<EvalResult> Evaluate(const float* params) override {
@@ -188,10 +204,11 @@ class FashionMnistCpuWorkload : public Workload {
  private:
   // The MLP on the examples indices_[0..n) of `split`.
   absl::StatusOr<MlpBatchResult> RunOn(const LabeledImages& split, int64_t n, const float* params,
-                                       float* grad) {
+                                       float* grad,
+                                       const std::function<void(int layer)>& layer_done = {}) {
     split.Gather(indices_.data(), n, x_.data());
     for (int64_t j = 0; j < n; ++j) labels_[j] = split.labels[indices_[j]];
-    return mlp_.Run(params, x_.data(), labels_.data(), n, grad);
+    return mlp_.Run(params, x_.data(), labels_.data(), n, grad, layer_done);
   }
 
   const WorkloadShard shard_;

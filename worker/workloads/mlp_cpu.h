@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,8 +47,12 @@ class MlpCpu {
   // x: inputs(0) x batch, column-major (one example per column); labels: batch entries
   // in [0, outputs). With grad != nullptr, writes the gradient of the MEAN loss over the
   // batch (num_parameters() entries). kInvalidArgument for a bad batch size or label.
+  // `layer_done(l)`, when set, is called as soon as layer l's part of grad (weights and
+  // bias, MlpLayout's [weights_offset(l), weights_offset(l + 1))) is final: last layer
+  // first, while the layers before it are still to come.
   absl::StatusOr<MlpBatchResult> Run(const T* params, const T* x, const uint8_t* labels,
-                                     int64_t batch, T* grad);
+                                     int64_t batch, T* grad,
+                                     const std::function<void(int layer)>& layer_done = {});
 
  private:
   MlpLayout layout_;

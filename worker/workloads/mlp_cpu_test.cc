@@ -159,6 +159,50 @@ TEST_F(FashionMnistCpuWorkloadTest, GradientsAreAFunctionOfSeedStepAndRank) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// Overlap: each layer's range is announced once per step, the last layer first, and what
+// the gradient holds there when it is announced is what the call returns.
+TEST_F(FashionMnistCpuWorkloadTest, AnnouncesEachLayerWhenItsGradientIsFinal) {
+  auto w = Make({32, 16}, 0, 1, 8);
+  const std::vector<ParamRange> expected = {
+      {784 * 32 + 32 + 32 * 16 + 16, w->num_parameters()},
+      {784 * 32 + 32, 784 * 32 + 32 + 32 * 16 + 16},
+      {0, 784 * 32 + 32}};
+  ASSERT_EQ(w->gradient_buckets(), expected);
+  std::vector<float> params(w->num_parameters());
+  ASSERT_TRUE(w->InitParameters(params.data(), 1).ok());
+  std::vector<float> grad(params.size(), std::nanf(""));
+
+  struct Recorder : GradientListener {
+    const float* grad = nullptr;
+    std::vector<ParamRange> seen;
+    std::vector<std::vector<float>> copies;  // grad[begin, end) when announced
+    void GradientReady(size_t begin, size_t end) override {
+      seen.push_back({begin, end});
+      copies.emplace_back(grad + begin, grad + end);
+    }
+  } recorder;
+  recorder.grad = grad.data();
+  w->set_gradient_listener(&recorder);
+  for (int64_t step = 1; step <= 2; ++step) {
+    recorder.seen.clear();
+    recorder.copies.clear();
+    ASSERT_TRUE(w->ComputeGradient(params.data(), step, grad.data()).ok());
+    ASSERT_EQ(recorder.seen, expected);
+    for (size_t b = 0; b < expected.size(); ++b) {
+      EXPECT_EQ(recorder.copies[b], std::vector<float>(grad.begin() + expected[b].begin,
+                                                       grad.begin() + expected[b].end))
+          << "range " << b << " changed after it was announced";
+    }
+  }
+  // Evaluation announces nothing; without a listener nothing is told.
+  recorder.seen.clear();
+  ASSERT_TRUE(w->Evaluate(params.data()).ok());
+  EXPECT_TRUE(recorder.seen.empty());
+  w->set_gradient_listener(nullptr);
+  ASSERT_TRUE(w->ComputeGradient(params.data(), 3, grad.data()).ok());
+  EXPECT_TRUE(recorder.seen.empty());
+}
+
 TEST_F(FashionMnistCpuWorkloadTest, AdamLearnsOnTheRealData) {
   auto workload = Make({64}, 0, 1, 64);
   const size_t n = workload->num_parameters();

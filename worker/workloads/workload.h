@@ -12,6 +12,11 @@
 // device memory of the workload's CUDA backend for GPU ones. InitParameters always writes
 // host memory (the optimizer uploads it).
 //
+// OVERLAP: a workload may announce, during ComputeGradient, that a range of grad_out is
+// final (GradientListener), so that the exchange can move it while the rest is computed.
+// The CPU MLP announces each layer as its backward pass finishes it; the synthetic and
+// CUDA workloads announce nothing (see gradient_buckets()).
+//
 // THREAD SAFETY: one thread at a time (a workload owns scratch buffers).
 #ifndef ONEBIT_WORKER_WORKLOADS_WORKLOAD_H_
 #define ONEBIT_WORKER_WORKLOADS_WORKLOAD_H_
@@ -21,6 +26,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -49,6 +55,23 @@ inline absl::Status ValidateShard(const WorkloadShard& shard) {
   return absl::OkStatus();
 }
 
+// Elements [begin, end) of the flat parameter (and gradient) vector.
+struct ParamRange {
+  size_t begin = 0;
+  size_t end = 0;
+  bool operator==(const ParamRange& o) const { return begin == o.begin && end == o.end; }
+};
+
+// Told during ComputeGradient that part of the gradient is final.
+class GradientListener {
+ public:
+  virtual ~GradientListener() = default;
+  // grad_out[begin, end) will not be written again by this ComputeGradient call. Called
+  // on the thread that called ComputeGradient, which goes on computing as soon as this
+  // returns (so: quick, and no calls back into the workload).
+  virtual void GradientReady(size_t begin, size_t end) = 0;
+};
+
 struct EvalResult {
   double loss = 0.0;               // mean over the evaluation set
   std::optional<double> accuracy;  // fraction in [0, 1]; absent where it means nothing
@@ -76,6 +99,26 @@ class Workload {
 
   // Loss (and accuracy where it means something) on the held-out set.
   virtual absl::StatusOr<EvalResult> Evaluate(const float* params) = 0;
+
+  // OVERLAP. The ranges a ComputeGradient call announces to the listener, in the order it
+  // announces them: a partition of [0, num_parameters()), the same for every call and on
+  // every rank (a function of the model, not of timing), so that every rank can exchange
+  // them in this order. A workload that has them announces every one, in this order,
+  // once per successful ComputeGradient (a failed call may stop announcing). Such a
+  // workload does not use the backend inside ComputeGradient: the exchange does, on
+  // another thread, meanwhile. Empty (the default): nothing is announced, the gradient is
+  // final when ComputeGradient returns.
+  virtual std::vector<ParamRange> gradient_buckets() const { return {}; }
+  // Where announcements go; null (the default): nowhere. Borrowed.
+  void set_gradient_listener(GradientListener* listener) { listener_ = listener; }
+
+ protected:
+  void AnnounceGradient(size_t begin, size_t end) {
+    if (listener_ != nullptr) listener_->GradientReady(begin, end);
+  }
+
+ private:
+  GradientListener* listener_ = nullptr;
 };
 
 // ---- Counter-based randomness shared by the workloads ----
