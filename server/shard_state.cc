@@ -329,7 +329,14 @@ absl::StatusOr<ShardState::PushOutcome> ShardState::PushImpl(int worker, int64_t
     open_->fingerprints.assign(config_.num_workers, 0);
     if (kind == ChunkKind::kFp32) {
       // Zeros, then + r0 + r1 + ...: SumRows' order, so the same bits.
-      open_->sum = std::make_shared<std::string>(layout_.payload_bytes(kind, config_.shard), '\0');
+      const size_t bytes = layout_.payload_bytes(kind, config_.shard);
+      if (spare_sum_ != nullptr && spare_sum_->size() == bytes) {
+        open_->sum = std::move(spare_sum_);
+        std::fill(open_->sum->begin(), open_->sum->end(), '\0');
+      } else {
+        open_->sum = std::make_shared<std::string>(bytes, '\0');
+      }
+      spare_sum_.reset();
       open_->early.resize(config_.num_workers);
     }
   }
@@ -381,7 +388,16 @@ absl::Status ShardState::Complete() {
 
   finished_.push_back(
       FinishedStep{open.step, open.kind, std::move(result), std::move(open.fingerprints)});
-  while (finished_.size() > static_cast<size_t>(config_.retained_steps)) finished_.pop_front();
+  while (finished_.size() > static_cast<size_t>(config_.retained_steps)) {
+    // An fp32 result nobody holds any more (no reply still being sent) becomes the next
+    // sum's memory: a fresh chunk-sized allocation each step costs more in page faults
+    // than the additions.
+    FinishedStep& oldest = finished_.front();
+    if (oldest.kind == ChunkKind::kFp32 && oldest.result.use_count() == 1) {
+      spare_sum_ = std::const_pointer_cast<std::string>(std::move(oldest.result));
+    }
+    finished_.pop_front();
+  }
   last_completed_ = open.step;
   open_.reset();
 

@@ -233,6 +233,8 @@ class ShardState {
   kernels::Buffer<uint8_t> onebit_rows_ ABSL_GUARDED_BY(mu_);
   std::optional<OpenStep> open_ ABSL_GUARDED_BY(mu_);
   std::deque<FinishedStep> finished_ ABSL_GUARDED_BY(mu_);  // oldest first
+  // A dropped fp32 result no one held any more, reused as the next step's sum.
+  std::shared_ptr<std::string> spare_sum_ ABSL_GUARDED_BY(mu_);
   int64_t last_completed_ ABSL_GUARDED_BY(mu_) = 0;
   bool any_push_ ABSL_GUARDED_BY(mu_) = false;
   int64_t first_step_ ABSL_GUARDED_BY(mu_) = 0;  // see ShardConfig::first_step

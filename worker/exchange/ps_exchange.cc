@@ -60,6 +60,7 @@ struct PsExchange::Shard {
   // caller's bytes, shared by every attempt) and the payload's size.
   grpc::ByteBuffer push;
   size_t push_payload_bytes = 0;
+  std::shared_ptr<std::string> send;  // the push's payload bytes (PayloadSlice)
   // The raw result as read, and its fields (the payload by reference to its slices).
   grpc::ByteBuffer raw_result;
   wire::ResultFields result;
@@ -189,7 +190,8 @@ absl::StatusOr<const float*> PsExchange::SumGradients(int64_t step, const float*
     // One copy of the run into a slice gRPC owns (it may hold it past this call); the
     // message around it is a few header bytes, not a second copy.
     SetPush(*shard, step, ChunkKind::kFp32,
-            grpc::Slice(grad + layout_.fp32_offset(s), layout_.fp32_count(s) * sizeof(float)));
+            PayloadSlice(*shard, grad + layout_.fp32_offset(s),
+                         layout_.fp32_count(s) * sizeof(float)));
   }
   ONEBIT_RETURN_IF_ERROR(RoundTrip(step, ChunkKind::kFp32));
   for (auto& shard : shards_) {
@@ -212,7 +214,7 @@ absl::StatusOr<CompressedResult> PsExchange::AverageMomentum(int64_t step, const
   const size_t block = layout_.block_bytes();
   for (auto& shard : shards_) {
     SetPush(*shard, step, ChunkKind::kOnebit,
-            grpc::Slice(blocks_.data() + shard->index * block, block));
+            PayloadSlice(*shard, blocks_.data() + shard->index * block, block));
   }
   ONEBIT_RETURN_IF_ERROR(RoundTrip(step, ChunkKind::kOnebit));
   failed_step_ = 0;
@@ -221,6 +223,18 @@ absl::StatusOr<CompressedResult> PsExchange::AverageMomentum(int64_t step, const
   }
   ReleaseResults();
   return CompressedResult{gathered_.data(), shards_.size(), layout_.chunk()};
+}
+
+grpc::Slice PsExchange::PayloadSlice(Shard& shard, const void* data, size_t bytes) {
+  shard.push.Clear();  // the last push's reference to shard.send
+  // The last step's buffer again once gRPC let go of it (no slice refers to it), so its
+  // memory is mapped already: a fresh run-sized allocation per step costs more in page
+  // faults than the copy itself. Still referenced (a write not yet released): a new one.
+  if (shard.send == nullptr || shard.send.use_count() > 1 || shard.send->size() != bytes) {
+    shard.send = std::make_shared<std::string>(bytes, '\0');
+  }
+  if (bytes > 0) std::memcpy(shard.send->data(), data, bytes);
+  return wire::SharedSlice(shard.send);
 }
 
 void PsExchange::SetPush(Shard& shard, int64_t step, ChunkKind kind, const grpc::Slice& payload) {

@@ -120,6 +120,8 @@ class PsExchange : public Exchange {
   // Cancels every stream with work in flight and waits until none is left.
   void CancelAndDrain();
   absl::Status ValidateResult(const Shard& shard, int64_t step, ChunkKind kind) const;
+  // One copy of `data` in a slice for shard's push (reusing the last one's memory).
+  grpc::Slice PayloadSlice(Shard& shard, const void* data, size_t bytes);
   // Encodes shard's push of `step` around `payload`.
   void SetPush(Shard& shard, int64_t step, ChunkKind kind, const grpc::Slice& payload);
   // Drops the pushes and the results' slices once the results are copied out.
