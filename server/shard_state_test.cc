@@ -240,6 +240,38 @@ TEST_F(ShardStateTest, FragmentedCordPushesGiveTheSameBitsAsFlatOnes) {
   }
 }
 
+// A dropped result's memory becomes a later step's sum, but only once nobody holds it: a
+// result a caller (a reply being sent) still holds never changes.
+TEST_F(ShardStateTest, ReusedSumMemoryNeverChangesAHeldResult) {
+  constexpr int kW = 3;
+  const ShardConfig config{0, 1, kW, 257, 2};
+  const PsLayout layout = *PsLayout::Create(257, 1);
+  auto state = NewState(config);
+  std::vector<ResultPayload> held;
+  std::vector<std::string> copies;
+  for (int64_t step = 1; step <= 8; ++step) {
+    std::string rows;
+    ResultPayload result;
+    for (int w = 0; w < kW; ++w) {
+      const std::string run = Payload(layout, 0, ChunkKind::kFp32, w, step);
+      rows += run;
+      auto outcome = state->Push(w, step, 0, ChunkKind::kFp32, run);
+      ASSERT_TRUE(outcome.ok()) << outcome.status();
+      result = outcome->result;
+    }
+    std::vector<float> want(257);
+    ASSERT_TRUE(
+        backend_->SumRows(reinterpret_cast<const float*>(rows.data()), kW, 257, want.data()).ok());
+    ASSERT_NE(result, nullptr);
+    ASSERT_EQ(std::memcmp(result->data(), want.data(), want.size() * 4), 0) << "step " << step;
+    if (step % 3 == 1) {  // held on to, like a reply still in flight
+      held.push_back(result);
+      copies.push_back(*result);
+    }
+  }
+  for (size_t i = 0; i < held.size(); ++i) EXPECT_EQ(*held[i], copies[i]);
+}
+
 TEST_F(ShardStateTest, OnebitMatchesChunkAggregatorInRankOrder) {
   const ShardConfig config{0, 3, 4, 1000, 2};
   auto state = NewState(config);
