@@ -185,6 +185,12 @@ grpc::Slice SharedSlice(std::shared_ptr<const std::string> bytes) {
                      keep);
 }
 
+grpc::Slice OwnedSlice(std::shared_ptr<const void> owner, const void* data, size_t size) {
+  auto* keep = new std::shared_ptr<const void>(std::move(owner));
+  return grpc::Slice(const_cast<void*>(data), size,
+                     [](void* p) { delete static_cast<std::shared_ptr<const void>*>(p); }, keep);
+}
+
 absl::Cord ToCord(const grpc::ByteBuffer& buffer) {
   absl::Cord cord;
   std::vector<grpc::Slice> slices;

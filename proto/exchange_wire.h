@@ -58,6 +58,9 @@ grpc::ByteBuffer EncodeResult(int64_t step, int32_t chunk, int32_t kind,
 
 // A slice over `bytes` that keeps the string alive (a reference, no copy).
 grpc::Slice SharedSlice(std::shared_ptr<const std::string> bytes);
+// A slice over [data, data + size) that keeps `owner` alive until gRPC lets go of it
+// (owner.use_count() tells whether it still holds it).
+grpc::Slice OwnedSlice(std::shared_ptr<const void> owner, const void* data, size_t size);
 
 // The buffer's bytes by reference.
 absl::Cord ToCord(const grpc::ByteBuffer& buffer);

@@ -18,6 +18,9 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 // How often a waiter with a cancellation hook looks at it.
 constexpr absl::Duration kCancelPoll = absl::Milliseconds(50);
 
+// Dropped fp32 results kept for reuse as a later step's sum (ShardState::released_sums_).
+constexpr size_t kMaxReleasedSums = 3;
+
 // More workers than this is a configuration mistake.
 constexpr int kMaxWorkers = 65536;
 
@@ -330,13 +333,15 @@ absl::StatusOr<ShardState::PushOutcome> ShardState::PushImpl(int worker, int64_t
     if (kind == ChunkKind::kFp32) {
       // Zeros, then + r0 + r1 + ...: SumRows' order, so the same bits.
       const size_t bytes = layout_.payload_bytes(kind, config_.shard);
-      if (spare_sum_ != nullptr && spare_sum_->size() == bytes) {
-        open_->sum = std::move(spare_sum_);
-        std::fill(open_->sum->begin(), open_->sum->end(), '\0');
-      } else {
-        open_->sum = std::make_shared<std::string>(bytes, '\0');
+      for (auto it = released_sums_.begin(); it != released_sums_.end(); ++it) {
+        if (it->use_count() == 1 && (*it)->size() == bytes) {
+          open_->sum = std::move(*it);
+          released_sums_.erase(it);
+          std::fill(open_->sum->begin(), open_->sum->end(), '\0');
+          break;
+        }
       }
-      spare_sum_.reset();
+      if (open_->sum == nullptr) open_->sum = std::make_shared<std::string>(bytes, '\0');
       open_->early.resize(config_.num_workers);
     }
   }
@@ -392,9 +397,12 @@ absl::Status ShardState::Complete() {
     // An fp32 result nobody holds any more (no reply still being sent) becomes the next
     // sum's memory: a fresh chunk-sized allocation each step costs more in page faults
     // than the additions.
+    // Replies may still hold it (gRPC lets go of sent slices a little later): kept aside
+    // until they do, a few at most.
     FinishedStep& oldest = finished_.front();
-    if (oldest.kind == ChunkKind::kFp32 && oldest.result.use_count() == 1) {
-      spare_sum_ = std::const_pointer_cast<std::string>(std::move(oldest.result));
+    if (oldest.kind == ChunkKind::kFp32) {
+      if (released_sums_.size() >= kMaxReleasedSums) released_sums_.erase(released_sums_.begin());
+      released_sums_.push_back(std::const_pointer_cast<std::string>(std::move(oldest.result)));
     }
     finished_.pop_front();
   }

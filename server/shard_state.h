@@ -17,7 +17,9 @@
 // step's result as soon as ranks < r are in; a run that arrives before its turn is kept
 // (the payload's string or receive slices themselves, not copied) until then, and dropped once added. So
 // the shard holds one chunk for the sum plus only the runs that came early, never W rows
-// of its own; and the last push of a step costs one addition, not W.
+// of its own; and the last push of a step costs one addition, not W. A result that left
+// the retained window becomes a later step's sum once no reply holds it (a few are kept
+// aside for that), so a steady run allocates no chunk-sized buffer per step.
 //
 // IDEMPOTENCY per (worker, step, chunk): the results of the last `retained_steps` steps are
 // kept, so a retried push of a finished step gets the same result again and changes
@@ -233,8 +235,8 @@ class ShardState {
   kernels::Buffer<uint8_t> onebit_rows_ ABSL_GUARDED_BY(mu_);
   std::optional<OpenStep> open_ ABSL_GUARDED_BY(mu_);
   std::deque<FinishedStep> finished_ ABSL_GUARDED_BY(mu_);  // oldest first
-  // A dropped fp32 result no one held any more, reused as the next step's sum.
-  std::shared_ptr<std::string> spare_sum_ ABSL_GUARDED_BY(mu_);
+  // Dropped fp32 results, reused as a later step's sum once no reply holds them.
+  std::vector<std::shared_ptr<std::string>> released_sums_ ABSL_GUARDED_BY(mu_);
   int64_t last_completed_ ABSL_GUARDED_BY(mu_) = 0;
   bool any_push_ ABSL_GUARDED_BY(mu_) = false;
   int64_t first_step_ ABSL_GUARDED_BY(mu_) = 0;  // see ShardConfig::first_step

@@ -60,7 +60,9 @@ struct PsExchange::Shard {
   // caller's bytes, shared by every attempt) and the payload's size.
   grpc::ByteBuffer push;
   size_t push_payload_bytes = 0;
-  std::shared_ptr<std::string> send;  // the push's payload bytes (PayloadSlice)
+  // Buffers of the pushes' payloads, send_bytes each (PayloadSlice).
+  std::vector<std::shared_ptr<char[]>> send;
+  size_t send_bytes = 0;
   // The raw result as read, and its fields (the payload by reference to its slices).
   grpc::ByteBuffer raw_result;
   wire::ResultFields result;
@@ -226,15 +228,31 @@ absl::StatusOr<CompressedResult> PsExchange::AverageMomentum(int64_t step, const
 }
 
 grpc::Slice PsExchange::PayloadSlice(Shard& shard, const void* data, size_t bytes) {
-  shard.push.Clear();  // the last push's reference to shard.send
-  // The last step's buffer again once gRPC let go of it (no slice refers to it), so its
-  // memory is mapped already: a fresh run-sized allocation per step costs more in page
-  // faults than the copy itself. Still referenced (a write not yet released): a new one.
-  if (shard.send == nullptr || shard.send.use_count() > 1 || shard.send->size() != bytes) {
-    shard.send = std::make_shared<std::string>(bytes, '\0');
+  shard.push.Clear();  // the last push's reference
+  // A buffer of an earlier step that gRPC let go of (no slice refers to it any more), so
+  // that its memory is mapped already: a fresh run-sized allocation per step costs more in
+  // page faults than the copy itself. gRPC may hold the last push's slices for a while
+  // after the write completed, hence a few buffers; none free: a new one (not zeroed).
+  constexpr size_t kMaxBuffers = 3;
+  if (shard.send_bytes != bytes) {
+    shard.send.clear();
+    shard.send_bytes = bytes;
   }
-  if (bytes > 0) std::memcpy(shard.send->data(), data, bytes);
-  return wire::SharedSlice(shard.send);
+  std::shared_ptr<char[]> buffer;
+  for (const auto& b : shard.send) {
+    if (b.use_count() == 1) {
+      buffer = b;
+      break;
+    }
+  }
+  if (buffer == nullptr) {
+    buffer = std::shared_ptr<char[]>(new char[std::max<size_t>(bytes, 1)]);
+    if (shard.send.size() >= kMaxBuffers) shard.send.erase(shard.send.begin());
+    shard.send.push_back(buffer);
+  }
+  if (bytes > 0) std::memcpy(buffer.get(), data, bytes);
+  const char* start = buffer.get();
+  return wire::OwnedSlice(std::move(buffer), start, bytes);
 }
 
 void PsExchange::SetPush(Shard& shard, int64_t step, ChunkKind kind, const grpc::Slice& payload) {
