@@ -10,8 +10,10 @@
 // operations: u8 worker, u8 step code (0x7f: an int64 step follows; else the current step
 // plus -2..2), u8 chunk, u8 kind, u8 op (bit 0 checkpoint flag, bit 1 a u16 payload length
 // follows, bit 2 ask for the result instead of pushing, bit 3 restore the server error from
-// the payload), then the payload. Bytes past the end of the input read as zero. Values with
+// the payload, bit 4 push it as a Cord in pieces of 1 + (op >> 5) bytes or more: PushCord, as the
+// gRPC service does), then the payload. Bytes past the end of the input read as zero. Values with
 // the top bit set are used raw (negative workers, wrong chunks, unknown kinds).
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -20,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/cord.h"
 #include "absl/time/time.h"
 #include "compression/layout.h"
 #include "fuzz/fuzz_support.h"
@@ -132,8 +135,19 @@ void Run(const uint8_t* data, size_t size) {
       fuzz::Say("RestoreServerError", state.RestoreServerError(error));
       continue;
     }
-    absl::StatusOr<ShardState::PushOutcome> outcome =
-        state.Push(worker, step, chunk, kind, payload, (op & 1) != 0);
+    absl::StatusOr<ShardState::PushOutcome> outcome;
+    if (op & 16) {  // as the gRPC service pushes: a Cord in pieces of 1..8 bytes
+      absl::Cord cord;
+      // At most ~256 pieces, so that the Cord's nodes stay within the heap budget.
+      const size_t piece = std::max<size_t>(1 + (op >> 5), payload.size() / 256 + 1);
+      for (size_t at = 0; at < payload.size(); at += piece) {
+        auto* bytes = new std::string(payload.substr(at, piece));
+        cord.Append(absl::MakeCordFromExternal(*bytes, [bytes] { delete bytes; }));
+      }
+      outcome = state.PushCord(worker, step, chunk, kind, std::move(cord), (op & 1) != 0);
+    } else {
+      outcome = state.Push(worker, step, chunk, kind, payload, (op & 1) != 0);
+    }
     if (fuzz::Verbose()) {
       std::fprintf(stderr, "fuzz: Push(worker %d, step %lld, chunk %d, kind %d, %zu bytes): %s%s\n",
                    worker, static_cast<long long>(step), chunk, static_cast<int>(kind),

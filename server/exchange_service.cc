@@ -6,6 +6,7 @@
 #include <chrono>
 #include <utility>
 
+#include "proto/exchange_wire.h"
 #include "proto/grpc_status.h"
 
 namespace onebit::server {
@@ -19,36 +20,51 @@ void FillHeader(int64_t step, int chunk, ChunkKind kind, v1::ChunkResult* out) {
 
 }  // namespace
 
-grpc::Status ExchangeService::Exchange(
+ExchangeService::ExchangeService(ShardState* state, ServerMetrics* metrics,
+                                 const ExchangeServiceOptions& options)
+    : state_(state), metrics_(metrics), options_(options) {
+  // Method 0 is Exchange (exchange.proto's order): the same method, read and written as
+  // ByteBuffers instead of protobuf messages.
+  MarkMethodStreamed(
+      0, new grpc::internal::BidiStreamingHandler<ExchangeService, grpc::ByteBuffer,
+                                                  grpc::ByteBuffer>(
+             [](ExchangeService* service, grpc::ServerContext* context,
+                grpc::ServerReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>* stream) {
+               return service->ExchangeRaw(context, stream);
+             },
+             this));
+}
+
+grpc::Status ExchangeService::ExchangeRaw(
     grpc::ServerContext* context,
-    grpc::ServerReaderWriter<v1::ChunkResult, v1::PushChunk>* stream) {
+    grpc::ServerReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>* stream) {
   auto cancelled = [context] { return context->IsCancelled(); };
-  v1::PushChunk push;
-  v1::ChunkResult reply;
-  while (stream->Read(&push)) {
-    if (metrics_ != nullptr) metrics_->AddBytesReceived(push.payload().size());
+  grpc::ByteBuffer message;
+  while (stream->Read(&message)) {
+    absl::StatusOr<wire::PushFields> push = wire::ParsePush(wire::ToCord(message));
+    message.Clear();  // the payload's slices live on in push->payload only
+    if (!push.ok()) return ToGrpcStatus(push.status());
+    const size_t payload_bytes = push->payload.size();
+    if (metrics_ != nullptr) metrics_->AddBytesReceived(payload_bytes);
     // Any int converts; ShardState rejects what is not a known kind.
-    const auto kind = static_cast<ChunkKind>(static_cast<int>(push.kind()));
-    // The payload's bytes move into the shard (kept there only while an fp32 run waits for
-    // its turn in the rank-order sum); the next Read parses into a fresh string.
+    const auto kind = static_cast<ChunkKind>(push->kind);
     absl::StatusOr<ShardState::PushOutcome> outcome =
-        state_->PushOwned(push.worker(), push.step(), push.chunk(), kind,
-                          std::move(*push.mutable_payload()), push.checkpoint());
-    push.mutable_payload()->clear();
+        state_->PushCord(push->worker, push->step, push->chunk, kind, std::move(push->payload),
+                         push->checkpoint);
     if (!outcome.ok()) return ToGrpcStatus(outcome.status());
     ResultPayload result = outcome->result;
     if (result == nullptr) {
       absl::StatusOr<ResultPayload> awaited = state_->AwaitResult(
-          push.worker(), push.step(), push.chunk(), kind, absl::InfiniteFuture(), cancelled);
+          push->worker, push->step, push->chunk, kind, absl::InfiniteFuture(), cancelled);
       if (!awaited.ok()) return ToGrpcStatus(awaited.status());
       result = *std::move(awaited);
     }
-    FillHeader(push.step(), push.chunk(), kind, &reply);
-    reply.set_payload(*result);
-    if (!stream->Write(reply)) {
+    const size_t result_bytes = result->size();
+    if (!stream->Write(wire::EncodeResult(push->step, push->chunk, static_cast<int32_t>(kind),
+                                          wire::SharedSlice(std::move(result))))) {
       return grpc::Status(grpc::StatusCode::CANCELLED, "the worker's stream went away");
     }
-    if (metrics_ != nullptr) metrics_->AddBytesSent(result->size());
+    if (metrics_ != nullptr) metrics_->AddBytesSent(result_bytes);
   }
   return grpc::Status::OK;
 }

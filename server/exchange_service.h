@@ -5,9 +5,16 @@
 // pushed (at once for a retry of a finished step). A rejected push ends the stream with
 // ShardState's status (INVALID_ARGUMENT, FAILED_PRECONDITION or ALREADY_EXISTS) and has
 // changed nothing. A stream whose client goes away stops waiting within ~50 ms. Bytes
-// that do not parse as a PushChunk end the stream too (gRPC's synchronous API reports them
-// as the end of the stream, so the status is OK) and push nothing; a message larger than
-// the largest legal push is refused by gRPC (RESOURCE_EXHAUSTED) before it is buffered.
+// that do not parse as a PushChunk end the stream with INVALID_ARGUMENT (naming the byte)
+// and push nothing; a message larger than the largest legal push is refused by gRPC
+// (RESOURCE_EXHAUSTED) before it is buffered.
+//
+// NO PAYLOAD COPIES: Exchange is served over raw ByteBuffers (proto/exchange_wire.h, the
+// same bytes as exchange.proto): a push's payload reaches ShardState as a Cord over gRPC's
+// receive slices (an fp32 run is added into the sum straight from them, or kept as they
+// are while it waits for its turn), and every reply's payload is a reference to the step's
+// one result string, shared by all W workers' streams (and retries), never copied. Pull,
+// off the hot path, is plain protobuf.
 //
 // Pull: the result of a recent step; waits while it is open, up to the call's deadline and
 // at most `max_pull_wait`.
@@ -41,11 +48,11 @@ struct ExchangeServiceOptions {
 class ExchangeService final : public v1::ParameterServer::Service {
  public:
   ExchangeService(ShardState* state, ServerMetrics* metrics,
-                  const ExchangeServiceOptions& options = {})
-      : state_(state), metrics_(metrics), options_(options) {}
+                  const ExchangeServiceOptions& options = {});
 
-  grpc::Status Exchange(grpc::ServerContext* context,
-                        grpc::ServerReaderWriter<v1::ChunkResult, v1::PushChunk>* stream) override;
+  // Exchange over raw messages (registered in place of the generated protobuf handler).
+  grpc::Status ExchangeRaw(grpc::ServerContext* context,
+                           grpc::ServerReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>* stream);
   grpc::Status Pull(grpc::ServerContext* context, const v1::PullRequest* request,
                     v1::ChunkResult* response) override;
 

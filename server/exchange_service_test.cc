@@ -328,8 +328,10 @@ TEST_F(ExchangeServiceTest, BytesThatAreNotAProtoAndOversizedMessagesAreRefused)
     grpc::Status status;
     call->Finish(&status, reinterpret_cast<void*>(4));
     next();
-    // gRPC's synchronous API reports an unparsable message as the end of the stream, so
-    // the stream simply ends; what matters is that nothing was pushed.
+    // The service reads the bytes itself (proto/exchange_wire.h): a clear error, nothing
+    // pushed.
+    EXPECT_EQ(status.error_code(), grpc::INVALID_ARGUMENT) << status.error_message();
+    EXPECT_THAT(status.error_message(), HasSubstr("malformed PushChunk at byte 0"));
     EXPECT_EQ(process_->state().open_step(), 0);
   }
   {  // A unary Pull with garbage is refused by gRPC itself.

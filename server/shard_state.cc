@@ -18,10 +18,14 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 // How often a waiter with a cancellation hook looks at it.
 constexpr absl::Duration kCancelPoll = absl::Milliseconds(50);
 
+// Dropped fp32 results kept for reuse as a later step's sum (ShardState::released_sums_).
+constexpr size_t kMaxReleasedSums = 3;
+
 // More workers than this is a configuration mistake.
 constexpr int kMaxWorkers = 65536;
 
-size_t Fingerprint(absl::string_view bytes) { return absl::Hash<absl::string_view>{}(bytes); }
+// The same for every slicing of the same bytes (absl hashes a Cord piecewise as if flat).
+size_t Fingerprint(const absl::Cord& bytes) { return absl::Hash<absl::Cord>{}(bytes); }
 
 // sum[i] += run[i] over `count` floats (run as little-endian bytes, any alignment): one
 // step of the rank-order sum, the same float additions, in the same order, as SumRows.
@@ -30,6 +34,42 @@ void AddRun(float* __restrict sum, const char* __restrict run, size_t count) {
     float x;
     std::memcpy(&x, run + i * sizeof(float), sizeof(float));
     sum[i] += x;
+  }
+}
+
+// The same over a run in pieces of any length (a float may straddle two of them); each
+// element gets the same single addition, so the result is the same bits.
+void AddRun(float* sum, const absl::Cord& run) {
+  char partial[sizeof(float)];
+  size_t have = 0;  // bytes of a straddling float in `partial`
+  for (absl::string_view piece : run.Chunks()) {
+    const char* p = piece.data();
+    size_t left = piece.size();
+    if (have > 0) {
+      const size_t take = std::min(sizeof(float) - have, left);
+      std::memcpy(partial + have, p, take);
+      have += take;
+      p += take;
+      left -= take;
+      if (have < sizeof(float)) continue;
+      AddRun(sum++, partial, 1);
+      have = 0;
+    }
+    const size_t whole = left / sizeof(float);
+    AddRun(sum, p, whole);
+    sum += whole;
+    p += whole * sizeof(float);
+    left -= whole * sizeof(float);
+    std::memcpy(partial, p, left);
+    have = left;
+  }
+}
+
+void CopyCord(const absl::Cord& cord, void* dst) {
+  char* out = static_cast<char*>(dst);
+  for (absl::string_view piece : cord.Chunks()) {
+    std::memcpy(out, piece.data(), piece.size());
+    out += piece.size();
   }
 }
 
@@ -126,7 +166,7 @@ absl::Status ShardState::ValidateRequest(int worker, int64_t step, int chunk, Ch
   return absl::OkStatus();
 }
 
-absl::Status ShardState::ValidatePayload(ChunkKind kind, absl::string_view payload,
+absl::Status ShardState::ValidatePayload(ChunkKind kind, const absl::Cord& payload,
                                          RejectReason* reason) const {
   const size_t expected = layout_.payload_bytes(kind, config_.shard);
   if (payload.size() != expected) {
@@ -137,7 +177,7 @@ absl::Status ShardState::ValidatePayload(ChunkKind kind, absl::string_view paylo
   }
   if (kind == ChunkKind::kOnebit) {
     float scale;
-    std::memcpy(&scale, payload.data(), sizeof(scale));
+    CopyCord(payload.Subcord(0, sizeof(scale)), &scale);
     if (!std::isfinite(scale) || scale < 0.0f) {
       *reason = RejectReason::kBadScale;
       return absl::InvalidArgumentError(
@@ -200,43 +240,48 @@ absl::StatusOr<ShardState::PushOutcome> ShardState::Push(int worker, int64_t ste
                                                          ChunkKind kind,
                                                          absl::string_view payload,
                                                          bool checkpoint) {
-  return PushImpl(worker, step, chunk, kind, payload, nullptr, checkpoint);
+  // The caller's bytes, by reference for the call only.
+  return PushImpl(worker, step, chunk, kind, absl::MakeCordFromExternal(payload, [] {}),
+                  /*owned=*/false, checkpoint);
 }
 
 absl::StatusOr<ShardState::PushOutcome> ShardState::PushOwned(int worker, int64_t step,
                                                               int chunk, ChunkKind kind,
                                                               std::string&& payload,
                                                               bool checkpoint) {
-  return PushImpl(worker, step, chunk, kind, payload, &payload, checkpoint);
+  // A Cord takes a large string over without copying it.
+  return PushImpl(worker, step, chunk, kind, absl::Cord(std::move(payload)), /*owned=*/true,
+                  checkpoint);
 }
 
-void ShardState::AddRunsInOrder(absl::string_view payload, int worker, std::string* owned) {
+absl::StatusOr<ShardState::PushOutcome> ShardState::PushCord(int worker, int64_t step,
+                                                             int chunk, ChunkKind kind,
+                                                             absl::Cord payload,
+                                                             bool checkpoint) {
+  return PushImpl(worker, step, chunk, kind, payload, /*owned=*/true, checkpoint);
+}
+
+void ShardState::AddRunsInOrder(const absl::Cord& payload, int worker, bool owned) {
   OpenStep& open = *open_;
-  if (worker != open.summed) {  // not its turn: keep it (the caller's string if given)
-    if (owned != nullptr) {
-      open.early[worker] = std::move(*owned);
-    } else {
-      open.early[worker].assign(payload.data(), payload.size());
-    }
+  if (worker != open.summed) {  // not its turn: keep it (by reference when it may be kept)
+    open.early[worker] = owned ? payload : absl::Cord(std::string(payload));
     return;
   }
   float* sum = reinterpret_cast<float*>(open.sum->data());
-  const size_t count = open.sum->size() / sizeof(float);
-  AddRun(sum, payload.data(), count);
+  AddRun(sum, payload);
   ++open.summed;
   while (open.summed < config_.num_workers && open.pushed[open.summed]) {
-    std::string& early = open.early[open.summed];
-    AddRun(sum, early.data(), count);
-    std::string().swap(early);  // the memory goes back now
+    absl::Cord& early = open.early[open.summed];
+    AddRun(sum, early);
+    early.Clear();  // the memory goes back now
     ++open.summed;
   }
 }
 
 absl::StatusOr<ShardState::PushOutcome> ShardState::PushImpl(int worker, int64_t step, int chunk,
                                                              ChunkKind kind,
-                                                             absl::string_view payload,
-                                                             std::string* owned,
-                                                             bool checkpoint) {
+                                                             const absl::Cord& payload,
+                                                             bool owned, bool checkpoint) {
   RejectReason reason;
   if (absl::Status s = ValidateRequest(worker, step, chunk, kind, &reason); !s.ok()) {
     return Reject(reason, s);
@@ -270,8 +315,8 @@ absl::StatusOr<ShardState::PushOutcome> ShardState::PushImpl(int worker, int64_t
     const bool differs =
         kind == ChunkKind::kFp32
             ? Fingerprint(payload) != open_->fingerprints[worker]
-            : payload.size() > 0 &&
-                  std::memcmp(OnebitRow(worker), payload.data(), payload.size()) != 0;
+            : payload != absl::string_view(reinterpret_cast<const char*>(OnebitRow(worker)),
+                                           payload.size());
     if (differs) {
       return Reject(RejectReason::kConflictingDuplicate,
                     absl::AlreadyExistsError(absl::StrCat(
@@ -287,15 +332,24 @@ absl::StatusOr<ShardState::PushOutcome> ShardState::PushImpl(int worker, int64_t
     open_->fingerprints.assign(config_.num_workers, 0);
     if (kind == ChunkKind::kFp32) {
       // Zeros, then + r0 + r1 + ...: SumRows' order, so the same bits.
-      open_->sum = std::make_shared<std::string>(layout_.payload_bytes(kind, config_.shard), '\0');
+      const size_t bytes = layout_.payload_bytes(kind, config_.shard);
+      for (auto it = released_sums_.begin(); it != released_sums_.end(); ++it) {
+        if (it->use_count() == 1 && (*it)->size() == bytes) {
+          open_->sum = std::move(*it);
+          released_sums_.erase(it);
+          std::fill(open_->sum->begin(), open_->sum->end(), '\0');
+          break;
+        }
+      }
+      if (open_->sum == nullptr) open_->sum = std::make_shared<std::string>(bytes, '\0');
       open_->early.resize(config_.num_workers);
     }
   }
   open_->fingerprints[worker] = Fingerprint(payload);
   if (kind == ChunkKind::kFp32) {
     AddRunsInOrder(payload, worker, owned);
-  } else if (payload.size() > 0) {
-    std::memcpy(OnebitRow(worker), payload.data(), payload.size());
+  } else {
+    CopyCord(payload, OnebitRow(worker));
   }
   open_->pushed[worker] = true;
   open_->checkpoint = open_->checkpoint || checkpoint;
@@ -339,7 +393,19 @@ absl::Status ShardState::Complete() {
 
   finished_.push_back(
       FinishedStep{open.step, open.kind, std::move(result), std::move(open.fingerprints)});
-  while (finished_.size() > static_cast<size_t>(config_.retained_steps)) finished_.pop_front();
+  while (finished_.size() > static_cast<size_t>(config_.retained_steps)) {
+    // An fp32 result nobody holds any more (no reply still being sent) becomes the next
+    // sum's memory: a fresh chunk-sized allocation each step costs more in page faults
+    // than the additions.
+    // Replies may still hold it (gRPC lets go of sent slices a little later): kept aside
+    // until they do, a few at most.
+    FinishedStep& oldest = finished_.front();
+    if (oldest.kind == ChunkKind::kFp32) {
+      if (released_sums_.size() >= kMaxReleasedSums) released_sums_.erase(released_sums_.begin());
+      released_sums_.push_back(std::const_pointer_cast<std::string>(std::move(oldest.result)));
+    }
+    finished_.pop_front();
+  }
   last_completed_ = open.step;
   open_.reset();
 

@@ -15,9 +15,11 @@
 //
 // MEMORY (fp32 steps): the sum is streamed in rank order. Rank r's run is added into the
 // step's result as soon as ranks < r are in; a run that arrives before its turn is kept
-// (the payload string itself, moved in, not copied) until then, and dropped once added. So
+// (the payload's string or receive slices themselves, not copied) until then, and dropped once added. So
 // the shard holds one chunk for the sum plus only the runs that came early, never W rows
-// of its own; and the last push of a step costs one addition, not W.
+// of its own; and the last push of a step costs one addition, not W. A result that left
+// the retained window becomes a later step's sum once no reply holds it (a few are kept
+// aside for that), so a steady run allocates no chunk-sized buffer per step.
 //
 // IDEMPOTENCY per (worker, step, chunk): the results of the last `retained_steps` steps are
 // kept, so a retried push of a finished step gets the same result again and changes
@@ -56,6 +58,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -137,6 +140,11 @@ class ShardState {
   // as it is instead of copied (the gRPC service moves the parsed message's bytes in).
   absl::StatusOr<PushOutcome> PushOwned(int worker, int64_t step, int chunk, ChunkKind kind,
                                         std::string&& payload, bool checkpoint = false);
+  // The same over a Cord, which may be the network's receive slices by reference (the
+  // gRPC service): an fp32 run is added chunk by chunk straight from them, and one that
+  // must wait for its turn is kept as that Cord (no copy either way).
+  absl::StatusOr<PushOutcome> PushCord(int worker, int64_t step, int chunk, ChunkKind kind,
+                                       absl::Cord payload, bool checkpoint = false);
 
   // The result of `step`, waiting for it while it is open (or, when no step is open, is the
   // next one) until `deadline` (DEADLINE_EXCEEDED) or until `cancelled` returns true
@@ -177,7 +185,7 @@ class ShardState {
     // (0..summed-1), and the runs that came before their turn, by worker.
     std::shared_ptr<std::string> sum;
     int summed = 0;
-    std::vector<std::string> early;
+    std::vector<absl::Cord> early;
   };
   struct FinishedStep {
     int64_t step = 0;
@@ -194,7 +202,7 @@ class ShardState {
   // Checks that need no state: INVALID_ARGUMENT, with the reason in *reason.
   absl::Status ValidateRequest(int worker, int64_t step, int chunk, ChunkKind kind,
                                RejectReason* reason) const;
-  absl::Status ValidatePayload(ChunkKind kind, absl::string_view payload,
+  absl::Status ValidatePayload(ChunkKind kind, const absl::Cord& payload,
                                RejectReason* reason) const;
   // Reports a rejected push to the observer and returns `status`.
   absl::Status Reject(RejectReason reason, absl::Status status) const;
@@ -204,12 +212,12 @@ class ShardState {
   absl::StatusOr<const FinishedStep*> Locate(int64_t step, ChunkKind kind,
                                              RejectReason* reason) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Push with the payload as a view and, when the caller gave it up, as a string to keep.
+  // Push with the payload as a Cord; `owned`: it may be kept as it is (else it only
+  // lives for the call and a kept run is copied).
   absl::StatusOr<PushOutcome> PushImpl(int worker, int64_t step, int chunk, ChunkKind kind,
-                                       absl::string_view payload, std::string* owned,
-                                       bool checkpoint);
+                                       const absl::Cord& payload, bool owned, bool checkpoint);
   // The open fp32 step: adds every run whose turn has come (rank order) into the sum.
-  void AddRunsInOrder(absl::string_view payload, int worker, std::string* owned)
+  void AddRunsInOrder(const absl::Cord& payload, int worker, bool owned)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint8_t* OnebitRow(int worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Complete() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -227,6 +235,8 @@ class ShardState {
   kernels::Buffer<uint8_t> onebit_rows_ ABSL_GUARDED_BY(mu_);
   std::optional<OpenStep> open_ ABSL_GUARDED_BY(mu_);
   std::deque<FinishedStep> finished_ ABSL_GUARDED_BY(mu_);  // oldest first
+  // Dropped fp32 results, reused as a later step's sum once no reply holds them.
+  std::vector<std::shared_ptr<std::string>> released_sums_ ABSL_GUARDED_BY(mu_);
   int64_t last_completed_ ABSL_GUARDED_BY(mu_) = 0;
   bool any_push_ ABSL_GUARDED_BY(mu_) = false;
   int64_t first_step_ ABSL_GUARDED_BY(mu_) = 0;  // see ShardConfig::first_step

@@ -170,6 +170,108 @@ TEST_F(ShardStateTest, Fp32StreamedSumMatchesSumRowsInEveryArrivalOrder) {
   EXPECT_EQ(permutations, 24);
 }
 
+// `bytes` as a Cord of pieces 1..13 bytes long, so that floats straddle pieces (the gRPC
+// service hands the shard the network's receive slices like this).
+absl::Cord Fragmented(const std::string& bytes, std::mt19937& rng) {
+  absl::Cord cord;
+  size_t at = 0;
+  while (at < bytes.size()) {
+    const size_t n = std::min<size_t>(bytes.size() - at, 1 + rng() % 13);
+    // External pieces, so that the Cord keeps them apart instead of merging small appends.
+    auto* piece = new std::string(bytes.substr(at, n));
+    cord.Append(absl::MakeCordFromExternal(*piece, [piece] { delete piece; }));
+    at += n;
+  }
+  return cord;
+}
+
+TEST_F(ShardStateTest, FragmentedCordPushesGiveTheSameBitsAsFlatOnes) {
+  constexpr int kW = 4;
+  std::mt19937 rng(11);
+  const ShardConfig config{0, 1, kW, 1003, 2};
+  const PsLayout layout = *PsLayout::Create(1003, 1);
+  std::vector<std::string> runs, blocks;
+  for (int w = 0; w < kW; ++w) {
+    runs.push_back(Payload(layout, 0, ChunkKind::kFp32, w, 1, 7));
+    blocks.push_back(Payload(layout, 0, ChunkKind::kOnebit, w, 2));
+  }
+  auto flat = NewState(config);
+  ShardState::PushOutcome want_sum, want_avg;
+  for (int w = 0; w < kW; ++w) want_sum = *flat->Push(w, 1, 0, ChunkKind::kFp32, runs[w]);
+  for (int w = 0; w < kW; ++w) want_avg = *flat->Push(w, 2, 0, ChunkKind::kOnebit, blocks[w]);
+  ASSERT_NE(want_sum.result, nullptr);
+  ASSERT_NE(want_avg.result, nullptr);
+  for (const std::vector<int>& order : std::vector<std::vector<int>>{{3, 1, 0, 2}, {0, 1, 2, 3},
+                                                                     {2, 3, 1, 0}}) {
+    auto state = NewState(config);
+    ShardState::PushOutcome sum, avg;
+    for (int w : order) {
+      absl::StatusOr<ShardState::PushOutcome> outcome =
+          state->PushCord(w, 1, 0, ChunkKind::kFp32, Fragmented(runs[w], rng));
+      ASSERT_TRUE(outcome.ok()) << outcome.status();
+      sum = *outcome;
+      if (sum.result != nullptr) break;
+      // The same bytes cut differently: a duplicate; other bytes: refused.
+      auto same = state->PushCord(w, 1, 0, ChunkKind::kFp32, Fragmented(runs[w], rng));
+      ASSERT_TRUE(same.ok()) << same.status();
+      EXPECT_TRUE(same->duplicate);
+      EXPECT_EQ(state->PushCord(w, 1, 0, ChunkKind::kFp32, Fragmented(runs[(w + 1) % kW], rng))
+                    .status()
+                    .code(),
+                absl::StatusCode::kAlreadyExists);
+    }
+    ASSERT_NE(sum.result, nullptr);
+    EXPECT_EQ(*sum.result, *want_sum.result);
+    // A retry of the finished step, cut differently again, gets the same result.
+    auto retry = state->PushCord(order[0], 1, 0, ChunkKind::kFp32, Fragmented(runs[order[0]], rng));
+    ASSERT_TRUE(retry.ok()) << retry.status();
+    EXPECT_TRUE(retry->duplicate);
+    for (int w : order) {
+      auto outcome = state->PushCord(w, 2, 0, ChunkKind::kOnebit, Fragmented(blocks[w], rng));
+      ASSERT_TRUE(outcome.ok()) << outcome.status();
+      avg = *outcome;
+      if (avg.result == nullptr) {
+        EXPECT_TRUE(
+            state->PushCord(w, 2, 0, ChunkKind::kOnebit, Fragmented(blocks[w], rng))->duplicate);
+      }
+    }
+    ASSERT_NE(avg.result, nullptr);
+    EXPECT_EQ(*avg.result, *want_avg.result);
+  }
+}
+
+// A dropped result's memory becomes a later step's sum, but only once nobody holds it: a
+// result a caller (a reply being sent) still holds never changes.
+TEST_F(ShardStateTest, ReusedSumMemoryNeverChangesAHeldResult) {
+  constexpr int kW = 3;
+  const ShardConfig config{0, 1, kW, 257, 2};
+  const PsLayout layout = *PsLayout::Create(257, 1);
+  auto state = NewState(config);
+  std::vector<ResultPayload> held;
+  std::vector<std::string> copies;
+  for (int64_t step = 1; step <= 8; ++step) {
+    std::string rows;
+    ResultPayload result;
+    for (int w = 0; w < kW; ++w) {
+      const std::string run = Payload(layout, 0, ChunkKind::kFp32, w, step);
+      rows += run;
+      auto outcome = state->Push(w, step, 0, ChunkKind::kFp32, run);
+      ASSERT_TRUE(outcome.ok()) << outcome.status();
+      result = outcome->result;
+    }
+    std::vector<float> want(257);
+    ASSERT_TRUE(
+        backend_->SumRows(reinterpret_cast<const float*>(rows.data()), kW, 257, want.data()).ok());
+    ASSERT_NE(result, nullptr);
+    ASSERT_EQ(std::memcmp(result->data(), want.data(), want.size() * 4), 0) << "step " << step;
+    if (step % 3 == 1) {  // held on to, like a reply still in flight
+      held.push_back(result);
+      copies.push_back(*result);
+    }
+  }
+  for (size_t i = 0; i < held.size(); ++i) EXPECT_EQ(*held[i], copies[i]);
+}
+
 TEST_F(ShardStateTest, OnebitMatchesChunkAggregatorInRankOrder) {
   const ShardConfig config{0, 3, 4, 1000, 2};
   auto state = NewState(config);

@@ -8,7 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
-#include "onebit/v1/exchange.grpc.pb.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "proto/exchange_wire.h"
 #include "proto/grpc_status.h"
 #include "security/tls.h"
 
@@ -46,16 +47,25 @@ struct PsExchange::Shard {
   int index = 0;
   std::string name;  // "shard 1 (host:port)", for messages
   std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<v1::ParameterServer::Stub> stub;
+  // ParameterServer.Exchange over raw messages (proto/exchange_wire.h).
+  std::unique_ptr<grpc::GenericStub> stub;
   // The open stream, if any.
   std::unique_ptr<grpc::ClientContext> context;
-  std::unique_ptr<grpc::ClientAsyncReaderWriter<v1::PushChunk, v1::ChunkResult>> stream;
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> stream;
   Op ops[kNumOps];
   bool pending[kNumOps] = {};
   bool broken = false;  // to be finished and reopened
   grpc::Status finish_status;
-  v1::PushChunk push;
-  v1::ChunkResult result;
+  // The push of the current call: the encoded message (its payload one copy of the
+  // caller's bytes, shared by every attempt) and the payload's size.
+  grpc::ByteBuffer push;
+  size_t push_payload_bytes = 0;
+  // Buffers of the pushes' payloads, send_bytes each (PayloadSlice).
+  std::vector<std::shared_ptr<char[]>> send;
+  size_t send_bytes = 0;
+  // The raw result as read, and its fields (the payload by reference to its slices).
+  grpc::ByteBuffer raw_result;
+  wire::ResultFields result;
   // The current call.
   bool done = false;
   int attempts = 0;
@@ -152,10 +162,8 @@ absl::Status PsExchange::Init(std::vector<std::shared_ptr<grpc::Channel>> channe
     shard->index = static_cast<int>(s);
     shard->name = absl::StrCat("shard ", s);
     shard->channel = std::move(channels[s]);
-    shard->stub = v1::ParameterServer::NewStub(shard->channel);
+    shard->stub = std::make_unique<grpc::GenericStub>(shard->channel);
     for (int t = 0; t < kNumOps; ++t) shard->ops[t] = Op{shard.get(), t};
-    shard->push.set_worker(rank_);
-    shard->push.set_chunk(static_cast<int>(s));
     shards_.push_back(std::move(shard));
   }
   return absl::OkStatus();
@@ -181,19 +189,18 @@ PsExchange::~PsExchange() {
 absl::StatusOr<const float*> PsExchange::SumGradients(int64_t step, const float* grad) {
   for (auto& shard : shards_) {
     const int s = shard->index;
-    shard->push.set_step(step);
-    shard->push.set_checkpoint(step == checkpoint_step_);
-    shard->push.set_kind(v1::CHUNK_KIND_FP32);
-    shard->push.set_payload(reinterpret_cast<const char*>(grad + layout_.fp32_offset(s)),
-                            layout_.fp32_count(s) * sizeof(float));
+    // One copy of the run into a slice gRPC owns (it may hold it past this call); the
+    // message around it is a few header bytes, not a second copy.
+    SetPush(*shard, step, ChunkKind::kFp32,
+            PayloadSlice(*shard, grad + layout_.fp32_offset(s),
+                         layout_.fp32_count(s) * sizeof(float)));
   }
   ONEBIT_RETURN_IF_ERROR(RoundTrip(step, ChunkKind::kFp32));
   for (auto& shard : shards_) {
-    const std::string& payload = shard->result.payload();
-    if (!payload.empty()) {
-      std::memcpy(sum_.data() + layout_.fp32_offset(shard->index), payload.data(), payload.size());
-    }
+    // Straight from the received slices into the sum: the one copy on this side.
+    wire::CopyTo(shard->result.payload, sum_.data() + layout_.fp32_offset(shard->index));
   }
+  ReleaseResults();
   return sum_.data();
 }
 
@@ -208,18 +215,58 @@ absl::StatusOr<CompressedResult> PsExchange::AverageMomentum(int64_t step, const
   failed_step_ = step;
   const size_t block = layout_.block_bytes();
   for (auto& shard : shards_) {
-    shard->push.set_step(step);
-    shard->push.set_checkpoint(step == checkpoint_step_);
-    shard->push.set_kind(v1::CHUNK_KIND_ONEBIT);
-    shard->push.set_payload(reinterpret_cast<const char*>(blocks_.data() + shard->index * block),
-                            block);
+    SetPush(*shard, step, ChunkKind::kOnebit,
+            PayloadSlice(*shard, blocks_.data() + shard->index * block, block));
   }
   ONEBIT_RETURN_IF_ERROR(RoundTrip(step, ChunkKind::kOnebit));
   failed_step_ = 0;
   for (auto& shard : shards_) {
-    std::memcpy(gathered_.data() + shard->index * block, shard->result.payload().data(), block);
+    wire::CopyTo(shard->result.payload, gathered_.data() + shard->index * block);
   }
+  ReleaseResults();
   return CompressedResult{gathered_.data(), shards_.size(), layout_.chunk()};
+}
+
+grpc::Slice PsExchange::PayloadSlice(Shard& shard, const void* data, size_t bytes) {
+  shard.push.Clear();  // the last push's reference
+  // A buffer of an earlier step that gRPC let go of (no slice refers to it any more), so
+  // that its memory is mapped already: a fresh run-sized allocation per step costs more in
+  // page faults than the copy itself. gRPC may hold the last push's slices for a while
+  // after the write completed, hence a few buffers; none free: a new one (not zeroed).
+  constexpr size_t kMaxBuffers = 3;
+  if (shard.send_bytes != bytes) {
+    shard.send.clear();
+    shard.send_bytes = bytes;
+  }
+  std::shared_ptr<char[]> buffer;
+  for (const auto& b : shard.send) {
+    if (b.use_count() == 1) {
+      buffer = b;
+      break;
+    }
+  }
+  if (buffer == nullptr) {
+    buffer = std::shared_ptr<char[]>(new char[std::max<size_t>(bytes, 1)]);
+    if (shard.send.size() >= kMaxBuffers) shard.send.erase(shard.send.begin());
+    shard.send.push_back(buffer);
+  }
+  if (bytes > 0) std::memcpy(buffer.get(), data, bytes);
+  const char* start = buffer.get();
+  return wire::OwnedSlice(std::move(buffer), start, bytes);
+}
+
+void PsExchange::SetPush(Shard& shard, int64_t step, ChunkKind kind, const grpc::Slice& payload) {
+  shard.push = wire::EncodePush(rank_, step, shard.index, static_cast<int32_t>(kind),
+                                step == checkpoint_step_, payload);
+  shard.push_payload_bytes = payload.size();
+}
+
+void PsExchange::ReleaseResults() {
+  for (auto& shard : shards_) {
+    shard->push.Clear();
+    shard->raw_result.Clear();
+    shard->result = wire::ResultFields();
+  }
 }
 
 bool PsExchange::Busy(const Shard& shard) const {
@@ -233,14 +280,14 @@ void PsExchange::StartAttempt(Shard& shard) {
     // Corked: the call's metadata leaves with the first push, and StartCall queues no
     // operation of its own (it would share the write slot with that push).
     shard.context->set_initial_metadata_corked(true);
-    shard.stream = shard.stub->PrepareAsyncExchange(shard.context.get(), cq_.get());
+    shard.stream = shard.stub->PrepareCall(shard.context.get(), wire::kExchangeMethod, cq_.get());
     shard.broken = false;
     shard.stream->StartCall(nullptr);
   }
   shard.pending[kWrite] = true;
   shard.stream->Write(shard.push, &shard.ops[kWrite]);
   shard.pending[kRead] = true;
-  shard.stream->Read(&shard.result, &shard.ops[kRead]);
+  shard.stream->Read(&shard.raw_result, &shard.ops[kRead]);
 }
 
 void PsExchange::FinishIfBroken(Shard& shard) {
@@ -250,23 +297,22 @@ void PsExchange::FinishIfBroken(Shard& shard) {
 }
 
 absl::Status PsExchange::ValidateResult(const Shard& shard, int64_t step, ChunkKind kind) const {
-  const v1::ChunkResult& r = shard.result;
-  if (r.step() != step || r.chunk() != shard.index ||
-      static_cast<int>(r.kind()) != static_cast<int>(kind)) {
-    return absl::InternalError(absl::StrCat(shard.name, " answered step ", r.step(), ", chunk ",
-                                            r.chunk(), ", kind ", static_cast<int>(r.kind()),
-                                            " to a push of step ", step, ", chunk ", shard.index,
-                                            ", kind ", static_cast<int>(kind)));
+  const wire::ResultFields& r = shard.result;
+  if (r.step != step || r.chunk != shard.index || r.kind != static_cast<int>(kind)) {
+    return absl::InternalError(absl::StrCat(shard.name, " answered step ", r.step, ", chunk ",
+                                            r.chunk, ", kind ", r.kind, " to a push of step ",
+                                            step, ", chunk ", shard.index, ", kind ",
+                                            static_cast<int>(kind)));
   }
   const size_t expected = layout_.payload_bytes(kind, shard.index);
-  if (r.payload().size() != expected) {
+  if (r.payload.size() != expected) {
     return absl::InternalError(absl::StrCat(shard.name, " sent a ", ChunkKindName(kind),
-                                            " result of ", r.payload().size(), " bytes, expected ",
+                                            " result of ", r.payload.size(), " bytes, expected ",
                                             expected));
   }
   if (kind == ChunkKind::kOnebit) {
     float scale;
-    std::memcpy(&scale, r.payload().data(), sizeof(scale));
+    wire::CopyTo(r.payload.Subcord(0, sizeof(scale)), &scale);
     if (!std::isfinite(scale) || scale < 0.0f) {
       return absl::InternalError(
           absl::StrCat(shard.name, " sent a result block with scale ", scale));
@@ -281,18 +327,28 @@ void PsExchange::HandleEvent(Op& op, bool ok, int64_t step, ChunkKind kind) {
   switch (op.type) {
     case kWrite:
       if (ok) {
-        bytes_sent_ += shard.push.payload().size();
+        bytes_sent_ += shard.push_payload_bytes;
       } else {
         shard.broken = true;  // the read fails too and the status tells why
       }
       break;
-    case kRead:
+    case kRead: {
       if (!ok) {
         shard.broken = true;
         break;
       }
-      bytes_received_ += shard.result.payload().size();
-      if (absl::Status valid = ValidateResult(shard, step, kind); valid.ok()) {
+      absl::Status valid;
+      absl::StatusOr<wire::ResultFields> parsed =
+          wire::ParseResult(wire::ToCord(shard.raw_result));
+      shard.raw_result.Clear();  // the payload's slices live on in the parsed fields only
+      if (parsed.ok()) {
+        shard.result = *std::move(parsed);
+        bytes_received_ += shard.result.payload.size();
+        valid = ValidateResult(shard, step, kind);
+      } else {
+        valid = absl::InternalError(absl::StrCat(shard.name, ": ", parsed.status().message()));
+      }
+      if (valid.ok()) {
         shard.done = true;
       } else {
         // The stream itself is fine but cannot be trusted: drop it.
@@ -301,6 +357,7 @@ void PsExchange::HandleEvent(Op& op, bool ok, int64_t step, ChunkKind kind) {
         shard.broken = true;
       }
       break;
+    }
     case kFinish: {
       const grpc::Status status = shard.finish_status;
       shard.stream.reset();
@@ -399,8 +456,14 @@ void PsExchange::CancelAndDrain() {
     Op& op = *static_cast<Op*>(tag);
     Shard& shard = *op.shard;
     shard.pending[op.type] = false;
-    if (op.type == kWrite && ok) bytes_sent_ += shard.push.payload().size();
-    if (op.type == kRead && ok) bytes_received_ += shard.result.payload().size();
+    if (op.type == kWrite && ok) bytes_sent_ += shard.push_payload_bytes;
+    if (op.type == kRead && ok) {
+      // A result that came after all: counted, not used.
+      absl::StatusOr<wire::ResultFields> parsed =
+          wire::ParseResult(wire::ToCord(shard.raw_result));
+      if (parsed.ok()) bytes_received_ += parsed->payload.size();
+      shard.raw_result.Clear();
+    }
     if (op.type == kFinish) {
       shard.stream.reset();
       shard.context.reset();

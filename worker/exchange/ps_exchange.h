@@ -23,6 +23,10 @@
 // as it came, prefixed with the shard. A malformed result is INTERNAL. Every failed call
 // leaves no operation in flight; the next call reopens what is broken.
 //
+// COPIES: a push is the payload copied once into a gRPC slice plus a few header bytes
+// (proto/exchange_wire.h; the same bytes as exchange.proto), and a result is read straight
+// from the received slices into sum/gathered: one copy each way, no protobuf strings.
+//
 // BYTES: bytes_sent/bytes_received count the payload fields of the pushes written and the
 // results read (retries included), nothing else: the bytes of the exchange itself.
 //
@@ -116,6 +120,12 @@ class PsExchange : public Exchange {
   // Cancels every stream with work in flight and waits until none is left.
   void CancelAndDrain();
   absl::Status ValidateResult(const Shard& shard, int64_t step, ChunkKind kind) const;
+  // One copy of `data` in a slice for shard's push (reusing the last one's memory).
+  grpc::Slice PayloadSlice(Shard& shard, const void* data, size_t bytes);
+  // Encodes shard's push of `step` around `payload`.
+  void SetPush(Shard& shard, int64_t step, ChunkKind kind, const grpc::Slice& payload);
+  // Drops the pushes and the results' slices once the results are copied out.
+  void ReleaseResults();
 
   kernels::Backend* const backend_;
   const int rank_;

@@ -12,7 +12,10 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "grpcpp/grpcpp.h"
 #include "kernels/kernels.h"
+#include "onebit/v1/exchange.grpc.pb.h"
+#include "proto/exchange_wire.h"
 #include "server/in_process_shards.h"
 #include "worker/exchange/compressed_allreduce.h"
 
@@ -268,6 +271,104 @@ TEST(PsExchangeTest, PushesLargerThanGrpcsDefaultLimitGoThrough) {
   ASSERT_TRUE(sum.ok()) << sum.status();
   EXPECT_EQ(std::memcmp(*sum, g.data(), n * sizeof(float)), 0);  // 0.0f + g == g
   EXPECT_EQ((*exchange)->bytes_sent(), n * 4);
+}
+
+}  // namespace
+}  // namespace onebit
+
+namespace onebit {
+namespace {
+
+// A real gRPC server that answers every push with the bytes `reply` returns for it: a
+// shard gone wrong (or an impostor) on the network.
+class RawReplyShard : public v1::ParameterServer::Service {
+ public:
+  explicit RawReplyShard(std::function<std::string(const wire::PushFields&)> reply)
+      : reply_(std::move(reply)) {
+    MarkMethodStreamed(
+        0, new grpc::internal::BidiStreamingHandler<RawReplyShard, grpc::ByteBuffer,
+                                                    grpc::ByteBuffer>(
+               [](RawReplyShard* self, grpc::ServerContext*,
+                  grpc::ServerReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>* stream) {
+                 grpc::ByteBuffer message;
+                 while (stream->Read(&message)) {
+                   absl::StatusOr<wire::PushFields> push = wire::ParsePush(wire::ToCord(message));
+                   if (!push.ok()) return grpc::Status(grpc::INVALID_ARGUMENT, "bad push");
+                   const std::string bytes = self->reply_(*push);
+                   grpc::Slice slice(bytes.data(), bytes.size());
+                   if (!stream->Write(grpc::ByteBuffer(&slice, 1))) break;
+                 }
+                 return grpc::Status::OK;
+               },
+               this));
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(this);
+    server_ = builder.BuildAndStart();
+  }
+  ~RawReplyShard() override { server_->Shutdown(absl::ToChronoTime(absl::Now())); }
+  std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
+
+ private:
+  std::function<std::string(const wire::PushFields&)> reply_;
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+TEST(PsExchangeTest, MalformedResultsAreInternalErrorsNotCrashes) {
+  constexpr size_t kN = 64;  // one shard: a 256-byte fp32 result
+  auto result_of = [](const wire::PushFields& push, const std::string& payload) {
+    v1::ChunkResult r;
+    r.set_step(push.step);
+    r.set_chunk(push.chunk);
+    r.set_kind(static_cast<v1::ChunkKind>(push.kind));
+    r.set_payload(payload);
+    return r.SerializeAsString();
+  };
+  struct Case {
+    std::function<std::string(const wire::PushFields&)> reply;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {[](const wire::PushFields&) { return std::string("\xff\xff\xff\xff\x0f junk"); },
+       "malformed ChunkResult at byte 0 of 10: wire type 7 is invalid"},
+      {[&](const wire::PushFields& p) {
+         const std::string whole = result_of(p, std::string(kN * 4, 'a'));
+         return whole.substr(0, whole.size() - 1);  // the payload's last byte is missing
+       },
+       "malformed ChunkResult at byte"},
+      {[&](const wire::PushFields& p) { return result_of(p, std::string(kN * 4 - 4, 'a')); },
+       "result of 252 bytes, expected 256"},
+      {[&](const wire::PushFields& p) {
+         wire::PushFields other = p;
+         other.step += 1;
+         return result_of(other, std::string(kN * 4, 'a'));
+       },
+       "answered step 2"},
+  };
+  auto backend = kernels::NewCpuBackend();
+  const std::vector<float> g(kN, 1.0f);
+  for (const Case& c : cases) {
+    RawReplyShard shard(c.reply);
+    auto exchange = PsExchange::Create(backend.get(), 0, 1, kN, {shard.address()});
+    ASSERT_TRUE(exchange.ok()) << exchange.status();
+    auto sum = (*exchange)->SumGradients(1, g.data());
+    EXPECT_EQ(sum.status().code(), absl::StatusCode::kInternal) << sum.status();
+    EXPECT_THAT(std::string(sum.status().message()), HasSubstr(c.message)) << sum.status();
+    EXPECT_THAT(std::string(sum.status().message()), HasSubstr(shard.address()));
+    EXPECT_EQ((*exchange)->bytes_sent(), kN * 4);
+  }
+  // A well-formed answer with the right shape is taken as the sum, byte for byte.
+  RawReplyShard echo([&](const wire::PushFields& p) {
+    return result_of(p, std::string(p.payload));
+  });
+  auto exchange = PsExchange::Create(backend.get(), 0, 1, kN, {echo.address()});
+  ASSERT_TRUE(exchange.ok()) << exchange.status();
+  const std::vector<float> x = Random(5, kN, 0.0f, 1.0f);
+  auto sum = (*exchange)->SumGradients(1, x.data());
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  EXPECT_EQ(std::memcmp(*sum, x.data(), kN * 4), 0);
+  EXPECT_EQ((*exchange)->bytes_received(), kN * 4);
 }
 
 }  // namespace
