@@ -169,6 +169,8 @@ absl::Status Parse(const Value& root, JobConfig* c) {
                                  {"inter", String(&c->exchange.inter, {"peer", "ps"})},
                                  {"warmup_dtype", String(&c->exchange.warmup_dtype,
                                                          {"fp32", "bf16", "fp16"})},
+                                 {"warmup_order", String(&c->exchange.warmup_order,
+                                                         {"auto", "rank", "ring"})},
                                  {"overlap", Bool(&c->exchange.overlap)}});
                 }},
                {"freeze",
@@ -266,6 +268,15 @@ absl::Status Parse(const Value& root, JobConfig* c) {
                absl::StrCat("only peer mode can carry ", x.warmup_dtype,
                             " (the parameter-server and hierarchical warmups are fp32)"));
   }
+  if (x.warmup_order == "ring" && x.mode != "peer") {
+    return Bad("onebit.exchange.warmup_order",
+               "only peer mode sums round a ring (the parameter-server shards sum in rank order)");
+  }
+  if (x.warmup_order == "ring" && x.warmup_dtype != "fp32") {
+    return Bad("onebit.exchange.warmup_order",
+               absl::StrCat("the ring adds on the wire, so it needs warmup_dtype fp32, not ",
+                            x.warmup_dtype));
+  }
   if (x.mode != "peer" && x.overlap) {
     return Bad("onebit.exchange.overlap",
                "only peer mode overlaps the exchange with the backward pass");
@@ -320,6 +331,11 @@ std::string Quote(const std::string& s) {
 
 }  // namespace
 
+std::string EffectiveWarmupOrder(const ExchangeConfig& exchange) {
+  if (exchange.warmup_order != "auto") return exchange.warmup_order;
+  return exchange.mode == "peer" && exchange.warmup_dtype == "fp32" ? "ring" : "rank";
+}
+
 absl::StatusOr<JobConfig> ParseJobConfig(absl::string_view json) {
   Value root;
   google::protobuf::util::JsonParseOptions options;
@@ -364,7 +380,7 @@ std::string JobConfigToJson(const JobConfig& c) {
     "lease_steps": %d,
     "log_every": %d,
     "exchange": {"mode": "%s", "servers": %d, "local_size": %d, "inter": "%s",
-                 "warmup_dtype": "%s", "overlap": %s},
+                 "warmup_dtype": "%s", "warmup_order": "%s", "overlap": %s},
     "freeze": {"mode": "%s", "threshold": %.17g, "reports_in_a_row": %d, "report_interval": %d,
                "min_warmup": %d, "max_warmup": %d},
     "workload": {"type": "%s", "hidden": [%s], "data_dir": "%s", "eval_every": %d,
@@ -382,7 +398,7 @@ std::string JobConfigToJson(const JobConfig& c) {
       c.micro_batch, c.steps, c.seed, o.type, o.lr, o.beta1, o.beta2, o.eps, o.weight_decay,
       o.freeze_step, o.comm_backend_name, c.workers, c.device, c.cpu_threads, c.lease_steps,
       c.log_every, c.exchange.mode, c.exchange.servers, c.exchange.local_size, c.exchange.inter,
-      c.exchange.warmup_dtype, c.exchange.overlap ? "true" : "false", c.freeze.mode, c.freeze.threshold,
+      c.exchange.warmup_dtype, c.exchange.warmup_order, c.exchange.overlap ? "true" : "false", c.freeze.mode, c.freeze.threshold,
       c.freeze.reports_in_a_row, c.freeze.report_interval, c.freeze.min_warmup,
       c.freeze.max_warmup, c.workload.type, absl::StrJoin(c.workload.hidden, ", "),
       Quote(c.workload.data_dir), c.workload.eval_every, c.workload.parameters, c.ports.coordinator,

@@ -71,6 +71,12 @@ struct ExchangeConfig {
   // "fp16" (half the bytes; partial sums rounded to nearest even, summed in float32; fp16
   // overflows to inf past 65504). Peer mode only.
   std::string warmup_dtype = "fp32";
+  // The fixed order of the full-precision sums (worker/exchange/exact_allreduce.h):
+  // "rank" (from rank 0 up: the parameter-server shards' order, so ps and peer mode agree
+  // bit for bit), "ring" (chunk v from rank v+1 round the ring: every link keeps one peer,
+  // as in DDP's ring allreduce; peer mode, fp32 wire), or "auto": ring in peer mode with
+  // the fp32 wire, rank otherwise. Every order gives the same bits on every transport.
+  std::string warmup_order = "auto";
   // Peer mode: exchange the full-precision (warmup, and all of optimizer "Adam") gradient
   // layer by layer while the backward pass computes the layers before (workloads that
   // announce layers: the CPU Fashion-MNIST MLP). Same bits either way; off by default
@@ -197,6 +203,9 @@ bool UsesServers(const ExchangeConfig& exchange);
 int ServerCount(const JobConfig& config);
 
 // Parses and validates; errors name the offending key's path.
+// exchange.warmup_order with "auto" resolved: "rank" or "ring".
+std::string EffectiveWarmupOrder(const ExchangeConfig& exchange);
+
 absl::StatusOr<JobConfig> ParseJobConfig(absl::string_view json);
 // Reads `path` and parses it; errors also name the file.
 absl::StatusOr<JobConfig> LoadJobConfig(const std::string& path);

@@ -78,6 +78,8 @@ TEST(JobConfigTest, EmptyObjectGivesDefaults) {
   EXPECT_EQ(c->optimizer.type, "OneBitAdam");
   EXPECT_EQ(c->exchange.mode, "peer");
   EXPECT_EQ(c->exchange.warmup_dtype, "fp32");
+  EXPECT_EQ(c->exchange.warmup_order, "auto");
+  EXPECT_EQ(EffectiveWarmupOrder(c->exchange), "ring");
   EXPECT_FALSE(c->exchange.overlap);
   EXPECT_EQ(c->workers, 1);
 }
@@ -103,6 +105,30 @@ TEST(JobConfigTest, WarmupDtype) {
     ASSERT_TRUE(again.ok()) << again.status();
     EXPECT_EQ(again->exchange.warmup_dtype, dtype);
   }
+}
+
+TEST(JobConfigTest, WarmupOrder) {
+  for (const std::string order : {"auto", "rank", "ring"}) {
+    auto c = ParseJobConfig(R"({"onebit": {"exchange": {"warmup_order": ")" + order + R"("}}})");
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->exchange.warmup_order, order);
+    auto again = ParseJobConfig(JobConfigToJson(*c));
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ(again->exchange.warmup_order, order);
+  }
+  // auto: the ring where it can run, rank order elsewhere.
+  ExchangeConfig x;
+  EXPECT_EQ(EffectiveWarmupOrder(x), "ring");
+  x.warmup_dtype = "bf16";
+  EXPECT_EQ(EffectiveWarmupOrder(x), "rank");
+  x.warmup_dtype = "fp32";
+  x.mode = "ps";
+  EXPECT_EQ(EffectiveWarmupOrder(x), "rank");
+  x.mode = "hierarchical";
+  EXPECT_EQ(EffectiveWarmupOrder(x), "rank");
+  x.warmup_order = "rank";
+  x.mode = "peer";
+  EXPECT_EQ(EffectiveWarmupOrder(x), "rank");
 }
 
 TEST(JobConfigTest, SecurityBlock) {
@@ -166,6 +192,11 @@ TEST(JobConfigTest, RejectsBadConfigsNamingTheKey) {
       {R"({"onebit": {"exchange": {"mode": "ring"}}})", "onebit.exchange.mode"},
       {R"({"onebit": {"exchange": {"servers": 2}}})", "onebit.exchange.servers"},
       {R"({"onebit": {"exchange": {"warmup_dtype": "fp8"}}})", "onebit.exchange.warmup_dtype"},
+      {R"({"onebit": {"exchange": {"warmup_order": "tree"}}})", "onebit.exchange.warmup_order"},
+      {R"({"onebit": {"exchange": {"mode": "ps", "servers": 1, "warmup_order": "ring"}}})",
+       "onebit.exchange.warmup_order: only peer mode"},
+      {R"({"onebit": {"exchange": {"warmup_dtype": "bf16", "warmup_order": "ring"}}})",
+       "onebit.exchange.warmup_order: the ring adds on the wire"},
       {R"({"onebit": {"exchange": {"warmup_dtype": 16}}})", "onebit.exchange.warmup_dtype"},
       {R"({"onebit": {"exchange": {"mode": "ps", "servers": 1, "warmup_dtype": "bf16"}}})",
        "onebit.exchange.warmup_dtype: only peer mode"},

@@ -11,6 +11,7 @@
 //                   order, AllGather (the baseline of issue 7)
 //        ring, ring_bf16, ring_fp16   ExactAllreduce (W-1 shift steps of SendRecv in
 //                   rank-order sums, pipelined: --segment, --in_flight; wire dtype)
+//        ringsum    ExactAllreduce in ring order (SumOrder::kRing: fixed neighbours)
 // Each iteration starts after a barrier; rank 0 prints one JSON line per algorithm with
 // the median and every iteration's seconds and the bytes this rank sent per iteration.
 #include <algorithm>
@@ -112,9 +113,12 @@ absl::Status Main() {
     } else if (algo == "alltoall") {
       ONEBIT_ASSIGN_OR_RETURN(alltoall, AllToAllAllreduce::Create(backend.get(), t.get(), n));
       run = [&] { return alltoall->Run(input.data()); };
-    } else if (algo == "ring" || algo == "ring_bf16" || algo == "ring_fp16") {
+    } else if (algo == "ring" || algo == "ring_bf16" || algo == "ring_fp16" ||
+               algo == "ringsum") {
       ExactAllreduceOptions o;
-      if (algo != "ring") {
+      if (algo == "ringsum") {
+        o.order = SumOrder::kRing;
+      } else if (algo != "ring") {
         ONEBIT_ASSIGN_OR_RETURN(o.wire_dtype, ParseWireDtype(algo.substr(5)));
       }
       if (absl::GetFlag(FLAGS_segment) > 0) o.segment_elements = absl::GetFlag(FLAGS_segment);

@@ -457,6 +457,7 @@ absl::Status Run() {
                                                         w.backend.get()));
     ExactAllreduceOptions exact;
     ONEBIT_ASSIGN_OR_RETURN(exact.wire_dtype, ParseWireDtype(config.exchange.warmup_dtype));
+    ONEBIT_ASSIGN_OR_RETURN(exact.order, ParseSumOrder(EffectiveWarmupOrder(config.exchange)));
     ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<PeerExchange> peer,
                             PeerExchange::Create(w.backend.get(), w.transport.get(), n, exact));
     if (config.exchange.overlap) overlap = peer.get();
