@@ -333,7 +333,11 @@ std::string Quote(const std::string& s) {
 
 std::string EffectiveWarmupOrder(const ExchangeConfig& exchange) {
   if (exchange.warmup_order != "auto") return exchange.warmup_order;
-  return exchange.mode == "peer" && exchange.warmup_dtype == "fp32" ? "ring" : "rank";
+  // With overlap the sums run per bucket, and a ring's order depends on where its chunks
+  // start: only the rank order gives the same bits with overlap on and off.
+  return exchange.mode == "peer" && exchange.warmup_dtype == "fp32" && !exchange.overlap
+             ? "ring"
+             : "rank";
 }
 
 absl::StatusOr<JobConfig> ParseJobConfig(absl::string_view json) {

@@ -126,6 +126,10 @@ TEST(JobConfigTest, WarmupOrder) {
   EXPECT_EQ(EffectiveWarmupOrder(x), "rank");
   x.mode = "hierarchical";
   EXPECT_EQ(EffectiveWarmupOrder(x), "rank");
+  x.mode = "peer";
+  x.overlap = true;
+  EXPECT_EQ(EffectiveWarmupOrder(x), "rank");
+  x.overlap = false;
   x.warmup_order = "rank";
   x.mode = "peer";
   EXPECT_EQ(EffectiveWarmupOrder(x), "rank");
