@@ -4,6 +4,7 @@
 #include <cstring>
 #include <exception>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -146,6 +147,9 @@ absl::Status GlooTransport::AllToAll(const void* send, void* recv, size_t block_
 }
 
 absl::Status GlooTransport::AllGather(const void* send, void* recv, size_t block_bytes) {
+  if (block_bytes > 0 && block_bytes <= kDirectAllGatherMaxBlockBytes && world_size_ > 1) {
+    return DirectAllGather(send, recv, block_bytes);
+  }
   const uint32_t tag = NextTag();
   const uint64_t wire = static_cast<uint64_t>(world_size_ - 1) * block_bytes;
   return Run("AllGather", wire, wire, [&] {
@@ -157,6 +161,30 @@ absl::Status GlooTransport::AllGather(const void* send, void* recv, size_t block
     opts.setTimeout(ToChrono(timeout_));
     gloo::allgather(opts);
   });
+}
+
+absl::Status GlooTransport::DirectAllGather(const void* send, void* recv, size_t block_bytes) {
+  uint8_t* out = static_cast<uint8_t*>(recv);
+  if (!status_.ok()) return status_;
+  std::memmove(out + rank_ * block_bytes, send, block_bytes);
+  // Shift s sends this rank's block to rank + s and receives rank - s's: every rank calls
+  // StartSendRecv W-1 times, so the tags stay equal across ranks.
+  std::vector<std::unique_ptr<PendingSendRecv>> pending;
+  absl::Status status;
+  for (int s = 1; s < world_size_ && status.ok(); ++s) {
+    const int to = (rank_ + s) % world_size_, from = (rank_ + world_size_ - s) % world_size_;
+    auto p = StartSendRecv(send, block_bytes, to, out + from * block_bytes, block_bytes, from);
+    if (p.ok()) {
+      pending.push_back(std::move(*p));
+    } else {
+      status = p.status();
+    }
+  }
+  for (auto& p : pending) {
+    const absl::Status waited = p->Wait();
+    if (status.ok()) status = waited;
+  }
+  return status;
 }
 
 absl::Status GlooTransport::AllReduceSum(float* data, size_t count) {

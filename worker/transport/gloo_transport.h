@@ -66,6 +66,11 @@ class GlooTransport final : public Transport {
   // Zero-byte calls return at once without touching the network: all ranks pass the same
   // sizes (transport.h), so all ranks skip together.
   absl::Status AllToAll(const void* send, void* recv, size_t block_bytes) override;
+  // Blocks of at most kDirectAllGatherMaxBlockBytes go straight to every rank, all W-1
+  // sends and receives posted at once (one round trip: the compressed exchange's
+  // results are a few kB, and gloo's ring pays W-1 round trips for them); larger blocks
+  // take gloo's ring, which keeps one flow per link (BENCHMARKS.md, "Warmup exchange").
+  static constexpr size_t kDirectAllGatherMaxBlockBytes = size_t{256} << 10;
   absl::Status AllGather(const void* send, void* recv, size_t block_bytes) override;
   // gloo's ring algorithm; every rank ends with bit-identical sums.
   absl::Status AllReduceSum(float* data, size_t count) override;
@@ -97,6 +102,9 @@ class GlooTransport final : public Transport {
   absl::Status Run(absl::string_view op, uint64_t sent, uint64_t received, Fn&& collective);
 
   class GlooPendingSendRecv;
+
+  // AllGather as W-1 shifts of StartSendRecv, all in flight at once.
+  absl::Status DirectAllGather(const void* send, void* recv, size_t block_bytes);
 
   // Checks a SendRecv's peers; InvalidArgument (nothing posted, connections usable).
   absl::Status CheckSendRecvPeers(int to, size_t send_bytes, int from, size_t recv_bytes) const;

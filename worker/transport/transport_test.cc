@@ -168,7 +168,13 @@ TEST_P(TransportConformance, AllGatherCollectsEveryRank) {
   RunGroup(kind(), world_size(), [&](Transport& t) {
     const int w = t.world_size();
     const int r = t.rank();
-    for (size_t block : Lengths()) {
+    // gloo sends blocks up to its limit straight to every rank and larger ones round its
+    // ring: both sides of the limit.
+    std::vector<size_t> blocks = Lengths();
+    blocks.push_back(GlooTransport::kDirectAllGatherMaxBlockBytes);
+    blocks.push_back(GlooTransport::kDirectAllGatherMaxBlockBytes + 3);
+    uint64_t sent = t.bytes_sent();
+    for (size_t block : blocks) {
       SCOPED_TRACE(absl::StrCat("rank ", r, " block_bytes ", block));
       std::vector<uint8_t> send(block), recv(w * block, 0xEE), expected(w * block);
       for (size_t i = 0; i < block; ++i) send[i] = PatternByte(r, 0, i);
@@ -177,6 +183,9 @@ TEST_P(TransportConformance, AllGatherCollectsEveryRank) {
       }
       ASSERT_TRUE(t.AllGather(send.data(), recv.data(), block).ok());
       ASSERT_TRUE(recv == expected) << FirstDifference(recv, expected);
+      sent += static_cast<uint64_t>(w - 1) * block;
+      EXPECT_EQ(t.bytes_sent(), sent);
+      EXPECT_EQ(t.bytes_received(), sent);
     }
   });
 }
