@@ -389,12 +389,24 @@ absl::Status PsExchange::RoundTrip(int64_t step, ChunkKind kind) {
     shard->last_error = absl::OkStatus();
     shard->fatal = absl::OkStatus();
   }
+  // Large pushes go out one shard after another (see the header): every worker pushes
+  // shard 0 first, so shard 0's result comes down while shard 1's push goes up.
+  const bool staggered =
+      std::any_of(shards_.begin(), shards_.end(), [this](const auto& shard) {
+        return shard->push_payload_bytes >= options_.stagger_min_bytes;
+      }) &&
+      options_.stagger_min_bytes > 0;
   while (true) {
     const absl::Time now = absl::Now();
     absl::Time wake = deadline;
     bool finished = true;
+    // Whether every shard before this one has had its first push written (or is done).
+    bool earlier_written = true;
     for (auto& shard_ptr : shards_) {
       Shard& shard = *shard_ptr;
+      const bool may_start = !staggered || earlier_written;
+      earlier_written = earlier_written &&
+                        (shard.done || (shard.attempts > 0 && !shard.pending[kWrite]));
       if (!shard.fatal.ok()) {
         CancelAndDrain();
         return shard.fatal;
@@ -415,6 +427,7 @@ absl::Status PsExchange::RoundTrip(int64_t step, ChunkKind kind) {
         wake = std::min(wake, shard.retry_at);
         continue;
       }
+      if (shard.attempts == 0 && !may_start) continue;  // a write completion wakes us
       StartAttempt(shard);
     }
     if (finished) return absl::OkStatus();

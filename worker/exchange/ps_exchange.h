@@ -9,9 +9,14 @@
 //                over S chunks, one scale), block s goes to shard s, shard s returns its
 //                recompressed average; the S blocks are the result.
 //
-// STREAMS: opened lazily, kept across steps, and reopened when one breaks. All S pushes of
-// a step are written at once and the S results read as they come (one completion queue,
-// no threads). A push is idempotent per (worker, step, chunk), so after a broken stream
+// STREAMS: opened lazily, kept across steps, and reopened when one breaks. The S results
+// are read as they come (one completion queue, no threads). Small pushes (the compressed
+// blocks) are all written at once. Large ones (the warmup's fp32 runs) go out in shard
+// order, each once the one before it has been written: every worker pushes shard 0 first,
+// so shard 0 can answer, and its result comes down the link while shard 1's push goes up.
+// Written all at once, every push competed for the uplink until the end, and no result
+// could start down before every push was in: the two directions of a link were busy one
+// after the other, twice the wire time (BENCHMARKS.md, issue 7). A push is idempotent per (worker, step, chunk), so after a broken stream
 // the same bytes are pushed again on a new one (at most max_attempts streams per shard and
 // step, with backoff). When AverageMomentum(t) fails, the next AverageMomentum(t) re-sends
 // the blocks it made rather than compressing again, so the worker error moves once per
@@ -62,6 +67,10 @@ struct PsExchangeOptions {
   int max_attempts = 3;
   // Pause before the second attempt; doubled for each further one.
   absl::Duration retry_backoff = absl::Milliseconds(100);
+  // Pushes of at least this many payload bytes (the warmup's fp32 runs, not the
+  // compressed blocks) are written one shard after another, each once the one before it
+  // has been written; smaller ones all at once. 0: always all at once.
+  size_t stagger_min_bytes = size_t{256} << 10;
   // TLS to the shards (security/tls.h): the CA that verifies them and this worker's
   // certificate for mutual TLS. Off: plaintext. Only the address overload of Create uses it.
   security::TlsOptions tls;

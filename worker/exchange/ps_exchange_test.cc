@@ -139,6 +139,47 @@ TEST(PsExchangeTest, CompressionMatchesTheFloat64ModelWhenShardsDifferFromWorker
   }
 }
 
+// Warmup sums with the pushes staggered (one shard after another: runs over the limit)
+// and all at once: the same bits, the rank-order sum, on every worker.
+TEST(PsExchangeTest, StaggeredPushesGiveTheRankOrderSum) {
+  constexpr int kWorkers = 3, kShards = 3, kRounds = 2;
+  const size_t n = 3 * 100003;  // runs of 400 kB, over the default stagger_min_bytes
+  for (size_t stagger : {size_t{0}, PsExchangeOptions().stagger_min_bytes, size_t{1}}) {
+    SCOPED_TRACE(testing::Message() << "stagger_min_bytes " << stagger);
+    InProcessShards shards(kShards, kWorkers, n);
+    std::vector<std::vector<std::vector<float>>> sums(
+        kRounds, std::vector<std::vector<float>>(kWorkers));
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < kWorkers; ++rank) {
+      threads.emplace_back([&, rank] {
+        auto backend = kernels::NewCpuBackend();
+        PsExchangeOptions options;
+        options.stagger_min_bytes = stagger;
+        auto exchange =
+            PsExchange::Create(backend.get(), rank, kWorkers, n, shards.addresses, options);
+        ASSERT_TRUE(exchange.ok()) << exchange.status();
+        for (int round = 0; round < kRounds; ++round) {
+          const std::vector<float> g = Random(10 * round + rank, n, 0, 1);
+          auto sum = (*exchange)->SumGradients(round + 1, g.data());
+          ASSERT_TRUE(sum.ok()) << sum.status();
+          sums[round][rank].assign(*sum, *sum + n);
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int round = 0; round < kRounds; ++round) {
+      std::vector<float> want(n, 0.0f);
+      for (int rank = 0; rank < kWorkers; ++rank) {
+        const std::vector<float> g = Random(10 * round + rank, n, 0, 1);
+        for (size_t i = 0; i < n; ++i) want[i] += g[i];
+      }
+      for (int rank = 0; rank < kWorkers; ++rank) {
+        EXPECT_TRUE(SameBits(sums[round][rank], want)) << "round " << round << " rank " << rank;
+      }
+    }
+  }
+}
+
 TEST(PsExchangeTest, CreateValidates) {
   auto backend = kernels::NewCpuBackend();
   const std::vector<std::string> one = {"127.0.0.1:1"};
