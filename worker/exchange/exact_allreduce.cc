@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -9,6 +10,61 @@
 #include "common/status_macros.h"
 
 namespace onebit {
+
+namespace {
+
+// SendRecv calls in flight, oldest first, each with what is to happen once it is done (a
+// sum). Start waits for the oldest calls while `depth` are in flight or the new call's
+// data is not ready yet. Calls still in flight when the window goes (after a failure) are
+// waited for then, before their buffers can be touched again: the transport is broken by
+// then, so that returns at once.
+class CallWindow {
+ public:
+  CallWindow(Transport* transport, int depth) : transport_(transport), depth_(depth) {}
+  ~CallWindow() {
+    for (Call& call : calls_) call.pending->Wait().IgnoreError();
+  }
+
+  absl::Status Start(const std::function<bool()>& ready, const void* send, size_t send_bytes,
+                     size_t to, void* recv, size_t recv_bytes, size_t from,
+                     std::function<absl::Status()> done = nullptr) {
+    while (!calls_.empty() && (static_cast<int>(calls_.size()) >= depth_ || !ready())) {
+      ONEBIT_RETURN_IF_ERROR(WaitOldest());
+    }
+    if (!ready()) {
+      return absl::InternalError("ExactAllreduce: a call's data is not ready with none in flight");
+    }
+    ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<Transport::PendingSendRecv> pending,
+                            transport_->StartSendRecv(send, send_bytes, static_cast<int>(to),
+                                                      recv, recv_bytes, static_cast<int>(from)));
+    calls_.push_back({std::move(pending), std::move(done)});
+    return absl::OkStatus();
+  }
+
+  absl::Status WaitAll() {
+    while (!calls_.empty()) ONEBIT_RETURN_IF_ERROR(WaitOldest());
+    return absl::OkStatus();
+  }
+
+ private:
+  struct Call {
+    std::unique_ptr<Transport::PendingSendRecv> pending;
+    std::function<absl::Status()> done;
+  };
+
+  absl::Status WaitOldest() {
+    Call call = std::move(calls_.front());
+    calls_.pop_front();
+    ONEBIT_RETURN_IF_ERROR(call.pending->Wait());
+    return call.done ? call.done() : absl::OkStatus();
+  }
+
+  Transport* const transport_;
+  const int depth_;
+  std::deque<Call> calls_;
+};
+
+}  // namespace
 
 absl::StatusOr<kernels::WireDtype> ParseWireDtype(absl::string_view name) {
   for (kernels::WireDtype d :
@@ -115,71 +171,42 @@ absl::Status ExactAllreduce::Run(const float* in) {
   // Rows of segment k still on their way; at 0 the segment is summed.
   std::vector<size_t> rows_missing(segments, w - 1);
   std::vector<bool> summed(segments, false);
-  // The calls in flight, oldest first, with the segment whose row each reduce-scatter
-  // call brings (none for the all-gather's).
-  struct InFlight {
-    std::unique_ptr<Transport::PendingSendRecv> pending;
-    bool reduce_scatter;
-    size_t segment;
-  };
-  std::deque<InFlight> in_flight;
-  // Waits for the oldest call; sums its segment once the segment's last row is in.
-  auto wait_oldest = [&]() -> absl::Status {
-    InFlight call = std::move(in_flight.front());
-    in_flight.pop_front();
-    ONEBIT_RETURN_IF_ERROR(call.pending->Wait());
-    if (call.reduce_scatter && --rows_missing[call.segment] == 0) {
-      ONEBIT_RETURN_IF_ERROR(SumSegment(call.segment));
-      summed[call.segment] = true;
-    }
-    return absl::OkStatus();
-  };
-  auto run_schedule = [&]() -> absl::Status {
-    for (int phase = 0; phase < 2; ++phase) {
-      const bool reduce_scatter = phase == 0;
-      for (size_t i = 1; i < w; ++i) {
-        // The all-gather's steps in reverse: its first peer is the reduce-scatter's last,
-        // and its last the next call's first, so the link changes peer 2W-4 times a call
-        // rather than 2W-3 (each change costs a ramp-up of the new TCP flow).
-        const size_t s = reduce_scatter ? i : w - i;
-        const size_t to = (r + s) % w, from = (r + w - s) % w;
-        for (size_t k = 0; k < segments; ++k) {
-          while (static_cast<int>(in_flight.size()) >= options_.max_in_flight ||
-                 (!reduce_scatter && !summed[k])) {
-            ONEBIT_RETURN_IF_ERROR(wait_oldest());
-          }
-          const uint8_t* send;
-          uint8_t* recv;
-          size_t out, in;
-          if (reduce_scatter) {
-            // Segment k of chunk `to` goes to its owner; row `from` of segment k comes in.
-            out = SegmentCount(ChunkCount(to), k);
-            in = SegmentCount(mine, k);
-            send = wire_in + WireBytes(to * chunk_ + k * seg);
-            recv = rows + WireBytes(w * k * seg + from * in);
-          } else {
-            // Segment k of this rank's sum goes out; segment k of chunk `from` comes in.
-            out = SegmentCount(mine, k);
-            in = SegmentCount(ChunkCount(from), k);
-            send = gathered + WireBytes(r * chunk_ + k * seg);
-            recv = gathered + WireBytes(from * chunk_ + k * seg);
-          }
-          ONEBIT_ASSIGN_OR_RETURN(
-              std::unique_ptr<Transport::PendingSendRecv> pending,
-              transport_->StartSendRecv(send, WireBytes(out), static_cast<int>(to), recv,
-                                        WireBytes(in), static_cast<int>(from)));
-          in_flight.push_back({std::move(pending), reduce_scatter, k});
+  CallWindow window(transport_, options_.max_in_flight);
+  for (int phase = 0; phase < 2; ++phase) {
+    const bool reduce_scatter = phase == 0;
+    for (size_t i = 1; i < w; ++i) {
+      // The all-gather's steps in reverse: its first peer is the reduce-scatter's last,
+      // and its last the next call's first, so the link changes peer 2W-4 times a call
+      // rather than 2W-3 (each change costs a ramp-up of the new TCP flow).
+      const size_t s = reduce_scatter ? i : w - i;
+      const size_t to = (r + s) % w, from = (r + w - s) % w;
+      for (size_t k = 0; k < segments; ++k) {
+        if (reduce_scatter) {
+          // Segment k of chunk `to` goes to its owner; row `from` of segment k comes in,
+          // the segment's last one makes it summed.
+          const size_t in = SegmentCount(mine, k);
+          ONEBIT_RETURN_IF_ERROR(window.Start(
+              [] { return true; }, wire_in + WireBytes(to * chunk_ + k * seg),
+              WireBytes(SegmentCount(ChunkCount(to), k)), to,
+              rows + WireBytes(w * k * seg + from * in), WireBytes(in), from,
+              [&, k]() -> absl::Status {
+                if (--rows_missing[k] > 0) return absl::OkStatus();
+                ONEBIT_RETURN_IF_ERROR(SumSegment(k));
+                summed[k] = true;
+                return absl::OkStatus();
+              }));
+        } else {
+          // Segment k of this rank's sum goes out; segment k of chunk `from` comes in.
+          ONEBIT_RETURN_IF_ERROR(window.Start(
+              [&, k] { return static_cast<bool>(summed[k]); },
+              gathered + WireBytes(r * chunk_ + k * seg), WireBytes(SegmentCount(mine, k)), to,
+              gathered + WireBytes(from * chunk_ + k * seg),
+              WireBytes(SegmentCount(ChunkCount(from), k)), from));
         }
       }
     }
-    while (!in_flight.empty()) ONEBIT_RETURN_IF_ERROR(wait_oldest());
-    return absl::OkStatus();
-  };
-  const absl::Status status = run_schedule();
-  // After a failure the calls still in flight are waited for (the transport is broken, so
-  // they return at once) before their buffers can be touched again.
-  for (InFlight& call : in_flight) call.pending->Wait().IgnoreError();
-  ONEBIT_RETURN_IF_ERROR(status);
+  }
+  ONEBIT_RETURN_IF_ERROR(window.WaitAll());
   for (size_t k = 0; k < segments; ++k) {  // W == 1: no calls, only sums
     if (!summed[k]) ONEBIT_RETURN_IF_ERROR(SumSegment(k));
   }
@@ -194,8 +221,8 @@ absl::Status ExactAllreduce::RunRing(const float* in) {
   const size_t r = static_cast<size_t>(transport_->rank());
   const size_t segments = NumSegments();
   const size_t seg = options_.segment_elements;
-  const size_t slot = std::min(seg, chunk_);
-  const int to = static_cast<int>((r + 1) % w), from = static_cast<int>((r + w - 1) % w);
+  const size_t slot_elements = std::min(seg, chunk_);
+  const size_t to = (r + 1) % w, from = (r + w - 1) % w;
   float* partial = partial_.data();
   float* gathered = reinterpret_cast<float*>(gathered_.data());
   // Element offset of segment k of chunk c, and its length.
@@ -220,81 +247,46 @@ absl::Status ExactAllreduce::RunRing(const float* in) {
   auto ag_recv = [&](size_t t) { return (r + 2 * w - t - 1) % w; };
   // Per segment: reduce-scatter steps added, all-gather steps received.
   std::vector<size_t> added(segments, 0), gathered_steps(segments, 0);
-  struct InFlight {
-    std::unique_ptr<Transport::PendingSendRecv> pending;
-    bool reduce_scatter;
-    size_t step, segment;
-    float* slot;  // reduce-scatter: the received partial, then this rank's values
-  };
-  std::deque<InFlight> in_flight;
-  auto wait_oldest = [&]() -> absl::Status {
-    InFlight call = std::move(in_flight.front());
-    in_flight.pop_front();
-    ONEBIT_RETURN_IF_ERROR(call.pending->Wait());
-    const size_t k = call.segment;
-    if (!call.reduce_scatter) {
-      ++gathered_steps[k];
-      return absl::OkStatus();
+  CallWindow window(transport_, options_.max_in_flight);
+  size_t calls = 0;
+  for (size_t t = 0; t + 1 < w; ++t) {
+    for (size_t k = 0; k < segments; ++k, ++calls) {
+      const size_t cs = rs_send(t), cr = rs_recv(t);
+      // Step t sends the partial of the step before (step 0: 0.0f + x); the partial that
+      // comes in lands in a slot, this rank's values are put beside it, and the two rows
+      // are summed: (0.0f + partial) + x, where 0.0f + partial is the partial itself (a
+      // sum from +0 is never -0). The last step's sum is the result.
+      if (t == 0) ONEBIT_RETURN_IF_ERROR(start_sum(cs, k, partial));
+      float* slot = slots_.data() + 2 * slot_elements * (calls % options_.max_in_flight);
+      const size_t len = count(cr, k);
+      ONEBIT_RETURN_IF_ERROR(window.Start(
+          [&, t, k] { return added[k] >= t; }, partial + at(cs, k),
+          count(cs, k) * sizeof(float), to, slot, len * sizeof(float), from,
+          [&, t, k, cr, len, slot]() -> absl::Status {
+            ++added[k];
+            if (len == 0) return absl::OkStatus();
+            ONEBIT_RETURN_IF_ERROR(
+                backend_->Copy(slot + len, in + at(cr, k), len * sizeof(float)));
+            float* out = t + 2 == w ? gathered : partial;
+            return backend_->SumWireRows(kernels::WireDtype::kFp32, slot, 2, len,
+                                         out + at(cr, k));
+          }));
     }
-    const size_t c = rs_recv(call.step), len = count(c, k);
-    if (len > 0) {
-      // (partial) + x_r: the received partial is never -0 (a sum from +0 cannot be), so
-      // SumWireRows' 0.0f + partial is the partial itself.
-      ONEBIT_RETURN_IF_ERROR(
-          backend_->Copy(call.slot + len, in + at(c, k), len * sizeof(float)));
-      float* out = call.step + 2 == w ? gathered : partial;
-      ONEBIT_RETURN_IF_ERROR(backend_->SumWireRows(kernels::WireDtype::kFp32, call.slot, 2,
-                                                   len, out + at(c, k)));
+  }
+  for (size_t t = 0; t + 1 < w; ++t) {
+    for (size_t k = 0; k < segments; ++k) {
+      // Step 0 sends this rank's whole sum; step t the sum received in step t-1.
+      const size_t cs = ag_send(t), cr = ag_recv(t);
+      ONEBIT_RETURN_IF_ERROR(window.Start(
+          [&, t, k] { return t == 0 ? added[k] == w - 1 : gathered_steps[k] >= t; },
+          gathered + at(cs, k), count(cs, k) * sizeof(float), to, gathered + at(cr, k),
+          count(cr, k) * sizeof(float), from, [&, k]() -> absl::Status {
+            ++gathered_steps[k];
+            return absl::OkStatus();
+          }));
     }
-    ++added[k];
-    return absl::OkStatus();
-  };
-  auto run_schedule = [&]() -> absl::Status {
-    size_t calls = 0;
-    for (int phase = 0; phase < 2; ++phase) {
-      const bool reduce_scatter = phase == 0;
-      for (size_t t = 0; t + 1 < w; ++t) {
-        for (size_t k = 0; k < segments; ++k, ++calls) {
-          // What this call sends must be complete: the partial of the step before, the
-          // whole sum, or the sum received in the all-gather step before.
-          const size_t need = reduce_scatter ? t : (t == 0 ? w - 1 : t);
-          while (static_cast<int>(in_flight.size()) >= options_.max_in_flight ||
-                 (reduce_scatter ? added[k] : (t == 0 ? added[k] : gathered_steps[k])) <
-                     need) {
-            ONEBIT_RETURN_IF_ERROR(wait_oldest());
-          }
-          InFlight call{nullptr, reduce_scatter, t, k, nullptr};
-          const float* send;
-          float* recv;
-          size_t out, in_count;
-          if (reduce_scatter) {
-            const size_t cs = rs_send(t), cr = rs_recv(t);
-            if (t == 0) ONEBIT_RETURN_IF_ERROR(start_sum(cs, k, partial));
-            out = count(cs, k);
-            in_count = count(cr, k);
-            send = partial + at(cs, k);
-            call.slot = slots_.data() + 2 * slot * (calls % options_.max_in_flight);
-            recv = call.slot;
-          } else {
-            const size_t cs = ag_send(t), cr = ag_recv(t);
-            out = count(cs, k);
-            in_count = count(cr, k);
-            send = gathered + at(cs, k);
-            recv = gathered + at(cr, k);
-          }
-          ONEBIT_ASSIGN_OR_RETURN(call.pending,
-                                  transport_->StartSendRecv(send, out * sizeof(float), to, recv,
-                                                            in_count * sizeof(float), from));
-          in_flight.push_back(std::move(call));
-        }
-      }
-    }
-    while (!in_flight.empty()) ONEBIT_RETURN_IF_ERROR(wait_oldest());
-    return absl::OkStatus();
-  };
-  const absl::Status status = run_schedule();
-  for (InFlight& call : in_flight) call.pending->Wait().IgnoreError();
-  return status;
+  }
+  return window.WaitAll();
 }
 
 }  // namespace onebit
