@@ -181,6 +181,47 @@ class CpuBackend : public Backend {
     return absl::OkStatus();
   }
 
+  // 0/1 Adam: plain loops over pieces (the compiler vectorises what it can; they are
+  // memory-bound). std::fma where the contract says fma, so both tables' callers agree.
+  absl::Status ZeroOneLocalUpdate(const AdamHyper& h, const float* g, const float* v, float* m,
+                                  float* p, float* acc, size_t n) override {
+    const float one_minus_b1 = 1.0f - h.beta1;
+    ForEachPiece(n, [&](size_t i0, size_t count) {
+      for (size_t i = i0; i < i0 + count; ++i) {
+        const float mi = std::fma(h.beta1, m[i], one_minus_b1 * g[i]);
+        const float u = cpu::AdamDirection(h, mi, v[i], p[i]);
+        m[i] = mi;
+        p[i] = std::fma(-h.lr, u, p[i]);
+        acc[i] = std::fma(-h.lr, u, acc[i]);
+      }
+    });
+    return absl::OkStatus();
+  }
+
+  absl::Status ZeroOneSyncPrepare(float eps, const float* v, float* acc, size_t n) override {
+    ForEachPiece(n, [&](size_t i0, size_t count) {
+      for (size_t i = i0; i < i0 + count; ++i) acc[i] = acc[i] * (std::sqrt(v[i]) + eps);
+    });
+    return absl::OkStatus();
+  }
+
+  absl::Status ZeroOneSyncApply(float eps, float lrs, const float* v, const float* mask,
+                                const float* avg, float* m, float* anchor, float* p,
+                                size_t n) override {
+    ForEachPiece(n, [&](size_t i0, size_t count) {
+      for (size_t i = i0; i < i0 + count; ++i) {
+        if (lrs != 0.0f) {
+          float mi = -avg[i] / lrs;
+          if (mask != nullptr) mi = mi * mask[i];
+          m[i] = mi;
+        }
+        p[i] = anchor[i] + avg[i] / (std::sqrt(v[i]) + eps);
+        anchor[i] = p[i];
+      }
+    });
+    return absl::OkStatus();
+  }
+
   absl::Status ToWire(WireDtype dtype, const float* x, size_t n, void* out) override {
     // Plain loops: the compiler vectorises them, and they run at memory speed, far above
     // any link the exchange crosses.

@@ -217,6 +217,66 @@ TEST_P(CpuKernelsTest, FrozenAdamUpdate) {
   }
 }
 
+// 0/1 Adam's three kernels against float64 evaluations of kernels.h's formulas.
+TEST_P(CpuKernelsTest, ZeroOneLocalUpdate) {
+  for (float wd : {0.0f, 0.01f}) {
+    AdamHyper h;
+    h.lr = 0.01f;
+    h.weight_decay = wd;
+    std::vector<float> g = Normal(n_, 30), m = Normal(n_, 31, 0.1f), p = Normal(n_, 32);
+    std::vector<float> v = Normal(n_, 33, 0.1f), acc = Normal(n_, 34, 0.01f);
+    for (float& x : v) x = x * x;
+    std::vector<double> m_ref(n_), p_ref(n_), acc_ref(n_);
+    for (size_t i = 0; i < n_; ++i) {
+      m_ref[i] = double{h.beta1} * m[i] + (1.0 - double{h.beta1}) * g[i];
+      double u = m_ref[i] / (std::sqrt(double{v[i]}) + h.eps);
+      if (wd > 0) u += double{wd} * p[i];
+      p_ref[i] = p[i] - double{h.lr} * u;
+      acc_ref[i] = acc[i] - double{h.lr} * u;
+    }
+    ASSERT_TRUE(backend_->ZeroOneLocalUpdate(h, g.data(), v.data(), m.data(), p.data(),
+                                             acc.data(), n_).ok());
+    ExpectNear(m, m_ref, 1e-6, 1.0, "m");
+    ExpectNear(p, p_ref, 1e-6, 1.0, "p");
+    ExpectNear(acc, acc_ref, 1e-5, 0.1, "acc");
+  }
+}
+
+TEST_P(CpuKernelsTest, ZeroOneSyncPrepareAndApply) {
+  for (bool masked : {false, true}) {
+    const float eps = 1e-8f, lrs = 0.07f;
+    std::vector<float> v = Normal(n_, 40, 0.1f), acc = Normal(n_, 41, 0.01f);
+    std::vector<float> p = Normal(n_, 42), m = Normal(n_, 43);
+    for (float& x : v) x = x * x;
+    std::vector<float> mask(n_);
+    for (size_t i = 0; i < n_; ++i) mask[i] = i % 3 == 0 ? 0.0f : 1.0f;
+    std::vector<double> p_ref(n_), acc_ref(n_);
+    for (size_t i = 0; i < n_; ++i) acc_ref[i] = double{acc[i]} * (std::sqrt(double{v[i]}) + eps);
+    ASSERT_TRUE(backend_->ZeroOneSyncPrepare(eps, v.data(), acc.data(), n_).ok());
+    ExpectNear(acc, acc_ref, 1e-6, 0.0, "prepared acc");
+    std::vector<float> anchor = Normal(n_, 44);
+    // The exchanged average: the prepared accumulator, perturbed as an exchange would.
+    std::vector<float> avg = acc;
+    for (size_t i = 0; i < n_; ++i) avg[i] *= i % 2 ? 0.9f : 1.1f;
+    std::vector<double> m_ref(n_);
+    for (size_t i = 0; i < n_; ++i) {
+      m_ref[i] = -double{avg[i]} / lrs * (masked ? mask[i] : 1.0);
+      p_ref[i] = double{anchor[i]} + avg[i] / (std::sqrt(double{v[i]}) + eps);
+    }
+    const float* mask_ptr = masked ? mask.data() : nullptr;
+    ASSERT_TRUE(backend_->ZeroOneSyncApply(eps, lrs, v.data(), mask_ptr, avg.data(), m.data(),
+                                           anchor.data(), p.data(), n_).ok());
+    ExpectNear(m, m_ref, 1e-6, 0.0, "m");
+    ExpectNear(p, p_ref, 1e-6, 1.0, "p");
+    EXPECT_EQ(0, n_ ? std::memcmp(anchor.data(), p.data(), n_ * sizeof(float)) : 0);
+    // lrs == 0 (the learning rate was 0 since the last sync) leaves m alone.
+    const std::vector<float> m_before = m;
+    ASSERT_TRUE(backend_->ZeroOneSyncApply(eps, 0.0f, v.data(), mask_ptr, avg.data(), m.data(),
+                                           anchor.data(), p.data(), n_).ok());
+    EXPECT_EQ(0, n_ ? std::memcmp(m.data(), m_before.data(), n_ * sizeof(float)) : 0);
+  }
+}
+
 TEST_P(CpuKernelsTest, DecompressFrozenAdamUpdate) {
   for (bool masked : {false, true}) {
     const size_t num_chunks = 3;

@@ -436,6 +436,48 @@ __global__ void SumSquaresKernel(const float* x, size_t n, ReductionScratch* scr
   FinishReduction(local, scratch);
 }
 
+// 0/1 Adam (Backend::ZeroOneLocalUpdate and the sync pair).
+__global__ void ZeroOneLocalKernel(AdamArgs a, const float* g, const float* v, float* m,
+                                   float* p, float* acc, size_t n) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    const float mi = fmaf(a.beta1, m[i], __fmul_rn(a.one_minus_beta1, g[i]));
+    const float pi = p[i];
+    float u = __fdiv_rn(mi, __fadd_rn(__fsqrt_rn(v[i]), a.eps));
+    if (a.weight_decay > 0.0f) u = fmaf(a.weight_decay, pi, u);
+    m[i] = mi;
+    p[i] = fmaf(a.neg_lr, u, pi);
+    acc[i] = fmaf(a.neg_lr, u, acc[i]);
+  }
+}
+
+__global__ void ZeroOneSyncPrepareKernel(float eps, const float* v, float* acc, size_t n) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    acc[i] = __fmul_rn(acc[i], __fadd_rn(__fsqrt_rn(v[i]), eps));
+  }
+}
+
+__global__ void ZeroOneSyncApplyKernel(float eps, float lrs, const float* v, const float* mask,
+                                       const float* avg, float* m, float* anchor, float* p,
+                                       size_t n) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    const float ai = avg[i];
+    if (lrs != 0.0f) {
+      float mi = __fdiv_rn(-ai, lrs);
+      if (mask != nullptr) mi = __fmul_rn(mi, mask[i]);
+      m[i] = mi;
+    }
+    const float pi = __fadd_rn(anchor[i], __fdiv_rn(ai, __fadd_rn(__fsqrt_rn(v[i]), eps)));
+    p[i] = pi;
+    anchor[i] = pi;
+  }
+}
+
 AdamArgs MakeAdamArgs(const AdamHyper& h) {
   // Host float arithmetic is IEEE binary32 too, so 1 - beta matches the CPU backend's.
   return AdamArgs{h.beta1, 1.0f - h.beta1, h.beta2,         1.0f - h.beta2,
@@ -652,6 +694,34 @@ class CudaBackend final : public Backend {
       ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
     }
     return CopyToHost(host_result, &scratch_->total, sizeof(double));
+  }
+
+  absl::Status ZeroOneLocalUpdate(const AdamHyper& h, const float* g, const float* v, float* m,
+                                  float* p, float* acc, size_t n) override {
+    if (n == 0) return absl::OkStatus();
+    ONEBIT_RETURN_IF_ERROR(Activate());
+    ZeroOneLocalKernel<<<Blocks(n), kThreads, 0, stream_>>>(MakeAdamArgs(h), g, v, m, p, acc, n);
+    ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
+    return absl::OkStatus();
+  }
+
+  absl::Status ZeroOneSyncPrepare(float eps, const float* v, float* acc, size_t n) override {
+    if (n == 0) return absl::OkStatus();
+    ONEBIT_RETURN_IF_ERROR(Activate());
+    ZeroOneSyncPrepareKernel<<<Blocks(n), kThreads, 0, stream_>>>(eps, v, acc, n);
+    ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
+    return absl::OkStatus();
+  }
+
+  absl::Status ZeroOneSyncApply(float eps, float lrs, const float* v, const float* mask,
+                                const float* avg, float* m, float* anchor, float* p,
+                                size_t n) override {
+    if (n == 0) return absl::OkStatus();
+    ONEBIT_RETURN_IF_ERROR(Activate());
+    ZeroOneSyncApplyKernel<<<Blocks(n), kThreads, 0, stream_>>>(eps, lrs, v, mask, avg, m,
+                                                                 anchor, p, n);
+    ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
+    return absl::OkStatus();
   }
 
   absl::Status ToWire(WireDtype dtype, const float* x, size_t n, void* out) override {

@@ -550,6 +550,50 @@ TEST_F(CudaBackendTest, FrozenAdamUpdateMatchesCpu) {
   }
 }
 
+TEST_F(CudaBackendTest, ZeroOneKernelsMatchCpu) {
+  for (size_t n : kLengths) {
+    for (float weight_decay : {0.0f, 0.01f}) {
+      for (bool masked : {false, true}) {
+        SCOPED_TRACE(absl::StrCat("n = ", n, ", weight_decay = ", weight_decay,
+                                  masked ? ", masked" : ""));
+        const AdamHyper h = Hyper(weight_decay);
+        const std::vector<float> g = RandomFloats(rng_, n);
+        const std::vector<float> v = RandomVariances(rng_, n);
+        const std::vector<float> mask = RandomMask(rng_, n);
+        std::vector<float> m = RandomFloats(rng_, n, 0.1f);
+        std::vector<float> p = RandomFloats(rng_, n);
+        std::vector<float> acc = RandomFloats(rng_, n, 0.01f);
+        std::vector<float> anchor = RandomFloats(rng_, n);
+        DeviceArray<float> g_dev(cuda(), g), v_dev(cuda(), v), mask_dev(cuda(), mask),
+            m_dev(cuda(), m), p_dev(cuda(), p), acc_dev(cuda(), acc), anchor_dev(cuda(), anchor);
+        for (auto* a : {&g_dev, &v_dev, &mask_dev, &m_dev, &p_dev, &acc_dev, &anchor_dev}) {
+          ASSERT_OK(a->status());
+        }
+        // A local step, a sync's preparation, then its application with the accumulator
+        // as the exchanged average.
+        ASSERT_OK(cuda()->ZeroOneLocalUpdate(h, g_dev.data(), v_dev.data(), m_dev.data(),
+                                             p_dev.data(), acc_dev.data(), n));
+        ASSERT_OK(cpu()->ZeroOneLocalUpdate(h, g.data(), v.data(), m.data(), p.data(),
+                                            acc.data(), n));
+        EXPECT_TRUE(FloatsBitEqual(m_dev.Read(), m));
+        EXPECT_TRUE(FloatsBitEqual(p_dev.Read(), p));
+        EXPECT_TRUE(FloatsBitEqual(acc_dev.Read(), acc));
+        ASSERT_OK(cuda()->ZeroOneSyncPrepare(h.eps, v_dev.data(), acc_dev.data(), n));
+        ASSERT_OK(cpu()->ZeroOneSyncPrepare(h.eps, v.data(), acc.data(), n));
+        EXPECT_TRUE(FloatsBitEqual(acc_dev.Read(), acc));
+        ASSERT_OK(cuda()->ZeroOneSyncApply(h.eps, 0.03f, v_dev.data(),
+                                           masked ? mask_dev.data() : nullptr, acc_dev.data(),
+                                           m_dev.data(), anchor_dev.data(), p_dev.data(), n));
+        ASSERT_OK(cpu()->ZeroOneSyncApply(h.eps, 0.03f, v.data(), masked ? mask.data() : nullptr,
+                                          acc.data(), m.data(), anchor.data(), p.data(), n));
+        EXPECT_TRUE(FloatsBitEqual(m_dev.Read(), m));
+        EXPECT_TRUE(FloatsBitEqual(p_dev.Read(), p));
+        EXPECT_TRUE(FloatsBitEqual(anchor_dev.Read(), anchor));
+      }
+    }
+  }
+}
+
 TEST_F(CudaBackendTest, DecompressFrozenAdamUpdateMatchesCpu) {
   for (size_t n : kLengths) {
     for (size_t num_chunks : kNumChunks) {

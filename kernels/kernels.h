@@ -24,6 +24,9 @@
 //   warmup     g' = g * grad_scale; m = fma(b1, m, (1-b1)*g'); v = fma(b2, v, ((1-b2)*g')*g')
 //   update     u = m / (sqrt(v) + eps); if wd > 0: u = fma(wd, p, u); p = fma(-lr, u, p)
 //   mask       m = m * mask (compression stage only, after the exchange)
+//   0/1 Adam   local: m = fma(b1, m, (1-b1)*g); p = fma(-lr, u, p); acc = fma(-lr, u, acc)
+//              sync:  acc = acc * (sqrt(v) + eps); after the exchange
+//                     m = (-avg) / lrs (* mask); p = anchor + avg / (sqrt(v) + eps); anchor = p
 //   average    out = (sum over rows in order, from 0.0f) * (1.0f / num_rows)
 //   wire rows  out = sum over rows in order, from 0.0f, of from_wire(row) (wire_dtype.h)
 //
@@ -148,6 +151,24 @@ class Backend {
   // Sum of squares of x (float64), written to *host_result. Used for metrics (error
   // norms), not on the hot path.
   virtual absl::Status SumSquares(const float* x, size_t n, double* host_result) = 0;
+
+  // 0/1 ADAM (ALGORITHM.md, "0/1 Adam"; worker/optim/zero_one_adam.h). With d = sqrt(v) + eps
+  // and u = m / d, u = fma(wd, p, u) if wd > 0 (the update's direction, as above):
+  //
+  // A local step on this worker's gradient g:
+  //   m = fma(b1, m, (1-b1)*g); p = fma(-lr, u, p); acc = fma(-lr, u, acc).
+  virtual absl::Status ZeroOneLocalUpdate(const AdamHyper& h, const float* g, const float* v,
+                                          float* m, float* p, float* acc, size_t n) = 0;
+  // Before a sync step's exchange: acc = acc * d.
+  virtual absl::Status ZeroOneSyncPrepare(float eps, const float* v, float* acc, size_t n) = 0;
+  // After it, `avg` being the exchanged average of acc and `anchor` the parameters after the
+  // last sync (what p - acc is in exact arithmetic, the same bits on every worker):
+  // m = (-avg) / lrs, then m = m * mask (if mask != nullptr); p = anchor + avg / d;
+  // anchor = p. With lrs == 0 (the learning rate was 0 since the last sync) m is left as
+  // it is. avg may not alias m, p or anchor.
+  virtual absl::Status ZeroOneSyncApply(float eps, float lrs, const float* v, const float* mask,
+                                        const float* avg, float* m, float* anchor, float* p,
+                                        size_t n) = 0;
 };
 
 // The CPU backend. With allow_simd, uses AVX2+FMA when the CPU has them (checked at run

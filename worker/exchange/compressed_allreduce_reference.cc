@@ -33,6 +33,11 @@ ReferenceCompressedAllreduce::ReferenceCompressedAllreduce(int workers, size_t n
       worker_error_(workers, std::vector<double>(n_pad_, 0.0)),
       server_error_(workers, std::vector<double>(chunk_, 0.0)) {}
 
+void ReferenceCompressedAllreduce::ResetErrors() {
+  for (auto& e : worker_error_) e.assign(e.size(), 0.0);
+  for (auto& e : server_error_) e.assign(e.size(), 0.0);
+}
+
 std::vector<double> ReferenceCompressedAllreduce::Run(
     const std::vector<std::vector<double>>& inputs) {
   // Workers: x = pad(m_i) + error, one scale, signs, new error.

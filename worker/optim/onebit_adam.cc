@@ -6,42 +6,17 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/exchange/peer_exchange.h"
+#include "worker/optim/optim_checks.h"
 
 namespace onebit {
 namespace {
 
 absl::Status ValidateOptions(const OnebitAdamOptions& o, size_t n) {
-  const kernels::AdamHyper& h = o.hyper;
-  if (!(h.lr >= 0.0f) || !std::isfinite(h.lr)) {
-    return absl::InvalidArgumentError(absl::StrCat("lr must be >= 0, got ", h.lr));
-  }
-  if (!(h.beta1 >= 0.0f && h.beta1 < 1.0f) || !(h.beta2 >= 0.0f && h.beta2 < 1.0f)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("betas must be in [0, 1), got ", h.beta1, ", ", h.beta2));
-  }
-  if (!(h.eps > 0.0f) || !std::isfinite(h.eps)) {
-    return absl::InvalidArgumentError(absl::StrCat("eps must be > 0, got ", h.eps));
-  }
-  if (!(h.weight_decay >= 0.0f) || !std::isfinite(h.weight_decay)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("weight_decay must be >= 0, got ", h.weight_decay));
-  }
+  ONEBIT_RETURN_IF_ERROR(ValidateAdamHyper(o.hyper));
   if (o.freeze_step < 0) {
     return absl::InvalidArgumentError(absl::StrCat("freeze_step must be >= 0, got ", o.freeze_step));
   }
-  if (!o.momentum_mask.empty()) {
-    if (o.momentum_mask.size() != n) {
-      return absl::InvalidArgumentError(absl::StrCat("momentum mask has ", o.momentum_mask.size(),
-                                                     " elements, the parameters ", n));
-    }
-    for (size_t i = 0; i < n; ++i) {
-      if (o.momentum_mask[i] != 0.0f && o.momentum_mask[i] != 1.0f) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("momentum mask must be 0 or 1; element ", i, " is ", o.momentum_mask[i]));
-      }
-    }
-  }
-  return absl::OkStatus();
+  return ValidateMomentumMask(o.momentum_mask, n);
 }
 
 }  // namespace

@@ -1,0 +1,162 @@
+#include "worker/optim/zero_one_adam.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "worker/exchange/peer_exchange.h"
+#include "worker/optim/optim_checks.h"
+
+namespace onebit {
+namespace {
+
+absl::Status ValidateOptions(const ZeroOneAdamOptions& o, size_t n) {
+  ONEBIT_RETURN_IF_ERROR(ValidateAdamHyper(o.hyper));
+  if (o.var_freeze_step < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("var_freeze_step must be >= 0, got ", o.var_freeze_step));
+  }
+  ONEBIT_RETURN_IF_ERROR(ValidateZeroOneScheduleParams(o.schedule));
+  return ValidateMomentumMask(o.momentum_mask, n);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ZeroOneAdam>> ZeroOneAdam::Create(
+    const ZeroOneAdamOptions& options, kernels::Backend* backend, Exchange* exchange,
+    const float* initial_params, size_t n) {
+  ONEBIT_RETURN_IF_ERROR(ValidateOptions(options, n));
+  std::unique_ptr<ZeroOneAdam> adam(new ZeroOneAdam(options, backend, exchange, n));
+  ONEBIT_RETURN_IF_ERROR(adam->Init(initial_params));
+  return adam;
+}
+
+absl::StatusOr<std::unique_ptr<ZeroOneAdam>> ZeroOneAdam::Create(
+    const ZeroOneAdamOptions& options, kernels::Backend* backend, Transport* transport,
+    const float* initial_params, size_t n) {
+  ONEBIT_RETURN_IF_ERROR(ValidateOptions(options, n));
+  ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<PeerExchange> exchange,
+                          PeerExchange::Create(backend, transport, n));
+  ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<ZeroOneAdam> adam,
+                          Create(options, backend, exchange.get(), initial_params, n));
+  adam->owned_exchange_ = std::move(exchange);
+  return adam;
+}
+
+ZeroOneAdam::ZeroOneAdam(const ZeroOneAdamOptions& options, kernels::Backend* backend,
+                         Exchange* exchange, size_t n)
+    : options_(options),
+      backend_(backend),
+      exchange_(exchange),
+      n_(n),
+      schedule_(options.schedule) {}
+
+absl::Status ZeroOneAdam::Init(const float* initial_params) {
+  using kernels::Buffer;
+  ONEBIT_ASSIGN_OR_RETURN(p_, Buffer<float>::FromHost(backend_, initial_params, n_));
+  ONEBIT_ASSIGN_OR_RETURN(m_, Buffer<float>::Create(backend_, n_));
+  ONEBIT_ASSIGN_OR_RETURN(v_, Buffer<float>::Create(backend_, n_));
+  ONEBIT_ASSIGN_OR_RETURN(acc_, Buffer<float>::Create(backend_, n_));
+  ONEBIT_ASSIGN_OR_RETURN(avg_, Buffer<float>::Create(backend_, n_));
+  ONEBIT_ASSIGN_OR_RETURN(anchor_, Buffer<float>::Create(backend_, n_));
+  if (!options_.momentum_mask.empty()) {
+    ONEBIT_ASSIGN_OR_RETURN(
+        mask_, Buffer<float>::FromHost(backend_, options_.momentum_mask.data(), n_));
+  }
+  return absl::OkStatus();
+}
+
+Stage ZeroOneAdam::stage() const {
+  return step_ + 1 <= options_.var_freeze_step ? Stage::kWarmup : Stage::kCompression;
+}
+
+absl::Status ZeroOneAdam::SetVarFreezeStep(int64_t var_freeze_step) {
+  if (var_freeze_step < 0) return absl::InvalidArgumentError("var_freeze_step must be >= 0");
+  if (step_ > options_.var_freeze_step && var_freeze_step != options_.var_freeze_step) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("local steps run since step ", options_.var_freeze_step + 1));
+  }
+  if (var_freeze_step < step_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot end the variance stage at step ", var_freeze_step, ": step ",
+                     step_, " already ran in it"));
+  }
+  options_.var_freeze_step = var_freeze_step;
+  return absl::OkStatus();
+}
+
+absl::Status ZeroOneAdam::Step(const float* grad) {
+  const int64_t t = step_ + 1;
+  const ZeroOneStep kind = next_step_kind();
+  if (t > options_.var_freeze_step && !errors_reset_) {
+    // Once, before the first local step: the errors held the gradients' compression error.
+    ONEBIT_RETURN_IF_ERROR(exchange_->ResetErrors(t));
+    errors_reset_ = true;
+    // The parameters every worker shares until the first sync.
+    ONEBIT_RETURN_IF_ERROR(backend_->Copy(anchor_.data(), p_.data(), n_ * sizeof(float)));
+  }
+  switch (kind) {
+    case ZeroOneStep::kVarianceUpdate:
+      ONEBIT_RETURN_IF_ERROR(VarianceUpdate(grad));
+      break;
+    case ZeroOneStep::kCompressedGradient:
+      ONEBIT_RETURN_IF_ERROR(CompressedGradient(grad));
+      break;
+    case ZeroOneStep::kLocal:
+    case ZeroOneStep::kSync:
+      ONEBIT_RETURN_IF_ERROR(LocalStep(grad, kind == ZeroOneStep::kSync));
+      break;
+  }
+  schedule_.Advance(options_.var_freeze_step);
+  ++step_;
+  return absl::OkStatus();
+}
+
+absl::Status ZeroOneAdam::VarianceUpdate(const float* grad) {
+  const int w = exchange_->world_size();
+  const float* sum = grad;
+  if (w > 1) {
+    ScopedStepTime time(exchange_->step_clock(), &exchange_call_seconds_);
+    ONEBIT_ASSIGN_OR_RETURN(sum, exchange_->SumGradients(step_ + 1, grad));
+  }
+  return backend_->AdamWarmupUpdate(options_.hyper, sum, 1.0f / static_cast<float>(w),
+                                    m_.data(), v_.data(), p_.data(), n_);
+}
+
+absl::Status ZeroOneAdam::CompressedGradient(const float* grad) {
+  ONEBIT_ASSIGN_OR_RETURN(const float* g, CompressedAverage(grad));
+  ONEBIT_RETURN_IF_ERROR(backend_->MomentumUpdate(options_.hyper.beta1, g, m_.data(), n_));
+  const float* mask = mask_.size() ? mask_.data() : nullptr;
+  return backend_->FrozenAdamUpdate(options_.hyper, v_.data(), mask, m_.data(), p_.data(), n_);
+}
+
+absl::Status ZeroOneAdam::LocalStep(const float* grad, bool sync) {
+  const kernels::AdamHyper& h = options_.hyper;
+  ONEBIT_RETURN_IF_ERROR(
+      backend_->ZeroOneLocalUpdate(h, grad, v_.data(), m_.data(), p_.data(), acc_.data(), n_));
+  lrs_ += h.lr;
+  if (!sync) return absl::OkStatus();
+  ONEBIT_RETURN_IF_ERROR(backend_->ZeroOneSyncPrepare(h.eps, v_.data(), acc_.data(), n_));
+  // With one worker the average is the accumulator itself (SyncApply does not write it).
+  ONEBIT_ASSIGN_OR_RETURN(const float* avg, CompressedAverage(acc_.data()));
+  const float* mask = mask_.size() ? mask_.data() : nullptr;
+  ONEBIT_RETURN_IF_ERROR(backend_->ZeroOneSyncApply(h.eps, static_cast<float>(lrs_), v_.data(),
+                                                    mask, avg, m_.data(), anchor_.data(),
+                                                    p_.data(), n_));
+  lrs_ = 0.0;
+  return acc_.Zero();
+}
+
+absl::StatusOr<const float*> ZeroOneAdam::CompressedAverage(const float* x) {
+  if (exchange_->world_size() == 1) return x;
+  CompressedResult r;
+  {
+    ScopedStepTime time(exchange_->step_clock(), &exchange_call_seconds_);
+    ONEBIT_ASSIGN_OR_RETURN(r, exchange_->CompressedAverage(step_ + 1, x));
+  }
+  if (r.momentum != nullptr) return r.momentum;  // averaged exactly (one node)
+  ONEBIT_RETURN_IF_ERROR(backend_->Decompress(r.blocks, r.num_chunks, r.chunk, n_, avg_.data()));
+  return avg_.data();
+}
+
+}  // namespace onebit
