@@ -21,10 +21,6 @@ absl::Status ValidateOptions(const OnebitAdamOptions& o, size_t n) {
 
 }  // namespace
 
-const char* StageName(Stage stage) {
-  return stage == Stage::kWarmup ? "warmup" : "compression";
-}
-
 absl::StatusOr<std::unique_ptr<OnebitAdam>> OnebitAdam::Create(const OnebitAdamOptions& options,
                                                                kernels::Backend* backend,
                                                                Exchange* exchange,
@@ -131,36 +127,29 @@ absl::StatusOr<std::vector<float>> OnebitAdam::ParamsToHost() const { return p_.
 absl::StatusOr<std::vector<float>> OnebitAdam::MomentumToHost() const { return m_.ToHost(); }
 absl::StatusOr<std::vector<float>> OnebitAdam::VarianceToHost() const { return v_.ToHost(); }
 
-absl::StatusOr<std::vector<float>> OnebitAdam::SliceToHost(State state, size_t begin,
-                                                           size_t end) const {
-  if (begin > end || end > n_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("slice [", begin, ", ", end, ") is not within ", n_, " elements"));
-  }
-  const kernels::Buffer<float>& b =
-      state == State::kParams ? p_ : state == State::kMomentum ? m_ : v_;
-  std::vector<float> host(end - begin);
-  if (!host.empty()) {
-    ONEBIT_RETURN_IF_ERROR(backend_->CopyToHost(host.data(), b.data() + begin, host.size() * sizeof(float)));
-  }
-  return host;
+std::vector<StateSpec> OnebitAdam::CheckpointStates() const {
+  return {{"params", true}, {"exp_avg", true}, {"exp_avg_sq", true}};
 }
 
-absl::Status OnebitAdam::Restore(int64_t step, int64_t freeze_step, const std::vector<float>& params,
-                                 const std::vector<float>& momentum,
-                                 const std::vector<float>& variance) {
+absl::StatusOr<std::vector<float>> OnebitAdam::StateToHost(const std::string& name, size_t begin,
+                                                           size_t end) const {
+  const kernels::Buffer<float>* b = name == "params"       ? &p_
+                                    : name == "exp_avg"    ? &m_
+                                    : name == "exp_avg_sq" ? &v_
+                                                           : nullptr;
+  if (b == nullptr) return absl::NotFoundError(absl::StrCat("OnebitAdam has no state ", name));
+  return b->SliceToHost(begin, end);
+}
+
+absl::Status OnebitAdam::Restore(int64_t step, int64_t freeze_step, const StateTensors& states,
+                                 const StateScalars& /*scalars*/) {
   if (step < 0) return absl::InvalidArgumentError(absl::StrCat("step must be >= 0, got ", step));
-  const std::pair<const char*, const std::vector<float>*> parts[] = {
-      {"params", &params}, {"exp_avg", &momentum}, {"exp_avg_sq", &variance}};
-  for (const auto& [name, v] : parts) {
-    if (v->size() != n_) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, " has ", v->size(), " elements, the model ", n_));
-    }
-  }
-  ONEBIT_RETURN_IF_ERROR(p_.CopyFromHost(params.data(), n_));
-  ONEBIT_RETURN_IF_ERROR(m_.CopyFromHost(momentum.data(), n_));
-  ONEBIT_RETURN_IF_ERROR(v_.CopyFromHost(variance.data(), n_));
+  ONEBIT_ASSIGN_OR_RETURN(const std::vector<float>* params, FindState(states, "params", n_));
+  ONEBIT_ASSIGN_OR_RETURN(const std::vector<float>* momentum, FindState(states, "exp_avg", n_));
+  ONEBIT_ASSIGN_OR_RETURN(const std::vector<float>* variance, FindState(states, "exp_avg_sq", n_));
+  ONEBIT_RETURN_IF_ERROR(p_.CopyFromHost(params->data(), n_));
+  ONEBIT_RETURN_IF_ERROR(m_.CopyFromHost(momentum->data(), n_));
+  ONEBIT_RETURN_IF_ERROR(v_.CopyFromHost(variance->data(), n_));
   step_ = step;
   if (freeze_step >= 0 && freeze_step < step) options_.freeze_step = freeze_step;
   return absl::OkStatus();

@@ -70,7 +70,7 @@ Stage ZeroOneAdam::stage() const {
   return step_ + 1 <= options_.var_freeze_step ? Stage::kWarmup : Stage::kCompression;
 }
 
-absl::Status ZeroOneAdam::SetVarFreezeStep(int64_t var_freeze_step) {
+absl::Status ZeroOneAdam::SetFreezeStep(int64_t var_freeze_step) {
   if (var_freeze_step < 0) return absl::InvalidArgumentError("var_freeze_step must be >= 0");
   if (step_ > options_.var_freeze_step && var_freeze_step != options_.var_freeze_step) {
     return absl::FailedPreconditionError(
@@ -157,6 +157,65 @@ absl::StatusOr<const float*> ZeroOneAdam::CompressedAverage(const float* x) {
   if (r.momentum != nullptr) return r.momentum;  // averaged exactly (one node)
   ONEBIT_RETURN_IF_ERROR(backend_->Decompress(r.blocks, r.num_chunks, r.chunk, n_, avg_.data()));
   return avg_.data();
+}
+
+std::vector<StateSpec> ZeroOneAdam::CheckpointStates() const {
+  if (step_ <= options_.var_freeze_step) {
+    return {{"params", true}, {"exp_avg", true}, {"exp_avg_sq", true}};
+  }
+  return {{"params", false},
+          {"exp_avg", false},
+          {"exp_avg_sq", true},
+          {"accumulator", false},
+          {"anchor", false}};
+}
+
+kernels::Buffer<float>* ZeroOneAdam::FindBuffer(const std::string& name) {
+  if (name == "params") return &p_;
+  if (name == "exp_avg") return &m_;
+  if (name == "exp_avg_sq") return &v_;
+  if (name == "accumulator") return &acc_;
+  if (name == "anchor") return &anchor_;
+  return nullptr;
+}
+
+absl::StatusOr<std::vector<float>> ZeroOneAdam::StateToHost(const std::string& name,
+                                                            size_t begin, size_t end) const {
+  const kernels::Buffer<float>* b = FindBuffer(name);
+  if (b == nullptr) return absl::NotFoundError(absl::StrCat("ZeroOneAdam has no state ", name));
+  return b->SliceToHost(begin, end);
+}
+
+absl::Status ZeroOneAdam::Restore(int64_t step, int64_t freeze_step, const StateTensors& states,
+                                  const StateScalars& scalars) {
+  if (step < 0) return absl::InvalidArgumentError(absl::StrCat("step must be >= 0, got ", step));
+  const int64_t var_freeze_step =
+      freeze_step >= 0 && freeze_step < step ? freeze_step : options_.var_freeze_step;
+  const bool local = step > var_freeze_step;
+  // Check everything before changing anything.
+  std::vector<std::pair<kernels::Buffer<float>*, const std::vector<float>*>> copies;
+  std::vector<std::string> names = {"params", "exp_avg", "exp_avg_sq"};
+  if (local) names.insert(names.end(), {"accumulator", "anchor"});
+  for (const std::string& name : names) {
+    ONEBIT_ASSIGN_OR_RETURN(const std::vector<float>* values, FindState(states, name, n_));
+    copies.emplace_back(FindBuffer(name), values);
+  }
+  double lrs = 0.0;
+  if (local) {
+    const auto it = scalars.find("lr_sum");
+    if (it == scalars.end()) return absl::InvalidArgumentError("the checkpoint has no lr_sum");
+    lrs = it->second;
+  }
+  for (auto& [buffer, values] : copies) {
+    ONEBIT_RETURN_IF_ERROR(buffer->CopyFromHost(values->data(), n_));
+  }
+  if (!local) ONEBIT_RETURN_IF_ERROR(acc_.Zero());
+  options_.var_freeze_step = var_freeze_step;
+  step_ = step;
+  lrs_ = lrs;
+  errors_reset_ = local;
+  schedule_ = ZeroOneSchedule::After(options_.schedule, step, var_freeze_step);
+  return absl::OkStatus();
 }
 
 }  // namespace onebit

@@ -38,7 +38,7 @@
 #include "kernels/buffer.h"
 #include "kernels/kernels.h"
 #include "worker/exchange/exchange.h"
-#include "worker/optim/onebit_adam.h"
+#include "worker/optim/optimizer.h"
 #include "worker/optim/zero_one_schedule.h"
 #include "worker/transport/transport.h"
 
@@ -53,7 +53,7 @@ struct ZeroOneAdamOptions {
   std::vector<float> momentum_mask;
 };
 
-class ZeroOneAdam {
+class ZeroOneAdam : public Optimizer {
  public:
   // `initial_params` is host memory with n elements. The exchange is borrowed.
   static absl::StatusOr<std::unique_ptr<ZeroOneAdam>> Create(const ZeroOneAdamOptions& options,
@@ -68,32 +68,41 @@ class ZeroOneAdam {
                                                              const float* initial_params,
                                                              size_t n);
 
-  // One step on this worker's local gradient (backend memory, n elements, not modified).
-  absl::Status Step(const float* grad);
+  absl::Status Step(const float* grad) override;
 
   // kWarmup through var_freeze_step (the variance stage), kCompression after.
-  Stage stage() const;
+  Stage stage() const override;
   // How the next step communicates.
   ZeroOneStep next_step_kind() const { return schedule_.Next(options_.var_freeze_step); }
-  int64_t step() const { return step_; }
-  int64_t var_freeze_step() const { return options_.var_freeze_step; }
-  // Moves the end of the variance stage; only while it has not passed (as
-  // OnebitAdam::SetFreezeStep), with the same value on every worker.
-  absl::Status SetVarFreezeStep(int64_t var_freeze_step);
+  int64_t step() const override { return step_; }
+  // var_freeze_step. Moves only while it has not passed (as OnebitAdam's freeze step),
+  // with the same value on every worker.
+  int64_t freeze_step() const override { return options_.var_freeze_step; }
+  absl::Status SetFreezeStep(int64_t var_freeze_step) override;
+  void set_lr(float lr) override { options_.hyper.lr = lr; }
+  float lr() const override { return options_.hyper.lr; }
   const ZeroOneSchedule& schedule() const { return schedule_; }
 
-  size_t size() const { return n_; }
-  const float* params() const { return p_.data(); }
-  const float* variance() const { return v_.data(); }
-  absl::StatusOr<std::vector<float>> ParamsToHost() const { return p_.ToHost(); }
-  absl::StatusOr<std::vector<float>> MomentumToHost() const { return m_.ToHost(); }
-  absl::StatusOr<std::vector<float>> VarianceToHost() const { return v_.ToHost(); }
-  absl::StatusOr<std::vector<float>> AccumulatorToHost() const { return acc_.ToHost(); }
+  size_t size() const override { return n_; }
+  const float* params() const override { return p_.data(); }
+  const float* variance() const override { return v_.data(); }
+  absl::StatusOr<std::vector<float>> ParamsToHost() const override { return p_.ToHost(); }
   // The sum of the learning rates since the last sync.
   double lr_sum() const { return lrs_; }
 
-  Exchange& exchange() { return *exchange_; }
-  double exchange_call_seconds() const { return exchange_call_seconds_; }
+  Exchange& exchange() override { return *exchange_; }
+  double exchange_call_seconds() const override { return exchange_call_seconds_; }
+
+  // Checkpoints. Through the variance stage "params", "exp_avg" and "exp_avg_sq", all
+  // shared; after it the variance is still shared, while "params", "exp_avg",
+  // "accumulator" and "anchor" are each worker's own; the scalar "lr_sum". The schedule
+  // is rebuilt from the step.
+  std::vector<StateSpec> CheckpointStates() const override;
+  absl::StatusOr<std::vector<float>> StateToHost(const std::string& name, size_t begin,
+                                                 size_t end) const override;
+  StateScalars CheckpointScalars() const override { return {{"lr_sum", lrs_}}; }
+  absl::Status Restore(int64_t step, int64_t freeze_step, const StateTensors& states,
+                       const StateScalars& scalars) override;
 
  private:
   ZeroOneAdam(const ZeroOneAdamOptions& options, kernels::Backend* backend, Exchange* exchange,
@@ -105,6 +114,11 @@ class ZeroOneAdam {
   // The compressed average of x (the exchange's result, decoded into avg_), or x itself
   // with one worker.
   absl::StatusOr<const float*> CompressedAverage(const float* x);
+  // The state tensor called `name`; null when there is none.
+  kernels::Buffer<float>* FindBuffer(const std::string& name);
+  const kernels::Buffer<float>* FindBuffer(const std::string& name) const {
+    return const_cast<ZeroOneAdam*>(this)->FindBuffer(name);
+  }
 
   ZeroOneAdamOptions options_;
   kernels::Backend* backend_;

@@ -242,11 +242,11 @@ TEST(ZeroOneAdamTest, RejectsBadOptionsAndLateVarFreezeSteps) {
     auto adam = *ZeroOneAdam::Create(o, backend.get(), &t, p.data(), p.size());
     EXPECT_TRUE(adam->Step(g.data()).ok());
     EXPECT_TRUE(adam->Step(g.data()).ok());
-    EXPECT_EQ(adam->SetVarFreezeStep(1).code(), absl::StatusCode::kFailedPrecondition);
-    EXPECT_TRUE(adam->SetVarFreezeStep(2).ok());
+    EXPECT_EQ(adam->SetFreezeStep(1).code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_TRUE(adam->SetFreezeStep(2).ok());
     EXPECT_EQ(adam->stage(), Stage::kCompression);
     EXPECT_TRUE(adam->Step(g.data()).ok());
-    EXPECT_EQ(adam->SetVarFreezeStep(9).code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(adam->SetFreezeStep(9).code(), absl::StatusCode::kFailedPrecondition);
     return absl::OkStatus();
   });
   EXPECT_TRUE(status.ok()) << status;
