@@ -5,8 +5,10 @@
 //   (one command line)
 //
 // W workers run as threads of this process, each with its own CPU backend and its own
-// transport rank (--transport=inproc, or gloo over 127.0.0.1), and call OnebitAdam::Create
-// and Step exactly as a training job does. See tools/replay.h for the file formats.
+// transport rank (--transport=inproc, or gloo over 127.0.0.1), and make the optimizer
+// (1-bit Adam, or 0/1 Adam with --optimizer=zero_one_adam and its --var-freeze-step,
+// --var-update-scaler, --local-step-scaler, --local-step-clipper) and step it exactly as a
+// training job does. See tools/replay.h for the file formats.
 //
 // Exit status: 0 success; 2 the command line is wrong on its face (unknown or malformed
 // flag, missing flag, bad value; checked before any file is opened); 1 anything found
@@ -31,7 +33,8 @@
 // Flag names use '_' (absl requires identifiers); main() rewrites '-' to '_' in flag names
 // first, so the documented spellings --weight-decay and --freeze-step work, and so do
 // --weight_decay and --freeze_step.
-ABSL_FLAG(std::string, optimizer, "onebit_adam", "Optimizer to replay. Only: onebit_adam.");
+ABSL_FLAG(std::string, optimizer, "onebit_adam",
+          "Optimizer to replay: onebit_adam or zero_one_adam.");
 ABSL_FLAG(int, workers, 0, "Number of workers W (required, >= 1).");
 ABSL_FLAG(double, lr, 1e-3, "Learning rate (>= 0; 0 leaves the parameters unchanged).");
 ABSL_FLAG(double, beta1, 0.9, "Momentum coefficient, in [0, 1).");
@@ -41,6 +44,14 @@ ABSL_FLAG(double, weight_decay, 0.0, "Decoupled weight decay (>= 0). Also --weig
 ABSL_FLAG(int64_t, freeze_step, 100000,
           "Last warmup step; later steps compress. 0 compresses from the first step. "
           "Also --freeze-step.");
+ABSL_FLAG(int64_t, var_freeze_step, 100000,
+          "zero_one_adam: the last step of the variance stage (>= 0). Also --var-freeze-step.");
+ABSL_FLAG(int64_t, var_update_scaler, 16,
+          "zero_one_adam: variance updates between doublings of their interval (>= 1).");
+ABSL_FLAG(int64_t, local_step_scaler, 32678,
+          "zero_one_adam: local steps between doublings of the sync interval (>= 1).");
+ABSL_FLAG(int64_t, local_step_clipper, 16,
+          "zero_one_adam: the longest interval between syncs, in steps (>= 1).");
 ABSL_FLAG(std::string, params, "", "Initial parameters: float32 .npy of shape (N,) (required).");
 ABSL_FLAG(std::string, grads, "",
           "Gradients: float32 .npy of shape (T, W, N), [step][worker][element] (required).");
@@ -57,7 +68,8 @@ constexpr int kExitUsage = 2;
 const std::set<std::string>& OwnFlags() {
   static const auto* flags = new std::set<std::string>{
       "optimizer", "workers", "lr",     "beta1", "beta2", "eps",      "weight_decay",
-      "freeze_step", "params", "grads", "out",   "transport"};
+      "freeze_step", "params", "grads", "out",   "transport", "var_freeze_step",
+      "var_update_scaler", "local_step_scaler", "local_step_clipper"};
   return *flags;
 }
 
@@ -128,10 +140,12 @@ bool PrecheckFlags(const std::vector<std::string>& args, const std::vector<std::
 int main(int argc, char** argv) {
   onebit::IgnoreSigpipe();
   absl::SetProgramUsageMessage(
-      "Replays a gradient stream through W in-process workers running 1-bit Adam.\n"
+      "Replays a gradient stream through W in-process workers running 1-bit or 0/1 Adam.\n"
       "  onebit-replay --workers=W --params=P.npy --grads=G.npy --out=OUT.npy "
       "[--lr=1e-3 --beta1=0.9 --beta2=0.999 --eps=1e-8 --weight-decay=0 "
-      "--freeze-step=100000 --transport=inproc|gloo --optimizer=onebit_adam]\n"
+      "--freeze-step=100000 --transport=inproc|gloo --optimizer=onebit_adam|zero_one_adam "
+      "--var-freeze-step=100000 --var-update-scaler=16 --local-step-scaler=32678 "
+      "--local-step-clipper=16]\n"
       "P.npy: float32 (N,); G.npy: float32 (T, W, N); OUT.npy: float32 (N,).\n"
       "Relative paths are taken from $BUILD_WORKING_DIRECTORY (set by bazel run) when set.\n"
       "Exit status: 0 ok, 2 bad command line, 1 bad input file or failed run.");
@@ -164,6 +178,10 @@ int main(int argc, char** argv) {
   config.hyper.eps = static_cast<float>(absl::GetFlag(FLAGS_eps));
   config.hyper.weight_decay = static_cast<float>(absl::GetFlag(FLAGS_weight_decay));
   config.freeze_step = absl::GetFlag(FLAGS_freeze_step);
+  config.var_freeze_step = absl::GetFlag(FLAGS_var_freeze_step);
+  config.zero_one.var_update_scaler = absl::GetFlag(FLAGS_var_update_scaler);
+  config.zero_one.local_step_scaler = absl::GetFlag(FLAGS_local_step_scaler);
+  config.zero_one.local_step_clipper = absl::GetFlag(FLAGS_local_step_clipper);
   config.params_path = onebit::tools::ResolvePath(absl::GetFlag(FLAGS_params), working_dir);
   config.grads_path = onebit::tools::ResolvePath(absl::GetFlag(FLAGS_grads), working_dir);
   config.out_path = onebit::tools::ResolvePath(absl::GetFlag(FLAGS_out), working_dir);
