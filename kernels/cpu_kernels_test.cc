@@ -277,6 +277,68 @@ TEST_P(CpuKernelsTest, ZeroOneSyncPrepareAndApply) {
   }
 }
 
+// 1-bit LAMB's element-wise steps against float64 evaluations of kernels.h's formulas.
+TEST_P(CpuKernelsTest, LambSteps) {
+  AdamHyper h;
+  h.weight_decay = 0.01f;
+  std::vector<float> g = Normal(n_, 50), m = Normal(n_, 51, 0.1f), v = Normal(n_, 52, 0.1f);
+  std::vector<float> p = Normal(n_, 53), u(n_), m_last = Normal(n_, 54, 0.1f);
+  std::vector<float> v_fresh = Normal(n_, 55, 0.1f);
+  for (float& x : v) x = x * x;
+  for (float& x : v_fresh) x = x * x;
+  std::vector<double> m_ref(n_), v_ref(n_);
+  for (size_t i = 0; i < n_; ++i) {
+    const double gi = double{g[i]} * 0.5;
+    m_ref[i] = double{h.beta1} * m[i] + (1 - double{h.beta1}) * gi;
+    v_ref[i] = double{h.beta2} * v[i] + (1 - double{h.beta2}) * gi * gi;
+  }
+  ASSERT_TRUE(backend_->AdamMomentsUpdate(h, g.data(), 0.5f, m.data(), v.data(), n_).ok());
+  ExpectNear(m, m_ref, 1e-6, 1.0, "moments m");
+  ExpectNear(v, v_ref, 1e-6, 1.0, "moments v");
+
+  std::vector<double> u_ref(n_);
+  for (size_t i = 0; i < n_; ++i) {
+    u_ref[i] = m[i] / (std::sqrt(double{v[i]}) + h.eps) + double{h.weight_decay} * p[i];
+  }
+  ASSERT_TRUE(backend_->AdamDirectionInto(h, m.data(), v.data(), p.data(), u.data(), n_).ok());
+  ExpectNear(u, u_ref, 1e-6, 1.0, "direction");
+
+  std::vector<double> y_ref(n_);
+  for (size_t i = 0; i < n_; ++i) y_ref[i] = -0.3 * u[i] + p[i];
+  ASSERT_TRUE(backend_->Axpy(-0.3f, u.data(), p.data(), n_).ok());
+  ExpectNear(p, y_ref, 1e-6, 1.0, "axpy");
+  for (size_t i = 0; i < n_; ++i) y_ref[i] = double{p[i]} * 1.75;
+  ASSERT_TRUE(backend_->Scale(1.75f, p.data(), n_).ok());
+  ExpectNear(p, y_ref, 1e-7, 0.0, "scale");
+}
+
+TEST_P(CpuKernelsTest, FreshVarianceAndMaxDenomRatio) {
+  const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
+  std::vector<float> m = Normal(n_, 60, 0.1f), m_last = Normal(n_, 61, 0.1f);
+  std::vector<float> v = Normal(n_, 62, 0.1f), v_fresh = Normal(n_, 63, 0.1f);
+  for (float& x : v) x = x * x;
+  for (float& x : v_fresh) x = x * x;
+  std::vector<double> vf_ref(n_);
+  for (size_t i = 0; i < n_; ++i) {
+    const double g = (double{m[i]} - double{b1} * m_last[i]) / (1 - double{b1});
+    vf_ref[i] = double{b2} * v_fresh[i] + (1 - double{b2}) * g * g;
+  }
+  ASSERT_TRUE(backend_->FreshVarianceUpdate(b1, b2, m.data(), m_last.data(), v_fresh.data(), n_).ok());
+  ExpectNear(v_fresh, vf_ref, 1e-5, 1e-3, "fresh variance");
+  double want = 0;
+  for (size_t i = 0; i < n_; ++i) {
+    want = std::max(want, (std::sqrt(double{v[i]}) + eps) / (std::sqrt(double{v_fresh[i]}) + eps));
+  }
+  float got = -1;
+  ASSERT_TRUE(backend_->MaxDenomRatio(eps, v.data(), v_fresh.data(), n_, &got).ok());
+  EXPECT_NEAR(got, want, 1e-6 * want);
+  if (n_ > 0) {  // a NaN anywhere makes the result a NaN
+    v[n_ / 2] = -1.0f;
+    ASSERT_TRUE(backend_->MaxDenomRatio(eps, v.data(), v_fresh.data(), n_, &got).ok());
+    EXPECT_TRUE(std::isnan(got));
+  }
+}
+
 TEST_P(CpuKernelsTest, DecompressFrozenAdamUpdate) {
   for (bool masked : {false, true}) {
     const size_t num_chunks = 3;

@@ -27,6 +27,7 @@
 //   0/1 Adam   local: m = fma(b1, m, (1-b1)*g); p = fma(-lr, u, p); acc = fma(-lr, u, acc)
 //              sync:  acc = acc * (sqrt(v) + eps); after the exchange
 //                     m = (-avg) / lrs (* mask); p = anchor + avg / (sqrt(v) + eps); anchor = p
+//   LAMB       the Backend methods' own lines below (AdamMomentsUpdate ... MaxDenomRatio)
 //   average    out = (sum over rows in order, from 0.0f) * (1.0f / num_rows)
 //   wire rows  out = sum over rows in order, from 0.0f, of from_wire(row) (wire_dtype.h)
 //
@@ -169,6 +170,29 @@ class Backend {
   virtual absl::Status ZeroOneSyncApply(float eps, float lrs, const float* v, const float* mask,
                                         const float* avg, float* m, float* anchor, float* p,
                                         size_t n) = 0;
+
+  // 1-BIT LAMB (ALGORITHM.md, "1-bit LAMB"; worker/optim/onebit_lamb.h) and other small
+  // element-wise steps. The per-tensor norms it needs come from SumSquares.
+  //
+  // AdamWarmupUpdate's moments without the update: g' = g * grad_scale;
+  // m = fma(b1, m, (1-b1)*g'); v = fma(b2, v, ((1-b2)*g')*g').
+  virtual absl::Status AdamMomentsUpdate(const AdamHyper& h, const float* g, float grad_scale,
+                                         float* m, float* v, size_t n) = 0;
+  // u = m / (sqrt(v) + eps); then u = fma(wd, p, u) if h.weight_decay > 0.
+  virtual absl::Status AdamDirectionInto(const AdamHyper& h, const float* m, const float* v,
+                                         const float* p, float* u, size_t n) = 0;
+  // y = fma(a, x, y).
+  virtual absl::Status Axpy(float a, const float* x, float* y, size_t n) = 0;
+  // x = x * a.
+  virtual absl::Status Scale(float a, float* x, size_t n) = 0;
+  // The fresh variance from the gradient the momentum implies:
+  // g = fma(-b1, m_last, m) / (1 - b1); v_fresh = fma(b2, v_fresh, ((1-b2)*g)*g).
+  virtual absl::Status FreshVarianceUpdate(float beta1, float beta2, const float* m,
+                                           const float* m_last, float* v_fresh, size_t n) = 0;
+  // The largest (sqrt(v[i]) + eps) / (sqrt(v_fresh[i]) + eps) over i (a NaN if any ratio
+  // is one; 0 when n == 0), written to *host_result.
+  virtual absl::Status MaxDenomRatio(float eps, const float* v, const float* v_fresh, size_t n,
+                                     float* host_result) = 0;
 };
 
 // The CPU backend. With allow_simd, uses AVX2+FMA when the CPU has them (checked at run
