@@ -258,6 +258,13 @@ class CpuBackend : public Backend {
     return absl::OkStatus();
   }
 
+  absl::Status ApplyMask(const float* mask, float* x, size_t n) override {
+    ForEachPiece(n, [&](size_t i0, size_t count) {
+      for (size_t i = i0; i < i0 + count; ++i) x[i] = x[i] * mask[i];
+    });
+    return absl::OkStatus();
+  }
+
   absl::Status FreshVarianceUpdate(float beta1, float beta2, const float* m, const float* m_last,
                                    float* v_fresh, size_t n) override {
     const float one_minus_b1 = 1.0f - beta1, one_minus_b2 = 1.0f - beta2;

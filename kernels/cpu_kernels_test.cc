@@ -310,6 +310,13 @@ TEST_P(CpuKernelsTest, LambSteps) {
   for (size_t i = 0; i < n_; ++i) y_ref[i] = double{p[i]} * 1.75;
   ASSERT_TRUE(backend_->Scale(1.75f, p.data(), n_).ok());
   ExpectNear(p, y_ref, 1e-7, 0.0, "scale");
+  std::vector<float> mask(n_);
+  for (size_t i = 0; i < n_; ++i) {
+    mask[i] = i % 3 == 0 ? 0.0f : 1.0f;
+    y_ref[i] = double{p[i]} * mask[i];
+  }
+  ASSERT_TRUE(backend_->ApplyMask(mask.data(), p.data(), n_).ok());
+  ExpectNear(p, y_ref, 0.0, 0.0, "mask");
 }
 
 TEST_P(CpuKernelsTest, FreshVarianceAndMaxDenomRatio) {

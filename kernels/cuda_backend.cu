@@ -518,6 +518,14 @@ __global__ void ScaleKernel(float alpha, float* x, size_t n) {
   }
 }
 
+__global__ void ApplyMaskKernel(const float* mask, float* x, size_t n) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    x[i] = __fmul_rn(x[i], mask[i]);
+  }
+}
+
 __global__ void FreshVarianceKernel(float beta1, float one_minus_beta1, float beta2,
                                     float one_minus_beta2, const float* m, const float* m_last,
                                     float* v_fresh, size_t n) {
@@ -824,6 +832,14 @@ class CudaBackend final : public Backend {
     if (n == 0) return absl::OkStatus();
     ONEBIT_RETURN_IF_ERROR(Activate());
     ScaleKernel<<<Blocks(n), kThreads, 0, stream_>>>(a, x, n);
+    ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
+    return absl::OkStatus();
+  }
+
+  absl::Status ApplyMask(const float* mask, float* x, size_t n) override {
+    if (n == 0) return absl::OkStatus();
+    ONEBIT_RETURN_IF_ERROR(Activate());
+    ApplyMaskKernel<<<Blocks(n), kThreads, 0, stream_>>>(mask, x, n);
     ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
     return absl::OkStatus();
   }

@@ -620,6 +620,12 @@ TEST_F(CudaBackendTest, LambKernelsMatchCpu) {
     ASSERT_OK(cuda()->Scale(3.7f, p_dev.data(), n));
     ASSERT_OK(cpu()->Scale(3.7f, p.data(), n));
     EXPECT_TRUE(FloatsBitEqual(p_dev.Read(), p));
+    const std::vector<float> mask = RandomMask(rng_, n);
+    DeviceArray<float> mask_dev(cuda(), mask);
+    ASSERT_OK(mask_dev.status());
+    ASSERT_OK(cuda()->ApplyMask(mask_dev.data(), p_dev.data(), n));
+    ASSERT_OK(cpu()->ApplyMask(mask.data(), p.data(), n));
+    EXPECT_TRUE(FloatsBitEqual(p_dev.Read(), p));
     ASSERT_OK(cuda()->FreshVarianceUpdate(0.9f, 0.999f, m_dev.data(), m_last_dev.data(),
                                           v_fresh_dev.data(), n));
     ASSERT_OK(cpu()->FreshVarianceUpdate(0.9f, 0.999f, m.data(), m_last.data(), v_fresh.data(), n));

@@ -185,6 +185,8 @@ class Backend {
   virtual absl::Status Axpy(float a, const float* x, float* y, size_t n) = 0;
   // x = x * a.
   virtual absl::Status Scale(float a, float* x, size_t n) = 0;
+  // x = x * mask (element-wise; a momentum mask of 0s and 1s).
+  virtual absl::Status ApplyMask(const float* mask, float* x, size_t n) = 0;
   // The fresh variance from the gradient the momentum implies:
   // g = fma(-b1, m_last, m) / (1 - b1); v_fresh = fma(b2, v_fresh, ((1-b2)*g)*g).
   virtual absl::Status FreshVarianceUpdate(float beta1, float beta2, const float* m,

@@ -155,6 +155,7 @@ absl::Status Trainer::Init(Exchange* exchange, Transport* transport) {
   ONEBIT_RETURN_IF_ERROR(workload_->InitParameters(initial.data(), options_.init_seed));
   OptimizerSpec spec = options_.optimizer;
   spec.freeze_step = kNeverFreeze;  // until a lease schedules the switch
+  if (spec.group_offsets.empty()) spec.group_offsets = workload_->parameter_groups();
   if (exchange == nullptr) {
     ONEBIT_ASSIGN_OR_RETURN(owned_exchange_, PeerExchange::Create(backend_, transport, n));
     exchange = owned_exchange_.get();

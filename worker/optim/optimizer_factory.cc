@@ -33,8 +33,19 @@ absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const OptimizerSpec& 
                             ZeroOneAdam::Create(o, backend, exchange, initial_params, n));
     return std::unique_ptr<Optimizer>(std::move(adam));
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown optimizer type \"", spec.type, "\" (OneBitAdam, Adam, ZeroOneAdam)"));
+  if (spec.type == "OneBitLamb") {
+    OnebitLambOptions o;
+    o.hyper = spec.hyper;
+    o.freeze_step = spec.freeze_step;
+    o.coeffs = spec.lamb;
+    o.group_offsets = spec.group_offsets;
+    o.momentum_mask = spec.momentum_mask;
+    ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<OnebitLamb> lamb,
+                            OnebitLamb::Create(o, backend, exchange, initial_params, n));
+    return std::unique_ptr<Optimizer>(std::move(lamb));
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown optimizer type \"", spec.type, "\" (OneBitAdam, Adam, ZeroOneAdam, OneBitLamb)"));
 }
 
 }  // namespace onebit

@@ -11,19 +11,24 @@
 #include "absl/status/statusor.h"
 #include "kernels/kernels.h"
 #include "worker/exchange/exchange.h"
+#include "worker/optim/onebit_lamb.h"
 #include "worker/optim/optimizer.h"
 #include "worker/optim/zero_one_schedule.h"
 
 namespace onebit {
 
 struct OptimizerSpec {
-  // "OneBitAdam", "Adam" (OnebitAdam that never freezes: full precision throughout) or
-  // "ZeroOneAdam".
+  // "OneBitAdam", "Adam" (OnebitAdam that never freezes: full precision throughout),
+  // "ZeroOneAdam" or "OneBitLamb".
   std::string type = "OneBitAdam";
   kernels::AdamHyper hyper;
   // The last warmup step: freeze_step, or ZeroOneAdam's var_freeze_step. Ignored by "Adam".
   int64_t freeze_step = 100000;
   ZeroOneScheduleParams zero_one;  // ZeroOneAdam
+  LambCoeffs lamb;                 // OneBitLamb
+  // OneBitLamb's parameter groups (the model's tensors): boundaries {0, ..., n}; empty:
+  // one group.
+  std::vector<size_t> group_offsets;
   // Optional {0,1} momentum mask of n elements (host memory).
   std::vector<float> momentum_mask;
 };
