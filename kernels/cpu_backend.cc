@@ -265,6 +265,15 @@ class CpuBackend : public Backend {
     return absl::OkStatus();
   }
 
+  absl::Status MarkNonzero(const float* g, float* seen, size_t n) override {
+    ForEachPiece(n, [&](size_t i0, size_t count) {
+      for (size_t i = i0; i < i0 + count; ++i) {
+        if (g[i] != 0.0f || std::isnan(g[i])) seen[i] = 1.0f;
+      }
+    });
+    return absl::OkStatus();
+  }
+
   absl::Status FreshVarianceUpdate(float beta1, float beta2, const float* m, const float* m_last,
                                    float* v_fresh, size_t n) override {
     const float one_minus_b1 = 1.0f - beta1, one_minus_b2 = 1.0f - beta2;

@@ -317,6 +317,15 @@ TEST_P(CpuKernelsTest, LambSteps) {
   }
   ASSERT_TRUE(backend_->ApplyMask(mask.data(), p.data(), n_).ok());
   ExpectNear(p, y_ref, 0.0, 0.0, "mask");
+  // MarkNonzero over two gradients: zero in both only where i % 4 == 0; -0 counts as zero.
+  std::vector<float> seen(n_, 0.0f), g1(n_), g2(n_);
+  for (size_t i = 0; i < n_; ++i) {
+    g1[i] = i % 2 == 0 ? (i % 8 == 0 ? -0.0f : 0.0f) : 1.5f;
+    g2[i] = i % 4 == 2 ? -2.0f : 0.0f;
+  }
+  ASSERT_TRUE(backend_->MarkNonzero(g1.data(), seen.data(), n_).ok());
+  ASSERT_TRUE(backend_->MarkNonzero(g2.data(), seen.data(), n_).ok());
+  for (size_t i = 0; i < n_; ++i) ASSERT_EQ(seen[i], i % 4 == 0 ? 0.0f : 1.0f) << i;
 }
 
 TEST_P(CpuKernelsTest, FreshVarianceAndMaxDenomRatio) {

@@ -526,6 +526,15 @@ __global__ void ApplyMaskKernel(const float* mask, float* x, size_t n) {
   }
 }
 
+__global__ void MarkNonzeroKernel(const float* g, float* seen, size_t n) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    const float gi = g[i];
+    if (gi != 0.0f || isnan(gi)) seen[i] = 1.0f;
+  }
+}
+
 __global__ void FreshVarianceKernel(float beta1, float one_minus_beta1, float beta2,
                                     float one_minus_beta2, const float* m, const float* m_last,
                                     float* v_fresh, size_t n) {
@@ -840,6 +849,14 @@ class CudaBackend final : public Backend {
     if (n == 0) return absl::OkStatus();
     ONEBIT_RETURN_IF_ERROR(Activate());
     ApplyMaskKernel<<<Blocks(n), kThreads, 0, stream_>>>(mask, x, n);
+    ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
+    return absl::OkStatus();
+  }
+
+  absl::Status MarkNonzero(const float* g, float* seen, size_t n) override {
+    if (n == 0) return absl::OkStatus();
+    ONEBIT_RETURN_IF_ERROR(Activate());
+    MarkNonzeroKernel<<<Blocks(n), kThreads, 0, stream_>>>(g, seen, n);
     ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
     return absl::OkStatus();
   }

@@ -626,6 +626,13 @@ TEST_F(CudaBackendTest, LambKernelsMatchCpu) {
     ASSERT_OK(cuda()->ApplyMask(mask_dev.data(), p_dev.data(), n));
     ASSERT_OK(cpu()->ApplyMask(mask.data(), p.data(), n));
     EXPECT_TRUE(FloatsBitEqual(p_dev.Read(), p));
+    // The masked parameters are exact zeros now: MarkNonzero leaves their flags alone.
+    std::vector<float> seen(n, 0.0f);
+    DeviceArray<float> seen_dev(cuda(), seen);
+    ASSERT_OK(seen_dev.status());
+    ASSERT_OK(cuda()->MarkNonzero(p_dev.data(), seen_dev.data(), n));
+    ASSERT_OK(cpu()->MarkNonzero(p.data(), seen.data(), n));
+    EXPECT_TRUE(FloatsBitEqual(seen_dev.Read(), seen));
     ASSERT_OK(cuda()->FreshVarianceUpdate(0.9f, 0.999f, m_dev.data(), m_last_dev.data(),
                                           v_fresh_dev.data(), n));
     ASSERT_OK(cpu()->FreshVarianceUpdate(0.9f, 0.999f, m.data(), m_last.data(), v_fresh.data(), n));

@@ -187,6 +187,9 @@ class Backend {
   virtual absl::Status Scale(float a, float* x, size_t n) = 0;
   // x = x * mask (element-wise; a momentum mask of 0s and 1s).
   virtual absl::Status ApplyMask(const float* mask, float* x, size_t n) = 0;
+  // seen[i] = 1 where g[i] != 0 (a NaN counts), else unchanged: which gradients were ever
+  // non-zero (the automatic momentum mask).
+  virtual absl::Status MarkNonzero(const float* g, float* seen, size_t n) = 0;
   // The fresh variance from the gradient the momentum implies:
   // g = fma(-b1, m_last, m) / (1 - b1); v_fresh = fma(b2, v_fresh, ((1-b2)*g)*g).
   virtual absl::Status FreshVarianceUpdate(float beta1, float beta2, const float* m,

@@ -55,10 +55,8 @@ absl::Status OnebitAdam::Init(const float* initial_params) {
   ONEBIT_ASSIGN_OR_RETURN(p_, Buffer<float>::FromHost(backend_, initial_params, n_));
   ONEBIT_ASSIGN_OR_RETURN(m_, Buffer<float>::Create(backend_, n_));
   ONEBIT_ASSIGN_OR_RETURN(v_, Buffer<float>::Create(backend_, n_));
-  if (!options_.momentum_mask.empty()) {
-    ONEBIT_ASSIGN_OR_RETURN(
-        mask_, Buffer<float>::FromHost(backend_, options_.momentum_mask.data(), n_));
-  }
+  ONEBIT_ASSIGN_OR_RETURN(mask_, MomentumMask::Create(backend_, options_.momentum_mask,
+                                                    options_.auto_mask_zero_gradients, n_));
   return absl::OkStatus();
 }
 
@@ -89,6 +87,7 @@ absl::Status OnebitAdam::Step(const float* grad) {
 absl::Status OnebitAdam::WarmupStep(const float* grad) {
   const int w = exchange_->world_size();
   if (w == 1) {
+    ONEBIT_RETURN_IF_ERROR(mask_.Observe(grad));
     return backend_->AdamWarmupUpdate(options_.hyper, grad, 1.0f, m_.data(), v_.data(),
                                       p_.data(), n_);
   }
@@ -98,13 +97,15 @@ absl::Status OnebitAdam::WarmupStep(const float* grad) {
     ScopedStepTime time(exchange_->step_clock(), &exchange_call_seconds_);
     ONEBIT_ASSIGN_OR_RETURN(sum, exchange_->SumGradients(step_ + 1, grad));
   }
+  ONEBIT_RETURN_IF_ERROR(mask_.Observe(sum));
   return backend_->AdamWarmupUpdate(options_.hyper, sum, 1.0f / static_cast<float>(w),
                                     m_.data(), v_.data(), p_.data(), n_);
 }
 
 absl::Status OnebitAdam::CompressionStep(const float* grad) {
   const kernels::AdamHyper& h = options_.hyper;
-  const float* mask = mask_.size() ? mask_.data() : nullptr;
+  ONEBIT_RETURN_IF_ERROR(mask_.Fix());  // the first compression step: the automatic mask
+  const float* mask = mask_.data();
   if (exchange_->world_size() == 1) {  // one worker: nothing to exchange
     ONEBIT_RETURN_IF_ERROR(backend_->MomentumUpdate(h.beta1, grad, m_.data(), n_));
     return backend_->FrozenAdamUpdate(h, v_.data(), mask, m_.data(), p_.data(), n_);
@@ -128,7 +129,15 @@ absl::StatusOr<std::vector<float>> OnebitAdam::MomentumToHost() const { return m
 absl::StatusOr<std::vector<float>> OnebitAdam::VarianceToHost() const { return v_.ToHost(); }
 
 std::vector<StateSpec> OnebitAdam::CheckpointStates() const {
-  return {{"params", true}, {"exp_avg", true}, {"exp_avg_sq", true}};
+  std::vector<StateSpec> states = {{"params", true}, {"exp_avg", true}, {"exp_avg_sq", true}};
+  mask_.AddCheckpointStates(&states);
+  return states;
+}
+
+StateScalars OnebitAdam::CheckpointScalars() const {
+  StateScalars scalars;
+  mask_.AddCheckpointScalars(&scalars);
+  return scalars;
 }
 
 absl::StatusOr<std::vector<float>> OnebitAdam::StateToHost(const std::string& name, size_t begin,
@@ -137,16 +146,17 @@ absl::StatusOr<std::vector<float>> OnebitAdam::StateToHost(const std::string& na
                                     : name == "exp_avg"    ? &m_
                                     : name == "exp_avg_sq" ? &v_
                                                            : nullptr;
-  if (b == nullptr) return absl::NotFoundError(absl::StrCat("OnebitAdam has no state ", name));
+  if (b == nullptr) return mask_.StateToHost(name, begin, end);
   return b->SliceToHost(begin, end);
 }
 
 absl::Status OnebitAdam::Restore(int64_t step, int64_t freeze_step, const StateTensors& states,
-                                 const StateScalars& /*scalars*/) {
+                                 const StateScalars& scalars) {
   if (step < 0) return absl::InvalidArgumentError(absl::StrCat("step must be >= 0, got ", step));
   ONEBIT_ASSIGN_OR_RETURN(const std::vector<float>* params, FindState(states, "params", n_));
   ONEBIT_ASSIGN_OR_RETURN(const std::vector<float>* momentum, FindState(states, "exp_avg", n_));
   ONEBIT_ASSIGN_OR_RETURN(const std::vector<float>* variance, FindState(states, "exp_avg_sq", n_));
+  ONEBIT_RETURN_IF_ERROR(mask_.Restore(states, scalars));
   ONEBIT_RETURN_IF_ERROR(p_.CopyFromHost(params->data(), n_));
   ONEBIT_RETURN_IF_ERROR(m_.CopyFromHost(momentum->data(), n_));
   ONEBIT_RETURN_IF_ERROR(v_.CopyFromHost(variance->data(), n_));

@@ -21,6 +21,7 @@
 #include "kernels/buffer.h"
 #include "kernels/kernels.h"
 #include "worker/exchange/exchange.h"
+#include "worker/optim/momentum_mask.h"
 #include "worker/optim/optimizer.h"
 #include "worker/transport/transport.h"
 
@@ -34,6 +35,9 @@ struct OnebitAdamOptions {
   // Optional {0,1} momentum mask of n elements (host memory), applied after every
   // compressed exchange. Empty means no mask.
   std::vector<float> momentum_mask;
+  // Also mask the parameters whose exactly averaged gradient stays exactly zero through
+  // warmup (momentum_mask.h).
+  bool auto_mask_zero_gradients = false;
 };
 
 class OnebitAdam : public Optimizer {
@@ -80,9 +84,11 @@ class OnebitAdam : public Optimizer {
   std::vector<StateSpec> CheckpointStates() const override;
   absl::StatusOr<std::vector<float>> StateToHost(const std::string& name, size_t begin,
                                                  size_t end) const override;
+  StateScalars CheckpointScalars() const override;
   absl::Status Restore(int64_t step, int64_t freeze_step, const StateTensors& states,
                        const StateScalars& scalars) override;
 
+  int64_t masked_elements() const override { return mask_.masked(); }
   Exchange& exchange() override { return *exchange_; }
 
   // Seconds Step() has spent inside the exchange's SumGradients/AverageMomentum so far,
@@ -103,7 +109,7 @@ class OnebitAdam : public Optimizer {
   size_t n_;
   int64_t step_ = 0;
   kernels::Buffer<float> p_, m_, v_;
-  kernels::Buffer<float> mask_;      // empty when no mask was given
+  MomentumMask mask_;
   double exchange_call_seconds_ = 0.0;
 };
 

@@ -100,10 +100,8 @@ absl::Status OnebitLamb::Init(const float* initial_params) {
   for (Buffer<float>* b : {&m_, &v_, &v_fresh_, &m_last_, &u_}) {
     ONEBIT_ASSIGN_OR_RETURN(*b, Buffer<float>::Create(backend_, n_));
   }
-  if (!options_.momentum_mask.empty()) {
-    ONEBIT_ASSIGN_OR_RETURN(
-        mask_, Buffer<float>::FromHost(backend_, options_.momentum_mask.data(), n_));
-  }
+  ONEBIT_ASSIGN_OR_RETURN(mask_, MomentumMask::Create(backend_, options_.momentum_mask,
+                                                    options_.auto_mask_zero_gradients, n_));
   return absl::OkStatus();
 }
 
@@ -151,6 +149,7 @@ absl::Status OnebitLamb::WarmupStep(const float* grad) {
     ScopedStepTime time(exchange_->step_clock(), &exchange_call_seconds_);
     ONEBIT_ASSIGN_OR_RETURN(g, exchange_->SumGradients(step_ + 1, grad));
   }
+  ONEBIT_RETURN_IF_ERROR(mask_.Observe(g));
   ONEBIT_RETURN_IF_ERROR(backend_->AdamMomentsUpdate(h, g, 1.0f / static_cast<float>(w),
                                                      m_.data(), v_.data(), n_));
   ONEBIT_RETURN_IF_ERROR(backend_->AdamDirectionInto(h, m_.data(), v_.data(), p_.data(),
@@ -172,6 +171,7 @@ absl::Status OnebitLamb::WarmupStep(const float* grad) {
 }
 
 absl::Status OnebitLamb::Switch() {
+  ONEBIT_RETURN_IF_ERROR(mask_.Fix());
   ONEBIT_RETURN_IF_ERROR(backend_->Copy(v_fresh_.data(), v_.data(), n_ * sizeof(float)));
   std::vector<double> rms(groups_.size());
   double total = 0.0;
@@ -215,7 +215,9 @@ absl::Status OnebitLamb::CompressionStep(const float* grad) {
                                              m_.data() + groups_[k].begin, groups_[k].size()));
     }
   }
-  if (mask_.size()) ONEBIT_RETURN_IF_ERROR(backend_->ApplyMask(mask_.data(), m_.data(), n_));
+  if (mask_.data() != nullptr) {
+    ONEBIT_RETURN_IF_ERROR(backend_->ApplyMask(mask_.data(), m_.data(), n_));
+  }
   ONEBIT_RETURN_IF_ERROR(backend_->FreshVarianceUpdate(h.beta1, h.beta2, m_.data(),
                                                        m_last_.data(), v_fresh_.data(), n_));
   // u_pre = m/(sqrt(v)+eps) first, for its norms; the weight decay goes in after.
@@ -250,7 +252,10 @@ absl::Status OnebitLamb::CompressionStep(const float* grad) {
 }
 
 std::vector<StateSpec> OnebitLamb::CheckpointStates() const {
-  return {{"params", true}, {"exp_avg", true}, {"exp_avg_sq", true}, {"exp_avg_sq_fresh", true}};
+  std::vector<StateSpec> states = {
+      {"params", true}, {"exp_avg", true}, {"exp_avg_sq", true}, {"exp_avg_sq_fresh", true}};
+  mask_.AddCheckpointStates(&states);
+  return states;
 }
 
 kernels::Buffer<float>* OnebitLamb::FindBuffer(const std::string& name) {
@@ -264,12 +269,13 @@ kernels::Buffer<float>* OnebitLamb::FindBuffer(const std::string& name) {
 absl::StatusOr<std::vector<float>> OnebitLamb::StateToHost(const std::string& name, size_t begin,
                                                            size_t end) const {
   const kernels::Buffer<float>* b = FindBuffer(name);
-  if (b == nullptr) return absl::NotFoundError(absl::StrCat("OnebitLamb has no state ", name));
+  if (b == nullptr) return mask_.StateToHost(name, begin, end);
   return b->SliceToHost(begin, end);
 }
 
 StateScalars OnebitLamb::CheckpointScalars() const {
   StateScalars s;
+  mask_.AddCheckpointScalars(&s);
   s["switched"] = switched_ ? 1.0 : 0.0;
   for (size_t k = 0; k < groups_.size(); ++k) {
     s[GroupKey("coeff_freeze", k)] = coeff_freeze_[k];
@@ -290,6 +296,7 @@ absl::Status OnebitLamb::Restore(int64_t step, int64_t freeze_step, const StateT
   // Everything is checked before anything changes.
   std::vector<std::pair<kernels::Buffer<float>*, const std::vector<float>*>> copies;
   for (const StateSpec& spec : CheckpointStates()) {
+    if (FindBuffer(spec.name) == nullptr) continue;  // the mask's, below
     ONEBIT_ASSIGN_OR_RETURN(const std::vector<float>* values, FindState(states, spec.name, n_));
     copies.emplace_back(FindBuffer(spec.name), values);
   }
@@ -304,6 +311,7 @@ absl::Status OnebitLamb::Restore(int64_t step, int64_t freeze_step, const StateT
     return absl::InvalidArgumentError(absl::StrCat(
         "the checkpoint has more parameter groups than this model's ", groups_.size()));
   }
+  ONEBIT_RETURN_IF_ERROR(mask_.Restore(states, scalars));
   for (auto& [buffer, values] : copies) {
     ONEBIT_RETURN_IF_ERROR(buffer->CopyFromHost(values->data(), n_));
   }

@@ -43,6 +43,7 @@
 #include "kernels/buffer.h"
 #include "kernels/kernels.h"
 #include "worker/exchange/exchange.h"
+#include "worker/optim/momentum_mask.h"
 #include "worker/optim/optimizer.h"
 
 namespace onebit {
@@ -68,6 +69,9 @@ struct OnebitLambOptions {
   std::vector<size_t> group_offsets;
   // Optional {0,1} momentum mask of n elements (host memory). Empty: no mask.
   std::vector<float> momentum_mask;
+  // Also mask the parameters whose exactly averaged gradient stays exactly zero through
+  // warmup (momentum_mask.h).
+  bool auto_mask_zero_gradients = false;
 };
 
 class OnebitLamb : public Optimizer {
@@ -90,6 +94,7 @@ class OnebitLamb : public Optimizer {
   const float* params() const override { return p_.data(); }
   const float* variance() const override { return v_.data(); }
   absl::StatusOr<std::vector<float>> ParamsToHost() const override { return p_.ToHost(); }
+  int64_t masked_elements() const override { return mask_.masked(); }
   Exchange& exchange() override { return *exchange_; }
   double exchange_call_seconds() const override { return exchange_call_seconds_; }
 
@@ -136,7 +141,7 @@ class OnebitLamb : public Optimizer {
   bool switched_ = false;
   std::vector<double> coeff_freeze_, scaling_, last_factor_;
   kernels::Buffer<float> p_, m_, v_, v_fresh_, m_last_, u_;
-  kernels::Buffer<float> mask_;  // empty without a mask
+  MomentumMask mask_;
   double exchange_call_seconds_ = 0.0;
 };
 

@@ -66,6 +66,9 @@ class Optimizer {
   virtual const float* variance() const = 0;
   virtual absl::StatusOr<std::vector<float>> ParamsToHost() const = 0;
 
+  // Elements the momentum mask zeroes now (momentum_mask.h; 0 without one).
+  virtual int64_t masked_elements() const { return 0; }
+
   virtual Exchange& exchange() = 0;
   // Seconds Step() has spent inside the exchange's calls so far (its step_clock()).
   virtual double exchange_call_seconds() const = 0;

@@ -19,6 +19,7 @@ absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const OptimizerSpec& 
     o.freeze_step =
         spec.type == "Adam" ? std::numeric_limits<int64_t>::max() : spec.freeze_step;
     o.momentum_mask = spec.momentum_mask;
+    o.auto_mask_zero_gradients = spec.auto_mask_zero_gradients;
     ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<OnebitAdam> adam,
                             OnebitAdam::Create(o, backend, exchange, initial_params, n));
     return std::unique_ptr<Optimizer>(std::move(adam));
@@ -29,6 +30,7 @@ absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const OptimizerSpec& 
     o.var_freeze_step = spec.freeze_step;
     o.schedule = spec.zero_one;
     o.momentum_mask = spec.momentum_mask;
+    o.auto_mask_zero_gradients = spec.auto_mask_zero_gradients;
     ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<ZeroOneAdam> adam,
                             ZeroOneAdam::Create(o, backend, exchange, initial_params, n));
     return std::unique_ptr<Optimizer>(std::move(adam));
@@ -40,6 +42,7 @@ absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const OptimizerSpec& 
     o.coeffs = spec.lamb;
     o.group_offsets = spec.group_offsets;
     o.momentum_mask = spec.momentum_mask;
+    o.auto_mask_zero_gradients = spec.auto_mask_zero_gradients;
     ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<OnebitLamb> lamb,
                             OnebitLamb::Create(o, backend, exchange, initial_params, n));
     return std::unique_ptr<Optimizer>(std::move(lamb));

@@ -31,6 +31,8 @@ struct OptimizerSpec {
   std::vector<size_t> group_offsets;
   // Optional {0,1} momentum mask of n elements (host memory).
   std::vector<float> momentum_mask;
+  // Also mask what stays exactly zero through warmup (momentum_mask.h).
+  bool auto_mask_zero_gradients = false;
 };
 
 // INVALID_ARGUMENT for an unknown type or bad options. The exchange is borrowed.

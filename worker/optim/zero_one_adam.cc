@@ -59,10 +59,8 @@ absl::Status ZeroOneAdam::Init(const float* initial_params) {
   ONEBIT_ASSIGN_OR_RETURN(acc_, Buffer<float>::Create(backend_, n_));
   ONEBIT_ASSIGN_OR_RETURN(avg_, Buffer<float>::Create(backend_, n_));
   ONEBIT_ASSIGN_OR_RETURN(anchor_, Buffer<float>::Create(backend_, n_));
-  if (!options_.momentum_mask.empty()) {
-    ONEBIT_ASSIGN_OR_RETURN(
-        mask_, Buffer<float>::FromHost(backend_, options_.momentum_mask.data(), n_));
-  }
+  ONEBIT_ASSIGN_OR_RETURN(mask_, MomentumMask::Create(backend_, options_.momentum_mask,
+                                                    options_.auto_mask_zero_gradients, n_));
   return absl::OkStatus();
 }
 
@@ -92,6 +90,7 @@ absl::Status ZeroOneAdam::Step(const float* grad) {
     // Once, before the first local step: the errors held the gradients' compression error.
     ONEBIT_RETURN_IF_ERROR(exchange_->ResetErrors(t));
     errors_reset_ = true;
+    ONEBIT_RETURN_IF_ERROR(mask_.Fix());
     // The parameters every worker shares until the first sync.
     ONEBIT_RETURN_IF_ERROR(backend_->Copy(anchor_.data(), p_.data(), n_ * sizeof(float)));
   }
@@ -119,6 +118,7 @@ absl::Status ZeroOneAdam::VarianceUpdate(const float* grad) {
     ScopedStepTime time(exchange_->step_clock(), &exchange_call_seconds_);
     ONEBIT_ASSIGN_OR_RETURN(sum, exchange_->SumGradients(step_ + 1, grad));
   }
+  ONEBIT_RETURN_IF_ERROR(mask_.Observe(sum));  // the exactly averaged steps only
   return backend_->AdamWarmupUpdate(options_.hyper, sum, 1.0f / static_cast<float>(w),
                                     m_.data(), v_.data(), p_.data(), n_);
 }
@@ -126,7 +126,7 @@ absl::Status ZeroOneAdam::VarianceUpdate(const float* grad) {
 absl::Status ZeroOneAdam::CompressedGradient(const float* grad) {
   ONEBIT_ASSIGN_OR_RETURN(const float* g, CompressedAverage(grad));
   ONEBIT_RETURN_IF_ERROR(backend_->MomentumUpdate(options_.hyper.beta1, g, m_.data(), n_));
-  const float* mask = mask_.size() ? mask_.data() : nullptr;
+  const float* mask = mask_.data();
   return backend_->FrozenAdamUpdate(options_.hyper, v_.data(), mask, m_.data(), p_.data(), n_);
 }
 
@@ -139,7 +139,7 @@ absl::Status ZeroOneAdam::LocalStep(const float* grad, bool sync) {
   ONEBIT_RETURN_IF_ERROR(backend_->ZeroOneSyncPrepare(h.eps, v_.data(), acc_.data(), n_));
   // With one worker the average is the accumulator itself (SyncApply does not write it).
   ONEBIT_ASSIGN_OR_RETURN(const float* avg, CompressedAverage(acc_.data()));
-  const float* mask = mask_.size() ? mask_.data() : nullptr;
+  const float* mask = mask_.data();
   ONEBIT_RETURN_IF_ERROR(backend_->ZeroOneSyncApply(h.eps, static_cast<float>(lrs_), v_.data(),
                                                     mask, avg, m_.data(), anchor_.data(),
                                                     p_.data(), n_));
@@ -160,14 +160,24 @@ absl::StatusOr<const float*> ZeroOneAdam::CompressedAverage(const float* x) {
 }
 
 std::vector<StateSpec> ZeroOneAdam::CheckpointStates() const {
+  std::vector<StateSpec> states;
   if (step_ <= options_.var_freeze_step) {
-    return {{"params", true}, {"exp_avg", true}, {"exp_avg_sq", true}};
+    states = {{"params", true}, {"exp_avg", true}, {"exp_avg_sq", true}};
+  } else {
+    states = {{"params", false},
+              {"exp_avg", false},
+              {"exp_avg_sq", true},
+              {"accumulator", false},
+              {"anchor", false}};
   }
-  return {{"params", false},
-          {"exp_avg", false},
-          {"exp_avg_sq", true},
-          {"accumulator", false},
-          {"anchor", false}};
+  mask_.AddCheckpointStates(&states);
+  return states;
+}
+
+StateScalars ZeroOneAdam::CheckpointScalars() const {
+  StateScalars scalars = {{"lr_sum", lrs_}};
+  mask_.AddCheckpointScalars(&scalars);
+  return scalars;
 }
 
 kernels::Buffer<float>* ZeroOneAdam::FindBuffer(const std::string& name) {
@@ -182,7 +192,7 @@ kernels::Buffer<float>* ZeroOneAdam::FindBuffer(const std::string& name) {
 absl::StatusOr<std::vector<float>> ZeroOneAdam::StateToHost(const std::string& name,
                                                             size_t begin, size_t end) const {
   const kernels::Buffer<float>* b = FindBuffer(name);
-  if (b == nullptr) return absl::NotFoundError(absl::StrCat("ZeroOneAdam has no state ", name));
+  if (b == nullptr) return mask_.StateToHost(name, begin, end);
   return b->SliceToHost(begin, end);
 }
 
@@ -206,6 +216,7 @@ absl::Status ZeroOneAdam::Restore(int64_t step, int64_t freeze_step, const State
     if (it == scalars.end()) return absl::InvalidArgumentError("the checkpoint has no lr_sum");
     lrs = it->second;
   }
+  ONEBIT_RETURN_IF_ERROR(mask_.Restore(states, scalars));
   for (auto& [buffer, values] : copies) {
     ONEBIT_RETURN_IF_ERROR(buffer->CopyFromHost(values->data(), n_));
   }

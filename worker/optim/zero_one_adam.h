@@ -38,6 +38,7 @@
 #include "kernels/buffer.h"
 #include "kernels/kernels.h"
 #include "worker/exchange/exchange.h"
+#include "worker/optim/momentum_mask.h"
 #include "worker/optim/optimizer.h"
 #include "worker/optim/zero_one_schedule.h"
 #include "worker/transport/transport.h"
@@ -51,6 +52,9 @@ struct ZeroOneAdamOptions {
   ZeroOneScheduleParams schedule;
   // Optional {0,1} momentum mask of n elements (host memory). Empty: no mask.
   std::vector<float> momentum_mask;
+  // Also mask the parameters whose exactly averaged gradient stays exactly zero through
+  // warmup (momentum_mask.h).
+  bool auto_mask_zero_gradients = false;
 };
 
 class ZeroOneAdam : public Optimizer {
@@ -90,6 +94,7 @@ class ZeroOneAdam : public Optimizer {
   // The sum of the learning rates since the last sync.
   double lr_sum() const { return lrs_; }
 
+  int64_t masked_elements() const override { return mask_.masked(); }
   Exchange& exchange() override { return *exchange_; }
   double exchange_call_seconds() const override { return exchange_call_seconds_; }
 
@@ -100,7 +105,7 @@ class ZeroOneAdam : public Optimizer {
   std::vector<StateSpec> CheckpointStates() const override;
   absl::StatusOr<std::vector<float>> StateToHost(const std::string& name, size_t begin,
                                                  size_t end) const override;
-  StateScalars CheckpointScalars() const override { return {{"lr_sum", lrs_}}; }
+  StateScalars CheckpointScalars() const override;
   absl::Status Restore(int64_t step, int64_t freeze_step, const StateTensors& states,
                        const StateScalars& scalars) override;
 
@@ -131,7 +136,7 @@ class ZeroOneAdam : public Optimizer {
   double lrs_ = 0.0;
   // anchor_: the parameters after the last sync (or at the end of the variance stage).
   kernels::Buffer<float> p_, m_, v_, acc_, avg_, anchor_;
-  kernels::Buffer<float> mask_;  // empty without a mask
+  MomentumMask mask_;
   double exchange_call_seconds_ = 0.0;
 };
 
