@@ -1,5 +1,6 @@
 #include "worker/optim/onebit_adam.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -84,12 +85,18 @@ absl::Status OnebitAdam::Step(const float* grad) {
   return absl::OkStatus();
 }
 
+kernels::AdamHyper OnebitAdam::StepHyper() const {
+  const int64_t t = step_ + 1;
+  if (!options_.bias_correction) return options_.hyper;
+  return BiasCorrectedHyper(options_.hyper, t, std::min(t, options_.freeze_step));
+}
+
 absl::Status OnebitAdam::WarmupStep(const float* grad) {
   const int w = exchange_->world_size();
+  const kernels::AdamHyper h = StepHyper();
   if (w == 1) {
     ONEBIT_RETURN_IF_ERROR(mask_.Observe(grad));
-    return backend_->AdamWarmupUpdate(options_.hyper, grad, 1.0f, m_.data(), v_.data(),
-                                      p_.data(), n_);
+    return backend_->AdamWarmupUpdate(h, grad, 1.0f, m_.data(), v_.data(), p_.data(), n_);
   }
   // Exact average: full-precision sum of the local gradients, then / W in the kernel.
   const float* sum = nullptr;
@@ -98,12 +105,12 @@ absl::Status OnebitAdam::WarmupStep(const float* grad) {
     ONEBIT_ASSIGN_OR_RETURN(sum, exchange_->SumGradients(step_ + 1, grad));
   }
   ONEBIT_RETURN_IF_ERROR(mask_.Observe(sum));
-  return backend_->AdamWarmupUpdate(options_.hyper, sum, 1.0f / static_cast<float>(w),
+  return backend_->AdamWarmupUpdate(h, sum, 1.0f / static_cast<float>(w),
                                     m_.data(), v_.data(), p_.data(), n_);
 }
 
 absl::Status OnebitAdam::CompressionStep(const float* grad) {
-  const kernels::AdamHyper& h = options_.hyper;
+  const kernels::AdamHyper h = StepHyper();
   ONEBIT_RETURN_IF_ERROR(mask_.Fix());  // the first compression step: the automatic mask
   const float* mask = mask_.data();
   if (exchange_->world_size() == 1) {  // one worker: nothing to exchange

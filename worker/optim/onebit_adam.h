@@ -38,6 +38,9 @@ struct OnebitAdamOptions {
   // Also mask the parameters whose exactly averaged gradient stays exactly zero through
   // warmup (momentum_mask.h).
   bool auto_mask_zero_gradients = false;
+  // Bias-corrected moments (optim_checks.h's BiasCorrectedHyper; the variance's correction
+  // freezes with it). Off by default, as in ALGORITHM.md.
+  bool bias_correction = false;
 };
 
 class OnebitAdam : public Optimizer {
@@ -101,6 +104,8 @@ class OnebitAdam : public Optimizer {
   absl::Status Init(const float* initial_params);
   absl::Status WarmupStep(const float* grad);
   absl::Status CompressionStep(const float* grad);
+  // The next step's hyper-parameters, bias-corrected when asked for.
+  kernels::AdamHyper StepHyper() const;
 
   OnebitAdamOptions options_;
   kernels::Backend* backend_;

@@ -140,8 +140,16 @@ absl::Status OnebitLamb::Step(const float* grad) {
   return absl::OkStatus();
 }
 
+kernels::AdamHyper OnebitLamb::StepHyper(double* c) const {
+  *c = 1.0;
+  if (!options_.bias_correction) return options_.hyper;
+  const int64_t t = step_ + 1;
+  return BiasCorrectedHyper(options_.hyper, t, std::min(t, options_.freeze_step), c);
+}
+
 absl::Status OnebitLamb::WarmupStep(const float* grad) {
-  const kernels::AdamHyper& h = options_.hyper;
+  double scale = 1.0;
+  const kernels::AdamHyper h = StepHyper(&scale);
   const LambCoeffs& c = options_.coeffs;
   const int w = exchange_->world_size();
   const float* g = grad;
@@ -158,6 +166,7 @@ absl::Status OnebitLamb::WarmupStep(const float* grad) {
     const Group& gr = groups_[k];
     ONEBIT_ASSIGN_OR_RETURN(double p_norm, Norm(p_.data() + gr.begin, gr.size()));
     ONEBIT_ASSIGN_OR_RETURN(double u_norm, Norm(u_.data() + gr.begin, gr.size()));
+    u_norm *= scale;  // the true direction's
     double trust = 1.0;
     if (p_norm != 0 && u_norm != 0) {
       trust = std::clamp(p_norm / u_norm, c.min_coeff, c.max_coeff);
@@ -191,7 +200,8 @@ absl::Status OnebitLamb::Switch() {
 }
 
 absl::Status OnebitLamb::CompressionStep(const float* grad) {
-  const kernels::AdamHyper& h = options_.hyper;
+  double scale = 1.0;  // lr*scale*u is the true step: h.lr already has it
+  const kernels::AdamHyper h = StepHyper(&scale);
   const LambCoeffs& c = options_.coeffs;
   ONEBIT_RETURN_IF_ERROR(backend_->Copy(m_last_.data(), m_.data(), n_ * sizeof(float)));
   ONEBIT_RETURN_IF_ERROR(backend_->MomentumUpdate(h.beta1, grad, m_.data(), n_));

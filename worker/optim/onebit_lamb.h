@@ -72,6 +72,10 @@ struct OnebitLambOptions {
   // Also mask the parameters whose exactly averaged gradient stays exactly zero through
   // warmup (momentum_mask.h).
   bool auto_mask_zero_gradients = false;
+  // Bias correction of the direction u (optim_checks.h's BiasCorrectedHyper; the
+  // variance's correction freezes with it); the trust ratios and factors see the corrected
+  // u. Off by default.
+  bool bias_correction = false;
 };
 
 class OnebitLamb : public Optimizer {
@@ -127,6 +131,9 @@ class OnebitLamb : public Optimizer {
   absl::Status Switch();
   absl::Status CompressionStep(const float* grad);
   absl::StatusOr<double> Norm(const float* x, size_t n);
+  // The step's hyper-parameters for the kernels and c, the factor from their direction to
+  // the true one (1 without bias correction).
+  kernels::AdamHyper StepHyper(double* c) const;
   kernels::Buffer<float>* FindBuffer(const std::string& name);
   const kernels::Buffer<float>* FindBuffer(const std::string& name) const {
     return const_cast<OnebitLamb*>(this)->FindBuffer(name);

@@ -35,6 +35,8 @@ void ReferenceOnebitLamb::Step(const std::vector<std::vector<float>>& grads) {
   const size_t groups = offsets_.size() - 1;
   const int64_t t = ++step_;
   std::vector<double> u(n), u_pre(n);
+  double bc1, bc2;
+  ReferenceBiasCorrection(a, t, std::min(t, a.freeze_step), &bc1, &bc2);
   if (t <= a.freeze_step) {
     for (size_t j = 0; j < n; ++j) {
       double g = 0;
@@ -42,7 +44,7 @@ void ReferenceOnebitLamb::Step(const std::vector<std::vector<float>>& grads) {
       g /= w_;
       m_[j] = a.beta1 * m_[j] + (1 - a.beta1) * g;
       v_[j] = a.beta2 * v_[j] + (1 - a.beta2) * g * g;
-      u[j] = m_[j] / (std::sqrt(v_[j]) + a.eps);
+      u[j] = (m_[j] / bc1) / (std::sqrt(v_[j] / bc2) + a.eps);
       if (a.weight_decay > 0) u[j] += a.weight_decay * p_[j];
     }
     for (size_t k = 0; k < groups; ++k) {
@@ -89,13 +91,14 @@ void ReferenceOnebitLamb::Step(const std::vector<std::vector<float>>& grads) {
     if (!mask_.empty()) m_[j] *= mask_[j];
     const double g = (m_[j] - a.beta1 * m_last[j]) / (1 - a.beta1);
     v_fresh_[j] = a.beta2 * v_fresh_[j] + (1 - a.beta2) * g * g;
-    u_pre[j] = m_[j] / (std::sqrt(v_[j]) + a.eps);
+    u_pre[j] = (m_[j] / bc1) / (std::sqrt(v_[j] / bc2) + a.eps);
     u[j] = u_pre[j] + (a.weight_decay > 0 ? a.weight_decay * p_[j] : 0.0);
   }
   for (size_t k = 0; k < groups; ++k) {
     double factor = 0;
     for (size_t j = offsets_[k]; j < offsets_[k + 1]; ++j) {
-      factor = std::max(factor, (std::sqrt(v_[j]) + a.eps) / (std::sqrt(v_fresh_[j]) + a.eps));
+      factor = std::max(factor, (std::sqrt(v_[j] / bc2) + a.eps) /
+                                    (std::sqrt(v_fresh_[j] / bc2) + a.eps));
     }
     if (a.weight_decay > 0) {
       const double un = Norm(u, k);

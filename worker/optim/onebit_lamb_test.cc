@@ -27,6 +27,7 @@ struct Case {
   float weight_decay = 0.0f;
   bool mask = false;
   double max_coeff = 10.0;
+  bool bias_correction = false;
 };
 
 // Three groups where there is room for them (as a model's tensors), else one.
@@ -55,6 +56,7 @@ std::vector<std::vector<float>> RunOptimizer(TransportKind kind, int w, size_t n
     options.coeffs.max_coeff = c.max_coeff;
     options.group_offsets = Groups(n);
     if (c.mask) options.momentum_mask = Mask(n);
+    options.bias_correction = c.bias_correction;
     auto lamb = OnebitLamb::Create(options, backend.get(), exchange->get(), p0.data(), n);
     if (!lamb.ok()) return lamb.status();
     for (int64_t t = 1; t <= c.steps; ++t) {
@@ -84,6 +86,7 @@ double Disagreement(TransportKind kind, int w, size_t n, const Case& c) {
   h.adam.weight_decay = c.weight_decay;
   h.adam.freeze_step = c.freeze_step;
   h.max_coeff = c.max_coeff;
+  h.adam.bias_correction = c.bias_correction;
   const std::vector<float> p0 = Params(n);
   ReferenceOnebitLamb model(h, w, p0, Groups(n), c.mask ? Mask(n) : std::vector<float>{});
   for (int64_t t = 1; t <= c.steps; ++t) {
@@ -125,6 +128,14 @@ TEST(OnebitLambTest, WeightDecayMaskAndAClampedTrustRatio) {
   c.weight_decay = 0.01f;
   c.mask = true;
   c.max_coeff = 0.3;  // the seed tutorials' value: the trust ratio is clamped
+  for (int w : {1, 2, 4}) EXPECT_LT(Disagreement(TransportKind::kInproc, w, 1003, c), 1e-4) << w;
+}
+
+TEST(OnebitLambTest, BiasCorrection) {  // the seed tutorials' LAMB blocks turn it on
+  Case c;
+  c.bias_correction = true;
+  c.weight_decay = 0.01f;
+  c.max_coeff = 0.3;
   for (int w : {1, 2, 4}) EXPECT_LT(Disagreement(TransportKind::kInproc, w, 1003, c), 1e-4) << w;
 }
 

@@ -39,4 +39,20 @@ absl::Status ValidateMomentumMask(const std::vector<float>& mask, size_t n) {
   return absl::OkStatus();
 }
 
+kernels::AdamHyper BiasCorrectedHyper(const kernels::AdamHyper& h, int64_t t,
+                                      int64_t variance_updates, double* c_out) {
+  const double bc1 = t >= 1 ? 1.0 - std::pow(static_cast<double>(h.beta1), static_cast<double>(t)) : 1.0;
+  const double bc2 =
+      variance_updates >= 1
+          ? 1.0 - std::pow(static_cast<double>(h.beta2), static_cast<double>(variance_updates))
+          : 1.0;
+  const double c = std::sqrt(bc2) / bc1;
+  kernels::AdamHyper out = h;
+  out.lr = static_cast<float>(h.lr * c);
+  out.eps = static_cast<float>(h.eps * std::sqrt(bc2));
+  out.weight_decay = static_cast<float>(h.weight_decay / c);
+  if (c_out != nullptr) *c_out = c;
+  return out;
+}
+
 }  // namespace onebit

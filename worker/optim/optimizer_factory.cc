@@ -20,6 +20,7 @@ absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const OptimizerSpec& 
         spec.type == "Adam" ? std::numeric_limits<int64_t>::max() : spec.freeze_step;
     o.momentum_mask = spec.momentum_mask;
     o.auto_mask_zero_gradients = spec.auto_mask_zero_gradients;
+    o.bias_correction = spec.bias_correction;
     ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<OnebitAdam> adam,
                             OnebitAdam::Create(o, backend, exchange, initial_params, n));
     return std::unique_ptr<Optimizer>(std::move(adam));
@@ -31,6 +32,7 @@ absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const OptimizerSpec& 
     o.schedule = spec.zero_one;
     o.momentum_mask = spec.momentum_mask;
     o.auto_mask_zero_gradients = spec.auto_mask_zero_gradients;
+    o.bias_correction = spec.bias_correction;
     ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<ZeroOneAdam> adam,
                             ZeroOneAdam::Create(o, backend, exchange, initial_params, n));
     return std::unique_ptr<Optimizer>(std::move(adam));
@@ -43,6 +45,7 @@ absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const OptimizerSpec& 
     o.group_offsets = spec.group_offsets;
     o.momentum_mask = spec.momentum_mask;
     o.auto_mask_zero_gradients = spec.auto_mask_zero_gradients;
+    o.bias_correction = spec.bias_correction;
     ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<OnebitLamb> lamb,
                             OnebitLamb::Create(o, backend, exchange, initial_params, n));
     return std::unique_ptr<Optimizer>(std::move(lamb));

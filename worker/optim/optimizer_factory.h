@@ -33,6 +33,8 @@ struct OptimizerSpec {
   std::vector<float> momentum_mask;
   // Also mask what stays exactly zero through warmup (momentum_mask.h).
   bool auto_mask_zero_gradients = false;
+  // Bias-corrected moments (off by default, as in ALGORITHM.md).
+  bool bias_correction = false;
 };
 
 // INVALID_ARGUMENT for an unknown type or bad options. The exchange is borrowed.

@@ -111,6 +111,13 @@ absl::Status ZeroOneAdam::Step(const float* grad) {
   return absl::OkStatus();
 }
 
+kernels::AdamHyper ZeroOneAdam::StepHyper(ZeroOneStep kind) const {
+  if (!options_.bias_correction) return options_.hyper;
+  const int64_t updates =
+      schedule_.variance_updates() + (kind == ZeroOneStep::kVarianceUpdate ? 1 : 0);
+  return BiasCorrectedHyper(options_.hyper, step_ + 1, updates);
+}
+
 absl::Status ZeroOneAdam::VarianceUpdate(const float* grad) {
   const int w = exchange_->world_size();
   const float* sum = grad;
@@ -119,7 +126,8 @@ absl::Status ZeroOneAdam::VarianceUpdate(const float* grad) {
     ONEBIT_ASSIGN_OR_RETURN(sum, exchange_->SumGradients(step_ + 1, grad));
   }
   ONEBIT_RETURN_IF_ERROR(mask_.Observe(sum));  // the exactly averaged steps only
-  return backend_->AdamWarmupUpdate(options_.hyper, sum, 1.0f / static_cast<float>(w),
+  return backend_->AdamWarmupUpdate(StepHyper(ZeroOneStep::kVarianceUpdate), sum,
+                                    1.0f / static_cast<float>(w),
                                     m_.data(), v_.data(), p_.data(), n_);
 }
 
@@ -127,11 +135,12 @@ absl::Status ZeroOneAdam::CompressedGradient(const float* grad) {
   ONEBIT_ASSIGN_OR_RETURN(const float* g, CompressedAverage(grad));
   ONEBIT_RETURN_IF_ERROR(backend_->MomentumUpdate(options_.hyper.beta1, g, m_.data(), n_));
   const float* mask = mask_.data();
-  return backend_->FrozenAdamUpdate(options_.hyper, v_.data(), mask, m_.data(), p_.data(), n_);
+  return backend_->FrozenAdamUpdate(StepHyper(ZeroOneStep::kCompressedGradient), v_.data(), mask,
+                                    m_.data(), p_.data(), n_);
 }
 
 absl::Status ZeroOneAdam::LocalStep(const float* grad, bool sync) {
-  const kernels::AdamHyper& h = options_.hyper;
+  const kernels::AdamHyper h = StepHyper(ZeroOneStep::kLocal);
   ONEBIT_RETURN_IF_ERROR(
       backend_->ZeroOneLocalUpdate(h, grad, v_.data(), m_.data(), p_.data(), acc_.data(), n_));
   lrs_ += h.lr;

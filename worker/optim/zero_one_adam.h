@@ -55,6 +55,10 @@ struct ZeroOneAdamOptions {
   // Also mask the parameters whose exactly averaged gradient stays exactly zero through
   // warmup (momentum_mask.h).
   bool auto_mask_zero_gradients = false;
+  // Bias correction (optim_checks.h's BiasCorrectedHyper, k: the variance updates so far,
+  // the current one included). The local steps then accumulate lr' = lr*c and sum it: after
+  // a sync m is the lr'-weighted mean of the momenta since the last one.
+  bool bias_correction = false;
 };
 
 class ZeroOneAdam : public Optimizer {
@@ -119,6 +123,7 @@ class ZeroOneAdam : public Optimizer {
   // The compressed average of x (the exchange's result, decoded into avg_), or x itself
   // with one worker.
   absl::StatusOr<const float*> CompressedAverage(const float* x);
+  kernels::AdamHyper StepHyper(ZeroOneStep kind) const;
   // The state tensor called `name`; null when there is none.
   kernels::Buffer<float>* FindBuffer(const std::string& name);
   const kernels::Buffer<float>* FindBuffer(const std::string& name) const {

@@ -21,10 +21,11 @@ std::vector<double> ReferenceZeroOneAdam::Compressed(const std::vector<std::vect
   return w_ == 1 ? x[0] : exchange_.Run(x);
 }
 
-// u = m / (sqrt(v) + eps) (+ wd * p) for worker i, element j.
+// u = m^ / (sqrt(v^) + eps) (+ wd * p) for worker i, element j, with the step's bias
+// correction (bc1_, bc2_).
 double ReferenceZeroOneAdam::Direction(int i, size_t j) const {
   const ReferenceHyper& a = h_.adam;
-  double u = m_[i][j] / (std::sqrt(v_[j]) + a.eps);
+  double u = (m_[i][j] / bc1_) / (std::sqrt(v_[j] / bc2_) + a.eps);
   if (a.weight_decay > 0) u += a.weight_decay * p_[i][j];
   return u;
 }
@@ -33,8 +34,10 @@ void ReferenceZeroOneAdam::Step(const std::vector<std::vector<float>>& grads) {
   const ReferenceHyper& a = h_.adam;
   const size_t n = v_.size();
   const int64_t t = ++step_;
+  const bool variance_step = t <= h_.var_freeze_step && t % var_interval_ == 0;
+  ReferenceBiasCorrection(a, t, var_updates_ + (variance_step ? 1 : 0), &bc1_, &bc2_);
   if (t <= h_.var_freeze_step) {
-    if (t % var_interval_ == 0) {  // the variance moves, from the exact average
+    if (variance_step) {  // the variance moves, from the exact average
       ++variance_steps_;
       for (size_t j = 0; j < n; ++j) {
         double g = 0;
@@ -73,13 +76,17 @@ void ReferenceZeroOneAdam::Step(const std::vector<std::vector<float>>& grads) {
       acc_[i][j] -= a.lr * u;
     }
   }
-  lrs_ += a.lr;
+  // The sum of lr' = lr * sqrt(bc2)/bc1 (lr without bias correction): after a sync m is the
+  // lr'-weighted mean of the momenta since the last one.
+  lrs_ += a.lr * std::sqrt(bc2_) / bc1_;
+  // The sync's denominator: sqrt(bc2) * (sqrt(v^) + eps) (sqrt(v) + eps without).
+  auto denominator = [&](size_t j) { return std::sqrt(bc2_) * (std::sqrt(v_[j] / bc2_) + a.eps); };
   if (t % local_interval_ == 0) {  // sync
     ++sync_steps_;
     for (int i = 0; i < w_; ++i) {
       for (size_t j = 0; j < n; ++j) {
         p_[i][j] -= acc_[i][j];
-        acc_[i][j] *= std::sqrt(v_[j]) + a.eps;
+        acc_[i][j] *= denominator(j);
       }
     }
     const std::vector<double> avg = Compressed(acc_);
@@ -89,7 +96,7 @@ void ReferenceZeroOneAdam::Step(const std::vector<std::vector<float>>& grads) {
           m_[i][j] = -avg[j] / lrs_;
           if (!mask_.empty()) m_[i][j] *= mask_[j];
         }
-        p_[i][j] += avg[j] / (std::sqrt(v_[j]) + a.eps);
+        p_[i][j] += avg[j] / denominator(j);
         acc_[i][j] = 0;
       }
     }

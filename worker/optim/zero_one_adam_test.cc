@@ -31,6 +31,7 @@ struct Case {
   float lr = 0.01f;
   float weight_decay = 0.0f;
   bool mask = false;
+  bool bias_correction = false;
 };
 
 std::vector<float> Mask(size_t n) {
@@ -51,6 +52,7 @@ std::vector<std::vector<float>> RunOptimizer(TransportKind kind, int w, size_t n
     options.var_freeze_step = c.var_freeze_step;
     options.schedule = c.schedule;
     if (c.mask) options.momentum_mask = Mask(n);
+    options.bias_correction = c.bias_correction;
     auto adam = ZeroOneAdam::Create(options, backend.get(), &transport, p0.data(), n);
     if (!adam.ok()) return adam.status();
     for (int64_t t = 1; t <= c.steps; ++t) {
@@ -79,6 +81,7 @@ ReferenceZeroOneAdam RunModel(int w, size_t n, const Case& c) {
   h.var_update_scaler = c.schedule.var_update_scaler;
   h.local_step_scaler = c.schedule.local_step_scaler;
   h.local_step_clipper = c.schedule.local_step_clipper;
+  h.adam.bias_correction = c.bias_correction;
   ReferenceZeroOneAdam model(h, w, Params(n), c.mask ? Mask(n) : std::vector<float>{});
   for (int64_t t = 1; t <= c.steps; ++t) {
     std::vector<std::vector<float>> grads;
@@ -130,6 +133,13 @@ TEST(ZeroOneAdamTest, WeightDecayAndMomentumMask) {
   Case c;
   c.weight_decay = 0.01f;
   c.mask = true;
+  for (int w : {1, 2, 4}) EXPECT_LT(Disagreement(TransportKind::kInproc, w, 1003, c), 1e-4) << w;
+}
+
+TEST(ZeroOneAdamTest, BiasCorrection) {
+  Case c;
+  c.bias_correction = true;
+  c.weight_decay = 0.01f;
   for (int w : {1, 2, 4}) EXPECT_LT(Disagreement(TransportKind::kInproc, w, 1003, c), 1e-4) << w;
 }
 

@@ -59,6 +59,8 @@ class ZeroOneSchedule {
   int64_t steps() const { return steps_; }
   int64_t var_interval() const { return var_interval_; }
   int64_t local_step_interval() const { return local_interval_; }
+  // Variance updates run so far.
+  int64_t variance_updates() const { return var_updates_; }
 
  private:
   ZeroOneScheduleParams params_;
