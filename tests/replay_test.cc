@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/npy.h"
 #include "common/subprocess.h"
@@ -25,6 +26,7 @@
 #include "gtest/gtest.h"
 #include "tests/test_paths.h"
 #include "worker/optim/onebit_adam_reference.h"
+#include "worker/optim/onebit_lamb_reference.h"
 #include "worker/optim/zero_one_adam_reference.h"
 
 namespace onebit {
@@ -359,6 +361,85 @@ INSTANTIATE_TEST_SUITE_P(
                       ZeroOneCase{"w4_n10007_wd", 4, 10007, 30, 10, 2, 2, 8, 0.01},
                       ZeroOneCase{"w4_n37_local_from_step_1", 4, 37, 20, 0, 16, 3, 4, 0.0}),
     [](const ::testing::TestParamInfo<ZeroOneCase>& info) { return info.param.name; });
+
+// ---- 1-bit LAMB ----
+
+struct LambCase {
+  std::string name;
+  int workers;
+  int64_t n;
+  int64_t steps;
+  int64_t freeze_step;
+  bool bias_correction;
+};
+
+class ReplayLambTest : public ::testing::TestWithParam<LambCase> {};
+
+// Three parameter groups; the seed tutorials' max_coeff; rank 0's parameters against the
+// float64 model, gloo against inproc byte for byte.
+TEST_P(ReplayLambTest, MatchesTheFloat64ModelOverInprocAndGloo) {
+  const LambCase& c = GetParam();
+  const Problem p = MakeProblem(c.workers, c.n, c.steps, 777 + c.workers * 7 + c.n);
+  const Paths paths = WriteProblem(p, c.name);
+  const std::vector<size_t> groups = {0, static_cast<size_t>(c.n / 3), static_cast<size_t>(c.n / 2),
+                                      static_cast<size_t>(c.n)};
+  auto flags = [&](const std::string& transport) {
+    std::vector<std::string> f = {"--optimizer=onebit_lamb",
+                                  absl::StrCat("--workers=", c.workers),
+                                  "--params=" + paths.params,
+                                  "--grads=" + paths.grads,
+                                  "--out=" + paths.out,
+                                  "--transport=" + transport,
+                                  "--lr=0.002",
+                                  "--weight-decay=0.01",
+                                  "--max-coeff=0.3",
+                                  absl::StrCat("--freeze-step=", c.freeze_step),
+                                  absl::StrCat("--groups=", absl::StrJoin(groups, ","))};
+    if (c.bias_correction) f.push_back("--bias-correction");
+    return f;
+  };
+  RunResult run = RunBinary(flags("inproc"));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  absl::StatusOr<npy::Float32Array> out = npy::ReadFloat32(paths.out, {c.n});
+  ASSERT_TRUE(out.ok()) << out.status();
+
+  ReferenceLambHyper h;
+  h.adam.lr = 0.002f;
+  h.adam.beta1 = 0.9f;
+  h.adam.beta2 = 0.999f;
+  h.adam.eps = 1e-8f;
+  h.adam.weight_decay = 0.01f;
+  h.adam.freeze_step = c.freeze_step;
+  h.adam.bias_correction = c.bias_correction;
+  h.max_coeff = 0.3;
+  ReferenceOnebitLamb ref(h, c.workers, p.params, groups);
+  for (int64_t t = 0; t < p.steps; ++t) ref.Step(p.StepGrads(t));
+  double diff2 = 0, moved2 = 0;
+  for (int64_t i = 0; i < c.n; ++i) {
+    const double want = ref.params()[i];
+    diff2 += (out->data[i] - want) * (out->data[i] - want);
+    moved2 += (want - p.params[i]) * (want - p.params[i]);
+  }
+  ASSERT_GT(moved2, 0) << "the reference did not move; the test would prove nothing";
+  const double rel = std::sqrt(diff2 / moved2);
+  EXPECT_LT(rel, 1e-4) << "||p_out - p_ref|| / ||p_ref - p_in|| for " << c.name;
+  RecordProperty("relative_error", absl::StrCat(rel));
+
+  const std::string inproc_bytes = ReadRaw(paths.out);
+  ASSERT_EQ(unlink(paths.out.c_str()), 0);
+  RunResult gloo = RunBinary(flags("gloo"));
+  ASSERT_EQ(gloo.exit_code, 0) << gloo.output;
+  EXPECT_EQ(ReadRaw(paths.out), inproc_bytes) << "gloo and inproc differ";
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, ReplayLambTest,
+                         ::testing::Values(LambCase{"w1_n37", 1, 37, 20, 8, false},
+                                           LambCase{"w2_n1001", 2, 1001, 24, 10, false},
+                                           LambCase{"w4_n10007_bias_correction", 4, 10007, 20, 7,
+                                                    true}),
+                         [](const ::testing::TestParamInfo<LambCase>& info) {
+                           return info.param.name;
+                         });
 
 // ---- Flags and paths ----
 

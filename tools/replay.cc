@@ -122,10 +122,16 @@ absl::Status RunWorker(const ReplayConfig& config, const Inputs& in, Transport& 
     spec.type = "ZeroOneAdam";
     spec.freeze_step = config.var_freeze_step;
     spec.zero_one = config.zero_one;
+  } else if (config.optimizer == "onebit_lamb") {
+    spec.type = "OneBitLamb";
+    spec.freeze_step = config.freeze_step;
+    spec.lamb = config.lamb;
+    spec.group_offsets = config.groups;
   } else {
     spec.type = "OneBitAdam";
     spec.freeze_step = config.freeze_step;
   }
+  spec.bias_correction = config.bias_correction;
   ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<PeerExchange> exchange,
                           PeerExchange::Create(backend.get(), &transport, n));
   ONEBIT_ASSIGN_OR_RETURN(
@@ -175,9 +181,32 @@ absl::Status RunWorker(const ReplayConfig& config, const Inputs& in, Transport& 
 }  // namespace
 
 absl::Status ValidateConfig(const ReplayConfig& c) {
-  if (c.optimizer != "onebit_adam" && c.optimizer != "zero_one_adam") {
-    return FlagError("optimizer", absl::StrCat("unknown optimizer '", c.optimizer,
-                                               "' (supported: onebit_adam, zero_one_adam)"));
+  if (c.optimizer != "onebit_adam" && c.optimizer != "zero_one_adam" &&
+      c.optimizer != "onebit_lamb") {
+    return FlagError("optimizer",
+                     absl::StrCat("unknown optimizer '", c.optimizer,
+                                  "' (supported: onebit_adam, zero_one_adam, onebit_lamb)"));
+  }
+  if (absl::Status s = ValidateLambCoeffs(c.lamb); !s.ok()) {
+    // The message starts with, or names first, the coefficient at fault: its flag.
+    std::string flag;
+    for (const char* name : {"max_coeff", "min_coeff", "coeff_beta", "factor_max", "factor_min",
+                             "factor_threshold"}) {
+      const size_t at = s.message().find(name);
+      if (at != absl::string_view::npos && (flag.empty() || at < s.message().find(flag))) {
+        flag = name;
+      }
+    }
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    return FlagError(flag, s.message());
+  }
+  for (size_t i = 1; i < c.groups.size(); ++i) {
+    if (c.groups[i] <= c.groups[i - 1]) {
+      return FlagError("groups", "boundaries must increase");
+    }
+  }
+  if (!c.groups.empty() && (c.groups.size() < 2 || c.groups[0] != 0)) {
+    return FlagError("groups", "boundaries run from 0 to N: 0,b1,...,N");
   }
   if (c.transport != "inproc" && c.transport != "gloo") {
     return FlagError("transport", absl::StrCat("unknown transport '", c.transport,
@@ -246,6 +275,10 @@ void NormalizeFlagNames(std::vector<std::string>* args) {
 absl::StatusOr<ReplaySummary> RunReplay(const ReplayConfig& config, std::ostream* progress) {
   ONEBIT_RETURN_IF_ERROR(ValidateConfig(config));
   ONEBIT_ASSIGN_OR_RETURN(Inputs in, OpenInputs(config));
+  if (!config.groups.empty() && config.groups.back() != static_cast<size_t>(in.n)) {
+    return FlagError("groups", absl::StrCat("the last boundary is ", config.groups.back(),
+                                            ", the parameters ", in.n));
+  }
   ONEBIT_RETURN_IF_ERROR(CheckOutputPath(config.out_path));
 
   ONEBIT_ASSIGN_OR_RETURN(TransportKind kind, ParseTransportKind(config.transport));

@@ -18,12 +18,13 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "kernels/kernels.h"
+#include "worker/optim/onebit_lamb.h"
 #include "worker/optim/zero_one_schedule.h"
 
 namespace onebit::tools {
 
 struct ReplayConfig {
-  std::string optimizer = "onebit_adam";  // or "zero_one_adam"
+  std::string optimizer = "onebit_adam";  // or "zero_one_adam", "onebit_lamb"
   int workers = 0;
   kernels::AdamHyper hyper;
   // onebit_adam: DeepSpeed's OnebitAdam default, and OnebitAdamOptions'.
@@ -31,6 +32,11 @@ struct ReplayConfig {
   // zero_one_adam (DeepSpeed's ZeroOneAdam defaults).
   int64_t var_freeze_step = 100000;
   ZeroOneScheduleParams zero_one;
+  // onebit_lamb: its coefficients, and the parameter groups' boundaries {0, ..., N}
+  // (empty: one group).
+  LambCoeffs lamb;
+  std::vector<size_t> groups;
+  bool bias_correction = false;
   std::string params_path;
   std::string grads_path;
   std::string out_path;
