@@ -58,6 +58,7 @@ absl::Status OnebitAdam::Init(const float* initial_params) {
   ONEBIT_ASSIGN_OR_RETURN(v_, Buffer<float>::Create(backend_, n_));
   ONEBIT_ASSIGN_OR_RETURN(mask_, MomentumMask::Create(backend_, options_.momentum_mask,
                                                     options_.auto_mask_zero_gradients, n_));
+  ONEBIT_ASSIGN_OR_RETURN(clip_, GradientClipper::Create(backend_, options_.max_grad_norm, n_));
   return absl::OkStatus();
 }
 
@@ -96,7 +97,9 @@ absl::Status OnebitAdam::WarmupStep(const float* grad) {
   const kernels::AdamHyper h = StepHyper();
   if (w == 1) {
     ONEBIT_RETURN_IF_ERROR(mask_.Observe(grad));
-    return backend_->AdamWarmupUpdate(h, grad, 1.0f, m_.data(), v_.data(), p_.data(), n_);
+    ONEBIT_ASSIGN_OR_RETURN(double clip, clip_.Factor(grad));
+    return backend_->AdamWarmupUpdate(h, grad, MeanScale(clip, 1), m_.data(), v_.data(),
+                                      p_.data(), n_);
   }
   // Exact average: full-precision sum of the local gradients, then / W in the kernel.
   const float* sum = nullptr;
@@ -105,12 +108,14 @@ absl::Status OnebitAdam::WarmupStep(const float* grad) {
     ONEBIT_ASSIGN_OR_RETURN(sum, exchange_->SumGradients(step_ + 1, grad));
   }
   ONEBIT_RETURN_IF_ERROR(mask_.Observe(sum));
-  return backend_->AdamWarmupUpdate(h, sum, 1.0f / static_cast<float>(w),
+  ONEBIT_ASSIGN_OR_RETURN(double clip, clip_.Factor(sum, 1.0 / w));
+  return backend_->AdamWarmupUpdate(h, sum, MeanScale(clip, w),
                                     m_.data(), v_.data(), p_.data(), n_);
 }
 
-absl::Status OnebitAdam::CompressionStep(const float* grad) {
+absl::Status OnebitAdam::CompressionStep(const float* local_grad) {
   const kernels::AdamHyper h = StepHyper();
+  ONEBIT_ASSIGN_OR_RETURN(const float* grad, clip_.Clip(local_grad));
   ONEBIT_RETURN_IF_ERROR(mask_.Fix());  // the first compression step: the automatic mask
   const float* mask = mask_.data();
   if (exchange_->world_size() == 1) {  // one worker: nothing to exchange

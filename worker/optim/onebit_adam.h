@@ -21,6 +21,7 @@
 #include "kernels/buffer.h"
 #include "kernels/kernels.h"
 #include "worker/exchange/exchange.h"
+#include "worker/optim/gradient_clipper.h"
 #include "worker/optim/momentum_mask.h"
 #include "worker/optim/optimizer.h"
 #include "worker/transport/transport.h"
@@ -41,6 +42,8 @@ struct OnebitAdamOptions {
   // Bias-corrected moments (optim_checks.h's BiasCorrectedHyper; the variance's correction
   // freezes with it). Off by default, as in ALGORITHM.md.
   bool bias_correction = false;
+  // Gradient clipping by global norm (gradient_clipper.h); 0: off.
+  double max_grad_norm = 0.0;
 };
 
 class OnebitAdam : public Optimizer {
@@ -115,6 +118,7 @@ class OnebitAdam : public Optimizer {
   int64_t step_ = 0;
   kernels::Buffer<float> p_, m_, v_;
   MomentumMask mask_;
+  GradientClipper clip_;
   double exchange_call_seconds_ = 0.0;
 };
 

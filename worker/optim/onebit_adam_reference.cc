@@ -2,22 +2,41 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 namespace onebit {
+
+std::vector<double> ReferenceClip(const ReferenceHyper& h, std::vector<double> g) {
+  if (h.max_grad_norm <= 0) return g;
+  double sumsq = 0;
+  for (double x : g) sumsq += x * x;
+  const double factor = h.max_grad_norm / (std::sqrt(sumsq) + 1e-6);
+  if (factor < 1) {
+    for (double& x : g) x *= factor;
+  }
+  return g;
+}
+
+std::vector<double> ReferenceMeanGradient(const ReferenceHyper& h,
+                                          const std::vector<std::vector<float>>& grads) {
+  const int w = static_cast<int>(grads.size());
+  std::vector<double> g(grads[0].size(), 0.0);
+  for (size_t j = 0; j < g.size(); ++j) {
+    for (int i = 0; i < w; ++i) g[j] += grads[i][j];
+    g[j] /= w;
+  }
+  return ReferenceClip(h, std::move(g));
+}
+
 namespace {
 
-
-
-// Warmup on the exact mean of every worker's gradient: m and v.
+// Warmup on the exact mean of every worker's gradient (clipped): m and v.
 void WarmupMoments(const ReferenceHyper& h, const std::vector<std::vector<float>>& grads,
                    std::vector<double>* m, std::vector<double>* v) {
-  const int w = static_cast<int>(grads.size());
+  const std::vector<double> g = ReferenceMeanGradient(h, grads);
   for (size_t j = 0; j < m->size(); ++j) {
-    double g = 0.0;
-    for (int i = 0; i < w; ++i) g += grads[i][j];
-    g /= w;
-    (*m)[j] = h.beta1 * (*m)[j] + (1 - h.beta1) * g;
-    (*v)[j] = h.beta2 * (*v)[j] + (1 - h.beta2) * g * g;
+    (*m)[j] = h.beta1 * (*m)[j] + (1 - h.beta1) * g[j];
+    (*v)[j] = h.beta2 * (*v)[j] + (1 - h.beta2) * g[j] * g[j];
   }
 }
 
@@ -63,7 +82,8 @@ void ReferenceOnebitAdam::Step(const std::vector<std::vector<float>>& grads) {
   }
   std::vector<std::vector<double>> local(w_, std::vector<double>(n));
   for (int i = 0; i < w_; ++i) {
-    for (size_t j = 0; j < n; ++j) local[i][j] = h_.beta1 * m_[j] + (1 - h_.beta1) * grads[i][j];
+    const std::vector<double> g = ReferenceClip(h_, {grads[i].begin(), grads[i].end()});
+    for (size_t j = 0; j < n; ++j) local[i][j] = h_.beta1 * m_[j] + (1 - h_.beta1) * g[j];
   }
   m_ = w_ == 1 ? local[0] : exchange_.Run(local);
   MaskAndUpdate(h_, step_, mask_, v_, &m_, &p_);

@@ -24,6 +24,7 @@ struct Case {
   float weight_decay = 0.0f;
   bool mask = false;
   bool bias_correction = false;
+  double clip = 0.0;  // gradient clipping's max norm
 };
 
 using test_stream::Grad;
@@ -47,6 +48,7 @@ std::vector<std::vector<float>> RunOptimizer(TransportKind kind, int w, size_t n
     options.freeze_step = c.freeze_step;
     if (c.mask) options.momentum_mask = Mask(n);
     options.bias_correction = c.bias_correction;
+    options.max_grad_norm = c.clip;
     auto adam = OnebitAdam::Create(options, backend.get(), &transport, p0.data(), n);
     if (!adam.ok()) return adam.status();
     for (int64_t t = 1; t <= c.steps; ++t) {
@@ -79,6 +81,7 @@ double Disagreement(TransportKind kind, int w, size_t n, const Case& c) {
   h.weight_decay = c.weight_decay;
   h.freeze_step = c.freeze_step;
   h.bias_correction = c.bias_correction;
+  h.max_grad_norm = c.clip;
   const std::vector<float> p0 = Params(n);
   ReferenceOnebitAdam reference(h, w, p0, c.mask ? Mask(n) : std::vector<float>{});
   for (int64_t t = 1; t <= c.steps; ++t) {
@@ -131,6 +134,22 @@ TEST(OnebitAdamTest, WeightDecayAndMomentumMask) {
   c.weight_decay = 0.01f;
   c.mask = true;
   for (int w : {1, 2, 4}) EXPECT_LT(Disagreement(TransportKind::kInproc, w, 1003, c), 1e-4) << w;
+}
+
+// The norm of a worker's gradient here is about 27: every step clips.
+TEST(OnebitAdamTest, GradientClipping) {
+  Case c;
+  c.clip = 5.0;
+  for (int w : {1, 2, 4}) EXPECT_LT(Disagreement(TransportKind::kInproc, w, 1003, c), 1e-4) << w;
+  Case loose = c;
+  loose.clip = 1e6;  // never reached: the same bits as without clipping
+  Case off = c;
+  off.clip = 0.0;
+  const auto a = RunOptimizer(TransportKind::kInproc, 2, 500, loose);
+  const auto b = RunOptimizer(TransportKind::kInproc, 2, 500, off);
+  const auto clipped = RunOptimizer(TransportKind::kInproc, 2, 500, c);
+  EXPECT_EQ(0, std::memcmp(a[0].data(), b[0].data(), 500 * sizeof(float)));
+  EXPECT_NE(0, std::memcmp(clipped[0].data(), b[0].data(), 500 * sizeof(float)));
 }
 
 TEST(OnebitAdamTest, BiasCorrection) {

@@ -102,6 +102,7 @@ absl::Status OnebitLamb::Init(const float* initial_params) {
   }
   ONEBIT_ASSIGN_OR_RETURN(mask_, MomentumMask::Create(backend_, options_.momentum_mask,
                                                     options_.auto_mask_zero_gradients, n_));
+  ONEBIT_ASSIGN_OR_RETURN(clip_, GradientClipper::Create(backend_, options_.max_grad_norm, n_));
   return absl::OkStatus();
 }
 
@@ -158,8 +159,9 @@ absl::Status OnebitLamb::WarmupStep(const float* grad) {
     ONEBIT_ASSIGN_OR_RETURN(g, exchange_->SumGradients(step_ + 1, grad));
   }
   ONEBIT_RETURN_IF_ERROR(mask_.Observe(g));
-  ONEBIT_RETURN_IF_ERROR(backend_->AdamMomentsUpdate(h, g, 1.0f / static_cast<float>(w),
-                                                     m_.data(), v_.data(), n_));
+  ONEBIT_ASSIGN_OR_RETURN(double clip, clip_.Factor(g, 1.0 / w));
+  ONEBIT_RETURN_IF_ERROR(
+      backend_->AdamMomentsUpdate(h, g, MeanScale(clip, w), m_.data(), v_.data(), n_));
   ONEBIT_RETURN_IF_ERROR(backend_->AdamDirectionInto(h, m_.data(), v_.data(), p_.data(),
                                                      u_.data(), n_));
   for (size_t k = 0; k < groups_.size(); ++k) {
@@ -199,7 +201,8 @@ absl::Status OnebitLamb::Switch() {
   return absl::OkStatus();
 }
 
-absl::Status OnebitLamb::CompressionStep(const float* grad) {
+absl::Status OnebitLamb::CompressionStep(const float* local_grad) {
+  ONEBIT_ASSIGN_OR_RETURN(const float* grad, clip_.Clip(local_grad));
   double scale = 1.0;  // lr*scale*u is the true step: h.lr already has it
   const kernels::AdamHyper h = StepHyper(&scale);
   const LambCoeffs& c = options_.coeffs;

@@ -43,6 +43,7 @@
 #include "kernels/buffer.h"
 #include "kernels/kernels.h"
 #include "worker/exchange/exchange.h"
+#include "worker/optim/gradient_clipper.h"
 #include "worker/optim/momentum_mask.h"
 #include "worker/optim/optimizer.h"
 
@@ -76,6 +77,8 @@ struct OnebitLambOptions {
   // variance's correction freezes with it); the trust ratios and factors see the corrected
   // u. Off by default.
   bool bias_correction = false;
+  // Gradient clipping by global norm (gradient_clipper.h); 0: off.
+  double max_grad_norm = 0.0;
 };
 
 class OnebitLamb : public Optimizer {
@@ -149,6 +152,7 @@ class OnebitLamb : public Optimizer {
   std::vector<double> coeff_freeze_, scaling_, last_factor_;
   kernels::Buffer<float> p_, m_, v_, v_fresh_, m_last_, u_;
   MomentumMask mask_;
+  GradientClipper clip_;
   double exchange_call_seconds_ = 0.0;
 };
 

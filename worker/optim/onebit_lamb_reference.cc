@@ -38,12 +38,10 @@ void ReferenceOnebitLamb::Step(const std::vector<std::vector<float>>& grads) {
   double bc1, bc2;
   ReferenceBiasCorrection(a, t, std::min(t, a.freeze_step), &bc1, &bc2);
   if (t <= a.freeze_step) {
+    const std::vector<double> g = ReferenceMeanGradient(a, grads);
     for (size_t j = 0; j < n; ++j) {
-      double g = 0;
-      for (int i = 0; i < w_; ++i) g += grads[i][j];
-      g /= w_;
-      m_[j] = a.beta1 * m_[j] + (1 - a.beta1) * g;
-      v_[j] = a.beta2 * v_[j] + (1 - a.beta2) * g * g;
+      m_[j] = a.beta1 * m_[j] + (1 - a.beta1) * g[j];
+      v_[j] = a.beta2 * v_[j] + (1 - a.beta2) * g[j] * g[j];
       u[j] = (m_[j] / bc1) / (std::sqrt(v_[j] / bc2) + a.eps);
       if (a.weight_decay > 0) u[j] += a.weight_decay * p_[j];
     }
@@ -72,9 +70,10 @@ void ReferenceOnebitLamb::Step(const std::vector<std::vector<float>>& grads) {
   const std::vector<double> m_last = m_;
   std::vector<std::vector<double>> local(w_, std::vector<double>(n));
   for (int i = 0; i < w_; ++i) {
+    const std::vector<double> g = ReferenceClip(a, {grads[i].begin(), grads[i].end()});
     for (size_t k = 0; k < groups; ++k) {
       for (size_t j = offsets_[k]; j < offsets_[k + 1]; ++j) {
-        local[i][j] = a.beta1 * m_[j] + (1 - a.beta1) * grads[i][j];
+        local[i][j] = a.beta1 * m_[j] + (1 - a.beta1) * g[j];
         if (w_ > 1) local[i][j] *= scaling_[k];
       }
     }

@@ -28,6 +28,7 @@ struct Case {
   bool mask = false;
   double max_coeff = 10.0;
   bool bias_correction = false;
+  double clip = 0.0;  // gradient clipping's max norm
 };
 
 // Three groups where there is room for them (as a model's tensors), else one.
@@ -57,6 +58,7 @@ std::vector<std::vector<float>> RunOptimizer(TransportKind kind, int w, size_t n
     options.group_offsets = Groups(n);
     if (c.mask) options.momentum_mask = Mask(n);
     options.bias_correction = c.bias_correction;
+    options.max_grad_norm = c.clip;
     auto lamb = OnebitLamb::Create(options, backend.get(), exchange->get(), p0.data(), n);
     if (!lamb.ok()) return lamb.status();
     for (int64_t t = 1; t <= c.steps; ++t) {
@@ -87,6 +89,7 @@ double Disagreement(TransportKind kind, int w, size_t n, const Case& c) {
   h.adam.freeze_step = c.freeze_step;
   h.max_coeff = c.max_coeff;
   h.adam.bias_correction = c.bias_correction;
+  h.adam.max_grad_norm = c.clip;
   const std::vector<float> p0 = Params(n);
   ReferenceOnebitLamb model(h, w, p0, Groups(n), c.mask ? Mask(n) : std::vector<float>{});
   for (int64_t t = 1; t <= c.steps; ++t) {
@@ -129,6 +132,22 @@ TEST(OnebitLambTest, WeightDecayMaskAndAClampedTrustRatio) {
   c.mask = true;
   c.max_coeff = 0.3;  // the seed tutorials' value: the trust ratio is clamped
   for (int w : {1, 2, 4}) EXPECT_LT(Disagreement(TransportKind::kInproc, w, 1003, c), 1e-4) << w;
+}
+
+// The norm of a worker's gradient here is about 27: every step clips.
+TEST(OnebitLambTest, GradientClipping) {
+  Case c;
+  c.clip = 5.0;
+  for (int w : {1, 2, 4}) EXPECT_LT(Disagreement(TransportKind::kInproc, w, 1003, c), 1e-4) << w;
+  Case loose = c;
+  loose.clip = 1e6;  // never reached: the same bits as without clipping
+  Case off = c;
+  off.clip = 0.0;
+  const auto a = RunOptimizer(TransportKind::kInproc, 2, 500, loose);
+  const auto b = RunOptimizer(TransportKind::kInproc, 2, 500, off);
+  const auto clipped = RunOptimizer(TransportKind::kInproc, 2, 500, c);
+  EXPECT_EQ(0, std::memcmp(a[0].data(), b[0].data(), 500 * sizeof(float)));
+  EXPECT_NE(0, std::memcmp(clipped[0].data(), b[0].data(), 500 * sizeof(float)));
 }
 
 TEST(OnebitLambTest, BiasCorrection) {  // the seed tutorials' LAMB blocks turn it on

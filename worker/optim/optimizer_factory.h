@@ -35,6 +35,8 @@ struct OptimizerSpec {
   bool auto_mask_zero_gradients = false;
   // Bias-corrected moments (off by default, as in ALGORITHM.md).
   bool bias_correction = false;
+  // Gradient clipping by global norm (gradient_clipper.h); 0: off.
+  double max_grad_norm = 0.0;
 };
 
 // INVALID_ARGUMENT for an unknown type or bad options. The exchange is borrowed.

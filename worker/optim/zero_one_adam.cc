@@ -61,6 +61,7 @@ absl::Status ZeroOneAdam::Init(const float* initial_params) {
   ONEBIT_ASSIGN_OR_RETURN(anchor_, Buffer<float>::Create(backend_, n_));
   ONEBIT_ASSIGN_OR_RETURN(mask_, MomentumMask::Create(backend_, options_.momentum_mask,
                                                     options_.auto_mask_zero_gradients, n_));
+  ONEBIT_ASSIGN_OR_RETURN(clip_, GradientClipper::Create(backend_, options_.max_grad_norm, n_));
   return absl::OkStatus();
 }
 
@@ -126,12 +127,14 @@ absl::Status ZeroOneAdam::VarianceUpdate(const float* grad) {
     ONEBIT_ASSIGN_OR_RETURN(sum, exchange_->SumGradients(step_ + 1, grad));
   }
   ONEBIT_RETURN_IF_ERROR(mask_.Observe(sum));  // the exactly averaged steps only
+  ONEBIT_ASSIGN_OR_RETURN(double clip, clip_.Factor(sum, 1.0 / w));
   return backend_->AdamWarmupUpdate(StepHyper(ZeroOneStep::kVarianceUpdate), sum,
-                                    1.0f / static_cast<float>(w),
+                                    MeanScale(clip, w),
                                     m_.data(), v_.data(), p_.data(), n_);
 }
 
-absl::Status ZeroOneAdam::CompressedGradient(const float* grad) {
+absl::Status ZeroOneAdam::CompressedGradient(const float* local_grad) {
+  ONEBIT_ASSIGN_OR_RETURN(const float* grad, clip_.Clip(local_grad));
   ONEBIT_ASSIGN_OR_RETURN(const float* g, CompressedAverage(grad));
   ONEBIT_RETURN_IF_ERROR(backend_->MomentumUpdate(options_.hyper.beta1, g, m_.data(), n_));
   const float* mask = mask_.data();
@@ -139,8 +142,9 @@ absl::Status ZeroOneAdam::CompressedGradient(const float* grad) {
                                     m_.data(), p_.data(), n_);
 }
 
-absl::Status ZeroOneAdam::LocalStep(const float* grad, bool sync) {
+absl::Status ZeroOneAdam::LocalStep(const float* local_grad, bool sync) {
   const kernels::AdamHyper h = StepHyper(ZeroOneStep::kLocal);
+  ONEBIT_ASSIGN_OR_RETURN(const float* grad, clip_.Clip(local_grad));
   ONEBIT_RETURN_IF_ERROR(
       backend_->ZeroOneLocalUpdate(h, grad, v_.data(), m_.data(), p_.data(), acc_.data(), n_));
   lrs_ += h.lr;

@@ -38,6 +38,7 @@
 #include "kernels/buffer.h"
 #include "kernels/kernels.h"
 #include "worker/exchange/exchange.h"
+#include "worker/optim/gradient_clipper.h"
 #include "worker/optim/momentum_mask.h"
 #include "worker/optim/optimizer.h"
 #include "worker/optim/zero_one_schedule.h"
@@ -59,6 +60,8 @@ struct ZeroOneAdamOptions {
   // the current one included). The local steps then accumulate lr' = lr*c and sum it: after
   // a sync m is the lr'-weighted mean of the momenta since the last one.
   bool bias_correction = false;
+  // Gradient clipping by global norm (gradient_clipper.h); 0: off.
+  double max_grad_norm = 0.0;
 };
 
 class ZeroOneAdam : public Optimizer {
@@ -142,6 +145,7 @@ class ZeroOneAdam : public Optimizer {
   // anchor_: the parameters after the last sync (or at the end of the variance stage).
   kernels::Buffer<float> p_, m_, v_, acc_, avg_, anchor_;
   MomentumMask mask_;
+  GradientClipper clip_;
   double exchange_call_seconds_ = 0.0;
 };
 

@@ -39,20 +39,16 @@ void ReferenceZeroOneAdam::Step(const std::vector<std::vector<float>>& grads) {
   if (t <= h_.var_freeze_step) {
     if (variance_step) {  // the variance moves, from the exact average
       ++variance_steps_;
+      const std::vector<double> g = ReferenceMeanGradient(a, grads);
       for (size_t j = 0; j < n; ++j) {
-        double g = 0;
-        for (int i = 0; i < w_; ++i) g += grads[i][j];
-        g /= w_;
-        for (int i = 0; i < w_; ++i) m_[i][j] = a.beta1 * m_[i][j] + (1 - a.beta1) * g;
-        v_[j] = a.beta2 * v_[j] + (1 - a.beta2) * g * g;
+        for (int i = 0; i < w_; ++i) m_[i][j] = a.beta1 * m_[i][j] + (1 - a.beta1) * g[j];
+        v_[j] = a.beta2 * v_[j] + (1 - a.beta2) * g[j] * g[j];
       }
       if (++var_updates_ % h_.var_update_scaler == 0) var_interval_ *= 2;
     } else {  // only the momentum moves, from the compressed average
       ++compressed_steps_;
-      std::vector<std::vector<double>> x(w_, std::vector<double>(n));
-      for (int i = 0; i < w_; ++i) {
-        for (size_t j = 0; j < n; ++j) x[i][j] = grads[i][j];
-      }
+      std::vector<std::vector<double>> x(w_);
+      for (int i = 0; i < w_; ++i) x[i] = ReferenceClip(a, {grads[i].begin(), grads[i].end()});
       const std::vector<double> g = Compressed(x);
       for (int i = 0; i < w_; ++i) {
         for (size_t j = 0; j < n; ++j) {
@@ -69,8 +65,9 @@ void ReferenceZeroOneAdam::Step(const std::vector<std::vector<float>>& grads) {
   if (t == h_.var_freeze_step + 1) exchange_.ResetErrors();
   // A local step on every worker.
   for (int i = 0; i < w_; ++i) {
+    const std::vector<double> g = ReferenceClip(a, {grads[i].begin(), grads[i].end()});
     for (size_t j = 0; j < n; ++j) {
-      m_[i][j] = a.beta1 * m_[i][j] + (1 - a.beta1) * grads[i][j];
+      m_[i][j] = a.beta1 * m_[i][j] + (1 - a.beta1) * g[j];
       const double u = Direction(i, j);
       p_[i][j] -= a.lr * u;
       acc_[i][j] -= a.lr * u;

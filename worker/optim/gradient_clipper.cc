@@ -1,0 +1,49 @@
+#include "worker/optim/gradient_clipper.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace onebit {
+
+absl::StatusOr<GradientClipper> GradientClipper::Create(kernels::Backend* backend,
+                                                        double max_norm, size_t n) {
+  if (!(max_norm >= 0) || !std::isfinite(max_norm)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gradient clipping norm must be >= 0 and finite, got ", max_norm));
+  }
+  GradientClipper c;
+  c.backend_ = backend;
+  c.max_norm_ = max_norm;
+  c.n_ = n;
+  if (max_norm > 0) {
+    ONEBIT_ASSIGN_OR_RETURN(c.clipped_, kernels::Buffer<float>::Create(backend, n));
+  }
+  return c;
+}
+
+absl::StatusOr<double> GradientClipper::Factor(const float* g, double scale) {
+  if (!enabled()) return 1.0;
+  double sumsq = 0;
+  ONEBIT_RETURN_IF_ERROR(backend_->SumSquares(g, n_, &sumsq));
+  last_norm_ = std::sqrt(sumsq) * std::abs(scale);
+  const double factor = max_norm_ / (last_norm_ + 1e-6);
+  // A NaN norm passes unclipped: the trainer stops on the NaN it makes.
+  return factor < 1.0 ? factor : 1.0;
+}
+
+absl::StatusOr<const float*> GradientClipper::Clip(const float* g) {
+  ONEBIT_ASSIGN_OR_RETURN(double factor, Factor(g));
+  if (factor >= 1.0) return g;
+  ONEBIT_RETURN_IF_ERROR(backend_->Copy(clipped_.data(), g, n_ * sizeof(float)));
+  ONEBIT_RETURN_IF_ERROR(backend_->Scale(static_cast<float>(factor), clipped_.data(), n_));
+  return static_cast<const float*>(clipped_.data());
+}
+
+float MeanScale(double factor, int workers) {
+  if (factor == 1.0) return 1.0f / static_cast<float>(workers);
+  return static_cast<float>(factor / workers);
+}
+
+}  // namespace onebit

@@ -1,0 +1,51 @@
+// Gradient clipping by global norm (the job config's gradient_clipping, DeepSpeed's
+// semantics): a gradient g whose norm exceeds max_norm is scaled by
+// max_norm / (||g|| + 1e-6). Each optimizer clips the gradient before it enters the
+// moments: the exact average on the steps that average exactly (the same on every worker,
+// so every worker clips alike), the local gradient on the others (as DeepSpeed clips once
+// it no longer allreduces).
+//
+// Thread safety: one thread at a time.
+#ifndef ONEBIT_WORKER_OPTIM_GRADIENT_CLIPPER_H_
+#define ONEBIT_WORKER_OPTIM_GRADIENT_CLIPPER_H_
+
+#include <cstddef>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/buffer.h"
+#include "kernels/kernels.h"
+
+namespace onebit {
+
+class GradientClipper {
+ public:
+  GradientClipper() = default;
+  // max_norm 0: clipping is off (and costs nothing); < 0 or not finite: INVALID_ARGUMENT.
+  static absl::StatusOr<GradientClipper> Create(kernels::Backend* backend, double max_norm,
+                                                size_t n);
+
+  bool enabled() const { return max_norm_ > 0; }
+  // The factor that clips scale*g (n elements, backend memory): 1 when off or within the
+  // norm, else max_norm / (||scale*g|| + 1e-6).
+  absl::StatusOr<double> Factor(const float* g, double scale = 1.0);
+  // g itself when within the norm (or off), else a clipped copy, valid until the next call.
+  absl::StatusOr<const float*> Clip(const float* g);
+  // The norm of the last gradient measured (for metrics); 0 before any.
+  double last_norm() const { return last_norm_; }
+
+ private:
+  kernels::Backend* backend_ = nullptr;
+  double max_norm_ = 0;
+  size_t n_ = 0;
+  double last_norm_ = 0;
+  kernels::Buffer<float> clipped_;
+};
+
+// The grad_scale that turns a sum over `workers` into their mean clipped by `factor`:
+// exactly 1.0f/workers when nothing is clipped (the bits of a run without clipping).
+float MeanScale(double factor, int workers);
+
+}  // namespace onebit
+
+#endif  // ONEBIT_WORKER_OPTIM_GRADIENT_CLIPPER_H_
