@@ -455,6 +455,8 @@ TEST(DeepSpeedConfigTest, RejectsBadConfigsNamingTheKey) {
       {R"({"onebit": {"momentum_mask": {"file": "m.npy"}}})", "onebit.momentum_mask.file: unknown"},
       {"{\"steps\": 3 /* unterminated", "not valid JSON: a /* comment is not closed"},
       {R"({"steps": 3,, })", "not valid JSON"},
+      {R"({, })", "not valid JSON"},
+      {R"({"hidden": [, ]})", "not valid JSON"},
   };
   for (const auto& [json, path] : cases) {
     auto parsed = ParseJobConfig(json);

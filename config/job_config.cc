@@ -945,7 +945,11 @@ absl::StatusOr<std::string> StripJsonExtensions(absl::string_view text, bool* co
     }
     if (ch == ',') {
       const size_t next = no_comments.find_first_not_of(" \t\r\n", i + 1);
-      if (next != std::string::npos && (no_comments[next] == '}' || no_comments[next] == ']')) {
+      const size_t last = out.find_last_not_of(" \t\r\n");
+      const bool after_value = last != std::string::npos && out[last] != ',' &&
+                               out[last] != '{' && out[last] != '[';
+      if (after_value && next != std::string::npos &&
+          (no_comments[next] == '}' || no_comments[next] == ']')) {
         *trailing_commas = true;
         continue;
       }
