@@ -44,7 +44,7 @@ TEST(SeedConfigsTest, OneBitAdamTutorialBertConfig) {
   EXPECT_EQ(c.precision.initial_scale_power, 16);
   // No onebit block: one worker, so accumulation makes up the batch.
   EXPECT_EQ(c.workers, 1);
-  EXPECT_EQ(c.train_batch_size, 4096);
+  EXPECT_EQ(TrainBatchSize(c), 4096);
   EXPECT_EQ(c.micro_batch, 16);
   EXPECT_EQ(c.gradient_accumulation_steps, 256);
   EXPECT_EQ(c.optimizer.beta1, 0.9);  // defaults where the seed says nothing
@@ -72,7 +72,7 @@ TEST(SeedConfigsTest, OneBitAdamTutorialPretrainingConfig) {
 
 TEST(SeedConfigsTest, GuideOneBitAdamWithZero) {
   const JobConfig c = MustParse(kSeed003_1);
-  EXPECT_EQ(c.train_batch_size, 256);
+  EXPECT_EQ(TrainBatchSize(c), 256);
   EXPECT_EQ(c.micro_batch, 256);  // only train_batch_size: accumulation 1
   EXPECT_EQ(c.gradient_accumulation_steps, 1);
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 1e-4);
@@ -117,7 +117,7 @@ TEST(SeedConfigsTest, GuideCompressionTrainingIsRefused) {
 TEST(SeedConfigsTest, GuideHuggingFaceAuto) {
   const JobConfig c = MustParse(kSeed003_5);
   EXPECT_EQ(c.micro_batch, 64);  // onebit's default: "auto" is not given
-  EXPECT_EQ(c.train_batch_size, 64);
+  EXPECT_EQ(TrainBatchSize(c), 64);
   EXPECT_TRUE(HasNotice(c, "train_batch_size: \"auto\""));
   EXPECT_TRUE(HasNotice(c, "train_micro_batch_size_per_gpu: \"auto\""));
 }
@@ -161,7 +161,7 @@ TEST(SeedConfigsTest, GuideSnippetsWithComments) {
   EXPECT_DOUBLE_EQ(lamb.optimizer.max_coeff, 0.5);
   EXPECT_DOUBLE_EQ(lamb.optimizer.min_coeff, 0.005);
   const JobConfig big = MustParse(kSeed003_15);
-  EXPECT_EQ(big.train_batch_size, 65536);
+  EXPECT_EQ(TrainBatchSize(big), 65536);
   EXPECT_EQ(big.micro_batch, 65536);
   EXPECT_DOUBLE_EQ(big.optimizer.lr, 1e-3);
 }
@@ -258,7 +258,7 @@ TEST(DeepSpeedConfigTest, BatchRule) {
   };
   for (const Case& k : cases) {
     const JobConfig c = MustParse(k.json);
-    EXPECT_EQ(c.train_batch_size, k.train_batch) << k.json;
+    EXPECT_EQ(TrainBatchSize(c), k.train_batch) << k.json;
     EXPECT_EQ(c.micro_batch, k.micro) << k.json;
     EXPECT_EQ(c.gradient_accumulation_steps, k.accumulation) << k.json;
     EXPECT_EQ(c.workers, k.workers) << k.json;
@@ -355,6 +355,19 @@ TEST(DeepSpeedConfigTest, EveryNewFieldRoundTrips) {
   c.optimizer.type = "ZeroOneAdam";
   c.optimizer.local_step_clipper = 3;
   EXPECT_EQ(MustParse(JobConfigToJson(c)).optimizer.local_step_clipper, 3);
+}
+
+// Configs built in code (tests, the launcher) print a consistent train_batch_size.
+TEST(DeepSpeedConfigTest, ConfigBuiltInCodePrintsAConsistentBatch) {
+  JobConfig c;
+  c.micro_batch = 8;
+  c.workers = 4;
+  c.gradient_accumulation_steps = 2;
+  const JobConfig again = MustParse(JobConfigToJson(c));
+  EXPECT_EQ(TrainBatchSize(again), 64);
+  EXPECT_EQ(again.micro_batch, 8);
+  EXPECT_EQ(again.gradient_accumulation_steps, 2);
+  EXPECT_EQ(again.workers, 4);
 }
 
 // Each bad config must fail with INVALID_ARGUMENT and a message containing `path`.

@@ -642,7 +642,6 @@ absl::Status ResolveBatch(int64_t train_batch, bool micro_given, int64_t accumul
   }
   c->micro_batch = micro;
   c->gradient_accumulation_steps = accumulation;
-  c->train_batch_size = micro * accumulation * w;
   return absl::OkStatus();
 }
 
@@ -1122,7 +1121,7 @@ std::string JobConfigToJson(const JobConfig& c) {
   }
 }
 )",
-      c.train_batch_size, c.micro_batch, c.gradient_accumulation_steps, c.gradient_clipping,
+      TrainBatchSize(c), c.micro_batch, c.gradient_accumulation_steps, c.gradient_clipping,
       c.steps, c.seed, o.type, OptimizerParamsJson(o), SchedulerJson(c.scheduler),
       B(p.fp16), p.loss_scale, p.initial_scale_power, p.loss_scale_window, p.hysteresis,
       B(p.consecutive_hysteresis), p.min_loss_scale, B(p.bf16), c.workers, c.device, c.cpu_threads, c.lease_steps,
@@ -1141,6 +1140,10 @@ std::string JobConfigToJson(const JobConfig& c) {
       Quote(c.security.tls.key), c.security.tls.mutual ? "true" : "false",
       Quote(c.security.tls.server_name), Quote(c.security.admin_token_file),
       Quote(c.security.member_token_file));
+}
+
+int64_t TrainBatchSize(const JobConfig& config) {
+  return config.micro_batch * config.gradient_accumulation_steps * config.workers;
 }
 
 bool UsesServers(const ExchangeConfig& exchange) {

@@ -312,8 +312,6 @@ struct JobConfig {
   int64_t micro_batch = 64;  // train_micro_batch_size_per_gpu: per worker and micro batch
   // Micro batches per optimizer step; the trainer averages their gradients.
   int64_t gradient_accumulation_steps = 1;
-  // micro_batch * gradient_accumulation_steps * workers (always consistent after parsing).
-  int64_t train_batch_size = 64;
   double gradient_clipping = 0;  // clip the averaged gradient's global L2 norm to this; 0: off
   int64_t steps = 600;
   uint64_t seed = 1;
@@ -342,6 +340,10 @@ struct JobConfig {
   // JobConfigToJson leaves them out. Each binary prints them once at start.
   std::vector<std::string> notices;
 };
+
+// DeepSpeed's train_batch_size: micro_batch * gradient_accumulation_steps * workers (what
+// JobConfigToJson prints, so a config built in code stays consistent).
+int64_t TrainBatchSize(const JobConfig& config);
 
 // True when the job has onebit-server shards: ps mode, or hierarchical over ps.
 bool UsesServers(const ExchangeConfig& exchange);
