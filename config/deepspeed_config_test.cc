@@ -220,6 +220,12 @@ TEST(DeepSpeedConfigTest, AdamTakesOneBitKeysAndDeepSpeedsAdamKeys) {
       "freeze_step": 10, "adam_w_mode": true, "torch_adam": false, "amsgrad": false}}})");
   EXPECT_EQ(c.optimizer.type, "Adam");
   EXPECT_TRUE(HasNotice(c, "optimizer.params.torch_adam: accepted, no effect"));
+  // DeepSpeed's Adam applies bias correction: no notice that results differ.
+  const JobConfig corrected = MustParse(R"({"optimizer": {"type": "Adam", "legacy_fusion": false,
+      "params": {"bias_correction": true}}})");
+  EXPECT_TRUE(corrected.optimizer.bias_correction);
+  EXPECT_EQ(corrected.notices, std::vector<std::string>{
+      "optimizer.legacy_fusion: accepted, no effect in onebit (DeepSpeed's fused-kernel choice)"});
 }
 
 TEST(DeepSpeedConfigTest, CommBackendMpiRunsOnGloo) {

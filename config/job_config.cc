@@ -278,7 +278,7 @@ absl::Status ParseOptimizer(const Value& v, const std::string& path, OptimizerCo
       {"bias_correction",
        [=](const Value& b, const std::string& bp) -> absl::Status {
          ONEBIT_RETURN_IF_ERROR(Bool(&o->bias_correction)(b, bp));
-         if (o->bias_correction) {
+         if (o->bias_correction && o->type != "Adam") {
            notices->push_back(absl::StrCat(
                bp, ": true: onebit applies Adam's bias correction; DeepSpeed's 1-bit "
                    "optimizers accept this key and never apply it, so results differ from "
@@ -349,8 +349,14 @@ absl::Status ParseOptimizer(const Value& v, const std::string& path, OptimizerCo
   };
   ONEBIT_RETURN_IF_ERROR(TypedObject(
       v, path, type,
-      {{"params", [&](const Value& p, const std::string& pp) {
+      {{"params",
+        [&](const Value& p, const std::string& pp) {
           return TypedParams(p, pp, o->type, keys_of_type, all);
+        }},
+       {"legacy_fusion", [=](const Value& b, const std::string& bp) -> absl::Status {
+          bool ignored = false;
+          ONEBIT_RETURN_IF_ERROR(Bool(&ignored)(b, bp));
+          return Ignored(notices, "DeepSpeed's fused-kernel choice")(b, bp);
         }}}));
   const std::string pp = Join(path, "params");
   if (o->coeff_beta >= 1) return Bad(Join(pp, "coeff_beta"), "must be < 1");

@@ -103,7 +103,9 @@ struct OptimizerConfig {
   double eps = 1e-8;  // added outside the sqrt
   double weight_decay = 0.0;
   // Adam's bias correction, off by default (ALGORITHM.md). DeepSpeed's 1-bit optimizers
-  // accept the key but never apply it: true here is a notice that results differ.
+  // accept the key but never apply it: true here is a notice that results differ. For
+  // "Adam" too the default is false (DeepSpeed's Adam defaults to true): onebit's Adam is
+  // the full-precision baseline of 1-bit Adam, so it runs 1-bit Adam's warmup update.
   bool bias_correction = false;
   // OneBitAdam, OneBitLamb: the last warmup step (static freeze). "Adam" accepts it and
   // never freezes; ZeroOneAdam has var_freeze_step instead (freeze_step is an error there).
