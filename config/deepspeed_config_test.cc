@@ -1,6 +1,7 @@
 // DeepSpeed compatibility of the job config: the seed tutorials' configs as they are, every
 // optimizer type's params, the batch rule, precision, top-level keys and their notices.
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -361,6 +362,14 @@ TEST(DeepSpeedConfigTest, EveryNewFieldRoundTrips) {
   c.optimizer.type = "ZeroOneAdam";
   c.optimizer.local_step_clipper = 3;
   EXPECT_EQ(MustParse(JobConfigToJson(c)).optimizer.local_step_clipper, 3);
+}
+
+// Found by the fuzzer: -0 printed as "-0" read back as 0 and printed as "0".
+TEST(DeepSpeedConfigTest, NegativeZeroRoundTrips) {
+  const JobConfig c = MustParse(R"({"optimizer": {"params": {"lr": -0e3, "weight_decay": -0.0}},
+                                    "gradient_clipping": -0})");
+  EXPECT_FALSE(std::signbit(c.optimizer.lr));
+  EXPECT_FALSE(std::signbit(c.gradient_clipping));
 }
 
 // Configs built in code (tests, the launcher) print a consistent train_batch_size.

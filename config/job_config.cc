@@ -57,7 +57,7 @@ Handler Number(double* out, double min, double max, bool min_exclusive = false) 
       return Bad(path, absl::StrCat("must be in ", min_exclusive ? "(" : "[", min, ", ", max,
                                     "], got ", x));
     }
-    *out = x;
+    *out = x == 0 ? 0.0 : x;  // -0 prints as "-0", which JSON reads back as 0
     return absl::OkStatus();
   };
 }
