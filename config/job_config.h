@@ -21,11 +21,19 @@
 //     },
 //     "scheduler": {"type": "WarmupDecayLR",       // | WarmupLR | OneCycle | WarmupCosineLR
 //                   "params": {"warmup_min_lr": 0, "warmup_max_lr": 1e-3,
-//                              "warmup_num_steps": 1000, "warmup_type": "log",
+//                              "warmup_num_steps": 1000, "warmup_type": "log",  // | linear
 //                              "total_num_steps": 10000}},   // see SchedulerConfig
+//         WarmupLR: warmup_min_lr, warmup_max_lr, warmup_num_steps, warmup_type.
+//         WarmupCosineLR: total_num_steps, warmup_min_ratio, warmup_num_steps,
+//           cos_min_ratio, warmup_type.
+//         OneCycle: cycle_min_lr, cycle_max_lr, decay_lr_rate, cycle_first_step_size,
+//           cycle_second_step_size, cycle_first_stair_count, cycle_second_stair_count,
+//           decay_step_size, cycle_momentum, cycle_min_mom, cycle_max_mom, decay_mom_rate.
+//         Every type: last_batch_iteration (-1 only).
 //     "fp16": {"enabled": false, "loss_scale": 0, "initial_scale_power": 16,
-//              "loss_scale_window": 1000, "hysteresis": 2, "min_loss_scale": 1},
-//     "bf16": {"enabled": false},
+//              "loss_scale_window": 1000, "hysteresis": 2, "consecutive_hysteresis": false,
+//              "min_loss_scale": 1},    // also auto_cast (notice), fp16_master_weights_and_grads
+//     "bf16": {"enabled": false},        // or "bfloat16"; also immediate_grad_update (notice)
 //     "onebit": {
 //       "workers": 4,
 //       "device": "cpu",                           // cpu | cuda
@@ -53,10 +61,14 @@
 // "optimizer.params.max_coeff: not a parameter of ZeroOneAdam".
 //
 // DeepSpeed's keys. Every key DeepSpeed's OnebitAdam, ZeroOneAdam and OnebitLamb
-// constructors take is accepted for that type; a key of another type is an error (as
-// DeepSpeed's constructor would raise). Keys that mean nothing here are accepted with one
-// notice each in JobConfig::notices (the parser prints nothing; each binary prints them
-// once): optimizer.params.cuda_aware (no MPI here), eps_inside_sqrt (DeepSpeed ignores it
+// constructors take is accepted for that type (besides those above: cuda_aware,
+// eps_inside_sqrt, amsgrad, max_grad_norm); "Adam" takes the common ones, freeze_step, and
+// DeepSpeed's adam_w_mode (true only), torch_adam and set_grad_none; the optimizer block may
+// have legacy_fusion. A key of another type is an error (as DeepSpeed's constructor would
+// raise). Keys that mean nothing here are accepted with one notice each in
+// JobConfig::notices (the parser prints nothing; the coordinator prints them once at start,
+// worker and server under --check, the launcher when it does not echo the coordinator):
+// optimizer.params.cuda_aware (no MPI here), eps_inside_sqrt true (DeepSpeed ignores it
 // too), amsgrad false (true is an error, as in DeepSpeed), and the top-level keys that only
 // steer DeepSpeed's engine (steps_per_print, wall_clock_breakdown, prescale_gradients,
 // zero_optimization stages 0-2, monitors, profilers, ...). Keys that would change what
