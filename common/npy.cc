@@ -300,7 +300,22 @@ Float32Reader::Float32Reader(std::string path, int fd, std::vector<int64_t> shap
 
 Float32Reader::~Float32Reader() { close(fd_); }
 
-absl::StatusOr<std::unique_ptr<Float32Reader>> Float32Reader::Open(const std::string& path) {
+namespace {
+
+// An open, validated file: the caller owns fd.
+struct OpenedArray {
+  int fd = -1;
+  std::string descr;
+  std::vector<int64_t> shape;
+  int64_t num_elements = 0;
+  int64_t data_offset = 0;
+};
+
+// Opens and validates `path` holding one of `dtypes` (descr -> element bytes); `expected`
+// says what a wrong dtype should have been.
+absl::StatusOr<OpenedArray> OpenArray(const std::string& path,
+                                      const std::map<std::string, int>& dtypes,
+                                      absl::string_view expected) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ErrnoError(path, "cannot open", errno);
   // Owns fd until the reader does.
@@ -379,10 +394,12 @@ absl::StatusOr<std::unique_ptr<Float32Reader>> Float32Reader::Open(const std::st
   if (shape_value.kind != HeaderParser::Value::kTuple) {
     return FormatError(path, "malformed header dict: 'shape' is not a tuple");
   }
-  if (descr.str != kFloat32Descr) {
+  const auto dtype = dtypes.find(descr.str);
+  if (dtype == dtypes.end()) {
     return FormatError(path, absl::StrCat("wrong dtype: found ", DescribeDescr(descr.str),
-                                          ", expected '<f4' (little-endian float32)"));
+                                          ", expected ", expected));
   }
+  const int element_bytes = dtype->second;
   if (fortran.boolean) {
     return FormatError(path,
                        "fortran_order is True: only C-order arrays are supported (save "
@@ -392,18 +409,19 @@ absl::StatusOr<std::unique_ptr<Float32Reader>> Float32Reader::Open(const std::st
   const std::vector<int64_t>& shape = shape_value.tuple;
   int64_t num_elements = 1;
   const int64_t data_offset = header_start + static_cast<int64_t>(header_len);
-  const int64_t max_elements = (std::numeric_limits<int64_t>::max() - data_offset) / 4;
+  const int64_t max_elements =
+      (std::numeric_limits<int64_t>::max() - data_offset) / element_bytes;
   for (int64_t d : shape) {
     if (d != 0 && num_elements > max_elements / d) {
       return FormatError(path, absl::StrCat("shape ", ShapeToString(shape), " is too large"));
     }
     num_elements *= d;
   }
-  const int64_t expected_bytes = num_elements * 4;
+  const int64_t expected_bytes = num_elements * element_bytes;
   const int64_t found_bytes = file_size - data_offset;
   if (found_bytes < expected_bytes) {
     return FormatError(path, absl::StrCat("truncated data: shape ", ShapeToString(shape),
-                                          " float32 needs ", expected_bytes,
+                                          " ", descr.str == kFloat32Descr ? "float32" : descr.str, " needs ", expected_bytes,
                                           " bytes of data, found ", found_bytes));
   }
   if (found_bytes > expected_bytes) {
@@ -412,8 +430,17 @@ absl::StatusOr<std::unique_ptr<Float32Reader>> Float32Reader::Open(const std::st
                                           " bytes of data of shape ", ShapeToString(shape)));
   }
   closer.fd = -1;
+  return OpenedArray{fd, descr.str, shape, num_elements, data_offset};
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Float32Reader>> Float32Reader::Open(const std::string& path) {
+  absl::StatusOr<OpenedArray> a =
+      OpenArray(path, {{kFloat32Descr, 4}}, "'<f4' (little-endian float32)");
+  if (!a.ok()) return a.status();
   return std::unique_ptr<Float32Reader>(
-      new Float32Reader(path, fd, shape, num_elements, data_offset));
+      new Float32Reader(path, a->fd, a->shape, a->num_elements, a->data_offset));
 }
 
 absl::Status Float32Reader::ReadElements(int64_t offset, int64_t count, float* out) const {
@@ -470,6 +497,35 @@ absl::Status WriteFloat32(const std::string& path, const std::vector<int64_t>& s
   const absl::string_view pieces[] = {
       header, absl::string_view(reinterpret_cast<const char*>(data), data_bytes)};
   return WriteFileAtomically(path, pieces);
+}
+
+absl::StatusOr<Float32Array> ReadAsFloat32(const std::string& path, std::string* descr) {
+  absl::StatusOr<OpenedArray> a =
+      OpenArray(path, {{kFloat32Descr, 4}, {"|b1", 1}, {"|u1", 1}},
+                "'<f4' (float32), '|b1' (bool) or '|u1' (uint8)");
+  if (!a.ok()) return a.status();
+  struct FdCloser {
+    int fd;
+    ~FdCloser() { close(fd); }
+  } closer{a->fd};
+  Float32Array array;
+  array.shape = a->shape;
+  array.data.resize(static_cast<size_t>(a->num_elements));
+  const size_t element_bytes = a->descr == kFloat32Descr ? 4 : 1;
+  std::vector<unsigned char> bytes(array.data.size() * element_bytes);
+  size_t got = 0;
+  absl::Status status = PreadFully(a->fd, path, bytes.data(), bytes.size(), a->data_offset, &got);
+  if (!status.ok()) return status;
+  if (got != bytes.size()) {
+    return FormatError(path, "truncated data (the file changed while open?)");
+  }
+  if (element_bytes == 4) {
+    std::memcpy(array.data.data(), bytes.data(), bytes.size());
+  } else {
+    for (size_t i = 0; i < bytes.size(); ++i) array.data[i] = static_cast<float>(bytes[i]);
+  }
+  if (descr != nullptr) *descr = a->descr;
+  return array;
 }
 
 }  // namespace onebit::npy

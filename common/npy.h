@@ -47,6 +47,11 @@ struct Float32Array {
 absl::StatusOr<Float32Array> ReadFloat32(const std::string& path,
                                          const std::vector<int64_t>& expected_shape = {});
 
+// Reads a whole file of float32 ('<f4'), bool ('|b1') or uint8 ('|u1'), validated like
+// ReadFloat32, as float32 values (bool and uint8 exactly: 0, 1, ... 255); *descr (when not
+// null) says which dtype the file had.
+absl::StatusOr<Float32Array> ReadAsFloat32(const std::string& path, std::string* descr = nullptr);
+
 // Writes `data` (NumElements(shape) values) atomically: temp file, fsync, rename.
 absl::Status WriteFloat32(const std::string& path, const std::vector<int64_t>& shape,
                           const float* data);

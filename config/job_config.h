@@ -1,21 +1,47 @@
-// The job config: one JSON file shared by every process of a job. The optimizer block is
-// DeepSpeed's, so a DeepSpeed user recognises it; onebit's own settings live in "onebit".
+// The job config: one JSON file shared by every process of a job. The top level is
+// DeepSpeed's (a DeepSpeed user's config works unchanged, see "DeepSpeed's keys" below);
+// onebit's own settings live in "onebit".
 //
 //   {
-//     "train_micro_batch_size_per_gpu": 64,        // per worker
+//     "train_batch_size": 256,                     // = micro * accumulation * onebit.workers
+//     "train_micro_batch_size_per_gpu": 64,        // per worker and micro batch
+//     "gradient_accumulation_steps": 1,            // micro batches per optimizer step
+//     "gradient_clipping": 0,                      // max global gradient norm; 0: off
 //     "steps": 600,
 //     "seed": 1,
 //     "optimizer": {
-//       "type": "OneBitAdam",                      // or "Adam": full precision throughout
+//       "type": "OneBitAdam",                      // | ZeroOneAdam | OneBitLamb | Adam (AdamW)
 //       "params": {"lr": 1e-3, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0,
-//                  "freeze_step": 100, "comm_backend_name": "gloo"}   // gloo | nccl
+//                  "bias_correction": false, "comm_backend_name": "gloo",  // gloo | nccl | mpi
+//                  "freeze_step": 100,                                   // OneBitAdam, OneBitLamb
+//                  "var_freeze_step": 100000, "var_update_scaler": 16,   // ZeroOneAdam
+//                  "local_step_scaler": 32678, "local_step_clipper": 16,
+//                  "max_coeff": 10.0, "min_coeff": 0.01, "coeff_beta": 0.9,  // OneBitLamb
+//                  "factor_max": 4.0, "factor_min": 0.5, "factor_threshold": 0.1}
 //     },
+//     "scheduler": {"type": "WarmupDecayLR",       // | WarmupLR | OneCycle | WarmupCosineLR
+//                   "params": {"warmup_min_lr": 0, "warmup_max_lr": 1e-3,
+//                              "warmup_num_steps": 1000, "warmup_type": "log",  // | linear
+//                              "total_num_steps": 10000}},   // see SchedulerConfig
+//         WarmupLR: warmup_min_lr, warmup_max_lr, warmup_num_steps, warmup_type.
+//         WarmupCosineLR: total_num_steps, warmup_min_ratio, warmup_num_steps,
+//           cos_min_ratio, warmup_type.
+//         OneCycle: cycle_min_lr, cycle_max_lr, decay_lr_rate, cycle_first_step_size,
+//           cycle_second_step_size, cycle_first_stair_count, cycle_second_stair_count,
+//           decay_step_size, cycle_momentum, cycle_min_mom, cycle_max_mom, decay_mom_rate.
+//         Every type: last_batch_iteration (-1 only).
+//     "fp16": {"enabled": false, "loss_scale": 0, "initial_scale_power": 16,
+//              "loss_scale_window": 1000, "hysteresis": 2, "consecutive_hysteresis": false,
+//              "min_loss_scale": 1},    // also auto_cast (notice), fp16_master_weights_and_grads
+//     "bf16": {"enabled": false},        // or "bfloat16"; also immediate_grad_update (notice)
 //     "onebit": {
 //       "workers": 4,
 //       "device": "cpu",                           // cpu | cuda
 //       "cpu_threads": 0,                          // CPU kernels' threads; 0: all usable
 //       "exchange": {"mode": "ps", "servers": 2},  // peer | ps | hierarchical, see ExchangeConfig
 //       "freeze": {"mode": "static"},              // static | automatic, see FreezeConfig
+//       "momentum_mask": {"npy": "mask.npy",       // or "ranges": [[0, 10], [50, 60]]
+//                         "auto_zero_grad": false},  // see MomentumMaskConfig
 //       "lease_steps": 10,
 //       "workload": {"type": "fashion_mnist", "hidden": [256, 128], "eval_every": 100,
 //                    "data_dir": "/usr/share/datasets/fashion-mnist"},
@@ -31,12 +57,46 @@
 //   }
 //
 // Unknown keys and bad values are errors that name the key's path, e.g.
-// "onebit.exchange.servers: must be >= 1 in ps mode".
+// "onebit.exchange.servers: must be >= 1 in ps mode" or
+// "optimizer.params.max_coeff: not a parameter of ZeroOneAdam".
+//
+// DeepSpeed's keys. Every key DeepSpeed's OnebitAdam, ZeroOneAdam and OnebitLamb
+// constructors take is accepted for that type (besides those above: cuda_aware,
+// eps_inside_sqrt, amsgrad, max_grad_norm); "Adam" takes the common ones, freeze_step, and
+// DeepSpeed's adam_w_mode (true only), torch_adam and set_grad_none; the optimizer block may
+// have legacy_fusion. A key of another type is an error (as DeepSpeed's constructor would
+// raise). Keys that mean nothing here are accepted with one notice each in
+// JobConfig::notices (the parser prints nothing; the coordinator prints them once at start,
+// worker and server under --check, the launcher when it does not echo the coordinator):
+// optimizer.params.cuda_aware (no MPI here), eps_inside_sqrt true (DeepSpeed ignores it
+// too), amsgrad false (true is an error, as in DeepSpeed), and the top-level keys that only
+// steer DeepSpeed's engine (steps_per_print, wall_clock_breakdown, prescale_gradients,
+// zero_optimization stages 0-2, monitors, profilers, ...). Keys that would change what
+// trains are errors: zero_optimization stage 3, compression_training, an enabled amp,
+// elasticity, sparse_attention, progressive_layer_drop, curriculum learning.
+// optimizer.params.max_grad_norm is an error as in DeepSpeed: use gradient_clipping.
+// Optimizer type names are case-insensitive, as in DeepSpeed ("onebitadam"); "AdamW" is
+// onebit's "Adam" (its weight decay is already decoupled). comm_backend_name "mpi" runs on
+// gloo (notice). With onebit.device not given, comm_backend_name "nccl" means device cuda
+// (notice), as a DeepSpeed config means GPUs; an explicit device cpu with nccl is an error.
+//
+// Batch sizes follow DeepSpeed's rule train_batch_size == train_micro_batch_size_per_gpu *
+// gradient_accumulation_steps * onebit.workers: any two of the three batch keys determine
+// the third (with only train_batch_size or only the micro batch, accumulation is 1; with
+// neither, the micro batch is 64); "auto" (Hugging Face's spelling) counts as not given.
+// When all three are given and onebit.workers is not, workers = train_batch_size /
+// (micro * accumulation) (notice). An inconsistent or indivisible set is an error naming
+// the keys. The trainer runs gradient_accumulation_steps micro batches per optimizer step
+// and averages their gradients before the exchange.
+//
+// Lenient JSON: // and /* */ comments and trailing commas (both appear in DeepSpeed's
+// tutorials) are accepted, with a notice, although strict JSON forbids them.
 #ifndef ONEBIT_CONFIG_JOB_CONFIG_H_
 #define ONEBIT_CONFIG_JOB_CONFIG_H_
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -44,16 +104,102 @@
 
 namespace onebit {
 
+// DeepSpeed's optimizer block (ALGORITHM.md has the math of each type).
 struct OptimizerConfig {
-  std::string type = "OneBitAdam";  // "OneBitAdam" or "Adam"
-  double lr = 1e-3;
+  // "OneBitAdam", "ZeroOneAdam", "OneBitLamb" or "Adam" (full precision throughout: 1-bit
+  // Adam's warmup forever), spelled so whatever case the config used.
+  std::string type = "OneBitAdam";
+  double lr = 1e-3;  // replaced by the scheduler's value when "scheduler" is set
   double beta1 = 0.9;
   double beta2 = 0.999;
-  double eps = 1e-8;
+  double eps = 1e-8;  // added outside the sqrt
   double weight_decay = 0.0;
-  // Last warmup step (static freeze). "Adam" never freezes.
+  // Adam's bias correction, off by default (ALGORITHM.md). DeepSpeed's 1-bit optimizers
+  // accept the key but never apply it: true here is a notice that results differ. For
+  // "Adam" too the default is false (DeepSpeed's Adam defaults to true): onebit's Adam is
+  // the full-precision baseline of 1-bit Adam, so it runs 1-bit Adam's warmup update.
+  bool bias_correction = false;
+  // OneBitAdam, OneBitLamb: the last warmup step (static freeze). "Adam" accepts it and
+  // never freezes; ZeroOneAdam has var_freeze_step instead (freeze_step is an error there).
   int64_t freeze_step = 100000;
-  std::string comm_backend_name = "gloo";  // "gloo" (CPU) or "nccl" (GPU)
+  std::string comm_backend_name = "gloo";  // "gloo" (CPU or GPU) or "nccl" (GPU)
+  // ZeroOneAdam (0/1 Adam).
+  int64_t var_freeze_step = 100000;  // the last step that may update the variance
+  int64_t var_update_scaler = 16;    // kappa: variance updates before var_interval doubles
+  int64_t local_step_scaler = 32678;  // local steps before local_step_interval doubles
+  int64_t local_step_clipper = 16;    // H: the largest local_step_interval
+  // OneBitLamb (1-bit LAMB): the trust ratio's clamp, its running average's factor, and
+  // the compression stage's factor clamps.
+  double max_coeff = 10.0;
+  double min_coeff = 0.01;
+  double coeff_beta = 0.9;
+  double factor_max = 4.0;
+  double factor_min = 0.5;
+  double factor_threshold = 0.1;
+};
+
+// DeepSpeed's "scheduler" block (deepspeed/runtime/lr_schedules.py); config/lr_schedule.h
+// computes the learning rate of a step. Defaults are DeepSpeed's.
+struct SchedulerConfig {
+  // "" (none: optimizer.params.lr throughout), "WarmupLR", "WarmupDecayLR", "OneCycle" or
+  // "WarmupCosineLR".
+  std::string type;
+  // WarmupLR, WarmupDecayLR (and WarmupCosineLR's warmup_num_steps, warmup_type).
+  double warmup_min_lr = 0.0;
+  double warmup_max_lr = 0.001;
+  int64_t warmup_num_steps = 1000;
+  std::string warmup_type = "log";  // "log" or "linear"
+  // WarmupDecayLR, WarmupCosineLR: required there.
+  int64_t total_num_steps = 0;
+  // WarmupCosineLR: fractions of optimizer.params.lr.
+  double warmup_min_ratio = 0.0;
+  double cos_min_ratio = 0.0001;
+  // OneCycle. cycle_min_lr and cycle_max_lr are required. Stair counts are accepted and,
+  // as in DeepSpeed's implementation, not used (the cycle is continuous).
+  double cycle_min_lr = 0.0;
+  double cycle_max_lr = 0.0;
+  double decay_lr_rate = 0.0;
+  int64_t cycle_first_step_size = 2000;
+  int64_t cycle_second_step_size = -1;  // -1: cycle_first_step_size
+  int64_t cycle_first_stair_count = 0;
+  int64_t cycle_second_stair_count = -1;  // -1: cycle_first_stair_count
+  int64_t decay_step_size = 0;
+  // OneCycle's momentum cycling (beta1 inversely to the lr, beta2 = 0.99, as DeepSpeed
+  // does; ScheduledBetas in lr_schedule.h). Parsed; the trainer keeps betas fixed, and
+  // the parser says so in a notice while cycle_momentum is true.
+  bool cycle_momentum = true;
+  double cycle_min_mom = 0.8;
+  double cycle_max_mom = 0.9;
+  double decay_mom_rate = 0.0;
+};
+
+// DeepSpeed's "fp16" and "bf16" blocks: what the CUDA workloads compute in (master
+// parameters and optimizer state stay fp32). Both enabled is an error. The CPU path
+// computes in fp32 whatever they say (notice).
+struct PrecisionConfig {
+  bool fp16 = false;
+  double loss_scale = 0;        // 0: dynamic loss scaling; > 0: this fixed scale
+  int initial_scale_power = 16;  // dynamic: starts at 2^initial_scale_power
+  int loss_scale_window = 1000;  // dynamic: steps without overflow before the scale doubles
+  int hysteresis = 2;            // dynamic: overflows tolerated before the scale halves
+  bool consecutive_hysteresis = false;
+  double min_loss_scale = 1;
+  bool bf16 = false;
+};
+
+// onebit.momentum_mask (ALGORITHM.md "Momentum mask"): after every exchange m *= mask.
+// The mask is supplied at every start (never restored from a checkpoint). config/
+// momentum_mask.h builds it (BuildMomentumMask).
+struct MomentumMaskConfig {
+  // A 1-D .npy of the parameter count's values in {0, 1} (float32, bool or uint8); "": none.
+  // A relative path is relative to each process's working directory.
+  std::string npy;
+  // Element ranges [begin, end) (half-open, as Python slices) that are MASKED: the mask is
+  // 0 there and 1 everywhere else. Any order; overlaps are fine. Not together with npy.
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  // Also mask every element whose gradient stayed exactly zero on every worker through
+  // the warmup (detected by the trainer); off by default.
+  bool auto_zero_grad = false;
 };
 
 struct ExchangeConfig {
@@ -177,10 +323,15 @@ struct SecurityConfig {
 };
 
 struct JobConfig {
-  int64_t micro_batch = 64;  // train_micro_batch_size_per_gpu: per worker and step
+  int64_t micro_batch = 64;  // train_micro_batch_size_per_gpu: per worker and micro batch
+  // Micro batches per optimizer step; the trainer averages their gradients.
+  int64_t gradient_accumulation_steps = 1;
+  double gradient_clipping = 0;  // clip the averaged gradient's global L2 norm to this; 0: off
   int64_t steps = 600;
   uint64_t seed = 1;
   OptimizerConfig optimizer;
+  SchedulerConfig scheduler;
+  PrecisionConfig precision;
   int workers = 1;
   std::string device = "cpu";  // "cpu" or "cuda"
   // Threads of the CPU kernels in each worker and shard (the exchange's compression, the
@@ -190,6 +341,7 @@ struct JobConfig {
   int cpu_threads = 0;
   ExchangeConfig exchange;
   FreezeConfig freeze;
+  MomentumMaskConfig momentum_mask;
   int64_t lease_steps = 10;
   WorkloadConfig workload;
   PortsConfig ports;
@@ -197,17 +349,26 @@ struct JobConfig {
   CheckpointConfig checkpoint;
   FailureConfig failure;
   SecurityConfig security;
+  // What the parser accepted but the job ignores or derived, one line each, sorted, e.g.
+  // "optimizer.params.cuda_aware: accepted, no effect here (...)". Not part of the config:
+  // JobConfigToJson leaves them out. Each binary prints them once at start.
+  std::vector<std::string> notices;
 };
+
+// DeepSpeed's train_batch_size: micro_batch * gradient_accumulation_steps * workers (what
+// JobConfigToJson prints, so a config built in code stays consistent).
+int64_t TrainBatchSize(const JobConfig& config);
 
 // True when the job has onebit-server shards: ps mode, or hierarchical over ps.
 bool UsesServers(const ExchangeConfig& exchange);
 // The number of onebit-server processes the job has (0 without shards).
 int ServerCount(const JobConfig& config);
 
-// Parses and validates; errors name the offending key's path.
 // exchange.warmup_order with "auto" resolved: "rank" or "ring".
 std::string EffectiveWarmupOrder(const ExchangeConfig& exchange);
 
+// Parses and validates; errors name the offending key's path. What was accepted without
+// effect, or derived, is in the result's `notices`.
 absl::StatusOr<JobConfig> ParseJobConfig(absl::string_view json);
 // Reads `path` and parses it; errors also name the file.
 absl::StatusOr<JobConfig> LoadJobConfig(const std::string& path);

@@ -11,19 +11,26 @@ namespace {
 constexpr char kFull[] = R"({
   "train_micro_batch_size_per_gpu": 32,
   "train_batch_size": 128,
+  "gradient_accumulation_steps": 1,
+  "gradient_clipping": 2.5,
   "steps": 300,
   "seed": 7,
   "optimizer": {
     "type": "OneBitAdam",
     "params": {"lr": 0.002, "betas": [0.8, 0.99], "eps": 1e-6, "weight_decay": 0.01,
-               "freeze_step": 40, "comm_backend_name": "gloo"}
+               "freeze_step": 40, "comm_backend_name": "gloo", "bias_correction": false}
   },
+  "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0.0001, "warmup_max_lr": 0.002,
+                                               "warmup_num_steps": 30, "warmup_type": "linear"}},
+  "fp16": {"enabled": false, "loss_scale": 0, "initial_scale_power": 15},
+  "bf16": {"enabled": false},
   "onebit": {
     "workers": 4, "cpu_threads": 3,
     "device": "cpu",
     "exchange": {"mode": "ps", "servers": 2},
     "freeze": {"mode": "automatic", "threshold": 0.02, "reports_in_a_row": 2,
                "report_interval": 5, "min_warmup": 10, "max_warmup": 100},
+    "momentum_mask": {"ranges": [[0, 10]], "auto_zero_grad": true},
     "lease_steps": 8,
     "workload": {"type": "fashion_mnist", "hidden": [300, 100], "eval_every": 50},
     "ports": {"coordinator": 5000, "metrics": 0},
@@ -46,6 +53,21 @@ TEST(JobConfigTest, ParsesEveryKey) {
   EXPECT_DOUBLE_EQ(c->optimizer.eps, 1e-6);
   EXPECT_DOUBLE_EQ(c->optimizer.weight_decay, 0.01);
   EXPECT_EQ(c->optimizer.freeze_step, 40);
+  EXPECT_FALSE(c->optimizer.bias_correction);
+  EXPECT_EQ(TrainBatchSize(*c), 128);
+  EXPECT_EQ(c->gradient_accumulation_steps, 1);
+  EXPECT_DOUBLE_EQ(c->gradient_clipping, 2.5);
+  EXPECT_EQ(c->scheduler.type, "WarmupLR");
+  EXPECT_DOUBLE_EQ(c->scheduler.warmup_min_lr, 0.0001);
+  EXPECT_DOUBLE_EQ(c->scheduler.warmup_max_lr, 0.002);
+  EXPECT_EQ(c->scheduler.warmup_num_steps, 30);
+  EXPECT_EQ(c->scheduler.warmup_type, "linear");
+  EXPECT_FALSE(c->precision.fp16);
+  EXPECT_EQ(c->precision.initial_scale_power, 15);
+  EXPECT_FALSE(c->precision.bf16);
+  EXPECT_EQ(c->momentum_mask.ranges, (std::vector<std::pair<int64_t, int64_t>>{{0, 10}}));
+  EXPECT_TRUE(c->momentum_mask.auto_zero_grad);
+  EXPECT_TRUE(c->notices.empty()) << ::testing::PrintToString(c->notices);
   EXPECT_EQ(c->workers, 4);
   EXPECT_EQ(c->cpu_threads, 3);
   EXPECT_EQ(c->exchange.mode, "ps");
@@ -164,10 +186,16 @@ TEST(JobConfigTest, RoundTripsThroughJson) {
   auto c = ParseJobConfig(kFull);
   ASSERT_TRUE(c.ok());
   c->workload.data_dir = "/tmp/a \"quoted\" dir";
+  c->momentum_mask.ranges.clear();
+  c->momentum_mask.npy = "/masks/a \"quoted\" mask.npy";
   auto again = ParseJobConfig(JobConfigToJson(*c));
   ASSERT_TRUE(again.ok()) << again.status() << "\n" << JobConfigToJson(*c);
   EXPECT_EQ(JobConfigToJson(*again), JobConfigToJson(*c));
   EXPECT_EQ(again->workload.data_dir, c->workload.data_dir);
+  EXPECT_EQ(again->momentum_mask.npy, c->momentum_mask.npy);
+  EXPECT_EQ(again->scheduler.warmup_num_steps, 30);
+  EXPECT_DOUBLE_EQ(again->gradient_clipping, 2.5);
+  EXPECT_TRUE(again->notices.empty()) << ::testing::PrintToString(again->notices);
 }
 
 // Each bad config must fail with INVALID_ARGUMENT and a message containing `path`.
@@ -186,9 +214,9 @@ TEST(JobConfigTest, RejectsBadConfigsNamingTheKey) {
       {R"({"optimizer": {"params": {"eps": 0}}})", "optimizer.params.eps"},
       {R"({"optimizer": {"params": {"freeze_step": 1.5}}})", "optimizer.params.freeze_step"},
       {R"({"optimizer": {"params": {"freeze_step": "10"}}})", "optimizer.params.freeze_step"},
-      {R"({"optimizer": {"params": {"comm_backend_name": "mpi"}}})",
+      {R"({"optimizer": {"params": {"comm_backend_name": "hccl"}}})",
        "optimizer.params.comm_backend_name"},
-      {R"({"optimizer": {"params": {"comm_backend_name": "nccl"}}})",
+      {R"({"optimizer": {"params": {"comm_backend_name": "nccl"}}, "onebit": {"device": "cpu"}})",
        "optimizer.params.comm_backend_name: nccl needs"},
       {R"({"optimizer": {"params": {"momentum": 0.9}}})", "optimizer.params.momentum"},
       {R"({"onebit": {"workers": 0}})", "onebit.workers"},

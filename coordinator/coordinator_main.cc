@@ -126,6 +126,10 @@ int Run(int argc, char** argv) {
   if (config_path.empty()) return Fail(2, "--config=JOB.json is required");
   absl::StatusOr<JobConfig> config = LoadJobConfig(config_path);
   if (!config.ok()) return Fail(1, std::string(config.status().message()));
+  // The job's one coordinator says once what the config accepted without effect.
+  for (const std::string& notice : config->notices) {
+    std::fprintf(stderr, "onebit-coordinator: config notice: %s\n", notice.c_str());
+  }
 
   CoordinatorOptions options;
   options.config = *config;

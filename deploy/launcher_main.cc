@@ -267,11 +267,18 @@ int Main(int argc, char** argv) {
   signal(SIGTERM, [](int) { g_interrupted = 1; });
   std::string config_path = UserPath(absl::GetFlag(FLAGS_config));
   absl::StatusOr<JobConfig> config = LoadJobConfig(config_path);
+  const std::vector<std::string> notices = config.ok() ? config->notices : std::vector<std::string>{};
   absl::StatusOr<bool> overridden = config.ok() ? ApplyOverrides(&*config) : false;
   if (!config.ok() || !overridden.ok()) {
     const absl::Status& s = config.ok() ? overridden.status() : config.status();
     std::fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
     return 2;
+  }
+  // The coordinator prints the config's notices; its output is echoed unless --noecho_all.
+  if (!absl::GetFlag(FLAGS_echo_all)) {
+    for (const std::string& notice : notices) {
+      std::fprintf(stderr, "config notice: %s\n", notice.c_str());
+    }
   }
   const std::string out = UserPath(absl::GetFlag(FLAGS_out_dir));
   std::error_code error;

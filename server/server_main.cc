@@ -169,11 +169,13 @@ int main(int argc, char** argv) {
   double retry_s = 120, heartbeat_s = 10;
   onebit::SecurityConfig security;
   int config_cpu_threads = 0;
+  std::vector<std::string> config_notices;  // printed by --check; a job's by its coordinator
   if (!absl::GetFlag(FLAGS_config).empty()) {
     absl::StatusOr<onebit::JobConfig> config = onebit::LoadJobConfig(absl::GetFlag(FLAGS_config));
     if (!config.ok()) return UsageError(std::string(config.status().message()));
     security = config->security;
     config_cpu_threads = config->cpu_threads;
+    config_notices = config->notices;
     checkpoint_dir = config->checkpoint.dir;
     retry_s = config->failure.coordinator_retry_s;
     heartbeat_s = config->failure.heartbeat_timeout_s;
@@ -233,6 +235,9 @@ int main(int argc, char** argv) {
     absl::StatusOr<std::optional<onebit::Fault>> fault =
         onebit::ParseFault(absl::GetFlag(FLAGS_fault), {"kill_at_step"});
     if (!fault.ok()) return UsageError(std::string(fault.status().message()));
+    for (const std::string& notice : config_notices) {
+      std::cerr << "onebit-server: config notice: " << notice << std::endl;
+    }
     std::cout << "onebit-server: flags and config OK (shard " << options.shard.shard << " of "
               << options.shard.num_shards << ", " << options.shard.num_workers
               << " workers, n = " << n << ")" << std::endl;

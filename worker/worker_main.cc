@@ -374,6 +374,10 @@ absl::Status Run() {
                                      {"kill_in_exchange", "kill_before_commit"}));
   if (absl::GetFlag(FLAGS_check)) {
     ONEBIT_RETURN_IF_ERROR(WorkloadParameterCount(config.workload).status());
+    // A running job's notices are the coordinator's to print (once, not once per worker).
+    for (const std::string& notice : config.notices) {
+      std::fprintf(stderr, "onebit-worker: config notice: %s\n", notice.c_str());
+    }
     std::printf("onebit-worker: flags and config OK (%s, %s exchange, %s)\n",
                 config.workload.type.c_str(), config.exchange.mode.c_str(), config.device.c_str());
     return absl::OkStatus();
