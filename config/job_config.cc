@@ -1148,6 +1148,10 @@ std::string JobConfigToJson(const JobConfig& c) {
       Quote(c.security.member_token_file));
 }
 
+int64_t WarmupEndStep(const OptimizerConfig& optimizer) {
+  return optimizer.type == "ZeroOneAdam" ? optimizer.var_freeze_step : optimizer.freeze_step;
+}
+
 int64_t TrainBatchSize(const JobConfig& config) {
   return config.micro_batch * config.gradient_accumulation_steps * config.workers;
 }

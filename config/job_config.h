@@ -358,6 +358,9 @@ struct JobConfig {
 // DeepSpeed's train_batch_size: micro_batch * gradient_accumulation_steps * workers (what
 // JobConfigToJson prints, so a config built in code stays consistent).
 int64_t TrainBatchSize(const JobConfig& config);
+// The last warmup step the config gives: optimizer.params.var_freeze_step for ZeroOneAdam
+// (the end of its variance stage), freeze_step otherwise.
+int64_t WarmupEndStep(const OptimizerConfig& optimizer);
 
 // True when the job has onebit-server shards: ps mode, or hierarchical over ps.
 bool UsesServers(const ExchangeConfig& exchange);

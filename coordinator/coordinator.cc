@@ -25,7 +25,7 @@ absl::StatusOr<StageMachineOptions> StageMachineOptionsFromConfig(const JobConfi
     return absl::InvalidArgumentError(absl::StrCat(
         "onebit.freeze.mode: must be static or automatic, got '", config.freeze.mode, "'"));
   }
-  o.static_freeze_step = config.optimizer.freeze_step;
+  o.static_freeze_step = WarmupEndStep(config.optimizer);
   o.threshold = config.freeze.threshold;
   o.reports_in_a_row = config.freeze.reports_in_a_row;
   o.min_warmup = config.freeze.min_warmup;

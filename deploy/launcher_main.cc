@@ -90,7 +90,11 @@ absl::StatusOr<bool> ApplyOverrides(JobConfig* c) {
   if (x.mode == "hierarchical" && x.inter == "peer") x.servers = 0;
   if (absl::GetFlag(FLAGS_servers) >= 0) x.servers = absl::GetFlag(FLAGS_servers);
   if (absl::GetFlag(FLAGS_steps) > 0) c->steps = absl::GetFlag(FLAGS_steps);
-  if (absl::GetFlag(FLAGS_freeze_step) >= 0) c->optimizer.freeze_step = absl::GetFlag(FLAGS_freeze_step);
+  if (absl::GetFlag(FLAGS_freeze_step) >= 0) {
+    // ZeroOneAdam's warmup end is its var_freeze_step (freeze_step is an error there).
+    (c->optimizer.type == "ZeroOneAdam" ? c->optimizer.var_freeze_step : c->optimizer.freeze_step) =
+        absl::GetFlag(FLAGS_freeze_step);
+  }
   const std::string json = JobConfigToJson(*c);
   if (json == JobConfigToJson(before)) return false;
   // The same validation as any config file: errors name the key.
@@ -152,7 +156,16 @@ std::string PerStep(const JobResult& r, const std::string& stage) {
   return absl::StrFormat("%.0f x %s", steps, Bytes(Mean(r, "bytes_sent_" + stage) / steps));
 }
 
+// How the summary names the config's optimizer.
+std::string DisplayName(const std::string& type) {
+  if (type == "ZeroOneAdam") return "0/1 Adam";
+  if (type == "OneBitLamb") return "1-bit LAMB";
+  if (type == "Adam") return "Adam";
+  return "1-bit Adam";
+}
+
 void PrintSummary(const JobConfig& c, const JobResult& onebit, const JobResult* adam) {
+  const std::string name = DisplayName(c.optimizer.type);
   std::string exchange = c.exchange.mode;
   if (c.exchange.mode == "hierarchical") {
     absl::StrAppend(&exchange, " (", c.workers / c.exchange.local_size, " nodes x ",
@@ -162,7 +175,7 @@ void PrintSummary(const JobConfig& c, const JobResult& onebit, const JobResult* 
   std::printf("\n== Summary: %s, %d workers, %s exchange, %lld steps x %lld samples per worker\n",
               c.workload.type.c_str(), c.workers, exchange.c_str(),
               static_cast<long long>(c.steps), static_cast<long long>(c.micro_batch));
-  std::printf("%-34s %-22s %s\n", "", "1-bit Adam", adam ? "Adam (fp32 exchange)" : "");
+  std::printf("%-34s %-22s %s\n", "", name.c_str(), adam ? "Adam (fp32 exchange)" : "");
   auto row = [&](const char* name, const std::string& a, const std::string& b) {
     std::printf("%-34s %-22s %s\n", name, a.c_str(), adam ? b.c_str() : "");
   };
@@ -209,10 +222,11 @@ void PrintSummary(const JobConfig& c, const JobResult& onebit, const JobResult* 
     auto total = [&](const JobResult& r) {
       return Mean(r, prefix + "bytes_sent_warmup") + Mean(r, prefix + "bytes_sent_compression");
     };
-    std::printf("whole run: Adam sends %.1fx the bytes of 1-bit Adam%s\n",
-                total(*adam) / total(onebit), prefix.empty() ? "" : " between nodes");
+    std::printf("whole run: Adam sends %.1fx the bytes of %s%s\n", total(*adam) / total(onebit),
+                name.c_str(), prefix.empty() ? "" : " between nodes");
     const double diff = 100 * (Field(onebit.workers[0], "test_accuracy") - Field(adam->workers[0], "test_accuracy"));
-    std::printf("accuracy: 1-bit Adam %+.2f points vs Adam at an equal number of samples (target: within 1)\n", diff);
+    std::printf("accuracy: %s %+.2f points vs Adam at an equal number of samples (target: within 1)\n",
+                name.c_str(), diff);
   }
 }
 
@@ -293,7 +307,7 @@ int Main(int argc, char** argv) {
   }
   const std::string bin = BinDir(argv[0]);
 
-  std::printf("== 1-bit Adam: %s\n", config_path.c_str());
+  std::printf("== %s: %s\n", DisplayName(config->optimizer.type).c_str(), config_path.c_str());
   absl::StatusOr<JobResult> onebit = RunJob(bin, out + "/onebit_adam", *config, config_path);
   if (!onebit.ok()) {
     std::fprintf(stderr, "error: %s\n", std::string(onebit.status().message()).c_str());
@@ -314,9 +328,10 @@ int Main(int argc, char** argv) {
     adam = std::make_unique<JobResult>(*std::move(r));
   }
   PrintSummary(*config, *onebit, adam.get());
-  std::vector<std::pair<std::string, std::string>> runs = {{"1-bit Adam", out + "/onebit_adam/worker-0.csv"}};
+  std::vector<std::pair<std::string, std::string>> runs = {
+      {DisplayName(config->optimizer.type), out + "/onebit_adam/worker-0.csv"}};
   if (adam) runs.push_back({"Adam", out + "/adam/worker-0.csv"});
-  PlotLossCurves(out, runs, config->optimizer.type == "Adam" ? -1 : config->optimizer.freeze_step);
+  PlotLossCurves(out, runs, config->optimizer.type == "Adam" ? -1 : WarmupEndStep(config->optimizer));
   return 0;
 }
 

@@ -2,6 +2,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "config/lr_schedule.h"
+#include "config/momentum_mask.h"
 #include "worker/workloads/fashion_mnist.h"
 #include "worker/workloads/mlp_cpu.h"
 #include "worker/workloads/mlp_cuda.h"
@@ -44,13 +46,38 @@ TrainerOptions TrainerOptionsFromConfig(const JobConfig& config) {
   t.optimizer.hyper.beta2 = static_cast<float>(o.beta2);
   t.optimizer.hyper.eps = static_cast<float>(o.eps);
   t.optimizer.hyper.weight_decay = static_cast<float>(o.weight_decay);
+  t.optimizer.type = o.type;
+  t.optimizer.bias_correction = o.bias_correction;
+  t.optimizer.max_grad_norm = config.gradient_clipping;
+  t.optimizer.zero_one.var_update_scaler = o.var_update_scaler;
+  t.optimizer.zero_one.local_step_scaler = o.local_step_scaler;
+  t.optimizer.zero_one.local_step_clipper = o.local_step_clipper;
+  t.optimizer.lamb.max_coeff = o.max_coeff;
+  t.optimizer.lamb.min_coeff = o.min_coeff;
+  t.optimizer.lamb.coeff_beta = o.coeff_beta;
+  t.optimizer.lamb.factor_max = o.factor_max;
+  t.optimizer.lamb.factor_min = o.factor_min;
+  t.optimizer.lamb.factor_threshold = o.factor_threshold;
+  t.optimizer.auto_mask_zero_gradients = config.momentum_mask.auto_zero_grad;
+  // The user's mask needs the parameter count: MomentumMaskFromConfig, once it is known.
   t.never_freeze = o.type == "Adam";
+  if (!config.scheduler.type.empty()) {
+    t.learning_rate = [scheduler = config.scheduler, base = o.lr](int64_t step) {
+      return LearningRate(scheduler, base, step);
+    };
+  }
+  t.gradient_accumulation_steps = config.gradient_accumulation_steps;
   t.init_seed = config.seed;
   t.total_steps = config.steps;
   t.log_every = config.log_every;
   t.eval_every = config.workload.type == "fashion_mnist" ? config.workload.eval_every : 0;
   t.report_interval = config.freeze.report_interval;
   return t;
+}
+
+absl::StatusOr<std::vector<float>> MomentumMaskFromConfig(const JobConfig& config, size_t n) {
+  if (!HasMomentumMask(config.momentum_mask)) return std::vector<float>{};
+  return BuildMomentumMask(config.momentum_mask, n);
 }
 
 }  // namespace onebit

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "config/job_config.h"
@@ -21,6 +22,9 @@ absl::StatusOr<std::unique_ptr<Workload>> NewWorkload(const JobConfig& config, i
 
 // Optimizer hyperparameters, logging, evaluation and the variance-change interval.
 TrainerOptions TrainerOptionsFromConfig(const JobConfig& config);
+// The user's momentum mask for n parameters from onebit.momentum_mask (a .npy or ranges);
+// empty when none is given. Errors name the file or range.
+absl::StatusOr<std::vector<float>> MomentumMaskFromConfig(const JobConfig& config, size_t n);
 
 }  // namespace onebit
 

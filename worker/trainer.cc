@@ -150,6 +150,10 @@ absl::Status Trainer::Init(Exchange* exchange, Transport* transport) {
   if (options_.log_every < 0 || options_.eval_every < 0 || options_.report_interval < 0) {
     return absl::InvalidArgumentError("log_every, eval_every and report_interval must be >= 0");
   }
+  if (options_.gradient_accumulation_steps < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("gradient_accumulation_steps must be >= 1, got ",
+                                                   options_.gradient_accumulation_steps));
+  }
   const size_t n = workload_->num_parameters();
   std::vector<float> initial(n);
   ONEBIT_RETURN_IF_ERROR(workload_->InitParameters(initial.data(), options_.init_seed));
@@ -162,6 +166,9 @@ absl::Status Trainer::Init(Exchange* exchange, Transport* transport) {
   }
   ONEBIT_ASSIGN_OR_RETURN(optimizer_, CreateOptimizer(spec, backend_, exchange, initial.data(), n));
   ONEBIT_ASSIGN_OR_RETURN(grad_, kernels::Buffer<float>::Create(backend_, n));
+  if (options_.gradient_accumulation_steps > 1) {
+    ONEBIT_ASSIGN_OR_RETURN(micro_grad_, kernels::Buffer<float>::Create(backend_, n));
+  }
   optimizer_->exchange().set_step_clock(clock_);
   const int w = optimizer_->exchange().world_size();
   fp32_allreduce_bytes_ = RingAllReduceWireBytes(n * sizeof(float), w);
@@ -174,6 +181,10 @@ absl::Status Trainer::Init(Exchange* exchange, Transport* transport) {
 absl::Status Trainer::InitOverlap() {
   PeerExchange* peer = options_.overlap;
   if (peer == nullptr) return absl::OkStatus();
+  if (options_.gradient_accumulation_steps > 1) {
+    Print("exchange overlap: off, gradients are accumulated over micro batches first");
+    return absl::OkStatus();
+  }
   if (peer->world_size() != optimizer_->exchange().world_size()) {
     return absl::InvalidArgumentError("the overlap exchange is not the trainer's exchange");
   }
@@ -252,6 +263,22 @@ absl::StatusOr<TrainerSummary> Trainer::Run() {
   return summary_;
 }
 
+absl::StatusOr<double> Trainer::ComputeGradient(int64_t t) {
+  const int64_t k = options_.gradient_accumulation_steps;
+  if (k == 1) return workload_->ComputeGradient(optimizer_->params(), t, grad_.data());
+  const size_t n = grad_.size();
+  double loss_sum = 0.0;
+  for (int64_t j = 0; j < k; ++j) {
+    float* out = j == 0 ? grad_.data() : micro_grad_.data();
+    ONEBIT_ASSIGN_OR_RETURN(double loss,
+                            workload_->ComputeGradient(optimizer_->params(), (t - 1) * k + j + 1, out));
+    loss_sum += loss;
+    if (j > 0) ONEBIT_RETURN_IF_ERROR(backend_->Axpy(1.0f, micro_grad_.data(), grad_.data(), n));
+  }
+  ONEBIT_RETURN_IF_ERROR(backend_->Scale(1.0f / static_cast<float>(k), grad_.data(), n));
+  return loss_sum / static_cast<double>(k);
+}
+
 absl::Status Trainer::RunStep(int64_t t) {
   Exchange& exchange = optimizer_->exchange();
   StepReport report;
@@ -279,7 +306,15 @@ absl::Status Trainer::RunStep(int64_t t) {
     static_cast<BucketForwarder*>(listener_.get())->Reset();
     ONEBIT_RETURN_IF_ERROR(overlap->BeginOverlap(t, grad_.data()));
   }
-  absl::StatusOr<double> loss = workload_->ComputeGradient(optimizer_->params(), t, grad_.data());
+  if (options_.learning_rate) {
+    const double lr = options_.learning_rate(t);
+    if (!(lr >= 0) || !std::isfinite(lr)) {
+      return abandon(absl::InvalidArgumentError(
+          absl::StrCat("the learning-rate schedule gives ", lr, " for step ", t)));
+    }
+    optimizer_->set_lr(static_cast<float>(lr));
+  }
+  absl::StatusOr<double> loss = ComputeGradient(t);
   if (!loss.ok()) return abandon(loss.status());
   report.loss = *loss;
   const double computed = clock_->Seconds();

@@ -170,6 +170,14 @@ struct TrainerOptions {
   int64_t eval_every = 0;   // 0: no periodic evaluation
   bool eval_at_end = true;
   int64_t report_interval = 10;  // k of the variance change; 0: not computed
+  // The learning rate of step t (the job config's scheduler); null: optimizer.hyper.lr
+  // throughout. Called once per step, before it.
+  std::function<double(int64_t step)> learning_rate;
+  // Micro batches per step (the job config's gradient_accumulation_steps): step t
+  // averages the workload's gradients of micro steps (t-1)*k + 1 .. t*k, in that order,
+  // before the optimizer sees it; the step's loss is their mean. With k > 1 the warmup
+  // exchange does not overlap the backward pass.
+  int64_t gradient_accumulation_steps = 1;
   // Where progress and eval lines go, one call per line (no newline). Default: stdout.
   std::function<void(absl::string_view line)> print;
   // Takes the checkpoints the leases ask for; null: none are taken (the leases' steps are
@@ -237,6 +245,8 @@ class Trainer {
   absl::Status InitOverlap();
   absl::Status ApplyLease(const Lease& lease, int64_t next_step);
   absl::Status RunStep(int64_t step);
+  // The step's gradient into grad_ (accumulated over micro batches); its loss.
+  absl::StatusOr<double> ComputeGradient(int64_t step);
   // The variance change after step `step` (run in `stage`), when one is due.
   absl::StatusOr<std::optional<double>> VarianceChange(int64_t step, Stage stage);
   absl::Status Evaluate(int64_t step);
@@ -251,6 +261,7 @@ class Trainer {
   std::unique_ptr<Exchange> owned_exchange_;  // the PeerExchange made over a Transport
   std::unique_ptr<Optimizer> optimizer_;
   kernels::Buffer<float> grad_;
+  kernels::Buffer<float> micro_grad_;  // gradient accumulation's scratch
   // Forwards the workload's announcements to options_.overlap; null: no overlap.
   std::unique_ptr<GradientListener> listener_;
   uint64_t fp32_allreduce_bytes_ = 0;  // per step, for the compression ratio

@@ -476,6 +476,7 @@ absl::Status Run() {
       shared_client.get(), w.session.get(), reg.rank(), config.log_every, exchange);
   TrainerOptions options = TrainerOptionsFromConfig(config);
   options.overlap = overlap;
+  ONEBIT_ASSIGN_OR_RETURN(options.optimizer.momentum_mask, MomentumMaskFromConfig(config, n));
   const int rank = reg.rank();
   if (!config.checkpoint.dir.empty()) {
     CheckpointerOptions c;
