@@ -189,6 +189,16 @@ void PrintSummary(const JobConfig& c, const JobResult& onebit, const JobResult* 
   row("  warmup steps x bytes/step", PerStep(onebit, "warmup"), adam ? PerStep(*adam, "warmup") : "");
   row("  compression steps x bytes/step", PerStep(onebit, "compression"),
       adam ? PerStep(*adam, "compression") : "");
+  auto communicated = [](const JobResult& r) {
+    return absl::StrFormat("%.0f of %.0f", Mean(r, "steps_communicated_warmup") +
+                                               Mean(r, "steps_communicated_compression"),
+                           Mean(r, "warmup_steps") + Mean(r, "compression_steps"));
+  };
+  row("steps that communicated", communicated(onebit), adam ? communicated(*adam) : "");
+  if (Mean(onebit, "masked_elements") > 0) {
+    row("momentum mask: masked elements", absl::StrFormat("%.0f", Mean(onebit, "masked_elements")),
+        "");
+  }
   if (c.exchange.mode == "hierarchical") {
     auto inter = [](const JobResult& r) {
       return Bytes(Mean(r, "inter_node_bytes_sent_warmup") +

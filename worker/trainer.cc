@@ -359,6 +359,7 @@ absl::Status Trainer::RunStep(int64_t t) {
         static_cast<double>(fp32_allreduce_bytes_) / static_cast<double>(report.bytes_sent);
   }
   ONEBIT_ASSIGN_OR_RETURN(report.variance_change, VarianceChange(t, report.stage));
+  report.masked_elements = optimizer_->masked_elements();
   const bool log_line = options_.log_every > 0 && t % options_.log_every == 0;
   if (report.stage == Stage::kCompression && log_line) {
     ONEBIT_ASSIGN_OR_RETURN(report.error_norm, exchange.worker_compressor().ErrorNorm());
@@ -367,6 +368,7 @@ absl::Status Trainer::RunStep(int64_t t) {
   StageTotals& totals = report.stage == Stage::kWarmup ? summary_.warmup : summary_.compression;
   const double seconds = report.seconds();
   ++totals.steps;
+  if (report.bytes_sent > 0) ++totals.steps_communicated;
   totals.bytes_sent += report.bytes_sent;
   totals.bytes_received += report.bytes_received;
   totals.inter_node_bytes_sent += report.inter_node_bytes_sent;
@@ -375,6 +377,13 @@ absl::Status Trainer::RunStep(int64_t t) {
   summary_.last_loss = report.loss;
   if (report.stage == Stage::kCompression && summary_.first_compression_step < 0) {
     summary_.first_compression_step = t;
+    if (report.masked_elements > 0 || options_.optimizer.auto_mask_zero_gradients) {
+      Print(absl::StrFormat("momentum mask: %d of %d parameters masked from step %d%s",
+                            report.masked_elements, optimizer_->size(), t,
+                            options_.optimizer.auto_mask_zero_gradients
+                                ? " (with those whose gradient stayed exactly zero through warmup)"
+                                : ""));
+    }
   }
 
   ONEBIT_RETURN_IF_ERROR(controller_->Report(report));

@@ -112,6 +112,8 @@ struct StepReport {
   std::optional<double> variance_change;
   // L2 norm of the worker error, on compression steps that print a progress line.
   std::optional<double> error_norm;
+  // Parameters the optimizer's momentum mask zeroes after this step.
+  int64_t masked_elements = 0;
 };
 
 // Where leases come from: the coordinator (a gRPC client) or a fixed plan.
@@ -196,6 +198,7 @@ struct TrainerOptions {
 
 struct StageTotals {
   int64_t steps = 0;
+  int64_t steps_communicated = 0;  // steps that sent anything (0/1 Adam's local steps do not)
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;
   uint64_t inter_node_bytes_sent = 0;  // part of bytes_sent

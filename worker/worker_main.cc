@@ -332,7 +332,7 @@ absl::StatusOr<std::unique_ptr<Exchange>> NewHierarchicalExchange(
 }
 
 absl::Status WriteSummary(const std::string& path, const JobConfig& config, int rank,
-                          const TrainerSummary& s, double seconds) {
+                          const TrainerSummary& s, double seconds, int64_t masked_elements) {
   const double accuracy = s.final_eval && s.final_eval->accuracy ? *s.final_eval->accuracy : -1;
   const double test_loss = s.final_eval ? s.final_eval->loss : -1;
   const std::string json = absl::StrFormat(
@@ -341,13 +341,15 @@ absl::Status WriteSummary(const std::string& path, const JobConfig& config, int 
 "bytes_received_warmup": %d, "bytes_received_compression": %d,
 "inter_node_bytes_sent_warmup": %d, "inter_node_bytes_sent_compression": %d,
 "seconds_warmup": %.6f, "seconds_compression": %.6f, "last_loss": %.6g,
-"test_loss": %.6g, "test_accuracy": %.6g, "samples": %d, "seconds": %.3f}
+"test_loss": %.6g, "test_accuracy": %.6g, "samples": %d, "seconds": %.3f,
+"steps_communicated_warmup": %d, "steps_communicated_compression": %d, "masked_elements": %d}
 )",
       rank, config.optimizer.type, config.exchange.mode, s.warmup.steps, s.compression.steps,
       s.first_compression_step, s.warmup.bytes_sent, s.compression.bytes_sent,
       s.warmup.bytes_received, s.compression.bytes_received, s.warmup.inter_node_bytes_sent,
       s.compression.inter_node_bytes_sent, s.warmup.seconds, s.compression.seconds, s.last_loss, test_loss, accuracy,
-      s.last_step * config.micro_batch, seconds);
+      s.last_step * config.micro_batch, seconds, s.warmup.steps_communicated,
+      s.compression.steps_communicated, masked_elements);
   return WriteFileAtomically(path, json);
 }
 
@@ -527,7 +529,8 @@ absl::Status Run() {
   }
   if (!absl::GetFlag(FLAGS_summary_file).empty()) {
     ONEBIT_RETURN_IF_ERROR(WriteSummary(absl::GetFlag(FLAGS_summary_file), config, rank, summary,
-                                        absl::ToDoubleSeconds(absl::Now() - start)));
+                                        absl::ToDoubleSeconds(absl::Now() - start),
+                                        w.trainer->optimizer().masked_elements()));
   }
   (void)w.session->Stop();
   return absl::OkStatus();

@@ -70,6 +70,11 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& registry, const Labels& label
                                    labels)),
       error_norm_(GaugeFamily(registry, "onebit_worker_error_norm",
                               "L2 norm of the worker error, last measured.", labels)),
+      masked_elements_(GaugeFamily(registry, "onebit_worker_momentum_masked_elements",
+                                   "Parameters the momentum mask zeroes (the user's, and "
+                                   "the automatic one from the switch on).",
+                                   labels)
+                           .Add({})),
       test_loss_(GaugeFamily(registry, "onebit_worker_test_loss",
                              "Test-set loss at the last evaluation.", labels)),
       test_accuracy_(GaugeFamily(registry, "onebit_worker_test_accuracy",
@@ -120,6 +125,7 @@ void WorkerMetrics::RecordStep(const StepReport& report) {
   loss_.Set(report.loss);
   if (report.variance_change.has_value()) variance_change_.Set(*report.variance_change);
   if (report.error_norm.has_value()) error_norm_.Set(*report.error_norm);
+  masked_elements_.Set(static_cast<double>(report.masked_elements));
 }
 
 void WorkerMetrics::RecordCheckpoint(int64_t step, double seconds) {

@@ -86,6 +86,7 @@ class WorkerMetrics : public TrainerMetricsSink {
   LazyGauge loss_;
   LazyGauge variance_change_;
   LazyGauge error_norm_;
+  prometheus::Gauge& masked_elements_;
   LazyGauge test_loss_;
   LazyGauge test_accuracy_;
   prometheus::Histogram& checkpoint_seconds_;
