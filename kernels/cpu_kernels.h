@@ -60,12 +60,52 @@ static inline float BlockScale(const uint8_t* block) {
 static inline void SetBlockScale(uint8_t* block, float s) { std::memcpy(block, &s, sizeof(s)); }
 static inline bool SignBit(const uint8_t* bits, size_t j) { return (bits[j >> 3] >> (j & 7)) & 1u; }
 
+static inline float BlockOffset(const uint8_t* block) {
+  float lo;
+  std::memcpy(&lo, block + 4, sizeof(lo));
+  return lo;
+}
+static inline void SetBlockOffset(uint8_t* block, float lo) {
+  std::memcpy(block + 4, &lo, sizeof(lo));
+}
+
 static inline float AdamDirection(const AdamHyper& h, float m, float v, float p) {
   float u = m / (std::sqrt(v) + h.eps);
   if (h.weight_decay > 0.0f) u = std::fma(h.weight_decay, p, u);
   return u;
 }
 
+// The int8 format (kernels.h, INT8 WIRE FORMAT), cpu_kernels_int8.cc: one set of plain
+// loops for every CPU.
+namespace int8 {
+
+// The running min and max of some values, NaN noted apart. Empty: lo > hi.
+struct Range {
+  float lo = INFINITY;
+  float hi = -INFINITY;
+  bool nan = false;
+};
+void Merge(const Range& from, Range* into);
+
+// A chunk's scale, offset and 1/scale (0 where kernels.h says so).
+struct Params {
+  float scale = 0.0f, lo = 0.0f, inv = 0.0f;
+};
+Params ParamsFor(const Range& range);
+
+// err[i] = x[i] for i < count (x = m' + err for i < n, err past n); tracks x into range.
+void WorkerInput(const float* m, const float* g, float beta1, size_t n, size_t count, float* err,
+                 Range* range);
+// err[i] = y = fma(sum_j decode(block j)[first + i], 1/W, err[i]) for i < count, the W
+// blocks `stride` bytes apart, `err` pointing at element `first`; tracks y into range.
+void ServerInput(const uint8_t* blocks, size_t stride, int num_workers, size_t first,
+                 size_t count, float* err, Range* range);
+// codes[i] = q(err[i]); err[i] -= decode(q) for i < count.
+void Quantize(const Params& p, size_t count, float* err, uint8_t* codes);
+// out[i] = decode(block)[first + i] for i < count.
+void Decode(const uint8_t* block, size_t first, size_t count, float* out);
+
+}  // namespace int8
 }  // namespace onebit::kernels::cpu
 
 #endif  // ONEBIT_KERNELS_CPU_KERNELS_H_
