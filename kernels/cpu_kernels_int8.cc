@@ -41,6 +41,7 @@ Params ParamsFor(const Range& range) {
   p.lo = range.lo + 0.0f;
   const float hi = range.hi + 0.0f;
   p.scale = static_cast<float>((static_cast<double>(hi) - static_cast<double>(p.lo)) / 255.0);
+  if (p.scale != p.scale) p.scale = std::nanf("");  // inf - inf: one NaN on every machine
   p.inv = 0.0f;
   if (p.scale > 0.0f && std::isfinite(p.scale)) {
     const float inv = 1.0f / p.scale;

@@ -590,6 +590,7 @@ TEST(CpuKernelsInt8Test, EdgeCases) {
       for (float d : t.decoded) EXPECT_TRUE(std::isnan(d)) << what << " " << bad;
     }
     t = CompressOne(b.get(), std::vector<float>(8, INFINITY));
+    EXPECT_EQ(Bits(t.scale), 0x7fc00000u) << what;  // inf - inf, stored as the one NaN
     for (float d : t.decoded) EXPECT_TRUE(std::isnan(d)) << what << " all inf";
     // A server fed a NaN block passes the NaN on.
     std::vector<uint8_t> blocks(2 * Int8BlockBytes(8), 0), out(Int8BlockBytes(8));

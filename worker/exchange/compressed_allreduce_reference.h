@@ -14,7 +14,9 @@ size_t ReferencePaddedSize(size_t n, int w);
 // CompressedAllreduce in float64 with its own error state (peer layout: W chunks).
 class ReferenceCompressedAllreduce {
  public:
-  ReferenceCompressedAllreduce(int workers, size_t n);
+  // int8: per chunk an offset (the min) and a scale (max - min) / 255, codes rounded to
+  // nearest (kernels/kernels.h, INT8 WIRE FORMAT); otherwise 1 bit.
+  ReferenceCompressedAllreduce(int workers, size_t n, bool int8 = false);
   // inputs[i] is worker i's tensor (n values); returns the tensor every worker ends with.
   std::vector<double> Run(const std::vector<std::vector<double>>& inputs);
 
@@ -22,7 +24,11 @@ class ReferenceCompressedAllreduce {
   const std::vector<std::vector<double>>& server_errors() const { return server_error_; }
 
  private:
+  // x[begin, end) quantised in place to what the chunk decodes to (int8_ decides how).
+  void Quantize(std::vector<double>* x, size_t begin, size_t end) const;
+
   int w_;
+  bool int8_;
   size_t n_, n_pad_, chunk_;
   std::vector<std::vector<double>> worker_error_;  // [w][n_pad]
   std::vector<std::vector<double>> server_error_;  // [w][chunk]
