@@ -171,7 +171,9 @@ absl::Status Parse(const Value& root, JobConfig* c) {
                                                          {"fp32", "bf16", "fp16"})},
                                  {"warmup_order", String(&c->exchange.warmup_order,
                                                          {"auto", "rank", "ring"})},
-                                 {"overlap", Bool(&c->exchange.overlap)}});
+                                 {"overlap", Bool(&c->exchange.overlap)},
+                                 {"compressor", String(&c->exchange.compressor,
+                                                       {"onebit", "int8"})}});
                 }},
                {"freeze",
                 [&](const Value& f, const std::string& fp) {
@@ -384,7 +386,8 @@ std::string JobConfigToJson(const JobConfig& c) {
     "lease_steps": %d,
     "log_every": %d,
     "exchange": {"mode": "%s", "servers": %d, "local_size": %d, "inter": "%s",
-                 "warmup_dtype": "%s", "warmup_order": "%s", "overlap": %s},
+                 "warmup_dtype": "%s", "warmup_order": "%s", "overlap": %s,
+                 "compressor": "%s"},
     "freeze": {"mode": "%s", "threshold": %.17g, "reports_in_a_row": %d, "report_interval": %d,
                "min_warmup": %d, "max_warmup": %d},
     "workload": {"type": "%s", "hidden": [%s], "data_dir": "%s", "eval_every": %d,
@@ -402,7 +405,8 @@ std::string JobConfigToJson(const JobConfig& c) {
       c.micro_batch, c.steps, c.seed, o.type, o.lr, o.beta1, o.beta2, o.eps, o.weight_decay,
       o.freeze_step, o.comm_backend_name, c.workers, c.device, c.cpu_threads, c.lease_steps,
       c.log_every, c.exchange.mode, c.exchange.servers, c.exchange.local_size, c.exchange.inter,
-      c.exchange.warmup_dtype, c.exchange.warmup_order, c.exchange.overlap ? "true" : "false", c.freeze.mode, c.freeze.threshold,
+      c.exchange.warmup_dtype, c.exchange.warmup_order, c.exchange.overlap ? "true" : "false",
+      c.exchange.compressor, c.freeze.mode, c.freeze.threshold,
       c.freeze.reports_in_a_row, c.freeze.report_interval, c.freeze.min_warmup,
       c.freeze.max_warmup, c.workload.type, absl::StrJoin(c.workload.hidden, ", "),
       Quote(c.workload.data_dir), c.workload.eval_every, c.workload.parameters, c.ports.coordinator,
