@@ -19,6 +19,21 @@ double Sign(double x) { return x >= 0.0 ? 1.0 : -1.0; }
 
 }  // namespace
 
+Int8Comparison CompareInt8(const std::vector<float>& got, const std::vector<double>& want) {
+  Int8Comparison c;
+  if (want.empty()) return c;
+  const auto [lo, hi] = std::minmax_element(want.begin(), want.end());
+  const double step = (*hi - *lo) / 255;
+  for (size_t i = 0; i < want.size() && i < got.size(); ++i) {
+    const double d = std::abs(got[i] - want[i]);
+    // Float rounding, relative to the terms: the offset and q * scale, up to the range.
+    if (d <= 1e-5 * (std::abs(want[i]) + 255 * step)) continue;
+    ++c.flips;
+    c.worst_steps = std::max(c.worst_steps, step > 0 ? d / step : HUGE_VAL);
+  }
+  return c;
+}
+
 size_t ReferencePaddedSize(size_t n, int w) {
   const size_t ws = static_cast<size_t>(w);
   const size_t lcm = ws / Gcd(ws, 8) * 8;

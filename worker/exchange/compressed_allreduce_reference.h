@@ -11,6 +11,18 @@ namespace onebit {
 // N_pad for n elements over w workers in peer mode: a multiple of w * lcm(w, 8).
 size_t ReferencePaddedSize(size_t n, int w);
 
+// How an int8 result compares with the int8 model, element by element: a value the model
+// puts within float rounding of a code boundary (k + 1/2) may get the neighbouring code,
+// one step ((max - min)/255 of `want`) off, and error feedback carries that on (a flip
+// of a chunk's min or max moves that chunk's offset, and a share of its codes with it);
+// those "flips" are counted apart from the elements that agree to float rounding (1e-5 of
+// the range). worst_steps: the largest difference of a flip, in steps.
+struct Int8Comparison {
+  size_t flips = 0;
+  double worst_steps = 0;
+};
+Int8Comparison CompareInt8(const std::vector<float>& got, const std::vector<double>& want);
+
 // CompressedAllreduce in float64 with its own error state (peer layout: W chunks).
 class ReferenceCompressedAllreduce {
  public:

@@ -47,23 +47,14 @@ class CompressedAllreduceTest : public ::testing::TestWithParam<Param> {};
 // rounding of a code boundary (k + 1/2) may get the neighbouring code, one step
 // ((max - min)/255) off, and error feedback carries that into the next round (where a
 // second quantisation may add a step). Those few elements (at most 0.1%, up to 2.5 steps
-// off) aside, every element agrees to float rounding. A wrong rounding, offset or scale is
-// off by about half a step in most elements. (The L2 measure of the 1-bit test does not fit:
-// one such element in 1000 is already 7e-4 of the norm.)
+// off; CompareInt8) aside, every element agrees to float rounding. A wrong rounding, offset
+// or scale is off by about half a step in most elements. (The L2 measure of the 1-bit test
+// does not fit: one such element in 1000 is already 7e-4 of the norm.)
 void ExpectInt8Near(const std::vector<float>& got, const std::vector<double>& want,
                     const std::string& what) {
-  if (want.empty()) return;
-  const auto [lo, hi] = std::minmax_element(want.begin(), want.end());
-  const double step = (*hi - *lo) / 255;
-  size_t flips = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double d = std::abs(got[i] - want[i]);
-    // Float rounding, relative to the terms: the offset and q * scale, up to the range.
-    if (d <= 1e-5 * (std::abs(want[i]) + 255 * step)) continue;
-    ++flips;
-    ASSERT_LE(d, 2.5 * step) << what << " element " << i << ": " << got[i] << " vs " << want[i];
-  }
-  EXPECT_LE(flips, std::max<size_t>(2, want.size() / 1000)) << what;  // seen: 1 at most
+  const Int8Comparison c = CompareInt8(got, want);
+  EXPECT_LE(c.worst_steps, 2.5) << what;
+  EXPECT_LE(c.flips, std::max<size_t>(2, want.size() / 1000)) << what;  // seen: 1 at most
 }
 
 TEST_P(CompressedAllreduceTest, MatchesFloat64Model) {
