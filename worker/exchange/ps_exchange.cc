@@ -331,6 +331,14 @@ absl::Status PsExchange::ValidateResult(const Shard& shard, int64_t step, ChunkK
       return absl::InternalError(
           absl::StrCat(shard.name, " sent a result block with scale ", scale));
     }
+    if (layout_.compressor() == kernels::Compressor::kInt8) {
+      float offset;
+      wire::CopyTo(r.payload.Subcord(sizeof(scale), sizeof(offset)), &offset);
+      if (!std::isfinite(offset)) {
+        return absl::InternalError(
+            absl::StrCat(shard.name, " sent an int8 result block with offset ", offset));
+      }
+    }
   }
   return absl::OkStatus();
 }
