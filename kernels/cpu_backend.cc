@@ -148,7 +148,7 @@ class CpuBackend : public Backend {
     ForEachPieceOfChunks(num_chunks, chunk, n_pad, [&](size_t r, size_t i, size_t count) {
       const size_t at = r * chunk + i;
       const size_t real = at < n ? std::min(count, n - at) : 0;
-      cpu::int8::WorkerInput(real ? m + at : m, g && real ? g + at : nullptr, beta1, real, count,
+      k_.int8_worker_input(real ? m + at : m, g && real ? g + at : nullptr, beta1, real, count,
                              err + at, &ranges_[r * per_chunk + i / kPiece]);
     });
     // Each chunk's scale and offset (min and max: the order of the pieces does not matter).
@@ -162,7 +162,7 @@ class CpuBackend : public Backend {
       cpu::SetBlockOffset(out + r * stride, params_[r].lo);
     }
     ForEachPieceOfChunks(num_chunks, chunk, n_pad, [&](size_t r, size_t i, size_t count) {
-      cpu::int8::Quantize(params_[r], count, err + r * chunk + i, out + r * stride + 8 + i);
+      k_.int8_quantize(params_[r], count, err + r * chunk + i, out + r * stride + 8 + i);
     });
     return absl::OkStatus();
   }
@@ -174,8 +174,7 @@ class CpuBackend : public Backend {
     const size_t stride = Int8BlockBytes(chunk);
     ranges_.assign(Pieces(chunk), cpu::int8::Range());
     ForEachPiece(chunk, [&](size_t i, size_t count) {
-      cpu::int8::ServerInput(blocks, stride, num_workers, i, count, err + i,
-                             &ranges_[i / kPiece]);
+      k_.int8_server_input(blocks, stride, num_workers, i, count, err + i, &ranges_[i / kPiece]);
     });
     cpu::int8::Range range;
     for (const cpu::int8::Range& r : ranges_) cpu::int8::Merge(r, &range);
@@ -183,7 +182,7 @@ class CpuBackend : public Backend {
     cpu::SetBlockScale(out, p.scale);
     cpu::SetBlockOffset(out, p.lo);
     ForEachPiece(chunk, [&](size_t i, size_t count) {
-      cpu::int8::Quantize(p, count, err + i, out + 8 + i);
+      k_.int8_quantize(p, count, err + i, out + 8 + i);
     });
     return absl::OkStatus();
   }
@@ -194,7 +193,7 @@ class CpuBackend : public Backend {
     if (n > num_chunks * chunk) return absl::InvalidArgumentError("n exceeds the blocks");
     const size_t stride = Int8BlockBytes(chunk);
     ForEachPieceOfChunks(num_chunks, chunk, n, [&](size_t r, size_t i, size_t count) {
-      cpu::int8::Decode(blocks + r * stride, i, count, out + r * chunk + i);
+      k_.int8_decode(blocks + r * stride, i, count, out + r * chunk + i);
     });
     return absl::OkStatus();
   }

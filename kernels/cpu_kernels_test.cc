@@ -499,7 +499,9 @@ TEST(CpuKernelsSimdTest, Int8MatchesScalarBitForBit) {
   if (!CpuHasAvx2()) GTEST_SKIP() << "this CPU has no AVX2+FMA";
   auto simd = NewCpuBackend(true), scalar = NewCpuBackend(false);
   const size_t n = 10007, num_chunks = 3, chunk = RoundUp((n + 2) / 3, 8);
-  const std::vector<float> m = Normal(n, 41), g = Normal(n, 42);
+  std::vector<float> m = Normal(n, 41), g = Normal(n, 42);
+  for (size_t i = 0; i < n; i += 89) m[i] = g[i] = (i % 2) ? 0.0f : -0.0f;  // zeros of both signs
+  for (size_t i = 5; i < n; i += 97) m[i] = std::round(m[i] * 8) / 8, g[i] = m[i];  // on a grid
   auto run = [&](Backend* b) {
     std::vector<float> err(num_chunks * chunk, 0.0f), server_err(chunk, 0.0f), out(n);
     std::vector<uint8_t> blocks(num_chunks * Int8BlockBytes(chunk)), result(Int8BlockBytes(chunk));
