@@ -25,7 +25,7 @@
 // IDEMPOTENCY per (worker, step, chunk): the results of the last `retained_steps` steps are
 // kept, so a retried push of a finished step gets the same result again and changes
 // nothing; so does a repeated push of the open step. A repeat whose payload differs from
-// the first push (a onebit block compared byte for byte on the open step; an fp32 run,
+// the first push (a compressed block compared byte for byte on the open step; an fp32 run,
 // which is not kept once added, and every push of a finished step by a 64-bit hash) is ALREADY_EXISTS: the worker re-ran its compressor, so its worker error has
 // moved on and no answer is right.
 //
