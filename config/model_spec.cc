@@ -35,6 +35,15 @@ absl::StatusOr<MlpLayout> MlpLayout::Create(std::vector<int> sizes) {
 
 int MlpLayout::max_width() const { return *std::max_element(sizes_.begin(), sizes_.end()); }
 
+std::vector<size_t> MlpLayout::tensor_offsets() const {
+  std::vector<size_t> offsets = {0};
+  for (int l = 0; l < num_layers(); ++l) {
+    offsets.push_back(bias_offset(l));
+    offsets.push_back(weights_offset(l + 1));
+  }
+  return offsets;
+}
+
 absl::StatusOr<MlpLayout> FashionMnistLayout(const std::vector<int>& hidden) {
   std::vector<int> sizes = {kFashionMnistMlpInputs};
   sizes.insert(sizes.end(), hidden.begin(), hidden.end());

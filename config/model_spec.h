@@ -35,6 +35,8 @@ class MlpLayout {
   }
   size_t num_parameters() const { return offsets_.back(); }
   int max_width() const;  // the widest layer, input included
+  // The model's tensors (each layer's weights, then its bias) as boundaries {0, ..., n}.
+  std::vector<size_t> tensor_offsets() const;
 
  private:
   MlpLayout(std::vector<int> sizes, std::vector<size_t> offsets)

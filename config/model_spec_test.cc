@@ -22,6 +22,10 @@ TEST(MlpLayoutTest, OffsetsAndCount) {
   auto fashion = FashionMnistLayout({128});
   ASSERT_TRUE(fashion.ok());
   EXPECT_EQ(fashion->sizes(), (std::vector<int>{784, 128, 10}));
+  // Weights, then bias, of each layer.
+  EXPECT_EQ(fashion->tensor_offsets(),
+            (std::vector<size_t>{0, 784 * 128, 784 * 128 + 128, 784 * 128 + 128 + 128 * 10,
+                                 fashion->num_parameters()}));
 }
 
 TEST(WorkloadParameterCountTest, EachWorkloadAndUnknownOnes) {

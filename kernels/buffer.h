@@ -65,6 +65,20 @@ class Buffer {
     return host;
   }
 
+  // Elements [begin, end) copied to host memory; INVALID_ARGUMENT unless within the buffer.
+  absl::StatusOr<std::vector<T>> SliceToHost(size_t begin, size_t end) const {
+    if (begin > end || end > size_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("slice [", begin, ", ", end, ") is not within ", size_, " elements"));
+    }
+    std::vector<T> host(end - begin);
+    if (!host.empty()) {
+      ONEBIT_RETURN_IF_ERROR(
+          backend_->CopyToHost(host.data(), data_ + begin, host.size() * sizeof(T)));
+    }
+    return host;
+  }
+
  private:
   Buffer(Backend* backend, T* data, size_t size) : backend_(backend), data_(data), size_(size) {}
   void Release() {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <new>
 #include <string>
@@ -247,6 +248,129 @@ class CpuBackend : public Backend {
     return absl::OkStatus();
   }
 
+  // 0/1 Adam: plain loops over pieces (the compiler vectorises what it can; they are
+  // memory-bound). std::fma where the contract says fma, so both tables' callers agree.
+  absl::Status ZeroOneLocalUpdate(const AdamHyper& h, const float* g, const float* v, float* m,
+                                  float* p, float* acc, size_t n) override {
+    const float one_minus_b1 = 1.0f - h.beta1;
+    ForEachPiece(n, [&](size_t i0, size_t count) {
+      for (size_t i = i0; i < i0 + count; ++i) {
+        const float mi = std::fma(h.beta1, m[i], one_minus_b1 * g[i]);
+        const float u = cpu::AdamDirection(h, mi, v[i], p[i]);
+        m[i] = mi;
+        p[i] = std::fma(-h.lr, u, p[i]);
+        acc[i] = std::fma(-h.lr, u, acc[i]);
+      }
+    });
+    return absl::OkStatus();
+  }
+
+  absl::Status ZeroOneSyncPrepare(float eps, const float* v, float* acc, size_t n) override {
+    ForEachPiece(n, [&](size_t i0, size_t count) {
+      for (size_t i = i0; i < i0 + count; ++i) acc[i] = acc[i] * (std::sqrt(v[i]) + eps);
+    });
+    return absl::OkStatus();
+  }
+
+  absl::Status ZeroOneSyncApply(float eps, float lrs, const float* v, const float* mask,
+                                const float* avg, float* m, float* anchor, float* p,
+                                size_t n) override {
+    ForEachPiece(n, [&](size_t i0, size_t count) {
+      for (size_t i = i0; i < i0 + count; ++i) {
+        if (lrs != 0.0f) {
+          float mi = -avg[i] / lrs;
+          if (mask != nullptr) mi = mi * mask[i];
+          m[i] = mi;
+        }
+        p[i] = anchor[i] + avg[i] / (std::sqrt(v[i]) + eps);
+        anchor[i] = p[i];
+      }
+    });
+    return absl::OkStatus();
+  }
+
+  absl::Status AdamMomentsUpdate(const AdamHyper& h, const float* g, float grad_scale, float* m,
+                                 float* v, size_t n) override {
+    const float one_minus_b1 = 1.0f - h.beta1, one_minus_b2 = 1.0f - h.beta2;
+    ForEachPiece(n, [&](size_t i0, size_t count) {
+      for (size_t i = i0; i < i0 + count; ++i) {
+        const float gi = g[i] * grad_scale;
+        m[i] = std::fma(h.beta1, m[i], one_minus_b1 * gi);
+        v[i] = std::fma(h.beta2, v[i], (one_minus_b2 * gi) * gi);
+      }
+    });
+    return absl::OkStatus();
+  }
+
+  absl::Status AdamDirectionInto(const AdamHyper& h, const float* m, const float* v,
+                                 const float* p, float* u, size_t n) override {
+    ForEachPiece(n, [&](size_t i0, size_t count) {
+      for (size_t i = i0; i < i0 + count; ++i) u[i] = cpu::AdamDirection(h, m[i], v[i], p[i]);
+    });
+    return absl::OkStatus();
+  }
+
+  absl::Status Axpy(float a, const float* x, float* y, size_t n) override {
+    ForEachPiece(n, [&](size_t i0, size_t count) {
+      for (size_t i = i0; i < i0 + count; ++i) y[i] = std::fma(a, x[i], y[i]);
+    });
+    return absl::OkStatus();
+  }
+
+  absl::Status Scale(float a, float* x, size_t n) override {
+    ForEachPiece(n, [&](size_t i0, size_t count) {
+      for (size_t i = i0; i < i0 + count; ++i) x[i] = x[i] * a;
+    });
+    return absl::OkStatus();
+  }
+
+  absl::Status ApplyMask(const float* mask, float* x, size_t n) override {
+    ForEachPiece(n, [&](size_t i0, size_t count) {
+      for (size_t i = i0; i < i0 + count; ++i) x[i] = x[i] * mask[i];
+    });
+    return absl::OkStatus();
+  }
+
+  absl::Status MarkNonzero(const float* g, float* seen, size_t n) override {
+    ForEachPiece(n, [&](size_t i0, size_t count) {
+      for (size_t i = i0; i < i0 + count; ++i) {
+        if (g[i] != 0.0f || std::isnan(g[i])) seen[i] = 1.0f;
+      }
+    });
+    return absl::OkStatus();
+  }
+
+  absl::Status FreshVarianceUpdate(float beta1, float beta2, const float* m, const float* m_last,
+                                   float* v_fresh, size_t n) override {
+    const float one_minus_b1 = 1.0f - beta1, one_minus_b2 = 1.0f - beta2;
+    ForEachPiece(n, [&](size_t i0, size_t count) {
+      for (size_t i = i0; i < i0 + count; ++i) {
+        const float g = std::fma(-beta1, m_last[i], m[i]) / one_minus_b1;
+        v_fresh[i] = std::fma(beta2, v_fresh[i], (one_minus_b2 * g) * g);
+      }
+    });
+    return absl::OkStatus();
+  }
+
+  absl::Status MaxDenomRatio(float eps, const float* v, const float* v_fresh, size_t n,
+                             float* host_result) override {
+    // A max does not depend on the order: pieces in any order give the same value.
+    const double max = SumOverPieces(n, [&](size_t i0, size_t count) {
+      double piece = 0.0;
+      for (size_t i = i0; i < i0 + count; ++i) {
+        const float r = (std::sqrt(v[i]) + eps) / (std::sqrt(v_fresh[i]) + eps);
+        if (std::isnan(r) || std::isnan(piece)) {
+          piece = std::numeric_limits<double>::quiet_NaN();
+        } else if (r > piece) {
+          piece = r;
+        }
+      }
+      return piece;
+    }, /*combine_max=*/true);
+    *host_result = static_cast<float>(max);
+    return absl::OkStatus();
+  }
+
   absl::Status ToWire(WireDtype dtype, const float* x, size_t n, void* out) override {
     // Plain loops: the compiler vectorises them, and they run at memory speed, far above
     // any link the exchange crosses.
@@ -325,9 +449,9 @@ class CpuBackend : public Backend {
   }
 
   // The sum of fn(first element, count) (a float64 partial sum) over the pieces of [0, n),
-  // added in piece order.
+  // added in piece order; with combine_max, their maximum instead (a NaN if any is one).
   template <typename Fn>
-  double SumOverPieces(size_t n, Fn fn) {
+  double SumOverPieces(size_t n, Fn fn, bool combine_max = false) {
     const size_t pieces = Pieces(n);
     if (pieces <= 1) return n == 0 ? fn(0, 0) : fn(0, n);
     partial_.assign(pieces, 0.0);
@@ -335,9 +459,17 @@ class CpuBackend : public Backend {
       const size_t i = t * kPiece;
       partial_[t] = fn(i, std::min(kPiece, n - i));
     });
-    double sum = 0.0;
-    for (double p : partial_) sum += p;
-    return sum;
+    double total = 0.0;
+    for (double p : partial_) {
+      if (!combine_max) {
+        total += p;
+      } else if (std::isnan(p) || std::isnan(total)) {
+        total = std::numeric_limits<double>::quiet_NaN();
+      } else {
+        total = std::max(total, p);
+      }
+    }
+    return total;
   }
 
   // fn(chunk r, first element within the chunk, count) for the pieces of the first n

@@ -248,6 +248,144 @@ TEST_P(CpuKernelsTest, FrozenAdamUpdate) {
   }
 }
 
+// 0/1 Adam's three kernels against float64 evaluations of kernels.h's formulas.
+TEST_P(CpuKernelsTest, ZeroOneLocalUpdate) {
+  for (float wd : {0.0f, 0.01f}) {
+    AdamHyper h;
+    h.lr = 0.01f;
+    h.weight_decay = wd;
+    std::vector<float> g = Normal(n_, 30), m = Normal(n_, 31, 0.1f), p = Normal(n_, 32);
+    std::vector<float> v = Normal(n_, 33, 0.1f), acc = Normal(n_, 34, 0.01f);
+    for (float& x : v) x = x * x;
+    std::vector<double> m_ref(n_), p_ref(n_), acc_ref(n_);
+    for (size_t i = 0; i < n_; ++i) {
+      m_ref[i] = double{h.beta1} * m[i] + (1.0 - double{h.beta1}) * g[i];
+      double u = m_ref[i] / (std::sqrt(double{v[i]}) + h.eps);
+      if (wd > 0) u += double{wd} * p[i];
+      p_ref[i] = p[i] - double{h.lr} * u;
+      acc_ref[i] = acc[i] - double{h.lr} * u;
+    }
+    ASSERT_TRUE(backend_->ZeroOneLocalUpdate(h, g.data(), v.data(), m.data(), p.data(),
+                                             acc.data(), n_).ok());
+    ExpectNear(m, m_ref, 1e-6, 1.0, "m");
+    ExpectNear(p, p_ref, 1e-6, 1.0, "p");
+    ExpectNear(acc, acc_ref, 1e-5, 0.1, "acc");
+  }
+}
+
+TEST_P(CpuKernelsTest, ZeroOneSyncPrepareAndApply) {
+  for (bool masked : {false, true}) {
+    const float eps = 1e-8f, lrs = 0.07f;
+    std::vector<float> v = Normal(n_, 40, 0.1f), acc = Normal(n_, 41, 0.01f);
+    std::vector<float> p = Normal(n_, 42), m = Normal(n_, 43);
+    for (float& x : v) x = x * x;
+    std::vector<float> mask(n_);
+    for (size_t i = 0; i < n_; ++i) mask[i] = i % 3 == 0 ? 0.0f : 1.0f;
+    std::vector<double> p_ref(n_), acc_ref(n_);
+    for (size_t i = 0; i < n_; ++i) acc_ref[i] = double{acc[i]} * (std::sqrt(double{v[i]}) + eps);
+    ASSERT_TRUE(backend_->ZeroOneSyncPrepare(eps, v.data(), acc.data(), n_).ok());
+    ExpectNear(acc, acc_ref, 1e-6, 0.0, "prepared acc");
+    std::vector<float> anchor = Normal(n_, 44);
+    // The exchanged average: the prepared accumulator, perturbed as an exchange would.
+    std::vector<float> avg = acc;
+    for (size_t i = 0; i < n_; ++i) avg[i] *= i % 2 ? 0.9f : 1.1f;
+    std::vector<double> m_ref(n_);
+    for (size_t i = 0; i < n_; ++i) {
+      m_ref[i] = -double{avg[i]} / lrs * (masked ? mask[i] : 1.0);
+      p_ref[i] = double{anchor[i]} + avg[i] / (std::sqrt(double{v[i]}) + eps);
+    }
+    const float* mask_ptr = masked ? mask.data() : nullptr;
+    ASSERT_TRUE(backend_->ZeroOneSyncApply(eps, lrs, v.data(), mask_ptr, avg.data(), m.data(),
+                                           anchor.data(), p.data(), n_).ok());
+    ExpectNear(m, m_ref, 1e-6, 0.0, "m");
+    ExpectNear(p, p_ref, 1e-6, 1.0, "p");
+    EXPECT_EQ(0, n_ ? std::memcmp(anchor.data(), p.data(), n_ * sizeof(float)) : 0);
+    // lrs == 0 (the learning rate was 0 since the last sync) leaves m alone.
+    const std::vector<float> m_before = m;
+    ASSERT_TRUE(backend_->ZeroOneSyncApply(eps, 0.0f, v.data(), mask_ptr, avg.data(), m.data(),
+                                           anchor.data(), p.data(), n_).ok());
+    EXPECT_EQ(0, n_ ? std::memcmp(m.data(), m_before.data(), n_ * sizeof(float)) : 0);
+  }
+}
+
+// 1-bit LAMB's element-wise steps against float64 evaluations of kernels.h's formulas.
+TEST_P(CpuKernelsTest, LambSteps) {
+  AdamHyper h;
+  h.weight_decay = 0.01f;
+  std::vector<float> g = Normal(n_, 50), m = Normal(n_, 51, 0.1f), v = Normal(n_, 52, 0.1f);
+  std::vector<float> p = Normal(n_, 53), u(n_), m_last = Normal(n_, 54, 0.1f);
+  std::vector<float> v_fresh = Normal(n_, 55, 0.1f);
+  for (float& x : v) x = x * x;
+  for (float& x : v_fresh) x = x * x;
+  std::vector<double> m_ref(n_), v_ref(n_);
+  for (size_t i = 0; i < n_; ++i) {
+    const double gi = double{g[i]} * 0.5;
+    m_ref[i] = double{h.beta1} * m[i] + (1 - double{h.beta1}) * gi;
+    v_ref[i] = double{h.beta2} * v[i] + (1 - double{h.beta2}) * gi * gi;
+  }
+  ASSERT_TRUE(backend_->AdamMomentsUpdate(h, g.data(), 0.5f, m.data(), v.data(), n_).ok());
+  ExpectNear(m, m_ref, 1e-6, 1.0, "moments m");
+  ExpectNear(v, v_ref, 1e-6, 1.0, "moments v");
+
+  std::vector<double> u_ref(n_);
+  for (size_t i = 0; i < n_; ++i) {
+    u_ref[i] = m[i] / (std::sqrt(double{v[i]}) + h.eps) + double{h.weight_decay} * p[i];
+  }
+  ASSERT_TRUE(backend_->AdamDirectionInto(h, m.data(), v.data(), p.data(), u.data(), n_).ok());
+  ExpectNear(u, u_ref, 1e-6, 1.0, "direction");
+
+  std::vector<double> y_ref(n_);
+  for (size_t i = 0; i < n_; ++i) y_ref[i] = -0.3 * u[i] + p[i];
+  ASSERT_TRUE(backend_->Axpy(-0.3f, u.data(), p.data(), n_).ok());
+  ExpectNear(p, y_ref, 1e-6, 1.0, "axpy");
+  for (size_t i = 0; i < n_; ++i) y_ref[i] = double{p[i]} * 1.75;
+  ASSERT_TRUE(backend_->Scale(1.75f, p.data(), n_).ok());
+  ExpectNear(p, y_ref, 1e-7, 0.0, "scale");
+  std::vector<float> mask(n_);
+  for (size_t i = 0; i < n_; ++i) {
+    mask[i] = i % 3 == 0 ? 0.0f : 1.0f;
+    y_ref[i] = double{p[i]} * mask[i];
+  }
+  ASSERT_TRUE(backend_->ApplyMask(mask.data(), p.data(), n_).ok());
+  ExpectNear(p, y_ref, 0.0, 0.0, "mask");
+  // MarkNonzero over two gradients: zero in both only where i % 4 == 0; -0 counts as zero.
+  std::vector<float> seen(n_, 0.0f), g1(n_), g2(n_);
+  for (size_t i = 0; i < n_; ++i) {
+    g1[i] = i % 2 == 0 ? (i % 8 == 0 ? -0.0f : 0.0f) : 1.5f;
+    g2[i] = i % 4 == 2 ? -2.0f : 0.0f;
+  }
+  ASSERT_TRUE(backend_->MarkNonzero(g1.data(), seen.data(), n_).ok());
+  ASSERT_TRUE(backend_->MarkNonzero(g2.data(), seen.data(), n_).ok());
+  for (size_t i = 0; i < n_; ++i) ASSERT_EQ(seen[i], i % 4 == 0 ? 0.0f : 1.0f) << i;
+}
+
+TEST_P(CpuKernelsTest, FreshVarianceAndMaxDenomRatio) {
+  const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
+  std::vector<float> m = Normal(n_, 60, 0.1f), m_last = Normal(n_, 61, 0.1f);
+  std::vector<float> v = Normal(n_, 62, 0.1f), v_fresh = Normal(n_, 63, 0.1f);
+  for (float& x : v) x = x * x;
+  for (float& x : v_fresh) x = x * x;
+  std::vector<double> vf_ref(n_);
+  for (size_t i = 0; i < n_; ++i) {
+    const double g = (double{m[i]} - double{b1} * m_last[i]) / (1 - double{b1});
+    vf_ref[i] = double{b2} * v_fresh[i] + (1 - double{b2}) * g * g;
+  }
+  ASSERT_TRUE(backend_->FreshVarianceUpdate(b1, b2, m.data(), m_last.data(), v_fresh.data(), n_).ok());
+  ExpectNear(v_fresh, vf_ref, 1e-5, 1e-3, "fresh variance");
+  double want = 0;
+  for (size_t i = 0; i < n_; ++i) {
+    want = std::max(want, (std::sqrt(double{v[i]}) + eps) / (std::sqrt(double{v_fresh[i]}) + eps));
+  }
+  float got = -1;
+  ASSERT_TRUE(backend_->MaxDenomRatio(eps, v.data(), v_fresh.data(), n_, &got).ok());
+  EXPECT_NEAR(got, want, 1e-6 * want);
+  if (n_ > 0) {  // a NaN anywhere makes the result a NaN
+    v[n_ / 2] = -1.0f;
+    ASSERT_TRUE(backend_->MaxDenomRatio(eps, v.data(), v_fresh.data(), n_, &got).ok());
+    EXPECT_TRUE(std::isnan(got));
+  }
+}
+
 TEST_P(CpuKernelsTest, DecompressFrozenAdamUpdate) {
   for (bool masked : {false, true}) {
     const size_t num_chunks = 3;

@@ -128,6 +128,7 @@ constexpr unsigned ReduceBlocks(size_t n) {
 // Device memory of the reductions, one per backend: its kernels run one at a time on the
 // backend's stream, so one scratch is enough.
 struct ReductionScratch {
+  unsigned max_bits;                   // MaxDenomRatio's result: a non-negative float's bits
   double total;                        // the result of the last reduction
   unsigned arrivals;                   // blocks done in the running reduction; 0 between
   double partials[kMaxReduceBlocks];   // per-block sums of the running reduction
@@ -613,6 +614,133 @@ __global__ void DecompressInt8Kernel(const uint8_t* blocks, size_t block_bytes, 
   }
 }
 
+// 0/1 Adam (Backend::ZeroOneLocalUpdate and the sync pair).
+__global__ void ZeroOneLocalKernel(AdamArgs a, const float* g, const float* v, float* m,
+                                   float* p, float* acc, size_t n) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    const float mi = fmaf(a.beta1, m[i], __fmul_rn(a.one_minus_beta1, g[i]));
+    const float pi = p[i];
+    float u = __fdiv_rn(mi, __fadd_rn(__fsqrt_rn(v[i]), a.eps));
+    if (a.weight_decay > 0.0f) u = fmaf(a.weight_decay, pi, u);
+    m[i] = mi;
+    p[i] = fmaf(a.neg_lr, u, pi);
+    acc[i] = fmaf(a.neg_lr, u, acc[i]);
+  }
+}
+
+__global__ void ZeroOneSyncPrepareKernel(float eps, const float* v, float* acc, size_t n) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    acc[i] = __fmul_rn(acc[i], __fadd_rn(__fsqrt_rn(v[i]), eps));
+  }
+}
+
+__global__ void ZeroOneSyncApplyKernel(float eps, float lrs, const float* v, const float* mask,
+                                       const float* avg, float* m, float* anchor, float* p,
+                                       size_t n) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    const float ai = avg[i];
+    if (lrs != 0.0f) {
+      float mi = __fdiv_rn(-ai, lrs);
+      if (mask != nullptr) mi = __fmul_rn(mi, mask[i]);
+      m[i] = mi;
+    }
+    const float pi = __fadd_rn(anchor[i], __fdiv_rn(ai, __fadd_rn(__fsqrt_rn(v[i]), eps)));
+    p[i] = pi;
+    anchor[i] = pi;
+  }
+}
+
+// 1-bit LAMB's element-wise steps (Backend::AdamMomentsUpdate ... MaxDenomRatio).
+__global__ void AdamMomentsKernel(AdamArgs a, const float* g, float grad_scale, float* m,
+                                  float* v, size_t n) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    const float gi = __fmul_rn(g[i], grad_scale);
+    m[i] = fmaf(a.beta1, m[i], __fmul_rn(a.one_minus_beta1, gi));
+    v[i] = fmaf(a.beta2, v[i], __fmul_rn(__fmul_rn(a.one_minus_beta2, gi), gi));
+  }
+}
+
+__global__ void AdamDirectionKernel(AdamArgs a, const float* m, const float* v, const float* p,
+                                    float* u, size_t n) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    float ui = __fdiv_rn(m[i], __fadd_rn(__fsqrt_rn(v[i]), a.eps));
+    if (a.weight_decay > 0.0f) ui = fmaf(a.weight_decay, p[i], ui);
+    u[i] = ui;
+  }
+}
+
+__global__ void AxpyKernel(float alpha, const float* x, float* y, size_t n) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    y[i] = fmaf(alpha, x[i], y[i]);
+  }
+}
+
+__global__ void ScaleKernel(float alpha, float* x, size_t n) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    x[i] = __fmul_rn(x[i], alpha);
+  }
+}
+
+__global__ void ApplyMaskKernel(const float* mask, float* x, size_t n) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    x[i] = __fmul_rn(x[i], mask[i]);
+  }
+}
+
+__global__ void MarkNonzeroKernel(const float* g, float* seen, size_t n) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    const float gi = g[i];
+    if (gi != 0.0f || isnan(gi)) seen[i] = 1.0f;
+  }
+}
+
+__global__ void FreshVarianceKernel(float beta1, float one_minus_beta1, float beta2,
+                                    float one_minus_beta2, const float* m, const float* m_last,
+                                    float* v_fresh, size_t n) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    const float g = __fdiv_rn(fmaf(-beta1, m_last[i], m[i]), one_minus_beta1);
+    v_fresh[i] = fmaf(beta2, v_fresh[i], __fmul_rn(__fmul_rn(one_minus_beta2, g), g));
+  }
+}
+
+// The ratios are >= 0 (or a NaN, whose bits as produced here are above +inf's), so the
+// largest float is the largest unsigned bit pattern: atomicMax on the bits, in any order.
+__global__ void MaxDenomRatioKernel(float eps, const float* v, const float* v_fresh, size_t n,
+                                    unsigned* max_bits) {
+  unsigned local = 0;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    float r = __fdiv_rn(__fadd_rn(__fsqrt_rn(v[i]), eps), __fadd_rn(__fsqrt_rn(v_fresh[i]), eps));
+    if (isnan(r)) r = __int_as_float(0x7fffffff);
+    local = max(local, __float_as_uint(r));
+  }
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    local = max(local, __shfl_down_sync(0xffffffffu, local, offset));
+  }
+  if ((threadIdx.x & 31) == 0 && local != 0) atomicMax(max_bits, local);
+}
+
 AdamArgs MakeAdamArgs(const AdamHyper& h) {
   // Host float arithmetic is IEEE binary32 too, so 1 - beta matches the CPU backend's.
   return AdamArgs{h.beta1, 1.0f - h.beta1, h.beta2,         1.0f - h.beta2,
@@ -883,6 +1011,111 @@ class CudaBackend final : public Backend {
       ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
     }
     return CopyToHost(host_result, &scratch_->total, sizeof(double));
+  }
+
+  absl::Status ZeroOneLocalUpdate(const AdamHyper& h, const float* g, const float* v, float* m,
+                                  float* p, float* acc, size_t n) override {
+    if (n == 0) return absl::OkStatus();
+    ONEBIT_RETURN_IF_ERROR(Activate());
+    ZeroOneLocalKernel<<<Blocks(n), kThreads, 0, stream_>>>(MakeAdamArgs(h), g, v, m, p, acc, n);
+    ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
+    return absl::OkStatus();
+  }
+
+  absl::Status ZeroOneSyncPrepare(float eps, const float* v, float* acc, size_t n) override {
+    if (n == 0) return absl::OkStatus();
+    ONEBIT_RETURN_IF_ERROR(Activate());
+    ZeroOneSyncPrepareKernel<<<Blocks(n), kThreads, 0, stream_>>>(eps, v, acc, n);
+    ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
+    return absl::OkStatus();
+  }
+
+  absl::Status ZeroOneSyncApply(float eps, float lrs, const float* v, const float* mask,
+                                const float* avg, float* m, float* anchor, float* p,
+                                size_t n) override {
+    if (n == 0) return absl::OkStatus();
+    ONEBIT_RETURN_IF_ERROR(Activate());
+    ZeroOneSyncApplyKernel<<<Blocks(n), kThreads, 0, stream_>>>(eps, lrs, v, mask, avg, m,
+                                                                 anchor, p, n);
+    ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
+    return absl::OkStatus();
+  }
+
+  absl::Status AdamMomentsUpdate(const AdamHyper& h, const float* g, float grad_scale, float* m,
+                                 float* v, size_t n) override {
+    if (n == 0) return absl::OkStatus();
+    ONEBIT_RETURN_IF_ERROR(Activate());
+    AdamMomentsKernel<<<Blocks(n), kThreads, 0, stream_>>>(MakeAdamArgs(h), g, grad_scale, m, v,
+                                                            n);
+    ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
+    return absl::OkStatus();
+  }
+
+  absl::Status AdamDirectionInto(const AdamHyper& h, const float* m, const float* v,
+                                 const float* p, float* u, size_t n) override {
+    if (n == 0) return absl::OkStatus();
+    ONEBIT_RETURN_IF_ERROR(Activate());
+    AdamDirectionKernel<<<Blocks(n), kThreads, 0, stream_>>>(MakeAdamArgs(h), m, v, p, u, n);
+    ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
+    return absl::OkStatus();
+  }
+
+  absl::Status Axpy(float a, const float* x, float* y, size_t n) override {
+    if (n == 0) return absl::OkStatus();
+    ONEBIT_RETURN_IF_ERROR(Activate());
+    AxpyKernel<<<Blocks(n), kThreads, 0, stream_>>>(a, x, y, n);
+    ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
+    return absl::OkStatus();
+  }
+
+  absl::Status Scale(float a, float* x, size_t n) override {
+    if (n == 0) return absl::OkStatus();
+    ONEBIT_RETURN_IF_ERROR(Activate());
+    ScaleKernel<<<Blocks(n), kThreads, 0, stream_>>>(a, x, n);
+    ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
+    return absl::OkStatus();
+  }
+
+  absl::Status ApplyMask(const float* mask, float* x, size_t n) override {
+    if (n == 0) return absl::OkStatus();
+    ONEBIT_RETURN_IF_ERROR(Activate());
+    ApplyMaskKernel<<<Blocks(n), kThreads, 0, stream_>>>(mask, x, n);
+    ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
+    return absl::OkStatus();
+  }
+
+  absl::Status MarkNonzero(const float* g, float* seen, size_t n) override {
+    if (n == 0) return absl::OkStatus();
+    ONEBIT_RETURN_IF_ERROR(Activate());
+    MarkNonzeroKernel<<<Blocks(n), kThreads, 0, stream_>>>(g, seen, n);
+    ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
+    return absl::OkStatus();
+  }
+
+  absl::Status FreshVarianceUpdate(float beta1, float beta2, const float* m, const float* m_last,
+                                   float* v_fresh, size_t n) override {
+    if (n == 0) return absl::OkStatus();
+    ONEBIT_RETURN_IF_ERROR(Activate());
+    FreshVarianceKernel<<<Blocks(n), kThreads, 0, stream_>>>(beta1, 1.0f - beta1, beta2,
+                                                              1.0f - beta2, m, m_last, v_fresh, n);
+    ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
+    return absl::OkStatus();
+  }
+
+  absl::Status MaxDenomRatio(float eps, const float* v, const float* v_fresh, size_t n,
+                             float* host_result) override {
+    ONEBIT_RETURN_IF_ERROR(Activate());
+    ONEBIT_CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(&scratch_->max_bits, 0, sizeof(unsigned), stream_));
+    if (n > 0) {
+      MaxDenomRatioKernel<<<Blocks(n), kThreads, 0, stream_>>>(eps, v, v_fresh, n,
+                                                                &scratch_->max_bits);
+      ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
+    }
+    unsigned bits = 0;
+    ONEBIT_RETURN_IF_ERROR(CopyToHost(&bits, &scratch_->max_bits, sizeof(bits)));
+    std::memcpy(host_result, &bits, sizeof(bits));
+    return absl::OkStatus();
   }
 
   absl::Status ToWire(WireDtype dtype, const float* x, size_t n, void* out) override {

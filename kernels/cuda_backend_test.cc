@@ -550,6 +550,100 @@ TEST_F(CudaBackendTest, FrozenAdamUpdateMatchesCpu) {
   }
 }
 
+TEST_F(CudaBackendTest, ZeroOneKernelsMatchCpu) {
+  for (size_t n : kLengths) {
+    for (float weight_decay : {0.0f, 0.01f}) {
+      for (bool masked : {false, true}) {
+        SCOPED_TRACE(absl::StrCat("n = ", n, ", weight_decay = ", weight_decay,
+                                  masked ? ", masked" : ""));
+        const AdamHyper h = Hyper(weight_decay);
+        const std::vector<float> g = RandomFloats(rng_, n);
+        const std::vector<float> v = RandomVariances(rng_, n);
+        const std::vector<float> mask = RandomMask(rng_, n);
+        std::vector<float> m = RandomFloats(rng_, n, 0.1f);
+        std::vector<float> p = RandomFloats(rng_, n);
+        std::vector<float> acc = RandomFloats(rng_, n, 0.01f);
+        std::vector<float> anchor = RandomFloats(rng_, n);
+        DeviceArray<float> g_dev(cuda(), g), v_dev(cuda(), v), mask_dev(cuda(), mask),
+            m_dev(cuda(), m), p_dev(cuda(), p), acc_dev(cuda(), acc), anchor_dev(cuda(), anchor);
+        for (auto* a : {&g_dev, &v_dev, &mask_dev, &m_dev, &p_dev, &acc_dev, &anchor_dev}) {
+          ASSERT_OK(a->status());
+        }
+        // A local step, a sync's preparation, then its application with the accumulator
+        // as the exchanged average.
+        ASSERT_OK(cuda()->ZeroOneLocalUpdate(h, g_dev.data(), v_dev.data(), m_dev.data(),
+                                             p_dev.data(), acc_dev.data(), n));
+        ASSERT_OK(cpu()->ZeroOneLocalUpdate(h, g.data(), v.data(), m.data(), p.data(),
+                                            acc.data(), n));
+        EXPECT_TRUE(FloatsBitEqual(m_dev.Read(), m));
+        EXPECT_TRUE(FloatsBitEqual(p_dev.Read(), p));
+        EXPECT_TRUE(FloatsBitEqual(acc_dev.Read(), acc));
+        ASSERT_OK(cuda()->ZeroOneSyncPrepare(h.eps, v_dev.data(), acc_dev.data(), n));
+        ASSERT_OK(cpu()->ZeroOneSyncPrepare(h.eps, v.data(), acc.data(), n));
+        EXPECT_TRUE(FloatsBitEqual(acc_dev.Read(), acc));
+        ASSERT_OK(cuda()->ZeroOneSyncApply(h.eps, 0.03f, v_dev.data(),
+                                           masked ? mask_dev.data() : nullptr, acc_dev.data(),
+                                           m_dev.data(), anchor_dev.data(), p_dev.data(), n));
+        ASSERT_OK(cpu()->ZeroOneSyncApply(h.eps, 0.03f, v.data(), masked ? mask.data() : nullptr,
+                                          acc.data(), m.data(), anchor.data(), p.data(), n));
+        EXPECT_TRUE(FloatsBitEqual(m_dev.Read(), m));
+        EXPECT_TRUE(FloatsBitEqual(p_dev.Read(), p));
+        EXPECT_TRUE(FloatsBitEqual(anchor_dev.Read(), anchor));
+      }
+    }
+  }
+}
+
+TEST_F(CudaBackendTest, LambKernelsMatchCpu) {
+  for (size_t n : kLengths) {
+    SCOPED_TRACE(absl::StrCat("n = ", n));
+    const AdamHyper h = Hyper(0.01f);
+    const std::vector<float> g = RandomFloats(rng_, n);
+    std::vector<float> m = RandomFloats(rng_, n, 0.1f), m_last = RandomFloats(rng_, n, 0.1f);
+    std::vector<float> v = RandomVariances(rng_, n), v_fresh = RandomVariances(rng_, n);
+    std::vector<float> p = RandomFloats(rng_, n), u(n, 0.0f);
+    DeviceArray<float> g_dev(cuda(), g), m_dev(cuda(), m), m_last_dev(cuda(), m_last),
+        v_dev(cuda(), v), v_fresh_dev(cuda(), v_fresh), p_dev(cuda(), p), u_dev(cuda(), u);
+    for (auto* a : {&g_dev, &m_dev, &m_last_dev, &v_dev, &v_fresh_dev, &p_dev, &u_dev}) {
+      ASSERT_OK(a->status());
+    }
+    ASSERT_OK(cuda()->AdamMomentsUpdate(h, g_dev.data(), 0.25f, m_dev.data(), v_dev.data(), n));
+    ASSERT_OK(cpu()->AdamMomentsUpdate(h, g.data(), 0.25f, m.data(), v.data(), n));
+    EXPECT_TRUE(FloatsBitEqual(m_dev.Read(), m));
+    EXPECT_TRUE(FloatsBitEqual(v_dev.Read(), v));
+    ASSERT_OK(cuda()->AdamDirectionInto(h, m_dev.data(), v_dev.data(), p_dev.data(), u_dev.data(), n));
+    ASSERT_OK(cpu()->AdamDirectionInto(h, m.data(), v.data(), p.data(), u.data(), n));
+    EXPECT_TRUE(FloatsBitEqual(u_dev.Read(), u));
+    ASSERT_OK(cuda()->Axpy(-0.01f, u_dev.data(), p_dev.data(), n));
+    ASSERT_OK(cpu()->Axpy(-0.01f, u.data(), p.data(), n));
+    EXPECT_TRUE(FloatsBitEqual(p_dev.Read(), p));
+    ASSERT_OK(cuda()->Scale(3.7f, p_dev.data(), n));
+    ASSERT_OK(cpu()->Scale(3.7f, p.data(), n));
+    EXPECT_TRUE(FloatsBitEqual(p_dev.Read(), p));
+    const std::vector<float> mask = RandomMask(rng_, n);
+    DeviceArray<float> mask_dev(cuda(), mask);
+    ASSERT_OK(mask_dev.status());
+    ASSERT_OK(cuda()->ApplyMask(mask_dev.data(), p_dev.data(), n));
+    ASSERT_OK(cpu()->ApplyMask(mask.data(), p.data(), n));
+    EXPECT_TRUE(FloatsBitEqual(p_dev.Read(), p));
+    // The masked parameters are exact zeros now: MarkNonzero leaves their flags alone.
+    std::vector<float> seen(n, 0.0f);
+    DeviceArray<float> seen_dev(cuda(), seen);
+    ASSERT_OK(seen_dev.status());
+    ASSERT_OK(cuda()->MarkNonzero(p_dev.data(), seen_dev.data(), n));
+    ASSERT_OK(cpu()->MarkNonzero(p.data(), seen.data(), n));
+    EXPECT_TRUE(FloatsBitEqual(seen_dev.Read(), seen));
+    ASSERT_OK(cuda()->FreshVarianceUpdate(0.9f, 0.999f, m_dev.data(), m_last_dev.data(),
+                                          v_fresh_dev.data(), n));
+    ASSERT_OK(cpu()->FreshVarianceUpdate(0.9f, 0.999f, m.data(), m_last.data(), v_fresh.data(), n));
+    EXPECT_TRUE(FloatsBitEqual(v_fresh_dev.Read(), v_fresh));
+    float on_gpu = -1, on_cpu = -2;
+    ASSERT_OK(cuda()->MaxDenomRatio(h.eps, v_dev.data(), v_fresh_dev.data(), n, &on_gpu));
+    ASSERT_OK(cpu()->MaxDenomRatio(h.eps, v.data(), v_fresh.data(), n, &on_cpu));
+    EXPECT_EQ(on_gpu, on_cpu);
+  }
+}
+
 TEST_F(CudaBackendTest, DecompressFrozenAdamUpdateMatchesCpu) {
   for (size_t n : kLengths) {
     for (size_t num_chunks : kNumChunks) {

@@ -54,6 +54,10 @@
 //   warmup     g' = g * grad_scale; m = fma(b1, m, (1-b1)*g'); v = fma(b2, v, ((1-b2)*g')*g')
 //   update     u = m / (sqrt(v) + eps); if wd > 0: u = fma(wd, p, u); p = fma(-lr, u, p)
 //   mask       m = m * mask (compression stage only, after the exchange)
+//   0/1 Adam   local: m = fma(b1, m, (1-b1)*g); p = fma(-lr, u, p); acc = fma(-lr, u, acc)
+//              sync:  acc = acc * (sqrt(v) + eps); after the exchange
+//                     m = (-avg) / lrs (* mask); p = anchor + avg / (sqrt(v) + eps); anchor = p
+//   LAMB       the Backend methods' own lines below (AdamMomentsUpdate ... MaxDenomRatio)
 //   average    out = (sum over rows in order, from 0.0f) * (1.0f / num_rows)
 //   wire rows  out = sum over rows in order, from 0.0f, of from_wire(row) (wire_dtype.h)
 //
@@ -224,6 +228,52 @@ class Backend {
   // Sum of squares of x (float64), written to *host_result. Used for metrics (error
   // norms), not on the hot path.
   virtual absl::Status SumSquares(const float* x, size_t n, double* host_result) = 0;
+
+  // 0/1 ADAM (ALGORITHM.md, "0/1 Adam"; worker/optim/zero_one_adam.h). With d = sqrt(v) + eps
+  // and u = m / d, u = fma(wd, p, u) if wd > 0 (the update's direction, as above):
+  //
+  // A local step on this worker's gradient g:
+  //   m = fma(b1, m, (1-b1)*g); p = fma(-lr, u, p); acc = fma(-lr, u, acc).
+  virtual absl::Status ZeroOneLocalUpdate(const AdamHyper& h, const float* g, const float* v,
+                                          float* m, float* p, float* acc, size_t n) = 0;
+  // Before a sync step's exchange: acc = acc * d.
+  virtual absl::Status ZeroOneSyncPrepare(float eps, const float* v, float* acc, size_t n) = 0;
+  // After it, `avg` being the exchanged average of acc and `anchor` the parameters after the
+  // last sync (what p - acc is in exact arithmetic, the same bits on every worker):
+  // m = (-avg) / lrs, then m = m * mask (if mask != nullptr); p = anchor + avg / d;
+  // anchor = p. With lrs == 0 (the learning rate was 0 since the last sync) m is left as
+  // it is. avg may not alias m, p or anchor.
+  virtual absl::Status ZeroOneSyncApply(float eps, float lrs, const float* v, const float* mask,
+                                        const float* avg, float* m, float* anchor, float* p,
+                                        size_t n) = 0;
+
+  // 1-BIT LAMB (ALGORITHM.md, "1-bit LAMB"; worker/optim/onebit_lamb.h) and other small
+  // element-wise steps. The per-tensor norms it needs come from SumSquares.
+  //
+  // AdamWarmupUpdate's moments without the update: g' = g * grad_scale;
+  // m = fma(b1, m, (1-b1)*g'); v = fma(b2, v, ((1-b2)*g')*g').
+  virtual absl::Status AdamMomentsUpdate(const AdamHyper& h, const float* g, float grad_scale,
+                                         float* m, float* v, size_t n) = 0;
+  // u = m / (sqrt(v) + eps); then u = fma(wd, p, u) if h.weight_decay > 0.
+  virtual absl::Status AdamDirectionInto(const AdamHyper& h, const float* m, const float* v,
+                                         const float* p, float* u, size_t n) = 0;
+  // y = fma(a, x, y).
+  virtual absl::Status Axpy(float a, const float* x, float* y, size_t n) = 0;
+  // x = x * a.
+  virtual absl::Status Scale(float a, float* x, size_t n) = 0;
+  // x = x * mask (element-wise; a momentum mask of 0s and 1s).
+  virtual absl::Status ApplyMask(const float* mask, float* x, size_t n) = 0;
+  // seen[i] = 1 where g[i] != 0 (a NaN counts), else unchanged: which gradients were ever
+  // non-zero (the automatic momentum mask).
+  virtual absl::Status MarkNonzero(const float* g, float* seen, size_t n) = 0;
+  // The fresh variance from the gradient the momentum implies:
+  // g = fma(-b1, m_last, m) / (1 - b1); v_fresh = fma(b2, v_fresh, ((1-b2)*g)*g).
+  virtual absl::Status FreshVarianceUpdate(float beta1, float beta2, const float* m,
+                                           const float* m_last, float* v_fresh, size_t n) = 0;
+  // The largest (sqrt(v[i]) + eps) / (sqrt(v_fresh[i]) + eps) over i (a NaN if any ratio
+  // is one; 0 when n == 0), written to *host_result.
+  virtual absl::Status MaxDenomRatio(float eps, const float* v, const float* v_fresh, size_t n,
+                                     float* host_result) = 0;
 };
 
 // The CPU backend. With allow_simd, uses AVX2+FMA when the CPU has them (checked at run

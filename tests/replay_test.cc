@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/npy.h"
 #include "common/subprocess.h"
@@ -25,6 +26,8 @@
 #include "gtest/gtest.h"
 #include "tests/test_paths.h"
 #include "worker/optim/onebit_adam_reference.h"
+#include "worker/optim/onebit_lamb_reference.h"
+#include "worker/optim/zero_one_adam_reference.h"
 
 namespace onebit {
 namespace {
@@ -319,6 +322,174 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"int8_w4_n10007_mid_freeze", 4, 10007, 20, 6, -1, 1e-3, "int8"},
         Case{"int8_w4_n1001_freeze1_wd", 4, 1001, 30, 1, 0.05, -1, "int8"}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
+
+// ---- 0/1 Adam ----
+
+struct ZeroOneCase {
+  std::string name;
+  int workers;
+  int64_t n;
+  int64_t steps;
+  int64_t var_freeze_step;
+  int64_t var_update_scaler;
+  int64_t local_step_scaler;
+  int64_t local_step_clipper;
+  double weight_decay;
+};
+
+std::vector<std::string> ZeroOneFlags(const ZeroOneCase& c, const Paths& paths,
+                                      const std::string& transport) {
+  return {"--optimizer=zero_one_adam",
+          absl::StrCat("--workers=", c.workers),
+          "--params=" + paths.params,
+          "--grads=" + paths.grads,
+          "--out=" + paths.out,
+          "--transport=" + transport,
+          "--lr=0.002",
+          absl::StrCat("--weight-decay=", c.weight_decay),
+          absl::StrCat("--var-freeze-step=", c.var_freeze_step),
+          absl::StrCat("--var-update-scaler=", c.var_update_scaler),
+          absl::StrCat("--local-step-scaler=", c.local_step_scaler),
+          absl::StrCat("--local-step-clipper=", c.local_step_clipper)};
+}
+
+class ReplayZeroOneTest : public ::testing::TestWithParam<ZeroOneCase> {};
+
+// Rank 0's parameters (what the binary writes) against worker 0 of the float64 model, and
+// gloo against inproc byte for byte.
+TEST_P(ReplayZeroOneTest, MatchesTheFloat64ModelOverInprocAndGloo) {
+  const ZeroOneCase& c = GetParam();
+  const Problem p = MakeProblem(c.workers, c.n, c.steps, 4321 + c.workers * 7 + c.n);
+  const Paths paths = WriteProblem(p, c.name);
+  RunResult run = RunBinary(ZeroOneFlags(c, paths, "inproc"));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("0/1 Adam steps"));
+  absl::StatusOr<npy::Float32Array> out = npy::ReadFloat32(paths.out, {c.n});
+  ASSERT_TRUE(out.ok()) << out.status();
+
+  ReferenceZeroOneHyper h;
+  h.adam.lr = 0.002f;
+  h.adam.beta1 = 0.9f;
+  h.adam.beta2 = 0.999f;
+  h.adam.eps = 1e-8f;
+  h.adam.weight_decay = static_cast<float>(c.weight_decay);
+  h.var_freeze_step = c.var_freeze_step;
+  h.var_update_scaler = c.var_update_scaler;
+  h.local_step_scaler = c.local_step_scaler;
+  h.local_step_clipper = c.local_step_clipper;
+  ReferenceZeroOneAdam ref(h, c.workers, p.params);
+  for (int64_t t = 0; t < p.steps; ++t) ref.Step(p.StepGrads(t));
+  EXPECT_THAT(run.output, HasSubstr(absl::StrCat(ref.variance_steps(), " variance update, ",
+                                                 ref.compressed_steps(), " compressed gradient, ",
+                                                 ref.sync_steps(), " sync")));
+  double diff2 = 0, moved2 = 0;
+  for (int64_t i = 0; i < c.n; ++i) {
+    const double want = ref.params(0)[i];
+    diff2 += (out->data[i] - want) * (out->data[i] - want);
+    moved2 += (want - p.params[i]) * (want - p.params[i]);
+  }
+  ASSERT_GT(moved2, 0) << "the reference did not move; the test would prove nothing";
+  const double rel = std::sqrt(diff2 / moved2);
+  EXPECT_LT(rel, 1e-4) << "||p_out - p_ref|| / ||p_ref - p_in|| for " << c.name;
+  RecordProperty("relative_error", absl::StrCat(rel));
+
+  const std::string inproc_bytes = ReadRaw(paths.out);
+  ASSERT_EQ(unlink(paths.out.c_str()), 0);
+  RunResult gloo = RunBinary(ZeroOneFlags(c, paths, "gloo"));
+  ASSERT_EQ(gloo.exit_code, 0) << gloo.output;
+  EXPECT_EQ(ReadRaw(paths.out), inproc_bytes) << "gloo and inproc differ";
+}
+
+// W in {1, 2, 4}; N not a multiple of 8; the variance interval doubling, the end of the
+// variance stage, and the sync interval doubling to its cap inside the run; runs that end
+// on a sync and between syncs.
+INSTANTIATE_TEST_SUITE_P(
+    Cases, ReplayZeroOneTest,
+    ::testing::Values(ZeroOneCase{"w1_n37", 1, 37, 30, 12, 2, 3, 4, 0.0},
+                      ZeroOneCase{"w2_n1001_ends_on_sync", 2, 1001, 32, 12, 2, 3, 4, 0.0},
+                      ZeroOneCase{"w2_n1001_ends_between_syncs", 2, 1001, 31, 12, 2, 3, 4, 0.0},
+                      ZeroOneCase{"w4_n10007_wd", 4, 10007, 30, 10, 2, 2, 8, 0.01},
+                      ZeroOneCase{"w4_n37_local_from_step_1", 4, 37, 20, 0, 16, 3, 4, 0.0}),
+    [](const ::testing::TestParamInfo<ZeroOneCase>& info) { return info.param.name; });
+
+// ---- 1-bit LAMB ----
+
+struct LambCase {
+  std::string name;
+  int workers;
+  int64_t n;
+  int64_t steps;
+  int64_t freeze_step;
+  bool bias_correction;
+};
+
+class ReplayLambTest : public ::testing::TestWithParam<LambCase> {};
+
+// Three parameter groups; the seed tutorials' max_coeff; rank 0's parameters against the
+// float64 model, gloo against inproc byte for byte.
+TEST_P(ReplayLambTest, MatchesTheFloat64ModelOverInprocAndGloo) {
+  const LambCase& c = GetParam();
+  const Problem p = MakeProblem(c.workers, c.n, c.steps, 777 + c.workers * 7 + c.n);
+  const Paths paths = WriteProblem(p, c.name);
+  const std::vector<size_t> groups = {0, static_cast<size_t>(c.n / 3), static_cast<size_t>(c.n / 2),
+                                      static_cast<size_t>(c.n)};
+  auto flags = [&](const std::string& transport) {
+    std::vector<std::string> f = {"--optimizer=onebit_lamb",
+                                  absl::StrCat("--workers=", c.workers),
+                                  "--params=" + paths.params,
+                                  "--grads=" + paths.grads,
+                                  "--out=" + paths.out,
+                                  "--transport=" + transport,
+                                  "--lr=0.002",
+                                  "--weight-decay=0.01",
+                                  "--max-coeff=0.3",
+                                  absl::StrCat("--freeze-step=", c.freeze_step),
+                                  absl::StrCat("--groups=", absl::StrJoin(groups, ","))};
+    if (c.bias_correction) f.push_back("--bias-correction");
+    return f;
+  };
+  RunResult run = RunBinary(flags("inproc"));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  absl::StatusOr<npy::Float32Array> out = npy::ReadFloat32(paths.out, {c.n});
+  ASSERT_TRUE(out.ok()) << out.status();
+
+  ReferenceLambHyper h;
+  h.adam.lr = 0.002f;
+  h.adam.beta1 = 0.9f;
+  h.adam.beta2 = 0.999f;
+  h.adam.eps = 1e-8f;
+  h.adam.weight_decay = 0.01f;
+  h.adam.freeze_step = c.freeze_step;
+  h.adam.bias_correction = c.bias_correction;
+  h.max_coeff = 0.3;
+  ReferenceOnebitLamb ref(h, c.workers, p.params, groups);
+  for (int64_t t = 0; t < p.steps; ++t) ref.Step(p.StepGrads(t));
+  double diff2 = 0, moved2 = 0;
+  for (int64_t i = 0; i < c.n; ++i) {
+    const double want = ref.params()[i];
+    diff2 += (out->data[i] - want) * (out->data[i] - want);
+    moved2 += (want - p.params[i]) * (want - p.params[i]);
+  }
+  ASSERT_GT(moved2, 0) << "the reference did not move; the test would prove nothing";
+  const double rel = std::sqrt(diff2 / moved2);
+  EXPECT_LT(rel, 1e-4) << "||p_out - p_ref|| / ||p_ref - p_in|| for " << c.name;
+  RecordProperty("relative_error", absl::StrCat(rel));
+
+  const std::string inproc_bytes = ReadRaw(paths.out);
+  ASSERT_EQ(unlink(paths.out.c_str()), 0);
+  RunResult gloo = RunBinary(flags("gloo"));
+  ASSERT_EQ(gloo.exit_code, 0) << gloo.output;
+  EXPECT_EQ(ReadRaw(paths.out), inproc_bytes) << "gloo and inproc differ";
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, ReplayLambTest,
+                         ::testing::Values(LambCase{"w1_n37", 1, 37, 20, 8, false},
+                                           LambCase{"w2_n1001", 2, 1001, 24, 10, false},
+                                           LambCase{"w4_n10007_bias_correction", 4, 10007, 20, 7,
+                                                    true}),
+                         [](const ::testing::TestParamInfo<LambCase>& info) {
+                           return info.param.name;
+                         });
 
 // ---- Flags and paths ----
 

@@ -18,7 +18,9 @@
 #include "common/npy.h"
 #include "worker/exchange/peer_exchange.h"
 #include "worker/transport/local_group.h"
-#include "worker/optim/onebit_adam.h"
+#include "worker/exchange/peer_exchange.h"
+#include "worker/optim/optimizer_factory.h"
+#include "worker/optim/zero_one_adam.h"
 #include "worker/transport/transport.h"
 
 namespace onebit::tools {
@@ -43,6 +45,8 @@ struct WorkerResult {
   uint64_t bytes_sent = 0;
   int64_t warmup_steps = 0;
   int64_t compression_steps = 0;
+  int64_t zero_one_steps[4] = {0, 0, 0, 0};
+  bool params_shared = true;  // the optimizer says every rank's parameters are the same
 };
 
 struct Inputs {
@@ -113,17 +117,31 @@ absl::Status RunWorker(const ReplayConfig& config, const Inputs& in, Transport& 
   std::unique_ptr<float, std::function<void(float*)>> grad(
       static_cast<float*>(grad_memory), [&backend](float* p) { backend->Free(p); });
 
-  OnebitAdamOptions options;
-  options.hyper = config.hyper;
-  options.freeze_step = config.freeze_step;
+  OptimizerSpec spec;
+  spec.hyper = config.hyper;
+  if (config.optimizer == "zero_one_adam") {
+    spec.type = "ZeroOneAdam";
+    spec.freeze_step = config.var_freeze_step;
+    spec.zero_one = config.zero_one;
+  } else if (config.optimizer == "onebit_lamb") {
+    spec.type = "OneBitLamb";
+    spec.freeze_step = config.freeze_step;
+    spec.lamb = config.lamb;
+    spec.group_offsets = config.groups;
+  } else {
+    spec.type = "OneBitAdam";
+    spec.freeze_step = config.freeze_step;
+  }
+  spec.bias_correction = config.bias_correction;
   ONEBIT_ASSIGN_OR_RETURN(const kernels::Compressor compressor,
                           kernels::ParseCompressor(config.compressor));
   ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<PeerExchange> exchange,
                           PeerExchange::Create(backend.get(), &transport, n,
                                                ExactAllreduceOptions(), compressor));
   ONEBIT_ASSIGN_OR_RETURN(
-      std::unique_ptr<OnebitAdam> optimizer,
-      OnebitAdam::Create(options, backend.get(), exchange.get(), in.params.data(), n));
+      std::unique_ptr<Optimizer> optimizer,
+      CreateOptimizer(spec, backend.get(), exchange.get(), in.params.data(), n));
+  const auto* zero_one = dynamic_cast<const ZeroOneAdam*>(optimizer.get());
 
   std::vector<float> host_grad(n);
   const absl::Time start = absl::Now();
@@ -134,6 +152,7 @@ absl::Status RunWorker(const ReplayConfig& config, const Inputs& in, Transport& 
     ONEBIT_RETURN_IF_ERROR(backend->CopyFromHost(grad.get(), host_grad.data(), n * 4));
     const Stage stage = optimizer->stage();
     (stage == Stage::kWarmup ? result->warmup_steps : result->compression_steps)++;
+    if (zero_one != nullptr) ++result->zero_one_steps[static_cast<int>(zero_one->next_step_kind())];
     absl::Status status = optimizer->Step(grad.get());
     if (!status.ok()) {
       return absl::Status(status.code(), absl::StrCat("step ", t + 1, " (", StageName(stage),
@@ -156,6 +175,9 @@ absl::Status RunWorker(const ReplayConfig& config, const Inputs& in, Transport& 
     }
   }
   ONEBIT_ASSIGN_OR_RETURN(result->params, optimizer->ParamsToHost());
+  for (const StateSpec& state : optimizer->CheckpointStates()) {
+    if (state.name == "params") result->params_shared = state.shared;
+  }
   result->bytes_sent = transport.bytes_sent();
   return absl::OkStatus();
 }
@@ -163,9 +185,32 @@ absl::Status RunWorker(const ReplayConfig& config, const Inputs& in, Transport& 
 }  // namespace
 
 absl::Status ValidateConfig(const ReplayConfig& c) {
-  if (c.optimizer != "onebit_adam") {
-    return FlagError("optimizer", absl::StrCat("unknown optimizer '", c.optimizer,
-                                               "' (supported: onebit_adam)"));
+  if (c.optimizer != "onebit_adam" && c.optimizer != "zero_one_adam" &&
+      c.optimizer != "onebit_lamb") {
+    return FlagError("optimizer",
+                     absl::StrCat("unknown optimizer '", c.optimizer,
+                                  "' (supported: onebit_adam, zero_one_adam, onebit_lamb)"));
+  }
+  if (absl::Status s = ValidateLambCoeffs(c.lamb); !s.ok()) {
+    // The message starts with, or names first, the coefficient at fault: its flag.
+    std::string flag;
+    for (const char* name : {"max_coeff", "min_coeff", "coeff_beta", "factor_max", "factor_min",
+                             "factor_threshold"}) {
+      const size_t at = s.message().find(name);
+      if (at != absl::string_view::npos && (flag.empty() || at < s.message().find(flag))) {
+        flag = name;
+      }
+    }
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    return FlagError(flag, s.message());
+  }
+  for (size_t i = 1; i < c.groups.size(); ++i) {
+    if (c.groups[i] <= c.groups[i - 1]) {
+      return FlagError("groups", "boundaries must increase");
+    }
+  }
+  if (!c.groups.empty() && (c.groups.size() < 2 || c.groups[0] != 0)) {
+    return FlagError("groups", "boundaries run from 0 to N: 0,b1,...,N");
   }
   if (c.transport != "inproc" && c.transport != "gloo") {
     return FlagError("transport", absl::StrCat("unknown transport '", c.transport,
@@ -200,6 +245,16 @@ absl::Status ValidateConfig(const ReplayConfig& c) {
   if (c.freeze_step < 0) {
     return FlagError("freeze-step", absl::StrCat("must be >= 0, got ", c.freeze_step));
   }
+  if (c.var_freeze_step < 0) {
+    return FlagError("var-freeze-step", absl::StrCat("must be >= 0, got ", c.var_freeze_step));
+  }
+  const std::pair<const char*, int64_t> zero_one[] = {
+      {"var-update-scaler", c.zero_one.var_update_scaler},
+      {"local-step-scaler", c.zero_one.local_step_scaler},
+      {"local-step-clipper", c.zero_one.local_step_clipper}};
+  for (const auto& [flag, value] : zero_one) {
+    if (value < 1) return FlagError(flag, absl::StrCat("must be >= 1, got ", value));
+  }
   if (c.params_path.empty()) return FlagError("params", "is required (an (N,) float32 .npy)");
   if (c.grads_path.empty()) {
     return FlagError("grads", "is required (a (T, W, N) float32 .npy)");
@@ -228,6 +283,10 @@ void NormalizeFlagNames(std::vector<std::string>* args) {
 absl::StatusOr<ReplaySummary> RunReplay(const ReplayConfig& config, std::ostream* progress) {
   ONEBIT_RETURN_IF_ERROR(ValidateConfig(config));
   ONEBIT_ASSIGN_OR_RETURN(Inputs in, OpenInputs(config));
+  if (!config.groups.empty() && config.groups.back() != static_cast<size_t>(in.n)) {
+    return FlagError("groups", absl::StrCat("the last boundary is ", config.groups.back(),
+                                            ", the parameters ", in.n));
+  }
   ONEBIT_RETURN_IF_ERROR(CheckOutputPath(config.out_path));
 
   ONEBIT_ASSIGN_OR_RETURN(TransportKind kind, ParseTransportKind(config.transport));
@@ -242,9 +301,11 @@ absl::StatusOr<ReplaySummary> RunReplay(const ReplayConfig& config, std::ostream
   }));
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
 
-  // Every rank applies the same averaged update, so the replicas must agree bit for bit.
+  // Every rank applies the same averaged update, so the replicas must agree bit for bit;
+  // but for 0/1 Adam between syncs, where each rank's are its own.
   const std::vector<float>& p0 = workers[0].params;
-  for (size_t r = 1; r < workers.size(); ++r) {
+  const bool shared = workers[0].params_shared;
+  for (size_t r = 1; r < workers.size() && shared; ++r) {
     const std::vector<float>& pr = workers[r].params;
     if (pr.size() != p0.size() || std::memcmp(pr.data(), p0.data(), p0.size() * 4) != 0) {
       size_t first = 0, count = 0;
@@ -275,9 +336,12 @@ absl::StatusOr<ReplaySummary> RunReplay(const ReplayConfig& config, std::ostream
   s.workers = config.workers;
   s.n = in.n;
   s.steps = in.steps;
-  s.freeze_step = config.freeze_step;
+  s.freeze_step = config.optimizer == "zero_one_adam" ? config.var_freeze_step : config.freeze_step;
   s.warmup_steps = workers[0].warmup_steps;
   s.compression_steps = workers[0].compression_steps;
+  std::copy(std::begin(workers[0].zero_one_steps), std::end(workers[0].zero_one_steps),
+            std::begin(s.zero_one_steps));
+  s.replicas_agree = shared;
   for (const WorkerResult& w : workers) s.bytes_sent.push_back(w.bytes_sent);
   s.out_path = config.out_path;
   s.seconds = seconds;
@@ -304,6 +368,15 @@ std::string FormatSummary(const ReplaySummary& s) {
   absl::StrAppend(&out, "  compressor          ", s.compressor, "\n");
   absl::StrAppend(&out, "  stages              ", s.warmup_steps, " warmup, ",
                   s.compression_steps, " compression (freeze step ", s.freeze_step, ")\n");
+  if (s.optimizer == "zero_one_adam") {
+    absl::StrAppend(&out, "  0/1 Adam steps      ", s.zero_one_steps[0], " variance update, ",
+                    s.zero_one_steps[1], " compressed gradient, ", s.zero_one_steps[3],
+                    " sync, ", s.zero_one_steps[2], " local (no exchange)\n");
+  }
+  if (!s.replicas_agree) {
+    absl::StrAppend(&out, "  replicas            the run ended between syncs: each rank's "
+                          "parameters are its own; rank 0's were written\n");
+  }
   absl::StrAppend(&out, "  bytes sent/worker   ", bytes, "\n");
   absl::StrAppend(&out, absl::StrFormat("  wall time           %.3f s\n", s.seconds));
   absl::StrAppend(&out, "  output              ", s.out_path, "\n");

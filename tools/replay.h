@@ -18,15 +18,25 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "kernels/kernels.h"
+#include "worker/optim/onebit_lamb.h"
+#include "worker/optim/zero_one_schedule.h"
 
 namespace onebit::tools {
 
 struct ReplayConfig {
-  std::string optimizer = "onebit_adam";
+  std::string optimizer = "onebit_adam";  // or "zero_one_adam", "onebit_lamb"
   int workers = 0;
   kernels::AdamHyper hyper;
-  // DeepSpeed's OnebitAdam default, and OnebitAdamOptions'.
+  // onebit_adam: DeepSpeed's OnebitAdam default, and OnebitAdamOptions'.
   int64_t freeze_step = 100000;
+  // zero_one_adam (DeepSpeed's ZeroOneAdam defaults).
+  int64_t var_freeze_step = 100000;
+  ZeroOneScheduleParams zero_one;
+  // onebit_lamb: its coefficients, and the parameter groups' boundaries {0, ..., N}
+  // (empty: one group).
+  LambCoeffs lamb;
+  std::vector<size_t> groups;
+  bool bias_correction = false;
   std::string params_path;
   std::string grads_path;
   std::string out_path;
@@ -40,8 +50,9 @@ struct ReplayConfig {
 // Checks the configuration on its face, without opening any file: the optimizer,
 // transport and compressor names, W >= 1, the hyperparameters (lr >= 0 and finite: lr = 0 is accepted
 // and leaves the parameters unchanged, which still measures the communication; beta1 and
-// beta2 in [0, 1) as float32; eps > 0; weight decay >= 0; freeze_step >= 0) and that the
-// three paths are given. An InvalidArgument error names the flag (--lr, ...).
+// beta2 in [0, 1) as float32; eps > 0; weight decay >= 0; freeze_step and
+// var_freeze_step >= 0; the 0/1 Adam scalers and clipper >= 1) and that the three paths
+// are given. An InvalidArgument error names the flag (--lr, ...).
 absl::Status ValidateConfig(const ReplayConfig& config);
 
 // `path` made absolute against `working_dir` when it is relative and working_dir is
@@ -62,6 +73,12 @@ struct ReplaySummary {
   int64_t freeze_step = 0;
   int64_t warmup_steps = 0;       // steps the optimizer ran in each stage
   int64_t compression_steps = 0;
+  // zero_one_adam: rank 0's steps of each kind (ZeroOneStep order: variance update,
+  // compressed gradient, local, sync).
+  int64_t zero_one_steps[4] = {0, 0, 0, 0};
+  // False when the run ended between syncs of 0/1 Adam: each rank's parameters are its
+  // own, and rank 0's were written.
+  bool replicas_agree = true;
   std::vector<uint64_t> bytes_sent;  // Transport::bytes_sent() of each rank at the end
   std::string out_path;
   double seconds = 0;             // wall time of the steps

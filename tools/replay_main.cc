@@ -5,8 +5,11 @@
 //   (one command line)
 //
 // W workers run as threads of this process, each with its own CPU backend and its own
-// transport rank (--transport=inproc, or gloo over 127.0.0.1), and call OnebitAdam::Create
-// and Step exactly as a training job does. See tools/replay.h for the file formats.
+// transport rank (--transport=inproc, or gloo over 127.0.0.1), and make the optimizer
+// (1-bit Adam; 0/1 Adam with --optimizer=zero_one_adam and its --var-freeze-step,
+// --var-update-scaler, --local-step-scaler, --local-step-clipper; 1-bit LAMB with
+// --optimizer=onebit_lamb, its coefficients and --groups) and step it exactly as a training
+// job does. See tools/replay.h for the file formats.
 //
 // Exit status: 0 success; 2 the command line is wrong on its face (unknown or malformed
 // flag, missing flag, bad value; checked before any file is opened); 1 anything found
@@ -24,6 +27,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/signals.h"
 #include "tools/replay.h"
@@ -31,7 +35,8 @@
 // Flag names use '_' (absl requires identifiers); main() rewrites '-' to '_' in flag names
 // first, so the documented spellings --weight-decay and --freeze-step work, and so do
 // --weight_decay and --freeze_step.
-ABSL_FLAG(std::string, optimizer, "onebit_adam", "Optimizer to replay. Only: onebit_adam.");
+ABSL_FLAG(std::string, optimizer, "onebit_adam",
+          "Optimizer to replay: onebit_adam or zero_one_adam.");
 ABSL_FLAG(int, workers, 0, "Number of workers W (required, >= 1).");
 ABSL_FLAG(double, lr, 1e-3, "Learning rate (>= 0; 0 leaves the parameters unchanged).");
 ABSL_FLAG(double, beta1, 0.9, "Momentum coefficient, in [0, 1).");
@@ -41,6 +46,24 @@ ABSL_FLAG(double, weight_decay, 0.0, "Decoupled weight decay (>= 0). Also --weig
 ABSL_FLAG(int64_t, freeze_step, 100000,
           "Last warmup step; later steps compress. 0 compresses from the first step. "
           "Also --freeze-step.");
+ABSL_FLAG(int64_t, var_freeze_step, 100000,
+          "zero_one_adam: the last step of the variance stage (>= 0). Also --var-freeze-step.");
+ABSL_FLAG(int64_t, var_update_scaler, 16,
+          "zero_one_adam: variance updates between doublings of their interval (>= 1).");
+ABSL_FLAG(int64_t, local_step_scaler, 32678,
+          "zero_one_adam: local steps between doublings of the sync interval (>= 1).");
+ABSL_FLAG(int64_t, local_step_clipper, 16,
+          "zero_one_adam: the longest interval between syncs, in steps (>= 1).");
+ABSL_FLAG(double, max_coeff, 10.0, "onebit_lamb: the trust ratio's upper clamp.");
+ABSL_FLAG(double, min_coeff, 0.01, "onebit_lamb: the trust ratio's lower clamp.");
+ABSL_FLAG(double, coeff_beta, 0.9, "onebit_lamb: the trust ratio's running-average factor.");
+ABSL_FLAG(double, factor_max, 4.0, "onebit_lamb: the largest fresh-variance factor.");
+ABSL_FLAG(double, factor_min, 0.5, "onebit_lamb: the smallest fresh-variance factor.");
+ABSL_FLAG(double, factor_threshold, 0.1,
+          "onebit_lamb: the most the factor may change from one step to the next (relative).");
+ABSL_FLAG(std::vector<std::string>, groups, {},
+          "onebit_lamb: parameter-group boundaries 0,b1,...,N (default: one group).");
+ABSL_FLAG(bool, bias_correction, false, "Bias-corrected moments. Also --bias-correction.");
 ABSL_FLAG(std::string, params, "", "Initial parameters: float32 .npy of shape (N,) (required).");
 ABSL_FLAG(std::string, grads, "",
           "Gradients: float32 .npy of shape (T, W, N), [step][worker][element] (required).");
@@ -60,7 +83,9 @@ constexpr int kExitUsage = 2;
 const std::set<std::string>& OwnFlags() {
   static const auto* flags = new std::set<std::string>{
       "optimizer", "workers", "lr",     "beta1", "beta2", "eps",      "weight_decay",
-      "freeze_step", "params", "grads", "out",   "transport", "compressor"};
+      "freeze_step", "params", "grads", "out",   "transport", "var_freeze_step",
+      "var_update_scaler", "local_step_scaler", "local_step_clipper", "max_coeff", "min_coeff",
+      "coeff_beta", "factor_max", "factor_min", "factor_threshold", "groups", "bias_correction", "compressor"};
   return *flags;
 }
 
@@ -131,10 +156,14 @@ bool PrecheckFlags(const std::vector<std::string>& args, const std::vector<std::
 int main(int argc, char** argv) {
   onebit::IgnoreSigpipe();
   absl::SetProgramUsageMessage(
-      "Replays a gradient stream through W in-process workers running 1-bit Adam.\n"
+      "Replays a gradient stream through W in-process workers running 1-bit or 0/1 Adam.\n"
       "  onebit-replay --workers=W --params=P.npy --grads=G.npy --out=OUT.npy "
       "[--lr=1e-3 --beta1=0.9 --beta2=0.999 --eps=1e-8 --weight-decay=0 "
-      "--freeze-step=100000 --transport=inproc|gloo --optimizer=onebit_adam]\n"
+      "--freeze-step=100000 --transport=inproc|gloo --optimizer=onebit_adam|zero_one_adam "
+      "--var-freeze-step=100000 --var-update-scaler=16 --local-step-scaler=32678 "
+      "--local-step-clipper=16 --optimizer=onebit_lamb --max-coeff=10 --min-coeff=0.01 "
+      "--coeff-beta=0.9 --factor-max=4 --factor-min=0.5 --factor-threshold=0.1 "
+      "--groups=0,B1,...,N --bias-correction]\n"
       "P.npy: float32 (N,); G.npy: float32 (T, W, N); OUT.npy: float32 (N,).\n"
       "Relative paths are taken from $BUILD_WORKING_DIRECTORY (set by bazel run) when set.\n"
       "Exit status: 0 ok, 2 bad command line, 1 bad input file or failed run.");
@@ -167,6 +196,24 @@ int main(int argc, char** argv) {
   config.hyper.eps = static_cast<float>(absl::GetFlag(FLAGS_eps));
   config.hyper.weight_decay = static_cast<float>(absl::GetFlag(FLAGS_weight_decay));
   config.freeze_step = absl::GetFlag(FLAGS_freeze_step);
+  config.var_freeze_step = absl::GetFlag(FLAGS_var_freeze_step);
+  config.zero_one.var_update_scaler = absl::GetFlag(FLAGS_var_update_scaler);
+  config.zero_one.local_step_scaler = absl::GetFlag(FLAGS_local_step_scaler);
+  config.zero_one.local_step_clipper = absl::GetFlag(FLAGS_local_step_clipper);
+  config.lamb.max_coeff = absl::GetFlag(FLAGS_max_coeff);
+  config.lamb.min_coeff = absl::GetFlag(FLAGS_min_coeff);
+  config.lamb.coeff_beta = absl::GetFlag(FLAGS_coeff_beta);
+  config.lamb.factor_max = absl::GetFlag(FLAGS_factor_max);
+  config.lamb.factor_min = absl::GetFlag(FLAGS_factor_min);
+  config.lamb.factor_threshold = absl::GetFlag(FLAGS_factor_threshold);
+  config.bias_correction = absl::GetFlag(FLAGS_bias_correction);
+  for (const std::string& g : absl::GetFlag(FLAGS_groups)) {
+    uint64_t boundary = 0;
+    if (!absl::SimpleAtoi(g, &boundary)) {
+      return UsageError(absl::StrCat("--groups: '", g, "' is not a non-negative integer"));
+    }
+    config.groups.push_back(static_cast<size_t>(boundary));
+  }
   config.params_path = onebit::tools::ResolvePath(absl::GetFlag(FLAGS_params), working_dir);
   config.grads_path = onebit::tools::ResolvePath(absl::GetFlag(FLAGS_grads), working_dir);
   config.out_path = onebit::tools::ResolvePath(absl::GetFlag(FLAGS_out), working_dir);

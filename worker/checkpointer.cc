@@ -5,7 +5,10 @@
 
 #include "absl/time/clock.h"
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/part.h"
 #include "common/status_macros.h"
@@ -13,7 +16,13 @@
 namespace onebit {
 namespace {
 
-constexpr const char* kStateNames[] = {"params", "exp_avg", "exp_avg_sq"};
+// A worker's own (unshared) state tensor `name` is saved whole as kOwnPrefix + name; a
+// shared one as the worker's slice under its plain name. Scalars are meta entries
+// kScalarPrefix + name, printed with 17 significant digits (exact for a double).
+constexpr absl::string_view kOwnPrefix = "own:";
+constexpr absl::string_view kScalarPrefix = "scalar:";
+
+bool IsErrorTensor(const std::string& name) { return name.find("_error") != std::string::npos; }
 
 // [begin, end) of rank's slice of n elements among world_size workers.
 std::pair<size_t, size_t> Slice(size_t n, int rank, int world_size) {
@@ -38,7 +47,7 @@ WorkerCheckpointer::~WorkerCheckpointer() {
   thread_.join();
 }
 
-absl::Status WorkerCheckpointer::Save(int64_t step, OnebitAdam& optimizer) {
+absl::Status WorkerCheckpointer::Save(int64_t step, Optimizer& optimizer) {
   // One snapshot in memory at a time: wait for the previous part first.
   ONEBIT_RETURN_IF_ERROR(Flush());
   const size_t n = optimizer.size();
@@ -55,11 +64,17 @@ absl::Status WorkerCheckpointer::Save(int64_t step, OnebitAdam& optimizer) {
   part.PutMetaInt("slice_begin", static_cast<int64_t>(begin));
   part.PutMetaInt("slice_end", static_cast<int64_t>(end));
   part.PutMetaInt("freeze_step", optimizer.freeze_step());
-  constexpr OnebitAdam::State kStates[] = {OnebitAdam::State::kParams, OnebitAdam::State::kMomentum,
-                                           OnebitAdam::State::kVariance};
-  for (int i = 0; i < 3; ++i) {
-    ONEBIT_ASSIGN_OR_RETURN(std::vector<float> slice, optimizer.SliceToHost(kStates[i], begin, end));
-    part.Put(kStateNames[i], std::move(slice));
+  for (const StateSpec& state : optimizer.CheckpointStates()) {
+    if (state.shared) {
+      ONEBIT_ASSIGN_OR_RETURN(std::vector<float> slice, optimizer.StateToHost(state.name, begin, end));
+      part.Put(state.name, std::move(slice));
+    } else {
+      ONEBIT_ASSIGN_OR_RETURN(std::vector<float> whole, optimizer.StateToHost(state.name, 0, n));
+      part.Put(absl::StrCat(kOwnPrefix, state.name), std::move(whole));
+    }
+  }
+  for (const auto& [name, value] : optimizer.CheckpointScalars()) {
+    part.meta[absl::StrCat(kScalarPrefix, name)] = absl::StrFormat("%.17g", value);
   }
   ONEBIT_ASSIGN_OR_RETURN(ErrorState errors, optimizer.exchange().SaveErrors());
   for (auto& [name, values] : errors) part.Put(name, std::move(values));
@@ -126,7 +141,7 @@ absl::Status WorkerCheckpointer::Write(Pending pending) {
 }
 
 absl::Status RestoreWorker(const std::string& root, const v1::ResumeFrom& resume, int rank,
-                           OnebitAdam& optimizer) {
+                           Optimizer& optimizer) {
   const std::string dir = checkpoint::JoinPath(root, checkpoint::StepDirName(resume.step()));
   ONEBIT_ASSIGN_OR_RETURN(v1::CheckpointManifest manifest, checkpoint::ReadManifest(dir));
   const size_t n = optimizer.size();
@@ -134,10 +149,12 @@ absl::Status RestoreWorker(const std::string& root, const v1::ResumeFrom& resume
     return absl::InvalidArgumentError(absl::StrCat(dir, ": ", manifest.num_parameters(),
                                                    " parameters, this model has ", n));
   }
-  std::vector<float> state[3];
-  for (auto& s : state) s.assign(n, 0.0f);
-  std::vector<bool> covered(n, false);
-  bool own_errors_restored = false;
+  // Shared tensors are put together from every worker's slice; this worker's own tensors,
+  // errors and scalars come from its part.
+  StateTensors states;
+  std::map<std::string, std::vector<bool>> covered;
+  StateScalars scalars;
+  bool own_part_read = false;
   for (const v1::CheckpointPart& entry : manifest.parts()) {
     if (entry.role() != v1::ROLE_WORKER) continue;
     const std::string path = checkpoint::JoinPath(dir, entry.file());
@@ -150,36 +167,61 @@ absl::Status RestoreWorker(const std::string& root, const v1::ResumeFrom& resume
                                               ") does not fit a checkpoint of step ", resume.step(),
                                               " of ", n, " parameters"));
     }
-    for (int i = 0; i < 3; ++i) {
-      ONEBIT_ASSIGN_OR_RETURN(const checkpoint::Tensor* t, part.Get(kStateNames[i]));
-      if (t->data.size() != static_cast<size_t>(end - begin)) {
-        return absl::DataLossError(absl::StrCat(path, ": ", kStateNames[i], " has ", t->data.size(),
-                                                " elements for a slice of ", end - begin));
+    const bool own = entry.rank() == rank;
+    ErrorState errors;
+    for (const auto& [name, t] : part.tensors) {
+      if (IsErrorTensor(name)) {
+        if (own) errors[name] = t.data;
+      } else if (absl::StartsWith(name, kOwnPrefix)) {
+        if (!own) continue;
+        if (t.data.size() != n) {
+          return absl::DataLossError(
+              absl::StrCat(path, ": ", name, " has ", t.data.size(), " elements, not ", n));
+        }
+        states[name.substr(kOwnPrefix.size())] = t.data;
+      } else {
+        if (t.data.size() != static_cast<size_t>(end - begin)) {
+          return absl::DataLossError(absl::StrCat(path, ": ", name, " has ", t.data.size(),
+                                                  " elements for a slice of ", end - begin));
+        }
+        std::vector<float>& whole = states[name];
+        std::vector<bool>& done = covered[name];
+        whole.resize(n);
+        done.resize(n, false);
+        std::copy(t.data.begin(), t.data.end(), whole.begin() + begin);
+        std::fill(done.begin() + begin, done.begin() + end, true);
       }
-      std::copy(t->data.begin(), t->data.end(), state[i].begin() + begin);
     }
-    std::fill(covered.begin() + begin, covered.begin() + end, true);
-    if (entry.rank() == rank && !resume.reset_errors()) {
-      ErrorState errors;
-      for (const auto& [name, t] : part.tensors) {
-        if (name.find("_error") != std::string::npos) errors[name] = t.data;
+    if (!own) continue;
+    own_part_read = true;
+    for (const auto& [key, value] : part.meta) {
+      if (!absl::StartsWith(key, kScalarPrefix)) continue;
+      double parsed = 0;
+      if (!absl::SimpleAtod(value, &parsed)) {
+        return absl::DataLossError(absl::StrCat(path, ": ", key, " is not a number: ", value));
       }
+      scalars[key.substr(kScalarPrefix.size())] = parsed;
+    }
+    if (!resume.reset_errors()) {
       absl::Status restored = optimizer.exchange().RestoreErrors(errors);
       if (!restored.ok()) {
         return absl::InvalidArgumentError(absl::StrCat(path, ": ", restored.message()));
       }
-      own_errors_restored = true;
     }
   }
-  for (size_t i = 0; i < n; ++i) {
-    if (!covered[i]) {
-      return absl::DataLossError(absl::StrCat(dir, ": no worker part holds parameter ", i));
+  for (const auto& [name, done] : covered) {
+    for (size_t i = 0; i < n; ++i) {
+      if (!done[i]) {
+        return absl::DataLossError(absl::StrCat(dir, ": no worker part holds ", name, " element ", i));
+      }
     }
   }
-  if (!resume.reset_errors() && !own_errors_restored) {
+  if (!resume.reset_errors() && !own_part_read) {
     return absl::DataLossError(absl::StrCat(dir, ": no part of worker ", rank, " to restore its errors from"));
   }
-  return optimizer.Restore(resume.step(), manifest.freeze_step(), state[0], state[1], state[2]);
+  absl::Status restored = optimizer.Restore(resume.step(), manifest.freeze_step(), states, scalars);
+  if (!restored.ok()) return absl::Status(restored.code(), absl::StrCat(dir, ": ", restored.message()));
+  return absl::OkStatus();
 }
 
 }  // namespace onebit

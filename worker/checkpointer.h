@@ -34,7 +34,7 @@
 #include "checkpoint/part.h"
 #include "coordinator/coordinator_client.h"
 #include "worker/exchange/exchange.h"
-#include "worker/optim/onebit_adam.h"
+#include "worker/optim/optimizer.h"
 #include "worker/trainer.h"
 
 namespace onebit {
@@ -57,7 +57,7 @@ class WorkerCheckpointer : public CheckpointSink {
   ~WorkerCheckpointer() override;  // flushes
 
   // Snapshots and queues; the error of an earlier part's write, if one failed.
-  absl::Status Save(int64_t step, OnebitAdam& optimizer) override;
+  absl::Status Save(int64_t step, Optimizer& optimizer) override;
   // Waits until every queued part is written and reported; the first error, if any.
   absl::Status Flush();
 
@@ -83,7 +83,7 @@ class WorkerCheckpointer : public CheckpointSink {
 // names under `dir`. Errors name the file and what is wrong (DATA_LOSS for a damaged part,
 // INVALID_ARGUMENT for one that does not fit this job).
 absl::Status RestoreWorker(const std::string& dir, const v1::ResumeFrom& resume, int rank,
-                           OnebitAdam& optimizer);
+                           Optimizer& optimizer);
 
 }  // namespace onebit
 

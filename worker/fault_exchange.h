@@ -29,6 +29,11 @@ class FaultExchange final : public Exchange {
     MaybeDie(step);
     return inner_->AverageMomentum(step, m, g, beta1);
   }
+  absl::StatusOr<CompressedResult> CompressedAverage(int64_t step, const float* x) override {
+    MaybeDie(step);
+    return inner_->CompressedAverage(step, x);
+  }
+  absl::Status ResetErrors(int64_t step) override { return inner_->ResetErrors(step); }
   WorkerCompressor& worker_compressor() override { return inner_->worker_compressor(); }
   absl::StatusOr<ErrorState> SaveErrors() override { return inner_->SaveErrors(); }
   absl::Status RestoreErrors(const ErrorState& state) override {

@@ -153,15 +153,14 @@ absl::Status Trainer::Init(Exchange* exchange, Transport* transport) {
   const size_t n = workload_->num_parameters();
   std::vector<float> initial(n);
   ONEBIT_RETURN_IF_ERROR(workload_->InitParameters(initial.data(), options_.init_seed));
-  OnebitAdamOptions adam = options_.optimizer;
-  adam.freeze_step = kNeverFreeze;  // until a lease schedules the switch
-  if (exchange != nullptr) {
-    ONEBIT_ASSIGN_OR_RETURN(optimizer_,
-                            OnebitAdam::Create(adam, backend_, exchange, initial.data(), n));
-  } else {
-    ONEBIT_ASSIGN_OR_RETURN(optimizer_,
-                            OnebitAdam::Create(adam, backend_, transport, initial.data(), n));
+  OptimizerSpec spec = options_.optimizer;
+  spec.freeze_step = kNeverFreeze;  // until a lease schedules the switch
+  if (spec.group_offsets.empty()) spec.group_offsets = workload_->parameter_groups();
+  if (exchange == nullptr) {
+    ONEBIT_ASSIGN_OR_RETURN(owned_exchange_, PeerExchange::Create(backend_, transport, n));
+    exchange = owned_exchange_.get();
   }
+  ONEBIT_ASSIGN_OR_RETURN(optimizer_, CreateOptimizer(spec, backend_, exchange, initial.data(), n));
   ONEBIT_ASSIGN_OR_RETURN(grad_, kernels::Buffer<float>::Create(backend_, n));
   optimizer_->exchange().set_step_clock(clock_);
   const int w = optimizer_->exchange().world_size();

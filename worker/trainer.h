@@ -32,7 +32,9 @@
 //   5. every eval_every steps, and after the last step, evaluate on the test set and print
 //        eval step 600  test loss 0.4012  test accuracy 85.31%
 //
-// Optimizer "Adam" is OnebitAdam that never freezes (TrainerOptions::never_freeze).
+// Optimizer "Adam" is OnebitAdam that never freezes (TrainerOptions::never_freeze). The
+// others (worker/optim/optimizer_factory.h) switch stage where the leases say: 1-bit Adam
+// freezes the variance, 0/1 Adam ends its variance stage.
 //
 // Thread safety: one thread at a time. Everything passed to Create is borrowed and must
 // outlive the trainer.
@@ -54,7 +56,8 @@
 #include "worker/exchange/exchange.h"
 #include "worker/exchange/peer_exchange.h"
 #include "worker/exchange/step_clock.h"
-#include "worker/optim/onebit_adam.h"
+#include "worker/optim/optimizer.h"
+#include "worker/optim/optimizer_factory.h"
 #include "worker/transport/transport.h"
 #include "worker/workloads/workload.h"
 
@@ -77,7 +80,7 @@ class CheckpointSink {
  public:
   virtual ~CheckpointSink() = default;
   // The state after `step`, before step + 1 runs. An error ends the run.
-  virtual absl::Status Save(int64_t step, OnebitAdam& optimizer) = 0;
+  virtual absl::Status Save(int64_t step, Optimizer& optimizer) = 0;
 };
 
 // One finished step, as the controller and the metrics see it.
@@ -156,9 +159,9 @@ class TrainerMetricsSink {
 };
 
 struct TrainerOptions {
-  // lr, betas, eps, weight decay, momentum mask. Its freeze_step is ignored: the leases
-  // say when to switch.
-  OnebitAdamOptions optimizer;
+  // The optimizer's type, lr, betas, eps, weight decay, momentum mask. Its freeze_step is
+  // ignored: the leases say when to switch.
+  OptimizerSpec optimizer;
   // Optimizer "Adam": full precision throughout; freeze steps in leases are ignored.
   bool never_freeze = false;
   uint64_t init_seed = 1;   // Workload::InitParameters
@@ -221,7 +224,7 @@ class Trainer {
 
   ~Trainer();
 
-  OnebitAdam& optimizer() { return *optimizer_; }
+  Optimizer& optimizer() { return *optimizer_; }
   const TrainerSummary& summary() const { return summary_; }
   // Whether warmup exchanges overlap the backward pass (TrainerOptions::overlap was given
   // and the workload announces buckets).
@@ -245,7 +248,8 @@ class Trainer {
   StepController* const controller_;
   TrainerMetricsSink* const sink_;
   StepClock* const clock_;
-  std::unique_ptr<OnebitAdam> optimizer_;
+  std::unique_ptr<Exchange> owned_exchange_;  // the PeerExchange made over a Transport
+  std::unique_ptr<Optimizer> optimizer_;
   kernels::Buffer<float> grad_;
   // Forwards the workload's announcements to options_.overlap; null: no overlap.
   std::unique_ptr<GradientListener> listener_;

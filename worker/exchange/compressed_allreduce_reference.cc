@@ -72,6 +72,11 @@ void ReferenceCompressedAllreduce::Quantize(std::vector<double>* x, size_t begin
   }
 }
 
+void ReferenceCompressedAllreduce::ResetErrors() {
+  for (auto& e : worker_error_) e.assign(e.size(), 0.0);
+  for (auto& e : server_error_) e.assign(e.size(), 0.0);
+}
+
 std::vector<double> ReferenceCompressedAllreduce::Run(
     const std::vector<std::vector<double>>& inputs) {
   // Workers: x = pad(m_i) + error, one scale, signs, new error.

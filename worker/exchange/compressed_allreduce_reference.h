@@ -32,6 +32,9 @@ class ReferenceCompressedAllreduce {
   // inputs[i] is worker i's tensor (n values); returns the tensor every worker ends with.
   std::vector<double> Run(const std::vector<std::vector<double>>& inputs);
 
+  // Every worker and server error back to zero (0/1 Adam's reset at var_freeze_step).
+  void ResetErrors();
+
   const std::vector<std::vector<double>>& worker_errors() const { return worker_error_; }
   const std::vector<std::vector<double>>& server_errors() const { return server_error_; }
 

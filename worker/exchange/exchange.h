@@ -69,6 +69,18 @@ class Exchange {
   virtual absl::StatusOr<CompressedResult> AverageMomentum(int64_t step, const float* m,
                                                            const float* g, float beta1) = 0;
 
+  // 0/1 Adam: CompressedAllreduce of x itself (n elements, backend memory; not written),
+  // with the same error buffers and the same result form as AverageMomentum, so that
+  // every worker gets the same compressed average of the workers' x. A flat exchange
+  // compresses x as it is; a hierarchical one averages it inside the node first.
+  virtual absl::StatusOr<CompressedResult> CompressedAverage(int64_t step, const float* x) = 0;
+
+  // 0/1 Adam, once before its first local step: every error buffer of the exchange is set
+  // to zero, the worker error here and the server errors of every chunk (this worker's own
+  // in peer mode; in parameter-server mode the shards zero theirs before they aggregate
+  // step `step`, the next exchange).
+  virtual absl::Status ResetErrors(int64_t step) = 0;
+
   // The worker side's error state, for metrics and checkpoints.
   virtual WorkerCompressor& worker_compressor() = 0;
 

@@ -117,6 +117,10 @@ absl::StatusOr<CompressedResult> HierarchicalExchange::AverageMomentum(int64_t s
   }
   ONEBIT_ASSIGN_OR_RETURN(CompressedResult r,
                           inter_->AverageMomentum(step, slice_m_.data(), slice_sum_.data(), beta1));
+  return GatherSlices(r);
+}
+
+absl::StatusOr<CompressedResult> HierarchicalExchange::GatherSlices(const CompressedResult& r) {
   if (r.blocks == nullptr || r.chunk != layout_.chunk() ||
       r.num_chunks != static_cast<size_t>(layout_.inter_chunks()) || r.compressor != compressor_) {
     return absl::InternalError(absl::StrCat(
@@ -136,6 +140,25 @@ absl::StatusOr<CompressedResult> HierarchicalExchange::AverageMomentum(int64_t s
     result.momentum = gathered_.data();
   }
   return result;
+}
+
+absl::StatusOr<CompressedResult> HierarchicalExchange::CompressedAverage(int64_t step,
+                                                                         const float* x) {
+  ONEBIT_RETURN_IF_ERROR(ReduceScatter(x, /*average=*/true));
+  const size_t slice = layout_.slice();
+  if (inter_ == nullptr) {  // one node: the exact average, nothing compressed
+    ONEBIT_RETURN_IF_ERROR(
+        intra_->AllGather(slice_sum_.data(), gathered_.data(), slice * sizeof(float)));
+    CompressedResult exact;
+    exact.momentum = gathered_.data();
+    return exact;
+  }
+  ONEBIT_ASSIGN_OR_RETURN(CompressedResult r, inter_->CompressedAverage(step, slice_sum_.data()));
+  return GatherSlices(r);
+}
+
+absl::Status HierarchicalExchange::ResetErrors(int64_t step) {
+  return inter_ != nullptr ? inter_->ResetErrors(step) : absl::OkStatus();
 }
 
 WorkerCompressor& HierarchicalExchange::worker_compressor() {

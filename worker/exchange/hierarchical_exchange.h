@@ -66,6 +66,10 @@ class HierarchicalExchange : public Exchange {
                                                    float beta1) override;
   // The worker error of this worker's slice (one node: a compressor that never runs, so
   // that metrics and checkpoints see zero error).
+  // The node average of x (exact), then its slice through the inter-node exchange's
+  // CompressedAverage; with one node, the exact average.
+  absl::StatusOr<CompressedResult> CompressedAverage(int64_t step, const float* x) override;
+  absl::Status ResetErrors(int64_t step) override;
   WorkerCompressor& worker_compressor() override;
   // The inter-node exchange's errors (one node: none, nothing is compressed).
   absl::StatusOr<ErrorState> SaveErrors() override;
@@ -98,6 +102,9 @@ class HierarchicalExchange : public Exchange {
   // The node's slice of `in` (n elements): its sum (average) over the local workers at
   // slice_sum_.
   absl::Status ReduceScatter(const float* in, bool average);
+  // Every local rank's slice of blocks `r` (the inter-node result) gathered into the
+  // node's whole result.
+  absl::StatusOr<CompressedResult> GatherSlices(const CompressedResult& r);
 
   kernels::Backend* const backend_;
   Transport* const intra_;

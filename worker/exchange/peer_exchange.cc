@@ -243,6 +243,16 @@ absl::StatusOr<CompressedResult> PeerExchange::AverageMomentum(int64_t /*step*/,
   return r;
 }
 
+absl::StatusOr<CompressedResult> PeerExchange::CompressedAverage(int64_t step, const float* x) {
+  // Without a gradient the compressor takes its input as it is.
+  return AverageMomentum(step, x, nullptr, 0.0f);
+}
+
+absl::Status PeerExchange::ResetErrors(int64_t /*step*/) {
+  ONEBIT_RETURN_IF_ERROR(compressed_->mutable_worker().ResetError());
+  return compressed_->mutable_server().ResetError();
+}
+
 absl::StatusOr<ErrorState> PeerExchange::SaveErrors() {
   ONEBIT_ASSIGN_OR_RETURN(ErrorState state, Exchange::SaveErrors());
   ONEBIT_ASSIGN_OR_RETURN(state["server_error"], compressed_->server().error().ToHost());

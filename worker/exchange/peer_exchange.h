@@ -79,6 +79,8 @@ class PeerExchange : public Exchange {
   absl::StatusOr<const float*> SumGradients(int64_t step, const float* grad) override;
   absl::StatusOr<CompressedResult> AverageMomentum(int64_t step, const float* m, const float* g,
                                                    float beta1) override;
+  absl::StatusOr<CompressedResult> CompressedAverage(int64_t step, const float* x) override;
+  absl::Status ResetErrors(int64_t step) override;
   WorkerCompressor& worker_compressor() override { return compressed_->mutable_worker(); }
   // "worker_error" and "server_error" (this rank's chunk: every worker is a server here).
   absl::StatusOr<ErrorState> SaveErrors() override;

@@ -241,6 +241,17 @@ absl::StatusOr<CompressedResult> PsExchange::AverageMomentum(int64_t step, const
   return r;
 }
 
+absl::StatusOr<CompressedResult> PsExchange::CompressedAverage(int64_t step, const float* x) {
+  // Without a gradient the compressor takes its input as it is.
+  return AverageMomentum(step, x, nullptr, 0.0f);
+}
+
+absl::Status PsExchange::ResetErrors(int64_t /*step*/) {
+  return absl::UnimplementedError(
+      "resetting the shards' server errors (0/1 Adam's reset at var_freeze_step) is not "
+      "supported in parameter-server mode yet; use exchange.mode peer or hierarchical over peer");
+}
+
 grpc::Slice PsExchange::PayloadSlice(Shard& shard, const void* data, size_t bytes) {
   shard.push.Clear();  // the last push's reference
   // A buffer of an earlier step that gRPC let go of (no slice refers to it any more), so

@@ -105,6 +105,9 @@ class PsExchange : public Exchange {
   absl::StatusOr<const float*> SumGradients(int64_t step, const float* grad) override;
   absl::StatusOr<CompressedResult> AverageMomentum(int64_t step, const float* m, const float* g,
                                                    float beta1) override;
+  absl::StatusOr<CompressedResult> CompressedAverage(int64_t step, const float* x) override;
+  // Not yet: the shards' server errors need a reset flag in the push (0/1 Adam over ps).
+  absl::Status ResetErrors(int64_t step) override;
   WorkerCompressor& worker_compressor() override { return *compressor_; }
   // The pushes of `step` ask every shard to write its server error after the step.
   void ScheduleCheckpoint(int64_t step) override { checkpoint_step_ = step; }

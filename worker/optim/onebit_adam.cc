@@ -1,54 +1,26 @@
 #include "worker/optim/onebit_adam.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/exchange/peer_exchange.h"
+#include "worker/optim/optim_checks.h"
 
 namespace onebit {
 namespace {
 
 absl::Status ValidateOptions(const OnebitAdamOptions& o, size_t n) {
-  const kernels::AdamHyper& h = o.hyper;
-  if (!(h.lr >= 0.0f) || !std::isfinite(h.lr)) {
-    return absl::InvalidArgumentError(absl::StrCat("lr must be >= 0, got ", h.lr));
-  }
-  if (!(h.beta1 >= 0.0f && h.beta1 < 1.0f) || !(h.beta2 >= 0.0f && h.beta2 < 1.0f)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("betas must be in [0, 1), got ", h.beta1, ", ", h.beta2));
-  }
-  if (!(h.eps > 0.0f) || !std::isfinite(h.eps)) {
-    return absl::InvalidArgumentError(absl::StrCat("eps must be > 0, got ", h.eps));
-  }
-  if (!(h.weight_decay >= 0.0f) || !std::isfinite(h.weight_decay)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("weight_decay must be >= 0, got ", h.weight_decay));
-  }
+  ONEBIT_RETURN_IF_ERROR(ValidateAdamHyper(o.hyper));
   if (o.freeze_step < 0) {
     return absl::InvalidArgumentError(absl::StrCat("freeze_step must be >= 0, got ", o.freeze_step));
   }
-  if (!o.momentum_mask.empty()) {
-    if (o.momentum_mask.size() != n) {
-      return absl::InvalidArgumentError(absl::StrCat("momentum mask has ", o.momentum_mask.size(),
-                                                     " elements, the parameters ", n));
-    }
-    for (size_t i = 0; i < n; ++i) {
-      if (o.momentum_mask[i] != 0.0f && o.momentum_mask[i] != 1.0f) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("momentum mask must be 0 or 1; element ", i, " is ", o.momentum_mask[i]));
-      }
-    }
-  }
-  return absl::OkStatus();
+  return ValidateMomentumMask(o.momentum_mask, n);
 }
 
 }  // namespace
-
-const char* StageName(Stage stage) {
-  return stage == Stage::kWarmup ? "warmup" : "compression";
-}
 
 absl::StatusOr<std::unique_ptr<OnebitAdam>> OnebitAdam::Create(const OnebitAdamOptions& options,
                                                                kernels::Backend* backend,
@@ -84,10 +56,8 @@ absl::Status OnebitAdam::Init(const float* initial_params) {
   ONEBIT_ASSIGN_OR_RETURN(p_, Buffer<float>::FromHost(backend_, initial_params, n_));
   ONEBIT_ASSIGN_OR_RETURN(m_, Buffer<float>::Create(backend_, n_));
   ONEBIT_ASSIGN_OR_RETURN(v_, Buffer<float>::Create(backend_, n_));
-  if (!options_.momentum_mask.empty()) {
-    ONEBIT_ASSIGN_OR_RETURN(
-        mask_, Buffer<float>::FromHost(backend_, options_.momentum_mask.data(), n_));
-  }
+  ONEBIT_ASSIGN_OR_RETURN(mask_, MomentumMask::Create(backend_, options_.momentum_mask,
+                                                    options_.auto_mask_zero_gradients, n_));
   return absl::OkStatus();
 }
 
@@ -115,11 +85,18 @@ absl::Status OnebitAdam::Step(const float* grad) {
   return absl::OkStatus();
 }
 
+kernels::AdamHyper OnebitAdam::StepHyper() const {
+  const int64_t t = step_ + 1;
+  if (!options_.bias_correction) return options_.hyper;
+  return BiasCorrectedHyper(options_.hyper, t, std::min(t, options_.freeze_step));
+}
+
 absl::Status OnebitAdam::WarmupStep(const float* grad) {
   const int w = exchange_->world_size();
+  const kernels::AdamHyper h = StepHyper();
   if (w == 1) {
-    return backend_->AdamWarmupUpdate(options_.hyper, grad, 1.0f, m_.data(), v_.data(),
-                                      p_.data(), n_);
+    ONEBIT_RETURN_IF_ERROR(mask_.Observe(grad));
+    return backend_->AdamWarmupUpdate(h, grad, 1.0f, m_.data(), v_.data(), p_.data(), n_);
   }
   // Exact average: full-precision sum of the local gradients, then / W in the kernel.
   const float* sum = nullptr;
@@ -127,13 +104,15 @@ absl::Status OnebitAdam::WarmupStep(const float* grad) {
     ScopedStepTime time(exchange_->step_clock(), &exchange_call_seconds_);
     ONEBIT_ASSIGN_OR_RETURN(sum, exchange_->SumGradients(step_ + 1, grad));
   }
-  return backend_->AdamWarmupUpdate(options_.hyper, sum, 1.0f / static_cast<float>(w),
+  ONEBIT_RETURN_IF_ERROR(mask_.Observe(sum));
+  return backend_->AdamWarmupUpdate(h, sum, 1.0f / static_cast<float>(w),
                                     m_.data(), v_.data(), p_.data(), n_);
 }
 
 absl::Status OnebitAdam::CompressionStep(const float* grad) {
-  const kernels::AdamHyper& h = options_.hyper;
-  const float* mask = mask_.size() ? mask_.data() : nullptr;
+  const kernels::AdamHyper h = StepHyper();
+  ONEBIT_RETURN_IF_ERROR(mask_.Fix());  // the first compression step: the automatic mask
+  const float* mask = mask_.data();
   if (exchange_->world_size() == 1) {  // one worker: nothing to exchange
     ONEBIT_RETURN_IF_ERROR(backend_->MomentumUpdate(h.beta1, grad, m_.data(), n_));
     return backend_->FrozenAdamUpdate(h, v_.data(), mask, m_.data(), p_.data(), n_);
@@ -156,36 +135,38 @@ absl::StatusOr<std::vector<float>> OnebitAdam::ParamsToHost() const { return p_.
 absl::StatusOr<std::vector<float>> OnebitAdam::MomentumToHost() const { return m_.ToHost(); }
 absl::StatusOr<std::vector<float>> OnebitAdam::VarianceToHost() const { return v_.ToHost(); }
 
-absl::StatusOr<std::vector<float>> OnebitAdam::SliceToHost(State state, size_t begin,
-                                                           size_t end) const {
-  if (begin > end || end > n_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("slice [", begin, ", ", end, ") is not within ", n_, " elements"));
-  }
-  const kernels::Buffer<float>& b =
-      state == State::kParams ? p_ : state == State::kMomentum ? m_ : v_;
-  std::vector<float> host(end - begin);
-  if (!host.empty()) {
-    ONEBIT_RETURN_IF_ERROR(backend_->CopyToHost(host.data(), b.data() + begin, host.size() * sizeof(float)));
-  }
-  return host;
+std::vector<StateSpec> OnebitAdam::CheckpointStates() const {
+  std::vector<StateSpec> states = {{"params", true}, {"exp_avg", true}, {"exp_avg_sq", true}};
+  mask_.AddCheckpointStates(&states);
+  return states;
 }
 
-absl::Status OnebitAdam::Restore(int64_t step, int64_t freeze_step, const std::vector<float>& params,
-                                 const std::vector<float>& momentum,
-                                 const std::vector<float>& variance) {
+StateScalars OnebitAdam::CheckpointScalars() const {
+  StateScalars scalars;
+  mask_.AddCheckpointScalars(&scalars);
+  return scalars;
+}
+
+absl::StatusOr<std::vector<float>> OnebitAdam::StateToHost(const std::string& name, size_t begin,
+                                                           size_t end) const {
+  const kernels::Buffer<float>* b = name == "params"       ? &p_
+                                    : name == "exp_avg"    ? &m_
+                                    : name == "exp_avg_sq" ? &v_
+                                                           : nullptr;
+  if (b == nullptr) return mask_.StateToHost(name, begin, end);
+  return b->SliceToHost(begin, end);
+}
+
+absl::Status OnebitAdam::Restore(int64_t step, int64_t freeze_step, const StateTensors& states,
+                                 const StateScalars& scalars) {
   if (step < 0) return absl::InvalidArgumentError(absl::StrCat("step must be >= 0, got ", step));
-  const std::pair<const char*, const std::vector<float>*> parts[] = {
-      {"params", &params}, {"exp_avg", &momentum}, {"exp_avg_sq", &variance}};
-  for (const auto& [name, v] : parts) {
-    if (v->size() != n_) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, " has ", v->size(), " elements, the model ", n_));
-    }
-  }
-  ONEBIT_RETURN_IF_ERROR(p_.CopyFromHost(params.data(), n_));
-  ONEBIT_RETURN_IF_ERROR(m_.CopyFromHost(momentum.data(), n_));
-  ONEBIT_RETURN_IF_ERROR(v_.CopyFromHost(variance.data(), n_));
+  ONEBIT_ASSIGN_OR_RETURN(const std::vector<float>* params, FindState(states, "params", n_));
+  ONEBIT_ASSIGN_OR_RETURN(const std::vector<float>* momentum, FindState(states, "exp_avg", n_));
+  ONEBIT_ASSIGN_OR_RETURN(const std::vector<float>* variance, FindState(states, "exp_avg_sq", n_));
+  ONEBIT_RETURN_IF_ERROR(mask_.Restore(states, scalars));
+  ONEBIT_RETURN_IF_ERROR(p_.CopyFromHost(params->data(), n_));
+  ONEBIT_RETURN_IF_ERROR(m_.CopyFromHost(momentum->data(), n_));
+  ONEBIT_RETURN_IF_ERROR(v_.CopyFromHost(variance->data(), n_));
   step_ = step;
   if (freeze_step >= 0 && freeze_step < step) options_.freeze_step = freeze_step;
   return absl::OkStatus();

@@ -21,12 +21,11 @@
 #include "kernels/buffer.h"
 #include "kernels/kernels.h"
 #include "worker/exchange/exchange.h"
+#include "worker/optim/momentum_mask.h"
+#include "worker/optim/optimizer.h"
 #include "worker/transport/transport.h"
 
 namespace onebit {
-
-enum class Stage { kWarmup, kCompression };
-const char* StageName(Stage stage);
 
 struct OnebitAdamOptions {
   kernels::AdamHyper hyper;
@@ -36,9 +35,15 @@ struct OnebitAdamOptions {
   // Optional {0,1} momentum mask of n elements (host memory), applied after every
   // compressed exchange. Empty means no mask.
   std::vector<float> momentum_mask;
+  // Also mask the parameters whose exactly averaged gradient stays exactly zero through
+  // warmup (momentum_mask.h).
+  bool auto_mask_zero_gradients = false;
+  // Bias-corrected moments (optim_checks.h's BiasCorrectedHyper; the variance's correction
+  // freezes with it). Off by default, as in ALGORITHM.md.
+  bool bias_correction = false;
 };
 
-class OnebitAdam {
+class OnebitAdam : public Optimizer {
  public:
   // `initial_params` is host memory with n elements. The exchange is borrowed and must
   // outlive the optimizer; it is not used with one worker.
@@ -55,45 +60,43 @@ class OnebitAdam {
                                                             size_t n);
   // One optimizer step on this worker's local gradient `grad` (backend memory, n
   // elements; it is not modified).
-  absl::Status Step(const float* grad);
+  absl::Status Step(const float* grad) override;
 
-  // The stage the next Step() runs in.
-  Stage stage() const;
-  // Steps completed.
-  int64_t step() const { return step_; }
-  int64_t freeze_step() const { return options_.freeze_step; }
+  Stage stage() const override;
+  int64_t step() const override { return step_; }
+  int64_t freeze_step() const override { return options_.freeze_step; }
   // Moves the switch. Must not be at or before a step already run in compression, and
   // must be called with the same value on every worker before the step it concerns.
-  absl::Status SetFreezeStep(int64_t freeze_step);
+  absl::Status SetFreezeStep(int64_t freeze_step) override;
+  void set_lr(float lr) override { options_.hyper.lr = lr; }
+  float lr() const override { return options_.hyper.lr; }
 
-  size_t size() const { return n_; }
+  size_t size() const override { return n_; }
   // Backend memory, n elements each.
-  const float* params() const { return p_.data(); }
+  const float* params() const override { return p_.data(); }
   const float* momentum() const { return m_.data(); }
-  const float* variance() const { return v_.data(); }
-  float* mutable_params() { return p_.data(); }
+  const float* variance() const override { return v_.data(); }
 
   // Copies of the state into host memory.
-  absl::StatusOr<std::vector<float>> ParamsToHost() const;
+  absl::StatusOr<std::vector<float>> ParamsToHost() const override;
   absl::StatusOr<std::vector<float>> MomentumToHost() const;
   absl::StatusOr<std::vector<float>> VarianceToHost() const;
-  // Elements [begin, end) of p, m or v, copied to host memory (a checkpoint's slice).
-  enum class State { kParams, kMomentum, kVariance };
-  absl::StatusOr<std::vector<float>> SliceToHost(State state, size_t begin, size_t end) const;
 
-  // Resumes from a checkpoint taken after step `step`: parameters, momentum and variance
-  // (host memory, n elements each), and the switch if it had passed (0 <= freeze_step <
-  // step; otherwise the leases decide as before). The next Step() is step + 1. The error
-  // buffers live in the exchange (Exchange::RestoreErrors). INVALID_ARGUMENT on a size
-  // mismatch or a negative step, leaving the state as it was.
-  absl::Status Restore(int64_t step, int64_t freeze_step, const std::vector<float>& params,
-                       const std::vector<float>& momentum, const std::vector<float>& variance);
+  // Checkpoints: "params", "exp_avg", "exp_avg_sq", all shared. Restore sets the switch if
+  // it had passed (0 <= freeze_step < step). The next Step() is step + 1.
+  std::vector<StateSpec> CheckpointStates() const override;
+  absl::StatusOr<std::vector<float>> StateToHost(const std::string& name, size_t begin,
+                                                 size_t end) const override;
+  StateScalars CheckpointScalars() const override;
+  absl::Status Restore(int64_t step, int64_t freeze_step, const StateTensors& states,
+                       const StateScalars& scalars) override;
 
-  Exchange& exchange() { return *exchange_; }
+  int64_t masked_elements() const override { return mask_.masked(); }
+  Exchange& exchange() override { return *exchange_; }
 
   // Seconds Step() has spent inside the exchange's SumGradients/AverageMomentum so far,
   // read on the exchange's step_clock(); the rest of a Step is the update. Cumulative.
-  double exchange_call_seconds() const { return exchange_call_seconds_; }
+  double exchange_call_seconds() const override { return exchange_call_seconds_; }
 
  private:
   OnebitAdam(const OnebitAdamOptions& options, kernels::Backend* backend, Exchange* exchange,
@@ -101,6 +104,8 @@ class OnebitAdam {
   absl::Status Init(const float* initial_params);
   absl::Status WarmupStep(const float* grad);
   absl::Status CompressionStep(const float* grad);
+  // The next step's hyper-parameters, bias-corrected when asked for.
+  kernels::AdamHyper StepHyper() const;
 
   OnebitAdamOptions options_;
   kernels::Backend* backend_;
@@ -109,7 +114,7 @@ class OnebitAdam {
   size_t n_;
   int64_t step_ = 0;
   kernels::Buffer<float> p_, m_, v_;
-  kernels::Buffer<float> mask_;      // empty when no mask was given
+  MomentumMask mask_;
   double exchange_call_seconds_ = 0.0;
 };
 

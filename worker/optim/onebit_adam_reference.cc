@@ -1,5 +1,6 @@
 #include "worker/optim/onebit_adam_reference.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace onebit {
@@ -20,18 +21,26 @@ void WarmupMoments(const ReferenceHyper& h, const std::vector<std::vector<float>
   }
 }
 
-// m *= mask (if any); p -= lr * (m / (sqrt(v) + eps) + wd * p).
-void MaskAndUpdate(const ReferenceHyper& h, const std::vector<double>& mask,
+// m *= mask (if any); p -= lr * (m^ / (sqrt(v^) + eps) + wd * p).
+void MaskAndUpdate(const ReferenceHyper& h, int64_t t, const std::vector<double>& mask,
                    const std::vector<double>& v, std::vector<double>* m, std::vector<double>* p) {
+  double bc1, bc2;
+  ReferenceBiasCorrection(h, t, std::min(t, h.freeze_step), &bc1, &bc2);
   for (size_t j = 0; j < p->size(); ++j) {
     if (!mask.empty()) (*m)[j] *= mask[j];
-    double u = (*m)[j] / (std::sqrt(v[j]) + h.eps);
+    double u = ((*m)[j] / bc1) / (std::sqrt(v[j] / bc2) + h.eps);
     if (h.weight_decay > 0) u += h.weight_decay * (*p)[j];
     (*p)[j] -= h.lr * u;
   }
 }
 
 }  // namespace
+
+void ReferenceBiasCorrection(const ReferenceHyper& h, int64_t t, int64_t k, double* bc1,
+                             double* bc2) {
+  *bc1 = h.bias_correction && t >= 1 ? 1 - std::pow(h.beta1, static_cast<double>(t)) : 1.0;
+  *bc2 = h.bias_correction && k >= 1 ? 1 - std::pow(h.beta2, static_cast<double>(k)) : 1.0;
+}
 
 ReferenceOnebitAdam::ReferenceOnebitAdam(const ReferenceHyper& hyper, int workers,
                                          const std::vector<float>& initial_params,
@@ -49,7 +58,7 @@ void ReferenceOnebitAdam::Step(const std::vector<std::vector<float>>& grads) {
   const size_t n = p_.size();
   if (step_ <= h_.freeze_step) {
     WarmupMoments(h_, grads, &m_, &v_);
-    MaskAndUpdate(h_, {}, v_, &m_, &p_);
+    MaskAndUpdate(h_, step_, {}, v_, &m_, &p_);
     return;
   }
   std::vector<std::vector<double>> local(w_, std::vector<double>(n));
@@ -57,7 +66,7 @@ void ReferenceOnebitAdam::Step(const std::vector<std::vector<float>>& grads) {
     for (size_t j = 0; j < n; ++j) local[i][j] = h_.beta1 * m_[j] + (1 - h_.beta1) * grads[i][j];
   }
   m_ = w_ == 1 ? local[0] : exchange_.Run(local);
-  MaskAndUpdate(h_, mask_, v_, &m_, &p_);
+  MaskAndUpdate(h_, step_, mask_, v_, &m_, &p_);
 }
 
 ReferenceHierarchicalOnebitAdam::ReferenceHierarchicalOnebitAdam(
@@ -79,7 +88,7 @@ void ReferenceHierarchicalOnebitAdam::Step(const std::vector<std::vector<float>>
   const size_t n = p_.size();
   if (step_ <= h_.freeze_step) {
     WarmupMoments(h_, grads, &m_, &v_);
-    MaskAndUpdate(h_, {}, v_, &m_, &p_);
+    MaskAndUpdate(h_, step_, {}, v_, &m_, &p_);
     return;
   }
   // Each node's exact average of its workers' momenta b1*m + (1-b1)*g_i.
@@ -107,7 +116,7 @@ void ReferenceHierarchicalOnebitAdam::Step(const std::vector<std::vector<float>>
       for (size_t j = begin; j < n && j < begin + slice_; ++j) m_[j] = averaged[j - begin];
     }
   }
-  MaskAndUpdate(h_, mask_, v_, &m_, &p_);
+  MaskAndUpdate(h_, step_, mask_, v_, &m_, &p_);
 }
 
 }  // namespace onebit

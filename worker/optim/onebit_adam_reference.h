@@ -18,7 +18,14 @@ struct ReferenceHyper {
   double eps = 1e-8;
   double weight_decay = 0.0;
   int64_t freeze_step = 0;
+  // u = (m/bc1) / (sqrt(v/bc2) + eps) (+ wd*p), bc1 = 1 - b1^t, bc2 = 1 - b2^k with k the
+  // variance updates so far (none: bc2 = 1).
+  bool bias_correction = false;
 };
+
+// bc1 and bc2 of step t after k variance updates (1 and 1 without bias correction).
+void ReferenceBiasCorrection(const ReferenceHyper& h, int64_t t, int64_t k, double* bc1,
+                             double* bc2);
 
 class ReferenceOnebitAdam {
  public:

@@ -23,6 +23,7 @@ struct Case {
   int64_t freeze_step = 5;
   float weight_decay = 0.0f;
   bool mask = false;
+  bool bias_correction = false;
 };
 
 using test_stream::Grad;
@@ -45,6 +46,7 @@ std::vector<std::vector<float>> RunOptimizer(TransportKind kind, int w, size_t n
     options.hyper.weight_decay = c.weight_decay;
     options.freeze_step = c.freeze_step;
     if (c.mask) options.momentum_mask = Mask(n);
+    options.bias_correction = c.bias_correction;
     auto adam = OnebitAdam::Create(options, backend.get(), &transport, p0.data(), n);
     if (!adam.ok()) return adam.status();
     for (int64_t t = 1; t <= c.steps; ++t) {
@@ -76,6 +78,7 @@ double Disagreement(TransportKind kind, int w, size_t n, const Case& c) {
   h.eps = 1e-8f;
   h.weight_decay = c.weight_decay;
   h.freeze_step = c.freeze_step;
+  h.bias_correction = c.bias_correction;
   const std::vector<float> p0 = Params(n);
   ReferenceOnebitAdam reference(h, w, p0, c.mask ? Mask(n) : std::vector<float>{});
   for (int64_t t = 1; t <= c.steps; ++t) {
@@ -128,6 +131,19 @@ TEST(OnebitAdamTest, WeightDecayAndMomentumMask) {
   c.weight_decay = 0.01f;
   c.mask = true;
   for (int w : {1, 2, 4}) EXPECT_LT(Disagreement(TransportKind::kInproc, w, 1003, c), 1e-4) << w;
+}
+
+TEST(OnebitAdamTest, BiasCorrection) {
+  Case c;
+  c.bias_correction = true;
+  c.weight_decay = 0.01f;
+  for (int w : {1, 2, 4}) EXPECT_LT(Disagreement(TransportKind::kInproc, w, 1003, c), 1e-4) << w;
+  // It changes the run: early steps move by about lr whatever the gradient's size.
+  Case plain = c;
+  plain.bias_correction = false;
+  const auto with = RunOptimizer(TransportKind::kInproc, 2, 100, c);
+  const auto without = RunOptimizer(TransportKind::kInproc, 2, 100, plain);
+  EXPECT_NE(0, std::memcmp(with[0].data(), without[0].data(), 100 * sizeof(float)));
 }
 
 TEST(OnebitAdamTest, SameResultOverInprocAndGloo) {

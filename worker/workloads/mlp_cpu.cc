@@ -172,6 +172,10 @@ class FashionMnistCpuWorkload : public Workload {
     return r.loss_sum / static_cast<double>(batch);
   }
 
+  std::vector<size_t> parameter_groups() const override {
+    return mlp_.layout().tensor_offsets();
+  }
+
   // One bucket per layer, the last layer first (the order backward finishes them).
   std::vector<ParamRange> gradient_buckets() const override {
     const MlpLayout& layout = mlp_.layout();

@@ -249,6 +249,7 @@ class FashionMnistCudaWorkload : public Workload {
                         " (cuda:", device_, ")");
   }
   size_t num_parameters() const override { return layout_.num_parameters(); }
+  std::vector<size_t> parameter_groups() const override { return layout_.tensor_offsets(); }
   kernels::MemorySpace memory_space() const override { return kernels::MemorySpace::kCuda; }
 
   absl::Status InitParameters(float* host_params, uint64_t seed) const override {

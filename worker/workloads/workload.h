@@ -109,6 +109,11 @@ class Workload {
   // another thread, meanwhile. Empty (the default): nothing is announced, the gradient is
   // final when ComputeGradient returns.
   virtual std::vector<ParamRange> gradient_buckets() const { return {}; }
+
+  // The model's tensors, for optimizers with per-tensor quantities (1-bit LAMB's trust
+  // ratios): the boundaries {0, e_1, ..., num_parameters()} of a partition into non-empty
+  // ranges. Default: one tensor of everything.
+  virtual std::vector<size_t> parameter_groups() const { return {0, num_parameters()}; }
   // Where announcements go; null (the default): nowhere. Borrowed.
   void set_gradient_listener(GradientListener* listener) { listener_ = listener; }
 

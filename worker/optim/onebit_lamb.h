@@ -1,0 +1,157 @@
+// 1-bit LAMB for one worker (ALGORITHM.md, "1-bit LAMB"; Li et al., 2022). Steps are
+// numbered from 1, as 1-bit Adam's, and the parameters are split into groups (the model's
+// tensors: a partition of [0, n) into ranges, given by the workload) for the per-tensor
+// quantities.
+//
+//   1..freeze_step   warmup: LAMB on the exact average of the gradients. m and v move as in
+//                    Adam; per group, u = m/(sqrt(v)+eps) (+ wd*p) and the trust ratio
+//                    c = clamp(||p||/||u||, min_coeff, max_coeff) (1 when a norm is 0);
+//                    p -= lr*c*u. A running average of c, coeff_freeze = coeff_beta *
+//                    coeff_freeze + (1-coeff_beta)*c, starts at 0 and skips the steps whose
+//                    c came from a zero norm (as the reference does: a tensor still at zero
+//                    says nothing about its trust ratio).
+//   the switch       before the first compression step: v_fresh = v, and per group
+//                    scaling_coeff = mean over groups of rms(m) / rms(m of the group)
+//                    (1 for a group whose rms is 0), so that every tensor has about the
+//                    same magnitude inside the one compressed exchange.
+//   > freeze_step    compression: m = b1*m + (1-b1)*g (local gradient), each group scaled
+//                    by its scaling_coeff, ONE CompressedAllreduce of the flat momentum,
+//                    each group multiplied by 1/scaling_coeff, the momentum mask. The
+//                    fresh variance follows the gradient the momentum implies:
+//                    g~ = (m - b1*m_last)/(1-b1); v_fresh = b2*v_fresh + (1-b2)*g~^2. Per
+//                    group, with the frozen v: u_pre = m/(sqrt(v)+eps), u = u_pre (+ wd*p);
+//                    factor = max over the group of (sqrt(v)+eps)/(sqrt(v_fresh)+eps); with
+//                    wd > 0, r = min(1, ||u_pre||/||u||) and factor = factor*r + (1-r);
+//                    clamped to [factor_min, factor_max] and to within factor_threshold
+//                    of the group's last factor (starting at 1); p -= lr * coeff_freeze *
+//                    factor * u.
+//
+// With one worker nothing is exchanged (nor scaled). Every scalar above is computed on the
+// host in float64 from float64 norms (Backend::SumSquares) and applied as float32.
+//
+// Thread safety: one thread at a time. The backend and exchange are borrowed.
+#ifndef ONEBIT_WORKER_OPTIM_ONEBIT_LAMB_H_
+#define ONEBIT_WORKER_OPTIM_ONEBIT_LAMB_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/buffer.h"
+#include "kernels/kernels.h"
+#include "worker/exchange/exchange.h"
+#include "worker/optim/momentum_mask.h"
+#include "worker/optim/optimizer.h"
+
+namespace onebit {
+
+struct LambCoeffs {
+  double max_coeff = 10.0;
+  double min_coeff = 0.01;
+  double coeff_beta = 0.9;
+  double factor_max = 4.0;
+  double factor_min = 0.5;
+  double factor_threshold = 0.1;
+};
+
+// INVALID_ARGUMENT naming the value unless 0 < min_coeff <= max_coeff, coeff_beta in
+// [0, 1), 0 < factor_min <= 1 <= factor_max, factor_threshold >= 0, all finite.
+absl::Status ValidateLambCoeffs(const LambCoeffs& c);
+
+struct OnebitLambOptions {
+  kernels::AdamHyper hyper;
+  int64_t freeze_step = 100000;
+  LambCoeffs coeffs;
+  // The groups' boundaries {0, e_1, ..., n}, increasing; empty: one group of everything.
+  std::vector<size_t> group_offsets;
+  // Optional {0,1} momentum mask of n elements (host memory). Empty: no mask.
+  std::vector<float> momentum_mask;
+  // Also mask the parameters whose exactly averaged gradient stays exactly zero through
+  // warmup (momentum_mask.h).
+  bool auto_mask_zero_gradients = false;
+  // Bias correction of the direction u (optim_checks.h's BiasCorrectedHyper; the
+  // variance's correction freezes with it); the trust ratios and factors see the corrected
+  // u. Off by default.
+  bool bias_correction = false;
+};
+
+class OnebitLamb : public Optimizer {
+ public:
+  static absl::StatusOr<std::unique_ptr<OnebitLamb>> Create(const OnebitLambOptions& options,
+                                                            kernels::Backend* backend,
+                                                            Exchange* exchange,
+                                                            const float* initial_params,
+                                                            size_t n);
+
+  absl::Status Step(const float* grad) override;
+  Stage stage() const override;
+  int64_t step() const override { return step_; }
+  int64_t freeze_step() const override { return options_.freeze_step; }
+  absl::Status SetFreezeStep(int64_t freeze_step) override;
+  void set_lr(float lr) override { options_.hyper.lr = lr; }
+  float lr() const override { return options_.hyper.lr; }
+
+  size_t size() const override { return n_; }
+  const float* params() const override { return p_.data(); }
+  const float* variance() const override { return v_.data(); }
+  absl::StatusOr<std::vector<float>> ParamsToHost() const override { return p_.ToHost(); }
+  int64_t masked_elements() const override { return mask_.masked(); }
+  Exchange& exchange() override { return *exchange_; }
+  double exchange_call_seconds() const override { return exchange_call_seconds_; }
+
+  size_t num_groups() const { return groups_.size(); }
+  // Per group: the running average of the trust ratio, the scaling coefficient (1 until
+  // the switch), the last factor.
+  const std::vector<double>& coeff_freeze() const { return coeff_freeze_; }
+  const std::vector<double>& scaling_coeff() const { return scaling_; }
+  const std::vector<double>& last_factor() const { return last_factor_; }
+
+  // Checkpoints: "params", "exp_avg", "exp_avg_sq", "exp_avg_sq_fresh" (all shared); the
+  // scalars "coeff_freeze/K", "scaling_coeff/K", "last_factor/K" per group K and
+  // "switched" (1 once the switch ran).
+  std::vector<StateSpec> CheckpointStates() const override;
+  absl::StatusOr<std::vector<float>> StateToHost(const std::string& name, size_t begin,
+                                                 size_t end) const override;
+  StateScalars CheckpointScalars() const override;
+  absl::Status Restore(int64_t step, int64_t freeze_step, const StateTensors& states,
+                       const StateScalars& scalars) override;
+
+ private:
+  struct Group {
+    size_t begin, end;
+    size_t size() const { return end - begin; }
+  };
+  OnebitLamb(const OnebitLambOptions& options, kernels::Backend* backend, Exchange* exchange,
+             size_t n);
+  absl::Status Init(const float* initial_params);
+  absl::Status WarmupStep(const float* grad);
+  absl::Status Switch();
+  absl::Status CompressionStep(const float* grad);
+  absl::StatusOr<double> Norm(const float* x, size_t n);
+  // The step's hyper-parameters for the kernels and c, the factor from their direction to
+  // the true one (1 without bias correction).
+  kernels::AdamHyper StepHyper(double* c) const;
+  kernels::Buffer<float>* FindBuffer(const std::string& name);
+  const kernels::Buffer<float>* FindBuffer(const std::string& name) const {
+    return const_cast<OnebitLamb*>(this)->FindBuffer(name);
+  }
+
+  OnebitLambOptions options_;
+  kernels::Backend* backend_;
+  Exchange* exchange_;
+  size_t n_;
+  std::vector<Group> groups_;
+  int64_t step_ = 0;
+  bool switched_ = false;
+  std::vector<double> coeff_freeze_, scaling_, last_factor_;
+  kernels::Buffer<float> p_, m_, v_, v_fresh_, m_last_, u_;
+  MomentumMask mask_;
+  double exchange_call_seconds_ = 0.0;
+};
+
+}  // namespace onebit
+
+#endif  // ONEBIT_WORKER_OPTIM_ONEBIT_LAMB_H_

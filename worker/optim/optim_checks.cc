@@ -1,0 +1,58 @@
+#include "worker/optim/optim_checks.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace onebit {
+
+absl::Status ValidateAdamHyper(const kernels::AdamHyper& h) {
+  if (!(h.lr >= 0.0f) || !std::isfinite(h.lr)) {
+    return absl::InvalidArgumentError(absl::StrCat("lr must be >= 0, got ", h.lr));
+  }
+  if (!(h.beta1 >= 0.0f && h.beta1 < 1.0f) || !(h.beta2 >= 0.0f && h.beta2 < 1.0f)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("betas must be in [0, 1), got ", h.beta1, ", ", h.beta2));
+  }
+  if (!(h.eps > 0.0f) || !std::isfinite(h.eps)) {
+    return absl::InvalidArgumentError(absl::StrCat("eps must be > 0, got ", h.eps));
+  }
+  if (!(h.weight_decay >= 0.0f) || !std::isfinite(h.weight_decay)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weight_decay must be >= 0, got ", h.weight_decay));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateMomentumMask(const std::vector<float>& mask, size_t n) {
+  if (mask.empty()) return absl::OkStatus();
+  if (mask.size() != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("momentum mask has ", mask.size(), " elements, the parameters ", n));
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (mask[i] != 0.0f && mask[i] != 1.0f) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("momentum mask must be 0 or 1; element ", i, " is ", mask[i]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+kernels::AdamHyper BiasCorrectedHyper(const kernels::AdamHyper& h, int64_t t,
+                                      int64_t variance_updates, double* c_out) {
+  const double bc1 = t >= 1 ? 1.0 - std::pow(static_cast<double>(h.beta1), static_cast<double>(t)) : 1.0;
+  const double bc2 =
+      variance_updates >= 1
+          ? 1.0 - std::pow(static_cast<double>(h.beta2), static_cast<double>(variance_updates))
+          : 1.0;
+  const double c = std::sqrt(bc2) / bc1;
+  kernels::AdamHyper out = h;
+  out.lr = static_cast<float>(h.lr * c);
+  out.eps = static_cast<float>(h.eps * std::sqrt(bc2));
+  out.weight_decay = static_cast<float>(h.weight_decay / c);
+  if (c_out != nullptr) *c_out = c;
+  return out;
+}
+
+}  // namespace onebit

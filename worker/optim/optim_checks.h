@@ -1,0 +1,31 @@
+// Checks every optimizer applies to its options (INVALID_ARGUMENT naming the value).
+#ifndef ONEBIT_WORKER_OPTIM_OPTIM_CHECKS_H_
+#define ONEBIT_WORKER_OPTIM_OPTIM_CHECKS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "kernels/kernels.h"
+
+namespace onebit {
+
+// lr >= 0 and finite, betas in [0, 1), eps > 0 and finite, weight_decay >= 0 and finite.
+absl::Status ValidateAdamHyper(const kernels::AdamHyper& h);
+// Empty, or n elements that are each 0 or 1.
+absl::Status ValidateMomentumMask(const std::vector<float>& mask, size_t n);
+
+// BIAS CORRECTION (the optimizers' bias_correction option, off by default as in
+// ALGORITHM.md). The corrected update m^/(sqrt(v^)+eps) (+ wd*p), with m^ = m/bc1,
+// v^ = v/bc2, bc1 = 1 - b1^t and bc2 = 1 - b2^k (k: the variance updates so far, none: no
+// correction of v), is the plain update with
+//   lr' = lr*c, eps' = eps*sqrt(bc2), wd' = wd/c,   where c = sqrt(bc2)/bc1,
+// so the kernels run unchanged on the returned hyper-parameters (betas untouched). *c_out,
+// when given, receives c: the true direction is c times the one computed with them.
+kernels::AdamHyper BiasCorrectedHyper(const kernels::AdamHyper& h, int64_t t,
+                                      int64_t variance_updates, double* c_out = nullptr);
+
+}  // namespace onebit
+
+#endif  // ONEBIT_WORKER_OPTIM_OPTIM_CHECKS_H_

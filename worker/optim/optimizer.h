@@ -1,0 +1,97 @@
+// What the trainer, the checkpoints and the tools ask of an optimizer, whichever it is:
+// OnebitAdam (also "Adam": one that never freezes), ZeroOneAdam, OneBitLamb. Each is one
+// worker's stage machine over an Exchange; all their state lives in the backend's memory.
+//
+// Stages: every optimizer starts in Stage::kWarmup (1-bit Adam's and 1-bit LAMB's warmup,
+// 0/1 Adam's variance stage) and moves to Stage::kCompression after freeze_step() (1-bit
+// Adam's and 1-bit LAMB's freeze_step, 0/1 Adam's var_freeze_step). The coordinator's
+// leases move that step while it has not passed, the same on every worker.
+//
+// CHECKPOINTS. An optimizer lists the n-element tensors a checkpoint after the current
+// step holds (CheckpointStates) and a few scalars (CheckpointScalars). A shared tensor has
+// the same bits on every worker, so each worker saves a slice of it; a worker's own tensor
+// (0/1 Adam's parameters between syncs) is saved whole by its worker. Restore takes them
+// back by name.
+//
+// Thread safety: one thread at a time.
+#ifndef ONEBIT_WORKER_OPTIM_OPTIMIZER_H_
+#define ONEBIT_WORKER_OPTIM_OPTIMIZER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "worker/exchange/exchange.h"
+
+namespace onebit {
+
+enum class Stage { kWarmup, kCompression };
+const char* StageName(Stage stage);
+
+struct StateSpec {
+  std::string name;  // "params", "exp_avg", "exp_avg_sq", ...
+  bool shared = true;
+};
+
+// Named host copies of state tensors (n elements each) and scalars.
+using StateTensors = std::map<std::string, std::vector<float>>;
+using StateScalars = std::map<std::string, double>;
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+
+  // One step on this worker's local gradient (backend memory, n elements, not modified).
+  virtual absl::Status Step(const float* grad) = 0;
+
+  // The stage the next Step() runs in.
+  virtual Stage stage() const = 0;
+  // Steps completed.
+  virtual int64_t step() const = 0;
+  // The last step of the warmup stage.
+  virtual int64_t freeze_step() const = 0;
+  // Moves it; FAILED_PRECONDITION once it has passed or when steps after it already ran.
+  virtual absl::Status SetFreezeStep(int64_t freeze_step) = 0;
+  // The learning rate of the steps that follow (a schedule's value; every worker alike).
+  virtual void set_lr(float lr) = 0;
+  virtual float lr() const = 0;
+
+  virtual size_t size() const = 0;
+  // Backend memory, n elements each.
+  virtual const float* params() const = 0;
+  virtual const float* variance() const = 0;
+  virtual absl::StatusOr<std::vector<float>> ParamsToHost() const = 0;
+
+  // Elements the momentum mask zeroes now (momentum_mask.h; 0 without one).
+  virtual int64_t masked_elements() const { return 0; }
+
+  virtual Exchange& exchange() = 0;
+  // Seconds Step() has spent inside the exchange's calls so far (its step_clock()).
+  virtual double exchange_call_seconds() const = 0;
+
+  // CHECKPOINTS (see above).
+  virtual std::vector<StateSpec> CheckpointStates() const = 0;
+  // Elements [begin, end) of a listed tensor, copied to host memory.
+  virtual absl::StatusOr<std::vector<float>> StateToHost(const std::string& name, size_t begin,
+                                                         size_t end) const = 0;
+  virtual StateScalars CheckpointScalars() const { return {}; }
+  // Resumes after `step` of a run whose warmup ended after `freeze_step` (< 0 or >= step:
+  // not yet; the leases decide as before). `states` holds every tensor CheckpointStates()
+  // lists after that step, n elements each; the error buffers live in the exchange
+  // (Exchange::RestoreErrors). INVALID_ARGUMENT naming what is missing or of the wrong
+  // size, leaving the state as it was.
+  virtual absl::Status Restore(int64_t step, int64_t freeze_step, const StateTensors& states,
+                               const StateScalars& scalars) = 0;
+};
+
+// states[name] with n elements, or INVALID_ARGUMENT naming it.
+absl::StatusOr<const std::vector<float>*> FindState(const StateTensors& states,
+                                                    const std::string& name, size_t n);
+
+}  // namespace onebit
+
+#endif  // ONEBIT_WORKER_OPTIM_OPTIMIZER_H_

@@ -1,0 +1,48 @@
+// Makes the optimizer a job config names (config's optimizer.type) over an exchange.
+#ifndef ONEBIT_WORKER_OPTIM_OPTIMIZER_FACTORY_H_
+#define ONEBIT_WORKER_OPTIM_OPTIMIZER_FACTORY_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/kernels.h"
+#include "worker/exchange/exchange.h"
+#include "worker/optim/onebit_lamb.h"
+#include "worker/optim/optimizer.h"
+#include "worker/optim/zero_one_schedule.h"
+
+namespace onebit {
+
+struct OptimizerSpec {
+  // "OneBitAdam", "Adam" (OnebitAdam that never freezes: full precision throughout),
+  // "ZeroOneAdam" or "OneBitLamb".
+  std::string type = "OneBitAdam";
+  kernels::AdamHyper hyper;
+  // The last warmup step: freeze_step, or ZeroOneAdam's var_freeze_step. Ignored by "Adam".
+  int64_t freeze_step = 100000;
+  ZeroOneScheduleParams zero_one;  // ZeroOneAdam
+  LambCoeffs lamb;                 // OneBitLamb
+  // OneBitLamb's parameter groups (the model's tensors): boundaries {0, ..., n}; empty:
+  // one group.
+  std::vector<size_t> group_offsets;
+  // Optional {0,1} momentum mask of n elements (host memory).
+  std::vector<float> momentum_mask;
+  // Also mask what stays exactly zero through warmup (momentum_mask.h).
+  bool auto_mask_zero_gradients = false;
+  // Bias-corrected moments (off by default, as in ALGORITHM.md).
+  bool bias_correction = false;
+};
+
+// INVALID_ARGUMENT for an unknown type or bad options. The exchange is borrowed.
+absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const OptimizerSpec& spec,
+                                                           kernels::Backend* backend,
+                                                           Exchange* exchange,
+                                                           const float* initial_params, size_t n);
+
+}  // namespace onebit
+
+#endif  // ONEBIT_WORKER_OPTIM_OPTIMIZER_FACTORY_H_

@@ -1,0 +1,241 @@
+#include "worker/optim/zero_one_adam.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "worker/exchange/peer_exchange.h"
+#include "worker/optim/optim_checks.h"
+
+namespace onebit {
+namespace {
+
+absl::Status ValidateOptions(const ZeroOneAdamOptions& o, size_t n) {
+  ONEBIT_RETURN_IF_ERROR(ValidateAdamHyper(o.hyper));
+  if (o.var_freeze_step < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("var_freeze_step must be >= 0, got ", o.var_freeze_step));
+  }
+  ONEBIT_RETURN_IF_ERROR(ValidateZeroOneScheduleParams(o.schedule));
+  return ValidateMomentumMask(o.momentum_mask, n);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ZeroOneAdam>> ZeroOneAdam::Create(
+    const ZeroOneAdamOptions& options, kernels::Backend* backend, Exchange* exchange,
+    const float* initial_params, size_t n) {
+  ONEBIT_RETURN_IF_ERROR(ValidateOptions(options, n));
+  std::unique_ptr<ZeroOneAdam> adam(new ZeroOneAdam(options, backend, exchange, n));
+  ONEBIT_RETURN_IF_ERROR(adam->Init(initial_params));
+  return adam;
+}
+
+absl::StatusOr<std::unique_ptr<ZeroOneAdam>> ZeroOneAdam::Create(
+    const ZeroOneAdamOptions& options, kernels::Backend* backend, Transport* transport,
+    const float* initial_params, size_t n) {
+  ONEBIT_RETURN_IF_ERROR(ValidateOptions(options, n));
+  ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<PeerExchange> exchange,
+                          PeerExchange::Create(backend, transport, n));
+  ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<ZeroOneAdam> adam,
+                          Create(options, backend, exchange.get(), initial_params, n));
+  adam->owned_exchange_ = std::move(exchange);
+  return adam;
+}
+
+ZeroOneAdam::ZeroOneAdam(const ZeroOneAdamOptions& options, kernels::Backend* backend,
+                         Exchange* exchange, size_t n)
+    : options_(options),
+      backend_(backend),
+      exchange_(exchange),
+      n_(n),
+      schedule_(options.schedule) {}
+
+absl::Status ZeroOneAdam::Init(const float* initial_params) {
+  using kernels::Buffer;
+  ONEBIT_ASSIGN_OR_RETURN(p_, Buffer<float>::FromHost(backend_, initial_params, n_));
+  ONEBIT_ASSIGN_OR_RETURN(m_, Buffer<float>::Create(backend_, n_));
+  ONEBIT_ASSIGN_OR_RETURN(v_, Buffer<float>::Create(backend_, n_));
+  ONEBIT_ASSIGN_OR_RETURN(acc_, Buffer<float>::Create(backend_, n_));
+  ONEBIT_ASSIGN_OR_RETURN(avg_, Buffer<float>::Create(backend_, n_));
+  ONEBIT_ASSIGN_OR_RETURN(anchor_, Buffer<float>::Create(backend_, n_));
+  ONEBIT_ASSIGN_OR_RETURN(mask_, MomentumMask::Create(backend_, options_.momentum_mask,
+                                                    options_.auto_mask_zero_gradients, n_));
+  return absl::OkStatus();
+}
+
+Stage ZeroOneAdam::stage() const {
+  return step_ + 1 <= options_.var_freeze_step ? Stage::kWarmup : Stage::kCompression;
+}
+
+absl::Status ZeroOneAdam::SetFreezeStep(int64_t var_freeze_step) {
+  if (var_freeze_step < 0) return absl::InvalidArgumentError("var_freeze_step must be >= 0");
+  if (step_ > options_.var_freeze_step && var_freeze_step != options_.var_freeze_step) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("local steps run since step ", options_.var_freeze_step + 1));
+  }
+  if (var_freeze_step < step_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot end the variance stage at step ", var_freeze_step, ": step ",
+                     step_, " already ran in it"));
+  }
+  options_.var_freeze_step = var_freeze_step;
+  return absl::OkStatus();
+}
+
+absl::Status ZeroOneAdam::Step(const float* grad) {
+  const int64_t t = step_ + 1;
+  const ZeroOneStep kind = next_step_kind();
+  if (t > options_.var_freeze_step && !errors_reset_) {
+    // Once, before the first local step: the errors held the gradients' compression error.
+    ONEBIT_RETURN_IF_ERROR(exchange_->ResetErrors(t));
+    errors_reset_ = true;
+    ONEBIT_RETURN_IF_ERROR(mask_.Fix());
+    // The parameters every worker shares until the first sync.
+    ONEBIT_RETURN_IF_ERROR(backend_->Copy(anchor_.data(), p_.data(), n_ * sizeof(float)));
+  }
+  switch (kind) {
+    case ZeroOneStep::kVarianceUpdate:
+      ONEBIT_RETURN_IF_ERROR(VarianceUpdate(grad));
+      break;
+    case ZeroOneStep::kCompressedGradient:
+      ONEBIT_RETURN_IF_ERROR(CompressedGradient(grad));
+      break;
+    case ZeroOneStep::kLocal:
+    case ZeroOneStep::kSync:
+      ONEBIT_RETURN_IF_ERROR(LocalStep(grad, kind == ZeroOneStep::kSync));
+      break;
+  }
+  schedule_.Advance(options_.var_freeze_step);
+  ++step_;
+  return absl::OkStatus();
+}
+
+kernels::AdamHyper ZeroOneAdam::StepHyper(ZeroOneStep kind) const {
+  if (!options_.bias_correction) return options_.hyper;
+  const int64_t updates =
+      schedule_.variance_updates() + (kind == ZeroOneStep::kVarianceUpdate ? 1 : 0);
+  return BiasCorrectedHyper(options_.hyper, step_ + 1, updates);
+}
+
+absl::Status ZeroOneAdam::VarianceUpdate(const float* grad) {
+  const int w = exchange_->world_size();
+  const float* sum = grad;
+  if (w > 1) {
+    ScopedStepTime time(exchange_->step_clock(), &exchange_call_seconds_);
+    ONEBIT_ASSIGN_OR_RETURN(sum, exchange_->SumGradients(step_ + 1, grad));
+  }
+  ONEBIT_RETURN_IF_ERROR(mask_.Observe(sum));  // the exactly averaged steps only
+  return backend_->AdamWarmupUpdate(StepHyper(ZeroOneStep::kVarianceUpdate), sum,
+                                    1.0f / static_cast<float>(w),
+                                    m_.data(), v_.data(), p_.data(), n_);
+}
+
+absl::Status ZeroOneAdam::CompressedGradient(const float* grad) {
+  ONEBIT_ASSIGN_OR_RETURN(const float* g, CompressedAverage(grad));
+  ONEBIT_RETURN_IF_ERROR(backend_->MomentumUpdate(options_.hyper.beta1, g, m_.data(), n_));
+  const float* mask = mask_.data();
+  return backend_->FrozenAdamUpdate(StepHyper(ZeroOneStep::kCompressedGradient), v_.data(), mask,
+                                    m_.data(), p_.data(), n_);
+}
+
+absl::Status ZeroOneAdam::LocalStep(const float* grad, bool sync) {
+  const kernels::AdamHyper h = StepHyper(ZeroOneStep::kLocal);
+  ONEBIT_RETURN_IF_ERROR(
+      backend_->ZeroOneLocalUpdate(h, grad, v_.data(), m_.data(), p_.data(), acc_.data(), n_));
+  lrs_ += h.lr;
+  if (!sync) return absl::OkStatus();
+  ONEBIT_RETURN_IF_ERROR(backend_->ZeroOneSyncPrepare(h.eps, v_.data(), acc_.data(), n_));
+  // With one worker the average is the accumulator itself (SyncApply does not write it).
+  ONEBIT_ASSIGN_OR_RETURN(const float* avg, CompressedAverage(acc_.data()));
+  const float* mask = mask_.data();
+  ONEBIT_RETURN_IF_ERROR(backend_->ZeroOneSyncApply(h.eps, static_cast<float>(lrs_), v_.data(),
+                                                    mask, avg, m_.data(), anchor_.data(),
+                                                    p_.data(), n_));
+  lrs_ = 0.0;
+  return acc_.Zero();
+}
+
+absl::StatusOr<const float*> ZeroOneAdam::CompressedAverage(const float* x) {
+  if (exchange_->world_size() == 1) return x;
+  CompressedResult r;
+  {
+    ScopedStepTime time(exchange_->step_clock(), &exchange_call_seconds_);
+    ONEBIT_ASSIGN_OR_RETURN(r, exchange_->CompressedAverage(step_ + 1, x));
+  }
+  if (r.momentum != nullptr) return r.momentum;  // averaged exactly (one node)
+  ONEBIT_RETURN_IF_ERROR(backend_->Decompress(r.blocks, r.num_chunks, r.chunk, n_, avg_.data()));
+  return avg_.data();
+}
+
+std::vector<StateSpec> ZeroOneAdam::CheckpointStates() const {
+  std::vector<StateSpec> states;
+  if (step_ <= options_.var_freeze_step) {
+    states = {{"params", true}, {"exp_avg", true}, {"exp_avg_sq", true}};
+  } else {
+    states = {{"params", false},
+              {"exp_avg", false},
+              {"exp_avg_sq", true},
+              {"accumulator", false},
+              {"anchor", false}};
+  }
+  mask_.AddCheckpointStates(&states);
+  return states;
+}
+
+StateScalars ZeroOneAdam::CheckpointScalars() const {
+  StateScalars scalars = {{"lr_sum", lrs_}};
+  mask_.AddCheckpointScalars(&scalars);
+  return scalars;
+}
+
+kernels::Buffer<float>* ZeroOneAdam::FindBuffer(const std::string& name) {
+  if (name == "params") return &p_;
+  if (name == "exp_avg") return &m_;
+  if (name == "exp_avg_sq") return &v_;
+  if (name == "accumulator") return &acc_;
+  if (name == "anchor") return &anchor_;
+  return nullptr;
+}
+
+absl::StatusOr<std::vector<float>> ZeroOneAdam::StateToHost(const std::string& name,
+                                                            size_t begin, size_t end) const {
+  const kernels::Buffer<float>* b = FindBuffer(name);
+  if (b == nullptr) return mask_.StateToHost(name, begin, end);
+  return b->SliceToHost(begin, end);
+}
+
+absl::Status ZeroOneAdam::Restore(int64_t step, int64_t freeze_step, const StateTensors& states,
+                                  const StateScalars& scalars) {
+  if (step < 0) return absl::InvalidArgumentError(absl::StrCat("step must be >= 0, got ", step));
+  const int64_t var_freeze_step =
+      freeze_step >= 0 && freeze_step < step ? freeze_step : options_.var_freeze_step;
+  const bool local = step > var_freeze_step;
+  // Check everything before changing anything.
+  std::vector<std::pair<kernels::Buffer<float>*, const std::vector<float>*>> copies;
+  std::vector<std::string> names = {"params", "exp_avg", "exp_avg_sq"};
+  if (local) names.insert(names.end(), {"accumulator", "anchor"});
+  for (const std::string& name : names) {
+    ONEBIT_ASSIGN_OR_RETURN(const std::vector<float>* values, FindState(states, name, n_));
+    copies.emplace_back(FindBuffer(name), values);
+  }
+  double lrs = 0.0;
+  if (local) {
+    const auto it = scalars.find("lr_sum");
+    if (it == scalars.end()) return absl::InvalidArgumentError("the checkpoint has no lr_sum");
+    lrs = it->second;
+  }
+  ONEBIT_RETURN_IF_ERROR(mask_.Restore(states, scalars));
+  for (auto& [buffer, values] : copies) {
+    ONEBIT_RETURN_IF_ERROR(buffer->CopyFromHost(values->data(), n_));
+  }
+  if (!local) ONEBIT_RETURN_IF_ERROR(acc_.Zero());
+  options_.var_freeze_step = var_freeze_step;
+  step_ = step;
+  lrs_ = lrs;
+  errors_reset_ = local;
+  schedule_ = ZeroOneSchedule::After(options_.schedule, step, var_freeze_step);
+  return absl::OkStatus();
+}
+
+}  // namespace onebit

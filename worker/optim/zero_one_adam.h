@@ -1,0 +1,150 @@
+// 0/1 Adam for one worker (ALGORITHM.md, "0/1 Adam"; Lu et al., 2022). Steps are numbered
+// from 1, as 1-bit Adam's:
+//
+//   1..var_freeze_step   the variance stage (Stage::kWarmup): on the schedule's variance
+//                        steps an exact allreduce of the gradients moves m and v, as in 1-bit
+//                        Adam's warmup; on the others the gradients go through
+//                        CompressedAllreduce and only m moves, from their compressed average.
+//                        Every step updates p with the variance as it stands.
+//   > var_freeze_step    local steps (Stage::kCompression): m from the local gradient, p
+//                        updated, the update accumulated (acc += -lr*u, lrs += lr). On a
+//                        sync step the accumulated update, scaled by sqrt(v)+eps, goes
+//                        through CompressedAllreduce and replaces the local one:
+//                          p -= acc; acc *= sqrt(v)+eps; acc = CompressedAllreduce(acc);
+//                          m = -acc/lrs; p += acc/(sqrt(v)+eps); acc = 0; lrs = 0.
+//                        Between syncs the workers' p and m differ. p - acc is taken as
+//                        the parameters after the last sync, kept (what it is in exact
+//                        arithmetic): then every worker's p has the same bits after a sync,
+//                        where subtracting would leave each its own rounding.
+//
+// Before step var_freeze_step + 1 every error buffer of the exchange is set to zero, once:
+// they held the gradients' compression error and will hold the accumulator's.
+// ZeroOneSchedule says which steps communicate. With one worker nothing is exchanged (a
+// compressed or synced average of one tensor is that tensor). The momentum mask, when
+// given, multiplies m after every compressed exchange (the variance stage's compressed
+// steps and the syncs), never on local steps. With lrs == 0 at a sync (lr 0 throughout
+// the interval) m is left as it is rather than divided by zero.
+//
+// Thread safety: one thread at a time. The backend and exchange are borrowed.
+#ifndef ONEBIT_WORKER_OPTIM_ZERO_ONE_ADAM_H_
+#define ONEBIT_WORKER_OPTIM_ZERO_ONE_ADAM_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/buffer.h"
+#include "kernels/kernels.h"
+#include "worker/exchange/exchange.h"
+#include "worker/optim/momentum_mask.h"
+#include "worker/optim/optimizer.h"
+#include "worker/optim/zero_one_schedule.h"
+#include "worker/transport/transport.h"
+
+namespace onebit {
+
+struct ZeroOneAdamOptions {
+  kernels::AdamHyper hyper;
+  // The last step of the variance stage (DeepSpeed's default).
+  int64_t var_freeze_step = 100000;
+  ZeroOneScheduleParams schedule;
+  // Optional {0,1} momentum mask of n elements (host memory). Empty: no mask.
+  std::vector<float> momentum_mask;
+  // Also mask the parameters whose exactly averaged gradient stays exactly zero through
+  // warmup (momentum_mask.h).
+  bool auto_mask_zero_gradients = false;
+  // Bias correction (optim_checks.h's BiasCorrectedHyper, k: the variance updates so far,
+  // the current one included). The local steps then accumulate lr' = lr*c and sum it: after
+  // a sync m is the lr'-weighted mean of the momenta since the last one.
+  bool bias_correction = false;
+};
+
+class ZeroOneAdam : public Optimizer {
+ public:
+  // `initial_params` is host memory with n elements. The exchange is borrowed.
+  static absl::StatusOr<std::unique_ptr<ZeroOneAdam>> Create(const ZeroOneAdamOptions& options,
+                                                             kernels::Backend* backend,
+                                                             Exchange* exchange,
+                                                             const float* initial_params,
+                                                             size_t n);
+  // The same over a PeerExchange on `transport`, which the optimizer owns.
+  static absl::StatusOr<std::unique_ptr<ZeroOneAdam>> Create(const ZeroOneAdamOptions& options,
+                                                             kernels::Backend* backend,
+                                                             Transport* transport,
+                                                             const float* initial_params,
+                                                             size_t n);
+
+  absl::Status Step(const float* grad) override;
+
+  // kWarmup through var_freeze_step (the variance stage), kCompression after.
+  Stage stage() const override;
+  // How the next step communicates.
+  ZeroOneStep next_step_kind() const { return schedule_.Next(options_.var_freeze_step); }
+  int64_t step() const override { return step_; }
+  // var_freeze_step. Moves only while it has not passed (as OnebitAdam's freeze step),
+  // with the same value on every worker.
+  int64_t freeze_step() const override { return options_.var_freeze_step; }
+  absl::Status SetFreezeStep(int64_t var_freeze_step) override;
+  void set_lr(float lr) override { options_.hyper.lr = lr; }
+  float lr() const override { return options_.hyper.lr; }
+  const ZeroOneSchedule& schedule() const { return schedule_; }
+
+  size_t size() const override { return n_; }
+  const float* params() const override { return p_.data(); }
+  const float* variance() const override { return v_.data(); }
+  absl::StatusOr<std::vector<float>> ParamsToHost() const override { return p_.ToHost(); }
+  // The sum of the learning rates since the last sync.
+  double lr_sum() const { return lrs_; }
+
+  int64_t masked_elements() const override { return mask_.masked(); }
+  Exchange& exchange() override { return *exchange_; }
+  double exchange_call_seconds() const override { return exchange_call_seconds_; }
+
+  // Checkpoints. Through the variance stage "params", "exp_avg" and "exp_avg_sq", all
+  // shared; after it the variance is still shared, while "params", "exp_avg",
+  // "accumulator" and "anchor" are each worker's own; the scalar "lr_sum". The schedule
+  // is rebuilt from the step.
+  std::vector<StateSpec> CheckpointStates() const override;
+  absl::StatusOr<std::vector<float>> StateToHost(const std::string& name, size_t begin,
+                                                 size_t end) const override;
+  StateScalars CheckpointScalars() const override;
+  absl::Status Restore(int64_t step, int64_t freeze_step, const StateTensors& states,
+                       const StateScalars& scalars) override;
+
+ private:
+  ZeroOneAdam(const ZeroOneAdamOptions& options, kernels::Backend* backend, Exchange* exchange,
+              size_t n);
+  absl::Status Init(const float* initial_params);
+  absl::Status VarianceUpdate(const float* grad);
+  absl::Status CompressedGradient(const float* grad);
+  absl::Status LocalStep(const float* grad, bool sync);
+  // The compressed average of x (the exchange's result, decoded into avg_), or x itself
+  // with one worker.
+  absl::StatusOr<const float*> CompressedAverage(const float* x);
+  kernels::AdamHyper StepHyper(ZeroOneStep kind) const;
+  // The state tensor called `name`; null when there is none.
+  kernels::Buffer<float>* FindBuffer(const std::string& name);
+  const kernels::Buffer<float>* FindBuffer(const std::string& name) const {
+    return const_cast<ZeroOneAdam*>(this)->FindBuffer(name);
+  }
+
+  ZeroOneAdamOptions options_;
+  kernels::Backend* backend_;
+  Exchange* exchange_;
+  std::unique_ptr<Exchange> owned_exchange_;
+  size_t n_;
+  int64_t step_ = 0;
+  ZeroOneSchedule schedule_;
+  bool errors_reset_ = false;
+  double lrs_ = 0.0;
+  // anchor_: the parameters after the last sync (or at the end of the variance stage).
+  kernels::Buffer<float> p_, m_, v_, acc_, avg_, anchor_;
+  MomentumMask mask_;
+  double exchange_call_seconds_ = 0.0;
+};
+
+}  // namespace onebit
+
+#endif  // ONEBIT_WORKER_OPTIM_ZERO_ONE_ADAM_H_
