@@ -21,16 +21,19 @@ namespace onebit {
 
 class ChunkAggregator {
  public:
-  // `chunk` elements, a multiple of 8. The server error starts at zero.
-  static absl::StatusOr<std::unique_ptr<ChunkAggregator>> Create(kernels::Backend* backend,
-                                                                 size_t chunk);
+  // `chunk` elements, a multiple of 8, in `compressor`'s format (kernels/kernels.h). The
+  // server error starts at zero.
+  static absl::StatusOr<std::unique_ptr<ChunkAggregator>> Create(
+      kernels::Backend* backend, size_t chunk,
+      kernels::Compressor compressor = kernels::Compressor::kOnebit);
 
   // `blocks`: num_workers consecutive compressed blocks of this chunk, in worker order
   // (backend memory). `out`: one block, the compressed average plus server error.
   absl::Status Aggregate(const uint8_t* blocks, int num_workers, uint8_t* out);
 
   size_t chunk() const { return error_.size(); }
-  size_t block_bytes() const { return kernels::CompressedBlockBytes(chunk()); }
+  kernels::Compressor compressor() const { return compressor_; }
+  size_t block_bytes() const { return kernels::BlockBytes(compressor_, chunk()); }
 
   // The server error: for metrics, checkpoints and topology changes.
   const kernels::Buffer<float>& error() const { return error_; }
@@ -41,10 +44,12 @@ class ChunkAggregator {
   }
 
  private:
-  ChunkAggregator(kernels::Backend* backend, kernels::Buffer<float> error)
-      : backend_(backend), error_(std::move(error)) {}
+  ChunkAggregator(kernels::Backend* backend, kernels::Compressor compressor,
+                  kernels::Buffer<float> error)
+      : backend_(backend), compressor_(compressor), error_(std::move(error)) {}
 
   kernels::Backend* backend_;
+  kernels::Compressor compressor_;
   kernels::Buffer<float> error_;
 };
 

@@ -28,17 +28,18 @@ const char* ChunkKindName(ChunkKind kind) {
   }
 }
 
-absl::StatusOr<PsLayout> PsLayout::Create(size_t n, int num_shards) {
+absl::StatusOr<PsLayout> PsLayout::Create(size_t n, int num_shards,
+                                          kernels::Compressor compressor) {
   if (n == 0) return absl::InvalidArgumentError("the tensor must have at least one element");
   if (num_shards < 1 || num_shards > kMaxShards) {
     return absl::InvalidArgumentError(
         absl::StrCat("shard count must be in [1, ", kMaxShards, "], got ", num_shards));
   }
   // The peer layout with S for W.
-  return PsLayout(n, num_shards, PeerPaddedSize(n, num_shards));
+  return PsLayout(n, num_shards, PeerPaddedSize(n, num_shards), compressor);
 }
 
-size_t PsLayout::block_bytes() const { return kernels::CompressedBlockBytes(chunk()); }
+size_t PsLayout::block_bytes() const { return kernels::BlockBytes(compressor_, chunk()); }
 
 size_t PsLayout::max_payload_bytes() const {
   return std::max(max_fp32_count() * sizeof(float), block_bytes());

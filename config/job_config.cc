@@ -718,7 +718,9 @@ absl::Status Parse(const Value& root, JobConfig* c) {
                                                          {"fp32", "bf16", "fp16"})},
                                  {"warmup_order", String(&c->exchange.warmup_order,
                                                          {"auto", "rank", "ring"})},
-                                 {"overlap", Bool(&c->exchange.overlap)}});
+                                 {"overlap", Bool(&c->exchange.overlap)},
+                                 {"compressor", String(&c->exchange.compressor,
+                                                       {"onebit", "int8"})}});
                 }},
                {"freeze",
                 [&](const Value& f, const std::string& fp) {
@@ -1111,7 +1113,8 @@ std::string JobConfigToJson(const JobConfig& c) {
     "lease_steps": %d,
     "log_every": %d,
     "exchange": {"mode": "%s", "servers": %d, "local_size": %d, "inter": "%s",
-                 "warmup_dtype": "%s", "warmup_order": "%s", "overlap": %s},
+                 "warmup_dtype": "%s", "warmup_order": "%s", "overlap": %s,
+                 "compressor": "%s"},
     "freeze": {"mode": "%s", "threshold": %.17g, "reports_in_a_row": %d, "report_interval": %d,
                "min_warmup": %d, "max_warmup": %d},
     "momentum_mask": {"npy": "%s", "ranges": %s, "auto_zero_grad": %s},
@@ -1132,7 +1135,8 @@ std::string JobConfigToJson(const JobConfig& c) {
       B(p.fp16), p.loss_scale, p.initial_scale_power, p.loss_scale_window, p.hysteresis,
       B(p.consecutive_hysteresis), p.min_loss_scale, B(p.bf16), c.workers, c.device, c.cpu_threads, c.lease_steps,
       c.log_every, c.exchange.mode, c.exchange.servers, c.exchange.local_size, c.exchange.inter,
-      c.exchange.warmup_dtype, c.exchange.warmup_order, c.exchange.overlap ? "true" : "false", c.freeze.mode, c.freeze.threshold,
+      c.exchange.warmup_dtype, c.exchange.warmup_order, c.exchange.overlap ? "true" : "false",
+      c.exchange.compressor, c.freeze.mode, c.freeze.threshold,
       c.freeze.reports_in_a_row, c.freeze.report_interval, c.freeze.min_warmup,
       c.freeze.max_warmup, Quote(c.momentum_mask.npy), RangesJson(c.momentum_mask.ranges),
       B(c.momentum_mask.auto_zero_grad), c.workload.type, absl::StrJoin(c.workload.hidden, ", "),

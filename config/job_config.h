@@ -230,6 +230,11 @@ struct ExchangeConfig {
   // announce layers: the CPU Fashion-MNIST MLP). Same bits either way; off by default
   // (BENCHMARKS.md, "Warmup exchange", says why).
   bool overlap = false;
+  // The compressed exchange's wire format (kernels/kernels.h), for every mode: "onebit"
+  // (1 bit and one scale per block) or "int8" (a code per element, a scale and an offset
+  // per block: 4x fewer bytes than fp32, for jobs that diverge at one bit). Workers and
+  // shards must agree; a shard rejects blocks of the other format's size.
+  std::string compressor = "onebit";
 };
 
 

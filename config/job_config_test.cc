@@ -103,7 +103,23 @@ TEST(JobConfigTest, EmptyObjectGivesDefaults) {
   EXPECT_EQ(c->exchange.warmup_order, "auto");
   EXPECT_EQ(EffectiveWarmupOrder(c->exchange), "ring");
   EXPECT_FALSE(c->exchange.overlap);
+  EXPECT_EQ(c->exchange.compressor, "onebit");
   EXPECT_EQ(c->workers, 1);
+}
+
+TEST(JobConfigTest, Compressor) {
+  for (const std::string compressor : {"onebit", "int8"}) {
+    for (const std::string mode : {"peer", "ps"}) {
+      auto c = ParseJobConfig(R"({"onebit": {"exchange": {"mode": ")" + mode + R"(", "servers": )" +
+                              (mode == "ps" ? "2" : "0") + R"(, "compressor": ")" + compressor +
+                              R"("}}})");
+      ASSERT_TRUE(c.ok()) << c.status();
+      EXPECT_EQ(c->exchange.compressor, compressor);
+      auto again = ParseJobConfig(JobConfigToJson(*c));
+      ASSERT_TRUE(again.ok()) << again.status();
+      EXPECT_EQ(again->exchange.compressor, compressor);
+    }
+  }
 }
 
 TEST(JobConfigTest, Overlap) {
@@ -235,6 +251,8 @@ TEST(JobConfigTest, RejectsBadConfigsNamingTheKey) {
       {R"({"onebit": {"exchange": {"overlap": "yes"}}})",
        "onebit.exchange.overlap: must be true or false"},
       {R"({"onebit": {"exchange": {"overlap": 1}}})", "onebit.exchange.overlap"},
+      {R"({"onebit": {"exchange": {"compressor": "int4"}}})", "onebit.exchange.compressor"},
+      {R"({"onebit": {"exchange": {"compressor": 8}}})", "onebit.exchange.compressor"},
       {R"({"onebit": {"exchange": {"mode": "ps", "servers": 1, "overlap": true}}})",
        "onebit.exchange.overlap: only peer mode"},
       {R"({"onebit": {"freeze": {"threshold": 0}}})", "onebit.freeze.threshold"},

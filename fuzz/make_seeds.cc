@@ -204,6 +204,27 @@ void KernelBlocks() {
   seed("one_chunk.bin", 1, 64, 60, 1);
   seed("four_chunks.bin", 4, 16, 64, 3);
   seed("padded.bin", 2, 8, 13, 2);
+  // int8 (bit 7 of the workers byte): int8 blocks, then m values.
+  auto seed_int8 = [&](const std::string& name, size_t num_chunks, size_t chunk, size_t n,
+                       int workers) {
+    std::vector<float> m = Ramp(n, 0.1f), err(num_chunks * chunk, 0.0f);
+    std::vector<uint8_t> blocks(num_chunks * kernels::Int8BlockBytes(chunk));
+    if (!backend->CompressWorkerInt8(m.data(), nullptr, 0.9f, n, num_chunks, chunk, err.data(),
+                                     blocks.data())
+             .ok()) {
+      std::exit(1);
+    }
+    std::string out;
+    Append<uint8_t>(&out, static_cast<uint8_t>(num_chunks - 1));
+    Append<uint8_t>(&out, static_cast<uint8_t>(chunk / 8 - 1));
+    Append<uint16_t>(&out, static_cast<uint16_t>(n));
+    Append<uint8_t>(&out, static_cast<uint8_t>(0x80 | (workers - 1)));
+    out.append(reinterpret_cast<const char*>(blocks.data()), blocks.size());
+    for (size_t i = 0; i < n; ++i) Append<float>(&out, m[i]);
+    Write("kernels_fuzzer", name, out);
+  };
+  seed_int8("int8_one_chunk.bin", 1, 64, 60, 1);
+  seed_int8("int8_padded.bin", 3, 8, 19, 3);
 }
 
 // shard_push_fuzzer's input: header (u8 workers-1, u8 shards-1, u8 shard, u16 n-1, u8 flags)
@@ -286,6 +307,30 @@ void ShardPushes() {
   std::memcpy(block.data(), &scale, sizeof(scale));
   op(&restore, 0, 0, 0, ChunkKind::kOnebit, 0, block);
   Write("shard_push_fuzzer", "restore.bin", restore);
+
+  // int8 (flags bit 6): two compression steps of real int8 blocks.
+  absl::StatusOr<PsLayout> layout8 = PsLayout::Create(n, shards, kernels::Compressor::kInt8);
+  if (!layout8.ok()) std::exit(1);
+  auto int8 = [&](int worker) {
+    std::vector<float> m = Ramp(n, 0.1f * static_cast<float>(worker + 1));
+    std::vector<float> err(layout8->padded_size(), 0.0f);
+    std::vector<uint8_t> blocks(shards * layout8->block_bytes());
+    if (!backend
+             ->CompressWorkerInt8(m.data(), nullptr, 0.9f, n, shards, layout8->chunk(), err.data(),
+                                  blocks.data())
+             .ok()) {
+      std::exit(1);
+    }
+    return std::string(reinterpret_cast<const char*>(blocks.data()) + shard * layout8->block_bytes(),
+                       layout8->block_bytes());
+  };
+  std::string steps8 = header(workers, shards, shard, n, 0x41);
+  op(&steps8, 0, 0, shard, ChunkKind::kOnebit, 0, int8(0));
+  op(&steps8, 1, 0, shard, ChunkKind::kOnebit, 0, int8(1));
+  op(&steps8, 0, 1, shard, ChunkKind::kOnebit, 0, int8(1));
+  op(&steps8, 1, 0, shard, ChunkKind::kOnebit, 0, int8(0));
+  op(&steps8, 1, 0, shard, ChunkKind::kOnebit, 0, onebit(0));  // a 1-bit block: wrong size
+  Write("shard_push_fuzzer", "int8_compression.bin", steps8);
 }
 
 }  // namespace

@@ -4,9 +4,10 @@
 //
 // Whatever the pushes, a result the shard hands out must be one a worker accepts (the
 // checks of worker/exchange/ps_exchange.cc ValidateResult): the payload size of its kind
-// and, for a onebit block, a finite scale >= 0.
+// and, for a compressed block, a finite scale >= 0 (and with int8 a finite offset).
 //
-// Input: a 6-byte header (u8 workers-1, u8 shards-1, u8 shard, u16 n-1, u8 flags), then
+// Input: a 6-byte header (u8 workers-1, u8 shards-1, u8 shard, u16 n-1, u8 flags: bit 0
+// AVX2, bit 6 the int8 compressor, bit 7 checkpoints, (flags >> 1) % 3 retained steps), then
 // operations: u8 worker, u8 step code (0x7f: an int64 step follows; else the current step
 // plus -2..2), u8 chunk, u8 kind, u8 op (bit 0 checkpoint flag, bit 1 a u16 payload length
 // follows, bit 2 ask for the result instead of pushing, bit 3 restore the server error from
@@ -81,6 +82,11 @@ void CheckResult(const PsLayout& layout, int shard, ChunkKind kind, const Result
       std::fprintf(stderr, "fuzz: the shard answered a onebit result with scale %g\n", scale);
     }
     ONEBIT_FUZZ_CHECK(std::isfinite(scale) && scale >= 0.0f);
+    if (layout.compressor() == kernels::Compressor::kInt8) {
+      float offset;
+      std::memcpy(&offset, result->data() + sizeof(scale), sizeof(offset));
+      ONEBIT_FUZZ_CHECK(std::isfinite(offset));
+    }
   }
 }
 
@@ -93,6 +99,7 @@ void Run(const uint8_t* data, size_t size) {
   config.n = 1 + in.Get<uint16_t>() % 512;
   const uint8_t flags = in.Byte();
   config.retained_steps = 2 + (flags >> 1) % 3;
+  if (flags & 0x40) config.compressor = kernels::Compressor::kInt8;
   int checkpoints = 0;
   if (flags & 0x80) {
     config.on_checkpoint = [&checkpoints](int64_t, std::vector<float>) { ++checkpoints; };

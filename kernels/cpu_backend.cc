@@ -133,6 +133,72 @@ class CpuBackend : public Backend {
     return absl::OkStatus();
   }
 
+  absl::Status CompressWorkerInt8(const float* m, const float* g, float beta1, size_t n,
+                                  size_t num_chunks, size_t chunk, float* err,
+                                  uint8_t* out) override {
+    if (absl::Status s = CheckChunk(chunk); !s.ok()) return s;
+    const size_t n_pad = num_chunks * chunk;
+    if (n > n_pad) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor of ", n, " elements does not fit ", num_chunks, " chunks of ",
+                       chunk));
+    }
+    // Pass 1: x into err, and each piece's range; pieces never span two chunks.
+    const size_t per_chunk = Pieces(chunk);
+    ranges_.assign(num_chunks * per_chunk, cpu::int8::Range());
+    ForEachPieceOfChunks(num_chunks, chunk, n_pad, [&](size_t r, size_t i, size_t count) {
+      const size_t at = r * chunk + i;
+      const size_t real = at < n ? std::min(count, n - at) : 0;
+      k_.int8_worker_input(real ? m + at : m, g && real ? g + at : nullptr, beta1, real, count,
+                             err + at, &ranges_[r * per_chunk + i / kPiece]);
+    });
+    // Each chunk's scale and offset (min and max: the order of the pieces does not matter).
+    params_.resize(num_chunks);
+    const size_t stride = Int8BlockBytes(chunk);
+    for (size_t r = 0; r < num_chunks; ++r) {
+      cpu::int8::Range range;
+      for (size_t t = 0; t < per_chunk; ++t) cpu::int8::Merge(ranges_[r * per_chunk + t], &range);
+      params_[r] = cpu::int8::ParamsFor(range);
+      cpu::SetBlockScale(out + r * stride, params_[r].scale);
+      cpu::SetBlockOffset(out + r * stride, params_[r].lo);
+    }
+    ForEachPieceOfChunks(num_chunks, chunk, n_pad, [&](size_t r, size_t i, size_t count) {
+      k_.int8_quantize(params_[r], count, err + r * chunk + i, out + r * stride + 8 + i);
+    });
+    return absl::OkStatus();
+  }
+
+  absl::Status ServerAggregateInt8(const uint8_t* blocks, int num_workers, size_t chunk,
+                                   float* err, uint8_t* out) override {
+    if (absl::Status s = CheckChunk(chunk); !s.ok()) return s;
+    if (num_workers < 1) return absl::InvalidArgumentError("ServerAggregate needs a worker");
+    const size_t stride = Int8BlockBytes(chunk);
+    ranges_.assign(Pieces(chunk), cpu::int8::Range());
+    ForEachPiece(chunk, [&](size_t i, size_t count) {
+      k_.int8_server_input(blocks, stride, num_workers, i, count, err + i, &ranges_[i / kPiece]);
+    });
+    cpu::int8::Range range;
+    for (const cpu::int8::Range& r : ranges_) cpu::int8::Merge(r, &range);
+    const cpu::int8::Params p = cpu::int8::ParamsFor(range);
+    cpu::SetBlockScale(out, p.scale);
+    cpu::SetBlockOffset(out, p.lo);
+    ForEachPiece(chunk, [&](size_t i, size_t count) {
+      k_.int8_quantize(p, count, err + i, out + 8 + i);
+    });
+    return absl::OkStatus();
+  }
+
+  absl::Status DecompressInt8(const uint8_t* blocks, size_t num_chunks, size_t chunk, size_t n,
+                              float* out) override {
+    if (absl::Status s = CheckChunk(chunk); !s.ok()) return s;
+    if (n > num_chunks * chunk) return absl::InvalidArgumentError("n exceeds the blocks");
+    const size_t stride = Int8BlockBytes(chunk);
+    ForEachPieceOfChunks(num_chunks, chunk, n, [&](size_t r, size_t i, size_t count) {
+      k_.int8_decode(blocks + r * stride, i, count, out + r * chunk + i);
+    });
+    return absl::OkStatus();
+  }
+
   absl::Status SumRows(const float* rows, int num_rows, size_t count, float* out) override {
     if (num_rows < 0) return absl::InvalidArgumentError("negative row count");
     SumRowsPieces(rows, num_rows, count, out, 1.0f, false);
@@ -433,9 +499,18 @@ class CpuBackend : public Backend {
   const cpu::KernelTable& k_;
   ParallelFor pool_;
   std::vector<double> partial_;  // SumOverPieces' partial sums
+  std::vector<cpu::int8::Range> ranges_;    // int8: the ranges of the pieces
+  std::vector<cpu::int8::Params> params_;   // int8: each chunk's scale and offset
 };
 
 }  // namespace
+
+absl::StatusOr<Compressor> ParseCompressor(const std::string& name) {
+  if (name == "onebit") return Compressor::kOnebit;
+  if (name == "int8") return Compressor::kInt8;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown compressor \"", name, "\": must be \"onebit\" or \"int8\""));
+}
 
 bool CpuHasAvx2() {
 #if defined(__x86_64__) && defined(__GNUC__)

@@ -14,6 +14,38 @@
 
 namespace onebit::kernels::cpu {
 
+// The int8 format (kernels.h, INT8 WIRE FORMAT): the scalar kernels (cpu_kernels_int8.cc),
+// which the AVX2 ones reproduce bit for bit (int8 has no sum of squares).
+namespace int8 {
+
+// The running min and max of some values, NaN noted apart. Empty: lo > hi.
+struct Range {
+  float lo = INFINITY;
+  float hi = -INFINITY;
+  bool nan = false;
+};
+void Merge(const Range& from, Range* into);
+
+// A chunk's scale, offset and 1/scale (0 where kernels.h says so).
+struct Params {
+  float scale = 0.0f, lo = 0.0f, inv = 0.0f;
+};
+Params ParamsFor(const Range& range);
+
+// err[i] = x[i] for i < count (x = m' + err for i < n, err past n); tracks x into range.
+void WorkerInput(const float* m, const float* g, float beta1, size_t n, size_t count, float* err,
+                 Range* range);
+// err[i] = y = fma(sum_j decode(block j)[first + i], 1/W, err[i]) for i < count, the W
+// blocks `stride` bytes apart, `err` pointing at element `first`; tracks y into range.
+void ServerInput(const uint8_t* blocks, size_t stride, int num_workers, size_t first,
+                 size_t count, float* err, Range* range);
+// codes[i] = q(err[i]); err[i] -= decode(q) for i < count.
+void Quantize(const Params& p, size_t count, float* err, uint8_t* codes);
+// out[i] = decode(block)[first + i] for i < count.
+void Decode(const uint8_t* block, size_t first, size_t count, float* out);
+
+}  // namespace int8
+
 struct KernelTable {
   const char* name;
   // m = fma(b1, m, (1-b1)*g).
@@ -43,6 +75,13 @@ struct KernelTable {
                                      const float* v, const float* mask, float* m, float* p,
                                      size_t count);
   double (*sum_squares)(const float* x, size_t n);
+  // int8: as int8::WorkerInput, ServerInput, Quantize and Decode.
+  void (*int8_worker_input)(const float* m, const float* g, float beta1, size_t n, size_t count,
+                            float* err, int8::Range* range);
+  void (*int8_server_input)(const uint8_t* blocks, size_t stride, int num_workers, size_t first,
+                            size_t count, float* err, int8::Range* range);
+  void (*int8_quantize)(const int8::Params& p, size_t count, float* err, uint8_t* codes);
+  void (*int8_decode)(const uint8_t* block, size_t first, size_t count, float* out);
 };
 
 const KernelTable& ScalarKernels();
@@ -59,6 +98,15 @@ static inline float BlockScale(const uint8_t* block) {
 }
 static inline void SetBlockScale(uint8_t* block, float s) { std::memcpy(block, &s, sizeof(s)); }
 static inline bool SignBit(const uint8_t* bits, size_t j) { return (bits[j >> 3] >> (j & 7)) & 1u; }
+
+static inline float BlockOffset(const uint8_t* block) {
+  float lo;
+  std::memcpy(&lo, block + 4, sizeof(lo));
+  return lo;
+}
+static inline void SetBlockOffset(uint8_t* block, float lo) {
+  std::memcpy(block + 4, &lo, sizeof(lo));
+}
 
 static inline float AdamDirection(const AdamHyper& h, float m, float v, float p) {
   float u = m / (std::sqrt(v) + h.eps);

@@ -197,12 +197,127 @@ double SumSquares(const float* x, size_t n) {
   return HorizontalSum(lo, hi) + ScalarKernels().sum_squares(x + i, n - i);
 }
 
+// ---- int8 (kernels.h, INT8 WIRE FORMAT): the scalar formulas of cpu_kernels_int8.cc, 8
+// elements at a time. min_ps(x, lo) is x < lo ? x : lo and max_ps(x, hi) x > hi ? x : hi,
+// so a NaN x leaves them alone, as the scalar Track does (NaN is flagged apart);
+// max_ps(r, 0) is r > 0 ? r : 0 and min_ps(r, 255) r < 255 ? r : 255, the scalar clamp;
+// round_ps to nearest is nearbyint's ties to even.
+
+struct Int8Lanes {
+  // Written out: an implicit constructor would not be compiled for AVX2.
+  Int8Lanes()
+      : lo(_mm256_set1_ps(INFINITY)), hi(_mm256_set1_ps(-INFINITY)), nan(_mm256_setzero_ps()) {}
+  __m256 lo, hi;
+  __m256 nan;  // all ones in a lane that saw a NaN
+  void Track(__m256 x) {
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+    lo = _mm256_min_ps(x, lo);
+    hi = _mm256_max_ps(x, hi);
+  }
+  void MergeInto(int8::Range* range) const {
+    alignas(32) float l[8], h[8];
+    _mm256_store_ps(l, lo);
+    _mm256_store_ps(h, hi);
+    int8::Range lanes;
+    for (int i = 0; i < 8; ++i) {
+      if (l[i] < lanes.lo) lanes.lo = l[i];
+      if (h[i] > lanes.hi) lanes.hi = h[i];
+    }
+    lanes.nan = _mm256_movemask_ps(nan) != 0;
+    int8::Merge(lanes, range);
+  }
+};
+
+void Int8WorkerInput(const float* m, const float* g, float beta1, size_t n, size_t count,
+                     float* err, int8::Range* range) {
+  const __m256 b1 = _mm256_set1_ps(beta1), omb1 = _mm256_set1_ps(1.0f - beta1);
+  Int8Lanes lanes;
+  size_t i = 0;
+  if (g) {
+    for (; i + 8 <= n; i += 8) {
+      const __m256 gi = _mm256_mul_ps(omb1, _mm256_loadu_ps(g + i));
+      const __m256 mi = _mm256_fmadd_ps(b1, _mm256_loadu_ps(m + i), gi);
+      const __m256 x = _mm256_add_ps(mi, _mm256_loadu_ps(err + i));
+      _mm256_storeu_ps(err + i, x);
+      lanes.Track(x);
+    }
+  } else {
+    for (; i + 8 <= n; i += 8) {
+      const __m256 x = _mm256_add_ps(_mm256_loadu_ps(m + i), _mm256_loadu_ps(err + i));
+      _mm256_storeu_ps(err + i, x);
+      lanes.Track(x);
+    }
+  }
+  // The rest of the real elements, then the padding (whole groups of 8 where possible).
+  const size_t tail = n - i;
+  int8::WorkerInput(m + i, g ? g + i : nullptr, beta1, tail, tail, err + i, range);
+  i = n;
+  for (; i + 8 <= count; i += 8) lanes.Track(_mm256_loadu_ps(err + i));
+  int8::WorkerInput(m, nullptr, beta1, 0, count - i, err + i, range);
+  lanes.MergeInto(range);
+}
+
+void Int8ServerInput(const uint8_t* blocks, size_t stride, int num_workers, size_t first,
+                     size_t count, float* err, int8::Range* range) {
+  const __m256 inv_w = _mm256_set1_ps(1.0f / static_cast<float>(num_workers));
+  Int8Lanes lanes;
+  size_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int j = 0; j < num_workers; ++j) {
+      const uint8_t* block = blocks + j * stride;
+      const __m128i q8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + 8 + first + i));
+      const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q8));
+      const __m256 d =
+          _mm256_fmadd_ps(q, _mm256_set1_ps(BlockScale(block)), _mm256_set1_ps(BlockOffset(block)));
+      acc = _mm256_add_ps(acc, d);
+    }
+    const __m256 y = _mm256_fmadd_ps(acc, inv_w, _mm256_loadu_ps(err + i));
+    _mm256_storeu_ps(err + i, y);
+    lanes.Track(y);
+  }
+  int8::ServerInput(blocks, stride, num_workers, first + i, count - i, err + i, range);
+  lanes.MergeInto(range);
+}
+
+void Int8Quantize(const int8::Params& p, size_t count, float* err, uint8_t* codes) {
+  const __m256 lo = _mm256_set1_ps(p.lo), inv = _mm256_set1_ps(p.inv),
+               scale = _mm256_set1_ps(p.scale);
+  const __m256 zero = _mm256_setzero_ps(), top = _mm256_set1_ps(255.0f);
+  size_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    const __m256 x = _mm256_loadu_ps(err + i);
+    __m256 r = _mm256_mul_ps(_mm256_sub_ps(x, lo), inv);
+    r = _mm256_min_ps(_mm256_max_ps(r, zero), top);
+    r = _mm256_round_ps(r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256i q = _mm256_cvtps_epi32(r);  // exact: an integer in [0, 255]
+    const __m128i q16 =
+        _mm_packus_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + i), _mm_packus_epi16(q16, q16));
+    _mm256_storeu_ps(err + i, _mm256_sub_ps(x, _mm256_fmadd_ps(r, scale, lo)));
+  }
+  int8::Quantize(p, count - i, err + i, codes + i);
+}
+
+void Int8Decode(const uint8_t* block, size_t first, size_t count, float* out) {
+  const __m256 scale = _mm256_set1_ps(BlockScale(block)), lo = _mm256_set1_ps(BlockOffset(block));
+  const uint8_t* codes = block + 8 + first;
+  size_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    const __m128i q8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i));
+    const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q8));
+    _mm256_storeu_ps(out + i, _mm256_fmadd_ps(q, scale, lo));
+  }
+  int8::Decode(block, first + i, count - i, out + i);
+}
+
 }  // namespace
 
 const KernelTable* Avx2Kernels() {
   static const KernelTable table = {
       "avx2",       Momentum,     WorkerInput,  ServerInput,           SignPack,
       DecodeBlock,  SumRows,      AdamWarmup,   FrozenUpdate, DecodeBlockFrozenUpdate, SumSquares,
+      Int8WorkerInput, Int8ServerInput, Int8Quantize, Int8Decode,
   };
   return &table;
 }

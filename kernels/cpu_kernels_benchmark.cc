@@ -41,12 +41,18 @@ constexpr double kWarmupBytes = 7 * F;                         // read g,m,v,p; 
 constexpr double kFrozenBytes = 5 * F;                         // read m,v,p; write m,p
 constexpr double kDecompressUpdateBytes = B + 4 * F;           // read signs,v,p; write m,p
 constexpr double kStepBytes = kCompressBytes + kServerBytes + kDecompressUpdateBytes;
+// int8 (Q = one byte per element): the same passes with codes instead of sign bits.
+constexpr double Q = kN, kInt8BlockBytes = static_cast<double>(Int8BlockBytes(kChunk));
+constexpr double kCompressInt8Bytes = 3 * F + F + F + Q + 8.0 * kWorkers;  // read m,g,err; reread x; write err, codes
+constexpr double kServerInt8Bytes = kWorkers * kInt8BlockBytes + 3 * (F / kWorkers) + kInt8BlockBytes;
+constexpr double kDecompressInt8Bytes = Q + F;  // read codes; write m
 
 struct State {
   std::map<int, std::unique_ptr<Backend>> backends;  // by thread count
   std::map<int, double> memcpy_gbps;                 // by thread count, from BM_Memcpy
   std::vector<float> m, g, v, p, err, server_err;
   std::vector<uint8_t> blocks, server_out;
+  std::vector<uint8_t> blocks8, server_out8;  // int8
   std::vector<char> src, dst;
 
   Backend* backend(int threads) {
@@ -67,6 +73,12 @@ struct State {
     server_err.assign(kChunk, 0.0f);
     blocks.assign(kWorkers * CompressedBlockBytes(kChunk), 0x5A);
     server_out.assign(CompressedBlockBytes(kChunk), 0);
+    blocks8.assign(kWorkers * Int8BlockBytes(kChunk), 0x5A);
+    for (int r = 0; r < kWorkers; ++r) {  // sane headers: scale 0.01, offset -1
+      const float header[2] = {0.01f, -1.0f};
+      std::memcpy(blocks8.data() + r * Int8BlockBytes(kChunk), header, sizeof(header));
+    }
+    server_out8.assign(Int8BlockBytes(kChunk), 0);
     src.assign(static_cast<size_t>(F), 1);
     dst.assign(static_cast<size_t>(F), 0);
   }
@@ -140,6 +152,33 @@ void BM_Decompress(benchmark::State& st) {
   Report(st, kDecompressBytes);
 }
 
+void BM_CompressWorkerFusedInt8(benchmark::State& st) {
+  State& s = S();
+  for (auto _ : st) {
+    (void)s.backend(static_cast<int>(st.range(0)))->CompressWorkerInt8(
+        s.m.data(), s.g.data(), 0.9f, kN, kWorkers, kChunk, s.err.data(), s.blocks8.data());
+  }
+  Report(st, kCompressInt8Bytes);
+}
+
+void BM_ServerAggregateInt8(benchmark::State& st) {
+  State& s = S();
+  for (auto _ : st) {
+    (void)s.backend(static_cast<int>(st.range(0)))->ServerAggregateInt8(
+        s.blocks8.data(), kWorkers, kChunk, s.server_err.data(), s.server_out8.data());
+  }
+  Report(st, kServerInt8Bytes);
+}
+
+void BM_DecompressInt8(benchmark::State& st) {
+  State& s = S();
+  for (auto _ : st) {
+    (void)s.backend(static_cast<int>(st.range(0)))->DecompressInt8(s.blocks8.data(), kWorkers,
+                                                                   kChunk, kN, s.m.data());
+  }
+  Report(st, kDecompressInt8Bytes);
+}
+
 void BM_AdamWarmupUpdate(benchmark::State& st) {
   State& s = S();
   AdamHyper h;
@@ -199,6 +238,9 @@ BENCHMARK(BM_MomentumUpdate)->Unit(benchmark::kMillisecond)->UseRealTime()->Appl
 BENCHMARK(BM_CompressWorkerFused)->Unit(benchmark::kMillisecond)->UseRealTime()->Apply(ThreadCounts);
 BENCHMARK(BM_ServerAggregate)->Unit(benchmark::kMillisecond)->UseRealTime()->Apply(ThreadCounts);
 BENCHMARK(BM_Decompress)->Unit(benchmark::kMillisecond)->UseRealTime()->Apply(ThreadCounts);
+BENCHMARK(BM_CompressWorkerFusedInt8)->Unit(benchmark::kMillisecond)->UseRealTime()->Apply(ThreadCounts);
+BENCHMARK(BM_ServerAggregateInt8)->Unit(benchmark::kMillisecond)->UseRealTime()->Apply(ThreadCounts);
+BENCHMARK(BM_DecompressInt8)->Unit(benchmark::kMillisecond)->UseRealTime()->Apply(ThreadCounts);
 BENCHMARK(BM_AdamWarmupUpdate)->Unit(benchmark::kMillisecond)->UseRealTime()->Apply(ThreadCounts);
 BENCHMARK(BM_FrozenAdamUpdate)->Unit(benchmark::kMillisecond)->UseRealTime()->Apply(ThreadCounts);
 BENCHMARK(BM_DecompressFrozenAdamUpdate)->Unit(benchmark::kMillisecond)->UseRealTime()->Apply(ThreadCounts);

@@ -113,6 +113,7 @@ const KernelTable& ScalarKernels() {
   static const KernelTable table = {
       "scalar",     Momentum,     WorkerInput,  ServerInput,           SignPack,
       DecodeBlock,  SumRows,      AdamWarmup,   FrozenUpdate, DecodeBlockFrozenUpdate, SumSquares,
+      int8::WorkerInput, int8::ServerInput, int8::Quantize, int8::Decode,
   };
   return table;
 }

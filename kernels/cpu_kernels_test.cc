@@ -54,6 +54,37 @@ void ExpectSigns(const ref::SignTensor& got, const ref::SignTensor& want,
   }
 }
 
+// Int8 codes must agree except where float rounding can move a value that the reference
+// puts within `tie` code units of a rounding boundary (k + 1/2); there they may differ by
+// one. Where they agree, the errors must agree to float rounding.
+void ExpectInt8(const ref::Int8Tensor& got, const std::vector<float>& err,
+                const ref::Int8Tensor& want, const std::vector<double>& x_ref,
+                const std::vector<double>& err_ref, size_t chunk, const std::string& what) {
+  ASSERT_EQ(got.codes.size(), want.codes.size()) << what;
+  for (size_t r = 0; r < want.scales.size(); ++r) {
+    EXPECT_NEAR(got.scales[r], want.scales[r], 1e-6 * want.scales[r]) << what << " chunk " << r;
+    EXPECT_NEAR(got.offsets[r], want.offsets[r], 1e-6 * std::abs(want.offsets[r]))
+        << what << " chunk " << r;
+  }
+  size_t near_ties = 0;
+  for (size_t i = 0; i < want.codes.size(); ++i) {
+    const size_t r = i / chunk;
+    const double code = want.scales[r] > 0 ? (x_ref[i] - want.offsets[r]) / want.scales[r] : 0;
+    const double frac = code - std::floor(code);
+    if (std::abs(frac - 0.5) <= 1e-3) {
+      ++near_ties;
+      ASSERT_LE(std::abs(got.codes[i] - want.codes[i]), 1) << what << " code at " << i;
+      if (got.codes[i] != want.codes[i]) continue;
+    }
+    ASSERT_EQ(got.codes[i], want.codes[i]) << what << " code at " << i << " x=" << x_ref[i];
+    // Rounding relative to the terms: x, the offset and q * scale.
+    const double terms = std::abs(x_ref[i]) + std::abs(want.offsets[r]) + 255 * want.scales[r];
+    ASSERT_LE(std::abs(err[i] - err_ref[i]), 1e-6 * terms)
+        << what << " err at " << i;
+  }
+  EXPECT_LE(near_ties, want.codes.size() / 100 + 2) << what;  // the tie band stays narrow
+}
+
 // (SIMD, length, threads).
 class CpuKernelsTest : public ::testing::TestWithParam<std::tuple<bool, size_t, int>> {
  protected:
@@ -394,6 +425,79 @@ TEST_P(CpuKernelsTest, SumSquares) {
   EXPECT_NEAR(got, want, 1e-12 * (want + 1));
 }
 
+TEST_P(CpuKernelsTest, CompressWorkerInt8) {
+  for (size_t num_chunks : {1, 3, 4}) {
+    for (bool fused : {false, true}) {
+      const size_t chunk = RoundUp((n_ + num_chunks - 1) / num_chunks, 8);
+      const size_t n_pad = num_chunks * chunk;
+      const std::string what = "chunks=" + std::to_string(num_chunks) + (fused ? " fused" : "");
+      std::vector<float> m = Normal(n_, 3), g = Normal(n_, 4);
+      std::vector<float> err = Normal(n_pad, 5, 0.1f);  // includes a nonzero padded tail
+      std::vector<double> err_ref = ToDouble(err);
+      std::vector<uint8_t> out(num_chunks * Int8BlockBytes(chunk), 0xAB);
+      ASSERT_TRUE(backend_
+                      ->CompressWorkerInt8(m.data(), fused ? g.data() : nullptr, 0.9f, n_,
+                                           num_chunks, chunk, err.data(), out.data())
+                      .ok());
+      std::vector<double> x_ref = err_ref;
+      for (size_t i = 0; i < n_; ++i) x_ref[i] += fused ? 0.9f * m[i] + (1 - 0.9f) * g[i] : m[i];
+      const ref::Int8Tensor want = ref::CompressWorkerInt8(
+          m.data(), fused ? g.data() : nullptr, 0.9f, n_, num_chunks, chunk, &err_ref);
+      const ref::Int8Tensor got = ref::DecodeInt8Blocks(out.data(), num_chunks, chunk);
+      ExpectInt8(got, err, want, x_ref, err_ref, chunk, what);
+    }
+  }
+}
+
+TEST_P(CpuKernelsTest, ServerAggregateInt8) {
+  const size_t chunk = RoundUp(n_, 8);
+  for (int w : {1, 2, 3, 8}) {
+    std::vector<ref::Int8Tensor> workers(w);
+    std::vector<uint8_t> blocks;
+    std::mt19937 rng(7 + w);
+    for (int j = 0; j < w; ++j) {
+      // As on the wire: float32 scale and offset.
+      workers[j].scales = {static_cast<float>(0.01 + 0.003 * j)};
+      workers[j].offsets = {static_cast<float>(-1.3 + 0.2 * j)};
+      for (size_t i = 0; i < chunk; ++i) workers[j].codes.push_back(static_cast<int>(rng() % 256));
+      std::vector<uint8_t> b = ref::EncodeInt8Blocks(workers[j], chunk);
+      blocks.insert(blocks.end(), b.begin(), b.end());
+    }
+    std::vector<float> err = Normal(chunk, 8, 0.05f);
+    std::vector<double> err_ref = ToDouble(err);
+    std::vector<uint8_t> out(Int8BlockBytes(chunk));
+    ASSERT_TRUE(
+        backend_->ServerAggregateInt8(blocks.data(), w, chunk, err.data(), out.data()).ok());
+    std::vector<double> y_ref(chunk);
+    for (size_t i = 0; i < chunk; ++i) {
+      for (const auto& k : workers) y_ref[i] += k.offsets[0] + k.codes[i] * k.scales[0];
+      y_ref[i] = y_ref[i] / w + err_ref[i];
+    }
+    const ref::Int8Tensor want = ref::ServerAggregateInt8(workers, &err_ref);
+    const ref::Int8Tensor got = ref::DecodeInt8Blocks(out.data(), 1, chunk);
+    ExpectInt8(got, err, want, y_ref, err_ref, chunk, "W=" + std::to_string(w));
+  }
+}
+
+TEST_P(CpuKernelsTest, DecompressInt8) {
+  for (size_t num_chunks : {1, 3, 4}) {
+    const size_t chunk = RoundUp((n_ + num_chunks - 1) / num_chunks, 8);
+    ref::Int8Tensor t;
+    std::mt19937 rng(9);
+    for (size_t r = 0; r < num_chunks; ++r) {
+      t.scales.push_back(static_cast<float>(0.02 * (r + 1)));
+      t.offsets.push_back(static_cast<float>(-2.5 + r));
+    }
+    for (size_t i = 0; i < num_chunks * chunk; ++i) t.codes.push_back(static_cast<int>(rng() % 256));
+    const std::vector<uint8_t> blocks = ref::EncodeInt8Blocks(t, chunk);
+    std::vector<float> out(n_ + 1, 1234.0f);  // one past n: must stay untouched
+    ASSERT_TRUE(backend_->DecompressInt8(blocks.data(), num_chunks, chunk, n_, out.data()).ok());
+    EXPECT_EQ(out[n_], 1234.0f);
+    out.resize(n_);
+    ExpectNear(out, ref::DecodeInt8(t, chunk, n_), 1e-6, 1.0, "decoded");
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Lengths, CpuKernelsTest,
     ::testing::Combine(::testing::Bool(), ::testing::ValuesIn(kLengths), ::testing::Values(1, 3)),
@@ -439,6 +543,17 @@ TEST(CpuKernelsThreadsTest, ThreadCountNeverChangesBits) {
         EXPECT_TRUE(b->SumRows(rows.data(), 3, n, sum.data()).ok());
         EXPECT_TRUE(b->AverageRows(rows.data(), 3, n, avg.data()).ok());
         EXPECT_TRUE(b->SumSquares(err.data(), err.size(), &norm).ok());
+        // int8: two worker steps, the 5 blocks as 5 workers of one chunk, decoding.
+        std::vector<float> err8(num_chunks * chunk, 0.0f), server_err8(chunk, 0.0f), decoded8(n);
+        std::vector<uint8_t> blocks8(num_chunks * Int8BlockBytes(chunk));
+        std::vector<uint8_t> aggregated8(Int8BlockBytes(chunk));
+        for (int step = 0; step < 2; ++step) {
+          EXPECT_TRUE(b->CompressWorkerInt8(m.data(), g.data(), 0.9f, n, num_chunks, chunk,
+                                            err8.data(), blocks8.data()).ok());
+        }
+        EXPECT_TRUE(b->ServerAggregateInt8(blocks8.data(), static_cast<int>(num_chunks), chunk,
+                                           server_err8.data(), aggregated8.data()).ok());
+        EXPECT_TRUE(b->DecompressInt8(blocks8.data(), num_chunks, chunk, n, decoded8.data()).ok());
         std::vector<uint8_t> all;
         auto append = [&](const void* data, size_t bytes) {
           const auto* c = static_cast<const uint8_t*>(data);
@@ -449,6 +564,11 @@ TEST(CpuKernelsThreadsTest, ThreadCountNeverChangesBits) {
         }
         append(blocks.data(), blocks.size());
         append(aggregated.data(), aggregated.size());
+        for (const std::vector<float>* x : {&err8, &server_err8, &decoded8}) {
+          append(x->data(), x->size() * sizeof(float));
+        }
+        append(blocks8.data(), blocks8.size());
+        append(aggregated8.data(), aggregated8.size());
         append(&norm, sizeof(norm));
         return all;
       };
@@ -510,6 +630,140 @@ TEST(CpuKernelsErrorsTest, RejectsBadChunks) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(b->ServerAggregate(out.data(), 0, 8, err.data(), out.data()).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// int8 has no sum of squares: the SIMD and scalar backends give the same bits throughout.
+TEST(CpuKernelsSimdTest, Int8MatchesScalarBitForBit) {
+  if (!CpuHasAvx2()) GTEST_SKIP() << "this CPU has no AVX2+FMA";
+  auto simd = NewCpuBackend(true), scalar = NewCpuBackend(false);
+  const size_t n = 10007, num_chunks = 3, chunk = RoundUp((n + 2) / 3, 8);
+  std::vector<float> m = Normal(n, 41), g = Normal(n, 42);
+  for (size_t i = 0; i < n; i += 89) m[i] = g[i] = (i % 2) ? 0.0f : -0.0f;  // zeros of both signs
+  for (size_t i = 5; i < n; i += 97) m[i] = std::round(m[i] * 8) / 8, g[i] = m[i];  // on a grid
+  auto run = [&](Backend* b) {
+    std::vector<float> err(num_chunks * chunk, 0.0f), server_err(chunk, 0.0f), out(n);
+    std::vector<uint8_t> blocks(num_chunks * Int8BlockBytes(chunk)), result(Int8BlockBytes(chunk));
+    for (int step = 0; step < 3; ++step) {
+      EXPECT_TRUE(b->CompressWorkerInt8(m.data(), g.data(), 0.9f, n, num_chunks, chunk,
+                                        err.data(), blocks.data()).ok());
+      EXPECT_TRUE(b->ServerAggregateInt8(blocks.data(), 3, chunk, server_err.data(),
+                                         result.data()).ok());
+    }
+    EXPECT_TRUE(b->DecompressInt8(blocks.data(), num_chunks, chunk, n, out.data()).ok());
+    std::vector<uint8_t> all(blocks);
+    all.insert(all.end(), result.begin(), result.end());
+    for (const std::vector<float>* x : {&err, &server_err, &out}) {
+      const auto* c = reinterpret_cast<const uint8_t*>(x->data());
+      all.insert(all.end(), c, c + x->size() * sizeof(float));
+    }
+    return all;
+  };
+  EXPECT_TRUE(run(simd.get()) == run(scalar.get()));
+}
+
+// One chunk of 8 through CompressWorkerInt8 (no momentum, zero error): the block's scale,
+// offset and codes, and the error it leaves.
+struct Int8One {
+  float scale, lo;
+  std::vector<int> codes;
+  std::vector<float> err, decoded;
+};
+Int8One CompressOne(Backend* b, const std::vector<float>& x) {
+  Int8One r;
+  r.err.assign(x.size(), 0.0f);
+  std::vector<uint8_t> block(Int8BlockBytes(x.size()));
+  EXPECT_TRUE(b->CompressWorkerInt8(x.data(), nullptr, 0.0f, x.size(), 1, x.size(), r.err.data(),
+                                    block.data()).ok());
+  std::memcpy(&r.scale, block.data(), 4);
+  std::memcpy(&r.lo, block.data() + 4, 4);
+  for (size_t i = 0; i < x.size(); ++i) r.codes.push_back(block[8 + i]);
+  r.decoded.resize(x.size());
+  EXPECT_TRUE(b->DecompressInt8(block.data(), 1, x.size(), x.size(), r.decoded.data()).ok());
+  return r;
+}
+
+uint32_t Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+TEST(CpuKernelsInt8Test, EdgeCases) {
+  for (bool simd : {false, true}) {
+    if (simd && !CpuHasAvx2()) continue;
+    auto b = NewCpuBackend(simd);
+    const std::string what = simd ? "avx2" : "scalar";
+    // Ties round to even: lo 0, hi 255 give scale 1 and 1/scale 1 exactly.
+    Int8One t = CompressOne(b.get(), {0.0f, 255.0f, 0.5f, 1.5f, 2.5f, 253.5f, 254.5f, 3.49f});
+    EXPECT_EQ(t.scale, 1.0f) << what;
+    EXPECT_EQ(t.lo, 0.0f) << what;
+    EXPECT_EQ(t.codes, (std::vector<int>{0, 255, 0, 2, 2, 254, 254, 3})) << what;
+    EXPECT_EQ(t.err[2], 0.5f) << what;
+    EXPECT_EQ(t.err[4], 0.5f) << what;
+    // A constant chunk: scale 0, every code 0, decoded exactly, no error.
+    t = CompressOne(b.get(), std::vector<float>(8, -3.25f));
+    EXPECT_EQ(t.scale, 0.0f) << what;
+    EXPECT_EQ(t.lo, -3.25f) << what;
+    EXPECT_EQ(t.codes, std::vector<int>(8, 0)) << what;
+    EXPECT_EQ(t.decoded, std::vector<float>(8, -3.25f)) << what;
+    EXPECT_EQ(t.err, std::vector<float>(8, 0.0f)) << what;
+    // Zeros of both signs: offset +0 whichever the min saw first; decoded +0.
+    for (float first : {0.0f, -0.0f}) {
+      t = CompressOne(b.get(), {first, -first, 0.0f, -0.0f, 0.0f, -0.0f, 0.0f, 0.0f});
+      EXPECT_EQ(Bits(t.lo), 0u) << what;
+      EXPECT_EQ(Bits(t.scale), 0u) << what;
+      for (float d : t.decoded) EXPECT_EQ(Bits(d), 0u) << what;
+    }
+    // Huge values: hi - lo overflows float32 but not the float64 scale.
+    t = CompressOne(b.get(), {3e38f, -3e38f, 0.0f, 1e38f, -1e38f, 3e38f, -3e38f, 2e38f});
+    EXPECT_TRUE(std::isfinite(t.scale)) << what;
+    EXPECT_EQ(t.lo, -3e38f) << what;
+    EXPECT_EQ(t.codes[0], 255) << what;
+    EXPECT_EQ(t.codes[1], 0) << what;
+    for (float d : t.decoded) EXPECT_TRUE(std::isfinite(d)) << what;
+    EXPECT_NEAR(t.decoded[2], 0.0, 1.2e36) << what;  // within one step (2.35e36)
+    // NaN or infinity anywhere: the whole chunk decodes to NaN, every code 0.
+    for (float bad : {std::nanf(""), INFINITY, -INFINITY}) {
+      t = CompressOne(b.get(), {1.0f, 2.0f, bad, 4.0f, 5.0f, 6.0f, 7.0f, 8.0f});
+      EXPECT_FALSE(std::isfinite(t.scale)) << what << " " << bad;
+      EXPECT_EQ(t.codes, std::vector<int>(8, 0)) << what << " " << bad;
+      for (float d : t.decoded) EXPECT_TRUE(std::isnan(d)) << what << " " << bad;
+    }
+    t = CompressOne(b.get(), std::vector<float>(8, INFINITY));
+    EXPECT_EQ(Bits(t.scale), 0x7fc00000u) << what;  // inf - inf, stored as the one NaN
+    for (float d : t.decoded) EXPECT_TRUE(std::isnan(d)) << what << " all inf";
+    // A server fed a NaN block passes the NaN on.
+    std::vector<uint8_t> blocks(2 * Int8BlockBytes(8), 0), out(Int8BlockBytes(8));
+    const float nan = std::nanf("");
+    std::memcpy(blocks.data() + Int8BlockBytes(8), &nan, 4);
+    std::vector<float> server_err(8, 0.0f), decoded(8);
+    ASSERT_TRUE(b->ServerAggregateInt8(blocks.data(), 2, 8, server_err.data(), out.data()).ok());
+    ASSERT_TRUE(b->DecompressInt8(out.data(), 1, 8, 8, decoded.data()).ok());
+    for (float d : decoded) EXPECT_TRUE(std::isnan(d)) << what << " server";
+  }
+}
+
+TEST(CpuKernelsInt8Test, RejectsBadChunks) {
+  auto b = NewCpuBackend();
+  std::vector<float> x(16), err(16);
+  std::vector<uint8_t> out(64);
+  EXPECT_EQ(b->CompressWorkerInt8(x.data(), nullptr, 0.9f, 16, 1, 12, err.data(), out.data()).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(b->CompressWorkerInt8(x.data(), nullptr, 0.9f, 17, 2, 8, err.data(), out.data()).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(b->ServerAggregateInt8(out.data(), 0, 8, err.data(), out.data()).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(b->DecompressInt8(out.data(), 1, 8, 9, err.data()).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CompressorTest, NamesAndSizes) {
+  EXPECT_EQ(BlockBytes(Compressor::kOnebit, 64), 12u);
+  EXPECT_EQ(BlockBytes(Compressor::kInt8, 64), 72u);
+  EXPECT_EQ(*ParseCompressor("int8"), Compressor::kInt8);
+  EXPECT_EQ(*ParseCompressor("onebit"), Compressor::kOnebit);
+  EXPECT_EQ(ParseCompressor("fp16").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_STREQ(CompressorName(Compressor::kInt8), "int8");
 }
 
 }  // namespace

@@ -437,6 +437,183 @@ __global__ void SumSquaresKernel(const float* x, size_t n, ReductionScratch* scr
   FinishReduction(local, scratch);
 }
 
+// ---------------------------------------------------------------------------------------
+// The int8 format (kernels.h, INT8 WIRE FORMAT)
+//
+// A chunk's min and max are reduced with atomicMin/atomicMax on order-preserving uint32
+// keys of the floats, NaN with atomicOr on a flag: min and max do not depend on the order
+// they are taken in, so neither do the bits (after lo + 0.0f turns -0 into +0). The ranges
+// live in Int8Ranges (per chunk), reset with cudaMemsetAsync before each use.
+
+struct Int8Ranges {
+  unsigned* min_key;  // num_chunks, reset to 0xffffffff
+  unsigned* max_key;  // num_chunks, reset to 0
+  unsigned* nan;      // num_chunks, reset to 0
+};
+
+// Monotonic: a < b (floats, not NaN) iff FloatKey(a) < FloatKey(b).
+__device__ __forceinline__ unsigned FloatKey(float x) {
+  const unsigned u = __float_as_uint(x);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ __forceinline__ float KeyFloat(unsigned k) {
+  return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
+constexpr unsigned kCanonicalNan = 0x7fc00000u;  // what the CPU backend stores
+
+struct Int8Params {
+  float scale, lo, inv;
+};
+
+// kernels.h's scale, offset and 1/scale from a chunk's reduced range.
+__device__ __forceinline__ Int8Params Int8ParamsFor(unsigned min_key, unsigned max_key,
+                                                    unsigned nan) {
+  Int8Params p;
+  p.inv = 0.0f;
+  if (nan != 0u) {
+    p.scale = p.lo = __uint_as_float(kCanonicalNan);
+    return p;
+  }
+  if (min_key > max_key) {  // no element
+    p.scale = p.lo = 0.0f;
+    return p;
+  }
+  p.lo = __fadd_rn(KeyFloat(min_key), 0.0f);
+  const float hi = __fadd_rn(KeyFloat(max_key), 0.0f);
+  p.scale = __double2float_rn(
+      __ddiv_rn(__dsub_rn(static_cast<double>(hi), static_cast<double>(p.lo)), 255.0));
+  if (p.scale != p.scale) p.scale = __uint_as_float(kCanonicalNan);
+  if (p.scale > 0.0f && isfinite(p.scale)) {
+    const float inv = __fdiv_rn(1.0f, p.scale);
+    if (isfinite(inv)) p.inv = inv;
+  }
+  return p;
+}
+
+__device__ __forceinline__ float Int8Decode(uint8_t q, float scale, float lo) {
+  return fmaf(static_cast<float>(q), scale, lo);
+}
+
+// Reduces a thread's min/max keys and NaN flag over the warp, one atomic per warp. Every
+// lane of the warp must call it.
+__device__ __forceinline__ void Int8WarpCommit(unsigned min_key, unsigned max_key, unsigned nan,
+                                               Int8Ranges ranges, size_t k) {
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    min_key = min(min_key, __shfl_down_sync(kFullMask, min_key, offset));
+    max_key = max(max_key, __shfl_down_sync(kFullMask, max_key, offset));
+    nan |= __shfl_down_sync(kFullMask, nan, offset);
+  }
+  if ((threadIdx.x & 31) == 0) {
+    if (min_key != 0xffffffffu) atomicMin(&ranges.min_key[k], min_key);
+    if (max_key != 0u) atomicMax(&ranges.max_key[k], max_key);
+    if (nan) atomicOr(&ranges.nan[k], 1u);
+  }
+}
+
+__device__ __forceinline__ void Int8Track(float x, unsigned* min_key, unsigned* max_key,
+                                          unsigned* nan) {
+  if (x != x) {
+    *nan = 1u;
+    return;
+  }
+  const unsigned key = FloatKey(x);
+  *min_key = min(*min_key, key);
+  *max_key = max(*max_key, key);
+}
+
+// Worker pass 1: err = x (as for 1 bit) and each chunk's range. grid.y walks the chunks.
+// The loop over a chunk advances warp-uniformly, so that every lane reaches the commit.
+template <bool kFusedMomentum>
+__global__ void WorkerInputInt8Kernel(const float* m, const float* g, float beta1,
+                                      float one_minus_beta1, size_t n, size_t num_chunks,
+                                      size_t chunk, float* err, Int8Ranges ranges) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t k = blockIdx.y; k < num_chunks; k += gridDim.y) {
+    unsigned min_key = 0xffffffffu, max_key = 0u, nan = 0u;
+    for (size_t j = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < chunk;
+         j += stride) {
+      const size_t i = k * chunk + j;
+      float x = err[i];
+      if (i < n) {
+        const float mi =
+            kFusedMomentum ? fmaf(beta1, m[i], __fmul_rn(one_minus_beta1, g[i])) : m[i];
+        x = __fadd_rn(mi, x);
+        err[i] = x;
+      }
+      Int8Track(x, &min_key, &max_key, &nan);
+    }
+    Int8WarpCommit(min_key, max_key, nan, ranges, k);
+  }
+}
+
+// Server pass 1: err = y = fma(sum over workers in rank order of decode(block w), 1/W, err)
+// and the chunk's range (in ranges entry 0).
+__global__ void ServerInputInt8Kernel(const uint8_t* blocks, size_t block_bytes, int num_workers,
+                                      size_t chunk, float inv_w, float* err, Int8Ranges ranges) {
+  unsigned min_key = 0xffffffffu, max_key = 0u, nan = 0u;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t j = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < chunk;
+       j += stride) {
+    float acc = 0.0f;
+    const uint8_t* block = blocks;
+    for (int w = 0; w < num_workers; ++w, block += block_bytes) {
+      float s, lo;
+      memcpy(&s, block, sizeof(s));
+      memcpy(&lo, block + 4, sizeof(lo));
+      acc = __fadd_rn(acc, Int8Decode(block[8 + j], s, lo));
+    }
+    const float y = fmaf(acc, inv_w, err[j]);
+    err[j] = y;
+    Int8Track(y, &min_key, &max_key, &nan);
+  }
+  Int8WarpCommit(min_key, max_key, nan, ranges, 0);
+}
+
+// Pass 2 of both int8 compressions: x is in err; each chunk's scale and offset from its
+// range; codes, and err = x - decode(q).
+__global__ void QuantizeInt8Kernel(Int8Ranges ranges, size_t num_chunks, size_t chunk,
+                                   size_t block_bytes, float* err, uint8_t* out) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t k = blockIdx.y; k < num_chunks; k += gridDim.y) {
+    const Int8Params p = Int8ParamsFor(ranges.min_key[k], ranges.max_key[k], ranges.nan[k]);
+    uint8_t* block = out + k * block_bytes;
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+      memcpy(block, &p.scale, sizeof(p.scale));
+      memcpy(block + 4, &p.lo, sizeof(p.lo));
+    }
+    float* x_chunk = err + k * chunk;
+    for (size_t j = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < chunk;
+         j += stride) {
+      const float x = x_chunk[j];
+      float r = __fmul_rn(__fsub_rn(x, p.lo), p.inv);
+      r = r > 0.0f ? r : 0.0f;  // NaN -> 0
+      r = r < 255.0f ? r : 255.0f;
+      const uint8_t q = static_cast<uint8_t>(__float2uint_rn(r));  // ties to even
+      block[8 + j] = q;
+      x_chunk[j] = __fsub_rn(x, Int8Decode(q, p.scale, p.lo));
+    }
+  }
+}
+
+// out[i] = decode(blocks)[i] for i < n.
+__global__ void DecompressInt8Kernel(const uint8_t* blocks, size_t block_bytes, size_t num_chunks,
+                                     size_t chunk, size_t n, float* out) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t k = blockIdx.y; k < num_chunks && k * chunk < n; k += gridDim.y) {
+    const uint8_t* block = blocks + k * block_bytes;
+    float s, lo;
+    memcpy(&s, block, sizeof(s));
+    memcpy(&lo, block + 4, sizeof(lo));
+    const size_t count = min(chunk, n - k * chunk);
+    float* out_chunk = out + k * chunk;
+    for (size_t j = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < count;
+         j += stride) {
+      out_chunk[j] = Int8Decode(block[8 + j], s, lo);
+    }
+  }
+}
+
 // 0/1 Adam (Backend::ZeroOneLocalUpdate and the sync pair).
 __global__ void ZeroOneLocalKernel(AdamArgs a, const float* g, const float* v, float* m,
                                    float* p, float* acc, size_t n) {
@@ -591,6 +768,7 @@ class CudaBackend final : public Backend {
     cudaSetDevice(device_);
     cudaStreamSynchronize(stream_);
     cudaFree(scratch_);
+    if (ranges_ != nullptr) cudaFree(ranges_);
     cudaStreamDestroy(stream_);
   }
 
@@ -710,6 +888,59 @@ class CudaBackend final : public Backend {
     ONEBIT_RETURN_IF_ERROR(Activate());
     DecompressKernel<<<ChunkGrid(CeilDiv(n, chunk), chunk), kThreads, 0, stream_>>>(
         blocks, CompressedBlockBytes(chunk), num_chunks, chunk, n, out);
+    ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
+    return absl::OkStatus();
+  }
+
+  absl::Status CompressWorkerInt8(const float* m, const float* g, float beta1, size_t n,
+                                  size_t num_chunks, size_t chunk, float* err,
+                                  uint8_t* out) override {
+    ONEBIT_RETURN_IF_ERROR(CheckChunking(num_chunks, chunk, n));
+    ONEBIT_RETURN_IF_ERROR(Activate());
+    if (num_chunks == 0) return absl::OkStatus();
+    if (chunk == 0) return ZeroInt8Headers(out, num_chunks);
+    ONEBIT_ASSIGN_OR_RETURN(Int8Ranges ranges, ResetRanges(num_chunks));
+    const dim3 grid = ChunkGrid(num_chunks, chunk);
+    if (g != nullptr) {
+      WorkerInputInt8Kernel<true><<<grid, kThreads, 0, stream_>>>(
+          m, g, beta1, 1.0f - beta1, n, num_chunks, chunk, err, ranges);
+    } else {
+      WorkerInputInt8Kernel<false><<<grid, kThreads, 0, stream_>>>(
+          m, g, beta1, 1.0f - beta1, n, num_chunks, chunk, err, ranges);
+    }
+    ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
+    QuantizeInt8Kernel<<<grid, kThreads, 0, stream_>>>(ranges, num_chunks, chunk,
+                                                       Int8BlockBytes(chunk), err, out);
+    ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
+    return absl::OkStatus();
+  }
+
+  absl::Status ServerAggregateInt8(const uint8_t* blocks, int num_workers, size_t chunk,
+                                   float* err, uint8_t* out) override {
+    if (num_workers < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("num_workers = ", num_workers));
+    }
+    ONEBIT_RETURN_IF_ERROR(CheckChunking(1, chunk, chunk));
+    ONEBIT_RETURN_IF_ERROR(Activate());
+    if (chunk == 0) return ZeroInt8Headers(out, 1);
+    ONEBIT_ASSIGN_OR_RETURN(Int8Ranges ranges, ResetRanges(1));
+    const float inv_w = 1.0f / static_cast<float>(num_workers);
+    ServerInputInt8Kernel<<<Blocks(chunk), kThreads, 0, stream_>>>(
+        blocks, Int8BlockBytes(chunk), num_workers, chunk, inv_w, err, ranges);
+    ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
+    QuantizeInt8Kernel<<<ChunkGrid(1, chunk), kThreads, 0, stream_>>>(
+        ranges, 1, chunk, Int8BlockBytes(chunk), err, out);
+    ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
+    return absl::OkStatus();
+  }
+
+  absl::Status DecompressInt8(const uint8_t* blocks, size_t num_chunks, size_t chunk, size_t n,
+                              float* out) override {
+    ONEBIT_RETURN_IF_ERROR(CheckChunking(num_chunks, chunk, n));
+    if (n == 0) return absl::OkStatus();
+    ONEBIT_RETURN_IF_ERROR(Activate());
+    DecompressInt8Kernel<<<ChunkGrid(CeilDiv(n, chunk), chunk), kThreads, 0, stream_>>>(
+        blocks, Int8BlockBytes(chunk), num_chunks, chunk, n, out);
     ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
     return absl::OkStatus();
   }
@@ -987,12 +1218,41 @@ class CudaBackend final : public Backend {
     return absl::OkStatus();
   }
 
+  // int8 headers of empty chunks: scale 0, offset 0.
+  absl::Status ZeroInt8Headers(uint8_t* out, size_t num_chunks) {
+    ONEBIT_CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(out, 0, num_chunks * Int8BlockBytes(0), stream_));
+    return absl::OkStatus();
+  }
+
+  // The int8 ranges of num_chunks chunks, reset on the stream (grown as needed; growing
+  // waits for the kernels that may still use the old memory).
+  absl::StatusOr<Int8Ranges> ResetRanges(size_t num_chunks) {
+    if (num_chunks > ranges_capacity_) {
+      ONEBIT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+      if (ranges_ != nullptr) cudaFree(ranges_);
+      ranges_ = nullptr;
+      ranges_capacity_ = 0;
+      ONEBIT_CUDA_RETURN_IF_ERROR(
+          cudaMalloc(reinterpret_cast<void**>(&ranges_), 3 * num_chunks * sizeof(unsigned)));
+      ranges_capacity_ = num_chunks;
+    }
+    Int8Ranges r{ranges_, ranges_ + num_chunks, ranges_ + 2 * num_chunks};
+    ONEBIT_CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(r.min_key, 0xff, num_chunks * sizeof(unsigned), stream_));
+    ONEBIT_CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(r.max_key, 0, 2 * num_chunks * sizeof(unsigned), stream_));
+    return r;
+  }
+
   const int device_;
   const size_t max_blocks_;
   const cudaStream_t stream_;
   // The reductions' partials and result. Stream order makes one enough: the next
   // reduction is queued after the previous one's last reader.
   ReductionScratch* const scratch_;
+  unsigned* ranges_ = nullptr;  // int8: 3 * ranges_capacity_ (ResetRanges)
+  size_t ranges_capacity_ = 0;
 };
 
 }  // namespace

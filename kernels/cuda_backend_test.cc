@@ -780,6 +780,156 @@ TEST_F(CudaBackendTest, RejectsBadShapes) {
 }
 
 // Runs everywhere: asking for a device that is not there is kUnavailable, not a crash.
+// ---- int8 (kernels.h, INT8 WIRE FORMAT): no sum of squares, so everything bit for bit.
+
+// num_blocks int8 blocks of random codes; scale random and positive (one of them zero),
+// offset random.
+std::vector<uint8_t> RandomInt8Blocks(std::mt19937& rng, size_t num_blocks, size_t chunk) {
+  const size_t block_bytes = Int8BlockBytes(chunk);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(0.001f, 0.02f), offset(-3.0f, 1.0f);
+  std::vector<uint8_t> blocks(num_blocks * block_bytes);
+  for (size_t k = 0; k < num_blocks; ++k) {
+    const float s = k == 1 ? 0.0f : scale(rng), lo = offset(rng);
+    std::memcpy(blocks.data() + k * block_bytes, &s, sizeof(s));
+    std::memcpy(blocks.data() + k * block_bytes + 4, &lo, sizeof(lo));
+    for (size_t b = 8; b < block_bytes; ++b) blocks[k * block_bytes + b] = byte(rng);
+  }
+  return blocks;
+}
+
+::testing::AssertionResult BytesEqual(const std::vector<uint8_t>& cuda,
+                                      const std::vector<uint8_t>& cpu) {
+  if (cuda.size() != cpu.size()) {
+    return ::testing::AssertionFailure() << "sizes differ: " << cuda.size() << " vs " << cpu.size();
+  }
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    if (cuda[i] != cpu[i]) {
+      return ::testing::AssertionFailure() << "byte " << i << ": cuda " << int{cuda[i]}
+                                           << " vs cpu " << int{cpu[i]};
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+TEST_F(CudaBackendTest, CompressWorkerInt8MatchesCpu) {
+  for (size_t n : kLengths) {
+    for (size_t num_chunks : kNumChunks) {
+      for (size_t extra_rounds : {0, 1}) {
+        for (bool fused : {false, true}) {
+          const size_t unit = num_chunks * 8;
+          const size_t n_pad = (CeilDiv(n, unit) + extra_rounds) * unit;
+          const size_t chunk = n_pad / num_chunks;
+          SCOPED_TRACE(absl::StrCat("n = ", n, ", num_chunks = ", num_chunks, ", chunk = ",
+                                    chunk, fused ? ", fused momentum" : ""));
+          const std::vector<float> m = RandomFloats(rng_, n);
+          const std::vector<float> g = RandomFloats(rng_, n);
+          std::vector<float> err = RandomFloats(rng_, n_pad, 0.1f);
+          std::vector<uint8_t> out(num_chunks * Int8BlockBytes(chunk), 0xAB);
+          DeviceArray<float> m_dev(cuda(), m), g_dev(cuda(), g), err_dev(cuda(), err);
+          DeviceArray<uint8_t> out_dev(cuda(), out, /*misalign=*/1);
+          ASSERT_OK(m_dev.status());
+          ASSERT_OK(g_dev.status());
+          ASSERT_OK(err_dev.status());
+          ASSERT_OK(out_dev.status());
+          // Two steps, so the second starts from the first's error.
+          for (int step = 0; step < 2; ++step) {
+            ASSERT_OK(cuda()->CompressWorkerInt8(m_dev.data(), fused ? g_dev.data() : nullptr,
+                                                 0.9f, n, num_chunks, chunk, err_dev.data(),
+                                                 out_dev.data()));
+            ASSERT_OK(cpu()->CompressWorkerInt8(m.data(), fused ? g.data() : nullptr, 0.9f, n,
+                                                num_chunks, chunk, err.data(), out.data()));
+          }
+          EXPECT_TRUE(BytesEqual(out_dev.Read(), out));
+          EXPECT_TRUE(FloatsBitEqual(err_dev.Read(), err));
+          EXPECT_TRUE(FloatsBitEqual(m_dev.Read(), m));
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CudaBackendTest, ServerAggregateInt8MatchesCpu) {
+  for (size_t length : kLengths) {
+    for (int num_workers : {1, 2, 3, 8, 300}) {
+      const size_t chunk = CeilDiv(length, 8) * 8;
+      SCOPED_TRACE(absl::StrCat("chunk = ", chunk, ", num_workers = ", num_workers));
+      const std::vector<uint8_t> blocks = RandomInt8Blocks(rng_, num_workers, chunk);
+      std::vector<float> err = RandomFloats(rng_, chunk, 0.1f);
+      std::vector<uint8_t> out(Int8BlockBytes(chunk), 0xAB);
+      DeviceArray<uint8_t> blocks_dev(cuda(), blocks, /*misalign=*/1);
+      DeviceArray<float> err_dev(cuda(), err);
+      DeviceArray<uint8_t> out_dev(cuda(), out, /*misalign=*/3);
+      ASSERT_OK(blocks_dev.status());
+      ASSERT_OK(err_dev.status());
+      ASSERT_OK(out_dev.status());
+      ASSERT_OK(cuda()->ServerAggregateInt8(blocks_dev.data(), num_workers, chunk,
+                                            err_dev.data(), out_dev.data()));
+      ASSERT_OK(cpu()->ServerAggregateInt8(blocks.data(), num_workers, chunk, err.data(),
+                                           out.data()));
+      EXPECT_TRUE(BytesEqual(out_dev.Read(), out));
+      EXPECT_TRUE(FloatsBitEqual(err_dev.Read(), err));
+    }
+  }
+}
+
+TEST_F(CudaBackendTest, DecompressInt8MatchesCpu) {
+  for (size_t n : kLengths) {
+    for (size_t num_chunks : kNumChunks) {
+      const size_t chunk = CeilDiv(std::max<size_t>(n, 1), num_chunks * 8) * 8;
+      SCOPED_TRACE(absl::StrCat("n = ", n, ", num_chunks = ", num_chunks));
+      const std::vector<uint8_t> blocks = RandomInt8Blocks(rng_, num_chunks, chunk);
+      std::vector<float> out(n + 1, 5.0f);
+      DeviceArray<uint8_t> blocks_dev(cuda(), blocks, /*misalign=*/1);
+      DeviceArray<float> out_dev(cuda(), out);
+      ASSERT_OK(blocks_dev.status());
+      ASSERT_OK(out_dev.status());
+      ASSERT_OK(cuda()->DecompressInt8(blocks_dev.data(), num_chunks, chunk, n, out_dev.data()));
+      ASSERT_OK(cpu()->DecompressInt8(blocks.data(), num_chunks, chunk, n, out.data()));
+      EXPECT_TRUE(FloatsBitEqual(out_dev.Read(), out));
+    }
+  }
+}
+
+// Zeros of both signs, huge values, NaN and infinities: headers bit for bit (the CPU's
+// canonical NaN), codes equal, decoded NaN where the CPU's is (any NaN).
+TEST_F(CudaBackendTest, Int8EdgeCasesMatchCpu) {
+  const std::vector<std::vector<float>> chunks = {
+      {0.0f, -0.0f, 0.0f, -0.0f, -0.0f, 0.0f, -0.0f, 0.0f},
+      {-0.0f, -0.0f, -0.0f, -0.0f, -0.0f, -0.0f, -0.0f, -0.0f},
+      {3e38f, -3e38f, 0.0f, 1e38f, -1e38f, 3e38f, -3e38f, 2e38f},
+      {1.0f, 2.0f, std::nanf(""), 4.0f, 5.0f, 6.0f, 7.0f, 8.0f},
+      {1.0f, 2.0f, INFINITY, 4.0f, 5.0f, 6.0f, 7.0f, 8.0f},
+      {1.0f, -INFINITY, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f, 8.0f},
+      std::vector<float>(8, INFINITY),
+      {0.0f, 255.0f, 0.5f, 1.5f, 2.5f, 253.5f, 254.5f, 1e-40f},
+  };
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    SCOPED_TRACE(absl::StrCat("chunk ", c));
+    std::vector<float> err(8, 0.0f), decoded(8);
+    std::vector<uint8_t> out(Int8BlockBytes(8));
+    DeviceArray<float> m_dev(cuda(), chunks[c]), err_dev(cuda(), err), decoded_dev(cuda(), decoded);
+    DeviceArray<uint8_t> out_dev(cuda(), out);
+    ASSERT_OK(cuda()->CompressWorkerInt8(m_dev.data(), nullptr, 0.0f, 8, 1, 8, err_dev.data(),
+                                         out_dev.data()));
+    ASSERT_OK(cuda()->DecompressInt8(out_dev.data(), 1, 8, 8, decoded_dev.data()));
+    ASSERT_OK(cpu()->CompressWorkerInt8(chunks[c].data(), nullptr, 0.0f, 8, 1, 8, err.data(),
+                                        out.data()));
+    ASSERT_OK(cpu()->DecompressInt8(out.data(), 1, 8, 8, decoded.data()));
+    EXPECT_TRUE(BytesEqual(out_dev.Read(), out));
+    const std::vector<float> got = decoded_dev.Read(), got_err = err_dev.Read();
+    for (size_t i = 0; i < 8; ++i) {
+      if (std::isnan(decoded[i])) {
+        EXPECT_TRUE(std::isnan(got[i])) << i;
+        EXPECT_TRUE(std::isnan(got_err[i]) == std::isnan(err[i])) << i;
+      } else {
+        EXPECT_EQ(Bits(got[i]), Bits(decoded[i])) << i;
+        EXPECT_EQ(Bits(got_err[i]), Bits(err[i])) << i;
+      }
+    }
+  }
+}
+
 TEST(CudaBackendNoDeviceTest, MissingDeviceIsUnavailable) {
   const int count = CudaDeviceCount();
   EXPECT_GE(count, 0);

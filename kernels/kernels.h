@@ -13,6 +13,36 @@
 // layout a CUDA warp ballot produces. A tensor of N_pad elements split into K chunks is K
 // consecutive blocks. This layout is a wire format: keep it stable.
 //
+// INT8 WIRE FORMAT (exchange.compressor "int8"): the same tensors, padding and chunks; a
+// chunk of C elements is one block of BlockBytes(kInt8, C) = 8 + C bytes:
+//
+//   offset 0     float32 scale, little-endian IEEE 754
+//   offset 4     float32 offset (lo), little-endian IEEE 754
+//   offset 8     C uint8 codes, element j of the chunk at byte 8 + j
+//
+// Every block has its own scale and offset (the worker's K chunks each get their own; the
+// server's result is one block). Over the chunk's values x (a worker's x = m' + err, a
+// server's y, both as for 1 bit):
+//   lo    = min_j x_j + 0.0f,  hi = max_j x_j + 0.0f   (+ 0.0f: -0 becomes +0, so the
+//           result never depends on which of -0/+0 a min saw first)
+//   scale = float((double(hi) - double(lo)) / 255.0)   (float64, correctly rounded, then
+//           to float32 by round to nearest even: never overflows for finite lo, hi)
+//   inv   = 1.0f / scale, or 0.0f when scale is 0, not finite, or 1/scale is not finite
+//   r     = (x_j - lo) * inv;  r = (r > 0 ? r : 0);  r = (r < 255 ? r : 255)  (NaN -> 0)
+//   q_j   = uint8(round half to even(r))
+//   d_j   = fma(float(q_j), scale, lo)              (the decoded value)
+//   err_j = x_j - d_j
+// NON-FINITE INPUT: if any value of a chunk is NaN, lo = hi = NaN; an infinite one makes
+// hi - lo infinite or NaN. Either way the scale is not finite, every code is 0 and the
+// whole chunk decodes to NaN (fma(0, inf, lo) and fma(0, NaN, lo) are NaN), so the
+// trainer's NaN check stops the run; no float->int conversion ever sees NaN or inf. A
+// shard rejects a block whose scale or offset is not finite (or whose scale is < 0).
+// SERVER: acc = sum over workers j in rank order, from 0.0f, of d_j (each worker's block
+// decoded with its own scale and offset); y = fma(acc, 1/W, err); then y is quantised
+// as above and err = y - d. min and max do not depend on the order they are taken in
+// (after the + 0.0f), so CPU (any thread count, scalar or AVX2) and CUDA give the same
+// bits for int8: there is no sum of squares.
+//
 // EXACT ARITHMETIC: both implementations evaluate these float32 expressions, with explicit
 // fused multiply-adds where written fma(), so that they agree bit for bit except for the
 // order of the sums of squares (accumulated in float64):
@@ -60,6 +90,24 @@ enum class MemorySpace { kHost, kCuda };
 
 // Bytes of one compressed block of `chunk` elements (chunk % 8 == 0).
 constexpr size_t CompressedBlockBytes(size_t chunk) { return 4 + chunk / 8; }
+
+// The compressed exchange's wire format (job config exchange.compressor).
+enum class Compressor : int { kOnebit = 0, kInt8 = 1 };
+
+// Bytes of one int8 block of `chunk` elements.
+constexpr size_t Int8BlockBytes(size_t chunk) { return 8 + chunk; }
+
+// Bytes of one block of `chunk` elements in `compressor`'s format.
+constexpr size_t BlockBytes(Compressor compressor, size_t chunk) {
+  return compressor == Compressor::kInt8 ? Int8BlockBytes(chunk) : CompressedBlockBytes(chunk);
+}
+
+// "onebit" or "int8".
+constexpr const char* CompressorName(Compressor compressor) {
+  return compressor == Compressor::kInt8 ? "int8" : "onebit";
+}
+// The compressor named `name` ("onebit", "int8"); INVALID_ARGUMENT otherwise.
+absl::StatusOr<Compressor> ParseCompressor(const std::string& name);
 
 struct AdamHyper {
   float lr = 1e-3f;
@@ -111,6 +159,34 @@ class Backend {
   // of out (the padding is dropped).
   virtual absl::Status Decompress(const uint8_t* blocks, size_t num_chunks, size_t chunk,
                                   size_t n, float* out) = 0;
+
+  // The int8 format (see INT8 WIRE FORMAT above). Same arguments as the 1-bit methods;
+  // blocks are Int8BlockBytes(chunk) bytes, and each of the num_chunks chunks gets its own
+  // scale and offset.
+  virtual absl::Status CompressWorkerInt8(const float* m, const float* g, float beta1, size_t n,
+                                          size_t num_chunks, size_t chunk, float* err,
+                                          uint8_t* out) = 0;
+  virtual absl::Status ServerAggregateInt8(const uint8_t* blocks, int num_workers, size_t chunk,
+                                           float* err, uint8_t* out) = 0;
+  virtual absl::Status DecompressInt8(const uint8_t* blocks, size_t num_chunks, size_t chunk,
+                                      size_t n, float* out) = 0;
+
+  // The methods above for either format.
+  absl::Status Compress(Compressor c, const float* m, const float* g, float beta1, size_t n,
+                        size_t num_chunks, size_t chunk, float* err, uint8_t* out) {
+    return c == Compressor::kInt8 ? CompressWorkerInt8(m, g, beta1, n, num_chunks, chunk, err, out)
+                                  : CompressWorker(m, g, beta1, n, num_chunks, chunk, err, out);
+  }
+  absl::Status Aggregate(Compressor c, const uint8_t* blocks, int num_workers, size_t chunk,
+                         float* err, uint8_t* out) {
+    return c == Compressor::kInt8 ? ServerAggregateInt8(blocks, num_workers, chunk, err, out)
+                                  : ServerAggregate(blocks, num_workers, chunk, err, out);
+  }
+  absl::Status Decode(Compressor c, const uint8_t* blocks, size_t num_chunks, size_t chunk,
+                      size_t n, float* out) {
+    return c == Compressor::kInt8 ? DecompressInt8(blocks, num_chunks, chunk, n, out)
+                                  : Decompress(blocks, num_chunks, chunk, n, out);
+  }
 
   // out[i] = rows[0][i] + rows[1][i] + ... in row order (float), for the rows
   // rows[j] = rows + j*count. The fixed order makes a full-precision allreduce built on it

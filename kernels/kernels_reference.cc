@@ -119,6 +119,90 @@ void FrozenUpdate(const AdamHyper& h, const std::vector<double>& v, const float*
   }
 }
 
+std::vector<uint8_t> EncodeInt8Blocks(const Int8Tensor& t, size_t chunk) {
+  const size_t num_chunks = t.scales.size();
+  const size_t block_bytes = 8 + chunk;
+  std::vector<uint8_t> out(num_chunks * block_bytes, 0);
+  for (size_t r = 0; r < num_chunks; ++r) {
+    uint8_t* block = out.data() + r * block_bytes;
+    const float header[2] = {static_cast<float>(t.scales[r]), static_cast<float>(t.offsets[r])};
+    for (int h = 0; h < 2; ++h) {
+      uint32_t word;
+      std::memcpy(&word, &header[h], 4);
+      for (int b = 0; b < 4; ++b) block[4 * h + b] = static_cast<uint8_t>(word >> (8 * b));
+    }
+    for (size_t j = 0; j < chunk; ++j) block[8 + j] = static_cast<uint8_t>(t.codes[r * chunk + j]);
+  }
+  return out;
+}
+
+Int8Tensor DecodeInt8Blocks(const uint8_t* blocks, size_t num_chunks, size_t chunk) {
+  Int8Tensor t;
+  const size_t block_bytes = 8 + chunk;
+  for (size_t r = 0; r < num_chunks; ++r) {
+    const uint8_t* block = blocks + r * block_bytes;
+    float header[2];
+    for (int h = 0; h < 2; ++h) {
+      uint32_t word = 0;
+      for (int b = 0; b < 4; ++b) word |= static_cast<uint32_t>(block[4 * h + b]) << (8 * b);
+      std::memcpy(&header[h], &word, 4);
+    }
+    t.scales.push_back(header[0]);
+    t.offsets.push_back(header[1]);
+    for (size_t j = 0; j < chunk; ++j) t.codes.push_back(block[8 + j]);
+  }
+  return t;
+}
+
+void QuantizeInt8Chunk(const std::vector<double>& x, size_t begin, size_t count, Int8Tensor* t,
+                       std::vector<double>* err) {
+  double lo = 0.0, hi = 0.0;
+  if (count > 0) {
+    lo = *std::min_element(x.begin() + begin, x.begin() + begin + count);
+    hi = *std::max_element(x.begin() + begin, x.begin() + begin + count);
+  }
+  const double scale = (hi - lo) / 255.0;
+  t->scales.push_back(scale);
+  t->offsets.push_back(lo);
+  for (size_t i = begin; i < begin + count; ++i) {
+    const int q = scale > 0 ? static_cast<int>(std::clamp(std::nearbyint((x[i] - lo) / scale),
+                                                          0.0, 255.0))
+                            : 0;
+    t->codes.push_back(q);
+    (*err)[i] = x[i] - (lo + q * scale);
+  }
+}
+
+Int8Tensor CompressWorkerInt8(const float* m, const float* g, double beta1, size_t n,
+                              size_t num_chunks, size_t chunk, std::vector<double>* err) {
+  const size_t n_pad = num_chunks * chunk;
+  std::vector<double> x(n_pad, 0.0);
+  for (size_t i = 0; i < n; ++i) x[i] = g ? beta1 * m[i] + (1 - beta1) * g[i] : m[i];
+  for (size_t i = 0; i < n_pad; ++i) x[i] += (*err)[i];
+  Int8Tensor t;
+  for (size_t r = 0; r < num_chunks; ++r) QuantizeInt8Chunk(x, r * chunk, chunk, &t, err);
+  return t;
+}
+
+Int8Tensor ServerAggregateInt8(const std::vector<Int8Tensor>& workers, std::vector<double>* err) {
+  const size_t chunk = err->size();
+  const double w = static_cast<double>(workers.size());
+  std::vector<double> y(chunk, 0.0);
+  for (size_t i = 0; i < chunk; ++i) {
+    for (const Int8Tensor& k : workers) y[i] += k.offsets[0] + k.codes[i] * k.scales[0];
+    y[i] = y[i] / w + (*err)[i];
+  }
+  Int8Tensor t;
+  QuantizeInt8Chunk(y, 0, chunk, &t, err);
+  return t;
+}
+
+std::vector<double> DecodeInt8(const Int8Tensor& t, size_t chunk, size_t n) {
+  std::vector<double> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = t.offsets[i / chunk] + t.codes[i] * t.scales[i / chunk];
+  return out;
+}
+
 double RoundToWire(WireDtype dtype, double x) {
   if (dtype == WireDtype::kFp32) return static_cast<float>(x);
   if (!std::isfinite(x) || x == 0.0) return x;

@@ -53,6 +53,9 @@ ABSL_FLAG(int, shard, -1, "This shard's index, in [0, --shards) (required).");
 ABSL_FLAG(int, shards, 0, "Number of shards S (required, >= 1).");
 ABSL_FLAG(int, workers, 0, "Number of workers W (required, >= 1).");
 ABSL_FLAG(int64_t, n, 0, "Parameters in the whole tensor (required, >= 1).");
+ABSL_FLAG(std::string, compressor, "",
+          "Compressed blocks' format, \"onebit\" or \"int8\"; default: the config's "
+          "onebit.exchange.compressor, else onebit. Must match the workers'.");
 ABSL_FLAG(std::string, host, "127.0.0.1", "Address to listen on (gRPC and /metrics).");
 ABSL_FLAG(int, port, 0, "gRPC port; 0 picks a free one.");
 ABSL_FLAG(int, metrics_port, 0, "Port of /metrics; 0 picks a free one.");
@@ -164,6 +167,7 @@ int main(int argc, char** argv) {
   options.shard.num_workers = absl::GetFlag(FLAGS_workers);
   options.shard.retained_steps = absl::GetFlag(FLAGS_retained_steps);
   int64_t n = absl::GetFlag(FLAGS_n);
+  std::string compressor = absl::GetFlag(FLAGS_compressor);
   int group_offset = 0;  // hierarchical over ps: the first shard of this shard's slice
   std::string checkpoint_dir, topology;
   double retry_s = 120, heartbeat_s = 10;
@@ -183,6 +187,7 @@ int main(int argc, char** argv) {
     absl::StatusOr<size_t> count = onebit::WorkloadParameterCount(config->workload);
     if (!count.ok()) return UsageError(std::string(count.status().message()));
     const onebit::ExchangeConfig& x = config->exchange;
+    if (compressor.empty()) compressor = x.compressor;
     if (x.mode == "hierarchical") {
       // Hierarchical over ps: local rank l of every node (one worker per node) exchanges
       // slice l with its own K = servers / local_size shards; this is shard --shard % K of
@@ -219,6 +224,12 @@ int main(int argc, char** argv) {
   if (options.shard.num_workers < 1) return UsageError("--workers must be >= 1");
   if (n < 1) return UsageError("--n must be >= 1");
   options.shard.n = static_cast<size_t>(n);
+  {
+    absl::StatusOr<onebit::kernels::Compressor> parsed =
+        onebit::kernels::ParseCompressor(compressor.empty() ? "onebit" : compressor);
+    if (!parsed.ok()) return UsageError(absl::StrCat("--compressor: ", parsed.status().message()));
+    options.shard.compressor = *parsed;
+  }
   if (options.port < 0 || options.port > 65535) return UsageError("--port must be in [0, 65535]");
   if (options.metrics_port < 0 || options.metrics_port > 65535) {
     return UsageError("--metrics_port must be in [0, 65535]");
@@ -240,7 +251,8 @@ int main(int argc, char** argv) {
     }
     std::cout << "onebit-server: flags and config OK (shard " << options.shard.shard << " of "
               << options.shard.num_shards << ", " << options.shard.num_workers
-              << " workers, n = " << n << ")" << std::endl;
+              << " workers, n = " << n << ", "
+              << onebit::kernels::CompressorName(options.shard.compressor) << ")" << std::endl;
     return 0;
   }
 

@@ -108,7 +108,8 @@ absl::StatusOr<std::unique_ptr<ShardState>> ShardState::Create(kernels::Backend*
     return absl::InvalidArgumentError(
         absl::StrCat("a shard needs a host-memory backend, got ", backend->name()));
   }
-  ONEBIT_ASSIGN_OR_RETURN(PsLayout layout, PsLayout::Create(config.n, config.num_shards));
+  ONEBIT_ASSIGN_OR_RETURN(PsLayout layout,
+                          PsLayout::Create(config.n, config.num_shards, config.compressor));
   if (config.shard < 0 || config.shard >= config.num_shards) {
     return absl::InvalidArgumentError(
         absl::StrCat("shard index ", config.shard, " is outside [0, ", config.num_shards, ")"));
@@ -130,7 +131,8 @@ absl::Status ShardState::Init() {
   absl::MutexLock lock(&mu_);
   first_step_ = config_.first_step;
   const size_t w = static_cast<size_t>(config_.num_workers);
-  ONEBIT_ASSIGN_OR_RETURN(aggregator_, ChunkAggregator::Create(backend_, layout_.chunk()));
+  ONEBIT_ASSIGN_OR_RETURN(aggregator_,
+                          ChunkAggregator::Create(backend_, layout_.chunk(), config_.compressor));
   ONEBIT_ASSIGN_OR_RETURN(onebit_rows_,
                           kernels::Buffer<uint8_t>::Create(backend_, w * layout_.block_bytes()));
   return absl::OkStatus();
@@ -171,9 +173,25 @@ absl::Status ShardState::ValidatePayload(ChunkKind kind, const absl::Cord& paylo
   const size_t expected = layout_.payload_bytes(kind, config_.shard);
   if (payload.size() != expected) {
     *reason = RejectReason::kWrongSize;
-    return absl::InvalidArgumentError(absl::StrCat(ChunkKindName(kind), " payload for shard ",
-                                                   config_.shard, " must be ", expected,
-                                                   " bytes, got ", payload.size()));
+    std::string why;
+    if (kind == ChunkKind::kOnebit) {
+      const kernels::Compressor other = config_.compressor == kernels::Compressor::kInt8
+                                            ? kernels::Compressor::kOnebit
+                                            : kernels::Compressor::kInt8;
+      if (payload.size() == kernels::BlockBytes(other, layout_.chunk())) {
+        why = absl::StrCat(": the block size of compressor ", kernels::CompressorName(other),
+                           ", but this shard's job compresses with ",
+                           kernels::CompressorName(config_.compressor),
+                           " (onebit.exchange.compressor must be the same for workers and shards)");
+      }
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        ChunkKindName(kind), " payload for shard ", config_.shard, " must be ", expected,
+        " bytes, got ", payload.size(),
+        kind == ChunkKind::kOnebit ? absl::StrCat(" (", kernels::CompressorName(config_.compressor),
+                                                  " blocks of ", layout_.chunk(), " elements)")
+                                   : std::string(),
+        why));
   }
   if (kind == ChunkKind::kOnebit) {
     float scale;
@@ -181,7 +199,17 @@ absl::Status ShardState::ValidatePayload(ChunkKind kind, const absl::Cord& paylo
     if (!std::isfinite(scale) || scale < 0.0f) {
       *reason = RejectReason::kBadScale;
       return absl::InvalidArgumentError(
-          absl::StrCat("onebit block scale must be finite and >= 0, got ", scale));
+          absl::StrCat(kernels::CompressorName(config_.compressor),
+                       " block scale must be finite and >= 0, got ", scale));
+    }
+    if (config_.compressor == kernels::Compressor::kInt8) {
+      float offset;
+      CopyCord(payload.Subcord(sizeof(scale), sizeof(offset)), &offset);
+      if (!std::isfinite(offset)) {
+        *reason = RejectReason::kBadScale;
+        return absl::InvalidArgumentError(
+            absl::StrCat("int8 block offset must be finite, got ", offset));
+      }
     }
   }
   return absl::OkStatus();

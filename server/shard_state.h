@@ -5,7 +5,8 @@
 //   fp32 step (warmup):        result = sum of the W runs in worker-rank order, bit for bit
 //                              the float sum Backend::SumRows gives (0 + r0 + r1 + ...)
 //   onebit step (compression): result = ChunkAggregator over the W blocks in rank order;
-//                              the server error changes here and nowhere else
+//                              the server error changes here and nowhere else (the blocks
+//                              in the 1-bit or the int8 format: ShardConfig::compressor)
 //
 // STEPS. Steps are numbered from 1 and each has one kind. The shard has at most one open
 // step: a worker only pushes step t+1 after it has the result of step t, which exists only
@@ -24,15 +25,18 @@
 // IDEMPOTENCY per (worker, step, chunk): the results of the last `retained_steps` steps are
 // kept, so a retried push of a finished step gets the same result again and changes
 // nothing; so does a repeated push of the open step. A repeat whose payload differs from
-// the first push (a onebit block compared byte for byte on the open step; an fp32 run,
+// the first push (a compressed block compared byte for byte on the open step; an fp32 run,
 // which is not kept once added, and every push of a finished step by a 64-bit hash) is ALREADY_EXISTS: the worker re-ran its compressor, so its worker error has
 // moved on and no answer is right.
 //
 // VALIDATION, every failure leaving the state untouched:
 //   INVALID_ARGUMENT     kind not fp32/onebit, worker outside [0, W), chunk != shard,
 //                        step < 1, payload of the wrong size (the message names expected
-//                        and got), a onebit block whose scale is negative, NaN or infinite
-//                        (it would poison the server error for good)
+//                        and got, and says so when the size is the other compressor's: a
+//                        worker whose exchange.compressor differs from the shard's), a
+//                        compressed block whose scale is negative, NaN or infinite, or
+//                        (int8) whose offset is NaN or infinite (it would poison the server
+//                        error for good)
 //   FAILED_PRECONDITION  a step older than the retained window, a step ahead of the open
 //                        one (or skipping one), a kind that differs from the step's kind
 //   ALREADY_EXISTS       a repeated push with a different payload (see above)
@@ -87,7 +91,8 @@ struct ShardConfig {
   // checkpoint it resumes from), so a stray client cannot pin it to a far-future step.
   int64_t first_step = 0;
   // Called after every completed step, with the lock held (fault injection).
-  std::function<void(int64_t step)> on_step_completed;
+  std::function<void(int64_t step)> on_step_completed;  // The compressed blocks' format (job config exchange.compressor); the workers' must match.
+  kernels::Compressor compressor = kernels::Compressor::kOnebit;
 };
 
 // Why a push was rejected: the label of onebit_server_rejected_pushes_total.

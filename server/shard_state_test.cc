@@ -272,6 +272,81 @@ TEST_F(ShardStateTest, ReusedSumMemoryNeverChangesAHeldResult) {
   for (size_t i = 0; i < held.size(); ++i) EXPECT_EQ(*held[i], copies[i]);
 }
 
+// An int8 block: Payload's scale and random codes, with a finite offset.
+std::string Int8Payload(const PsLayout& layout, int worker, int64_t step) {
+  std::string block = Payload(layout, 0, ChunkKind::kOnebit, worker, step);
+  const float offset = -0.5f * static_cast<float>(worker + 1);
+  std::memcpy(&block[4], &offset, 4);
+  return block;
+}
+
+TEST_F(ShardStateTest, Int8MatchesChunkAggregatorInRankOrder) {
+  ShardConfig config{0, 3, 4, 1000, 2};
+  config.compressor = kernels::Compressor::kInt8;
+  auto state = NewState(config);
+  const PsLayout& layout = state->layout();
+  ASSERT_EQ(layout.block_bytes(), 8 + layout.chunk());
+  auto direct = ChunkAggregator::Create(backend_.get(), layout.chunk(), kernels::Compressor::kInt8);
+  ASSERT_TRUE(direct.ok());
+  for (int64_t step = 1; step <= 3; ++step) {
+    std::string rows;
+    for (int w = 0; w < 4; ++w) rows += Int8Payload(layout, w, step);
+    std::string want(layout.block_bytes(), '\0');
+    ASSERT_TRUE((*direct)
+                    ->Aggregate(reinterpret_cast<const uint8_t*>(rows.data()), 4,
+                                reinterpret_cast<uint8_t*>(want.data()))
+                    .ok());
+    ResultPayload got;
+    for (int w : {2, 0, 3, 1}) {
+      auto outcome = state->Push(w, step, 0, ChunkKind::kOnebit,
+                                 rows.substr(w * layout.block_bytes(), layout.block_bytes()));
+      ASSERT_TRUE(outcome.ok()) << outcome.status();
+      got = outcome->result;
+    }
+    ASSERT_NE(got, nullptr);
+    EXPECT_EQ(*got, want) << "step " << step;
+    EXPECT_EQ(*state->ServerErrorToHost(), *(*direct)->error().ToHost());
+  }
+}
+
+// A worker and a shard that disagree about exchange.compressor: rejected with a message
+// that names the mismatch, both ways round; non-finite int8 headers rejected.
+TEST_F(ShardStateTest, CompressorMismatchAndBadInt8HeadersAreRejected) {
+  CountingObserver observer;
+  ShardConfig config{0, 2, 2, 1000, 2};
+  auto onebit = NewState(config, &observer);
+  config.compressor = kernels::Compressor::kInt8;
+  auto int8 = NewState(config, &observer);
+  const size_t chunk = onebit->layout().chunk();
+  auto pushed = onebit->Push(0, 1, 0, ChunkKind::kOnebit,
+                             std::string(kernels::Int8BlockBytes(chunk), '\0'));
+  EXPECT_EQ(pushed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(pushed.status().message()),
+              HasSubstr("the block size of compressor int8, but this shard's job compresses "
+                        "with onebit (onebit.exchange.compressor"));
+  pushed = int8->Push(0, 1, 0, ChunkKind::kOnebit,
+                      std::string(kernels::CompressedBlockBytes(chunk), '\0'));
+  EXPECT_THAT(std::string(pushed.status().message()),
+              HasSubstr("the block size of compressor onebit, but this shard's job compresses "
+                        "with int8"));
+  // Some other size: no guess.
+  pushed = int8->Push(0, 1, 0, ChunkKind::kOnebit, std::string(17, '\0'));
+  EXPECT_THAT(std::string(pushed.status().message()), HasSubstr("(int8 blocks of"));
+  EXPECT_THAT(std::string(pushed.status().message()), testing::Not(HasSubstr("compressor onebit")));
+  EXPECT_EQ(observer.rejected["wrong_size"], 3);
+  for (float bad : {std::nanf(""), INFINITY}) {
+    std::string block = Int8Payload(int8->layout(), 0, 1);
+    std::memcpy(&block[4], &bad, 4);
+    pushed = int8->Push(0, 1, 0, ChunkKind::kOnebit, block);
+    EXPECT_EQ(pushed.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(pushed.status().message()), HasSubstr("int8 block offset must be finite"));
+    pushed = int8->Push(0, 1, 0, ChunkKind::kOnebit, WithScale(Int8Payload(int8->layout(), 0, 1), bad));
+    EXPECT_THAT(std::string(pushed.status().message()), HasSubstr("int8 block scale must be finite"));
+  }
+  EXPECT_EQ(observer.rejected["bad_scale"], 4);
+  EXPECT_EQ(int8->open_step(), 0);
+}
+
 TEST_F(ShardStateTest, OnebitMatchesChunkAggregatorInRankOrder) {
   const ShardConfig config{0, 3, 4, 1000, 2};
   auto state = NewState(config);

@@ -155,27 +155,42 @@ TEST_F(JobTest, OperatorFreezeSwitchesEveryWorkerAtTheSameStep) {
   EXPECT_EQ(CommonSwitchStep(Finish(*job)), freeze + 1);
 }
 
+// For each compressor (onebit.exchange.compressor; the shards learn it from the job config):
+// ps and peer mode give the same bits, and the compressed steps send two blocks per step
+// (peer: an all-to-all and an all-gather with the one other worker; ps: a push to each of
+// the 2 shards) of BlockBytes(compressor, C), C = 5008 / 2.
 TEST_F(JobTest, PsAndPeerGiveTheSameParameters) {
-  std::vector<std::string> files;
-  for (const std::string mode : {"peer", "ps"}) {
-    JobConfig c = SmallJob(2, 24);
-    c.optimizer.freeze_step = 8;
-    c.exchange.mode = mode;
-    c.exchange.servers = mode == "ps" ? 2 : 0;
-    // The shards sum in rank order; peer mode's default sums round a ring.
-    if (mode == "peer") c.exchange.warmup_order = "rank";
-    const std::string out = TmpDir() + "/params-" + mode + "-{i}.npy";
-    auto job = StartJob("agree-" + mode, c, {"--params_out=" + out});
-    Finish(*job);
-    for (int i = 0; i < 2; ++i) files.push_back(TmpDir() + "/params-" + mode + "-" + std::to_string(i) + ".npy");
+  for (const std::string compressor : {"onebit", "int8"}) {
+    std::vector<std::string> files;
+    for (const std::string mode : {"peer", "ps"}) {
+      JobConfig c = SmallJob(2, 24);
+      c.optimizer.freeze_step = 8;
+      c.exchange.mode = mode;
+      c.exchange.servers = mode == "ps" ? 2 : 0;
+      c.exchange.compressor = compressor;
+      // The shards sum in rank order; peer mode's default sums round a ring.
+      if (mode == "peer") c.exchange.warmup_order = "rank";
+      const std::string name = mode + "-" + compressor;
+      const std::string out = TmpDir() + "/params-" + name + "-{i}.npy";
+      auto job = StartJob("agree-" + name, c, {"--params_out=" + out});
+      const auto summaries = Finish(*job);
+      ASSERT_EQ(summaries.size(), 2u) << name;
+      const double block = compressor == "int8" ? 8 + 2504 : 4 + 2504 / 8;
+      for (const auto& s : summaries) {
+        EXPECT_EQ(NumberField(s, "bytes_sent_compression"), 16 * 2 * block) << name;
+      }
+      for (int i = 0; i < 2; ++i) {
+        files.push_back(TmpDir() + "/params-" + name + "-" + std::to_string(i) + ".npy");
+      }
+    }
+    auto read = [](const std::string& path) {
+      std::ifstream in(path, std::ios::binary);
+      return std::string(std::istreambuf_iterator<char>(in), {});
+    };
+    const std::string first = read(files[0]);
+    ASSERT_GT(first.size(), 5003u * 4);
+    for (const std::string& f : files) EXPECT_EQ(read(f), first) << f << " differs from " << files[0];
   }
-  auto read = [](const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  };
-  const std::string first = read(files[0]);
-  ASSERT_GT(first.size(), 5003u * 4);
-  for (const std::string& f : files) EXPECT_EQ(read(f), first) << f << " differs from " << files[0];
 }
 
 // Adam with the warmup exchange in bf16 (peer mode, 3 workers): half the warmup bytes of

@@ -31,6 +31,7 @@
 #include "compression/layout.h"
 #include "worker/transport/local_group.h"
 #include "worker/optim/onebit_adam.h"
+#include "worker/exchange/peer_exchange.h"
 #include "worker/exchange/ps_exchange.h"
 
 namespace onebit {
@@ -97,13 +98,15 @@ struct ShardProcess {
 };
 
 // Starts shard `s` and waits for its address file.
-ShardProcess StartShard(int s, int shards, int workers, size_t n) {
+ShardProcess StartShard(int s, int shards, int workers, size_t n,
+                        kernels::Compressor compressor = kernels::Compressor::kOnebit) {
   ShardProcess shard;
   shard.address_file = TempPath(absl::StrCat("shard", s, ".json"));
   shard.child = StartChild(
       {ServerBinary(), absl::StrCat("--shard=", s), absl::StrCat("--shards=", shards),
        absl::StrCat("--workers=", workers), absl::StrCat("--n=", n), "--port=0",
-       "--metrics_port=0", absl::StrCat("--address_file=", shard.address_file)});
+       "--metrics_port=0", absl::StrCat("--address_file=", shard.address_file),
+       absl::StrCat("--compressor=", kernels::CompressorName(compressor))});
   if (shard.child == nullptr) return shard;
   const absl::Time deadline = absl::Now() + absl::Seconds(20);
   while (absl::Now() < deadline) {
@@ -208,7 +211,11 @@ absl::StatusOr<std::vector<float>> RunPsWorker(
   return (*adam)->ParamsToHost();
 }
 
-TEST(PsServerTest, ShardProcessesGiveThePeerResultAndHonestMetrics) {
+// Both compressors (job config exchange.compressor): the shards learn theirs from a flag.
+class PsServerCompressorTest : public ::testing::TestWithParam<kernels::Compressor> {};
+
+TEST_P(PsServerCompressorTest, ShardProcessesGiveThePeerResultAndHonestMetrics) {
+  const kernels::Compressor compressor = GetParam();
   constexpr int kW = 2;
   constexpr size_t kN = 10007;
   constexpr int kSteps = 12;
@@ -216,7 +223,7 @@ TEST(PsServerTest, ShardProcessesGiveThePeerResultAndHonestMetrics) {
   std::vector<ShardProcess> shards;
   std::vector<std::string> addresses;
   for (int s = 0; s < kW; ++s) {
-    shards.push_back(StartShard(s, kW, kW, kN));
+    shards.push_back(StartShard(s, kW, kW, kN, compressor));
     ASSERT_FALSE(shards.back().grpc.empty());
     addresses.push_back(shards.back().grpc);
   }
@@ -226,7 +233,9 @@ TEST(PsServerTest, ShardProcessesGiveThePeerResultAndHonestMetrics) {
   std::vector<std::thread> threads;
   for (int rank = 0; rank < kW; ++rank) {
     threads.emplace_back([&, rank] {
-      auto params = RunPsWorker(rank, kW, kN, kSteps, kFreeze, addresses, {}, &sent[rank]);
+      PsExchangeOptions options;
+      options.compressor = compressor;
+      auto params = RunPsWorker(rank, kW, kN, kSteps, kFreeze, addresses, options, &sent[rank]);
       ASSERT_TRUE(params.ok()) << params.status();
       ps[rank] = *params;
     });
@@ -237,8 +246,11 @@ TEST(PsServerTest, ShardProcessesGiveThePeerResultAndHonestMetrics) {
   ASSERT_TRUE(RunLocalGroup(TransportKind::kInproc, kW, [&](Transport& transport) -> absl::Status {
                 auto backend = kernels::NewCpuBackend();
                 const std::vector<float> p0 = Random(1, kN, 0.0f, 1.0f);
-                auto adam =
-                    OnebitAdam::Create(Options(kFreeze), backend.get(), &transport, p0.data(), kN);
+                auto exchange = PeerExchange::Create(backend.get(), &transport, kN,
+                                                     ExactAllreduceOptions(), compressor);
+                if (!exchange.ok()) return exchange.status();
+                auto adam = OnebitAdam::Create(Options(kFreeze), backend.get(), exchange->get(),
+                                               p0.data(), kN);
                 if (!adam.ok()) return adam.status();
                 for (int64_t step = 1; step <= kSteps; ++step) {
                   const std::vector<float> g = Grad(transport.rank(), step, kN);
@@ -253,7 +265,7 @@ TEST(PsServerTest, ShardProcessesGiveThePeerResultAndHonestMetrics) {
         << "rank " << rank;
   }
 
-  const auto layout = *PsLayout::Create(kN, kW);
+  const auto layout = *PsLayout::Create(kN, kW, compressor);
   uint64_t total_sent = 0;
   for (int s = 0; s < kW; ++s) {
     SCOPED_TRACE(testing::Message() << "shard " << s);
@@ -282,6 +294,32 @@ TEST(PsServerTest, ShardProcessesGiveThePeerResultAndHonestMetrics) {
     EXPECT_EQ(*code, 0);
     EXPECT_THAT(TemporaryFilesOf(shard.address_file), testing::IsEmpty());
   }
+}
+
+INSTANTIATE_TEST_SUITE_P(Compressors, PsServerCompressorTest,
+                         ::testing::Values(kernels::Compressor::kOnebit,
+                                           kernels::Compressor::kInt8),
+                         [](const ::testing::TestParamInfo<kernels::Compressor>& info) {
+                           return std::string(kernels::CompressorName(info.param));
+                         });
+
+// A worker whose compressor differs from the shard's gets a clear rejection naming the
+// mismatch at the first compressed step, not garbage.
+TEST(PsServerTest, AWorkerWithAnotherCompressorIsRejectedByName) {
+  constexpr size_t kN = 1000;
+  ShardProcess shard = StartShard(0, 1, 1, kN, kernels::Compressor::kOnebit);
+  ASSERT_FALSE(shard.grpc.empty());
+  PsExchangeOptions options;
+  options.compressor = kernels::Compressor::kInt8;
+  auto backend = kernels::NewCpuBackend();
+  auto exchange = PsExchange::Create(backend.get(), 0, 1, kN, {shard.grpc}, options);
+  ASSERT_TRUE(exchange.ok()) << exchange.status();
+  const std::vector<float> m = Random(3, kN, 0.0f, 1.0f);
+  auto r = (*exchange)->AverageMomentum(1, m.data(), nullptr, 0.0f);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("block size of compressor int8, but this shard's job compresses with onebit"));
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("onebit.exchange.compressor"));
 }
 
 // A shard killed between steps: the next step fails with UNAVAILABLE within seconds on

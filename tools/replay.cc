@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "common/npy.h"
+#include "worker/exchange/peer_exchange.h"
 #include "worker/transport/local_group.h"
 #include "worker/exchange/peer_exchange.h"
 #include "worker/optim/optimizer_factory.h"
@@ -132,8 +133,11 @@ absl::Status RunWorker(const ReplayConfig& config, const Inputs& in, Transport& 
     spec.freeze_step = config.freeze_step;
   }
   spec.bias_correction = config.bias_correction;
+  ONEBIT_ASSIGN_OR_RETURN(const kernels::Compressor compressor,
+                          kernels::ParseCompressor(config.compressor));
   ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<PeerExchange> exchange,
-                          PeerExchange::Create(backend.get(), &transport, n));
+                          PeerExchange::Create(backend.get(), &transport, n,
+                                               ExactAllreduceOptions(), compressor));
   ONEBIT_ASSIGN_OR_RETURN(
       std::unique_ptr<Optimizer> optimizer,
       CreateOptimizer(spec, backend.get(), exchange.get(), in.params.data(), n));
@@ -211,6 +215,10 @@ absl::Status ValidateConfig(const ReplayConfig& c) {
   if (c.transport != "inproc" && c.transport != "gloo") {
     return FlagError("transport", absl::StrCat("unknown transport '", c.transport,
                                                "' (supported: inproc, gloo)"));
+  }
+  if (!kernels::ParseCompressor(c.compressor).ok()) {
+    return FlagError("compressor", absl::StrCat("unknown compressor '", c.compressor,
+                                                "' (supported: onebit, int8)"));
   }
   if (c.workers < 1 || c.workers > kMaxWorkers) {
     return FlagError("workers", absl::StrCat("must be in [1, ", kMaxWorkers, "], got ",
@@ -324,6 +332,7 @@ absl::StatusOr<ReplaySummary> RunReplay(const ReplayConfig& config, std::ostream
   ReplaySummary s;
   s.optimizer = config.optimizer;
   s.transport = config.transport;
+  s.compressor = config.compressor;
   s.workers = config.workers;
   s.n = in.n;
   s.steps = in.steps;
@@ -356,6 +365,7 @@ std::string FormatSummary(const ReplaySummary& s) {
   absl::StrAppend(&out, "  N (parameters)      ", s.n, "\n");
   absl::StrAppend(&out, "  T (steps)           ", s.steps, "\n");
   absl::StrAppend(&out, "  W (workers)         ", s.workers, "\n");
+  absl::StrAppend(&out, "  compressor          ", s.compressor, "\n");
   absl::StrAppend(&out, "  stages              ", s.warmup_steps, " warmup, ",
                   s.compression_steps, " compression (freeze step ", s.freeze_step, ")\n");
   if (s.optimizer == "zero_one_adam") {

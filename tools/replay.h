@@ -41,12 +41,14 @@ struct ReplayConfig {
   std::string grads_path;
   std::string out_path;
   std::string transport = "inproc";  // "inproc" or "gloo" (TCP over 127.0.0.1)
+  // The compressed exchange's format (job config exchange.compressor): "onebit" or "int8".
+  std::string compressor = "onebit";
   // How often rank 0 reports progress; zero or negative: never.
   absl::Duration progress_interval = absl::Seconds(5);
 };
 
-// Checks the configuration on its face, without opening any file: the optimizer and
-// transport names, W >= 1, the hyperparameters (lr >= 0 and finite: lr = 0 is accepted
+// Checks the configuration on its face, without opening any file: the optimizer,
+// transport and compressor names, W >= 1, the hyperparameters (lr >= 0 and finite: lr = 0 is accepted
 // and leaves the parameters unchanged, which still measures the communication; beta1 and
 // beta2 in [0, 1) as float32; eps > 0; weight decay >= 0; freeze_step and
 // var_freeze_step >= 0; the 0/1 Adam scalers and clipper >= 1) and that the three paths
@@ -64,6 +66,7 @@ void NormalizeFlagNames(std::vector<std::string>* args);
 struct ReplaySummary {
   std::string optimizer;
   std::string transport;
+  std::string compressor;
   int workers = 0;
   int64_t n = 0;                  // parameters
   int64_t steps = 0;              // T

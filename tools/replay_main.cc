@@ -70,6 +70,9 @@ ABSL_FLAG(std::string, grads, "",
 ABSL_FLAG(std::string, out, "", "Output: float32 .npy of shape (N,), written atomically "
                                 "(required).");
 ABSL_FLAG(std::string, transport, "inproc", "inproc or gloo (TCP over 127.0.0.1).");
+ABSL_FLAG(std::string, compressor, "onebit",
+          "Compressed exchange format: onebit (1 bit + a scale per block) or int8 (a byte "
+          "per element + a scale and an offset per block).");
 
 namespace {
 
@@ -82,7 +85,7 @@ const std::set<std::string>& OwnFlags() {
       "optimizer", "workers", "lr",     "beta1", "beta2", "eps",      "weight_decay",
       "freeze_step", "params", "grads", "out",   "transport", "var_freeze_step",
       "var_update_scaler", "local_step_scaler", "local_step_clipper", "max_coeff", "min_coeff",
-      "coeff_beta", "factor_max", "factor_min", "factor_threshold", "groups", "bias_correction"};
+      "coeff_beta", "factor_max", "factor_min", "factor_threshold", "groups", "bias_correction", "compressor"};
   return *flags;
 }
 
@@ -215,6 +218,7 @@ int main(int argc, char** argv) {
   config.grads_path = onebit::tools::ResolvePath(absl::GetFlag(FLAGS_grads), working_dir);
   config.out_path = onebit::tools::ResolvePath(absl::GetFlag(FLAGS_out), working_dir);
   config.transport = absl::GetFlag(FLAGS_transport);
+  config.compressor = absl::GetFlag(FLAGS_compressor);
 
   if (config.workers == 0 && seen.count("workers") == 0) {
     return UsageError("--workers: is required (the number of workers W, >= 1)");

@@ -51,6 +51,7 @@ TEST(ReplayTest, ValidateConfig) {
   } cases[] = {
       {"--optimizer", [](ReplayConfig* c) { c->optimizer = "adamw"; }},
       {"--transport", [](ReplayConfig* c) { c->transport = "tcp"; }},
+      {"--compressor", [](ReplayConfig* c) { c->compressor = "int4"; }},
       {"--workers", [](ReplayConfig* c) { c->workers = 0; }},
       {"--workers", [](ReplayConfig* c) { c->workers = 100000; }},
       {"--lr", [](ReplayConfig* c) { c->hyper.lr = -1e-3f; }},

@@ -157,8 +157,14 @@ struct Worker {
 // TLS of this process (flags over the config), set once in Run.
 security::TlsOptions g_tls;
 
+// The job's exchange.compressor (validated when the config was parsed).
+kernels::Compressor JobCompressor(const JobConfig& config) {
+  return kernels::ParseCompressor(config.exchange.compressor).value_or(kernels::Compressor::kOnebit);
+}
+
 PsExchangeOptions PsOptions(const JobConfig& config) {
   PsExchangeOptions options;
+  options.compressor = JobCompressor(config);
   options.step_deadline = absl::Seconds(config.failure.ps_step_deadline_s);
   options.tls = g_tls;
   return options;
@@ -328,7 +334,8 @@ absl::StatusOr<std::unique_ptr<Exchange>> NewHierarchicalExchange(
   ONEBIT_ASSIGN_OR_RETURN(w.inter_transport,
                           GroupTransport(config, reg, absl::StrCat("slice", local_rank),
                                          node, nodes, client, backend));
-  return HierarchicalExchange::CreatePeer(backend, w.transport.get(), w.inter_transport.get(), n);
+  return HierarchicalExchange::CreatePeer(backend, w.transport.get(), w.inter_transport.get(), n,
+                                          JobCompressor(config));
 }
 
 absl::Status WriteSummary(const std::string& path, const JobConfig& config, int rank,
@@ -465,7 +472,8 @@ absl::Status Run() {
     ONEBIT_ASSIGN_OR_RETURN(exact.wire_dtype, ParseWireDtype(config.exchange.warmup_dtype));
     ONEBIT_ASSIGN_OR_RETURN(exact.order, ParseSumOrder(EffectiveWarmupOrder(config.exchange)));
     ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<PeerExchange> peer,
-                            PeerExchange::Create(w.backend.get(), w.transport.get(), n, exact));
+                            PeerExchange::Create(w.backend.get(), w.transport.get(), n, exact,
+                                                 JobCompressor(config)));
     if (config.exchange.overlap) overlap = peer.get();
     w.exchange = std::move(peer);
   }

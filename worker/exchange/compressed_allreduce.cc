@@ -6,31 +6,34 @@
 namespace onebit {
 
 absl::StatusOr<std::unique_ptr<CompressedAllreduce>> CompressedAllreduce::Create(
-    kernels::Backend* backend, Transport* transport, size_t n) {
+    kernels::Backend* backend, Transport* transport, size_t n, kernels::Compressor compressor) {
   if (backend->memory_space() != transport->memory_space()) {
     return absl::InvalidArgumentError(absl::StrCat("backend ", backend->name(),
                                                    " and transport ", transport->name(),
                                                    " use different memory spaces"));
   }
-  std::unique_ptr<CompressedAllreduce> c(new CompressedAllreduce(backend, transport, n));
+  std::unique_ptr<CompressedAllreduce> c(
+      new CompressedAllreduce(backend, transport, n, compressor));
   ONEBIT_RETURN_IF_ERROR(c->Init());
   return c;
 }
 
 CompressedAllreduce::CompressedAllreduce(kernels::Backend* backend, Transport* transport,
-                                         size_t n)
+                                         size_t n, kernels::Compressor compressor)
     : backend_(backend),
       transport_(transport),
       world_size_(transport->world_size()),
+      compressor_(compressor),
       n_(n),
       n_pad_(PeerPaddedSize(n, transport->world_size())),
       chunk_(n_pad_ / static_cast<size_t>(world_size_)),
-      block_bytes_(kernels::CompressedBlockBytes(chunk_)) {}
+      block_bytes_(kernels::BlockBytes(compressor, chunk_)) {}
 
 absl::Status CompressedAllreduce::Init() {
   const size_t w = static_cast<size_t>(world_size_);
-  ONEBIT_ASSIGN_OR_RETURN(worker_, WorkerCompressor::Create(backend_, n_, w, chunk_));
-  ONEBIT_ASSIGN_OR_RETURN(server_, ChunkAggregator::Create(backend_, chunk_));
+  ONEBIT_ASSIGN_OR_RETURN(worker_,
+                          WorkerCompressor::Create(backend_, n_, w, chunk_, compressor_));
+  ONEBIT_ASSIGN_OR_RETURN(server_, ChunkAggregator::Create(backend_, chunk_, compressor_));
   ONEBIT_ASSIGN_OR_RETURN(send_, kernels::Buffer<uint8_t>::Create(backend_, w * block_bytes_));
   ONEBIT_ASSIGN_OR_RETURN(received_,
                           kernels::Buffer<uint8_t>::Create(backend_, w * block_bytes_));
@@ -56,8 +59,12 @@ absl::Status CompressedAllreduce::Run(const float* in, float* out) {
     ONEBIT_RETURN_IF_ERROR(worker_->Compress(in, nullptr, 0.0f, send_.data()));
   }
   ONEBIT_RETURN_IF_ERROR(Exchange());
+  return DecodeResult(out);
+}
+
+absl::Status CompressedAllreduce::DecodeResult(float* out) {
   ScopedStepTime time(clock_, &compress_seconds_);
-  return backend_->Decompress(gathered_.data(), num_chunks(), chunk_, n_, out);
+  return backend_->Decode(compressor_, gathered_.data(), num_chunks(), chunk_, n_, out);
 }
 
 absl::Status CompressedAllreduce::RunMomentum(const float* m, const float* g, float beta1) {

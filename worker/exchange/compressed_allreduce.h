@@ -4,7 +4,8 @@
 // aggregation of the own chunk, one all-gather of the server blocks (server -> everyone).
 //
 // Layout: N_pad is n rounded up to a multiple of W*lcm(W,8); chunk C = N_pad/W; chunk r
-// belongs to rank r. Blocks follow the wire format in kernels/kernels.h.
+// belongs to rank r. Blocks follow the wire format in kernels/kernels.h: 1 bit with one
+// scale per tensor, or int8 with a scale and offset per chunk (the compressor).
 //
 // Thread safety: one thread at a time. Backend and transport are borrowed.
 #ifndef ONEBIT_WORKER_EXCHANGE_COMPRESSED_ALLREDUCE_H_
@@ -28,9 +29,9 @@ namespace onebit {
 
 class CompressedAllreduce {
  public:
-  static absl::StatusOr<std::unique_ptr<CompressedAllreduce>> Create(kernels::Backend* backend,
-                                                                     Transport* transport,
-                                                                     size_t n);
+  static absl::StatusOr<std::unique_ptr<CompressedAllreduce>> Create(
+      kernels::Backend* backend, Transport* transport, size_t n,
+      kernels::Compressor compressor = kernels::Compressor::kOnebit);
 
   // out = the compressed average of every rank's `in` (n elements, backend memory).
   // in and out may be the same buffer.
@@ -43,6 +44,9 @@ class CompressedAllreduce {
 
   // After Run*/RunMomentum: world_size blocks of chunk() elements (backend memory).
   const uint8_t* result_blocks() const { return gathered_.data(); }
+  // Decodes result_blocks() into out (n elements, backend memory), timed as compression.
+  absl::Status DecodeResult(float* out);
+  kernels::Compressor compressor() const { return compressor_; }
   size_t num_chunks() const { return static_cast<size_t>(world_size_); }
   size_t chunk() const { return chunk_; }
   size_t padded_size() const { return n_pad_; }
@@ -59,13 +63,15 @@ class CompressedAllreduce {
   void set_step_clock(StepClock* clock) { clock_ = clock; }
 
  private:
-  CompressedAllreduce(kernels::Backend* backend, Transport* transport, size_t n);
+  CompressedAllreduce(kernels::Backend* backend, Transport* transport, size_t n,
+                      kernels::Compressor compressor);
   absl::Status Init();
   absl::Status Exchange();
 
   kernels::Backend* backend_;
   Transport* transport_;
   int world_size_;
+  kernels::Compressor compressor_;
   size_t n_, n_pad_, chunk_, block_bytes_;
   std::unique_ptr<WorkerCompressor> worker_;
   std::unique_ptr<ChunkAggregator> server_;

@@ -1,5 +1,6 @@
 #include "worker/exchange/compressed_allreduce_reference.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace onebit {
@@ -18,6 +19,21 @@ double Sign(double x) { return x >= 0.0 ? 1.0 : -1.0; }
 
 }  // namespace
 
+Int8Comparison CompareInt8(const std::vector<float>& got, const std::vector<double>& want) {
+  Int8Comparison c;
+  if (want.empty()) return c;
+  const auto [lo, hi] = std::minmax_element(want.begin(), want.end());
+  const double step = (*hi - *lo) / 255;
+  for (size_t i = 0; i < want.size() && i < got.size(); ++i) {
+    const double d = std::abs(got[i] - want[i]);
+    // Float rounding, relative to the terms: the offset and q * scale, up to the range.
+    if (d <= 1e-5 * (std::abs(want[i]) + 255 * step)) continue;
+    ++c.flips;
+    c.worst_steps = std::max(c.worst_steps, step > 0 ? d / step : HUGE_VAL);
+  }
+  return c;
+}
+
 size_t ReferencePaddedSize(size_t n, int w) {
   const size_t ws = static_cast<size_t>(w);
   const size_t lcm = ws / Gcd(ws, 8) * 8;
@@ -25,13 +41,36 @@ size_t ReferencePaddedSize(size_t n, int w) {
   return (n + multiple - 1) / multiple * multiple;
 }
 
-ReferenceCompressedAllreduce::ReferenceCompressedAllreduce(int workers, size_t n)
+ReferenceCompressedAllreduce::ReferenceCompressedAllreduce(int workers, size_t n, bool int8)
     : w_(workers),
+      int8_(int8),
       n_(n),
       n_pad_(ReferencePaddedSize(n, workers)),
       chunk_(n_pad_ / static_cast<size_t>(workers)),
       worker_error_(workers, std::vector<double>(n_pad_, 0.0)),
       server_error_(workers, std::vector<double>(chunk_, 0.0)) {}
+
+void ReferenceCompressedAllreduce::Quantize(std::vector<double>* x, size_t begin,
+                                            size_t end) const {
+  if (!int8_) {  // one scale for [begin, end)
+    const double s = Rms(*x, begin, end);
+    for (size_t j = begin; j < end; ++j) (*x)[j] = s * Sign((*x)[j]);
+    return;
+  }
+  for (size_t c = begin; c < end; c += chunk_) {  // a scale and an offset per chunk
+    double lo = (*x)[c], hi = (*x)[c];
+    for (size_t j = c; j < c + chunk_; ++j) {
+      lo = std::min(lo, (*x)[j]);
+      hi = std::max(hi, (*x)[j]);
+    }
+    const double scale = (hi - lo) / 255.0;
+    for (size_t j = c; j < c + chunk_; ++j) {
+      const double q =
+          scale > 0 ? std::min(255.0, std::max(0.0, std::nearbyint(((*x)[j] - lo) / scale))) : 0;
+      (*x)[j] = lo + q * scale;
+    }
+  }
+}
 
 void ReferenceCompressedAllreduce::ResetErrors() {
   for (auto& e : worker_error_) e.assign(e.size(), 0.0);
@@ -46,11 +85,9 @@ std::vector<double> ReferenceCompressedAllreduce::Run(
     std::vector<double> x(n_pad_, 0.0);
     for (size_t j = 0; j < n_; ++j) x[j] = inputs[i][j];
     for (size_t j = 0; j < n_pad_; ++j) x[j] += worker_error_[i][j];
-    const double s = Rms(x, 0, n_pad_);
-    for (size_t j = 0; j < n_pad_; ++j) {
-      sent[i][j] = s * Sign(x[j]);
-      worker_error_[i][j] = x[j] - sent[i][j];
-    }
+    sent[i] = x;
+    Quantize(&sent[i], 0, n_pad_);
+    for (size_t j = 0; j < n_pad_; ++j) worker_error_[i][j] = x[j] - sent[i][j];
   }
   // Servers: average their chunk, add the server error, recompress.
   std::vector<double> result(n_pad_);
@@ -62,9 +99,10 @@ std::vector<double> ReferenceCompressedAllreduce::Run(
       for (int i = 0; i < w_; ++i) sum += sent[i][begin + j];
       y[begin + j] = sum / w_ + server_error_[r][j];
     }
-    const double s = Rms(y, begin, begin + chunk_);
+    std::vector<double> q = y;
+    Quantize(&q, begin, begin + chunk_);
     for (size_t j = 0; j < chunk_; ++j) {
-      result[begin + j] = s * Sign(y[begin + j]);
+      result[begin + j] = q[begin + j];
       server_error_[r][j] = y[begin + j] - result[begin + j];
     }
   }

@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/kernels.h"
 #include "worker/exchange/step_clock.h"
 
 namespace onebit {
@@ -27,11 +28,18 @@ using ErrorState = std::map<std::string, std::vector<float>>;
 // The averaged momentum as compressed blocks (backend memory), one per server chunk, in
 // the wire format of kernels/kernels.h; or, where the exchange averaged exactly (a
 // hierarchical exchange with one node), as floats. Valid until the next call.
+//
+// INT8 (exchange.compressor "int8"): the exchange also decodes the blocks into `momentum`,
+// so a caller that only knows the 1-bit fused decode (DecompressFrozenAdamUpdate) takes
+// the momentum path (Copy + FrozenAdamUpdate) and never misreads int8 blocks as 1 bit.
+// `blocks` stay set, in `compressor`'s format.
 struct CompressedResult {
   const uint8_t* blocks = nullptr;
   size_t num_chunks = 0;
   size_t chunk = 0;
-  const float* momentum = nullptr;  // set instead of blocks: n elements (or more, padded)
+  // When set, the result as floats: n elements (or more, padded); use it, not the blocks.
+  const float* momentum = nullptr;
+  kernels::Compressor compressor = kernels::Compressor::kOnebit;  // the blocks' format
 };
 
 // Payload bytes one way or the other.

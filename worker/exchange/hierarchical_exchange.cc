@@ -32,12 +32,15 @@ absl::StatusOr<std::unique_ptr<HierarchicalExchange>> HierarchicalExchange::Crea
 }
 
 absl::StatusOr<std::unique_ptr<HierarchicalExchange>> HierarchicalExchange::CreatePeer(
-    kernels::Backend* backend, Transport* intra, Transport* inter, size_t n) {
+    kernels::Backend* backend, Transport* intra, Transport* inter, size_t n,
+    kernels::Compressor compressor) {
   ONEBIT_ASSIGN_OR_RETURN(HierarchicalLayout layout,
                           HierarchicalLayout::Create(n, intra->world_size(), inter->world_size()));
   std::unique_ptr<Exchange> between_nodes;
   if (inter->world_size() > 1) {
-    ONEBIT_ASSIGN_OR_RETURN(between_nodes, PeerExchange::Create(backend, inter, layout.slice()));
+    ONEBIT_ASSIGN_OR_RETURN(between_nodes,
+                            PeerExchange::Create(backend, inter, layout.slice(),
+                                                 ExactAllreduceOptions(), compressor));
   }
   return Create(backend, intra, std::move(between_nodes), layout);
 }
@@ -64,9 +67,10 @@ absl::Status HierarchicalExchange::Init() {
     ONEBIT_ASSIGN_OR_RETURN(idle_compressor_, WorkerCompressor::Create(backend_, 0, 1, 8));
     return absl::OkStatus();
   }
+  compressor_ = inter_->worker_compressor().compressor();
   ONEBIT_ASSIGN_OR_RETURN(
-      blocks_, Buffer<uint8_t>::Create(
-                   backend_, layout_.num_chunks() * kernels::CompressedBlockBytes(layout_.chunk())));
+      blocks_, Buffer<uint8_t>::Create(backend_, layout_.num_chunks() *
+                                                     kernels::BlockBytes(compressor_, layout_.chunk())));
   return absl::OkStatus();
 }
 
@@ -118,14 +122,24 @@ absl::StatusOr<CompressedResult> HierarchicalExchange::AverageMomentum(int64_t s
 
 absl::StatusOr<CompressedResult> HierarchicalExchange::GatherSlices(const CompressedResult& r) {
   if (r.blocks == nullptr || r.chunk != layout_.chunk() ||
-      r.num_chunks != static_cast<size_t>(layout_.inter_chunks())) {
-    return absl::InternalError(absl::StrCat("the inter-node exchange returned ", r.num_chunks,
-                                            " chunks of ", r.chunk, ", the layout wants ",
-                                            layout_.inter_chunks(), " of ", layout_.chunk()));
+      r.num_chunks != static_cast<size_t>(layout_.inter_chunks()) || r.compressor != compressor_) {
+    return absl::InternalError(absl::StrCat(
+        "the inter-node exchange returned ", r.num_chunks, " ", kernels::CompressorName(r.compressor),
+        " chunks of ", r.chunk, ", the layout wants ", layout_.inter_chunks(), " ",
+        kernels::CompressorName(compressor_), " of ", layout_.chunk()));
   }
-  const size_t slice_bytes = r.num_chunks * kernels::CompressedBlockBytes(r.chunk);
+  const size_t slice_bytes = r.num_chunks * kernels::BlockBytes(compressor_, r.chunk);
   ONEBIT_RETURN_IF_ERROR(intra_->AllGather(r.blocks, blocks_.data(), slice_bytes));
-  return CompressedResult{blocks_.data(), layout_.num_chunks(), layout_.chunk()};
+  CompressedResult result{blocks_.data(), layout_.num_chunks(), layout_.chunk()};
+  result.compressor = compressor_;
+  if (compressor_ == kernels::Compressor::kInt8) {  // see CompressedResult
+    ScopedStepTime time(step_clock(), &compress_seconds_);
+    ONEBIT_RETURN_IF_ERROR(backend_->DecompressInt8(blocks_.data(), layout_.num_chunks(),
+                                                    layout_.chunk(), layout_.n(),
+                                                    gathered_.data()));
+    result.momentum = gathered_.data();
+  }
+  return result;
 }
 
 absl::StatusOr<CompressedResult> HierarchicalExchange::CompressedAverage(int64_t step,

@@ -32,7 +32,7 @@ struct PeerExchange::Overlap {
 
 absl::StatusOr<std::unique_ptr<PeerExchange>> PeerExchange::Create(
     kernels::Backend* backend, Transport* transport, size_t n,
-    const ExactAllreduceOptions& exact) {
+    const ExactAllreduceOptions& exact, kernels::Compressor compressor) {
   if (backend->memory_space() != transport->memory_space()) {
     return absl::InvalidArgumentError(absl::StrCat("backend ", backend->name(),
                                                    " and transport ", transport->name(),
@@ -40,7 +40,11 @@ absl::StatusOr<std::unique_ptr<PeerExchange>> PeerExchange::Create(
   }
   std::unique_ptr<PeerExchange> e(new PeerExchange(backend, transport, n, exact));
   ONEBIT_ASSIGN_OR_RETURN(e->exact_, ExactAllreduce::Create(backend, transport, n, exact));
-  ONEBIT_ASSIGN_OR_RETURN(e->compressed_, CompressedAllreduce::Create(backend, transport, n));
+  ONEBIT_ASSIGN_OR_RETURN(e->compressed_,
+                          CompressedAllreduce::Create(backend, transport, n, compressor));
+  if (compressor == kernels::Compressor::kInt8) {
+    ONEBIT_ASSIGN_OR_RETURN(e->decoded_, kernels::Buffer<float>::Create(backend, n));
+  }
   return e;
 }
 
@@ -229,8 +233,14 @@ absl::StatusOr<const float*> PeerExchange::SumGradients(int64_t step, const floa
 absl::StatusOr<CompressedResult> PeerExchange::AverageMomentum(int64_t /*step*/, const float* m,
                                                                const float* g, float beta1) {
   ONEBIT_RETURN_IF_ERROR(compressed_->RunMomentum(m, g, beta1));
-  return CompressedResult{compressed_->result_blocks(), compressed_->num_chunks(),
-                          compressed_->chunk()};
+  CompressedResult r{compressed_->result_blocks(), compressed_->num_chunks(),
+                     compressed_->chunk()};
+  r.compressor = compressed_->compressor();
+  if (r.compressor == kernels::Compressor::kInt8) {  // see CompressedResult
+    ONEBIT_RETURN_IF_ERROR(compressed_->DecodeResult(decoded_.data()));
+    r.momentum = decoded_.data();
+  }
+  return r;
 }
 
 absl::StatusOr<CompressedResult> PeerExchange::CompressedAverage(int64_t step, const float* x) {

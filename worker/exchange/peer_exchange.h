@@ -48,10 +48,12 @@ namespace onebit {
 
 class PeerExchange : public Exchange {
  public:
-  // `exact` configures the warmup's ExactAllreduce (its wire dtype, say).
+  // `exact` configures the warmup's ExactAllreduce (its wire dtype, say); `compressor` is
+  // the compressed exchange's format (job config exchange.compressor; every rank the same).
   static absl::StatusOr<std::unique_ptr<PeerExchange>> Create(
       kernels::Backend* backend, Transport* transport, size_t n,
-      const ExactAllreduceOptions& exact = ExactAllreduceOptions());
+      const ExactAllreduceOptions& exact = ExactAllreduceOptions(),
+      kernels::Compressor compressor = kernels::Compressor::kOnebit);
   ~PeerExchange() override;
 
   // OVERLAP (see the header comment). `buckets`: [begin, end) pairs partitioning [0, n) in
@@ -114,6 +116,7 @@ class PeerExchange : public Exchange {
   std::unique_ptr<Overlap> overlap_;
   std::unique_ptr<ExactAllreduce> exact_;
   std::unique_ptr<CompressedAllreduce> compressed_;
+  kernels::Buffer<float> decoded_;  // int8: the decoded result (CompressedResult::momentum)
 };
 
 }  // namespace onebit

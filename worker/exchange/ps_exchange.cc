@@ -98,8 +98,9 @@ absl::StatusOr<std::unique_ptr<PsExchange>> PsExchange::Create(
     kernels::Backend* backend, int rank, int world_size, size_t n,
     const std::vector<std::string>& shard_addresses, const PsExchangeOptions& options) {
   if (shard_addresses.empty()) return absl::InvalidArgumentError("ps mode needs at least one shard");
-  ONEBIT_ASSIGN_OR_RETURN(PsLayout layout,
-                          PsLayout::Create(n, static_cast<int>(shard_addresses.size())));
+  ONEBIT_ASSIGN_OR_RETURN(
+      PsLayout layout,
+      PsLayout::Create(n, static_cast<int>(shard_addresses.size()), options.compressor));
   ONEBIT_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
                           security::GrpcChannelCredentials(options.tls));
   const grpc::ChannelArguments args = ChannelArguments(layout, options.tls);
@@ -135,8 +136,8 @@ absl::StatusOr<std::unique_ptr<PsExchange>> PsExchange::Create(
     return absl::InvalidArgumentError(
         "PsExchangeOptions: max_attempts must be >= 1, step_deadline > 0, retry_backoff >= 0");
   }
-  ONEBIT_ASSIGN_OR_RETURN(PsLayout layout,
-                          PsLayout::Create(n, static_cast<int>(channels.size())));
+  ONEBIT_ASSIGN_OR_RETURN(
+      PsLayout layout, PsLayout::Create(n, static_cast<int>(channels.size()), options.compressor));
   std::unique_ptr<PsExchange> exchange(new PsExchange(backend, rank, world_size, layout, options));
   ONEBIT_RETURN_IF_ERROR(exchange->Init(std::move(channels)));
   return exchange;
@@ -148,8 +149,12 @@ PsExchange::PsExchange(kernels::Backend* backend, int rank, int world_size,
 
 absl::Status PsExchange::Init(std::vector<std::shared_ptr<grpc::Channel>> channels) {
   const size_t num_shards = static_cast<size_t>(layout_.num_shards());
-  ONEBIT_ASSIGN_OR_RETURN(
-      compressor_, WorkerCompressor::Create(backend_, layout_.n(), num_shards, layout_.chunk()));
+  ONEBIT_ASSIGN_OR_RETURN(compressor_,
+                          WorkerCompressor::Create(backend_, layout_.n(), num_shards,
+                                                   layout_.chunk(), layout_.compressor()));
+  if (layout_.compressor() == kernels::Compressor::kInt8) {
+    ONEBIT_ASSIGN_OR_RETURN(decoded_, kernels::Buffer<float>::Create(backend_, layout_.n()));
+  }
   using kernels::Buffer;
   ONEBIT_ASSIGN_OR_RETURN(sum_, Buffer<float>::Create(backend_, layout_.n()));
   ONEBIT_ASSIGN_OR_RETURN(blocks_,
@@ -224,7 +229,16 @@ absl::StatusOr<CompressedResult> PsExchange::AverageMomentum(int64_t step, const
     wire::CopyTo(shard->result.payload, gathered_.data() + shard->index * block);
   }
   ReleaseResults();
-  return CompressedResult{gathered_.data(), shards_.size(), layout_.chunk()};
+  CompressedResult r{gathered_.data(), shards_.size(), layout_.chunk()};
+  r.compressor = layout_.compressor();
+  if (r.compressor == kernels::Compressor::kInt8) {  // see CompressedResult
+    ScopedStepTime time(step_clock(), &compress_seconds_);
+    ONEBIT_RETURN_IF_ERROR(backend_->DecompressInt8(gathered_.data(), shards_.size(),
+                                                    layout_.chunk(), layout_.n(),
+                                                    decoded_.data()));
+    r.momentum = decoded_.data();
+  }
+  return r;
 }
 
 absl::StatusOr<CompressedResult> PsExchange::CompressedAverage(int64_t step, const float* x) {
@@ -327,6 +341,14 @@ absl::Status PsExchange::ValidateResult(const Shard& shard, int64_t step, ChunkK
     if (!std::isfinite(scale) || scale < 0.0f) {
       return absl::InternalError(
           absl::StrCat(shard.name, " sent a result block with scale ", scale));
+    }
+    if (layout_.compressor() == kernels::Compressor::kInt8) {
+      float offset;
+      wire::CopyTo(r.payload.Subcord(sizeof(scale), sizeof(offset)), &offset);
+      if (!std::isfinite(offset)) {
+        return absl::InternalError(
+            absl::StrCat(shard.name, " sent an int8 result block with offset ", offset));
+      }
     }
   }
   return absl::OkStatus();

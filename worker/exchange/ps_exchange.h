@@ -74,6 +74,9 @@ struct PsExchangeOptions {
   // TLS to the shards (security/tls.h): the CA that verifies them and this worker's
   // certificate for mutual TLS. Off: plaintext. Only the address overload of Create uses it.
   security::TlsOptions tls;
+  // The compressed blocks' format (job config exchange.compressor); the shards must use
+  // the same, or they reject the pushes (a block of the other format's size).
+  kernels::Compressor compressor = kernels::Compressor::kOnebit;
 };
 
 class PsExchange : public Exchange {
@@ -150,6 +153,7 @@ class PsExchange : public Exchange {
   kernels::Buffer<float> sum_;         // SumGradients' result, n values
   kernels::Buffer<uint8_t> blocks_;    // the S compressed blocks this worker pushes
   kernels::Buffer<uint8_t> gathered_;  // the S result blocks
+  kernels::Buffer<float> decoded_;     // int8: the result decoded (CompressedResult::momentum)
   // The step of a failed AverageMomentum whose blocks_ a retry must push again; 0: none.
   int64_t failed_step_ = 0;
 
