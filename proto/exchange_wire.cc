@@ -152,7 +152,7 @@ class Reader {
 }  // namespace
 
 grpc::ByteBuffer EncodePush(int32_t worker, int64_t step, int32_t chunk, int32_t kind,
-                            bool checkpoint, const grpc::Slice& payload) {
+                            bool checkpoint, const grpc::Slice& payload, bool reset_errors) {
   std::string header;
   PutInt(1, worker, &header);
   PutInt(2, step, &header);
@@ -161,6 +161,7 @@ grpc::ByteBuffer EncodePush(int32_t worker, int64_t step, int32_t chunk, int32_t
   std::vector<grpc::Slice> slices;
   PutPayload(5, payload, &header, &slices);
   PutInt(6, checkpoint ? 1 : 0, &header);
+  PutInt(7, reset_errors ? 1 : 0, &header);
   if (!header.empty() || slices.empty()) slices.push_back(StringSlice(std::move(header)));
   return FromSlices(slices);
 }
@@ -219,7 +220,8 @@ absl::StatusOr<PushFields> ParsePush(const absl::Cord& message) {
     int field;
     WireType type;
     if (absl::Status s = reader.Tag(&field, &type); !s.ok()) return s;
-    const bool varint_field = field == 1 || field == 2 || field == 3 || field == 4 || field == 6;
+    const bool varint_field =
+        field == 1 || field == 2 || field == 3 || field == 4 || field == 6 || field == 7;
     if (varint_field && type == kVarint) {
       uint64_t value;
       if (absl::Status s = reader.Varint(&value); !s.ok()) return s;
@@ -229,6 +231,7 @@ absl::StatusOr<PushFields> ParsePush(const absl::Cord& message) {
         case 3: out.chunk = static_cast<int32_t>(value); break;
         case 4: out.kind = static_cast<int32_t>(value); break;
         case 6: out.checkpoint = value != 0; break;
+        case 7: out.reset_errors = value != 0; break;
       }
     } else if (field == 5 && type == kLengthDelimited) {
       if (absl::Status s = reader.Bytes(&out.payload); !s.ok()) return s;

@@ -40,6 +40,7 @@ struct PushFields {
   int32_t chunk = 0;
   int32_t kind = 0;  // onebit.v1.ChunkKind, unchecked (an open enum)
   bool checkpoint = false;
+  bool reset_errors = false;
   absl::Cord payload;
 };
 
@@ -52,7 +53,8 @@ struct ResultFields {
 
 // `payload` is sent as it is (its reference is taken, its bytes are not copied).
 grpc::ByteBuffer EncodePush(int32_t worker, int64_t step, int32_t chunk, int32_t kind,
-                            bool checkpoint, const grpc::Slice& payload);
+                            bool checkpoint, const grpc::Slice& payload,
+                            bool reset_errors = false);
 grpc::ByteBuffer EncodeResult(int64_t step, int32_t chunk, int32_t kind,
                               const grpc::Slice& payload);
 

@@ -50,7 +50,7 @@ grpc::Status ExchangeService::ExchangeRaw(
     const auto kind = static_cast<ChunkKind>(push->kind);
     absl::StatusOr<ShardState::PushOutcome> outcome =
         state_->PushCord(push->worker, push->step, push->chunk, kind, std::move(push->payload),
-                         push->checkpoint);
+                         push->checkpoint, push->reset_errors);
     if (!outcome.ok()) return ToGrpcStatus(outcome.status());
     ResultPayload result = outcome->result;
     if (result == nullptr) {

@@ -17,11 +17,13 @@ namespace onebit::server {
 // `compressor`'s format. A shard that fails to start is a test failure.
 struct InProcessShards {
   InProcessShards(int num_shards, int workers, size_t n,
-                  kernels::Compressor compressor = kernels::Compressor::kOnebit) {
+                  kernels::Compressor compressor = kernels::Compressor::kOnebit,
+                  bool allow_step_gaps = false) {
     for (int s = 0; s < num_shards; ++s) {
       ServerProcessOptions options;
       options.shard = ShardConfig{s, num_shards, workers, n, 2};
       options.shard.compressor = compressor;
+      options.shard.allow_step_gaps = allow_step_gaps;
       options.serve_metrics = false;
       options.shutdown_grace = absl::Milliseconds(200);
       auto process = ServerProcess::Start(options);

@@ -168,6 +168,7 @@ int main(int argc, char** argv) {
   options.shard.retained_steps = absl::GetFlag(FLAGS_retained_steps);
   int64_t n = absl::GetFlag(FLAGS_n);
   std::string compressor = absl::GetFlag(FLAGS_compressor);
+  bool allow_step_gaps = false;  // 0/1 Adam's local steps push nothing
   int group_offset = 0;  // hierarchical over ps: the first shard of this shard's slice
   std::string checkpoint_dir, topology;
   double retry_s = 120, heartbeat_s = 10;
@@ -188,6 +189,7 @@ int main(int argc, char** argv) {
     if (!count.ok()) return UsageError(std::string(count.status().message()));
     const onebit::ExchangeConfig& x = config->exchange;
     if (compressor.empty()) compressor = x.compressor;
+    allow_step_gaps = config->optimizer.type == "ZeroOneAdam";
     if (x.mode == "hierarchical") {
       // Hierarchical over ps: local rank l of every node (one worker per node) exchanges
       // slice l with its own K = servers / local_size shards; this is shard --shard % K of
@@ -229,6 +231,7 @@ int main(int argc, char** argv) {
         onebit::kernels::ParseCompressor(compressor.empty() ? "onebit" : compressor);
     if (!parsed.ok()) return UsageError(absl::StrCat("--compressor: ", parsed.status().message()));
     options.shard.compressor = *parsed;
+    options.shard.allow_step_gaps = allow_step_gaps;
   }
   if (options.port < 0 || options.port > 65535) return UsageError("--port must be in [0, 65535]");
   if (options.metrics_port < 0 || options.metrics_port > 65535) {

@@ -248,6 +248,10 @@ absl::StatusOr<const ShardState::FinishedStep*> ShardState::Locate(int64_t step,
   }
   // Nothing open: a fresh shard opens at its first step (any, if none was set), a running
   // one at the next.
+  if (config_.allow_step_gaps) {
+    if (step < std::max<int64_t>(first_step_, last_completed_ + 1)) return stale();
+    return nullptr;
+  }
   if (last_completed_ == 0 && first_step_ > 0 && step != first_step_) {
     *reason = step < first_step_ ? RejectReason::kStaleStep : RejectReason::kStepAhead;
     return absl::FailedPreconditionError(
@@ -267,26 +271,26 @@ uint8_t* ShardState::OnebitRow(int worker) {
 absl::StatusOr<ShardState::PushOutcome> ShardState::Push(int worker, int64_t step, int chunk,
                                                          ChunkKind kind,
                                                          absl::string_view payload,
-                                                         bool checkpoint) {
+                                                         bool checkpoint, bool reset_errors) {
   // The caller's bytes, by reference for the call only.
   return PushImpl(worker, step, chunk, kind, absl::MakeCordFromExternal(payload, [] {}),
-                  /*owned=*/false, checkpoint);
+                  /*owned=*/false, checkpoint, reset_errors);
 }
 
 absl::StatusOr<ShardState::PushOutcome> ShardState::PushOwned(int worker, int64_t step,
                                                               int chunk, ChunkKind kind,
                                                               std::string&& payload,
-                                                              bool checkpoint) {
+                                                              bool checkpoint, bool reset_errors) {
   // A Cord takes a large string over without copying it.
   return PushImpl(worker, step, chunk, kind, absl::Cord(std::move(payload)), /*owned=*/true,
-                  checkpoint);
+                  checkpoint, reset_errors);
 }
 
 absl::StatusOr<ShardState::PushOutcome> ShardState::PushCord(int worker, int64_t step,
                                                              int chunk, ChunkKind kind,
                                                              absl::Cord payload,
-                                                             bool checkpoint) {
-  return PushImpl(worker, step, chunk, kind, payload, /*owned=*/true, checkpoint);
+                                                             bool checkpoint, bool reset_errors) {
+  return PushImpl(worker, step, chunk, kind, payload, /*owned=*/true, checkpoint, reset_errors);
 }
 
 void ShardState::AddRunsInOrder(const absl::Cord& payload, int worker, bool owned) {
@@ -309,7 +313,8 @@ void ShardState::AddRunsInOrder(const absl::Cord& payload, int worker, bool owne
 absl::StatusOr<ShardState::PushOutcome> ShardState::PushImpl(int worker, int64_t step, int chunk,
                                                              ChunkKind kind,
                                                              const absl::Cord& payload,
-                                                             bool owned, bool checkpoint) {
+                                                             bool owned, bool checkpoint,
+                                                             bool reset_errors) {
   RejectReason reason;
   if (absl::Status s = ValidateRequest(worker, step, chunk, kind, &reason); !s.ok()) {
     return Reject(reason, s);
@@ -381,6 +386,7 @@ absl::StatusOr<ShardState::PushOutcome> ShardState::PushImpl(int worker, int64_t
   }
   open_->pushed[worker] = true;
   open_->checkpoint = open_->checkpoint || checkpoint;
+  open_->reset_errors = open_->reset_errors || reset_errors;
   any_push_ = true;
   if (++open_->num_pushed < config_.num_workers) return PushOutcome{false, nullptr};
   ONEBIT_RETURN_IF_ERROR(Complete());
@@ -401,7 +407,8 @@ absl::Status ShardState::Complete() {
     result = std::move(open.sum);
   } else {
     result = std::make_shared<std::string>(bytes, '\0');
-    status = aggregator_->Aggregate(onebit_rows_.data(), config_.num_workers,
+    if (open.reset_errors) status = aggregator_->ResetError();
+    if (status.ok()) status = aggregator_->Aggregate(onebit_rows_.data(), config_.num_workers,
                                     reinterpret_cast<uint8_t*>(result->data()));
     // Finite scales can still overflow their sum (W scales near FLT_MAX): the server error
     // is then infinite or NaN, and no worker would accept the result.

@@ -91,8 +91,13 @@ struct ShardConfig {
   // checkpoint it resumes from), so a stray client cannot pin it to a far-future step.
   int64_t first_step = 0;
   // Called after every completed step, with the lock held (fault injection).
-  std::function<void(int64_t step)> on_step_completed;  // The compressed blocks' format (job config exchange.compressor); the workers' must match.
+  std::function<void(int64_t step)> on_step_completed;
+  // The compressed blocks' format (job config exchange.compressor); the workers' must match.
   kernels::Compressor compressor = kernels::Compressor::kOnebit;
+  // Steps must only increase, not follow one another: 0/1 Adam's local steps exchange
+  // nothing (optimizer.type ZeroOneAdam). Off: each step is the one after the last, and a
+  // resumed job's first push is at its first step.
+  bool allow_step_gaps = false;
 };
 
 // Why a push was rejected: the label of onebit_server_rejected_pushes_total.
@@ -139,17 +144,22 @@ class ShardState {
   // Validates and records one push; completes the step when it is the W-th. Never waits
   // for other workers.
   // `checkpoint`: the job checkpoints after this step (any worker's flag counts).
+  // `reset_errors`: the server error is zeroed before this step is aggregated (any
+  // worker's flag counts).
   absl::StatusOr<PushOutcome> Push(int worker, int64_t step, int chunk, ChunkKind kind,
-                                   absl::string_view payload, bool checkpoint = false);
+                                   absl::string_view payload, bool checkpoint = false,
+                                   bool reset_errors = false);
   // The same, taking the payload's string: an fp32 run that must wait for its turn is kept
   // as it is instead of copied (the gRPC service moves the parsed message's bytes in).
   absl::StatusOr<PushOutcome> PushOwned(int worker, int64_t step, int chunk, ChunkKind kind,
-                                        std::string&& payload, bool checkpoint = false);
+                                        std::string&& payload, bool checkpoint = false,
+                                        bool reset_errors = false);
   // The same over a Cord, which may be the network's receive slices by reference (the
   // gRPC service): an fp32 run is added chunk by chunk straight from them, and one that
   // must wait for its turn is kept as that Cord (no copy either way).
   absl::StatusOr<PushOutcome> PushCord(int worker, int64_t step, int chunk, ChunkKind kind,
-                                       absl::Cord payload, bool checkpoint = false);
+                                       absl::Cord payload, bool checkpoint = false,
+                                       bool reset_errors = false);
 
   // The result of `step`, waiting for it while it is open (or, when no step is open, is the
   // next one) until `deadline` (DEADLINE_EXCEEDED) or until `cancelled` returns true
@@ -185,6 +195,7 @@ class ShardState {
     int num_pushed = 0;
     absl::Time opened_at;
     bool checkpoint = false;
+    bool reset_errors = false;
     std::vector<size_t> fingerprints;  // by worker, of the pushes so far
     // fp32: the sum so far (the step's result once all are in), the ranks added to it
     // (0..summed-1), and the runs that came before their turn, by worker.
@@ -220,7 +231,8 @@ class ShardState {
   // Push with the payload as a Cord; `owned`: it may be kept as it is (else it only
   // lives for the call and a kept run is copied).
   absl::StatusOr<PushOutcome> PushImpl(int worker, int64_t step, int chunk, ChunkKind kind,
-                                       const absl::Cord& payload, bool owned, bool checkpoint);
+                                       const absl::Cord& payload, bool owned, bool checkpoint,
+                                       bool reset_errors);
   // The open fp32 step: adds every run whose turn has come (rank order) into the sum.
   void AddRunsInOrder(const absl::Cord& payload, int worker, bool owned)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

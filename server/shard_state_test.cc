@@ -521,6 +521,25 @@ TEST_F(ShardStateTest, DuplicatesChangeNothingAndGetTheResultAgain) {
   EXPECT_DOUBLE_EQ(observer.last_norm, *state->ServerErrorNorm());
 }
 
+// 0/1 Adam: steps skip the local ones, but never go back.
+TEST_F(ShardStateTest, StepGapsWhenAllowed) {
+  ShardConfig config{0, 1, 2, 16, 2};
+  config.allow_step_gaps = true;
+  auto state = NewState(config);
+  const PsLayout& layout = state->layout();
+  auto push = [&](int w, int64_t step) {
+    return state->Push(w, step, 0, ChunkKind::kFp32, Payload(layout, 0, ChunkKind::kFp32, w, step));
+  };
+  ASSERT_TRUE(push(0, 3).ok());
+  ASSERT_TRUE(push(1, 3).ok());
+  ASSERT_TRUE(push(0, 7).ok());  // 4..6 were local steps
+  EXPECT_EQ(push(1, 8).status().code(), absl::StatusCode::kFailedPrecondition);  // 7 is open
+  ASSERT_TRUE(push(1, 7).ok());
+  EXPECT_EQ(state->last_completed_step(), 7);
+  EXPECT_EQ(push(0, 5).status().code(), absl::StatusCode::kFailedPrecondition);  // stale
+  ASSERT_TRUE(push(0, 20).ok());
+}
+
 TEST_F(ShardStateTest, StepsComeInOrder) {
   auto state = NewState(ShardConfig{0, 1, 2, 16, 2});
   const PsLayout& layout = state->layout();

@@ -246,10 +246,10 @@ absl::StatusOr<CompressedResult> PsExchange::CompressedAverage(int64_t step, con
   return AverageMomentum(step, x, nullptr, 0.0f);
 }
 
-absl::Status PsExchange::ResetErrors(int64_t /*step*/) {
-  return absl::UnimplementedError(
-      "resetting the shards' server errors (0/1 Adam's reset at var_freeze_step) is not "
-      "supported in parameter-server mode yet; use exchange.mode peer or hierarchical over peer");
+absl::Status PsExchange::ResetErrors(int64_t step) {
+  // The shards zero theirs when they aggregate `step` (its pushes carry the flag).
+  reset_step_ = step;
+  return compressor_->ResetError();
 }
 
 grpc::Slice PsExchange::PayloadSlice(Shard& shard, const void* data, size_t bytes) {
@@ -282,7 +282,7 @@ grpc::Slice PsExchange::PayloadSlice(Shard& shard, const void* data, size_t byte
 
 void PsExchange::SetPush(Shard& shard, int64_t step, ChunkKind kind, const grpc::Slice& payload) {
   shard.push = wire::EncodePush(rank_, step, shard.index, static_cast<int32_t>(kind),
-                                step == checkpoint_step_, payload);
+                                step == checkpoint_step_, payload, step == reset_step_);
   shard.push_payload_bytes = payload.size();
 }
 

@@ -106,7 +106,6 @@ class PsExchange : public Exchange {
   absl::StatusOr<CompressedResult> AverageMomentum(int64_t step, const float* m, const float* g,
                                                    float beta1) override;
   absl::StatusOr<CompressedResult> CompressedAverage(int64_t step, const float* x) override;
-  // Not yet: the shards' server errors need a reset flag in the push (0/1 Adam over ps).
   absl::Status ResetErrors(int64_t step) override;
   WorkerCompressor& worker_compressor() override { return *compressor_; }
   // The pushes of `step` ask every shard to write its server error after the step.
@@ -150,6 +149,7 @@ class PsExchange : public Exchange {
 
   std::unique_ptr<WorkerCompressor> compressor_;
   int64_t checkpoint_step_ = -1;  // the latest step scheduled for a checkpoint
+  int64_t reset_step_ = -1;       // the step whose pushes ask the shards to zero their errors
   kernels::Buffer<float> sum_;         // SumGradients' result, n values
   kernels::Buffer<uint8_t> blocks_;    // the S compressed blocks this worker pushes
   kernels::Buffer<uint8_t> gathered_;  // the S result blocks

@@ -14,7 +14,7 @@
 #include "server/in_process_shards.h"
 #include "worker/exchange/peer_exchange.h"
 #include "worker/exchange/ps_exchange.h"
-#include "worker/optim/onebit_adam.h"
+#include "worker/optim/optimizer_factory.h"
 #include "worker/transport/local_group.h"
 
 namespace onebit {
@@ -40,17 +40,17 @@ struct WorkerEnd {
   uint64_t bytes_sent = 0, bytes_received = 0;
 };
 
-absl::Status RunWorker(const OnebitAdamOptions& options, Exchange* exchange,
+absl::Status RunWorker(const OptimizerSpec& options, Exchange* exchange,
                        kernels::Backend* backend, int rank, int steps, size_t n,
                        const std::vector<float>& p0, WorkerEnd* end) {
-  auto adam = OnebitAdam::Create(options, backend, exchange, p0.data(), n);
+  auto adam = CreateOptimizer(options, backend, exchange, p0.data(), n);
   if (!adam.ok()) return adam.status();
   for (int64_t step = 1; step <= steps; ++step) {
     const std::vector<float> g = Grad(rank, step, n);
     if (absl::Status s = (*adam)->Step(g.data()); !s.ok()) return s;
   }
   end->params = *(*adam)->ParamsToHost();
-  end->momentum.assign((*adam)->momentum(), (*adam)->momentum() + n);
+  end->momentum = *(*adam)->StateToHost("exp_avg", 0, n);
   end->worker_error = *exchange->worker_compressor().error().ToHost();
   end->bytes_sent = exchange->bytes_sent();
   end->bytes_received = exchange->bytes_received();
@@ -58,7 +58,7 @@ absl::Status RunWorker(const OnebitAdamOptions& options, Exchange* exchange,
 }
 
 // OnebitAdam over PsExchange: W workers as threads against `shards`.
-std::vector<WorkerEnd> RunPs(const OnebitAdamOptions& options, int workers, int steps, size_t n,
+std::vector<WorkerEnd> RunPs(const OptimizerSpec& options, int workers, int steps, size_t n,
                              const std::vector<std::string>& addresses) {
   const std::vector<float> p0 = Random(1, n, 0.0f, 1.0f);
   std::vector<WorkerEnd> ends(workers);
@@ -78,7 +78,7 @@ std::vector<WorkerEnd> RunPs(const OnebitAdamOptions& options, int workers, int 
 }
 
 // The same over PeerExchange (inproc transport); also returns every rank's server error.
-std::vector<WorkerEnd> RunPeer(const OnebitAdamOptions& options, int workers, int steps, size_t n,
+std::vector<WorkerEnd> RunPeer(const OptimizerSpec& options, int workers, int steps, size_t n,
                                std::vector<std::vector<float>>* server_errors) {
   const std::vector<float> p0 = Random(1, n, 0.0f, 1.0f);
   std::vector<WorkerEnd> ends(workers);
@@ -113,7 +113,7 @@ TEST_P(PsEqualsPeerTest, BitIdenticalWhenShardsEqualWorkers) {
   const size_t n = 1003;  // not a multiple of 8: the padding is exercised
   constexpr int kSteps = 12;
   constexpr int64_t kFreeze = 5;
-  OnebitAdamOptions options;
+  OptimizerSpec options;
   options.hyper.lr = 1e-2f;
   options.hyper.weight_decay = 0.01f;
   options.freeze_step = kFreeze;
@@ -148,6 +148,40 @@ TEST_P(PsEqualsPeerTest, BitIdenticalWhenShardsEqualWorkers) {
   }
 }
 
+// 0/1 Adam (its error reset before the first local step reaches the shards with the
+// pushes) and 1-bit LAMB: ps equals peer bit for bit too.
+class PsEqualsPeerFamilyTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PsEqualsPeerFamilyTest, BitIdenticalWhenShardsEqualWorkers) {
+  const size_t n = 1003;
+  for (int w : {2, 3}) {
+    SCOPED_TRACE(testing::Message() << "W " << w);
+    OptimizerSpec options;
+    options.type = GetParam();
+    options.hyper.lr = 1e-2f;
+    options.hyper.weight_decay = 0.01f;
+    options.freeze_step = 5;
+    options.zero_one = ZeroOneScheduleParams{2, 2, 4};
+    options.group_offsets = {0, 400, 1003};
+    std::vector<std::vector<float>> peer_server_errors;
+    const std::vector<WorkerEnd> peer = RunPeer(options, w, 14, n, &peer_server_errors);
+    InProcessShards shards(w, w, n, kernels::Compressor::kOnebit,
+                           /*allow_step_gaps=*/options.type == "ZeroOneAdam");
+    const std::vector<WorkerEnd> ps = RunPs(options, w, 14, n, shards.addresses);
+    for (int rank = 0; rank < w; ++rank) {
+      SCOPED_TRACE(testing::Message() << "rank " << rank);
+      EXPECT_TRUE(SameBits(ps[rank].params, peer[rank].params));
+      EXPECT_TRUE(SameBits(ps[rank].momentum, peer[rank].momentum));
+      EXPECT_TRUE(SameBits(ps[rank].worker_error, peer[rank].worker_error));
+      EXPECT_TRUE(
+          SameBits(*shards.processes[rank]->state().ServerErrorToHost(), peer_server_errors[rank]));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Optimizers, PsEqualsPeerFamilyTest,
+                         ::testing::Values("ZeroOneAdam", "OneBitLamb"));
+
 INSTANTIATE_TEST_SUITE_P(Workers, PsEqualsPeerTest, ::testing::Values(1, 2, 3, 4),
                          [](const auto& info) { return "W" + std::to_string(info.param); });
 
@@ -155,7 +189,7 @@ INSTANTIATE_TEST_SUITE_P(Workers, PsEqualsPeerTest, ::testing::Values(1, 2, 3, 4
 // matches peer mode bit for bit.
 TEST(PsExchangeTest, WarmupIsBitIdenticalForAnyShardCount) {
   const size_t n = 1003;
-  OnebitAdamOptions options;
+  OptimizerSpec options;
   options.freeze_step = 1000;  // never compresses
   std::vector<std::vector<float>> unused;
   for (auto [w, s] : {std::pair{4, 2}, std::pair{3, 5}, std::pair{2, 1}}) {
