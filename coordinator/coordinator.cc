@@ -1,5 +1,7 @@
 #include "coordinator/coordinator.h"
 
+#include <limits>
+
 #include <algorithm>
 #include <cmath>
 #include <utility>
@@ -327,6 +329,25 @@ absl::StatusOr<v1::LeaseResponse> Coordinator::Lease(const v1::LeaseRequest& req
   response.set_freeze_step(grant->freeze_step);
   response.set_stop_after_step(grant->stop_after_step);
   for (int64_t step : grant->checkpoint_steps) response.add_checkpoint_steps(step);
+  const OptimizerConfig& o = options_.config.optimizer;
+  if (o.type == "ZeroOneAdam" && grant->through_step >= request.next_step()) {
+    // The switch as the lease schedules it (none yet: not within any lease's reach).
+    const int64_t freeze = grant->freeze_step >= 0 ? grant->freeze_step
+                                                   : std::numeric_limits<int64_t>::max();
+    const int64_t first = request.next_step();
+    if (!schedule_.has_value() || schedule_freeze_step_ != freeze || schedule_->steps() > first - 1) {
+      schedule_ = ZeroOneSchedule(
+          ZeroOneScheduleParams{o.var_update_scaler, o.local_step_scaler, o.local_step_clipper});
+      schedule_freeze_step_ = freeze;
+    }
+    while (schedule_->steps() < first - 1) schedule_->Advance(freeze);
+    ZeroOneSchedule ahead = *schedule_;
+    response.set_exchange_schedule(true);
+    for (int64_t t = first; t <= grant->through_step; ++t) {
+      if (ahead.Next(freeze) != ZeroOneStep::kLocal) response.add_exchange_steps(t);
+      ahead.Advance(freeze);
+    }
+  }
   return response;
 }
 

@@ -29,6 +29,7 @@
 #include "coordinator/kv_store.h"
 #include "coordinator/membership.h"
 #include "coordinator/metrics.h"
+#include "config/zero_one_schedule.h"
 #include "coordinator/stage_machine.h"
 
 namespace onebit {
@@ -159,6 +160,10 @@ class Coordinator final : public CoordinatorHandler {
 
   mutable absl::Mutex mu_;
   StageMachine stage_machine_ ABSL_GUARDED_BY(mu_);
+  // 0/1 Adam: its schedule after the steps before the last lease's first, and the
+  // var_freeze_step it was advanced with (rebuilt when that moves).
+  std::optional<ZeroOneSchedule> schedule_ ABSL_GUARDED_BY(mu_);
+  int64_t schedule_freeze_step_ ABSL_GUARDED_BY(mu_) = -1;
   Membership membership_ ABSL_GUARDED_BY(mu_);
   double last_loss_ ABSL_GUARDED_BY(mu_) = 0.0;
   int64_t last_loss_step_ ABSL_GUARDED_BY(mu_) = -1;

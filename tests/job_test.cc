@@ -193,6 +193,68 @@ TEST_F(JobTest, PsAndPeerGiveTheSameParameters) {
   }
 }
 
+// 0/1 Adam over shards and 1-bit LAMB over gloo as whole jobs: they finish, every worker
+// switches at the same step, and 0/1 Adam's local steps send nothing (its leases carry
+// the schedule the workers check theirs against).
+TEST_F(JobTest, ZeroOneAdamAndOneBitLambRunAsJobs) {
+  {
+    JobConfig c = SmallJob(3, 40);
+    c.optimizer.type = "ZeroOneAdam";
+    c.optimizer.var_freeze_step = 12;
+    c.optimizer.var_update_scaler = 2;
+    c.optimizer.local_step_scaler = 4;
+    c.optimizer.local_step_clipper = 4;
+    c.exchange.mode = "ps";
+    c.exchange.servers = 2;
+    auto job = StartJob("zero-one-ps", c);
+    const auto summaries = Finish(*job);
+    ASSERT_EQ(summaries.size(), 3u);
+    EXPECT_EQ(CommonSwitchStep(summaries), 13);
+    // Variance stage (12 steps): all communicate. Local steps 13..40: intervals 1 (13-16),
+    // 2 (17-20), 4 (21-40): syncs at 13, 14, 15, 16, 18, 20, 24, 28, 32, 36, 40.
+    for (const auto& s : summaries) {
+      EXPECT_EQ(NumberField(s, "steps_communicated_warmup"), 12);
+      EXPECT_EQ(NumberField(s, "steps_communicated_compression"), 11);
+    }
+  }
+  {
+    JobConfig c = SmallJob(2, 24);
+    c.optimizer.type = "OneBitLamb";
+    c.optimizer.freeze_step = 8;
+    auto job = StartJob("lamb-peer", c);
+    const auto summaries = Finish(*job);
+    ASSERT_EQ(summaries.size(), 2u);
+    EXPECT_EQ(CommonSwitchStep(summaries), 9);
+    for (const auto& s : summaries) EXPECT_EQ(NumberField(s, "steps_communicated_compression"), 16);
+  }
+}
+
+// A worker whose config gives 0/1 Adam another schedule than the coordinator's stops at
+// its first lease with an error that says so, instead of deadlocking at a sync the others
+// do not run.
+TEST_F(JobTest, AWorkerWithAnotherZeroOneScheduleStopsWithAnError) {
+  JobConfig c = SmallJob(2, 30);
+  c.optimizer.type = "ZeroOneAdam";
+  c.optimizer.var_freeze_step = 4;
+  c.optimizer.local_step_scaler = 2;
+  c.failure.max_restarts = 0;  // no recovery to wait through: the job fails at once
+  c.failure.heartbeat_timeout_s = 3;
+  JobConfig other = c;
+  other.optimizer.local_step_scaler = 3;
+  const std::string other_path = TmpDir() + "/other-schedule.json";
+  std::ofstream(other_path) << JobConfigToJson(other);
+  auto job = StartJob("zero-one-mismatch", c, {"--config=" + other_path});
+  const absl::Status done = job->WaitForWorkers(absl::Seconds(60));
+  job->Stop();
+  EXPECT_FALSE(done.ok());
+  std::string logs;
+  for (int i = 0; i < 2; ++i) {
+    std::ifstream in(TmpDir() + "/zero-one-mismatch/worker-" + std::to_string(i) + ".log");
+    logs += std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  EXPECT_NE(logs.find("in the coordinator's schedule but at"), std::string::npos) << logs;
+}
+
 // Adam with the warmup exchange in bf16 (peer mode, 3 workers): half the warmup bytes of
 // the fp32 run, every worker ends with the same bits, and it trains as well (the bowl's
 // loss within 2% of the fp32 run's after 40 steps, and far below where it started). The

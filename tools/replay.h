@@ -19,7 +19,7 @@
 #include "absl/time/time.h"
 #include "kernels/kernels.h"
 #include "worker/optim/onebit_lamb.h"
-#include "worker/optim/zero_one_schedule.h"
+#include "config/zero_one_schedule.h"
 
 namespace onebit::tools {
 

@@ -29,8 +29,12 @@ absl::StatusOr<Lease> CoordinatorStepController::Acquire(int64_t next_step) {
     if (r->through_step() >= next_step || stops_before) {
       freeze_step_ = r->freeze_step();
       stop_after_step_ = r->stop_after_step();
-      return Lease{r->through_step(), r->freeze_step(), r->stop_after_step(),
-                   std::vector<int64_t>(r->checkpoint_steps().begin(), r->checkpoint_steps().end())};
+      Lease lease{r->through_step(), r->freeze_step(), r->stop_after_step(),
+                  std::vector<int64_t>(r->checkpoint_steps().begin(), r->checkpoint_steps().end())};
+      if (r->exchange_schedule()) {
+        lease.exchange_steps.emplace(r->exchange_steps().begin(), r->exchange_steps().end());
+      }
+      return lease;
     }
     if (absl::Now() > give_up) {
       return absl::DeadlineExceededError(

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "compression/worker_compressor.h"
@@ -225,6 +226,21 @@ absl::Status Trainer::ApplyLease(const Lease& lease, int64_t next_step) {
     if (freeze != optimizer_->freeze_step()) {
       ONEBIT_RETURN_IF_ERROR(optimizer_->SetFreezeStep(freeze));
     }
+  }
+  const std::optional<std::vector<int64_t>> mine =
+      optimizer_->ExchangeSteps(next_step, lease.through_step, optimizer_->freeze_step());
+  // A lease without a schedule (a fixed plan, or a coordinator of another optimizer) checks
+  // nothing here.
+  if (lease.exchange_steps.has_value() && mine != lease.exchange_steps) {
+    auto list = [](const std::optional<std::vector<int64_t>>& s) {
+      return s.has_value() ? absl::StrCat("[", absl::StrJoin(*s, ", "), "]")
+                           : std::string("every step");
+    };
+    return absl::FailedPreconditionError(absl::StrCat(
+        "steps ", next_step, "-", lease.through_step, " communicate at ", list(lease.exchange_steps),
+        " in the coordinator's schedule but at ", list(mine),
+        " in this worker's: the optimizer type or its params (var_update_scaler, "
+        "local_step_scaler, local_step_clipper) differ between the configs"));
   }
   lease_ = lease;
   return absl::OkStatus();

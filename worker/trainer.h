@@ -73,6 +73,10 @@ struct Lease {
   int64_t stop_after_step = -1;
   // Steps of this lease after which the trainer hands its state to the CheckpointSink.
   std::vector<int64_t> checkpoint_steps;
+  // 0/1 Adam: the steps of this lease that communicate, from the coordinator's schedule
+  // (Optimizer::ExchangeSteps); the trainer stops with an error when its optimizer's
+  // differ. Not set: nothing to check (every step communicates, or a fixed plan).
+  std::optional<std::vector<int64_t>> exchange_steps;
 };
 
 // Where checkpoints go (worker/checkpointer.h writes parts and reports them).

@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,15 @@ class Optimizer {
   virtual const float* params() const = 0;
   virtual const float* variance() const = 0;
   virtual absl::StatusOr<std::vector<float>> ParamsToHost() const = 0;
+
+  // The steps in [first, last] that will communicate, the next ones being first..last and
+  // the warmup ending after `freeze_step`; nullopt for an optimizer whose every step does
+  // (all but 0/1 Adam). The leases carry the coordinator's list to check against.
+  virtual std::optional<std::vector<int64_t>> ExchangeSteps(int64_t /*first*/,
+                                                            int64_t /*last*/,
+                                                            int64_t /*freeze_step*/) const {
+    return std::nullopt;
+  }
 
   // Elements the momentum mask zeroes now (momentum_mask.h; 0 without one).
   virtual int64_t masked_elements() const { return 0; }

@@ -13,7 +13,7 @@
 #include "worker/exchange/exchange.h"
 #include "worker/optim/onebit_lamb.h"
 #include "worker/optim/optimizer.h"
-#include "worker/optim/zero_one_schedule.h"
+#include "config/zero_one_schedule.h"
 
 namespace onebit {
 

@@ -172,6 +172,17 @@ absl::StatusOr<const float*> ZeroOneAdam::CompressedAverage(const float* x) {
   return avg_.data();
 }
 
+std::optional<std::vector<int64_t>> ZeroOneAdam::ExchangeSteps(int64_t first, int64_t last,
+                                                               int64_t freeze_step) const {
+  std::vector<int64_t> steps;
+  ZeroOneSchedule ahead = schedule_;
+  for (int64_t t = first; t <= last; ++t) {
+    if (ahead.Next(freeze_step) != ZeroOneStep::kLocal) steps.push_back(t);
+    ahead.Advance(freeze_step);
+  }
+  return steps;
+}
+
 std::vector<StateSpec> ZeroOneAdam::CheckpointStates() const {
   std::vector<StateSpec> states;
   if (step_ <= options_.var_freeze_step) {

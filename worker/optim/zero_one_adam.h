@@ -41,7 +41,7 @@
 #include "worker/optim/gradient_clipper.h"
 #include "worker/optim/momentum_mask.h"
 #include "worker/optim/optimizer.h"
-#include "worker/optim/zero_one_schedule.h"
+#include "config/zero_one_schedule.h"
 #include "worker/transport/transport.h"
 
 namespace onebit {
@@ -93,6 +93,9 @@ class ZeroOneAdam : public Optimizer {
   void set_lr(float lr) override { options_.hyper.lr = lr; }
   float lr() const override { return options_.hyper.lr; }
   const ZeroOneSchedule& schedule() const { return schedule_; }
+  // first must be the next step.
+  std::optional<std::vector<int64_t>> ExchangeSteps(int64_t first, int64_t last,
+                                                    int64_t freeze_step) const override;
 
   size_t size() const override { return n_; }
   const float* params() const override { return p_.data(); }

@@ -14,7 +14,7 @@
 #include "kernels/kernels.h"
 #include "worker/optim/test_stream.h"
 #include "worker/optim/zero_one_adam_reference.h"
-#include "worker/optim/zero_one_schedule.h"
+#include "config/zero_one_schedule.h"
 #include "worker/transport/local_group.h"
 
 namespace onebit {

@@ -17,8 +17,8 @@
 // Each decision for step t uses the intervals as they stand after step t-1.
 //
 // Thread safety: a value type; one thread at a time.
-#ifndef ONEBIT_WORKER_OPTIM_ZERO_ONE_SCHEDULE_H_
-#define ONEBIT_WORKER_OPTIM_ZERO_ONE_SCHEDULE_H_
+#ifndef ONEBIT_CONFIG_ZERO_ONE_SCHEDULE_H_
+#define ONEBIT_CONFIG_ZERO_ONE_SCHEDULE_H_
 
 #include <cstdint>
 
@@ -73,4 +73,4 @@ class ZeroOneSchedule {
 
 }  // namespace onebit
 
-#endif  // ONEBIT_WORKER_OPTIM_ZERO_ONE_SCHEDULE_H_
+#endif  // ONEBIT_CONFIG_ZERO_ONE_SCHEDULE_H_

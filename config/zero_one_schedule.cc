@@ -1,4 +1,4 @@
-#include "worker/optim/zero_one_schedule.h"
+#include "config/zero_one_schedule.h"
 
 #include <algorithm>
 #include <utility>
