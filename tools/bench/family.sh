@@ -98,3 +98,31 @@ for run in runs:
     note = f" ({len(failures)} failed)" if failures else ""
     print(f"| {name} | {type_} | {compressor} | {acc:.2f}% ({min(accs):.2f}-{max(accs):.2f}){note} | {dacc} | {mb:.1f} | {ratio} | {comm} of {steps} | {w0.get('masked_elements', 0)} |")
 PY
+
+# Training loss of the first seed's runs (worker 0, mean of 20 steps), one curve per
+# optimizer and compressor, into OUT/loss.png.
+if command -v gnuplot >/dev/null 2>&1; then
+  seed="${seeds%% *}"
+  plots=()
+  for run in "${runs[@]}"; do
+    IFS='|' read -r name _ _ _ _ <<<"$run"
+    csv="$out/$name.seed$seed/onebit_adam/worker-0.csv"
+    [[ -s "$csv" && -s "$out/$name.seed$seed/onebit_adam/worker-0.json" ]] || continue
+    plots+=("'$csv' using 1:(stringcolumn(2) eq 'step' ? sm(\$4, \$1) : 1/0) with lines lw 2 title '$name'")
+  done
+  (IFS=,; gnuplot <<GP
+set terminal pngcairo size 1000,550 font ',10' noenhanced
+set output '$out/loss.png'
+set datafile separator ','
+set title 'Fashion-MNIST MLP, 4 workers, 2 shards: training loss of worker 0 (mean of 20 steps, seed $seed)'
+set xlabel 'step'
+set ylabel 'loss'
+set yrange [0.2:1.0]
+set grid
+set key top right
+array w[20]
+sm(x, n) = (w[int(n)%20+1] = x, n < 19 ? x : (sum [i=1:20] w[i]) / 20.0)
+plot ${plots[*]}
+GP
+  ) && echo "loss curves: $out/loss.png"
+fi
