@@ -67,15 +67,7 @@ Stage OnebitAdam::stage() const {
 }
 
 absl::Status OnebitAdam::SetFreezeStep(int64_t freeze_step) {
-  if (freeze_step < 0) return absl::InvalidArgumentError("freeze_step must be >= 0");
-  if (step_ > options_.freeze_step && freeze_step != options_.freeze_step) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("already compressing since step ", options_.freeze_step + 1));
-  }
-  if (freeze_step < step_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "cannot freeze at step ", freeze_step, ": step ", step_, " already ran in warmup"));
-  }
+  ONEBIT_RETURN_IF_ERROR(CheckFreezeStepMove(step_, options_.freeze_step, freeze_step));
   options_.freeze_step = freeze_step;
   return absl::OkStatus();
 }

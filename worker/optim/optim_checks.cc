@@ -39,6 +39,19 @@ absl::Status ValidateMomentumMask(const std::vector<float>& mask, size_t n) {
   return absl::OkStatus();
 }
 
+absl::Status CheckFreezeStepMove(int64_t steps, int64_t current, int64_t proposed) {
+  if (proposed < 0) return absl::InvalidArgumentError("freeze_step must be >= 0");
+  if (steps > current && proposed != current) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("already compressing since step ", current + 1));
+  }
+  if (proposed < steps) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot freeze at step ", proposed, ": step ", steps, " already ran in warmup"));
+  }
+  return absl::OkStatus();
+}
+
 kernels::AdamHyper BiasCorrectedHyper(const kernels::AdamHyper& h, int64_t t,
                                       int64_t variance_updates, double* c_out) {
   const double bc1 = t >= 1 ? 1.0 - std::pow(static_cast<double>(h.beta1), static_cast<double>(t)) : 1.0;

@@ -16,6 +16,11 @@ absl::Status ValidateAdamHyper(const kernels::AdamHyper& h);
 // Empty, or n elements that are each 0 or 1.
 absl::Status ValidateMomentumMask(const std::vector<float>& mask, size_t n);
 
+// Whether an optimizer that has run `steps` steps with its warmup ending after `current`
+// may move that end to `proposed`: only while the warmup has not ended, and not to before a
+// step already run in it. INVALID_ARGUMENT for proposed < 0, FAILED_PRECONDITION otherwise.
+absl::Status CheckFreezeStepMove(int64_t steps, int64_t current, int64_t proposed);
+
 // BIAS CORRECTION (the optimizers' bias_correction option, off by default as in
 // ALGORITHM.md). The corrected update m^/(sqrt(v^)+eps) (+ wd*p), with m^ = m/bc1,
 // v^ = v/bc2, bc1 = 1 - b1^t and bc2 = 1 - b2^k (k: the variance updates so far, none: no

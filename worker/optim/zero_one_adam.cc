@@ -70,16 +70,8 @@ Stage ZeroOneAdam::stage() const {
 }
 
 absl::Status ZeroOneAdam::SetFreezeStep(int64_t var_freeze_step) {
-  if (var_freeze_step < 0) return absl::InvalidArgumentError("var_freeze_step must be >= 0");
-  if (step_ > options_.var_freeze_step && var_freeze_step != options_.var_freeze_step) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("local steps run since step ", options_.var_freeze_step + 1));
-  }
-  if (var_freeze_step < step_) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot end the variance stage at step ", var_freeze_step, ": step ",
-                     step_, " already ran in it"));
-  }
+  ONEBIT_RETURN_IF_ERROR(
+      CheckFreezeStepMove(step_, options_.var_freeze_step, var_freeze_step));
   options_.var_freeze_step = var_freeze_step;
   return absl::OkStatus();
 }
