@@ -176,11 +176,17 @@ absl::Status CommitCheckpoint(const std::string& root, const v1::CheckpointManif
 
 std::string TopologyKey(const JobConfig& config) {
   const ExchangeConfig& x = config.exchange;
+  // The error buffers of another compressor hold another quantisation's residuals: a
+  // resume across compressors resets them (onebit, the default, adds nothing to the key,
+  // so older checkpoints keep theirs).
+  const std::string compressor =
+      x.compressor == "onebit" ? "" : absl::StrCat(" compressor=", x.compressor);
   if (x.mode == "hierarchical") {
     return absl::StrCat("hierarchical local_size=", x.local_size, " inter=", x.inter,
-                        x.inter == "ps" ? absl::StrCat(" servers=", x.servers) : "");
+                        x.inter == "ps" ? absl::StrCat(" servers=", x.servers) : "", compressor);
   }
-  return x.mode == "ps" ? absl::StrCat("ps servers=", x.servers) : x.mode;
+  return absl::StrCat(x.mode == "ps" ? absl::StrCat("ps servers=", x.servers) : x.mode,
+                      compressor);
 }
 
 absl::StatusOr<ResumePlan> PlanResume(const JobConfig& config, uint64_t num_parameters) {

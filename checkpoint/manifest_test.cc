@@ -161,6 +161,10 @@ TEST_F(ManifestTest, TopologyKeys) {
   c.exchange.local_size = 2;
   c.exchange.inter = "ps";
   EXPECT_EQ(TopologyKey(c), "hierarchical local_size=2 inter=ps servers=2");
+  c.exchange.compressor = "int8";  // another compressor's error buffers do not carry over
+  EXPECT_EQ(TopologyKey(c), "hierarchical local_size=2 inter=ps servers=2 compressor=int8");
+  c.exchange.mode = "peer";
+  EXPECT_EQ(TopologyKey(c), "peer compressor=int8");
 }
 
 }  // namespace
