@@ -5,6 +5,7 @@
 // over NCCL) skips without a GPU.
 #include "worker/trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -441,6 +442,75 @@ TEST(TrainerTest, BadLeasesEndTheRunWithAClearError) {
     auto summary = (*trainer)->Run();
     EXPECT_EQ(summary.status().code(), absl::StatusCode::kFailedPrecondition) << summary.status();
   }
+}
+
+// A workload whose micro step s has loss s and gradient s everywhere, recording the micro
+// steps asked for: what the trainer averages is visible in the loss and the parameters.
+class CountingWorkload : public Workload {
+ public:
+  std::string name() const override { return "counting"; }
+  size_t num_parameters() const override { return 4; }
+  kernels::MemorySpace memory_space() const override { return kernels::MemorySpace::kHost; }
+  absl::Status InitParameters(float* p, uint64_t) const override {
+    std::fill(p, p + 4, 1.0f);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<double> ComputeGradient(const float*, int64_t step, float* grad) override {
+    steps.push_back(step);
+    std::fill(grad, grad + 4, static_cast<float>(step));
+    return static_cast<double>(step);
+  }
+  absl::StatusOr<EvalResult> Evaluate(const float*) override { return EvalResult{}; }
+  std::vector<int64_t> steps;
+};
+
+// Gradient accumulation averages micro steps (t-1)*k+1 .. t*k; the schedule's learning
+// rate is set before every step (0 throughout: the parameters never move); a schedule that
+// gives a bad rate ends the run with an error.
+TEST(TrainerTest, AccumulationAndTheLearningRateSchedule) {
+  auto hub = InprocHub::Create(1);
+  ASSERT_TRUE(hub.ok());
+  auto transport = (*hub)->Connect(0);
+  ASSERT_TRUE(transport.ok());
+  auto backend = kernels::NewCpuBackend();
+  CountingWorkload workload;
+  StaticStepController controller(/*freeze_step=*/-1, /*total_steps=*/3);
+  RecordingSink sink;
+  std::vector<int64_t> asked;
+  TrainerOptions options;
+  options.print = [](absl::string_view) {};
+  options.eval_at_end = false;
+  options.gradient_accumulation_steps = 2;
+  options.learning_rate = [&asked](int64_t t) {
+    asked.push_back(t);
+    return 0.0;
+  };
+  auto trainer = Trainer::Create(options, &workload, backend.get(), transport->get(), &controller,
+                                 &sink);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  ASSERT_TRUE((*trainer)->Run().ok());
+  EXPECT_EQ(workload.steps, (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(asked, (std::vector<int64_t>{1, 2, 3}));
+  ASSERT_EQ(sink.steps.size(), 3u);
+  EXPECT_DOUBLE_EQ(sink.steps[0].loss, 1.5);
+  EXPECT_DOUBLE_EQ(sink.steps[2].loss, 5.5);
+  EXPECT_EQ((*trainer)->optimizer().lr(), 0.0f);
+  const std::vector<float> p = *(*trainer)->optimizer().ParamsToHost();
+  EXPECT_EQ(p, std::vector<float>(4, 1.0f));  // lr 0: nothing moved
+
+  CountingWorkload again;
+  StaticStepController controller2(/*freeze_step=*/-1, /*total_steps=*/3);
+  options.learning_rate = [](int64_t t) { return t == 2 ? -1.0 : 1e-3; };
+  auto bad = Trainer::Create(options, &again, backend.get(), transport->get(), &controller2);
+  ASSERT_TRUE(bad.ok()) << bad.status();
+  auto run = (*bad)->Run();
+  EXPECT_EQ(run.status().code(), absl::StatusCode::kInvalidArgument) << run.status();
+  EXPECT_THAT(run.status().message(), HasSubstr("schedule gives -1 for step 2"));
+  options.gradient_accumulation_steps = 0;
+  EXPECT_EQ(Trainer::Create(options, &again, backend.get(), transport->get(), &controller2)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(TrainerTest, DivergenceStopsTheRunWithAHint) {
