@@ -451,13 +451,6 @@ absl::Status ParseScheduler(const Value& v, const std::string& path, SchedulerCo
       return Bad(Join(pp, s->cycle_min_mom >= 1 ? "cycle_min_mom" : "cycle_max_mom"),
                  "must be < 1");
     }
-    if (s->cycle_momentum) {
-      notices->push_back(absl::StrCat(
-          Join(pp, "cycle_momentum"),
-          ": momentum cycling is not applied: betas stay optimizer.params.betas (DeepSpeed "
-          "would cycle beta1 between cycle_min_mom and cycle_max_mom and set beta2 to 0.99); "
-          "set it false to silence this"));
-    }
     if (s->cycle_first_stair_count > 0 || s->cycle_second_stair_count > 0) {
       notices->push_back(absl::StrCat(Join(pp, "cycle_first_stair_count"),
                                       ": stair counts accepted, not used (DeepSpeed's OneCycle "

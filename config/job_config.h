@@ -165,8 +165,7 @@ struct SchedulerConfig {
   int64_t cycle_second_stair_count = -1;  // -1: cycle_first_stair_count
   int64_t decay_step_size = 0;
   // OneCycle's momentum cycling (beta1 inversely to the lr, beta2 = 0.99, as DeepSpeed
-  // does; ScheduledBetas in lr_schedule.h). Parsed; the trainer keeps betas fixed, and
-  // the parser says so in a notice while cycle_momentum is true.
+  // does; ScheduledBetas in lr_schedule.h), applied by the trainer before every step.
   bool cycle_momentum = true;
   double cycle_min_mom = 0.8;
   double cycle_max_mom = 0.9;

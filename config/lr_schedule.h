@@ -49,8 +49,8 @@ struct Betas {
 // cycle_momentum, then DeepSpeed's: step 1 (its constructor) (cycle_min_mom, 0.99); then
 // for k = step - 2 < T beta1 = cycle_max_mom - (cycle_max_mom - cycle_min_mom) * scale
 // (inverse to the lr), after the cycle cycle_max_mom * (1 + decay_mom_rate * d /
-// decay_step_size) (or cycle_max_mom without decay); beta2 is always 0.99. Not applied by
-// the trainer today (the parser's notice says so); here so that it can be.
+// decay_step_size) (or cycle_max_mom without decay); beta2 is always 0.99. The trainer sets
+// them before every step (TrainerOptions::betas).
 Betas ScheduledBetas(const SchedulerConfig& schedule, Betas configured, int64_t step);
 
 }  // namespace onebit

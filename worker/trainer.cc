@@ -330,6 +330,14 @@ absl::Status Trainer::RunStep(int64_t t) {
     }
     optimizer_->set_lr(static_cast<float>(lr));
   }
+  if (options_.betas) {
+    const auto [beta1, beta2] = options_.betas(t);
+    if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1)) {
+      return abandon(absl::InvalidArgumentError(
+          absl::StrCat("the momentum schedule gives betas ", beta1, ", ", beta2, " for step ", t)));
+    }
+    optimizer_->set_betas(static_cast<float>(beta1), static_cast<float>(beta2));
+  }
   absl::StatusOr<double> loss = ComputeGradient(t);
   if (!loss.ok()) return abandon(loss.status());
   report.loss = *loss;

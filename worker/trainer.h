@@ -46,6 +46,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -179,6 +180,8 @@ struct TrainerOptions {
   // The learning rate of step t (the job config's scheduler); null: optimizer.hyper.lr
   // throughout. Called once per step, before it.
   std::function<double(int64_t step)> learning_rate;
+  // The betas of step t (OneCycle's momentum cycling); null: the optimizer's throughout.
+  std::function<std::pair<double, double>(int64_t step)> betas;
   // Micro batches per step (the job config's gradient_accumulation_steps): step t
   // averages the workload's gradients of micro steps (t-1)*k + 1 .. t*k, in that order,
   // before the optimizer sees it; the step's loss is their mean. With k > 1 the warmup

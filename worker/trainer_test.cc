@@ -511,6 +511,20 @@ TEST(TrainerTest, AccumulationAndTheLearningRateSchedule) {
                 .status()
                 .code(),
             absl::StatusCode::kInvalidArgument);
+
+  // Betas from the momentum schedule: with (0, 0), m = g and v = g^2, so each of the 3 steps
+  // moves every parameter by lr * g/|g| = 0.1 (the default betas would move it ~3x as far
+  // on the first step).
+  CountingWorkload third;
+  StaticStepController controller3(/*freeze_step=*/-1, /*total_steps=*/3);
+  options.gradient_accumulation_steps = 1;
+  options.learning_rate = [](int64_t) { return 0.1; };
+  options.betas = [](int64_t) { return std::make_pair(0.0, 0.0); };
+  auto cycled = Trainer::Create(options, &third, backend.get(), transport->get(), &controller3);
+  ASSERT_TRUE(cycled.ok()) << cycled.status();
+  ASSERT_TRUE((*cycled)->Run().ok());
+  const std::vector<float> moved = *(*cycled)->optimizer().ParamsToHost();
+  for (float x : moved) EXPECT_NEAR(x, 0.7f, 1e-5f);
 }
 
 TEST(TrainerTest, DivergenceStopsTheRunWithAHint) {

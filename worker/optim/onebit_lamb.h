@@ -96,6 +96,10 @@ class OnebitLamb : public Optimizer {
   absl::Status SetFreezeStep(int64_t freeze_step) override;
   void set_lr(float lr) override { options_.hyper.lr = lr; }
   float lr() const override { return options_.hyper.lr; }
+  void set_betas(float beta1, float beta2) override {
+    options_.hyper.beta1 = beta1;
+    options_.hyper.beta2 = beta2;
+  }
 
   size_t size() const override { return n_; }
   const float* params() const override { return p_.data(); }

@@ -60,6 +60,8 @@ class Optimizer {
   // The learning rate of the steps that follow (a schedule's value; every worker alike).
   virtual void set_lr(float lr) = 0;
   virtual float lr() const = 0;
+  // The betas of the steps that follow (OneCycle's momentum cycling; every worker alike).
+  virtual void set_betas(float beta1, float beta2) = 0;
 
   virtual size_t size() const = 0;
   // Backend memory, n elements each.

@@ -92,6 +92,10 @@ class ZeroOneAdam : public Optimizer {
   absl::Status SetFreezeStep(int64_t var_freeze_step) override;
   void set_lr(float lr) override { options_.hyper.lr = lr; }
   float lr() const override { return options_.hyper.lr; }
+  void set_betas(float beta1, float beta2) override {
+    options_.hyper.beta1 = beta1;
+    options_.hyper.beta2 = beta2;
+  }
   const ZeroOneSchedule& schedule() const { return schedule_; }
   // first must be the next step.
   std::optional<std::vector<int64_t>> ExchangeSteps(int64_t first, int64_t last,
