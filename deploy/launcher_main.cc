@@ -213,7 +213,14 @@ void PrintSummary(const JobConfig& c, const JobResult& onebit, const JobResult* 
       adam ? absl::StrFormat("%.1f s", adam->seconds) : "");
 
   const double warm = Mean(onebit, "warmup_steps"), comp = Mean(onebit, "compression_steps");
-  if (warm > 0 && comp > 0) {
+  if (c.optimizer.type == "ZeroOneAdam" && warm > 0 && comp > 0) {
+    // Its warmup mixes full-precision and 1-bit steps and its later steps mostly send
+    // nothing: per-step ratios against the warmup would mislead.
+    std::printf("\n0/1 Adam: %.0f of %.0f variance-stage steps and %.0f of %.0f later steps "
+                "communicated (the rest sent nothing)\n",
+                Mean(onebit, "steps_communicated_warmup"), warm,
+                Mean(onebit, "steps_communicated_compression"), comp);
+  } else if (warm > 0 && comp > 0) {
     // Hierarchical: what crosses nodes is what the compression is for; the fp32 traffic
     // inside a node is not compressed.
     const std::string prefix = c.exchange.mode == "hierarchical" ? "inter_node_" : "";
