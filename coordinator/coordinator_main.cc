@@ -258,11 +258,19 @@ int Run(int argc, char** argv) {
   absl::Time finished_at = absl::InfiniteFuture();
   int exit_code = 0;
   while (true) {
-    const timespec poll = {0, 100 * 1000 * 1000};
+    // With a fault armed, poll every 2 ms: a small job runs a step a millisecond, and the
+    // fault must fire while it runs, not after it ended.
+    const timespec poll = {0, (fault->has_value() ? 2 : 100) * 1000 * 1000};
     const int sig = sigtimedwait(&stop_signals, nullptr, &poll);
     if (sig > 0) {
       LogLine(absl::StrCat("received ", sig == SIGTERM ? "SIGTERM" : "SIGINT", "; shutting down"));
       break;
+    }
+    if (fault->has_value() && finished_at == absl::InfiniteFuture()) {
+      const int64_t step = (*server)->coordinator()->GetJob({})->step();
+      if (step >= (*fault)->step) {
+        KillSelf("the coordinator", absl::StrCat("step ", step, " (a worker reported it)"));
+      }
     }
     if (finished_at == absl::InfiniteFuture() && (*server)->coordinator()->Finished()) {
       finished_at = absl::Now();
@@ -276,12 +284,6 @@ int Run(int argc, char** argv) {
                            "; exiting in ", absl::FormatDuration(linger)));
     }
     if (absl::Now() >= finished_at + linger) break;
-    if (fault->has_value()) {
-      const int64_t step = (*server)->coordinator()->GetJob({})->step();
-      if (step >= (*fault)->step) {
-        KillSelf("the coordinator", absl::StrCat("step ", step, " (a worker reported it)"));
-      }
-    }
   }
   if (finished_at != absl::InfiniteFuture()) {
     // The job is over: a later start with this state file is a new job.
