@@ -89,13 +89,7 @@ double Disagreement(TransportKind kind, int w, size_t n, const Case& c) {
     for (int rank = 0; rank < w; ++rank) grads.push_back(Grad(rank, t, n));
     reference.Step(grads);
   }
-  double diff = 0, moved = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const double ref = reference.params()[i];
-    diff += (got[0][i] - ref) * (got[0][i] - ref);
-    moved += (ref - p0[i]) * (ref - p0[i]);
-  }
-  return std::sqrt(diff / moved);
+  return test_stream::RelativeDistance(got[0], reference.params(), p0);
 }
 
 using Param = std::tuple<TransportKind, int, size_t>;

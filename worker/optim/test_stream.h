@@ -29,6 +29,20 @@ inline std::vector<float> Grad(int worker, int64_t step, size_t n) {
   return g;
 }
 
+// ||got - ref|| / ||ref - initial||: how far an implementation's parameters are from its
+// float64 model's, relative to how far the model moved (the foundation issue's measure).
+// A size mismatch counts as infinitely far.
+inline double RelativeDistance(const std::vector<float>& got, const std::vector<double>& ref,
+                               const std::vector<float>& initial) {
+  if (got.size() != ref.size() || ref.size() != initial.size()) return 1e9;
+  double diff = 0, moved = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    diff += (got[i] - ref[i]) * (got[i] - ref[i]);
+    moved += (ref[i] - initial[i]) * (ref[i] - initial[i]);
+  }
+  return std::sqrt(diff / moved);
+}
+
 }  // namespace onebit::test_stream
 
 #endif  // ONEBIT_WORKER_OPTIM_TEST_STREAM_H_

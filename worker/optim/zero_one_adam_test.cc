@@ -101,14 +101,7 @@ double Disagreement(TransportKind kind, int w, size_t n, const Case& c) {
   const std::vector<float> p0 = Params(n);
   double worst = 0;
   for (int rank = 0; rank < w; ++rank) {
-    if (got[rank].size() != n) return 1e9;
-    double diff = 0, moved = 0;
-    for (size_t i = 0; i < n; ++i) {
-      const double ref = model.params(rank)[i];
-      diff += (got[rank][i] - ref) * (got[rank][i] - ref);
-      moved += (ref - p0[i]) * (ref - p0[i]);
-    }
-    worst = std::max(worst, std::sqrt(diff / moved));
+    worst = std::max(worst, test_stream::RelativeDistance(got[rank], model.params(rank), p0));
   }
   return worst;
 }
