@@ -231,6 +231,11 @@ absl::StatusOr<std::unique_ptr<Workload>> NewFashionMnistCpuWorkload(
   ONEBIT_RETURN_IF_ERROR(ValidateShard(options.shard));
   if (data == nullptr) return absl::InvalidArgumentError("no Fashion-MNIST data");
   if (data->train.count < 1) return absl::InvalidArgumentError("empty training set");
+  if (options.precision != ComputePrecision::kFp32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the CPU workload computes in fp32, not ",
+                     ComputePrecisionName(options.precision)));
+  }
   ONEBIT_ASSIGN_OR_RETURN(MlpLayout layout, FashionMnistLayout(options.hidden));
   if (layout.inputs(0) != data->train.pixels_per_image() ||
       layout.inputs(0) != data->test.pixels_per_image()) {

@@ -67,6 +67,9 @@ extern template class MlpCpu<double>;
 struct FashionMnistWorkloadOptions {
   std::vector<int> hidden = {256, 128};
   WorkloadShard shard;
+  // The CUDA workload only (NewFashionMnistCudaWorkload); the CPU one computes in fp32 and
+  // refuses anything else with INVALID_ARGUMENT.
+  ComputePrecision precision = ComputePrecision::kFp32;
 };
 
 

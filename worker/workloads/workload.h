@@ -35,6 +35,25 @@
 
 namespace onebit {
 
+// MIXED PRECISION. What a workload computes its forward and backward passes in. The
+// parameters it is given, the gradients it writes and the optimizer's state stay fp32
+// whatever this is (the fp32 "master" copy, ALGORITHM.md's numbers); only the CUDA
+// workload computes in fp16 or bf16 (the job config's fp16 / bf16 blocks), the CPU ones
+// always in fp32.
+enum class ComputePrecision { kFp32, kFp16, kBf16 };
+
+inline const char* ComputePrecisionName(ComputePrecision p) {
+  switch (p) {
+    case ComputePrecision::kFp16:
+      return "fp16";
+    case ComputePrecision::kBf16:
+      return "bf16";
+    case ComputePrecision::kFp32:
+      break;
+  }
+  return "fp32";
+}
+
 struct WorkloadShard {
   int rank = 0;
   int world_size = 1;
@@ -114,6 +133,23 @@ class Workload {
   // ratios): the boundaries {0, e_1, ..., num_parameters()} of a partition into non-empty
   // ranges. Default: one tensor of everything.
   virtual std::vector<size_t> parameter_groups() const { return {0, num_parameters()}; }
+  // What the forward and backward passes compute in (see ComputePrecision).
+  virtual ComputePrecision precision() const { return ComputePrecision::kFp32; }
+
+  // LOSS SCALING (fp16's dynamic loss scaling, worker/optim/loss_scaler.h). From the next
+  // ComputeGradient on, the backward pass starts from `scale` times the loss's gradient, so
+  // grad_out holds scale * gradient in fp32, with inf or NaN where the low-precision
+  // backward pass overflowed; the returned loss is unscaled. The trainer divides the scale
+  // back out and skips, on every worker alike, a step that overflowed anywhere. `scale` is
+  // finite and > 0 (INVALID_ARGUMENT otherwise). Default: a workload that does not scale
+  // accepts 1 only (FAILED_PRECONDITION otherwise).
+  virtual absl::Status SetLossScale(float scale) {
+    if (scale == 1.0f) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "workload ", name(), " computes in fp32 and does not scale its loss (scale ", scale,
+        " asked)"));
+  }
+
   // Where announcements go; null (the default): nowhere. Borrowed.
   void set_gradient_listener(GradientListener* listener) { listener_ = listener; }
 
