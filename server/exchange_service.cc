@@ -18,11 +18,23 @@ void FillHeader(int64_t step, int chunk, ChunkKind kind, v1::ChunkResult* out) {
   out->set_kind(static_cast<v1::ChunkKind>(kind));
 }
 
+// The call's deadline, and at most `max_wait` from now.
+absl::Time CallDeadline(const grpc::ServerContext& context, absl::Duration max_wait) {
+  absl::Time deadline = absl::Now() + max_wait;
+  if (context.deadline() != std::chrono::system_clock::time_point::max()) {
+    deadline = std::min(deadline, absl::FromChrono(context.deadline()));
+  }
+  return deadline;
+}
+
 }  // namespace
 
 ExchangeService::ExchangeService(ShardState* state, ServerMetrics* metrics,
                                  const ExchangeServiceOptions& options)
-    : state_(state), metrics_(metrics), options_(options) {
+    : state_(state),
+      metrics_(metrics),
+      options_(options),
+      overflow_votes_(state->config().num_workers) {
   // Method 0 is Exchange (exchange.proto's order): the same method, read and written as
   // ByteBuffers instead of protobuf messages.
   MarkMethodStreamed(
@@ -81,10 +93,7 @@ grpc::Status ExchangeService::Pull(grpc::ServerContext* context, const v1::PullR
     std::atomic<int>& count;
     ~Release() { count.fetch_sub(1); }
   } release{waiting_pulls_};
-  absl::Time deadline = absl::Now() + options_.max_pull_wait;
-  if (context->deadline() != std::chrono::system_clock::time_point::max()) {
-    deadline = std::min(deadline, absl::FromChrono(context->deadline()));
-  }
+  const absl::Time deadline = CallDeadline(*context, options_.max_pull_wait);
   const auto kind = static_cast<ChunkKind>(static_cast<int>(request->kind()));
   absl::StatusOr<ResultPayload> result =
       state_->AwaitResult(request->worker(), request->step(), request->chunk(), kind, deadline,
@@ -93,6 +102,19 @@ grpc::Status ExchangeService::Pull(grpc::ServerContext* context, const v1::PullR
   FillHeader(request->step(), request->chunk(), kind, response);
   response->set_payload(**result);
   if (metrics_ != nullptr) metrics_->AddBytesSent((*result)->size());
+  return grpc::Status::OK;
+}
+
+grpc::Status ExchangeService::AgreeOverflow(grpc::ServerContext* context,
+                                            const v1::OverflowVote* request,
+                                            v1::OverflowAgreement* response) {
+  const absl::Time deadline = CallDeadline(*context, options_.max_pull_wait);
+  absl::StatusOr<bool> any =
+      overflow_votes_.Vote(request->worker(), request->step(), request->overflow(), deadline,
+                           [context] { return context->IsCancelled(); });
+  if (!any.ok()) return ToGrpcStatus(any.status());
+  response->set_step(request->step());
+  response->set_any_overflow(*any);
   return grpc::Status::OK;
 }
 

@@ -33,6 +33,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "onebit/v1/exchange.grpc.pb.h"
+#include "server/overflow_votes.h"
 #include "server/server_metrics.h"
 #include "server/shard_state.h"
 
@@ -55,12 +56,17 @@ class ExchangeService final : public v1::ParameterServer::Service {
                            grpc::ServerReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>* stream);
   grpc::Status Pull(grpc::ServerContext* context, const v1::PullRequest* request,
                     v1::ChunkResult* response) override;
+  // Over OverflowVotes for the shard's W workers; waits up to the call's deadline and at
+  // most `max_pull_wait`.
+  grpc::Status AgreeOverflow(grpc::ServerContext* context, const v1::OverflowVote* request,
+                             v1::OverflowAgreement* response) override;
 
  private:
   ShardState* const state_;
   ServerMetrics* const metrics_;
   const ExchangeServiceOptions options_;
   std::atomic<int> waiting_pulls_{0};
+  OverflowVotes overflow_votes_;
 };
 
 }  // namespace onebit::server

@@ -34,6 +34,9 @@ class FaultExchange final : public Exchange {
     return inner_->CompressedAverage(step, x);
   }
   absl::Status ResetErrors(int64_t step) override { return inner_->ResetErrors(step); }
+  absl::StatusOr<bool> AnyOverflow(int64_t step, bool local_overflow) override {
+    return inner_->AnyOverflow(step, local_overflow);
+  }
   WorkerCompressor& worker_compressor() override { return inner_->worker_compressor(); }
   absl::StatusOr<ErrorState> SaveErrors() override { return inner_->SaveErrors(); }
   absl::Status RestoreErrors(const ErrorState& state) override {

@@ -66,6 +66,18 @@ class CallWindow {
 
 }  // namespace
 
+absl::StatusOr<bool> AnyAcrossRanks(Transport* transport, kernels::Backend* backend,
+                                    kernels::Buffer<float>* flag, bool local) {
+  if (flag->size() != 1) {
+    ONEBIT_ASSIGN_OR_RETURN(*flag, kernels::Buffer<float>::Create(backend, 1));
+  }
+  const float mine = local ? 1.0f : 0.0f;
+  ONEBIT_RETURN_IF_ERROR(flag->CopyFromHost(&mine, 1));
+  ONEBIT_RETURN_IF_ERROR(transport->AllReduceSum(flag->data(), 1));
+  ONEBIT_ASSIGN_OR_RETURN(std::vector<float> sum, flag->ToHost());
+  return sum[0] > 0.0f;
+}
+
 absl::StatusOr<kernels::WireDtype> ParseWireDtype(absl::string_view name) {
   for (kernels::WireDtype d :
        {kernels::WireDtype::kFp32, kernels::WireDtype::kBf16, kernels::WireDtype::kFp16}) {

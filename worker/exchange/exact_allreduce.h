@@ -78,6 +78,12 @@ enum class SumOrder { kRank, kRing };
 // "rank" or "ring" (the job config's exchange.warmup_order).
 absl::StatusOr<SumOrder> ParseSumOrder(absl::string_view name);
 
+// Whether `local` is true on any rank of `transport`: a one-float AllReduceSum through
+// `*flag`, a buffer of `backend` (in the transport's memory) that is made on the first call
+// and reused. Every rank gets the same answer.
+absl::StatusOr<bool> AnyAcrossRanks(Transport* transport, kernels::Backend* backend,
+                                    kernels::Buffer<float>* flag, bool local);
+
 struct ExactAllreduceOptions {
   SumOrder order = SumOrder::kRank;
   // What the partial sums travel as.

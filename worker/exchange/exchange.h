@@ -81,6 +81,12 @@ class Exchange {
   // step `step`, the next exchange).
   virtual absl::Status ResetErrors(int64_t step) = 0;
 
+  // fp16's LOSS SCALING: whether the gradient of `step` overflowed on any worker, given
+  // this worker's `local_overflow`; every worker gets the same answer, so that every worker
+  // skips the same steps. Every worker calls it for a step, before the step's other calls
+  // (or none does). It moves one flag, not the gradient, and changes no error buffer.
+  virtual absl::StatusOr<bool> AnyOverflow(int64_t step, bool local_overflow) = 0;
+
   // The worker side's error state, for metrics and checkpoints.
   virtual WorkerCompressor& worker_compressor() = 0;
 

@@ -157,6 +157,14 @@ absl::StatusOr<CompressedResult> HierarchicalExchange::CompressedAverage(int64_t
   return GatherSlices(r);
 }
 
+absl::StatusOr<bool> HierarchicalExchange::AnyOverflow(int64_t step, bool local_overflow) {
+  // Inside the node first; then every local rank asks its own inter-node exchange (the same
+  // local rank on the other nodes), so no broadcast is needed.
+  ONEBIT_ASSIGN_OR_RETURN(const bool node, AnyAcrossRanks(intra_, backend_, &flag_,
+                                                           local_overflow));
+  return inter_ != nullptr ? inter_->AnyOverflow(step, node) : node;
+}
+
 absl::Status HierarchicalExchange::ResetErrors(int64_t step) {
   return inter_ != nullptr ? inter_->ResetErrors(step) : absl::OkStatus();
 }

@@ -70,6 +70,8 @@ class HierarchicalExchange : public Exchange {
   // CompressedAverage; with one node, the exact average.
   absl::StatusOr<CompressedResult> CompressedAverage(int64_t step, const float* x) override;
   absl::Status ResetErrors(int64_t step) override;
+  // Inside the node over the intra transport, then over the inter-node exchange.
+  absl::StatusOr<bool> AnyOverflow(int64_t step, bool local_overflow) override;
   WorkerCompressor& worker_compressor() override;
   // The inter-node exchange's errors (one node: none, nothing is compressed).
   absl::StatusOr<ErrorState> SaveErrors() override;
@@ -119,6 +121,7 @@ class HierarchicalExchange : public Exchange {
                                        // (one node: the averaged momentum's slice)
   kernels::Buffer<float> gathered_;    // the whole sum (floats), padded
   kernels::Buffer<uint8_t> blocks_;    // every slice's result blocks
+  kernels::Buffer<float> flag_;        // AnyOverflow's one float
   kernels::Compressor compressor_ = kernels::Compressor::kOnebit;  // the inter exchange's
 };
 

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <mutex>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -191,6 +192,41 @@ INSTANTIATE_TEST_SUITE_P(Compressors, HierarchicalCompressorTest,
                          [](const ::testing::TestParamInfo<kernels::Compressor>& info) {
                            return std::string(kernels::CompressorName(info.param));
                          });
+
+// fp16's overflow agreement: one overflowing worker anywhere (another node, another local
+// rank) is seen by all, over inproc and gloo, one node or several.
+TEST(HierarchicalExchangeTest, EveryWorkerLearnsWhetherAnyGradientOverflowed) {
+  for (TransportKind kind : {TransportKind::kInproc, TransportKind::kGloo}) {
+    for (auto [nodes, local] : {std::pair{2, 2}, std::pair{1, 3}, std::pair{3, 1}}) {
+      SCOPED_TRACE(testing::Message() << nodes << "x" << local);
+      const int w = nodes * local;
+      std::vector<std::vector<int>> answers(w);
+      std::mutex mu;
+      const absl::Status status = RunLocalNodes(
+          kind, nodes, local, [&](Transport& intra, Transport& inter) -> absl::Status {
+            auto backend = kernels::NewCpuBackend();
+            auto e = HierarchicalExchange::CreatePeer(backend.get(), &intra, &inter, 10,
+                                                      kernels::Compressor::kOnebit);
+            if (!e.ok()) return e.status();
+            const int me = inter.rank() * local + intra.rank();
+            std::vector<int> mine;
+            for (int64_t step = 1; step <= w + 1; ++step) {
+              // Step s <= w: only worker s-1 overflows; the last step: nobody.
+              absl::StatusOr<bool> any = (*e)->AnyOverflow(step, me == step - 1);
+              if (!any.ok()) return any.status();
+              mine.push_back(*any);
+            }
+            std::lock_guard<std::mutex> lock(mu);
+            answers[me] = mine;
+            return absl::OkStatus();
+          });
+      ASSERT_TRUE(status.ok()) << status;
+      std::vector<int> want(w, 1);
+      want.push_back(0);
+      for (int r = 0; r < w; ++r) EXPECT_EQ(answers[r], want) << "worker " << r;
+    }
+  }
+}
 
 TEST(HierarchicalExchangeTest, RejectsAMismatchedNodeTransport) {
   const absl::Status status =

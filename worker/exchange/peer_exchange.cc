@@ -253,6 +253,10 @@ absl::Status PeerExchange::ResetErrors(int64_t /*step*/) {
   return compressed_->mutable_server().ResetError();
 }
 
+absl::StatusOr<bool> PeerExchange::AnyOverflow(int64_t /*step*/, bool local_overflow) {
+  return AnyAcrossRanks(transport_, backend_, &flag_, local_overflow);
+}
+
 absl::StatusOr<ErrorState> PeerExchange::SaveErrors() {
   ONEBIT_ASSIGN_OR_RETURN(ErrorState state, Exchange::SaveErrors());
   ONEBIT_ASSIGN_OR_RETURN(state["server_error"], compressed_->server().error().ToHost());

@@ -81,6 +81,8 @@ class PeerExchange : public Exchange {
                                                    float beta1) override;
   absl::StatusOr<CompressedResult> CompressedAverage(int64_t step, const float* x) override;
   absl::Status ResetErrors(int64_t step) override;
+  // A one-float sum over the transport.
+  absl::StatusOr<bool> AnyOverflow(int64_t step, bool local_overflow) override;
   WorkerCompressor& worker_compressor() override { return compressed_->mutable_worker(); }
   // "worker_error" and "server_error" (this rank's chunk: every worker is a server here).
   absl::StatusOr<ErrorState> SaveErrors() override;
@@ -117,6 +119,7 @@ class PeerExchange : public Exchange {
   std::unique_ptr<ExactAllreduce> exact_;
   std::unique_ptr<CompressedAllreduce> compressed_;
   kernels::Buffer<float> decoded_;  // int8: the decoded result (CompressedResult::momentum)
+  kernels::Buffer<float> flag_;     // AnyOverflow's one float
 };
 
 }  // namespace onebit

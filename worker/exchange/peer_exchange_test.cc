@@ -158,3 +158,31 @@ TEST(PeerExchangeOverlapTest, AVanishedPeerEndsTheStepWithAnError) {
 
 }  // namespace
 }  // namespace onebit
+
+namespace onebit {
+namespace {
+
+// fp16's overflow agreement over a real transport: any rank's overflow reaches every rank.
+TEST(PeerExchangeTest, EveryRankLearnsWhetherAnyGradientOverflowed) {
+  for (TransportKind kind : {TransportKind::kInproc, TransportKind::kGloo}) {
+    constexpr int kW = 3;
+    std::vector<std::vector<int>> answers(kW);
+    const absl::Status status = RunLocalGroup(kind, kW, [&](Transport& t) -> absl::Status {
+      auto backend = kernels::NewCpuBackend();
+      auto e = PeerExchange::Create(backend.get(), &t, kN);
+      if (!e.ok()) return e.status();
+      for (int64_t step = 1; step <= 4; ++step) {
+        // Steps 1-3: rank step-1 alone overflows; step 4: none.
+        absl::StatusOr<bool> any = (*e)->AnyOverflow(step, t.rank() == step - 1);
+        if (!any.ok()) return any.status();
+        answers[t.rank()].push_back(*any);
+      }
+      return absl::OkStatus();
+    });
+    ASSERT_TRUE(status.ok()) << status;
+    for (int r = 0; r < kW; ++r) EXPECT_EQ(answers[r], (std::vector<int>{1, 1, 1, 0})) << r;
+  }
+}
+
+}  // namespace
+}  // namespace onebit

@@ -252,6 +252,42 @@ absl::Status PsExchange::ResetErrors(int64_t step) {
   return compressor_->ResetError();
 }
 
+absl::StatusOr<bool> PsExchange::AnyOverflow(int64_t step, bool local_overflow) {
+  // Shard 0 is where the workers meet. A vote is idempotent, so a failed call is retried.
+  if (agree_stub_ == nullptr) agree_stub_ = v1::ParameterServer::NewStub(shards_[0]->channel);
+  v1::OverflowVote vote;
+  vote.set_worker(rank_);
+  vote.set_step(step);
+  vote.set_overflow(local_overflow);
+  const absl::Time deadline = absl::Now() + options_.step_deadline;
+  absl::Duration backoff = options_.retry_backoff;
+  absl::Status last;
+  for (int attempt = 0; attempt < options_.max_attempts && absl::Now() < deadline; ++attempt) {
+    if (attempt > 0) {
+      absl::SleepFor(std::min(backoff, deadline - absl::Now()));
+      backoff *= 2;
+    }
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(deadline));
+    v1::OverflowAgreement agreement;
+    last = FromGrpcStatus(agree_stub_->AgreeOverflow(&context, vote, &agreement));
+    if (last.ok()) {
+      if (agreement.step() != step) {
+        return absl::InternalError(absl::StrCat(shards_[0]->name, " answered the overflow vote of ",
+                                                "step ", agreement.step(), " for step ", step));
+      }
+      return agreement.any_overflow();
+    }
+    if (last.code() == absl::StatusCode::kDeadlineExceeded) {
+      last = absl::UnavailableError(absl::StrCat("no agreement within ",
+                                                 absl::FormatDuration(options_.step_deadline)));
+    }
+    if (last.code() != absl::StatusCode::kUnavailable) break;  // a rejection: as it came
+  }
+  return absl::Status(last.code(), absl::StrCat(shards_[0]->name, ", overflow vote of step ",
+                                                step, ": ", last.message()));
+}
+
 grpc::Slice PsExchange::PayloadSlice(Shard& shard, const void* data, size_t bytes) {
   shard.push.Clear();  // the last push's reference
   // A buffer of an earlier step that gRPC let go of (no slice refers to it any more), so

@@ -52,6 +52,7 @@
 #include "grpcpp/grpcpp.h"
 #include "kernels/buffer.h"
 #include "kernels/kernels.h"
+#include "onebit/v1/exchange.grpc.pb.h"
 #include "compression/layout.h"
 #include "worker/exchange/exchange.h"
 #include "compression/worker_compressor.h"
@@ -107,6 +108,9 @@ class PsExchange : public Exchange {
                                                    float beta1) override;
   absl::StatusOr<CompressedResult> CompressedAverage(int64_t step, const float* x) override;
   absl::Status ResetErrors(int64_t step) override;
+  // A vote to shard 0 (ParameterServer.AgreeOverflow), retried like a push: UNAVAILABLE
+  // after step_deadline.
+  absl::StatusOr<bool> AnyOverflow(int64_t step, bool local_overflow) override;
   WorkerCompressor& worker_compressor() override { return *compressor_; }
   // The pushes of `step` ask every shard to write its server error after the step.
   void ScheduleCheckpoint(int64_t step) override { checkpoint_step_ = step; }
@@ -159,6 +163,7 @@ class PsExchange : public Exchange {
 
   std::unique_ptr<grpc::CompletionQueue> cq_;
   std::vector<std::unique_ptr<Shard>> shards_;
+  std::unique_ptr<v1::ParameterServer::Stub> agree_stub_;  // shard 0, made on first use
   std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0};
 };
 

@@ -180,6 +180,55 @@ TEST(PsExchangeTest, StaggeredPushesGiveTheRankOrderSum) {
   }
 }
 
+// fp16's overflow agreement through shard 0: every worker gets whether any overflowed,
+// steps interleaved with real exchanges (a skipped step is never pushed: a gap), and the
+// shards keep their order.
+TEST(PsExchangeTest, EveryWorkerLearnsWhetherAnyGradientOverflowed) {
+  constexpr int kWorkers = 3;
+  const size_t n = 101;
+  InProcessShards shards(2, kWorkers, n, kernels::Compressor::kOnebit, /*allow_step_gaps=*/true);
+  // Step 2: worker 1 overflowed; step 4: workers 0 and 2.
+  const auto overflowed = [](int64_t step, int rank) {
+    return (step == 2 && rank == 1) || (step == 4 && rank != 1);
+  };
+  std::vector<std::vector<int>> answers(kWorkers);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < kWorkers; ++rank) {
+    threads.emplace_back([&, rank] {
+      auto backend = kernels::NewCpuBackend();
+      auto exchange = PsExchange::Create(backend.get(), rank, kWorkers, n, shards.addresses);
+      ASSERT_TRUE(exchange.ok()) << exchange.status();
+      for (int64_t step = 1; step <= 5; ++step) {
+        absl::StatusOr<bool> any = (*exchange)->AnyOverflow(step, overflowed(step, rank));
+        ASSERT_TRUE(any.ok()) << any.status();
+        answers[rank].push_back(*any);
+        if (*any) continue;  // skipped by everyone: nothing pushed
+        const std::vector<float> g = Random(step + rank, n, 0, 1);
+        ASSERT_TRUE((*exchange)->SumGradients(step, g.data()).ok());
+      }
+      // A changed vote on a decided step is refused as the shard said.
+      absl::StatusOr<bool> changed = (*exchange)->AnyOverflow(5, true);
+      EXPECT_EQ(changed.status().code(), absl::StatusCode::kAlreadyExists) << changed.status();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int rank = 0; rank < kWorkers; ++rank) {
+    EXPECT_EQ(answers[rank], (std::vector<int>{0, 1, 0, 1, 0})) << "rank " << rank;
+  }
+}
+
+TEST(PsExchangeTest, AnOverflowVoteWithoutTheOtherWorkersIsUnavailableAtTheDeadline) {
+  InProcessShards shards(1, 2, 10);
+  auto backend = kernels::NewCpuBackend();
+  PsExchangeOptions options;
+  options.step_deadline = absl::Milliseconds(300);
+  auto exchange = PsExchange::Create(backend.get(), 0, 2, 10, shards.addresses, options);
+  ASSERT_TRUE(exchange.ok());
+  absl::StatusOr<bool> any = (*exchange)->AnyOverflow(1, false);
+  EXPECT_EQ(any.status().code(), absl::StatusCode::kUnavailable) << any.status();
+  EXPECT_THAT(std::string(any.status().message()), HasSubstr("shard 0"));
+}
+
 TEST(PsExchangeTest, CreateValidates) {
   auto backend = kernels::NewCpuBackend();
   const std::vector<std::string> one = {"127.0.0.1:1"};
