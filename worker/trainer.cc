@@ -176,6 +176,11 @@ absl::Status Trainer::Init(Exchange* exchange, Transport* transport) {
   sent_at_start_ = optimizer_->exchange().bytes_sent();
   // A fresh optimizer's variance is zero: v_0 is known without a copy.
   if (optimizer_->step() == 0) v_prev_step_ = 0;
+  if (options_.loss_scaling.has_value()) {
+    ONEBIT_ASSIGN_OR_RETURN(scaler_, LossScaler::Create(*options_.loss_scaling));
+    ONEBIT_RETURN_IF_ERROR(workload_->SetLossScale(static_cast<float>(scaler_->scale())));
+    summary_.loss_scale = scaler_->scale();
+  }
   return InitOverlap();
 }
 
@@ -184,6 +189,10 @@ absl::Status Trainer::InitOverlap() {
   if (peer == nullptr) return absl::OkStatus();
   if (options_.gradient_accumulation_steps > 1) {
     Print("exchange overlap: off, gradients are accumulated over micro batches first");
+    return absl::OkStatus();
+  }
+  if (scaler_.has_value()) {
+    Print("exchange overlap: off, fp16 loss scaling agrees on overflows before the exchange");
     return absl::OkStatus();
   }
   if (peer->world_size() != optimizer_->exchange().world_size()) {
@@ -295,6 +304,38 @@ absl::StatusOr<double> Trainer::ComputeGradient(int64_t t) {
   return loss_sum / static_cast<double>(k);
 }
 
+absl::StatusOr<bool> Trainer::UnscaleAndAgree(int64_t t, double loss) {
+  const size_t n = grad_.size();
+  const double scale = scaler_->scale();
+  ONEBIT_RETURN_IF_ERROR(backend_->Scale(static_cast<float>(1.0 / scale), grad_.data(), n));
+  double sumsq = 0.0;
+  ONEBIT_RETURN_IF_ERROR(backend_->SumSquares(grad_.data(), n, &sumsq));
+  const bool local = !std::isfinite(sumsq) || !std::isfinite(loss);
+  Exchange& exchange = optimizer_->exchange();
+  bool any = local;
+  if (exchange.world_size() > 1) {
+    const std::optional<std::vector<int64_t>> talks =
+        optimizer_->ExchangeSteps(t, t, optimizer_->freeze_step());
+    if (!talks.has_value() || !talks->empty()) {
+      ScopedStepTime time(clock_, &agree_seconds_);
+      ONEBIT_ASSIGN_OR_RETURN(any, exchange.AnyOverflow(t, local));
+    }
+  }
+  if (any && scaler_->dynamic() && scaler_->scale() <= options_.loss_scaling->min_loss_scale) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "fp16: the gradient of step ", t, " overflowed",
+        local ? "" : " on another worker", " at the minimum loss scale ", scale,
+        " (fp16.min_loss_scale): the training diverged, or needs bf16 or a lower learning rate"));
+  }
+  scaler_->Update(any);
+  if (scaler_->scale() != scale) {
+    ONEBIT_RETURN_IF_ERROR(workload_->SetLossScale(static_cast<float>(scaler_->scale())));
+  }
+  summary_.loss_scale = scaler_->scale();
+  if (any) ++summary_.skipped_steps;
+  return any;
+}
+
 absl::Status Trainer::RunStep(int64_t t) {
   Exchange& exchange = optimizer_->exchange();
   StepReport report;
@@ -343,7 +384,11 @@ absl::Status Trainer::RunStep(int64_t t) {
   report.loss = *loss;
   const double computed = clock_->Seconds();
   report.compute_seconds = computed - start;
-  if (!std::isfinite(report.loss)) {
+  if (scaler_.has_value()) {
+    report.loss_scale = scaler_->scale();
+    agree_seconds_ = 0.0;
+    ONEBIT_ASSIGN_OR_RETURN(report.skipped, UnscaleAndAgree(t, report.loss));
+  } else if (!std::isfinite(report.loss)) {
     // Continuing would only spread NaNs through the exchange. The usual cause in the
     // compression stage is a frozen variance with (near-)zero entries: u = m / (sqrt(v) +
     // eps) blows up where the compressed momentum is nonzero.
@@ -359,7 +404,8 @@ absl::Status Trainer::RunStep(int64_t t) {
   const double compress_before = exchange.compress_seconds();
   const double call_before = optimizer_->exchange_call_seconds();
   // The optimizer's warmup sum closes the overlapped exchange (PeerExchange::SumGradients).
-  const absl::Status stepped_ok = optimizer_->Step(grad_.data());
+  const absl::Status stepped_ok =
+      report.skipped ? optimizer_->SkipStep() : optimizer_->Step(grad_.data());
   if (!stepped_ok.ok()) return abandon(stepped_ok);
   ONEBIT_RETURN_IF_ERROR(backend_->Synchronize());  // GPU work done: the time is real
   if (overlap != nullptr) {
@@ -368,7 +414,9 @@ absl::Status Trainer::RunStep(int64_t t) {
   const double stepped = clock_->Seconds() - computed;
   // Nested intervals on one monotonic clock: compress within the exchange call, the call
   // within the optimizer step. The clamps only guard against a clock that is not.
-  const double call = std::max(0.0, optimizer_->exchange_call_seconds() - call_before);
+  // The overflow agreement is exchange time too.
+  const double call =
+      std::max(0.0, optimizer_->exchange_call_seconds() - call_before) + agree_seconds_;
   report.compress_seconds =
       std::clamp(exchange.compress_seconds() - compress_before, 0.0, call);
   report.exchange_seconds = call - report.compress_seconds;
@@ -420,9 +468,13 @@ absl::Status Trainer::RunStep(int64_t t) {
     const std::string of_total =
         options_.total_steps > 0 ? absl::StrCat("/", options_.total_steps) : "";
     const double sent_mb = static_cast<double>(exchange.bytes_sent() - sent_at_start_) / 1e6;
-    Print(absl::StrFormat("step %d%s  loss %.4f  stage %s  step %.1f ms  sent %.1f MB", t, of_total,
-                          window_loss_ / window_steps_, StageName(report.stage),
-                          1e3 * window_seconds_ / window_steps_, sent_mb));
+    const std::string scaling =
+        scaler_.has_value() ? absl::StrFormat("  loss scale %g  skipped %d", scaler_->scale(),
+                                              summary_.skipped_steps)
+                            : "";
+    Print(absl::StrFormat("step %d%s  loss %.4f  stage %s  step %.1f ms  sent %.1f MB%s", t,
+                          of_total, window_loss_ / window_steps_, StageName(report.stage),
+                          1e3 * window_seconds_ / window_steps_, sent_mb, scaling));
     window_loss_ = window_seconds_ = 0.0;
     window_steps_ = 0;
   }

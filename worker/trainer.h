@@ -57,6 +57,7 @@
 #include "worker/exchange/exchange.h"
 #include "worker/exchange/peer_exchange.h"
 #include "worker/exchange/step_clock.h"
+#include "worker/optim/loss_scaler.h"
 #include "worker/optim/optimizer.h"
 #include "worker/optim/optimizer_factory.h"
 #include "worker/transport/transport.h"
@@ -119,6 +120,11 @@ struct StepReport {
   std::optional<double> error_norm;
   // Parameters the optimizer's momentum mask zeroes after this step.
   int64_t masked_elements = 0;
+  // fp16 (TrainerOptions::loss_scaling): the scale this step's loss was multiplied by, and
+  // whether the step was skipped because its gradient overflowed on some worker. 0 and
+  // false without loss scaling.
+  double loss_scale = 0.0;
+  bool skipped = false;
 };
 
 // Where leases come from: the coordinator (a gRPC client) or a fixed plan.
@@ -201,6 +207,19 @@ struct TrainerOptions {
   // (Workload::gradient_buckets; a workload without them runs as without overlap). The
   // parameters get the same bits either way. Null: no overlap. Borrowed.
   PeerExchange* overlap = nullptr;
+  // fp16's LOSS SCALING (the job config's fp16 block, for a workload that computes in
+  // fp16): the workload scales its loss (Workload::SetLossScale) and each step
+  //   1. divides the scale back out of the gradient and checks it for inf/NaN (a
+  //      non-finite loss counts as an overflow too);
+  //   2. on a step that communicates (every step but 0/1 Adam's local ones), agrees with
+  //      every other worker through Exchange::AnyOverflow, so that all skip alike; a local
+  //      step decides alone;
+  //   3. skips the step when it overflowed (Optimizer::SkipStep: the counters, the leases
+  //      and the schedules move on, nothing else does), and updates the LossScaler.
+  // An overflow at the minimum dynamic scale ends the run (FAILED_PRECONDITION), on every
+  // worker at the same step. Overlap is then off (the warmup's sum would start before the
+  // agreement). Null: no scaling; a non-finite loss ends the run.
+  std::optional<LossScalerOptions> loss_scaling;
 };
 
 struct StageTotals {
@@ -223,6 +242,9 @@ struct TrainerSummary {
   int64_t first_compression_step = -1;  // -1: never compressed
   double last_loss = 0.0;
   std::optional<EvalResult> final_eval;  // the last evaluation
+  // With loss scaling: the steps skipped for an overflow, and the scale of the next step.
+  int64_t skipped_steps = 0;
+  double loss_scale = 0.0;
 };
 
 class Trainer {
@@ -257,6 +279,9 @@ class Trainer {
   absl::Status RunStep(int64_t step);
   // The step's gradient into grad_ (accumulated over micro batches); its loss.
   absl::StatusOr<double> ComputeGradient(int64_t step);
+  // Loss scaling: unscales grad_, agrees on an overflow, updates the scaler; whether the
+  // step is skipped.
+  absl::StatusOr<bool> UnscaleAndAgree(int64_t step, double loss);
   // The variance change after step `step` (run in `stage`), when one is due.
   absl::StatusOr<std::optional<double>> VarianceChange(int64_t step, Stage stage);
   absl::Status Evaluate(int64_t step);
@@ -270,6 +295,8 @@ class Trainer {
   StepClock* const clock_;
   std::unique_ptr<Exchange> owned_exchange_;  // the PeerExchange made over a Transport
   std::unique_ptr<Optimizer> optimizer_;
+  std::optional<LossScaler> scaler_;
+  double agree_seconds_ = 0.0;  // this step's Exchange::AnyOverflow call
   kernels::Buffer<float> grad_;
   kernels::Buffer<float> micro_grad_;  // gradient accumulation's scratch
   // Forwards the workload's announcements to options_.overlap; null: no overlap.

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -16,6 +17,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "config/zero_one_schedule.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
@@ -525,6 +528,263 @@ TEST(TrainerTest, AccumulationAndTheLearningRateSchedule) {
   ASSERT_TRUE((*cycled)->Run().ok());
   const std::vector<float> moved = *(*cycled)->optimizer().ParamsToHost();
   for (float x : moved) EXPECT_NEAR(x, 0.7f, 1e-5f);
+}
+
+// fp16 on the CPU, for the trainer's side of loss scaling: the Fashion-MNIST MLP whose
+// gradient is multiplied by the loss scale it is given (as an fp16 workload's would be,
+// exactly, for a power of two) and is inf at the (step, rank) pairs chosen, as an fp16
+// backward pass that overflowed would be. The trainer, optimizer and exchange are real.
+class OverflowingWorkload : public Workload {
+ public:
+  OverflowingWorkload(std::unique_ptr<Workload> inner, int rank,
+                      std::function<bool(int64_t step, int rank)> overflows)
+      : inner_(std::move(inner)), rank_(rank), overflows_(std::move(overflows)) {}
+  std::string name() const override { return "overflowing"; }
+  size_t num_parameters() const override { return inner_->num_parameters(); }
+  kernels::MemorySpace memory_space() const override { return inner_->memory_space(); }
+  absl::Status InitParameters(float* p, uint64_t seed) const override {
+    return inner_->InitParameters(p, seed);
+  }
+  absl::Status SetLossScale(float scale) override {
+    scales.push_back(scale);
+    scale_ = scale;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<double> ComputeGradient(const float* p, int64_t step, float* grad) override {
+    ONEBIT_ASSIGN_OR_RETURN(double loss, inner_->ComputeGradient(p, step, grad));
+    const size_t n = num_parameters();
+    for (size_t i = 0; i < n; ++i) grad[i] *= scale_;
+    if (overflows_(step, rank_)) grad[n / 2] = std::numeric_limits<float>::infinity();
+    return loss;
+  }
+  absl::StatusOr<EvalResult> Evaluate(const float* p) override { return inner_->Evaluate(p); }
+  std::vector<float> scales;  // every SetLossScale
+
+ private:
+  std::unique_ptr<Workload> inner_;
+  const int rank_;
+  const std::function<bool(int64_t, int)> overflows_;
+  float scale_ = 1.0f;
+};
+
+struct ScaledRun {
+  TrainerSummary summary;
+  std::vector<StepReport> steps;
+  std::vector<float> params;
+  std::vector<float> scales;
+};
+
+// W workers over inproc, the MLP 784-16-10, `optimizer` switching after step 10.
+std::vector<ScaledRun> RunScaled(int world, int64_t steps, const OptimizerSpec& optimizer,
+                                 std::optional<LossScalerOptions> scaling,
+                                 std::function<bool(int64_t, int)> overflows) {
+  std::vector<ScaledRun> runs(world);
+  const absl::Status status =
+      RunLocalGroup(TransportKind::kInproc, world, [&](Transport& transport) -> absl::Status {
+        ScaledRun& run = runs[transport.rank()];
+        FashionMnistWorkloadOptions workload_options;
+        workload_options.hidden = {16};
+        workload_options.shard = {transport.rank(), world, 16, /*seed=*/1};
+        ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<Workload> mlp,
+                                NewFashionMnistCpuWorkload(workload_options, Data()));
+        OverflowingWorkload workload(std::move(mlp), transport.rank(), overflows);
+        auto backend = kernels::NewCpuBackend();
+        StaticStepController controller(/*freeze_step=*/10, steps);
+        TrainerOptions options;
+        options.optimizer = optimizer;
+        options.optimizer.hyper.eps = 1e-5f;
+        options.print = [](absl::string_view) {};
+        options.eval_at_end = false;
+        options.loss_scaling = scaling;
+        RecordingSink sink;
+        ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer,
+                                Trainer::Create(options, &workload, backend.get(), &transport,
+                                                &controller, &sink));
+        ONEBIT_ASSIGN_OR_RETURN(run.summary, trainer->Run());
+        ONEBIT_ASSIGN_OR_RETURN(run.params, trainer->optimizer().ParamsToHost());
+        run.steps = sink.steps;
+        run.scales = workload.scales;
+        return absl::OkStatus();
+      });
+  EXPECT_TRUE(status.ok()) << status;
+  return runs;
+}
+
+std::vector<int64_t> SkippedSteps(const ScaledRun& run) {
+  std::vector<int64_t> skipped;
+  for (const StepReport& r : run.steps) {
+    if (r.skipped) skipped.push_back(r.step);
+  }
+  return skipped;
+}
+
+// A power-of-two scale is divided out exactly: without overflows, the bits of a run
+// without scaling, for every optimizer.
+TEST(TrainerLossScalingTest, WithoutOverflowsTheScaleChangesNoBit) {
+  for (const char* type : {"OneBitAdam", "ZeroOneAdam", "OneBitLamb"}) {
+    SCOPED_TRACE(type);
+    OptimizerSpec spec;
+    spec.type = type;
+    const auto never = [](int64_t, int) { return false; };
+    LossScalerOptions scaling;
+    scaling.initial_scale_power = 12;
+    scaling.loss_scale_window = 5;  // the scale doubles along the way
+    const std::vector<ScaledRun> plain = RunScaled(2, 24, spec, std::nullopt, never);
+    const std::vector<ScaledRun> scaled = RunScaled(2, 24, spec, scaling, never);
+    ASSERT_EQ(scaled.size(), 2u);
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(scaled[r].params, plain[r].params) << "rank " << r;
+      EXPECT_TRUE(SkippedSteps(scaled[r]).empty());
+      EXPECT_EQ(scaled[r].summary.loss_scale, std::ldexp(1.0, 12 + 24 / 5));
+      EXPECT_EQ(scaled[r].steps[0].loss_scale, 4096.0);
+      EXPECT_EQ(plain[r].steps[0].loss_scale, 0.0);
+    }
+  }
+}
+
+// One worker's overflow, in warmup or in the compression stage, is skipped by every worker
+// at the same step: the same bits everywhere, the scale halved each time, the counters on.
+TEST(TrainerLossScalingTest, AnOverflowAnywhereIsSkippedByEveryWorker) {
+  const auto overflows = [](int64_t step, int rank) {
+    return (step == 5 && rank == 1) || (step == 15 && rank == 2) ||
+           (step == 16 && rank != 1);
+  };
+  LossScalerOptions scaling;
+  scaling.initial_scale_power = 10;
+  scaling.hysteresis = 1;
+  OptimizerSpec spec;
+  spec.type = "OneBitAdam";
+  const std::vector<ScaledRun> runs = RunScaled(3, 24, spec, scaling, overflows);
+  ASSERT_EQ(runs.size(), 3u);
+  for (int r = 0; r < 3; ++r) {
+    SCOPED_TRACE(testing::Message() << "rank " << r);
+    EXPECT_EQ(SkippedSteps(runs[r]), (std::vector<int64_t>{5, 15, 16}));
+    EXPECT_EQ(runs[r].summary.skipped_steps, 3);
+    EXPECT_EQ(runs[r].summary.loss_scale, 128.0);
+    EXPECT_EQ(runs[r].scales, (std::vector<float>{1024, 512, 256, 128}));
+    EXPECT_EQ(runs[r].summary.last_step, 24);
+    EXPECT_EQ(runs[r].summary.warmup.steps, 10);
+    EXPECT_EQ(runs[r].params, runs[0].params);
+    for (float p : runs[r].params) ASSERT_TRUE(std::isfinite(p));
+  }
+}
+
+// A static scale; one worker overflows on every step: nothing ever moves, on any worker.
+TEST(TrainerLossScalingTest, ASkippedStepChangesNothing) {
+  const auto always = [](int64_t, int rank) { return rank == 1; };
+  LossScalerOptions scaling;
+  scaling.loss_scale = 8;
+  for (const char* type : {"OneBitAdam", "ZeroOneAdam", "OneBitLamb"}) {
+    SCOPED_TRACE(type);
+    OptimizerSpec spec;
+    spec.type = type;
+    const std::vector<ScaledRun> runs = RunScaled(2, 16, spec, scaling, always);
+    FashionMnistWorkloadOptions o;
+    o.hidden = {16};
+    auto mlp = NewFashionMnistCpuWorkload(o, Data());
+    ASSERT_TRUE(mlp.ok());
+    std::vector<float> initial((*mlp)->num_parameters());
+    ASSERT_TRUE((*mlp)->InitParameters(initial.data(), 1).ok());
+    for (const ScaledRun& run : runs) {
+      // 0/1 Adam's local steps (after 10) are decided alone: worker 0 moves on those.
+      if (std::string(type) != "ZeroOneAdam") {
+        EXPECT_EQ(run.params, initial);
+      }
+      EXPECT_EQ(run.summary.loss_scale, 8.0);
+    }
+    EXPECT_EQ(runs[1].params, initial);
+    EXPECT_EQ(runs[1].summary.skipped_steps, 16);
+  }
+}
+
+// 0/1 Adam: a worker that overflows on a local step skips it alone; at the next sync every
+// worker has the same bits again.
+TEST(TrainerLossScalingTest, ZeroOneAdamLocalOverflowsRejoinAtTheSync) {
+  OptimizerSpec spec;
+  spec.type = "ZeroOneAdam";
+  spec.zero_one.var_update_scaler = 2;
+  spec.zero_one.local_step_scaler = 2;
+  spec.zero_one.local_step_clipper = 4;
+  // The first two local steps (no communication) overflow on worker 0; the run ends on a
+  // sync step after them.
+  ZeroOneSchedule schedule(spec.zero_one);
+  int64_t last_sync = 0;
+  std::vector<int64_t> locals;
+  for (int64_t t = 1; t <= 40; ++t) {
+    const ZeroOneStep kind = schedule.Next(10);
+    if (kind == ZeroOneStep::kSync) last_sync = t;
+    if (kind == ZeroOneStep::kLocal) locals.push_back(t);
+    schedule.Advance(10);
+  }
+  ASSERT_GE(locals.size(), 2u);
+  ASSERT_GT(last_sync, locals[1]);
+  const auto overflows = [&](int64_t step, int rank) {
+    return rank == 0 && (step == locals[0] || step == locals[1]);
+  };
+  LossScalerOptions scaling;
+  scaling.initial_scale_power = 8;
+  const std::vector<ScaledRun> runs = RunScaled(2, last_sync, spec, scaling, overflows);
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0].summary.skipped_steps, 2);
+  EXPECT_EQ(runs[1].summary.skipped_steps, 0);  // decided alone: not agreed
+  EXPECT_EQ(runs[0].params, runs[1].params);
+  // And the skips did something: the run without them differs.
+  const std::vector<ScaledRun> clean =
+      RunScaled(2, last_sync, spec, scaling, [](int64_t, int) { return false; });
+  EXPECT_NE(clean[0].params, runs[0].params);
+}
+
+TEST(TrainerLossScalingTest, AnOverflowAtTheMinimumScaleEndsTheRunOnEveryWorker) {
+  LossScalerOptions scaling;
+  scaling.initial_scale_power = 2;
+  scaling.hysteresis = 1;
+  scaling.min_loss_scale = 1;
+  OptimizerSpec spec;
+  spec.type = "OneBitAdam";
+  std::vector<absl::Status> results(2);
+  const absl::Status status =
+      RunLocalGroup(TransportKind::kInproc, 2, [&](Transport& transport) -> absl::Status {
+        FashionMnistWorkloadOptions o;
+        o.hidden = {16};
+        o.shard = {transport.rank(), 2, 16, 1};
+        ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<Workload> mlp, NewFashionMnistCpuWorkload(o, Data()));
+        OverflowingWorkload workload(std::move(mlp), transport.rank(),
+                                     [](int64_t step, int rank) { return rank == 0 && step >= 3; });
+        auto backend = kernels::NewCpuBackend();
+        StaticStepController controller(10, 20);
+        TrainerOptions options;
+        options.print = [](absl::string_view) {};
+        options.loss_scaling = scaling;
+        ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer,
+                                Trainer::Create(options, &workload, backend.get(), &transport,
+                                                &controller));
+        results[transport.rank()] = trainer->Run().status();
+        return absl::OkStatus();
+      });
+  ASSERT_TRUE(status.ok()) << status;
+  // Scale 4 at step 3, 2 at step 4, 1 at step 5: the overflow of step 5 ends it.
+  for (const absl::Status& s : results) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    EXPECT_THAT(s.message(), HasSubstr("step 5 overflowed"));
+    EXPECT_THAT(s.message(), HasSubstr("minimum loss scale"));
+  }
+  EXPECT_THAT(results[1].message(), HasSubstr("on another worker"));
+}
+
+// A workload that computes in fp32 and does not scale refuses a scale: Create says so.
+TEST(TrainerLossScalingTest, AWorkloadThatDoesNotScaleIsRefused) {
+  auto hub = InprocHub::Create(1);
+  ASSERT_TRUE(hub.ok());
+  auto transport = (*hub)->Connect(0);
+  ASSERT_TRUE(transport.ok());
+  auto backend = kernels::NewCpuBackend();
+  CountingWorkload workload;
+  StaticStepController controller(-1, 3);
+  TrainerOptions options;
+  options.loss_scaling = LossScalerOptions();
+  auto trainer = Trainer::Create(options, &workload, backend.get(), transport->get(), &controller);
+  EXPECT_EQ(trainer.status().code(), absl::StatusCode::kFailedPrecondition) << trainer.status();
+  EXPECT_THAT(trainer.status().message(), HasSubstr("does not scale its loss"));
 }
 
 TEST(TrainerTest, DivergenceStopsTheRunWithAHint) {

@@ -78,6 +78,11 @@ absl::Status OnebitAdam::Step(const float* grad) {
   return absl::OkStatus();
 }
 
+absl::Status OnebitAdam::SkipStep() {
+  ++step_;
+  return absl::OkStatus();
+}
+
 kernels::AdamHyper OnebitAdam::StepHyper() const {
   const int64_t t = step_ + 1;
   if (!options_.bias_correction) return options_.hyper;

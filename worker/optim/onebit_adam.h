@@ -64,6 +64,7 @@ class OnebitAdam : public Optimizer {
   // One optimizer step on this worker's local gradient `grad` (backend memory, n
   // elements; it is not modified).
   absl::Status Step(const float* grad) override;
+  absl::Status SkipStep() override;
 
   Stage stage() const override;
   int64_t step() const override { return step_; }

@@ -133,6 +133,13 @@ absl::Status OnebitLamb::Step(const float* grad) {
   return absl::OkStatus();
 }
 
+absl::Status OnebitLamb::SkipStep() {
+  // A skipped first compression step leaves the switch to the next one: nothing it reads
+  // has moved.
+  ++step_;
+  return absl::OkStatus();
+}
+
 kernels::AdamHyper OnebitLamb::StepHyper(double* c) const {
   *c = 1.0;
   if (!options_.bias_correction) return options_.hyper;

@@ -90,6 +90,7 @@ class OnebitLamb : public Optimizer {
                                                             size_t n);
 
   absl::Status Step(const float* grad) override;
+  absl::Status SkipStep() override;
   Stage stage() const override;
   int64_t step() const override { return step_; }
   int64_t freeze_step() const override { return options_.freeze_step; }

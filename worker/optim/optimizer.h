@@ -48,6 +48,12 @@ class Optimizer {
 
   // One step on this worker's local gradient (backend memory, n elements, not modified).
   virtual absl::Status Step(const float* grad) = 0;
+  // fp16's overflow: the next step is skipped. It counts as a step (step() and the stage,
+  // the schedules and the exchange's step numbers move on, as they do on every worker)
+  // but changes neither parameters nor moments nor error buffers, and sends nothing. 0/1
+  // Adam's local window still counts its learning rate, so that a worker that skipped a
+  // local step alone recovers the same momentum as the others at the next sync.
+  virtual absl::Status SkipStep() = 0;
 
   // The stage the next Step() runs in.
   virtual Stage stage() const = 0;

@@ -104,6 +104,20 @@ absl::Status ZeroOneAdam::Step(const float* grad) {
   return absl::OkStatus();
 }
 
+absl::Status ZeroOneAdam::SkipStep() {
+  // The error reset before the first local step stays due (the next Step does it, with its
+  // own step number, which a parameter-server exchange needs for its pushes).
+  const ZeroOneStep kind = next_step_kind();
+  if (kind == ZeroOneStep::kLocal || kind == ZeroOneStep::kSync) {
+    // A step of the window with no update: a sync that is skipped leaves the accumulator
+    // to the next sync.
+    lrs_ += StepHyper(ZeroOneStep::kLocal).lr;
+  }
+  schedule_.Advance(options_.var_freeze_step);
+  ++step_;
+  return absl::OkStatus();
+}
+
 kernels::AdamHyper ZeroOneAdam::StepHyper(ZeroOneStep kind) const {
   if (!options_.bias_correction) return options_.hyper;
   const int64_t updates =

@@ -80,6 +80,7 @@ class ZeroOneAdam : public Optimizer {
                                                              size_t n);
 
   absl::Status Step(const float* grad) override;
+  absl::Status SkipStep() override;
 
   // kWarmup through var_freeze_step (the variance stage), kCompression after.
   Stage stage() const override;
