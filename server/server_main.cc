@@ -168,7 +168,8 @@ int main(int argc, char** argv) {
   options.shard.retained_steps = absl::GetFlag(FLAGS_retained_steps);
   int64_t n = absl::GetFlag(FLAGS_n);
   std::string compressor = absl::GetFlag(FLAGS_compressor);
-  bool allow_step_gaps = false;  // 0/1 Adam's local steps push nothing
+  // 0/1 Adam's local steps push nothing, nor do steps skipped for an fp16 overflow.
+  bool allow_step_gaps = false;
   int group_offset = 0;  // hierarchical over ps: the first shard of this shard's slice
   std::string checkpoint_dir, topology;
   double retry_s = 120, heartbeat_s = 10;
@@ -189,7 +190,8 @@ int main(int argc, char** argv) {
     if (!count.ok()) return UsageError(std::string(count.status().message()));
     const onebit::ExchangeConfig& x = config->exchange;
     if (compressor.empty()) compressor = x.compressor;
-    allow_step_gaps = config->optimizer.type == "ZeroOneAdam";
+    allow_step_gaps = config->optimizer.type == "ZeroOneAdam" ||
+                      (config->precision.fp16 && config->device == "cuda");
     if (x.mode == "hierarchical") {
       // Hierarchical over ps: local rank l of every node (one worker per node) exchanges
       // slice l with its own K = servers / local_size shards; this is shard --shard % K of

@@ -31,6 +31,8 @@ absl::StatusOr<std::unique_ptr<Workload>> NewWorkload(const JobConfig& config, i
     options.hidden = config.workload.hidden;
     options.shard = shard;
     if (backend->memory_space() == kernels::MemorySpace::kCuda) {
+      // The CPU computes in fp32 whatever the config says (the config's notice says so).
+      options.precision = WorkloadPrecision(config);
       return NewFashionMnistCudaWorkload(options, std::move(data), backend);
     }
     return NewFashionMnistCpuWorkload(options, std::move(data));
@@ -78,7 +80,25 @@ TrainerOptions TrainerOptionsFromConfig(const JobConfig& config) {
   t.log_every = config.log_every;
   t.eval_every = config.workload.type == "fashion_mnist" ? config.workload.eval_every : 0;
   t.report_interval = config.freeze.report_interval;
+  const PrecisionConfig& p = config.precision;
+  if (p.fp16 && config.device == "cuda") {
+    LossScalerOptions scaling;
+    scaling.loss_scale = p.loss_scale;
+    scaling.initial_scale_power = p.initial_scale_power;
+    scaling.loss_scale_window = p.loss_scale_window;
+    scaling.hysteresis = p.hysteresis;
+    scaling.consecutive_hysteresis = p.consecutive_hysteresis;
+    scaling.min_loss_scale = p.min_loss_scale;
+    t.loss_scaling = scaling;
+  }
   return t;
+}
+
+ComputePrecision WorkloadPrecision(const JobConfig& config) {
+  if (config.device != "cuda") return ComputePrecision::kFp32;
+  if (config.precision.fp16) return ComputePrecision::kFp16;
+  if (config.precision.bf16) return ComputePrecision::kBf16;
+  return ComputePrecision::kFp32;
 }
 
 absl::StatusOr<std::vector<float>> MomentumMaskFromConfig(const JobConfig& config, size_t n) {

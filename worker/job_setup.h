@@ -20,8 +20,11 @@ namespace onebit {
 absl::StatusOr<std::unique_ptr<Workload>> NewWorkload(const JobConfig& config, int rank,
                                                       int world_size, kernels::Backend* backend);
 
-// Optimizer hyperparameters, logging, evaluation and the variance-change interval.
+// Optimizer hyperparameters, logging, evaluation and the variance-change interval; fp16's
+// loss scaling for a CUDA job (the CPU computes in fp32 and scales nothing).
 TrainerOptions TrainerOptionsFromConfig(const JobConfig& config);
+// What the job's workload computes in: fp16 or bf16 on onebit.device cuda, else fp32.
+ComputePrecision WorkloadPrecision(const JobConfig& config);
 // The user's momentum mask for n parameters from onebit.momentum_mask (a .npy or ranges);
 // empty when none is given. Errors name the file or range.
 absl::StatusOr<std::vector<float>> MomentumMaskFromConfig(const JobConfig& config, size_t n);

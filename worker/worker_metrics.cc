@@ -75,6 +75,14 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& registry, const Labels& label
                                    "the automatic one from the switch on).",
                                    labels)
                            .Add({})),
+      loss_scale_(GaugeFamily(registry, "onebit_worker_loss_scale",
+                              "fp16's loss scale of the last step (0: no loss scaling).", labels)
+                      .Add({})),
+      skipped_steps_(CounterFamily(registry, "onebit_worker_overflow_skipped_steps_total",
+                                   "Steps skipped by every worker because an fp16 gradient "
+                                   "overflowed.",
+                                   labels)
+                         .Add({})),
       test_loss_(GaugeFamily(registry, "onebit_worker_test_loss",
                              "Test-set loss at the last evaluation.", labels)),
       test_accuracy_(GaugeFamily(registry, "onebit_worker_test_accuracy",
@@ -126,6 +134,8 @@ void WorkerMetrics::RecordStep(const StepReport& report) {
   if (report.variance_change.has_value()) variance_change_.Set(*report.variance_change);
   if (report.error_norm.has_value()) error_norm_.Set(*report.error_norm);
   masked_elements_.Set(static_cast<double>(report.masked_elements));
+  loss_scale_.Set(report.loss_scale);
+  if (report.skipped) skipped_steps_.Increment();
 }
 
 void WorkerMetrics::RecordCheckpoint(int64_t step, double seconds) {

@@ -87,6 +87,8 @@ class WorkerMetrics : public TrainerMetricsSink {
   LazyGauge variance_change_;
   LazyGauge error_norm_;
   prometheus::Gauge& masked_elements_;
+  prometheus::Gauge& loss_scale_;
+  prometheus::Counter& skipped_steps_;
   LazyGauge test_loss_;
   LazyGauge test_accuracy_;
   prometheus::Histogram& checkpoint_seconds_;
