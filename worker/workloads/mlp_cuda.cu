@@ -428,9 +428,16 @@ class FashionMnistCudaWorkload : public Workload {
     ONEBIT_ASSIGN_OR_RETURN(cublas_, LoadCublas());
     ONEBIT_CUBLAS_RETURN_IF_ERROR(cublas_->create(&handle_));
     ONEBIT_CUBLAS_RETURN_IF_ERROR(cublas_->set_stream(handle_, stream_));
-    // Plain FP32: TF32 would make the GPU drift from the CPU model by ~1e-3. (GemmEx on
-    // half types uses tensor cores under this mode too, accumulating in fp32.)
-    ONEBIT_CUBLAS_RETURN_IF_ERROR(cublas_->set_math_mode(handle_, CUBLAS_DEFAULT_MATH));
+    // Plain FP32: TF32 would make the GPU drift from the CPU model by ~1e-3. Half types
+    // use tensor cores under this mode too; they are kept from reducing split-K partial sums
+    // in the half output type (an extra rounding, and an overflow the full sum may not have),
+    // so every GEMM sums in fp32 and rounds once.
+    const cublasMath_t math_mode =
+        precision_ == ComputePrecision::kFp32
+            ? CUBLAS_DEFAULT_MATH
+            : static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
+                                        CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION);
+    ONEBIT_CUBLAS_RETURN_IF_ERROR(cublas_->set_math_mode(handle_, math_mode));
     ONEBIT_CUBLAS_RETURN_IF_ERROR(cublas_->set_pointer_mode(handle_, CUBLAS_POINTER_MODE_HOST));
     ONEBIT_ASSIGN_OR_RETURN(train_, Upload(backend_, data_->train));
     ONEBIT_ASSIGN_OR_RETURN(test_, Upload(backend_, data_->test));
