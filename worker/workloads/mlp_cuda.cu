@@ -153,13 +153,6 @@ constexpr cudaDataType_t CudaDataType() {
   return std::is_same_v<T, __half> ? CUDA_R_16F : CUDA_R_16BF;
 }
 
-template <typename T>
-constexpr ComputePrecision PrecisionOf() {
-  return std::is_same_v<T, float>    ? ComputePrecision::kFp32
-         : std::is_same_v<T, __half> ? ComputePrecision::kFp16
-                                     : ComputePrecision::kBf16;
-}
-
 // ---------------------------------------------------------------------------------------
 // Device code. Elementwise kernels use grid-stride loops over a capped grid. With T = float
 // every kernel computes exactly what the fp32-only version did (ToFloat and FromFloat<float>
