@@ -21,6 +21,8 @@ namespace {
 // kScalarPrefix + name, printed with 17 significant digits (exact for a double).
 constexpr absl::string_view kOwnPrefix = "own:";
 constexpr absl::string_view kScalarPrefix = "scalar:";
+// The trainer's scalars (fp16's loss scaler), the same way.
+constexpr absl::string_view kTrainerScalarPrefix = "trainer:";
 
 bool IsErrorTensor(const std::string& name) { return name.find("_error") != std::string::npos; }
 
@@ -29,6 +31,21 @@ std::pair<size_t, size_t> Slice(size_t n, int rank, int world_size) {
   const size_t begin = n * static_cast<size_t>(rank) / static_cast<size_t>(world_size);
   const size_t end = n * static_cast<size_t>(rank + 1) / static_cast<size_t>(world_size);
   return {begin, end};
+}
+
+// The part's meta entries `prefix` + name as numbers, by name.
+absl::StatusOr<StateScalars> MetaScalars(const std::string& path, const checkpoint::Part& part,
+                                         absl::string_view prefix) {
+  StateScalars scalars;
+  for (const auto& [key, value] : part.meta) {
+    if (!absl::StartsWith(key, prefix)) continue;
+    double parsed = 0;
+    if (!absl::SimpleAtod(value, &parsed)) {
+      return absl::DataLossError(absl::StrCat(path, ": ", key, " is not a number: ", value));
+    }
+    scalars[key.substr(prefix.size())] = parsed;
+  }
+  return scalars;
 }
 
 }  // namespace
@@ -47,7 +64,8 @@ WorkerCheckpointer::~WorkerCheckpointer() {
   thread_.join();
 }
 
-absl::Status WorkerCheckpointer::Save(int64_t step, Optimizer& optimizer) {
+absl::Status WorkerCheckpointer::Save(int64_t step, Optimizer& optimizer,
+                                      const StateScalars& trainer_scalars) {
   // One snapshot in memory at a time: wait for the previous part first.
   ONEBIT_RETURN_IF_ERROR(Flush());
   const size_t n = optimizer.size();
@@ -75,6 +93,9 @@ absl::Status WorkerCheckpointer::Save(int64_t step, Optimizer& optimizer) {
   }
   for (const auto& [name, value] : optimizer.CheckpointScalars()) {
     part.meta[absl::StrCat(kScalarPrefix, name)] = absl::StrFormat("%.17g", value);
+  }
+  for (const auto& [name, value] : trainer_scalars) {
+    part.meta[absl::StrCat(kTrainerScalarPrefix, name)] = absl::StrFormat("%.17g", value);
   }
   ONEBIT_ASSIGN_OR_RETURN(ErrorState errors, optimizer.exchange().SaveErrors());
   for (auto& [name, values] : errors) part.Put(name, std::move(values));
@@ -141,7 +162,7 @@ absl::Status WorkerCheckpointer::Write(Pending pending) {
 }
 
 absl::Status RestoreWorker(const std::string& root, const v1::ResumeFrom& resume, int rank,
-                           Optimizer& optimizer) {
+                           Optimizer& optimizer, StateScalars* trainer_scalars) {
   const std::string dir = checkpoint::JoinPath(root, checkpoint::StepDirName(resume.step()));
   ONEBIT_ASSIGN_OR_RETURN(v1::CheckpointManifest manifest, checkpoint::ReadManifest(dir));
   const size_t n = optimizer.size();
@@ -155,6 +176,7 @@ absl::Status RestoreWorker(const std::string& root, const v1::ResumeFrom& resume
   std::map<std::string, std::vector<bool>> covered;
   StateScalars scalars;
   bool own_part_read = false;
+  bool trainer_read = false;
   for (const v1::CheckpointPart& entry : manifest.parts()) {
     if (entry.role() != v1::ROLE_WORKER) continue;
     const std::string path = checkpoint::JoinPath(dir, entry.file());
@@ -192,16 +214,13 @@ absl::Status RestoreWorker(const std::string& root, const v1::ResumeFrom& resume
         std::fill(done.begin() + begin, done.begin() + end, true);
       }
     }
+    if (trainer_scalars != nullptr && !trainer_read) {
+      ONEBIT_ASSIGN_OR_RETURN(*trainer_scalars, MetaScalars(path, part, kTrainerScalarPrefix));
+      trainer_read = !trainer_scalars->empty();
+    }
     if (!own) continue;
     own_part_read = true;
-    for (const auto& [key, value] : part.meta) {
-      if (!absl::StartsWith(key, kScalarPrefix)) continue;
-      double parsed = 0;
-      if (!absl::SimpleAtod(value, &parsed)) {
-        return absl::DataLossError(absl::StrCat(path, ": ", key, " is not a number: ", value));
-      }
-      scalars[key.substr(kScalarPrefix.size())] = parsed;
-    }
+    ONEBIT_ASSIGN_OR_RETURN(scalars, MetaScalars(path, part, kScalarPrefix));
     if (!resume.reset_errors()) {
       absl::Status restored = optimizer.exchange().RestoreErrors(errors);
       if (!restored.ok()) {

@@ -57,7 +57,8 @@ class WorkerCheckpointer : public CheckpointSink {
   ~WorkerCheckpointer() override;  // flushes
 
   // Snapshots and queues; the error of an earlier part's write, if one failed.
-  absl::Status Save(int64_t step, Optimizer& optimizer) override;
+  absl::Status Save(int64_t step, Optimizer& optimizer,
+                    const StateScalars& trainer_scalars) override;
   // Waits until every queued part is written and reported; the first error, if any.
   absl::Status Flush();
 
@@ -82,8 +83,11 @@ class WorkerCheckpointer : public CheckpointSink {
 // Restores `optimizer` (and its exchange's error buffers) from the checkpoint `resume`
 // names under `dir`. Errors name the file and what is wrong (DATA_LOSS for a damaged part,
 // INVALID_ARGUMENT for one that does not fit this job).
+// `trainer_scalars` (may be null) gets the trainer's scalars (Trainer::RestoreScalars), from
+// the first worker part that has them: every worker saves the same, and a worker of a
+// larger world has no part of its own.
 absl::Status RestoreWorker(const std::string& dir, const v1::ResumeFrom& resume, int rank,
-                           Optimizer& optimizer);
+                           Optimizer& optimizer, StateScalars* trainer_scalars = nullptr);
 
 }  // namespace onebit
 

@@ -272,7 +272,7 @@ absl::StatusOr<TrainerSummary> Trainer::Run() {
     ONEBIT_RETURN_IF_ERROR(RunStep(t));
     if (checkpoint) {
       const auto start = std::chrono::steady_clock::now();
-      ONEBIT_RETURN_IF_ERROR(options_.checkpoints->Save(t, *optimizer_));
+      ONEBIT_RETURN_IF_ERROR(options_.checkpoints->Save(t, *optimizer_, CheckpointScalars()));
       const double seconds = SecondsSince(start);
       if (sink_ != nullptr) sink_->RecordCheckpoint(t, seconds);
       Print(absl::StrFormat("checkpoint after step %d: training paused %.1f ms", t, seconds * 1e3));
@@ -302,6 +302,48 @@ absl::StatusOr<double> Trainer::ComputeGradient(int64_t t) {
   }
   ONEBIT_RETURN_IF_ERROR(backend_->Scale(1.0f / static_cast<float>(k), grad_.data(), n));
   return loss_sum / static_cast<double>(k);
+}
+
+StateScalars Trainer::CheckpointScalars() const {
+  if (!scaler_.has_value()) return {};
+  const LossScalerState& s = scaler_->state();
+  return {{"loss_scale", s.scale},
+          {"loss_scale_hysteresis_left", static_cast<double>(s.hysteresis_left)},
+          {"loss_scale_updates", static_cast<double>(s.updates)},
+          {"loss_scale_last_overflow", static_cast<double>(s.last_overflow)},
+          {"loss_scale_overflows", static_cast<double>(s.overflows)}};
+}
+
+absl::Status Trainer::RestoreScalars(const StateScalars& scalars) {
+  if (!scaler_.has_value() || scalars.count("loss_scale") == 0) return absl::OkStatus();
+  LossScalerState s;
+  auto get = [&scalars](const char* name, double* out) {
+    auto it = scalars.find(name);
+    if (it == scalars.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("the checkpoint has loss_scale but no ", name));
+    }
+    *out = it->second;
+    return absl::OkStatus();
+  };
+  double left = 0, updates = 0, last = 0, overflows = 0;
+  ONEBIT_RETURN_IF_ERROR(get("loss_scale", &s.scale));
+  ONEBIT_RETURN_IF_ERROR(get("loss_scale_hysteresis_left", &left));
+  ONEBIT_RETURN_IF_ERROR(get("loss_scale_updates", &updates));
+  ONEBIT_RETURN_IF_ERROR(get("loss_scale_last_overflow", &last));
+  ONEBIT_RETURN_IF_ERROR(get("loss_scale_overflows", &overflows));
+  for (double v : {left, updates, last, overflows}) {
+    if (!(std::abs(v) < 9e15) || v != std::floor(v)) {
+      return absl::InvalidArgumentError(absl::StrCat("loss scaler counter ", v, " is not an integer"));
+    }
+  }
+  s.hysteresis_left = static_cast<int>(left);
+  s.updates = static_cast<int64_t>(updates);
+  s.last_overflow = static_cast<int64_t>(last);
+  s.overflows = static_cast<int64_t>(overflows);
+  ONEBIT_RETURN_IF_ERROR(scaler_->Restore(s));
+  ONEBIT_RETURN_IF_ERROR(workload_->SetLossScale(static_cast<float>(scaler_->scale())));
+  summary_.loss_scale = scaler_->scale();
+  return absl::OkStatus();
 }
 
 absl::StatusOr<bool> Trainer::UnscaleAndAgree(int64_t t, double loss) {

@@ -85,8 +85,10 @@ struct Lease {
 class CheckpointSink {
  public:
   virtual ~CheckpointSink() = default;
-  // The state after `step`, before step + 1 runs. An error ends the run.
-  virtual absl::Status Save(int64_t step, Optimizer& optimizer) = 0;
+  // The state after `step`, before step + 1 runs: the optimizer's, and the trainer's own
+  // scalars (Trainer::CheckpointScalars, the same on every worker). An error ends the run.
+  virtual absl::Status Save(int64_t step, Optimizer& optimizer,
+                            const StateScalars& trainer_scalars) = 0;
 };
 
 // One finished step, as the controller and the metrics see it.
@@ -265,6 +267,14 @@ class Trainer {
   ~Trainer();
 
   Optimizer& optimizer() { return *optimizer_; }
+  // The trainer's own state for checkpoints: fp16's loss scaler ("loss_scale",
+  // "loss_scale_hysteresis_left", "loss_scale_updates", "loss_scale_last_overflow",
+  // "loss_scale_overflows"); empty without loss scaling.
+  StateScalars CheckpointScalars() const;
+  // Puts back what CheckpointScalars gave (a resumed job), before Run. Without loss scaling
+  // nothing is needed; a checkpoint without them (a job that did not scale) leaves the
+  // scaler fresh. INVALID_ARGUMENT for values no scaler has; nothing changes then.
+  absl::Status RestoreScalars(const StateScalars& scalars);
   const TrainerSummary& summary() const { return summary_; }
   // Whether warmup exchanges overlap the backward pass (TrainerOptions::overlap was given
   // and the workload announces buckets).

@@ -771,6 +771,78 @@ TEST(TrainerLossScalingTest, AnOverflowAtTheMinimumScaleEndsTheRunOnEveryWorker)
   EXPECT_THAT(results[1].message(), HasSubstr("on another worker"));
 }
 
+// Records the trainer scalars of every checkpoint.
+class ScalarSink : public CheckpointSink {
+ public:
+  absl::Status Save(int64_t step, Optimizer&, const StateScalars& trainer_scalars) override {
+    saved[step] = trainer_scalars;
+    return absl::OkStatus();
+  }
+  std::map<int64_t, StateScalars> saved;
+};
+
+// The loss scaler goes into checkpoints with the trainer's scalars and comes back exactly.
+TEST(TrainerLossScalingTest, TheScalerIsCheckpointedAndRestored) {
+  auto hub = InprocHub::Create(1);
+  ASSERT_TRUE(hub.ok());
+  auto transport = (*hub)->Connect(0);
+  ASSERT_TRUE(transport.ok());
+  auto backend = kernels::NewCpuBackend();
+  FashionMnistWorkloadOptions o;
+  o.hidden = {16};
+  auto make = [&](std::function<bool(int64_t, int)> overflows) {
+    auto mlp = NewFashionMnistCpuWorkload(o, Data());
+    EXPECT_TRUE(mlp.ok());
+    return std::make_unique<OverflowingWorkload>(std::move(*mlp), 0, overflows);
+  };
+  auto workload = make([](int64_t step, int) { return step == 2 || step == 4 || step == 5; });
+  Lease lease;
+  lease.through_step = 8;
+  lease.stop_after_step = 8;
+  lease.checkpoint_steps = {4, 6};
+  ScriptedController controller({lease});
+  ScalarSink sink;
+  TrainerOptions options;
+  options.print = [](absl::string_view) {};
+  options.eval_at_end = false;
+  options.checkpoints = &sink;
+  LossScalerOptions scaling;
+  scaling.initial_scale_power = 10;
+  scaling.hysteresis = 2;
+  options.loss_scaling = scaling;
+  auto trainer = Trainer::Create(options, workload.get(), backend.get(), transport->get(),
+                                 &controller);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  ASSERT_TRUE((*trainer)->Run().ok());
+  ASSERT_EQ(sink.saved.size(), 2u);
+  const StateScalars& at6 = sink.saved[6];
+  // Overflows at 2 (hysteresis), 4 (halves), 5 (halves again): 256 after step 6.
+  EXPECT_EQ(at6.at("loss_scale"), 256.0);
+  EXPECT_EQ(at6.at("loss_scale_overflows"), 3.0);
+  EXPECT_EQ(at6.at("loss_scale_updates"), 6.0);
+  EXPECT_EQ(at6.at("loss_scale_last_overflow"), 4.0);
+  EXPECT_EQ(at6.at("loss_scale_hysteresis_left"), 1.0);
+  EXPECT_EQ(sink.saved[4].at("loss_scale"), 512.0);
+
+  auto fresh = make([](int64_t, int) { return false; });
+  options.checkpoints = nullptr;
+  auto resumed = Trainer::Create(options, fresh.get(), backend.get(), transport->get(),
+                                 &controller);
+  ASSERT_TRUE(resumed.ok());
+  StateScalars bad = at6;
+  bad["loss_scale_hysteresis_left"] = 0.5;
+  EXPECT_EQ((*resumed)->RestoreScalars(bad).code(), absl::StatusCode::kInvalidArgument);
+  bad = at6;
+  bad.erase("loss_scale_updates");
+  EXPECT_EQ((*resumed)->RestoreScalars(bad).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*resumed)->summary().loss_scale, 1024.0);  // refused: unchanged
+  ASSERT_TRUE((*resumed)->RestoreScalars(at6).ok());
+  EXPECT_EQ((*resumed)->CheckpointScalars(), at6);
+  EXPECT_EQ(fresh->scales.back(), 256.0f);  // the workload computes with it
+  EXPECT_TRUE((*resumed)->RestoreScalars({}).ok());  // a checkpoint of an unscaled job
+  EXPECT_EQ((*resumed)->CheckpointScalars(), at6);
+}
+
 // A workload that computes in fp32 and does not scale refuses a scale: Create says so.
 TEST(TrainerLossScalingTest, AWorkloadThatDoesNotScaleIsRefused) {
   auto hub = InprocHub::Create(1);

@@ -515,8 +515,10 @@ absl::Status Run() {
                                                      exchange, w.controller.get(), w.sink.get()));
   if (reg.has_resume()) {
     const absl::Time restore_start = absl::Now();
+    StateScalars trainer_scalars;
     ONEBIT_RETURN_IF_ERROR(RestoreWorker(config.checkpoint.dir, reg.resume(), rank,
-                                         w.trainer->optimizer()));
+                                         w.trainer->optimizer(), &trainer_scalars));
+    ONEBIT_RETURN_IF_ERROR(w.trainer->RestoreScalars(trainer_scalars));
     std::fprintf(stderr, "worker rank %d: resumed from the checkpoint of step %d in %.1f ms%s\n",
                  rank, static_cast<int>(reg.resume().step()),
                  absl::ToDoubleMilliseconds(absl::Now() - restore_start),
