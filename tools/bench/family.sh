@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The optimizer family on Fashion-MNIST in the demo's set-up (deploy/demo.json: 4 workers,
 # 2 parameter-server shards, 600 steps x 64 samples, warmup 100): Adam, 1-bit Adam, 0/1
-# Adam (DeepSpeed's defaults, and with local steps that double to 8 every 100), 1-bit LAMB,
-# each with the onebit and the int8 compressor; and 1-bit Adam at eps 1e-8 without and
+# Adam (DeepSpeed's defaults, and with local steps that double to 8 every 100; each also
+# with bias_correction, and Adam with it as their baseline), 1-bit LAMB, each with the
+# onebit and the int8 compressor; and 1-bit Adam at eps 1e-8 without and
 # with the automatic momentum mask. Each run once per seed in SEEDS (default "1 2 3": one
 # seed's accuracy moves by about a point with the chunking alone). Prints a markdown table
 # (mean test accuracy and its range over the seeds, bytes, steps that communicated) and
@@ -23,10 +24,13 @@ bazel build --disk_cache=/work/.bazel-disk-cache //deploy:onebit-launch //worker
 # name|optimizer type|params (JSON)|compressor|extra onebit keys (JSON)
 runs=(
   'adam|Adam|{"lr":0.001,"eps":1e-5}|onebit|{}'
+  'adam_bias_correction|Adam|{"lr":0.001,"eps":1e-5,"bias_correction":true}|onebit|{}'
   'onebit_adam|OneBitAdam|{"lr":0.001,"eps":1e-5,"freeze_step":100}|onebit|{}'
   'onebit_adam_int8|OneBitAdam|{"lr":0.001,"eps":1e-5,"freeze_step":100}|int8|{}'
   'zero_one_adam|ZeroOneAdam|{"lr":0.001,"eps":1e-5,"var_freeze_step":100}|onebit|{}'
+  'zero_one_adam_bias_correction|ZeroOneAdam|{"lr":0.001,"eps":1e-5,"var_freeze_step":100,"bias_correction":true}|onebit|{}'
   'zero_one_adam_local|ZeroOneAdam|{"lr":0.001,"eps":1e-5,"var_freeze_step":100,"local_step_scaler":100,"local_step_clipper":8}|onebit|{}'
+  'zero_one_adam_local_bias_correction|ZeroOneAdam|{"lr":0.001,"eps":1e-5,"var_freeze_step":100,"local_step_scaler":100,"local_step_clipper":8,"bias_correction":true}|onebit|{}'
   'zero_one_adam_local_int8|ZeroOneAdam|{"lr":0.001,"eps":1e-5,"var_freeze_step":100,"local_step_scaler":100,"local_step_clipper":8}|int8|{}'
   'onebit_lamb|OneBitLamb|{"lr":0.005,"eps":1e-5,"freeze_step":100}|onebit|{}'
   'onebit_lamb_int8|OneBitLamb|{"lr":0.005,"eps":1e-5,"freeze_step":100}|int8|{}'
