@@ -108,11 +108,20 @@ PY
 if command -v gnuplot >/dev/null 2>&1; then
   seed="${seeds%% *}"
   plots=()
+  # One colour per optimizer configuration; int8 dashed, bias_correction dotted.
+  colours=(black '#1f77b4' '#d62728' '#2ca02c' '#9467bd' '#ff7f0e' '#8c564b' '#17becf')
+  declare -A colour_of=()
   for run in "${runs[@]}"; do
     IFS='|' read -r name _ _ _ _ <<<"$run"
     csv="$out/$name.seed$seed/onebit_adam/worker-0.csv"
     [[ -s "$csv" && -s "$out/$name.seed$seed/onebit_adam/worker-0.json" ]] || continue
-    plots+=("'$csv' using 1:(stringcolumn(2) eq 'step' ? sm(\$4, \$1) : 1/0) with lines lw 2 title '$name'")
+    base="${name%_int8}"
+    base="${base%_bias_correction}"
+    [[ -n "${colour_of[$base]:-}" ]] || colour_of[$base]="${colours[${#colour_of[@]} % ${#colours[@]}]}"
+    dash=1
+    [[ "$name" == *_int8 ]] && dash=2
+    [[ "$name" == *_bias_correction ]] && dash=3
+    plots+=("'$csv' using 1:(stringcolumn(2) eq 'step' ? sm(\$4, \$1) : 1/0) with lines lw 2 lc rgb '${colour_of[$base]}' dt $dash title '$name'")
   done
   (IFS=,; gnuplot <<GP
 set terminal pngcairo size 1000,550 font ',10' noenhanced
