@@ -1,0 +1,528 @@
+// The body of onebit-worker (worker_main.cc), as a library: the Python package runs it on
+// a thread of the training process (python/onebit).
+#include "worker/worker_process.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "prometheus/registry.h"
+#include "common/metrics_server.h"
+#include "common/signals.h"
+#include "coordinator/coordinator_client.h"
+#include "worker/transport/coordinator_gloo_store.h"
+#include "config/job_config.h"
+#include "config/model_spec.h"
+#include "kernels/cuda_backend.h"
+#include "kernels/kernels.h"
+#include "common/status_macros.h"
+#include "common/npy.h"
+#include "common/atomic_file.h"
+#include "checkpoint/manifest.h"
+#include "worker/checkpointer.h"
+#include "common/fault.h"
+#include "common/parallel.h"
+#include "worker/coordinator_step_controller.h"
+#include "worker/fault_exchange.h"
+#include "worker/transport/gloo_transport.h"
+#include "worker/job_setup.h"
+#include "worker/transport/nccl_transport.h"
+#include "compression/layout.h"
+#include "worker/exchange/exact_allreduce.h"
+#include "worker/exchange/hierarchical_exchange.h"
+#include "worker/exchange/peer_exchange.h"
+#include "worker/exchange/ps_exchange.h"
+#include "worker/trainer.h"
+#include "worker/worker_metrics.h"
+#include "security/auth.h"
+#include "security/flags.h"
+
+
+namespace onebit {
+namespace {
+
+std::string InstanceId() {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  std::random_device rd;
+  return absl::StrFormat("%s:%d:%08x", host, getpid(), rd());
+}
+
+// Forwards to the Prometheus metrics and, with --history_csv, writes one CSV row per step
+// and per evaluation, for loss curves:
+//   step,kind,stage,loss,seconds,bytes_sent,test_loss,test_accuracy,compute_seconds,unix_time
+// (seconds = compute + exchange and update; compute_seconds: the gradient alone; unix_time:
+// when the step was recorded, for lining steps up with outside measurements)
+class HistorySink : public TrainerMetricsSink {
+ public:
+  HistorySink(TrainerMetricsSink* next, const std::string& path) : next_(next) {
+    if (!path.empty()) {
+      out_.open(path);
+      out_ << "step,kind,stage,loss,seconds,bytes_sent,test_loss,test_accuracy,compute_seconds,"
+              "unix_time\n";
+    }
+  }
+  void RecordStep(const StepReport& r) override {
+    next_->RecordStep(r);
+    if (out_.is_open()) {
+      out_ << r.step << ",step," << StageName(r.stage) << "," << r.loss << ","
+           << r.seconds() << "," << r.bytes_sent << ",,,"
+           << r.compute_seconds << ","
+           << absl::StrFormat("%.6f", absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()))
+           << "\n";
+    }
+  }
+  void RecordCheckpoint(int64_t step, double seconds) override {
+    next_->RecordCheckpoint(step, seconds);
+  }
+  void RecordEval(int64_t step, const EvalResult& e) override {
+    next_->RecordEval(step, e);
+    if (out_.is_open()) {
+      out_ << step << ",eval,,,,," << e.loss << "," << e.accuracy.value_or(-1) << ",,\n";
+      out_.flush();
+    }
+  }
+
+ private:
+  TrainerMetricsSink* next_;
+  std::ofstream out_;
+};
+
+// The job's parts, in the order they must be torn down (reverse).
+struct Worker {
+  std::unique_ptr<CoordinatorClient> client;
+  std::shared_ptr<prometheus::Registry> registry;
+  std::unique_ptr<MetricsServer> metrics;
+  std::unique_ptr<WorkerMetrics> metrics_sink;
+  std::unique_ptr<HistorySink> sink;
+  std::unique_ptr<CoordinatorSession> session;
+  std::unique_ptr<kernels::Backend> backend;
+  std::unique_ptr<Workload> workload;
+  std::unique_ptr<Transport> transport;        // peer: the job; hierarchical: the node
+  std::unique_ptr<Transport> inter_transport;  // hierarchical over peer: between nodes
+  std::unique_ptr<Exchange> exchange;
+  std::unique_ptr<Exchange> fault_exchange;  // --fault=kill_in_exchange: wraps `exchange`
+  std::unique_ptr<CoordinatorStepController> controller;
+  std::unique_ptr<WorkerCheckpointer> checkpointer;
+  std::unique_ptr<Trainer> trainer;
+};
+
+// TLS of this process (flags over the config), set once in RunWorkerProcess.
+security::TlsOptions g_tls;
+// This worker's address (WorkerProcessOptions::host), set once in RunWorkerProcess.
+std::string g_host;
+
+// The job's exchange.compressor (validated when the config was parsed).
+kernels::Compressor JobCompressor(const JobConfig& config) {
+  return kernels::ParseCompressor(config.exchange.compressor).value_or(kernels::Compressor::kOnebit);
+}
+
+PsExchangeOptions PsOptions(const JobConfig& config) {
+  PsExchangeOptions options;
+  options.compressor = JobCompressor(config);
+  options.step_deadline = absl::Seconds(config.failure.ps_step_deadline_s);
+  options.tls = g_tls;
+  return options;
+}
+
+// EXIT CODES: 0 done; 75 the job recovers in a newer generation (restart this process);
+// 1 the job failed or this worker hit an error; 2 bad flags or config.
+constexpr int kExitRestart = 75;
+constexpr int kExitFailed = 1;
+
+// What the member knows of the job, for the exit code after an error (main).
+struct MemberState {
+  std::shared_ptr<CoordinatorClient> client;
+  int64_t generation = 0;
+  absl::Duration wait_for_verdict = absl::Seconds(15);
+};
+MemberState g_member;
+
+// The exit code the job's status asks of a member of `generation`, or -1 to go on.
+int MemberExitCode(const v1::JobStatus& job, int64_t generation) {
+  if (job.state() == v1::JOB_STATE_FAILED) return kExitFailed;
+  if (job.generation() > generation) return kExitRestart;
+  return -1;
+}
+
+std::string ExitReason(const v1::JobStatus& job, int code) {
+  if (code == kExitFailed) return absl::StrCat("the job failed: ", job.failure_reason());
+  return absl::StrCat("the job recovers in generation ", job.generation(), " (",
+                      job.failure_reason(), "); exiting with ", kExitRestart, " to be restarted");
+}
+
+}  // namespace
+
+int ExitCodeAfterError() {
+  if (g_member.client == nullptr) return kExitFailed;
+  const absl::Time give_up = absl::Now() + g_member.wait_for_verdict;
+  while (absl::Now() < give_up) {
+    absl::StatusOr<v1::JobStatus> job = g_member.client->GetJob({});
+    if (job.ok()) {
+      const int code = MemberExitCode(*job, g_member.generation);
+      if (code >= 0) {
+        std::fprintf(stderr, "onebit-worker: %s\n", ExitReason(*job, code).c_str());
+        return code;
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(250));
+  }
+  return kExitFailed;
+}
+
+namespace {
+
+// The health endpoint of this process, for the signal thread (null while there is none).
+absl::Mutex g_health_mu(absl::kConstInit);
+MetricsServer* g_health ABSL_GUARDED_BY(g_health_mu) = nullptr;
+
+void PublishHealth(MetricsServer* server) {
+  absl::MutexLock lock(&g_health_mu);
+  g_health = server;
+}
+
+}  // namespace
+
+void LeaveOnSignal(int sig) {
+  {
+    absl::MutexLock lock(&g_health_mu);
+    if (g_health != nullptr) g_health->SetNotReady("shutting down");
+  }
+  std::fprintf(stderr, "onebit-worker: %s; leaving the job (exit 0)\n",
+               sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(0);
+}
+
+namespace {
+
+absl::Duration RendezvousTimeout(const JobConfig& config) {
+  return absl::Seconds(config.failure.rendezvous_timeout_s);
+}
+
+// The rendezvous keys of a collective group: per job, generation (a recovery rebuilds every
+// communicator under new keys) and group.
+std::string GroupPrefix(const v1::RegisterResponse& reg, const std::string& group) {
+  return absl::StrCat(reg.job_id(), "/g", reg.generation(), "/", group);
+}
+
+// Waits until the coordinator knows every shard's address; in shard order.
+absl::StatusOr<std::vector<std::string>> ShardAddresses(CoordinatorClient& client, int num_servers,
+                                                        absl::Duration timeout) {
+  const absl::Time give_up = absl::Now() + timeout;
+  for (;;) {
+    ONEBIT_ASSIGN_OR_RETURN(v1::ListMembersResponse members, client.ListMembers({}));
+    std::vector<std::string> addresses(num_servers);
+    int found = 0;
+    for (const v1::Member& m : members.members()) {
+      if (m.role() == v1::ROLE_SERVER && m.rank() >= 0 && m.rank() < num_servers &&
+          addresses[m.rank()].empty()) {
+        addresses[m.rank()] = m.address();
+        ++found;
+      }
+    }
+    if (found == num_servers) return addresses;
+    if (absl::Now() > give_up) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("only ", found, " of ", num_servers, " parameter servers registered in ",
+                       absl::FormatDuration(timeout), " (onebit.failure.rendezvous_timeout_s)"));
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+}
+
+// A collective group of this job over NCCL (device cuda) or gloo: `group` names it among
+// the job's groups ("world", "node3", "slice1") for the rendezvous keys.
+absl::StatusOr<std::unique_ptr<Transport>> GroupTransport(const JobConfig& config,
+                                                          const v1::RegisterResponse& reg,
+                                                          const std::string& group, int rank,
+                                                          int world_size,
+                                                          std::shared_ptr<CoordinatorClient> store_client,
+                                                          kernels::Backend* backend) {
+  if (config.optimizer.comm_backend_name == "nccl") {
+    const std::string key = absl::StrCat(GroupPrefix(reg, group), "/nccl_unique_id");
+    if (rank == 0) {
+      ONEBIT_ASSIGN_OR_RETURN(ncclUniqueId id, NewNcclUniqueId());
+      v1::KvSetRequest set;
+      set.set_key(key);
+      set.set_value(SerializeNcclUniqueId(id));
+      ONEBIT_RETURN_IF_ERROR(store_client->KvSet(set).status());
+    }
+    v1::KvGetRequest get;
+    get.set_key(key);
+    get.set_wait(true);
+    get.set_timeout_ms(static_cast<int64_t>(config.failure.rendezvous_timeout_s * 1000));
+    ONEBIT_ASSIGN_OR_RETURN(v1::KvGetResponse got, store_client->KvGet(get));
+    ONEBIT_ASSIGN_OR_RETURN(ncclUniqueId id, ParseNcclUniqueId(got.value()));
+    return NcclTransport::Create(rank, world_size, id, backend);
+  }
+  auto store = std::make_shared<CoordinatorGlooStore>(
+      store_client, GlooStorePrefix(GroupPrefix(reg, group), 0));
+  GlooOptions options;
+  options.hostname = g_host;
+  options.timeout = absl::Seconds(config.failure.gloo_timeout_s);
+  return GlooTransport::Create(store, rank, world_size, options);
+}
+
+// The hierarchical exchange of worker `rank`: its node's group, and between the nodes
+// either a group of the same local rank on every node or that local rank's shards.
+absl::StatusOr<std::unique_ptr<Exchange>> NewHierarchicalExchange(
+    const JobConfig& config, const v1::RegisterResponse& reg, size_t n,
+    std::shared_ptr<CoordinatorClient> client, kernels::Backend* backend, Worker& w) {
+  const int local_size = config.exchange.local_size;
+  const int node = reg.rank() / local_size, local_rank = reg.rank() % local_size;
+  const int nodes = reg.world_size() / local_size;
+  std::fprintf(stderr, "worker rank %d: node %d of %d, local rank %d of %d, between nodes: %s\n",
+               reg.rank(), node, nodes, local_rank, local_size, config.exchange.inter.c_str());
+  ONEBIT_ASSIGN_OR_RETURN(w.transport, GroupTransport(config, reg, absl::StrCat("node", node),
+                                                      local_rank, local_size, client, backend));
+  std::unique_ptr<Exchange> between_nodes;
+  if (config.exchange.inter == "ps") {
+    const int k = config.exchange.servers / local_size;
+    ONEBIT_ASSIGN_OR_RETURN(HierarchicalLayout layout, HierarchicalLayout::Create(n, local_size, k));
+    ONEBIT_ASSIGN_OR_RETURN(std::vector<std::string> shards,
+                            ShardAddresses(*client, reg.num_servers(), RendezvousTimeout(config)));
+    std::vector<std::string> own(shards.begin() + local_rank * k,
+                                 shards.begin() + (local_rank + 1) * k);
+    ONEBIT_ASSIGN_OR_RETURN(between_nodes,
+                            PsExchange::Create(backend, node, nodes, layout.slice(), own,
+                                               PsOptions(config)));
+    return HierarchicalExchange::Create(backend, w.transport.get(), std::move(between_nodes),
+                                        layout);
+  }
+  ONEBIT_ASSIGN_OR_RETURN(w.inter_transport,
+                          GroupTransport(config, reg, absl::StrCat("slice", local_rank),
+                                         node, nodes, client, backend));
+  return HierarchicalExchange::CreatePeer(backend, w.transport.get(), w.inter_transport.get(), n,
+                                          JobCompressor(config));
+}
+
+absl::Status WriteSummary(const std::string& path, const JobConfig& config, int rank,
+                          const TrainerSummary& s, double seconds, int64_t masked_elements) {
+  const double accuracy = s.final_eval && s.final_eval->accuracy ? *s.final_eval->accuracy : -1;
+  const double test_loss = s.final_eval ? s.final_eval->loss : -1;
+  const std::string json = absl::StrFormat(
+      R"({"rank": %d, "optimizer": "%s", "exchange": "%s", "warmup_steps": %d, "compression_steps": %d,
+"first_compression_step": %d, "bytes_sent_warmup": %d, "bytes_sent_compression": %d,
+"bytes_received_warmup": %d, "bytes_received_compression": %d,
+"inter_node_bytes_sent_warmup": %d, "inter_node_bytes_sent_compression": %d,
+"seconds_warmup": %.6f, "seconds_compression": %.6f, "last_loss": %.6g,
+"test_loss": %.6g, "test_accuracy": %.6g, "samples": %d, "seconds": %.3f,
+"steps_communicated_warmup": %d, "steps_communicated_compression": %d, "masked_elements": %d}
+)",
+      rank, config.optimizer.type, config.exchange.mode, s.warmup.steps, s.compression.steps,
+      s.first_compression_step, s.warmup.bytes_sent, s.compression.bytes_sent,
+      s.warmup.bytes_received, s.compression.bytes_received, s.warmup.inter_node_bytes_sent,
+      s.compression.inter_node_bytes_sent, s.warmup.seconds, s.compression.seconds, s.last_loss, test_loss, accuracy,
+      s.last_step * config.micro_batch, seconds, s.warmup.steps_communicated,
+      s.compression.steps_communicated, masked_elements);
+  return WriteFileAtomically(path, json);
+}
+
+}  // namespace
+
+absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
+  const absl::Time start = absl::Now();
+  if (o.config_path.empty() || o.coordinator.empty()) {
+    return absl::InvalidArgumentError("--config and --coordinator are required");
+  }
+  g_host = o.host;
+  ONEBIT_ASSIGN_OR_RETURN(JobConfig config, LoadJobConfig(o.config_path));
+  ONEBIT_ASSIGN_OR_RETURN(g_tls, security::TlsFromFlags(config.security.tls));
+  Worker w;
+  GrpcClientOptions client_options;
+  client_options.address = o.coordinator;
+  client_options.retry_for = absl::Seconds(config.failure.coordinator_retry_s);
+  client_options.tls = g_tls;
+  ONEBIT_ASSIGN_OR_RETURN(client_options.token,
+                          security::ResolveToken(o.member_token_file,
+                                                 "ONEBIT_MEMBER_TOKEN",
+                                                 config.security.member_token_file));
+  ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> client,
+                          NewGrpcCoordinatorClient(client_options));
+  ONEBIT_ASSIGN_OR_RETURN(std::optional<Fault> fault,
+                          ParseFault(o.fault,
+                                     {"kill_in_exchange", "kill_before_commit"}));
+  if (o.check) {
+    ONEBIT_RETURN_IF_ERROR(WorkloadParameterCount(config.workload).status());
+    // A running job's notices are the coordinator's to print (once, not once per worker).
+    for (const std::string& notice : config.notices) {
+      std::fprintf(stderr, "onebit-worker: config notice: %s\n", notice.c_str());
+    }
+    std::printf("onebit-worker: flags and config OK (%s, %s exchange, %s)\n",
+                config.workload.type.c_str(), config.exchange.mode.c_str(), config.device.c_str());
+    return absl::OkStatus();
+  }
+  std::shared_ptr<CoordinatorClient> shared_client = std::move(client);
+
+  const int port = o.metrics_port >= 0 ? o.metrics_port
+                                                          : config.ports.metrics;
+  w.registry = std::make_shared<prometheus::Registry>();
+  ONEBIT_ASSIGN_OR_RETURN(w.metrics, MetricsServer::Start(o.host, port));
+  w.metrics->RegisterCollectable(w.registry);
+  w.metrics->SetNotReady("registering with the coordinator");
+  PublishHealth(w.metrics.get());
+  struct Unpublish {
+    ~Unpublish() { PublishHealth(nullptr); }
+  } unpublish;  // before w.metrics is destroyed
+
+  const std::string instance = InstanceId();
+  v1::RegisterRequest reg_request;
+  reg_request.set_role(v1::ROLE_WORKER);
+  reg_request.set_instance_id(instance);
+  reg_request.set_address(o.host);
+  reg_request.set_metrics_address(absl::StrCat(o.host, ":", w.metrics->port()));
+  reg_request.set_requested_rank(o.rank);
+  ONEBIT_ASSIGN_OR_RETURN(
+      v1::RegisterResponse reg,
+      RegisterReplacing(*shared_client, reg_request,
+                        absl::Seconds(config.failure.heartbeat_timeout_s) + absl::Seconds(10)));
+  std::fprintf(stderr, "worker rank %d of %d (job %s), metrics on :%d\n", reg.rank(),
+               reg.world_size(), reg.job_id().c_str(), w.metrics->port());
+  w.metrics_sink = std::make_unique<WorkerMetrics>(
+      *w.registry, std::map<std::string, std::string>{{"rank", absl::StrCat(reg.rank())}});
+  w.metrics->SetNotReady("setting up the workload and the exchange");
+  w.sink = std::make_unique<HistorySink>(w.metrics_sink.get(), o.history_csv);
+  SessionOptions session;
+  // Several heartbeats per detection window, so that one late beat is no death.
+  session.heartbeat_interval =
+      std::min(absl::Seconds(1), absl::Seconds(config.failure.heartbeat_timeout_s) / 4);
+  session.role = v1::ROLE_WORKER;
+  session.rank = reg.rank();
+  session.instance_id = instance;
+  g_member.client = shared_client;
+  g_member.generation = reg.generation();
+  g_member.wait_for_verdict = absl::Seconds(config.failure.heartbeat_timeout_s) + absl::Seconds(5);
+  const int64_t generation = reg.generation();
+  const int my_rank = reg.rank();
+  ONEBIT_ASSIGN_OR_RETURN(
+      w.session, shared_client->StartSession(session, [generation, my_rank](const v1::JobEvent& e) {
+        // Runs on the session's thread; the training thread may be blocked in a collective
+        // with a dead peer, so leave at once (every file this process writes is atomic).
+        const int code = MemberExitCode(e.job(), generation);
+        if (code < 0) return;
+        std::fprintf(stderr, "worker rank %d: %s\n", my_rank, ExitReason(e.job(), code).c_str());
+        std::fflush(stdout);
+        std::fflush(stderr);
+        std::_Exit(code);
+      }));
+
+  if (config.device == "cuda") {
+    ONEBIT_ASSIGN_OR_RETURN(w.backend, kernels::NewCudaBackend(o.cuda_device));
+  } else {
+    int threads = o.cpu_threads;
+    if (threads < 0) threads = config.cpu_threads;
+    w.backend = kernels::NewCpuBackend(/*allow_simd=*/true, threads > 0 ? threads : UsableCpus());
+  }
+  if (o.workload_factory) {
+    ONEBIT_ASSIGN_OR_RETURN(w.workload, o.workload_factory(config, reg.rank(), reg.world_size(),
+                                                           w.backend.get()));
+  } else {
+    ONEBIT_ASSIGN_OR_RETURN(w.workload,
+                            NewWorkload(config, reg.rank(), reg.world_size(), w.backend.get()));
+  }
+  const size_t n = w.workload->num_parameters();
+  PeerExchange* overlap = nullptr;  // the job config's exchange.overlap (peer mode)
+  if (config.exchange.mode == "ps") {
+    ONEBIT_ASSIGN_OR_RETURN(std::vector<std::string> shards,
+                            ShardAddresses(*shared_client, reg.num_servers(), RendezvousTimeout(config)));
+    ONEBIT_ASSIGN_OR_RETURN(w.exchange, PsExchange::Create(w.backend.get(), reg.rank(),
+                                                           reg.world_size(), n, shards,
+                                                           PsOptions(config)));
+  } else if (config.exchange.mode == "hierarchical") {
+    ONEBIT_ASSIGN_OR_RETURN(w.exchange, NewHierarchicalExchange(config, reg, n, shared_client,
+                                                                w.backend.get(), w));
+  } else {
+    ONEBIT_ASSIGN_OR_RETURN(w.transport, GroupTransport(config, reg, "world", reg.rank(),
+                                                        reg.world_size(), shared_client,
+                                                        w.backend.get()));
+    ExactAllreduceOptions exact;
+    ONEBIT_ASSIGN_OR_RETURN(exact.wire_dtype, ParseWireDtype(config.exchange.warmup_dtype));
+    ONEBIT_ASSIGN_OR_RETURN(exact.order, ParseSumOrder(EffectiveWarmupOrder(config.exchange)));
+    ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<PeerExchange> peer,
+                            PeerExchange::Create(w.backend.get(), w.transport.get(), n, exact,
+                                                 JobCompressor(config)));
+    if (config.exchange.overlap) overlap = peer.get();
+    w.exchange = std::move(peer);
+  }
+  if (fault.has_value() && fault->point == "kill_in_exchange") {
+    w.fault_exchange = std::make_unique<FaultExchange>(w.exchange.get(), fault->step,
+                                                       absl::StrCat("worker ", reg.rank()));
+  }
+  Exchange* exchange = w.fault_exchange ? w.fault_exchange.get() : w.exchange.get();
+  w.controller = std::make_unique<CoordinatorStepController>(
+      shared_client.get(), w.session.get(), reg.rank(), config.log_every, exchange);
+  TrainerOptions options = TrainerOptionsFromConfig(config);
+  options.overlap = overlap;
+  ONEBIT_ASSIGN_OR_RETURN(options.optimizer.momentum_mask, MomentumMaskFromConfig(config, n));
+  const int rank = reg.rank();
+  if (!config.checkpoint.dir.empty()) {
+    CheckpointerOptions c;
+    c.dir = config.checkpoint.dir;
+    c.rank = rank;
+    c.world_size = reg.world_size();
+    c.instance_id = instance;
+    c.topology = checkpoint::TopologyKey(config);
+    c.async = config.checkpoint.async;
+    if (fault.has_value() && fault->point == "kill_before_commit") {
+      c.before_commit = [fault, rank](int64_t step) {
+        if (fault->At("kill_before_commit", step)) {
+          KillSelf(absl::StrCat("worker ", rank),
+                   absl::StrCat("step ", step, ", its checkpoint part written but not reported"));
+        }
+      };
+    }
+    w.checkpointer = std::make_unique<WorkerCheckpointer>(c, shared_client.get());
+    options.checkpoints = w.checkpointer.get();
+  }
+  options.print = [rank](absl::string_view line) {
+    std::printf("rank %d  %.*s\n", rank, static_cast<int>(line.size()), line.data());
+    std::fflush(stdout);
+  };
+  ONEBIT_ASSIGN_OR_RETURN(w.trainer, Trainer::Create(options, w.workload.get(), w.backend.get(),
+                                                     exchange, w.controller.get(), w.sink.get()));
+  if (reg.has_resume()) {
+    const absl::Time restore_start = absl::Now();
+    StateScalars trainer_scalars;
+    ONEBIT_RETURN_IF_ERROR(RestoreWorker(config.checkpoint.dir, reg.resume(), rank,
+                                         w.trainer->optimizer(), &trainer_scalars));
+    ONEBIT_RETURN_IF_ERROR(w.trainer->RestoreScalars(trainer_scalars));
+    std::fprintf(stderr, "worker rank %d: resumed from the checkpoint of step %d in %.1f ms%s\n",
+                 rank, static_cast<int>(reg.resume().step()),
+                 absl::ToDoubleMilliseconds(absl::Now() - restore_start),
+                 reg.resume().reset_errors()
+                     ? absl::StrCat(" (error buffers reset: ", reg.resume().reason(), ")").c_str()
+                     : "");
+  }
+  if (o.before_run) ONEBIT_RETURN_IF_ERROR(o.before_run(*w.trainer));
+  w.metrics->SetReady();  // registered, set up, training
+  ONEBIT_ASSIGN_OR_RETURN(TrainerSummary summary, w.trainer->Run());
+  w.metrics->SetNotReady("the job is over for this worker");
+  // The last checkpoint's part is written and reported before this worker goes.
+  if (w.checkpointer != nullptr) ONEBIT_RETURN_IF_ERROR(w.checkpointer->Flush());
+
+  if (!o.params_out.empty()) {
+    ONEBIT_ASSIGN_OR_RETURN(std::vector<float> params, w.trainer->optimizer().ParamsToHost());
+    ONEBIT_RETURN_IF_ERROR(npy::WriteFloat32(o.params_out,
+                                             {static_cast<int64_t>(params.size())}, params.data()));
+  }
+  if (!o.summary_file.empty()) {
+    ONEBIT_RETURN_IF_ERROR(WriteSummary(o.summary_file, config, rank, summary,
+                                        absl::ToDoubleSeconds(absl::Now() - start),
+                                        w.trainer->optimizer().masked_elements()));
+  }
+  (void)w.session->Stop();
+  return absl::OkStatus();
+}
+
+}  // namespace onebit

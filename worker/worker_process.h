@@ -1,0 +1,69 @@
+// One worker of a job, start to end (what onebit-worker does; see worker_main.cc): registers
+// with the coordinator (which assigns the rank), builds the workload and the exchange the
+// config asks for, trains in the coordinator's leases, serves /metrics and the probes, takes
+// part in checkpoints, and writes a summary for launchers.
+//
+// The workload is the config's, or an outside one (WorkerProcessOptions::workload_factory):
+// the Python package's, whose gradients come from PyTorch (python/onebit).
+//
+// PROCESS-WIDE: a recovery of the job (a newer generation) or its failure ends the process
+// from the coordinator session's thread with std::_Exit(75) ("restart me") or (1), since
+// the training thread may be blocked in a collective with a dead peer. TLS comes from the
+// security flags (security/flags.h) over the config's.
+#ifndef ONEBIT_WORKER_WORKER_PROCESS_H_
+#define ONEBIT_WORKER_WORKER_PROCESS_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "config/job_config.h"
+#include "kernels/kernels.h"
+#include "worker/trainer.h"
+#include "worker/workloads/workload.h"
+
+namespace onebit {
+
+struct WorkerProcessOptions {
+  std::string config_path;  // the job config (JSON); required
+  std::string coordinator;  // host:port of the coordinator's gRPC service; required
+  std::string host = "127.0.0.1";  // this worker's address (gloo, /metrics)
+  int metrics_port = -1;           // -1: the config's; 0: a free one
+  std::string summary_file;        // a JSON summary at the end ("": none)
+  std::string params_out;          // the final parameters (.npy; "": none)
+  int rank = -1;                   // the rank to ask for (-1: the next free one)
+  int cuda_device = 0;             // with onebit.device cuda
+  int cpu_threads = -1;            // -1: the config's onebit.cpu_threads
+  bool check = false;              // validate flags and config, then return
+  std::string fault;               // kill_in_exchange:STEP or kill_before_commit:STEP
+  std::string member_token_file;   // "": $ONEBIT_MEMBER_TOKEN, then the config's
+  std::string history_csv;         // every step and evaluation as CSV ("": none)
+  // An outside workload, made once the rank is known (on the backend given); null: the
+  // config's workload.
+  std::function<absl::StatusOr<std::unique_ptr<Workload>>(const JobConfig& config, int rank,
+                                                          int world_size,
+                                                          kernels::Backend* backend)>
+      workload_factory;
+  // Called once the trainer exists (restored, when the job resumes) and before it runs:
+  // the Python package takes its parameter and gradient buffers here. An error ends the run.
+  std::function<absl::Status(Trainer& trainer)> before_run;
+};
+
+// Runs the worker until the job ends for it. INVALID_ARGUMENT for bad options or config
+// (exit code 2 in onebit-worker); other errors: ExitCodeAfterError says what to exit with.
+absl::Status RunWorkerProcess(const WorkerProcessOptions& options);
+
+// After RunWorkerProcess failed: 75 when the coordinator says the job recovers in a newer
+// generation (restart this process), else 1. Asks the coordinator for up to a heartbeat
+// timeout: a dead peer shows here before the coordinator has noticed.
+int ExitCodeAfterError();
+
+// SIGTERM/SIGINT (for common/signals.h's TerminationWatcher): /readyz turns 503, output is
+// flushed, and the process exits 0 at once.
+void LeaveOnSignal(int sig);
+
+}  // namespace onebit
+
+#endif  // ONEBIT_WORKER_WORKER_PROCESS_H_
