@@ -1,0 +1,130 @@
+// ExternalWorkload between a real Trainer (its own thread) and a client thread that plays
+// the training script: the client sees the optimizer's own parameter buffer, writes its
+// gradient, and either side's end reaches the other.
+#include "worker/workloads/external_workload.h"
+
+#include <cmath>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/kernels.h"
+#include "worker/trainer.h"
+#include "worker/transport/inproc_transport.h"
+
+namespace onebit {
+namespace {
+
+constexpr size_t kN = 5;
+constexpr float kTarget = 3.0f;
+
+struct Rig {
+  std::unique_ptr<kernels::Backend> backend = kernels::NewCpuBackend();
+  std::shared_ptr<InprocHub> hub = *InprocHub::Create(1);
+  std::unique_ptr<Transport> transport = *hub->Connect(0);
+  std::unique_ptr<ExternalWorkload> workload;
+  std::unique_ptr<StaticStepController> controller;
+  std::unique_ptr<Trainer> trainer;
+
+  explicit Rig(int64_t steps) {
+    ExternalWorkloadOptions o;
+    o.initial.assign(kN, 0.0f);
+    o.groups = {0, 2, kN};
+    auto made = ExternalWorkload::Create(o, backend.get());
+    EXPECT_TRUE(made.ok()) << made.status();
+    workload = std::move(*made);
+    controller = std::make_unique<StaticStepController>(/*freeze_step=*/steps / 2, steps);
+    TrainerOptions options;
+    options.optimizer.hyper.lr = 0.05f;
+    options.print = [](absl::string_view) {};
+    options.eval_at_end = false;
+    auto t = Trainer::Create(options, workload.get(), backend.get(), transport.get(),
+                             controller.get());
+    EXPECT_TRUE(t.ok()) << t.status();
+    trainer = std::move(*t);
+  }
+};
+
+TEST(ExternalWorkloadTest, TheClientTrainsTheOptimizersOwnParameters) {
+  constexpr int64_t kSteps = 200;
+  Rig rig(kSteps);
+  absl::Status trained;
+  std::thread trainer([&] {
+    absl::StatusOr<TrainerSummary> s = rig.trainer->Run();
+    trained = s.status();
+    rig.workload->Finish(s.status());
+  });
+  std::vector<int64_t> steps;
+  for (;;) {
+    absl::StatusOr<int64_t> step = rig.workload->WaitForStep();
+    ASSERT_TRUE(step.ok()) << step.status();
+    if (*step < 0) break;
+    steps.push_back(*step);
+    // Zero copies: the parameters are the optimizer's buffer.
+    float* p = rig.workload->params();
+    ASSERT_EQ(p, rig.trainer->optimizer().params());
+    float* g = rig.workload->gradient();
+    double loss = 0;
+    for (size_t i = 0; i < kN; ++i) {
+      g[i] = 2.0f * (p[i] - kTarget);
+      loss += (p[i] - kTarget) * (p[i] - kTarget);
+    }
+    ASSERT_TRUE(rig.workload->Supply(*step, loss).ok());
+    EXPECT_EQ(rig.workload->Supply(*step, loss).code(), absl::StatusCode::kFailedPrecondition);
+  }
+  trainer.join();
+  ASSERT_TRUE(trained.ok()) << trained;
+  ASSERT_EQ(steps.size(), static_cast<size_t>(kSteps));
+  for (int64_t i = 0; i < kSteps; ++i) EXPECT_EQ(steps[i], i + 1);
+  const std::vector<float> p = *rig.trainer->optimizer().ParamsToHost();
+  for (float x : p) EXPECT_NEAR(x, kTarget, 0.3f);
+  EXPECT_EQ(rig.trainer->summary().last_step, kSteps);
+  EXPECT_EQ(rig.trainer->summary().compression.steps, kSteps / 2);
+}
+
+TEST(ExternalWorkloadTest, AClientThatGoesAwayStopsTheTrainer) {
+  Rig rig(50);
+  absl::Status trained;
+  std::thread trainer([&] { trained = rig.trainer->Run().status(); });
+  absl::StatusOr<int64_t> step = rig.workload->WaitForStep();
+  ASSERT_TRUE(step.ok());
+  EXPECT_EQ(*step, 1);
+  rig.workload->Close(absl::AbortedError("ValueError in train.py"));
+  trainer.join();
+  EXPECT_EQ(trained.code(), absl::StatusCode::kAborted) << trained;
+  EXPECT_NE(trained.message().find("ValueError in train.py"), std::string::npos);
+}
+
+TEST(ExternalWorkloadTest, TheTrainersErrorReachesTheClient) {
+  Rig rig(50);
+  rig.workload->Finish(absl::UnavailableError("peer 2 vanished"));
+  absl::StatusOr<int64_t> step = rig.workload->WaitForStep();
+  EXPECT_EQ(step.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(rig.workload->WaitForStep(absl::Now()).status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST(ExternalWorkloadTest, WaitingForAStepTimesOutAndBadInputIsRefused) {
+  auto backend = kernels::NewCpuBackend();
+  ExternalWorkloadOptions o;
+  o.initial.assign(4, 1.0f);
+  auto w = ExternalWorkload::Create(o, backend.get());
+  ASSERT_TRUE(w.ok());
+  EXPECT_EQ((*w)->WaitForStep(absl::Now() + absl::Milliseconds(20)).status().code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ((*w)->Supply(1, 0.0).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*w)->parameter_groups(), (std::vector<size_t>{0, 4}));
+  EXPECT_EQ((*w)->Evaluate(nullptr).status().code(), absl::StatusCode::kFailedPrecondition);
+  o.initial.clear();
+  EXPECT_EQ(ExternalWorkload::Create(o, backend.get()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  o.initial.assign(4, 1.0f);
+  o.groups = {0, 3, 3, 4};
+  EXPECT_EQ(ExternalWorkload::Create(o, backend.get()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  o.groups = {0, 2};
+  EXPECT_EQ(ExternalWorkload::Create(o, backend.get()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace onebit

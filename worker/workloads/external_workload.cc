@@ -1,0 +1,122 @@
+#include "worker/workloads/external_workload.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace onebit {
+
+absl::StatusOr<std::unique_ptr<ExternalWorkload>> ExternalWorkload::Create(
+    ExternalWorkloadOptions options, kernels::Backend* backend) {
+  const size_t n = options.initial.size();
+  if (n == 0) return absl::InvalidArgumentError("the model has no parameters");
+  if (options.groups.empty()) options.groups = {0, n};
+  const std::vector<size_t>& g = options.groups;
+  if (g.size() < 2 || g.front() != 0 || g.back() != n ||
+      std::adjacent_find(g.begin(), g.end(), [](size_t a, size_t b) { return a >= b; }) !=
+          g.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parameter groups must rise strictly from 0 to the parameter count ", n));
+  }
+  ONEBIT_ASSIGN_OR_RETURN(kernels::Buffer<float> gradient,
+                          kernels::Buffer<float>::Create(backend, n));
+  ONEBIT_RETURN_IF_ERROR(gradient.Zero());
+  return std::unique_ptr<ExternalWorkload>(
+      new ExternalWorkload(std::move(options), backend, std::move(gradient)));
+}
+
+ExternalWorkload::ExternalWorkload(ExternalWorkloadOptions options, kernels::Backend* backend,
+                                   kernels::Buffer<float> gradient)
+    : backend_(backend),
+      name_(std::move(options.name)),
+      initial_(std::move(options.initial)),
+      groups_(std::move(options.groups)),
+      gradient_(std::move(gradient)) {}
+
+absl::Status ExternalWorkload::InitParameters(float* host_params, uint64_t /*seed*/) const {
+  std::memcpy(host_params, initial_.data(), initial_.size() * sizeof(float));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> ExternalWorkload::ComputeGradient(const float* params, int64_t step,
+                                                         float* grad_out) {
+  {
+    absl::MutexLock lock(&mu_);
+    params_ = params;
+    wanted_ = step;
+    auto ready = [this, step]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return closed_ || supplied_ == step;
+    };
+    mu_.Await(absl::Condition(&ready));
+    wanted_ = 0;
+    if (supplied_ != step) {
+      return close_status_.ok() ? absl::CancelledError("the training script went away")
+                                : close_status_;
+    }
+  }
+  if (grad_out != gradient_.data()) {
+    ONEBIT_RETURN_IF_ERROR(
+        backend_->Copy(grad_out, gradient_.data(), gradient_.size() * sizeof(float)));
+  }
+  absl::MutexLock lock(&mu_);
+  return loss_;
+}
+
+absl::StatusOr<EvalResult> ExternalWorkload::Evaluate(const float* /*params*/) {
+  return absl::FailedPreconditionError(
+      "an external workload evaluates its model itself; the trainer's evaluation must be off");
+}
+
+absl::StatusOr<int64_t> ExternalWorkload::WaitForStep(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return finished_ || (wanted_ > 0 && supplied_ != wanted_);
+  };
+  if (!mu_.AwaitWithDeadline(absl::Condition(&ready), deadline)) {
+    return absl::UnavailableError("the trainer asked for no step in time");
+  }
+  if (wanted_ > 0 && supplied_ != wanted_) return wanted_;
+  if (!finish_status_.ok()) return finish_status_;
+  return -1;
+}
+
+absl::Status ExternalWorkload::Supply(int64_t step, double loss) {
+  absl::MutexLock lock(&mu_);
+  if (wanted_ != step || supplied_ == step) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("a gradient for step ", step, " while the trainer ",
+                     wanted_ > 0 ? absl::StrCat("waits for step ", wanted_)
+                                 : std::string("waits for none")));
+  }
+  loss_ = loss;
+  supplied_ = step;
+  return absl::OkStatus();
+}
+
+void ExternalWorkload::Close(absl::Status why) {
+  absl::MutexLock lock(&mu_);
+  if (closed_) return;
+  closed_ = true;
+  close_status_ = std::move(why);
+}
+
+float* ExternalWorkload::params() {
+  absl::MutexLock lock(&mu_);
+  return const_cast<float*>(params_);
+}
+
+void ExternalWorkload::SetParams(const float* params) {
+  absl::MutexLock lock(&mu_);
+  params_ = params;
+}
+
+void ExternalWorkload::Finish(absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  finished_ = true;
+  finish_status_ = std::move(status);
+}
+
+}  // namespace onebit

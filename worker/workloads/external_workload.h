@@ -1,0 +1,112 @@
+// A workload whose gradients come from outside the trainer: another thread of the same
+// process hands them in, step by step (the Python package: PyTorch computes them, see
+// python/onebit). The trainer runs on its own thread and calls ComputeGradient as usual;
+// the call waits for the client's gradient of that step.
+//
+//   client thread                              trainer thread
+//   WaitForStep() -> t  <--------------------  ComputeGradient(params, t, grad_out) waits
+//   (forward/backward into gradient())
+//   Supply(t, loss)  ------------------------> copies gradient() into grad_out, returns loss
+//   WaitForStep() -> t+1 (the update of step t is in params() by then)
+//
+// BUFFERS: params() is the optimizer's parameter vector (the trainer's, zero copies: the
+// client's tensors view it) once the trainer has asked for its first step, or once
+// SetParams was called; gradient() is this workload's own n-element buffer (backend
+// memory) that the client writes (its gradient tensors view it); ComputeGradient copies it
+// into the trainer's buffer, one copy per step.
+//
+// ENDINGS: Finish(status) tells the client that the trainer is done (OK: the job ended;
+// else its error); Close(status) tells the trainer that the client is gone: the waiting or
+// next ComputeGradient fails with that status (CANCELLED if OK), so the worker stops and
+// the coordinator hears of it, instead of waiting for a gradient that never comes.
+//
+// Thread safety: the trainer calls the Workload methods from one thread; the client's
+// methods may be called from any one other thread.
+#ifndef ONEBIT_WORKER_WORKLOADS_EXTERNAL_WORKLOAD_H_
+#define ONEBIT_WORKER_WORKLOADS_EXTERNAL_WORKLOAD_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "kernels/buffer.h"
+#include "kernels/kernels.h"
+#include "worker/workloads/workload.h"
+
+namespace onebit {
+
+struct ExternalWorkloadOptions {
+  std::string name = "external";
+  // The initial parameters (every worker must pass the same; the trainer checks nothing).
+  std::vector<float> initial;
+  // Boundaries {0, e_1, ..., n} of the model's tensors (Workload::parameter_groups); empty:
+  // one tensor.
+  std::vector<size_t> groups;
+};
+
+class ExternalWorkload : public Workload {
+ public:
+  // INVALID_ARGUMENT for no parameters or bad groups. `backend` is borrowed.
+  static absl::StatusOr<std::unique_ptr<ExternalWorkload>> Create(ExternalWorkloadOptions options,
+                                                                  kernels::Backend* backend);
+
+  // ---- Workload (the trainer's thread) ----
+  std::string name() const override { return name_; }
+  size_t num_parameters() const override { return initial_.size(); }
+  kernels::MemorySpace memory_space() const override { return backend_->memory_space(); }
+  absl::Status InitParameters(float* host_params, uint64_t seed) const override;
+  absl::StatusOr<double> ComputeGradient(const float* params, int64_t step,
+                                         float* grad_out) override;
+  // The client evaluates its model itself: FAILED_PRECONDITION (turn evaluation off).
+  absl::StatusOr<EvalResult> Evaluate(const float* params) override;
+  std::vector<size_t> parameter_groups() const override { return groups_; }
+
+  // ---- The client's thread ----
+  // The step whose gradient the trainer waits for; -1 once the trainer finished (OK), or
+  // its error. UNAVAILABLE at `deadline`.
+  absl::StatusOr<int64_t> WaitForStep(absl::Time deadline = absl::InfiniteFuture());
+  // The gradient of the step WaitForStep returned is in gradient(); `loss` is its loss.
+  // FAILED_PRECONDITION when the trainer is not waiting for `step`.
+  absl::Status Supply(int64_t step, double loss);
+  // The client is gone (see the header comment). Idempotent.
+  void Close(absl::Status why);
+  float* gradient() { return gradient_.data(); }
+  // The parameters the trainer steps: known once the trainer asked for a step (or
+  // SetParams); null before.
+  float* params();
+  void SetParams(const float* params);
+
+  // ---- The trainer's side, at its end ----
+  void Finish(absl::Status status);
+
+ private:
+  ExternalWorkload(ExternalWorkloadOptions options, kernels::Backend* backend,
+                   kernels::Buffer<float> gradient);
+
+  kernels::Backend* const backend_;
+  const std::string name_;
+  const std::vector<float> initial_;
+  const std::vector<size_t> groups_;
+  kernels::Buffer<float> gradient_;
+
+  absl::Mutex mu_;
+  const float* params_ ABSL_GUARDED_BY(mu_) = nullptr;
+  int64_t wanted_ ABSL_GUARDED_BY(mu_) = 0;    // the step the trainer waits for; 0: none
+  int64_t supplied_ ABSL_GUARDED_BY(mu_) = 0;  // the last step supplied
+  double loss_ ABSL_GUARDED_BY(mu_) = 0.0;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status close_status_ ABSL_GUARDED_BY(mu_);
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status finish_status_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace onebit
+
+#endif  // ONEBIT_WORKER_WORKLOADS_EXTERNAL_WORKLOAD_H_
