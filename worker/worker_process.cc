@@ -463,6 +463,10 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
   w.controller = std::make_unique<CoordinatorStepController>(
       shared_client.get(), w.session.get(), reg.rank(), config.log_every, exchange);
   TrainerOptions options = TrainerOptionsFromConfig(config);
+  if (!o.evaluate) {
+    options.eval_every = 0;
+    options.eval_at_end = false;
+  }
   options.overlap = overlap;
   ONEBIT_ASSIGN_OR_RETURN(options.optimizer.momentum_mask, MomentumMaskFromConfig(config, n));
   const int rank = reg.rank();

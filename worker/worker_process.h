@@ -40,6 +40,9 @@ struct WorkerProcessOptions {
   std::string fault;               // kill_in_exchange:STEP or kill_before_commit:STEP
   std::string member_token_file;   // "": $ONEBIT_MEMBER_TOKEN, then the config's
   std::string history_csv;         // every step and evaluation as CSV ("": none)
+  // Whether the trainer evaluates the workload (periodically and at the end, as the config
+  // says); off for an outside workload, which evaluates its model itself.
+  bool evaluate = true;
   // An outside workload, made once the rank is known (on the backend given); null: the
   // config's workload.
   std::function<absl::StatusOr<std::unique_ptr<Workload>>(const JobConfig& config, int rank,

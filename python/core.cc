@@ -1,0 +1,268 @@
+// _onebit_core: the C++ side of the Python package (python/onebit). A Worker runs a whole
+// onebit worker (worker/worker_process.h: registration, leases, the exchange, /metrics,
+// checkpoints) on a thread of the training process, over an ExternalWorkload whose
+// gradients the Python optimizer hands in. No libtorch: the parameters and gradients cross
+// as raw memory (numpy arrays over the C++ buffers on the CPU, device addresses on a GPU).
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "worker/trainer.h"
+#include "worker/worker_process.h"
+#include "worker/workloads/external_workload.h"
+
+namespace py = pybind11;
+
+namespace onebit {
+namespace {
+
+// A Python exception for a status: ValueError for INVALID_ARGUMENT, TimeoutError for
+// UNAVAILABLE or DEADLINE_EXCEEDED, RuntimeError otherwise.
+[[noreturn]] void Throw(const absl::Status& status) {
+  const std::string message = status.ToString();
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+      throw py::value_error(message);
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+      PyErr_SetString(PyExc_TimeoutError, message.c_str());
+      throw py::error_already_set();
+    default:
+      throw std::runtime_error(message);
+  }
+}
+
+class PyWorker {
+ public:
+  PyWorker(WorkerProcessOptions options, py::array_t<float, py::array::c_style> initial,
+           std::vector<size_t> groups)
+      : options_(std::move(options)), groups_(std::move(groups)) {
+    if (initial.ndim() != 1) throw py::value_error("initial parameters must be 1-D");
+    initial_.assign(initial.data(), initial.data() + initial.size());
+  }
+  ~PyWorker() {
+    Close("the Python optimizer was destroyed");
+    if (thread_.joinable()) {
+      py::gil_scoped_release release;
+      thread_.join();
+    }
+  }
+
+  void Start() {
+    if (thread_.joinable()) throw std::runtime_error("the worker is already started");
+    WorkerProcessOptions o = options_;
+    o.evaluate = false;
+    o.workload_factory = [this](const JobConfig&, int rank, int world_size,
+                                kernels::Backend* backend)
+        -> absl::StatusOr<std::unique_ptr<Workload>> {
+      ExternalWorkloadOptions w;
+      w.name = "pytorch";
+      w.initial = initial_;
+      w.groups = groups_;
+      auto made = ExternalWorkload::Create(std::move(w), backend);
+      if (!made.ok()) return made.status();
+      absl::MutexLock lock(&mu_);
+      workload_ = made->get();
+      rank_ = rank;
+      world_size_ = world_size;
+      cuda_ = backend->memory_space() == kernels::MemorySpace::kCuda;
+      return std::unique_ptr<Workload>(std::move(*made));
+    };
+    thread_ = std::thread([this, o] {
+      const absl::Status status = RunWorkerProcess(o);
+      absl::MutexLock lock(&mu_);
+      done_ = true;
+      status_ = status;
+      // The workload goes with RunWorkerProcess: tell the client before it does.
+      if (workload_ != nullptr) workload_->Finish(status);
+      workload_ = nullptr;
+    });
+  }
+
+  // The next step to compute, -1 when the job is over for this worker; raises the worker's
+  // error. Waits without the GIL.
+  int64_t WaitForStep(double timeout_s) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(timeout_s);
+    for (;;) {
+      ExternalWorkload* w = nullptr;
+      {
+        absl::MutexLock lock(&mu_);
+        if (done_) {
+          if (!status_.ok()) Throw(status_);
+          return -1;
+        }
+        w = workload_;
+      }
+      if (w == nullptr) {  // still registering and setting up
+        if (absl::Now() >= deadline) Throw(absl::UnavailableError("the worker did not start in time"));
+        py::gil_scoped_release release;
+        absl::SleepFor(absl::Milliseconds(5));
+        continue;
+      }
+      absl::StatusOr<int64_t> step;
+      {
+        py::gil_scoped_release release;
+        // In short slices: the workload goes away when the run ends.
+        step = WaitSlice(deadline);
+      }
+      if (step.ok() && *step == kAgain) continue;
+      if (!step.ok()) {
+        if (step.status().code() == absl::StatusCode::kUnavailable && absl::Now() < deadline) {
+          continue;
+        }
+        Throw(step.status());
+      }
+      return *step;
+    }
+  }
+
+  void Supply(int64_t step, double loss) {
+    absl::MutexLock lock(&mu_);
+    if (workload_ == nullptr) Throw(absl::FailedPreconditionError("the worker is not running"));
+    if (absl::Status s = workload_->Supply(step, loss); !s.ok()) Throw(s);
+  }
+
+  void Close(const std::string& why) {
+    absl::MutexLock lock(&mu_);
+    if (workload_ != nullptr) workload_->Close(absl::AbortedError(why));
+  }
+
+  // Exit status once the thread ended: None while running, else (code, message).
+  py::object Join(double timeout_s) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(timeout_s);
+    {
+      py::gil_scoped_release release;
+      absl::MutexLock lock(&mu_);
+      mu_.AwaitWithDeadline(absl::Condition(&done_), deadline);
+    }
+    absl::MutexLock lock(&mu_);
+    if (!done_) return py::none();
+    if (thread_.joinable()) thread_.join();
+    int code = 0;
+    if (!status_.ok()) {
+      code = status_.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+    }
+    return py::make_tuple(code, status_.ToString());
+  }
+
+  // The worker's verdict after an error: 75 when the job recovers (restart), else 1.
+  int ExitCodeAfterFailure() {
+    py::gil_scoped_release release;
+    return ExitCodeAfterError();
+  }
+
+  // CPU: the optimizer's parameters and this worker's gradient buffer as float32 numpy
+  // arrays over the C++ memory (no copy; valid while the worker runs).
+  py::array_t<float> Params(py::object self) { return View(self, /*params=*/true); }
+  py::array_t<float> Gradient(py::object self) { return View(self, /*params=*/false); }
+  // GPU: their device addresses.
+  uintptr_t ParamsAddress() { return reinterpret_cast<uintptr_t>(Buffers().first); }
+  uintptr_t GradientAddress() { return reinterpret_cast<uintptr_t>(Buffers().second); }
+
+  int rank() { absl::MutexLock lock(&mu_); return rank_; }
+  int world_size() { absl::MutexLock lock(&mu_); return world_size_; }
+  bool cuda() { absl::MutexLock lock(&mu_); return cuda_; }
+  size_t size() const { return initial_.size(); }
+
+ private:
+  static constexpr int64_t kAgain = -2;
+
+  absl::StatusOr<int64_t> WaitSlice(absl::Time deadline) {
+    absl::MutexLock lock(&mu_);
+    if (workload_ == nullptr) return kAgain;
+    // Holding mu_ keeps the workload alive; the run's end (which needs mu_) waits for the
+    // slice, at most 20 ms.
+    absl::StatusOr<int64_t> step =
+        workload_->WaitForStep(std::min(deadline, absl::Now() + absl::Milliseconds(20)));
+    if (!step.ok() && step.status().code() == absl::StatusCode::kUnavailable &&
+        absl::Now() < deadline) {
+      return kAgain;
+    }
+    return step;
+  }
+
+  std::pair<float*, float*> Buffers() {
+    absl::MutexLock lock(&mu_);
+    if (workload_ == nullptr || workload_->params() == nullptr) {
+      Throw(absl::FailedPreconditionError("no buffers before the first step"));
+    }
+    return {workload_->params(), workload_->gradient()};
+  }
+
+  py::array_t<float> View(py::object self, bool params) {
+    const auto [p, g] = Buffers();
+    if (cuda()) throw std::runtime_error("the buffers are on the GPU: use the addresses");
+    // The worker object is the arrays' base: it outlives them.
+    return py::array_t<float>({static_cast<py::ssize_t>(initial_.size())}, {sizeof(float)},
+                              params ? p : g, self);
+  }
+
+  const WorkerProcessOptions options_;
+  const std::vector<size_t> groups_;
+  std::vector<float> initial_;
+  std::thread thread_;
+  absl::Mutex mu_;
+  ExternalWorkload* workload_ ABSL_GUARDED_BY(mu_) = nullptr;
+  int rank_ ABSL_GUARDED_BY(mu_) = -1;
+  int world_size_ ABSL_GUARDED_BY(mu_) = 0;
+  bool cuda_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+}  // namespace onebit
+
+PYBIND11_MODULE(_onebit_core, m) {
+  using onebit::PyWorker;
+  using onebit::WorkerProcessOptions;
+  m.doc() = "onebit's worker, run in the training process (python/onebit)";
+  py::class_<PyWorker>(m, "Worker")
+      .def(py::init([](const std::string& config, const std::string& coordinator,
+                       py::array_t<float, py::array::c_style> initial,
+                       std::vector<size_t> groups, const std::string& host, int metrics_port,
+                       int rank, const std::string& summary_file,
+                       const std::string& history_csv, int cuda_device,
+                       const std::string& member_token_file) {
+             WorkerProcessOptions o;
+             o.config_path = config;
+             o.coordinator = coordinator;
+             o.host = host;
+             o.metrics_port = metrics_port;
+             o.rank = rank;
+             o.summary_file = summary_file;
+             o.history_csv = history_csv;
+             o.cuda_device = cuda_device;
+             o.member_token_file = member_token_file;
+             return std::make_unique<PyWorker>(std::move(o), initial, std::move(groups));
+           }),
+           py::arg("config"), py::arg("coordinator"), py::arg("initial"), py::arg("groups"),
+           py::arg("host") = "127.0.0.1", py::arg("metrics_port") = 0, py::arg("rank") = -1,
+           py::arg("summary_file") = "", py::arg("history_csv") = "",
+           py::arg("cuda_device") = 0, py::arg("member_token_file") = "")
+      .def("start", &PyWorker::Start)
+      .def("wait_for_step", &PyWorker::WaitForStep, py::arg("timeout_s"))
+      .def("supply", &PyWorker::Supply, py::arg("step"), py::arg("loss"))
+      .def("close", &PyWorker::Close, py::arg("why"))
+      .def("join", &PyWorker::Join, py::arg("timeout_s"))
+      .def("exit_code_after_failure", &PyWorker::ExitCodeAfterFailure)
+      .def("params", [](py::object self) { return self.cast<PyWorker&>().Params(self); })
+      .def("gradient", [](py::object self) { return self.cast<PyWorker&>().Gradient(self); })
+      .def("params_address", &PyWorker::ParamsAddress)
+      .def("gradient_address", &PyWorker::GradientAddress)
+      .def_property_readonly("rank", &PyWorker::rank)
+      .def_property_readonly("world_size", &PyWorker::world_size)
+      .def_property_readonly("cuda", &PyWorker::cuda)
+      .def_property_readonly("size", &PyWorker::size);
+}
