@@ -738,7 +738,7 @@ absl::Status Parse(const Value& root, JobConfig* c) {
                 [&](const Value& w, const std::string& wp) {
                   WorkloadConfig& k = c->workload;
                   return Object(w, wp,
-                                {{"type", String(&k.type, {"fashion_mnist", "synthetic"})},
+                                {{"type", String(&k.type, {"fashion_mnist", "synthetic", "pytorch"})},
                                  {"hidden", Layers(&k.hidden)},
                                  {"data_dir", String(&k.data_dir)},
                                  {"eval_every", Integer(&k.eval_every, 0, kMaxSteps)},

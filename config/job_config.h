@@ -250,12 +250,14 @@ struct FreezeConfig {
 };
 
 struct WorkloadConfig {
-  std::string type = "fashion_mnist";  // "fashion_mnist" or "synthetic"
+  // "fashion_mnist", "synthetic", or "pytorch": the model of a training script that uses
+  // the Python package (python/onebit), whose `parameters` is the model's parameter count.
+  std::string type = "fashion_mnist";
   // fashion_mnist
   std::vector<int> hidden = {256, 128};
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   int64_t eval_every = 100;  // steps between test-set evaluations; 0: only at the end
-  // synthetic
+  // synthetic; pytorch (the model's count, checked by each worker)
   int64_t parameters = 1000000;
 };
 

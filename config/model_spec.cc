@@ -52,7 +52,9 @@ absl::StatusOr<MlpLayout> FashionMnistLayout(const std::vector<int>& hidden) {
 }
 
 absl::StatusOr<size_t> WorkloadParameterCount(const WorkloadConfig& config) {
-  if (config.type == "synthetic") return static_cast<size_t>(config.parameters);
+  if (config.type == "synthetic" || config.type == "pytorch") {
+    return static_cast<size_t>(config.parameters);
+  }
   if (config.type == "fashion_mnist") {
     ONEBIT_ASSIGN_OR_RETURN(MlpLayout layout, FashionMnistLayout(config.hidden));
     return layout.num_parameters();

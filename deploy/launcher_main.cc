@@ -5,6 +5,7 @@
 //
 //   bazel run //deploy:onebit-launch -- --config=deploy/demo.json
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -20,6 +21,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/signals.h"
 #include "config/job_config.h"
@@ -102,8 +105,47 @@ absl::StatusOr<bool> ApplyOverrides(JobConfig* c) {
   return true;
 }
 
+// A training script's command (after `--`), argv[0] found on PATH like a shell would, and
+// the PYTHONPATH that finds the onebit package and its extension: <bin>/python (the
+// runfiles hold both), the workspace's python/ under `bazel run`, then the caller's.
+struct Script {
+  std::vector<std::string> argv;
+  std::vector<std::string> env;
+};
+
+absl::StatusOr<Script> ScriptCommand(std::vector<std::string> argv, const std::string& bin) {
+  Script script;
+  if (argv.empty()) return script;
+  if (argv[0].find('/') == std::string::npos) {
+    const char* path = std::getenv("PATH");
+    std::string found;
+    for (absl::string_view dir : absl::StrSplit(path != nullptr ? path : "", ':')) {
+      const std::string candidate = absl::StrCat(dir.empty() ? "." : dir, "/", argv[0]);
+      if (access(candidate.c_str(), X_OK) == 0) {
+        found = candidate;
+        break;
+      }
+    }
+    if (found.empty()) return absl::NotFoundError(absl::StrCat(argv[0], " is not on PATH"));
+    argv[0] = found;
+  } else {
+    argv[0] = UserPath(argv[0]);
+  }
+  std::string pythonpath = bin + "/python";
+  if (const char* ws = std::getenv("BUILD_WORKSPACE_DIRECTORY")) {
+    absl::StrAppend(&pythonpath, ":", ws, "/python");
+  }
+  if (const char* old = std::getenv("PYTHONPATH"); old != nullptr && *old != '\0') {
+    absl::StrAppend(&pythonpath, ":", old);
+  }
+  script.argv = std::move(argv);
+  script.env = {"PYTHONPATH=" + pythonpath};
+  return script;
+}
+
 absl::StatusOr<JobResult> RunJob(const std::string& bin, const std::string& dir,
-                                 const JobConfig& config, const std::string& config_path) {
+                                 const JobConfig& config, const std::string& config_path,
+                                 const Script& script = {}) {
   const absl::Time start = absl::Now();
   LocalJobOptions options;
   if (!absl::GetFlag(FLAGS_cluster_control).empty()) {
@@ -118,6 +160,8 @@ absl::StatusOr<JobResult> RunJob(const std::string& bin, const std::string& dir,
   options.config_path = config_path;
   options.echo_all = absl::GetFlag(FLAGS_echo_all);
   options.worker_flags = {"--history_csv=" + dir + "/worker-{i}.csv"};
+  options.worker_command = script.argv;
+  options.worker_env = script.env;
   LocalJob job(options, config);
   absl::Status status = job.Start();
   if (status.ok()) {
@@ -179,11 +223,13 @@ void PrintSummary(const JobConfig& c, const JobResult& onebit, const JobResult* 
   auto row = [&](const char* name, const std::string& a, const std::string& b) {
     std::printf("%-34s %-22s %s\n", name, a.c_str(), adam ? b.c_str() : "");
   };
-  auto pct = [](double x) { return absl::StrFormat("%.2f%%", 100 * x); };
+  // A training script evaluates its model itself: its summary has no test accuracy.
+  auto pct = [](double x) { return x < 0 ? std::string("-") : absl::StrFormat("%.2f%%", 100 * x); };
   row("test accuracy (worker 0)", pct(Field(onebit.workers[0], "test_accuracy")),
       adam ? pct(Field(adam->workers[0], "test_accuracy")) : "");
-  row("test loss", absl::StrFormat("%.4f", Field(onebit.workers[0], "test_loss")),
-      adam ? absl::StrFormat("%.4f", Field(adam->workers[0], "test_loss")) : "");
+  auto loss = [](double x) { return x < 0 ? std::string("-") : absl::StrFormat("%.4f", x); };
+  row("test loss", loss(Field(onebit.workers[0], "test_loss")),
+      adam ? loss(Field(adam->workers[0], "test_loss")) : "");
   row("bytes sent per worker, total", Bytes(Mean(onebit, "bytes_sent_warmup") + Mean(onebit, "bytes_sent_compression")),
       adam ? Bytes(Mean(*adam, "bytes_sent_warmup") + Mean(*adam, "bytes_sent_compression")) : "");
   row("  warmup steps x bytes/step", PerStep(onebit, "warmup"), adam ? PerStep(*adam, "warmup") : "");
@@ -250,7 +296,7 @@ void PrintSummary(const JobConfig& c, const JobResult& onebit, const JobResult* 
 // Loss curves of worker 0 (training loss per step, smoothed, and test accuracy) for the
 // runs in `dirs`, drawn by gnuplot into out/loss.png when gnuplot is installed.
 void PlotLossCurves(const std::string& out, const std::vector<std::pair<std::string, std::string>>& runs,
-                    int64_t freeze_step) {
+                    int64_t freeze_step, bool with_accuracy) {
   if (system("command -v gnuplot > /dev/null 2>&1") != 0) {
     std::printf("(no gnuplot: apt-get install gnuplot-nox to get %s/loss.png)\n", out.c_str());
     return;
@@ -260,7 +306,7 @@ void PlotLossCurves(const std::string& out, const std::vector<std::pair<std::str
   gp << "set terminal pngcairo size 1100,450 font ',10'\n"
      << "set output '" << out << "/loss.png'\n"
      << "set datafile separator ','\n"
-     << "set multiplot layout 1,2\n"
+     << (with_accuracy ? "set multiplot layout 1,2\n" : "")
      << "set title 'training loss (worker 0, mean of 20 steps)'\nset xlabel 'step'\n"
      << "set grid\nset key top right\n";
   if (freeze_step > 0) {
@@ -274,6 +320,16 @@ void PlotLossCurves(const std::string& out, const std::vector<std::pair<std::str
   for (size_t i = 0; i < runs.size(); ++i) {
     gp << (i ? ", " : "") << "'" << runs[i].second << "' using 1:(stringcolumn(2) eq 'step' ? sm($4, $1) : 1/0)"
        << " with lines lw 2 title '" << runs[i].first << "'";
+  }
+  if (!with_accuracy) {  // a training script evaluates itself: no accuracy in the history
+    gp << "\n";
+    gp.close();
+    if (system(("gnuplot '" + script + "' 2> '" + out + "/gnuplot.log'").c_str()) == 0) {
+      std::printf("loss curve: %s/loss.png\n", out.c_str());
+    } else {
+      std::printf("gnuplot failed; see %s/gnuplot.log\n", out.c_str());
+    }
+    return;
   }
   gp << "\nunset arrow\nunset label\n"
      << "set title 'test accuracy (worker 0)'\nset key bottom right\nset format y '%.1f%%'\n"
@@ -293,7 +349,9 @@ void PlotLossCurves(const std::string& out, const std::vector<std::pair<std::str
 }
 
 int Main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  // After `--`: a training script to run as each worker (see LocalJobOptions::worker_command).
+  const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  const std::vector<std::string> command(positional.begin() + 1, positional.end());
   signal(SIGINT, [](int) { g_interrupted = 1; });
   signal(SIGTERM, [](int) { g_interrupted = 1; });
   std::string config_path = UserPath(absl::GetFlag(FLAGS_config));
@@ -323,15 +381,23 @@ int Main(int argc, char** argv) {
     std::ofstream(config_path) << JobConfigToJson(*config);
   }
   const std::string bin = BinDir(argv[0]);
+  absl::StatusOr<Script> script = ScriptCommand(command, bin);
+  if (!script.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(script.status().message()).c_str());
+    return 2;
+  }
 
-  std::printf("== %s: %s\n", DisplayName(config->optimizer.type).c_str(), config_path.c_str());
-  absl::StatusOr<JobResult> onebit = RunJob(bin, out + "/onebit_adam", *config, config_path);
+  std::printf("== %s: %s%s\n", DisplayName(config->optimizer.type).c_str(), config_path.c_str(),
+              command.empty() ? "" : absl::StrCat(", workers: ", absl::StrJoin(command, " ")).c_str());
+  absl::StatusOr<JobResult> onebit =
+      RunJob(bin, out + "/onebit_adam", *config, config_path, *script);
   if (!onebit.ok()) {
     std::fprintf(stderr, "error: %s\n", std::string(onebit.status().message()).c_str());
     return 1;
   }
   std::unique_ptr<JobResult> adam;
-  if (absl::GetFlag(FLAGS_compare_adam)) {
+  // A script compares itself (the examples run Adam over DDP).
+  if (absl::GetFlag(FLAGS_compare_adam) && command.empty()) {
     JobConfig adam_config = *config;
     adam_config.optimizer.type = "Adam";
     const std::string adam_path = out + "/adam.json";
@@ -348,7 +414,8 @@ int Main(int argc, char** argv) {
   std::vector<std::pair<std::string, std::string>> runs = {
       {DisplayName(config->optimizer.type), out + "/onebit_adam/worker-0.csv"}};
   if (adam) runs.push_back({"Adam", out + "/adam/worker-0.csv"});
-  PlotLossCurves(out, runs, config->optimizer.type == "Adam" ? -1 : WarmupEndStep(config->optimizer));
+  PlotLossCurves(out, runs, config->optimizer.type == "Adam" ? -1 : WarmupEndStep(config->optimizer),
+                 /*with_accuracy=*/command.empty());
   return 0;
 }
 

@@ -68,18 +68,20 @@ absl::StatusOr<std::vector<ClusterHost>> ParseClusterHosts(const std::string& te
 }
 
 absl::StatusOr<Process*> LocalJob::Spawn(const std::string& name, std::vector<std::string> argv,
-                                         const ClusterHost& host, bool echo) {
-  argv.push_back("--host=" + host.address);
+                                         const ClusterHost& host, bool echo,
+                                         std::vector<std::string> env) {
+  if (env.empty()) argv.push_back("--host=" + host.address);
   if (!host.netns.empty()) argv.insert(argv.begin(), {"/sbin/ip", "netns", "exec", host.netns});
   ProcessOptions process;
   process.argv = std::move(argv);
   process.name = name;
   process.echo = echo;
+  process.env_set = env;
   process.log_path =
       absl::StrCat(options_.dir, "/", absl::StrReplaceAll(name, {{" ", "-"}}), ".log");
   ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<Process> p, Process::Start(process));
   processes_.push_back(std::move(p));
-  specs_.push_back(Spec{name, process.argv, host, echo});
+  specs_.push_back(Spec{name, process.argv, host, echo, std::move(env)});
   return processes_.back().get();
 }
 
@@ -95,6 +97,7 @@ absl::StatusOr<Process*> LocalJob::Respawn(size_t index) {
   process.argv = std::move(argv);
   process.name = spec.name;
   process.echo = spec.echo;
+  process.env_set = spec.env;
   process.log_path =
       absl::StrCat(options_.dir, "/", absl::StrReplaceAll(spec.name, {{" ", "-"}}), ".log");
   ONEBIT_ASSIGN_OR_RETURN(processes_[index], Process::Start(process));
@@ -175,6 +178,25 @@ absl::Status LocalJob::Start() {
     }
   }
   for (int i = 0; i < config_.workers; ++i) {
+    const ClusterHost& host =
+        options_.nodes.empty()
+            ? options_.control
+            : options_.nodes[i / (config_.workers / static_cast<int>(options_.nodes.size()))];
+    if (!options_.worker_command.empty()) {
+      std::vector<std::string> env = {
+          "ONEBIT_CONFIG=" + options_.config_path,
+          "ONEBIT_COORDINATOR=" + grpc_,
+          absl::StrCat("ONEBIT_RANK=", i),
+          "ONEBIT_HOST=" + host.address,
+          absl::StrCat("ONEBIT_SUMMARY_FILE=", options_.dir, "/worker-", i, ".json"),
+          absl::StrCat("ONEBIT_HISTORY_CSV=", options_.dir, "/worker-", i, ".csv")};
+      env.insert(env.end(), options_.worker_env.begin(), options_.worker_env.end());
+      ONEBIT_RETURN_IF_ERROR(Spawn(absl::StrCat("worker ", i), options_.worker_command, host,
+                                   echo || i == 0, std::move(env))
+                                 .status());
+      workers_.push_back(processes_.size() - 1);
+      continue;
+    }
     std::vector<std::string> w = {bin + "/worker/onebit-worker", "--config=" + options_.config_path,
                                   "--coordinator=" + grpc_,
                                   absl::StrCat("--summary_file=", options_.dir, "/worker-", i, ".json"),
@@ -185,10 +207,6 @@ absl::Status LocalJob::Start() {
       w.push_back(absl::StrReplaceAll(flag, {{"{i}", absl::StrCat(i)}}));
     }
     w = WithFlags(std::move(w), options_.flags_of_worker, i);
-    const ClusterHost& host =
-        options_.nodes.empty()
-            ? options_.control
-            : options_.nodes[i / (config_.workers / static_cast<int>(options_.nodes.size()))];
     ONEBIT_ASSIGN_OR_RETURN(Process * worker,
                             Spawn(absl::StrCat("worker ", i), w, host, echo || i == 0));
     (void)worker;

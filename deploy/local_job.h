@@ -50,6 +50,13 @@ struct LocalJobOptions {
   // "restart me"), as compose's `restart: on-failure` and Kubernetes would; at most this
   // many times per process. -1: the config's onebit.failure.max_restarts + 1.
   int max_restarts_per_process = -1;
+  // A training script instead of onebit-worker (onebit-launch ... -- python3 train.py):
+  // each worker runs this argv (argv[0] a path) with the job in its environment,
+  //   ONEBIT_CONFIG, ONEBIT_COORDINATOR, ONEBIT_RANK (= i), ONEBIT_HOST,
+  //   ONEBIT_SUMMARY_FILE (<dir>/worker-i.json), ONEBIT_HISTORY_CSV (<dir>/worker-i.csv),
+  // plus `worker_env` ("NAME=value"); worker_flags do not apply. Empty: onebit-worker.
+  std::vector<std::string> worker_command;
+  std::vector<std::string> worker_env;
 };
 
 class LocalJob {
@@ -84,9 +91,11 @@ class LocalJob {
   absl::StatusOr<int> WaitForProcess(const std::string& name, absl::Duration timeout);
 
  private:
-  // Starts argv on `host` (its namespace, --host=its address appended).
+  // Starts argv on `host` (its namespace, --host=its address appended; with `env`, the
+  // environment entries of a training script instead, which takes no flags).
   absl::StatusOr<Process*> Spawn(const std::string& name, std::vector<std::string> argv,
-                                 const ClusterHost& host, bool echo);
+                                 const ClusterHost& host, bool echo,
+                                 std::vector<std::string> env = {});
 
   // How a process was started, to start it again.
   struct Spec {
@@ -94,6 +103,7 @@ class LocalJob {
     std::vector<std::string> argv;
     ClusterHost host;
     bool echo = false;
+    std::vector<std::string> env;  // ProcessOptions::env_set
   };
   absl::StatusOr<Process*> Respawn(size_t index);
 

@@ -63,9 +63,20 @@ class PyWorker {
     if (thread_.joinable()) throw std::runtime_error("the worker is already started");
     WorkerProcessOptions o = options_;
     o.evaluate = false;
-    o.workload_factory = [this](const JobConfig&, int rank, int world_size,
+    o.workload_factory = [this](const JobConfig& config, int rank, int world_size,
                                 kernels::Backend* backend)
         -> absl::StatusOr<std::unique_ptr<Workload>> {
+      if (config.workload.type != "pytorch") {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the job config's onebit.workload.type is ", config.workload.type,
+            "; a PyTorch training script's job needs \"pytorch\""));
+      }
+      if (static_cast<size_t>(config.workload.parameters) != initial_.size()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the model has ", initial_.size(), " parameters; the job config's "
+            "onebit.workload.parameters says ", config.workload.parameters,
+            " (every process of the job reads it: set it to ", initial_.size(), ")"));
+      }
       ExternalWorkloadOptions w;
       w.name = "pytorch";
       w.initial = initial_;
@@ -78,6 +89,13 @@ class PyWorker {
       world_size_ = world_size;
       cuda_ = backend->memory_space() == kernels::MemorySpace::kCuda;
       return std::unique_ptr<Workload>(std::move(*made));
+    };
+    o.after_run = [this](Trainer& trainer) -> absl::Status {
+      absl::StatusOr<std::vector<float>> params = trainer.optimizer().ParamsToHost();
+      if (!params.ok()) return params.status();
+      absl::MutexLock lock(&mu_);
+      final_params_ = *std::move(params);
+      return absl::OkStatus();
     };
     thread_ = std::thread([this, o] {
       const absl::Status status = RunWorkerProcess(o);
@@ -166,6 +184,13 @@ class PyWorker {
   // arrays over the C++ memory (no copy; valid while the worker runs).
   py::array_t<float> Params(py::object self) { return View(self, /*params=*/true); }
   py::array_t<float> Gradient(py::object self) { return View(self, /*params=*/false); }
+  // The parameters at the end of the job (a copy the worker owns), once WaitForStep said -1.
+  py::array_t<float> FinalParams(py::object self) {
+    absl::MutexLock lock(&mu_);
+    if (final_params_.empty()) Throw(absl::FailedPreconditionError("the job has not ended"));
+    return py::array_t<float>({static_cast<py::ssize_t>(final_params_.size())}, {sizeof(float)},
+                              final_params_.data(), self);
+  }
   // GPU: their device addresses.
   uintptr_t ParamsAddress() { return reinterpret_cast<uintptr_t>(Buffers().first); }
   uintptr_t GradientAddress() { return reinterpret_cast<uintptr_t>(Buffers().second); }
@@ -211,6 +236,7 @@ class PyWorker {
   const WorkerProcessOptions options_;
   const std::vector<size_t> groups_;
   std::vector<float> initial_;
+  std::vector<float> final_params_;  // after_run's copy
   std::thread thread_;
   absl::Mutex mu_;
   ExternalWorkload* workload_ ABSL_GUARDED_BY(mu_) = nullptr;
@@ -259,6 +285,8 @@ PYBIND11_MODULE(_onebit_core, m) {
       .def("exit_code_after_failure", &PyWorker::ExitCodeAfterFailure)
       .def("params", [](py::object self) { return self.cast<PyWorker&>().Params(self); })
       .def("gradient", [](py::object self) { return self.cast<PyWorker&>().Gradient(self); })
+      .def("final_params",
+           [](py::object self) { return self.cast<PyWorker&>().FinalParams(self); })
       .def("params_address", &PyWorker::ParamsAddress)
       .def("gradient_address", &PyWorker::GradientAddress)
       .def_property_readonly("rank", &PyWorker::rank)

@@ -37,6 +37,11 @@ absl::StatusOr<std::unique_ptr<Workload>> NewWorkload(const JobConfig& config, i
     }
     return NewFashionMnistCpuWorkload(options, std::move(data));
   }
+  if (config.workload.type == "pytorch") {
+    return absl::InvalidArgumentError(
+        "onebit.workload.type pytorch is a training script's model: run the script (its "
+        "optimizer is onebit.torch's), not onebit-worker");
+  }
   return absl::InvalidArgumentError(absl::StrCat("unknown workload '", config.workload.type, "'"));
 }
 

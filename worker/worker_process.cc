@@ -511,6 +511,7 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
   if (o.before_run) ONEBIT_RETURN_IF_ERROR(o.before_run(*w.trainer));
   w.metrics->SetReady();  // registered, set up, training
   ONEBIT_ASSIGN_OR_RETURN(TrainerSummary summary, w.trainer->Run());
+  if (o.after_run) ONEBIT_RETURN_IF_ERROR(o.after_run(*w.trainer));
   w.metrics->SetNotReady("the job is over for this worker");
   // The last checkpoint's part is written and reported before this worker goes.
   if (w.checkpointer != nullptr) ONEBIT_RETURN_IF_ERROR(w.checkpointer->Flush());

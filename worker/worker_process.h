@@ -52,6 +52,9 @@ struct WorkerProcessOptions {
   // Called once the trainer exists (restored, when the job resumes) and before it runs:
   // the Python package takes its parameter and gradient buffers here. An error ends the run.
   std::function<absl::Status(Trainer& trainer)> before_run;
+  // Called once the job ended for this worker, before anything is torn down (the Python
+  // package copies the final parameters out of the optimizer here).
+  std::function<absl::Status(Trainer& trainer)> after_run;
 };
 
 // Runs the worker until the job ends for it. INVALID_ARGUMENT for bad options or config
