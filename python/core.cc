@@ -97,14 +97,18 @@ class PyWorker {
       final_params_ = *std::move(params);
       return absl::OkStatus();
     };
+    o.before_teardown = [this] {
+      // The workload goes with RunWorkerProcess: stop using it before it does (a client in
+      // WaitForStep wakes up, finds none, and waits for done_ below).
+      absl::MutexLock lock(&mu_);
+      if (workload_ != nullptr) workload_->Finish(absl::CancelledError("the worker is ending"));
+      workload_ = nullptr;
+    };
     thread_ = std::thread([this, o] {
       const absl::Status status = RunWorkerProcess(o);
       absl::MutexLock lock(&mu_);
       done_ = true;
       status_ = status;
-      // The workload goes with RunWorkerProcess: tell the client before it does.
-      if (workload_ != nullptr) workload_->Finish(status);
-      workload_ = nullptr;
     });
   }
 

@@ -337,9 +337,17 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
     return absl::InvalidArgumentError("--config and --coordinator are required");
   }
   g_host = o.host;
+  // Destroyed before `w` below (declared after it) on every way out.
+  struct Teardown {
+    const std::function<void()>* hook = nullptr;
+    ~Teardown() {
+      if (hook != nullptr && *hook) (*hook)();
+    }
+  };
   ONEBIT_ASSIGN_OR_RETURN(JobConfig config, LoadJobConfig(o.config_path));
   ONEBIT_ASSIGN_OR_RETURN(g_tls, security::TlsFromFlags(config.security.tls));
   Worker w;
+  Teardown teardown{&o.before_teardown};
   GrpcClientOptions client_options;
   client_options.address = o.coordinator;
   client_options.retry_for = absl::Seconds(config.failure.coordinator_retry_s);

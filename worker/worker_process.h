@@ -55,6 +55,9 @@ struct WorkerProcessOptions {
   // Called once the job ended for this worker, before anything is torn down (the Python
   // package copies the final parameters out of the optimizer here).
   std::function<absl::Status(Trainer& trainer)> after_run;
+  // Called on every way out once the workload exists, before it and the rest are torn down
+  // (the Python package stops using the workload here).
+  std::function<void()> before_teardown;
 };
 
 // Runs the worker until the job ends for it. INVALID_ARGUMENT for bad options or config
