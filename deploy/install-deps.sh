@@ -15,6 +15,9 @@ packages=(
   prometheus
   gnuplot-nox
   iproute2 python3
+  # The Python package (python/): its extension's headers, and PyTorch (CPU) for the
+  # package, its tests and examples.
+  python3-dev pybind11-dev python3-torch python3-numpy
   # The fuzzers (fuzz/): clang with its sanitizer and libFuzzer runtimes.
   clang libclang-rt-14-dev
   # The deployment (deploy/images, deploy/compose, deploy/k8s; tests/deploy_test): podman

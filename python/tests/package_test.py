@@ -1,0 +1,183 @@
+"""onebit.torch as a user runs it: real jobs through onebit-launch (a coordinator, gloo
+between two Python processes), against onebit-replay on the same gradient stream, and the
+clear errors of bad input.
+
+    package_test.py BIN_DIR     (BIN_DIR holds deploy/onebit-launch, tools/onebit-replay,
+                                 tools/onebit-gradient-stream; the tests/ BUILD passes it)
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BIN = None
+N, T, W = 1003, 30, 2
+SPLIT = 400  # 1-bit LAMB's two "layers"
+
+
+def job_config(optimizer, params, parameters=N, workers=W, steps=T):
+    return {
+        "train_micro_batch_size_per_gpu": 1, "steps": steps, "seed": 1,
+        "optimizer": {"type": optimizer, "params": params},
+        "onebit": {"workers": workers, "device": "cpu", "exchange": {"mode": "peer"},
+                   "freeze": {"mode": "static"}, "log_every": 10,
+                   "failure": {"max_restarts": 0, "heartbeat_timeout_s": 5},
+                   "workload": {"type": "pytorch", "parameters": parameters}},
+    }
+
+
+def launch(tmp, config, script_args, timeout=300):
+    path = os.path.join(tmp, "job.json")
+    with open(path, "w") as f:
+        json.dump(config, f)
+    cmd = [os.path.join(BIN, "deploy/onebit-launch"), "--config=" + path,
+           "--out_dir=" + os.path.join(tmp, "out"), "--echo_all=false", "--timeout_s=120",
+           "--bin_dir=" + BIN, "--", sys.executable] + [a.replace("{config}", path) for a in script_args]
+    env = dict(os.environ)
+    # The package's sources sit beside this file; the extension in BIN/python.
+    env["PYTHONPATH"] = os.path.dirname(HERE)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+class SameBitsAsReplay(unittest.TestCase):
+    """The package's optimizers on a recorded stream: the bits of onebit-replay (itself
+    tested against the float64 models of ALGORITHM.md, tests:replay_test)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="onebit-pkg-")
+        subprocess.run([os.path.join(BIN, "tools/onebit-gradient-stream"), f"--workers={W}",
+                        f"--steps={T}", f"--n={N}", "--out_dir=" + cls.tmp], check=True,
+                       capture_output=True)
+
+    def run_both(self, name, optimizer, params, replay_flags, split=""):
+        tmp = tempfile.mkdtemp(prefix=name + "-", dir=self.tmp)
+        out = os.path.join(tmp, "package.npy")
+        r = launch(tmp, job_config(optimizer, params),
+                   [os.path.join(HERE, "stream_train.py"), "{config}",
+                    os.path.join(self.tmp, "params.npy"), os.path.join(self.tmp, "grads.npy"),
+                    out, optimizer, split])
+        self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
+        replay = os.path.join(tmp, "replay.npy")
+        subprocess.run([os.path.join(BIN, "tools/onebit-replay"), f"--workers={W}",
+                        "--params=" + os.path.join(self.tmp, "params.npy"),
+                        "--grads=" + os.path.join(self.tmp, "grads.npy"), "--out=" + replay,
+                        "--transport=gloo"] + replay_flags, check=True, capture_output=True)
+        got, want = np.load(out), np.load(replay)
+        self.assertEqual(got.shape, (N,))
+        # Bit for bit, not close: the same optimizer and exchange, fed from Python.
+        self.assertTrue(np.array_equal(got.view(np.uint32), want.view(np.uint32)),
+                        f"max difference {np.abs(got - want).max()}")
+        initial = np.load(os.path.join(self.tmp, "params.npy"))
+        self.assertGreater(np.abs(got - initial).max(), 1e-3)  # it did train
+
+    def test_onebit_adam(self):
+        self.run_both("adam1", "OneBitAdam",
+                      {"lr": 0.01, "eps": 1e-8, "weight_decay": 0.001, "freeze_step": 10},
+                      ["--lr=0.01", "--eps=1e-8", "--weight-decay=0.001", "--freeze-step=10"])
+
+    def test_zero_one_adam(self):
+        self.run_both("zeroone", "ZeroOneAdam",
+                      {"lr": 0.01, "eps": 1e-8, "var_freeze_step": 12, "var_update_scaler": 2,
+                       "local_step_scaler": 4, "local_step_clipper": 4},
+                      ["--optimizer=zero_one_adam", "--lr=0.01", "--eps=1e-8",
+                       "--var-freeze-step=12", "--var-update-scaler=2", "--local-step-scaler=4",
+                       "--local-step-clipper=4"])
+
+    def test_onebit_lamb_with_two_layers(self):
+        self.run_both("lamb", "OneBitLamb", {"lr": 0.01, "eps": 1e-8, "freeze_step": 10},
+                      ["--optimizer=onebit_lamb", "--lr=0.01", "--eps=1e-8", "--freeze-step=10",
+                       f"--groups=0,{SPLIT},{N}"], split=str(SPLIT))
+
+
+class BadInput(unittest.TestCase):
+    """Refused before anything starts, with a clear Python exception."""
+
+    def make(self, params, config=None):
+        import onebit.torch as ot
+        cfg = config or job_config("OneBitAdam", {"lr": 0.001})
+        return ot.OneBitAdam(params, cfg, coordinator="127.0.0.1:1")
+
+    def assertRefused(self, params, text, config=None, error=ValueError):
+        with self.assertRaises(error) as e:
+            self.make(params, config)
+        self.assertIn(text, str(e.exception))
+
+    def test_parameters(self):
+        p = torch.nn.Parameter(torch.zeros(4, 4))
+        self.assertRefused([torch.nn.Parameter(torch.zeros(3, dtype=torch.float64))], "float32")
+        self.assertRefused([torch.nn.Parameter(torch.zeros(4, 4).t())], "not contiguous")
+        self.assertRefused([torch.zeros(3)], "does not require a gradient")
+        self.assertRefused([torch.nn.Parameter(torch.zeros(3).to_sparse())], "sparse")
+        self.assertRefused([], "empty parameter list", error=ValueError)
+        self.assertRefused([p], "job config's optimizer is OneBitLamb",
+                           config=job_config("OneBitLamb", {"lr": 0.001}))
+        self.assertRefused([{"params": [p], "lr": 0.5}], "param group 0 sets lr=0.5")
+
+    def test_no_coordinator(self):
+        import onebit.torch as ot
+        os.environ.pop("ONEBIT_COORDINATOR", None)
+        with self.assertRaises(ValueError) as e:
+            ot.OneBitAdam([torch.nn.Parameter(torch.zeros(2))], job_config("OneBitAdam", {}))
+        self.assertIn("ONEBIT_COORDINATOR", str(e.exception))
+
+
+BROKEN = r'''
+import sys, torch
+import onebit.torch as ot
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.Linear(4, 1))
+opt = ot.OneBitAdam(model.parameters(), sys.argv[1])
+while not opt.done:
+    opt.zero_grad()
+    x = torch.randn(16, 8)
+    loss = model(x).square().mean()
+    loss.backward()
+    if opt.rank == 1 and opt.next_step == 4:
+        model[0].weight.grad = None   # a parameter without a gradient
+    opt.step(loss=loss)
+'''
+
+
+class JobErrors(unittest.TestCase):
+    """Errors that need the job: they end it, and every process hears of it."""
+
+    def script(self, tmp, text):
+        path = os.path.join(tmp, "train.py")
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def test_a_missing_gradient_is_a_value_error_and_ends_the_job(self):
+        tmp = tempfile.mkdtemp(prefix="onebit-broken-")
+        r = launch(tmp, job_config("OneBitAdam", {"lr": 0.001, "freeze_step": 5},
+                                   parameters=8 * 4 + 4 + 4 + 1, steps=50),
+                   [self.script(tmp, BROKEN), "{config}"], timeout=120)
+        self.assertNotEqual(r.returncode, 0)
+        with open(os.path.join(tmp, "out", "onebit_adam", "worker-1.log")) as f:
+            log = f.read()
+        self.assertIn("ValueError: parameter 0 ((4, 8)) has no gradient", log)
+        self.assertIn("worker 1 exited with code 1", r.stderr + r.stdout)
+
+    def test_a_config_that_disagrees_with_the_model(self):
+        tmp = tempfile.mkdtemp(prefix="onebit-mismatch-")
+        r = launch(tmp, job_config("OneBitAdam", {"lr": 0.001}, parameters=1000, steps=5),
+                   [self.script(tmp, BROKEN), "{config}"], timeout=120)
+        self.assertNotEqual(r.returncode, 0)
+        with open(os.path.join(tmp, "out", "onebit_adam", "worker-0.log")) as f:
+            log = f.read()
+        self.assertIn("the model has 41 parameters; the job config's onebit.workload.parameters "
+                      "says 1000", log)
+
+
+if __name__ == "__main__":
+    BIN = os.path.abspath(sys.argv.pop(1))
+    sys.path.insert(0, os.path.join(BIN, "python"))
+    sys.path.insert(0, os.path.dirname(HERE))
+    unittest.main(verbosity=2)
