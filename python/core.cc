@@ -7,6 +7,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
@@ -97,12 +98,18 @@ class PyWorker {
       final_params_ = *std::move(params);
       return absl::OkStatus();
     };
+    o.before_run = [this](Trainer& trainer) -> absl::Status {
+      absl::MutexLock lock(&mu_);
+      trainer_ = &trainer;
+      return absl::OkStatus();
+    };
     o.before_teardown = [this] {
       // The workload goes with RunWorkerProcess: stop using it before it does (a client in
       // WaitForStep wakes up, finds none, and waits for done_ below).
       absl::MutexLock lock(&mu_);
       if (workload_ != nullptr) workload_->Finish(absl::CancelledError("the worker is ending"));
       workload_ = nullptr;
+      trainer_ = nullptr;
     };
     thread_ = std::thread([this, o] {
       const absl::Status status = RunWorkerProcess(o);
@@ -195,6 +202,88 @@ class PyWorker {
     return py::array_t<float>({static_cast<py::ssize_t>(final_params_.size())}, {sizeof(float)},
                               final_params_.data(), self);
   }
+  // The optimizer's whole state between two steps (the trainer waits for the next
+  // gradient): step, freeze_step, every state tensor (copies), its scalars, this worker's
+  // error buffers and the trainer's scalars (the loss scaler).
+  py::dict StateDict() {
+    absl::MutexLock lock(&mu_);
+    Optimizer& o = RunningOptimizer();
+    auto array = [](const std::vector<float>& v) {
+      py::array_t<float> a(static_cast<py::ssize_t>(v.size()));
+      std::copy(v.begin(), v.end(), a.mutable_data());
+      return a;
+    };
+    py::dict tensors, scalars, errors, trainer;
+    for (const StateSpec& spec : o.CheckpointStates()) {
+      absl::StatusOr<std::vector<float>> v = o.StateToHost(spec.name, 0, o.size());
+      if (!v.ok()) Throw(v.status());
+      tensors[py::str(spec.name)] = array(*v);
+    }
+    for (const auto& [name, value] : o.CheckpointScalars()) scalars[py::str(name)] = value;
+    absl::StatusOr<ErrorState> saved = o.exchange().SaveErrors();
+    if (!saved.ok()) Throw(saved.status());
+    for (const auto& [name, v] : *saved) errors[py::str(name)] = array(v);
+    for (const auto& [name, value] : trainer_->CheckpointScalars()) {
+      trainer[py::str(name)] = value;
+    }
+    py::dict d;
+    d["step"] = o.step();
+    d["freeze_step"] = o.freeze_step();
+    d["tensors"] = tensors;
+    d["scalars"] = scalars;
+    d["errors"] = errors;
+    d["trainer"] = trainer;
+    return d;
+  }
+
+  // Puts back a StateDict of the same step (the coordinator's leases decide the steps: a
+  // job resumes from its checkpoints, not from here). ValueError for another step, another
+  // freeze step or a state that does not fit; nothing changes then.
+  void LoadStateDict(const py::dict& d) {
+    absl::MutexLock lock(&mu_);
+    Optimizer& o = RunningOptimizer();
+    const int64_t step = d["step"].cast<int64_t>();
+    const int64_t freeze = d["freeze_step"].cast<int64_t>();
+    if (step != o.step()) {
+      Throw(absl::InvalidArgumentError(absl::StrCat(
+          "the state is of step ", step, ", the job is after step ", o.step(),
+          ": a state is loaded at the step it was taken (a job resumes from checkpoint.dir)")));
+    }
+    StateTensors tensors;
+    StateScalars scalars;
+    ErrorState errors;
+    StateScalars trainer;
+    auto floats = [](const py::handle& h) {
+      auto a = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(h);
+      if (!a || a.ndim() != 1) throw py::value_error("state tensors must be 1-D float32 arrays");
+      return std::vector<float>(a.data(), a.data() + a.size());
+    };
+    for (auto [k, v] : d["tensors"].cast<py::dict>()) tensors[k.cast<std::string>()] = floats(v);
+    for (auto [k, v] : d["scalars"].cast<py::dict>()) scalars[k.cast<std::string>()] = v.cast<double>();
+    for (auto [k, v] : d["errors"].cast<py::dict>()) errors[k.cast<std::string>()] = floats(v);
+    for (auto [k, v] : d["trainer"].cast<py::dict>()) trainer[k.cast<std::string>()] = v.cast<double>();
+    // Checked first where the optimizer would not: a failed restore changes nothing.
+    for (const StateSpec& spec : o.CheckpointStates()) {
+      auto it = tensors.find(spec.name);
+      if (it == tensors.end() || it->second.size() != o.size()) {
+        Throw(absl::InvalidArgumentError(absl::StrCat("the state's ", spec.name, " is missing or not ",
+                                                      o.size(), " elements")));
+      }
+    }
+    absl::StatusOr<ErrorState> current = o.exchange().SaveErrors();
+    if (!current.ok()) Throw(current.status());
+    for (const auto& [name, v] : *current) {
+      auto it = errors.find(name);
+      if (it == errors.end() || it->second.size() != v.size()) {
+        Throw(absl::InvalidArgumentError(absl::StrCat("the state's ", name, " is missing or not ",
+                                                      v.size(), " elements")));
+      }
+    }
+    if (absl::Status s = o.Restore(step, freeze, tensors, scalars); !s.ok()) Throw(s);
+    if (absl::Status s = o.exchange().RestoreErrors(errors); !s.ok()) Throw(s);
+    if (absl::Status s = trainer_->RestoreScalars(trainer); !s.ok()) Throw(s);
+  }
+
   // GPU: their device addresses.
   uintptr_t ParamsAddress() { return reinterpret_cast<uintptr_t>(Buffers().first); }
   uintptr_t GradientAddress() { return reinterpret_cast<uintptr_t>(Buffers().second); }
@@ -221,6 +310,13 @@ class PyWorker {
     return step;
   }
 
+  Optimizer& RunningOptimizer() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (trainer_ == nullptr || workload_ == nullptr || workload_->params() == nullptr) {
+      Throw(absl::FailedPreconditionError("the worker is not between two steps"));
+    }
+    return trainer_->optimizer();
+  }
+
   std::pair<float*, float*> Buffers() {
     absl::MutexLock lock(&mu_);
     if (workload_ == nullptr || workload_->params() == nullptr) {
@@ -241,6 +337,7 @@ class PyWorker {
   const std::vector<size_t> groups_;
   std::vector<float> initial_;
   std::vector<float> final_params_;  // after_run's copy
+  Trainer* trainer_ ABSL_GUARDED_BY(mu_) = nullptr;  // from before_run to the teardown
   std::thread thread_;
   absl::Mutex mu_;
   ExternalWorkload* workload_ ABSL_GUARDED_BY(mu_) = nullptr;
@@ -291,6 +388,8 @@ PYBIND11_MODULE(_onebit_core, m) {
       .def("gradient", [](py::object self) { return self.cast<PyWorker&>().Gradient(self); })
       .def("final_params",
            [](py::object self) { return self.cast<PyWorker&>().FinalParams(self); })
+      .def("state_dict", &PyWorker::StateDict)
+      .def("load_state_dict", &PyWorker::LoadStateDict, py::arg("state"))
       .def("params_address", &PyWorker::ParamsAddress)
       .def("gradient_address", &PyWorker::GradientAddress)
       .def_property_readonly("rank", &PyWorker::rank)

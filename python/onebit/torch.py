@@ -173,6 +173,20 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         self._next = self._wait()
         return loss
 
+    def state_dict(self):
+        """The optimizer's state between two steps, as copies: {"onebit": {"step",
+        "freeze_step", "tensors" (params, exp_avg, exp_avg_sq, and an optimizer's own, by
+        name), "scalars", "errors" (this worker's worker_error, and server_error in peer
+        mode), "trainer" (fp16's loss scaler)}, "param_groups": the hyper-parameters}."""
+        groups = [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]
+        return {"onebit": self._worker.state_dict(), "param_groups": groups}
+
+    def load_state_dict(self, state_dict):
+        """Puts back a state_dict() of the step the job is at (the coordinator decides the
+        steps; a job resumes from its checkpoint.dir, which every worker and shard writes).
+        ValueError, and no change, for another step or a state that does not fit."""
+        self._worker.load_state_dict(state_dict["onebit"])
+
     def close(self, why="closed by the script"):
         """Stops the worker: the job hears of it (the trainer fails with `why`)."""
         self._worker.close(why)

@@ -76,11 +76,21 @@ class SameBitsAsReplay(unittest.TestCase):
                         f"max difference {np.abs(got - want).max()}")
         initial = np.load(os.path.join(self.tmp, "params.npy"))
         self.assertGreater(np.abs(got - initial).max(), 1e-3)  # it did train
+        return os.path.join(tmp, "out", "onebit_adam")
 
     def test_onebit_adam(self):
-        self.run_both("adam1", "OneBitAdam",
-                      {"lr": 0.01, "eps": 1e-8, "weight_decay": 0.001, "freeze_step": 10},
-                      ["--lr=0.01", "--eps=1e-8", "--weight-decay=0.001", "--freeze-step=10"])
+        # With a state_dict taken and loaded back mid-run (at step 15, in the compression
+        # stage): still the same bits.
+        os.environ["CHECK_STATE_AT"] = "16"
+        try:
+            logs = self.run_both("adam1", "OneBitAdam",
+                          {"lr": 0.01, "eps": 1e-8, "weight_decay": 0.001, "freeze_step": 10},
+                          ["--lr=0.01", "--eps=1e-8", "--weight-decay=0.001", "--freeze-step=10"])
+        finally:
+            del os.environ["CHECK_STATE_AT"]
+        for rank in range(W):
+            with open(os.path.join(logs, f"worker-{rank}.log")) as f:
+                self.assertIn(f"rank {rank}: state_dict checked at step 15", f.read())
 
     def test_zero_one_adam(self):
         self.run_both("zeroone", "ZeroOneAdam",

@@ -6,12 +6,33 @@ package's numerics against onebit-replay): worker r's gradient at step t is grad
 The model is the initial parameters as tensors split at SPLIT (comma-separated offsets
 inside (0, N): 1-bit LAMB's layers); rank 0 writes the final parameters to OUT.npy.
 """
+import os
 import sys
 
 import numpy as np
 import torch
 
 import onebit.torch as ot
+
+
+def check_state_dict(opt, n):
+    """state_dict has the moments and this worker's error buffers; loading it at the same
+    step changes no bit; another step is refused."""
+    state = opt.state_dict()["onebit"]
+    assert state["step"] == opt.next_step - 1, state["step"]
+    for name in ("params", "exp_avg", "exp_avg_sq"):
+        assert state["tensors"][name].shape == (n,), name
+    assert set(state["errors"]) == {"worker_error", "server_error"}, state["errors"].keys()
+    assert np.abs(state["errors"]["worker_error"]).max() > 0  # the compression stage runs
+    opt.load_state_dict({"onebit": state})
+    moved = dict(state, step=state["step"] - 1)
+    try:
+        opt.load_state_dict({"onebit": moved})
+    except ValueError as e:
+        assert "the state is of step" in str(e), e
+    else:
+        raise AssertionError("a state of another step was loaded")
+    print(f"rank {opt.rank}: state_dict checked at step {state['step']}", flush=True)
 
 
 def main():
@@ -23,8 +44,11 @@ def main():
     params = [torch.nn.Parameter(torch.from_numpy(initial[b:e].copy()))
               for b, e in zip(bounds, bounds[1:])]
     opt = getattr(ot, optimizer)(params, config)
+    check_state = os.environ.get("CHECK_STATE_AT")
     while not opt.done:
         t = opt.next_step
+        if check_state and t == int(check_state):
+            check_state_dict(opt, initial.size)
         g = torch.from_numpy(np.array(grads[t - 1, opt.rank]))
         for p, b, e in zip(params, bounds, bounds[1:]):
             p.grad.copy_(g[b:e])
