@@ -4,6 +4,15 @@
 // plain Adam (full-precision exchange, same data and seed) and a side-by-side summary.
 //
 //   bazel run //deploy:onebit-launch -- --config=deploy/demo.json
+//
+// A TRAINING SCRIPT as the workers (the Python package, python/onebit):
+//
+//   bazel-bin/deploy/onebit-launch --config=job.json -- python3 train.py [ARGS]
+//
+// starts N copies of the command instead of onebit-worker, with the job in their
+// environment (ONEBIT_CONFIG, ONEBIT_COORDINATOR, ONEBIT_RANK, ONEBIT_HOST,
+// ONEBIT_SUMMARY_FILE, ONEBIT_HISTORY_CSV) and PYTHONPATH finding the package; the script
+// evaluates itself (no Adam comparison, no accuracy in the summary).
 #include <signal.h>
 #include <unistd.h>
 
