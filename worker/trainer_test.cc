@@ -101,6 +101,13 @@ struct WorkerRun {
   bool overlapping = false;
 };
 
+// One worker: an in-process transport of one rank and a CPU backend.
+struct Solo {
+  std::shared_ptr<InprocHub> hub = *InprocHub::Create(1);
+  std::unique_ptr<Transport> transport = *hub->Connect(0);
+  std::unique_ptr<kernels::Backend> backend = kernels::NewCpuBackend();
+};
+
 struct GroupPlan {
   std::vector<int> hidden = {128};  // 784-128-10: 101,770 parameters
   int64_t micro_batch = 32;
@@ -397,11 +404,9 @@ TEST(TrainerTest, StepTimeSplitsIntoComputeCompressExchangeUpdate) {
 }
 
 TEST(TrainerTest, LeasesMoveTheSwitchAndAreNeverOverrun) {
-  auto hub = InprocHub::Create(1);
-  ASSERT_TRUE(hub.ok());
-  auto transport = (*hub)->Connect(0);
-  ASSERT_TRUE(transport.ok());
-  auto backend = kernels::NewCpuBackend();
+  Solo solo;
+  Transport* const transport = solo.transport.get();
+  std::unique_ptr<kernels::Backend>& backend = solo.backend;
   // Switch planned after 10, then delayed to after 15 while still in warmup; stop at 20.
   ScriptedController controller({{/*through=*/6, /*freeze=*/10, /*stop=*/-1},
                                  {/*through=*/12, /*freeze=*/15, /*stop=*/-1},
@@ -409,7 +414,7 @@ TEST(TrainerTest, LeasesMoveTheSwitchAndAreNeverOverrun) {
   RecordingSink sink;
   std::unique_ptr<Workload> workload;
   auto trainer =
-      MakeSyntheticTrainer(&controller, transport->get(), backend.get(), &workload, &sink);
+      MakeSyntheticTrainer(&controller, transport, backend.get(), &workload, &sink);
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   auto summary = (*trainer)->Run();
   ASSERT_TRUE(summary.ok()) << summary.status();
@@ -420,16 +425,14 @@ TEST(TrainerTest, LeasesMoveTheSwitchAndAreNeverOverrun) {
 }
 
 TEST(TrainerTest, BadLeasesEndTheRunWithAClearError) {
-  auto hub = InprocHub::Create(1);
-  ASSERT_TRUE(hub.ok());
-  auto transport = (*hub)->Connect(0);
-  ASSERT_TRUE(transport.ok());
-  auto backend = kernels::NewCpuBackend();
+  Solo solo;
+  Transport* const transport = solo.transport.get();
+  std::unique_ptr<kernels::Backend>& backend = solo.backend;
   {
     // A lease that does not cover the next step.
     ScriptedController controller({{/*through=*/5, -1, -1}, {/*through=*/5, -1, -1}});
     std::unique_ptr<Workload> workload;
-    auto trainer = MakeSyntheticTrainer(&controller, transport->get(), backend.get(), &workload);
+    auto trainer = MakeSyntheticTrainer(&controller, transport, backend.get(), &workload);
     ASSERT_TRUE(trainer.ok());
     auto summary = (*trainer)->Run();
     EXPECT_EQ(summary.status().code(), absl::StatusCode::kFailedPrecondition) << summary.status();
@@ -440,7 +443,7 @@ TEST(TrainerTest, BadLeasesEndTheRunWithAClearError) {
     // A switch moved back after compression began.
     ScriptedController controller({{/*through=*/5, /*freeze=*/2, -1}, {/*through=*/9, 4, -1}});
     std::unique_ptr<Workload> workload;
-    auto trainer = MakeSyntheticTrainer(&controller, transport->get(), backend.get(), &workload);
+    auto trainer = MakeSyntheticTrainer(&controller, transport, backend.get(), &workload);
     ASSERT_TRUE(trainer.ok());
     auto summary = (*trainer)->Run();
     EXPECT_EQ(summary.status().code(), absl::StatusCode::kFailedPrecondition) << summary.status();
@@ -471,11 +474,9 @@ class CountingWorkload : public Workload {
 // rate is set before every step (0 throughout: the parameters never move); a schedule that
 // gives a bad rate ends the run with an error.
 TEST(TrainerTest, AccumulationAndTheLearningRateSchedule) {
-  auto hub = InprocHub::Create(1);
-  ASSERT_TRUE(hub.ok());
-  auto transport = (*hub)->Connect(0);
-  ASSERT_TRUE(transport.ok());
-  auto backend = kernels::NewCpuBackend();
+  Solo solo;
+  Transport* const transport = solo.transport.get();
+  std::unique_ptr<kernels::Backend>& backend = solo.backend;
   CountingWorkload workload;
   StaticStepController controller(/*freeze_step=*/-1, /*total_steps=*/3);
   RecordingSink sink;
@@ -488,7 +489,7 @@ TEST(TrainerTest, AccumulationAndTheLearningRateSchedule) {
     asked.push_back(t);
     return 0.0;
   };
-  auto trainer = Trainer::Create(options, &workload, backend.get(), transport->get(), &controller,
+  auto trainer = Trainer::Create(options, &workload, backend.get(), transport, &controller,
                                  &sink);
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   ASSERT_TRUE((*trainer)->Run().ok());
@@ -504,13 +505,13 @@ TEST(TrainerTest, AccumulationAndTheLearningRateSchedule) {
   CountingWorkload again;
   StaticStepController controller2(/*freeze_step=*/-1, /*total_steps=*/3);
   options.learning_rate = [](int64_t t) { return t == 2 ? -1.0 : 1e-3; };
-  auto bad = Trainer::Create(options, &again, backend.get(), transport->get(), &controller2);
+  auto bad = Trainer::Create(options, &again, backend.get(), transport, &controller2);
   ASSERT_TRUE(bad.ok()) << bad.status();
   auto run = (*bad)->Run();
   EXPECT_EQ(run.status().code(), absl::StatusCode::kInvalidArgument) << run.status();
   EXPECT_THAT(run.status().message(), HasSubstr("schedule gives -1 for step 2"));
   options.gradient_accumulation_steps = 0;
-  EXPECT_EQ(Trainer::Create(options, &again, backend.get(), transport->get(), &controller2)
+  EXPECT_EQ(Trainer::Create(options, &again, backend.get(), transport, &controller2)
                 .status()
                 .code(),
             absl::StatusCode::kInvalidArgument);
@@ -523,7 +524,7 @@ TEST(TrainerTest, AccumulationAndTheLearningRateSchedule) {
   options.gradient_accumulation_steps = 1;
   options.learning_rate = [](int64_t) { return 0.1; };
   options.betas = [](int64_t) { return std::make_pair(0.0, 0.0); };
-  auto cycled = Trainer::Create(options, &third, backend.get(), transport->get(), &controller3);
+  auto cycled = Trainer::Create(options, &third, backend.get(), transport, &controller3);
   ASSERT_TRUE(cycled.ok()) << cycled.status();
   ASSERT_TRUE((*cycled)->Run().ok());
   const std::vector<float> moved = *(*cycled)->optimizer().ParamsToHost();
@@ -783,11 +784,9 @@ class ScalarSink : public CheckpointSink {
 
 // The loss scaler goes into checkpoints with the trainer's scalars and comes back exactly.
 TEST(TrainerLossScalingTest, TheScalerIsCheckpointedAndRestored) {
-  auto hub = InprocHub::Create(1);
-  ASSERT_TRUE(hub.ok());
-  auto transport = (*hub)->Connect(0);
-  ASSERT_TRUE(transport.ok());
-  auto backend = kernels::NewCpuBackend();
+  Solo solo;
+  Transport* const transport = solo.transport.get();
+  std::unique_ptr<kernels::Backend>& backend = solo.backend;
   FashionMnistWorkloadOptions o;
   o.hidden = {16};
   auto make = [&](std::function<bool(int64_t, int)> overflows) {
@@ -810,7 +809,7 @@ TEST(TrainerLossScalingTest, TheScalerIsCheckpointedAndRestored) {
   scaling.initial_scale_power = 10;
   scaling.hysteresis = 2;
   options.loss_scaling = scaling;
-  auto trainer = Trainer::Create(options, workload.get(), backend.get(), transport->get(),
+  auto trainer = Trainer::Create(options, workload.get(), backend.get(), transport,
                                  &controller);
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   ASSERT_TRUE((*trainer)->Run().ok());
@@ -826,7 +825,7 @@ TEST(TrainerLossScalingTest, TheScalerIsCheckpointedAndRestored) {
 
   auto fresh = make([](int64_t, int) { return false; });
   options.checkpoints = nullptr;
-  auto resumed = Trainer::Create(options, fresh.get(), backend.get(), transport->get(),
+  auto resumed = Trainer::Create(options, fresh.get(), backend.get(), transport,
                                  &controller);
   ASSERT_TRUE(resumed.ok());
   StateScalars bad = at6;
@@ -845,26 +844,22 @@ TEST(TrainerLossScalingTest, TheScalerIsCheckpointedAndRestored) {
 
 // A workload that computes in fp32 and does not scale refuses a scale: Create says so.
 TEST(TrainerLossScalingTest, AWorkloadThatDoesNotScaleIsRefused) {
-  auto hub = InprocHub::Create(1);
-  ASSERT_TRUE(hub.ok());
-  auto transport = (*hub)->Connect(0);
-  ASSERT_TRUE(transport.ok());
-  auto backend = kernels::NewCpuBackend();
+  Solo solo;
+  Transport* const transport = solo.transport.get();
+  std::unique_ptr<kernels::Backend>& backend = solo.backend;
   CountingWorkload workload;
   StaticStepController controller(-1, 3);
   TrainerOptions options;
   options.loss_scaling = LossScalerOptions();
-  auto trainer = Trainer::Create(options, &workload, backend.get(), transport->get(), &controller);
+  auto trainer = Trainer::Create(options, &workload, backend.get(), transport, &controller);
   EXPECT_EQ(trainer.status().code(), absl::StatusCode::kFailedPrecondition) << trainer.status();
   EXPECT_THAT(trainer.status().message(), HasSubstr("does not scale its loss"));
 }
 
 TEST(TrainerTest, DivergenceStopsTheRunWithAHint) {
-  auto hub = InprocHub::Create(1);
-  ASSERT_TRUE(hub.ok());
-  auto transport = (*hub)->Connect(0);
-  ASSERT_TRUE(transport.ok());
-  auto backend = kernels::NewCpuBackend();
+  Solo solo;
+  Transport* const transport = solo.transport.get();
+  std::unique_ptr<kernels::Backend>& backend = solo.backend;
   FashionMnistWorkloadOptions workload_options;
   workload_options.hidden = {16};
   auto workload = NewFashionMnistCpuWorkload(workload_options, Data());
@@ -874,7 +869,7 @@ TEST(TrainerTest, DivergenceStopsTheRunWithAHint) {
   options.optimizer.hyper.lr = 1e30f;  // the activations overflow at once
   options.print = [](absl::string_view) {};
   auto trainer =
-      Trainer::Create(options, workload->get(), backend.get(), transport->get(), &controller);
+      Trainer::Create(options, workload->get(), backend.get(), transport, &controller);
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   auto summary = (*trainer)->Run();
   EXPECT_EQ(summary.status().code(), absl::StatusCode::kFailedPrecondition) << summary.status();
