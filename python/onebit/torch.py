@@ -30,6 +30,7 @@ parameters: seed the model alike (torch.manual_seed) on every process.
 import atexit
 import json
 import os
+import sys
 import tempfile
 import weakref
 
@@ -45,6 +46,19 @@ class OnebitError(RuntimeError):
     def __init__(self, message, exit_code=1):
         super().__init__(message)
         self.exit_code = exit_code
+
+
+def _exit_with_the_workers_code(kind, value, tb, _previous=sys.excepthook):
+    """An OnebitError nobody caught ends the script with the code the coordinator asked
+    for (75: the job recovers, restart me), as onebit-worker would exit."""
+    _previous(kind, value, tb)
+    if isinstance(value, OnebitError):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(value.exit_code)
+
+
+sys.excepthook = _exit_with_the_workers_code
 
 
 def _core():

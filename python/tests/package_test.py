@@ -45,9 +45,8 @@ def launch(tmp, config, script_args, timeout=300):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
-class SameBitsAsReplay(unittest.TestCase):
-    """The package's optimizers on a recorded stream: the bits of onebit-replay (itself
-    tested against the float64 models of ALGORITHM.md, tests:replay_test)."""
+class StreamCase(unittest.TestCase):
+    """A recorded gradient stream of W workers, T steps, N parameters."""
 
     @classmethod
     def setUpClass(cls):
@@ -55,6 +54,11 @@ class SameBitsAsReplay(unittest.TestCase):
         subprocess.run([os.path.join(BIN, "tools/onebit-gradient-stream"), f"--workers={W}",
                         f"--steps={T}", f"--n={N}", "--out_dir=" + cls.tmp], check=True,
                        capture_output=True)
+
+
+class SameBitsAsReplay(StreamCase):
+    """The package's optimizers on a recorded stream: the bits of onebit-replay (itself
+    tested against the float64 models of ALGORITHM.md, tests:replay_test)."""
 
     def run_both(self, name, optimizer, params, replay_flags, split=""):
         tmp = tempfile.mkdtemp(prefix=name + "-", dir=self.tmp)
@@ -104,6 +108,42 @@ class SameBitsAsReplay(unittest.TestCase):
         self.run_both("lamb", "OneBitLamb", {"lr": 0.01, "eps": 1e-8, "freeze_step": 10},
                       ["--optimizer=onebit_lamb", "--lr=0.01", "--eps=1e-8", "--freeze-step=10",
                        f"--groups=0,{SPLIT},{N}"], split=str(SPLIT))
+
+
+class Recovery(StreamCase):
+    """A script killed mid-job: the launcher restarts it, every worker resumes from the
+    job's last checkpoint (written by the Python workers' C++ side), and the result has the
+    bits of an uninterrupted run."""
+
+    def test_killed_and_resumed_from_the_checkpoint(self):
+        tmp = tempfile.mkdtemp(prefix="killed-", dir=self.tmp)
+        config = job_config("OneBitAdam", {"lr": 0.01, "eps": 1e-8, "freeze_step": 10})
+        config["onebit"]["checkpoint"] = {"dir": os.path.join(tmp, "ckpt"), "every_steps": 5}
+        config["onebit"]["failure"] = {"max_restarts": 2, "heartbeat_timeout_s": 2,
+                                       "gloo_timeout_s": 10, "rejoin_timeout_s": 60}
+        os.environ["KILL_RANK1_AT"] = "18:" + os.path.join(tmp, "killed")
+        try:
+            out = os.path.join(tmp, "package.npy")
+            r = launch(tmp, config, [os.path.join(HERE, "stream_train.py"), "{config}",
+                                     os.path.join(self.tmp, "params.npy"),
+                                     os.path.join(self.tmp, "grads.npy"), out, "OneBitAdam"])
+        finally:
+            del os.environ["KILL_RANK1_AT"]
+        self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
+        self.assertTrue(os.path.exists(os.path.join(tmp, "killed")))
+        with open(os.path.join(tmp, "out", "onebit_adam", "worker-1.log")) as f:
+            log = f.read()
+        self.assertIn("rank 1: killing itself before step 18", log)
+        self.assertIn("resumed from the checkpoint of step 15", log)
+        replay = os.path.join(tmp, "replay.npy")
+        subprocess.run([os.path.join(BIN, "tools/onebit-replay"), f"--workers={W}",
+                        "--params=" + os.path.join(self.tmp, "params.npy"),
+                        "--grads=" + os.path.join(self.tmp, "grads.npy"), "--out=" + replay,
+                        "--transport=gloo", "--lr=0.01", "--eps=1e-8", "--freeze-step=10"],
+                       check=True, capture_output=True)
+        got, want = np.load(out), np.load(replay)
+        self.assertTrue(np.array_equal(got.view(np.uint32), want.view(np.uint32)),
+                        f"max difference {np.abs(got - want).max()}")
 
 
 class BadInput(unittest.TestCase):

@@ -7,6 +7,7 @@ The model is the initial parameters as tensors split at SPLIT (comma-separated o
 inside (0, N): 1-bit LAMB's layers); rank 0 writes the final parameters to OUT.npy.
 """
 import os
+import signal
 import sys
 
 import numpy as np
@@ -49,6 +50,13 @@ def main():
         t = opt.next_step
         if check_state and t == int(check_state):
             check_state_dict(opt, initial.size)
+        kill_at = os.environ.get("KILL_RANK1_AT")  # "STEP:MARKER": once, the marker says
+        if kill_at and opt.rank == 1:
+            step, marker = kill_at.split(":", 1)
+            if t == int(step) and not os.path.exists(marker):
+                open(marker, "w").close()
+                print(f"rank 1: killing itself before step {t}", flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)
         g = torch.from_numpy(np.array(grads[t - 1, opt.rank]))
         for p, b, e in zip(params, bounds, bounds[1:]):
             p.grad.copy_(g[b:e])
