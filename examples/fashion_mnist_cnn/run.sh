@@ -1,0 +1,45 @@
+#!/bin/bash
+# Trains the Fashion-MNIST CNN twice, with 1-bit Adam through onebit-launch and with Adam
+# over DDP (same data, model, seed, steps), and plots both into results/loss.png.
+#
+#   examples/fashion_mnist_cnn/run.sh            # the full run (a few minutes on 2 cores)
+#   STEPS=60 examples/fashion_mnist_cnn/run.sh   # a smoke test: 60 steps, into out/smoke
+set -euo pipefail
+HERE="$(cd "$(dirname "$0")" && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
+PY=/usr/bin/python3  # Debian's python3-torch (the pyenv python3 on PATH has no torch)
+STEPS="${STEPS:-0}"
+if [ "$STEPS" -gt 0 ]; then
+  OUT="$HERE/out/smoke"; RESULTS="$OUT/results"
+  OVERRIDE=(--steps="$STEPS" --freeze_step=$((STEPS / 2))); DDP_STEPS=(--steps="$STEPS")
+else
+  OUT="$HERE/out/full"; RESULTS="$HERE/results"; OVERRIDE=(); DDP_STEPS=()
+fi
+mkdir -p "$OUT" "$RESULTS"
+cd "$ROOT"
+bazel build --disk_cache=/work/.bazel-disk-cache //deploy:onebit-launch
+bazel-bin/deploy/onebit-launch --config="$HERE/job.json" --out_dir="$OUT" --echo_all=false \
+  "${OVERRIDE[@]}" -- "$PY" "$HERE/train.py" --config="$HERE/job.json" \
+  --result="$RESULTS/onebit.json" | tee "$OUT/onebit.log"
+"$PY" "$HERE/ddp_adam.py" --config="$HERE/job.json" --result="$RESULTS/adam.json" \
+  --loss_csv="$OUT/adam.csv" "${DDP_STEPS[@]}" | tee "$OUT/adam.log"
+
+acc() { "$PY" -c "import json,sys; print('%.2f' % (100 * json.load(open(sys.argv[1]))['test_accuracy']))" "$1"; }
+ONEBIT_ACC="$(acc "$RESULTS/onebit.json")"
+ADAM_ACC="$(acc "$RESULTS/adam.json")"
+gnuplot <<GP
+set terminal pngcairo size 900,540
+set output "$RESULTS/loss.png"
+set datafile separator ","
+set key top right
+set xlabel "step"
+set ylabel "training loss, rank 0 (EMA, 0.98)"
+set logscale y
+set grid
+set title "Fashion-MNIST CNN, 4 workers x batch 32: test accuracy 1-bit Adam $ONEBIT_ACC %, Adam over DDP $ADAM_ACC %"
+ema(x) = (s = (n == 0 ? x : 0.98 * s + 0.02 * x), n = n + 1, s)
+n = 0; s = 0
+plot "$OUT/onebit_adam/worker-0.csv" every ::1 using 1:(ema(\$4)) with lines lw 2 title "1-bit Adam (onebit)", \
+     n = 0, "$OUT/adam.csv" every ::1 using 1:(ema(\$2)) with lines lw 2 title "Adam over DDP (gloo)"
+GP
+echo "1-bit Adam: $ONEBIT_ACC % test accuracy; Adam over DDP: $ADAM_ACC %; plot: $RESULTS/loss.png"
