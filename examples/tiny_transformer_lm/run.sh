@@ -18,6 +18,8 @@ if [ "$STEPS" -gt 0 ]; then
 else
   OUT="$HERE/out/full"; RESULTS="$HERE/results"; OVERRIDE=(); DDP_STEPS=(); EVERY=()
 fi
+# The launcher's summary of the 1-bit Adam job (bytes sent per worker, per stage).
+sed -n "/== Summary/,/^loss curve/p" "$OUT/onebit.log" > "$RESULTS/onebit_summary.txt"
 mkdir -p "$OUT" "$RESULTS"
 cd "$ROOT"
 if [ -z "${PLOT_ONLY:-}" ]; then
