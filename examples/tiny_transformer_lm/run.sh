@@ -18,8 +18,6 @@ if [ "$STEPS" -gt 0 ]; then
 else
   OUT="$HERE/out/full"; RESULTS="$HERE/results"; OVERRIDE=(); DDP_STEPS=(); EVERY=()
 fi
-# The launcher's summary of the 1-bit Adam job (bytes sent per worker, per stage).
-sed -n "/== Summary/,/^loss curve/p" "$OUT/onebit.log" > "$RESULTS/onebit_summary.txt"
 mkdir -p "$OUT" "$RESULTS"
 cd "$ROOT"
 if [ -z "${PLOT_ONLY:-}" ]; then
@@ -32,6 +30,8 @@ if [ -z "${PLOT_ONLY:-}" ]; then
     --loss_csv="$OUT/adam.csv" --held_out_csv="$RESULTS/adam_held_out.csv" "${DDP_STEPS[@]}" \
     "${EVERY[@]}" | tee "$OUT/adam.log"
 fi
+# The launcher's summary of the 1-bit Adam job (bytes sent per worker, per stage).
+sed -n "/== Summary/,/^loss curve/p" "$OUT/onebit.log" > "$RESULTS/onebit_summary.txt"
 
 field() { "$PY" -c "import json,sys; print('%.3f' % json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"; }
 ONEBIT_HO="$(field "$RESULTS/onebit.json" held_out_loss)"
