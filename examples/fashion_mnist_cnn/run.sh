@@ -16,18 +16,18 @@ if [ "$STEPS" -gt 0 ]; then
 else
   OUT="$HERE/out/full"; RESULTS="$HERE/results"; OVERRIDE=(); DDP_STEPS=()
 fi
-# The launcher's summary of the 1-bit Adam job (bytes sent per worker, per stage).
-sed -n "/== Summary/,/^loss curve/p" "$OUT/onebit.log" > "$RESULTS/onebit_summary.txt"
 mkdir -p "$OUT" "$RESULTS"
 cd "$ROOT"
 if [ -z "${PLOT_ONLY:-}" ]; then
   bazel build --disk_cache=/work/.bazel-disk-cache //deploy:onebit-launch
   bazel-bin/deploy/onebit-launch --config="$HERE/job.json" --out_dir="$OUT" --echo_all=false \
-    "${OVERRIDE[@]}" -- "$PY" "$HERE/train.py" --config="$HERE/job.json" \
+    "${OVERRIDE[@]}" -- "$PY" "$HERE/train.py" \
     --result="$RESULTS/onebit.json" | tee "$OUT/onebit.log"
   "$PY" "$HERE/ddp_adam.py" --config="$HERE/job.json" --result="$RESULTS/adam.json" \
     --loss_csv="$OUT/adam.csv" "${DDP_STEPS[@]}" | tee "$OUT/adam.log"
 fi
+# The launcher's summary of the 1-bit Adam job (bytes sent per worker, per stage).
+sed -n "/== Summary/,/^loss curve/p" "$OUT/onebit.log" > "$RESULTS/onebit_summary.txt"
 
 acc() { "$PY" -c "import json,sys; print('%.2f' % (100 * json.load(open(sys.argv[1]))['test_accuracy']))" "$1"; }
 ONEBIT_ACC="$(acc "$RESULTS/onebit.json")"

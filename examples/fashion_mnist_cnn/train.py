@@ -1,7 +1,7 @@
 """Fashion-MNIST CNN trained with 1-bit Adam: every process is one onebit worker.
 
     onebit-launch --config=job.json --out_dir=OUT -- /usr/bin/python3 train.py \
-        --config=job.json --result=OUT/onebit.json
+        --result=OUT/onebit.json
 
 The job config sets the steps, the seed, the per-worker batch and the optimizer; each rank
 trains on its own slice of every global batch (common.batch_indices) and rank 0 evaluates the
@@ -9,6 +9,7 @@ final model on the 10,000 test images and writes the result as JSON.
 """
 import argparse
 import json
+import os
 import time
 
 import torch
@@ -19,10 +20,14 @@ import onebit.torch as ot
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--config", required=True, help="the job config (JSON)")
+    parser.add_argument("--config", default=os.environ.get("ONEBIT_CONFIG"),
+                        help="the job config (default: $ONEBIT_CONFIG, the one onebit-launch "
+                        "runs, with its --steps/--freeze_step overrides)")
     parser.add_argument("--result", required=True, help="rank 0 writes its result JSON here")
     parser.add_argument("--print_every", type=int, default=100)
     args = parser.parse_args()
+    if not args.config:
+        parser.error("no --config and no ONEBIT_CONFIG (run it under onebit-launch)")
     with open(args.config) as f:
         job = json.load(f)
     seed, batch = job["seed"], job["train_micro_batch_size_per_gpu"]

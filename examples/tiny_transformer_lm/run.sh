@@ -23,7 +23,7 @@ cd "$ROOT"
 if [ -z "${PLOT_ONLY:-}" ]; then
   bazel build --disk_cache=/work/.bazel-disk-cache //deploy:onebit-launch
   bazel-bin/deploy/onebit-launch --config="$HERE/job.json" --out_dir="$OUT" --echo_all=false \
-    "${OVERRIDE[@]}" -- "$PY" "$HERE/train.py" --config="$HERE/job.json" "${EVERY[@]}" \
+    "${OVERRIDE[@]}" -- "$PY" "$HERE/train.py" "${EVERY[@]}" \
     --result="$RESULTS/onebit.json" --held_out_csv="$RESULTS/onebit_held_out.csv" \
     | tee "$OUT/onebit.log"
   "$PY" "$HERE/ddp_adam.py" --config="$HERE/job.json" --result="$RESULTS/adam.json" \

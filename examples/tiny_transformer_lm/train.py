@@ -2,7 +2,7 @@
 worker.
 
     onebit-launch --config=job.json --out_dir=OUT -- /usr/bin/python3 train.py \
-        --config=job.json --result=OUT/onebit.json --held_out_csv=OUT/onebit_held_out.csv
+        --result=OUT/onebit.json --held_out_csv=OUT/onebit_held_out.csv
 
 The job config sets the steps, the seed, the per-worker batch and the optimizer; each rank
 draws its own windows of the training text (common.batch), rank 0 measures the held-out loss
@@ -10,6 +10,7 @@ every --eval_every steps and at the end, and writes the result as JSON.
 """
 import argparse
 import json
+import os
 import time
 
 import torch
@@ -20,11 +21,15 @@ import onebit.torch as ot
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--config", required=True, help="the job config (JSON)")
+    parser.add_argument("--config", default=os.environ.get("ONEBIT_CONFIG"),
+                        help="the job config (default: $ONEBIT_CONFIG, the one onebit-launch "
+                        "runs, with its --steps/--freeze_step overrides)")
     parser.add_argument("--result", required=True, help="rank 0 writes its result JSON here")
     parser.add_argument("--held_out_csv", required=True, help="rank 0's held-out loss (CSV)")
     parser.add_argument("--eval_every", type=int, default=50)
     args = parser.parse_args()
+    if not args.config:
+        parser.error("no --config and no ONEBIT_CONFIG (run it under onebit-launch)")
     with open(args.config) as f:
         job = json.load(f)
     seed, batch = job["seed"], job["train_micro_batch_size_per_gpu"]
