@@ -37,7 +37,7 @@ def _find(name):
         path = os.path.join(DATA_DIR, candidate)
         if os.path.exists(path):
             return path
-    raise FileNotFoundError(f"{name}(.gz) is not in {DATA_DIR}: apt-get install fashion-mnist")
+    raise FileNotFoundError(f"{name}(.gz) is not in {DATA_DIR}: apt-get install dataset-fashion-mnist")
 
 
 def load(split):
