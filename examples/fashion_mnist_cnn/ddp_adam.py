@@ -6,7 +6,6 @@ job config's worker count as processes (torch.multiprocessing).
 """
 import argparse
 import json
-import os
 import socket
 import time
 
