@@ -1,0 +1,71 @@
+"""Fashion-MNIST CNN trained with 1-bit Adam: every process is one onebit worker.
+
+    onebit-launch --config=job.json --out_dir=OUT -- /usr/bin/python3 train.py \
+        --result=OUT/onebit.json
+
+The job config sets the steps, the seed, the per-worker batch and the optimizer; each rank
+trains on its own slice of every global batch (common.batch_indices) and rank 0 evaluates the
+final model on the 10,000 test images and writes the result as JSON.
+"""
+import argparse
+import json
+import os
+import time
+
+import torch
+
+import common
+import onebit.torch as ot
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--config", default=os.environ.get("ONEBIT_CONFIG"),
+                        help="the job config (default: $ONEBIT_CONFIG, the one onebit-launch "
+                        "runs, with its --steps/--freeze_step overrides)")
+    parser.add_argument("--result", required=True, help="rank 0 writes its result JSON here")
+    parser.add_argument("--print_every", type=int, default=100)
+    args = parser.parse_args()
+    if not args.config:
+        parser.error("no --config and no ONEBIT_CONFIG (run it under onebit-launch)")
+    with open(args.config) as f:
+        job = json.load(f)
+    seed, batch = job["seed"], job["train_micro_batch_size_per_gpu"]
+    torch.set_num_threads(1)  # N workers share the machine's cores
+
+    x, y = common.load("train")
+    model = common.make_model(seed)
+    opt = ot.OneBitAdam(model.parameters(), args.config)
+    rank, world = opt.rank, opt.world_size
+    if rank == 0:
+        print(f"{common.parameter_count(model)} parameters, {world} workers x batch {batch}",
+              flush=True)
+    start, losses = time.time(), []
+    while not opt.done:
+        step = opt.next_step
+        idx = common.batch_indices(len(x), seed, step, rank, world, batch)
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x[idx]), y[idx])
+        loss.backward()
+        opt.step(loss=loss)
+        losses.append(loss.item())
+        if rank == 0 and step % args.print_every == 0:
+            recent = losses[-args.print_every:]
+            print(f"step {step}: loss {sum(recent) / len(recent):.4f} "
+                  f"({time.time() - start:.1f} s)", flush=True)
+    seconds = time.time() - start
+    if rank == 0:  # after .done the parameters hold the job's final model
+        tx, ty = common.load("t10k")
+        accuracy, test_loss = common.evaluate(model, tx, ty)
+        result = {"optimizer": "OneBitAdam (onebit)", "steps": len(losses), "workers": world,
+                  "batch_per_worker": batch, "seed": seed, "test_accuracy": accuracy,
+                  "test_loss": test_loss, "train_seconds": seconds,
+                  "final_train_loss_rank0_last100": sum(losses[-100:]) / len(losses[-100:])}
+        with open(args.result, "w") as f:
+            json.dump(result, f, indent=2)
+        print(f"test accuracy {accuracy:.4f}, test loss {test_loss:.4f} after {len(losses)} "
+              f"steps ({seconds:.1f} s)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
