@@ -19,7 +19,9 @@ fi
 mkdir -p "$OUT" "$RESULTS"
 cd "$ROOT"
 if [ -z "${PLOT_ONLY:-}" ]; then
-  bazel build --disk_cache=/work/.bazel-disk-cache //deploy:onebit-launch
+  # The project machines share a disk cache; a fresh machine builds without one.
+  bazel build --disk_cache=/work/.bazel-disk-cache //deploy:onebit-launch 2>/dev/null ||
+    bazel build //deploy:onebit-launch
   bazel-bin/deploy/onebit-launch --config="$HERE/job.json" --out_dir="$OUT" --echo_all=false \
     "${OVERRIDE[@]}" -- "$PY" "$HERE/train.py" \
     --result="$RESULTS/onebit.json" | tee "$OUT/onebit.log"

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The examples (examples/*) stay runnable: each trains a few steps with onebit.torch through
+# onebit-launch and with Adam over DDP, and both write their results. The full runs and
+# their numbers are in examples/README.md.
+set -euo pipefail
+py=/usr/bin/python3
+root="${TEST_SRCDIR:?}/onebit"
+if ! "$py" -c "import torch, numpy" 2>/dev/null; then
+  echo "SKIPPED: $py cannot import torch (Debian's python3-torch is not installed;" \
+       "deploy/install-deps.sh installs it): the examples were not run"
+  exit 0
+fi
+if [ ! -d /usr/share/datasets/fashion-mnist ]; then
+  echo "SKIPPED: no /usr/share/datasets/fashion-mnist (dataset-fashion-mnist): the examples were not run"
+  exit 0
+fi
+out="${TEST_TMPDIR:?}"
+export PYTHONPATH="$root/python"
+launch() {
+  "$root/deploy/onebit-launch" --bin_dir="$root" --echo_all=false --timeout_s=300 "$@"
+}
+check() {  # a result JSON with a finite number under $2
+  "$py" -c "import json, math, sys; v = json.load(open(sys.argv[1]))[sys.argv[2]]; \
+assert math.isfinite(v), v; print(sys.argv[1], sys.argv[2], v)" "$1" "$2"
+}
+
+ex="$root/examples/fashion_mnist_cnn"
+launch --config="$ex/job.json" --out_dir="$out/cnn" --steps=30 --freeze_step=15 \
+  -- "$py" "$ex/train.py" --result="$out/cnn/onebit.json" --print_every=10
+"$py" "$ex/ddp_adam.py" --config="$ex/job.json" --steps=30 --result="$out/cnn/adam.json" \
+  --loss_csv="$out/cnn/adam.csv" --print_every=10
+check "$out/cnn/onebit.json" test_accuracy
+check "$out/cnn/adam.json" test_accuracy
+
+ex="$root/examples/tiny_transformer_lm"
+launch --config="$ex/job.json" --out_dir="$out/lm" --steps=20 --freeze_step=10 \
+  -- "$py" "$ex/train.py" --result="$out/lm/onebit.json" --held_out_csv="$out/lm/held_out.csv" \
+  --eval_every=10
+check "$out/lm/onebit.json" held_out_loss
+echo "examples: both ran"
