@@ -3,6 +3,8 @@
 # onebit-launch and with Adam over DDP, and both write their results. The full runs and
 # their numbers are in examples/README.md.
 set -euo pipefail
+# One intra-op thread per PyTorch process: the jobs run several processes at once.
+export OMP_NUM_THREADS=1
 py=/usr/bin/python3
 root="${TEST_SRCDIR:?}/onebit"
 if ! "$py" -c "import torch, numpy" 2>/dev/null; then
