@@ -28,6 +28,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -53,6 +55,12 @@ ABSL_FLAG(std::string, inter, "", "Override onebit.exchange.inter: peer or ps.")
 ABSL_FLAG(int, servers, -1, "Override onebit.exchange.servers.");
 ABSL_FLAG(int, steps, 0, "Override steps.");
 ABSL_FLAG(int, freeze_step, -1, "Override optimizer.params.freeze_step.");
+ABSL_FLAG(std::string, fault, "",
+          "Fault injection, to watch the job recover: PROCESS:POINT:STEP kills that process "
+          "with SIGKILL at POINT of step STEP, once (worker<i>: kill_in_exchange or "
+          "kill_before_commit; server<i> or coordinator: kill_at_step). The job needs "
+          "onebit.checkpoint and onebit.failure.max_restarts >= 1 to resume; only the "
+          "first job (not the Adam comparison) gets it.");
 ABSL_FLAG(std::string, cluster_control, "",
           "Emulated cluster (tools/emulated_cluster.sh up): NAMESPACE@ADDRESS of the "
           "coordinator and the shards.");
@@ -152,9 +160,38 @@ absl::StatusOr<Script> ScriptCommand(std::vector<std::string> argv, const std::s
   return script;
 }
 
+// --fault's PROCESS:POINT:STEP into the process's --fault flag. The binaries check POINT
+// and STEP themselves (and exit with the points they know).
+absl::Status ApplyFault(const std::string& text, const JobConfig& config,
+                        LocalJobOptions* options) {
+  if (text.empty()) return absl::OkStatus();
+  const std::vector<std::string> parts = absl::StrSplit(text, absl::MaxSplits(':', 1));
+  const auto bad = [&text](const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat("--fault=", text, ": ", why));
+  };
+  if (parts.size() != 2) return bad("want PROCESS:POINT:STEP");
+  const std::vector<std::string> flag = {"--fault=" + parts[1]};
+  const std::string& process = parts[0];
+  if (process == "coordinator") {
+    options->coordinator_flags.insert(options->coordinator_flags.end(), flag.begin(), flag.end());
+    return absl::OkStatus();
+  }
+  int index = -1;
+  for (const auto& [prefix, count] : {std::pair<std::string, int>{"worker", config.workers},
+                                      std::pair<std::string, int>{"server", config.exchange.servers}}) {
+    if (!absl::StartsWith(process, prefix)) continue;
+    if (!absl::SimpleAtoi(process.substr(prefix.size()), &index) || index < 0 || index >= count) {
+      return bad(absl::StrCat(prefix, " index must be 0..", count - 1));
+    }
+    (prefix == "worker" ? options->flags_of_worker : options->flags_of_server)[index] = flag;
+    return absl::OkStatus();
+  }
+  return bad("PROCESS is worker<i>, server<i> or coordinator");
+}
+
 absl::StatusOr<JobResult> RunJob(const std::string& bin, const std::string& dir,
                                  const JobConfig& config, const std::string& config_path,
-                                 const Script& script = {}) {
+                                 const Script& script = {}, const std::string& fault = "") {
   const absl::Time start = absl::Now();
   LocalJobOptions options;
   if (!absl::GetFlag(FLAGS_cluster_control).empty()) {
@@ -171,6 +208,7 @@ absl::StatusOr<JobResult> RunJob(const std::string& bin, const std::string& dir,
   options.worker_flags = {"--history_csv=" + dir + "/worker-{i}.csv"};
   options.worker_command = script.argv;
   options.worker_env = script.env;
+  ONEBIT_RETURN_IF_ERROR(ApplyFault(fault, config, &options));
   LocalJob job(options, config);
   absl::Status status = job.Start();
   if (status.ok()) {
@@ -275,6 +313,8 @@ void PrintSummary(const JobConfig& c, const JobResult& onebit, const JobResult* 
                 "communicated (the rest sent nothing)\n",
                 Mean(onebit, "steps_communicated_warmup"), warm,
                 Mean(onebit, "steps_communicated_compression"), comp);
+  } else if (c.workers == 1) {
+    std::printf("\none worker: nothing is exchanged, so there are no bytes to compare\n");
   } else if (warm > 0 && comp > 0) {
     // Hierarchical: what crosses nodes is what the compression is for; the fp32 traffic
     // inside a node is not compressed.
@@ -289,13 +329,15 @@ void PrintSummary(const JobConfig& c, const JobResult& onebit, const JobResult* 
     std::printf("  vs fp16 (half the measured fp32; no fp16 exchange exists to measure): %.1fx fewer\n",
                 fp32_step / 2 / onebit_step);
   }
-  if (adam) {
+  if (adam && c.workers > 1) {
     const std::string prefix = c.exchange.mode == "hierarchical" ? "inter_node_" : "";
     auto total = [&](const JobResult& r) {
       return Mean(r, prefix + "bytes_sent_warmup") + Mean(r, prefix + "bytes_sent_compression");
     };
     std::printf("whole run: Adam sends %.1fx the bytes of %s%s\n", total(*adam) / total(onebit),
                 name.c_str(), prefix.empty() ? "" : " between nodes");
+  }
+  if (adam) {
     const double diff = 100 * (Field(onebit.workers[0], "test_accuracy") - Field(adam->workers[0], "test_accuracy"));
     std::printf("accuracy: %s %+.2f points vs Adam at an equal number of samples (target: within 1)\n",
                 name.c_str(), diff);
@@ -399,7 +441,7 @@ int Main(int argc, char** argv) {
   std::printf("== %s: %s%s\n", DisplayName(config->optimizer.type).c_str(), config_path.c_str(),
               command.empty() ? "" : absl::StrCat(", workers: ", absl::StrJoin(command, " ")).c_str());
   absl::StatusOr<JobResult> onebit =
-      RunJob(bin, out + "/onebit_adam", *config, config_path, *script);
+      RunJob(bin, out + "/onebit_adam", *config, config_path, *script, absl::GetFlag(FLAGS_fault));
   if (!onebit.ok()) {
     std::fprintf(stderr, "error: %s\n", std::string(onebit.status().message()).c_str());
     return 1;

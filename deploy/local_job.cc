@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <system_error>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -67,6 +69,26 @@ absl::StatusOr<std::vector<ClusterHost>> ParseClusterHosts(const std::string& te
   return hosts;
 }
 
+// Where a process's output goes: <dir>/<name with dashes>.log ("worker 1" -> worker-1.log).
+std::string LocalJob::LogPath(const std::string& name) const {
+  return absl::StrCat(options_.dir, "/", absl::StrReplaceAll(name, {{" ", "-"}}), ".log");
+}
+
+// The failing process's last line goes into the launcher's error (a Python traceback's
+// exception, a binary's status), so the user need not open the log to read it.
+std::string LastLogLine(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return "";
+  const std::streamoff size = in.tellg();
+  const std::streamoff from = std::max<std::streamoff>(0, size - 4096);
+  in.seekg(from);
+  std::string tail(static_cast<size_t>(size - from), '\0');
+  in.read(tail.data(), static_cast<std::streamsize>(tail.size()));
+  tail.resize(static_cast<size_t>(in.gcount()));
+  std::vector<absl::string_view> lines = absl::StrSplit(tail, '\n', absl::SkipWhitespace());
+  return lines.empty() ? "" : std::string(absl::StripAsciiWhitespace(lines.back()));
+}
+
 absl::StatusOr<Process*> LocalJob::Spawn(const std::string& name, std::vector<std::string> argv,
                                          const ClusterHost& host, bool echo,
                                          std::vector<std::string> env) {
@@ -77,8 +99,7 @@ absl::StatusOr<Process*> LocalJob::Spawn(const std::string& name, std::vector<st
   process.name = name;
   process.echo = echo;
   process.env_set = env;
-  process.log_path =
-      absl::StrCat(options_.dir, "/", absl::StrReplaceAll(name, {{" ", "-"}}), ".log");
+  process.log_path = LogPath(name);
   ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<Process> p, Process::Start(process));
   processes_.push_back(std::move(p));
   specs_.push_back(Spec{name, process.argv, host, echo, std::move(env)});
@@ -98,8 +119,7 @@ absl::StatusOr<Process*> LocalJob::Respawn(size_t index) {
   process.name = spec.name;
   process.echo = spec.echo;
   process.env_set = spec.env;
-  process.log_path =
-      absl::StrCat(options_.dir, "/", absl::StrReplaceAll(spec.name, {{" ", "-"}}), ".log");
+  process.log_path = LogPath(spec.name);
   ONEBIT_ASSIGN_OR_RETURN(processes_[index], Process::Start(process));
   return processes_[index].get();
 }
@@ -240,11 +260,13 @@ absl::Status LocalJob::WaitForWorkers(absl::Duration timeout, const volatile int
         ONEBIT_RETURN_IF_ERROR(Respawn(i).status());
         continue;
       }
+      const std::string last = LastLogLine(LogPath(name));
       return absl::AbortedError(absl::StrCat(name, " exited with code ", code,
                                              code == kExitRestart || code > 128
                                                  ? " and has no restart left"
                                                  : "",
-                                             "; its log is in ", options_.dir));
+                                             last.empty() ? "" : absl::StrCat(" (", last, ")"),
+                                             "; its log is ", LogPath(name)));
     }
     if (done == workers_.size()) return absl::OkStatus();
     if (interrupted && *interrupted) return absl::CancelledError("interrupted");

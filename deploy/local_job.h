@@ -106,6 +106,7 @@ class LocalJob {
     std::vector<std::string> env;  // ProcessOptions::env_set
   };
   absl::StatusOr<Process*> Respawn(size_t index);
+  std::string LogPath(const std::string& name) const;
 
   LocalJobOptions options_;
   JobConfig config_;
@@ -115,6 +116,10 @@ class LocalJob {
   std::vector<size_t> workers_;  // indices into processes_
   std::map<std::string, int> restarts_;
 };
+
+// The last non-empty line of a log file (within its last 4 KiB), "" when there is none or
+// it cannot be read: the line a failing process ended with, usually its error.
+std::string LastLogLine(const std::string& path);
 
 // JSON text into a google.protobuf.Value; `what` names the source in errors.
 absl::StatusOr<google::protobuf::Value> ParseJsonValue(const std::string& text,

@@ -13,6 +13,9 @@
 // be applied to the error), so they move 8 bytes per element more than min_bytes and top
 // out near 0.6 of the copy.
 //
+// The optimizer family's kernels (the int8 compressor, 0/1 Adam's, 1-bit LAMB's, the
+// momentum mask's) are measured the same way.
+//
 // The kernels that reduce (the compressions, SumSquares) also run at 256K, 1M and 4M
 // elements, where launches, the last wave of blocks and the last block's sum of the
 // partials (cuda_backend.cu, "Reductions") weigh more than at 64M.
@@ -64,8 +67,9 @@ struct Workspace {
   std::unique_ptr<Backend> backend;
   cudaStream_t stream = nullptr;
   cudaEvent_t start = nullptr, stop = nullptr;
-  float *g, *m, *v, *p, *mask, *err, *out, *rows;
+  float *g, *m, *v, *p, *mask, *err, *out, *rows, *v_fresh;
   uint8_t *worker_blocks, *server_blocks, *server_out;
+  uint8_t *int8_worker_blocks, *int8_server_blocks, *int8_server_out;  // the int8 format
   void *copy_src, *copy_dst;
   size_t copy_capacity;
 
@@ -137,6 +141,7 @@ Workspace* MakeWorkspace() {
   w->err = w->Allocate<float>(kN);
   w->out = w->Allocate<float>(kN);
   w->rows = w->Allocate<float>(kWorkers * kN);
+  w->v_fresh = w->Allocate<float>(kN);
   for (float* x : {w->g, w->m, w->p}) {
     Check(b->CopyFromHost(x, signed_values.data(), kN * sizeof(float)), "CopyFromHost");
   }
@@ -145,6 +150,7 @@ Workspace* MakeWorkspace() {
           "CopyFromHost");
   }
   Check(b->CopyFromHost(w->v, variances.data(), kN * sizeof(float)), "CopyFromHost");
+  Check(b->CopyFromHost(w->v_fresh, variances.data(), kN * sizeof(float)), "CopyFromHost");
   Check(b->CopyFromHost(w->mask, mask.data(), kN * sizeof(float)), "CopyFromHost");
   Check(b->Zero(w->err, kN * sizeof(float)), "Zero");
 
@@ -159,6 +165,24 @@ Workspace* MakeWorkspace() {
   Check(b->CopyFromHost(w->server_blocks, server_blocks.data(), server_blocks.size()),
         "CopyFromHost");
   w->server_out = w->Allocate<uint8_t>(server_block_bytes);
+
+  // The int8 format likewise: worker blocks from a real compression; the server's W blocks
+  // are one real block of the whole tensor, repeated (valid scales and offsets).
+  w->int8_worker_blocks = w->Allocate<uint8_t>(kChunks * Int8BlockBytes(kChunk));
+  Check(b->CompressWorkerInt8(w->m, nullptr, 0.9f, kN, kChunks, kChunk, w->err,
+                              w->int8_worker_blocks),
+        "CompressWorkerInt8");
+  const size_t int8_server_block_bytes = Int8BlockBytes(kN);
+  w->int8_server_blocks = w->Allocate<uint8_t>(kWorkers * int8_server_block_bytes);
+  Check(b->CompressWorkerInt8(w->m, nullptr, 0.9f, kN, 1, kN, w->err, w->int8_server_blocks),
+        "CompressWorkerInt8");
+  for (int r = 1; r < kWorkers; ++r) {
+    Check(b->Copy(w->int8_server_blocks + r * int8_server_block_bytes, w->int8_server_blocks,
+                  int8_server_block_bytes),
+          "Copy");
+  }
+  w->int8_server_out = w->Allocate<uint8_t>(int8_server_block_bytes);
+  Check(b->Zero(w->err, kN * sizeof(float)), "Zero");
 
   // Half of the largest min_bytes (SumRows: 9 arrays of 4 bytes per element).
   w->copy_capacity = (kWorkers + 1) * kN * sizeof(float) / 2;
@@ -203,6 +227,8 @@ void RegisterAll() {
   const double f32 = 4.0 * n;                                          // one float array
   const double worker_blocks = kChunks * CompressedBlockBytes(kChunk);  // N/8 + scales
   const double server_block = CompressedBlockBytes(kN);
+  const double int8_worker_blocks = kChunks * Int8BlockBytes(kChunk);  // N + 8 per chunk
+  const double int8_server_block = Int8BlockBytes(kN);
   const AdamHyper h;
   AdamHyper h_wd;
   h_wd.weight_decay = 0.01f;
@@ -270,6 +296,55 @@ void RegisterAll() {
          double result;
          return b->SumSquares(w.err, kN, &result);
        }},
+      // The int8 compressor (exchange.compressor int8), as the 1-bit cases above.
+      {"CompressWorkerInt8", 3 * f32 + int8_worker_blocks,
+       [=, &w] {
+         return b->CompressWorkerInt8(w.m, nullptr, 0.9f, kN, kChunks, kChunk, w.err,
+                                      w.int8_worker_blocks);
+       }},
+      {"ServerAggregateInt8/W=8", kWorkers * int8_server_block + 2 * f32 + int8_server_block,
+       [=, &w] {
+         return b->ServerAggregateInt8(w.int8_server_blocks, kWorkers, kN, w.err,
+                                       w.int8_server_out);
+       }},
+      {"DecompressInt8", int8_worker_blocks + f32,
+       [=, &w] {
+         return b->DecompressInt8(w.int8_worker_blocks, kChunks, kChunk, kN, w.out);
+       }},
+      // 0/1 Adam. Local step: reads g, v, m, p, acc; writes m, p, acc (acc: err).
+      {"ZeroOneLocalUpdate", 8 * f32,
+       [=, &w] { return b->ZeroOneLocalUpdate(h, w.g, w.v, w.m, w.p, w.err, kN); }},
+      // Reads v, acc; writes acc.
+      {"ZeroOneSyncPrepare", 3 * f32,
+       [=, &w] { return b->ZeroOneSyncPrepare(h.eps, w.v, w.err, kN); }},
+      // Reads v, avg, anchor; writes m, anchor, p (avg: the first row; anchor: out).
+      {"ZeroOneSyncApply", 6 * f32,
+       [=, &w] {
+         return b->ZeroOneSyncApply(h.eps, 0.01f, w.v, nullptr, w.rows, w.m, w.out, w.p, kN);
+       }},
+      // 1-bit LAMB. Reads g, m, v; writes m, v.
+      {"AdamMomentsUpdate", 5 * f32,
+       [=, &w] { return b->AdamMomentsUpdate(h, w.g, 1.0f, w.m, w.v, kN); }},
+      // Reads m, v; writes u (out).
+      {"AdamDirectionInto", 3 * f32,
+       [=, &w] { return b->AdamDirectionInto(h, w.m, w.v, w.p, w.out, kN); }},
+      // Reads x, y; writes y.
+      {"Axpy", 3 * f32, [=, &w] { return b->Axpy(1e-3f, w.g, w.out, kN); }},
+      // Reads x; writes x.
+      {"Scale", 2 * f32, [=, &w] { return b->Scale(1.0f, w.out, kN); }},
+      // Reads m, v_last (m_last: g), v_fresh; writes v_fresh.
+      {"FreshVarianceUpdate", 4 * f32,
+       [=, &w] { return b->FreshVarianceUpdate(0.9f, 0.999f, w.m, w.g, w.v_fresh, kN); }},
+      // Reads v, v_fresh (and waits for the 4-byte result on the host).
+      {"MaxDenomRatio", 2 * f32,
+       [=, &w] {
+         float result;
+         return b->MaxDenomRatio(h.eps, w.v, w.v_fresh, kN, &result);
+       }},
+      // Momentum masks. Reads mask, x; writes x.
+      {"ApplyMask", 3 * f32, [=, &w] { return b->ApplyMask(w.mask, w.out, kN); }},
+      // Reads g; writes seen where g != 0 (here: every element).
+      {"MarkNonzero", 2 * f32, [=, &w] { return b->MarkNonzero(w.g, w.out, kN); }},
   };
   for (const Case& c : cases) {
     benchmark::RegisterBenchmark(c.name, RunKernel, c.min_bytes, c.fn)

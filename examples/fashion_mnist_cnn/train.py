@@ -32,9 +32,15 @@ def main():
         job = json.load(f)
     seed, batch = job["seed"], job["train_micro_batch_size_per_gpu"]
     torch.set_num_threads(1)  # N workers share the machine's cores
+    # onebit.device cuda: the model, the data and onebit's buffers live on the GPU; worker
+    # r takes GPU r mod the GPUs there are (several workers may share one).
+    device = torch.device("cpu")
+    if job.get("onebit", {}).get("device", "cpu") == "cuda":
+        device = torch.device("cuda", int(os.environ.get("ONEBIT_RANK", "0")) %
+                              torch.cuda.device_count())
 
-    x, y = common.load("train")
-    model = common.make_model(seed)
+    x, y = (t.to(device) for t in common.load("train"))
+    model = common.make_model(seed).to(device)
     opt = ot.OneBitAdam(model.parameters(), args.config)
     rank, world = opt.rank, opt.world_size
     if rank == 0:
@@ -43,7 +49,7 @@ def main():
     start, losses = time.time(), []
     while not opt.done:
         step = opt.next_step
-        idx = common.batch_indices(len(x), seed, step, rank, world, batch)
+        idx = common.batch_indices(len(x), seed, step, rank, world, batch).to(device)
         opt.zero_grad()
         loss = torch.nn.functional.cross_entropy(model(x[idx]), y[idx])
         loss.backward()
@@ -55,9 +61,10 @@ def main():
                   f"({time.time() - start:.1f} s)", flush=True)
     seconds = time.time() - start
     if rank == 0:  # after .done the parameters hold the job's final model
-        tx, ty = common.load("t10k")
+        tx, ty = (t.to(device) for t in common.load("t10k"))
         accuracy, test_loss = common.evaluate(model, tx, ty)
-        result = {"optimizer": "OneBitAdam (onebit)", "steps": len(losses), "workers": world,
+        result = {"optimizer": "OneBitAdam (onebit)", "device": str(device),
+                  "steps": len(losses), "workers": world,
                   "batch_per_worker": batch, "seed": seed, "test_accuracy": accuracy,
                   "test_loss": test_loss, "train_seconds": seconds,
                   "final_train_loss_rank0_last100": sum(losses[-100:]) / len(losses[-100:])}

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Packs what tools/gpu/check.sh runs on a GPU machine into gpu-bundle/ (git ignores it: the
+# script adds it to .git/info/exclude). That machine has CUDA, NCCL, PyTorch and a C++
+# compiler but no Bazel, gRPC or Debian packages, so everything is built here:
+#   - the GPU tests and the job binaries (bazel-bin's layout, stripped), in bundle.tar.xz;
+#   - the Debian shared libraries they load (not glibc, libstdc++ or CUDA's: the GPU
+#     machine's own are used);
+#   - the Python package's C++ side as a shared library (libonebit_worker.so: every object
+#     of //python:_onebit_core.so except core.cc) and the Abseil headers core.cc includes,
+#     so that check.sh compiles the small pybind11 module there, against that machine's
+#     Python and pybind11 (its PyTorch needs them; Debian's are other versions);
+#   - Fashion-MNIST (Debian's dataset-fashion-mnist).
+# Usage: tools/gpu/bundle.sh            then carry gpu-bundle and run tools/gpu/check.sh.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT="$PWD"
+B="$ROOT/gpu-bundle"
+S="$B/stage"
+grep -qx '/gpu-bundle/' .git/info/exclude 2>/dev/null || echo '/gpu-bundle/' >> .git/info/exclude
+
+# Test binaries are linked statically (their BUILD says why); the job binaries load the
+# Debian libraries copied below.
+TESTS=(
+  kernels/cuda_backend_test kernels/cuda_determinism_test kernels/cuda_kernels_benchmark
+  worker/workloads/mlp_cuda_test worker/transport/nccl_transport_test worker/trainer_test
+)
+BINARIES=(
+  deploy/onebit-launch coordinator/onebit-coordinator server/onebit-server
+  worker/onebit-worker tools/onebitctl tools/onebit-replay tools/onebit-gradient-stream
+)
+labels=(//python:_onebit_core.so)
+for p in "${TESTS[@]}" "${BINARIES[@]}"; do labels+=("//${p%/*}:${p##*/}"); done
+bazel build "${labels[@]}"
+
+rm -rf "$B"
+mkdir -p "$S/bin/python" "$S/lib" "$S/include" "$B/fashion-mnist"
+for p in "${TESTS[@]}" "${BINARIES[@]}"; do
+  install -D -m 755 "bazel-bin/$p" "$S/bin/$p"
+  strip "$S/bin/$p"
+done
+cp -r python/onebit "$S/bin/python/"
+
+# libonebit_worker.so: the link of //python:_onebit_core.so without core.cc, with the same
+# libraries (read from Bazel's own link action).
+link="$(bazel aquery 'mnemonic("CppLink", //python:_onebit_core.so)' --output=text 2>/dev/null)"
+mapfile -t objects < <(grep -oE 'bazel-out/[^ ,]+\.pic\.o' <<<"$link" | grep -v '/core\.pic\.o$' | sort -u)
+mapfile -t libs < <(sed -n '/Command Line/,/^ *#/p' <<<"$link" | tr -d "\\\\'" |
+  sed 's/ *$//' | grep -oE '^ +(-l[^ ]+|-L/[^ ]+|-pthread)$' | sed 's/^ *//')
+g++ -shared -o "$S/lib/libonebit_worker.so" "${objects[@]}" \
+  -Wl,-S -Wl,-rpath,'$ORIGIN' -L/usr/local/cuda/lib64 "${libs[@]}"
+
+# The headers core.cc includes that are neither the compiler's, glibc's, Python's nor
+# pybind11's: Abseil's (the project's own travel with the working tree).
+dep=bazel-out/k8-fastbuild/bin/python/_objs/_onebit_core.so/core.pic.d
+tr ' \\' '\n\n' <"$dep" | grep '^/usr/include/absl/' | sort -u | while read -r h; do
+  install -D -m 644 "$h" "$S/include/${h#/usr/include/}"
+done
+
+# Every Debian library the binaries load, except the ones any Linux with CUDA has.
+system='^(libc|libm|libdl|libpthread|librt|libresolv|ld-linux-x86-64|libstdc\+\+|libgcc_s|libcuda|libnccl|libcublas|libcublasLt|libcudart|linux-vdso)\.so'
+for f in "${TESTS[@]/#/$S/bin/}" "${BINARIES[@]/#/$S/bin/}" "$S/lib/libonebit_worker.so"; do
+  ldd "$f" | awk '$2 == "=>" && $3 ~ /^\// {print $3}'
+done | sort -u | while read -r lib; do
+  name="$(basename "$lib")"
+  [[ "$name" =~ $system ]] && continue
+  cp -L "$lib" "$S/lib/$name"
+done
+
+cp /usr/share/datasets/fashion-mnist/*.gz "$B/fashion-mnist/"
+tar -C "$S" -cJf "$B/bundle.tar.xz" .
+rm -rf "$S"
+du -sh "$B" "$B"/*

@@ -1,0 +1,198 @@
+#!/usr/bin/env bash
+# The GPU checks, in one call to a lent GPU machine (no Bazel, gRPC or apt there; CUDA,
+# NCCL, PyTorch and a C++ compiler are). Build here first: tools/gpu/bundle.sh makes
+# gpu-bundle/, which git ignores and the call carries:
+#
+#   device run:  command "bash tools/gpu/check.sh", carry ["gpu-bundle"]
+#
+# Each check runs under its own time limit and writes its log; the whole script keeps to
+# BUDGET seconds (checks that would start later are reported as not run). The last lines
+# are a table (check, result, seconds); $OUT gets summary.txt, logs.tar.gz (every log and
+# result) and bench.json (the CUDA kernels against a device-to-device copy).
+#
+# Without a GPU (DEVICE=cpu) the same jobs run on the CPU, which is how this script is
+# tested before device time is spent on it: DEVICE=cpu OUT=/tmp/gpu-out bash tools/gpu/check.sh
+# CHECKS="name name ..." runs only those checks.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+ROOT="$PWD"
+OUT="${OUT:-/tmp/gpu-out}"
+OB="${OB:-/tmp/onebit-gpu}"         # the unpacked bundle
+DEVICE="${DEVICE:-cuda}"
+BUDGET="${BUDGET:-450}"
+PY="${PY:-python3}"
+LOGS="$OUT/logs"
+START=$SECONDS
+rm -rf "$LOGS" && mkdir -p "$OUT" "$LOGS"
+rm -rf "$OB" && mkdir -p "$OB"
+tar -xJf gpu-bundle/bundle.tar.xz -C "$OB"
+# Where the machine has a library of the same soname, its own copy is used.
+for lib in "$OB"/lib/*.so.*; do
+  name="$(basename "$lib")"
+  if ldconfig -p | grep -q "^[[:space:]]*$name "; then rm "$lib"; fi
+done
+export LD_LIBRARY_PATH="$OB/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# The workloads and the examples read Debian's path.
+FMNIST=/usr/share/datasets/fashion-mnist
+if [ ! -f "$FMNIST/train-images-idx3-ubyte.gz" ]; then
+  mkdir -p "$FMNIST" && cp gpu-bundle/fashion-mnist/*.gz "$FMNIST/"
+fi
+BIN="$OB/bin"
+export ROOT OUT OB DEVICE PY LOGS BIN
+
+printf '%-28s %-8s %s\n' check result seconds > "$OUT/summary.txt"
+want() { [ -z "${CHECKS:-}" ] || [[ " $CHECKS " == *" $1 "* ]]; }
+# check NAME LIMIT_S COMMAND...: runs it with its output in $LOGS/NAME.log.
+check() {
+  local name="$1" limit="$2"
+  shift 2
+  want "$name" || return 0
+  local left=$((BUDGET - (SECONDS - START)))
+  if [ "$left" -lt 10 ]; then
+    printf '%-28s %-8s %s\n' "$name" "not-run" "(budget)" | tee -a "$OUT/summary.txt"
+    return 0
+  fi
+  [ "$limit" -gt "$left" ] && limit="$left"
+  local t0=$SECONDS rc
+  echo "== $name (limit ${limit}s)"
+  # Through bash: a check may be one of the functions below (exported before they run).
+  timeout --kill-after=5 "$limit" bash -c '"$@"' _ "$@" > "$LOGS/$name.log" 2>&1
+  rc=$?
+  local result=ok
+  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then result=timeout; elif [ $rc -ne 0 ]; then result="rc=$rc"; fi
+  printf '%-28s %-8s %s\n' "$name" "$result" "$((SECONDS - t0))" | tee -a "$OUT/summary.txt"
+  tail -n 4 "$LOGS/$name.log" | sed 's/^/    /'
+  tar -C "$OUT" -czf "$OUT/logs.tar.gz" logs  # what has run so far comes back even on a timeout
+}
+
+# A job config: deploy/demo.json (or $BASE) with a JSON object merged in, key by key.
+job() {
+  local path="$LOGS/$1.json"
+  "$PY" - "${BASE:-deploy/demo.json}" "$2" "$path" <<'PYEOF'
+import json, sys
+def merge(a, b):
+    for k, v in b.items():
+        a[k] = merge(a.get(k, {}), v) if isinstance(v, dict) and isinstance(a.get(k), dict) else v
+    return a
+job = merge(json.load(open(sys.argv[1])), json.loads(sys.argv[2]))
+json.dump(job, open(sys.argv[3], "w"), indent=1)
+PYEOF
+  echo "$path"
+}
+launch() {  # launch NAME CONFIG [launcher flags...]
+  local name="$1" config="$2"
+  shift 2
+  "$BIN/deploy/onebit-launch" --bin_dir="$BIN" --config="$config" --out_dir="$LOGS/$name" \
+    --echo_all=false --timeout_s=300 "$@"
+}
+
+info() {
+  nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv
+  "$PY" -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())'
+  g++ --version | head -1
+  ls /usr/local/cuda/lib64 | grep -E '^lib(nccl|cublas)\.so' || echo "no NCCL/cuBLAS in /usr/local/cuda/lib64"
+  echo "bundled libraries kept: $(ls "$OB/lib" | tr '\n' ' ')"
+}
+export -f info
+check info 30 info
+
+# ---- The GPU tests (each skips with a message where there is no GPU) ----
+check cuda_backend_test 150 "$BIN/kernels/cuda_backend_test"
+check cuda_determinism_test 200 "$BIN/kernels/cuda_determinism_test"
+check mlp_cuda_test 120 "$BIN/worker/workloads/mlp_cuda_test"
+check nccl_transport_test 90 "$BIN/worker/transport/nccl_transport_test"
+check trainer_test_gpu 120 "$BIN/worker/trainer_test" --gtest_filter='TrainerGpu*'
+
+# ---- The Python package's extension, compiled here against this Python and pybind11 ----
+build_extension() {
+  local inc pyb suffix
+  inc="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
+  # pip's pybind11 (the GPU machine's), else the system's (Debian's, in /usr/include).
+  pyb="$("$PY" -c 'import pybind11; print(pybind11.get_include())' 2>/dev/null || echo /usr/include)"
+  suffix="$("$PY" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')"
+  echo "Python headers $inc, pybind11 $pyb"
+  g++ -std=c++17 -O2 -fPIC -shared -fvisibility=hidden -I"$ROOT" -isystem "$OB/include" \
+    $([ "$pyb" = /usr/include ] || echo -isystem "$pyb") -isystem "$inc" python/core.cc -o "$BIN/python/_onebit_core$suffix" \
+    -L"$OB/lib" -lonebit_worker -Wl,-rpath,"$OB/lib" &&
+    PYTHONPATH="$BIN/python" "$PY" -c 'import onebit.torch, _onebit_core; print("import ok")'
+}
+export -f build_extension
+check py_extension 150 build_extension
+
+# ---- The Fashion-MNIST CNN example (examples/fashion_mnist_cnn) on the GPU ----
+CNN=examples/fashion_mnist_cnn
+export CNN
+cnn() {  # cnn NAME MERGE
+  local config
+  config="$(BASE=$CNN/job.json job "$1" "$2")"
+  launch "$1" "$config" -- "$PY" "$CNN/train.py" --result="$LOGS/$1/result.json"
+}
+export -f job launch cnn
+# 4 workers on one GPU, gloo between them (NCCL wants a GPU per rank).
+check cnn_cuda_gloo_w4 200 cnn cnn_cuda_gloo_w4 "{\"onebit\": {\"device\": \"$DEVICE\"}}"
+# One worker with NCCL (a world of 1: no exchange, the NCCL transport is made all the same).
+check cnn_cuda_nccl_w1 120 cnn cnn_cuda_nccl_w1 \
+  "{\"onebit\": {\"device\": \"$DEVICE\", \"workers\": 1}, \"optimizer\": {\"params\": {\"comm_backend_name\": \"$([ "$DEVICE" = cuda ] && echo nccl || echo gloo)\"}}}"
+
+# ---- The C++ MLP workload (deploy/demo.json's job) on the GPU ----
+NCCL="$([ "$DEVICE" = cuda ] && echo nccl || echo gloo)"
+export NCCL
+mlp() {  # mlp NAME MERGE [launcher flags]
+  local name="$1" config
+  config="$(job "$name" "$2")"
+  shift 2
+  launch "$name" "$config" "$@"
+}
+export -f mlp
+check mlp_nccl_w1 120 mlp mlp_nccl_w1 \
+  "{\"onebit\": {\"device\": \"$DEVICE\", \"workers\": 1, \"exchange\": {\"mode\": \"peer\", \"servers\": 0}}, \"optimizer\": {\"params\": {\"comm_backend_name\": \"$NCCL\"}}}"
+check mlp_ps_w4_fp32 150 mlp mlp_ps_w4_fp32 "{\"onebit\": {\"device\": \"$DEVICE\"}}"
+check mlp_ps_w4_fp16 120 mlp mlp_ps_w4_fp16 \
+  "{\"onebit\": {\"device\": \"$DEVICE\"}, \"fp16\": {\"enabled\": true}}" --compare_adam=false
+check mlp_ps_w4_bf16 120 mlp mlp_ps_w4_bf16 \
+  "{\"onebit\": {\"device\": \"$DEVICE\"}, \"bf16\": {\"enabled\": true}}" --compare_adam=false
+check mlp_gloo_w4_fp16 120 mlp mlp_gloo_w4_fp16 \
+  "{\"onebit\": {\"device\": \"$DEVICE\", \"exchange\": {\"mode\": \"peer\", \"servers\": 0}}, \"fp16\": {\"enabled\": true}}" --compare_adam=false
+
+# ---- Hierarchical with NCCL inside each node (a node of one GPU), shards between nodes;
+# then the same job with worker 1 killed in its exchange: restarted, the NCCL groups made
+# again, resumed from step 40's checkpoint, and it must end with the same loss.
+HIER="{\"steps\": 60, \"optimizer\": {\"params\": {\"freeze_step\": 40, \"comm_backend_name\": \"$NCCL\"}},
+  \"onebit\": {\"device\": \"$DEVICE\", \"workers\": 2, \"lease_steps\": 5,
+  \"exchange\": {\"mode\": \"hierarchical\", \"local_size\": 1, \"inter\": \"ps\", \"servers\": 2},
+  \"failure\": {\"max_restarts\": 1, \"heartbeat_timeout_s\": 3},
+  \"workload\": {\"eval_every\": 0}}}"
+hier() {  # hier NAME [launcher flags]
+  local name="$1"
+  shift
+  mlp "$name" "$(sed "s|\"failure\"|\"checkpoint\": {\"dir\": \"$LOGS/$name/ckpt\", \"every_steps\": 10}, \"failure\"|" <<<"$HIER")" \
+    --compare_adam=false "$@"
+}
+export HIER
+export -f hier
+check hier_nccl 120 hier hier_nccl
+check hier_nccl_recovery 150 hier hier_nccl_recovery --fault=worker1:kill_in_exchange:45
+same_end() {
+  grep -h "resum\|restart\|fault injection" "$LOGS"/hier_nccl_recovery/onebit_adam/*.log \
+    "$LOGS/hier_nccl_recovery.log" | head -8
+  "$PY" - "$LOGS/hier_nccl/onebit_adam" "$LOGS/hier_nccl_recovery/onebit_adam" <<'PYEOF'
+import json, sys
+a, b = (json.load(open(d + "/worker-0.json")) for d in sys.argv[1:])
+print("straight:", a["last_loss"], a["test_loss"], "recovered:", b["last_loss"], b["test_loss"])
+sys.exit(0 if (a["last_loss"], a["test_loss"]) == (b["last_loss"], b["test_loss"]) else 1)
+PYEOF
+}
+export -f same_end
+check hier_nccl_same_end 20 same_end
+
+# ---- The CUDA kernels against a device-to-device copy ----
+check kernel_bench 150 "$BIN/kernels/cuda_kernels_benchmark" --benchmark_min_time=0.1 \
+  --benchmark_out="$OUT/bench.json" --benchmark_out_format=json
+
+# ---- The example's baseline, Adam over DDP (gloo, the CPU), for the accuracy comparison ----
+check cnn_ddp_adam 200 "$PY" "$CNN/ddp_adam.py" --config="$CNN/job.json" \
+  --result="$LOGS/cnn_ddp_adam.json" --loss_csv="$LOGS/cnn_ddp_adam.csv"
+
+tar -C "$OUT" -czf "$OUT/logs.tar.gz" logs
+echo "== $((SECONDS - START)) s"
+cat "$OUT/summary.txt"
