@@ -859,6 +859,16 @@ absl::Status Parse(const Value& root, JobConfig* c) {
   if (o.comm_backend_name == "nccl" && c->device != "cuda") {
     return Bad("optimizer.params.comm_backend_name", "nccl needs onebit.device = cuda");
   }
+  // GPU workers over gloo (or ps shards) exchange through host copies of their tensors
+  // (worker/exchange/host_staged_exchange.h); the node's group of a hierarchical job and
+  // the overlapped sum work on the device's buffers directly, which only NCCL can.
+  if (c->device == "cuda" && o.comm_backend_name != "nccl" && x.mode == "hierarchical") {
+    return Bad("optimizer.params.comm_backend_name",
+               "a hierarchical job on GPUs needs nccl (the group inside each node)");
+  }
+  if (c->device == "cuda" && o.comm_backend_name != "nccl" && x.overlap) {
+    return Bad("onebit.exchange.overlap", "on GPUs only with comm_backend_name nccl");
+  }
   if (c->checkpoint.every_steps > 0 && c->checkpoint.dir.empty()) {
     return Bad("onebit.checkpoint.dir", "is required with every_steps");
   }

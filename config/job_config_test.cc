@@ -122,6 +122,21 @@ TEST(JobConfigTest, Compressor) {
   }
 }
 
+// GPU workers may use gloo and the ps shards (through host copies); NCCL as before.
+TEST(JobConfigTest, GpuWorkersOverEveryExchange) {
+  for (const char* text : {
+           R"({"onebit": {"device": "cuda", "exchange": {"mode": "peer"}}})",
+           R"({"onebit": {"device": "cuda", "exchange": {"mode": "ps", "servers": 2}}})",
+           R"({"optimizer": {"params": {"comm_backend_name": "nccl"}},
+               "onebit": {"device": "cuda", "workers": 4, "exchange": {"mode": "hierarchical",
+               "local_size": 2, "inter": "ps", "servers": 2}}})",
+           R"({"optimizer": {"params": {"comm_backend_name": "nccl"}},
+               "onebit": {"device": "cuda", "exchange": {"overlap": true}}})"}) {
+    auto c = ParseJobConfig(text);
+    EXPECT_TRUE(c.ok()) << text << ": " << c.status();
+  }
+}
+
 TEST(JobConfigTest, Overlap) {
   for (const bool on : {true, false}) {
     auto c = ParseJobConfig(std::string(R"({"onebit": {"exchange": {"overlap": )") +
@@ -234,6 +249,11 @@ TEST(JobConfigTest, RejectsBadConfigsNamingTheKey) {
        "optimizer.params.comm_backend_name"},
       {R"({"optimizer": {"params": {"comm_backend_name": "nccl"}}, "onebit": {"device": "cpu"}})",
        "optimizer.params.comm_backend_name: nccl needs"},
+      {R"({"onebit": {"device": "cuda", "workers": 2, "exchange": {"mode": "hierarchical",
+          "local_size": 2}}})",
+       "optimizer.params.comm_backend_name: a hierarchical job on GPUs needs nccl"},
+      {R"({"onebit": {"device": "cuda", "exchange": {"overlap": true}}})",
+       "onebit.exchange.overlap: on GPUs only with comm_backend_name nccl"},
       {R"({"optimizer": {"params": {"momentum": 0.9}}})", "optimizer.params.momentum"},
       {R"({"onebit": {"workers": 0}})", "onebit.workers"},
       {R"({"onebit": {"exchange": {"mode": "ps"}}})", "onebit.exchange.servers"},

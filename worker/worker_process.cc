@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -32,6 +33,7 @@
 #include "common/fault.h"
 #include "common/parallel.h"
 #include "worker/coordinator_step_controller.h"
+#include "worker/exchange/host_staged_exchange.h"
 #include "worker/fault_exchange.h"
 #include "worker/transport/gloo_transport.h"
 #include "worker/job_setup.h"
@@ -120,6 +122,31 @@ struct Worker {
 security::TlsOptions g_tls;
 // This worker's address (WorkerProcessOptions::host), set once in RunWorkerProcess.
 std::string g_host;
+
+// The threads of a worker's CPU backend: the flag's, else the config's, else every usable
+// core.
+int CpuThreads(const WorkerProcessOptions& o, const JobConfig& config) {
+  int threads = o.cpu_threads;
+  if (threads < 0) threads = config.cpu_threads;
+  return threads > 0 ? threads : UsableCpus();
+}
+
+// An exchange that works in host memory (the ps shards; gloo) for a worker whose backend is
+// `backend`: made with that backend when it uses host memory; else (a GPU worker) made with
+// a CPU backend of its own and wrapped in a HostStagedExchange, which copies each call's
+// tensors down and its results up. `n`: the elements of the tensors it exchanges.
+using ExchangeMaker =
+    std::function<absl::StatusOr<std::unique_ptr<Exchange>>(kernels::Backend* backend)>;
+absl::StatusOr<std::unique_ptr<Exchange>> HostMemoryExchange(kernels::Backend* backend, size_t n,
+                                                             int cpu_threads,
+                                                             const ExchangeMaker& make) {
+  if (backend->memory_space() == kernels::MemorySpace::kHost) return make(backend);
+  std::unique_ptr<kernels::Backend> host = kernels::NewCpuBackend(/*allow_simd=*/true, cpu_threads);
+  ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<Exchange> inner, make(host.get()));
+  ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<HostStagedExchange> staged,
+                          HostStagedExchange::Create(backend, std::move(host), std::move(inner), n));
+  return std::unique_ptr<Exchange>(std::move(staged));
+}
 
 // The job's exchange.compressor (validated when the config was parsed).
 kernels::Compressor JobCompressor(const JobConfig& config) {
@@ -278,7 +305,8 @@ absl::StatusOr<std::unique_ptr<Transport>> GroupTransport(const JobConfig& confi
 // either a group of the same local rank on every node or that local rank's shards.
 absl::StatusOr<std::unique_ptr<Exchange>> NewHierarchicalExchange(
     const JobConfig& config, const v1::RegisterResponse& reg, size_t n,
-    std::shared_ptr<CoordinatorClient> client, kernels::Backend* backend, Worker& w) {
+    std::shared_ptr<CoordinatorClient> client, kernels::Backend* backend, int cpu_threads,
+    Worker& w) {
   const int local_size = config.exchange.local_size;
   const int node = reg.rank() / local_size, local_rank = reg.rank() % local_size;
   const int nodes = reg.world_size() / local_size;
@@ -294,9 +322,13 @@ absl::StatusOr<std::unique_ptr<Exchange>> NewHierarchicalExchange(
                             ShardAddresses(*client, reg.num_servers(), RendezvousTimeout(config)));
     std::vector<std::string> own(shards.begin() + local_rank * k,
                                  shards.begin() + (local_rank + 1) * k);
-    ONEBIT_ASSIGN_OR_RETURN(between_nodes,
-                            PsExchange::Create(backend, node, nodes, layout.slice(), own,
-                                               PsOptions(config)));
+    ONEBIT_ASSIGN_OR_RETURN(
+        between_nodes,
+        HostMemoryExchange(backend, layout.slice(), cpu_threads,
+                           [&](kernels::Backend* b) -> absl::StatusOr<std::unique_ptr<Exchange>> {
+                             return PsExchange::Create(b, node, nodes, layout.slice(), own,
+                                                       PsOptions(config));
+                           }));
     return HierarchicalExchange::Create(backend, w.transport.get(), std::move(between_nodes),
                                         layout);
   }
@@ -425,12 +457,11 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
         std::_Exit(code);
       }));
 
+  const int cpu_threads = CpuThreads(o, config);
   if (config.device == "cuda") {
     ONEBIT_ASSIGN_OR_RETURN(w.backend, kernels::NewCudaBackend(o.cuda_device));
   } else {
-    int threads = o.cpu_threads;
-    if (threads < 0) threads = config.cpu_threads;
-    w.backend = kernels::NewCpuBackend(/*allow_simd=*/true, threads > 0 ? threads : UsableCpus());
+    w.backend = kernels::NewCpuBackend(/*allow_simd=*/true, cpu_threads);
   }
   if (o.workload_factory) {
     ONEBIT_ASSIGN_OR_RETURN(w.workload, o.workload_factory(config, reg.rank(), reg.world_size(),
@@ -444,12 +475,16 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
   if (config.exchange.mode == "ps") {
     ONEBIT_ASSIGN_OR_RETURN(std::vector<std::string> shards,
                             ShardAddresses(*shared_client, reg.num_servers(), RendezvousTimeout(config)));
-    ONEBIT_ASSIGN_OR_RETURN(w.exchange, PsExchange::Create(w.backend.get(), reg.rank(),
-                                                           reg.world_size(), n, shards,
-                                                           PsOptions(config)));
+    ONEBIT_ASSIGN_OR_RETURN(
+        w.exchange,
+        HostMemoryExchange(w.backend.get(), n, cpu_threads,
+                           [&](kernels::Backend* b) -> absl::StatusOr<std::unique_ptr<Exchange>> {
+                             return PsExchange::Create(b, reg.rank(), reg.world_size(), n, shards,
+                                                       PsOptions(config));
+                           }));
   } else if (config.exchange.mode == "hierarchical") {
     ONEBIT_ASSIGN_OR_RETURN(w.exchange, NewHierarchicalExchange(config, reg, n, shared_client,
-                                                                w.backend.get(), w));
+                                                                w.backend.get(), cpu_threads, w));
   } else {
     ONEBIT_ASSIGN_OR_RETURN(w.transport, GroupTransport(config, reg, "world", reg.rank(),
                                                         reg.world_size(), shared_client,
@@ -457,11 +492,21 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
     ExactAllreduceOptions exact;
     ONEBIT_ASSIGN_OR_RETURN(exact.wire_dtype, ParseWireDtype(config.exchange.warmup_dtype));
     ONEBIT_ASSIGN_OR_RETURN(exact.order, ParseSumOrder(EffectiveWarmupOrder(config.exchange)));
-    ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<PeerExchange> peer,
-                            PeerExchange::Create(w.backend.get(), w.transport.get(), n, exact,
-                                                 JobCompressor(config)));
-    if (config.exchange.overlap) overlap = peer.get();
-    w.exchange = std::move(peer);
+    if (w.transport->memory_space() == w.backend->memory_space()) {
+      ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<PeerExchange> peer,
+                              PeerExchange::Create(w.backend.get(), w.transport.get(), n, exact,
+                                                   JobCompressor(config)));
+      if (config.exchange.overlap) overlap = peer.get();
+      w.exchange = std::move(peer);
+    } else {  // gloo (host memory) between GPU workers; the job config refuses overlap here
+      ONEBIT_ASSIGN_OR_RETURN(
+          w.exchange,
+          HostMemoryExchange(w.backend.get(), n, cpu_threads,
+                             [&](kernels::Backend* b) -> absl::StatusOr<std::unique_ptr<Exchange>> {
+                               return PeerExchange::Create(b, w.transport.get(), n, exact,
+                                                           JobCompressor(config));
+                             }));
+    }
   }
   if (fault.has_value() && fault->point == "kill_in_exchange") {
     w.fault_exchange = std::make_unique<FaultExchange>(w.exchange.get(), fault->step,

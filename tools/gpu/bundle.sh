@@ -9,6 +9,8 @@
 #     of //python:_onebit_core.so except core.cc) and the Abseil headers core.cc includes,
 #     so that check.sh compiles the small pybind11 module there, against that machine's
 #     Python and pybind11 (its PyTorch needs them; Debian's are other versions);
+#   - Python 3.12's headers where this machine has a CPython 3.12, for a GPU machine whose
+#     Python came without them;
 #   - Fashion-MNIST (Debian's dataset-fashion-mnist).
 # Usage: tools/gpu/bundle.sh            then carry gpu-bundle and run tools/gpu/check.sh.
 set -euo pipefail
@@ -47,13 +49,25 @@ mapfile -t objects < <(grep -oE 'bazel-out/[^ ,]+\.pic\.o' <<<"$link" | grep -v 
 mapfile -t libs < <(sed -n '/Command Line/,/^ *#/p' <<<"$link" | tr -d "\\\\'" |
   sed 's/ *$//' | grep -oE '^ +(-l[^ ]+|-L/[^ ]+|-pthread)$' | sed 's/^ *//')
 g++ -shared -o "$S/lib/libonebit_worker.so" "${objects[@]}" \
-  -Wl,-S -Wl,-rpath,'$ORIGIN' -L/usr/local/cuda/lib64 "${libs[@]}"
+  -Wl,-S -Wl,-rpath,'$ORIGIN:/usr/local/cuda/lib64' -L/usr/local/cuda/lib64 "${libs[@]}"
 
 # The headers core.cc includes that are neither the compiler's, glibc's, Python's nor
 # pybind11's: Abseil's (the project's own travel with the working tree).
 dep=bazel-out/k8-fastbuild/bin/python/_objs/_onebit_core.so/core.pic.d
 tr ' \\' '\n\n' <"$dep" | grep '^/usr/include/absl/' | sort -u | while read -r h; do
   install -D -m 644 "$h" "$S/include/${h#/usr/include/}"
+done
+
+# Python 3.12's headers (the GPU machine's PyTorch runs on 3.12), for a machine whose
+# Python has none: from a local CPython 3.12 if there is one (pyenv's on the project's
+# machines; the C API is the same across 3.12.x).
+for py312 in "${PY312:-}" /root/.pyenv/versions/3.12*/bin/python3.12 /usr/bin/python3.12; do
+  [ -x "$py312" ] || continue
+  inc="$("$py312" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
+  if [ -f "$inc/Python.h" ]; then
+    mkdir -p "$S/python-include" && cp -r "$inc" "$S/python-include/python3.12"
+    break
+  fi
 done
 
 # Every Debian library the binaries load, except the ones any Linux with CUDA has.

@@ -70,9 +70,12 @@ job() {
   local path="$LOGS/$1.json"
   "$PY" - "${BASE:-deploy/demo.json}" "$2" "$path" <<'PYEOF'
 import json, sys
-def merge(a, b):
+def merge(a, b):  # b's keys into a, recursively; null removes a key
     for k, v in b.items():
-        a[k] = merge(a.get(k, {}), v) if isinstance(v, dict) and isinstance(a.get(k), dict) else v
+        if v is None:
+            a.pop(k, None)
+        else:
+            a[k] = merge(a[k], v) if isinstance(v, dict) and isinstance(a.get(k), dict) else v
     return a
 job = merge(json.load(open(sys.argv[1])), json.loads(sys.argv[2]))
 json.dump(job, open(sys.argv[3], "w"), indent=1)
@@ -107,6 +110,12 @@ check trainer_test_gpu 120 "$BIN/worker/trainer_test" --gtest_filter='TrainerGpu
 build_extension() {
   local inc pyb suffix
   inc="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
+  local version
+  version="$("$PY" -c 'import sys; print("python%d.%d" % sys.version_info[:2])')"
+  if [ ! -f "$inc/Python.h" ] && [ -f "$OB/python-include/$version/Python.h" ]; then
+    echo "no Python.h in $inc: the bundle's $version headers"
+    inc="$OB/python-include/$version"
+  fi
   # pip's pybind11 (the GPU machine's), else the system's (Debian's, in /usr/include).
   pyb="$("$PY" -c 'import pybind11; print(pybind11.get_include())' 2>/dev/null || echo /usr/include)"
   suffix="$("$PY" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')"
@@ -119,7 +128,16 @@ build_extension() {
 export -f build_extension
 check py_extension 150 build_extension
 
-# ---- The Fashion-MNIST CNN example (examples/fashion_mnist_cnn) on the GPU ----
+# ---- Jobs. One GPU: NCCL takes one rank per GPU, so the NCCL jobs are worlds of one (the
+# transport and its communicators are made all the same; nothing crosses the wire). Several
+# workers share the GPU through host-memory exchanges: the ps shards or gloo. ----
+NCCL="$([ "$DEVICE" = cuda ] && echo nccl || echo gloo)"
+CUDA="\"device\": \"$DEVICE\""
+ONE="\"workers\": 1, \"exchange\": {\"mode\": \"peer\", \"servers\": 0}"
+WITH_NCCL="\"optimizer\": {\"params\": {\"comm_backend_name\": \"$NCCL\"}}"
+export NCCL CUDA
+
+# The Fashion-MNIST CNN example (examples/fashion_mnist_cnn), onebit.torch in each worker.
 CNN=examples/fashion_mnist_cnn
 export CNN
 cnn() {  # cnn NAME MERGE
@@ -127,16 +145,17 @@ cnn() {  # cnn NAME MERGE
   config="$(BASE=$CNN/job.json job "$1" "$2")"
   launch "$1" "$config" -- "$PY" "$CNN/train.py" --result="$LOGS/$1/result.json"
 }
-export -f job launch cnn
-# 4 workers on one GPU, gloo between them (NCCL wants a GPU per rank).
-check cnn_cuda_gloo_w4 200 cnn cnn_cuda_gloo_w4 "{\"onebit\": {\"device\": \"$DEVICE\"}}"
-# One worker with NCCL (a world of 1: no exchange, the NCCL transport is made all the same).
-check cnn_cuda_nccl_w1 120 cnn cnn_cuda_nccl_w1 \
-  "{\"onebit\": {\"device\": \"$DEVICE\", \"workers\": 1}, \"optimizer\": {\"params\": {\"comm_backend_name\": \"$([ "$DEVICE" = cuda ] && echo nccl || echo gloo)\"}}}"
+ddp() {  # ddp NAME: Adam over DDP (gloo, on the CPU) with the job of the cnn check NAME
+  "$PY" "$CNN/ddp_adam.py" --config="$LOGS/$1.json" --result="$LOGS/$1/adam.json" \
+    --loss_csv="$LOGS/$1/adam.csv"
+}
+export -f job launch cnn ddp
+check cnn_nccl_w1 120 cnn cnn_nccl_w1 "{\"onebit\": {$CUDA, $ONE}, $WITH_NCCL}"
+check cnn_nccl_w1_ddp 120 ddp cnn_nccl_w1
+check cnn_w4 200 cnn cnn_w4 "{\"onebit\": {$CUDA}}"
+check cnn_w4_ddp 200 ddp cnn_w4
 
-# ---- The C++ MLP workload (deploy/demo.json's job) on the GPU ----
-NCCL="$([ "$DEVICE" = cuda ] && echo nccl || echo gloo)"
-export NCCL
+# The C++ MLP workload (deploy/demo.json's job).
 mlp() {  # mlp NAME MERGE [launcher flags]
   local name="$1" config
   config="$(job "$name" "$2")"
@@ -144,54 +163,65 @@ mlp() {  # mlp NAME MERGE [launcher flags]
   launch "$name" "$config" "$@"
 }
 export -f mlp
-check mlp_nccl_w1 120 mlp mlp_nccl_w1 \
-  "{\"onebit\": {\"device\": \"$DEVICE\", \"workers\": 1, \"exchange\": {\"mode\": \"peer\", \"servers\": 0}}, \"optimizer\": {\"params\": {\"comm_backend_name\": \"$NCCL\"}}}"
-check mlp_ps_w4_fp32 150 mlp mlp_ps_w4_fp32 "{\"onebit\": {\"device\": \"$DEVICE\"}}"
+check mlp_nccl_w1 120 mlp mlp_nccl_w1 "{\"onebit\": {$CUDA, $ONE}, $WITH_NCCL}"
+check mlp_nccl_w1_fp16 90 mlp mlp_nccl_w1_fp16 \
+  "{\"onebit\": {$CUDA, $ONE}, $WITH_NCCL, \"fp16\": {\"enabled\": true}}" --compare_adam=false
+check mlp_nccl_w1_bf16 90 mlp mlp_nccl_w1_bf16 \
+  "{\"onebit\": {$CUDA, $ONE}, $WITH_NCCL, \"bf16\": {\"enabled\": true}}" --compare_adam=false
+# The rest of the family: 0/1 Adam (bias correction, as BENCHMARKS.md recommends), 1-bit LAMB.
+check mlp_nccl_w1_zero_one 90 mlp mlp_nccl_w1_zero_one \
+  "{\"onebit\": {$CUDA, $ONE}, \"optimizer\": {\"type\": \"ZeroOneAdam\", \"params\": {\"comm_backend_name\": \"$NCCL\", \"freeze_step\": null, \"var_freeze_step\": 100, \"bias_correction\": true}}}" \
+  --compare_adam=false
+check mlp_nccl_w1_lamb 90 mlp mlp_nccl_w1_lamb \
+  "{\"onebit\": {$CUDA, $ONE}, \"optimizer\": {\"type\": \"OneBitLamb\", \"params\": {\"comm_backend_name\": \"$NCCL\", \"lr\": 0.005}}}" \
+  --compare_adam=false
+check mlp_ps_w4 150 mlp mlp_ps_w4 "{\"onebit\": {$CUDA}}"
 check mlp_ps_w4_fp16 120 mlp mlp_ps_w4_fp16 \
-  "{\"onebit\": {\"device\": \"$DEVICE\"}, \"fp16\": {\"enabled\": true}}" --compare_adam=false
+  "{\"onebit\": {$CUDA}, \"fp16\": {\"enabled\": true}}" --compare_adam=false
 check mlp_ps_w4_bf16 120 mlp mlp_ps_w4_bf16 \
-  "{\"onebit\": {\"device\": \"$DEVICE\"}, \"bf16\": {\"enabled\": true}}" --compare_adam=false
+  "{\"onebit\": {$CUDA}, \"bf16\": {\"enabled\": true}}" --compare_adam=false
 check mlp_gloo_w4_fp16 120 mlp mlp_gloo_w4_fp16 \
-  "{\"onebit\": {\"device\": \"$DEVICE\", \"exchange\": {\"mode\": \"peer\", \"servers\": 0}}, \"fp16\": {\"enabled\": true}}" --compare_adam=false
+  "{\"onebit\": {$CUDA, \"exchange\": {\"mode\": \"peer\", \"servers\": 0}}, \"fp16\": {\"enabled\": true}}" --compare_adam=false
+check mlp_ps_w4_lamb_int8 120 mlp mlp_ps_w4_lamb_int8 \
+  "{\"onebit\": {$CUDA, \"exchange\": {\"compressor\": \"int8\"}}, \"optimizer\": {\"type\": \"OneBitLamb\", \"params\": {\"lr\": 0.005}}}" \
+  --compare_adam=false
 
-# ---- Hierarchical with NCCL inside each node (a node of one GPU), shards between nodes;
-# then the same job with worker 1 killed in its exchange: restarted, the NCCL groups made
-# again, resumed from step 40's checkpoint, and it must end with the same loss.
-HIER="{\"steps\": 60, \"optimizer\": {\"params\": {\"freeze_step\": 40, \"comm_backend_name\": \"$NCCL\"}},
-  \"onebit\": {\"device\": \"$DEVICE\", \"workers\": 2, \"lease_steps\": 5,
-  \"exchange\": {\"mode\": \"hierarchical\", \"local_size\": 1, \"inter\": \"ps\", \"servers\": 2},
-  \"failure\": {\"max_restarts\": 1, \"heartbeat_timeout_s\": 3},
-  \"workload\": {\"eval_every\": 0}}}"
-hier() {  # hier NAME [launcher flags]
-  local name="$1"
-  shift
-  mlp "$name" "$(sed "s|\"failure\"|\"checkpoint\": {\"dir\": \"$LOGS/$name/ckpt\", \"every_steps\": 10}, \"failure\"|" <<<"$HIER")" \
+# Hierarchical, NCCL inside each node, with checkpoints; then the same job with a process
+# killed: restarted, its groups made again, resumed from a checkpoint, and it must end with
+# the same loss. hier_nccl_w1: one node of one GPU (both NCCL groups are worlds of one).
+# hier_ps_w2: two nodes of one GPU each, shards between them.
+hier() {  # hier NAME WORKERS EXCHANGE [launcher flags]
+  local name="$1" workers="$2" exchange="$3"
+  shift 3
+  mlp "$name" "{\"steps\": 60, \"optimizer\": {\"params\": {\"freeze_step\": 40, \"comm_backend_name\": \"$NCCL\"}},
+    \"onebit\": {$CUDA, \"workers\": $workers, \"lease_steps\": 5, \"exchange\": $exchange,
+    \"checkpoint\": {\"dir\": \"$LOGS/$name/ckpt\", \"every_steps\": 10},
+    \"failure\": {\"max_restarts\": 1, \"heartbeat_timeout_s\": 3}, \"workload\": {\"eval_every\": 0}}}" \
     --compare_adam=false "$@"
 }
-export HIER
-export -f hier
-check hier_nccl 120 hier hier_nccl
-check hier_nccl_recovery 150 hier hier_nccl_recovery --fault=worker1:kill_in_exchange:45
-same_end() {
-  grep -h "resum\|restart\|fault injection" "$LOGS"/hier_nccl_recovery/onebit_adam/*.log \
-    "$LOGS/hier_nccl_recovery.log" | head -8
-  "$PY" - "$LOGS/hier_nccl/onebit_adam" "$LOGS/hier_nccl_recovery/onebit_adam" <<'PYEOF'
+same_end() {  # same_end STRAIGHT RECOVERED: what the recovery did, and the same final loss
+  grep -h "resum\|restart\|fault injection" "$LOGS/$2"/onebit_adam/*.log "$LOGS/$2.log" | head -8
+  "$PY" - "$LOGS/$1/onebit_adam" "$LOGS/$2/onebit_adam" <<'PYEOF'
 import json, sys
 a, b = (json.load(open(d + "/worker-0.json")) for d in sys.argv[1:])
 print("straight:", a["last_loss"], a["test_loss"], "recovered:", b["last_loss"], b["test_loss"])
 sys.exit(0 if (a["last_loss"], a["test_loss"]) == (b["last_loss"], b["test_loss"]) else 1)
 PYEOF
 }
-export -f same_end
-check hier_nccl_same_end 20 same_end
+export -f hier same_end
+H1='{"mode": "hierarchical", "local_size": 1, "inter": "peer", "servers": 0}'
+check hier_nccl_w1 90 hier hier_nccl_w1 1 "$H1"
+# Killed after writing its part of step 40's checkpoint, before the commit: resumes from 30.
+check hier_nccl_w1_recovery 120 hier hier_nccl_w1_recovery 1 "$H1" --fault=worker0:kill_before_commit:40
+check hier_nccl_w1_same_end 20 same_end hier_nccl_w1 hier_nccl_w1_recovery
+H2='{"mode": "hierarchical", "local_size": 1, "inter": "ps", "servers": 2}'
+check hier_ps_w2 90 hier hier_ps_w2 2 "$H2"
+check hier_ps_w2_recovery 120 hier hier_ps_w2_recovery 2 "$H2" --fault=worker1:kill_in_exchange:45
+check hier_ps_w2_same_end 20 same_end hier_ps_w2 hier_ps_w2_recovery
 
 # ---- The CUDA kernels against a device-to-device copy ----
 check kernel_bench 150 "$BIN/kernels/cuda_kernels_benchmark" --benchmark_min_time=0.1 \
   --benchmark_out="$OUT/bench.json" --benchmark_out_format=json
-
-# ---- The example's baseline, Adam over DDP (gloo, the CPU), for the accuracy comparison ----
-check cnn_ddp_adam 200 "$PY" "$CNN/ddp_adam.py" --config="$CNN/job.json" \
-  --result="$LOGS/cnn_ddp_adam.json" --loss_csv="$LOGS/cnn_ddp_adam.csv"
 
 tar -C "$OUT" -czf "$OUT/logs.tar.gz" logs
 echo "== $((SECONDS - START)) s"
