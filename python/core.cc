@@ -107,7 +107,10 @@ class PyWorker {
       // The workload goes with RunWorkerProcess: stop using it before it does (a client in
       // WaitForStep wakes up, finds none, and waits for done_ below).
       absl::MutexLock lock(&mu_);
+      ending_ = true;
       if (workload_ != nullptr) workload_->Finish(absl::CancelledError("the worker is ending"));
+      mu_.Await(absl::Condition(
+          +[](int* waiting) { return *waiting == 0; }, &waiting_));  // WaitSlice is done with it
       workload_ = nullptr;
       trainer_ = nullptr;
     };
@@ -297,12 +300,27 @@ class PyWorker {
   static constexpr int64_t kAgain = -2;
 
   absl::StatusOr<int64_t> WaitSlice(absl::Time deadline) {
-    absl::MutexLock lock(&mu_);
-    if (workload_ == nullptr) return kAgain;
-    // Holding mu_ keeps the workload alive; the run's end (which needs mu_) waits for the
-    // slice, at most 20 ms.
+    // The wait itself is outside mu_: this loop would otherwise take mu_ again the moment
+    // it let it go, and the worker thread's short sections (before_run, after_run, the
+    // teardown) could starve for a minute and more (seen on a 16-core GPU machine: the
+    // first and the last step of a job took ~90 s). waiting_ keeps the workload alive
+    // instead: the teardown finishes it (which ends the wait at once) and waits for 0.
+    ExternalWorkload* w = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      if (workload_ == nullptr) return kAgain;
+      w = workload_;
+      ++waiting_;
+    }
     absl::StatusOr<int64_t> step =
-        workload_->WaitForStep(std::min(deadline, absl::Now() + absl::Milliseconds(20)));
+        w->WaitForStep(std::min(deadline, absl::Now() + absl::Milliseconds(20)));
+    {
+      absl::MutexLock lock(&mu_);
+      --waiting_;
+      // The run ended while we waited (the teardown finished the workload): what the worker
+      // thread returns is the answer, not the workload's "ending".
+      if (ending_) return kAgain;
+    }
     if (!step.ok() && step.status().code() == absl::StatusCode::kUnavailable &&
         absl::Now() < deadline) {
       return kAgain;
@@ -341,6 +359,8 @@ class PyWorker {
   std::thread thread_;
   absl::Mutex mu_;
   ExternalWorkload* workload_ ABSL_GUARDED_BY(mu_) = nullptr;
+  int waiting_ ABSL_GUARDED_BY(mu_) = 0;  // WaitSlice calls using workload_ outside mu_
+  bool ending_ ABSL_GUARDED_BY(mu_) = false;  // the teardown has begun
   int rank_ ABSL_GUARDED_BY(mu_) = -1;
   int world_size_ ABSL_GUARDED_BY(mu_) = 0;
   bool cuda_ ABSL_GUARDED_BY(mu_) = false;
