@@ -29,7 +29,8 @@ absl::StatusOr<std::unique_ptr<HostStagedExchange>> HostStagedExchange::Create(
 HostStagedExchange::HostStagedExchange(kernels::Backend* device,
                                        std::unique_ptr<kernels::Backend> host,
                                        std::unique_ptr<Exchange> inner, size_t n)
-    : device_(device), host_(std::move(host)), inner_(std::move(inner)), n_(n),
+    : ForwardingExchange(inner.get()), device_(device), host_(std::move(host)),
+      inner_(std::move(inner)), n_(n),
       host_a_(n), host_b_(n) {}
 
 HostStagedExchange::~HostStagedExchange() {

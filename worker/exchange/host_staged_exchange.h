@@ -27,11 +27,11 @@
 #include "absl/status/statusor.h"
 #include "kernels/buffer.h"
 #include "kernels/kernels.h"
-#include "worker/exchange/exchange.h"
+#include "worker/exchange/forwarding_exchange.h"
 
 namespace onebit {
 
-class HostStagedExchange final : public Exchange {
+class HostStagedExchange final : public ForwardingExchange {
  public:
   // `device`: the caller's backend (borrowed), whose memory the tensors are in.
   // `host`: a host-memory backend, owned here, that `inner` was made with; `inner` is owned
@@ -42,36 +42,16 @@ class HostStagedExchange final : public Exchange {
       std::unique_ptr<Exchange> inner, size_t n);
   ~HostStagedExchange() override;
 
-  int world_size() const override { return inner_->world_size(); }
   absl::StatusOr<const float*> SumGradients(int64_t step, const float* grad) override;
   absl::StatusOr<CompressedResult> AverageMomentum(int64_t step, const float* m, const float* g,
                                                    float beta1) override;
   absl::StatusOr<CompressedResult> CompressedAverage(int64_t step, const float* x) override;
-  absl::Status ResetErrors(int64_t step) override { return inner_->ResetErrors(step); }
-  absl::StatusOr<bool> AnyOverflow(int64_t step, bool local_overflow) override {
-    return inner_->AnyOverflow(step, local_overflow);
-  }
-  // The worker error is the host exchange's (host memory, its backend's).
-  WorkerCompressor& worker_compressor() override { return inner_->worker_compressor(); }
-  absl::StatusOr<ErrorState> SaveErrors() override { return inner_->SaveErrors(); }
-  absl::Status RestoreErrors(const ErrorState& state) override {
-    return inner_->RestoreErrors(state);
-  }
-  void ScheduleCheckpoint(int64_t step) override { inner_->ScheduleCheckpoint(step); }
-  uint64_t bytes_sent() const override { return inner_->bytes_sent(); }
-  uint64_t bytes_received() const override { return inner_->bytes_received(); }
-  LinkBytes intra_node_bytes() const override { return inner_->intra_node_bytes(); }
-  LinkBytes inter_node_bytes() const override { return inner_->inter_node_bytes(); }
-  // The host exchange's compression time plus this exchange's copies.
+  // The host exchange's compression time plus this exchange's copies. Everything else
+  // (the worker error, in host memory, checkpoints, bytes, the overflow vote) is the host
+  // exchange's, forwarded.
   double compress_seconds() const override {
-    return inner_->compress_seconds() + compress_seconds_;
+    return ForwardingExchange::compress_seconds() + compress_seconds_;
   }
-  void set_step_clock(StepClock* clock) override {
-    Exchange::set_step_clock(clock);
-    inner_->set_step_clock(clock);
-  }
-
-  Exchange& inner() { return *inner_; }
 
  private:
   HostStagedExchange(kernels::Backend* device, std::unique_ptr<kernels::Backend> host,
