@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -381,8 +382,14 @@ PYBIND11_MODULE(_onebit_core, m) {
                        std::vector<size_t> groups, const std::string& host, int metrics_port,
                        int rank, const std::string& summary_file,
                        const std::string& history_csv, int cuda_device,
-                       const std::string& member_token_file) {
+                       const std::string& member_token_file,
+                       const std::vector<std::tuple<size_t, size_t, float, float>>& hyper_groups) {
              WorkerProcessOptions o;
+             // (begin, end, lr scale, weight decay) of each param group; checked by the
+             // optimizer (a bad one fails the worker's start with a ValueError).
+             for (const auto& [begin, end, lr_scale, weight_decay] : hyper_groups) {
+               o.hyper_groups.push_back({begin, end, lr_scale, weight_decay});
+             }
              o.config_path = config;
              o.coordinator = coordinator;
              o.host = host;
@@ -397,7 +404,8 @@ PYBIND11_MODULE(_onebit_core, m) {
            py::arg("config"), py::arg("coordinator"), py::arg("initial"), py::arg("groups"),
            py::arg("host") = "127.0.0.1", py::arg("metrics_port") = 0, py::arg("rank") = -1,
            py::arg("summary_file") = "", py::arg("history_csv") = "",
-           py::arg("cuda_device") = 0, py::arg("member_token_file") = "")
+           py::arg("cuda_device") = 0, py::arg("member_token_file") = "",
+           py::arg("hyper_groups") = std::vector<std::tuple<size_t, size_t, float, float>>())
       .def("start", &PyWorker::Start)
       .def("wait_for_step", &PyWorker::WaitForStep, py::arg("timeout_s"))
       .def("supply", &PyWorker::Supply, py::arg("step"), py::arg("loss"))

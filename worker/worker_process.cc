@@ -522,6 +522,7 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
   }
   options.overlap = overlap;
   ONEBIT_ASSIGN_OR_RETURN(options.optimizer.momentum_mask, MomentumMaskFromConfig(config, n));
+  options.optimizer.hyper_groups = o.hyper_groups;
   const int rank = reg.rank();
   if (!config.checkpoint.dir.empty()) {
     CheckpointerOptions c;

@@ -16,11 +16,13 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "config/job_config.h"
 #include "kernels/kernels.h"
+#include "worker/optim/optim_checks.h"
 #include "worker/trainer.h"
 #include "worker/workloads/workload.h"
 
@@ -40,6 +42,9 @@ struct WorkerProcessOptions {
   std::string fault;               // kill_in_exchange:STEP or kill_before_commit:STEP
   std::string member_token_file;   // "": $ONEBIT_MEMBER_TOKEN, then the config's
   std::string history_csv;         // every step and evaluation as CSV ("": none)
+  // Parameter groups with their own lr (a multiple of the job's) and weight decay: a
+  // PyTorch script's param groups (worker/optim/optim_checks.h). Empty: the job's for all.
+  std::vector<HyperGroup> hyper_groups;
   // Whether the trainer evaluates the workload (periodically and at the end, as the config
   // says); off for an outside workload, which evaluates its model itself.
   bool evaluate = true;

@@ -114,17 +114,12 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         defaults = {"lr": hp.get("lr", 1e-3), "betas": tuple(hp.get("betas", (0.9, 0.999))),
                     "eps": hp.get("eps", 1e-8), "weight_decay": hp.get("weight_decay", 0.0)}
         super().__init__(params, defaults)
-        for i, group in enumerate(self.param_groups):
-            for key, value in defaults.items():
-                if (tuple(group[key]) if key == "betas" else group[key]) != value:
-                    raise ValueError(
-                        f"param group {i} sets {key}={group[key]}, the job config {value}: onebit "
-                        "steps every parameter with the job's hyper-parameters (change the config)")
         self._params = [p for group in self.param_groups for p in group["params"]]
         self._check_params()
         self._device = self._params[0].device
         sizes = [p.numel() for p in self._params]
         self._offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64).tolist()
+        hyper_groups = self._hyper_groups(defaults)
         initial = torch.cat([p.detach().reshape(-1).cpu() for p in self._params]).numpy()
         coordinator = coordinator or os.environ.get("ONEBIT_COORDINATOR")
         if not coordinator:
@@ -139,7 +134,8 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             summary_file=os.environ.get("ONEBIT_SUMMARY_FILE", ""),
             history_csv=os.environ.get("ONEBIT_HISTORY_CSV", ""),
             cuda_device=(self._device.index or 0) if self._device.type == "cuda" else 0,
-            member_token_file=os.environ.get("ONEBIT_MEMBER_TOKEN_FILE", ""))
+            member_token_file=os.environ.get("ONEBIT_MEMBER_TOKEN_FILE", ""),
+            hyper_groups=hyper_groups)
         self.done = False
         self._worker.start()
         self._next = self._wait()
@@ -206,6 +202,36 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         self._worker.close(why)
 
     # ---- internals ----
+    def _hyper_groups(self, job):
+        """Each param group's (begin, end, lr / the job's lr, weight_decay) in the flat
+        buffer, or [] when every group has the job's. A group's lr is a fixed multiple of the
+        job's, so the config's scheduler moves every group alike; betas and eps are the job's
+        for all (the momentum is one flat exchange)."""
+        groups, begin, same = [], 0, True
+        for i, group in enumerate(self.param_groups):
+            for key in ("betas", "eps"):
+                value = tuple(group[key]) if key == "betas" else group[key]
+                if value != job[key]:
+                    raise ValueError(
+                        f"param group {i} sets {key}={group[key]}, the job config {job[key]}: "
+                        f"every group steps with the job's {key} (the momentum is one flat "
+                        "exchange); only lr and weight_decay may differ per group")
+            lr, decay = float(group["lr"]), float(group["weight_decay"])
+            if lr < 0 or decay < 0:
+                raise ValueError(f"param group {i}: lr and weight_decay must be >= 0, got "
+                                 f"lr={lr}, weight_decay={decay}")
+            if job["lr"] == 0 and lr != 0:
+                raise ValueError(f"param group {i} sets lr={lr} while the job config's lr is 0: "
+                                 "a group's lr is a multiple of the job's")
+            scale = 1.0 if job["lr"] == 0 else lr / job["lr"]
+            end = begin + sum(p.numel() for p in group["params"])
+            if end == begin:
+                raise ValueError(f"param group {i} has no parameters")
+            groups.append((begin, end, scale, decay))
+            same = same and lr == job["lr"] and decay == job["weight_decay"]
+            begin = end
+        return [] if same else groups
+
     def _check_params(self):
         if not self._params:
             raise ValueError("no parameters to optimize")

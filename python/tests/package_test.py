@@ -110,6 +110,40 @@ class SameBitsAsReplay(StreamCase):
                        f"--groups=0,{SPLIT},{N}"], split=str(SPLIT))
 
 
+class ParamGroups(StreamCase):
+    """Param groups with their own lr and weight decay: each group gets the bits onebit-replay
+    gives the whole model with that group's lr and decay (1-bit Adam exchanges only the
+    momentum, which neither changes)."""
+
+    def replay(self, tmp, name, flags):
+        out = os.path.join(tmp, name)
+        subprocess.run([os.path.join(BIN, "tools/onebit-replay"), f"--workers={W}",
+                        "--params=" + os.path.join(self.tmp, "params.npy"),
+                        "--grads=" + os.path.join(self.tmp, "grads.npy"), "--out=" + out,
+                        "--transport=gloo", "--eps=1e-8", "--freeze-step=10"] + flags,
+                       check=True, capture_output=True)
+        return np.load(out)
+
+    def test_two_groups_with_their_own_lr_and_weight_decay(self):
+        tmp = tempfile.mkdtemp(prefix="groups-", dir=self.tmp)
+        out = os.path.join(tmp, "package.npy")
+        os.environ["SECOND_GROUP"] = "0.02,0.1"
+        try:
+            r = launch(tmp, job_config("OneBitAdam", {"lr": 0.01, "eps": 1e-8, "freeze_step": 10}),
+                       [os.path.join(HERE, "stream_train.py"), "{config}",
+                        os.path.join(self.tmp, "params.npy"), os.path.join(self.tmp, "grads.npy"),
+                        out, "OneBitAdam", str(SPLIT)])
+        finally:
+            del os.environ["SECOND_GROUP"]
+        self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
+        got = np.load(out).view(np.uint32)
+        first = self.replay(tmp, "first.npy", ["--lr=0.01", "--weight-decay=0"]).view(np.uint32)
+        second = self.replay(tmp, "second.npy", ["--lr=0.02", "--weight-decay=0.1"]).view(np.uint32)
+        self.assertTrue(np.array_equal(got[:SPLIT], first[:SPLIT]))
+        self.assertTrue(np.array_equal(got[SPLIT:], second[SPLIT:]))
+        self.assertFalse(np.array_equal(got[SPLIT:], first[SPLIT:]))  # the group's own did act
+
+
 class Recovery(StreamCase):
     """A script killed mid-job: the launcher restarts it, every worker resumes from the
     job's last checkpoint (written by the Python workers' C++ side), and the result has the
@@ -168,7 +202,9 @@ class BadInput(unittest.TestCase):
         self.assertRefused([], "empty parameter list", error=ValueError)
         self.assertRefused([p], "job config's optimizer is OneBitLamb",
                            config=job_config("OneBitLamb", {"lr": 0.001}))
-        self.assertRefused([{"params": [p], "lr": 0.5}], "param group 0 sets lr=0.5")
+        self.assertRefused([{"params": [p], "betas": (0.8, 0.999)}], "param group 0 sets betas")
+        self.assertRefused([{"params": [p], "eps": 1e-3}], "param group 0 sets eps")
+        self.assertRefused([{"params": [p], "weight_decay": -1.0}], "weight_decay must be >= 0")
 
     def test_no_coordinator(self):
         import onebit.torch as ot

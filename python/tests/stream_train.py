@@ -5,6 +5,8 @@ package's numerics against onebit-replay): worker r's gradient at step t is grad
 
 The model is the initial parameters as tensors split at SPLIT (comma-separated offsets
 inside (0, N): 1-bit LAMB's layers); rank 0 writes the final parameters to OUT.npy.
+SECOND_GROUP=LR,WEIGHT_DECAY in the environment puts the tensors after the first into a
+second param group with that lr and weight decay.
 """
 import os
 import signal
@@ -44,7 +46,14 @@ def main():
     bounds = [0] + split + [initial.size]
     params = [torch.nn.Parameter(torch.from_numpy(initial[b:e].copy()))
               for b, e in zip(bounds, bounds[1:])]
-    opt = getattr(ot, optimizer)(params, config)
+    second = os.environ.get("SECOND_GROUP")
+    if second:
+        lr, decay = (float(x) for x in second.split(","))
+        groups = [{"params": params[:1]},
+                  {"params": params[1:], "lr": lr, "weight_decay": decay}]
+        opt = getattr(ot, optimizer)(groups, config)
+    else:
+        opt = getattr(ot, optimizer)(params, config)
     check_state = os.environ.get("CHECK_STATE_AT")
     while not opt.done:
         t = opt.next_step

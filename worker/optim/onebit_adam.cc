@@ -28,7 +28,11 @@ absl::StatusOr<std::unique_ptr<OnebitAdam>> OnebitAdam::Create(const OnebitAdamO
                                                                const float* initial_params,
                                                                size_t n) {
   ONEBIT_RETURN_IF_ERROR(ValidateOptions(options, n));
+  ONEBIT_ASSIGN_OR_RETURN(
+      std::vector<HyperGroup> groups,
+      ResolveHyperGroups(options.hyper_groups, n, options.hyper.weight_decay));
   std::unique_ptr<OnebitAdam> adam(new OnebitAdam(options, backend, exchange, n));
+  adam->groups_ = std::move(groups);
   ONEBIT_RETURN_IF_ERROR(adam->Init(initial_params));
   return adam;
 }
@@ -83,53 +87,68 @@ absl::Status OnebitAdam::SkipStep() {
   return absl::OkStatus();
 }
 
-kernels::AdamHyper OnebitAdam::StepHyper() const {
+kernels::AdamHyper OnebitAdam::StepHyper(const HyperGroup& group) const {
   const int64_t t = step_ + 1;
-  if (!options_.bias_correction) return options_.hyper;
-  return BiasCorrectedHyper(options_.hyper, t, std::min(t, options_.freeze_step));
+  const kernels::AdamHyper h = GroupHyper(options_.hyper, group);
+  if (!options_.bias_correction) return h;
+  return BiasCorrectedHyper(h, t, std::min(t, options_.freeze_step));
 }
 
 absl::Status OnebitAdam::WarmupStep(const float* grad) {
   const int w = exchange_->world_size();
-  const kernels::AdamHyper h = StepHyper();
-  if (w == 1) {
-    ONEBIT_RETURN_IF_ERROR(mask_.Observe(grad));
-    ONEBIT_ASSIGN_OR_RETURN(double clip, clip_.Factor(grad));
-    return backend_->AdamWarmupUpdate(h, grad, MeanScale(clip, 1), m_.data(), v_.data(),
-                                      p_.data(), n_);
-  }
-  // Exact average: full-precision sum of the local gradients, then / W in the kernel.
-  const float* sum = nullptr;
-  {
+  // Exact average: with several workers the full-precision sum of the local gradients,
+  // then / W in the kernel.
+  const float* sum = grad;
+  if (w > 1) {
     ScopedStepTime time(exchange_->step_clock(), &exchange_call_seconds_);
     ONEBIT_ASSIGN_OR_RETURN(sum, exchange_->SumGradients(step_ + 1, grad));
   }
   ONEBIT_RETURN_IF_ERROR(mask_.Observe(sum));
   ONEBIT_ASSIGN_OR_RETURN(double clip, clip_.Factor(sum, 1.0 / w));
-  return backend_->AdamWarmupUpdate(h, sum, MeanScale(clip, w),
-                                    m_.data(), v_.data(), p_.data(), n_);
+  for (const HyperGroup& g : groups_) {
+    ONEBIT_RETURN_IF_ERROR(backend_->AdamWarmupUpdate(StepHyper(g), sum + g.begin,
+                                                      MeanScale(clip, w), m_.data() + g.begin,
+                                                      v_.data() + g.begin, p_.data() + g.begin,
+                                                      g.size()));
+  }
+  return absl::OkStatus();
+}
+
+// The frozen-variance update of every group on the momentum in m_.
+absl::Status OnebitAdam::FrozenUpdate() {
+  const float* mask = mask_.data();
+  for (const HyperGroup& g : groups_) {
+    ONEBIT_RETURN_IF_ERROR(backend_->FrozenAdamUpdate(
+        StepHyper(g), v_.data() + g.begin, mask != nullptr ? mask + g.begin : nullptr,
+        m_.data() + g.begin, p_.data() + g.begin, g.size()));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status OnebitAdam::CompressionStep(const float* local_grad) {
-  const kernels::AdamHyper h = StepHyper();
   ONEBIT_ASSIGN_OR_RETURN(const float* grad, clip_.Clip(local_grad));
   ONEBIT_RETURN_IF_ERROR(mask_.Fix());  // the first compression step: the automatic mask
-  const float* mask = mask_.data();
+  const float beta1 = options_.hyper.beta1;
   if (exchange_->world_size() == 1) {  // one worker: nothing to exchange
-    ONEBIT_RETURN_IF_ERROR(backend_->MomentumUpdate(h.beta1, grad, m_.data(), n_));
-    return backend_->FrozenAdamUpdate(h, v_.data(), mask, m_.data(), p_.data(), n_);
+    ONEBIT_RETURN_IF_ERROR(backend_->MomentumUpdate(beta1, grad, m_.data(), n_));
+    return FrozenUpdate();
   }
   // The local momentum goes straight into the compressor; m is rewritten from the result.
   CompressedResult r;
   {
     ScopedStepTime time(exchange_->step_clock(), &exchange_call_seconds_);
-    ONEBIT_ASSIGN_OR_RETURN(r, exchange_->AverageMomentum(step_ + 1, m_.data(), grad, h.beta1));
+    ONEBIT_ASSIGN_OR_RETURN(r, exchange_->AverageMomentum(step_ + 1, m_.data(), grad, beta1));
   }
   if (r.momentum != nullptr) {  // averaged exactly
     ONEBIT_RETURN_IF_ERROR(backend_->Copy(m_.data(), r.momentum, n_ * sizeof(float)));
-    return backend_->FrozenAdamUpdate(h, v_.data(), mask, m_.data(), p_.data(), n_);
+    return FrozenUpdate();
   }
-  return backend_->DecompressFrozenAdamUpdate(r.blocks, r.num_chunks, r.chunk, h, v_.data(), mask,
+  if (groups_.size() > 1) {  // the fused kernel takes one set of hyper-parameters
+    ONEBIT_RETURN_IF_ERROR(backend_->Decompress(r.blocks, r.num_chunks, r.chunk, n_, m_.data()));
+    return FrozenUpdate();
+  }
+  return backend_->DecompressFrozenAdamUpdate(r.blocks, r.num_chunks, r.chunk,
+                                              StepHyper(groups_[0]), v_.data(), mask_.data(),
                                               m_.data(), p_.data(), n_);
 }
 

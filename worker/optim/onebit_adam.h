@@ -23,6 +23,7 @@
 #include "worker/exchange/exchange.h"
 #include "worker/optim/gradient_clipper.h"
 #include "worker/optim/momentum_mask.h"
+#include "worker/optim/optim_checks.h"
 #include "worker/optim/optimizer.h"
 #include "worker/transport/transport.h"
 
@@ -44,6 +45,9 @@ struct OnebitAdamOptions {
   bool bias_correction = false;
   // Gradient clipping by global norm (gradient_clipper.h); 0: off.
   double max_grad_norm = 0.0;
+  // Parameter groups with their own lr and weight decay (optim_checks.h); empty: one group
+  // with hyper's.
+  std::vector<HyperGroup> hyper_groups;
 };
 
 class OnebitAdam : public Optimizer {
@@ -112,10 +116,13 @@ class OnebitAdam : public Optimizer {
   absl::Status Init(const float* initial_params);
   absl::Status WarmupStep(const float* grad);
   absl::Status CompressionStep(const float* grad);
+  absl::Status FrozenUpdate();
   // The next step's hyper-parameters, bias-corrected when asked for.
-  kernels::AdamHyper StepHyper() const;
+  // The hyper-parameters of the next step for `group` (bias-corrected if asked for).
+  kernels::AdamHyper StepHyper(const HyperGroup& group) const;
 
   OnebitAdamOptions options_;
+  std::vector<HyperGroup> groups_;  // options_.hyper_groups, resolved: at least one
   kernels::Backend* backend_;
   Exchange* exchange_;
   std::unique_ptr<Exchange> owned_exchange_;  // set by the Transport overload

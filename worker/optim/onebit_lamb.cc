@@ -74,7 +74,22 @@ absl::StatusOr<std::unique_ptr<OnebitLamb>> OnebitLamb::Create(const OnebitLambO
                                                                const float* initial_params,
                                                                size_t n) {
   ONEBIT_RETURN_IF_ERROR(ValidateOptions(options, n));
+  ONEBIT_ASSIGN_OR_RETURN(
+      std::vector<HyperGroup> hyper,
+      ResolveHyperGroups(options.hyper_groups, n, options.hyper.weight_decay));
   std::unique_ptr<OnebitLamb> lamb(new OnebitLamb(options, backend, exchange, n));
+  // Each tensor (LAMB's layer) lies in one hyper-parameter group.
+  size_t h = 0;
+  for (const Group& t : lamb->groups_) {
+    while (hyper[h].end <= t.begin) ++h;
+    if (t.begin < hyper[h].begin || t.end > hyper[h].end) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor [", t.begin, ", ", t.end, ") straddles parameter groups: group ", h,
+          " is [", hyper[h].begin, ", ", hyper[h].end, ")"));
+    }
+    lamb->tensor_hyper_.push_back(h);
+  }
+  lamb->hyper_groups_ = std::move(hyper);
   ONEBIT_RETURN_IF_ERROR(lamb->Init(initial_params));
   return lamb;
 }
@@ -140,16 +155,17 @@ absl::Status OnebitLamb::SkipStep() {
   return absl::OkStatus();
 }
 
-kernels::AdamHyper OnebitLamb::StepHyper(double* c) const {
+kernels::AdamHyper OnebitLamb::StepHyper(const HyperGroup& group, double* c) const {
   *c = 1.0;
-  if (!options_.bias_correction) return options_.hyper;
+  const kernels::AdamHyper h = GroupHyper(options_.hyper, group);
+  if (!options_.bias_correction) return h;
   const int64_t t = step_ + 1;
-  return BiasCorrectedHyper(options_.hyper, t, std::min(t, options_.freeze_step), c);
+  return BiasCorrectedHyper(h, t, std::min(t, options_.freeze_step), c);
 }
 
 absl::Status OnebitLamb::WarmupStep(const float* grad) {
-  double scale = 1.0;
-  const kernels::AdamHyper h = StepHyper(&scale);
+  double scale = 1.0;  // the same for every group
+  const kernels::AdamHyper h = StepHyper(hyper_groups_[0], &scale);  // its betas, eps: all's
   const LambCoeffs& c = options_.coeffs;
   const int w = exchange_->world_size();
   const float* g = grad;
@@ -161,10 +177,14 @@ absl::Status OnebitLamb::WarmupStep(const float* grad) {
   ONEBIT_ASSIGN_OR_RETURN(double clip, clip_.Factor(g, 1.0 / w));
   ONEBIT_RETURN_IF_ERROR(
       backend_->AdamMomentsUpdate(h, g, MeanScale(clip, w), m_.data(), v_.data(), n_));
-  ONEBIT_RETURN_IF_ERROR(backend_->AdamDirectionInto(h, m_.data(), v_.data(), p_.data(),
-                                                     u_.data(), n_));
+  for (const HyperGroup& hg : hyper_groups_) {  // u with each group's weight decay
+    ONEBIT_RETURN_IF_ERROR(backend_->AdamDirectionInto(
+        StepHyper(hg, &scale), m_.data() + hg.begin, v_.data() + hg.begin,
+        p_.data() + hg.begin, u_.data() + hg.begin, hg.size()));
+  }
   for (size_t k = 0; k < groups_.size(); ++k) {
     const Group& gr = groups_[k];
+    const float lr = StepHyper(HyperOf(k), &scale).lr;
     ONEBIT_ASSIGN_OR_RETURN(double p_norm, Norm(p_.data() + gr.begin, gr.size()));
     ONEBIT_ASSIGN_OR_RETURN(double u_norm, Norm(u_.data() + gr.begin, gr.size()));
     u_norm *= scale;  // the true direction's
@@ -173,7 +193,7 @@ absl::Status OnebitLamb::WarmupStep(const float* grad) {
       trust = std::clamp(p_norm / u_norm, c.min_coeff, c.max_coeff);
       coeff_freeze_[k] = c.coeff_beta * coeff_freeze_[k] + (1 - c.coeff_beta) * trust;
     }
-    ONEBIT_RETURN_IF_ERROR(backend_->Axpy(static_cast<float>(-h.lr * trust),
+    ONEBIT_RETURN_IF_ERROR(backend_->Axpy(static_cast<float>(-lr * trust),
                                           u_.data() + gr.begin, p_.data() + gr.begin,
                                           gr.size()));
   }
@@ -203,7 +223,7 @@ absl::Status OnebitLamb::Switch() {
 absl::Status OnebitLamb::CompressionStep(const float* local_grad) {
   ONEBIT_ASSIGN_OR_RETURN(const float* grad, clip_.Clip(local_grad));
   double scale = 1.0;  // lr*scale*u is the true step: h.lr already has it
-  const kernels::AdamHyper h = StepHyper(&scale);
+  const kernels::AdamHyper h = StepHyper(hyper_groups_[0], &scale);  // its betas, eps: all's
   const LambCoeffs& c = options_.coeffs;
   ONEBIT_RETURN_IF_ERROR(backend_->Copy(m_last_.data(), m_.data(), n_ * sizeof(float)));
   ONEBIT_RETURN_IF_ERROR(backend_->MomentumUpdate(h.beta1, grad, m_.data(), n_));
@@ -239,6 +259,7 @@ absl::Status OnebitLamb::CompressionStep(const float* local_grad) {
                                                      u_.data(), n_));
   for (size_t k = 0; k < groups_.size(); ++k) {
     const Group& gr = groups_[k];
+    const kernels::AdamHyper hk = StepHyper(HyperOf(k), &scale);  // its lr and decay
     float* u = u_.data() + gr.begin;
     float* p = p_.data() + gr.begin;
     float ratio_max = 0.0f;
@@ -246,9 +267,9 @@ absl::Status OnebitLamb::CompressionStep(const float* local_grad) {
                                                    v_fresh_.data() + gr.begin, gr.size(),
                                                    &ratio_max));
     double factor = ratio_max;
-    if (h.weight_decay > 0.0f) {
+    if (hk.weight_decay > 0.0f) {
       ONEBIT_ASSIGN_OR_RETURN(double pre_norm, Norm(u, gr.size()));
-      ONEBIT_RETURN_IF_ERROR(backend_->Axpy(h.weight_decay, p, u, gr.size()));
+      ONEBIT_RETURN_IF_ERROR(backend_->Axpy(hk.weight_decay, p, u, gr.size()));
       ONEBIT_ASSIGN_OR_RETURN(double norm, Norm(u, gr.size()));
       const double r = norm > 0 ? std::min(1.0, pre_norm / norm) : 1.0;
       factor = factor * r + (1.0 - r);
@@ -258,7 +279,7 @@ absl::Status OnebitLamb::CompressionStep(const float* local_grad) {
                         last_factor_[k] * (1.0 + c.factor_threshold));
     last_factor_[k] = factor;
     ONEBIT_RETURN_IF_ERROR(
-        backend_->Axpy(static_cast<float>(-h.lr * coeff_freeze_[k] * factor), u, p, gr.size()));
+        backend_->Axpy(static_cast<float>(-hk.lr * coeff_freeze_[k] * factor), u, p, gr.size()));
   }
   return absl::OkStatus();
 }

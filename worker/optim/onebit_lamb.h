@@ -45,6 +45,7 @@
 #include "worker/exchange/exchange.h"
 #include "worker/optim/gradient_clipper.h"
 #include "worker/optim/momentum_mask.h"
+#include "worker/optim/optim_checks.h"
 #include "worker/optim/optimizer.h"
 
 namespace onebit {
@@ -79,6 +80,9 @@ struct OnebitLambOptions {
   bool bias_correction = false;
   // Gradient clipping by global norm (gradient_clipper.h); 0: off.
   double max_grad_norm = 0.0;
+  // Groups of tensors with their own lr and weight decay (optim_checks.h; each a union of
+  // whole groups above, the tensors); empty: one with hyper's.
+  std::vector<HyperGroup> hyper_groups;
 };
 
 class OnebitLamb : public Optimizer {
@@ -141,7 +145,9 @@ class OnebitLamb : public Optimizer {
   absl::StatusOr<double> Norm(const float* x, size_t n);
   // The step's hyper-parameters for the kernels and c, the factor from their direction to
   // the true one (1 without bias correction).
-  kernels::AdamHyper StepHyper(double* c) const;
+  kernels::AdamHyper StepHyper(const HyperGroup& group, double* c) const;
+  // Tensor k's hyper-parameter group.
+  const HyperGroup& HyperOf(size_t k) const { return hyper_groups_[tensor_hyper_[k]]; }
   kernels::Buffer<float>* FindBuffer(const std::string& name);
   const kernels::Buffer<float>* FindBuffer(const std::string& name) const {
     return const_cast<OnebitLamb*>(this)->FindBuffer(name);
@@ -151,7 +157,9 @@ class OnebitLamb : public Optimizer {
   kernels::Backend* backend_;
   Exchange* exchange_;
   size_t n_;
-  std::vector<Group> groups_;
+  std::vector<Group> groups_;              // the tensors
+  std::vector<HyperGroup> hyper_groups_;   // options_.hyper_groups, resolved
+  std::vector<size_t> tensor_hyper_;       // tensor k's index into hyper_groups_
   int64_t step_ = 0;
   bool switched_ = false;
   std::vector<double> coeff_freeze_, scaling_, last_factor_;

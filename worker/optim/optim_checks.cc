@@ -68,4 +68,39 @@ kernels::AdamHyper BiasCorrectedHyper(const kernels::AdamHyper& h, int64_t t,
   return out;
 }
 
+absl::StatusOr<std::vector<HyperGroup>> ResolveHyperGroups(const std::vector<HyperGroup>& groups,
+                                                           size_t n, float weight_decay) {
+  if (groups.empty()) return std::vector<HyperGroup>{{0, n, 1.0f, weight_decay}};
+  size_t at = 0;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const HyperGroup& g = groups[i];
+    if (g.begin != at || g.end <= g.begin || g.end > n) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parameter group ", i, " is [", g.begin, ", ", g.end, "); the groups must cover [0, ",
+          n, ") in order, each non-empty, this one starting at ", at));
+    }
+    if (!(g.lr_scale >= 0.0f) || !std::isfinite(g.lr_scale)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter group ", i, ": lr scale must be >= 0, got ", g.lr_scale));
+    }
+    if (!(g.weight_decay >= 0.0f) || !std::isfinite(g.weight_decay)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parameter group ", i, ": weight_decay must be >= 0, got ", g.weight_decay));
+    }
+    at = g.end;
+  }
+  if (at != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the parameter groups cover [0, ", at, "), not all ", n, " parameters"));
+  }
+  return groups;
+}
+
+kernels::AdamHyper GroupHyper(const kernels::AdamHyper& h, const HyperGroup& group) {
+  kernels::AdamHyper g = h;
+  g.lr = h.lr * group.lr_scale;
+  g.weight_decay = group.weight_decay;
+  return g;
+}
+
 }  // namespace onebit

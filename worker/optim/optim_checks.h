@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "kernels/kernels.h"
 
 namespace onebit {
@@ -30,6 +31,31 @@ absl::Status CheckFreezeStepMove(int64_t steps, int64_t current, int64_t propose
 // when given, receives c: the true direction is c times the one computed with them.
 kernels::AdamHyper BiasCorrectedHyper(const kernels::AdamHyper& h, int64_t t,
                                       int64_t variance_updates, double* c_out = nullptr);
+
+// PARAMETER GROUPS WITH THEIR OWN HYPER-PARAMETERS (a PyTorch optimizer's param groups):
+// consecutive ranges of the flat parameter vector, each with its own learning rate, as a
+// multiple of the job's (so the lr schedule moves every group alike), and its own weight
+// decay. The betas and eps are the job's for every group: the momentum is one flat
+// exchange. Every update is elementwise, or per tensor for 1-bit LAMB, so a group's
+// parameters get exactly the bits the job would give them with the group's lr and decay.
+struct HyperGroup {
+  size_t begin = 0;
+  size_t end = 0;
+  float lr_scale = 1.0f;
+  float weight_decay = 0.0f;
+  size_t size() const { return end - begin; }
+};
+
+// The groups an optimizer steps with: `groups` when given, checked (they cover [0, n) in
+// order, none empty; lr_scale and weight_decay >= 0 and finite), else the one group of all
+// n elements with lr_scale 1 and `weight_decay` (the job's). INVALID_ARGUMENT naming the
+// group otherwise.
+absl::StatusOr<std::vector<HyperGroup>> ResolveHyperGroups(const std::vector<HyperGroup>& groups,
+                                                           size_t n, float weight_decay);
+
+// `h` for a group: lr = h.lr * lr_scale (float; the scale 1 changes no bit), the group's
+// weight decay, the rest as `h`.
+kernels::AdamHyper GroupHyper(const kernels::AdamHyper& h, const HyperGroup& group);
 
 }  // namespace onebit
 

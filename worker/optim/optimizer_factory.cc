@@ -22,6 +22,7 @@ absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const OptimizerSpec& 
     o.auto_mask_zero_gradients = spec.auto_mask_zero_gradients;
     o.bias_correction = spec.bias_correction;
     o.max_grad_norm = spec.max_grad_norm;
+    o.hyper_groups = spec.hyper_groups;
     ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<OnebitAdam> adam,
                             OnebitAdam::Create(o, backend, exchange, initial_params, n));
     return std::unique_ptr<Optimizer>(std::move(adam));
@@ -35,6 +36,7 @@ absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const OptimizerSpec& 
     o.auto_mask_zero_gradients = spec.auto_mask_zero_gradients;
     o.bias_correction = spec.bias_correction;
     o.max_grad_norm = spec.max_grad_norm;
+    o.hyper_groups = spec.hyper_groups;
     ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<ZeroOneAdam> adam,
                             ZeroOneAdam::Create(o, backend, exchange, initial_params, n));
     return std::unique_ptr<Optimizer>(std::move(adam));
@@ -49,6 +51,7 @@ absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const OptimizerSpec& 
     o.auto_mask_zero_gradients = spec.auto_mask_zero_gradients;
     o.bias_correction = spec.bias_correction;
     o.max_grad_norm = spec.max_grad_norm;
+    o.hyper_groups = spec.hyper_groups;
     ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<OnebitLamb> lamb,
                             OnebitLamb::Create(o, backend, exchange, initial_params, n));
     return std::unique_ptr<Optimizer>(std::move(lamb));

@@ -12,6 +12,7 @@
 #include "kernels/kernels.h"
 #include "worker/exchange/exchange.h"
 #include "worker/optim/onebit_lamb.h"
+#include "worker/optim/optim_checks.h"
 #include "worker/optim/optimizer.h"
 #include "config/zero_one_schedule.h"
 
@@ -37,6 +38,9 @@ struct OptimizerSpec {
   bool bias_correction = false;
   // Gradient clipping by global norm (gradient_clipper.h); 0: off.
   double max_grad_norm = 0.0;
+  // Parameter groups with their own lr (a multiple of hyper.lr) and weight decay
+  // (optim_checks.h: a PyTorch script's param groups); empty: one group with hyper's.
+  std::vector<HyperGroup> hyper_groups;
 };
 
 // INVALID_ARGUMENT for an unknown type or bad options. The exchange is borrowed.

@@ -26,7 +26,12 @@ absl::StatusOr<std::unique_ptr<ZeroOneAdam>> ZeroOneAdam::Create(
     const ZeroOneAdamOptions& options, kernels::Backend* backend, Exchange* exchange,
     const float* initial_params, size_t n) {
   ONEBIT_RETURN_IF_ERROR(ValidateOptions(options, n));
+  ONEBIT_ASSIGN_OR_RETURN(
+      std::vector<HyperGroup> groups,
+      ResolveHyperGroups(options.hyper_groups, n, options.hyper.weight_decay));
   std::unique_ptr<ZeroOneAdam> adam(new ZeroOneAdam(options, backend, exchange, n));
+  adam->lrs_.assign(groups.size(), 0.0);
+  adam->groups_ = std::move(groups);
   ONEBIT_RETURN_IF_ERROR(adam->Init(initial_params));
   return adam;
 }
@@ -111,18 +116,21 @@ absl::Status ZeroOneAdam::SkipStep() {
   if (kind == ZeroOneStep::kLocal || kind == ZeroOneStep::kSync) {
     // A step of the window with no update: a sync that is skipped leaves the accumulator
     // to the next sync.
-    lrs_ += StepHyper(ZeroOneStep::kLocal).lr;
+    for (size_t k = 0; k < groups_.size(); ++k) {
+      lrs_[k] += StepHyper(ZeroOneStep::kLocal, groups_[k]).lr;
+    }
   }
   schedule_.Advance(options_.var_freeze_step);
   ++step_;
   return absl::OkStatus();
 }
 
-kernels::AdamHyper ZeroOneAdam::StepHyper(ZeroOneStep kind) const {
-  if (!options_.bias_correction) return options_.hyper;
+kernels::AdamHyper ZeroOneAdam::StepHyper(ZeroOneStep kind, const HyperGroup& group) const {
+  const kernels::AdamHyper h = GroupHyper(options_.hyper, group);
+  if (!options_.bias_correction) return h;
   const int64_t updates =
       schedule_.variance_updates() + (kind == ZeroOneStep::kVarianceUpdate ? 1 : 0);
-  return BiasCorrectedHyper(options_.hyper, step_ + 1, updates);
+  return BiasCorrectedHyper(h, step_ + 1, updates);
 }
 
 absl::Status ZeroOneAdam::VarianceUpdate(const float* grad) {
@@ -134,9 +142,12 @@ absl::Status ZeroOneAdam::VarianceUpdate(const float* grad) {
   }
   ONEBIT_RETURN_IF_ERROR(mask_.Observe(sum));  // the exactly averaged steps only
   ONEBIT_ASSIGN_OR_RETURN(double clip, clip_.Factor(sum, 1.0 / w));
-  return backend_->AdamWarmupUpdate(StepHyper(ZeroOneStep::kVarianceUpdate), sum,
-                                    MeanScale(clip, w),
-                                    m_.data(), v_.data(), p_.data(), n_);
+  for (const HyperGroup& g : groups_) {
+    ONEBIT_RETURN_IF_ERROR(backend_->AdamWarmupUpdate(
+        StepHyper(ZeroOneStep::kVarianceUpdate, g), sum + g.begin, MeanScale(clip, w),
+        m_.data() + g.begin, v_.data() + g.begin, p_.data() + g.begin, g.size()));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ZeroOneAdam::CompressedGradient(const float* local_grad) {
@@ -144,25 +155,40 @@ absl::Status ZeroOneAdam::CompressedGradient(const float* local_grad) {
   ONEBIT_ASSIGN_OR_RETURN(const float* g, CompressedAverage(grad));
   ONEBIT_RETURN_IF_ERROR(backend_->MomentumUpdate(options_.hyper.beta1, g, m_.data(), n_));
   const float* mask = mask_.data();
-  return backend_->FrozenAdamUpdate(StepHyper(ZeroOneStep::kCompressedGradient), v_.data(), mask,
-                                    m_.data(), p_.data(), n_);
+  for (const HyperGroup& g : groups_) {
+    ONEBIT_RETURN_IF_ERROR(backend_->FrozenAdamUpdate(
+        StepHyper(ZeroOneStep::kCompressedGradient, g), v_.data() + g.begin,
+        mask != nullptr ? mask + g.begin : nullptr, m_.data() + g.begin, p_.data() + g.begin,
+        g.size()));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ZeroOneAdam::LocalStep(const float* local_grad, bool sync) {
-  const kernels::AdamHyper h = StepHyper(ZeroOneStep::kLocal);
   ONEBIT_ASSIGN_OR_RETURN(const float* grad, clip_.Clip(local_grad));
-  ONEBIT_RETURN_IF_ERROR(
-      backend_->ZeroOneLocalUpdate(h, grad, v_.data(), m_.data(), p_.data(), acc_.data(), n_));
-  lrs_ += h.lr;
+  for (size_t k = 0; k < groups_.size(); ++k) {
+    const HyperGroup& g = groups_[k];
+    const kernels::AdamHyper h = StepHyper(ZeroOneStep::kLocal, g);
+    ONEBIT_RETURN_IF_ERROR(backend_->ZeroOneLocalUpdate(
+        h, grad + g.begin, v_.data() + g.begin, m_.data() + g.begin, p_.data() + g.begin,
+        acc_.data() + g.begin, g.size()));
+    lrs_[k] += h.lr;
+  }
   if (!sync) return absl::OkStatus();
-  ONEBIT_RETURN_IF_ERROR(backend_->ZeroOneSyncPrepare(h.eps, v_.data(), acc_.data(), n_));
+  // eps is every group's (bias correction scales it alike).
+  const float eps = StepHyper(ZeroOneStep::kLocal, groups_[0]).eps;
+  ONEBIT_RETURN_IF_ERROR(backend_->ZeroOneSyncPrepare(eps, v_.data(), acc_.data(), n_));
   // With one worker the average is the accumulator itself (SyncApply does not write it).
   ONEBIT_ASSIGN_OR_RETURN(const float* avg, CompressedAverage(acc_.data()));
   const float* mask = mask_.data();
-  ONEBIT_RETURN_IF_ERROR(backend_->ZeroOneSyncApply(h.eps, static_cast<float>(lrs_), v_.data(),
-                                                    mask, avg, m_.data(), anchor_.data(),
-                                                    p_.data(), n_));
-  lrs_ = 0.0;
+  for (size_t k = 0; k < groups_.size(); ++k) {
+    const HyperGroup& g = groups_[k];
+    ONEBIT_RETURN_IF_ERROR(backend_->ZeroOneSyncApply(
+        eps, static_cast<float>(lrs_[k]), v_.data() + g.begin,
+        mask != nullptr ? mask + g.begin : nullptr, avg + g.begin, m_.data() + g.begin,
+        anchor_.data() + g.begin, p_.data() + g.begin, g.size()));
+    lrs_[k] = 0.0;
+  }
   return acc_.Zero();
 }
 
@@ -205,7 +231,9 @@ std::vector<StateSpec> ZeroOneAdam::CheckpointStates() const {
 }
 
 StateScalars ZeroOneAdam::CheckpointScalars() const {
-  StateScalars scalars = {{"lr_sum", lrs_}};
+  // Group 0's sum keeps the name it had before there were groups.
+  StateScalars scalars = {{"lr_sum", lrs_[0]}};
+  for (size_t k = 1; k < groups_.size(); ++k) scalars[absl::StrCat("lr_sum.", k)] = lrs_[k];
   mask_.AddCheckpointScalars(&scalars);
   return scalars;
 }
@@ -240,11 +268,16 @@ absl::Status ZeroOneAdam::Restore(int64_t step, int64_t freeze_step, const State
     ONEBIT_ASSIGN_OR_RETURN(const std::vector<float>* values, FindState(states, name, n_));
     copies.emplace_back(FindBuffer(name), values);
   }
-  double lrs = 0.0;
+  std::vector<double> lrs(groups_.size(), 0.0);
   if (local) {
-    const auto it = scalars.find("lr_sum");
-    if (it == scalars.end()) return absl::InvalidArgumentError("the checkpoint has no lr_sum");
-    lrs = it->second;
+    for (size_t k = 0; k < groups_.size(); ++k) {
+      const std::string key = k == 0 ? "lr_sum" : absl::StrCat("lr_sum.", k);
+      const auto it = scalars.find(key);
+      if (it == scalars.end()) {
+        return absl::InvalidArgumentError(absl::StrCat("the checkpoint has no ", key));
+      }
+      lrs[k] = it->second;
+    }
   }
   ONEBIT_RETURN_IF_ERROR(mask_.Restore(states, scalars));
   for (auto& [buffer, values] : copies) {

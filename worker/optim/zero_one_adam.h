@@ -40,6 +40,7 @@
 #include "worker/exchange/exchange.h"
 #include "worker/optim/gradient_clipper.h"
 #include "worker/optim/momentum_mask.h"
+#include "worker/optim/optim_checks.h"
 #include "worker/optim/optimizer.h"
 #include "config/zero_one_schedule.h"
 #include "worker/transport/transport.h"
@@ -62,6 +63,12 @@ struct ZeroOneAdamOptions {
   bool bias_correction = false;
   // Gradient clipping by global norm (gradient_clipper.h); 0: off.
   double max_grad_norm = 0.0;
+  // Parameter groups with their own lr and weight decay (optim_checks.h); empty: one group
+  // with hyper's. Each group sums its own lr over the local steps. A sync exchanges the
+  // lr-weighted accumulators of every group in one compressed buffer, so with several
+  // workers the groups' lr and decay shape each other's compression (with one, each group
+  // gets the bits of a run of everything with its hyper-parameters).
+  std::vector<HyperGroup> hyper_groups;
 };
 
 class ZeroOneAdam : public Optimizer {
@@ -106,8 +113,8 @@ class ZeroOneAdam : public Optimizer {
   const float* params() const override { return p_.data(); }
   const float* variance() const override { return v_.data(); }
   absl::StatusOr<std::vector<float>> ParamsToHost() const override { return p_.ToHost(); }
-  // The sum of the learning rates since the last sync.
-  double lr_sum() const { return lrs_; }
+  // The sum of the (first parameter group's) learning rates since the last sync.
+  double lr_sum() const { return lrs_[0]; }
 
   int64_t masked_elements() const override { return mask_.masked(); }
   Exchange& exchange() override { return *exchange_; }
@@ -134,7 +141,7 @@ class ZeroOneAdam : public Optimizer {
   // The compressed average of x (the exchange's result, decoded into avg_), or x itself
   // with one worker.
   absl::StatusOr<const float*> CompressedAverage(const float* x);
-  kernels::AdamHyper StepHyper(ZeroOneStep kind) const;
+  kernels::AdamHyper StepHyper(ZeroOneStep kind, const HyperGroup& group) const;
   // The state tensor called `name`; null when there is none.
   kernels::Buffer<float>* FindBuffer(const std::string& name);
   const kernels::Buffer<float>* FindBuffer(const std::string& name) const {
@@ -149,7 +156,8 @@ class ZeroOneAdam : public Optimizer {
   int64_t step_ = 0;
   ZeroOneSchedule schedule_;
   bool errors_reset_ = false;
-  double lrs_ = 0.0;
+  std::vector<HyperGroup> groups_;  // options_.hyper_groups, resolved: at least one
+  std::vector<double> lrs_;         // per group: the lr summed since the last sync
   // anchor_: the parameters after the last sync (or at the end of the variance stage).
   kernels::Buffer<float> p_, m_, v_, acc_, avg_, anchor_;
   MomentumMask mask_;
