@@ -113,9 +113,7 @@ std::vector<std::vector<float>> RunSteps(const OptimizerSpec& spec, int64_t save
 using Param = std::tuple<std::string, bool>;
 class OptimizerResumeTest : public ::testing::TestWithParam<Param> {};
 
-TEST_P(OptimizerResumeTest, ResumesBitForBitFromAnyStep) {
-  const auto& [type, auto_mask] = GetParam();
-  const OptimizerSpec spec = Spec(type, auto_mask);
+void ExpectResumesBitForBit(const OptimizerSpec& spec, const std::string& what) {
   const auto straight = RunSteps(spec, 0);
   // In warmup, at the switch, right after it, and later (0/1 Adam: 13 is between syncs,
   // its interval being 2 there; 16 a sync).
@@ -124,9 +122,23 @@ TEST_P(OptimizerResumeTest, ResumesBitForBitFromAnyStep) {
     for (int rank = 0; rank < kWorkers; ++rank) {
       ASSERT_EQ(resumed[rank].size(), kN);
       EXPECT_EQ(0, std::memcmp(resumed[rank].data(), straight[rank].data(), kN * sizeof(float)))
-          << type << " resumed after step " << save_at << ", rank " << rank;
+          << what << " resumed after step " << save_at << ", rank " << rank;
     }
   }
+}
+
+TEST_P(OptimizerResumeTest, ResumesBitForBitFromAnyStep) {
+  const auto& [type, auto_mask] = GetParam();
+  ExpectResumesBitForBit(Spec(type, auto_mask), type);
+}
+
+// With param groups of their own lr and decay (0/1 Adam's per-group lr sums are in the
+// checkpoint's scalars).
+TEST_P(OptimizerResumeTest, ResumesBitForBitWithParamGroups) {
+  const auto& [type, auto_mask] = GetParam();
+  OptimizerSpec spec = Spec(type, auto_mask);
+  spec.hyper_groups = {{0, 301, 1.0f, 0.0f}, {301, kN, 0.5f, 0.01f}};
+  ExpectResumesBitForBit(spec, type + " with param groups");
 }
 
 INSTANTIATE_TEST_SUITE_P(
