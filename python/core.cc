@@ -129,16 +129,22 @@ class PyWorker {
     const absl::Time deadline = absl::Now() + absl::Seconds(timeout_s);
     for (;;) {
       ExternalWorkload* w = nullptr;
+      bool ending = false;
       {
         absl::MutexLock lock(&mu_);
         if (done_) {
           if (!status_.ok()) Throw(status_);
           return -1;
         }
-        w = workload_;
+        ending = ending_;
+        w = ending ? nullptr : workload_;
       }
-      if (w == nullptr) {  // still registering and setting up
-        if (absl::Now() >= deadline) Throw(absl::UnavailableError("the worker did not start in time"));
+      // Still registering and setting up, or the run is ending: poll for done_ (slowly, so
+      // that the worker thread gets mu_).
+      if (w == nullptr) {
+        if (!ending && absl::Now() >= deadline) {
+          Throw(absl::UnavailableError("the worker did not start in time"));
+        }
         py::gil_scoped_release release;
         absl::SleepFor(absl::Milliseconds(5));
         continue;
@@ -309,7 +315,7 @@ class PyWorker {
     ExternalWorkload* w = nullptr;
     {
       absl::MutexLock lock(&mu_);
-      if (workload_ == nullptr) return kAgain;
+      if (workload_ == nullptr || ending_) return kAgain;
       w = workload_;
       ++waiting_;
     }
