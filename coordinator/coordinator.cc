@@ -136,6 +136,9 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock* clock,
     committed_.push_back(info);
   }
   if (options_.recovering) {
+    // What this generation recovers from, for the members it refuses and for the status.
+    failure_reason_ = absl::StrCat("the coordinator restarted; generation ", generation_ - 1,
+                                   " ended with it");
     LogLine(absl::StrCat("recovering in generation ", generation_, " (recovery ", recoveries_,
                          " of at most ", options_.config.failure.max_restarts,
                          "): waiting for every member to register again"));

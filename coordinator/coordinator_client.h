@@ -41,6 +41,15 @@ struct SessionOptions {
   // Heartbeats go this often (the first at once); the coordinator declares a member dead
   // after its own timeout (onebit-coordinator --heartbeat_timeout) without one.
   absl::Duration heartbeat_interval = absl::Seconds(1);
+  // Called once, on the session's thread, when the session ends by itself rather than by
+  // Stop(), with why: the coordinator refused this member (FAILED_PRECONDITION when it does
+  // not know it: it restarted, or the member was replaced; it sends the job's status
+  // first), or no stream reached it for `give_up_after` (UNAVAILABLE). The coordinator no
+  // longer counts the member, so it must act (coordinator/member.h). It may end the
+  // process; it must not call Stop() on its session.
+  std::function<void(const absl::Status& why)> on_end;
+  // How long the session reconnects to a coordinator it cannot reach before it ends.
+  absl::Duration give_up_after = absl::InfiniteDuration();
 };
 
 // Called with every JobEvent: once after the first heartbeat, then whenever the job
@@ -49,7 +58,8 @@ struct SessionOptions {
 using JobEventCallback = std::function<void(const v1::JobEvent& event)>;
 
 // A live session: heartbeats in the background, reconnecting (with backoff) when the
-// coordinator is unreachable or has its most sessions open (RESOURCE_EXHAUSTED).
+// coordinator is unreachable or has its most sessions open (RESOURCE_EXHAUSTED), for up to
+// SessionOptions::give_up_after.
 // Thread-safe. Destroying it stops it.
 class CoordinatorSession {
  public:

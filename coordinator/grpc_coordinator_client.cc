@@ -34,11 +34,28 @@ absl::Duration Jittered(absl::Duration d) {
   return d * absl::Uniform(*gen, 0.8, 1.2);
 }
 
+// Waits out a retry's backoff while driving the channel's reconnection. A synchronous
+// client makes progress on a connection only while some call polls it, so a plain sleep
+// leaves a reconnect that a failed call started unfinished until gRPC's connect timer cuts
+// it: seen as a session kept 15 s from a restarted coordinator (every attempt "tcp
+// handshaker shutdown" after the 2 s connect timeout) while the process's other threads sat
+// in calls to other servers. Returns early once connected; a channel that was connected
+// already (the call failed for another reason) sleeps the whole backoff.
+void BackOff(grpc::Channel& channel, absl::Duration backoff) {
+  if (channel.GetState(/*try_to_connect=*/false) == GRPC_CHANNEL_READY) {
+    absl::SleepFor(backoff);
+    return;
+  }
+  channel.WaitForConnected(absl::ToChronoTime(absl::Now() + backoff));
+}
+
 class GrpcSession final : public CoordinatorSession {
  public:
-  GrpcSession(std::shared_ptr<Stub> stub, const GrpcClientOptions& client_options,
-              const SessionOptions& options, JobEventCallback on_event)
-      : stub_(std::move(stub)),
+  GrpcSession(std::shared_ptr<grpc::Channel> channel, std::shared_ptr<Stub> stub,
+              const GrpcClientOptions& client_options, const SessionOptions& options,
+              JobEventCallback on_event)
+      : channel_(std::move(channel)),
+        stub_(std::move(stub)),
         client_options_(client_options),
         options_(options),
         on_event_(std::move(on_event)) {}
@@ -72,6 +89,7 @@ class GrpcSession final : public CoordinatorSession {
   // One stream, from connect to finish.
   grpc::Status RunStream();
 
+  const std::shared_ptr<grpc::Channel> channel_;
   const std::shared_ptr<Stub> stub_;
   const GrpcClientOptions client_options_;
   const SessionOptions options_;
@@ -132,6 +150,8 @@ grpc::Status GrpcSession::RunStream() {
 
 void GrpcSession::Run() {
   absl::Duration backoff = client_options_.initial_backoff;
+  absl::Time last_contact = absl::Now();  // the last event the coordinator sent
+  absl::Status ended;
   while (true) {
     const grpc::Status status = RunStream();
     absl::MutexLock lock(&mu_);
@@ -143,20 +163,47 @@ void GrpcSession::Run() {
     if (!status.ok() && code != grpc::StatusCode::UNAVAILABLE &&
         code != grpc::StatusCode::CANCELLED && code != grpc::StatusCode::DEADLINE_EXCEEDED &&
         code != grpc::StatusCode::RESOURCE_EXHAUSTED) {
-      status_ = FromGrpcStatus(status);
-      return;
+      ended = FromGrpcStatus(status);
+      break;
     }
-    if (got_event_) backoff = client_options_.initial_backoff;
+    if (got_event_) {
+      backoff = client_options_.initial_backoff;
+      last_contact = absl::Now();
+    }
+    if (absl::Now() - last_contact >= options_.give_up_after) {
+      ended = absl::UnavailableError(absl::StrCat(
+          "no answer from the coordinator at ", client_options_.address, " for ",
+          absl::FormatDuration(absl::Now() - last_contact), " (last: ", status.error_message(), ")"));
+      break;
+    }
+    // As BackOff, in slices, so that Stop() is not kept waiting.
     auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
-    if (mu_.AwaitWithTimeout(absl::Condition(&stopping), Jittered(backoff))) return;
+    const absl::Time until = absl::Now() + Jittered(backoff);
+    if (channel_->GetState(/*try_to_connect=*/false) == GRPC_CHANNEL_READY) {
+      if (mu_.AwaitWithTimeout(absl::Condition(&stopping), until - absl::Now())) return;
+    } else {
+      bool connected = false;
+      while (!connected && !stopping_ && absl::Now() < until) {
+        mu_.Unlock();
+        connected = channel_->WaitForConnected(
+            absl::ToChronoTime(std::min(until, absl::Now() + absl::Milliseconds(100))));
+        mu_.Lock();
+      }
+      if (stopping_) return;
+    }
     backoff = std::min(backoff * 2, client_options_.max_backoff);
   }
+  {
+    absl::MutexLock lock(&mu_);
+    status_ = ended;
+  }
+  if (options_.on_end) options_.on_end(ended);
 }
 
 class GrpcCoordinatorClient final : public CoordinatorClient {
  public:
-  GrpcCoordinatorClient(const GrpcClientOptions& options, std::shared_ptr<Stub> stub)
-      : options_(options), stub_(std::move(stub)) {}
+  GrpcCoordinatorClient(const GrpcClientOptions& options, std::shared_ptr<grpc::Channel> channel)
+      : options_(options), channel_(channel), stub_(v1::Coordinator::NewStub(channel)) {}
 
   absl::StatusOr<v1::RegisterResponse> Register(const v1::RegisterRequest& request) override {
     return Call<v1::RegisterResponse>(kRetry, absl::ZeroDuration(),
@@ -194,7 +241,8 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     if (options.heartbeat_interval <= absl::ZeroDuration()) {
       return absl::InvalidArgumentError("heartbeat_interval must be positive");
     }
-    auto session = std::make_unique<GrpcSession>(stub_, options_, options, std::move(on_event));
+    auto session =
+        std::make_unique<GrpcSession>(channel_, stub_, options_, options, std::move(on_event));
     session->Start();
     return std::unique_ptr<CoordinatorSession>(std::move(session));
   }
@@ -273,12 +321,13 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
                          " attempt", attempt == 1 ? "" : "s", "): ", status.error_message(),
             security::HandshakeHint(options_.tls)));
       }
-      absl::SleepFor(Jittered(backoff));
+      BackOff(*channel_, Jittered(backoff));
       backoff = std::min(backoff * 2, options_.max_backoff);
     }
   }
 
   const GrpcClientOptions options_;
+  const std::shared_ptr<grpc::Channel> channel_;
   const std::shared_ptr<Stub> stub_;
 };
 
@@ -327,8 +376,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> NewGrpcCoordinatorClient(
   if (!credentials.ok()) return credentials.status();
   std::shared_ptr<grpc::Channel> channel =
       grpc::CreateCustomChannel(options.address, *credentials, args);
-  return std::unique_ptr<CoordinatorClient>(
-      new GrpcCoordinatorClient(options, v1::Coordinator::NewStub(channel)));
+  return std::unique_ptr<CoordinatorClient>(new GrpcCoordinatorClient(options, channel));
 }
 
 }  // namespace onebit

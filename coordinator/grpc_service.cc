@@ -216,6 +216,7 @@ grpc::Status CoordinatorGrpcService::Session(
   grpc::Status result = grpc::Status::OK;
   bool reader_blocked = true;  // it may still sit in Read, which only a cancel ends
   uint64_t sent_version = 0;   // 0: no event sent yet (versions start at 1)
+  bool refused = false;        // the handler refused a heartbeat
   while (true) {
     bool ready = false;
     {
@@ -227,6 +228,10 @@ grpc::Status CoordinatorGrpcService::Session(
       if (!state.error.ok()) {
         result = ToGrpcStatus(state.error);
         reader_blocked = false;
+        // A heartbeat this coordinator refuses (most often: it does not know the member,
+        // having restarted since the member registered) ends the session; the job's status
+        // goes first, so that the member learns the generation it must restart for.
+        refused = true;
         break;
       }
       if (state.reader_done) {
@@ -260,6 +265,14 @@ grpc::Status CoordinatorGrpcService::Session(
     *event.mutable_job() = *std::move(job);
     if (!stream->Write(event)) break;  // the client is gone
     sent_version = version;
+  }
+  if (refused && !context->IsCancelled()) {
+    absl::StatusOr<v1::JobStatus> job = handler_->GetJob(v1::GetJobRequest());
+    if (job.ok()) {
+      v1::JobEvent event;
+      *event.mutable_job() = *std::move(job);
+      stream->Write(event);
+    }
   }
   if (reader_blocked) context->TryCancel();
   reader.join();

@@ -52,8 +52,18 @@ class InProcessSession final : public CoordinatorSession {
         heartbeat.set_step(step_.load());
         absl::Status status = handler_->Heartbeat(heartbeat);
         if (!status.ok()) {
-          absl::MutexLock lock(&mu_);
-          status_ = status;
+          // As the gRPC service does: the job's status first, then the refusal.
+          absl::StatusOr<v1::JobStatus> job = handler_->GetJob(v1::GetJobRequest());
+          if (job.ok() && on_event_) {
+            v1::JobEvent event;
+            *event.mutable_job() = *std::move(job);
+            on_event_(event);
+          }
+          {
+            absl::MutexLock lock(&mu_);
+            status_ = status;
+          }
+          if (options_.on_end) options_.on_end(status);
           return;
         }
         next_heartbeat = absl::Now() + options_.heartbeat_interval;

@@ -18,7 +18,10 @@
 // the probes /healthz and /readyz, ready once registered with the job), writes
 // the bound addresses to --address_file ({"grpc": "host:port", "metrics": "host:port"},
 // atomically) and runs until SIGTERM or SIGINT, then shuts down gracefully (exit 0).
-// Exit status: 2 a bad flag value, 1 a failure to start (absl exits 1 on unknown flags).
+// Exit status (coordinator/member.h): 0 the job succeeded or a signal; 75 restart me (the
+// job recovers in a newer generation, or the coordinator restarted and no longer knows this
+// shard); 1 the job failed, a failure to start, or a coordinator out of reach for
+// onebit.failure.coordinator_retry_s; 2 a bad flag value (absl exits 1 on unknown flags).
 #include <pthread.h>
 #include <unistd.h>
 #include <signal.h>
@@ -40,6 +43,7 @@
 #include "common/net.h"
 #include "common/signals.h"
 #include "coordinator/coordinator_client.h"
+#include "coordinator/member.h"
 #include "config/job_config.h"
 #include "compression/layout.h"
 #include "config/model_spec.h"
@@ -80,9 +84,8 @@ ABSL_FLAG(std::string, fault, "",
 
 namespace {
 
-constexpr int kExitRuntime = 1;
+constexpr int kExitRuntime = onebit::kMemberExitFailed;
 constexpr int kExitUsage = 2;
-constexpr int kExitRestart = 75;  // the job recovers in a newer generation: restart me
 
 // Set by the session callback before it raises SIGTERM at this process: the exit code that
 // the job's end (0), failure (1) or recovery (75) asks for.
@@ -97,12 +100,22 @@ std::string Advertised(const std::string& bound) {
   return onebit::JoinHostPort(host, std::stoi(bound.substr(bound.rfind(':') + 1)));
 }
 
+// Leaves with `verdict`: the main thread shuts down gracefully on the SIGTERM.
+void Leave(int shard, const onebit::MemberVerdict& verdict) {
+  std::cerr << "onebit-server: shard " << shard << ": " << verdict.reason << std::endl;
+  g_exit_code = verdict.exit_code;
+  kill(getpid(), SIGTERM);
+}
+
 // Registers the shard and starts its heartbeat session; *reg gets the coordinator's answer
-// and *instance this process's id.
+// and *instance this process's id. The session leaves (Leave) when the job ends or
+// recovers in a newer generation, and when the coordinator no longer knows this shard (it
+// restarted since: the shard exits 75 and its new process registers with it) or stays out
+// of reach for `give_up_after`.
 absl::StatusOr<std::unique_ptr<onebit::CoordinatorSession>> JoinJob(
     onebit::CoordinatorClient& client, int shard, const onebit::server::ServerProcess& process,
-    absl::Duration heartbeat_interval, onebit::v1::RegisterResponse* reg_out,
-    std::string* instance) {
+    absl::Duration heartbeat_interval, absl::Duration give_up_after,
+    onebit::v1::RegisterResponse* reg_out, std::string* instance) {
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
   onebit::v1::RegisterRequest request;
@@ -120,31 +133,20 @@ absl::StatusOr<std::unique_ptr<onebit::CoordinatorSession>> JoinJob(
     return absl::FailedPreconditionError(
         absl::StrCat("asked to be shard ", shard, ", the coordinator assigned ", reg->rank()));
   }
+  const onebit::MemberIdentity me{reg->job_id(), reg->generation(), /*leave_on_success=*/true};
   onebit::SessionOptions session;
   session.heartbeat_interval = heartbeat_interval;
   session.role = onebit::v1::ROLE_SERVER;
   session.rank = shard;
   session.instance_id = request.instance_id();
-  const int64_t generation = reg->generation();
-  return client.StartSession(session, [generation, shard](const onebit::v1::JobEvent& e) {
-    const onebit::v1::JobStatus& job = e.job();
-    int code = -1;
-    std::string why;
-    if (job.state() == onebit::v1::JOB_STATE_SUCCEEDED) {
-      code = 0;
-      why = "the job succeeded";
-    } else if (job.state() == onebit::v1::JOB_STATE_FAILED) {
-      code = kExitRuntime;
-      why = absl::StrCat("the job failed: ", job.failure_reason());
-    } else if (job.generation() > generation) {
-      code = kExitRestart;
-      why = absl::StrCat("the job recovers in generation ", job.generation(), " (",
-                         job.failure_reason(), "); exiting with 75 to be restarted");
+  session.give_up_after = give_up_after;
+  session.on_end = [&client, me, shard](const absl::Status& why) {
+    Leave(shard, onebit::VerdictAfterSessionEnd(client, me, why));
+  };
+  return client.StartSession(session, [me, shard](const onebit::v1::JobEvent& e) {
+    if (std::optional<onebit::MemberVerdict> verdict = onebit::VerdictFor(e.job(), me)) {
+      Leave(shard, *verdict);
     }
-    if (code < 0) return;
-    std::cerr << "onebit-server: shard " << shard << ": " << why << std::endl;
-    g_exit_code = code;
-    kill(getpid(), SIGTERM);  // the main thread shuts down gracefully
   });
 }
 
@@ -317,7 +319,7 @@ int main(int argc, char** argv) {
     const int index = group_offset + options.shard.shard;
     auto joined = made.ok() ? JoinJob(**made, index, **process,
                                       std::min(absl::Seconds(1), absl::Seconds(heartbeat_s) / 4),
-                                      &reg, &instance)
+                                      absl::Seconds(retry_s), &reg, &instance)
                             : absl::StatusOr<std::unique_ptr<onebit::CoordinatorSession>>(made.status());
     if (joined.ok()) {
       const absl::Status opened = (*process)->state().SetFirstStep(

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "coordinator/coordinator_client.h"
 #include "proto/proto_json.h"
@@ -314,6 +315,43 @@ TEST_F(CoordinatorServiceTest, SessionOfAnUnknownMemberEndsWithTheReason) {
   EXPECT_THAT(status.message(), HasSubstr("worker rank 2 is not registered"));
 }
 
+// What a member of a restarted coordinator meets: the coordinator does not know it. It
+// hears the job's status (with the generation it must restart for) before the refusal, and
+// the session tells its owner that it ended.
+TEST_F(CoordinatorServiceTest, ARefusedSessionCarriesTheJobFirstAndEndsThroughOnEnd) {
+  absl::Mutex mu;
+  std::vector<v1::JobStatus> events;
+  absl::Status ended;
+  absl::Notification done;
+  SessionOptions options;
+  options.role = v1::ROLE_SERVER;
+  options.rank = 1;
+  options.instance_id = "forgotten-shard";
+  options.heartbeat_interval = absl::Milliseconds(50);
+  options.on_end = [&](const absl::Status& why) {
+    {
+      absl::MutexLock lock(&mu);
+      ended = why;
+    }
+    done.Notify();
+  };
+  auto session = client().StartSession(options, [&](const v1::JobEvent& e) {
+    absl::MutexLock lock(&mu);
+    events.push_back(e.job());
+  });
+  ASSERT_TRUE(session.ok());
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  {
+    absl::MutexLock lock(&mu);
+    ASSERT_EQ(events.size(), 1u);
+    EXPECT_EQ(events[0].job_id(), "test-job");
+    EXPECT_EQ(events[0].generation(), 1);
+    EXPECT_EQ(ended.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(ended.message(), HasSubstr("server rank 1 is not registered"));
+  }
+  EXPECT_EQ((*session)->Stop().code(), absl::StatusCode::kFailedPrecondition);
+}
+
 TEST_F(CoordinatorServiceTest, MembersDieWithoutHeartbeatsAndComeBack) {
   JobConfig config = TestJobConfig(2, 100, 10, 40);
   config.failure.max_restarts = 0;  // the dead member fails the job; the membership stays
@@ -363,6 +401,32 @@ TEST_F(CoordinatorServiceTest, MetricsAreServed) {
         "onebit_coordinator_rpc_errors_total{method=\"Lease\"} 1"}) {
     EXPECT_THAT(response->body, HasSubstr(line));
   }
+}
+
+TEST(CoordinatorClientTest, ASessionGivesUpOnACoordinatorOutOfReach) {
+  GrpcClientOptions client_options;
+  client_options.address = "127.0.0.1:1";
+  client_options.initial_backoff = absl::Milliseconds(10);
+  client_options.max_backoff = absl::Milliseconds(50);
+  auto client = NewGrpcCoordinatorClient(client_options);
+  ASSERT_TRUE(client.ok());
+  absl::Notification done;
+  absl::Status ended;
+  SessionOptions options;
+  options.instance_id = "w";
+  options.give_up_after = absl::Milliseconds(500);
+  options.on_end = [&](const absl::Status& why) {
+    ended = why;
+    done.Notify();
+  };
+  const absl::Time start = absl::Now();
+  auto session = (*client)->StartSession(options, nullptr);
+  ASSERT_TRUE(session.ok());
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(500));
+  EXPECT_EQ(ended.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(ended.message(), HasSubstr("no answer from the coordinator at 127.0.0.1:1"));
+  EXPECT_EQ((*session)->Stop().code(), absl::StatusCode::kUnavailable);
 }
 
 TEST(CoordinatorClientTest, UnreachableCoordinatorIsUnavailableAfterRetries) {

@@ -129,7 +129,11 @@ INSTANTIATE_TEST_SUITE_P(
         // in a CI run): either is checked below, not which.
         FaultCase{"ps_shard", "ps", 5, "server", 1, "kill_at_step:15", 0},
         // The coordinator in the middle of a step; it restarts from its state file.
-        FaultCase{"peer_coordinator", "peer", 5, "coordinator", 0, "kill_at_step:15", 0}),
+        FaultCase{"peer_coordinator", "peer", 5, "coordinator", 0, "kill_at_step:15", 0},
+        // The same in ps mode: the shards, alive and idle, must notice that the restarted
+        // coordinator no longer knows them (a job was lost this way: they never registered
+        // again and the recovery waited for them until it failed).
+        FaultCase{"ps_coordinator", "ps", 5, "coordinator", 0, "kill_at_step:15", 0}),
     [](const auto& info) { return info.param.name; });
 
 // No restart allowed: the job is declared failed, every process exits non-zero with the

@@ -20,6 +20,7 @@
 #include "common/metrics_server.h"
 #include "common/signals.h"
 #include "coordinator/coordinator_client.h"
+#include "coordinator/member.h"
 #include "worker/transport/coordinator_gloo_store.h"
 #include "config/job_config.h"
 #include "config/model_spec.h"
@@ -161,49 +162,36 @@ PsExchangeOptions PsOptions(const JobConfig& config) {
   return options;
 }
 
-// EXIT CODES: 0 done; 75 the job recovers in a newer generation (restart this process);
-// 1 the job failed or this worker hit an error; 2 bad flags or config.
-constexpr int kExitRestart = 75;
-constexpr int kExitFailed = 1;
+// EXIT CODES (coordinator/member.h): 0 done; 75 the job recovers in a newer generation, or
+// the coordinator restarted and no longer knows this worker (restart this process); 1 the
+// job failed or this worker hit an error; 2 bad flags or config.
 
 // What the member knows of the job, for the exit code after an error (main).
 struct MemberState {
   std::shared_ptr<CoordinatorClient> client;
-  int64_t generation = 0;
+  MemberIdentity me;
   absl::Duration wait_for_verdict = absl::Seconds(15);
 };
 MemberState g_member;
 
-// The exit code the job's status asks of a member of `generation`, or -1 to go on.
-int MemberExitCode(const v1::JobStatus& job, int64_t generation) {
-  if (job.state() == v1::JOB_STATE_FAILED) return kExitFailed;
-  if (job.generation() > generation) return kExitRestart;
-  return -1;
-}
-
-std::string ExitReason(const v1::JobStatus& job, int code) {
-  if (code == kExitFailed) return absl::StrCat("the job failed: ", job.failure_reason());
-  return absl::StrCat("the job recovers in generation ", job.generation(), " (",
-                      job.failure_reason(), "); exiting with ", kExitRestart, " to be restarted");
+// Leaves at once: the training thread may be blocked in a collective with a dead peer
+// (every file this process writes is atomic).
+[[noreturn]] void Leave(int rank, const MemberVerdict& verdict) {
+  std::fprintf(stderr, "worker rank %d: %s\n", rank, verdict.reason.c_str());
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(verdict.exit_code);
 }
 
 }  // namespace
 
 int ExitCodeAfterError() {
-  if (g_member.client == nullptr) return kExitFailed;
-  const absl::Time give_up = absl::Now() + g_member.wait_for_verdict;
-  while (absl::Now() < give_up) {
-    absl::StatusOr<v1::JobStatus> job = g_member.client->GetJob({});
-    if (job.ok()) {
-      const int code = MemberExitCode(*job, g_member.generation);
-      if (code >= 0) {
-        std::fprintf(stderr, "onebit-worker: %s\n", ExitReason(*job, code).c_str());
-        return code;
-      }
-    }
-    absl::SleepFor(absl::Milliseconds(250));
-  }
-  return kExitFailed;
+  if (g_member.client == nullptr) return kMemberExitFailed;
+  const std::optional<MemberVerdict> verdict =
+      AwaitVerdict(*g_member.client, g_member.me, g_member.wait_for_verdict);
+  if (!verdict.has_value()) return kMemberExitFailed;
+  std::fprintf(stderr, "onebit-worker: %s\n", verdict->reason.c_str());
+  return verdict->exit_code;
 }
 
 namespace {
@@ -441,20 +429,19 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
   session.rank = reg.rank();
   session.instance_id = instance;
   g_member.client = shared_client;
-  g_member.generation = reg.generation();
+  g_member.me = MemberIdentity{reg.job_id(), reg.generation(), /*leave_on_success=*/false};
   g_member.wait_for_verdict = absl::Seconds(config.failure.heartbeat_timeout_s) + absl::Seconds(5);
-  const int64_t generation = reg.generation();
+  const MemberIdentity me = g_member.me;
   const int my_rank = reg.rank();
+  // The coordinator no longer knows this worker (it restarted since), or stayed out of
+  // reach: leave with what the job says (member.h).
+  session.give_up_after = absl::Seconds(config.failure.coordinator_retry_s);
+  session.on_end = [client = shared_client.get(), me, my_rank](const absl::Status& why) {
+    Leave(my_rank, VerdictAfterSessionEnd(*client, me, why));
+  };
   ONEBIT_ASSIGN_OR_RETURN(
-      w.session, shared_client->StartSession(session, [generation, my_rank](const v1::JobEvent& e) {
-        // Runs on the session's thread; the training thread may be blocked in a collective
-        // with a dead peer, so leave at once (every file this process writes is atomic).
-        const int code = MemberExitCode(e.job(), generation);
-        if (code < 0) return;
-        std::fprintf(stderr, "worker rank %d: %s\n", my_rank, ExitReason(e.job(), code).c_str());
-        std::fflush(stdout);
-        std::fflush(stderr);
-        std::_Exit(code);
+      w.session, shared_client->StartSession(session, [me, my_rank](const v1::JobEvent& e) {
+        if (std::optional<MemberVerdict> verdict = VerdictFor(e.job(), me)) Leave(my_rank, *verdict);
       }));
 
   const int cpu_threads = CpuThreads(o, config);

@@ -1,0 +1,63 @@
+// What a member process of a job (onebit-worker, onebit-server, a script through
+// onebit.torch) does with the coordinator's word about the job: carry on, or leave with
+// the exit code its supervisor acts on.
+//
+//   0   the job succeeded (a shard leaves; a worker leaves when its own last step is done)
+//   1   the job failed, or this member hit an error no restart fixes
+//   75  restart me: the job recovers in a newer generation, or the coordinator no longer
+//       knows this member (it restarted, or replaced it); the new process registers again
+//
+// A member registers once per process: when its coordinator restarts (a new generation,
+// its state reloaded from disk) the member's registration is gone, and the member learns
+// it from its session (the coordinator answers the first heartbeat it does not know with
+// the job's status, then ends the session; SessionOptions::on_end).
+#ifndef ONEBIT_COORDINATOR_MEMBER_H_
+#define ONEBIT_COORDINATOR_MEMBER_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "coordinator/coordinator_client.h"
+#include "onebit/v1/coordinator.pb.h"
+
+namespace onebit {
+
+inline constexpr int kMemberExitDone = 0;
+inline constexpr int kMemberExitFailed = 1;
+inline constexpr int kMemberExitRestart = 75;
+
+// Who this member is in the job it registered with.
+struct MemberIdentity {
+  std::string job_id;      // RegisterResponse::job_id
+  int64_t generation = 0;  // RegisterResponse::generation
+  // A shard has nothing left to do once the job succeeded; a worker ends on its own.
+  bool leave_on_success = false;
+};
+
+struct MemberVerdict {
+  int exit_code = kMemberExitFailed;
+  std::string reason;  // one line, for the member's log
+};
+
+// What `job` asks of `me`: nothing (carry on), or leave with a code and a reason.
+std::optional<MemberVerdict> VerdictFor(const v1::JobStatus& job, const MemberIdentity& me);
+
+// After an error that may have ended this member's part in the job (a call that failed):
+// asks the coordinator where the job stands, for up to `wait` (the job may not have
+// noticed yet why the error happened). Nothing by then: nullopt.
+std::optional<MemberVerdict> AwaitVerdict(CoordinatorClient& client, const MemberIdentity& me,
+                                          absl::Duration wait);
+
+// After this member's session ended by itself (SessionOptions::on_end) with `why`: the
+// coordinator refused the member (it does not know it) and the job's status says why, or
+// 75 (a new process registers again); a coordinator out of reach for the session's whole
+// give_up_after: 1.
+MemberVerdict VerdictAfterSessionEnd(CoordinatorClient& client, const MemberIdentity& me,
+                                     const absl::Status& why);
+
+}  // namespace onebit
+
+#endif  // ONEBIT_COORDINATOR_MEMBER_H_

@@ -1,0 +1,141 @@
+// A member's verdicts: what the job's status asks of it, and what it learns when its
+// coordinator restarted since it registered (the shard that never registered again).
+#include "coordinator/member.h"
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "coordinator/clock.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/inprocess_client.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace onebit {
+namespace {
+
+using ::testing::HasSubstr;
+
+v1::JobStatus Job(const std::string& id, int64_t generation, v1::JobState state) {
+  v1::JobStatus job;
+  job.set_job_id(id);
+  job.set_generation(generation);
+  job.set_state(state);
+  return job;
+}
+
+TEST(VerdictForTest, TheJobsStateDecides) {
+  const MemberIdentity worker{"j", 2, /*leave_on_success=*/false};
+  const MemberIdentity shard{"j", 2, /*leave_on_success=*/true};
+  EXPECT_FALSE(VerdictFor(Job("j", 2, v1::JOB_STATE_RUNNING), worker).has_value());
+  EXPECT_FALSE(VerdictFor(Job("j", 2, v1::JOB_STATE_RECOVERING), shard).has_value());
+  // Succeeded: the shard leaves, the worker ends on its own.
+  EXPECT_FALSE(VerdictFor(Job("j", 2, v1::JOB_STATE_SUCCEEDED), worker).has_value());
+  EXPECT_EQ(VerdictFor(Job("j", 2, v1::JOB_STATE_SUCCEEDED), shard)->exit_code, kMemberExitDone);
+  v1::JobStatus failed = Job("j", 2, v1::JOB_STATE_FAILED);
+  failed.set_failure_reason("worker 1 diverged");
+  std::optional<MemberVerdict> v = VerdictFor(failed, worker);
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->exit_code, kMemberExitFailed);
+  EXPECT_THAT(v->reason, HasSubstr("worker 1 diverged"));
+  // A newer generation, or another job behind the same address: restart and register.
+  v = VerdictFor(Job("j", 3, v1::JOB_STATE_RECOVERING), shard);
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->exit_code, kMemberExitRestart);
+  EXPECT_THAT(v->reason, HasSubstr("generation 3 (the coordinator restarted)"));
+  v = VerdictFor(Job("other", 1, v1::JOB_STATE_STARTING), shard);
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->exit_code, kMemberExitRestart);
+  EXPECT_THAT(v->reason, HasSubstr("now runs job other, not j"));
+  // An older generation is no news (a member that registered after a recovery).
+  EXPECT_FALSE(VerdictFor(Job("j", 1, v1::JOB_STATE_RUNNING), shard).has_value());
+}
+
+// A coordinator in generation 2 with one shard registered, then "restarted": a new
+// Coordinator recovering in generation 3 (as onebit-coordinator starts from its state file).
+class RestartedCoordinatorTest : public ::testing::Test {
+ protected:
+  static std::unique_ptr<Coordinator> Make(int64_t generation, bool recovering) {
+    CoordinatorOptions options;
+    options.config.workers = 2;
+    options.config.steps = 100;
+    options.config.exchange.mode = "ps";
+    options.config.exchange.servers = 2;
+    options.config.optimizer.freeze_step = 50;
+    options.job_id = "job";
+    options.generation = generation;
+    options.recovering = recovering;
+    return *Coordinator::Create(options, Clock::Real(), nullptr);
+  }
+
+  static v1::RegisterRequest Shard(int index) {
+    v1::RegisterRequest r;
+    r.set_role(v1::ROLE_SERVER);
+    r.set_instance_id("shard" + std::to_string(index));
+    r.set_requested_rank(index);
+    r.set_address("127.0.0.1:1");
+    return r;
+  }
+};
+
+TEST_F(RestartedCoordinatorTest, TheForgottenShardHearsTheNewGenerationThenItsSessionEnds) {
+  std::unique_ptr<Coordinator> before = Make(2, false);
+  std::unique_ptr<CoordinatorClient> old_client = NewInProcessCoordinatorClient(before.get());
+  absl::StatusOr<v1::RegisterResponse> reg = old_client->Register(Shard(1));
+  ASSERT_TRUE(reg.ok()) << reg.status();
+  const MemberIdentity me{reg->job_id(), reg->generation(), /*leave_on_success=*/true};
+  ASSERT_EQ(me.generation, 2);
+
+  std::unique_ptr<Coordinator> after = Make(3, true);
+  std::unique_ptr<CoordinatorClient> client = NewInProcessCoordinatorClient(after.get());
+  absl::Mutex mu;
+  std::optional<MemberVerdict> from_event;
+  absl::Status ended;
+  absl::Notification done;
+  SessionOptions options;
+  options.role = v1::ROLE_SERVER;
+  options.rank = 1;
+  options.instance_id = "shard1";
+  options.heartbeat_interval = absl::Milliseconds(20);
+  options.on_end = [&](const absl::Status& why) {
+    {
+      absl::MutexLock lock(&mu);
+      ended = why;
+    }
+    done.Notify();
+  };
+  auto session = client->StartSession(options, [&](const v1::JobEvent& e) {
+    absl::MutexLock lock(&mu);
+    if (!from_event.has_value()) from_event = VerdictFor(e.job(), me);
+  });
+  ASSERT_TRUE(session.ok());
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  absl::MutexLock lock(&mu);
+  ASSERT_TRUE(from_event.has_value()) << "the job's status did not come before the refusal";
+  EXPECT_EQ(from_event->exit_code, kMemberExitRestart);
+  EXPECT_EQ(ended.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(ended.message()), HasSubstr("server rank 1 is not registered"));
+  // And asked after the fact, the job says the same.
+  const MemberVerdict v = VerdictAfterSessionEnd(*client, me, ended);
+  EXPECT_EQ(v.exit_code, kMemberExitRestart);
+  EXPECT_THAT(v.reason, HasSubstr("generation 3"));
+}
+
+TEST_F(RestartedCoordinatorTest, WithoutNewsARefusedMemberRestartsAndAnUnreachableOneFails) {
+  std::unique_ptr<Coordinator> c = Make(1, false);
+  std::unique_ptr<CoordinatorClient> client = NewInProcessCoordinatorClient(c.get());
+  const MemberIdentity me{"job", 1, true};
+  MemberVerdict v = VerdictAfterSessionEnd(
+      *client, me, absl::FailedPreconditionError("server rank 0 is not registered"));
+  EXPECT_EQ(v.exit_code, kMemberExitRestart);
+  EXPECT_THAT(v.reason, HasSubstr("not registered; exiting with 75"));
+  v = VerdictAfterSessionEnd(*client, me, absl::UnavailableError("no answer for 2m"));
+  EXPECT_EQ(v.exit_code, kMemberExitFailed);
+  EXPECT_EQ(v.reason, "no answer for 2m");
+}
+
+}  // namespace
+}  // namespace onebit
