@@ -268,6 +268,27 @@ absl::StatusOr<v1::RegisterResponse> Coordinator::Register(const v1::RegisterReq
       }
     }
   }
+  if (request.role() == v1::ROLE_WORKER && request.num_parameters() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_parameters must be >= 0, got ", request.num_parameters()));
+  }
+  if (request.role() == v1::ROLE_WORKER && request.num_parameters() > 0) {
+    // A model that disagrees cannot train in this job, however often it restarts.
+    const uint64_t want = options_.num_parameters > 0 ? options_.num_parameters
+                                                      : learned_num_parameters_;
+    const uint64_t got = static_cast<uint64_t>(request.num_parameters());
+    if (want > 0 && got != want) {
+      const std::string reason = absl::StrCat(
+          "worker ", request.requested_rank() >= 0 ? absl::StrCat(request.requested_rank(), " ")
+                                                   : std::string(),
+          "(", request.instance_id(), ") has a model of ", got, " parameters; the job's has ",
+          want, options_.num_parameters > 0 ? " (the job config's)" : " (the first worker's)");
+      FailLocked(reason);
+      ChangedLocked();
+      return absl::FailedPreconditionError(absl::StrCat("the job failed: ", reason));
+    }
+    learned_num_parameters_ = got;
+  }
   const int before = membership_.Registered(request.role());
   absl::StatusOr<int> rank = membership_.Register(request, clock_->Now());
   if (!rank.ok()) return rank.status();

@@ -137,6 +137,8 @@ class Coordinator final : public CoordinatorHandler {
   void CheckFailuresLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RecoverLocked(const std::string& what_failed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailLocked(const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The first worker's model size, when the config does not give one.
+  uint64_t learned_num_parameters_ ABSL_GUARDED_BY(mu_) = 0;
   // After every change: bump the version if sessions should hear of it, log what moved,
   // refresh the gauges.
   void ChangedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -111,6 +111,39 @@ TEST_F(CoordinatorTest, RegisterAnswersTheJobShape) {
   EXPECT_EQ(job.stage(), v1::STAGE_WARMUP);
 }
 
+// Every worker must train the model of the job: one that disagrees fails the job at once
+// (a restart cannot fix it), naming it and both counts.
+TEST_F(CoordinatorTest, AWorkerWhoseModelDisagreesFailsTheJobAtOnce) {
+  auto worker = [](const std::string& id, int rank, int64_t n) {
+    v1::RegisterRequest r;
+    r.set_role(v1::ROLE_WORKER);
+    r.set_instance_id(id);
+    r.set_requested_rank(rank);
+    r.set_num_parameters(n);
+    return r;
+  };
+  EXPECT_EQ(coordinator_->Register(worker("w0", 0, -1)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(coordinator_->Register(worker("w0", 0, 120)).ok());  // learned: 120
+  absl::Status status = coordinator_->Register(worker("w1", 1, 100)).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(), HasSubstr("worker 1 (w1) has a model of 100 parameters; the "
+                                          "job's has 120 (the first worker's)"));
+  const v1::JobStatus job = *coordinator_->GetJob({});
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(job.failure_reason(), HasSubstr("has a model of 100 parameters"));
+
+  // With the config's count, the first worker is held to it too.
+  CoordinatorOptions options;
+  options.config = SmallJob();
+  options.num_parameters = 99;
+  auto c = Coordinator::Create(options, &clock_, nullptr);
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE((*c)->Register(worker("a", 0, 99)).ok());
+  EXPECT_THAT((*c)->Register(worker("b", 1, 98)).status().message(),
+              HasSubstr("has a model of 98 parameters; the job's has 99 (the job config's)"));
+}
+
 TEST_F(CoordinatorTest, LeasesNeedARegisteredWorker) {
   EXPECT_EQ(Lease(0, 1).status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(Lease(2, 1).status().code(), absl::StatusCode::kInvalidArgument);

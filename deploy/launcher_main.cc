@@ -10,7 +10,8 @@
 //   bazel-bin/deploy/onebit-launch --config=job.json -- python3 train.py [ARGS]
 //
 // starts N copies of the command instead of onebit-worker, with the job in their
-// environment (ONEBIT_CONFIG, ONEBIT_COORDINATOR, ONEBIT_RANK, ONEBIT_HOST,
+// environment (ONEBIT_CONFIG, ONEBIT_COORDINATOR, ONEBIT_RANK, ONEBIT_WORLD_SIZE,
+// ONEBIT_LOCAL_RANK, ONEBIT_LOCAL_WORLD_SIZE, ONEBIT_HOST,
 // ONEBIT_SUMMARY_FILE, ONEBIT_HISTORY_CSV) and PYTHONPATH finding the package; the script
 // evaluates itself (no Adam comparison, no accuracy in the summary).
 #include <signal.h>

@@ -197,16 +197,21 @@ absl::Status LocalJob::Start() {
       ONEBIT_RETURN_IF_ERROR(WaitForFile(file, absl::Seconds(30), server).status());
     }
   }
+  // Workers per host: every worker on one machine, or the emulated nodes' equal shares.
+  const int per_host = options_.nodes.empty()
+                           ? config_.workers
+                           : config_.workers / static_cast<int>(options_.nodes.size());
   for (int i = 0; i < config_.workers; ++i) {
-    const ClusterHost& host =
-        options_.nodes.empty()
-            ? options_.control
-            : options_.nodes[i / (config_.workers / static_cast<int>(options_.nodes.size()))];
+    const ClusterHost& host = options_.nodes.empty() ? options_.control : options_.nodes[i / per_host];
     if (!options_.worker_command.empty()) {
+      // What torchrun would say, in onebit's own variables (python/onebit/env.py).
       std::vector<std::string> env = {
           "ONEBIT_CONFIG=" + options_.config_path,
           "ONEBIT_COORDINATOR=" + grpc_,
           absl::StrCat("ONEBIT_RANK=", i),
+          absl::StrCat("ONEBIT_WORLD_SIZE=", config_.workers),
+          absl::StrCat("ONEBIT_LOCAL_RANK=", i % per_host),
+          absl::StrCat("ONEBIT_LOCAL_WORLD_SIZE=", per_host),
           "ONEBIT_HOST=" + host.address,
           absl::StrCat("ONEBIT_SUMMARY_FILE=", options_.dir, "/worker-", i, ".json"),
           absl::StrCat("ONEBIT_HISTORY_CSV=", options_.dir, "/worker-", i, ".csv")};

@@ -20,6 +20,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "config/job_config.h"
+#include "coordinator/job_coordinator.h"
+#include "security/flags.h"
 #include "worker/trainer.h"
 #include "worker/worker_process.h"
 #include "worker/workloads/external_workload.h"
@@ -375,6 +378,66 @@ class PyWorker {
   absl::Status status_ ABSL_GUARDED_BY(mu_);
 };
 
+// The embedded coordinator: onebit.torch runs one in rank 0 when no coordinator is named
+// (coordinator/job_coordinator.h, the same code as onebit-coordinator).
+class PyCoordinator {
+ public:
+  PyCoordinator(const std::string& config, const std::string& host, int port, int rest_port,
+                int metrics_port) {
+    JobCoordinatorOptions o;
+    o.config_path = config;
+    o.host = host;
+    o.grpc_port = port;
+    o.rest_port = rest_port;
+    o.metrics_port = metrics_port;
+    absl::StatusOr<JobConfig> parsed = LoadJobConfig(config);
+    if (!parsed.ok()) Throw(parsed.status());
+    absl::StatusOr<security::TlsOptions> tls = security::TlsFromFlags(parsed->security.tls);
+    if (!tls.ok()) Throw(tls.status());
+    o.tls = *tls;
+    absl::StatusOr<PreparedJob> job = JobCoordinator::Prepare(o);
+    if (!job.ok()) Throw(job.status());
+    absl::StatusOr<std::unique_ptr<JobCoordinator>> started;
+    {
+      py::gil_scoped_release release;
+      started = JobCoordinator::Start(*std::move(job));
+    }
+    if (!started.ok()) Throw(started.status());
+    job_ = *std::move(started);
+  }
+  ~PyCoordinator() { Close(); }
+
+  std::string address() const { return job_ ? job_->addresses().grpc : ""; }
+  std::string rest_address() const { return job_ ? job_->addresses().rest : ""; }
+  std::string metrics_address() const { return job_ ? job_->addresses().metrics : ""; }
+
+  // "running", "succeeded" or "failed" (then failure_reason says why).
+  std::string Poll() {
+    if (!job_) return "closed";
+    switch (job_->Check()) {
+      case JobCoordinator::kSucceeded:
+        return "succeeded";
+      case JobCoordinator::kFailed:
+        return "failed";
+      default:
+        return "running";
+    }
+  }
+  std::string failure_reason() {
+    if (!job_) return "";
+    return job_->coordinator()->GetJob({})->failure_reason();
+  }
+  void Close() {
+    if (!job_) return;
+    py::gil_scoped_release release;
+    job_->Shutdown();
+    job_.reset();
+  }
+
+ private:
+  std::unique_ptr<JobCoordinator> job_;
+};
+
 }  // namespace
 }  // namespace onebit
 
@@ -405,6 +468,7 @@ PYBIND11_MODULE(_onebit_core, m) {
              o.history_csv = history_csv;
              o.cuda_device = cuda_device;
              o.member_token_file = member_token_file;
+             o.num_parameters = static_cast<size_t>(initial.size());
              return std::make_unique<PyWorker>(std::move(o), initial, std::move(groups));
            }),
            py::arg("config"), py::arg("coordinator"), py::arg("initial"), py::arg("groups"),
@@ -430,4 +494,21 @@ PYBIND11_MODULE(_onebit_core, m) {
       .def_property_readonly("world_size", &PyWorker::world_size)
       .def_property_readonly("cuda", &PyWorker::cuda)
       .def_property_readonly("size", &PyWorker::size);
+  py::class_<onebit::PyCoordinator>(m, "Coordinator")
+      .def(py::init<const std::string&, const std::string&, int, int, int>(), py::arg("config"),
+           py::arg("host") = "127.0.0.1", py::arg("port") = 0, py::arg("rest_port") = 0,
+           py::arg("metrics_port") = 0)
+      .def_property_readonly("address", &onebit::PyCoordinator::address)
+      .def_property_readonly("rest_address", &onebit::PyCoordinator::rest_address)
+      .def_property_readonly("metrics_address", &onebit::PyCoordinator::metrics_address)
+      .def("poll", &onebit::PyCoordinator::Poll)
+      .def_property_readonly("failure_reason", &onebit::PyCoordinator::failure_reason)
+      .def("close", &onebit::PyCoordinator::Close);
+  // The job config's errors before anything starts: ValueError naming the key; returns the
+  // notices (keys accepted without effect).
+  m.def("check_config", [](const std::string& path) {
+    absl::StatusOr<onebit::JobConfig> config = onebit::LoadJobConfig(path);
+    if (!config.ok()) onebit::Throw(config.status());
+    return config->notices;
+  }, py::arg("path"));
 }

@@ -411,6 +411,11 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
   reg_request.set_address(o.host);
   reg_request.set_metrics_address(absl::StrCat(o.host, ":", w.metrics->port()));
   reg_request.set_requested_rank(o.rank);
+  if (o.num_parameters > 0) {
+    reg_request.set_num_parameters(static_cast<int64_t>(o.num_parameters));
+  } else if (absl::StatusOr<size_t> n = WorkloadParameterCount(config.workload); n.ok()) {
+    reg_request.set_num_parameters(static_cast<int64_t>(*n));
+  }
   ONEBIT_ASSIGN_OR_RETURN(
       v1::RegisterResponse reg,
       RegisterReplacing(*shared_client, reg_request,

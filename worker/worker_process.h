@@ -36,6 +36,9 @@ struct WorkerProcessOptions {
   std::string summary_file;        // a JSON summary at the end ("": none)
   std::string params_out;          // the final parameters (.npy; "": none)
   int rank = -1;                   // the rank to ask for (-1: the next free one)
+  // The model's parameter count, told to the coordinator when registering (it checks that
+  // every worker agrees); 0: the built-in workload's, from the config.
+  size_t num_parameters = 0;
   int cuda_device = 0;             // with onebit.device cuda
   int cpu_threads = -1;            // -1: the config's onebit.cpu_threads
   bool check = false;              // validate flags and config, then return

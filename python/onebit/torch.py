@@ -1,21 +1,41 @@
-"""onebit's optimizers for PyTorch models (torch.optim.Optimizer subclasses).
+"""onebit's optimizers for PyTorch models (torch.optim.Optimizer subclasses), built and
+launched the way torch.optim and torchrun are:
 
-    opt = onebit.torch.OneBitAdam(model.parameters(), "job.json")
-    for batch in data:
+    import onebit.torch as ot
+    sampler = DistributedSampler(data, num_replicas=ot.world_size(), rank=ot.rank())
+    opt = ot.OneBitAdam(model.parameters(), lr=3e-4, freeze_step=1000)
+    for batch in loader:
         opt.zero_grad()
         loss = loss_fn(model(batch))
         loss.backward()
         opt.step(loss=loss)          # the exchange and the update, in C++
-        if opt.done:                 # the coordinator ended the job
+        if opt.done:                 # the job's last step (onebit.steps) is done
             break
 
-The job config is the same JSON (or a dict of it) that onebit-launch and onebit-worker read;
-its optimizer block must name this class's type. The process finds its job from the
-environment that onebit-launch (or compose, or Kubernetes) sets:
+    torchrun --nproc_per_node=4 train.py      (or srun; or onebit-launch on one machine)
 
-    ONEBIT_COORDINATOR    host:port of the coordinator (required, or coordinator=...)
-    ONEBIT_RANK           the rank to ask for (default: the next free one)
-    ONEBIT_HOST           this process's address for gloo and /metrics (default 127.0.0.1)
+HYPER-PARAMETERS are keyword arguments, as in torch.optim.Adam: lr, betas, eps,
+weight_decay, bias_correction (on by default, as in torch's Adam, unless a job config with
+an optimizer block is given: its default is off, as ALGORITHM.md says), and each type's own
+(freeze_step; ZeroOneAdam's var_freeze_step, var_update_scaler, local_step_scaler,
+local_step_clipper; OneBitLamb's max_coeff, min_coeff, coeff_beta, factor_max,
+factor_min, factor_threshold). `config` (a path or a dict of the job config JSON that
+onebit-launch and onebit-worker read; default $ONEBIT_CONFIG) gives the rest: exchange
+mode, steps, checkpoints, freezing, security. Keyword arguments win over its optimizer
+block. Without a config: peer mode, gloo for CPU tensors and NCCL for CUDA ones, a static
+freeze, the world size from the launcher, and the parameter count from the model.
+
+THE JOB is found from the launcher's environment (onebit/env.py): torchrun's RANK,
+WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT, Slurm's SLURM_PROCID, SLURM_NTASKS,
+SLURM_LOCALID and SLURM_JOB_NODELIST, or onebit's ONEBIT_* (which win). With no
+ONEBIT_COORDINATOR, rank 0 runs the job's coordinator inside its own process on
+MASTER_PORT + 1 (REST on MASTER_PORT + 2; MASTER_PORT stays free for torch.distributed),
+and the other ranks find it there. Also read:
+
+    ONEBIT_COORDINATOR    host:port of a running coordinator (onebit-launch, compose and
+                          Kubernetes set it); then no coordinator is embedded
+    ONEBIT_HOST           this process's address for gloo and /metrics (default: the
+                          address that reaches MASTER_ADDR; 127.0.0.1 on one machine)
     ONEBIT_METRICS_PORT   the /metrics port (default 0: a free one)
     ONEBIT_SUMMARY_FILE   where to write the worker's JSON summary at the end
     ONEBIT_HISTORY_CSV    every step as CSV
@@ -37,7 +57,13 @@ import weakref
 import numpy as np
 import torch
 
-__all__ = ["OneBitAdam", "ZeroOneAdam", "OneBitLamb", "Adam", "OnebitError"]
+from onebit import env as _env
+from onebit.env import local_rank, local_world_size, rank, world_size
+
+__all__ = ["OneBitAdam", "ZeroOneAdam", "OneBitLamb", "Adam", "OnebitError", "rank",
+           "world_size", "local_rank", "local_world_size"]
+
+_UNSET = object()  # a keyword argument the caller did not give
 
 
 class OnebitError(RuntimeError):
@@ -73,24 +99,85 @@ def _core():
 
 
 def _load_config(config):
-    """(the config as a dict, the path of a JSON file holding it)."""
+    """The job config as a dict ({} for None)."""
+    if config is None:
+        return {}
     if isinstance(config, dict):
-        f = tempfile.NamedTemporaryFile("w", prefix="onebit-job-", suffix=".json", delete=False)
-        with f:
-            json.dump(config, f)
-        return config, f.name
+        return json.loads(json.dumps(config))  # a deep copy the caller does not see change
     if isinstance(config, (str, os.PathLike)):
         path = os.fspath(config)
-        # The C++ side parses it (with comments and trailing commas, as DeepSpeed's files
-        # have them); here only the optimizer block is read, leniently.
         with open(path) as f:
             text = f.read()
         try:
-            parsed = json.loads(text)
+            return json.loads(text)
         except json.JSONDecodeError:
-            parsed = {}
-        return parsed, path
+            # Comments and trailing commas, as DeepSpeed's files have them: the C++ parser
+            # takes them; strip them here the same lenient way.
+            return json.loads(_strip_lenient_json(text))
     raise TypeError(f"config must be a dict or a path to a JSON file, not {type(config).__name__}")
+
+
+def _strip_lenient_json(text):
+    out, i, n, in_string = [], 0, len(text), False
+    while i < n:
+        c = text[i]
+        if in_string:
+            out.append(c)
+            if c == "\\":
+                out.append(text[i + 1:i + 2])
+                i += 1
+            elif c == '"':
+                in_string = False
+        elif c == '"':
+            in_string = True
+            out.append(c)
+        elif text.startswith("//", i):
+            i = text.find("\n", i)
+            i = n if i < 0 else i
+            continue
+        elif text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            i = n if end < 0 else end + 2
+            continue
+        else:
+            out.append(c)
+        i += 1
+    import re  # noqa: PLC0415
+    return re.sub(r",(\s*[}\]])", r"\1", "".join(out))
+
+
+def _job_config(job, optimizer_type, explicit, n, device):
+    """The whole job config: `job` (the user's, maybe {}) with the keyword arguments in its
+    optimizer block and what the launcher and the model say in its onebit block."""
+    keywords_only = "optimizer" not in job
+    block = job.setdefault("optimizer", {})
+    given = block.get("type")
+    if given is not None and given.lower().replace("_", "") != optimizer_type.lower() and not (
+            optimizer_type == "Adam" and given.lower() == "adamw"):
+        raise ValueError(f"the job config's optimizer is {given}, not {optimizer_type}: "
+                         f"use onebit.torch.{given}")
+    block["type"] = optimizer_type
+    hp = block.setdefault("params", {})
+    for key, value in explicit.items():
+        hp[key] = list(value) if key == "betas" else value
+    if keywords_only:
+        # Configured like torch.optim.Adam, it behaves like it; a job config's optimizer
+        # block keeps its own default (off, ALGORITHM.md).
+        hp.setdefault("bias_correction", True)
+    ob = job.setdefault("onebit", {})
+    launched = any(os.environ.get(v) for v in ("ONEBIT_WORLD_SIZE", "WORLD_SIZE", "SLURM_NTASKS"))
+    workers = world_size()
+    if "workers" in ob and launched and ob["workers"] != workers:
+        raise ValueError(f"the job config says onebit.workers = {ob['workers']}, the launcher "
+                         f"started {workers} workers (WORLD_SIZE): leave it out, or make them agree")
+    if "workers" not in ob:
+        ob["workers"] = workers
+    ob.setdefault("device", device)
+    workload = ob.setdefault("workload", {})
+    workload.setdefault("type", "pytorch")
+    if workload.get("type") == "pytorch":
+        workload.setdefault("parameters", n)
+    return job
 
 
 def _cuda_view(address, n, device):
@@ -102,17 +189,29 @@ def _cuda_view(address, n, device):
 
 class _OnebitOptimizer(torch.optim.Optimizer):
     _type = None  # the job config's optimizer.type
+    _own = ()     # the type's own keyword hyper-parameters (optimizer.params keys)
 
-    def __init__(self, params, config, *, coordinator=None, timeout_s=600.0):
-        parsed, path = _load_config(config)
-        block = parsed.get("optimizer", {}) if isinstance(parsed, dict) else {}
-        job_type = block.get("type")
-        if job_type is not None and job_type != self._type:
-            raise ValueError(f"the job config's optimizer is {job_type}, not {self._type}: "
-                             f"use onebit.torch.{job_type}")
-        hp = block.get("params", {})
-        defaults = {"lr": hp.get("lr", 1e-3), "betas": tuple(hp.get("betas", (0.9, 0.999))),
-                    "eps": hp.get("eps", 1e-8), "weight_decay": hp.get("weight_decay", 0.0)}
+    def __init__(self, params, lr=_UNSET, betas=_UNSET, eps=_UNSET, weight_decay=_UNSET, *,
+                 bias_correction=_UNSET, config=None, coordinator=None, timeout_s=600.0,
+                 **hyper):
+        if isinstance(lr, (str, dict, os.PathLike)):  # the older form: (params, config)
+            if config is not None:
+                raise TypeError("the config is given twice (second argument and config=)")
+            lr, config = _UNSET, lr
+        unknown = sorted(set(hyper) - set(self._own))
+        if unknown:
+            raise TypeError(f"{type(self).__name__} got unexpected keyword argument(s) "
+                            f"{', '.join(unknown)}; its own are {', '.join(self._own) or 'none'}")
+        explicit = {k: v for k, v in dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                                          bias_correction=bias_correction, **hyper).items()
+                    if v is not _UNSET}
+        if config is None:
+            config = os.environ.get("ONEBIT_CONFIG") or None
+        job = _load_config(config)
+        block = job.get("optimizer", {}).get("params", {})
+        block = {**block, **explicit}
+        defaults = {"lr": block.get("lr", 1e-3), "betas": tuple(block.get("betas", (0.9, 0.999))),
+                    "eps": block.get("eps", 1e-8), "weight_decay": block.get("weight_decay", 0.0)}
         super().__init__(params, defaults)
         self._params = [p for group in self.param_groups for p in group["params"]]
         self._check_params()
@@ -120,17 +219,34 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         sizes = [p.numel() for p in self._params]
         self._offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64).tolist()
         hyper_groups = self._hyper_groups(defaults)
+        job = _job_config(job, self._type, explicit, self._offsets[-1],
+                          "cuda" if self._device.type == "cuda" else "cpu")
+        f = tempfile.NamedTemporaryFile("w", prefix="onebit-job-", suffix=".json", delete=False)
+        with f:
+            json.dump(job, f, indent=1)
+        self._config_path = f.name
+        atexit.register(os.unlink, f.name)
+        try:
+            notices = _core().check_config(f.name)
+        except ValueError as e:  # it names the key; the file is ours, not the user's
+            message = str(e).replace("INVALID_ARGUMENT: ", "").replace(f.name + ": ", "")
+            raise ValueError(f"{type(self).__name__}: {message}") from None
         initial = torch.cat([p.detach().reshape(-1).cpu() for p in self._params]).numpy()
-        coordinator = coordinator or os.environ.get("ONEBIT_COORDINATOR")
-        if not coordinator:
-            raise ValueError("no coordinator: set ONEBIT_COORDINATOR (onebit-launch does) or "
-                             "pass coordinator='host:port'")
+        self._rendezvous = _env.rendezvous(coordinator)
+        self._coordinator = None
+        address = self._rendezvous.coordinator
+        if self._rendezvous.embedded:
+            for notice in notices:  # the job's one coordinator says them once
+                print(f"onebit: config notice: {notice}", file=sys.stderr)
+            self._coordinator = self._start_coordinator()
+            address = address or self._coordinator.address
         self._timeout = float(timeout_s)
+        named_rank = any(os.environ.get(v) for v in ("ONEBIT_RANK", "RANK", "SLURM_PROCID"))
         self._worker = _core().Worker(
-            config=path, coordinator=coordinator, initial=np.ascontiguousarray(initial),
-            groups=self._offsets, host=os.environ.get("ONEBIT_HOST", "127.0.0.1"),
+            config=self._config_path, coordinator=address, initial=np.ascontiguousarray(initial),
+            groups=self._offsets, host=self._rendezvous.host,
             metrics_port=int(os.environ.get("ONEBIT_METRICS_PORT", "0")),
-            rank=int(os.environ.get("ONEBIT_RANK", "-1")),
+            rank=rank() if named_rank or self._coordinator is not None else -1,
             summary_file=os.environ.get("ONEBIT_SUMMARY_FILE", ""),
             history_csv=os.environ.get("ONEBIT_HISTORY_CSV", ""),
             cuda_device=(self._device.index or 0) if self._device.type == "cuda" else 0,
@@ -141,8 +257,37 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         self._next = self._wait()
         if not self.done:
             self._bind()
-        worker = weakref.ref(self._worker)
-        atexit.register(lambda: worker() is not None and worker().close("the script exited"))
+        me = weakref.ref(self)
+        atexit.register(lambda: me() is not None and me()._at_exit())
+
+    def _start_coordinator(self):
+        rv = self._rendezvous
+        try:
+            return _core().Coordinator(self._config_path, host=rv.bind_host, port=rv.grpc_port,
+                                       rest_port=rv.rest_port, metrics_port=0)
+        except (RuntimeError, ValueError, TimeoutError) as e:
+            where = f"{rv.bind_host}:{rv.grpc_port}"
+            raise OnebitError(
+                f"rank 0 could not start the job's coordinator on {where} (MASTER_PORT + 1) "
+                f"and {rv.rest_port} (MASTER_PORT + 2): {e}. Choose another MASTER_PORT, or "
+                "set ONEBIT_COORDINATOR to a running onebit-coordinator") from e
+
+    def _at_exit(self):
+        self._worker.close("the script exited")
+        self._close_coordinator()
+
+    def _close_coordinator(self):
+        """Rank 0 keeps the embedded coordinator until the job is over (every worker ran its
+        last step, or the job failed), so that the others finish, then stops it."""
+        if self._coordinator is None:
+            return
+        import time  # noqa: PLC0415
+        deadline = time.monotonic() + self._timeout
+        while self._coordinator.poll() == "running" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # the others' sessions hear the end
+        self._coordinator.close()
+        self._coordinator = None
 
     # ---- what the job says ----
     @property
@@ -198,8 +343,10 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         self._worker.load_state_dict(state_dict["onebit"])
 
     def close(self, why="closed by the script"):
-        """Stops the worker: the job hears of it (the trainer fails with `why`)."""
+        """Stops the worker: the job hears of it (the trainer fails with `why`). Rank 0 of
+        a job whose coordinator it runs keeps it until the job is over."""
         self._worker.close(why)
+        self._close_coordinator()
 
     # ---- internals ----
     def _hyper_groups(self, job):
@@ -261,6 +408,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         if step < 0:
             self.done = True
             self._unbind(final=True)
+            self._close_coordinator()
         return step
 
     def _bind(self):
@@ -295,18 +443,23 @@ class _OnebitOptimizer(torch.optim.Optimizer):
 class OneBitAdam(_OnebitOptimizer):
     """1-bit Adam (DeepSpeed's OneBitAdam): the job config's optimizer.type "OneBitAdam"."""
     _type = "OneBitAdam"
+    _own = ("freeze_step",)
 
 
 class ZeroOneAdam(_OnebitOptimizer):
     """0/1 Adam: optimizer.type "ZeroOneAdam"."""
     _type = "ZeroOneAdam"
+    _own = ("var_freeze_step", "var_update_scaler", "local_step_scaler", "local_step_clipper")
 
 
 class OneBitLamb(_OnebitOptimizer):
     """1-bit LAMB (each parameter tensor is one of LAMB's layers): "OneBitLamb"."""
     _type = "OneBitLamb"
+    _own = ("freeze_step", "max_coeff", "min_coeff", "coeff_beta", "factor_max", "factor_min",
+            "factor_threshold")
 
 
 class Adam(_OnebitOptimizer):
     """Adam with a full-precision exchange every step (the baseline): "Adam"."""
     _type = "Adam"
+    _own = ("freeze_step",)

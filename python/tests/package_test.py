@@ -206,12 +206,201 @@ class BadInput(unittest.TestCase):
         self.assertRefused([{"params": [p], "eps": 1e-3}], "param group 0 sets eps")
         self.assertRefused([{"params": [p], "weight_decay": -1.0}], "weight_decay must be >= 0")
 
-    def test_no_coordinator(self):
+    def test_keywords(self):
         import onebit.torch as ot
-        os.environ.pop("ONEBIT_COORDINATOR", None)
+        p = [torch.nn.Parameter(torch.zeros(2))]
+        with self.assertRaises(TypeError) as e:
+            ot.OneBitAdam(p, lr=1e-3, var_freeze_step=5, coordinator="127.0.0.1:1")
+        self.assertIn("unexpected keyword argument(s) var_freeze_step", str(e.exception))
+        with self.assertRaises(ValueError) as e:  # the C++ parser names the key
+            ot.OneBitAdam(p, eps=-1.0, coordinator="127.0.0.1:1")
+        self.assertEqual("OneBitAdam: optimizer.params.eps: must be in (0, 1], got -1",
+                         str(e.exception))
+        with self.assertRaises(TypeError):
+            ot.OneBitAdam(p, job_config("OneBitAdam", {}), config={})
+
+    def test_a_world_size_that_disagrees_with_the_config(self):
+        import onebit.torch as ot
+        env = {"WORLD_SIZE": "3", "RANK": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            with self.assertRaises(ValueError) as e:
+                ot.OneBitAdam([torch.nn.Parameter(torch.zeros(2))], lr=1e-3,
+                              config={"onebit": {"workers": 2}})
+            self.assertIn("onebit.workers = 2, the launcher started 3 workers", str(e.exception))
+        finally:
+            for k, v in saved.items():
+                os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+
+    def test_an_embedded_coordinator_whose_port_is_taken(self):
+        import socket
+        import onebit.torch as ot
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen(1)
+            port = taken.getsockname()[1]
+            env = {"WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                   "MASTER_PORT": str(port - 1)}
+            saved = {k: os.environ.get(k) for k in env}
+            os.environ.update(env)
+            try:
+                with self.assertRaises(ot.OnebitError) as e:
+                    ot.OneBitAdam([torch.nn.Parameter(torch.zeros(2))], lr=1e-3)
+                self.assertIn(f"could not start the job's coordinator on 127.0.0.1:{port} "
+                              "(MASTER_PORT + 1)", str(e.exception))
+            finally:
+                for k, v in saved.items():
+                    os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+
+
+class EnvContract(unittest.TestCase):
+    """Where a process stands, from torchrun's, Slurm's or onebit's variables."""
+
+    def test_precedence_and_defaults(self):
+        from onebit import env
+        self.assertEqual((env.rank({}), env.world_size({}), env.local_rank({}),
+                          env.local_world_size({})), (0, 1, 0, 1))
+        torchrun = {"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}
+        self.assertEqual((env.rank(torchrun), env.world_size(torchrun), env.local_rank(torchrun),
+                          env.local_world_size(torchrun)), (3, 8, 1, 2))
+        slurm = {"SLURM_PROCID": "5", "SLURM_NTASKS": "6", "SLURM_LOCALID": "2",
+                 "SLURM_TASKS_PER_NODE": "3(x2)"}
+        self.assertEqual((env.rank(slurm), env.world_size(slurm), env.local_rank(slurm),
+                          env.local_world_size(slurm)), (5, 6, 2, 3))
+        both = {**slurm, **torchrun, "ONEBIT_RANK": "7"}
+        self.assertEqual((env.rank(both), env.world_size(both)), (7, 8))  # onebit, then torchrun
         with self.assertRaises(ValueError) as e:
-            ot.OneBitAdam([torch.nn.Parameter(torch.zeros(2))], job_config("OneBitAdam", {}))
-        self.assertIn("ONEBIT_COORDINATOR", str(e.exception))
+            env.rank({"RANK": "zero"})
+        self.assertIn("$RANK is 'zero'", str(e.exception))
+
+    def test_slurm_node_lists(self):
+        from onebit import env
+        self.assertEqual(env.first_slurm_host("node[03-05,7],gpu1"), "node03")
+        self.assertEqual(env.first_slurm_host("gpu1,node[1-2]"), "gpu1")
+        self.assertEqual(env.first_slurm_host("solo"), "solo")
+
+    def test_rendezvous(self):
+        from onebit import env
+        r = env.rendezvous(environ={"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+                                    "MASTER_PORT": "40000"})
+        self.assertTrue(r.embedded)
+        self.assertEqual((r.coordinator, r.bind_host, r.grpc_port, r.rest_port),
+                         ("127.0.0.1:40001", "127.0.0.1", 40001, 40002))
+        r = env.rendezvous(environ={"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"})
+        self.assertFalse(r.embedded)
+        self.assertEqual(r.coordinator, "127.0.0.1:29501")  # torchrun's default port + 1
+        r = env.rendezvous(environ={"SLURM_PROCID": "0", "SLURM_NTASKS": "4",
+                                    "SLURM_JOB_NODELIST": "localhost", "MASTER_PORT": "1000"})
+        self.assertEqual((r.embedded, r.coordinator), (True, "localhost:1001"))
+        r = env.rendezvous(environ={"RANK": "0", "WORLD_SIZE": "2",
+                                    "ONEBIT_COORDINATOR": "coord:7000"})
+        self.assertEqual((r.embedded, r.coordinator), (False, "coord:7000"))
+        r = env.rendezvous(environ={})  # one process alone: any free port
+        self.assertEqual((r.embedded, r.grpc_port), (True, 0))
+        with self.assertRaises(ValueError):
+            env.rendezvous(environ={"WORLD_SIZE": "2", "MASTER_PORT": "65535"})
+
+
+def free_port_run(count):
+    """A port p with p .. p + count - 1 free a moment ago."""
+    import socket
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + count > 65535:
+            continue
+        try:
+            socks = []
+            for p in range(base, base + count):
+                t = socket.socket()
+                socks.append(t)
+                t.bind(("127.0.0.1", p))
+            return base
+        except OSError:
+            continue
+        finally:
+            for t in socks:
+                t.close()
+    raise RuntimeError("no run of free ports")
+
+
+class LaunchedLikeTorchrun(StreamCase):
+    """No onebit-launch and no coordinator process: W copies of a script with the variables
+    torchrun sets (Debian's torchrun fails at start on these machines, so the test sets them
+    as torchrun would), or Slurm's srun. Rank 0 runs the coordinator inside its process; the
+    optimizer is built with keyword arguments and a config without an optimizer block; the
+    result has the bits of onebit-replay."""
+
+    CONFIG = {"train_micro_batch_size_per_gpu": 1, "steps": T, "seed": 1,
+              "onebit": {"exchange": {"mode": "peer"}, "log_every": 10,
+                         "failure": {"max_restarts": 0, "heartbeat_timeout_s": 5}}}
+    KWARGS = {"lr": 0.01, "eps": 1e-8, "weight_decay": 0.001, "freeze_step": 10,
+              "bias_correction": False}
+
+    def run_ranks(self, name, env_of_rank, extra_env=None):
+        tmp = tempfile.mkdtemp(prefix=name + "-", dir=self.tmp)
+        config = os.path.join(tmp, "job.json")
+        with open(config, "w") as f:
+            json.dump(self.CONFIG, f)
+        out = os.path.join(tmp, "package.npy")
+        procs = []
+        for r in range(W):
+            env = {k: v for k, v in os.environ.items()
+                   if not k.startswith(("ONEBIT_", "SLURM_")) and
+                   k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+            env.update(env_of_rank(r))
+            env.update(extra_env or {})
+            env["OPT_KWARGS"] = json.dumps(self.KWARGS)
+            env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(HERE), os.path.join(BIN, "python")])
+            log = open(os.path.join(tmp, f"rank-{r}.log"), "w")
+            procs.append((subprocess.Popen(
+                [sys.executable, os.path.join(HERE, "stream_train.py"), config,
+                 os.path.join(self.tmp, "params.npy"), os.path.join(self.tmp, "grads.npy"), out,
+                 "OneBitAdam"], env=env, stdout=log, stderr=subprocess.STDOUT), log))
+        logs = []
+        for p, log in procs:
+            try:
+                p.wait(timeout=180)
+            finally:
+                if p.poll() is None:
+                    p.kill()
+                log.close()
+            with open(log.name) as f:
+                logs.append(f.read())
+            self.assertEqual(p.returncode, 0, logs[-1][-3000:])
+        replay = os.path.join(tmp, "replay.npy")
+        subprocess.run([os.path.join(BIN, "tools/onebit-replay"), f"--workers={W}",
+                        "--params=" + os.path.join(self.tmp, "params.npy"),
+                        "--grads=" + os.path.join(self.tmp, "grads.npy"), "--out=" + replay,
+                        "--transport=gloo", "--lr=0.01", "--eps=1e-8", "--weight-decay=0.001",
+                        "--freeze-step=10"], check=True, capture_output=True)
+        got, want = np.load(out), np.load(replay)
+        self.assertTrue(np.array_equal(got.view(np.uint32), want.view(np.uint32)),
+                        f"max difference {np.abs(got - want).max()}")
+        return logs
+
+    def test_torchrun_environment(self):
+        port = free_port_run(3)
+        logs = self.run_ranks("torchrun", lambda r: {
+            "RANK": str(r), "WORLD_SIZE": str(W), "LOCAL_RANK": str(r),
+            "LOCAL_WORLD_SIZE": str(W), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)},
+            extra_env={"ALSO_TORCH_DISTRIBUTED": "1"})
+        for r, log in enumerate(logs):
+            self.assertIn(f"before the optimizer: rank {r} of {W}, local rank {r} of {W}", log)
+            # The script's own torch.distributed on MASTER_PORT works beside onebit's.
+            self.assertIn(f"torch.distributed all_reduce: {sum(range(1, W + 1))}", log)
+        self.assertIn(f"serving gRPC on 127.0.0.1:{port + 1}", logs[0])  # rank 0's coordinator
+
+    def test_slurm_environment(self):
+        port = free_port_run(3)
+        logs = self.run_ranks("slurm", lambda r: {
+            "SLURM_PROCID": str(r), "SLURM_NTASKS": str(W), "SLURM_LOCALID": str(r),
+            "SLURM_TASKS_PER_NODE": f"{W}", "SLURM_JOB_NODELIST": "localhost",
+            "MASTER_PORT": str(port)})
+        for r, log in enumerate(logs):
+            self.assertIn(f"before the optimizer: rank {r} of {W}, local rank {r} of {W}", log)
 
 
 BROKEN = r'''
@@ -259,8 +448,8 @@ class JobErrors(unittest.TestCase):
         # Both workers find the mismatch; whichever exits first ends the job (the launcher
         # stops the other, maybe before it got there), and the launcher names its last line.
         self.assertRegex(r.stderr + r.stdout,
-                         r"worker [01] exited with code 1 \(.*the model has 41 parameters; "
-                         r"the job config's onebit.workload.parameters says 1000")
+                         r"worker [01] exited with code 1 \(.*has a model of 41 parameters; "
+                         r"the job's has 1000 \(the job config's\)")
 
 
 if __name__ == "__main__":

@@ -6,8 +6,11 @@ package's numerics against onebit-replay): worker r's gradient at step t is grad
 The model is the initial parameters as tensors split at SPLIT (comma-separated offsets
 inside (0, N): 1-bit LAMB's layers); rank 0 writes the final parameters to OUT.npy.
 SECOND_GROUP=LR,WEIGHT_DECAY in the environment puts the tensors after the first into a
-second param group with that lr and weight decay.
+second param group with that lr and weight decay; OPT_KWARGS={...} (JSON) builds the
+optimizer torch.optim's way, OPTIMIZER(params, config=CONFIG, **OPT_KWARGS);
+ALSO_TORCH_DISTRIBUTED=1 runs a torch.distributed all_reduce first (env://).
 """
+import json
 import os
 import signal
 import sys
@@ -46,8 +49,22 @@ def main():
     bounds = [0] + split + [initial.size]
     params = [torch.nn.Parameter(torch.from_numpy(initial[b:e].copy()))
               for b, e in zip(bounds, bounds[1:])]
+    # Configured like torch.optim (OPT_KWARGS, JSON): keyword hyper-parameters, and a job
+    # config without an optimizer block. The launcher's environment is readable before.
+    kwargs = json.loads(os.environ.get("OPT_KWARGS", "{}"))
+    print(f"before the optimizer: rank {ot.rank()} of {ot.world_size()}, local rank "
+          f"{ot.local_rank()} of {ot.local_world_size()}", flush=True)
+    if os.environ.get("ALSO_TORCH_DISTRIBUTED"):
+        # The script's own collectives on MASTER_PORT, beside onebit's coordinator.
+        import torch.distributed as dist  # noqa: PLC0415
+        dist.init_process_group("gloo", rank=ot.rank(), world_size=ot.world_size())
+        x = torch.ones(1) * (ot.rank() + 1)
+        dist.all_reduce(x)
+        print(f"torch.distributed all_reduce: {x.item():.0f}", flush=True)
     second = os.environ.get("SECOND_GROUP")
-    if second:
+    if kwargs:
+        opt = getattr(ot, optimizer)(params, config=config, **kwargs)
+    elif second:
         lr, decay = (float(x) for x in second.split(","))
         groups = [{"params": params[:1]},
                   {"params": params[1:], "lr": lr, "weight_decay": decay}]
