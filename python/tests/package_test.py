@@ -206,6 +206,15 @@ class BadInput(unittest.TestCase):
         self.assertRefused([{"params": [p], "eps": 1e-3}], "param group 0 sets eps")
         self.assertRefused([{"params": [p], "weight_decay": -1.0}], "weight_decay must be >= 0")
 
+    def test_a_missing_library_names_its_debian_package(self):
+        import onebit.torch as ot
+        hint = ot._missing_library_hint(
+            "libgloo.so.0: cannot open shared object file: No such file or directory")
+        self.assertEqual(hint, "libgloo.so.0 is missing: apt-get install libgloo0")
+        self.assertIn("NCCL 2", ot._missing_library_hint(
+            "libnccl.so.2: cannot open shared object file: No such file or directory"))
+        self.assertIsNone(ot._missing_library_hint("No module named '_onebit_core'"))
+
     def test_keywords(self):
         import onebit.torch as ot
         p = [torch.nn.Parameter(torch.zeros(2))]
