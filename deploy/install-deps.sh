@@ -18,6 +18,8 @@ packages=(
   # The Python package (python/): its extension's headers, and PyTorch (CPU) for the
   # package, its tests and examples.
   python3-dev pybind11-dev python3-torch python3-numpy
+  # The wheel (python/wheel) is installed into a virtual environment by its test.
+  python3-venv python3-pip
   # The fuzzers (fuzz/): clang with its sanitizer and libFuzzer runtimes.
   clang libclang-rt-14-dev
   # The deployment (deploy/images, deploy/compose, deploy/k8s; tests/deploy_test): podman
