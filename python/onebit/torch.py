@@ -218,6 +218,36 @@ def _job_config(job, optimizer_type, explicit, n, device):
     return job
 
 
+def _named_and_trainable(params):
+    """torch.optim's `params` (tensors, or dicts of param groups), where each tensor may come
+    as a (name, tensor) pair as model.named_parameters() gives them: the same without the
+    names and without the parameters that do not require a gradient (frozen: they neither
+    train nor count), with {id(tensor): name} and the number left out."""
+    names, frozen = {}, 0
+
+    def clean(seq):
+        nonlocal frozen
+        out = []
+        for item in seq:
+            if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str):
+                names[id(item[1])] = item[0]
+                item = item[1]
+            if isinstance(item, torch.Tensor) and not item.requires_grad:
+                frozen += 1
+                continue
+            out.append(item)
+        return out
+
+    if isinstance(params, torch.Tensor):
+        raise TypeError("params must be an iterable of tensors or dicts, not a tensor "
+                        "(as in torch.optim)")
+    params = list(params)
+    if params and isinstance(params[0], dict):
+        groups = [{**g, "params": clean(list(g["params"]))} for g in params]
+        return [g for g in groups if g["params"]], names, frozen
+    return clean(params), names, frozen
+
+
 def _cuda_view(address, n, device):
     class _Memory:
         __cuda_array_interface__ = {
@@ -250,9 +280,19 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         block = {**block, **explicit}
         defaults = {"lr": block.get("lr", 1e-3), "betas": tuple(block.get("betas", (0.9, 0.999))),
                     "eps": block.get("eps", 1e-8), "weight_decay": block.get("weight_decay", 0.0)}
+        params, self._names, frozen = _named_and_trainable(params)
+        if not params and frozen:
+            raise ValueError(f"no parameter requires a gradient ({frozen} left out: "
+                             "requires_grad=False)")
         super().__init__(params, defaults)
         self._params = [p for group in self.param_groups for p in group["params"]]
         self._check_params()
+        self._frozen = frozen  # left out: they do not train, and do not count
+        self._grad_arrived = False  # since the last step (a backward, or a .grad written)
+        self._grad_versions = None  # the gradients' version counters after the last step
+        me = weakref.ref(self)
+        for p in self._params:
+            p.register_hook(lambda grad, me=me: setattr(me(), "_grad_arrived", True) if me() else None)
         self._device = self._params[0].device
         sizes = [p.numel() for p in self._params]
         self._offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64).tolist()
@@ -351,10 +391,14 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         for i, p in enumerate(self._params):
             grad = p.grad
             if grad is None:
-                raise ValueError(f"parameter {i} ({tuple(p.shape)}) has no gradient: every "
-                                 "parameter must take part in the loss (or leave the optimizer)")
+                raise ValueError(f"{self._what(i)} has no gradient: every parameter must take "
+                                 "part in the loss (or leave the optimizer)")
             if grad.is_sparse:
-                raise ValueError(f"parameter {i} has a sparse gradient; onebit needs dense ones")
+                raise ValueError(f"{self._what(i)} has a sparse gradient; onebit needs dense ones")
+        if not self._new_gradient():
+            raise RuntimeError("step() without a new gradient since the last step (no backward, "
+                               "no .grad written): nothing was exchanged; call loss.backward() "
+                               "first")
             view = self._grad_views[i]
             if grad.data_ptr() != view.data_ptr():  # zero_grad(set_to_none=True), or replaced
                 view.copy_(grad.reshape(view.shape))
@@ -363,8 +407,34 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             torch.cuda.current_stream(self._device).synchronize()
         value = 0.0 if loss is None else float(loss)
         self._worker.supply(self._next, value)
+        self._grad_arrived = False
+        self._grad_versions = self._versions()
         self._next = self._wait()
         return loss
+
+    def zero_grad(self, set_to_none=False):
+        super().zero_grad(set_to_none=set_to_none)
+        # Zeroing in place is no new gradient.
+        if not set_to_none and self._grad_versions is not None:
+            self._grad_versions = self._versions()
+
+    def _versions(self):
+        return [None if p.grad is None else (p.grad.data_ptr(), p.grad._version)
+                for p in self._params]
+
+    def _new_gradient(self):
+        """A backward reached a parameter, or a .grad was written or replaced, since the
+        last step (the first step always has one: the job gave no step before it)."""
+        return self._grad_arrived or self._grad_versions is None or \
+            self._versions() != self._grad_versions
+
+    def _what(self, i):
+        """How errors name parameter i: by its name where the optimizer was given
+        model.named_parameters(), with its shape."""
+        p = self._params[i]
+        name = self._names.get(id(p))
+        return (f"parameter {name!r} ({tuple(p.shape)})" if name is not None
+                else f"parameter {i} ({tuple(p.shape)})")
 
     def state_dict(self):
         """The optimizer's state between two steps, as copies: {"onebit": {"step",
@@ -425,16 +495,14 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             if not isinstance(p, torch.Tensor):
                 raise TypeError(f"parameter {i} is a {type(p).__name__}, not a tensor")
             if p.dtype != torch.float32:
-                raise ValueError(f"parameter {i} is {p.dtype}; onebit's parameters are float32 "
+                raise ValueError(f"{self._what(i)} is {p.dtype}; onebit's parameters are float32 "
                                  "(mixed precision is the config's fp16/bf16 block)")
             if p.is_sparse:
-                raise ValueError(f"parameter {i} is sparse")
+                raise ValueError(f"{self._what(i)} is sparse")
             if not p.is_contiguous():
-                raise ValueError(f"parameter {i} is not contiguous")
+                raise ValueError(f"{self._what(i)} is not contiguous")
             if p.device != device:
-                raise ValueError(f"parameter {i} is on {p.device}, parameter 0 on {device}")
-            if not p.requires_grad:
-                raise ValueError(f"parameter {i} does not require a gradient")
+                raise ValueError(f"{self._what(i)} is on {p.device}, parameter 0 on {device}")
 
     def _wait(self):
         try:

@@ -197,7 +197,9 @@ class BadInput(unittest.TestCase):
         p = torch.nn.Parameter(torch.zeros(4, 4))
         self.assertRefused([torch.nn.Parameter(torch.zeros(3, dtype=torch.float64))], "float32")
         self.assertRefused([torch.nn.Parameter(torch.zeros(4, 4).t())], "not contiguous")
-        self.assertRefused([torch.zeros(3)], "does not require a gradient")
+        self.assertRefused([torch.zeros(3)], "no parameter requires a gradient (1 left out")
+        self.assertRefused([("layer.w", torch.nn.Parameter(torch.zeros(4, 4).t()))],
+                           "parameter 'layer.w' ((4, 4)) is not contiguous")
         self.assertRefused([torch.nn.Parameter(torch.zeros(3).to_sparse())], "sparse")
         self.assertRefused([], "empty parameter list", error=ValueError)
         self.assertRefused([p], "job config's optimizer is OneBitLamb",
@@ -427,6 +429,61 @@ while not opt.done:
         model[0].weight.grad = None   # a parameter without a gradient
     opt.step(loss=loss)
 '''
+
+
+LIKE_TORCH_OPTIM = r'''
+import torch
+import onebit.torch as ot
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
+model[0].requires_grad_(False)                     # a frozen layer
+frozen = model[0].weight.detach().clone()
+opt = ot.OneBitAdam(model.named_parameters(), lr=0.01, freeze_step=3, config={"steps": 8})
+print("trainable", sum(p.numel() for p in model.parameters() if p.requires_grad))
+x = torch.randn(32, 8)
+def backward():
+    opt.zero_grad()
+    loss = (model(x) - 1).square().mean()
+    loss.backward()
+    return loss
+opt.step(loss=backward())
+for label, before in (("again", lambda: None), ("after zero_grad", opt.zero_grad)):
+    before()
+    try:
+        opt.step()
+    except RuntimeError as e:
+        print(f"refused {label}: {e}")
+first = opt.next_step
+while not opt.done:
+    opt.step(loss=backward())
+print("steps after the refusals:", first, "to the end")
+assert torch.equal(model[0].weight, frozen), "the frozen layer moved"
+print("frozen layer unchanged; last layer", model[2].weight.flatten().tolist())
+'''
+
+
+class TrainedLikeTorchOptim(unittest.TestCase):
+    """One process alone (it runs its own coordinator): named parameters, a frozen layer
+    left out of the job, and a step() without a new gradient refused without harm."""
+
+    def test_frozen_layers_names_and_steps_without_a_gradient(self):
+        tmp = tempfile.mkdtemp(prefix="onebit-like-torch-")
+        path = os.path.join(tmp, "train.py")
+        with open(path, "w") as f:
+            f.write(LIKE_TORCH_OPTIM)
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("ONEBIT_", "SLURM_", "MASTER_")) and
+               k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+        env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(HERE), os.path.join(BIN, "python")])
+        r = subprocess.run([sys.executable, path], capture_output=True, text=True, timeout=120,
+                           env=env, cwd=tmp)
+        out = r.stdout + r.stderr
+        self.assertEqual(r.returncode, 0, out[-3000:])
+        self.assertIn("trainable 5", out)  # 4 weights + 1 bias: the frozen 36 left out
+        self.assertIn("refused again: step() without a new gradient", out)
+        self.assertIn("refused after zero_grad: step() without a new gradient", out)
+        self.assertIn("steps after the refusals: 2 to the end", out)
+        self.assertIn("frozen layer unchanged", out)
 
 
 class JobErrors(unittest.TestCase):
