@@ -8,6 +8,7 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -102,6 +103,11 @@ class PyWorker {
       final_params_ = *std::move(params);
       return absl::OkStatus();
     };
+    o.learning_rate_override = [this](int64_t step) -> std::optional<double> {
+      absl::MutexLock lock(&mu_);
+      if (workload_ == nullptr) return std::nullopt;
+      return workload_->SuppliedLearningRate(step);
+    };
     o.before_run = [this](Trainer& trainer) -> absl::Status {
       absl::MutexLock lock(&mu_);
       trainer_ = &trainer;
@@ -169,10 +175,11 @@ class PyWorker {
     }
   }
 
-  void Supply(int64_t step, double loss) {
+  // lr: the script's own learning rate for this step (NaN: the job's).
+  void Supply(int64_t step, double loss, double lr) {
     absl::MutexLock lock(&mu_);
     if (workload_ == nullptr) Throw(absl::FailedPreconditionError("the worker is not running"));
-    if (absl::Status s = workload_->Supply(step, loss); !s.ok()) Throw(s);
+    if (absl::Status s = workload_->Supply(step, loss, lr); !s.ok()) Throw(s);
   }
 
   void Close(const std::string& why) {
@@ -478,7 +485,8 @@ PYBIND11_MODULE(_onebit_core, m) {
            py::arg("hyper_groups") = std::vector<std::tuple<size_t, size_t, float, float>>())
       .def("start", &PyWorker::Start)
       .def("wait_for_step", &PyWorker::WaitForStep, py::arg("timeout_s"))
-      .def("supply", &PyWorker::Supply, py::arg("step"), py::arg("loss"))
+      .def("supply", &PyWorker::Supply, py::arg("step"), py::arg("loss"),
+           py::arg("lr") = std::numeric_limits<double>::quiet_NaN())
       .def("close", &PyWorker::Close, py::arg("why"))
       .def("join", &PyWorker::Join, py::arg("timeout_s"))
       .def("exit_code_after_failure", &PyWorker::ExitCodeAfterFailure)

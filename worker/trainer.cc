@@ -405,6 +405,10 @@ absl::Status Trainer::RunStep(int64_t t) {
     static_cast<BucketForwarder*>(listener_.get())->Reset();
     ONEBIT_RETURN_IF_ERROR(overlap->BeginOverlap(t, grad_.data()));
   }
+  absl::StatusOr<double> loss = ComputeGradient(t);
+  if (!loss.ok()) return abandon(loss.status());
+  // The schedules after the gradient: a training script hands in step t's learning rate
+  // with its gradient (a torch lr_scheduler's, WorkerProcessOptions::learning_rate_override).
   if (options_.learning_rate) {
     const double lr = options_.learning_rate(t);
     if (!(lr >= 0) || !std::isfinite(lr)) {
@@ -421,8 +425,6 @@ absl::Status Trainer::RunStep(int64_t t) {
     }
     optimizer_->set_betas(static_cast<float>(beta1), static_cast<float>(beta2));
   }
-  absl::StatusOr<double> loss = ComputeGradient(t);
-  if (!loss.ok()) return abandon(loss.status());
   report.loss = *loss;
   const double computed = clock_->Seconds();
   report.compute_seconds = computed - start;

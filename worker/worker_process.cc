@@ -508,6 +508,13 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
   w.controller = std::make_unique<CoordinatorStepController>(
       shared_client.get(), w.session.get(), reg.rank(), config.log_every, exchange);
   TrainerOptions options = TrainerOptionsFromConfig(config);
+  if (o.learning_rate_override) {
+    options.learning_rate = [scheduled = options.learning_rate, lr = config.optimizer.lr,
+                             override = o.learning_rate_override](int64_t t) {
+      if (std::optional<double> own = override(t)) return *own;
+      return scheduled ? scheduled(t) : lr;
+    };
+  }
   if (!o.evaluate) {
     options.eval_every = 0;
     options.eval_at_end = false;

@@ -14,6 +14,7 @@
 #define ONEBIT_WORKER_WORKER_PROCESS_H_
 
 #include <functional>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,6 +40,9 @@ struct WorkerProcessOptions {
   // The model's parameter count, told to the coordinator when registering (it checks that
   // every worker agrees); 0: the built-in workload's, from the config.
   size_t num_parameters = 0;
+  // A training script's own learning rate for a step (a torch lr_scheduler's), asked once
+  // the step's gradient is in; nullopt: the job config's lr and scheduler.
+  std::function<std::optional<double>(int64_t step)> learning_rate_override;
   int cuda_device = 0;             // with onebit.device cuda
   int cpu_threads = -1;            // -1: the config's onebit.cpu_threads
   bool check = false;              // validate flags and config, then return

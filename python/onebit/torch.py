@@ -297,6 +297,11 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         sizes = [p.numel() for p in self._params]
         self._offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64).tolist()
         hyper_groups = self._hyper_groups(defaults)
+        # A torch lr_scheduler writes group["lr"]; each step hands the job's lr it implies
+        # to the C++ side (_scheduled_lr).
+        self._job_lr = float(defaults["lr"])
+        self._initial_lrs = [float(g["lr"]) for g in self.param_groups]
+        self._config_scheduler = bool(job.get("scheduler"))
         job = _job_config(job, self._type, explicit, self._offsets[-1],
                           "cuda" if self._device.type == "cuda" else "cpu")
         f = tempfile.NamedTemporaryFile("w", prefix="onebit-job-", suffix=".json", delete=False)
@@ -405,12 +410,37 @@ class _OnebitOptimizer(torch.optim.Optimizer):
                 p.grad = view
         if self._device.type == "cuda":
             torch.cuda.current_stream(self._device).synchronize()
+        lr = self._scheduled_lr()
         value = 0.0 if loss is None else float(loss)
-        self._worker.supply(self._next, value)
+        self._worker.supply(self._next, value, float("nan") if lr is None else lr)
         self._grad_arrived = False
         self._grad_versions = self._versions()
         self._next = self._wait()
         return loss
+
+    def _scheduled_lr(self):
+        """The job's lr for this step when the param groups' lrs moved (a torch
+        lr_scheduler), else None (the config's lr and scheduler). Groups keep their ratio
+        to the job's lr (fixed at construction), so they must all move by one factor."""
+        lrs = [float(g["lr"]) for g in self.param_groups]
+        if lrs == self._initial_lrs:
+            return None
+        if self._config_scheduler:
+            raise ValueError("param_groups' lr changed (a torch lr_scheduler?) while the job "
+                             "config has a scheduler: use one of the two")
+        if any(lr < 0 or lr != lr for lr in lrs):
+            raise ValueError(f"param_groups' lr must be >= 0, got {lrs}")
+        base = self._initial_lrs[0]
+        if base == 0:
+            raise ValueError("param group 0 started with lr 0: a schedule cannot scale it")
+        factor = lrs[0] / base
+        for i, (lr, initial) in enumerate(zip(lrs, self._initial_lrs)):
+            if abs(lr - initial * factor) > 1e-9 * max(abs(lr), abs(initial * factor), 1e-30):
+                raise ValueError(
+                    f"param group {i}'s lr went from {initial} to {lr}, group 0's by a factor "
+                    f"{factor}: every group must keep its ratio to the others (one schedule "
+                    "for all)")
+        return self._job_lr * factor
 
     def zero_grad(self, set_to_none=False):
         super().zero_grad(set_to_none=set_to_none)

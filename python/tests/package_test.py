@@ -144,6 +144,53 @@ class ParamGroups(StreamCase):
         self.assertFalse(np.array_equal(got[SPLIT:], first[SPLIT:]))  # the group's own did act
 
 
+class TorchLrScheduler(StreamCase):
+    """A torch lr_scheduler takes effect at the next step, exactly: LambdaLR setting lr 0
+    after step 20 of 30 leaves the bits of a 20-step job (the same stream, no scheduler)."""
+
+    def run_job(self, name, steps, extra_env):
+        tmp = tempfile.mkdtemp(prefix=name + "-", dir=self.tmp)
+        out = os.path.join(tmp, "package.npy")
+        saved = {k: os.environ.get(k) for k in extra_env}
+        os.environ.update(extra_env)
+        try:
+            r = launch(tmp, job_config("OneBitAdam", {"lr": 0.01, "eps": 1e-8, "freeze_step": 10},
+                                       steps=steps),
+                       [os.path.join(HERE, "stream_train.py"), "{config}",
+                        os.path.join(self.tmp, "params.npy"), os.path.join(self.tmp, "grads.npy"),
+                        out, "OneBitAdam"])
+        finally:
+            for k, v in saved.items():
+                os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+        self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
+        return np.load(out)
+
+    def test_lambda_lr_to_zero_equals_a_shorter_job(self):
+        scheduled = self.run_job("lambdalr", T, {"LR_ZERO_AFTER": "20"})
+        shorter = self.run_job("twenty", 20, {})
+        self.assertTrue(np.array_equal(scheduled.view(np.uint32), shorter.view(np.uint32)),
+                        f"max difference {np.abs(scheduled - shorter).max()}")
+        full = self.run_job("thirty", T, {})
+        self.assertFalse(np.array_equal(scheduled, full))  # the scheduler did act
+
+    def test_groups_must_move_together_and_not_beside_a_config_scheduler(self):
+        import types
+        import onebit.torch as ot
+        fake = types.SimpleNamespace(param_groups=[{"lr": 0.01}, {"lr": 0.02}], _job_lr=0.01,
+                                     _initial_lrs=[0.01, 0.02], _config_scheduler=False)
+        self.assertIsNone(ot._OnebitOptimizer._scheduled_lr(fake))
+        fake.param_groups = [{"lr": 0.005}, {"lr": 0.01}]
+        self.assertAlmostEqual(ot._OnebitOptimizer._scheduled_lr(fake), 0.005)
+        fake.param_groups = [{"lr": 0.005}, {"lr": 0.02}]
+        with self.assertRaises(ValueError) as e:
+            ot._OnebitOptimizer._scheduled_lr(fake)
+        self.assertIn("param group 1's lr went from 0.02 to 0.02", str(e.exception))
+        fake._config_scheduler = True
+        with self.assertRaises(ValueError) as e:
+            ot._OnebitOptimizer._scheduled_lr(fake)
+        self.assertIn("the job config has a scheduler: use one of the two", str(e.exception))
+
+
 class Recovery(StreamCase):
     """A script killed mid-job: the launcher restarts it, every worker resumes from the
     job's last checkpoint (written by the Python workers' C++ side), and the result has the

@@ -8,7 +8,8 @@ inside (0, N): 1-bit LAMB's layers); rank 0 writes the final parameters to OUT.n
 SECOND_GROUP=LR,WEIGHT_DECAY in the environment puts the tensors after the first into a
 second param group with that lr and weight decay; OPT_KWARGS={...} (JSON) builds the
 optimizer torch.optim's way, OPTIMIZER(params, config=CONFIG, **OPT_KWARGS);
-ALSO_TORCH_DISTRIBUTED=1 runs a torch.distributed all_reduce first (env://).
+ALSO_TORCH_DISTRIBUTED=1 runs a torch.distributed all_reduce first (env://);
+LR_ZERO_AFTER=K steps a torch LambdaLR that makes the lr 0 after step K.
 """
 import json
 import os
@@ -71,6 +72,11 @@ def main():
         opt = getattr(ot, optimizer)(groups, config)
     else:
         opt = getattr(ot, optimizer)(params, config)
+    # LR_ZERO_AFTER=K: a torch lr_scheduler that sets lr 0 after step K (parameters then
+    # stay where step K left them).
+    zero_after = os.environ.get("LR_ZERO_AFTER")
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda t: 1.0 if t < int(zero_after) else 0.0) if zero_after else None
     check_state = os.environ.get("CHECK_STATE_AT")
     while not opt.done:
         t = opt.next_step
@@ -87,6 +93,8 @@ def main():
         for p, b, e in zip(params, bounds, bounds[1:]):
             p.grad.copy_(g[b:e])
         opt.step(loss=0.0)
+        if scheduler is not None:
+            scheduler.step()
     if opt.rank == 0:
         np.save(out_path, torch.cat([p.detach().reshape(-1) for p in params]).numpy())
 

@@ -1,6 +1,7 @@
 #include "worker/workloads/external_workload.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <utility>
 
@@ -83,7 +84,7 @@ absl::StatusOr<int64_t> ExternalWorkload::WaitForStep(absl::Time deadline) {
   return -1;
 }
 
-absl::Status ExternalWorkload::Supply(int64_t step, double loss) {
+absl::Status ExternalWorkload::Supply(int64_t step, double loss, double lr) {
   absl::MutexLock lock(&mu_);
   if (wanted_ != step || supplied_ == step) {
     return absl::FailedPreconditionError(
@@ -91,9 +92,20 @@ absl::Status ExternalWorkload::Supply(int64_t step, double loss) {
                      wanted_ > 0 ? absl::StrCat("waits for step ", wanted_)
                                  : std::string("waits for none")));
   }
+  if (!std::isnan(lr) && (!(lr >= 0) || !std::isfinite(lr))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the learning rate of step ", step, " is ", lr, "; it must be >= 0"));
+  }
   loss_ = loss;
+  lr_ = lr;
   supplied_ = step;
   return absl::OkStatus();
+}
+
+std::optional<double> ExternalWorkload::SuppliedLearningRate(int64_t step) {
+  absl::MutexLock lock(&mu_);
+  if (supplied_ != step || std::isnan(lr_)) return std::nullopt;
+  return lr_;
 }
 
 void ExternalWorkload::Close(absl::Status why) {

@@ -27,7 +27,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -74,7 +76,11 @@ class ExternalWorkload : public Workload {
   absl::StatusOr<int64_t> WaitForStep(absl::Time deadline = absl::InfiniteFuture());
   // The gradient of the step WaitForStep returned is in gradient(); `loss` is its loss.
   // FAILED_PRECONDITION when the trainer is not waiting for `step`.
-  absl::Status Supply(int64_t step, double loss);
+  // `lr`: the learning rate the script's own schedule gives this step (NaN: none, the
+  // job's schedule applies); SuppliedLearningRate returns it while the step runs.
+  absl::Status Supply(int64_t step, double loss,
+                      double lr = std::numeric_limits<double>::quiet_NaN());
+  std::optional<double> SuppliedLearningRate(int64_t step);
   // The client is gone (see the header comment). Idempotent.
   void Close(absl::Status why);
   float* gradient() { return gradient_.data(); }
@@ -101,6 +107,7 @@ class ExternalWorkload : public Workload {
   int64_t wanted_ ABSL_GUARDED_BY(mu_) = 0;    // the step the trainer waits for; 0: none
   int64_t supplied_ ABSL_GUARDED_BY(mu_) = 0;  // the last step supplied
   double loss_ ABSL_GUARDED_BY(mu_) = 0.0;
+  double lr_ ABSL_GUARDED_BY(mu_) = std::numeric_limits<double>::quiet_NaN();  // of supplied_
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status close_status_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
