@@ -99,8 +99,12 @@ class PyWorker {
     o.after_run = [this](Trainer& trainer) -> absl::Status {
       absl::StatusOr<std::vector<float>> params = trainer.optimizer().ParamsToHost();
       if (!params.ok()) return params.status();
+      // The state after the last step, for state_dict() once the worker is gone.
+      absl::StatusOr<SavedState> state = Save(trainer);
+      if (!state.ok()) return state.status();
       absl::MutexLock lock(&mu_);
       final_params_ = *std::move(params);
+      final_state_ = *std::move(state);
       return absl::OkStatus();
     };
     o.learning_rate_override = [this](int64_t step) -> std::optional<double> {
@@ -223,32 +227,35 @@ class PyWorker {
                               final_params_.data(), self);
   }
   // The optimizer's whole state between two steps (the trainer waits for the next
-  // gradient): step, freeze_step, every state tensor (copies), its scalars, this worker's
-  // error buffers and the trainer's scalars (the loss scaler).
+  // gradient), or after the last step once the job is over: step, freeze_step, every state
+  // tensor (copies), its scalars, this worker's error buffers and the trainer's scalars
+  // (the loss scaler).
   py::dict StateDict() {
-    absl::MutexLock lock(&mu_);
-    Optimizer& o = RunningOptimizer();
+    SavedState state;
+    {
+      absl::MutexLock lock(&mu_);
+      if (done_ && final_state_.has_value()) {
+        state = *final_state_;
+      } else {
+        RunningOptimizer();  // between two steps, or a clear error
+        absl::StatusOr<SavedState> saved = Save(*trainer_);
+        if (!saved.ok()) Throw(saved.status());
+        state = *std::move(saved);
+      }
+    }
     auto array = [](const std::vector<float>& v) {
       py::array_t<float> a(static_cast<py::ssize_t>(v.size()));
       std::copy(v.begin(), v.end(), a.mutable_data());
       return a;
     };
     py::dict tensors, scalars, errors, trainer;
-    for (const StateSpec& spec : o.CheckpointStates()) {
-      absl::StatusOr<std::vector<float>> v = o.StateToHost(spec.name, 0, o.size());
-      if (!v.ok()) Throw(v.status());
-      tensors[py::str(spec.name)] = array(*v);
-    }
-    for (const auto& [name, value] : o.CheckpointScalars()) scalars[py::str(name)] = value;
-    absl::StatusOr<ErrorState> saved = o.exchange().SaveErrors();
-    if (!saved.ok()) Throw(saved.status());
-    for (const auto& [name, v] : *saved) errors[py::str(name)] = array(v);
-    for (const auto& [name, value] : trainer_->CheckpointScalars()) {
-      trainer[py::str(name)] = value;
-    }
+    for (const auto& [name, v] : state.tensors) tensors[py::str(name)] = array(v);
+    for (const auto& [name, value] : state.scalars) scalars[py::str(name)] = value;
+    for (const auto& [name, v] : state.errors) errors[py::str(name)] = array(v);
+    for (const auto& [name, value] : state.trainer) trainer[py::str(name)] = value;
     py::dict d;
-    d["step"] = o.step();
-    d["freeze_step"] = o.freeze_step();
+    d["step"] = state.step;
+    d["freeze_step"] = state.freeze_step;
     d["tensors"] = tensors;
     d["scalars"] = scalars;
     d["errors"] = errors;
@@ -345,6 +352,34 @@ class PyWorker {
     return step;
   }
 
+  struct SavedState {
+    int64_t step = 0;
+    int64_t freeze_step = -1;
+    std::vector<std::pair<std::string, std::vector<float>>> tensors;
+    StateScalars scalars;
+    ErrorState errors;
+    StateScalars trainer;
+  };
+
+  // The trainer's optimizer state as host copies (the trainer between two steps).
+  static absl::StatusOr<SavedState> Save(Trainer& trainer) {
+    Optimizer& o = trainer.optimizer();
+    SavedState state;
+    state.step = o.step();
+    state.freeze_step = o.freeze_step();
+    for (const StateSpec& spec : o.CheckpointStates()) {
+      absl::StatusOr<std::vector<float>> v = o.StateToHost(spec.name, 0, o.size());
+      if (!v.ok()) return v.status();
+      state.tensors.emplace_back(spec.name, *std::move(v));
+    }
+    state.scalars = o.CheckpointScalars();
+    absl::StatusOr<ErrorState> errors = o.exchange().SaveErrors();
+    if (!errors.ok()) return errors.status();
+    state.errors = *std::move(errors);
+    state.trainer = trainer.CheckpointScalars();
+    return state;
+  }
+
   Optimizer& RunningOptimizer() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (trainer_ == nullptr || workload_ == nullptr || workload_->params() == nullptr) {
       Throw(absl::FailedPreconditionError("the worker is not between two steps"));
@@ -372,6 +407,7 @@ class PyWorker {
   const std::vector<size_t> groups_;
   std::vector<float> initial_;
   std::vector<float> final_params_;  // after_run's copy
+  std::optional<SavedState> final_state_ ABSL_GUARDED_BY(mu_);  // after_run's, likewise
   Trainer* trainer_ ABSL_GUARDED_BY(mu_) = nullptr;  // from before_run to the teardown
   std::thread thread_;
   absl::Mutex mu_;

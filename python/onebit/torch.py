@@ -467,18 +467,28 @@ class _OnebitOptimizer(torch.optim.Optimizer):
                 else f"parameter {i} ({tuple(p.shape)})")
 
     def state_dict(self):
-        """The optimizer's state between two steps, as copies: {"onebit": {"step",
-        "freeze_step", "tensors" (params, exp_avg, exp_avg_sq, and an optimizer's own, by
-        name), "scalars", "errors" (this worker's worker_error, and server_error in peer
-        mode), "trainer" (fp16's loss scaler)}, "param_groups": the hyper-parameters}."""
+        """The optimizer's state between two steps, or after the last one once the job is
+        over, as copies in torch tensors and Python scalars (torch.save and
+        torch.load(weights_only=True) take it): {"onebit": {"step", "freeze_step",
+        "tensors" (params, exp_avg, exp_avg_sq, and an optimizer's own, by name), "scalars",
+        "errors" (this worker's worker_error, and server_error in peer mode), "trainer"
+        (fp16's loss scaler)}, "param_groups": the hyper-parameters}."""
+        raw = self._worker.state_dict()
+        state = dict(raw)
+        for key in ("tensors", "errors"):
+            state[key] = {name: torch.from_numpy(a) for name, a in raw[key].items()}
         groups = [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]
-        return {"onebit": self._worker.state_dict(), "param_groups": groups}
+        return {"onebit": state, "param_groups": groups}
 
     def load_state_dict(self, state_dict):
         """Puts back a state_dict() of the step the job is at (the coordinator decides the
         steps; a job resumes from its checkpoint.dir, which every worker and shard writes).
         ValueError, and no change, for another step or a state that does not fit."""
-        self._worker.load_state_dict(state_dict["onebit"])
+        state = dict(state_dict["onebit"])
+        for key in ("tensors", "errors"):
+            state[key] = {name: t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else t
+                          for name, t in state[key].items()}
+        self._worker.load_state_dict(state)
 
     def close(self, why="closed by the script"):
         """Stops the worker: the job hears of it (the trainer fails with `why`). Rank 0 of
