@@ -673,6 +673,13 @@ void Coordinator::CheckFailuresLocked() {
   }
 }
 
+void Coordinator::Abandon(const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  if (state_ == v1::JOB_STATE_FAILED || state_ == v1::JOB_STATE_SUCCEEDED) return;
+  FailLocked(reason);
+  ChangedLocked();
+}
+
 void Coordinator::FailLocked(const std::string& reason) {
   state_ = v1::JOB_STATE_FAILED;
   failure_reason_ = reason;

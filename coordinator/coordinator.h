@@ -110,6 +110,9 @@ class Coordinator final : public CoordinatorHandler {
   bool Finished() const ABSL_LOCKS_EXCLUDED(mu_);
   // The job cannot continue; the reason is in GetJob's failure_reason.
   bool Failed() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Fails a job that is not over, with `reason` (every member hears it on its session):
+  // the process that runs an embedded coordinator is leaving before the job's end.
+  void Abandon(const std::string& reason) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Wakes blocked KvGet and WaitForJobChange calls; they return at once from now on.
   void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);

@@ -470,6 +470,10 @@ class PyCoordinator {
     if (!job_) return "";
     return job_->coordinator()->GetJob({})->failure_reason();
   }
+  // Fails a job that is not over (its members hear why), before this process leaves.
+  void Abandon(const std::string& reason) {
+    if (job_) job_->coordinator()->Abandon(reason);
+  }
   void Close() {
     if (!job_) return;
     py::gil_scoped_release release;
@@ -547,6 +551,7 @@ PYBIND11_MODULE(_onebit_core, m) {
       .def_property_readonly("metrics_address", &onebit::PyCoordinator::metrics_address)
       .def("poll", &onebit::PyCoordinator::Poll)
       .def_property_readonly("failure_reason", &onebit::PyCoordinator::failure_reason)
+      .def("abandon", &onebit::PyCoordinator::Abandon, py::arg("reason"))
       .def("close", &onebit::PyCoordinator::Close);
   // The job config's errors before anything starts: ValueError naming the key; returns the
   // notices (keys accepted without effect).

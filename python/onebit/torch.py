@@ -302,6 +302,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         self._job_lr = float(defaults["lr"])
         self._initial_lrs = [float(g["lr"]) for g in self.param_groups]
         self._config_scheduler = bool(job.get("scheduler"))
+        self._steps = int(job.get("steps", 600))  # the C++ config's default
         job = _job_config(job, self._type, explicit, self._offsets[-1],
                           "cuda" if self._device.type == "cuda" else "cpu")
         f = tempfile.NamedTemporaryFile("w", prefix="onebit-job-", suffix=".json", delete=False)
@@ -336,6 +337,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             member_token_file=os.environ.get("ONEBIT_MEMBER_TOKEN_FILE", ""),
             hyper_groups=hyper_groups)
         self.done = False
+        self._stopped = None  # why the worker stopped, once it did
         self._worker.start()
         self._next = self._wait()
         if not self.done:
@@ -356,8 +358,26 @@ class _OnebitOptimizer(torch.optim.Optimizer):
                 "set ONEBIT_COORDINATOR to a running onebit-coordinator") from e
 
     def _at_exit(self):
-        self._worker.close("the script exited")
+        if not self.done:
+            self.close(self._stopped or self._ended_early("the script exited"))
         self._close_coordinator()
+
+    def _ended_early(self, what):
+        return (f"{what} after step {self._next - 1} of the job's {self._steps} "
+                "(onebit.steps): the training loop is shorter than the job; every worker "
+                "must run every step (stop at opt.done, or give the job fewer steps)")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, value, tb):
+        if kind is None and not self.done:
+            self.close(self._ended_early("the with block ended"))
+        elif kind is not None:
+            self.close(f"the with block raised {kind.__name__}: {value}")
+        else:
+            self.close()
+        return False
 
     def _close_coordinator(self):
         """Rank 0 keeps the embedded coordinator until the job is over (every worker ran its
@@ -392,7 +412,9 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         if self.done:
-            raise OnebitError("the job is over for this worker (see .done)", 0)
+            raise OnebitError(
+                f"step() after the job's last step ({self._steps}, onebit.steps): the training "
+                "loop is longer than the job; stop at opt.done, or give the job more steps", 1)
         for i, p in enumerate(self._params):
             grad = p.grad
             if grad is None:
@@ -491,9 +513,15 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         self._worker.load_state_dict(state)
 
     def close(self, why="closed by the script"):
-        """Stops the worker: the job hears of it (the trainer fails with `why`). Rank 0 of
-        a job whose coordinator it runs keeps it until the job is over."""
-        self._worker.close(why)
+        """Stops the worker: the job hears of it (the trainer fails with `why`) unless it
+        is over already. Rank 0 of a job whose coordinator it runs keeps it until the job
+        is over. A `with` block calls it at its end."""
+        if not self.done:
+            self._worker.close(why)
+            if self._coordinator is not None:
+                # The job cannot go on without this process (it runs the coordinator).
+                self._coordinator.abandon(f"rank 0, which runs the job's coordinator, "
+                                          f"stopped: {why}")
         self._close_coordinator()
 
     # ---- internals ----
@@ -550,7 +578,8 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         except Exception as e:
             self._unbind()
             code = self._worker.exit_code_after_failure()
-            raise OnebitError(f"onebit worker stopped: {e}", code) from e
+            self._stopped = f"onebit worker stopped: {e}"
+            raise OnebitError(self._stopped, code) from e
         if step < 0:
             self.done = True
             self._unbind(final=True)

@@ -509,6 +509,25 @@ print("frozen layer unchanged; last layer", model[2].weight.flatten().tolist())
 '''
 
 
+LOOP_LENGTH = r'''
+import sys
+import torch
+import onebit.torch as ot
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1)
+opt = ot.OneBitAdam(model.parameters(), lr=0.01, config={"steps": 4})
+x = torch.randn(8, 4)
+for i in range(int(sys.argv[1])):
+    opt.zero_grad()
+    model(x).square().mean().backward()
+    try:
+        opt.step()
+    except ot.OnebitError as e:
+        print(f"step {i + 1}: {e} (exit code {e.exit_code})", flush=True)
+        break
+'''
+
+
 class TrainedLikeTorchOptim(unittest.TestCase):
     """One process alone (it runs its own coordinator): named parameters, a frozen layer
     left out of the job, and a step() without a new gradient refused without harm."""
@@ -531,6 +550,29 @@ class TrainedLikeTorchOptim(unittest.TestCase):
         self.assertIn("refused after zero_grad: step() without a new gradient", out)
         self.assertIn("steps after the refusals: 2 to the end", out)
         self.assertIn("frozen layer unchanged", out)
+
+    def run_loop(self, steps):
+        tmp = tempfile.mkdtemp(prefix="onebit-loop-")
+        path = os.path.join(tmp, "train.py")
+        with open(path, "w") as f:
+            f.write(LOOP_LENGTH)
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("ONEBIT_", "SLURM_", "MASTER_")) and
+               k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+        env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(HERE), os.path.join(BIN, "python")])
+        r = subprocess.run([sys.executable, path, str(steps)], capture_output=True, text=True,
+                           timeout=120, env=env, cwd=tmp)
+        return r, r.stdout + r.stderr
+
+    def test_a_loop_longer_or_shorter_than_the_job_is_told_so(self):
+        r, out = self.run_loop(6)  # the job has 4 steps
+        self.assertEqual(r.returncode, 0, out[-3000:])
+        self.assertIn("step 5: step() after the job's last step (4, onebit.steps): the training "
+                      "loop is longer than the job", out)
+        self.assertIn("(exit code 1)", out)
+        r, out = self.run_loop(2)
+        self.assertIn("the script exited after step 2 of the job's 4 (onebit.steps): the "
+                      "training loop is shorter than the job", out)
 
 
 class JobErrors(unittest.TestCase):
