@@ -32,12 +32,11 @@ def main():
         job = json.load(f)
     seed, batch = job["seed"], job["train_micro_batch_size_per_gpu"]
     torch.set_num_threads(1)  # N workers share the machine's cores
-    # onebit.device cuda: the model, the data and onebit's buffers live on the GPU; worker
-    # r takes GPU r mod the GPUs there are (several workers may share one).
+    # onebit.device cuda: the model, the data and onebit's buffers live on the GPU; a
+    # worker takes the GPU of its local rank, mod the GPUs there are (several may share one).
     device = torch.device("cpu")
     if job.get("onebit", {}).get("device", "cpu") == "cuda":
-        device = torch.device("cuda", int(os.environ.get("ONEBIT_RANK", "0")) %
-                              torch.cuda.device_count())
+        device = torch.device("cuda", ot.local_rank() % torch.cuda.device_count())
 
     x, y = (t.to(device) for t in common.load("train"))
     model = common.make_model(seed).to(device)
