@@ -532,18 +532,22 @@ class TrainedLikeTorchOptim(unittest.TestCase):
     """One process alone (it runs its own coordinator): named parameters, a frozen layer
     left out of the job, and a step() without a new gradient refused without harm."""
 
-    def test_frozen_layers_names_and_steps_without_a_gradient(self):
-        tmp = tempfile.mkdtemp(prefix="onebit-like-torch-")
+    def run_alone(self, script, *args):
+        """Runs `script` as one process with no launcher variables: (result, its output)."""
+        tmp = tempfile.mkdtemp(prefix="onebit-alone-")
         path = os.path.join(tmp, "train.py")
         with open(path, "w") as f:
-            f.write(LIKE_TORCH_OPTIM)
+            f.write(script)
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("ONEBIT_", "SLURM_", "MASTER_")) and
                k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
         env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(HERE), os.path.join(BIN, "python")])
-        r = subprocess.run([sys.executable, path], capture_output=True, text=True, timeout=120,
-                           env=env, cwd=tmp)
-        out = r.stdout + r.stderr
+        r = subprocess.run([sys.executable, path, *args], capture_output=True, text=True,
+                           timeout=120, env=env, cwd=tmp)
+        return r, r.stdout + r.stderr
+
+    def test_frozen_layers_names_and_steps_without_a_gradient(self):
+        r, out = self.run_alone(LIKE_TORCH_OPTIM)
         self.assertEqual(r.returncode, 0, out[-3000:])
         self.assertIn("trainable 5", out)  # 4 weights + 1 bias: the frozen 36 left out
         self.assertIn("refused again: step() without a new gradient", out)
@@ -551,26 +555,13 @@ class TrainedLikeTorchOptim(unittest.TestCase):
         self.assertIn("steps after the refusals: 2 to the end", out)
         self.assertIn("frozen layer unchanged", out)
 
-    def run_loop(self, steps):
-        tmp = tempfile.mkdtemp(prefix="onebit-loop-")
-        path = os.path.join(tmp, "train.py")
-        with open(path, "w") as f:
-            f.write(LOOP_LENGTH)
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("ONEBIT_", "SLURM_", "MASTER_")) and
-               k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-        env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(HERE), os.path.join(BIN, "python")])
-        r = subprocess.run([sys.executable, path, str(steps)], capture_output=True, text=True,
-                           timeout=120, env=env, cwd=tmp)
-        return r, r.stdout + r.stderr
-
     def test_a_loop_longer_or_shorter_than_the_job_is_told_so(self):
-        r, out = self.run_loop(6)  # the job has 4 steps
+        r, out = self.run_alone(LOOP_LENGTH, "6")  # the job has 4 steps
         self.assertEqual(r.returncode, 0, out[-3000:])
         self.assertIn("step 5: step() after the job's last step (4, onebit.steps): the training "
                       "loop is longer than the job", out)
         self.assertIn("(exit code 1)", out)
-        r, out = self.run_loop(2)
+        r, out = self.run_alone(LOOP_LENGTH, "2")
         self.assertIn("the script exited after step 2 of the job's 4 (onebit.steps): the "
                       "training loop is shorter than the job", out)
 
