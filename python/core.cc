@@ -112,6 +112,11 @@ class PyWorker {
       if (workload_ == nullptr) return std::nullopt;
       return workload_->SuppliedLearningRate(step);
     };
+    o.max_grad_norm_override = [this](int64_t step) -> std::optional<double> {
+      absl::MutexLock lock(&mu_);
+      if (workload_ == nullptr) return std::nullopt;
+      return workload_->SuppliedMaxGradNorm(step);
+    };
     o.before_run = [this](Trainer& trainer) -> absl::Status {
       absl::MutexLock lock(&mu_);
       trainer_ = &trainer;
@@ -179,11 +184,11 @@ class PyWorker {
     }
   }
 
-  // lr: the script's own learning rate for this step (NaN: the job's).
-  void Supply(int64_t step, double loss, double lr) {
+  // lr, max_grad_norm: the script's own for this step (NaN: the job's).
+  void Supply(int64_t step, double loss, double lr, double max_grad_norm) {
     absl::MutexLock lock(&mu_);
     if (workload_ == nullptr) Throw(absl::FailedPreconditionError("the worker is not running"));
-    if (absl::Status s = workload_->Supply(step, loss, lr); !s.ok()) Throw(s);
+    if (absl::Status s = workload_->Supply(step, loss, lr, max_grad_norm); !s.ok()) Throw(s);
   }
 
   void Close(const std::string& why) {
@@ -526,7 +531,8 @@ PYBIND11_MODULE(_onebit_core, m) {
       .def("start", &PyWorker::Start)
       .def("wait_for_step", &PyWorker::WaitForStep, py::arg("timeout_s"))
       .def("supply", &PyWorker::Supply, py::arg("step"), py::arg("loss"),
-           py::arg("lr") = std::numeric_limits<double>::quiet_NaN())
+           py::arg("lr") = std::numeric_limits<double>::quiet_NaN(),
+           py::arg("max_grad_norm") = std::numeric_limits<double>::quiet_NaN())
       .def("close", &PyWorker::Close, py::arg("why"))
       .def("join", &PyWorker::Join, py::arg("timeout_s"))
       .def("exit_code_after_failure", &PyWorker::ExitCodeAfterFailure)

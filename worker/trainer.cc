@@ -417,6 +417,12 @@ absl::Status Trainer::RunStep(int64_t t) {
     }
     optimizer_->set_lr(static_cast<float>(lr));
   }
+  if (options_.script_max_grad_norm) {
+    const std::optional<double> norm = options_.script_max_grad_norm(t);
+    const absl::Status set =
+        optimizer_->set_max_grad_norm(norm.value_or(options_.optimizer.max_grad_norm));
+    if (!set.ok()) return abandon(set);
+  }
   if (options_.betas) {
     const auto [beta1, beta2] = options_.betas(t);
     if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1)) {

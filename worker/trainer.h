@@ -188,6 +188,9 @@ struct TrainerOptions {
   // The learning rate of step t (the job config's scheduler); null: optimizer.hyper.lr
   // throughout. Called once per step, before it.
   std::function<double(int64_t step)> learning_rate;
+  // A training script's gradient-clipping norm for a step (its clip_grad_norm_), asked once
+  // the step's gradient is in; nullopt: optimizer.max_grad_norm (the config's).
+  std::function<std::optional<double>(int64_t step)> script_max_grad_norm;
   // The betas of step t (OneCycle's momentum cycling); null: the optimizer's throughout.
   std::function<std::pair<double, double>(int64_t step)> betas;
   // Micro batches per step (the job config's gradient_accumulation_steps): step t

@@ -515,6 +515,7 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
       return scheduled ? scheduled(t) : lr;
     };
   }
+  options.script_max_grad_norm = o.max_grad_norm_override;
   if (!o.evaluate) {
     options.eval_every = 0;
     options.eval_at_end = false;

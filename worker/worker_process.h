@@ -43,6 +43,9 @@ struct WorkerProcessOptions {
   // A training script's own learning rate for a step (a torch lr_scheduler's), asked once
   // the step's gradient is in; nullopt: the job config's lr and scheduler.
   std::function<std::optional<double>(int64_t step)> learning_rate_override;
+  // Its gradient-clipping norm for a step (clip_grad_norm_), likewise; nullopt: the
+  // config's gradient_clipping.
+  std::function<std::optional<double>(int64_t step)> max_grad_norm_override;
   int cuda_device = 0;             // with onebit.device cuda
   int cpu_threads = -1;            // -1: the config's onebit.cpu_threads
   bool check = false;              // validate flags and config, then return

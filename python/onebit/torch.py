@@ -338,6 +338,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             hyper_groups=hyper_groups)
         self.done = False
         self._stopped = None  # why the worker stopped, once it did
+        self._clip = None     # clip_grad_norm_'s max_norm for the next step
         self._worker.start()
         self._next = self._wait()
         if not self.done:
@@ -434,11 +435,32 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             torch.cuda.current_stream(self._device).synchronize()
         lr = self._scheduled_lr()
         value = 0.0 if loss is None else float(loss)
-        self._worker.supply(self._next, value, float("nan") if lr is None else lr)
+        clip, self._clip = self._clip, None
+        self._worker.supply(self._next, value, float("nan") if lr is None else lr,
+                            float("nan") if clip is None else clip)
         self._grad_arrived = False
         self._grad_versions = self._versions()
         self._next = self._wait()
         return loss
+
+    def clip_grad_norm_(self, max_norm, norm_type=2.0):
+        """Clips the next step's gradient by its global L2 norm, as
+        torch.nn.utils.clip_grad_norm_ does, but where onebit has the gradient: in the
+        warmup the exact average of every worker's gradient (what DDP clips), in the
+        compression stage this worker's own (no gradient is averaged there: the momentum
+        is). The same as the config's gradient_clipping for that step, which it replaces.
+        Returns the total norm of this worker's gradient now, as torch's does."""
+        if float(norm_type) != 2.0:
+            raise ValueError(f"onebit clips by the L2 norm (norm_type=2), not {norm_type}")
+        max_norm = float(max_norm)
+        if not max_norm >= 0 or max_norm == float("inf"):
+            raise ValueError(f"max_norm must be >= 0 and finite, got {max_norm}")
+        grads = [p.grad for p in self._params if p.grad is not None]
+        self._clip = max_norm
+        if not grads:
+            return torch.tensor(0.0)
+        return torch.linalg.vector_norm(torch.stack(
+            [torch.linalg.vector_norm(g.detach(), 2.0) for g in grads]), 2.0)
 
     def _scheduled_lr(self):
         """The job's lr for this step when the param groups' lrs moved (a torch

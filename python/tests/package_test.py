@@ -145,17 +145,20 @@ class ParamGroups(StreamCase):
 
 
 class TorchLrScheduler(StreamCase):
-    """A torch lr_scheduler takes effect at the next step, exactly: LambdaLR setting lr 0
-    after step 20 of 30 leaves the bits of a 20-step job (the same stream, no scheduler)."""
+    """What torch scripts do each step takes effect at that step, exactly: a torch
+    lr_scheduler (LambdaLR setting lr 0 after step 20 of 30 leaves the bits of a 20-step
+    job), and clip_grad_norm_ (the bits of the config's gradient_clipping)."""
 
-    def run_job(self, name, steps, extra_env):
+    def run_job(self, name, steps, extra_env, clipping=0):
         tmp = tempfile.mkdtemp(prefix=name + "-", dir=self.tmp)
         out = os.path.join(tmp, "package.npy")
         saved = {k: os.environ.get(k) for k in extra_env}
         os.environ.update(extra_env)
+        config = job_config("OneBitAdam", {"lr": 0.01, "eps": 1e-8, "freeze_step": 10},
+                            steps=steps)
+        config["gradient_clipping"] = clipping
         try:
-            r = launch(tmp, job_config("OneBitAdam", {"lr": 0.01, "eps": 1e-8, "freeze_step": 10},
-                                       steps=steps),
+            r = launch(tmp, config,
                        [os.path.join(HERE, "stream_train.py"), "{config}",
                         os.path.join(self.tmp, "params.npy"), os.path.join(self.tmp, "grads.npy"),
                         out, "OneBitAdam"])
@@ -172,6 +175,15 @@ class TorchLrScheduler(StreamCase):
                         f"max difference {np.abs(scheduled - shorter).max()}")
         full = self.run_job("thirty", T, {})
         self.assertFalse(np.array_equal(scheduled, full))  # the scheduler did act
+
+    def test_clip_grad_norm_is_the_configs_gradient_clipping(self):
+        # Both warmup (steps 1-10: the averaged gradient) and compression (the local one).
+        by_script = self.run_job("clipscript", T, {"CLIP_EACH_STEP": "0.05"})
+        by_config = self.run_job("clipconfig", T, {}, clipping=0.05)
+        self.assertTrue(np.array_equal(by_script.view(np.uint32), by_config.view(np.uint32)),
+                        f"max difference {np.abs(by_script - by_config).max()}")
+        unclipped = self.run_job("noclip", T, {})
+        self.assertFalse(np.array_equal(by_script, unclipped))  # it did clip
 
     def test_groups_must_move_together_and_not_beside_a_config_scheduler(self):
         import types

@@ -9,7 +9,8 @@ SECOND_GROUP=LR,WEIGHT_DECAY in the environment puts the tensors after the first
 second param group with that lr and weight decay; OPT_KWARGS={...} (JSON) builds the
 optimizer torch.optim's way, OPTIMIZER(params, config=CONFIG, **OPT_KWARGS);
 ALSO_TORCH_DISTRIBUTED=1 runs a torch.distributed all_reduce first (env://);
-LR_ZERO_AFTER=K steps a torch LambdaLR that makes the lr 0 after step K.
+LR_ZERO_AFTER=K steps a torch LambdaLR that makes the lr 0 after step K;
+CLIP_EACH_STEP=NORM calls opt.clip_grad_norm_(NORM) before every step.
 """
 import json
 import os
@@ -135,6 +136,8 @@ def main():
         g = torch.from_numpy(np.array(grads[t - 1, opt.rank]))
         for p, b, e in zip(params, bounds, bounds[1:]):
             p.grad.copy_(g[b:e])
+        if os.environ.get("CLIP_EACH_STEP"):
+            opt.clip_grad_norm_(float(os.environ["CLIP_EACH_STEP"]))
         opt.step(loss=0.0)
         if scheduler is not None:
             scheduler.step()

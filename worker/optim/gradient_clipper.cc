@@ -23,6 +23,18 @@ absl::StatusOr<GradientClipper> GradientClipper::Create(kernels::Backend* backen
   return c;
 }
 
+absl::Status GradientClipper::SetMaxNorm(double max_norm) {
+  if (!(max_norm >= 0) || !std::isfinite(max_norm)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gradient clipping norm must be >= 0 and finite, got ", max_norm));
+  }
+  if (max_norm > 0 && clipped_.size() < n_) {
+    ONEBIT_ASSIGN_OR_RETURN(clipped_, kernels::Buffer<float>::Create(backend_, n_));
+  }
+  max_norm_ = max_norm;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<double> GradientClipper::Factor(const float* g, double scale) {
   if (!enabled()) return 1.0;
   double sumsq = 0;

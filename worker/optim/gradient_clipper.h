@@ -26,6 +26,9 @@ class GradientClipper {
                                                 size_t n);
 
   bool enabled() const { return max_norm_ > 0; }
+  // The norm of the steps that follow (a training script's clip_grad_norm_); the same
+  // checks as Create.
+  absl::Status SetMaxNorm(double max_norm);
   // The factor that clips scale*g (n elements, backend memory): 1 when off or within the
   // norm, else max_norm / (||scale*g|| + 1e-6).
   absl::StatusOr<double> Factor(const float* g, double scale = 1.0);

@@ -100,6 +100,7 @@ class OnebitLamb : public Optimizer {
   int64_t freeze_step() const override { return options_.freeze_step; }
   absl::Status SetFreezeStep(int64_t freeze_step) override;
   void set_lr(float lr) override { options_.hyper.lr = lr; }
+  absl::Status set_max_grad_norm(double max_norm) override { return clip_.SetMaxNorm(max_norm); }
   float lr() const override { return options_.hyper.lr; }
   void set_betas(float beta1, float beta2) override {
     options_.hyper.beta1 = beta1;

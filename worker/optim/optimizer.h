@@ -68,6 +68,8 @@ class Optimizer {
   virtual float lr() const = 0;
   // The betas of the steps that follow (OneCycle's momentum cycling; every worker alike).
   virtual void set_betas(float beta1, float beta2) = 0;
+  // The gradient-clipping norm of the steps that follow (0: off; gradient_clipper.h).
+  virtual absl::Status set_max_grad_norm(double max_norm) = 0;
 
   virtual size_t size() const = 0;
   // Backend memory, n elements each.

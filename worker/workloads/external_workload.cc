@@ -84,7 +84,8 @@ absl::StatusOr<int64_t> ExternalWorkload::WaitForStep(absl::Time deadline) {
   return -1;
 }
 
-absl::Status ExternalWorkload::Supply(int64_t step, double loss, double lr) {
+absl::Status ExternalWorkload::Supply(int64_t step, double loss, double lr,
+                                      double max_grad_norm) {
   absl::MutexLock lock(&mu_);
   if (wanted_ != step || supplied_ == step) {
     return absl::FailedPreconditionError(
@@ -96,10 +97,21 @@ absl::Status ExternalWorkload::Supply(int64_t step, double loss, double lr) {
     return absl::InvalidArgumentError(
         absl::StrCat("the learning rate of step ", step, " is ", lr, "; it must be >= 0"));
   }
+  if (!std::isnan(max_grad_norm) && (!(max_grad_norm >= 0) || !std::isfinite(max_grad_norm))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the gradient-clipping norm of step ", step, " is ", max_grad_norm, "; it must be >= 0"));
+  }
   loss_ = loss;
   lr_ = lr;
+  max_grad_norm_ = max_grad_norm;
   supplied_ = step;
   return absl::OkStatus();
+}
+
+std::optional<double> ExternalWorkload::SuppliedMaxGradNorm(int64_t step) {
+  absl::MutexLock lock(&mu_);
+  if (supplied_ != step || std::isnan(max_grad_norm_)) return std::nullopt;
+  return max_grad_norm_;
 }
 
 std::optional<double> ExternalWorkload::SuppliedLearningRate(int64_t step) {

@@ -76,11 +76,14 @@ class ExternalWorkload : public Workload {
   absl::StatusOr<int64_t> WaitForStep(absl::Time deadline = absl::InfiniteFuture());
   // The gradient of the step WaitForStep returned is in gradient(); `loss` is its loss.
   // FAILED_PRECONDITION when the trainer is not waiting for `step`.
-  // `lr`: the learning rate the script's own schedule gives this step (NaN: none, the
-  // job's schedule applies); SuppliedLearningRate returns it while the step runs.
+  // `lr`: the learning rate the script's own schedule gives this step; `max_grad_norm`:
+  // the norm its clip_grad_norm_ asked for (NaN: none, the job's config applies).
+  // Supplied*() return them while the step runs.
   absl::Status Supply(int64_t step, double loss,
-                      double lr = std::numeric_limits<double>::quiet_NaN());
+                      double lr = std::numeric_limits<double>::quiet_NaN(),
+                      double max_grad_norm = std::numeric_limits<double>::quiet_NaN());
   std::optional<double> SuppliedLearningRate(int64_t step);
+  std::optional<double> SuppliedMaxGradNorm(int64_t step);
   // The client is gone (see the header comment). Idempotent.
   void Close(absl::Status why);
   float* gradient() { return gradient_.data(); }
@@ -108,6 +111,7 @@ class ExternalWorkload : public Workload {
   int64_t supplied_ ABSL_GUARDED_BY(mu_) = 0;  // the last step supplied
   double loss_ ABSL_GUARDED_BY(mu_) = 0.0;
   double lr_ ABSL_GUARDED_BY(mu_) = std::numeric_limits<double>::quiet_NaN();  // of supplied_
+  double max_grad_norm_ ABSL_GUARDED_BY(mu_) = std::numeric_limits<double>::quiet_NaN();
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status close_status_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
