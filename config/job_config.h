@@ -104,6 +104,10 @@
 
 namespace onebit {
 
+// The steps of a job that runs until its workers' training loops end (the Python package's
+// jobs without `steps`; LeaseRequest.ended): the largest `steps` the config takes.
+inline constexpr int64_t kOpenEndedSteps = int64_t{1} << 40;
+
 // DeepSpeed's optimizer block (ALGORITHM.md has the math of each type).
 struct OptimizerConfig {
   // "OneBitAdam", "ZeroOneAdam", "OneBitLamb" or "Adam" (full precision throughout: 1-bit

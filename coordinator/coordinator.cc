@@ -151,7 +151,11 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock* clock,
                              : std::string("; every error buffer restored")));
   }
   LogLine(absl::StrCat("job ", options_.job_id, ": ", options_.config.workers, " workers, ",
-                       ServerCount(options_.config), " servers, ", options_.config.steps, " steps, ",
+                       ServerCount(options_.config), " servers, ",
+                       options_.config.steps >= kOpenEndedSteps
+                           ? std::string("steps until the workers' training loops end")
+                           : absl::StrCat(options_.config.steps, " steps"),
+                       ", ",
                        FreezeText(stage_machine_.freeze_step()),
                        stage_machine_.freeze_reason().empty()
                            ? ""
@@ -341,6 +345,7 @@ absl::StatusOr<v1::LeaseResponse> Coordinator::Lease(const v1::LeaseRequest& req
   const absl::Time start = clock_->Now();
   absl::Status status = CheckWorker(request.rank());
   if (!status.ok()) return status;
+  if (request.ended()) return EndedLocked(request.rank(), request.next_step() - 1);
   absl::StatusOr<LeaseGrant> grant = stage_machine_.Lease(request.rank(), request.next_step());
   if (!grant.ok()) return grant.status();
   ChangedLocked();
@@ -680,6 +685,42 @@ void Coordinator::Abandon(const std::string& reason) {
   ChangedLocked();
 }
 
+absl::StatusOr<v1::LeaseResponse> Coordinator::EndedLocked(int rank, int64_t last) {
+  if (last < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("next_step must be >= 1, got ", last + 1));
+  }
+  ended_after_[rank] = last;
+  for (const auto& [other, step] : ended_after_) {
+    if (step != last) {
+      const std::string reason = absl::StrCat(
+          "worker ", rank, "'s training loop ended after step ", last, ", worker ", other,
+          "'s after step ", step, ": every worker must run the same number of steps (a "
+          "DistributedSampler gives each the same number of batches)");
+      FailLocked(reason);
+      ChangedLocked();
+      return absl::FailedPreconditionError(reason);
+    }
+  }
+  if (absl::Status s = stage_machine_.EndAfter(last); !s.ok()) {
+    FailLocked(absl::StrCat("worker ", rank, "'s training loop ended after step ", last,
+                            " while ", s.message()));
+    ChangedLocked();
+    return absl::FailedPreconditionError(failure_reason_);
+  }
+  if (ended_after_.size() == 1) {
+    LogLine(absl::StrCat("worker ", rank, "'s training loop ended after step ", last,
+                         ": the job ends there"));
+  }
+  // Its last step is done: count it, so that the job is over once every worker ended.
+  (void)stage_machine_.ReportProgress(rank, last);
+  ChangedLocked();
+  v1::LeaseResponse response;
+  response.set_through_step(last);
+  response.set_freeze_step(stage_machine_.freeze_step());
+  response.set_stop_after_step(stage_machine_.stop_after_step());
+  return response;
+}
+
 void Coordinator::FailLocked(const std::string& reason) {
   state_ = v1::JOB_STATE_FAILED;
   failure_reason_ = reason;
@@ -722,6 +763,7 @@ void Coordinator::RecoverLocked(const std::string& what_failed) {
     if (!saved.ok()) LogLine(absl::StrCat("cannot save the coordinator state: ", saved.message()));
   }
   stage_machine_ = *std::move(sm);
+  ended_after_.clear();
   membership_ = Membership(options_.config.workers, ServerCount(options_.config),
                            options_.heartbeat_timeout);
   pending_checkpoints_.clear();

@@ -140,6 +140,10 @@ class Coordinator final : public CoordinatorHandler {
   void CheckFailuresLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RecoverLocked(const std::string& what_failed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailLocked(const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A worker's training loop ended after `last` (LeaseRequest.ended).
+  absl::StatusOr<v1::LeaseResponse> EndedLocked(int rank, int64_t last)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::map<int, int64_t> ended_after_ ABSL_GUARDED_BY(mu_);  // this generation's
   // The first worker's model size, when the config does not give one.
   uint64_t learned_num_parameters_ ABSL_GUARDED_BY(mu_) = 0;
   // After every change: bump the version if sessions should hear of it, log what moved,

@@ -144,6 +144,43 @@ TEST_F(CoordinatorTest, AWorkerWhoseModelDisagreesFailsTheJobAtOnce) {
               HasSubstr("has a model of 98 parameters; the job's has 99 (the job config's)"));
 }
 
+// A job without steps ends where its workers' training loops did (LeaseRequest.ended):
+// ends after the same step succeed it; ends after different steps fail it, naming both.
+TEST_F(CoordinatorTest, WorkersWhoseLoopsEndedEndTheJob) {
+  auto ended = [](int rank, int64_t last) {
+    v1::LeaseRequest r;
+    r.set_rank(rank);
+    r.set_next_step(last + 1);
+    r.set_ended(true);
+    return r;
+  };
+  JobConfig config = SmallJob();
+  config.steps = kOpenEndedSteps;
+  config.exchange.mode = "peer";
+  config.exchange.servers = 0;
+  Make(config);
+  ASSERT_EQ(RegisterWorker("a"), 0);
+  ASSERT_EQ(RegisterWorker("b"), 1);
+  ASSERT_TRUE(Lease(0, 1).ok());  // leases run ahead of the end
+  ASSERT_TRUE(Lease(1, 1).ok());
+  absl::StatusOr<v1::LeaseResponse> r = coordinator_->Lease(ended(0, 7));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->stop_after_step(), 7);
+  EXPECT_EQ(coordinator_->GetJob({})->state(), v1::JOB_STATE_RUNNING);  // b has not ended
+  ASSERT_TRUE(coordinator_->Lease(ended(1, 7)).ok());
+  EXPECT_EQ(coordinator_->GetJob({})->state(), v1::JOB_STATE_SUCCEEDED);
+
+  Make(config);
+  ASSERT_EQ(RegisterWorker("a"), 0);
+  ASSERT_EQ(RegisterWorker("b"), 1);
+  ASSERT_TRUE(coordinator_->Lease(ended(0, 7)).ok());
+  absl::Status status = coordinator_->Lease(ended(1, 9)).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(), HasSubstr("worker 1's training loop ended after step 9, worker "
+                                          "0's after step 7"));
+  EXPECT_EQ(coordinator_->GetJob({})->state(), v1::JOB_STATE_FAILED);
+}
+
 TEST_F(CoordinatorTest, LeasesNeedARegisteredWorker) {
   EXPECT_EQ(Lease(0, 1).status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(Lease(2, 1).status().code(), absl::StatusCode::kInvalidArgument);

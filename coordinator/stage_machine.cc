@@ -322,6 +322,16 @@ absl::Status StageMachine::Stop(int64_t after_step) {
   return absl::OkStatus();
 }
 
+absl::Status StageMachine::EndAfter(int64_t step) {
+  if (step < 0) return absl::InvalidArgumentError(absl::StrCat("step must be >= 0, got ", step));
+  if (max_reported_step_ > step) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "a worker already ran step ", max_reported_step_, ", past the end after step ", step));
+  }
+  if (step < stop_after_step_) stop_after_step_ = step;
+  return absl::OkStatus();
+}
+
 bool StageMachine::Finished() const {
   for (int64_t step : last_step_) {
     if (step < stop_after_step_) return false;

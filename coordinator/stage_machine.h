@@ -104,6 +104,10 @@ class StageMachine {
   absl::Status DelayFreeze(int64_t to_step);
   // Stops the job after `after_step`, or as soon as is safe if after_step < 0.
   absl::Status Stop(int64_t after_step);
+  // The workers' training loops ended after `step` (a job without steps): the job stops
+  // there, leases past it void (no worker can run a step its script does not compute).
+  // FAILED_PRECONDITION if a worker already reported a later step.
+  absl::Status EndAfter(int64_t step);
   // Schedules a checkpoint after `at_step`, or (at_step <= 0) after the earliest step no
   // lease has promised yet; returns the step. FAILED_PRECONDITION when that step is already
   // promised (at or before max_lease_step) or past the job's end.

@@ -191,6 +191,13 @@ class PyWorker {
     if (absl::Status s = workload_->Supply(step, loss, lr, max_grad_norm); !s.ok()) Throw(s);
   }
 
+  // The script's loop ended after `step` (a job without steps): the worker ends there.
+  void EndAfter(int64_t step) {
+    absl::MutexLock lock(&mu_);
+    if (workload_ == nullptr) Throw(absl::FailedPreconditionError("the worker is not running"));
+    if (absl::Status s = workload_->EndAfter(step); !s.ok()) Throw(s);
+  }
+
   void Close(const std::string& why) {
     absl::MutexLock lock(&mu_);
     if (workload_ != nullptr) workload_->Close(absl::AbortedError(why));
@@ -534,6 +541,7 @@ PYBIND11_MODULE(_onebit_core, m) {
            py::arg("lr") = std::numeric_limits<double>::quiet_NaN(),
            py::arg("max_grad_norm") = std::numeric_limits<double>::quiet_NaN())
       .def("close", &PyWorker::Close, py::arg("why"))
+      .def("end_after", &PyWorker::EndAfter, py::arg("step"))
       .def("join", &PyWorker::Join, py::arg("timeout_s"))
       .def("exit_code_after_failure", &PyWorker::ExitCodeAfterFailure)
       .def("params", [](py::object self) { return self.cast<PyWorker&>().Params(self); })

@@ -9,6 +9,21 @@
 
 namespace onebit {
 
+absl::Status CoordinatorStepController::EndAfter(int64_t last_step) {
+  if (last_.has_value() && last_->step > last_reported_step_) {
+    const StepReport final_report = *last_;
+    if (absl::Status sent = Send(final_report); !sent.ok()) return sent;
+  }
+  v1::LeaseRequest request;
+  request.set_rank(rank_);
+  request.set_next_step(last_step + 1);
+  request.set_ended(true);
+  absl::StatusOr<v1::LeaseResponse> r = client_->Lease(request);
+  if (!r.ok()) return r.status();
+  stop_after_step_ = r->stop_after_step();
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Lease> CoordinatorStepController::Acquire(int64_t next_step) {
   v1::LeaseRequest request;
   request.set_rank(rank_);

@@ -26,6 +26,8 @@ class CoordinatorStepController : public StepController {
   // holds leases back while a decision is pending, e.g. at max_warmup).
   absl::StatusOr<Lease> Acquire(int64_t next_step) override;
   absl::Status Report(const StepReport& report) override;
+  // Reports the last step (if not yet) and tells the coordinator the loop ended there.
+  absl::Status EndAfter(int64_t last_step) override;
 
   // The freeze step of the last lease (< 0: none).
   int64_t freeze_step() const { return freeze_step_; }

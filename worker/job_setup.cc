@@ -81,7 +81,7 @@ TrainerOptions TrainerOptionsFromConfig(const JobConfig& config) {
   }
   t.gradient_accumulation_steps = config.gradient_accumulation_steps;
   t.init_seed = config.seed;
-  t.total_steps = config.steps;
+  t.total_steps = config.steps >= kOpenEndedSteps ? 0 : config.steps;  // 0: open-ended
   t.log_every = config.log_every;
   t.eval_every = config.workload.type == "fashion_mnist" ? config.workload.eval_every : 0;
   t.report_interval = config.freeze.report_interval;

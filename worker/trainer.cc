@@ -269,7 +269,14 @@ absl::StatusOr<TrainerSummary> Trainer::Run() {
                             std::count(lease_->checkpoint_steps.begin(),
                                        lease_->checkpoint_steps.end(), t) > 0;
     if (checkpoint) optimizer_->exchange().ScheduleCheckpoint(t);
-    ONEBIT_RETURN_IF_ERROR(RunStep(t));
+    if (absl::Status ran = RunStep(t); !ran.ok()) {
+      // The workload's data ran out after the previous step (a script's loop ended in a job
+      // without steps): that is this run's end, if the job agrees.
+      if (workload_->ended_after() != std::optional<int64_t>(t - 1)) return ran;
+      ONEBIT_RETURN_IF_ERROR(controller_->EndAfter(t - 1));
+      Print(absl::StrFormat("the training loop ended after step %d: the job ends there", t - 1));
+      break;
+    }
     if (checkpoint) {
       const auto start = std::chrono::steady_clock::now();
       ONEBIT_RETURN_IF_ERROR(options_.checkpoints->Save(t, *optimizer_, CheckpointScalars()));

@@ -140,6 +140,11 @@ class StepController {
   // Called after every step, in order; implementations may forward only part (say, the
   // variance changes) or batch. An error ends the run.
   virtual absl::Status Report(const StepReport& report) = 0;
+  // This worker's training loop ended after `last_step` (the workload's data ran out in a
+  // job without steps): the job must end there for every worker.
+  virtual absl::Status EndAfter(int64_t /*last_step*/) {
+    return absl::FailedPreconditionError("this job's steps are fixed: it cannot end early");
+  }
 };
 
 // A fixed plan for single-process runs and tests: freeze after `freeze_step` (< 0: never),

@@ -187,6 +187,19 @@ MemberState g_member;
 
 int ExitCodeAfterError() {
   if (g_member.client == nullptr) return kMemberExitFailed;
+  // A job that ends below the steps it leased ended where a worker's training loop did (a
+  // job without steps, LeaseRequest.ended): this worker, which failed in a later step's
+  // exchange, ran past it.
+  absl::StatusOr<v1::JobStatus> job = g_member.client->GetJob({});
+  if (job.ok() && job->state() != v1::JOB_STATE_FAILED && job->stop_after_step() >= 0 &&
+      job->stop_after_step() < job->max_lease_step()) {
+    std::fprintf(stderr,
+                 "onebit-worker: the job ended after step %lld while this worker still ran: "
+                 "its training loop ran past the others' (every worker must run the same "
+                 "number of steps)\n",
+                 static_cast<long long>(job->stop_after_step()));
+    return kMemberExitFailed;
+  }
   const std::optional<MemberVerdict> verdict =
       AwaitVerdict(*g_member.client, g_member.me, g_member.wait_for_verdict);
   if (!verdict.has_value()) return kMemberExitFailed;

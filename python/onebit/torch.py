@@ -9,8 +9,9 @@ launched the way torch.optim and torchrun are:
         loss = loss_fn(model(batch))
         loss.backward()
         opt.step(loss=loss)          # the exchange and the update, in C++
-        if opt.done:                 # the job's last step (onebit.steps) is done
-            break
+    # Without `steps` the job ends when every worker's loop has (here, at the script's
+    # exit, or opt.close(), or the end of a `with` block); with `steps` opt.done turns true
+    # after the last one.
 
     torchrun --nproc_per_node=4 train.py      (or srun; or onebit-launch on one machine)
 
@@ -64,6 +65,9 @@ __all__ = ["OneBitAdam", "ZeroOneAdam", "OneBitLamb", "Adam", "OnebitError", "ra
            "world_size", "local_rank", "local_world_size"]
 
 _UNSET = object()  # a keyword argument the caller did not give
+# The steps of a job without `steps` (config/job_config.h's kOpenEndedSteps): it runs until
+# its workers' training loops end, and ends after the step where they all did.
+OPEN_ENDED_STEPS = 1 << 40
 
 
 class OnebitError(RuntimeError):
@@ -302,9 +306,13 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         self._job_lr = float(defaults["lr"])
         self._initial_lrs = [float(g["lr"]) for g in self.param_groups]
         self._config_scheduler = bool(job.get("scheduler"))
-        self._steps = int(job.get("steps", 600))  # the C++ config's default
+        # Without steps the job is open-ended: it ends when the workers' loops do.
+        self._open_ended = "steps" not in job
+        self._steps = OPEN_ENDED_STEPS if self._open_ended else int(job["steps"])
         job = _job_config(job, self._type, explicit, self._offsets[-1],
                           "cuda" if self._device.type == "cuda" else "cpu")
+        if self._open_ended:
+            job["steps"] = OPEN_ENDED_STEPS
         f = tempfile.NamedTemporaryFile("w", prefix="onebit-job-", suffix=".json", delete=False)
         with f:
             json.dump(job, f, indent=1)
@@ -363,6 +371,17 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             self.close(self._stopped or self._ended_early("the script exited"))
         self._close_coordinator()
 
+    def _end_open_ended_job(self):
+        """The loop is over in a job without steps: the worker ends after the last step it
+        ran, and the job once every worker's loop ended after that same step."""
+        try:
+            self._worker.end_after(self._next - 1)
+        except Exception as e:  # noqa: BLE001 (the worker stopped meanwhile)
+            self._stopped = self._stopped or f"onebit worker stopped: {e}"
+            return False
+        self._next = self._wait()
+        return self.done
+
     def _ended_early(self, what):
         return (f"{what} after step {self._next - 1} of the job's {self._steps} "
                 "(onebit.steps): the training loop is shorter than the job; every worker "
@@ -372,7 +391,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         return self
 
     def __exit__(self, kind, value, tb):
-        if kind is None and not self.done:
+        if kind is None and not self.done and not self._open_ended:
             self.close(self._ended_early("the with block ended"))
         elif kind is not None:
             self.close(f"the with block raised {kind.__name__}: {value}")
@@ -536,9 +555,14 @@ class _OnebitOptimizer(torch.optim.Optimizer):
 
     def close(self, why="closed by the script"):
         """Stops the worker: the job hears of it (the trainer fails with `why`) unless it
-        is over already. Rank 0 of a job whose coordinator it runs keeps it until the job
-        is over. A `with` block calls it at its end."""
+        is over already. In a job without steps it ends the loop instead: the job ends after
+        the last step every worker ran. Rank 0 of a job whose coordinator it runs keeps it
+        until the job is over. A `with` block calls it at its end, and so does the end of
+        the script."""
+        if not self.done and self._open_ended and not self._stopped:
+            self._end_open_ended_job()
         if not self.done:
+            why = self._stopped or why
             self._worker.close(why)
             if self._coordinator is not None:
                 # The job cannot go on without this process (it runs the coordinator).

@@ -409,11 +409,11 @@ class LaunchedLikeTorchrun(StreamCase):
     KWARGS = {"lr": 0.01, "eps": 1e-8, "weight_decay": 0.001, "freeze_step": 10,
               "bias_correction": False}
 
-    def run_ranks(self, name, env_of_rank, extra_env=None):
+    def run_ranks(self, name, env_of_rank, extra_env=None, config_dict=None, expect_ok=True):
         tmp = tempfile.mkdtemp(prefix=name + "-", dir=self.tmp)
         config = os.path.join(tmp, "job.json")
         with open(config, "w") as f:
-            json.dump(self.CONFIG, f)
+            json.dump(config_dict or self.CONFIG, f)
         out = os.path.join(tmp, "package.npy")
         procs = []
         for r in range(W):
@@ -421,7 +421,7 @@ class LaunchedLikeTorchrun(StreamCase):
                    if not k.startswith(("ONEBIT_", "SLURM_")) and
                    k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
             env.update(env_of_rank(r))
-            env.update(extra_env or {})
+            env.update((extra_env or {}) if not callable(extra_env) else extra_env(r))
             env["OPT_KWARGS"] = json.dumps(self.KWARGS)
             env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(HERE), os.path.join(BIN, "python")])
             log = open(os.path.join(tmp, f"rank-{r}.log"), "w")
@@ -439,7 +439,10 @@ class LaunchedLikeTorchrun(StreamCase):
                 log.close()
             with open(log.name) as f:
                 logs.append(f.read())
-            self.assertEqual(p.returncode, 0, logs[-1][-3000:])
+            if expect_ok:
+                self.assertEqual(p.returncode, 0, logs[-1][-3000:])
+        if not expect_ok:
+            return logs
         replay = os.path.join(tmp, "replay.npy")
         subprocess.run([os.path.join(BIN, "tools/onebit-replay"), f"--workers={W}",
                         "--params=" + os.path.join(self.tmp, "params.npy"),
@@ -462,6 +465,30 @@ class LaunchedLikeTorchrun(StreamCase):
             # The script's own torch.distributed on MASTER_PORT works beside onebit's.
             self.assertIn(f"torch.distributed all_reduce: {sum(range(1, W + 1))}", log)
         self.assertIn(f"serving gRPC on 127.0.0.1:{port + 1}", logs[0])  # rank 0's coordinator
+
+    def torchrun_env(self, port):
+        return lambda r: {"RANK": str(r), "WORLD_SIZE": str(W), "LOCAL_RANK": str(r),
+                          "LOCAL_WORLD_SIZE": str(W), "MASTER_ADDR": "127.0.0.1",
+                          "MASTER_PORT": str(port)}
+
+    def test_a_job_without_steps_ends_when_the_loops_do(self):
+        # No steps anywhere: each script runs a plain loop of T steps and closes; the job
+        # ends after step T with onebit-replay's bits for T steps.
+        config = {k: v for k, v in self.CONFIG.items() if k != "steps"}
+        logs = self.run_ranks("open", self.torchrun_env(free_port_run(3)),
+                              extra_env={"LOOP_STEPS": str(T)}, config_dict=config)
+        self.assertIn(f"the training loop ended after step {T}: the job ends there", logs[0])
+        self.assertIn("job succeeded", logs[0])
+
+    def test_a_loop_that_runs_past_the_others_is_told_where_the_job_ended(self):
+        config = {k: v for k, v in self.CONFIG.items() if k != "steps"}
+        logs = self.run_ranks("uneven", self.torchrun_env(free_port_run(3)),
+                              extra_env=lambda r: {"LOOP_STEPS": str(12 + 3 * r)},
+                              config_dict=config, expect_ok=False)
+        # Worker 0's loop ends after step 12; worker 1 is then in step 13's exchange.
+        self.assertIn("the training loop ended after step 12: the job ends there", logs[0])
+        self.assertIn("the job ended after step 12 while this worker still ran: its training "
+                      "loop ran past the others'", logs[1])
 
     def test_slurm_environment(self):
         port = free_port_run(3)

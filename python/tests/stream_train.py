@@ -10,7 +10,8 @@ second param group with that lr and weight decay; OPT_KWARGS={...} (JSON) builds
 optimizer torch.optim's way, OPTIMIZER(params, config=CONFIG, **OPT_KWARGS);
 ALSO_TORCH_DISTRIBUTED=1 runs a torch.distributed all_reduce first (env://);
 LR_ZERO_AFTER=K steps a torch LambdaLR that makes the lr 0 after step K;
-CLIP_EACH_STEP=NORM calls opt.clip_grad_norm_(NORM) before every step.
+CLIP_EACH_STEP=NORM calls opt.clip_grad_norm_(NORM) before every step; LOOP_STEPS=K runs
+a plain loop of K steps (for a job without steps) instead of `while not opt.done`.
 """
 import json
 import os
@@ -122,7 +123,11 @@ def main():
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda t: 1.0 if t < int(zero_after) else 0.0) if zero_after else None
     check_state = os.environ.get("CHECK_STATE_AT")
-    while not opt.done:
+    # LOOP_STEPS=K: a plain loop of K steps that never looks at opt.done (a job without
+    # steps ends when every worker's loop did, at the script's exit).
+    loop = os.environ.get("LOOP_STEPS")
+    steps = range(int(loop)) if loop else iter(lambda: opt.done, True)
+    for _ in steps:
         t = opt.next_step
         if check_state and t == int(check_state):
             check_state_dict(opt, initial.size)
@@ -141,9 +146,11 @@ def main():
         opt.step(loss=0.0)
         if scheduler is not None:
             scheduler.step()
+    if loop:
+        opt.close()  # what the interpreter's exit would do; the final state below needs it
     # After the end: the final state (the worker is gone), equal to the final parameters.
     final = opt.state_dict()["onebit"]
-    assert final["step"] == job_steps(config), (final["step"], config)
+    assert final["step"] == (int(loop) if loop else job_steps(config)), (final["step"], config)
     assert torch.equal(final["tensors"]["params"],
                        torch.cat([p.detach().reshape(-1) for p in params])), "final state"
     if opt.rank == 0:

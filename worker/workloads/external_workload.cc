@@ -49,10 +49,14 @@ absl::StatusOr<double> ExternalWorkload::ComputeGradient(const float* params, in
     params_ = params;
     wanted_ = step;
     auto ready = [this, step]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return closed_ || supplied_ == step;
+      return closed_ || supplied_ == step || (ended_after_ >= 0 && step > ended_after_);
     };
     mu_.Await(absl::Condition(&ready));
     wanted_ = 0;
+    if (supplied_ != step && ended_after_ >= 0 && step > ended_after_) {
+      return absl::OutOfRangeError(
+          absl::StrCat("the training script's loop ended after step ", ended_after_));
+    }
     if (supplied_ != step) {
       return close_status_.ok() ? absl::CancelledError("the training script went away")
                                 : close_status_;
@@ -73,13 +77,15 @@ absl::StatusOr<EvalResult> ExternalWorkload::Evaluate(const float* /*params*/) {
 
 absl::StatusOr<int64_t> ExternalWorkload::WaitForStep(absl::Time deadline) {
   absl::MutexLock lock(&mu_);
-  auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return finished_ || (wanted_ > 0 && supplied_ != wanted_);
+  // A step past the loop's end is no step to ask the script for: the run is ending.
+  auto asks = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return wanted_ > 0 && supplied_ != wanted_ && (ended_after_ < 0 || wanted_ <= ended_after_);
   };
+  auto ready = [this, &asks]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return finished_ || asks(); };
   if (!mu_.AwaitWithDeadline(absl::Condition(&ready), deadline)) {
     return absl::UnavailableError("the trainer asked for no step in time");
   }
-  if (wanted_ > 0 && supplied_ != wanted_) return wanted_;
+  if (asks()) return wanted_;
   if (!finish_status_.ok()) return finish_status_;
   return -1;
 }
@@ -112,6 +118,22 @@ std::optional<double> ExternalWorkload::SuppliedMaxGradNorm(int64_t step) {
   absl::MutexLock lock(&mu_);
   if (supplied_ != step || std::isnan(max_grad_norm_)) return std::nullopt;
   return max_grad_norm_;
+}
+
+absl::Status ExternalWorkload::EndAfter(int64_t step) {
+  absl::MutexLock lock(&mu_);
+  if (step != supplied_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the loop can only end after the last step it supplied (", supplied_, "), not ", step));
+  }
+  ended_after_ = step;
+  return absl::OkStatus();
+}
+
+std::optional<int64_t> ExternalWorkload::ended_after() const {
+  absl::MutexLock lock(&mu_);
+  if (ended_after_ < 0) return std::nullopt;
+  return ended_after_;
 }
 
 std::optional<double> ExternalWorkload::SuppliedLearningRate(int64_t step) {

@@ -83,6 +83,10 @@ class ExternalWorkload : public Workload {
                       double lr = std::numeric_limits<double>::quiet_NaN(),
                       double max_grad_norm = std::numeric_limits<double>::quiet_NaN());
   std::optional<double> SuppliedLearningRate(int64_t step);
+  // The script's loop ended after `step` (the last it supplied): the trainer's wait for a
+  // later step returns OUT_OF_RANGE, and ended_after() says `step`.
+  absl::Status EndAfter(int64_t step);
+  std::optional<int64_t> ended_after() const override;
   std::optional<double> SuppliedMaxGradNorm(int64_t step);
   // The client is gone (see the header comment). Idempotent.
   void Close(absl::Status why);
@@ -105,11 +109,12 @@ class ExternalWorkload : public Workload {
   const std::vector<size_t> groups_;
   kernels::Buffer<float> gradient_;
 
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   const float* params_ ABSL_GUARDED_BY(mu_) = nullptr;
   int64_t wanted_ ABSL_GUARDED_BY(mu_) = 0;    // the step the trainer waits for; 0: none
   int64_t supplied_ ABSL_GUARDED_BY(mu_) = 0;  // the last step supplied
   double loss_ ABSL_GUARDED_BY(mu_) = 0.0;
+  int64_t ended_after_ ABSL_GUARDED_BY(mu_) = -1;  // EndAfter's step; -1: not ended
   double lr_ ABSL_GUARDED_BY(mu_) = std::numeric_limits<double>::quiet_NaN();  // of supplied_
   double max_grad_norm_ ABSL_GUARDED_BY(mu_) = std::numeric_limits<double>::quiet_NaN();
   bool closed_ ABSL_GUARDED_BY(mu_) = false;

@@ -119,6 +119,11 @@ class Workload {
   // Loss (and accuracy where it means something) on the held-out set.
   virtual absl::StatusOr<EvalResult> Evaluate(const float* params) = 0;
 
+  // A workload whose data can run out (a training script's loop, in a job without steps):
+  // the last step it computed once it did; then ComputeGradient of later steps fails.
+  // nullopt (the default): it computes every step it is asked for.
+  virtual std::optional<int64_t> ended_after() const { return std::nullopt; }
+
   // OVERLAP. The ranges a ComputeGradient call announces to the listener, in the order it
   // announces them: a partition of [0, num_parameters()), the same for every call and on
   // every rank (a function of the model, not of timing), so that every rank can exchange
