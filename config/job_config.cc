@@ -972,6 +972,11 @@ absl::StatusOr<std::string> StripJsonExtensions(absl::string_view text, bool* co
 
 }  // namespace
 
+absl::StatusOr<std::string> StrictJson(absl::string_view text) {
+  bool comments = false, trailing_commas = false;
+  return StripJsonExtensions(text, &comments, &trailing_commas);
+}
+
 std::string EffectiveWarmupOrder(const ExchangeConfig& exchange) {
   if (exchange.warmup_order != "auto") return exchange.warmup_order;
   // With overlap the sums run per bucket, and a ring's order depends on where its chunks

@@ -385,6 +385,10 @@ std::string EffectiveWarmupOrder(const ExchangeConfig& exchange);
 absl::StatusOr<JobConfig> ParseJobConfig(absl::string_view json);
 // Reads `path` and parses it; errors also name the file.
 absl::StatusOr<JobConfig> LoadJobConfig(const std::string& path);
+// `text` as strict JSON: the comments and trailing commas a config may have (DeepSpeed's
+// files do) taken out, as ParseJobConfig takes them out. INVALID_ARGUMENT for an
+// unterminated /* comment.
+absl::StatusOr<std::string> StrictJson(absl::string_view text);
 // The config as JSON again (every key, defaults filled in).
 std::string JobConfigToJson(const JobConfig& config);
 

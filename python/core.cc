@@ -569,6 +569,13 @@ PYBIND11_MODULE(_onebit_core, m) {
       .def("close", &onebit::PyCoordinator::Close);
   // The job config's errors before anything starts: ValueError naming the key; returns the
   // notices (keys accepted without effect).
+  // A config's text (comments and trailing commas allowed, as the C++ parser takes them) as
+  // strict JSON, for Python's json module.
+  m.def("strict_json", [](const std::string& text) {
+    absl::StatusOr<std::string> json = onebit::StrictJson(text);
+    if (!json.ok()) onebit::Throw(json.status());
+    return *json;
+  }, py::arg("text"));
   m.def("check_config", [](const std::string& path) {
     absl::StatusOr<onebit::JobConfig> config = onebit::LoadJobConfig(path);
     if (!config.ok()) onebit::Throw(config.status());

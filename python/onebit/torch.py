@@ -153,39 +153,10 @@ def _load_config(config):
         try:
             return json.loads(text)
         except json.JSONDecodeError:
-            # Comments and trailing commas, as DeepSpeed's files have them: the C++ parser
-            # takes them; strip them here the same lenient way.
-            return json.loads(_strip_lenient_json(text))
+            # Comments and trailing commas, as DeepSpeed's files have them: taken out by
+            # the C++ config parser's own code.
+            return json.loads(_core().strict_json(text))
     raise TypeError(f"config must be a dict or a path to a JSON file, not {type(config).__name__}")
-
-
-def _strip_lenient_json(text):
-    out, i, n, in_string = [], 0, len(text), False
-    while i < n:
-        c = text[i]
-        if in_string:
-            out.append(c)
-            if c == "\\":
-                out.append(text[i + 1:i + 2])
-                i += 1
-            elif c == '"':
-                in_string = False
-        elif c == '"':
-            in_string = True
-            out.append(c)
-        elif text.startswith("//", i):
-            i = text.find("\n", i)
-            i = n if i < 0 else i
-            continue
-        elif text.startswith("/*", i):
-            end = text.find("*/", i + 2)
-            i = n if end < 0 else end + 2
-            continue
-        else:
-            out.append(c)
-        i += 1
-    import re  # noqa: PLC0415
-    return re.sub(r",(\s*[}\]])", r"\1", "".join(out))
 
 
 def _job_config(job, optimizer_type, explicit, n, device):

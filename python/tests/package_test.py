@@ -276,6 +276,17 @@ class BadInput(unittest.TestCase):
             "libnccl.so.2: cannot open shared object file: No such file or directory"))
         self.assertIsNone(ot._missing_library_hint("No module named '_onebit_core'"))
 
+    def test_a_lenient_config_file(self):
+        # Comments and trailing commas, as DeepSpeed's files have them; a string that looks
+        # like one stays as it is.
+        import onebit.torch as ot
+        path = os.path.join(tempfile.mkdtemp(prefix="onebit-lenient-"), "job.json")
+        with open(path, "w") as f:
+            f.write('{"steps": 7, // seven\n /* the data */ "onebit": {"workload": '
+                    '{"data_dir": "/x, } // y",},},}')
+        self.assertEqual(ot._load_config(path),
+                         {"steps": 7, "onebit": {"workload": {"data_dir": "/x, } // y"}}})
+
     def test_keywords(self):
         import onebit.torch as ot
         p = [torch.nn.Parameter(torch.zeros(2))]
