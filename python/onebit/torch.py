@@ -406,17 +406,22 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             raise OnebitError(
                 f"step() after the job's last step ({self._steps}, onebit.steps): the training "
                 "loop is longer than the job; stop at opt.done, or give the job more steps", 1)
-        for i, p in enumerate(self._params):
-            grad = p.grad
-            if grad is None:
-                raise ValueError(f"{self._what(i)} has no gradient: every parameter must take "
-                                 "part in the loss (or leave the optimizer)")
-            if grad.is_sparse:
-                raise ValueError(f"{self._what(i)} has a sparse gradient; onebit needs dense ones")
         if not self._new_gradient():
             raise RuntimeError("step() without a new gradient since the last step (no backward, "
                                "no .grad written): nothing was exchanged; call loss.backward() "
                                "first")
+        for i, p in enumerate(self._params):
+            grad = p.grad
+            if grad is None:
+                raise ValueError(
+                    f"{self._what(i)} has no gradient on this step: every parameter the "
+                    "optimizer holds must take part in the loss on every worker (the momentum "
+                    "is one flat exchange). Freeze it (requires_grad_(False) before building "
+                    "the optimizer: it is left out), or keep it out of the optimizer's params")
+            if grad.is_sparse:
+                raise ValueError(f"{self._what(i)} has a sparse gradient; onebit needs dense ones")
+            # zero_grad(set_to_none=True) (torch 2's default) or a .grad replaced: backward
+            # wrote a tensor of its own, which goes into the exchange's buffer.
             view = self._grad_views[i]
             if grad.data_ptr() != view.data_ptr():  # zero_grad(set_to_none=True), or replaced
                 view.copy_(grad.reshape(view.shape))

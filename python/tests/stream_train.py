@@ -11,7 +11,9 @@ optimizer torch.optim's way, OPTIMIZER(params, config=CONFIG, **OPT_KWARGS);
 ALSO_TORCH_DISTRIBUTED=1 runs a torch.distributed all_reduce first (env://);
 LR_ZERO_AFTER=K steps a torch LambdaLR that makes the lr 0 after step K;
 CLIP_EACH_STEP=NORM calls opt.clip_grad_norm_(NORM) before every step; LOOP_STEPS=K runs
-a plain loop of K steps (for a job without steps) instead of `while not opt.done`.
+a plain loop of K steps (for a job without steps) instead of `while not opt.done`;
+BACKWARD_SET_TO_NONE=1 gives each step's gradient through zero_grad(set_to_none=True) and
+a backward, as torch 2's loops do, instead of writing .grad in place.
 """
 import json
 import os
@@ -139,8 +141,14 @@ def main():
                 print(f"rank 1: killing itself before step {t}", flush=True)
                 os.kill(os.getpid(), signal.SIGKILL)
         g = torch.from_numpy(np.array(grads[t - 1, opt.rank]))
-        for p, b, e in zip(params, bounds, bounds[1:]):
-            p.grad.copy_(g[b:e])
+        if os.environ.get("BACKWARD_SET_TO_NONE"):
+            # As torch 2's loops do: the gradients set to None, and backward writes tensors
+            # of its own (d/dp sum(p * g) is g, exactly).
+            opt.zero_grad(set_to_none=True)
+            sum((p * g[b:e]).sum() for p, b, e in zip(params, bounds, bounds[1:])).backward()
+        else:
+            for p, b, e in zip(params, bounds, bounds[1:]):
+                p.grad.copy_(g[b:e])
         if os.environ.get("CLIP_EACH_STEP"):
             opt.clip_grad_norm_(float(os.environ["CLIP_EACH_STEP"]))
         opt.step(loss=0.0)
