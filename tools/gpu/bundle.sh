@@ -52,10 +52,15 @@ g++ -shared -o "$S/lib/libonebit_worker.so" "${objects[@]}" \
   -Wl,-S -Wl,-rpath,'$ORIGIN:/usr/local/cuda/lib64' -L/usr/local/cuda/lib64 "${libs[@]}"
 
 # The headers core.cc includes that are neither the compiler's, glibc's, Python's nor
-# pybind11's: Abseil's (the project's own travel with the working tree).
+# pybind11's: Debian's Abseil, protobuf, gRPC and prometheus-cpp, and the generated
+# protobuf and gRPC headers of proto/ (the project's own sources travel with the tree).
 dep=bazel-out/k8-fastbuild/bin/python/_objs/_onebit_core.so/core.pic.d
-tr ' \\' '\n\n' <"$dep" | grep '^/usr/include/absl/' | sort -u | while read -r h; do
-  install -D -m 644 "$h" "$S/include/${h#/usr/include/}"
+tr ' \\' '\n\n' <"$dep" | grep -E '^/usr/include/(absl|google|grpc|grpcpp|prometheus)/' |
+  sort -u | while read -r h; do
+    install -D -m 644 "$h" "$S/include/${h#/usr/include/}"
+  done
+tr ' \\' '\n\n' <"$dep" | grep -E '^bazel-out/.*/_virtual_includes/' | sort -u | while read -r h; do
+  install -D -m 644 "$h" "$S/include/$(sed -E 's#.*/_virtual_includes/[^/]+/##' <<<"$h")"
 done
 
 # Python 3.12's headers (the GPU machine's PyTorch runs on 3.12), for a machine whose

@@ -130,6 +130,22 @@ build_extension() {
 export -f build_extension
 check py_extension 150 build_extension
 
+# ---- The GPT example (examples/gpt) at GPT-2 small's size (124M parameters) on CUDA, bf16
+# autocast, synthetic tokens: onebit.torch launched torchrun-style (a world of one, so rank 0
+# embeds the job's coordinator; set_to_none gradients, torch 2's default) against
+# torch.optim.AdamW (fused) in one process. Steps per second, per stage, in each JSON.
+# GPT_SIZE=tiny AMP=none for a CPU try of this script. ----
+gpt2() {  # gpt2 OPTIMIZER
+  RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29710 \
+    PYTHONPATH="$BIN/python" "$PY" examples/gpt/train.py --optimizer "$1" \
+    --size "${GPT_SIZE:-gpt2}" --data synthetic --device "$DEVICE" --amp "${AMP:-bf16}" \
+    --batch 8 --steps 60 --freeze_step 30 --log_every 10 --threads 4 \
+    --csv "$LOGS/gpt2_$1.csv" --result "$LOGS/gpt2_$1.json"
+}
+export -f gpt2
+check gpt2_adamw 100 gpt2 adamw
+check gpt2_onebit_adam 120 gpt2 onebit_adam
+
 # ---- Jobs. One GPU: NCCL takes one rank per GPU, so the NCCL jobs are worlds of one (the
 # transport and its communicators are made all the same; nothing crosses the wire). Several
 # workers share the GPU through host-memory exchanges: the ps shards or gloo. ----

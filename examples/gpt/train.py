@@ -1,0 +1,194 @@
+"""Trains the GPT-style model of gpt.py with one optimizer, launched the way torchrun
+launches (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT; one process per worker):
+
+    torchrun --nproc_per_node=4 examples/gpt/train.py --optimizer onebit_adam --steps 300
+
+Optimizers (the same model, data, seed, lr, betas and eps for each):
+    onebit_adam     onebit.torch.OneBitAdam: full-precision warmup, then 1-bit momentum
+    zero_one_adam   onebit.torch.ZeroOneAdam (0/1 Adam: 1-bit, variance freezing, local steps)
+    ddp_adam        torch.optim.Adam over DistributedDataParallel (gloo on CPU, NCCL on GPU)
+    ddp_fp16        the same with DDP's fp16 compression hook
+    ddp_powersgd    the same with DDP's PowerSGD hook (rank --powersgd_rank, vanilla
+                    allreduce until --freeze_step, as onebit's warmup)
+    adamw           torch.optim.AdamW in one process (fused where PyTorch has it): the
+                    single-GPU baseline
+
+Rank 0 writes --csv (step, seconds since the first step began, loss, stage) and --result
+(JSON: losses, held-out loss, time, step times per stage). Progress every --log_every steps.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpt  # noqa: E402
+
+OPTIMIZERS = ("onebit_adam", "zero_one_adam", "ddp_adam", "ddp_fp16", "ddp_powersgd", "adamw")
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--optimizer", choices=OPTIMIZERS, required=True)
+    p.add_argument("--size", choices=sorted(gpt.SIZES), default="small")
+    p.add_argument("--data", choices=("gcide", "synthetic"), default="gcide")
+    p.add_argument("--limit_bytes", type=int, default=0, help="read only this much of the corpus")
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--batch", type=int, default=2, help="windows per worker and step")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--betas", type=float, nargs=2, default=(0.9, 0.99))
+    p.add_argument("--eps", type=float, default=1e-8)
+    p.add_argument("--freeze_step", type=int, default=45,
+                   help="1-bit Adam's warmup steps (also 0/1 Adam's var_freeze_step and "
+                   "PowerSGD's start)")
+    p.add_argument("--local_step_scaler", type=int, default=60,
+                   help="0/1 Adam: steps after var_freeze_step before local steps start")
+    p.add_argument("--local_step_clipper", type=int, default=4,
+                   help="0/1 Adam: the longest run of local steps")
+    p.add_argument("--powersgd_rank", type=int, default=4)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--device", default="cpu", help="cpu, or cuda (each rank its LOCAL_RANK's GPU)")
+    p.add_argument("--amp", choices=("none", "bf16"), default="none",
+                   help="autocast of the forward and backward (the parameters stay float32)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per process")
+    p.add_argument("--log_every", type=int, default=20)
+    p.add_argument("--csv", help="rank 0: every step's loss and time")
+    p.add_argument("--result", help="rank 0: the result as JSON")
+    p.add_argument("--config", help="onebit: a job config (path) for the rest (exchange mode, ...)")
+    return p.parse_args()
+
+
+def launcher():
+    """(rank, world size, local rank) from torchrun's variables (one process: 0, 1, 0)."""
+    return (int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)),
+            int(os.environ.get("LOCAL_RANK", 0)))
+
+
+def build_optimizer(args, model, device, world):
+    """(optimizer, the model to call, a function of the step giving its stage name)."""
+    common = dict(lr=args.lr, betas=tuple(args.betas), eps=args.eps)
+    if args.optimizer in ("onebit_adam", "zero_one_adam"):
+        import onebit.torch as ot  # noqa: PLC0415
+        if args.optimizer == "onebit_adam":
+            opt = ot.OneBitAdam(model.parameters(), freeze_step=args.freeze_step,
+                                config=args.config, **common)
+        else:
+            opt = ot.ZeroOneAdam(model.parameters(), var_freeze_step=args.freeze_step,
+                                 local_step_scaler=args.local_step_scaler,
+                                 local_step_clipper=args.local_step_clipper,
+                                 config=args.config, **common)
+        return opt, model, lambda t: "warmup" if t <= args.freeze_step else "compression"
+    if args.optimizer == "adamw":
+        if world != 1:
+            raise SystemExit("--optimizer adamw is the one-process baseline (WORLD_SIZE 1)")
+        fused = device.type == "cuda" and "fused" in torch.optim.AdamW.__init__.__code__.co_varnames
+        opt = torch.optim.AdamW(model.parameters(), weight_decay=0.0,
+                                **({"fused": True} if fused else {}), **common)
+        print(f"torch.optim.AdamW{' (fused)' if fused else ''}", flush=True)
+        return opt, model, lambda t: "all"
+    import torch.distributed as dist  # noqa: PLC0415
+    from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: PLC0415
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    # PowerSGD over gloo: one bucket (its hook hung here whenever DDP made several).
+    bucket_mb = 1024 if args.optimizer == "ddp_powersgd" else 25
+    ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
+              bucket_cap_mb=bucket_mb)
+    stage = lambda t: "all"  # noqa: E731
+    if args.optimizer == "ddp_fp16":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks  # noqa: PLC0415
+        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    elif args.optimizer == "ddp_powersgd":
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook  # noqa: PLC0415
+        state = powerSGD_hook.PowerSGDState(
+            process_group=None, matrix_approximation_rank=args.powersgd_rank,
+            start_powerSGD_iter=max(2, args.freeze_step), random_seed=args.seed)
+        ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+        stage = lambda t: "warmup" if t <= max(2, args.freeze_step) else "powersgd"  # noqa: E731
+    return torch.optim.Adam(model.parameters(), **common), ddp, stage
+
+
+def main():
+    args = parse_args()
+    rank, world, local_rank = launcher()
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device if args.device == "cpu" else f"cuda:{local_rank}")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    size = gpt.SIZES[args.size]
+    if args.data == "gcide":
+        train, held_out = gpt.load_corpus(limit_bytes=args.limit_bytes or None)
+        if size.vocab != 256:
+            raise SystemExit(f"--size {args.size} has a vocabulary of {size.vocab}: the corpus "
+                             "is bytes (256); use --data synthetic")
+    else:
+        train, held_out = gpt.synthetic_corpus(size.vocab, seed=args.seed)
+    model = gpt.make_model(size, args.seed).to(device)
+    opt, forward, stage_of = build_optimizer(args, model, device, world)
+    n = gpt.parameter_count(model)
+    if rank == 0:
+        print(f"{args.optimizer}: {n:,} parameters ({args.size}), {world} workers x batch "
+              f"{args.batch} x {size.block} tokens, {args.steps} steps, {device}", flush=True)
+    autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if args.amp == "bf16"
+                else torch.autocast(device.type, enabled=False))
+    rows, start = [], None
+    for step in range(1, args.steps + 1):
+        x, y = gpt.batch(train, size.block, args.seed, step, rank, args.batch)
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        began = time.perf_counter()
+        if start is None:
+            start = began
+        opt.zero_grad(set_to_none=True)
+        with autocast:
+            loss = gpt.loss_of(forward, x, y)
+        loss.backward()
+        if args.optimizer in ("onebit_adam", "zero_one_adam"):
+            opt.step(loss=loss)
+        else:
+            opt.step()
+        value = loss.item()  # also waits for the device
+        now = time.perf_counter()
+        rows.append((step, now - start, now - began, value, stage_of(step)))
+        if rank == 0 and (step % args.log_every == 0 or step == args.steps):
+            recent = [r[3] for r in rows[-args.log_every:]]
+            print(f"step {step}: loss {statistics.mean(recent):.4f} ({now - start:.1f} s, "
+                  f"{rows[-1][2] * 1e3:.0f} ms/step)", flush=True)
+    seconds = rows[-1][1]
+    if args.optimizer in ("onebit_adam", "zero_one_adam"):
+        opt.close()  # the job ends after the last step every worker ran; the final model
+    if rank == 0:
+        final = gpt.held_out_loss(model, held_out, size.block, device=device)
+        stages = {}
+        for _, _, dt, _, stage in rows[1:]:  # the first step sets up
+            stages.setdefault(stage, []).append(dt)
+        result = {
+            "optimizer": args.optimizer, "size": args.size, "parameters": n, "workers": world,
+            "batch": args.batch, "block": size.block, "steps": args.steps, "device": str(device),
+            "amp": args.amp, "seconds": seconds, "held_out_loss": final,
+            "train_loss_last20": statistics.mean(r[3] for r in rows[-20:]),
+            "median_step_s": {k: statistics.median(v) for k, v in stages.items()},
+            "steps_per_s": {k: 1 / statistics.median(v) for k, v in stages.items()},
+            "freeze_step": args.freeze_step, "lr": args.lr, "betas": list(args.betas),
+        }
+        if args.csv:
+            with open(args.csv, "w") as f:
+                f.write("step,seconds,step_seconds,loss,stage\n")
+                f.writelines(f"{s},{t:.4f},{dt:.4f},{v:.5f},{st}\n" for s, t, dt, v, st in rows)
+        if args.result:
+            with open(args.result, "w") as f:
+                json.dump(result, f, indent=1)
+        print(f"{args.optimizer}: held-out loss {final:.4f}, last-20 train loss "
+              f"{result['train_loss_last20']:.4f}, {seconds:.1f} s, steps/s "
+              + ", ".join(f"{k} {v:.2f}" for k, v in result["steps_per_s"].items()), flush=True)
+    if args.optimizer.startswith("ddp"):
+        import torch.distributed as dist  # noqa: PLC0415
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
