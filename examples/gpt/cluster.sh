@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The GPT example on an emulated cluster (root only): 4 nodes as network namespaces, each
+# node's link limited with tc to RATE both ways (tools/emulated_cluster.sh), one worker per
+# node, launched as torchrun launches (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+# MASTER_PORT; rank 0 on node 0 also runs onebit's coordinator, on MASTER_PORT + 1).
+# Each system trains the same model (gpt.py "small", 10.8M parameters) on the same batches
+# from the same seed, one after the other:
+#
+#   sudo examples/gpt/cluster.sh [--rate 100mbit] [--steps 200] [--freeze_step 20]
+#                                [--systems "ddp_adam onebit_adam ..."] [--out DIR]
+#   PLOT_ONLY=1 examples/gpt/cluster.sh --out DIR     # redraw DIR/loss.png and DIR/results.md
+#
+# Writes OUT/<system>/ (every rank's log; rank 0's CSV of loss and time per step and its
+# result JSON; the nodes' link byte counters before and after), OUT/results.md (the table)
+# and OUT/loss.png (training loss against wall-clock time, and against the step).
+# Needs: dict-gcide, python3-torch, libopenblas0-pthread (deploy/install-deps.sh), gnuplot,
+# and onebit's extension: the wheel installed, or `bazel build //python:_onebit_core.so`.
+set -euo pipefail
+HERE="$(cd "$(dirname "$0")" && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
+RATE=100mbit
+STEPS=200
+FREEZE=20
+BATCH=2
+SYSTEMS="ddp_adam ddp_fp16 ddp_powersgd onebit_adam zero_one_adam"
+OUT="$HERE/out/cluster"
+while [ $# -gt 0 ]; do
+  case $1 in
+    --rate) RATE=$2; shift ;;
+    --steps) STEPS=$2; shift ;;
+    --freeze_step) FREEZE=$2; shift ;;
+    --batch) BATCH=$2; shift ;;
+    --systems) SYSTEMS=$2; shift ;;
+    --out) OUT=$2; shift ;;
+    *) echo "usage: $0 [--rate R] [--steps N] [--freeze_step N] [--batch B] [--systems S] [--out DIR]" >&2; exit 2 ;;
+  esac
+  shift
+done
+WORKERS=4
+PY=${PYTHON:-/usr/bin/python3}  # Debian's python3-torch
+export ONEBIT_CLUSTER=${ONEBIT_CLUSTER:-obgpt}
+export ONEBIT_CLUSTER_SUBNET=${ONEBIT_CLUSTER_SUBNET:-10.214.9}
+MASTER="$ONEBIT_CLUSTER_SUBNET.10"  # node 0
+die() { echo "gpt cluster: $*" >&2; exit 1; }
+log() { echo "[gpt $(date -u +%H:%M:%S)] $*"; }
+mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd)"
+
+run_system() {  # SYSTEM PORT
+  local sys=$1 port=$2 dir="$OUT/$1" pids=() i rc=0 t0
+  rm -rf "$dir" && mkdir -p "$dir"
+  "$ROOT/tools/emulated_cluster.sh" bytes > "$dir/bytes_before.txt"
+  t0=$(date +%s.%N)
+  for ((i = 0; i < WORKERS; ++i)); do
+    ip netns exec "$ONEBIT_CLUSTER-node$i" env RANK=$i WORLD_SIZE=$WORKERS LOCAL_RANK=0 \
+      LOCAL_WORLD_SIZE=1 MASTER_ADDR="$MASTER" MASTER_PORT="$port" GLOO_SOCKET_IFNAME=eth0 \
+      OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 PYTHONUNBUFFERED=1 \
+      PYTHONPATH="$ROOT/python:$ROOT/bazel-bin/python${PYTHONPATH:+:$PYTHONPATH}" \
+      "$PY" "$HERE/train.py" --optimizer "$sys" --size small --steps "$STEPS" \
+      --batch "$BATCH" --freeze_step "$FREEZE" --log_every 10 \
+      --csv "$dir/steps.csv" --result "$dir/result.json" > "$dir/rank-$i.log" 2>&1 &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
+  "$ROOT/tools/emulated_cluster.sh" bytes > "$dir/bytes_after.txt"
+  echo "$(date +%s.%N) - $t0" | bc > "$dir/wall_s.txt"
+  if [ $rc != 0 ]; then log "  $sys FAILED: see $dir/rank-*.log"; tail -5 "$dir/rank-0.log"; return 1; fi
+  log "  $(tail -1 "$dir/rank-0.log")"
+}
+
+if [ -z "${PLOT_ONLY:-}" ]; then
+  [ "$(id -u)" -eq 0 ] || die "needs root (network namespaces and tc)"
+  [ -f /usr/share/dictd/gcide.dict.dz ] || die "needs Debian's dict-gcide (the corpus)"
+  command -v gnuplot > /dev/null || die "needs gnuplot (apt-get install gnuplot-nox)"
+  "$PY" -c 'import torch' || die "needs python3-torch"
+  PYTHONPATH="$ROOT/python:$ROOT/bazel-bin/python${PYTHONPATH:+:$PYTHONPATH}" "$PY" -c \
+    'import onebit.torch' || die "needs onebit's extension: bazel build //python:_onebit_core.so"
+  trap '"$ROOT/tools/emulated_cluster.sh" down > /dev/null 2>&1 || true' EXIT
+  "$ROOT/tools/emulated_cluster.sh" up $WORKERS "$RATE" > /dev/null
+  log "$WORKERS nodes at $RATE; $STEPS steps x $WORKERS workers x batch $BATCH; systems: $SYSTEMS"
+  echo "$(git -C "$ROOT" rev-parse --short HEAD) $(date -u +%F) $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'); rate $RATE; steps $STEPS; freeze_step $FREEZE; batch $BATCH" > "$OUT/machine.txt"
+  port=29800
+  failed=0
+  for sys in $SYSTEMS; do
+    port=$((port + 10))
+    log "$sys"
+    run_system "$sys" $port || failed=1
+  done
+  [ $failed = 0 ] || log "some systems failed; the report has the others"
+fi
+"$PY" "$HERE/report.py" "$OUT"
