@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The wheel as a new user installs it (README "Train your own model"): a virtual
 # environment that sees Debian's python3-torch, `pip install --no-index` of the wheel, the
-# five commands on its PATH, and two jobs run from outside the repository with the
+# six commands on its PATH, and two jobs run from outside the repository with the
 # installed copy: two processes with torchrun's variables (rank 0 embeds the coordinator),
-# and two under the installed onebit-launch.
+# set by hand and by the installed onebit-run, and two under the installed onebit-launch.
 set -euo pipefail
 py=/usr/bin/python3
 if ! "$py" -c "import torch, numpy, ensurepip" 2>/dev/null; then
@@ -17,7 +17,7 @@ unset PYTHONPATH
 export OMP_NUM_THREADS=1
 "$py" -m venv --system-site-packages venv
 venv/bin/python -m pip install -q --no-index --no-cache-dir "$wheel"
-for c in onebit-coordinator onebit-server onebit-worker onebitctl onebit-launch; do
+for c in onebit-coordinator onebit-server onebit-worker onebitctl onebit-launch onebit-run; do
   [ -x "venv/bin/$c" ] || { echo "FAIL: $c is not on the venv's PATH"; exit 1; }
 done
 venv/bin/python - <<'PY'
@@ -70,6 +70,12 @@ for r in 0 1; do
   grep -q "rank $r of 2: 20 steps" "torchrun-$r.log" || { cat "torchrun-$r.log"; exit 1; }
 done
 echo "torchrun-style job: OK ($(grep -h 'rank 0 of 2' torchrun-0.log))"
+
+# The same through the installed onebit-run (torchrun's variables, a free port trio).
+venv/bin/onebit-run --nproc_per_node=2 --master_port=0 --log_dir=run train.py ||
+  { cat run/rank-*.log; exit 1; }
+grep -q "rank 1 of 2: 20 steps" run/rank-1.log || { cat run/rank-*.log; exit 1; }
+echo "onebit-run from the wheel: OK"
 
 # The installed onebit-launch (its binaries from the wheel) runs the same script.
 venv/bin/onebit-launch --config=job.json --out_dir=launched --echo_all=false --timeout_s=120 \

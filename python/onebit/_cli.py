@@ -33,3 +33,9 @@ def ctl():
 def launch():
     given = any(a == "--bin_dir" or a.startswith("--bin_dir=") for a in sys.argv[1:])
     _exec("deploy/onebit-launch", () if given else ("--bin_dir=" + BIN,))
+
+
+def run():
+    """onebit-run: torchrun's variables for N local processes (onebit/run.py)."""
+    from onebit import run as _run  # noqa: PLC0415
+    sys.exit(_run.main())

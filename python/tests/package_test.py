@@ -388,27 +388,9 @@ class EnvContract(unittest.TestCase):
 
 
 def free_port_run(count):
-    """A port p with p .. p + count - 1 free a moment ago."""
-    import socket
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + count > 65535:
-            continue
-        try:
-            socks = []
-            for p in range(base, base + count):
-                t = socket.socket()
-                socks.append(t)
-                t.bind(("127.0.0.1", p))
-            return base
-        except OSError:
-            continue
-        finally:
-            for t in socks:
-                t.close()
-    raise RuntimeError("no run of free ports")
+    """A port p with p .. p + count - 1 free a moment ago (onebit-run's own choice)."""
+    from onebit.run import free_port_run as run  # noqa: PLC0415
+    return run("127.0.0.1", count)
 
 
 class LaunchedLikeTorchrun(StreamCase):
@@ -580,6 +562,69 @@ for i in range(int(sys.argv[1])):
         print(f"step {i + 1}: {e} (exit code {e.exit_code})", flush=True)
         break
 '''
+
+
+class OnebitRun(unittest.TestCase):
+    """onebit-run (onebit/run.py), torchrun's contract on one machine: the variables each
+    process gets, and the first failure ending the others with its exit code."""
+
+    SCRIPT = """import json, os, signal, sys, time
+keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
+        "MASTER_PORT")
+with open(os.path.join(sys.argv[1], "env-" + os.environ["RANK"] + ".json"), "w") as f:
+    json.dump({k: os.environ[k] for k in keys}, f)
+if sys.argv[2] == "fail" and os.environ["LOCAL_RANK"] == "1":
+    sys.exit(3)
+if sys.argv[2] == "fail":
+    def stop(*_):
+        print("rank 0 got SIGTERM", flush=True)
+        sys.exit(143)
+    signal.signal(signal.SIGTERM, stop)
+    time.sleep(60)
+"""
+
+    def run_it(self, tmp, *args, mode="ok"):
+        script = os.path.join(tmp, "script.py")
+        with open(script, "w") as f:
+            f.write(self.SCRIPT)
+        env = dict(os.environ, PYTHONPATH=os.path.dirname(HERE))
+        return subprocess.run([sys.executable, "-m", "onebit.run", *args, script, tmp, mode],
+                              capture_output=True, text=True, timeout=60, env=env)
+
+    def test_the_variables_torchrun_sets(self):
+        tmp = tempfile.mkdtemp(prefix="onebit-run-")
+        r = self.run_it(tmp, "--nproc_per_node=2", "--nnodes=3", "--node_rank=1",
+                        "--master_addr=10.0.0.7", "--master_port=29123", "--log_dir=" + tmp)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for rank, local in ((2, 0), (3, 1)):
+            with open(os.path.join(tmp, f"env-{rank}.json")) as f:
+                self.assertEqual(json.load(f), {
+                    "RANK": str(rank), "WORLD_SIZE": "6", "LOCAL_RANK": str(local),
+                    "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1", "MASTER_ADDR": "10.0.0.7",
+                    "MASTER_PORT": "29123"})
+        self.assertTrue(os.path.exists(os.path.join(tmp, "rank-3.log")))
+        # --master_port 0: a free port, the same for every rank.
+        tmp = tempfile.mkdtemp(prefix="onebit-run-")
+        self.assertEqual(self.run_it(tmp, "--nproc_per_node=2", "--master_port=0").returncode, 0)
+        ports = set()
+        for rank in (0, 1):
+            with open(os.path.join(tmp, f"env-{rank}.json")) as f:
+                ports.add(json.load(f)["MASTER_PORT"])
+        self.assertEqual(len(ports), 1)
+        self.assertNotEqual(ports, {"0"})
+
+    def test_the_first_failure_ends_the_others_with_its_code(self):
+        tmp = tempfile.mkdtemp(prefix="onebit-run-")
+        r = self.run_it(tmp, "--nproc_per_node=2", "--master_port=0", "--grace_s=20", mode="fail")
+        self.assertEqual(r.returncode, 3, r.stdout + r.stderr)
+        self.assertIn("onebit-run: rank 1 exited with code 3; stopping the others", r.stderr)
+        self.assertIn("rank 0 got SIGTERM", r.stdout)
+
+    def test_bad_arguments(self):
+        tmp = tempfile.mkdtemp(prefix="onebit-run-")
+        r = self.run_it(tmp, "--nproc_per_node=2", "--nnodes=2", "--node_rank=2")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--node_rank must be in [0, 2)", r.stderr)
 
 
 class TrainedLikeTorchOptim(unittest.TestCase):

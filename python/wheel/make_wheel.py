@@ -30,7 +30,7 @@ REQUIRES_EXTERNAL = [
 ]
 CONSOLE_SCRIPTS = {
     "onebit-coordinator": "coordinator", "onebit-server": "server", "onebit-worker": "worker",
-    "onebitctl": "ctl", "onebit-launch": "launch",
+    "onebitctl": "ctl", "onebit-launch": "launch", "onebit-run": "run",
 }
 
 

@@ -1,0 +1,130 @@
+"""torchrun's contract on one machine, for where torchrun is missing or broken (Debian 12's
+fails at start):
+
+    onebit-run --nproc_per_node=4 train.py --lr 3e-4      (or python3 -m onebit.run ...)
+
+starts train.py once per local rank with the variables torchrun sets: RANK, WORLD_SIZE,
+LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR and MASTER_PORT, so the same script
+runs under torchrun, srun or this unchanged. --nnodes and --node_rank place this machine's
+processes in a wider job (each node runs its own onebit-run with the same --master_addr).
+
+The first process that fails ends the others (SIGTERM, then SIGKILL after --grace_s) and
+its exit code is onebit-run's; SIGINT and SIGTERM are passed on to every process.
+--master_port 0 picks a free port whose next two (onebit's embedded coordinator: gRPC on
+MASTER_PORT + 1, REST on + 2) are free too. --log_dir writes each rank's output to
+rank-N.log there instead of this terminal.
+"""
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+
+def free_port_run(host="127.0.0.1", count=3):
+    """A port p with p .. p + count - 1 free on host a moment ago (the kernel's choice of p)."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind((host, 0))
+            base = s.getsockname()[1]
+        if base + count - 1 > 65535:
+            continue
+        probes = []
+        try:
+            for port in range(base, base + count):
+                probe = socket.socket()
+                probes.append(probe)
+                probe.bind((host, port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for probe in probes:
+                probe.close()
+    raise SystemExit(f"onebit-run: no {count} free consecutive ports on {host}")
+
+
+def parse(argv):
+    p = argparse.ArgumentParser(prog="onebit-run", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--nproc_per_node", "--nproc-per-node", type=int, default=1)
+    p.add_argument("--nnodes", type=int, default=1)
+    p.add_argument("--node_rank", "--node-rank", type=int, default=0)
+    p.add_argument("--master_addr", "--master-addr", default="127.0.0.1")
+    p.add_argument("--master_port", "--master-port", type=int, default=29500)
+    p.add_argument("--log_dir", "--log-dir", help="each rank's output to LOG_DIR/rank-N.log")
+    p.add_argument("--grace_s", type=float, default=15.0,
+                   help="after SIGTERM, how long the others get before SIGKILL")
+    p.add_argument("script", help="the training script (run with this Python)")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
+    a = p.parse_args(argv)
+    if a.nproc_per_node < 1 or a.nnodes < 1:
+        p.error("--nproc_per_node and --nnodes must be >= 1")
+    if not 0 <= a.node_rank < a.nnodes:
+        p.error(f"--node_rank must be in [0, {a.nnodes})")
+    if not 0 <= a.master_port <= 65533:
+        p.error("--master_port must be in [0, 65533] (onebit uses it, + 1 and + 2)")
+    if a.master_port == 0:
+        if a.nnodes > 1:
+            p.error("--master_port 0 (a free one) works on one node only: the others must "
+                    "know it")
+        a.master_port = free_port_run(a.master_addr, 3)
+    if not os.path.exists(a.script):
+        p.error(f"{a.script}: no such file")
+    return a
+
+
+def main(argv=None):
+    a = parse(sys.argv[1:] if argv is None else argv)
+    world = a.nnodes * a.nproc_per_node
+    procs, logs = [], []
+    for local in range(a.nproc_per_node):
+        rank = a.node_rank * a.nproc_per_node + local
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(local),
+                   LOCAL_WORLD_SIZE=str(a.nproc_per_node), GROUP_RANK=str(a.node_rank),
+                   MASTER_ADDR=a.master_addr, MASTER_PORT=str(a.master_port))
+        out = None
+        if a.log_dir:
+            os.makedirs(a.log_dir, exist_ok=True)
+            out = open(os.path.join(a.log_dir, f"rank-{rank}.log"), "w")
+            logs.append(out)
+        procs.append(subprocess.Popen([sys.executable, a.script, *a.args], env=env,
+                                      stdout=out, stderr=subprocess.STDOUT if out else None))
+
+    def forward(signum, _frame):
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signum)
+    signal.signal(signal.SIGINT, forward)
+    signal.signal(signal.SIGTERM, forward)
+
+    code, failed = 0, None
+    while [proc.poll() for proc in procs].count(None):  # polls every one (any() stops early)
+        for i, proc in enumerate(procs):
+            if failed is None and proc.returncode not in (None, 0):
+                failed, code = i, proc.returncode
+                rank = a.node_rank * a.nproc_per_node + i
+                print(f"onebit-run: rank {rank} exited with code {code}; stopping the others",
+                      file=sys.stderr, flush=True)
+                for other in procs:
+                    if other.poll() is None:
+                        other.terminate()
+                deadline = time.monotonic() + a.grace_s
+                while any(o.poll() is None for o in procs) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                for other in procs:
+                    if other.poll() is None:
+                        other.kill()
+        time.sleep(0.05)
+    if failed is None:
+        code = next((proc.returncode for proc in procs if proc.returncode != 0), 0)
+    for out in logs:
+        out.close()
+    # A process a signal ended: the shell's convention, 128 + the signal.
+    return 128 - code if code < 0 else code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
