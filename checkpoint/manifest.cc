@@ -211,7 +211,8 @@ absl::StatusOr<ResumePlan> PlanResume(const JobConfig& config, uint64_t num_para
                                       "the previous one: ", verified.message()));
       continue;
     }
-    if (m.num_parameters() != num_parameters) {
+    // 0: the job learns its model's size from the workers (who check the checkpoint's).
+    if (num_parameters != 0 && m.num_parameters() != num_parameters) {
       return absl::FailedPreconditionError(absl::StrCat(
           "the checkpoint of step ", m.step(), " in ", root, " has ", m.num_parameters(),
           " parameters, this job's model has ", num_parameters,

@@ -742,7 +742,7 @@ absl::Status Parse(const Value& root, JobConfig* c) {
                                  {"hidden", Layers(&k.hidden)},
                                  {"data_dir", String(&k.data_dir)},
                                  {"eval_every", Integer(&k.eval_every, 0, kMaxSteps)},
-                                 {"parameters", Integer(&k.parameters, 1, kMaxParameters)}});
+                                 {"parameters", Integer(&k.parameters, 0, kMaxParameters)}});
                 }},
                {"checkpoint",
                 [&](const Value& k, const std::string& kp) {
@@ -812,6 +812,10 @@ absl::Status Parse(const Value& root, JobConfig* c) {
     notices->push_back(absl::StrCat(precision.fp16 ? "fp16" : "bf16",
                                     ".enabled: the CPU workloads compute in fp32 (only "
                                     "onebit.device cuda computes in fp16 or bf16)"));
+  }
+  if (c->workload.parameters == 0 && c->workload.type != "pytorch") {
+    return Bad("onebit.workload.parameters",
+               "must be >= 1 (0, learned from the workers' models, is for type pytorch)");
   }
   if (!c->momentum_mask.npy.empty() && !c->momentum_mask.ranges.empty()) {
     return Bad("onebit.momentum_mask.ranges", "give npy or ranges, not both");

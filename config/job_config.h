@@ -261,7 +261,9 @@ struct WorkloadConfig {
   std::vector<int> hidden = {256, 128};
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   int64_t eval_every = 100;  // steps between test-set evaluations; 0: only at the end
-  // synthetic; pytorch (the model's count, checked by each worker)
+  // synthetic; pytorch (the model's count, checked by each worker; for pytorch 0 means
+  // "learned from the workers": the coordinator takes the first worker's, checks the others
+  // against it and hands it to the shards, JobStatus.num_parameters)
   int64_t parameters = 1000000;
 };
 

@@ -1,4 +1,5 @@
 #include "config/job_config.h"
+#include "config/model_spec.h"
 
 #include <fstream>
 #include <string>
@@ -280,6 +281,11 @@ TEST(JobConfigTest, RejectsBadConfigsNamingTheKey) {
       {R"({"onebit": {"workload": {"hidden": []}}})", "onebit.workload.hidden"},
       {R"({"onebit": {"workload": {"hidden": [100, 0]}}})", "onebit.workload.hidden[1]"},
       {R"({"onebit": {"workload": {"parameters": 1e12}}})", "onebit.workload.parameters"},
+      {R"({"onebit": {"workload": {"type": "synthetic", "parameters": 0}}})",
+       "onebit.workload.parameters: must be >= 1 (0, learned from the workers' models, is for "
+       "type pytorch)"},
+      {R"({"onebit": {"workload": {"type": "pytorch", "parameters": -1}}})",
+       "onebit.workload.parameters"},
       {R"({"onebit": {"ports": {"metrics": 70000}}})", "onebit.ports.metrics"},
       {R"({"onebit": {"cpu_threads": -1}})", "onebit.cpu_threads"},
       {R"({"onebit": {"cpu_threads": 1.5}})", "onebit.cpu_threads"},
@@ -317,6 +323,17 @@ TEST(JobConfigTest, LoadNamesTheFile) {
   ASSERT_FALSE(c.ok());
   EXPECT_NE(std::string(c.status().message()).find(path), std::string::npos);
   EXPECT_NE(std::string(c.status().message()).find("onebit.workers"), std::string::npos);
+}
+
+// A PyTorch job may leave its model's size to the workers (the coordinator learns it).
+TEST(JobConfigTest, APyTorchModelsSizeMayBeLearned) {
+  auto c = ParseJobConfig(R"({"onebit": {"workload": {"type": "pytorch", "parameters": 0}}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->workload.parameters, 0);
+  EXPECT_EQ(*WorkloadParameterCount(c->workload), 0u);
+  auto again = ParseJobConfig(JobConfigToJson(*c));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->workload.parameters, 0);
 }
 
 }  // namespace

@@ -193,6 +193,7 @@ v1::JobStatus Coordinator::JobLocked() const {
   job.set_failure_reason(failure_reason_);
   job.set_generation(generation_);
   job.set_recoveries(recoveries_);
+  job.set_num_parameters(static_cast<int64_t>(NumParametersLocked()));
   return job;
 }
 
@@ -278,8 +279,7 @@ absl::StatusOr<v1::RegisterResponse> Coordinator::Register(const v1::RegisterReq
   }
   if (request.role() == v1::ROLE_WORKER && request.num_parameters() > 0) {
     // A model that disagrees cannot train in this job, however often it restarts.
-    const uint64_t want = options_.num_parameters > 0 ? options_.num_parameters
-                                                      : learned_num_parameters_;
+    const uint64_t want = NumParametersLocked();
     const uint64_t got = static_cast<uint64_t>(request.num_parameters());
     if (want > 0 && got != want) {
       const std::string reason = absl::StrCat(
@@ -576,7 +576,7 @@ absl::StatusOr<v1::CommitPartResponse> Coordinator::CommitPart(const v1::CommitP
   manifest.set_world_size(membership_.world_size());
   manifest.set_num_servers(membership_.num_servers());
   manifest.set_exchange_mode(checkpoint::TopologyKey(options_.config));
-  manifest.set_num_parameters(options_.num_parameters);
+  manifest.set_num_parameters(NumParametersLocked());
   manifest.set_optimizer(options_.config.optimizer.type);
   manifest.set_created_unix_ms(absl::ToUnixMillis(clock_->Now()));
   manifest.set_reason(reason);

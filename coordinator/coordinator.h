@@ -146,6 +146,10 @@ class Coordinator final : public CoordinatorHandler {
   std::map<int, int64_t> ended_after_ ABSL_GUARDED_BY(mu_);  // this generation's
   // The first worker's model size, when the config does not give one.
   uint64_t learned_num_parameters_ ABSL_GUARDED_BY(mu_) = 0;
+  // The model's size: the config's, else the first registered worker's (0: not yet known).
+  uint64_t NumParametersLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return options_.num_parameters > 0 ? options_.num_parameters : learned_num_parameters_;
+  }
   // After every change: bump the version if sessions should hear of it, log what moved,
   // refresh the gauges.
   void ChangedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

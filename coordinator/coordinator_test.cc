@@ -124,7 +124,10 @@ TEST_F(CoordinatorTest, AWorkerWhoseModelDisagreesFailsTheJobAtOnce) {
   };
   EXPECT_EQ(coordinator_->Register(worker("w0", 0, -1)).status().code(),
             absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(coordinator_->GetJob({})->num_parameters(), 0);  // not known yet
   ASSERT_TRUE(coordinator_->Register(worker("w0", 0, 120)).ok());  // learned: 120
+  // The shards of a job whose config leaves the size to the workers size themselves by it.
+  EXPECT_EQ(coordinator_->GetJob({})->num_parameters(), 120);
   absl::Status status = coordinator_->Register(worker("w1", 1, 100)).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(status.message(), HasSubstr("worker 1 (w1) has a model of 100 parameters; the "
@@ -139,6 +142,7 @@ TEST_F(CoordinatorTest, AWorkerWhoseModelDisagreesFailsTheJobAtOnce) {
   options.num_parameters = 99;
   auto c = Coordinator::Create(options, &clock_, nullptr);
   ASSERT_TRUE(c.ok());
+  EXPECT_EQ((*c)->GetJob({})->num_parameters(), 99);
   EXPECT_TRUE((*c)->Register(worker("a", 0, 99)).ok());
   EXPECT_THAT((*c)->Register(worker("b", 1, 98)).status().message(),
               HasSubstr("has a model of 98 parameters; the job's has 99 (the job config's)"));

@@ -194,7 +194,12 @@ absl::Status LocalJob::Start() {
                               Spawn(absl::StrCat("server ", s),
                                     WithFlags(std::move(server_argv), options_.flags_of_server, s),
                                     options_.control, echo));
-      ONEBIT_RETURN_IF_ERROR(WaitForFile(file, absl::Seconds(30), server).status());
+      // A shard serves once it knows the model's size. Where the workers' model decides
+      // it (a PyTorch job's workload.parameters 0), that is after they registered: start
+      // them without waiting.
+      if (config_.workload.parameters > 0) {
+        ONEBIT_RETURN_IF_ERROR(WaitForFile(file, absl::Seconds(30), server).status());
+      }
     }
   }
   // Workers per host: every worker on one machine, or the emulated nodes' equal shares.

@@ -77,11 +77,14 @@ class PyWorker {
             "the job config's onebit.workload.type is ", config.workload.type,
             "; a PyTorch training script's job needs \"pytorch\""));
       }
-      if (static_cast<size_t>(config.workload.parameters) != initial_.size()) {
+      // 0: the workers' model decides (the coordinator checks they agree).
+      if (config.workload.parameters != 0 &&
+          static_cast<size_t>(config.workload.parameters) != initial_.size()) {
         return absl::InvalidArgumentError(absl::StrCat(
             "the model has ", initial_.size(), " parameters; the job config's "
             "onebit.workload.parameters says ", config.workload.parameters,
-            " (every process of the job reads it: set it to ", initial_.size(), ")"));
+            " (every process of the job reads it: set it to ", initial_.size(),
+            ", or to 0 to take the model's)"));
       }
       ExternalWorkloadOptions w;
       w.name = "pytorch";

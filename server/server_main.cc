@@ -150,6 +150,40 @@ absl::StatusOr<std::unique_ptr<onebit::CoordinatorSession>> JoinJob(
   });
 }
 
+// The model's size of a job whose config leaves it to the workers: the coordinator's
+// JobStatus.num_parameters, known once the first worker registered. Waits up to `patience`.
+absl::StatusOr<size_t> LearnModelSize(const onebit::GrpcClientOptions& options,
+                                      absl::Duration patience) {
+  absl::StatusOr<std::unique_ptr<onebit::CoordinatorClient>> client =
+      onebit::NewGrpcCoordinatorClient(options);
+  if (!client.ok()) return client.status();
+  const absl::Time deadline = absl::Now() + patience;
+  bool said = false;
+  while (true) {
+    absl::StatusOr<onebit::v1::JobStatus> job = (*client)->GetJob({});
+    if (job.ok() && job->num_parameters() > 0) {
+      std::cerr << "onebit-server: the workers' model has " << job->num_parameters()
+                << " parameters" << std::endl;
+      return static_cast<size_t>(job->num_parameters());
+    }
+    if (job.ok() && job->state() == onebit::v1::JOB_STATE_FAILED) {
+      return absl::FailedPreconditionError(absl::StrCat("the job failed: ", job->failure_reason()));
+    }
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "the job's model size (onebit.workload.parameters 0: the workers' model decides) was "
+          "not known after ", absl::FormatDuration(patience), ": no worker registered with ",
+          options.address, job.ok() ? "" : absl::StrCat(" (", job.status().message(), ")")));
+    }
+    if (!said) {
+      std::cerr << "onebit-server: waiting for the first worker to register (the job's model "
+                   "size comes from it)" << std::endl;
+      said = true;
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+}
+
 int UsageError(const std::string& message) {
   std::cerr << "onebit-server: error: " << message << "\nRun with --help for the flags."
             << std::endl;
@@ -162,6 +196,17 @@ int main(int argc, char** argv) {
   onebit::IgnoreSigpipe();
   absl::SetProgramUsageMessage("A parameter-server shard of a onebit job.");
   absl::ParseCommandLine(argc, argv);
+
+  // SIGTERM/SIGINT are taken on the watcher's thread (gRPC's and civetweb's threads inherit
+  // the mask it sets). While the shard is still joining the job (registration retries for
+  // up to onebit.failure.coordinator_retry_s) there is nothing to drain: leave at once;
+  // once it serves, main shuts down gracefully below. Before any thread starts (the model's
+  // size may be learned from the coordinator first).
+  onebit::TerminationWatcher signals([](int sig) {
+    if (g_serving.load()) return;
+    std::cerr << "onebit-server: signal " << sig << " while starting; exiting" << std::endl;
+    std::_Exit(g_exit_code.load());  // 0, or what the job's verdict asked for
+  });
 
   onebit::server::ServerProcessOptions options;
   options.shard.shard = absl::GetFlag(FLAGS_shard);
@@ -178,18 +223,51 @@ int main(int argc, char** argv) {
   onebit::SecurityConfig security;
   int config_cpu_threads = 0;
   std::vector<std::string> config_notices;  // printed by --check; a job's by its coordinator
+  absl::StatusOr<onebit::JobConfig> config = absl::NotFoundError("no --config");
   if (!absl::GetFlag(FLAGS_config).empty()) {
-    absl::StatusOr<onebit::JobConfig> config = onebit::LoadJobConfig(absl::GetFlag(FLAGS_config));
+    config = onebit::LoadJobConfig(absl::GetFlag(FLAGS_config));
     if (!config.ok()) return UsageError(std::string(config.status().message()));
     security = config->security;
+  }
+  // The coordinator's channel (TLS, the member token) also serves to learn the model's size.
+  absl::StatusOr<onebit::security::TlsOptions> tls = onebit::security::TlsFromFlags(security.tls);
+  if (!tls.ok()) return UsageError(std::string(tls.status().message()));
+  options.tls = *tls;
+  absl::StatusOr<std::string> member_token = onebit::security::ResolveToken(
+      absl::GetFlag(FLAGS_member_token_file), "ONEBIT_MEMBER_TOKEN", security.member_token_file);
+  if (!member_token.ok()) return UsageError(std::string(member_token.status().message()));
+  onebit::GrpcClientOptions client_options;
+  client_options.address = absl::GetFlag(FLAGS_coordinator);
+  client_options.tls = *tls;
+  client_options.token = *member_token;
+  if (config.ok()) {
     config_cpu_threads = config->cpu_threads;
     config_notices = config->notices;
     checkpoint_dir = config->checkpoint.dir;
     retry_s = config->failure.coordinator_retry_s;
     heartbeat_s = config->failure.heartbeat_timeout_s;
+    client_options.retry_for = absl::Seconds(retry_s);
     topology = onebit::checkpoint::TopologyKey(*config);
     absl::StatusOr<size_t> count = onebit::WorkloadParameterCount(config->workload);
     if (!count.ok()) return UsageError(std::string(count.status().message()));
+    if (*count == 0 && n == 0) {
+      // A PyTorch model whose size the config leaves to the workers (workload.parameters 0).
+      if (absl::GetFlag(FLAGS_check)) {
+        std::cout << "onebit-server: flags and config OK (shard " << options.shard.shard
+                  << "; the model's size is learned from the workers when the job starts)"
+                  << std::endl;
+        return 0;
+      }
+      if (client_options.address.empty()) {
+        return UsageError("onebit.workload.parameters is 0 (the workers' model decides): "
+                          "give --coordinator (the shard learns it there) or --n");
+      }
+      count = LearnModelSize(client_options, absl::Seconds(retry_s));
+      if (!count.ok()) {
+        std::cerr << "onebit-server: " << count.status().message() << std::endl;
+        return kExitRuntime;
+      }
+    }
     const onebit::ExchangeConfig& x = config->exchange;
     if (compressor.empty()) compressor = x.compressor;
     allow_step_gaps = config->optimizer.type == "ZeroOneAdam" ||
@@ -242,12 +320,6 @@ int main(int argc, char** argv) {
     return UsageError("--metrics_port must be in [0, 65535]");
   }
   if (options.shard.retained_steps < 2) return UsageError("--retained_steps must be >= 2");
-  absl::StatusOr<onebit::security::TlsOptions> tls = onebit::security::TlsFromFlags(security.tls);
-  if (!tls.ok()) return UsageError(std::string(tls.status().message()));
-  options.tls = *tls;
-  absl::StatusOr<std::string> member_token = onebit::security::ResolveToken(
-      absl::GetFlag(FLAGS_member_token_file), "ONEBIT_MEMBER_TOKEN", security.member_token_file);
-  if (!member_token.ok()) return UsageError(std::string(member_token.status().message()));
 
   if (absl::GetFlag(FLAGS_check)) {
     absl::StatusOr<std::optional<onebit::Fault>> fault =
@@ -263,15 +335,6 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  // SIGTERM/SIGINT are taken on the watcher's thread (gRPC's and civetweb's threads inherit
-  // the mask it sets). While the shard is still joining the job (registration retries for
-  // up to onebit.failure.coordinator_retry_s) there is nothing to drain: leave at once;
-  // once it serves, main shuts down gracefully below.
-  onebit::TerminationWatcher signals([](int sig) {
-    if (g_serving.load()) return;
-    std::cerr << "onebit-server: signal " << sig << " while starting; exiting" << std::endl;
-    std::_Exit(g_exit_code.load());  // 0, or what the job's verdict asked for
-  });
 
   // Checkpoints need the coordinator (it commits them) and a directory.
   std::unique_ptr<onebit::server::ShardCheckpointer> checkpointer;
@@ -307,12 +370,8 @@ int main(int argc, char** argv) {
 
   std::unique_ptr<onebit::CoordinatorClient> client;
   std::unique_ptr<onebit::CoordinatorSession> session;
-  if (!absl::GetFlag(FLAGS_coordinator).empty()) {
-    onebit::GrpcClientOptions client_options;
-    client_options.address = absl::GetFlag(FLAGS_coordinator);
+  if (!client_options.address.empty()) {
     client_options.retry_for = absl::Seconds(retry_s);
-    client_options.tls = *tls;
-    client_options.token = *member_token;
     auto made = onebit::NewGrpcCoordinatorClient(client_options);
     onebit::v1::RegisterResponse reg;
     std::string instance;

@@ -60,10 +60,13 @@ class SameBitsAsReplay(StreamCase):
     """The package's optimizers on a recorded stream: the bits of onebit-replay (itself
     tested against the float64 models of ALGORITHM.md, tests:replay_test)."""
 
-    def run_both(self, name, optimizer, params, replay_flags, split=""):
+    def run_both(self, name, optimizer, params, replay_flags, split="", edit=None):
         tmp = tempfile.mkdtemp(prefix=name + "-", dir=self.tmp)
         out = os.path.join(tmp, "package.npy")
-        r = launch(tmp, job_config(optimizer, params),
+        config = job_config(optimizer, params)
+        if edit:
+            edit(config)
+        r = launch(tmp, config,
                    [os.path.join(HERE, "stream_train.py"), "{config}",
                     os.path.join(self.tmp, "params.npy"), os.path.join(self.tmp, "grads.npy"),
                     out, optimizer, split])
@@ -95,6 +98,18 @@ class SameBitsAsReplay(StreamCase):
         for rank in range(W):
             with open(os.path.join(logs, f"worker-{rank}.log")) as f:
                 self.assertIn(f"rank {rank}: state_dict checked at step 15", f.read())
+
+    def test_ps_shards_learn_the_models_size(self):
+        # A ps job whose config leaves the model's size to the workers (parameters 0): the
+        # shards learn it from the coordinator. With S = W shards the bits are peer mode's.
+        def ps_without_size(config):
+            config["onebit"]["workload"]["parameters"] = 0
+            config["onebit"]["exchange"] = {"mode": "ps", "servers": W}
+        logs = self.run_both("ps", "OneBitAdam", {"lr": 0.01, "eps": 1e-8, "freeze_step": 10},
+                             ["--lr=0.01", "--eps=1e-8", "--freeze-step=10"], edit=ps_without_size)
+        for shard in range(W):
+            with open(os.path.join(logs, f"server-{shard}.log")) as f:
+                self.assertIn(f"the workers' model has {N} parameters", f.read())
 
     def test_zero_one_adam(self):
         # The gradients through zero_grad(set_to_none=True) and backward (torch 2's default
