@@ -185,6 +185,17 @@ def _job_config(job, optimizer_type, explicit, n, device):
                          f"started {workers} workers (WORLD_SIZE): leave it out, or make them agree")
     if "workers" not in ob:
         ob["workers"] = workers
+    exchange = ob.get("exchange", {})
+    if exchange.get("servers") == "per_node":
+        if exchange.get("mode") != "ps":
+            raise ValueError('onebit.exchange.servers "per_node" runs a shard on each node: '
+                             'it needs exchange.mode "ps"')
+        per_node = local_world_size()
+        if workers % per_node:
+            raise ValueError(f"onebit.exchange.servers \"per_node\": the world size {workers} "
+                             f"is not a multiple of the local world size {per_node} "
+                             "(LOCAL_WORLD_SIZE)")
+        exchange["servers"] = workers // per_node
     ob.setdefault("device", device)
     workload = ob.setdefault("workload", {})
     workload.setdefault("type", "pytorch")
@@ -221,6 +232,60 @@ def _named_and_trainable(params):
         groups = [{**g, "params": clean(list(g["params"]))} for g in params]
         return [g for g in groups if g["params"]], names, frozen
     return clean(params), names, frozen
+
+
+class _NodeShard:
+    """A parameter-server shard run by this process for its node (exchange.servers
+    "per_node"): onebit-server as a child process, which registers with the job's
+    coordinator as shard `index` and ends with the job, or with this process."""
+
+    def __init__(self, config_path, coordinator, index, host):
+        import subprocess  # noqa: PLC0415
+        binary = self.binary()
+        argv = [binary, "--config=" + config_path, "--coordinator=" + coordinator,
+                f"--shard={index}", "--host=" + host, "--port=0", "--metrics_port=0"]
+        token_file = os.environ.get("ONEBIT_MEMBER_TOKEN_FILE")
+        if token_file:
+            argv.append("--member_token_file=" + token_file)
+        self.index = index
+        self.process = subprocess.Popen(argv, preexec_fn=self._die_with_parent)
+        print(f"onebit: this node's shard {index} runs as process {self.process.pid} "
+              f"({binary})", file=sys.stderr, flush=True)
+
+    @staticmethod
+    def binary():
+        """onebit-server: $ONEBIT_SERVER_BIN, else the wheel's (onebit/bin/server/), else
+        Bazel's beside the extension (bazel-bin/server/)."""
+        given = os.environ.get("ONEBIT_SERVER_BIN")
+        if given:
+            return given
+        here = os.path.dirname(os.path.abspath(_core().__file__))
+        for path in (os.path.join(here, "bin", "server", "onebit-server"),
+                     os.path.join(here, os.pardir, "server", "onebit-server")):
+            if os.access(path, os.X_OK):
+                return os.path.normpath(path)
+        raise OnebitError('onebit.exchange.servers "per_node" needs onebit-server: install the '
+                          "wheel, build //server:onebit-server, or set ONEBIT_SERVER_BIN")
+
+    @staticmethod
+    def _die_with_parent():
+        import ctypes  # noqa: PLC0415
+        import signal  # noqa: PLC0415
+        PR_SET_PDEATHSIG = 1  # Linux: SIGTERM to the shard when this process dies
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+    def close(self, wait_s):
+        """Waits up to wait_s for the shard to end with the job, then stops it (SIGTERM)."""
+        import subprocess  # noqa: PLC0415
+        try:
+            self.process.wait(timeout=max(0.0, wait_s))
+        except subprocess.TimeoutExpired:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
 
 
 def _cuda_view(address, n, device):
@@ -280,6 +345,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         # Without steps the job is open-ended: it ends when the workers' loops do.
         self._open_ended = "steps" not in job
         self._steps = OPEN_ENDED_STEPS if self._open_ended else int(job["steps"])
+        node_shards = job.get("onebit", {}).get("exchange", {}).get("servers") == "per_node"
         job = _job_config(job, self._type, explicit, self._offsets[-1],
                           "cuda" if self._device.type == "cuda" else "cpu")
         if self._open_ended:
@@ -304,6 +370,11 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             self._coordinator = self._start_coordinator()
             address = address or self._coordinator.address
         self._timeout = float(timeout_s)
+        # exchange.servers "per_node": local rank 0 of each node runs the node's shard.
+        self._shard = None
+        if node_shards and local_rank() == 0:
+            self._shard = _NodeShard(self._config_path, address, rank() // local_world_size(),
+                                     self._rendezvous.host)
         named_rank = any(os.environ.get(v) for v in ("ONEBIT_RANK", "RANK", "SLURM_PROCID"))
         self._worker = _core().Worker(
             config=self._config_path, coordinator=address, initial=np.ascontiguousarray(initial),
@@ -372,7 +443,11 @@ class _OnebitOptimizer(torch.optim.Optimizer):
 
     def _close_coordinator(self):
         """Rank 0 keeps the embedded coordinator until the job is over (every worker ran its
-        last step, or the job failed), so that the others finish, then stops it."""
+        last step, or the job failed), so that the others finish, then stops it. A node's
+        shard ends with the job (it hears the end from the coordinator)."""
+        if self._shard is not None:
+            self._shard.close(wait_s=self._timeout if self.done else 5.0)
+            self._shard = None
         if self._coordinator is None:
             return
         import time  # noqa: PLC0415

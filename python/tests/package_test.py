@@ -483,6 +483,19 @@ class LaunchedLikeTorchrun(StreamCase):
                           "LOCAL_WORLD_SIZE": str(W), "MASTER_ADDR": "127.0.0.1",
                           "MASTER_PORT": str(port)}
 
+    def test_a_shard_on_each_node(self):
+        # exchange.servers "per_node": two nodes of one worker each, so local rank 0 of each
+        # runs a shard (2 shards = W: peer mode's bits), without a shard process to start.
+        config = json.loads(json.dumps(self.CONFIG))
+        config["onebit"]["exchange"] = {"mode": "ps", "servers": "per_node"}
+        port = free_port_run(3)
+        two_nodes = lambda r: dict(self.torchrun_env(port)(r), LOCAL_RANK="0",  # noqa: E731
+                                   LOCAL_WORLD_SIZE="1")
+        logs = self.run_ranks("per-node", two_nodes, config_dict=config)
+        for r in range(W):
+            self.assertIn(f"this node's shard {r} runs as process", logs[r])
+            self.assertIn(f"onebit-server: shard {r} of {W}, {W} workers, n = {N}", logs[r])
+
     def test_a_job_without_steps_ends_when_the_loops_do(self):
         # No steps anywhere: each script runs a plain loop of T steps and closes; the job
         # ends after step T with onebit-replay's bits for T steps.
