@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The examples (examples/*) stay runnable: each trains a few steps with onebit.torch through
-# onebit-launch and with Adam over DDP, and both write their results. The full runs and
-# their numbers are in examples/README.md.
+# The examples (examples/*) stay runnable: each trains a few steps with onebit.torch (through
+# onebit-launch, or torchrun-style through onebit-run) and with Adam over DDP, and both write
+# their results. The full runs and their numbers are in examples/README.md.
 set -euo pipefail
 # One intra-op thread per PyTorch process: the jobs run several processes at once.
 export OMP_NUM_THREADS=1
@@ -39,4 +39,21 @@ launch --config="$ex/job.json" --out_dir="$out/lm" --steps=20 --freeze_step=10 \
   -- "$py" "$ex/train.py" --result="$out/lm/onebit.json" --held_out_csv="$out/lm/held_out.csv" \
   --eval_every=10
 check "$out/lm/onebit.json" held_out_loss
-echo "examples: both ran"
+
+# The GPT example, torchrun-style through onebit-run (rank 0 embeds the coordinator): a
+# few steps of its tiny size with 1-bit Adam and with Adam over DDP.
+ex="$root/examples/gpt"
+if [ -f /usr/share/dictd/gcide.dict.dz ]; then
+  for opt in onebit_adam ddp_adam; do
+    "$py" -m onebit.run --nproc_per_node=2 --master_port=0 --log_dir="$out/gpt-$opt" \
+      "$ex/train.py" --optimizer=$opt --size=tiny --steps=12 --freeze_step=6 \
+      --limit_bytes=2000000 --log_every=6 --result="$out/gpt-$opt.json" ||
+      { cat "$out/gpt-$opt"/rank-*.log; exit 1; }
+    check "$out/gpt-$opt.json" held_out_loss
+  done
+  echo "examples: all three ran"
+else
+  echo "SKIPPED (the GPT example only): no /usr/share/dictd/gcide.dict.dz (dict-gcide;" \
+       "deploy/install-deps.sh installs it)"
+  echo "examples: two of three ran"
+fi

@@ -3,6 +3,11 @@
     onebit-launch --config=job.json --out_dir=OUT -- /usr/bin/python3 train.py \
         --result=OUT/onebit.json
 
+or torchrun-style (each process finds its rank in RANK/WORLD_SIZE; rank 0 runs the job's
+coordinator; on one machine onebit-run stands in for torchrun):
+
+    onebit-run --nproc_per_node=N train.py --config=job.json --result=OUT/onebit.json ...
+
 The job config sets the steps, the seed, the per-worker batch and the optimizer; each rank
 trains on its own slice of every global batch (common.batch_indices) and rank 0 evaluates the
 final model on the 10,000 test images and writes the result as JSON.
@@ -40,14 +45,18 @@ def main():
 
     x, y = (t.to(device) for t in common.load("train"))
     model = common.make_model(seed).to(device)
-    opt = ot.OneBitAdam(model.parameters(), args.config)
+    # Configured as torch.optim is: the hyper-parameters as keyword arguments (here the
+    # job.json's, which Adam over DDP reads too); the config gives the rest (exchange, steps).
+    hp = job["optimizer"]["params"]
+    opt = ot.OneBitAdam(model.parameters(), lr=hp["lr"], betas=tuple(hp["betas"]), eps=hp["eps"],
+                        weight_decay=hp["weight_decay"], freeze_step=hp["freeze_step"],
+                        config=args.config)
     rank, world = opt.rank, opt.world_size
     if rank == 0:
         print(f"{common.parameter_count(model)} parameters, {world} workers x batch {batch}",
               flush=True)
     start, losses = time.time(), []
-    while not opt.done:
-        step = opt.next_step
+    for step in range(1, job["steps"] + 1):  # a plain loop: the job's steps
         idx = common.batch_indices(len(x), seed, step, rank, world, batch).to(device)
         opt.zero_grad()
         loss = torch.nn.functional.cross_entropy(model(x[idx]), y[idx])

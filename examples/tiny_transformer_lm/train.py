@@ -4,6 +4,11 @@ worker.
     onebit-launch --config=job.json --out_dir=OUT -- /usr/bin/python3 train.py \
         --result=OUT/onebit.json --held_out_csv=OUT/onebit_held_out.csv
 
+or torchrun-style (each process finds its rank in RANK/WORLD_SIZE; rank 0 runs the job's
+coordinator; on one machine onebit-run stands in for torchrun):
+
+    onebit-run --nproc_per_node=N train.py --config=job.json --result=OUT/onebit.json ...
+
 The job config sets the steps, the seed, the per-worker batch and the optimizer; each rank
 draws its own windows of the training text (common.batch), rank 0 measures the held-out loss
 every --eval_every steps and at the end, and writes the result as JSON.
@@ -37,7 +42,12 @@ def main():
 
     train, held_out, vocab = common.load_corpus()
     model = common.make_model(seed, len(vocab))
-    opt = ot.OneBitAdam(model.parameters(), args.config)
+    # Configured as torch.optim is: the hyper-parameters as keyword arguments (here the
+    # job.json's, which Adam over DDP reads too); the config gives the rest (exchange, steps).
+    hp = job["optimizer"]["params"]
+    opt = ot.OneBitAdam(model.parameters(), lr=hp["lr"], betas=tuple(hp["betas"]), eps=hp["eps"],
+                        weight_decay=hp["weight_decay"], freeze_step=hp["freeze_step"],
+                        config=args.config)
     rank = opt.rank
     evals = []
     if rank == 0:
@@ -46,8 +56,7 @@ def main():
               f"{opt.world_size} workers x batch {batch} x {common.BLOCK}", flush=True)
         evals.append((0, common.held_out_loss(model, held_out)))
     start, losses = time.time(), []
-    while not opt.done:
-        step = opt.next_step
+    for step in range(1, job["steps"] + 1):  # a plain loop: the job's steps
         x, y = common.batch(train, seed, step, rank, batch)
         opt.zero_grad()
         loss = common.loss_of(model, x, y)
