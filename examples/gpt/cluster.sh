@@ -8,7 +8,11 @@
 #
 #   sudo examples/gpt/cluster.sh [--rate 100mbit] [--steps 200] [--freeze_step 20]
 #                                [--systems "ddp_adam onebit_adam ..."] [--out DIR]
+#                                [--train_args "--schedule cosine --betas 0.9 0.95 ..."]
 #   PLOT_ONLY=1 examples/gpt/cluster.sh --out DIR     # redraw DIR/loss.png and DIR/results.md
+#   RESUME=1 examples/gpt/cluster.sh ... --out DIR    # run only the systems without a result
+#
+# --train_args go to every system's train.py (the same hyper-parameters for all).
 #
 # Writes OUT/<system>/ (every rank's log; rank 0's CSV of loss and time per step and its
 # result JSON; the nodes' link byte counters before and after), OUT/results.md (the table)
@@ -23,6 +27,7 @@ STEPS=200
 FREEZE=20
 BATCH=2
 SYSTEMS="ddp_adam ddp_fp16 ddp_powersgd onebit_adam zero_one_adam"
+TRAIN_ARGS=""
 OUT="$HERE/out/cluster"
 while [ $# -gt 0 ]; do
   case $1 in
@@ -31,8 +36,9 @@ while [ $# -gt 0 ]; do
     --freeze_step) FREEZE=$2; shift ;;
     --batch) BATCH=$2; shift ;;
     --systems) SYSTEMS=$2; shift ;;
+    --train_args) TRAIN_ARGS=$2; shift ;;
     --out) OUT=$2; shift ;;
-    *) echo "usage: $0 [--rate R] [--steps N] [--freeze_step N] [--batch B] [--systems S] [--out DIR]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--rate R] [--steps N] [--freeze_step N] [--batch B] [--systems S] [--out DIR] [--train_args ARGS]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -58,7 +64,7 @@ run_system() {  # SYSTEM PORT
       PYTHONPATH="$ROOT/python:$ROOT/bazel-bin/python${PYTHONPATH:+:$PYTHONPATH}" \
       "$PY" "$HERE/train.py" --optimizer "$sys" --size small --steps "$STEPS" \
       --batch "$BATCH" --freeze_step "$FREEZE" --log_every 10 \
-      --csv "$dir/steps.csv" --result "$dir/result.json" > "$dir/rank-$i.log" 2>&1 &
+      --csv "$dir/steps.csv" --result "$dir/result.json" $TRAIN_ARGS > "$dir/rank-$i.log" 2>&1 &
     pids+=($!)
   done
   for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
@@ -78,11 +84,14 @@ if [ -z "${PLOT_ONLY:-}" ]; then
   trap '"$ROOT/tools/emulated_cluster.sh" down > /dev/null 2>&1 || true' EXIT
   "$ROOT/tools/emulated_cluster.sh" up $WORKERS "$RATE" > /dev/null
   log "$WORKERS nodes at $RATE; $STEPS steps x $WORKERS workers x batch $BATCH; systems: $SYSTEMS"
-  echo "$(git -C "$ROOT" rev-parse --short HEAD) $(date -u +%F) $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'); rate $RATE; steps $STEPS; freeze_step $FREEZE; batch $BATCH" > "$OUT/machine.txt"
+  echo "$(git -C "$ROOT" rev-parse --short HEAD) $(date -u +%F) $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'); rate $RATE; steps $STEPS; freeze_step $FREEZE; batch $BATCH; $TRAIN_ARGS" > "$OUT/machine.txt.$$"
+  # A resumed run keeps the first part's line (the same settings: the systems compare).
+  if [ -n "${RESUME:-}" ] && [ -f "$OUT/machine.txt" ]; then rm "$OUT/machine.txt.$$"; else mv "$OUT/machine.txt.$$" "$OUT/machine.txt"; fi
   port=29800
   failed=0
   for sys in $SYSTEMS; do
     port=$((port + 10))
+    if [ -n "${RESUME:-}" ] && [ -f "$OUT/$sys/result.json" ]; then log "$sys: done before"; continue; fi
     log "$sys"
     run_system "$sys" $port || failed=1
   done

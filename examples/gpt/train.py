@@ -18,6 +18,7 @@ Rank 0 writes --csv (step, seconds since the first step began, loss, stage) and 
 """
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -42,6 +43,11 @@ def parse_args():
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--betas", type=float, nargs=2, default=(0.9, 0.99))
     p.add_argument("--eps", type=float, default=1e-8)
+    p.add_argument("--schedule", choices=("constant", "cosine"), default="constant",
+                   help="cosine: lr rises linearly over --warmup_steps, then falls along a "
+                   "cosine to 10%% of --lr at the last step (a torch LambdaLR, for every "
+                   "optimizer)")
+    p.add_argument("--warmup_steps", type=int, default=20)
     p.add_argument("--freeze_step", type=int, default=45,
                    help="1-bit Adam's warmup steps (also 0/1 Adam's var_freeze_step and "
                    "PowerSGD's start)")
@@ -130,6 +136,15 @@ def main():
         train, held_out = gpt.synthetic_corpus(size.vocab, seed=args.seed)
     model = gpt.make_model(size, args.seed).to(device)
     opt, forward, stage_of = build_optimizer(args, model, device, world)
+    scheduler = None
+    if args.schedule == "cosine":
+        def factor(done):  # LambdaLR's argument: the steps taken so far
+            t = done + 1
+            if t <= args.warmup_steps:
+                return t / args.warmup_steps
+            progress = (t - args.warmup_steps) / max(1, args.steps - args.warmup_steps)
+            return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+        scheduler = torch.optim.lr_scheduler.LambdaLR(opt, factor)
     n = gpt.parameter_count(model)
     if rank == 0:
         print(f"{args.optimizer}: {n:,} parameters ({args.size}), {world} workers x batch "
@@ -151,6 +166,8 @@ def main():
             opt.step(loss=loss)
         else:
             opt.step()
+        if scheduler is not None:
+            scheduler.step()
         value = loss.item()  # also waits for the device
         now = time.perf_counter()
         rows.append((step, now - start, now - began, value, stage_of(step)))
@@ -174,6 +191,7 @@ def main():
             "median_step_s": {k: statistics.median(v) for k, v in stages.items()},
             "steps_per_s": {k: 1 / statistics.median(v) for k, v in stages.items()},
             "freeze_step": args.freeze_step, "lr": args.lr, "betas": list(args.betas),
+            "eps": args.eps, "schedule": args.schedule, "warmup_steps": args.warmup_steps,
         }
         if args.csv:
             with open(args.csv, "w") as f:
