@@ -244,6 +244,68 @@ absl::Status Coordinator::CheckWorker(int rank) const {
   return absl::OkStatus();
 }
 
+absl::Status Coordinator::LoadedStateLocked(const v1::RegisterRequest& request) {
+  const int64_t step = request.loaded_step();
+  if (step < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("loaded_step must be >= 0, got ", step));
+  }
+  const std::string who = absl::StrCat(
+      "worker ", request.requested_rank() >= 0 ? absl::StrCat(request.requested_rank(), " ")
+                                               : std::string(),
+      "(", request.instance_id(), ")");
+  auto describe = [](int64_t s) {
+    return s > 0 ? absl::StrCat("a saved state of step ", s) : std::string("no saved state");
+  };
+  // The first worker to register in a generation says where its states start; the others
+  // must say the same. (A member registering again says what it said.)
+  if (first_loaded_.has_value()) {
+    if (step != first_loaded_->first) {
+      const std::string reason =
+          absl::StrCat(who, " loaded ", describe(step), "; ", first_loaded_->second, " loaded ",
+                       describe(first_loaded_->first),
+                       ": every worker must load a state of the same step (or none)");
+      FailLocked(reason);
+      return absl::FailedPreconditionError(absl::StrCat("the job failed: ", reason));
+    }
+    return absl::OkStatus();
+  }
+  first_loaded_ = {step, who};
+  if (step == 0) return absl::OkStatus();
+  if (resume_.has_value() && !resume_->name().empty()) {
+    // A checkpoint of the job holds more (the shards' errors, every worker's): it wins.
+    LogLine(absl::StrCat(who, " loaded a saved state of step ", step, "; the job resumes from "
+                         "its checkpoint of step ", resume_->step(), " instead"));
+    return absl::OkStatus();
+  }
+  if (membership_.num_servers() > 0) {
+    const std::string reason = absl::StrCat(
+        who, " loaded a saved state of step ", step, ", which holds no shard's server error: "
+        "a job with parameter-server shards resumes from its checkpoint.dir");
+    FailLocked(reason);
+    return absl::FailedPreconditionError(absl::StrCat("the job failed: ", reason));
+  }
+  absl::StatusOr<StageMachineOptions> sm_options = StageMachineOptionsFromConfig(options_.config);
+  if (!sm_options.ok()) return sm_options.status();
+  sm_options->resume_step = step;
+  sm_options->resume_freeze_step = request.loaded_freeze_step();
+  absl::StatusOr<StageMachine> sm = StageMachine::Create(*sm_options);
+  if (!sm.ok()) {
+    const std::string reason =
+        absl::StrCat(who, " loaded a saved state of step ", step, " that this job cannot start "
+                     "after: ", sm.status().message());
+    FailLocked(reason);
+    return absl::FailedPreconditionError(absl::StrCat("the job failed: ", reason));
+  }
+  stage_machine_ = *std::move(sm);
+  v1::ResumeFrom resume;
+  resume.set_step(step);
+  resume.set_reason("the workers' loaded states");
+  resume_ = resume;
+  LogLine(absl::StrCat("the job starts after step ", step, ": its workers loaded saved states "
+                       "of that step (", who, " first)"));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<v1::RegisterResponse> Coordinator::Register(const v1::RegisterRequest& request) {
   absl::MutexLock lock(&mu_);
   if (state_ == v1::JOB_STATE_FAILED || state_ == v1::JOB_STATE_SUCCEEDED) {
@@ -292,6 +354,12 @@ absl::StatusOr<v1::RegisterResponse> Coordinator::Register(const v1::RegisterReq
       return absl::FailedPreconditionError(absl::StrCat("the job failed: ", reason));
     }
     learned_num_parameters_ = got;
+  }
+  if (request.role() == v1::ROLE_WORKER) {
+    if (absl::Status loaded = LoadedStateLocked(request); !loaded.ok()) {
+      ChangedLocked();
+      return loaded;
+    }
   }
   const int before = membership_.Registered(request.role());
   absl::StatusOr<int> rank = membership_.Register(request, clock_->Now());
@@ -769,6 +837,7 @@ void Coordinator::RecoverLocked(const std::string& what_failed) {
   pending_checkpoints_.clear();
   requested_checkpoints_.clear();
   resume_ = resume;
+  first_loaded_.reset();  // the new generation's workers say again what they loaded
   last_loss_step_ = last_variance_step_ = -1;
   state_ = v1::JOB_STATE_RECOVERING;
   failure_reason_ = what_failed;

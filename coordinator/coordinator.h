@@ -146,6 +146,13 @@ class Coordinator final : public CoordinatorHandler {
   std::map<int, int64_t> ended_after_ ABSL_GUARDED_BY(mu_);  // this generation's
   // The first worker's model size, when the config does not give one.
   uint64_t learned_num_parameters_ ABSL_GUARDED_BY(mu_) = 0;
+  // The step of the saved states the first worker of this generation loaded (0: none) and
+  // who it was; the others must agree (RegisterRequest.loaded_step).
+  std::optional<std::pair<int64_t, std::string>> first_loaded_ ABSL_GUARDED_BY(mu_);
+  // Checks a registering worker's loaded state; the first one with a state moves the
+  // job's start after its step (resume_ with no checkpoint name).
+  absl::Status LoadedStateLocked(const v1::RegisterRequest& request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The model's size: the config's, else the first registered worker's (0: not yet known).
   uint64_t NumParametersLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return options_.num_parameters > 0 ? options_.num_parameters : learned_num_parameters_;

@@ -497,6 +497,63 @@ TEST_F(CoordinatorTest, ResumedJobsTellTheirMembersAndStartAfterTheCheckpoint) {
   EXPECT_EQ(coordinator_->GetJob({})->resumed_from_step(), 40);
 }
 
+// A fresh job whose workers loaded saved states (onebit.torch's load_state_dict before the
+// first step) starts after their step; workers that disagree fail it, naming both; a job
+// with shards refuses (the states hold no server error); a checkpoint of the job wins.
+TEST_F(CoordinatorTest, AFreshJobStartsAfterTheStepItsWorkersLoaded) {
+  auto worker = [](const std::string& id, int rank, int64_t loaded) {
+    v1::RegisterRequest r;
+    r.set_role(v1::ROLE_WORKER);
+    r.set_instance_id(id);
+    r.set_requested_rank(rank);
+    r.set_loaded_step(loaded);
+    r.set_loaded_freeze_step(loaded > 0 ? 30 : -1);
+    return r;
+  };
+  JobConfig peer = SmallJob();
+  peer.exchange.mode = "peer";
+  peer.exchange.servers = 0;
+  Make(peer);
+  absl::StatusOr<v1::RegisterResponse> a = coordinator_->Register(worker("a", 0, 40));
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->resume().step(), 40);
+  EXPECT_EQ(a->resume().name(), "");  // each worker restores its own
+  absl::StatusOr<v1::RegisterResponse> b = coordinator_->Register(worker("b", 1, 40));
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->resume().step(), 40);
+  coordinator_->Tick();
+  absl::StatusOr<v1::LeaseResponse> lease = Lease(0, 41);
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  EXPECT_EQ(lease->through_step(), 50);
+  EXPECT_EQ(lease->freeze_step(), 30);
+  EXPECT_EQ(coordinator_->GetJob({})->resumed_from_step(), 40);
+
+  Make(peer);
+  ASSERT_TRUE(coordinator_->Register(worker("a", 0, 40)).ok());
+  absl::Status status = coordinator_->Register(worker("b", 1, 0)).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(), HasSubstr("worker 1 (b) loaded no saved state; worker 0 (a) "
+                                          "loaded a saved state of step 40"));
+  EXPECT_EQ(coordinator_->GetJob({})->state(), v1::JOB_STATE_FAILED);
+
+  Make(SmallJob());  // ps, one shard
+  status = coordinator_->Register(worker("a", 0, 40)).status();
+  EXPECT_THAT(status.message(), HasSubstr("holds no shard's server error"));
+  EXPECT_EQ(coordinator_->GetJob({})->state(), v1::JOB_STATE_FAILED);
+
+  CoordinatorOptions options;
+  options.config = peer;
+  v1::ResumeFrom checkpoint;
+  checkpoint.set_step(60);
+  checkpoint.set_name("step-000000060");
+  options.resume = checkpoint;
+  options.resume_freeze_step = 30;
+  coordinator_ = *Coordinator::Create(options, &clock_, nullptr);
+  a = coordinator_->Register(worker("a", 0, 40));
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->resume().name(), "step-000000060");
+}
+
 // A dead member starts a recovery: a new generation, an empty membership, the stage
 // machine from the checkpoint plan_resume names; the job runs on once everyone is back.
 TEST_F(CoordinatorTest, ADeadMemberStartsARecoveryFromTheLastCheckpoint) {

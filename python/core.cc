@@ -49,11 +49,72 @@ namespace {
   }
 }
 
+// A state_dict() from Python, parsed (with the GIL) into what the optimizer restores.
+struct LoadedState {
+  int64_t step = 0;
+  int64_t freeze_step = -1;
+  int rank = -1;        // the rank and world size that saved it (-1: not said)
+  int world_size = -1;
+  StateTensors tensors;
+  StateScalars scalars;
+  ErrorState errors;
+  StateScalars trainer;
+};
+
+LoadedState ParseState(const py::dict& d) {
+  auto floats = [](const py::handle& h) {
+    auto a = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(h);
+    if (!a || a.ndim() != 1) throw py::value_error("state tensors must be 1-D float32 arrays");
+    return std::vector<float>(a.data(), a.data() + a.size());
+  };
+  for (const char* key : {"step", "freeze_step", "tensors", "scalars", "errors", "trainer"}) {
+    if (!d.contains(key)) throw py::value_error(absl::StrCat("the state has no '", key, "'"));
+  }
+  LoadedState s;
+  s.step = d["step"].cast<int64_t>();
+  s.freeze_step = d["freeze_step"].cast<int64_t>();
+  if (d.contains("rank")) s.rank = d["rank"].cast<int>();
+  if (d.contains("world_size")) s.world_size = d["world_size"].cast<int>();
+  for (auto [k, v] : d["tensors"].cast<py::dict>()) s.tensors[k.cast<std::string>()] = floats(v);
+  for (auto [k, v] : d["scalars"].cast<py::dict>()) s.scalars[k.cast<std::string>()] = v.cast<double>();
+  for (auto [k, v] : d["errors"].cast<py::dict>()) s.errors[k.cast<std::string>()] = floats(v);
+  for (auto [k, v] : d["trainer"].cast<py::dict>()) s.trainer[k.cast<std::string>()] = v.cast<double>();
+  return s;
+}
+
+// Puts a parsed state into a trainer. Everything is checked before anything changes.
+// With keep_errors false the error buffers stay as they are (zero at a job's start): the
+// state's are another worker's, or of another topology.
+absl::Status RestoreState(Trainer& trainer, const LoadedState& s, bool keep_errors) {
+  Optimizer& o = trainer.optimizer();
+  for (const StateSpec& spec : o.CheckpointStates()) {
+    auto it = s.tensors.find(spec.name);
+    if (it == s.tensors.end() || it->second.size() != o.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the state's ", spec.name, " is missing or not ", o.size(), " elements"));
+    }
+  }
+  if (keep_errors) {
+    absl::StatusOr<ErrorState> current = o.exchange().SaveErrors();
+    if (!current.ok()) return current.status();
+    for (const auto& [name, v] : *current) {
+      auto it = s.errors.find(name);
+      if (it == s.errors.end() || it->second.size() != v.size()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the state's ", name, " is missing or not ", v.size(), " elements"));
+      }
+    }
+  }
+  ONEBIT_RETURN_IF_ERROR(o.Restore(s.step, s.freeze_step, s.tensors, s.scalars));
+  if (keep_errors) ONEBIT_RETURN_IF_ERROR(o.exchange().RestoreErrors(s.errors));
+  return trainer.RestoreScalars(s.trainer);
+}
+
 class PyWorker {
  public:
   PyWorker(WorkerProcessOptions options, py::array_t<float, py::array::c_style> initial,
-           std::vector<size_t> groups)
-      : options_(std::move(options)), groups_(std::move(groups)) {
+           std::vector<size_t> groups, std::optional<LoadedState> loaded)
+      : options_(std::move(options)), groups_(std::move(groups)), loaded_(std::move(loaded)) {
     if (initial.ndim() != 1) throw py::value_error("initial parameters must be 1-D");
     initial_.assign(initial.data(), initial.data() + initial.size());
   }
@@ -120,6 +181,20 @@ class PyWorker {
       if (workload_ == nullptr) return std::nullopt;
       return workload_->SuppliedMaxGradNorm(step);
     };
+    if (loaded_.has_value()) {
+      o.restore_loaded_state = [this](Trainer& trainer, int rank, int world_size) {
+        // The error buffers are this worker's only if the same rank of as many workers
+        // saved them (a rank-0-only torch.save loaded by every rank: the others' reset).
+        const bool same = loaded_->rank == rank && loaded_->world_size == world_size;
+        absl::Status s = RestoreState(trainer, *loaded_, /*keep_errors=*/same);
+        if (s.ok() && !same && !loaded_->errors.empty()) {
+          std::fprintf(stderr, "worker rank %d: error buffers reset (the state was saved by "
+                       "rank %d of %d workers; this is rank %d of %d)\n", rank, loaded_->rank,
+                       loaded_->world_size, rank, world_size);
+        }
+        return s;
+      };
+    }
     o.before_run = [this](Trainer& trainer) -> absl::Status {
       absl::MutexLock lock(&mu_);
       trainer_ = &trainer;
@@ -282,48 +357,15 @@ class PyWorker {
   // job resumes from its checkpoints, not from here). ValueError for another step, another
   // freeze step or a state that does not fit; nothing changes then.
   void LoadStateDict(const py::dict& d) {
+    const LoadedState state = ParseState(d);
     absl::MutexLock lock(&mu_);
     Optimizer& o = RunningOptimizer();
-    const int64_t step = d["step"].cast<int64_t>();
-    const int64_t freeze = d["freeze_step"].cast<int64_t>();
-    if (step != o.step()) {
+    if (state.step != o.step()) {
       Throw(absl::InvalidArgumentError(absl::StrCat(
-          "the state is of step ", step, ", the job is after step ", o.step(),
-          ": a state is loaded at the step it was taken (a job resumes from checkpoint.dir)")));
+          "the state is of step ", state.step, ", the job is after step ", o.step(),
+          ": a state is loaded at the step it was taken, or before a fresh job's first step")));
     }
-    StateTensors tensors;
-    StateScalars scalars;
-    ErrorState errors;
-    StateScalars trainer;
-    auto floats = [](const py::handle& h) {
-      auto a = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(h);
-      if (!a || a.ndim() != 1) throw py::value_error("state tensors must be 1-D float32 arrays");
-      return std::vector<float>(a.data(), a.data() + a.size());
-    };
-    for (auto [k, v] : d["tensors"].cast<py::dict>()) tensors[k.cast<std::string>()] = floats(v);
-    for (auto [k, v] : d["scalars"].cast<py::dict>()) scalars[k.cast<std::string>()] = v.cast<double>();
-    for (auto [k, v] : d["errors"].cast<py::dict>()) errors[k.cast<std::string>()] = floats(v);
-    for (auto [k, v] : d["trainer"].cast<py::dict>()) trainer[k.cast<std::string>()] = v.cast<double>();
-    // Checked first where the optimizer would not: a failed restore changes nothing.
-    for (const StateSpec& spec : o.CheckpointStates()) {
-      auto it = tensors.find(spec.name);
-      if (it == tensors.end() || it->second.size() != o.size()) {
-        Throw(absl::InvalidArgumentError(absl::StrCat("the state's ", spec.name, " is missing or not ",
-                                                      o.size(), " elements")));
-      }
-    }
-    absl::StatusOr<ErrorState> current = o.exchange().SaveErrors();
-    if (!current.ok()) Throw(current.status());
-    for (const auto& [name, v] : *current) {
-      auto it = errors.find(name);
-      if (it == errors.end() || it->second.size() != v.size()) {
-        Throw(absl::InvalidArgumentError(absl::StrCat("the state's ", name, " is missing or not ",
-                                                      v.size(), " elements")));
-      }
-    }
-    if (absl::Status s = o.Restore(step, freeze, tensors, scalars); !s.ok()) Throw(s);
-    if (absl::Status s = o.exchange().RestoreErrors(errors); !s.ok()) Throw(s);
-    if (absl::Status s = trainer_->RestoreScalars(trainer); !s.ok()) Throw(s);
+    if (absl::Status s = RestoreState(*trainer_, state, /*keep_errors=*/true); !s.ok()) Throw(s);
   }
 
   // GPU: their device addresses.
@@ -420,6 +462,7 @@ class PyWorker {
 
   const WorkerProcessOptions options_;
   const std::vector<size_t> groups_;
+  const std::optional<LoadedState> loaded_;  // load_state_dict before the first step
   std::vector<float> initial_;
   std::vector<float> final_params_;  // after_run's copy
   std::optional<SavedState> final_state_ ABSL_GUARDED_BY(mu_);  // after_run's, likewise
@@ -514,7 +557,8 @@ PYBIND11_MODULE(_onebit_core, m) {
                        int rank, const std::string& summary_file,
                        const std::string& history_csv, int cuda_device,
                        const std::string& member_token_file,
-                       const std::vector<std::tuple<size_t, size_t, float, float>>& hyper_groups) {
+                       const std::vector<std::tuple<size_t, size_t, float, float>>& hyper_groups,
+                       const std::optional<py::dict>& loaded) {
              WorkerProcessOptions o;
              // (begin, end, lr scale, weight decay) of each param group; checked by the
              // optimizer (a bad one fails the worker's start with a ValueError).
@@ -531,13 +575,23 @@ PYBIND11_MODULE(_onebit_core, m) {
              o.cuda_device = cuda_device;
              o.member_token_file = member_token_file;
              o.num_parameters = static_cast<size_t>(initial.size());
-             return std::make_unique<PyWorker>(std::move(o), initial, std::move(groups));
+             // A state loaded before the first step: the job starts after its step.
+             std::optional<onebit::LoadedState> state;
+             if (loaded.has_value()) {
+               state = onebit::ParseState(*loaded);
+               if (state->step < 1) throw py::value_error("a loaded state's step must be >= 1");
+               o.loaded_step = state->step;
+               o.loaded_freeze_step = state->freeze_step;
+             }
+             return std::make_unique<PyWorker>(std::move(o), initial, std::move(groups),
+                                               std::move(state));
            }),
            py::arg("config"), py::arg("coordinator"), py::arg("initial"), py::arg("groups"),
            py::arg("host") = "127.0.0.1", py::arg("metrics_port") = 0, py::arg("rank") = -1,
            py::arg("summary_file") = "", py::arg("history_csv") = "",
            py::arg("cuda_device") = 0, py::arg("member_token_file") = "",
-           py::arg("hyper_groups") = std::vector<std::tuple<size_t, size_t, float, float>>())
+           py::arg("hyper_groups") = std::vector<std::tuple<size_t, size_t, float, float>>(),
+           py::arg("loaded") = std::nullopt)
       .def("start", &PyWorker::Start)
       .def("wait_for_step", &PyWorker::WaitForStep, py::arg("timeout_s"))
       .def("supply", &PyWorker::Supply, py::arg("step"), py::arg("loss"),

@@ -429,6 +429,8 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
   } else if (absl::StatusOr<size_t> n = WorkloadParameterCount(config.workload); n.ok()) {
     reg_request.set_num_parameters(static_cast<int64_t>(*n));
   }
+  reg_request.set_loaded_step(o.loaded_step);
+  reg_request.set_loaded_freeze_step(o.loaded_freeze_step);
   ONEBIT_ASSIGN_OR_RETURN(
       v1::RegisterResponse reg,
       RegisterReplacing(*shared_client, reg_request,
@@ -562,7 +564,23 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
   };
   ONEBIT_ASSIGN_OR_RETURN(w.trainer, Trainer::Create(options, w.workload.get(), w.backend.get(),
                                                      exchange, w.controller.get(), w.sink.get()));
-  if (reg.has_resume()) {
+  if (reg.has_resume() && reg.resume().name().empty()) {
+    // The job starts after the step of the states its workers loaded.
+    if (o.loaded_step != reg.resume().step() || !o.restore_loaded_state) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the job starts after step ", reg.resume().step(), " from its workers' saved states; "
+          "this worker loaded ", o.loaded_step > 0 ? absl::StrCat("one of step ", o.loaded_step)
+                                                   : std::string("none")));
+    }
+    ONEBIT_RETURN_IF_ERROR(o.restore_loaded_state(*w.trainer, rank, reg.world_size()));
+    std::fprintf(stderr, "worker rank %d: starts after step %d from its loaded state\n", rank,
+                 static_cast<int>(o.loaded_step));
+  } else if (reg.has_resume()) {
+    if (o.loaded_step > 0) {
+      std::fprintf(stderr, "worker rank %d: the job resumes from its checkpoint of step %d; the "
+                   "loaded state of step %d is not used\n", rank,
+                   static_cast<int>(reg.resume().step()), static_cast<int>(o.loaded_step));
+    }
     const absl::Time restore_start = absl::Now();
     StateScalars trainer_scalars;
     ONEBIT_RETURN_IF_ERROR(RestoreWorker(config.checkpoint.dir, reg.resume(), rank,

@@ -64,6 +64,15 @@ struct WorkerProcessOptions {
                                                           int world_size,
                                                           kernels::Backend* backend)>
       workload_factory;
+  // A saved state this worker restores itself (onebit.torch's load_state_dict before the
+  // first step): its step (0: none) and freeze step go to the coordinator, and when the job
+  // starts after that step from its workers' states (RegisterResponse.resume without a
+  // checkpoint name), restore_loaded_state puts it into the trainer (the rank the
+  // coordinator gave is its argument: the error buffers are this worker's only if the
+  // state was saved by the same rank of as many workers).
+  int64_t loaded_step = 0;
+  int64_t loaded_freeze_step = -1;
+  std::function<absl::Status(Trainer& trainer, int rank, int world_size)> restore_loaded_state;
   // Called once the trainer exists (restored, when the job resumes) and before it runs:
   // the Python package takes its parameter and gradient buffers here. An error ends the run.
   std::function<absl::Status(Trainer& trainer)> before_run;

@@ -42,6 +42,10 @@ and the other ranks find it there. Also read:
     ONEBIT_HISTORY_CSV    every step as CSV
     ONEBIT_MEMBER_TOKEN   the coordinator's member token, where it asks for one
 
+SAVING: torch.save(opt.state_dict(), f) between steps or after the end; to resume, build
+the optimizer, opt.load_state_dict(torch.load(f)) before the first step, and the fresh job
+starts after the saved step (every worker loading a state of the same step).
+
 MEMORY: the parameters are ONE flat float32 buffer, the optimizer's own; each parameter
 tensor views its slice (no copies either way), and so do the gradients (their own flat
 buffer, which the C++ side copies once per step). Every worker must start from the same
@@ -360,7 +364,6 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         except ValueError as e:  # it names the key; the file is ours, not the user's
             message = str(e).replace("INVALID_ARGUMENT: ", "").replace(f.name + ": ", "")
             raise ValueError(f"{type(self).__name__}: {message}") from None
-        initial = torch.cat([p.detach().reshape(-1).cpu() for p in self._params]).numpy()
         self._rendezvous = _env.rendezvous(coordinator)
         self._coordinator = None
         address = self._rendezvous.coordinator
@@ -376,25 +379,45 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             self._shard = _NodeShard(self._config_path, address, rank() // local_world_size(),
                                      self._rendezvous.host)
         named_rank = any(os.environ.get(v) for v in ("ONEBIT_RANK", "RANK", "SLURM_PROCID"))
-        self._worker = _core().Worker(
-            config=self._config_path, coordinator=address, initial=np.ascontiguousarray(initial),
-            groups=self._offsets, host=self._rendezvous.host,
-            metrics_port=int(os.environ.get("ONEBIT_METRICS_PORT", "0")),
+        # The worker joins the job at the first step (or rank, state_dict, ...): until then
+        # the model's parameters may still change (model.load_state_dict), and a saved
+        # state may be loaded (load_state_dict), where the job then starts.
+        self._worker_args = dict(
+            config=self._config_path, coordinator=address, groups=self._offsets,
+            host=self._rendezvous.host, metrics_port=int(os.environ.get("ONEBIT_METRICS_PORT", "0")),
             rank=rank() if named_rank or self._coordinator is not None else -1,
             summary_file=os.environ.get("ONEBIT_SUMMARY_FILE", ""),
             history_csv=os.environ.get("ONEBIT_HISTORY_CSV", ""),
             cuda_device=(self._device.index or 0) if self._device.type == "cuda" else 0,
             member_token_file=os.environ.get("ONEBIT_MEMBER_TOKEN_FILE", ""),
             hyper_groups=hyper_groups)
-        self.done = False
+        self._worker = None
+        self._next = 1        # the step the next step() completes (the job's, once joined)
+        self._loaded = None   # a state to start from (load_state_dict before the first step)
+        self._done = False
         self._stopped = None  # why the worker stopped, once it did
         self._clip = None     # clip_grad_norm_'s max_norm for the next step
-        self._worker.start()
-        self._next = self._wait()
-        if not self.done:
-            self._bind()
         me = weakref.ref(self)
         atexit.register(lambda: me() is not None and me()._at_exit())
+
+    def _joined(self):
+        """The worker, joined to the job: its first lease granted (or the job over)."""
+        if self._worker is None:
+            initial = torch.cat([p.detach().reshape(-1).cpu() for p in self._params]).numpy()
+            self._worker = _core().Worker(initial=np.ascontiguousarray(initial),
+                                          loaded=self._loaded, **self._worker_args)
+            self._loaded = None
+            self._worker.start()
+            self._next = self._wait()
+            if not self._done:
+                self._bind()
+        return self._worker
+
+    @property
+    def done(self):
+        """True once the job is over for this worker (after its last step)."""
+        self._joined()
+        return self._done
 
     def _start_coordinator(self):
         rv = self._rendezvous
@@ -409,7 +432,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
                 "set ONEBIT_COORDINATOR to a running onebit-coordinator") from e
 
     def _at_exit(self):
-        if not self.done:
+        if not self._done:
             self.close(self._stopped or self._ended_early("the script exited"))
         self._close_coordinator()
 
@@ -417,12 +440,12 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         """The loop is over in a job without steps: the worker ends after the last step it
         ran, and the job once every worker's loop ended after that same step."""
         try:
-            self._worker.end_after(self._next - 1)
+            self._joined().end_after(self._next - 1)
         except Exception as e:  # noqa: BLE001 (the worker stopped meanwhile)
             self._stopped = self._stopped or f"onebit worker stopped: {e}"
             return False
         self._next = self._wait()
-        return self.done
+        return self._done
 
     def _ended_early(self, what):
         return (f"{what} after step {self._next - 1} of the job's {self._steps} "
@@ -433,7 +456,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         return self
 
     def __exit__(self, kind, value, tb):
-        if kind is None and not self.done and not self._open_ended:
+        if kind is None and not self._done and not self._open_ended:
             self.close(self._ended_early("the with block ended"))
         elif kind is not None:
             self.close(f"the with block raised {kind.__name__}: {value}")
@@ -446,7 +469,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         last step, or the job failed), so that the others finish, then stops it. A node's
         shard ends with the job (it hears the end from the coordinator)."""
         if self._shard is not None:
-            self._shard.close(wait_s=self._timeout if self.done else 5.0)
+            self._shard.close(wait_s=self._timeout if self._done else 5.0)
             self._shard = None
         if self._coordinator is None:
             return
@@ -461,15 +484,16 @@ class _OnebitOptimizer(torch.optim.Optimizer):
     # ---- what the job says ----
     @property
     def rank(self):
-        return self._worker.rank
+        return self._joined().rank
 
     @property
     def world_size(self):
-        return self._worker.world_size
+        return self._joined().world_size
 
     @property
     def next_step(self):
         """The step the next step() call completes (-1 once done)."""
+        self._joined()
         return self._next
 
     # ---- the training loop ----
@@ -477,7 +501,8 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        if self.done:
+        self._joined()
+        if self._done:
             raise OnebitError(
                 f"step() after the job's last step ({self._steps}, onebit.steps): the training "
                 "loop is longer than the job; stop at opt.done, or give the job more steps", 1)
@@ -506,7 +531,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         lr = self._scheduled_lr()
         value = 0.0 if loss is None else float(loss)
         clip, self._clip = self._clip, None
-        self._worker.supply(self._next, value, float("nan") if lr is None else lr,
+        self._joined().supply(self._next, value, float("nan") if lr is None else lr,
                             float("nan") if clip is None else clip)
         self._grad_arrived = False
         self._grad_versions = self._versions()
@@ -587,22 +612,58 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         "tensors" (params, exp_avg, exp_avg_sq, and an optimizer's own, by name), "scalars",
         "errors" (this worker's worker_error, and server_error in peer mode), "trainer"
         (fp16's loss scaler)}, "param_groups": the hyper-parameters}."""
-        raw = self._worker.state_dict()
-        state = dict(raw)
+        worker = self._joined()
+        raw = worker.state_dict()
+        state = dict(raw, rank=worker.rank, world_size=worker.world_size)
         for key in ("tensors", "errors"):
             state[key] = {name: torch.from_numpy(a) for name, a in raw[key].items()}
         groups = [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]
         return {"onebit": state, "param_groups": groups}
 
     def load_state_dict(self, state_dict):
-        """Puts back a state_dict() of the step the job is at (the coordinator decides the
-        steps; a job resumes from its checkpoint.dir, which every worker and shard writes).
+        """Puts back a state_dict(), as torch.optim's does.
+
+        Before the first step (a fresh job: the torch.save/torch.load way to resume), the
+        job starts after the state's step: parameters, moments and the optimizer's scalars
+        come from it, and this worker's error buffers too when the same rank of as many
+        workers saved it (else they start at zero, as a checkpoint of another topology
+        does). Every worker must load a state of the same step; the coordinator fails the
+        job, naming both, when they differ. A job with parameter-server shards resumes from
+        its checkpoint.dir instead, and a committed checkpoint of the job (a recovery) wins
+        over a loaded state.
+
+        Later, a state of the step the job is at (the coordinator decides the steps).
         ValueError, and no change, for another step or a state that does not fit."""
+        if not isinstance(state_dict, dict) or "onebit" not in state_dict:
+            raise ValueError("not a onebit optimizer's state_dict() (no 'onebit' entry)")
         state = dict(state_dict["onebit"])
         for key in ("tensors", "errors"):
             state[key] = {name: t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else t
-                          for name, t in state[key].items()}
-        self._worker.load_state_dict(state)
+                          for name, t in state.get(key, {}).items()}
+        if self._worker is not None:
+            self._worker.load_state_dict(state)
+            return
+        for key in ("step", "freeze_step", "tensors", "scalars", "errors", "trainer"):
+            if key not in state:
+                raise ValueError(f"the state has no {key!r}")
+        if int(state["step"]) < 1:
+            raise ValueError(f"the state is of step {state['step']}: nothing to start after")
+        n = self._offsets[-1]
+        for name, t in state["tensors"].items():
+            if np.asarray(t).size != n:
+                raise ValueError(f"the state's {name} has {np.asarray(t).size} elements, this "
+                                 f"model {n}")
+        groups = state_dict.get("param_groups")
+        if groups is not None:
+            if len(groups) != len(self.param_groups):
+                raise ValueError(f"the state has {len(groups)} param groups, the optimizer "
+                                 f"{len(self.param_groups)}")
+            # As torch.optim's: the groups' hyper-parameters (an lr a schedule moved) too.
+            for group, saved in zip(self.param_groups, groups):
+                for key in ("lr", "weight_decay"):
+                    if key in saved:
+                        group[key] = saved[key]
+        self._loaded = state
 
     def close(self, why="closed by the script"):
         """Stops the worker: the job hears of it (the trainer fails with `why`) unless it
@@ -610,9 +671,18 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         the last step every worker ran. Rank 0 of a job whose coordinator it runs keeps it
         until the job is over. A `with` block calls it at its end, and so does the end of
         the script."""
-        if not self.done and self._open_ended and not self._stopped:
+        if self._worker is None:
+            # Never joined: nothing of this worker's ran. The job hears of it through rank
+            # 0's coordinator (when this process runs it) or its registration timeout.
+            self._done = True
+            if self._coordinator is not None:
+                self._coordinator.abandon(f"rank 0, which runs the job's coordinator, stopped "
+                                          f"before its first step: {self._stopped or why}")
+            self._close_coordinator()
+            return
+        if not self._done and self._open_ended and not self._stopped:
             self._end_open_ended_job()
-        if not self.done:
+        if not self._done:
             why = self._stopped or why
             self._worker.close(why)
             if self._coordinator is not None:
@@ -678,7 +748,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             self._stopped = f"onebit worker stopped: {e}"
             raise OnebitError(self._stopped, code) from e
         if step < 0:
-            self.done = True
+            self._done = True
             self._unbind(final=True)
             self._close_coordinator()
         return step

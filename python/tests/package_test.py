@@ -33,6 +33,7 @@ def job_config(optimizer, params, parameters=N, workers=W, steps=T):
 
 
 def launch(tmp, config, script_args, timeout=300):
+    os.makedirs(tmp, exist_ok=True)
     path = os.path.join(tmp, "job.json")
     with open(path, "w") as f:
         json.dump(config, f)
@@ -110,6 +111,53 @@ class SameBitsAsReplay(StreamCase):
         for shard in range(W):
             with open(os.path.join(logs, f"server-{shard}.log")) as f:
                 self.assertIn(f"the workers' model has {N} parameters", f.read())
+
+    def test_saved_with_torch_save_and_resumed_in_a_fresh_job(self):
+        # A job of 12 steps saves each rank's final state_dict with torch.save; a fresh job
+        # of T steps loads them before its first step and starts after step 12: the bits
+        # of one uninterrupted T-step run (moments, errors and the freeze all carried).
+        tmp = tempfile.mkdtemp(prefix="resume-", dir=self.tmp)
+        params = {"lr": 0.01, "eps": 1e-8, "freeze_step": 10}
+        states = os.path.join(tmp, "state-{rank}.pt")
+        script = [os.path.join(HERE, "stream_train.py"), "{config}",
+                  os.path.join(self.tmp, "params.npy"), os.path.join(self.tmp, "grads.npy"),
+                  os.path.join(tmp, "package.npy"), "OneBitAdam"]
+        os.environ["SAVE_STATE"] = states
+        try:
+            first = launch(os.path.join(tmp, "first"),
+                           job_config("OneBitAdam", params, steps=12), script)
+        finally:
+            del os.environ["SAVE_STATE"]
+        self.assertEqual(first.returncode, 0, first.stdout[-3000:] + first.stderr[-3000:])
+        os.environ["LOAD_STATE"] = states
+        try:
+            second = launch(os.path.join(tmp, "second"), job_config("OneBitAdam", params), script)
+        finally:
+            del os.environ["LOAD_STATE"]
+        self.assertEqual(second.returncode, 0, second.stdout[-3000:] + second.stderr[-3000:])
+        with open(os.path.join(tmp, "second", "out", "onebit_adam", "coordinator.log")) as f:
+            self.assertIn("the job starts after step 12: its workers loaded saved states", f.read())
+        replay = os.path.join(tmp, "replay.npy")
+        subprocess.run([os.path.join(BIN, "tools/onebit-replay"), f"--workers={W}",
+                        "--params=" + os.path.join(self.tmp, "params.npy"),
+                        "--grads=" + os.path.join(self.tmp, "grads.npy"), "--out=" + replay,
+                        "--transport=gloo", "--lr=0.01", "--eps=1e-8", "--freeze-step=10"],
+                       check=True, capture_output=True)
+        got, want = np.load(os.path.join(tmp, "package.npy")), np.load(replay)
+        self.assertTrue(np.array_equal(got.view(np.uint32), want.view(np.uint32)),
+                        f"max difference {np.abs(got - want).max()}")
+
+        # Rank 0's state loaded by both ranks (a rank-0-only torch.save): rank 1's error
+        # buffers start at zero, and it says so.
+        os.environ["LOAD_STATE"] = states.replace("{rank}", "0")
+        try:
+            third = launch(os.path.join(tmp, "third"), job_config("OneBitAdam", params), script)
+        finally:
+            del os.environ["LOAD_STATE"]
+        self.assertEqual(third.returncode, 0, third.stdout[-3000:] + third.stderr[-3000:])
+        with open(os.path.join(tmp, "third", "out", "onebit_adam", "worker-1.log")) as f:
+            self.assertIn("worker rank 1: error buffers reset (the state was saved by rank 0 "
+                          "of 2 workers; this is rank 1 of 2)", f.read())
 
     def test_zero_one_adam(self):
         # The gradients through zero_grad(set_to_none=True) and backward (torch 2's default

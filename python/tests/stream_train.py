@@ -12,7 +12,8 @@ ALSO_TORCH_DISTRIBUTED=1 runs a torch.distributed all_reduce first (env://);
 LR_ZERO_AFTER=K steps a torch LambdaLR that makes the lr 0 after step K;
 CLIP_EACH_STEP=NORM calls opt.clip_grad_norm_(NORM) before every step; LOOP_STEPS=K runs
 a plain loop of K steps (for a job without steps) instead of `while not opt.done`;
-BACKWARD_SET_TO_NONE=1 gives each step's gradient through zero_grad(set_to_none=True) and
+LOAD_STATE=PATH and SAVE_STATE=PATH ({rank} in them) torch.load a state_dict before the
+first step and torch.save the final one; BACKWARD_SET_TO_NONE=1 gives each step's gradient through zero_grad(set_to_none=True) and
 a backward, as torch 2's loops do, instead of writing .grad in place.
 """
 import json
@@ -119,6 +120,11 @@ def main():
         opt = getattr(ot, optimizer)(groups, config)
     else:
         opt = getattr(ot, optimizer)(params, config)
+    # LOAD_STATE=PATH ({rank} in it: this rank's): torch.load a state_dict before the
+    # first step, as a script resuming from torch.save does (a fresh job starts after it).
+    load = os.environ.get("LOAD_STATE")
+    if load:
+        opt.load_state_dict(torch.load(load.format(rank=ot.rank())))
     # LR_ZERO_AFTER=K: a torch lr_scheduler that sets lr 0 after step K (parameters then
     # stay where step K left them).
     zero_after = os.environ.get("LR_ZERO_AFTER")
@@ -161,6 +167,9 @@ def main():
     assert final["step"] == (int(loop) if loop else job_steps(config)), (final["step"], config)
     assert torch.equal(final["tensors"]["params"],
                        torch.cat([p.detach().reshape(-1) for p in params])), "final state"
+    save = os.environ.get("SAVE_STATE")  # torch.save the final state_dict (SAVE_STATE=PATH)
+    if save:
+        torch.save(opt.state_dict(), save.format(rank=opt.rank))
     if opt.rank == 0:
         np.save(out_path, torch.cat([p.detach().reshape(-1) for p in params]).numpy())
 
