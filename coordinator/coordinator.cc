@@ -135,6 +135,7 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock* clock,
     info.set_created_unix_ms(m.created_unix_ms());
     committed_.push_back(info);
   }
+  ForgetCheckpointsAfterLocked(resume_.has_value() ? resume_->step() : 0);
   if (options_.recovering) {
     // What this generation recovers from, for the members it refuses and for the status.
     failure_reason_ = absl::StrCat("the coordinator restarted; generation ", generation_ - 1,
@@ -301,6 +302,7 @@ absl::Status Coordinator::LoadedStateLocked(const v1::RegisterRequest& request) 
   resume.set_step(step);
   resume.set_reason("the workers' loaded states");
   resume_ = resume;
+  ForgetCheckpointsAfterLocked(step);
   LogLine(absl::StrCat("the job starts after step ", step, ": its workers loaded saved states "
                        "of that step (", who, " first)"));
   return absl::OkStatus();
@@ -837,6 +839,7 @@ void Coordinator::RecoverLocked(const std::string& what_failed) {
   pending_checkpoints_.clear();
   requested_checkpoints_.clear();
   resume_ = resume;
+  ForgetCheckpointsAfterLocked(resume.has_value() ? resume->step() : 0);
   first_loaded_.reset();  // the new generation's workers say again what they loaded
   last_loss_step_ = last_variance_step_ = -1;
   state_ = v1::JOB_STATE_RECOVERING;
@@ -862,6 +865,17 @@ bool Coordinator::Finished() const {
 bool Coordinator::Failed() const {
   absl::MutexLock lock(&mu_);
   return state_ == v1::JOB_STATE_FAILED;
+}
+
+void Coordinator::ForgetCheckpointsAfterLocked(int64_t step) {
+  const auto newer = [step](const v1::CheckpointInfo& c) { return c.step() > step; };
+  const size_t before = committed_.size();
+  committed_.erase(std::remove_if(committed_.begin(), committed_.end(), newer), committed_.end());
+  if (committed_.size() != before) {
+    LogLine(absl::StrCat(before - committed_.size(), " committed checkpoint(s) after step ", step,
+                         " belong to an earlier run (or are damaged): this run writes those "
+                         "steps again"));
+  }
 }
 
 bool Coordinator::FinishedLocked() const {

@@ -196,6 +196,11 @@ class Coordinator final : public CoordinatorHandler {
   std::map<int64_t, PendingCheckpoint> pending_checkpoints_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, std::string> requested_checkpoints_ ABSL_GUARDED_BY(mu_);  // step -> reason
   std::vector<v1::CheckpointInfo> committed_ ABSL_GUARDED_BY(mu_);  // oldest first
+  // Drops the committed checkpoints after `step`, where this run starts: an earlier run's
+  // (one that went further, or whose newest is damaged). Without this, the job would
+  // count them as its own: finish before writing its last checkpoint, and answer the
+  // parts of those steps "committed" without a manifest of its own.
+  void ForgetCheckpointsAfterLocked(int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::optional<v1::ResumeFrom> resume_ ABSL_GUARDED_BY(mu_);
   v1::JobState state_ ABSL_GUARDED_BY(mu_) = v1::JOB_STATE_STARTING;
   std::string failure_reason_ ABSL_GUARDED_BY(mu_);

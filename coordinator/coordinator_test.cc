@@ -497,6 +497,56 @@ TEST_F(CoordinatorTest, ResumedJobsTellTheirMembersAndStartAfterTheCheckpoint) {
   EXPECT_EQ(coordinator_->GetJob({})->resumed_from_step(), 40);
 }
 
+// A job that resumes from step 10 while a committed checkpoint of step 20 exists (a run
+// that went further, or whose step 20 is damaged) writes step 20 again: the old one is not
+// its own, so its parts are not answered "committed" and the manifest is written anew.
+TEST_F(CoordinatorTest, CheckpointsAfterTheResumePointAreWrittenAgain) {
+  JobConfig config = SmallJob();
+  config.exchange.mode = "peer";
+  config.exchange.servers = 0;
+  config.checkpoint.dir = "/unused";
+  config.checkpoint.every_steps = 10;
+  CoordinatorOptions options;
+  options.config = config;
+  options.job_id = "job-1";
+  for (int64_t step : {10, 20}) {
+    v1::CheckpointManifest m;
+    m.set_step(step);
+    options.committed.push_back(m);
+  }
+  v1::ResumeFrom resume;
+  resume.set_step(10);
+  resume.set_name("step-000000010");
+  options.resume = resume;
+  options.resume_freeze_step = 30;
+  std::vector<v1::CheckpointManifest> written;
+  options.commit_checkpoint = [&](const v1::CheckpointManifest& m) {
+    written.push_back(m);
+    return absl::OkStatus();
+  };
+  coordinator_ = *Coordinator::Create(options, &clock_, nullptr);
+  v1::ListCheckpointsResponse list = *coordinator_->ListCheckpoints({});
+  ASSERT_EQ(list.checkpoints_size(), 1);
+  EXPECT_EQ(list.checkpoints(0).step(), 10);
+  ASSERT_EQ(RegisterWorker("w0"), 0);
+  ASSERT_EQ(RegisterWorker("w1"), 1);
+  for (int rank : {0, 1}) {
+    v1::CommitPartRequest r;
+    r.set_instance_id(rank == 0 ? "w0" : "w1");
+    r.set_step(20);
+    r.mutable_part()->set_role(v1::ROLE_WORKER);
+    r.mutable_part()->set_rank(rank);
+    r.mutable_part()->set_file(absl::StrCat("worker-0000", rank, ".part"));
+    r.mutable_part()->set_bytes(100);
+    r.mutable_part()->set_crc32(7);
+    absl::StatusOr<v1::CommitPartResponse> done = coordinator_->CommitPart(r);
+    ASSERT_TRUE(done.ok()) << done.status();
+    EXPECT_EQ(done->committed(), rank == 1);
+  }
+  ASSERT_EQ(written.size(), 1u);
+  EXPECT_EQ(written[0].step(), 20);
+}
+
 // A fresh job whose workers loaded saved states (onebit.torch's load_state_dict before the
 // first step) starts after their step; workers that disagree fail it, naming both; a job
 // with shards refuses (the states hold no server error); a checkpoint of the job wins.
