@@ -65,6 +65,10 @@ def parse_args():
     p.add_argument("--csv", help="rank 0: every step's loss and time")
     p.add_argument("--result", help="rank 0: the result as JSON")
     p.add_argument("--config", help="onebit: a job config (path) for the rest (exchange mode, ...)")
+    p.add_argument("--save", help="at the end, each rank torch.saves the model, the optimizer "
+                   "and the step to this path ({rank} in it: the rank's own file)")
+    p.add_argument("--resume", help="torch.load such a file before the first step and go on "
+                   "from its step to --steps ({rank} in it: the rank's own file)")
     return p.parse_args()
 
 
@@ -151,8 +155,21 @@ def main():
               f"{args.batch} x {size.block} tokens, {args.steps} steps, {device}", flush=True)
     autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if args.amp == "bf16"
                 else torch.autocast(device.type, enabled=False))
+    first = 1
+    if args.resume:
+        # As with torch.optim: the model and the optimizer loaded before the first step (a
+        # onebit job then starts after the saved step).
+        saved = torch.load(args.resume.format(rank=rank), map_location=device)
+        model.load_state_dict(saved["model"])
+        opt.load_state_dict(saved["optimizer"])
+        if scheduler is not None:
+            scheduler.load_state_dict(saved["scheduler"])
+        first = saved["step"] + 1
+        if rank == 0:
+            print(f"resumed from {args.resume.format(rank=rank)} after step {saved['step']}",
+                  flush=True)
     rows, start = [], None
-    for step in range(1, args.steps + 1):
+    for step in range(first, args.steps + 1):
         x, y = gpt.batch(train, size.block, args.seed, step, rank, args.batch)
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         began = time.perf_counter()
@@ -178,6 +195,10 @@ def main():
     seconds = rows[-1][1]
     if args.optimizer in ("onebit_adam", "zero_one_adam"):
         opt.close()  # the job ends after the last step every worker ran; the final model
+    if args.save:
+        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
+                    "scheduler": scheduler.state_dict() if scheduler is not None else None,
+                    "step": args.steps}, args.save.format(rank=rank))
     if rank == 0:
         final = gpt.held_out_loss(model, held_out, size.block, device=device)
         stages = {}

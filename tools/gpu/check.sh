@@ -145,6 +145,24 @@ gpt2() {  # gpt2 OPTIMIZER
 export -f gpt2
 check gpt2_adamw 100 gpt2 adamw
 check gpt2_onebit_adam 120 gpt2 onebit_adam
+# Saved with torch.save after 20 steps (compression from step 11), resumed in a fresh job
+# (the optimizer joins lazily; load_state_dict before the first step) and run to step 40.
+gpt2_resume() {
+  local common=(--optimizer onebit_adam --size "${GPT_SIZE:-gpt2}" --data synthetic
+                --device "$DEVICE" --amp "${AMP:-bf16}" --batch 8 --freeze_step 10 --eps 1e-5
+                --log_every 10 --threads 4)
+  RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29720 \
+    PYTHONPATH="$BIN/python" "$PY" examples/gpt/train.py "${common[@]}" --steps 20 \
+    --save "$LOGS/gpt2_state.pt" &&
+  RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29730 \
+    PYTHONPATH="$BIN/python" "$PY" examples/gpt/train.py "${common[@]}" --steps 40 \
+    --resume "$LOGS/gpt2_state.pt" --result "$LOGS/gpt2_resume.json"
+  local rc=$?
+  rm -f "$LOGS/gpt2_state.pt"  # 1.5 GB: not for the logs' archive
+  return $rc
+}
+export -f gpt2_resume
+check gpt2_resume 150 gpt2_resume
 
 # ---- Jobs. One GPU: NCCL takes one rank per GPU, so the NCCL jobs are worlds of one (the
 # transport and its communicators are made all the same; nothing crosses the wire). Several
