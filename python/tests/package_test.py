@@ -122,19 +122,17 @@ class SameBitsAsReplay(StreamCase):
         script = [os.path.join(HERE, "stream_train.py"), "{config}",
                   os.path.join(self.tmp, "params.npy"), os.path.join(self.tmp, "grads.npy"),
                   os.path.join(tmp, "package.npy"), "OneBitAdam"]
-        os.environ["SAVE_STATE"] = states
-        try:
-            first = launch(os.path.join(tmp, "first"),
-                           job_config("OneBitAdam", params, steps=12), script)
-        finally:
-            del os.environ["SAVE_STATE"]
-        self.assertEqual(first.returncode, 0, first.stdout[-3000:] + first.stderr[-3000:])
-        os.environ["LOAD_STATE"] = states
-        try:
-            second = launch(os.path.join(tmp, "second"), job_config("OneBitAdam", params), script)
-        finally:
-            del os.environ["LOAD_STATE"]
-        self.assertEqual(second.returncode, 0, second.stdout[-3000:] + second.stderr[-3000:])
+        def job(name, config, **env):  # a launch with these variables, which must succeed
+            os.environ.update(env)
+            try:
+                r = launch(os.path.join(tmp, name), config, script)
+            finally:
+                for key in env:
+                    del os.environ[key]
+            self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
+
+        job("first", job_config("OneBitAdam", params, steps=12), SAVE_STATE=states)
+        job("second", job_config("OneBitAdam", params), LOAD_STATE=states)
         with open(os.path.join(tmp, "second", "out", "onebit_adam", "coordinator.log")) as f:
             self.assertIn("the job starts after step 12: its workers loaded saved states", f.read())
         replay = os.path.join(tmp, "replay.npy")
@@ -149,12 +147,7 @@ class SameBitsAsReplay(StreamCase):
 
         # Rank 0's state loaded by both ranks (a rank-0-only torch.save): rank 1's error
         # buffers start at zero, and it says so.
-        os.environ["LOAD_STATE"] = states.replace("{rank}", "0")
-        try:
-            third = launch(os.path.join(tmp, "third"), job_config("OneBitAdam", params), script)
-        finally:
-            del os.environ["LOAD_STATE"]
-        self.assertEqual(third.returncode, 0, third.stdout[-3000:] + third.stderr[-3000:])
+        job("third", job_config("OneBitAdam", params), LOAD_STATE=states.replace("{rank}", "0"))
         with open(os.path.join(tmp, "third", "out", "onebit_adam", "worker-1.log")) as f:
             self.assertIn("worker rank 1: error buffers reset (the state was saved by rank 0 "
                           "of 2 workers; this is rank 1 of 2)", f.read())
