@@ -25,6 +25,20 @@ JobConfig SmallJob() {
   return config;
 }
 
+// A member's report of its checkpoint part of `step`, named as the coordinator expects.
+v1::CommitPartRequest PartRequest(v1::Role role, int rank, const std::string& id, int64_t step) {
+  v1::CommitPartRequest r;
+  r.set_instance_id(id);
+  r.set_step(step);
+  r.mutable_part()->set_role(role);
+  r.mutable_part()->set_rank(rank);
+  r.mutable_part()->set_file(role == v1::ROLE_SERVER ? absl::StrCat("server-0000", rank, ".part")
+                                                     : absl::StrCat("worker-0000", rank, ".part"));
+  r.mutable_part()->set_bytes(100 + rank);
+  r.mutable_part()->set_crc32(7);
+  return r;
+}
+
 class CoordinatorTest : public ::testing::Test {
  protected:
   void SetUp() override { Make(SmallJob()); }
@@ -410,30 +424,18 @@ TEST_F(CoordinatorTest, CheckpointCommitsWhenEveryPartIsIn) {
   ASSERT_TRUE(coordinator_->Register(server).ok());
   EXPECT_THAT(Lease(0, 1)->checkpoint_steps(), testing::ElementsAre(10));
 
-  auto part = [](v1::Role role, int rank, const std::string& id, int64_t step) {
-    v1::CommitPartRequest r;
-    r.set_instance_id(id);
-    r.set_step(step);
-    r.mutable_part()->set_role(role);
-    r.mutable_part()->set_rank(rank);
-    r.mutable_part()->set_file(role == v1::ROLE_SERVER ? absl::StrCat("server-0000", rank, ".part")
-                                                       : absl::StrCat("worker-0000", rank, ".part"));
-    r.mutable_part()->set_bytes(100 + rank);
-    r.mutable_part()->set_crc32(7);
-    return r;
-  };
   // Bad parts change nothing.
-  EXPECT_EQ(coordinator_->CommitPart(part(v1::ROLE_WORKER, 0, "w0", 7)).status().code(),
+  EXPECT_EQ(coordinator_->CommitPart(PartRequest(v1::ROLE_WORKER, 0, "w0", 7)).status().code(),
             absl::StatusCode::kInvalidArgument);  // no checkpoint after step 7
-  EXPECT_EQ(coordinator_->CommitPart(part(v1::ROLE_WORKER, 0, "w1", 10)).status().code(),
+  EXPECT_EQ(coordinator_->CommitPart(PartRequest(v1::ROLE_WORKER, 0, "w1", 10)).status().code(),
             absl::StatusCode::kFailedPrecondition);  // not rank 0's instance
-  v1::CommitPartRequest escape = part(v1::ROLE_WORKER, 0, "w0", 10);
+  v1::CommitPartRequest escape = PartRequest(v1::ROLE_WORKER, 0, "w0", 10);
   escape.mutable_part()->set_file("../../etc/passwd");
   EXPECT_EQ(coordinator_->CommitPart(escape).status().code(), absl::StatusCode::kInvalidArgument);
 
-  EXPECT_FALSE(coordinator_->CommitPart(part(v1::ROLE_WORKER, 0, "w0", 10))->committed());
-  EXPECT_FALSE(coordinator_->CommitPart(part(v1::ROLE_WORKER, 0, "w0", 10))->committed());  // retry
-  EXPECT_FALSE(coordinator_->CommitPart(part(v1::ROLE_SERVER, 0, "s0", 10))->committed());
+  EXPECT_FALSE(coordinator_->CommitPart(PartRequest(v1::ROLE_WORKER, 0, "w0", 10))->committed());
+  EXPECT_FALSE(coordinator_->CommitPart(PartRequest(v1::ROLE_WORKER, 0, "w0", 10))->committed());  // retry
+  EXPECT_FALSE(coordinator_->CommitPart(PartRequest(v1::ROLE_SERVER, 0, "s0", 10))->committed());
   v1::ListCheckpointsResponse list = *coordinator_->ListCheckpoints({});
   ASSERT_EQ(list.checkpoints_size(), 1);
   EXPECT_FALSE(list.checkpoints(0).committed());
@@ -441,7 +443,7 @@ TEST_F(CoordinatorTest, CheckpointCommitsWhenEveryPartIsIn) {
   EXPECT_EQ(list.checkpoints(0).parts_expected(), 3);
   EXPECT_TRUE(written.empty());
 
-  EXPECT_TRUE(coordinator_->CommitPart(part(v1::ROLE_WORKER, 1, "w1", 10))->committed());
+  EXPECT_TRUE(coordinator_->CommitPart(PartRequest(v1::ROLE_WORKER, 1, "w1", 10))->committed());
   ASSERT_EQ(written.size(), 1u);
   EXPECT_EQ(written[0].step(), 10);
   EXPECT_EQ(written[0].parts_size(), 3);
@@ -451,7 +453,7 @@ TEST_F(CoordinatorTest, CheckpointCommitsWhenEveryPartIsIn) {
   EXPECT_EQ(written[0].reason(), "every 10 steps");
   EXPECT_EQ(coordinator_->GetJob({})->last_checkpoint_step(), 10);
   // A late retry is answered, and writes nothing again.
-  EXPECT_TRUE(coordinator_->CommitPart(part(v1::ROLE_WORKER, 1, "w1", 10))->committed());
+  EXPECT_TRUE(coordinator_->CommitPart(PartRequest(v1::ROLE_WORKER, 1, "w1", 10))->committed());
   EXPECT_EQ(written.size(), 1u);
 
   // On demand: after the furthest lease, announced in the leases that cover it.
@@ -531,15 +533,8 @@ TEST_F(CoordinatorTest, CheckpointsAfterTheResumePointAreWrittenAgain) {
   ASSERT_EQ(RegisterWorker("w0"), 0);
   ASSERT_EQ(RegisterWorker("w1"), 1);
   for (int rank : {0, 1}) {
-    v1::CommitPartRequest r;
-    r.set_instance_id(rank == 0 ? "w0" : "w1");
-    r.set_step(20);
-    r.mutable_part()->set_role(v1::ROLE_WORKER);
-    r.mutable_part()->set_rank(rank);
-    r.mutable_part()->set_file(absl::StrCat("worker-0000", rank, ".part"));
-    r.mutable_part()->set_bytes(100);
-    r.mutable_part()->set_crc32(7);
-    absl::StatusOr<v1::CommitPartResponse> done = coordinator_->CommitPart(r);
+    absl::StatusOr<v1::CommitPartResponse> done =
+        coordinator_->CommitPart(PartRequest(v1::ROLE_WORKER, rank, rank == 0 ? "w0" : "w1", 20));
     ASSERT_TRUE(done.ok()) << done.status();
     EXPECT_EQ(done->committed(), rank == 1);
   }

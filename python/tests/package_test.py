@@ -56,6 +56,19 @@ class StreamCase(unittest.TestCase):
                         f"--steps={T}", f"--n={N}", "--out_dir=" + cls.tmp], check=True,
                        capture_output=True)
 
+    def replay(self, out, flags):
+        """onebit-replay over the stream (gloo, W workers) with these flags: its parameters."""
+        subprocess.run([os.path.join(BIN, "tools/onebit-replay"), f"--workers={W}",
+                        "--params=" + os.path.join(self.tmp, "params.npy"),
+                        "--grads=" + os.path.join(self.tmp, "grads.npy"), "--out=" + out,
+                        "--transport=gloo"] + flags, check=True, capture_output=True)
+        return np.load(out)
+
+    def assertSameBits(self, got, want):
+        # Bit for bit, not close: the same optimizer and exchange, fed from Python.
+        self.assertTrue(np.array_equal(got.view(np.uint32), want.view(np.uint32)),
+                        f"max difference {np.abs(got - want).max()}")
+
 
 class SameBitsAsReplay(StreamCase):
     """The package's optimizers on a recorded stream: the bits of onebit-replay (itself
@@ -72,16 +85,9 @@ class SameBitsAsReplay(StreamCase):
                     os.path.join(self.tmp, "params.npy"), os.path.join(self.tmp, "grads.npy"),
                     out, optimizer, split])
         self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
-        replay = os.path.join(tmp, "replay.npy")
-        subprocess.run([os.path.join(BIN, "tools/onebit-replay"), f"--workers={W}",
-                        "--params=" + os.path.join(self.tmp, "params.npy"),
-                        "--grads=" + os.path.join(self.tmp, "grads.npy"), "--out=" + replay,
-                        "--transport=gloo"] + replay_flags, check=True, capture_output=True)
-        got, want = np.load(out), np.load(replay)
+        got, want = np.load(out), self.replay(os.path.join(tmp, "replay.npy"), replay_flags)
         self.assertEqual(got.shape, (N,))
-        # Bit for bit, not close: the same optimizer and exchange, fed from Python.
-        self.assertTrue(np.array_equal(got.view(np.uint32), want.view(np.uint32)),
-                        f"max difference {np.abs(got - want).max()}")
+        self.assertSameBits(got, want)
         initial = np.load(os.path.join(self.tmp, "params.npy"))
         self.assertGreater(np.abs(got - initial).max(), 1e-3)  # it did train
         return os.path.join(tmp, "out", "onebit_adam")
@@ -135,15 +141,9 @@ class SameBitsAsReplay(StreamCase):
         job("second", job_config("OneBitAdam", params), LOAD_STATE=states)
         with open(os.path.join(tmp, "second", "out", "onebit_adam", "coordinator.log")) as f:
             self.assertIn("the job starts after step 12: its workers loaded saved states", f.read())
-        replay = os.path.join(tmp, "replay.npy")
-        subprocess.run([os.path.join(BIN, "tools/onebit-replay"), f"--workers={W}",
-                        "--params=" + os.path.join(self.tmp, "params.npy"),
-                        "--grads=" + os.path.join(self.tmp, "grads.npy"), "--out=" + replay,
-                        "--transport=gloo", "--lr=0.01", "--eps=1e-8", "--freeze-step=10"],
-                       check=True, capture_output=True)
-        got, want = np.load(os.path.join(tmp, "package.npy")), np.load(replay)
-        self.assertTrue(np.array_equal(got.view(np.uint32), want.view(np.uint32)),
-                        f"max difference {np.abs(got - want).max()}")
+        self.assertSameBits(np.load(os.path.join(tmp, "package.npy")),
+                            self.replay(os.path.join(tmp, "replay.npy"),
+                                        ["--lr=0.01", "--eps=1e-8", "--freeze-step=10"]))
 
         # Rank 0's state loaded by both ranks (a rank-0-only torch.save): rank 1's error
         # buffers start at zero, and it says so.
@@ -175,14 +175,8 @@ class ParamGroups(StreamCase):
     gives the whole model with that group's lr and decay (1-bit Adam exchanges only the
     momentum, which neither changes)."""
 
-    def replay(self, tmp, name, flags):
-        out = os.path.join(tmp, name)
-        subprocess.run([os.path.join(BIN, "tools/onebit-replay"), f"--workers={W}",
-                        "--params=" + os.path.join(self.tmp, "params.npy"),
-                        "--grads=" + os.path.join(self.tmp, "grads.npy"), "--out=" + out,
-                        "--transport=gloo", "--eps=1e-8", "--freeze-step=10"] + flags,
-                       check=True, capture_output=True)
-        return np.load(out)
+    def group_replay(self, tmp, name, flags):
+        return self.replay(os.path.join(tmp, name), ["--eps=1e-8", "--freeze-step=10"] + flags)
 
     def test_two_groups_with_their_own_lr_and_weight_decay(self):
         tmp = tempfile.mkdtemp(prefix="groups-", dir=self.tmp)
@@ -197,8 +191,8 @@ class ParamGroups(StreamCase):
             del os.environ["SECOND_GROUP"]
         self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
         got = np.load(out).view(np.uint32)
-        first = self.replay(tmp, "first.npy", ["--lr=0.01", "--weight-decay=0"]).view(np.uint32)
-        second = self.replay(tmp, "second.npy", ["--lr=0.02", "--weight-decay=0.1"]).view(np.uint32)
+        first = self.group_replay(tmp, "first.npy", ["--lr=0.01", "--weight-decay=0"]).view(np.uint32)
+        second = self.group_replay(tmp, "second.npy", ["--lr=0.02", "--weight-decay=0.1"]).view(np.uint32)
         self.assertTrue(np.array_equal(got[:SPLIT], first[:SPLIT]))
         self.assertTrue(np.array_equal(got[SPLIT:], second[SPLIT:]))
         self.assertFalse(np.array_equal(got[SPLIT:], first[SPLIT:]))  # the group's own did act
@@ -288,15 +282,9 @@ class Recovery(StreamCase):
             log = f.read()
         self.assertIn("rank 1: killing itself before step 18", log)
         self.assertIn("resumed from the checkpoint of step 15", log)
-        replay = os.path.join(tmp, "replay.npy")
-        subprocess.run([os.path.join(BIN, "tools/onebit-replay"), f"--workers={W}",
-                        "--params=" + os.path.join(self.tmp, "params.npy"),
-                        "--grads=" + os.path.join(self.tmp, "grads.npy"), "--out=" + replay,
-                        "--transport=gloo", "--lr=0.01", "--eps=1e-8", "--freeze-step=10"],
-                       check=True, capture_output=True)
-        got, want = np.load(out), np.load(replay)
-        self.assertTrue(np.array_equal(got.view(np.uint32), want.view(np.uint32)),
-                        f"max difference {np.abs(got - want).max()}")
+        self.assertSameBits(np.load(out), self.replay(os.path.join(tmp, "replay.npy"),
+                                                      ["--lr=0.01", "--eps=1e-8",
+                                                       "--freeze-step=10"]))
 
 
 class BadInput(unittest.TestCase):
@@ -496,15 +484,9 @@ class LaunchedLikeTorchrun(StreamCase):
                 self.assertEqual(p.returncode, 0, logs[-1][-3000:])
         if not expect_ok:
             return logs
-        replay = os.path.join(tmp, "replay.npy")
-        subprocess.run([os.path.join(BIN, "tools/onebit-replay"), f"--workers={W}",
-                        "--params=" + os.path.join(self.tmp, "params.npy"),
-                        "--grads=" + os.path.join(self.tmp, "grads.npy"), "--out=" + replay,
-                        "--transport=gloo", "--lr=0.01", "--eps=1e-8", "--weight-decay=0.001",
-                        "--freeze-step=10"], check=True, capture_output=True)
-        got, want = np.load(out), np.load(replay)
-        self.assertTrue(np.array_equal(got.view(np.uint32), want.view(np.uint32)),
-                        f"max difference {np.abs(got - want).max()}")
+        self.assertSameBits(np.load(out), self.replay(
+            os.path.join(tmp, "replay.npy"),
+            ["--lr=0.01", "--eps=1e-8", "--weight-decay=0.001", "--freeze-step=10"]))
         return logs
 
     def test_torchrun_environment(self):
