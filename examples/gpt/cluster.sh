@@ -9,10 +9,14 @@
 #   sudo examples/gpt/cluster.sh [--rate 100mbit] [--steps 200] [--freeze_step 20]
 #                                [--systems "ddp_adam onebit_adam ..."] [--out DIR]
 #                                [--train_args "--schedule cosine --betas 0.9 0.95 ..."]
+#                                [--steps_for "onebit_adam=520 ..."] [--limit_s 3600]
 #   PLOT_ONLY=1 examples/gpt/cluster.sh --out DIR     # redraw DIR/loss.png and DIR/results.md
 #   RESUME=1 examples/gpt/cluster.sh ... --out DIR    # run only the systems without a result
 #
 # --train_args go to every system's train.py (the same hyper-parameters for all).
+# --steps_for gives a system its own number of steps (and so its own schedule's length):
+# the comparison is loss against wall-clock time, so a cheaper step may be spent more often.
+# --limit_s stops a system that runs longer (a hung collective) and records it as failed.
 #
 # Writes OUT/<system>/ (every rank's log; rank 0's CSV of loss and time per step and its
 # result JSON; the nodes' link byte counters before and after), OUT/results.md (the table)
@@ -26,8 +30,10 @@ RATE=100mbit
 STEPS=200
 FREEZE=20
 BATCH=2
-SYSTEMS="ddp_adam ddp_fp16 ddp_powersgd onebit_adam zero_one_adam"
+SYSTEMS="ddp_adam onebit_adam zero_one_adam ddp_fp16 ddp_powersgd"
 TRAIN_ARGS=""
+STEPS_FOR=""
+LIMIT_S=3600
 OUT="$HERE/out/cluster"
 while [ $# -gt 0 ]; do
   case $1 in
@@ -37,8 +43,10 @@ while [ $# -gt 0 ]; do
     --batch) BATCH=$2; shift ;;
     --systems) SYSTEMS=$2; shift ;;
     --train_args) TRAIN_ARGS=$2; shift ;;
+    --steps_for) STEPS_FOR=$2; shift ;;
+    --limit_s) LIMIT_S=$2; shift ;;
     --out) OUT=$2; shift ;;
-    *) echo "usage: $0 [--rate R] [--steps N] [--freeze_step N] [--batch B] [--systems S] [--out DIR] [--train_args ARGS]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--rate R] [--steps N] [--freeze_step N] [--batch B] [--systems S] [--out DIR] [--train_args ARGS] [--steps_for S=N ...] [--limit_s S]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -52,8 +60,17 @@ log() { echo "[gpt $(date -u +%H:%M:%S)] $*"; }
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
 
+steps_of() {  # SYSTEM: its --steps_for entry, else --steps
+  local kv
+  for kv in $STEPS_FOR; do
+    if [ "${kv%%=*}" = "$1" ]; then echo "${kv#*=}"; return; fi
+  done
+  echo "$STEPS"
+}
+
 run_system() {  # SYSTEM PORT
-  local sys=$1 port=$2 dir="$OUT/$1" pids=() i rc=0 t0
+  local sys=$1 port=$2 dir="$OUT/$1" pids=() i rc=0 t0 steps
+  steps=$(steps_of "$sys")
   rm -rf "$dir" && mkdir -p "$dir"
   "$ROOT/tools/emulated_cluster.sh" bytes > "$dir/bytes_before.txt"
   t0=$(date +%s.%N)
@@ -62,7 +79,7 @@ run_system() {  # SYSTEM PORT
       LOCAL_WORLD_SIZE=1 MASTER_ADDR="$MASTER" MASTER_PORT="$port" GLOO_SOCKET_IFNAME=eth0 \
       OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 PYTHONUNBUFFERED=1 \
       PYTHONPATH="$ROOT/python:$ROOT/bazel-bin/python${PYTHONPATH:+:$PYTHONPATH}" \
-      "$PY" "$HERE/train.py" --optimizer "$sys" --size small --steps "$STEPS" \
+      timeout -k 10 "$LIMIT_S" "$PY" "$HERE/train.py" --optimizer "$sys" --size small --steps "$steps" \
       --batch "$BATCH" --freeze_step "$FREEZE" --log_every 10 \
       --csv "$dir/steps.csv" --result "$dir/result.json" $TRAIN_ARGS > "$dir/rank-$i.log" 2>&1 &
     pids+=($!)
@@ -83,8 +100,8 @@ if [ -z "${PLOT_ONLY:-}" ]; then
     'import onebit.torch' || die "needs onebit's extension: bazel build //python:_onebit_core.so"
   trap '"$ROOT/tools/emulated_cluster.sh" down > /dev/null 2>&1 || true' EXIT
   "$ROOT/tools/emulated_cluster.sh" up $WORKERS "$RATE" > /dev/null
-  log "$WORKERS nodes at $RATE; $STEPS steps x $WORKERS workers x batch $BATCH; systems: $SYSTEMS"
-  echo "$(git -C "$ROOT" rev-parse --short HEAD) $(date -u +%F) $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'); rate $RATE; steps $STEPS; freeze_step $FREEZE; batch $BATCH; $TRAIN_ARGS" > "$OUT/machine.txt.$$"
+  log "$WORKERS nodes at $RATE; $STEPS steps${STEPS_FOR:+ ($STEPS_FOR)} x $WORKERS workers x batch $BATCH; systems: $SYSTEMS"
+  echo "$(git -C "$ROOT" rev-parse --short HEAD) $(date -u +%F) $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'); rate $RATE; steps $STEPS${STEPS_FOR:+ ($STEPS_FOR)}; freeze_step $FREEZE; batch $BATCH; $TRAIN_ARGS" > "$OUT/machine.txt.$$"
   # A resumed run keeps the first part's line (the same settings: the systems compare).
   if [ -n "${RESUME:-}" ] && [ -f "$OUT/machine.txt" ]; then rm "$OUT/machine.txt.$$"; else mv "$OUT/machine.txt.$$" "$OUT/machine.txt"; fi
   port=29800
