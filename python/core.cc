@@ -113,8 +113,12 @@ absl::Status RestoreState(Trainer& trainer, const LoadedState& s, bool keep_erro
 class PyWorker {
  public:
   PyWorker(WorkerProcessOptions options, py::array_t<float, py::array::c_style> initial,
-           std::vector<size_t> groups, std::optional<LoadedState> loaded)
-      : options_(std::move(options)), groups_(std::move(groups)), loaded_(std::move(loaded)) {
+           std::vector<size_t> groups, std::vector<ParamRange> buckets,
+           std::optional<LoadedState> loaded)
+      : options_(std::move(options)),
+        groups_(std::move(groups)),
+        buckets_(std::move(buckets)),
+        loaded_(std::move(loaded)) {
     if (initial.ndim() != 1) throw py::value_error("initial parameters must be 1-D");
     initial_.assign(initial.data(), initial.data() + initial.size());
   }
@@ -151,6 +155,7 @@ class PyWorker {
       w.name = "pytorch";
       w.initial = initial_;
       w.groups = groups_;
+      w.buckets = buckets_;
       auto made = ExternalWorkload::Create(std::move(w), backend);
       if (!made.ok()) return made.status();
       absl::MutexLock lock(&mu_);
@@ -267,6 +272,21 @@ class PyWorker {
     absl::MutexLock lock(&mu_);
     if (workload_ == nullptr) Throw(absl::FailedPreconditionError("the worker is not running"));
     if (absl::Status s = workload_->Supply(step, loss, lr, max_grad_norm); !s.ok()) Throw(s);
+  }
+
+  // OVERLAP: bucket `bucket` of step `step`'s gradient is final (ExternalWorkload::Announce).
+  // Keeps the GIL: the copy is one memcpy, and mu_ must not be held without it.
+  void Announce(int64_t step, size_t bucket) {
+    absl::MutexLock lock(&mu_);
+    if (workload_ == nullptr) Throw(absl::FailedPreconditionError("the worker is not running"));
+    if (absl::Status s = workload_->Announce(step, bucket); !s.ok()) Throw(s);
+  }
+
+  // The first element of the gradient changed after its bucket was announced, or -1.
+  int64_t ChangedSinceAnnounced() {
+    absl::MutexLock lock(&mu_);
+    if (workload_ == nullptr) Throw(absl::FailedPreconditionError("the worker is not running"));
+    return workload_->ChangedSinceAnnounced();
   }
 
   // The script's loop ended after `step` (a job without steps): the worker ends there.
@@ -462,6 +482,7 @@ class PyWorker {
 
   const WorkerProcessOptions options_;
   const std::vector<size_t> groups_;
+  const std::vector<ParamRange> buckets_;  // overlap: announcement order; empty: none
   const std::optional<LoadedState> loaded_;  // load_state_dict before the first step
   std::vector<float> initial_;
   std::vector<float> final_params_;  // after_run's copy
@@ -558,7 +579,8 @@ PYBIND11_MODULE(_onebit_core, m) {
                        const std::string& history_csv, int cuda_device,
                        const std::string& member_token_file,
                        const std::vector<std::tuple<size_t, size_t, float, float>>& hyper_groups,
-                       const std::optional<py::dict>& loaded) {
+                       const std::optional<py::dict>& loaded,
+                       const std::vector<std::pair<size_t, size_t>>& buckets) {
              WorkerProcessOptions o;
              // (begin, end, lr scale, weight decay) of each param group; checked by the
              // optimizer (a bad one fails the worker's start with a ValueError).
@@ -583,15 +605,18 @@ PYBIND11_MODULE(_onebit_core, m) {
                o.loaded_step = state->step;
                o.loaded_freeze_step = state->freeze_step;
              }
+             std::vector<onebit::ParamRange> ranges;
+             for (const auto& [begin, end] : buckets) ranges.push_back({begin, end});
              return std::make_unique<PyWorker>(std::move(o), initial, std::move(groups),
-                                               std::move(state));
+                                               std::move(ranges), std::move(state));
            }),
            py::arg("config"), py::arg("coordinator"), py::arg("initial"), py::arg("groups"),
            py::arg("host") = "127.0.0.1", py::arg("metrics_port") = 0, py::arg("rank") = -1,
            py::arg("summary_file") = "", py::arg("history_csv") = "",
            py::arg("cuda_device") = 0, py::arg("member_token_file") = "",
            py::arg("hyper_groups") = std::vector<std::tuple<size_t, size_t, float, float>>(),
-           py::arg("loaded") = std::nullopt)
+           py::arg("loaded") = std::nullopt,
+           py::arg("buckets") = std::vector<std::pair<size_t, size_t>>())
       .def("start", &PyWorker::Start)
       .def("wait_for_step", &PyWorker::WaitForStep, py::arg("timeout_s"))
       .def("supply", &PyWorker::Supply, py::arg("step"), py::arg("loss"),
@@ -599,6 +624,8 @@ PYBIND11_MODULE(_onebit_core, m) {
            py::arg("max_grad_norm") = std::numeric_limits<double>::quiet_NaN())
       .def("close", &PyWorker::Close, py::arg("why"))
       .def("end_after", &PyWorker::EndAfter, py::arg("step"))
+      .def("announce", &PyWorker::Announce, py::arg("step"), py::arg("bucket"))
+      .def("changed_since_announced", &PyWorker::ChangedSinceAnnounced)
       .def("join", &PyWorker::Join, py::arg("timeout_s"))
       .def("exit_code_after_failure", &PyWorker::ExitCodeAfterFailure)
       .def("params", [](py::object self) { return self.cast<PyWorker&>().Params(self); })

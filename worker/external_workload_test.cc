@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
 #include "kernels/kernels.h"
 #include "worker/trainer.h"
@@ -124,6 +125,72 @@ TEST(ExternalWorkloadTest, WaitingForAStepTimesOutAndBadInputIsRefused) {
   o.groups = {0, 2};
   EXPECT_EQ(ExternalWorkload::Create(o, backend.get()).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// OVERLAP: buckets announced during the step reach the trainer's buffer and its listener
+// at once, in order; Supply announces the rest; out-of-order, late and bad ones are refused.
+TEST(ExternalWorkloadTest, AnnouncedBucketsReachTheTrainerInOrder) {
+  struct Recorder : GradientListener {
+    absl::Mutex mu;
+    std::vector<ParamRange> seen ABSL_GUARDED_BY(mu);
+    void GradientReady(size_t begin, size_t end) override {
+      absl::MutexLock lock(&mu);
+      seen.push_back({begin, end});
+    }
+    std::vector<ParamRange> Seen() {
+      absl::MutexLock lock(&mu);
+      return seen;
+    }
+  };
+  auto backend = kernels::NewCpuBackend();
+  ExternalWorkloadOptions o;
+  o.initial.assign(kN, 0.0f);
+  o.buckets = {{3, kN}, {1, 3}, {0, 1}};  // the last layer's first, as backward ends them
+  auto made = ExternalWorkload::Create(o, backend.get());
+  ASSERT_TRUE(made.ok()) << made.status();
+  ExternalWorkload& w = **made;
+  EXPECT_EQ(w.gradient_buckets(), o.buckets);
+  Recorder recorder;
+  w.set_gradient_listener(&recorder);
+  EXPECT_EQ(w.Announce(1, 0).code(), absl::StatusCode::kFailedPrecondition);  // no step yet
+
+  std::vector<float> grad_out(kN, -1.0f);
+  absl::StatusOr<double> loss;
+  std::thread trainer([&] { loss = w.ComputeGradient(o.initial.data(), 1, grad_out.data()); });
+  ASSERT_EQ(*w.WaitForStep(), 1);
+  for (size_t i = 0; i < kN; ++i) w.gradient()[i] = 10.0f + i;
+  EXPECT_EQ(w.Announce(1, 1).code(), absl::StatusCode::kFailedPrecondition);  // not next
+  EXPECT_EQ(w.Announce(2, 0).code(), absl::StatusCode::kFailedPrecondition);  // not the step
+  ASSERT_TRUE(w.Announce(1, 0).ok());
+  EXPECT_EQ(recorder.Seen(), (std::vector<ParamRange>{{3, kN}}));
+  EXPECT_EQ(grad_out, (std::vector<float>{-1, -1, -1, 13, 14}));  // bucket 0 only, already
+  EXPECT_EQ(w.Announce(1, 0).code(), absl::StatusCode::kFailedPrecondition);  // twice
+  EXPECT_EQ(w.ChangedSinceAnnounced(), -1);
+  w.gradient()[4] = 0.5f;  // changed after it went out
+  EXPECT_EQ(w.ChangedSinceAnnounced(), 4);
+  w.gradient()[4] = 14.0f;
+  w.gradient()[0] = 0.5f;  // not announced yet: free to change
+  EXPECT_EQ(w.ChangedSinceAnnounced(), -1);
+  w.gradient()[0] = 10.0f;
+  ASSERT_TRUE(w.Supply(1, 0.5).ok());  // buckets 1 and 2 with it
+  trainer.join();
+  ASSERT_TRUE(loss.ok()) << loss.status();
+  EXPECT_EQ(*loss, 0.5);
+  EXPECT_EQ(recorder.Seen(), (std::vector<ParamRange>{{3, kN}, {1, 3}, {0, 1}}));
+  EXPECT_EQ(grad_out, (std::vector<float>{10, 11, 12, 13, 14}));
+  EXPECT_EQ(w.Announce(1, 1).code(), absl::StatusCode::kFailedPrecondition);  // step over
+
+  // Buckets that are no partition of [0, n).
+  for (const std::vector<ParamRange>& bad : std::vector<std::vector<ParamRange>>{
+           {{0, 2}, {3, kN}}, {{0, 3}, {2, kN}}, {{0, kN}, {kN, kN}}, {{0, 4}}}) {
+    o.buckets = bad;
+    absl::Status s = ExternalWorkload::Create(o, backend.get()).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  }
+  // Without buckets there is nothing to announce.
+  o.buckets.clear();
+  EXPECT_EQ((*ExternalWorkload::Create(o, backend.get()))->Announce(1, 0).code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

@@ -396,7 +396,7 @@ absl::Status Trainer::RunStep(int64_t t) {
 
   // Overlap: the exchange thread sums the buckets the workload announces while it computes.
   PeerExchange* const overlap =
-      listener_ != nullptr && report.stage == Stage::kWarmup && exchange.world_size() > 1
+      listener_ != nullptr && optimizer_->sums_gradients() && exchange.world_size() > 1
           ? options_.overlap
           : nullptr;
   const double busy_before = overlap != nullptr ? overlap->overlap_busy_seconds() : 0.0;

@@ -64,6 +64,9 @@ def parse_args():
     p.add_argument("--log_every", type=int, default=20)
     p.add_argument("--csv", help="rank 0: every step's loss and time")
     p.add_argument("--result", help="rank 0: the result as JSON")
+    p.add_argument("--overlap", choices=("auto", "on", "off"), default="auto",
+                   help="onebit: the warmup exchange during backward (auto: on for CPU "
+                   "tensors in peer mode)")
     p.add_argument("--config", help="onebit: a job config (path) for the rest (exchange mode, ...)")
     p.add_argument("--save", help="at the end, each rank torch.saves the model, the optimizer "
                    "and the step to this path ({rank} in it: the rank's own file)")
@@ -83,6 +86,7 @@ def build_optimizer(args, model, device, world):
     common = dict(lr=args.lr, betas=tuple(args.betas), eps=args.eps)
     if args.optimizer in ("onebit_adam", "zero_one_adam"):
         import onebit.torch as ot  # noqa: PLC0415
+        common["overlap"] = {"auto": None, "on": True, "off": False}[args.overlap]
         if args.optimizer == "onebit_adam":
             opt = ot.OneBitAdam(model.parameters(), freeze_step=args.freeze_step,
                                 config=args.config, **common)
@@ -212,7 +216,7 @@ def main():
             "median_step_s": {k: statistics.median(v) for k, v in stages.items()},
             "steps_per_s": {k: 1 / statistics.median(v) for k, v in stages.items()},
             "freeze_step": args.freeze_step, "lr": args.lr, "betas": list(args.betas),
-            "eps": args.eps, "schedule": args.schedule, "warmup_steps": args.warmup_steps,
+            "eps": args.eps, "schedule": args.schedule, "warmup_steps": args.warmup_steps, "overlap": args.overlap,
         }
         if args.csv:
             with open(args.csv, "w") as f:

@@ -50,9 +50,21 @@ MEMORY: the parameters are ONE flat float32 buffer, the optimizer's own; each pa
 tensor views its slice (no copies either way), and so do the gradients (their own flat
 buffer, which the C++ side copies once per step). Every worker must start from the same
 parameters: seed the model alike (torch.manual_seed) on every process.
+
+OVERLAP (CPU tensors, peer mode: on by default; overlap=False or the config's
+onebit.exchange.overlap turn it off): as DDP does, the warmup's full-precision exchange
+starts during backward(). The parameters are grouped in reverse order into buckets (the
+first up to 1 MB, the others up to bucket_cap_mb, 25 by default, as DDP's), and each
+bucket goes to the exchange as soon as backward has finished all its gradients. So, as
+with DDP: a gradient is final when backward() returns. Accumulating several backward()
+calls per step needs `with opt.no_sync():` around all but the last (a second gradient for
+a parameter already sent is an error naming it), and a gradient changed after backward()
+(clipping it in place: use opt.clip_grad_norm_) is an error at step().
 """
 
 import atexit
+import bisect
+import contextlib
 import json
 import os
 import sys
@@ -72,6 +84,35 @@ _UNSET = object()  # a keyword argument the caller did not give
 # The steps of a job without `steps` (config/job_config.h's kOpenEndedSteps): it runs until
 # its workers' training loops end, and ends after the step where they all did.
 OPEN_ENDED_STEPS = 1 << 40
+_FIRST_BUCKET_BYTES = 1 << 20  # DDP's first bucket: the last layers go out soon
+
+
+def _after_accumulation(p, fn):
+    """Calls fn() each time backward has accumulated p's gradient into p.grad (torch's
+    post-accumulate hook where it has one, >= 2.1; before, a hook on p's AccumulateGrad
+    node, which must be kept alive: returned)."""
+    if hasattr(p, "register_post_accumulate_grad_hook"):
+        return p.register_post_accumulate_grad_hook(lambda _: fn())
+    with torch.enable_grad():
+        node = p.expand_as(p).grad_fn.next_functions[0][0]
+    node.register_hook(lambda *_: fn())
+    return node
+
+
+def _buckets(sizes, first_cap, cap):
+    """Parameter indices in reverse order (as backward finishes them), grouped into
+    buckets of at least first_cap floats (the first) and cap (the others) where they
+    reach it: a list of index lists."""
+    buckets, current, total, limit = [], [], 0, first_cap
+    for i in reversed(range(len(sizes))):
+        current.append(i)
+        total += sizes[i]
+        if total >= limit:
+            buckets.append(current)
+            current, total, limit = [], 0, cap
+    if current:
+        buckets.append(current)
+    return buckets
 
 
 class OnebitError(RuntimeError):
@@ -238,6 +279,36 @@ def _named_and_trainable(params):
     return clean(params), names, frozen
 
 
+class _BucketPlan:
+    """The overlap's buckets (_buckets) and which of this step's gradients are final."""
+
+    def __init__(self, params, offsets, first_cap, cap):
+        self.buckets = _buckets([p.numel() for p in params], first_cap, cap)
+        # Each bucket's parameters are adjacent in the flat buffer: [first, last] reversed.
+        self.ranges = [(offsets[min(b)], offsets[max(b) + 1]) for b in self.buckets]
+        self.bucket_of = [0] * len(params)
+        for k, b in enumerate(self.buckets):
+            for i in b:
+                self.bucket_of[i] = k
+        self.reset()
+
+    def reset(self):
+        """A new step: nothing final, nothing sent."""
+        self.ready = [False] * len(self.bucket_of)
+        self.pending = [len(b) for b in self.buckets]
+        self.next = 0  # the next bucket to send
+
+    def mark(self, i):
+        """Parameter i's gradient is final: the buckets that can go now, in order."""
+        self.ready[i] = True
+        self.pending[self.bucket_of[i]] -= 1
+        out = []
+        while self.next < len(self.buckets) and self.pending[self.next] == 0:
+            out.append(self.next)
+            self.next += 1
+        return out
+
+
 class _NodeShard:
     """A parameter-server shard run by this process for its node (exchange.servers
     "per_node"): onebit-server as a child process, which registers with the job's
@@ -305,7 +376,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
 
     def __init__(self, params, lr=_UNSET, betas=_UNSET, eps=_UNSET, weight_decay=_UNSET, *,
                  bias_correction=_UNSET, config=None, coordinator=None, timeout_s=600.0,
-                 **hyper):
+                 overlap=None, bucket_cap_mb=25.0, **hyper):
         if isinstance(lr, (str, dict, os.PathLike)):  # the older form: (params, config)
             if config is not None:
                 raise TypeError("the config is given twice (second argument and config=)")
@@ -337,6 +408,12 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         me = weakref.ref(self)
         for p in self._params:
             p.register_hook(lambda grad, me=me: setattr(me(), "_grad_arrived", True) if me() else None)
+        # OVERLAP: each parameter's gradient, once backward accumulated it (_accumulated).
+        self._hook_handles = [
+            _after_accumulation(p, lambda i=i, me=me: me() is not None and me()._accumulated(i))
+            for i, p in enumerate(self._params)]
+        self._no_sync = 0
+        self._plan = None  # the buckets, once the worker is joined with overlap on
         self._device = self._params[0].device
         sizes = [p.numel() for p in self._params]
         self._offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64).tolist()
@@ -350,6 +427,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         self._open_ended = "steps" not in job
         self._steps = OPEN_ENDED_STEPS if self._open_ended else int(job["steps"])
         node_shards = job.get("onebit", {}).get("exchange", {}).get("servers") == "per_node"
+        self._overlap = self._overlap_setting(job, overlap, float(bucket_cap_mb))
         job = _job_config(job, self._type, explicit, self._offsets[-1],
                           "cuda" if self._device.type == "cuda" else "cpu")
         if self._open_ended:
@@ -404,8 +482,13 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         """The worker, joined to the job: its first lease granted (or the job over)."""
         if self._worker is None:
             initial = torch.cat([p.detach().reshape(-1).cpu() for p in self._params]).numpy()
+            ranges = []
+            if self._overlap is not None:
+                self._plan = _BucketPlan(self._params, self._offsets, *self._overlap)
+                ranges = self._plan.ranges
             self._worker = _core().Worker(initial=np.ascontiguousarray(initial),
-                                          loaded=self._loaded, **self._worker_args)
+                                          loaded=self._loaded, buckets=ranges,
+                                          **self._worker_args)
             self._loaded = None
             self._worker.start()
             self._next = self._wait()
@@ -526,6 +609,15 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             if grad.data_ptr() != view.data_ptr():  # zero_grad(set_to_none=True), or replaced
                 view.copy_(grad.reshape(view.shape))
                 p.grad = view
+        if self._plan is not None and self._plan.next > 0:
+            changed = self._joined().changed_since_announced()
+            if changed >= 0:
+                i = bisect.bisect_right(self._offsets, changed) - 1
+                raise RuntimeError(
+                    f"the gradient of {self._what(i)} changed after backward() handed it to "
+                    "the exchange (overlap): change gradients before they are final, clip "
+                    "with opt.clip_grad_norm_(max_norm), or build the optimizer with "
+                    "overlap=False")
         if self._device.type == "cuda":
             torch.cuda.current_stream(self._device).synchronize()
         lr = self._scheduled_lr()
@@ -535,6 +627,8 @@ class _OnebitOptimizer(torch.optim.Optimizer):
                             float("nan") if clip is None else clip)
         self._grad_arrived = False
         self._grad_versions = self._versions()
+        if self._plan is not None:
+            self._plan.reset()
         self._next = self._wait()
         return loss
 
@@ -556,6 +650,65 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             return torch.tensor(0.0)
         return torch.linalg.vector_norm(torch.stack(
             [torch.linalg.vector_norm(g.detach(), 2.0) for g in grads]), 2.0)
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Gradients accumulated inside stay on this worker until a backward() outside
+        (or step()) sends them, as DDP's no_sync: for micro-batches, all but the last
+        backward() of a step go inside."""
+        self._no_sync += 1
+        try:
+            yield
+        finally:
+            self._no_sync -= 1
+
+    def _accumulated(self, i):
+        """Backward accumulated parameter i's gradient: with overlap on, the buckets whose
+        gradients are all final go to the exchange now, in order."""
+        plan = self._plan
+        if plan is None or self._no_sync or self._done or self._worker is None:
+            return
+        p, view = self._params[i], self._grad_views[i]
+        if plan.ready[i]:
+            raise RuntimeError(
+                f"{self._what(i)} got a second gradient before step(), after the first went "
+                "to the exchange (overlap): accumulate micro-batches inside `with "
+                "opt.no_sync():` (all but the last backward), as with DDP, or build the "
+                "optimizer with overlap=False")
+        if p.grad.data_ptr() != view.data_ptr():  # zero_grad(set_to_none=True): a new tensor
+            with torch.no_grad():
+                view.copy_(p.grad.reshape(view.shape))
+            p.grad = view
+        for bucket in plan.mark(i):
+            self._worker.announce(self._next, bucket)
+
+    def _overlap_setting(self, job, overlap, cap_mb):
+        """(first bucket, bucket) caps in floats where the warmup exchange overlaps
+        backward(), else None. The config's onebit.exchange.overlap and the keyword must
+        agree where both are given; by default on for CPU tensors in peer mode."""
+        exchange = job.setdefault("onebit", {}).setdefault("exchange", {})
+        configured = exchange.get("overlap")
+        if overlap is not None and configured is not None and bool(overlap) != configured:
+            raise ValueError(f"overlap={overlap} while the job config's onebit.exchange.overlap "
+                             f"is {configured}: give one of the two")
+        if not cap_mb > 0:
+            raise ValueError(f"bucket_cap_mb must be > 0, got {cap_mb}")
+        on = overlap if overlap is not None else configured
+        peer = exchange.get("mode", "peer") == "peer"
+        if on is None:
+            on = peer and self._device.type == "cpu"
+        if on and self._device.type != "cpu":
+            raise ValueError("overlap (the warmup exchange during backward) works on CPU "
+                             "tensors only so far; on CUDA build the optimizer with "
+                             "overlap=False")
+        if on and not peer:
+            raise ValueError(f"overlap needs onebit.exchange.mode \"peer\", not "
+                             f"\"{exchange.get('mode')}\": build the optimizer with overlap=False")
+        exchange["overlap"] = bool(on)
+        if not on:
+            return None
+        cap = max(1, int(cap_mb * (1 << 20)) // 4)
+        return min(_FIRST_BUCKET_BYTES // 4, cap), cap
 
     def _scheduled_lr(self):
         """The job's lr for this step when the param groups' lrs moved (a torch

@@ -678,6 +678,51 @@ if sys.argv[2] == "fail":
         self.assertIn("--node_rank must be in [0, 2)", r.stderr)
 
 
+class Overlap(unittest.TestCase):
+    """The warmup exchange during backward() (overlap, on by default for CPU tensors), as
+    torch users write the loop: no_sync micro-batches, set_to_none, named parameters. With
+    two workers every sum order gives the same bits, so overlap on and off must agree bit
+    for bit; a gradient sent and then changed is an error naming the parameter."""
+
+    def run_mode(self, tmp, mode):
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [os.path.dirname(HERE), os.path.join(BIN, "python")]), OMP_NUM_THREADS="1")
+        for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+            env.pop(k, None)
+        logs = os.path.join(tmp, mode)
+        r = subprocess.run([sys.executable, "-m", "onebit.run", "--nproc_per_node=2",
+                            "--master_port=0", "--log_dir=" + logs,
+                            os.path.join(HERE, "overlap_train.py"),
+                            os.path.join(tmp, mode + ".npy"), mode],
+                           capture_output=True, text=True, timeout=180, env=env)
+        text = ""
+        for rank in (0, 1):
+            with open(os.path.join(logs, f"rank-{rank}.log")) as f:
+                text += f.read()
+        return r, text
+
+    def test_same_bits_on_and_off_and_changed_gradients_refused(self):
+        tmp = tempfile.mkdtemp(prefix="onebit-overlap-")
+        r, on_log = self.run_mode(tmp, "on")
+        self.assertEqual(r.returncode, 0, on_log[-3000:])
+        self.assertIn("exchange overlap: on, 2 buckets from the workload's 2 gradient ranges",
+                      on_log)
+        r, off_log = self.run_mode(tmp, "off")
+        self.assertEqual(r.returncode, 0, off_log[-3000:])
+        self.assertNotIn("exchange overlap: on", off_log)
+        self.assertSameBits = StreamCase.assertSameBits.__get__(self)
+        self.assertSameBits(np.load(os.path.join(tmp, "on.npy")),
+                            np.load(os.path.join(tmp, "off.npy")))
+        r, log = self.run_mode(tmp, "twice")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertRegex(log, r"parameter '\d\.(weight|bias)' \(.*\) got a second gradient "
+                         r"before step\(\), after the first went to the exchange")
+        r, log = self.run_mode(tmp, "modified")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertRegex(log, r"the gradient of parameter '\d\.(weight|bias)' \(.*\) changed "
+                         r"after backward\(\) handed it to the exchange")
+
+
 class TrainedLikeTorchOptim(unittest.TestCase):
     """One process alone (it runs its own coordinator): named parameters, a frozen layer
     left out of the job, and a step() without a new gradient refused without harm."""

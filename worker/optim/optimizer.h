@@ -57,6 +57,10 @@ class Optimizer {
 
   // The stage the next Step() runs in.
   virtual Stage stage() const = 0;
+  // Whether the next Step() sums the full-precision gradients (Exchange::SumGradients): the
+  // trainer overlaps that sum with the gradient's computation. Every warmup step, by
+  // default; 0/1 Adam's variance updates only.
+  virtual bool sums_gradients() const { return stage() == Stage::kWarmup; }
   // Steps completed.
   virtual int64_t step() const = 0;
   // The last step of the warmup stage.

@@ -91,6 +91,9 @@ class ZeroOneAdam : public Optimizer {
 
   // kWarmup through var_freeze_step (the variance stage), kCompression after.
   Stage stage() const override;
+  bool sums_gradients() const override {
+    return next_step_kind() == ZeroOneStep::kVarianceUpdate;
+  }
   // How the next step communicates.
   ZeroOneStep next_step_kind() const { return schedule_.Next(options_.var_freeze_step); }
   int64_t step() const override { return step_; }

@@ -22,6 +22,29 @@ absl::StatusOr<std::unique_ptr<ExternalWorkload>> ExternalWorkload::Create(
     return absl::InvalidArgumentError(absl::StrCat(
         "parameter groups must rise strictly from 0 to the parameter count ", n));
   }
+  if (!options.buckets.empty()) {
+    if (backend->memory_space() != kernels::MemorySpace::kHost) {
+      return absl::InvalidArgumentError(
+          "gradient buckets (overlap) need host memory: on a GPU the client's copies would "
+          "race the exchange on the backend's stream");
+    }
+    std::vector<ParamRange> sorted = options.buckets;
+    std::sort(sorted.begin(), sorted.end(),
+              [](const ParamRange& a, const ParamRange& b) { return a.begin < b.begin; });
+    size_t covered = 0;
+    for (const ParamRange& r : sorted) {
+      if (r.begin != covered || r.end <= r.begin) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "gradient buckets must partition [0, ", n, ") into non-empty ranges; [", r.begin,
+            ", ", r.end, ") does not follow [0, ", covered, ")"));
+      }
+      covered = r.end;
+    }
+    if (covered != n) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("gradient buckets cover [0, ", covered, "), the model has ", n));
+    }
+  }
   ONEBIT_ASSIGN_OR_RETURN(kernels::Buffer<float> gradient,
                           kernels::Buffer<float>::Create(backend, n));
   ONEBIT_RETURN_IF_ERROR(gradient.Zero());
@@ -35,6 +58,7 @@ ExternalWorkload::ExternalWorkload(ExternalWorkloadOptions options, kernels::Bac
       name_(std::move(options.name)),
       initial_(std::move(options.initial)),
       groups_(std::move(options.groups)),
+      buckets_(std::move(options.buckets)),
       gradient_(std::move(gradient)) {}
 
 absl::Status ExternalWorkload::InitParameters(float* host_params, uint64_t /*seed*/) const {
@@ -47,12 +71,15 @@ absl::StatusOr<double> ExternalWorkload::ComputeGradient(const float* params, in
   {
     absl::MutexLock lock(&mu_);
     params_ = params;
+    grad_out_ = grad_out;
+    announced_ = 0;
     wanted_ = step;
     auto ready = [this, step]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return closed_ || supplied_ == step || (ended_after_ >= 0 && step > ended_after_);
     };
     mu_.Await(absl::Condition(&ready));
     wanted_ = 0;
+    grad_out_ = nullptr;
     if (supplied_ != step && ended_after_ >= 0 && step > ended_after_) {
       return absl::OutOfRangeError(
           absl::StrCat("the training script's loop ended after step ", ended_after_));
@@ -62,7 +89,8 @@ absl::StatusOr<double> ExternalWorkload::ComputeGradient(const float* params, in
                                 : close_status_;
     }
   }
-  if (grad_out != gradient_.data()) {
+  // With buckets, Announce/Supply copied them all.
+  if (buckets_.empty() && grad_out != gradient_.data()) {
     ONEBIT_RETURN_IF_ERROR(
         backend_->Copy(grad_out, gradient_.data(), gradient_.size() * sizeof(float)));
   }
@@ -107,11 +135,59 @@ absl::Status ExternalWorkload::Supply(int64_t step, double loss, double lr,
     return absl::InvalidArgumentError(absl::StrCat(
         "the gradient-clipping norm of step ", step, " is ", max_grad_norm, "; it must be >= 0"));
   }
+  for (size_t b = announced_; b < buckets_.size(); ++b) AnnounceLocked(b);
   loss_ = loss;
   lr_ = lr;
   max_grad_norm_ = max_grad_norm;
   supplied_ = step;
   return absl::OkStatus();
+}
+
+absl::Status ExternalWorkload::Announce(int64_t step, size_t bucket) {
+  absl::MutexLock lock(&mu_);
+  if (buckets_.empty()) {
+    return absl::FailedPreconditionError("the workload was made without gradient buckets");
+  }
+  if (wanted_ != step || supplied_ == step) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("bucket ", bucket, " of step ", step, " while the trainer ",
+                     wanted_ > 0 ? absl::StrCat("waits for step ", wanted_)
+                                 : std::string("waits for none")));
+  }
+  if (bucket != announced_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "bucket ", bucket, " of step ", step, " announced; the next is ",
+        announced_ < buckets_.size() ? absl::StrCat("bucket ", announced_)
+                                     : std::string("none (all were)")));
+  }
+  AnnounceLocked(bucket);
+  return absl::OkStatus();
+}
+
+int64_t ExternalWorkload::ChangedSinceAnnounced() {
+  absl::MutexLock lock(&mu_);
+  if (grad_out_ == nullptr || grad_out_ == gradient_.data() || supplied_ == wanted_) return -1;
+  for (size_t b = 0; b < announced_; ++b) {
+    const ParamRange& r = buckets_[b];
+    const size_t bytes = (r.end - r.begin) * sizeof(float);
+    if (std::memcmp(grad_out_ + r.begin, gradient_.data() + r.begin, bytes) == 0) continue;
+    for (size_t i = r.begin; i < r.end; ++i) {
+      if (std::memcmp(grad_out_ + i, gradient_.data() + i, sizeof(float)) != 0) {
+        return static_cast<int64_t>(i);
+      }
+    }
+  }
+  return -1;
+}
+
+void ExternalWorkload::AnnounceLocked(size_t bucket) {
+  const ParamRange& r = buckets_[bucket];
+  if (grad_out_ != gradient_.data()) {
+    std::memcpy(grad_out_ + r.begin, gradient_.data() + r.begin,
+                (r.end - r.begin) * sizeof(float));
+  }
+  announced_ = bucket + 1;
+  AnnounceGradient(r.begin, r.end);
 }
 
 std::optional<double> ExternalWorkload::SuppliedMaxGradNorm(int64_t step) {

@@ -9,6 +9,20 @@
 //   Supply(t, loss)  ------------------------> copies gradient() into grad_out, returns loss
 //   WaitForStep() -> t+1 (the update of step t is in params() by then)
 //
+// OVERLAP: with options.buckets (a partition of [0, n) in the order the client's backward
+// pass finishes them: gradient_buckets()), the client announces each bucket of the step it
+// computes as soon as its part of gradient() is final, in that order:
+//
+//   WaitForStep() -> t
+//   (backward ...) Announce(t, 0) ---------->  copies bucket 0 into grad_out, tells the
+//   (backward ...) Announce(t, 1) ---------->  listener (the trainer's overlapped exchange
+//   ...                                        starts on it while backward goes on)
+//   Supply(t, loss)  ------------------------> announces the buckets not announced yet
+//
+// so ComputeGradient copies nothing at its end. The copies are host memcpys on the
+// client's thread (the exchange thread owns the backend meanwhile): buckets need host
+// memory.
+//
 // BUFFERS: params() is the optimizer's parameter vector (the trainer's, zero copies: the
 // client's tensors view it) once the trainer has asked for its first step, or once
 // SetParams was called; gradient() is this workload's own n-element buffer (backend
@@ -51,11 +65,15 @@ struct ExternalWorkloadOptions {
   // Boundaries {0, e_1, ..., n} of the model's tensors (Workload::parameter_groups); empty:
   // one tensor.
   std::vector<size_t> groups;
+  // OVERLAP (see the header comment): empty, or a partition of [0, n) in announcement
+  // order. Host memory only.
+  std::vector<ParamRange> buckets;
 };
 
 class ExternalWorkload : public Workload {
  public:
-  // INVALID_ARGUMENT for no parameters or bad groups. `backend` is borrowed.
+  // INVALID_ARGUMENT for no parameters, bad groups or bad buckets (or buckets on a GPU).
+  // `backend` is borrowed.
   static absl::StatusOr<std::unique_ptr<ExternalWorkload>> Create(ExternalWorkloadOptions options,
                                                                   kernels::Backend* backend);
 
@@ -69,6 +87,7 @@ class ExternalWorkload : public Workload {
   // The client evaluates its model itself: FAILED_PRECONDITION (turn evaluation off).
   absl::StatusOr<EvalResult> Evaluate(const float* params) override;
   std::vector<size_t> parameter_groups() const override { return groups_; }
+  std::vector<ParamRange> gradient_buckets() const override { return buckets_; }
 
   // ---- The client's thread ----
   // The step whose gradient the trainer waits for; -1 once the trainer finished (OK), or
@@ -83,6 +102,15 @@ class ExternalWorkload : public Workload {
                       double lr = std::numeric_limits<double>::quiet_NaN(),
                       double max_grad_norm = std::numeric_limits<double>::quiet_NaN());
   std::optional<double> SuppliedLearningRate(int64_t step);
+  // OVERLAP: gradient()'s part of bucket `bucket` is final for `step` (the step WaitForStep
+  // returned): it goes to the trainer now. FAILED_PRECONDITION when the trainer does not
+  // wait for `step`, when `bucket` is not the next one (the buckets go in order, each once
+  // a step) or when there are no buckets.
+  absl::Status Announce(int64_t step, size_t bucket);
+  // The first element of gradient() that differs (bitwise) from what the buckets announced
+  // for the waiting step carried: a gradient changed after it went to the exchange. -1
+  // when none did (or nothing was announced).
+  int64_t ChangedSinceAnnounced();
   // The script's loop ended after `step` (the last it supplied): the trainer's wait for a
   // later step returns OUT_OF_RANGE, and ended_after() says `step`.
   absl::Status EndAfter(int64_t step);
@@ -107,10 +135,16 @@ class ExternalWorkload : public Workload {
   const std::string name_;
   const std::vector<float> initial_;
   const std::vector<size_t> groups_;
+  const std::vector<ParamRange> buckets_;
   kernels::Buffer<float> gradient_;
+
+  // Copies bucket `bucket` into the waiting trainer's buffer and tells the listener.
+  void AnnounceLocked(size_t bucket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   mutable absl::Mutex mu_;
   const float* params_ ABSL_GUARDED_BY(mu_) = nullptr;
+  float* grad_out_ ABSL_GUARDED_BY(mu_) = nullptr;  // the waiting ComputeGradient's
+  size_t announced_ ABSL_GUARDED_BY(mu_) = 0;       // buckets of wanted_ announced
   int64_t wanted_ ABSL_GUARDED_BY(mu_) = 0;    // the step the trainer waits for; 0: none
   int64_t supplied_ ABSL_GUARDED_BY(mu_) = 0;  // the last step supplied
   double loss_ ABSL_GUARDED_BY(mu_) = 0.0;

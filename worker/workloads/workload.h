@@ -87,7 +87,9 @@ class GradientListener {
   virtual ~GradientListener() = default;
   // grad_out[begin, end) will not be written again by this ComputeGradient call. Called
   // on the thread that called ComputeGradient, which goes on computing as soon as this
-  // returns (so: quick, and no calls back into the workload).
+  // returns (so: quick, and no calls back into the workload); an ExternalWorkload calls
+  // it on its client's thread while ComputeGradient waits (one call at a time, after the
+  // trainer's preparations for the step: the workload's lock orders them).
   virtual void GradientReady(size_t begin, size_t end) = 0;
 };
 
