@@ -216,7 +216,8 @@ def main():
             "median_step_s": {k: statistics.median(v) for k, v in stages.items()},
             "steps_per_s": {k: 1 / statistics.median(v) for k, v in stages.items()},
             "freeze_step": args.freeze_step, "lr": args.lr, "betas": list(args.betas),
-            "eps": args.eps, "schedule": args.schedule, "warmup_steps": args.warmup_steps, "overlap": args.overlap,
+            "eps": args.eps, "schedule": args.schedule, "warmup_steps": args.warmup_steps,
+            "overlap": args.overlap,
         }
         if args.csv:
             with open(args.csv, "w") as f:
