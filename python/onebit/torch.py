@@ -666,7 +666,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         """Backward accumulated parameter i's gradient: with overlap on, the buckets whose
         gradients are all final go to the exchange now, in order."""
         plan = self._plan
-        if plan is None or self._no_sync or self._done or self._worker is None:
+        if plan is None or self._no_sync or self._done or self._stopped or self._worker is None:
             return
         p, view = self._params[i], self._grad_views[i]
         if plan.ready[i]:
