@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The examples (examples/*) stay runnable: each trains a few steps with onebit.torch (through
-# onebit-launch, or torchrun-style through onebit-run) and with Adam over DDP, and both write
-# their results. The full runs and their numbers are in examples/README.md.
+# The examples (examples/*) stay runnable: each trains a few steps with onebit.torch,
+# launched torchrun-style through onebit-run (rank 0 embeds the coordinator), and with Adam
+# over DDP, and both write their results. The full runs and their numbers are in examples/README.md.
 set -euo pipefail
 # One intra-op thread per PyTorch process: the jobs run several processes at once.
 export OMP_NUM_THREADS=1
@@ -18,26 +18,44 @@ if [ ! -d /usr/share/datasets/fashion-mnist ]; then
 fi
 out="${TEST_TMPDIR:?}"
 export PYTHONPATH="$root/python"
-launch() {
-  "$root/deploy/onebit-launch" --bin_dir="$root" --echo_all=false --timeout_s=300 "$@"
-}
 check() {  # a result JSON with a finite number under $2
   "$py" -c "import json, math, sys; v = json.load(open(sys.argv[1]))[sys.argv[2]]; \
 assert math.isfinite(v), v; print(sys.argv[1], sys.argv[2], v)" "$1" "$2"
 }
 
+# A job config of fewer steps (STEPS, freeze at half) for an example's job.json.
+short_job() {  # EXAMPLE_DIR STEPS OUT_JSON
+  "$py" - "$1/job.json" "$2" "$3" <<'PY'
+import json, sys
+job = json.load(open(sys.argv[1]))
+job["steps"] = int(sys.argv[2])
+job["optimizer"]["params"]["freeze_step"] = int(sys.argv[2]) // 2
+json.dump(job, open(sys.argv[3], "w"))
+PY
+}
+# torchrun-style, as the examples' run.sh launch them (onebit-run stands in for torchrun).
+ranks() {  # N LOG_DIR SCRIPT ARGS...: N ranks; on failure their logs
+  local n=$1 logs=$2
+  shift 2
+  "$py" -m onebit.run --nproc_per_node="$n" --master_port=0 --log_dir="$logs" "$@" ||
+    { cat "$logs"/rank-*.log; exit 1; }
+}
+
 ex="$root/examples/fashion_mnist_cnn"
-launch --config="$ex/job.json" --out_dir="$out/cnn" --steps=30 --freeze_step=15 \
-  -- "$py" "$ex/train.py" --result="$out/cnn/onebit.json" --print_every=10
-"$py" "$ex/ddp_adam.py" --config="$ex/job.json" --steps=30 --result="$out/cnn/adam.json" \
+mkdir -p "$out/cnn"
+short_job "$ex" 30 "$out/cnn/job.json"
+ranks 4 "$out/cnn/logs" "$ex/train.py" --config="$out/cnn/job.json" \
+  --result="$out/cnn/onebit.json" --print_every=10
+"$py" "$ex/ddp_adam.py" --config="$out/cnn/job.json" --result="$out/cnn/adam.json" \
   --loss_csv="$out/cnn/adam.csv" --print_every=10
 check "$out/cnn/onebit.json" test_accuracy
 check "$out/cnn/adam.json" test_accuracy
 
 ex="$root/examples/tiny_transformer_lm"
-launch --config="$ex/job.json" --out_dir="$out/lm" --steps=20 --freeze_step=10 \
-  -- "$py" "$ex/train.py" --result="$out/lm/onebit.json" --held_out_csv="$out/lm/held_out.csv" \
-  --eval_every=10
+mkdir -p "$out/lm"
+short_job "$ex" 20 "$out/lm/job.json"
+ranks 2 "$out/lm/logs" "$ex/train.py" --config="$out/lm/job.json" \
+  --result="$out/lm/onebit.json" --held_out_csv="$out/lm/held_out.csv" --eval_every=10
 check "$out/lm/onebit.json" held_out_loss
 
 # The GPT example, torchrun-style through onebit-run (rank 0 embeds the coordinator): a

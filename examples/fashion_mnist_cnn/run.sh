@@ -1,6 +1,7 @@
 #!/bin/bash
-# Trains the Fashion-MNIST CNN twice, with 1-bit Adam through onebit-launch and with Adam
-# over DDP (same data, model, seed, steps), and plots both into results/loss.png.
+# Trains the Fashion-MNIST CNN twice, with 1-bit Adam launched torchrun-style (onebit-run)
+# and with Adam over DDP (same data, model, seed, steps), and plots both into
+# results/loss.png.
 #
 #   examples/fashion_mnist_cnn/run.sh            # the full run (a few minutes on 2 cores)
 #   STEPS=60 examples/fashion_mnist_cnn/run.sh   # a smoke test: 60 steps, into out/smoke
@@ -12,30 +13,58 @@ PY=/usr/bin/python3  # Debian's python3-torch (the pyenv python3 on PATH has no 
 STEPS="${STEPS:-0}"
 if [ "$STEPS" -gt 0 ]; then
   OUT="$HERE/out/smoke"; RESULTS="$OUT/results"
-  OVERRIDE=(--steps="$STEPS" --freeze_step=$((STEPS / 2))); DDP_STEPS=(--steps="$STEPS")
+  OVERRIDE="$STEPS"
 else
-  OUT="$HERE/out/full"; RESULTS="$HERE/results"; OVERRIDE=(); DDP_STEPS=()
+  OUT="$HERE/out/full"; RESULTS="$HERE/results"; OVERRIDE=0
 fi
 mkdir -p "$OUT" "$RESULTS"
 cd "$ROOT"
 if [ -z "${PLOT_ONLY:-}" ]; then
-  # The project machines share a disk cache; a fresh machine builds without one.
-  bazel build --disk_cache=/work/.bazel-disk-cache //deploy:onebit-launch 2>/dev/null ||
-    bazel build //deploy:onebit-launch
-  bazel-bin/deploy/onebit-launch --config="$HERE/job.json" --out_dir="$OUT" --echo_all=false \
-    "${OVERRIDE[@]}" -- "$PY" "$HERE/train.py" \
-    --result="$RESULTS/onebit.json" | tee "$OUT/onebit.log"
-  "$PY" "$HERE/ddp_adam.py" --config="$HERE/job.json" --result="$RESULTS/adam.json" \
-    --loss_csv="$OUT/adam.csv" "${DDP_STEPS[@]}" | tee "$OUT/adam.log"
+  # The run's job config: job.json, with the smoke test's steps (freeze at half) where asked.
+  "$PY" - "$HERE/job.json" "$OUT/job.json" "$OVERRIDE" <<'PY'
+import json, sys
+job = json.load(open(sys.argv[1]))
+if int(sys.argv[3]) > 0:
+    job["steps"] = int(sys.argv[3])
+    job["optimizer"]["params"]["freeze_step"] = int(sys.argv[3]) // 2
+json.dump(job, open(sys.argv[2], "w"), indent=1)
+PY
+  WORKERS="$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['onebit']['workers'])" "$OUT/job.json")"
+  # onebit's extension (the wheel's, when pip-installed, serves as well). The project
+  # machines share a disk cache; a fresh machine builds without one.
+  bazel build --disk_cache=/work/.bazel-disk-cache //python:_onebit_core.so 2>/dev/null ||
+    bazel build //python:_onebit_core.so
+  # As torchrun launches it (onebit-run is its stand-in on one machine): rank 0 runs the
+  # job's coordinator; every rank's history CSV and summary go to OUT/onebit_adam.
+  rm -rf "$OUT/onebit_adam" && mkdir -p "$OUT/onebit_adam"
+  PYTHONPATH="$ROOT/python:$ROOT/bazel-bin/python${PYTHONPATH:+:$PYTHONPATH}" \
+    ONEBIT_HISTORY_CSV="$OUT/onebit_adam/worker-{rank}.csv" \
+    ONEBIT_SUMMARY_FILE="$OUT/onebit_adam/summary-{rank}.json" \
+    "$PY" -m onebit.run --nproc_per_node="$WORKERS" --master_port=0 \
+    "$HERE/train.py" --config="$OUT/job.json" --result="$RESULTS/onebit.json" | tee "$OUT/onebit.log"
+  "$PY" "$HERE/ddp_adam.py" --config="$OUT/job.json" --result="$RESULTS/adam.json" \
+    --loss_csv="$OUT/adam.csv" | tee "$OUT/adam.log"
 fi
-# The launcher's summary of the 1-bit Adam job (bytes sent per worker, per stage).
-sed -n "/== Summary/,/^loss curve/p" "$OUT/onebit.log" > "$RESULTS/onebit_summary.txt"
+# What the 1-bit Adam job sent (rank 0's worker summary): bytes per worker and stage.
+"$PY" - "$OUT/onebit_adam/summary-0.json" > "$RESULTS/onebit_summary.txt" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+print("1-bit Adam, rank 0 of the job (its worker summary):")
+for stage in ("warmup", "compression"):
+    steps = s[f"{stage}_steps"]
+    sent = s[f"bytes_sent_{stage}"]
+    print(f"  {stage:<12} {steps:>5} steps x {sent / max(steps, 1) / 1e3:8.1f} kB sent per step")
+w, c = s["bytes_sent_warmup"] / max(s["warmup_steps"], 1), \
+    s["bytes_sent_compression"] / max(s["compression_steps"], 1)
+if c:
+    print(f"  compression stage: {w / c:.1f}x fewer bytes per step than the fp32 warmup")
+PY
+cat "$RESULTS/onebit_summary.txt"
 
 acc() { "$PY" -c "import json,sys; print('%.2f' % (100 * json.load(open(sys.argv[1]))['test_accuracy']))" "$1"; }
 ONEBIT_ACC="$(acc "$RESULTS/onebit.json")"
 ADAM_ACC="$(acc "$RESULTS/adam.json")"
-FREEZE="$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['optimizer']['params']['freeze_step'])" "$HERE/job.json")"
-[ "$STEPS" -gt 0 ] && FREEZE=$((STEPS / 2))
+FREEZE="$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['optimizer']['params']['freeze_step'])" "$OUT/job.json")"
 gnuplot <<GP
 set terminal pngcairo size 900,540
 set output "$RESULTS/loss.png"

@@ -1,12 +1,10 @@
 """Fashion-MNIST CNN trained with 1-bit Adam: every process is one onebit worker.
 
-    onebit-launch --config=job.json --out_dir=OUT -- /usr/bin/python3 train.py \
-        --result=OUT/onebit.json
+    torchrun --nproc_per_node=N train.py --config=job.json --result=OUT/onebit.json
 
-or torchrun-style (each process finds its rank in RANK/WORLD_SIZE; rank 0 runs the job's
-coordinator; on one machine onebit-run stands in for torchrun):
-
-    onebit-run --nproc_per_node=N train.py --config=job.json --result=OUT/onebit.json ...
+(run.sh uses onebit-run, torchrun's stand-in on one machine): each process finds its rank in
+RANK/WORLD_SIZE and rank 0 runs the job's coordinator. Under onebit-launch (ONEBIT_CONFIG
+set, --config optional) it runs as well.
 
 The job config sets the steps, the seed, the per-worker batch and the optimizer; each rank
 trains on its own slice of every global batch (common.batch_indices) and rank 0 evaluates the
@@ -32,7 +30,7 @@ def main():
     parser.add_argument("--print_every", type=int, default=100)
     args = parser.parse_args()
     if not args.config:
-        parser.error("no --config and no ONEBIT_CONFIG (run it under onebit-launch)")
+        parser.error("no --config (the job config: job.json) and no ONEBIT_CONFIG")
     with open(args.config) as f:
         job = json.load(f)
     seed, batch = job["seed"], job["train_micro_batch_size_per_gpu"]

@@ -38,8 +38,9 @@ and the other ranks find it there. Also read:
     ONEBIT_HOST           this process's address for gloo and /metrics (default: the
                           address that reaches MASTER_ADDR; 127.0.0.1 on one machine)
     ONEBIT_METRICS_PORT   the /metrics port (default 0: a free one)
-    ONEBIT_SUMMARY_FILE   where to write the worker's JSON summary at the end
-    ONEBIT_HISTORY_CSV    every step as CSV
+    ONEBIT_SUMMARY_FILE   where to write the worker's JSON summary at the end ({rank} in
+                          it: the launcher's rank, so that each process has its own)
+    ONEBIT_HISTORY_CSV    every step as CSV ({rank} likewise)
     ONEBIT_MEMBER_TOKEN   the coordinator's member token, where it asks for one
 
 SAVING: torch.save(opt.state_dict(), f) between steps or after the end; to resume, build
@@ -85,6 +86,11 @@ _UNSET = object()  # a keyword argument the caller did not give
 # its workers' training loops end, and ends after the step where they all did.
 OPEN_ENDED_STEPS = 1 << 40
 _FIRST_BUCKET_BYTES = 1 << 20  # DDP's first bucket: the last layers go out soon
+
+
+def _per_rank(path):
+    """A path from the environment with {rank} replaced by this process's rank."""
+    return path.replace("{rank}", str(rank()))
 
 
 def _after_accumulation(p, fn):
@@ -464,8 +470,8 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             config=self._config_path, coordinator=address, groups=self._offsets,
             host=self._rendezvous.host, metrics_port=int(os.environ.get("ONEBIT_METRICS_PORT", "0")),
             rank=rank() if named_rank or self._coordinator is not None else -1,
-            summary_file=os.environ.get("ONEBIT_SUMMARY_FILE", ""),
-            history_csv=os.environ.get("ONEBIT_HISTORY_CSV", ""),
+            summary_file=_per_rank(os.environ.get("ONEBIT_SUMMARY_FILE", "")),
+            history_csv=_per_rank(os.environ.get("ONEBIT_HISTORY_CSV", "")),
             cuda_device=(self._device.index or 0) if self._device.type == "cuda" else 0,
             member_token_file=os.environ.get("ONEBIT_MEMBER_TOKEN_FILE", ""),
             hyper_groups=hyper_groups)
