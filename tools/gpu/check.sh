@@ -130,6 +130,33 @@ build_extension() {
 export -f build_extension
 check py_extension 150 build_extension
 
+# ---- Overlap (the warmup exchange during backward) on CPU tensors through this machine's
+# PyTorch: its post-accumulate hooks (torch >= 2.1; Debian's 1.13 takes the AccumulateGrad
+# node's instead). Two ranks; overlap on and off must give the same bits, and a second
+# gradient or one changed after it was sent must be refused (python/tests/overlap_train.py).
+overlap_run() {  # overlap_run MODE
+  OMP_NUM_THREADS=1 PYTHONPATH="$BIN/python" "$PY" -m onebit.run --nproc_per_node=2 \
+    --master_port=0 --log_dir="$LOGS/py_overlap/$1" python/tests/overlap_train.py \
+    "$LOGS/py_overlap/$1.npy" "$1"
+}
+py_overlap() {
+  local m
+  for m in on off; do overlap_run $m || return 1; done
+  grep -h "exchange overlap: on, 2 buckets" "$LOGS/py_overlap/on/rank-0.log" || return 1
+  "$PY" -c 'import numpy as np, sys
+a, b = (np.load(f) for f in sys.argv[1:])
+assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), abs(a - b).max()
+print("overlap on and off: the same bits")' "$LOGS/py_overlap/on.npy" "$LOGS/py_overlap/off.npy" ||
+    return 1
+  for m in twice modified; do
+    if overlap_run $m; then echo "$m: not refused"; return 1; fi
+  done
+  grep -h "got a second gradient before step()" "$LOGS/py_overlap/twice/"rank-*.log | head -1 &&
+    grep -h "changed after backward() handed it" "$LOGS/py_overlap/modified/"rank-*.log | head -1
+}
+export -f overlap_run py_overlap
+check py_overlap 150 py_overlap
+
 # ---- The GPT example (examples/gpt) at GPT-2 small's size (124M parameters) on CUDA, bf16
 # autocast, synthetic tokens: onebit.torch launched torchrun-style (a world of one, so rank 0
 # embeds the job's coordinator; set_to_none gradients, torch 2's default) against
