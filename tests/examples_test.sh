@@ -23,16 +23,10 @@ check() {  # a result JSON with a finite number under $2
 assert math.isfinite(v), v; print(sys.argv[1], sys.argv[2], v)" "$1" "$2"
 }
 
-# A job config of fewer steps (STEPS, freeze at half) for an example's job.json.
-short_job() {  # EXAMPLE_DIR STEPS OUT_JSON
-  "$py" - "$1/job.json" "$2" "$3" <<'PY'
-import json, sys
-job = json.load(open(sys.argv[1]))
-job["steps"] = int(sys.argv[2])
-job["optimizer"]["params"]["freeze_step"] = int(sys.argv[2]) // 2
-json.dump(job, open(sys.argv[3], "w"))
-PY
-}
+# The examples' own helpers: example_job (a job config of fewer steps, freeze at half).
+PY="$py"
+# shellcheck source=../examples/run_lib.sh
+source "$root/examples/run_lib.sh"
 # torchrun-style, as the examples' run.sh launch them (onebit-run stands in for torchrun).
 ranks() {  # N LOG_DIR SCRIPT ARGS...: N ranks; on failure their logs
   local n=$1 logs=$2
@@ -43,7 +37,7 @@ ranks() {  # N LOG_DIR SCRIPT ARGS...: N ranks; on failure their logs
 
 ex="$root/examples/fashion_mnist_cnn"
 mkdir -p "$out/cnn"
-short_job "$ex" 30 "$out/cnn/job.json"
+HERE="$ex" OUT="$out/cnn" example_job 30
 ranks 4 "$out/cnn/logs" "$ex/train.py" --config="$out/cnn/job.json" \
   --result="$out/cnn/onebit.json" --print_every=10
 "$py" "$ex/ddp_adam.py" --config="$out/cnn/job.json" --result="$out/cnn/adam.json" \
@@ -53,7 +47,7 @@ check "$out/cnn/adam.json" test_accuracy
 
 ex="$root/examples/tiny_transformer_lm"
 mkdir -p "$out/lm"
-short_job "$ex" 20 "$out/lm/job.json"
+HERE="$ex" OUT="$out/lm" example_job 20
 ranks 2 "$out/lm/logs" "$ex/train.py" --config="$out/lm/job.json" \
   --result="$out/lm/onebit.json" --held_out_csv="$out/lm/held_out.csv" --eval_every=10
 check "$out/lm/onebit.json" held_out_loss

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Trains the character-level transformer twice, with 1-bit Adam launched torchrun-style
-# (onebit-run) and with Adam over DDP (same text, windows, model, seed, steps), and plots both into
-# results/loss.png (training loss of rank 0, held-out loss of rank 0's model).
+# (onebit-run) and with Adam over DDP (same text, windows, model, seed, steps), and plots
+# both into results/loss.png (training loss of rank 0, held-out loss of rank 0's model).
 #
 #   examples/tiny_transformer_lm/run.sh              # the full run (~4 minutes on 2 cores)
 #   STEPS=40 examples/tiny_transformer_lm/run.sh     # a smoke test: 40 steps, into out/smoke
@@ -19,50 +19,16 @@ else
   OUT="$HERE/out/full"; RESULTS="$HERE/results"; OVERRIDE=0; EVERY=()
 fi
 mkdir -p "$OUT" "$RESULTS"
-cd "$ROOT"
+# shellcheck source=../run_lib.sh
+source "$HERE/../run_lib.sh"
 if [ -z "${PLOT_ONLY:-}" ]; then
-  # The run's job config: job.json, with the smoke test's steps (freeze at half) where asked.
-  "$PY" - "$HERE/job.json" "$OUT/job.json" "$OVERRIDE" <<'PY'
-import json, sys
-job = json.load(open(sys.argv[1]))
-if int(sys.argv[3]) > 0:
-    job["steps"] = int(sys.argv[3])
-    job["optimizer"]["params"]["freeze_step"] = int(sys.argv[3]) // 2
-json.dump(job, open(sys.argv[2], "w"), indent=1)
-PY
-  WORKERS="$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['onebit']['workers'])" "$OUT/job.json")"
-  # onebit's extension (the wheel's, when pip-installed, serves as well). The project
-  # machines share a disk cache; a fresh machine builds without one.
-  bazel build --disk_cache=/work/.bazel-disk-cache //python:_onebit_core.so 2>/dev/null ||
-    bazel build //python:_onebit_core.so
-  # As torchrun launches it (onebit-run is its stand-in on one machine): rank 0 runs the
-  # job's coordinator; every rank's history CSV and summary go to OUT/onebit_adam.
-  rm -rf "$OUT/onebit_adam" && mkdir -p "$OUT/onebit_adam"
-  PYTHONPATH="$ROOT/python:$ROOT/bazel-bin/python${PYTHONPATH:+:$PYTHONPATH}" \
-    ONEBIT_HISTORY_CSV="$OUT/onebit_adam/worker-{rank}.csv" \
-    ONEBIT_SUMMARY_FILE="$OUT/onebit_adam/summary-{rank}.json" \
-    "$PY" -m onebit.run --nproc_per_node="$WORKERS" --master_port=0 \
-    "$HERE/train.py" --config="$OUT/job.json" "${EVERY[@]}" --result="$RESULTS/onebit.json" \
-    --held_out_csv="$RESULTS/onebit_held_out.csv" | tee "$OUT/onebit.log"
+  launch_onebit "${EVERY[@]}" --result="$RESULTS/onebit.json" \
+    --held_out_csv="$RESULTS/onebit_held_out.csv"
   "$PY" "$HERE/ddp_adam.py" --config="$OUT/job.json" --result="$RESULTS/adam.json" \
     --loss_csv="$OUT/adam.csv" --held_out_csv="$RESULTS/adam_held_out.csv" "${EVERY[@]}" \
     | tee "$OUT/adam.log"
 fi
-# What the 1-bit Adam job sent (rank 0's worker summary): bytes per worker and stage.
-"$PY" - "$OUT/onebit_adam/summary-0.json" > "$RESULTS/onebit_summary.txt" <<'PY'
-import json, sys
-s = json.load(open(sys.argv[1]))
-print("1-bit Adam, rank 0 of the job (its worker summary):")
-for stage in ("warmup", "compression"):
-    steps = s[f"{stage}_steps"]
-    sent = s[f"bytes_sent_{stage}"]
-    print(f"  {stage:<12} {steps:>5} steps x {sent / max(steps, 1) / 1e3:8.1f} kB sent per step")
-w, c = s["bytes_sent_warmup"] / max(s["warmup_steps"], 1), \
-    s["bytes_sent_compression"] / max(s["compression_steps"], 1)
-if c:
-    print(f"  compression stage: {w / c:.1f}x fewer bytes per step than the fp32 warmup")
-PY
-cat "$RESULTS/onebit_summary.txt"
+onebit_summary
 
 field() { "$PY" -c "import json,sys; print('%.3f' % json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"; }
 ONEBIT_HO="$(field "$RESULTS/onebit.json" held_out_loss)"
