@@ -611,10 +611,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
                 raise ValueError(f"{self._what(i)} has a sparse gradient; onebit needs dense ones")
             # zero_grad(set_to_none=True) (torch 2's default) or a .grad replaced: backward
             # wrote a tensor of its own, which goes into the exchange's buffer.
-            view = self._grad_views[i]
-            if grad.data_ptr() != view.data_ptr():  # zero_grad(set_to_none=True), or replaced
-                view.copy_(grad.reshape(view.shape))
-                p.grad = view
+            self._grad_into_view(i)
         if self._plan is not None and self._plan.next > 0:
             changed = self._joined().changed_since_announced()
             if changed >= 0:
@@ -674,19 +671,24 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         plan = self._plan
         if plan is None or self._no_sync or self._done or self._stopped or self._worker is None:
             return
-        p, view = self._params[i], self._grad_views[i]
         if plan.ready[i]:
             raise RuntimeError(
                 f"{self._what(i)} got a second gradient before step(), after the first went "
                 "to the exchange (overlap): accumulate micro-batches inside `with "
                 "opt.no_sync():` (all but the last backward), as with DDP, or build the "
                 "optimizer with overlap=False")
-        if p.grad.data_ptr() != view.data_ptr():  # zero_grad(set_to_none=True): a new tensor
+        self._grad_into_view(i)
+        for bucket in plan.mark(i):
+            self._worker.announce(self._next, bucket)
+
+    def _grad_into_view(self, i):
+        """Parameter i's .grad in the exchange's buffer: after zero_grad(set_to_none=True)
+        (or a .grad replaced) backward wrote a tensor of its own, copied in here."""
+        p, view = self._params[i], self._grad_views[i]
+        if p.grad.data_ptr() != view.data_ptr():
             with torch.no_grad():
                 view.copy_(p.grad.reshape(view.shape))
             p.grad = view
-        for bucket in plan.mark(i):
-            self._worker.announce(self._next, bucket)
 
     def _overlap_setting(self, job, overlap, cap_mb):
         """(first bucket, bucket) caps in floats where the warmup exchange overlaps
