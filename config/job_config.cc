@@ -983,11 +983,12 @@ absl::StatusOr<std::string> StrictJson(absl::string_view text) {
 
 std::string EffectiveWarmupOrder(const ExchangeConfig& exchange) {
   if (exchange.warmup_order != "auto") return exchange.warmup_order;
-  // With overlap the sums run per bucket, and a ring's order depends on where its chunks
-  // start: only the rank order gives the same bits with overlap on and off.
-  return exchange.mode == "peer" && exchange.warmup_dtype == "fp32" && !exchange.overlap
-             ? "ring"
-             : "rank";
+  // With overlap the sums run per bucket, and a ring's order depends on where a bucket's
+  // chunks start, so overlap on and off differ in rounding with more than two workers
+  // (rank order would agree bit for bit); the ring still wins: with the rank order's shift
+  // steps, overlap made the GPT example's warmup step 1.14x DDP's at 100 Mbit/s, with the
+  // ring 0.99x (BENCHMARKS.md, "Overlap of the warmup exchange").
+  return exchange.mode == "peer" && exchange.warmup_dtype == "fp32" ? "ring" : "rank";
 }
 
 absl::StatusOr<JobConfig> ParseJobConfig(absl::string_view json) {

@@ -224,9 +224,9 @@ struct ExchangeConfig {
   // "rank" (from rank 0 up: the parameter-server shards' order, so ps and peer mode agree
   // bit for bit), "ring" (chunk v from rank v+1 round the ring: every link keeps one peer,
   // as in DDP's ring allreduce; peer mode, fp32 wire), or "auto": ring in peer mode with
-  // the fp32 wire and no overlap, rank otherwise. Every order gives the same bits on every
-  // transport; with overlap, only the rank order gives the same bits as without (a ring's
-  // order depends on where each bucket's chunks start).
+  // the fp32 wire, rank otherwise. Every order gives the same bits on every transport;
+  // with overlap and more than two workers, only the rank order gives the same bits as
+  // without (a ring's order depends on where each bucket's chunks start).
   std::string warmup_order = "auto";
   // Peer mode: exchange the full-precision (warmup, and all of optimizer "Adam") gradient
   // layer by layer while the backward pass computes the layers before (workloads that

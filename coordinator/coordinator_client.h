@@ -104,6 +104,12 @@ class CoordinatorClient {
   virtual absl::StatusOr<v1::CheckpointInfo> Checkpoint(const v1::CheckpointRequest& request) = 0;
   virtual absl::StatusOr<v1::ListCheckpointsResponse> ListCheckpoints(
       const v1::ListCheckpointsRequest& request) = 0;
+
+  // For a process that is shutting down and must not wait on a coordinator that may be
+  // gone: every call in flight (and its retries and backoff) ends at once with CANCELLED,
+  // and every later call fails the same way without trying. Sessions end by their own
+  // Stop(). Irreversible; thread-safe.
+  virtual void Cancel() = 0;
 };
 
 // Register, retrying RESOURCE_EXHAUSTED for up to `wait`: a process that replaces a dead

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -32,21 +33,6 @@ absl::Duration Jittered(absl::Duration d) {
   static absl::BitGen* gen = new absl::BitGen();
   absl::MutexLock lock(&mu);
   return d * absl::Uniform(*gen, 0.8, 1.2);
-}
-
-// Waits out a retry's backoff while driving the channel's reconnection. A synchronous
-// client makes progress on a connection only while some call polls it, so a plain sleep
-// leaves a reconnect that a failed call started unfinished until gRPC's connect timer cuts
-// it: seen as a session kept 15 s from a restarted coordinator (every attempt "tcp
-// handshaker shutdown" after the 2 s connect timeout) while the process's other threads sat
-// in calls to other servers. Returns early once connected; a channel that was connected
-// already (the call failed for another reason) sleeps the whole backoff.
-void BackOff(grpc::Channel& channel, absl::Duration backoff) {
-  if (channel.GetState(/*try_to_connect=*/false) == GRPC_CHANNEL_READY) {
-    absl::SleepFor(backoff);
-    return;
-  }
-  channel.WaitForConnected(absl::ToChronoTime(absl::Now() + backoff));
 }
 
 class GrpcSession final : public CoordinatorSession {
@@ -295,6 +281,12 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
         });
   }
 
+  void Cancel() override {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = true;
+    for (grpc::ClientContext* context : in_flight_) context->TryCancel();
+  }
+
  private:
   static constexpr bool kRetry = true;
   static constexpr bool kOnce = false;
@@ -309,8 +301,18 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
       if (!options_.token.empty()) {
         context.AddMetadata(security::kAuthorizationKey, security::BearerValue(options_.token));
       }
+      {
+        absl::MutexLock lock(&mu_);
+        if (cancelled_) return Cancelled();
+        in_flight_.insert(&context);
+      }
       Response response;
       const grpc::Status status = invoke(&context, &response);
+      {
+        absl::MutexLock lock(&mu_);
+        in_flight_.erase(&context);
+        if (cancelled_) return Cancelled();
+      }
       if (status.ok()) return response;
       if (status.error_code() != grpc::StatusCode::UNAVAILABLE) return FromGrpcStatus(status);
       const bool more = options_.retry_for > absl::ZeroDuration() ? absl::Now() < give_up
@@ -321,14 +323,49 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
                          " attempt", attempt == 1 ? "" : "s", "): ", status.error_message(),
             security::HandshakeHint(options_.tls)));
       }
-      BackOff(*channel_, Jittered(backoff));
+      if (!BackOffUnlessCancelled(Jittered(backoff))) return Cancelled();
       backoff = std::min(backoff * 2, options_.max_backoff);
     }
+  }
+
+  absl::Status Cancelled() const {
+    return absl::CancelledError(absl::StrCat("the call to the coordinator at ", options_.address,
+                                             " was cancelled: this process is shutting down"));
+  }
+
+  // Waits out a retry's backoff while driving the channel's reconnection, in slices of
+  // 100 ms; false as soon as Cancel() was called. A synchronous client makes progress on
+  // a connection only while some call polls it, so a plain sleep leaves a reconnect that a
+  // failed call started unfinished until gRPC's connect timer cuts it: seen as a session
+  // kept 15 s from a restarted coordinator (every attempt "tcp handshaker shutdown" after
+  // the 2 s connect timeout) while the process's other threads sat in calls to other
+  // servers. Returns early once connected; a channel that was connected already (the call
+  // failed for another reason) waits the whole backoff.
+  bool BackOffUnlessCancelled(absl::Duration backoff) ABSL_LOCKS_EXCLUDED(mu_) {
+    const absl::Time until = absl::Now() + backoff;
+    const bool was_ready = channel_->GetState(/*try_to_connect=*/false) == GRPC_CHANNEL_READY;
+    absl::MutexLock lock(&mu_);
+    while (!cancelled_ && absl::Now() < until) {
+      const absl::Time slice = std::min(until, absl::Now() + absl::Milliseconds(100));
+      mu_.Unlock();
+      bool connected = false;
+      if (was_ready) {
+        absl::SleepFor(slice - absl::Now());
+      } else {
+        connected = channel_->WaitForConnected(absl::ToChronoTime(slice));
+      }
+      mu_.Lock();
+      if (connected) break;
+    }
+    return !cancelled_;
   }
 
   const GrpcClientOptions options_;
   const std::shared_ptr<grpc::Channel> channel_;
   const std::shared_ptr<Stub> stub_;
+  absl::Mutex mu_;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  absl::flat_hash_set<grpc::ClientContext*> in_flight_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

@@ -414,6 +414,10 @@ int main(int argc, char** argv) {
   std::cerr << "onebit-server: signal " << signal << ", shutting down" << std::endl;
   (*process)->Shutdown();
   process->reset();
-  checkpointer.reset();  // drains queued parts while the client is still alive
+  // Queued parts are written and reported while the client is still alive, for at most
+  // ShardCheckpointer::kFinishBudget: a coordinator that is gone (stopped first, its pod's
+  // address silent) must not hold the shard past its stop grace period.
+  if (checkpointer) checkpointer->Finish(onebit::server::ShardCheckpointer::kFinishBudget);
+  checkpointer.reset();
   return g_exit_code.load();
 }

@@ -14,12 +14,20 @@ ShardCheckpointer::ShardCheckpointer(std::string dir, int index, std::string top
   thread_ = std::thread([this] { Run(); });
 }
 
-ShardCheckpointer::~ShardCheckpointer() {
+ShardCheckpointer::~ShardCheckpointer() { Finish(kFinishBudget); }
+
+int ShardCheckpointer::Finish(absl::Duration budget) {
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
+    if (!mu_.AwaitWithTimeout(absl::Condition(&done_), budget)) {
+      cancelled_ = true;
+      if (client_ != nullptr) client_->Cancel();
+    }
   }
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
+  absl::MutexLock lock(&mu_);
+  return dropped_;
 }
 
 void ShardCheckpointer::Enqueue(int64_t step, std::vector<float> server_error) {
@@ -47,8 +55,19 @@ void ShardCheckpointer::Run() {
         return stopping_ || (client_ != nullptr && !queue_.empty());
       };
       mu_.Await(absl::Condition(&ready));
-      // Stopping drains what can be written; without a client nothing can be reported.
-      if (queue_.empty() || client_ == nullptr) return;
+      // Stopping drains what can be written in Finish's time; without a client nothing
+      // can be reported.
+      if (queue_.empty() || client_ == nullptr || cancelled_) {
+        dropped_ = static_cast<int>(queue_.size());
+        if (dropped_ > 0) {
+          std::fprintf(stderr, "onebit-server: shard %d: stopping; %d checkpoint part(s) from "
+                       "step %lld on not written\n", index_, dropped_,
+                       static_cast<long long>(queue_.front().first));
+        }
+        queue_.clear();
+        done_ = true;
+        return;
+      }
       item = std::move(queue_.front());
       queue_.pop_front();
     }

@@ -4,7 +4,8 @@
 // its lock (ShardConfig::on_checkpoint); a thread of this class writes and reports it, so
 // the shard never waits on the disk or the coordinator.
 //
-// Thread safety: Enqueue and Start from any thread; the destructor drains the queue.
+// Thread safety: Enqueue and Start from any thread. Finish (or the destructor) drains the
+// queue for a bounded time: a shard stopping must not wait on a coordinator that is gone.
 #ifndef ONEBIT_SERVER_SHARD_CHECKPOINTER_H_
 #define ONEBIT_SERVER_SHARD_CHECKPOINTER_H_
 
@@ -18,6 +19,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "coordinator/coordinator_client.h"
 #include "server/shard_state.h"
 
@@ -33,6 +35,12 @@ class ShardCheckpointer {
   void Enqueue(int64_t step, std::vector<float> server_error) ABSL_LOCKS_EXCLUDED(mu_);
   // Starts writing (parts queued before wait for this). `client` is borrowed.
   void Start(CoordinatorClient* client, std::string instance_id) ABSL_LOCKS_EXCLUDED(mu_);
+  // Writes and reports what is queued for up to `budget`; then cancels the client's calls
+  // (a coordinator that is gone or hangs: CoordinatorClient::Cancel), drops the parts not
+  // yet written, and joins. Returns how many parts were dropped. Idempotent; the
+  // destructor calls it with kFinishBudget.
+  int Finish(absl::Duration budget) ABSL_LOCKS_EXCLUDED(mu_);
+  static constexpr absl::Duration kFinishBudget = absl::Seconds(2);
   // The first failure to write or report a part; OK while none.
   absl::Status status() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -52,6 +60,9 @@ class ShardCheckpointer {
   CoordinatorClient* client_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::string instance_id_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;  // Finish ran out of time
+  bool done_ ABSL_GUARDED_BY(mu_) = false;       // Run returned
+  int dropped_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };

@@ -10,12 +10,15 @@
 #                                [--systems "ddp_adam onebit_adam ..."] [--out DIR]
 #                                [--train_args "--schedule cosine --betas 0.9 0.95 ..."]
 #                                [--steps_for "onebit_adam=520 ..."] [--limit_s 3600]
+#                                [--freeze_for "onebit_adam=40 ..."]
 #   PLOT_ONLY=1 examples/gpt/cluster.sh --out DIR     # redraw DIR/loss.png and DIR/results.md
 #   RESUME=1 examples/gpt/cluster.sh ... --out DIR    # run only the systems without a result
 #
 # --train_args go to every system's train.py (the same hyper-parameters for all).
 # --steps_for gives a system its own number of steps (and so its own schedule's length):
 # the comparison is loss against wall-clock time, so a cheaper step may be spent more often.
+# --freeze_for gives a system its own --freeze_step the same way (the results table says
+# each system's).
 # --limit_s stops a system that runs longer (a hung collective) and records it as failed.
 #
 # Writes OUT/<system>/ (every rank's log; rank 0's CSV of loss and time per step and its
@@ -33,6 +36,7 @@ BATCH=2
 SYSTEMS="ddp_adam onebit_adam zero_one_adam ddp_fp16 ddp_powersgd"
 TRAIN_ARGS=""
 STEPS_FOR=""
+FREEZE_FOR=""
 LIMIT_S=3600
 OUT="$HERE/out/cluster"
 while [ $# -gt 0 ]; do
@@ -44,9 +48,10 @@ while [ $# -gt 0 ]; do
     --systems) SYSTEMS=$2; shift ;;
     --train_args) TRAIN_ARGS=$2; shift ;;
     --steps_for) STEPS_FOR=$2; shift ;;
+    --freeze_for) FREEZE_FOR=$2; shift ;;
     --limit_s) LIMIT_S=$2; shift ;;
     --out) OUT=$2; shift ;;
-    *) echo "usage: $0 [--rate R] [--steps N] [--freeze_step N] [--batch B] [--systems S] [--out DIR] [--train_args ARGS] [--steps_for S=N ...] [--limit_s S]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--rate R] [--steps N] [--freeze_step N] [--batch B] [--systems S] [--out DIR] [--train_args ARGS] [--steps_for S=N ...] [--freeze_for S=N ...] [--limit_s S]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -60,17 +65,18 @@ log() { echo "[gpt $(date -u +%H:%M:%S)] $*"; }
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
 
-steps_of() {  # SYSTEM: its --steps_for entry, else --steps
+value_for() {  # SYSTEM "S=N ..." DEFAULT: SYSTEM's entry in the list, else DEFAULT
   local kv
-  for kv in $STEPS_FOR; do
+  for kv in $2; do
     if [ "${kv%%=*}" = "$1" ]; then echo "${kv#*=}"; return; fi
   done
-  echo "$STEPS"
+  echo "$3"
 }
 
 run_system() {  # SYSTEM PORT
-  local sys=$1 port=$2 dir="$OUT/$1" pids=() i rc=0 t0 steps
-  steps=$(steps_of "$sys")
+  local sys=$1 port=$2 dir="$OUT/$1" pids=() i rc=0 t0 steps freeze
+  steps=$(value_for "$sys" "$STEPS_FOR" "$STEPS")
+  freeze=$(value_for "$sys" "$FREEZE_FOR" "$FREEZE")
   rm -rf "$dir" && mkdir -p "$dir"
   "$ROOT/tools/emulated_cluster.sh" bytes > "$dir/bytes_before.txt"
   t0=$(date +%s.%N)
@@ -80,7 +86,7 @@ run_system() {  # SYSTEM PORT
       OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 PYTHONUNBUFFERED=1 \
       PYTHONPATH="$ROOT/python:$ROOT/bazel-bin/python${PYTHONPATH:+:$PYTHONPATH}" \
       timeout -k 10 "$LIMIT_S" "$PY" "$HERE/train.py" --optimizer "$sys" --size small --steps "$steps" \
-      --batch "$BATCH" --freeze_step "$FREEZE" --log_every 10 \
+      --batch "$BATCH" --freeze_step "$freeze" --log_every 10 \
       --csv "$dir/steps.csv" --result "$dir/result.json" $TRAIN_ARGS > "$dir/rank-$i.log" 2>&1 &
     pids+=($!)
   done
@@ -101,7 +107,7 @@ if [ -z "${PLOT_ONLY:-}" ]; then
   trap '"$ROOT/tools/emulated_cluster.sh" down > /dev/null 2>&1 || true' EXIT
   "$ROOT/tools/emulated_cluster.sh" up $WORKERS "$RATE" > /dev/null
   log "$WORKERS nodes at $RATE; $STEPS steps${STEPS_FOR:+ ($STEPS_FOR)} x $WORKERS workers x batch $BATCH; systems: $SYSTEMS"
-  echo "$(git -C "$ROOT" rev-parse --short HEAD) $(date -u +%F) $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'); rate $RATE; steps $STEPS${STEPS_FOR:+ ($STEPS_FOR)}; freeze_step $FREEZE; batch $BATCH; $TRAIN_ARGS" > "$OUT/machine.txt.$$"
+  echo "$(git -C "$ROOT" rev-parse --short HEAD) $(date -u +%F) $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'); rate $RATE; steps $STEPS${STEPS_FOR:+ ($STEPS_FOR)}; freeze_step $FREEZE${FREEZE_FOR:+ ($FREEZE_FOR)}; batch $BATCH; $TRAIN_ARGS" > "$OUT/machine.txt.$$"
   # A resumed run keeps the first part's line (the same settings: the systems compare).
   if [ -n "${RESUME:-}" ] && [ -f "$OUT/machine.txt" ]; then rm "$OUT/machine.txt.$$"; else mv "$OUT/machine.txt.$$" "$OUT/machine.txt"; fi
   port=29800

@@ -15,7 +15,7 @@ import sys
 LABELS = {
     "ddp_adam": "Adam over DDP (gloo)",
     "ddp_fp16": "DDP + fp16 compression hook",
-    "ddp_powersgd": "DDP + PowerSGD (rank 4)",
+    "ddp_powersgd": "DDP + PowerSGD",
     "onebit_adam": "1-bit Adam (onebit)",
     "zero_one_adam": "0/1 Adam (onebit)",
 }
@@ -51,6 +51,16 @@ def bytes_sent(d):
     return max(after[k] - before[k] for k in after)
 
 
+def settings(r):
+    """What a system was run with beyond the shared hyper-parameters."""
+    if r["optimizer"] in ("onebit_adam", "zero_one_adam"):
+        return f"freeze_step {r['freeze_step']}, overlap {r.get('overlap', 'off')}"
+    if r["optimizer"] == "ddp_powersgd":
+        p = r.get("powersgd", {"rank": 4, "hook": "layerwise"})
+        return f"{p['hook']} hook, rank {p['rank']}, from step {max(2, r['freeze_step'])}"
+    return ""
+
+
 def main():
     out = sys.argv[1]
     systems = [s for s in LABELS if os.path.exists(os.path.join(out, s, "result.json"))]
@@ -69,9 +79,9 @@ def main():
     machine = open(os.path.join(out, "machine.txt")).read().strip() \
         if os.path.exists(os.path.join(out, "machine.txt")) else ""
     lines = [f"Run: {machine}", "",
-             "| system | train loss (last 20) | held-out loss | wall time | vs DDP | "
+             "| system | settings | train loss (last 20) | held-out loss | wall time | vs DDP | "
              "median step (s) | MB out per node | within 2% of DDP's final loss at |",
-             "|---|---:|---:|---:|---:|---|---:|---:|"]
+             "|---|---|---:|---:|---:|---:|---|---:|---:|"]
     for s in systems:
         r = results[s]
         steps = ", ".join(f"{k} {v:.2f}" for k, v in r["median_step_s"].items())
@@ -81,7 +91,7 @@ def main():
             hit = next(((st, sec) for st, sec, loss in curves[s] if loss <= target), None)
             reach = f"step {hit[0]}, {hit[1]:.0f} s" if hit else "not reached"
         ratio = f"{r['seconds'] / base['seconds']:.2f}x" if base else "-"
-        lines.append(f"| {LABELS[s]} | {r['train_loss_last20']:.4f} | "
+        lines.append(f"| {LABELS[s]} | {settings(r)} | {r['train_loss_last20']:.4f} | "
                      f"{r['held_out_loss']:.4f} | {r['seconds']:.0f} s | {ratio} | {steps} | "
                      f"{'-' if sent is None else f'{sent / 1e6:.0f}'} | {reach} |")
     with open(os.path.join(out, "results.md"), "w") as f:

@@ -56,6 +56,10 @@ def parse_args():
     p.add_argument("--local_step_clipper", type=int, default=4,
                    help="0/1 Adam: the longest run of local steps")
     p.add_argument("--powersgd_rank", type=int, default=4)
+    p.add_argument("--powersgd_hook", choices=("layerwise", "batched"), default="layerwise",
+                   help="ddp_powersgd: torch's powerSGD_hook (one low-rank pair per "
+                   "matrix) or batched_powerSGD_hook (the whole bucket as one square "
+                   "matrix: two allreduces per step, coarser)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--device", default="cpu", help="cpu, or cuda (each rank its LOCAL_RANK's GPU)")
     p.add_argument("--amp", choices=("none", "bf16"), default="none",
@@ -120,7 +124,9 @@ def build_optimizer(args, model, device, world):
         state = powerSGD_hook.PowerSGDState(
             process_group=None, matrix_approximation_rank=args.powersgd_rank,
             start_powerSGD_iter=max(2, args.freeze_step), random_seed=args.seed)
-        ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+        hook = (powerSGD_hook.batched_powerSGD_hook if args.powersgd_hook == "batched"
+                else powerSGD_hook.powerSGD_hook)
+        ddp.register_comm_hook(state, hook)
         stage = lambda t: "warmup" if t <= max(2, args.freeze_step) else "powersgd"  # noqa: E731
     return torch.optim.Adam(model.parameters(), **common), ddp, stage
 
@@ -219,6 +225,8 @@ def main():
             "eps": args.eps, "schedule": args.schedule, "warmup_steps": args.warmup_steps,
             "overlap": args.overlap,
         }
+        if args.optimizer == "ddp_powersgd":
+            result["powersgd"] = {"rank": args.powersgd_rank, "hook": args.powersgd_hook}
         if args.csv:
             with open(args.csv, "w") as f:
                 f.write("step,seconds,step_seconds,loss,stage\n")
