@@ -4,8 +4,10 @@
 # end), one job after the other in this order:
 #   ddp_adam        Adam over DDP (gloo; its bucketed allreduce overlaps backward)
 #   onebit_off      1-bit Adam, overlap=False (the warmup sum after backward, ring order)
-#   onebit_on       1-bit Adam, overlap on (the default: buckets during backward, rank order)
-#   onebit_on_ring  the same with onebit.exchange.warmup_order "ring" (warmup_ring.json)
+#   onebit_on       1-bit Adam, overlap on (the default: buckets during backward, each
+#                   summed round the ring)
+#   onebit_on_rank  the same with onebit.exchange.warmup_order "rank" (warmup_rank.json:
+#                   the same bits as overlap off, more shift steps)
 #
 #   sudo examples/gpt/bench_overlap.sh [--rate 100mbit] [--steps 16] [--out DIR]
 #
@@ -36,7 +38,7 @@ job() {  # NAME SYSTEM TRAIN_ARGS
 job ddp_adam ddp_adam ""
 job onebit_off onebit_adam "--overlap off"
 job onebit_on onebit_adam "--overlap on"
-job onebit_on_ring onebit_adam "--overlap on --config $HERE/warmup_ring.json"
+job onebit_on_rank onebit_adam "--overlap on --config $HERE/warmup_rank.json"
 /usr/bin/python3 - "$OUT" "$RATE" "$STEPS" <<'PY'
 import os, statistics, sys
 out, rate, steps = sys.argv[1:]
@@ -46,7 +48,7 @@ def median_step(name):
         next(f)
         dts = [float(line.split(",")[2]) for line in f]
     return statistics.median(dts[1:])
-names = ["ddp_adam", "onebit_off", "onebit_on", "onebit_on_ring"]
+names = ["ddp_adam", "onebit_off", "onebit_on", "onebit_on_rank"]
 m = {n: median_step(n) for n in names}
 lines = [f"{rate}, {steps} steps per job (all warmup), median step of steps 2..{steps}, rank 0", "",
          "| job | median step (s) | vs DDP |", "|---|---:|---:|"]

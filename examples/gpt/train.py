@@ -56,10 +56,13 @@ def parse_args():
     p.add_argument("--local_step_clipper", type=int, default=4,
                    help="0/1 Adam: the longest run of local steps")
     p.add_argument("--powersgd_rank", type=int, default=4)
-    p.add_argument("--powersgd_hook", choices=("layerwise", "batched"), default="layerwise",
+    p.add_argument("--powersgd_hook", choices=("layerwise", "batched", "synchronous"),
+                   default="layerwise",
                    help="ddp_powersgd: torch's powerSGD_hook (one low-rank pair per "
-                   "matrix) or batched_powerSGD_hook (the whole bucket as one square "
-                   "matrix: two allreduces per step, coarser)")
+                   "matrix), its batched_powerSGD_hook (the whole bucket as one square "
+                   "matrix), or this script's synchronous_powersgd_hook (powerSGD_hook's "
+                   "algorithm with blocking collectives: torch 1.13's hooks over gloo "
+                   "crashed on the emulated cluster)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--device", default="cpu", help="cpu, or cuda (each rank its LOCAL_RANK's GPU)")
     p.add_argument("--amp", choices=("none", "bf16"), default="none",
@@ -83,6 +86,96 @@ def launcher():
     """(rank, world size, local rank) from torchrun's variables (one process: 0, 1, 0)."""
     return (int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)),
             int(os.environ.get("LOCAL_RANK", 0)))
+
+
+def batch_matrices(module):
+    """torch 1.13's batched_powerSGD_hook hands _orthogonalize one 2-D matrix, and
+    _orthogonalize asserts a batch of them (3-D): every compressed step fails with a bare
+    AssertionError. Give the 2-D matrix a batch dimension (a view: the orthogonalisation
+    writes in place, through it)."""
+    orthogonalize = module._orthogonalize  # noqa: SLF001
+    if getattr(orthogonalize, "batches_matrices", False):
+        return
+
+    def batched(matrices, epsilon=0):
+        return orthogonalize(matrices.unsqueeze(0) if matrices.dim() == 2 else matrices, epsilon)
+
+    batched.batches_matrices = True
+    module._orthogonalize = batched  # noqa: SLF001
+
+
+def synchronous_powersgd_hook(rank, start_iter, seed, min_compression_rate=2.0):
+    """A DDP communication hook with torch's powerSGD_hook algorithm (Vogels et al. 2019:
+    error feedback, warm-started Q, one power iteration per step; vectors and matrices
+    that would not shrink min_compression_rate-fold are allreduced whole; plain allreduce
+    before start_iter), whose collectives block in the hook instead of running from
+    future callbacks: over torch 1.13's gloo the callbacks' collectives crossed messages
+    on the emulated cluster (gloo enforce `op.preamble.length <= op.nbytes`)."""
+    import torch.distributed as dist  # noqa: PLC0415
+    from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import (  # noqa: PLC0415
+        _orthogonalize)
+    state = {"iter": 0, "error": {}, "q": {}, "rng": torch.Generator().manual_seed(seed)}
+
+    def done(tensor):
+        fut = torch.futures.Future()
+        fut.set_result(tensor)
+        return fut
+
+    def hook(process_group, bucket):
+        world = dist.get_world_size(process_group)
+        buffer = bucket.buffer()
+        index = bucket.index()
+        if bucket.is_last():
+            state["iter"] += 1
+        if state["iter"] <= start_iter:
+            dist.all_reduce(buffer, group=process_group)
+            return done(buffer.div_(world))
+        if index in state["error"]:
+            buffer.add_(state["error"][index])
+        before = buffer.clone()
+        matrices, whole = [], []
+        for grad in bucket.gradients():
+            m = grad.view(grad.shape[0], -1) if grad.dim() > 1 else None
+            if m is not None and m.numel() > min_compression_rate * rank * sum(m.shape):
+                matrices.append(m)
+            else:
+                whole.append(grad)
+        if whole:
+            flat = torch.cat([g.reshape(-1) for g in whole])
+            dist.all_reduce(flat, group=process_group)
+            flat.div_(world)
+            offset = 0
+            for g in whole:
+                g.copy_(flat[offset:offset + g.numel()].view_as(g))
+                offset += g.numel()
+        if matrices:
+            if index not in state["q"]:  # the same random Q on every worker (same seed)
+                state["q"][index] = [torch.randn(m.shape[1], rank, generator=state["rng"])
+                                     for m in matrices]
+            qs = state["q"][index]
+            for q in qs:
+                _orthogonalize(q.unsqueeze(0))
+            ps = torch.cat([(m @ q).reshape(-1) for m, q in zip(matrices, qs)])
+            dist.all_reduce(ps, group=process_group)
+            offset, p_list = 0, []
+            for m in matrices:
+                p = ps[offset:offset + m.shape[0] * rank].view(m.shape[0], rank)
+                _orthogonalize(p.unsqueeze(0))
+                p_list.append(p)
+                offset += p.numel()
+            new_q = torch.cat([(m.t() @ p).reshape(-1) for m, p in zip(matrices, p_list)])
+            dist.all_reduce(new_q, group=process_group)
+            new_q.div_(world)
+            offset = 0
+            for i, (m, p) in enumerate(zip(matrices, p_list)):
+                q = new_q[offset:offset + m.shape[1] * rank].view(m.shape[1], rank)
+                offset += q.numel()
+                torch.matmul(p, q.t(), out=m)
+                qs[i] = q.clone()
+        state["error"][index] = before - buffer
+        return done(buffer)
+
+    return hook
 
 
 def build_optimizer(args, model, device, world):
@@ -124,8 +217,14 @@ def build_optimizer(args, model, device, world):
         state = powerSGD_hook.PowerSGDState(
             process_group=None, matrix_approximation_rank=args.powersgd_rank,
             start_powerSGD_iter=max(2, args.freeze_step), random_seed=args.seed)
-        hook = (powerSGD_hook.batched_powerSGD_hook if args.powersgd_hook == "batched"
-                else powerSGD_hook.powerSGD_hook)
+        hook = powerSGD_hook.powerSGD_hook
+        if args.powersgd_hook == "batched":
+            hook = powerSGD_hook.batched_powerSGD_hook
+            batch_matrices(powerSGD_hook)
+        elif args.powersgd_hook == "synchronous":
+            state = None
+            hook = synchronous_powersgd_hook(args.powersgd_rank, max(2, args.freeze_step),
+                                             args.seed)
         ddp.register_comm_hook(state, hook)
         stage = lambda t: "warmup" if t <= max(2, args.freeze_step) else "powersgd"  # noqa: E731
     return torch.optim.Adam(model.parameters(), **common), ddp, stage
