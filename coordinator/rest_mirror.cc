@@ -48,6 +48,9 @@ int HttpStatusFor(absl::StatusCode code) {
 
 namespace {
 
+// The largest request body (admin requests are a few bytes).
+constexpr size_t kMaxBody = 1 << 20;
+
 // `s` with every byte that is not part of a well-formed UTF-8 sequence replaced by U+FFFD.
 // Messages echo the request (its path), and protobuf prints a string's bytes as they are:
 // invalid UTF-8 would make the answer invalid JSON.
@@ -239,19 +242,19 @@ absl::Status RestMirror::Start(const std::string& host, int port) {
   }
   // Admin traffic is light; two threads keep one slow client from blocking the rest.
   server->new_task_queue = [] { return new httplib::ThreadPool(2); };
-  server->set_payload_max_length(1 << 20);
+  server->set_payload_max_length(kMaxBody);
   // Not httplib's default SO_REUSEPORT, which would let two servers share a port.
   server->set_socket_options([](socket_t sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
-  auto serve = [this](const httplib::Request& request, httplib::Response& response) {
+  auto answer_with = [this](const httplib::Request& request, absl::string_view body,
+                            httplib::Response& response) {
     const security::Tokens* tokens =
         options_.tokens.admin.empty() && options_.tokens.member.empty() ? nullptr
                                                                         : &options_.tokens;
-    RestResponse answer = HandleRest(handler_, metrics_, request.method, request.path,
-                                     request.body, tokens,
-                                     request.get_header_value("Authorization"));
+    RestResponse answer = HandleRest(handler_, metrics_, request.method, request.path, body,
+                                     tokens, request.get_header_value("Authorization"));
     response.status = answer.http_status;
     if (!answer.allow.empty()) response.set_header("Allow", answer.allow);
     if (!answer.www_authenticate.empty()) {
@@ -259,12 +262,52 @@ absl::Status RestMirror::Start(const std::string& host, int port) {
     }
     response.set_content(answer.body + "\n", "application/json");
   };
+  auto serve = [answer_with](const httplib::Request& request, httplib::Response& response) {
+    answer_with(request, request.body, response);
+  };
+  // Methods with a body read it here, not in the HTTP server: httplib refuses a POST
+  // without Content-Length (`curl -X POST .../v1/stop`) with a bare 400 before any route
+  // or token is looked at. No length and no chunks means an empty body, which the routes
+  // take as {}.
+  auto serve_reading = [answer_with](const httplib::Request& request,
+                                     httplib::Response& response,
+                                     const httplib::ContentReader& read) {
+    std::string body;
+    auto refuse = [&response](int code, absl::string_view why) {
+      response.status = code;
+      response.set_content(ErrorResponse(code, absl::InvalidArgumentError(why)).body + "\n",
+                           "application/json");
+    };
+    if (request.get_header_value<uint64_t>("Content-Length") > kMaxBody) {
+      // Read past it unkept (httplib skips a body over its payload limit), so that the
+      // client, still sending, gets the answer rather than a reset connection.
+      read([](const char*, size_t) { return true; });
+      return refuse(413, "request body over 1 MiB");
+    }
+    if (request.has_header("Content-Length") ||
+        request.get_header_value("Transfer-Encoding") == "chunked") {
+      bool too_large = false;
+      const bool whole = read([&](const char* data, size_t length) {
+        if (body.size() + length > kMaxBody) {
+          too_large = true;
+          return false;
+        }
+        body.append(data, length);
+        return true;
+      });
+      if (!whole) {
+        return too_large ? refuse(413, "request body over 1 MiB")
+                         : refuse(400, "the request body ended early");
+      }
+    }
+    answer_with(request, body, response);
+  };
   const char* kAll = "(.*)";
   server->Get(kAll, serve);
-  server->Post(kAll, serve);
-  server->Put(kAll, serve);
-  server->Delete(kAll, serve);
-  server->Patch(kAll, serve);
+  server->Post(kAll, serve_reading);
+  server->Put(kAll, serve_reading);
+  server->Delete(kAll, serve_reading);
+  server->Patch(kAll, serve_reading);
   server->Options(kAll, serve);
   // Errors the server produces itself (a too large body, a request it cannot parse) get a
   // JSON body too.

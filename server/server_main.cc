@@ -33,6 +33,7 @@
 #include <optional>
 #include <iostream>
 #include <string>
+#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -410,14 +411,18 @@ int main(int argc, char** argv) {
 
   g_serving = true;
   const int signal = signals.Wait();
-  if (session) (void)session->Stop();
   std::cerr << "onebit-server: signal " << signal << ", shutting down" << std::endl;
+  // Queued checkpoint parts are written and reported while the client is still alive, for
+  // at most ShardCheckpointer::kFinishBudget, beside gRPC's grace for the calls in flight: a
+  // coordinator that is gone (stopped first, its pod's address silent) must not hold the
+  // shard past an orchestrator's stop grace period (issue 22: exit within 5 s).
+  std::thread drain([&checkpointer] {
+    if (checkpointer) checkpointer->Finish(onebit::server::ShardCheckpointer::kFinishBudget);
+  });
+  if (session) (void)session->Stop();
   (*process)->Shutdown();
   process->reset();
-  // Queued parts are written and reported while the client is still alive, for at most
-  // ShardCheckpointer::kFinishBudget: a coordinator that is gone (stopped first, its pod's
-  // address silent) must not hold the shard past its stop grace period.
-  if (checkpointer) checkpointer->Finish(onebit::server::ShardCheckpointer::kFinishBudget);
+  drain.join();
   checkpointer.reset();
   return g_exit_code.load();
 }

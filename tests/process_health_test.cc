@@ -254,5 +254,155 @@ TEST(ProcessHealthTest, NotReadyWithoutACoordinatorAndStillStopsAtOnce) {
   EXPECT_THAT(ReadFile(dir + "/shard0.log"), HasSubstr("while starting; exiting"));
 }
 
+// The processes of a running ps job (2 shards, 2 workers) and the metrics addresses.
+struct PsJob {
+  std::unique_ptr<Process> coordinator;
+  std::vector<std::unique_ptr<Process>> shards, workers;
+  std::vector<std::string> worker_metrics;
+};
+
+// Starts `config`'s job in `dir` and waits until worker 0 trained past step `past`.
+void StartPsJob(const std::string& dir, const std::string& config, int64_t past, PsJob* job) {
+  const std::string coord_file = dir + "/coordinator.json";
+  job->coordinator = Start("coordinator", "coordinator/onebit-coordinator",
+                           {"--config=" + config, "--address_file=" + coord_file}, dir);
+  ASSERT_NE(job->coordinator, nullptr);
+  ASSERT_TRUE(WaitForFile(coord_file, absl::Seconds(30), job->coordinator.get()).ok())
+      << ReadFile(dir + "/coordinator.log");
+  absl::StatusOr<CoordinatorAddresses> coord = ReadAddressFile(coord_file);
+  ASSERT_TRUE(coord.ok()) << coord.status();
+  for (int s = 0; s < 2; ++s) {
+    job->shards.push_back(Start(absl::StrCat("shard", s), "server/onebit-server",
+                                {"--config=" + config, "--coordinator=" + coord->grpc,
+                                 absl::StrCat("--shard=", s)},
+                                dir));
+    ASSERT_NE(job->shards.back(), nullptr);
+  }
+  for (int w = 0; w < 2; ++w) {
+    const int port = FreePort();
+    job->workers.push_back(Start(absl::StrCat("worker", w), "worker/onebit-worker",
+                                 {"--config=" + config, "--coordinator=" + coord->grpc,
+                                  absl::StrCat("--metrics_port=", port)},
+                                 dir));
+    ASSERT_NE(job->workers.back(), nullptr);
+    job->worker_metrics.push_back(absl::StrCat("127.0.0.1:", port));
+  }
+  const absl::Time give_up = absl::Now() + absl::Seconds(90);
+  std::smatch step;
+  const std::regex step_re("onebit_worker_step(\\{[^}]*\\})? ([0-9.e+]+)");
+  double last_step = 0;
+  while (absl::Now() < give_up && last_step <= past) {
+    const std::string body = Get(job->worker_metrics[0], "/metrics").body;
+    if (std::regex_search(body, step, step_re)) last_step = std::stod(step[2]);
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  ASSERT_GT(last_step, past) << ReadFile(dir + "/worker0.log");
+}
+
+// Issue 22: SIGTERM ends every process with exit 0 within 5 s, whatever stopped before it.
+// Checkpoints every 2 steps, so that a shard always has a part to report: with the
+// coordinator stopped first, that report met a coordinator that was gone and the shard
+// waited in its retries (under podman kube play, whose stopped pod's address is silent,
+// until the 20 s grace ran out and it was killed, exit 137).
+// kCoordinatorFrozen: the coordinator stopped with SIGSTOP first, as a stopped pod's address
+// that no longer answers: the shards' reports of the checkpoints after it hang in their
+// calls; then the shards and the workers get SIGTERM.
+enum class StopOrder {
+  kCoordinatorFirst,
+  kShardsFirst,
+  kWorkersFirst,
+  kAllAtOnce,
+  kCoordinatorFrozen
+};
+
+class StopOrderTest : public ::testing::TestWithParam<StopOrder> {};
+
+TEST_P(StopOrderTest, EveryProcessExitsZeroWithinFiveSeconds) {
+  const StopOrder order = GetParam();
+  const std::string dir = NewDir(absl::StrCat("stop", static_cast<int>(order)));
+  JobConfig c;
+  c.workers = 2;
+  c.steps = 1000000;
+  c.micro_batch = 8;
+  c.lease_steps = 4;
+  c.log_every = 1000;
+  c.workload.type = "synthetic";
+  c.workload.parameters = 200003;
+  c.optimizer.freeze_step = 4;
+  c.exchange.mode = "ps";
+  c.exchange.servers = 2;
+  c.checkpoint.dir = dir + "/checkpoints";
+  mkdir(c.checkpoint.dir.c_str(), 0777);
+  c.checkpoint.every_steps = 2;
+  c.failure.heartbeat_timeout_s = 60;
+  c.failure.coordinator_retry_s = 120;
+  const std::string config = dir + "/job.json";
+  std::ofstream(config) << JobConfigToJson(c);
+  PsJob job;
+  StartPsJob(dir, config, /*past=*/8, &job);
+  if (HasFatalFailure()) return;
+
+  // One group after the other (the next group 1 s after the last one exited, so that what
+  // it meets is a peer that is gone); all at once in one group.
+  std::vector<std::vector<std::pair<std::string, Process*>>> groups;
+  auto coordinator = std::vector<std::pair<std::string, Process*>>{
+      {"coordinator", job.coordinator.get()}};
+  std::vector<std::pair<std::string, Process*>> shards, workers, all;
+  for (int i = 0; i < 2; ++i) {
+    shards.push_back({absl::StrCat("shard", i), job.shards[i].get()});
+    workers.push_back({absl::StrCat("worker", i), job.workers[i].get()});
+  }
+  switch (order) {
+    case StopOrder::kCoordinatorFirst: groups = {coordinator, shards, workers}; break;
+    case StopOrder::kShardsFirst: groups = {shards, coordinator, workers}; break;
+    case StopOrder::kWorkersFirst: groups = {workers, shards, coordinator}; break;
+    case StopOrder::kAllAtOnce:
+      all = coordinator;
+      all.insert(all.end(), shards.begin(), shards.end());
+      all.insert(all.end(), workers.begin(), workers.end());
+      groups = {all};
+      break;
+    case StopOrder::kCoordinatorFrozen:
+      job.coordinator->Signal(SIGSTOP);
+      absl::SleepFor(absl::Seconds(2));  // the workers' leases run on; checkpoints follow
+      groups = {shards, workers};
+      break;
+  }
+  for (const auto& group : groups) {
+    const absl::Time sent = absl::Now();
+    for (const auto& [name, process] : group) process->Signal(SIGTERM);
+    for (const auto& [name, process] : group) {
+      absl::StatusOr<int> code = process->Wait(absl::Seconds(5) - (absl::Now() - sent));
+      EXPECT_TRUE(code.ok()) << name << " still ran 5 s after SIGTERM\n"
+                             << ReadFile(absl::StrCat(dir, "/", name, ".log"));
+      if (code.ok()) {
+        EXPECT_EQ(*code, 0) << name << "\n" << ReadFile(absl::StrCat(dir, "/", name, ".log"));
+      } else {
+        process->Terminate(absl::Seconds(1));
+      }
+    }
+    absl::SleepFor(absl::Seconds(1));
+  }
+  if (order == StopOrder::kCoordinatorFrozen) {
+    job.coordinator->Signal(SIGCONT);
+    EXPECT_EQ(Stop(*job.coordinator), 0) << ReadFile(dir + "/coordinator.log");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Orders, StopOrderTest,
+                         ::testing::Values(StopOrder::kCoordinatorFirst, StopOrder::kShardsFirst,
+                                           StopOrder::kWorkersFirst, StopOrder::kAllAtOnce,
+                                           StopOrder::kCoordinatorFrozen),
+                         [](const ::testing::TestParamInfo<StopOrder>& info) {
+                           switch (info.param) {
+                             case StopOrder::kCoordinatorFirst: return "CoordinatorFirst";
+                             case StopOrder::kShardsFirst: return "ShardsFirst";
+                             case StopOrder::kWorkersFirst: return "WorkersFirst";
+                             case StopOrder::kAllAtOnce: return "AllAtOnce";
+                             case StopOrder::kCoordinatorFrozen: return "CoordinatorFrozen";
+                           }
+                           return "Unknown";
+                         });
+
 }  // namespace
 }  // namespace onebit
