@@ -108,7 +108,7 @@ int Stop(Process& process, absl::Duration timeout = absl::Seconds(15)) {
 
 // A ps job that trains long enough to be stopped while it runs; slow failure detection,
 // so that stopping the members one after the other is no failure the others react to.
-std::string WriteConfig(const std::string& dir) {
+JobConfig LongPsJob() {
   JobConfig c;
   c.workers = 2;
   c.steps = 1000000;
@@ -122,6 +122,11 @@ std::string WriteConfig(const std::string& dir) {
   c.exchange.servers = 2;
   c.failure.heartbeat_timeout_s = 60;
   c.failure.coordinator_retry_s = 120;
+  return c;
+}
+
+// `c` as dir/job.json; returns the path.
+std::string WriteConfig(const std::string& dir, const JobConfig& c = LongPsJob()) {
   const std::string path = dir + "/job.json";
   std::ofstream(path) << JobConfigToJson(c);
   return path;
@@ -320,24 +325,13 @@ class StopOrderTest : public ::testing::TestWithParam<StopOrder> {};
 TEST_P(StopOrderTest, EveryProcessExitsZeroWithinFiveSeconds) {
   const StopOrder order = GetParam();
   const std::string dir = NewDir(absl::StrCat("stop", static_cast<int>(order)));
-  JobConfig c;
-  c.workers = 2;
-  c.steps = 1000000;
-  c.micro_batch = 8;
-  c.lease_steps = 4;
-  c.log_every = 1000;
-  c.workload.type = "synthetic";
+  JobConfig c = LongPsJob();
   c.workload.parameters = 200003;
   c.optimizer.freeze_step = 4;
-  c.exchange.mode = "ps";
-  c.exchange.servers = 2;
   c.checkpoint.dir = dir + "/checkpoints";
   mkdir(c.checkpoint.dir.c_str(), 0777);
   c.checkpoint.every_steps = 2;
-  c.failure.heartbeat_timeout_s = 60;
-  c.failure.coordinator_retry_s = 120;
-  const std::string config = dir + "/job.json";
-  std::ofstream(config) << JobConfigToJson(c);
+  const std::string config = WriteConfig(dir, c);
   PsJob job;
   StartPsJob(dir, config, /*past=*/8, &job);
   if (HasFatalFailure()) return;
