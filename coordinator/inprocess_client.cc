@@ -107,24 +107,19 @@ class InProcessClient final : public CoordinatorClient {
   void Cancel() override { cancelled_ = true; }
 
   absl::StatusOr<v1::RegisterResponse> Register(const v1::RegisterRequest& r) override {
-    if (cancelled_.load()) return Cancelled();
-    return h_->Register(r);
+    return Unless([&] { return h_->Register(r); });
   }
   absl::StatusOr<v1::KvSetResponse> KvSet(const v1::KvSetRequest& r) override {
-    if (cancelled_.load()) return Cancelled();
-    return h_->KvSet(r);
+    return Unless([&] { return h_->KvSet(r); });
   }
   absl::StatusOr<v1::KvGetResponse> KvGet(const v1::KvGetRequest& r) override {
-    if (cancelled_.load()) return Cancelled();
-    return h_->KvGet(r);
+    return Unless([&] { return h_->KvGet(r); });
   }
   absl::StatusOr<v1::LeaseResponse> Lease(const v1::LeaseRequest& r) override {
-    if (cancelled_.load()) return Cancelled();
-    return h_->Lease(r);
+    return Unless([&] { return h_->Lease(r); });
   }
   absl::StatusOr<v1::StatsReportResponse> ReportStats(const v1::StatsReport& r) override {
-    if (cancelled_.load()) return Cancelled();
-    return h_->ReportStats(r);
+    return Unless([&] { return h_->ReportStats(r); });
   }
   absl::StatusOr<std::unique_ptr<CoordinatorSession>> StartSession(
       const SessionOptions& options, JobEventCallback on_event) override {
@@ -135,42 +130,39 @@ class InProcessClient final : public CoordinatorClient {
         new InProcessSession(h_, options, std::move(on_event)));
   }
   absl::StatusOr<v1::JobStatus> GetJob(const v1::GetJobRequest& r) override {
-    if (cancelled_.load()) return Cancelled();
-    return h_->GetJob(r);
+    return Unless([&] { return h_->GetJob(r); });
   }
   absl::StatusOr<v1::ListMembersResponse> ListMembers(const v1::ListMembersRequest& r) override {
-    if (cancelled_.load()) return Cancelled();
-    return h_->ListMembers(r);
+    return Unless([&] { return h_->ListMembers(r); });
   }
   absl::StatusOr<v1::JobStatus> Freeze(const v1::FreezeRequest& r) override {
-    if (cancelled_.load()) return Cancelled();
-    return h_->Freeze(r);
+    return Unless([&] { return h_->Freeze(r); });
   }
   absl::StatusOr<v1::JobStatus> DelayFreeze(const v1::DelayFreezeRequest& r) override {
-    if (cancelled_.load()) return Cancelled();
-    return h_->DelayFreeze(r);
+    return Unless([&] { return h_->DelayFreeze(r); });
   }
   absl::StatusOr<v1::JobStatus> Stop(const v1::StopRequest& r) override {
-    if (cancelled_.load()) return Cancelled();
-    return h_->Stop(r);
+    return Unless([&] { return h_->Stop(r); });
   }
   absl::StatusOr<v1::CommitPartResponse> CommitPart(const v1::CommitPartRequest& r) override {
-    if (cancelled_.load()) return Cancelled();
-    return h_->CommitPart(r);
+    return Unless([&] { return h_->CommitPart(r); });
   }
   absl::StatusOr<v1::CheckpointInfo> Checkpoint(const v1::CheckpointRequest& r) override {
-    if (cancelled_.load()) return Cancelled();
-    return h_->Checkpoint(r);
+    return Unless([&] { return h_->Checkpoint(r); });
   }
   absl::StatusOr<v1::ListCheckpointsResponse> ListCheckpoints(
       const v1::ListCheckpointsRequest& r) override {
-    if (cancelled_.load()) return Cancelled();
-    return h_->ListCheckpoints(r);
+    return Unless([&] { return h_->ListCheckpoints(r); });
   }
 
  private:
-  static absl::Status Cancelled() {
-    return absl::CancelledError("the in-process coordinator client was cancelled");
+  // `call`'s answer, or CANCELLED without calling once Cancel() was.
+  template <typename Call>
+  auto Unless(Call call) -> decltype(call()) {
+    if (cancelled_.load()) {
+      return absl::CancelledError("the in-process coordinator client was cancelled");
+    }
+    return call();
   }
 
   CoordinatorHandler* const h_;

@@ -29,6 +29,17 @@ class InProcessClientTest : public ::testing::Test {
   std::shared_ptr<CoordinatorClient> client_;
 };
 
+TEST_F(InProcessClientTest, CancelFailsEveryLaterCallWithoutCallingIn) {
+  ASSERT_TRUE(client_->GetJob({}).ok());
+  client_->Cancel();
+  EXPECT_EQ(client_->GetJob({}).status().code(), absl::StatusCode::kCancelled);
+  v1::RegisterRequest r;
+  r.set_role(v1::ROLE_WORKER);
+  r.set_instance_id("w");
+  EXPECT_EQ(client_->Register(r).status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(coordinator_->GetJob({})->workers_registered(), 0);  // never reached it
+}
+
 TEST_F(InProcessClientTest, SessionReportsTheJobAndItsChanges) {
   v1::RegisterRequest r;
   r.set_role(v1::ROLE_WORKER);
