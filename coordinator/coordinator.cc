@@ -106,7 +106,12 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock* clock,
   resume_ = options_.resume;
   generation_ = options_.generation;
   recoveries_ = options_.recoveries;
+  recovery_log_ = options_.recovery_log;
   state_ = options_.recovering ? v1::JOB_STATE_RECOVERING : v1::JOB_STATE_STARTING;
+  if (!options_.failed.empty()) {
+    state_ = v1::JOB_STATE_FAILED;
+    failure_reason_ = options_.failed;
+  }
   membership_deadline_ =
       clock_->Now() + absl::Seconds(options_.config.failure.rejoin_timeout_s);
   const v1::JobStatus job = JobLocked();
@@ -136,10 +141,14 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock* clock,
     committed_.push_back(info);
   }
   ForgetCheckpointsAfterLocked(resume_.has_value() ? resume_->step() : 0);
-  if (options_.recovering) {
+  if (state_ == v1::JOB_STATE_FAILED) {
+    LogLine(absl::StrCat("job ", options_.job_id, " FAILED before this coordinator started, and "
+                         "a restart cannot fix it: ", failure_reason_));
+  } else if (options_.recovering) {
     // What this generation recovers from, for the members it refuses and for the status.
     failure_reason_ = absl::StrCat("the coordinator restarted; generation ", generation_ - 1,
                                    " ended with it");
+    RecordRecoveryLocked(failure_reason_, resume_.has_value() ? resume_->step() : 0);
     LogLine(absl::StrCat("recovering in generation ", generation_, " (recovery ", recoveries_,
                          " of at most ", options_.config.failure.max_restarts,
                          "): waiting for every member to register again"));
@@ -195,6 +204,7 @@ v1::JobStatus Coordinator::JobLocked() const {
   job.set_generation(generation_);
   job.set_recoveries(recoveries_);
   job.set_num_parameters(static_cast<int64_t>(NumParametersLocked()));
+  for (const v1::Recovery& r : recovery_log_) *job.add_recovery_log() = r;
   return job;
 }
 
@@ -722,10 +732,21 @@ void Coordinator::CheckFailuresLocked() {
     return;
   }
   const absl::Time now = clock_->Now();
-  for (const v1::Member& m : membership_.List(now)) {
+  // The member that went silent first is the one that failed: the others often stop
+  // because of it (their collectives with it broke), and may be silent by now too.
+  const v1::Member* first_silent = nullptr;
+  const std::vector<v1::Member> members = membership_.List(now);
+  for (const v1::Member& m : members) {
     // A worker that ran the job's last step may be gone already: that is no failure.
     const bool done = m.role() == v1::ROLE_WORKER && m.last_step() >= stage_machine_.stop_after_step();
     if (m.alive() || done) continue;
+    if (first_silent == nullptr ||
+        m.last_heartbeat_unix_ms() < first_silent->last_heartbeat_unix_ms()) {
+      first_silent = &m;
+    }
+  }
+  if (first_silent != nullptr) {
+    const v1::Member& m = *first_silent;
     RecoverLocked(absl::StrCat(RoleName(m.role()), " ", m.rank(), " (", m.instance_id(),
                                ") sent no heartbeat for ",
                                options_.config.failure.heartbeat_timeout_s, " s"));
@@ -795,6 +816,57 @@ void Coordinator::FailLocked(const std::string& reason) {
   state_ = v1::JOB_STATE_FAILED;
   failure_reason_ = reason;
   LogLine(absl::StrCat("job FAILED: ", reason));
+  PersistLocked(/*over=*/true);
+}
+
+void Coordinator::PersistLocked(bool over) {
+  if (!options_.persist) return;
+  v1::CoordinatorState state;
+  state.set_job_id(options_.job_id);
+  state.set_generation(generation_);
+  state.set_recoveries(recoveries_);
+  state.set_over(over);
+  if (state_ == v1::JOB_STATE_FAILED) state.set_failure_reason(failure_reason_);
+  for (const v1::Recovery& r : recovery_log_) *state.add_recovery_log() = r;
+  const absl::Status saved = options_.persist(state);
+  if (!saved.ok()) LogLine(absl::StrCat("cannot save the coordinator state: ", saved.message()));
+}
+
+void Coordinator::RecordRecoveryLocked(const std::string& what_failed, int64_t resume_step) {
+  v1::Recovery& r = recovery_log_.emplace_back();
+  r.set_generation(generation_);
+  r.set_reason(what_failed);
+  r.set_resume_step(resume_step);
+  r.set_unix_ms(absl::ToUnixMillis(clock_->Now()));
+  PersistLocked(/*over=*/false);
+}
+
+absl::StatusOr<v1::JobStatus> Coordinator::ReportFailure(const v1::FailureReport& report) {
+  if (report.role() != v1::ROLE_WORKER && report.role() != v1::ROLE_SERVER) {
+    return absl::InvalidArgumentError("role must be ROLE_WORKER or ROLE_SERVER");
+  }
+  if (report.reason().empty()) return absl::InvalidArgumentError("reason is required");
+  if (report.step() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("step must be >= 0, got ", report.step()));
+  }
+  absl::MutexLock lock(&mu_);
+  const std::string who = absl::StrCat(RoleName(report.role()), " ", report.rank(), " (",
+                                       report.instance_id(), ")");
+  if (report.instance_id().empty() ||
+      membership_.InstanceAt(report.role(), report.rank()) != report.instance_id()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        who, " is not a member of generation ", generation_, ": its failure is not this one's"));
+  }
+  if (state_ != v1::JOB_STATE_FAILED && state_ != v1::JOB_STATE_SUCCEEDED) {
+    constexpr size_t kMaxReason = 1024;
+    std::string reason = report.reason().substr(0, kMaxReason);
+    if (report.reason().size() > kMaxReason) reason += "...";
+    FailLocked(absl::StrCat(who, " failed",
+                            report.step() > 0 ? absl::StrCat(" in step ", report.step()) : "",
+                            ", which no restart fixes: ", reason));
+    ChangedLocked();
+  }
+  return JobLocked();
 }
 
 void Coordinator::RecoverLocked(const std::string& what_failed) {
@@ -828,10 +900,7 @@ void Coordinator::RecoverLocked(const std::string& what_failed) {
   }
   ++generation_;
   ++recoveries_;
-  if (options_.persist) {
-    const absl::Status saved = options_.persist(generation_, recoveries_);
-    if (!saved.ok()) LogLine(absl::StrCat("cannot save the coordinator state: ", saved.message()));
-  }
+  RecordRecoveryLocked(what_failed, resume.has_value() ? resume->step() : 0);
   stage_machine_ = *std::move(sm);
   ended_after_.clear();
   membership_ = Membership(options_.config.workers, ServerCount(options_.config),

@@ -61,15 +61,23 @@ struct CoordinatorOptions {
   // stage machine start over from the checkpoint `plan_resume` names (null: from step 0),
   // and once the whole membership registered again the job runs on. After
   // config.failure.max_restarts recoveries, or when the membership is not complete within
-  // rejoin_timeout (at the start too), the job is FAILED.
+  // rejoin_timeout (at the start too), the job is FAILED. Members that hit an error no
+  // restart fixes report it (ReportFailure) and the job is FAILED at once.
   std::function<absl::StatusOr<checkpoint::ResumePlan>()> plan_resume;
   // The generation to start in, and the recoveries so far: a coordinator restarted from its
   // state file starts recovering in the next generation.
   int64_t generation = 1;
   int recoveries = 0;
   bool recovering = false;
-  // Called with (generation, recoveries) whenever they change, to keep them on disk.
-  std::function<absl::Status(int64_t generation, int recoveries)> persist;
+  // The recoveries before this start (the state file's), oldest first; a restart of the
+  // coordinator (recovering) adds its own.
+  std::vector<v1::Recovery> recovery_log;
+  // Set when the state file says this job FAILED, for this reason, with this config: the
+  // job stays FAILED (a restart cannot fix it); members are refused with the reason.
+  std::string failed;
+  // Called whenever the durable state changes (a recovery, a failure) with job_id,
+  // generation, recoveries, over, failure_reason and recovery_log set, to keep it on disk.
+  std::function<absl::Status(const v1::CoordinatorState& state)> persist;
 };
 
 // The stage machine's options for a job config; INVALID_ARGUMENT names the config key.
@@ -88,6 +96,7 @@ class Coordinator final : public CoordinatorHandler {
   absl::StatusOr<v1::KvGetResponse> KvGet(const v1::KvGetRequest& request) override;
   absl::StatusOr<v1::LeaseResponse> Lease(const v1::LeaseRequest& request) override;
   absl::StatusOr<v1::StatsReportResponse> ReportStats(const v1::StatsReport& report) override;
+  absl::StatusOr<v1::JobStatus> ReportFailure(const v1::FailureReport& report) override;
   absl::Status Heartbeat(const v1::Heartbeat& heartbeat) override;
   uint64_t WaitForJobChange(uint64_t seen_version, absl::Duration timeout) override;
   absl::StatusOr<v1::JobStatus> GetJob(const v1::GetJobRequest& request) override;
@@ -206,6 +215,12 @@ class Coordinator final : public CoordinatorHandler {
   std::string failure_reason_ ABSL_GUARDED_BY(mu_);
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 1;
   int recoveries_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<v1::Recovery> recovery_log_ ABSL_GUARDED_BY(mu_);  // oldest first
+  // A recovery into generation_ after `what_failed`, resuming after `resume_step`: logged
+  // in recovery_log_ and saved (persist).
+  void RecordRecoveryLocked(const std::string& what_failed, int64_t resume_step)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PersistLocked(bool over) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Time membership_deadline_ ABSL_GUARDED_BY(mu_);  // STARTING / RECOVERING
 };
 

@@ -90,6 +90,8 @@ class CoordinatorClient {
   virtual absl::StatusOr<v1::LeaseResponse> Lease(const v1::LeaseRequest& request) = 0;
   // A repeated (rank, step) report is harmless.
   virtual absl::StatusOr<v1::StatsReportResponse> ReportStats(const v1::StatsReport& report) = 0;
+  // Failing a job that failed already changes nothing (member.h: ReportPermanentFailure).
+  virtual absl::StatusOr<v1::JobStatus> ReportFailure(const v1::FailureReport& report) = 0;
   virtual absl::StatusOr<std::unique_ptr<CoordinatorSession>> StartSession(
       const SessionOptions& options, JobEventCallback on_event) = 0;
 
@@ -142,6 +144,9 @@ struct GrpcClientOptions {
   absl::Duration retry_for = absl::ZeroDuration();
   absl::Duration initial_backoff = absl::Milliseconds(50);
   absl::Duration max_backoff = absl::Seconds(2);
+  // A connection of its own, even where another client of this process has one to the
+  // same address (gRPC shares them by default): a load generator playing many members.
+  bool own_connection = false;
 };
 
 // A client over gRPC (TLS when options.tls says so). INVALID_ARGUMENT for an empty address

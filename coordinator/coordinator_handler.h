@@ -27,6 +27,8 @@ class CoordinatorHandler {
   virtual absl::StatusOr<v1::KvGetResponse> KvGet(const v1::KvGetRequest& request) = 0;
   virtual absl::StatusOr<v1::LeaseResponse> Lease(const v1::LeaseRequest& request) = 0;
   virtual absl::StatusOr<v1::StatsReportResponse> ReportStats(const v1::StatsReport& report) = 0;
+  // A member's failure that no restart fixes: the job fails at once, naming it.
+  virtual absl::StatusOr<v1::JobStatus> ReportFailure(const v1::FailureReport& report) = 0;
 
   // ---- the session stream, as two calls ----
   // One heartbeat of a session; an error ends the session with that status.

@@ -13,9 +13,11 @@
 // command line: --admin_token_file, $ONEBIT_ADMIN_TOKEN or onebit.security.admin_token_file;
 // --member_token_file, $ONEBIT_MEMBER_TOKEN or onebit.security.member_token_file.
 //
-// Exit status: 0 after a clean shutdown or a job that succeeded, 1 for a job that failed
-// (the reason is logged), a bad config or a port that cannot be bound (the message names
-// the key or the port), 2 for bad flags.
+// Exit status: 0 after a clean shutdown or a job that succeeded; 78 for a job that failed
+// (the reason is logged, and kept in the state file: started again with the same config,
+// the coordinator reports the same failure and exits 78 again; coordinator/member.h);
+// 1 for a bad config or a port that cannot be bound (the message names the key or the
+// port); 2 for bad flags.
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
@@ -38,6 +40,7 @@
 #include "coordinator/address_file.h"
 #include "coordinator/job_coordinator.h"
 #include "coordinator/log.h"
+#include "coordinator/member.h"
 #include "security/flags.h"
 
 ABSL_FLAG(std::string, config, "", "The job config (JSON). Required.");
@@ -135,8 +138,10 @@ int Run(int argc, char** argv) {
   if (!fault.ok()) return Fail(2, std::string(fault.status().message()));
   if (absl::GetFlag(FLAGS_check)) {
     // Everything above is read-only: no state file, no checkpoint clean-up, no port.
-    std::printf("onebit-coordinator: flags and config OK (job of %d workers, %s exchange)\n",
-                job->config.workers, job->config.exchange.mode.c_str());
+    // deploy/slurm/onebit.sbatch reads the job's shape from this line.
+    std::printf("onebit-coordinator: flags and config OK (job of %d workers, %d servers, %s "
+                "exchange)\n",
+                job->config.workers, ServerCount(job->config), job->config.exchange.mode.c_str());
     return 0;
   }
   absl::StatusOr<std::unique_ptr<JobCoordinator>> server = JobCoordinator::Start(*std::move(job));
@@ -170,7 +175,7 @@ int Run(int argc, char** argv) {
       const JobCoordinator::Outcome outcome = (*server)->Check();
       if (outcome != JobCoordinator::kRunning) {
         finished_at = absl::Now();
-        exit_code = outcome == JobCoordinator::kFailed ? 1 : 0;
+        exit_code = outcome == JobCoordinator::kFailed ? kMemberExitJobFailed : 0;
         LogLine(absl::StrCat("exiting in ", absl::FormatDuration(linger)));
       }
     }

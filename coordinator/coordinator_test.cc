@@ -622,9 +622,9 @@ TEST_F(CoordinatorTest, ADeadMemberStartsARecoveryFromTheLastCheckpoint) {
     plan.freeze_step = -1;
     return plan;
   };
-  std::vector<std::pair<int64_t, int>> persisted;
-  options.persist = [&persisted](int64_t generation, int recoveries) {
-    persisted.emplace_back(generation, recoveries);
+  std::vector<v1::CoordinatorState> persisted;
+  options.persist = [&persisted](const v1::CoordinatorState& state) {
+    persisted.push_back(state);
     return absl::OkStatus();
   };
   coordinator_ = *Coordinator::Create(options, &clock_, nullptr);
@@ -648,7 +648,17 @@ TEST_F(CoordinatorTest, ADeadMemberStartsARecoveryFromTheLastCheckpoint) {
   EXPECT_THAT(job.failure_reason(), HasSubstr("worker 1 (w1)"));
   EXPECT_EQ(job.workers_registered(), 0);
   EXPECT_EQ(plans, 1);
-  EXPECT_EQ(persisted, (std::vector<std::pair<int64_t, int>>{{2, 1}}));
+  ASSERT_EQ(persisted.size(), 1);
+  EXPECT_EQ(persisted[0].generation(), 2);
+  EXPECT_EQ(persisted[0].recoveries(), 1);
+  EXPECT_FALSE(persisted[0].over());
+  // The recovery is on record: which generation, what failed, where it resumed.
+  ASSERT_EQ(job.recovery_log_size(), 1);
+  EXPECT_EQ(job.recovery_log(0).generation(), 2);
+  EXPECT_EQ(job.recovery_log(0).resume_step(), 20);
+  EXPECT_THAT(job.recovery_log(0).reason(), HasSubstr("worker 1 (w1) sent no heartbeat"));
+  ASSERT_EQ(persisted[0].recovery_log_size(), 1);
+  EXPECT_EQ(persisted[0].recovery_log(0).resume_step(), 20);
   // The old generation is gone: its heartbeat is refused, so it learns and restarts.
   EXPECT_EQ(coordinator_->Heartbeat(hb).code(), absl::StatusCode::kFailedPrecondition);
   // The new one resumes after step 20.
@@ -674,6 +684,139 @@ TEST_F(CoordinatorTest, ADeadMemberStartsARecoveryFromTheLastCheckpoint) {
   job = *coordinator_->GetJob({});
   EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
   EXPECT_THAT(job.failure_reason(), HasSubstr("no recovery left"));
+  // The failure is saved as the job's end, with its reason (a restart stays FAILED).
+  ASSERT_EQ(persisted.size(), 2);
+  EXPECT_TRUE(persisted[1].over());
+  EXPECT_THAT(persisted[1].failure_reason(), HasSubstr("no recovery left"));
+  EXPECT_EQ(persisted[1].recovery_log_size(), 1);
+}
+
+// After a kill, the member that went silent first is named, not the lowest rank among
+// those silent by the time the coordinator looks (its peers often stop because of it).
+TEST_F(CoordinatorTest, TheMemberThatWentSilentFirstIsBlamed) {
+  JobConfig config = SmallJob();
+  config.exchange.mode = "peer";
+  config.exchange.servers = 0;
+  config.workers = 3;
+  config.failure.max_restarts = 0;
+  Make(config);
+  ASSERT_EQ(RegisterWorker("w0"), 0);
+  ASSERT_EQ(RegisterWorker("w1"), 1);
+  ASSERT_EQ(RegisterWorker("w2"), 2);
+  auto beat = [this](int rank) {
+    v1::Heartbeat hb;
+    hb.set_role(v1::ROLE_WORKER);
+    hb.set_rank(rank);
+    hb.set_instance_id(absl::StrCat("w", rank));
+    ASSERT_TRUE(coordinator_->Heartbeat(hb).ok());
+  };
+  clock_.Advance(absl::Seconds(1));
+  beat(0);
+  beat(1);  // w2 is killed here: its last heartbeat is at 0 s
+  clock_.Advance(absl::Seconds(1));
+  beat(0);  // w1 leaves after its collective with w2 broke: last heartbeat at 1 s
+  clock_.Advance(absl::Seconds(6));  // both silent for more than 5 s when the clock ticks
+  beat(0);
+  coordinator_->Tick();
+  const v1::JobStatus job = *coordinator_->GetJob({});
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(job.failure_reason(), HasSubstr("worker 2 (w2) sent no heartbeat"));
+}
+
+// A member's failure that no restart fixes fails the job at once, naming the member; only
+// a member of the current generation may report one, and bad reports change nothing.
+TEST_F(CoordinatorTest, AReportedPermanentFailureFailsTheJobAtOnce) {
+  std::vector<v1::CoordinatorState> persisted;
+  CoordinatorOptions options;
+  options.config = SmallJob();
+  options.job_id = "job-1";
+  options.persist = [&persisted](const v1::CoordinatorState& state) {
+    persisted.push_back(state);
+    return absl::OkStatus();
+  };
+  coordinator_ = *Coordinator::Create(options, &clock_, nullptr);
+  ASSERT_EQ(RegisterWorker("w0"), 0);
+  ASSERT_EQ(RegisterWorker("w1"), 1);
+  v1::FailureReport report;
+  report.set_role(v1::ROLE_WORKER);
+  report.set_rank(1);
+  report.set_instance_id("w1");
+  report.set_step(48);
+  EXPECT_EQ(coordinator_->ReportFailure(report).status().code(),
+            absl::StatusCode::kInvalidArgument);  // no reason
+  report.set_reason("training diverged: the loss is nan at step 48");
+  v1::FailureReport stranger = report;
+  stranger.set_instance_id("w9");
+  EXPECT_EQ(coordinator_->ReportFailure(stranger).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  stranger = report;
+  stranger.set_rank(7);
+  EXPECT_EQ(coordinator_->ReportFailure(stranger).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  stranger = report;
+  stranger.set_role(v1::ROLE_UNSPECIFIED);
+  EXPECT_EQ(coordinator_->ReportFailure(stranger).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  stranger = report;
+  stranger.set_step(-1);
+  EXPECT_EQ(coordinator_->ReportFailure(stranger).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(coordinator_->GetJob({})->state(), v1::JOB_STATE_STARTING);  // 1 server missing
+  EXPECT_TRUE(persisted.empty());
+
+  const uint64_t before = coordinator_->WaitForJobChange(0, absl::ZeroDuration());
+  absl::StatusOr<v1::JobStatus> job = coordinator_->ReportFailure(report);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(job->failure_reason(),
+              HasSubstr("worker 1 (w1) failed in step 48, which no restart fixes: training "
+                        "diverged: the loss is nan at step 48"));
+  EXPECT_EQ(job->recoveries(), 0);
+  EXPECT_NE(coordinator_->WaitForJobChange(before, absl::ZeroDuration()), before);  // pushed
+  ASSERT_EQ(persisted.size(), 1);
+  EXPECT_TRUE(persisted[0].over());
+  EXPECT_EQ(persisted[0].failure_reason(), job->failure_reason());
+  // A second report (the other worker diverged too) keeps the first reason.
+  report.set_rank(0);
+  report.set_instance_id("w0");
+  report.set_reason("training diverged: the loss is inf");
+  EXPECT_EQ(coordinator_->ReportFailure(report)->failure_reason(), job->failure_reason());
+  // Newcomers learn that it is over, and why.
+  v1::RegisterRequest r;
+  r.set_role(v1::ROLE_SERVER);
+  r.set_instance_id("s0");
+  r.set_requested_rank(0);
+  const absl::Status refused = coordinator_->Register(r).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.message(), HasSubstr("worker 1 (w1) failed in step 48"));
+}
+
+// A coordinator started from a state file that says the job FAILED (with this config)
+// stays FAILED with that reason, and keeps the recoveries on record.
+TEST_F(CoordinatorTest, AJobThatFailedStaysFailed) {
+  CoordinatorOptions options;
+  options.config = SmallJob();
+  options.job_id = "job-1";
+  options.generation = 3;
+  options.recoveries = 2;
+  v1::Recovery& r = options.recovery_log.emplace_back();
+  r.set_generation(2);
+  r.set_reason("worker 0 (w0) sent no heartbeat for 10 s");
+  r.set_resume_step(40);
+  options.failed = "worker 1 (w1) failed in step 48, which no restart fixes: diverged";
+  coordinator_ = *Coordinator::Create(options, &clock_, nullptr);
+  const v1::JobStatus job = *coordinator_->GetJob({});
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(job.failure_reason(), options.failed);
+  EXPECT_EQ(job.generation(), 3);
+  ASSERT_EQ(job.recovery_log_size(), 1);
+  EXPECT_EQ(job.recovery_log(0).resume_step(), 40);
+  EXPECT_TRUE(coordinator_->Failed());
+  v1::RegisterRequest w;
+  w.set_role(v1::ROLE_WORKER);
+  w.set_instance_id("w0-again");
+  w.set_requested_rank(0);
+  EXPECT_THAT(coordinator_->Register(w).status().message(), HasSubstr("failed in step 48"));
 }
 
 TEST_F(CoordinatorTest, AMembershipThatDoesNotComeBackInTimeFailsTheJob) {

@@ -222,6 +222,12 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
                                            return stub_->ReportStats(c, report, r);
                                          });
   }
+  absl::StatusOr<v1::JobStatus> ReportFailure(const v1::FailureReport& report) override {
+    return Call<v1::JobStatus>(kRetry, absl::ZeroDuration(),
+                               [&](grpc::ClientContext* c, v1::JobStatus* r) {
+                                 return stub_->ReportFailure(c, report, r);
+                               });
+  }
   absl::StatusOr<std::unique_ptr<CoordinatorSession>> StartSession(
       const SessionOptions& options, JobEventCallback on_event) override {
     if (options.heartbeat_interval <= absl::ZeroDuration()) {
@@ -405,6 +411,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> NewGrpcCoordinatorClient(
   // on a loaded machine).
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, security::ConnectTimeoutMs(options.tls, 2000));
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  if (options.own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   args.SetMaxReceiveMessageSize(kCoordinatorMaxMessageBytes);
   args.SetMaxSendMessageSize(kCoordinatorMaxMessageBytes);
   security::AddTlsChannelArguments(options.tls, &args);

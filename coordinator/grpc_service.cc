@@ -106,6 +106,16 @@ grpc::Status CoordinatorGrpcService::ReportStats(grpc::ServerContext* context,
   return Reply("ReportStats", handler_->ReportStats(*request), response);
 }
 
+grpc::Status CoordinatorGrpcService::ReportFailure(grpc::ServerContext* context,
+                                                   const v1::FailureReport* request,
+                                                   v1::JobStatus* response) {
+  if (absl::Status auth = Authorize("ReportFailure", security::Access::kMember, context);
+      !auth.ok()) {
+    return ToGrpcStatus(auth);
+  }
+  return Reply("ReportFailure", handler_->ReportFailure(*request), response);
+}
+
 grpc::Status CoordinatorGrpcService::GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request,
                                             v1::JobStatus* response) {
   if (absl::Status auth = Authorize("GetJob", security::Access::kMember, context); !auth.ok()) {
@@ -200,7 +210,11 @@ grpc::Status CoordinatorGrpcService::Session(
   std::thread reader([&] {
     v1::Heartbeat heartbeat;
     while (stream->Read(&heartbeat)) {
+      const absl::Time start = absl::Now();
       absl::Status status = handler_->Heartbeat(heartbeat);
+      if (metrics_ != nullptr) {
+        metrics_->ObserveHeartbeat(absl::ToDoubleSeconds(absl::Now() - start));
+      }
       absl::MutexLock lock(&state.mu);
       if (!status.ok()) {
         state.error = status;

@@ -56,6 +56,8 @@ class CoordinatorGrpcService final : public v1::Coordinator::Service {
                        grpc::ServerReaderWriter<v1::JobEvent, v1::Heartbeat>* stream) override;
   grpc::Status ReportStats(grpc::ServerContext* context, const v1::StatsReport* request,
                            v1::StatsReportResponse* response) override;
+  grpc::Status ReportFailure(grpc::ServerContext* context, const v1::FailureReport* request,
+                             v1::JobStatus* response) override;
   grpc::Status GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request,
                       v1::JobStatus* response) override;
   grpc::Status ListMembers(grpc::ServerContext* context, const v1::ListMembersRequest* request,

@@ -121,6 +121,9 @@ class InProcessClient final : public CoordinatorClient {
   absl::StatusOr<v1::StatsReportResponse> ReportStats(const v1::StatsReport& r) override {
     return Unless([&] { return h_->ReportStats(r); });
   }
+  absl::StatusOr<v1::JobStatus> ReportFailure(const v1::FailureReport& r) override {
+    return Unless([&] { return h_->ReportFailure(r); });
+  }
   absl::StatusOr<std::unique_ptr<CoordinatorSession>> StartSession(
       const SessionOptions& options, JobEventCallback on_event) override {
     if (options.heartbeat_interval <= absl::ZeroDuration()) {

@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "checkpoint/manifest.h"
+#include "checkpoint/part.h"
 #include "common/atomic_file.h"
 #include "common/status_macros.h"
 #include "config/model_spec.h"
@@ -37,14 +38,13 @@ std::string NewJobId() {
                          absl::Uniform<uint32_t>(gen, 0, 0x10000));
 }
 
-absl::Status WriteState(const std::string& state_file, const std::string& job_id,
-                        int64_t generation, int recoveries, bool over) {
+// The state file's mark of the config a failed job ran with (CoordinatorState.config_crc32).
+uint32_t ConfigCrc(const JobConfig& config) { return checkpoint::Crc32(JobConfigToJson(config)); }
+
+absl::Status WriteState(const std::string& state_file, v1::CoordinatorState state,
+                        const JobConfig& config) {
   if (state_file.empty()) return absl::OkStatus();
-  v1::CoordinatorState state;
-  state.set_job_id(job_id);
-  state.set_generation(generation);
-  state.set_recoveries(recoveries);
-  state.set_over(over);
+  state.set_config_crc32(ConfigCrc(config));
   return WriteFileAtomically(state_file, ToJson(state, /*pretty=*/true));
 }
 
@@ -74,6 +74,12 @@ absl::StatusOr<PreparedJob> JobCoordinator::Prepare(const JobCoordinatorOptions&
           job.state_file, ": ", parsed.message(), " (remove it to start a new job)"));
     }
     job.restarted = !saved.over();
+    // A job that failed stays failed when started again as it was: a restart cannot fix
+    // what failed it. Another config (the fix) is a new job.
+    if (saved.over() && !saved.failure_reason().empty() &&
+        saved.config_crc32() == ConfigCrc(config)) {
+      job.failed = saved.failure_reason();
+    }
   }
   CoordinatorOptions& c = job.coordinator;
   c.config = config;
@@ -86,9 +92,17 @@ absl::StatusOr<PreparedJob> JobCoordinator::Prepare(const JobCoordinatorOptions&
     c.recoveries = saved.recoveries() + 1;
     c.recovering = true;
   }
-  c.persist = [state_file = job.state_file, job_id = c.job_id](int64_t generation,
-                                                               int recoveries) {
-    return WriteState(state_file, job_id, generation, recoveries, /*over=*/false);
+  if (job.restarted || !job.failed.empty()) {
+    c.recovery_log.assign(saved.recovery_log().begin(), saved.recovery_log().end());
+  }
+  if (!job.failed.empty()) {
+    c.job_id = saved.job_id();
+    c.generation = saved.generation();
+    c.recoveries = saved.recoveries();
+    c.failed = job.failed;
+  }
+  c.persist = [state_file = job.state_file, config](const v1::CoordinatorState& state) {
+    return WriteState(state_file, state, config);
   };
   c.heartbeat_timeout = options.heartbeat_timeout > absl::ZeroDuration()
                             ? options.heartbeat_timeout
@@ -134,6 +148,11 @@ absl::StatusOr<std::unique_ptr<JobCoordinator>> JobCoordinator::Start(PreparedJo
     LogLine(absl::StrCat("restarted: job ", c.job_id, " was in generation ", job.saved_generation,
                          "; recovering in generation ", c.generation));
   }
+  if (!job.failed.empty()) {
+    LogLine(absl::StrCat(job.state_file, " says job ", c.job_id, " failed with this config: it "
+                         "stays failed (remove that file, or change the config, to start a new "
+                         "job)"));
+  }
   const JobConfig& config = job.config;
   if (!config.checkpoint.dir.empty()) {
     JobConfig resume_config = config;
@@ -159,8 +178,14 @@ absl::StatusOr<std::unique_ptr<JobCoordinator>> JobCoordinator::Start(PreparedJo
       return checkpoint::PlanResume(resume_config, n);
     };
   }
-  ONEBIT_RETURN_IF_ERROR(
-      WriteState(job.state_file, c.job_id, c.generation, c.recoveries, /*over=*/false));
+  if (job.failed.empty()) {
+    v1::CoordinatorState state;
+    state.set_job_id(c.job_id);
+    state.set_generation(c.generation);
+    state.set_recoveries(c.recoveries);
+    for (const v1::Recovery& r : c.recovery_log) *state.add_recovery_log() = r;
+    ONEBIT_RETURN_IF_ERROR(WriteState(job.state_file, state, config));
+  }
   ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorServer> server,
                           CoordinatorServer::Start(c, job.server));
   return std::unique_ptr<JobCoordinator>(new JobCoordinator(std::move(job), std::move(server)));
@@ -186,8 +211,14 @@ void JobCoordinator::Shutdown() {
   if (outcome_ != kRunning) {
     // The job is over: a later start with this state file is a new job.
     const v1::JobStatus job = *coordinator()->GetJob({});
-    const absl::Status saved = WriteState(job_.state_file, job_.coordinator.job_id,
-                                          job.generation(), job.recoveries(), /*over=*/true);
+    v1::CoordinatorState state;
+    state.set_job_id(job_.coordinator.job_id);
+    state.set_generation(job.generation());
+    state.set_recoveries(job.recoveries());
+    state.set_over(true);
+    if (job.state() == v1::JOB_STATE_FAILED) state.set_failure_reason(job.failure_reason());
+    *state.mutable_recovery_log() = job.recovery_log();
+    const absl::Status saved = WriteState(job_.state_file, state, job_.config);
     if (!saved.ok()) LogLine(absl::StrCat("cannot save the coordinator state: ", saved.message()));
   }
   server_->Shutdown();

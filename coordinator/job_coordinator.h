@@ -51,6 +51,8 @@ struct PreparedJob {
   std::string state_file;
   bool restarted = false;  // the state file holds a job that is not over
   int64_t saved_generation = 0;
+  // The state file holds a job that FAILED with this config: why (it stays FAILED).
+  std::string failed;
 };
 
 class JobCoordinator {
@@ -71,14 +73,14 @@ class JobCoordinator {
   Outcome Check();
   Coordinator* coordinator() { return server_->coordinator(); }
   const CoordinatorAddresses& addresses() const { return server_->addresses(); }
-  // Stops serving; a job that is over is saved as over (a later start is a new job).
+  // Stops serving; a job that is over is saved as over (a later start is a new job,
+  // unless it failed and starts with the same config: then it is the same failed job).
   // Idempotent.
   void Shutdown();
 
  private:
   JobCoordinator(PreparedJob job, std::unique_ptr<CoordinatorServer> server)
       : job_(std::move(job)), server_(std::move(server)) {}
-  absl::Status SaveState(int64_t generation, int recoveries, bool over) const;
 
   const PreparedJob job_;
   std::unique_ptr<CoordinatorServer> server_;

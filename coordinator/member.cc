@@ -7,6 +7,18 @@
 
 namespace onebit {
 
+absl::Status ReportPermanentFailure(CoordinatorClient& client, v1::Role role, int rank,
+                                    const std::string& instance_id, const absl::Status& error,
+                                    int64_t step) {
+  v1::FailureReport report;
+  report.set_role(role);
+  report.set_rank(rank);
+  report.set_instance_id(instance_id);
+  report.set_reason(std::string(error.message()));
+  report.set_step(step);
+  return client.ReportFailure(report).status();
+}
+
 std::optional<MemberVerdict> VerdictFor(const v1::JobStatus& job, const MemberIdentity& me) {
   if (!me.job_id.empty() && !job.job_id().empty() && job.job_id() != me.job_id) {
     return MemberVerdict{kMemberExitRestart,
@@ -15,7 +27,9 @@ std::optional<MemberVerdict> VerdictFor(const v1::JobStatus& job, const MemberId
                                       " to be restarted")};
   }
   if (job.state() == v1::JOB_STATE_FAILED) {
-    return MemberVerdict{kMemberExitFailed, absl::StrCat("the job failed: ", job.failure_reason())};
+    return MemberVerdict{kMemberExitJobFailed,
+                         absl::StrCat("the job failed: ", job.failure_reason(), "; exiting with ",
+                                      kMemberExitJobFailed, " (do not restart)")};
   }
   if (job.state() == v1::JOB_STATE_SUCCEEDED && me.leave_on_success) {
     return MemberVerdict{kMemberExitDone, "the job succeeded"};
@@ -42,6 +56,28 @@ std::optional<MemberVerdict> AwaitVerdict(CoordinatorClient& client, const Membe
     if (left <= absl::ZeroDuration()) return std::nullopt;
     absl::SleepFor(std::min(absl::Milliseconds(250), left));
   }
+}
+
+std::string RecoveriesText(const v1::JobStatus& job) {
+  if (job.recoveries() == 0) return "none";
+  std::string text = absl::StrCat(job.recoveries());
+  const char* separator = ": ";
+  for (const v1::Recovery& r : job.recovery_log()) {
+    absl::StrAppend(&text, separator, "generation ", r.generation(),
+                    r.resume_step() > 0 ? absl::StrCat(" resumed after step ", r.resume_step())
+                                        : std::string(" restarted from step 0"),
+                    " (", r.reason(), ")");
+    separator = "; ";
+  }
+  return text;
+}
+
+std::optional<MemberVerdict> VerdictAfterRegisterError(CoordinatorClient& client,
+                                                       const absl::Status& error) {
+  if (!absl::IsFailedPrecondition(error)) return std::nullopt;
+  absl::StatusOr<v1::JobStatus> job = client.GetJob({});
+  if (!job.ok() || job->state() != v1::JOB_STATE_FAILED) return std::nullopt;
+  return VerdictFor(*job, MemberIdentity{});
 }
 
 MemberVerdict VerdictAfterSessionEnd(CoordinatorClient& client, const MemberIdentity& me,

@@ -3,9 +3,17 @@
 // the exit code its supervisor acts on.
 //
 //   0   the job succeeded (a shard leaves; a worker leaves when its own last step is done)
-//   1   the job failed, or this member hit an error no restart fixes
+//   1   this member hit an error of its own and the coordinator said nothing more (a
+//       supervisor may restart it: the job recovers, or the new process learns it is over)
+//   2   bad flags or config (onebit-worker, onebit-server): fix them; do not restart
 //   75  restart me: the job recovers in a newer generation, or the coordinator no longer
 //       knows this member (it restarted, or replaced it); the new process registers again
+//   78  the job FAILED (its failure_reason says why: a member's training diverged, a model
+//       that disagrees with the job's, max_restarts spent, ...): a restart cannot fix it,
+//       so supervisors must not restart (Kubernetes: a podFailurePolicy rule FailJob on
+//       78). The coordinator exits 78 too, and a coordinator restarted with the same
+//       config and state file stays FAILED, so a supervisor that restarts everything
+//       (compose's restart: on-failure) only repeats the same exit.
 //
 // A member registers once per process: when its coordinator restarts (a new generation,
 // its state reloaded from disk) the member's registration is gone, and the member learns
@@ -20,6 +28,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/permanent_error.h"
 #include "coordinator/coordinator_client.h"
 #include "onebit/v1/coordinator.pb.h"
 
@@ -28,6 +37,13 @@ namespace onebit {
 inline constexpr int kMemberExitDone = 0;
 inline constexpr int kMemberExitFailed = 1;
 inline constexpr int kMemberExitRestart = 75;
+inline constexpr int kMemberExitJobFailed = 78;
+
+// Reports `error` (common/permanent_error.h: one no restart fixes) as this member's permanent failure in `step` (0: none): the job fails
+// at once, naming the member. Best effort: what the coordinator answered.
+absl::Status ReportPermanentFailure(CoordinatorClient& client, v1::Role role, int rank,
+                                    const std::string& instance_id, const absl::Status& error,
+                                    int64_t step);
 
 // Who this member is in the job it registered with.
 struct MemberIdentity {
@@ -50,6 +66,16 @@ std::optional<MemberVerdict> VerdictFor(const v1::JobStatus& job, const MemberId
 // noticed yet why the error happened). Nothing by then: nullopt.
 std::optional<MemberVerdict> AwaitVerdict(CoordinatorClient& client, const MemberIdentity& me,
                                           absl::Duration wait);
+
+// The job's recoveries for a summary: "none", or "2: generation 2 resumed after step 40
+// (worker 2 (w2) sent no heartbeat for 10 s); generation 3 resumed from step 0 (...)".
+std::string RecoveriesText(const v1::JobStatus& job);
+
+// After this member's registration failed with `error`: 78 when the coordinator refused it
+// because the job failed (FAILED_PRECONDITION, and the job's status says FAILED), else
+// nothing (the caller's own exit code).
+std::optional<MemberVerdict> VerdictAfterRegisterError(CoordinatorClient& client,
+                                                       const absl::Status& error);
 
 // After this member's session ended by itself (SessionOptions::on_end) with `why`: the
 // coordinator refused the member (it does not know it) and the job's status says why, or

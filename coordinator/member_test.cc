@@ -39,8 +39,10 @@ TEST(VerdictForTest, TheJobsStateDecides) {
   failed.set_failure_reason("worker 1 diverged");
   std::optional<MemberVerdict> v = VerdictFor(failed, worker);
   ASSERT_TRUE(v.has_value());
-  EXPECT_EQ(v->exit_code, kMemberExitFailed);
+  EXPECT_EQ(v->exit_code, kMemberExitJobFailed);
+  EXPECT_EQ(kMemberExitJobFailed, 78);  // documented for supervisors: keep it
   EXPECT_THAT(v->reason, HasSubstr("worker 1 diverged"));
+  EXPECT_THAT(v->reason, HasSubstr("exiting with 78 (do not restart)"));
   // A newer generation, or another job behind the same address: restart and register.
   v = VerdictFor(Job("j", 3, v1::JOB_STATE_RECOVERING), shard);
   ASSERT_TRUE(v.has_value());
@@ -135,6 +137,49 @@ TEST_F(RestartedCoordinatorTest, WithoutNewsARefusedMemberRestartsAndAnUnreachab
   v = VerdictAfterSessionEnd(*client, me, absl::UnavailableError("no answer for 2m"));
   EXPECT_EQ(v.exit_code, kMemberExitFailed);
   EXPECT_EQ(v.reason, "no answer for 2m");
+}
+
+// A worker whose training diverged reports it: the job fails at once, naming it; every
+// member then hears 78, and a newcomer refused at registration learns the same.
+TEST_F(RestartedCoordinatorTest, APermanentFailureIsReportedAndEveryoneExits78) {
+  std::unique_ptr<Coordinator> c = Make(1, false);
+  std::unique_ptr<CoordinatorClient> client = NewInProcessCoordinatorClient(c.get());
+  ASSERT_TRUE(client->Register(Shard(0)).ok());
+  const absl::Status diverged =
+      MarkPermanent(absl::FailedPreconditionError("training diverged: the loss is nan"));
+  // Not a member: refused, the job runs on.
+  EXPECT_FALSE(ReportPermanentFailure(*client, v1::ROLE_SERVER, 1, "shard1", diverged, 5).ok());
+  EXPECT_FALSE(c->Failed());
+  ASSERT_TRUE(ReportPermanentFailure(*client, v1::ROLE_SERVER, 0, "shard0", diverged, 5).ok());
+  EXPECT_TRUE(c->Failed());
+  const MemberIdentity me{"job", 1, /*leave_on_success=*/true};
+  std::optional<MemberVerdict> v = AwaitVerdict(*client, me, absl::ZeroDuration());
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->exit_code, kMemberExitJobFailed);
+  EXPECT_THAT(v->reason, HasSubstr("server 0 (shard0) failed in step 5"));
+  const absl::Status refused = client->Register(Shard(1)).status();
+  v = VerdictAfterRegisterError(*client, refused);
+  ASSERT_TRUE(v.has_value()) << refused;
+  EXPECT_EQ(v->exit_code, kMemberExitJobFailed);
+  // Other registration errors are the member's own (its exit code decides).
+  EXPECT_FALSE(VerdictAfterRegisterError(*client, absl::UnavailableError("no answer")).has_value());
+}
+
+TEST(RecoveriesTextTest, SaysHowManyAndFromWhere) {
+  v1::JobStatus job;
+  EXPECT_EQ(RecoveriesText(job), "none");
+  job.set_recoveries(2);
+  v1::Recovery* r = job.add_recovery_log();
+  r->set_generation(2);
+  r->set_resume_step(40);
+  r->set_reason("worker 2 (w2) sent no heartbeat for 10 s");
+  r = job.add_recovery_log();
+  r->set_generation(3);
+  r->set_reason("the coordinator restarted; generation 2 ended with it");
+  EXPECT_EQ(RecoveriesText(job),
+            "2: generation 2 resumed after step 40 (worker 2 (w2) sent no heartbeat for 10 s); "
+            "generation 3 restarted from step 0 (the coordinator restarted; generation 2 ended "
+            "with it)");
 }
 
 }  // namespace

@@ -53,6 +53,14 @@ CoordinatorMetrics::CoordinatorMetrics() : registry_(std::make_shared<prometheus
                         .Register(r)
                         .Add({}, prometheus::Histogram::BucketBoundaries{1e-6, 1e-5, 1e-4, 1e-3,
                                                                          1e-2, 1e-1, 1.0});
+  // Fine buckets under 10 ms: tools/coordinator_load reads percentiles from them.
+  heartbeat_seconds_ = &prometheus::BuildHistogram()
+                            .Name("onebit_coordinator_heartbeat_seconds")
+                            .Help("Time to handle one heartbeat of a session.")
+                            .Register(r)
+                            .Add({}, prometheus::Histogram::BucketBoundaries{
+                                         1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3,
+                                         5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 1.0});
   rpc_errors_ = &prometheus::BuildCounter()
                      .Name("onebit_coordinator_rpc_errors_total")
                      .Help("Calls answered with an error, by method (gRPC and REST).")

@@ -21,6 +21,8 @@
 //   onebit_coordinator_kv_keys               keys in the rendezvous store
 //   onebit_coordinator_leases_granted_total
 //   onebit_coordinator_lease_seconds         histogram of Lease handling time
+//   onebit_coordinator_heartbeat_seconds     histogram of handling a session's heartbeat
+//                                            (the lock it waits for included)
 //   onebit_coordinator_rpc_errors_total{method}  failed calls, gRPC and REST alike
 //   onebit_coordinator_checkpoints_committed_total / _checkpoints_failed_total
 //   onebit_coordinator_last_checkpoint_step  newest committed checkpoint; 0 if none
@@ -58,6 +60,7 @@ class CoordinatorMetrics {
   void SetKvKeys(size_t keys) { kv_keys_->Set(static_cast<double>(keys)); }
   void LeaseGranted() { leases_granted_->Increment(); }
   void ObserveLease(double seconds) { lease_seconds_->Observe(seconds); }
+  void ObserveHeartbeat(double seconds) { heartbeat_seconds_->Observe(seconds); }
   void RpcError(absl::string_view method);
   void CheckpointCommitted(int64_t step, double seconds);
   void CheckpointFailed() { checkpoints_failed_->Increment(); }
@@ -84,6 +87,7 @@ class CoordinatorMetrics {
   prometheus::Gauge* kv_keys_;
   prometheus::Counter* leases_granted_;
   prometheus::Histogram* lease_seconds_;
+  prometheus::Histogram* heartbeat_seconds_;
   prometheus::Family<prometheus::Counter>* rpc_errors_;
   prometheus::Counter* checkpoints_committed_;
   prometheus::Counter* checkpoints_failed_;

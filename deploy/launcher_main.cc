@@ -14,6 +14,10 @@
 // ONEBIT_LOCAL_RANK, ONEBIT_LOCAL_WORLD_SIZE, ONEBIT_HOST,
 // ONEBIT_SUMMARY_FILE, ONEBIT_HISTORY_CSV) and PYTHONPATH finding the package; the script
 // evaluates itself (no Adam comparison, no accuracy in the summary).
+//
+// Exit status: 0 the job succeeded; 78 it FAILED for a reason no restart fixes (a member
+// exited 78: coordinator/member.h; the message quotes its last line, which says why);
+// 1 another failure; 2 bad flags or config.
 #include <signal.h>
 #include <unistd.h>
 
@@ -36,6 +40,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/permanent_error.h"
 #include "common/signals.h"
 #include "config/job_config.h"
 #include "deploy/local_job.h"
@@ -75,6 +80,8 @@ namespace {
 using google::protobuf::Value;
 
 volatile int g_interrupted = 0;
+
+constexpr int kJobFailedExit = 78;  // coordinator/member.h's kMemberExitJobFailed
 
 // Paths given on the command line are relative to where `bazel run` was started.
 std::string UserPath(const std::string& path) {
@@ -235,6 +242,21 @@ std::string Bytes(double b) {
   return absl::StrFormat("%.0f B", b);
 }
 
+// How often the job recovered and after which steps (a worker's summary): "none", or
+// "2 (resumed after steps 40, 0)"; "-" when the worker could not ask.
+std::string Recoveries(const Value& worker) {
+  const double n = Field(worker, "recoveries");
+  if (n <= 0) return n < 0 ? "-" : "none";
+  std::vector<std::string> steps;
+  const auto& fields = worker.struct_value().fields();
+  if (auto it = fields.find("resumed_after_steps"); it != fields.end()) {
+    for (const Value& step : it->second.list_value().values()) {
+      steps.push_back(absl::StrCat(static_cast<int64_t>(step.number_value())));
+    }
+  }
+  return absl::StrFormat("%.0f (resumed after steps %s)", n, absl::StrJoin(steps, ", "));
+}
+
 // Mean of a summary field over the workers.
 double Mean(const JobResult& r, const std::string& key) {
   double sum = 0;
@@ -289,6 +311,7 @@ void PrintSummary(const JobConfig& c, const JobResult& onebit, const JobResult* 
                            Mean(r, "warmup_steps") + Mean(r, "compression_steps"));
   };
   row("steps that communicated", communicated(onebit), adam ? communicated(*adam) : "");
+  row("recoveries", Recoveries(onebit.workers[0]), adam ? Recoveries(adam->workers[0]) : "");
   if (Mean(onebit, "masked_elements") > 0) {
     row("momentum mask: masked elements", absl::StrFormat("%.0f", Mean(onebit, "masked_elements")),
         "");
@@ -445,7 +468,7 @@ int Main(int argc, char** argv) {
       RunJob(bin, out + "/onebit_adam", *config, config_path, *script, absl::GetFlag(FLAGS_fault));
   if (!onebit.ok()) {
     std::fprintf(stderr, "error: %s\n", std::string(onebit.status().message()).c_str());
-    return 1;
+    return IsPermanent(onebit.status()) ? kJobFailedExit : 1;
   }
   std::unique_ptr<JobResult> adam;
   // A script compares itself (the examples run Adam over DDP).

@@ -15,12 +15,15 @@
 #include "absl/time/clock.h"
 #include "google/protobuf/util/json_util.h"
 #include "common/parallel.h"
+#include "common/permanent_error.h"
 #include "common/status_macros.h"
 
 namespace onebit::launcher {
 
-// A member's exit code for "the job recovers: restart me" (worker_main, server_main).
+// A member's exit codes (coordinator/member.h) for "the job recovers: restart me" and
+// "the job failed: do not restart".
 constexpr int kExitRestart = 75;
+constexpr int kExitJobFailed = 78;
 
 std::vector<std::string> WithFlags(std::vector<std::string> argv,
                                    const std::map<int, std::vector<std::string>>& flags, int index) {
@@ -271,12 +274,12 @@ absl::Status LocalJob::WaitForWorkers(absl::Duration timeout, const volatile int
         continue;
       }
       const std::string last = LastLogLine(LogPath(name));
-      return absl::AbortedError(absl::StrCat(name, " exited with code ", code,
-                                             code == kExitRestart || code > 128
-                                                 ? " and has no restart left"
-                                                 : "",
-                                             last.empty() ? "" : absl::StrCat(" (", last, ")"),
-                                             "; its log is ", LogPath(name)));
+      absl::Status ended = absl::AbortedError(absl::StrCat(
+          code == kExitJobFailed ? "the job FAILED: " : "", name, " exited with code ", code,
+          code == kExitRestart || code > 128 ? " and has no restart left" : "",
+          last.empty() ? "" : absl::StrCat(" (", last, ")"), "; its log is ", LogPath(name)));
+      // 78: the job failed for a reason no restart fixes; the error says so (IsPermanent).
+      return code == kExitJobFailed ? MarkPermanent(std::move(ended)) : ended;
     }
     if (done == workers_.size()) return absl::OkStatus();
     if (interrupted && *interrupted) return absl::CancelledError("interrupted");

@@ -7,8 +7,9 @@
 // rest is the body. Besides HTTP methods the script knows:
 //   CONFIG static|automatic|adam|ps   (first request only) the job's freeze mode / exchange
 //   RPC <Name>  + JSON body           a worker's or server's call to the same handler
-//                                     (Register, Heartbeat, Lease, ReportStats, KvSet,
-//                                     KvGet, CommitPart), the body in protobuf's JSON
+//                                     (Register, Heartbeat, Lease, ReportStats,
+//                                     ReportFailure, KvSet, KvGet, CommitPart), the
+//                                     body in protobuf's JSON
 //   CLOCK <seconds>                   advance the fake clock, then Tick()
 //
 // Every answer must be well-formed: a known HTTP status, a body that is JSON, an Allow
@@ -106,6 +107,8 @@ void RunRpc(Coordinator& c, absl::string_view name, absl::string_view body) {
     CallRpc<v1::LeaseRequest>(body, [&](const auto& r) { return c.Lease(r); });
   } else if (name == "ReportStats") {
     CallRpc<v1::StatsReport>(body, [&](const auto& r) { return c.ReportStats(r); });
+  } else if (name == "ReportFailure") {
+    CallRpc<v1::FailureReport>(body, [&](const auto& r) { return c.ReportFailure(r); });
   } else if (name == "KvSet") {
     CallRpc<v1::KvSetRequest>(body, [&](const auto& r) { return c.KvSet(r); });
   } else if (name == "KvGet") {

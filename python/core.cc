@@ -319,10 +319,16 @@ class PyWorker {
     return py::make_tuple(code, status_.ToString());
   }
 
-  // The worker's verdict after an error: 75 when the job recovers (restart), else 1.
+  // The worker's verdict after an error: 75 when the job recovers (restart), 78 when it
+  // failed, else 1 (worker_process.h).
   int ExitCodeAfterFailure() {
+    absl::Status error;
+    {
+      absl::MutexLock lock(&mu_);
+      error = status_;
+    }
     py::gil_scoped_release release;
-    return ExitCodeAfterError();
+    return ExitCodeAfterError(error);
   }
 
   // CPU: the optimizer's parameters and this worker's gradient buffer as float32 numpy

@@ -8,10 +8,11 @@
 //                 transport lets in (with mutual TLS, holders of a certificate of the
 //                 job's CA), as before.
 //   member token  the calls of the job's own processes (Register, KvSet/KvGet, Lease,
-//                 ReportStats, Session, CommitPart) and the read-only calls (GetJob,
-//                 ListMembers, ListCheckpoints). Not configured: open to whoever the
-//                 transport lets in. The admin token is accepted wherever the member
-//                 token is (an operator may read, and could stop the job anyway).
+//                 ReportStats, ReportFailure, Session, CommitPart) and the read-only
+//                 calls (GetJob, ListMembers, ListCheckpoints). Not configured: open to
+//                 whoever the transport lets in. The admin token is accepted wherever
+//                 the member token is (an operator may read, and could stop the job
+//                 anyway).
 // A missing, malformed or unknown token is UNAUTHENTICATED; the member token on an admin
 // call is PERMISSION_DENIED (a known caller without the right).
 //

@@ -20,8 +20,9 @@
 // atomically) and runs until SIGTERM or SIGINT, then shuts down gracefully (exit 0).
 // Exit status (coordinator/member.h): 0 the job succeeded or a signal; 75 restart me (the
 // job recovers in a newer generation, or the coordinator restarted and no longer knows this
-// shard); 1 the job failed, a failure to start, or a coordinator out of reach for
-// onebit.failure.coordinator_retry_s; 2 a bad flag value (absl exits 1 on unknown flags).
+// shard); 78 the job failed (do not restart); 1 a failure to start, or a coordinator out of
+// reach for onebit.failure.coordinator_retry_s; 2 a bad flag value (absl exits 1 on unknown
+// flags).
 #include <pthread.h>
 #include <unistd.h>
 #include <signal.h>
@@ -400,6 +401,12 @@ int main(int argc, char** argv) {
     if (!joined.ok()) {
       std::cerr << "onebit-server: cannot join the job: " << joined.status() << std::endl;
       (*process)->Shutdown();
+      const std::optional<onebit::MemberVerdict> verdict =
+          made.ok() ? onebit::VerdictAfterRegisterError(**made, joined.status()) : std::nullopt;
+      if (verdict.has_value()) {
+        std::cerr << "onebit-server: " << verdict->reason << std::endl;
+        return verdict->exit_code;
+      }
       return kExitRuntime;
     }
     client = *std::move(made);

@@ -295,6 +295,61 @@ TEST(CoordinatorProcessTest, StopThenSigterm) {
   EXPECT_THAT(gone.err, HasSubstr("UNAVAILABLE"));
 }
 
+// A worker's report of a failure no restart fixes fails the job at once; the coordinator
+// exits 78 (do not restart), and started again with the same config and state file (a
+// supervisor that restarts whatever exits non-zero) it is the same failed job, exiting 78
+// again, never a fresh one that would fail the same way. Another config is a new job.
+TEST(CoordinatorProcessTest, AFailedJobExits78AndStaysFailedUntilItsConfigChanges) {
+  const std::string dir = NewDir("failed");
+  const std::string state = absl::StrCat("--state_file=", dir, "/state.json");
+  Coordinator c = StartCoordinator(dir, JobConfigJson(2, 100, 50), {state, "--linger=2s"});
+  ASSERT_FALSE(c.addresses.grpc.empty()) << c.child.err();
+  GrpcClientOptions options;
+  options.address = c.addresses.grpc;
+  std::unique_ptr<CoordinatorClient> client = *NewGrpcCoordinatorClient(options);
+  v1::RegisterRequest reg;
+  reg.set_role(v1::ROLE_WORKER);
+  reg.set_instance_id("w0");
+  reg.set_requested_rank(0);
+  ASSERT_TRUE(client->Register(reg).ok());
+  v1::FailureReport report;
+  report.set_role(v1::ROLE_WORKER);
+  report.set_rank(0);
+  report.set_instance_id("w0");
+  report.set_step(7);
+  report.set_reason("training diverged: the loss is nan at step 7");
+  const absl::Time reported = absl::Now();
+  absl::StatusOr<v1::JobStatus> job = client->ReportFailure(report);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->state(), v1::JOB_STATE_FAILED);
+  const std::string job_id = job->job_id();
+  EXPECT_EQ(Wait(c.child), 78) << c.child.err();
+  EXPECT_LT(absl::Now() - reported, absl::Seconds(10));  // the linger, not heartbeat timeouts
+  EXPECT_THAT(c.child.err(), HasSubstr("job FAILED: worker 0 (w0) failed in step 7"));
+
+  // Restarted as it was: the same failed job, which says why to whoever asks.
+  Coordinator again = StartCoordinator(dir, JobConfigJson(2, 100, 50), {state, "--linger=3s"});
+  ASSERT_FALSE(again.addresses.grpc.empty()) << again.child.err();
+  Ran status = Onebitctl(dir, {absl::StrCat("--coordinator=", again.addresses.grpc), "status"});
+  EXPECT_THAT(status.out, HasSubstr("FAILED"));
+  EXPECT_THAT(status.out, HasSubstr("worker 0 (w0) failed in step 7"));
+  EXPECT_THAT(status.out, HasSubstr(job_id));
+  EXPECT_EQ(Wait(again.child), 78) << again.child.err();
+  EXPECT_THAT(again.child.err(), HasSubstr("FAILED before this coordinator started"));
+
+  // The fix (another config) is a new job.
+  Coordinator fixed = StartCoordinator(dir, JobConfigJson(2, 120, 50), {state});
+  ASSERT_FALSE(fixed.addresses.grpc.empty()) << fixed.child.err();
+  options.address = fixed.addresses.grpc;
+  client = *NewGrpcCoordinatorClient(options);
+  job = client->GetJob({});
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->state(), v1::JOB_STATE_STARTING);
+  EXPECT_NE(job->job_id(), job_id);
+  fixed.child.process->Signal(SIGTERM);
+  EXPECT_EQ(Wait(fixed.child, absl::Seconds(15)), 0) << fixed.child.err();
+}
+
 TEST(CoordinatorProcessTest, BadConfigsExitWithTheKey) {
   const std::string dir = NewDir("bad");
   struct Case {

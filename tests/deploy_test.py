@@ -6,10 +6,11 @@ Always (no podman needed):
      by its binary (the same flags plus --check, with the job config of the bind mount);
      Prometheus scrapes every onebit service on 9100; Grafana's mounts exist and match
      the provisioning files (deploy/grafana), when those are in the tree.
-  2. deploy/k8s: `kubectl kustomize` builds both overlays; every container's command line
-     (with $(VAR) filled in as Kubernetes would) is accepted by its binary with the job
-     config of its ConfigMap; probes on /healthz and /readyz, non-root, read-only root;
-     nvidia.com/gpu and the GPU image on the GPU overlay's workers.
+  2. deploy/k8s: `kubectl kustomize` builds both overlays and the JobSet; every container's
+     command line (with $(VAR) filled in as Kubernetes would) is accepted by its binary with
+     the job config of its ConfigMap; probes on /healthz and /readyz, non-root, read-only
+     root; nvidia.com/gpu and the GPU image on the GPU overlay's workers; the JobSet's
+     failure rules (exit 78 and 2 fail it, 75 restarts a member) and success policy.
 Then, as root with podman (DESIGN.md: runc, cgroupfs, containers.conf):
   3. deploy/images/build.sh with the binaries of this build (cached base and layers).
   4. the compose project with podman-compose (without Grafana unless its image is here:
@@ -173,6 +174,98 @@ def pod_spec(doc):
     return doc["spec"]["template"]["spec"] if doc["kind"] in ("Deployment", "StatefulSet", "Job") else None
 
 
+def check_pod(name, template, cm, config, gpu_expected=False, index="3"):
+    """A pod template's security, mounts, probes, scrape annotations and command lines
+    ($(JOB_COMPLETION_INDEX) as `index`)."""
+    spec = template["spec"]
+    sc = spec.get("securityContext", {})
+    check(sc.get("runAsNonRoot") is True and sc.get("runAsUser", 0) != 0, f"{name}: runs as non-root")
+    check(any(v.get("configMap", {}).get("name") == cm["metadata"]["name"] for v in spec["volumes"]),
+          f"{name}: mounts the job ConfigMap")
+    check(any("persistentVolumeClaim" in v for v in spec["volumes"]), f"{name}: checkpoints on the PVC")
+    ann = template["metadata"].get("annotations", {})
+    check(ann.get("prometheus.io/scrape") == "true" and ann.get("prometheus.io/port") == "9100",
+          f"{name}: Prometheus scrape annotations")
+    for c in spec["containers"]:
+        check(c["securityContext"].get("readOnlyRootFilesystem") is True, f"{name}: read-only root")
+        check(c["livenessProbe"]["httpGet"]["path"] == "/healthz" and
+              c["readinessProbe"]["httpGet"]["path"] == "/readyz", f"{name}: probes on /healthz, /readyz")
+        values = {"SHARD_INDEX": "1", "POD_IP": "10.0.0.5", "JOB_COMPLETION_INDEX": index, "POD_NAME": "p"}
+        accepted(c["command"] + c["args"], config, values, name)
+        gpus = c.get("resources", {}).get("limits", {}).get("nvidia.com/gpu")
+        if gpu_expected:
+            check(gpus == 1 and "onebit-gpu" in c["image"], f"{name}: one nvidia.com/gpu, the GPU image")
+        else:
+            check(gpus is None, f"{name}: no GPU asked")
+
+
+def check_jobset_files():
+    """deploy/k8s/jobset: the base's ConfigMap, PVC and coordinator Service plus one JobSet
+    whose replicated Jobs run the members; exit 78 and 2 fail the set (podFailurePolicy
+    FailJob, then failurePolicy FailJobSet), 75 restarts a member without counting, and the
+    set succeeds when every worker has."""
+    if shutil.which("kubectl", path=ENV["PATH"]) is None:
+        skip("deploy/k8s/jobset", "kubectl is not installed (its kustomize builds the JobSet)")
+        return
+    p = run(["kubectl", "kustomize", os.path.join(K8S_DIR, "jobset")], timeout=120)
+    if not check(p.returncode == 0, "kubectl kustomize deploy/k8s/jobset builds"):
+        log(p.stderr)
+        return
+    objs = list(yaml.safe_load_all(p.stdout))
+    kinds = sorted(f"{o['kind']}/{o['metadata']['name']}" for o in objs)
+    cms = [o for o in objs if o["kind"] == "ConfigMap"]
+    check(sorted(o["kind"] for o in objs) == ["ConfigMap", "JobSet", "PersistentVolumeClaim", "Service"],
+          f"jobset: a JobSet beside the base's ConfigMap, PVC and coordinator Service only ({kinds})")
+    jobsets = [o for o in objs if o["kind"] == "JobSet"]
+    if not cms or not jobsets:
+        return
+    config = cms[0]["data"]["job.json"]
+    cfg = json.loads(config)
+    js = jobsets[0]
+    check(js["apiVersion"] == "jobset.x-k8s.io/v1alpha2", "jobset: jobset.x-k8s.io/v1alpha2")
+    spec = js["spec"]
+    jobs = {r["name"]: r for r in spec["replicatedJobs"]}
+    check(sorted(jobs) == ["coordinator", "server", "worker"], f"jobset: replicated Jobs {sorted(jobs)}")
+    check(spec["successPolicy"] == {"operator": "All", "targetReplicatedJobs": ["worker"]},
+          "jobset: done when every worker is")
+    check(any(r["action"] == "FailJobSet" and r.get("onJobFailureReasons") == ["PodFailurePolicy"]
+              for r in spec["failurePolicy"]["rules"]),
+          "jobset: a Job failed by its podFailurePolicy fails the set")
+    coordinator = f"{js['metadata']['name']}-coordinator-0-0.{spec['network']['subdomain']}:7000"
+    completions = {n: r["template"]["spec"].get("completions") for n, r in jobs.items()}
+    check(completions == {"coordinator": 1, "server": cfg["onebit"]["exchange"]["servers"],
+                          "worker": cfg["onebit"]["workers"]},
+          f"jobset: {completions} match the job config's servers and workers")
+    for name, r in jobs.items():
+        job = r["template"]["spec"]
+        pod = job["template"]
+        what = f"jobset {name}"
+        check(r["replicas"] == 1 and pod["spec"]["restartPolicy"] == "Never",
+              f"{what}: one Job, failed pods replaced (restartPolicy Never, as podFailurePolicy needs)")
+        container = pod["spec"]["containers"][0]["name"]
+        codes = {}
+        for rule in job["podFailurePolicy"]["rules"]:
+            on = rule.get("onExitCodes")
+            if on is not None:
+                check(on["containerName"] == container and on["operator"] == "In",
+                      f"{what}: exit-code rule for its container {container}")
+                for code in on["values"]:
+                    codes[code] = rule["action"]
+        check(codes == {75: "Ignore", 2: "FailJob", 78: "FailJob"},
+              f"{what}: 78 and 2 fail the Job, 75 restarts without counting ({codes})")
+        # The last index of each Job (a shard index must be below exchange.servers).
+        check_pod(what, pod, cms[0], config, index=str(completions[name] - 1))
+        image = pod["spec"]["containers"][0]["image"]
+        check(image == "localhost/onebit:latest", f"{what}: the base's image ({image})")
+        args = pod["spec"]["containers"][0]["args"]
+        if name != "coordinator":
+            check(f"--coordinator={coordinator}" in args, f"{what}: finds the coordinator at {coordinator}")
+    service = [o for o in objs if o["kind"] == "Service"][0]
+    labels = jobs["coordinator"]["template"]["spec"]["template"]["metadata"]["labels"]
+    check(all(labels.get(k) == v for k, v in service["spec"]["selector"].items()),
+          "jobset: the coordinator Service selects the coordinator's pod")
+
+
 def check_k8s_files():
     if shutil.which("kubectl", path=ENV["PATH"]) is None:
         skip("deploy/k8s", "kubectl is not installed (its kustomize builds the overlays)")
@@ -191,26 +284,8 @@ def check_k8s_files():
             spec = pod_spec(o)
             if spec is None:
                 continue
-            name = f"{overlay} {o['kind']}/{o['metadata']['name']}"
-            sc = spec.get("securityContext", {})
-            check(sc.get("runAsNonRoot") is True and sc.get("runAsUser", 0) != 0, f"{name}: runs as non-root")
-            check(any(v.get("configMap", {}).get("name") == cm[0]["metadata"]["name"] for v in spec["volumes"]),
-                  f"{name}: mounts the job ConfigMap")
-            check(any("persistentVolumeClaim" in v for v in spec["volumes"]), f"{name}: checkpoints on the PVC")
-            ann = o["spec"]["template"]["metadata"].get("annotations", {})
-            check(ann.get("prometheus.io/scrape") == "true" and ann.get("prometheus.io/port") == "9100",
-                  f"{name}: Prometheus scrape annotations")
-            for c in spec["containers"]:
-                check(c["securityContext"].get("readOnlyRootFilesystem") is True, f"{name}: read-only root")
-                check(c["livenessProbe"]["httpGet"]["path"] == "/healthz" and
-                      c["readinessProbe"]["httpGet"]["path"] == "/readyz", f"{name}: probes on /healthz, /readyz")
-                values = {"SHARD_INDEX": "1", "POD_IP": "10.0.0.5", "JOB_COMPLETION_INDEX": "3", "POD_NAME": "p"}
-                accepted(c["command"] + c["args"], config, values, name)
-                gpus = c.get("resources", {}).get("limits", {}).get("nvidia.com/gpu")
-                if o["kind"] == "Job" and overlay == "gpu":
-                    check(gpus == 1 and "onebit-gpu" in c["image"], f"{name}: one nvidia.com/gpu, the GPU image")
-                else:
-                    check(gpus is None, f"{name}: no GPU asked")
+            check_pod(f"{overlay} {o['kind']}/{o['metadata']['name']}", o["spec"]["template"],
+                      cm[0], config, gpu_expected=o["kind"] == "Job" and overlay == "gpu")
         if overlay == "gpu":
             check(cfg["onebit"]["device"] == "cuda", "gpu overlay: job config with device cuda")
         replicas = {o["kind"]: o["spec"].get("replicas", o["spec"].get("completions")) for o in objs
@@ -484,6 +559,7 @@ def main():
     log(f"source tree: {SOURCE}")
     check_compose_files()
     docs = check_k8s_files()
+    check_jobset_files()
     why = live_prerequisites()
     if why:
         skip("images, compose and kube play under podman", why)

@@ -89,8 +89,16 @@ JobRun RunJob(const std::string& name, const JobConfig& config, const RunOptions
   }
   EXPECT_TRUE(summaries.ok() && !summaries->empty()) << name;
   if (summaries.ok() && !summaries->empty()) {
-    out.steps_run = static_cast<int64_t>(launcher::NumberField((*summaries)[0], "warmup_steps") +
-                                         launcher::NumberField((*summaries)[0], "compression_steps"));
+    const google::protobuf::Value& summary = (*summaries)[0];
+    out.steps_run = static_cast<int64_t>(launcher::NumberField(summary, "warmup_steps") +
+                                         launcher::NumberField(summary, "compression_steps"));
+    out.recoveries = static_cast<int64_t>(launcher::NumberField(summary, "recoveries"));
+    const auto& fields = summary.struct_value().fields();
+    if (auto it = fields.find("resumed_after_steps"); it != fields.end()) {
+      for (const google::protobuf::Value& step : it->second.list_value().values()) {
+        out.resumed_after.push_back(static_cast<int64_t>(step.number_value()));
+      }
+    }
   }
   return out;
 }

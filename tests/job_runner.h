@@ -18,6 +18,9 @@ namespace onebit::testing_jobs {
 struct JobRun {
   std::string params;      // worker 0's final parameters (.npy bytes)
   int64_t steps_run = 0;   // steps worker 0 ran in the process that finished
+  // Worker 0's summary: the job's recoveries and the step each resumed after.
+  int64_t recoveries = -1;
+  std::vector<int64_t> resumed_after;
   std::string coordinator_log;
   std::map<std::string, int> restarts;
   absl::Status status;     // WaitForWorkers

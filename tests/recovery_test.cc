@@ -87,6 +87,11 @@ TEST_P(RecoveryTest, KilledProcessIsRestartedAndTheJobEndsAsIfUninterrupted) {
   EXPECT_TRUE(resumed == 0 || resumed == 10 || resumed == 20) << run.coordinator_log;
   // Worker 0's last incarnation ran from the checkpoint to the end.
   EXPECT_EQ(run.steps_run, 30 - resumed);
+  // Its summary says how often the job recovered and after which steps, the last one the
+  // checkpoint resumed from.
+  EXPECT_GE(run.recoveries, 1);
+  ASSERT_EQ(static_cast<int64_t>(run.resumed_after.size()), run.recoveries);
+  EXPECT_EQ(run.resumed_after.back(), resumed);
   EXPECT_TRUE(run.SameParams(straight)) << "the recovered job's parameters differ from an uninterrupted run";
   // No committed checkpoint is lost: the one resumed from is still there.
   if (resumed > 0) {
@@ -136,8 +141,8 @@ INSTANTIATE_TEST_SUITE_P(
         FaultCase{"ps_coordinator", "ps", 5, "coordinator", 0, "kill_at_step:15", 0}),
     [](const auto& info) { return info.param.name; });
 
-// No restart allowed: the job is declared failed, every process exits non-zero with the
-// reason (the shards too, instead of running forever).
+// No restart allowed: the job is declared failed, every process exits 78 with the reason
+// (the shards too, instead of running forever).
 TEST(RecoveryFailureTest, WithoutRestartsLeftTheJobFailsAndEveryProcessExits) {
   JobConfig config = SmallJob("ps", 2, 30, 5, "");
   config.failure.max_restarts = 0;
@@ -152,8 +157,9 @@ TEST(RecoveryFailureTest, WithoutRestartsLeftTheJobFailsAndEveryProcessExits) {
   EXPECT_FALSE(run.status.ok());
   EXPECT_NE(run.coordinator_log.find("job FAILED: worker 1"), std::string::npos) << run.coordinator_log;
   EXPECT_NE(run.coordinator_log.find("max_restarts = 0"), std::string::npos) << run.coordinator_log;
-  EXPECT_EQ(shard_exit, 1);
-  EXPECT_EQ(coordinator_exit, 1);
+  // 78: the job failed, do not restart (coordinator/member.h).
+  EXPECT_EQ(shard_exit, 78);
+  EXPECT_EQ(coordinator_exit, 78);
   const std::string shard_log = ReadAll(TmpDir() + "/no-restarts/server-0.log");
   EXPECT_NE(shard_log.find("the job failed: worker 1"), std::string::npos) << shard_log;
 }

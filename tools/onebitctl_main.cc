@@ -33,6 +33,7 @@
 #include "absl/time/time.h"
 #include "common/signals.h"
 #include "coordinator/coordinator_client.h"
+#include "coordinator/member.h"
 #include "proto/proto_json.h"
 #include "security/auth.h"
 #include "security/flags.h"
@@ -154,6 +155,7 @@ std::string StatusText(const v1::JobStatus& job) {
                                             ? absl::StrCat(" (resumed from step ", job.resumed_from_step(), ")")
                                             : std::string())
                          : std::string("none"));
+  line("recovered", RecoveriesText(job));
   line("variance", job.last_variance_change() < 0
                        ? std::string("not measured")
                        : absl::StrCat(job.last_variance_change(), " (relative change)"));

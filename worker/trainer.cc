@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
+#include "common/permanent_error.h"
 #include "common/status_macros.h"
 #include "compression/worker_compressor.h"
 
@@ -371,10 +372,11 @@ absl::StatusOr<bool> Trainer::UnscaleAndAgree(int64_t t, double loss) {
     }
   }
   if (any && scaler_->dynamic() && scaler_->scale() <= options_.loss_scaling->min_loss_scale) {
-    return absl::FailedPreconditionError(absl::StrCat(
+    return MarkPermanent(absl::FailedPreconditionError(absl::StrCat(
         "fp16: the gradient of step ", t, " overflowed",
         local ? "" : " on another worker", " at the minimum loss scale ", scale,
-        " (fp16.min_loss_scale): the training diverged, or needs bf16 or a lower learning rate"));
+        " (fp16.min_loss_scale): the training diverged, or needs bf16 or a lower learning rate")),
+        t);
   }
   scaler_->Update(any);
   if (scaler_->scale() != scale) {
@@ -449,14 +451,15 @@ absl::Status Trainer::RunStep(int64_t t) {
     // Continuing would only spread NaNs through the exchange. The usual cause in the
     // compression stage is a frozen variance with (near-)zero entries: u = m / (sqrt(v) +
     // eps) blows up where the compressed momentum is nonzero.
-    return abandon(absl::FailedPreconditionError(absl::StrCat(
+    return abandon(MarkPermanent(absl::FailedPreconditionError(absl::StrCat(
         "training diverged: the loss is ", report.loss, " at step ", t, " (",
         StageName(report.stage),
         report.stage == Stage::kCompression
             ? "); parameters whose variance froze at ~0 get huge updates from the compressed "
               "momentum: raise optimizer eps (1e-5 works for the Fashion-MNIST MLP), freeze "
               "later, or mask them"
-            : "); lower the learning rate")));
+            : "); lower the learning rate")),
+        t));
   }
   const double compress_before = exchange.compress_seconds();
   const double call_before = optimizer_->exchange_call_seconds();

@@ -79,7 +79,7 @@ int main(int argc, char** argv) {
   if (!status.ok()) {
     std::fprintf(stderr, "onebit-worker: error: %s\n", status.ToString().c_str());
     if (status.code() == absl::StatusCode::kInvalidArgument) return 2;
-    return onebit::ExitCodeAfterError();
+    return onebit::ExitCodeAfterError(status);
   }
   return 0;
 }

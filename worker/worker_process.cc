@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "prometheus/registry.h"
@@ -163,13 +164,15 @@ PsExchangeOptions PsOptions(const JobConfig& config) {
 }
 
 // EXIT CODES (coordinator/member.h): 0 done; 75 the job recovers in a newer generation, or
-// the coordinator restarted and no longer knows this worker (restart this process); 1 the
-// job failed or this worker hit an error; 2 bad flags or config.
+// the coordinator restarted and no longer knows this worker (restart this process); 78 the
+// job failed (do not restart); 1 this worker hit an error; 2 bad flags or config.
 
 // What the member knows of the job, for the exit code after an error (main).
 struct MemberState {
   std::shared_ptr<CoordinatorClient> client;
-  MemberIdentity me;
+  MemberIdentity me;  // job_id "" until registered
+  int rank = -1;
+  std::string instance_id;
   absl::Duration wait_for_verdict = absl::Seconds(15);
 };
 MemberState g_member;
@@ -185,8 +188,23 @@ MemberState g_member;
 
 }  // namespace
 
-int ExitCodeAfterError() {
+int ExitCodeAfterError(const absl::Status& error) {
   if (g_member.client == nullptr) return kMemberExitFailed;
+  if (g_member.me.job_id.empty()) {  // not registered: refused because the job is over?
+    const std::optional<MemberVerdict> verdict = VerdictAfterRegisterError(*g_member.client, error);
+    if (!verdict.has_value()) return kMemberExitFailed;
+    std::fprintf(stderr, "onebit-worker: %s\n", verdict->reason.c_str());
+    return verdict->exit_code;
+  }
+  if (IsPermanent(error)) {
+    const absl::Status reported = ReportPermanentFailure(
+        *g_member.client, v1::ROLE_WORKER, g_member.rank, g_member.instance_id, error,
+        PermanentErrorStep(error));
+    if (!reported.ok()) {
+      std::fprintf(stderr, "onebit-worker: cannot report the failure to the coordinator: %s\n",
+                   reported.ToString().c_str());
+    }
+  }
   // A job that ends below the steps it leased ended where a worker's training loop did (a
   // job without steps, LeaseRequest.ended): this worker, which failed in a later step's
   // exchange, ran past it.
@@ -340,8 +358,14 @@ absl::StatusOr<std::unique_ptr<Exchange>> NewHierarchicalExchange(
                                           JobCompressor(config));
 }
 
+// `job`: the job's status at the end (its recoveries), if the coordinator answered.
 absl::Status WriteSummary(const std::string& path, const JobConfig& config, int rank,
-                          const TrainerSummary& s, double seconds, int64_t masked_elements) {
+                          const TrainerSummary& s, double seconds, int64_t masked_elements,
+                          const absl::StatusOr<v1::JobStatus>& job) {
+  std::vector<int64_t> resumed;
+  if (job.ok()) {
+    for (const v1::Recovery& r : job->recovery_log()) resumed.push_back(r.resume_step());
+  }
   const double accuracy = s.final_eval && s.final_eval->accuracy ? *s.final_eval->accuracy : -1;
   const double test_loss = s.final_eval ? s.final_eval->loss : -1;
   const std::string json = absl::StrFormat(
@@ -351,14 +375,16 @@ absl::Status WriteSummary(const std::string& path, const JobConfig& config, int 
 "inter_node_bytes_sent_warmup": %d, "inter_node_bytes_sent_compression": %d,
 "seconds_warmup": %.6f, "seconds_compression": %.6f, "last_loss": %.6g,
 "test_loss": %.6g, "test_accuracy": %.6g, "samples": %d, "seconds": %.3f,
-"steps_communicated_warmup": %d, "steps_communicated_compression": %d, "masked_elements": %d}
+"steps_communicated_warmup": %d, "steps_communicated_compression": %d, "masked_elements": %d,
+"recoveries": %d, "resumed_after_steps": [%s]}
 )",
       rank, config.optimizer.type, config.exchange.mode, s.warmup.steps, s.compression.steps,
       s.first_compression_step, s.warmup.bytes_sent, s.compression.bytes_sent,
       s.warmup.bytes_received, s.compression.bytes_received, s.warmup.inter_node_bytes_sent,
       s.compression.inter_node_bytes_sent, s.warmup.seconds, s.compression.seconds, s.last_loss, test_loss, accuracy,
       s.last_step * config.micro_batch, seconds, s.warmup.steps_communicated,
-      s.compression.steps_communicated, masked_elements);
+      s.compression.steps_communicated, masked_elements, job.ok() ? job->recoveries() : -1,
+      absl::StrJoin(resumed, ", "));
   return WriteFileAtomically(path, json);
 }
 
@@ -431,6 +457,9 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
   }
   reg_request.set_loaded_step(o.loaded_step);
   reg_request.set_loaded_freeze_step(o.loaded_freeze_step);
+  g_member.client = shared_client;  // a refusal's exit code asks it (ExitCodeAfterError)
+  g_member.me = MemberIdentity{};
+  g_member.instance_id = instance;
   ONEBIT_ASSIGN_OR_RETURN(
       v1::RegisterResponse reg,
       RegisterReplacing(*shared_client, reg_request,
@@ -448,8 +477,8 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
   session.role = v1::ROLE_WORKER;
   session.rank = reg.rank();
   session.instance_id = instance;
-  g_member.client = shared_client;
   g_member.me = MemberIdentity{reg.job_id(), reg.generation(), /*leave_on_success=*/false};
+  g_member.rank = reg.rank();
   g_member.wait_for_verdict = absl::Seconds(config.failure.heartbeat_timeout_s) + absl::Seconds(5);
   const MemberIdentity me = g_member.me;
   const int my_rank = reg.rank();
@@ -459,9 +488,18 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
   session.on_end = [client = shared_client.get(), me, my_rank](const absl::Status& why) {
     Leave(my_rank, VerdictAfterSessionEnd(*client, me, why));
   };
+  // The job's latest status as the session heard it (the summary's recoveries).
+  struct LastEvent {
+    absl::Mutex mu;
+    std::optional<v1::JobStatus> job ABSL_GUARDED_BY(mu);
+  };
+  auto last_event = std::make_shared<LastEvent>();
   ONEBIT_ASSIGN_OR_RETURN(
-      w.session, shared_client->StartSession(session, [me, my_rank](const v1::JobEvent& e) {
+      w.session,
+      shared_client->StartSession(session, [me, my_rank, last_event](const v1::JobEvent& e) {
         if (std::optional<MemberVerdict> verdict = VerdictFor(e.job(), me)) Leave(my_rank, *verdict);
+        absl::MutexLock lock(&last_event->mu);
+        last_event->job = e.job();
       }));
 
   const int cpu_threads = CpuThreads(o, config);
@@ -607,9 +645,18 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
                                              {static_cast<int64_t>(params.size())}, params.data()));
   }
   if (!o.summary_file.empty()) {
+    // The recoveries change only with the generation, which this worker's whole run was
+    // in: the session's last event has them, without asking a coordinator that may have
+    // ended with the job (and would be retried for coordinator_retry_s).
+    absl::StatusOr<v1::JobStatus> job = absl::UnavailableError("no job event yet");
+    {
+      absl::MutexLock lock(&last_event->mu);
+      if (last_event->job.has_value()) job = *last_event->job;
+    }
+    if (!job.ok()) job = shared_client->GetJob({});
     ONEBIT_RETURN_IF_ERROR(WriteSummary(o.summary_file, config, rank, summary,
                                         absl::ToDoubleSeconds(absl::Now() - start),
-                                        w.trainer->optimizer().masked_elements()));
+                                        w.trainer->optimizer().masked_elements(), job));
   }
   (void)w.session->Stop();
   return absl::OkStatus();

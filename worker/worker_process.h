@@ -88,10 +88,13 @@ struct WorkerProcessOptions {
 // (exit code 2 in onebit-worker); other errors: ExitCodeAfterError says what to exit with.
 absl::Status RunWorkerProcess(const WorkerProcessOptions& options);
 
-// After RunWorkerProcess failed: 75 when the coordinator says the job recovers in a newer
-// generation (restart this process), else 1. Asks the coordinator for up to a heartbeat
-// timeout: a dead peer shows here before the coordinator has noticed.
-int ExitCodeAfterError();
+// After RunWorkerProcess failed with `error`: 75 when the coordinator says the job recovers
+// in a newer generation (restart this process), 78 when the job failed (a registration it
+// refused because the job is over included), else 1. Asks the coordinator for up to a
+// heartbeat timeout: a dead peer shows here before the coordinator has noticed. An error no
+// restart fixes (IsPermanent: the training diverged) is reported first, so that the job
+// fails at once, naming this worker.
+int ExitCodeAfterError(const absl::Status& error);
 
 // SIGTERM/SIGINT (for common/signals.h's TerminationWatcher): /readyz turns 503, output is
 // flushed, and the process exits 0 at once.

@@ -122,7 +122,8 @@ def _buckets(sizes, first_cap, cap):
 
 
 class OnebitError(RuntimeError):
-    """The worker stopped: the job failed, or it recovers (exit with `exit_code`)."""
+    """The worker stopped: the job failed (exit_code 78: do not restart), or it recovers
+    (75: restart me), or this worker hit an error of its own (1)."""
 
     def __init__(self, message, exit_code=1):
         super().__init__(message)
@@ -131,7 +132,8 @@ class OnebitError(RuntimeError):
 
 def _exit_with_the_workers_code(kind, value, tb, _previous=sys.excepthook):
     """An OnebitError nobody caught ends the script with the code the coordinator asked
-    for (75: the job recovers, restart me), as onebit-worker would exit."""
+    for (75: the job recovers, restart me; 78: the job failed, do not restart), as
+    onebit-worker would exit."""
     _previous(kind, value, tb)
     if isinstance(value, OnebitError):
         sys.stdout.flush()

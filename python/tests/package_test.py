@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 import numpy as np
@@ -568,6 +569,23 @@ while not opt.done:
 '''
 
 
+DIVERGED = r'''
+import sys
+import torch
+import onebit.torch as ot
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
+opt = ot.OneBitAdam(model.parameters(), config=sys.argv[1])
+while not opt.done:
+    opt.zero_grad()
+    loss = model(torch.randn(16, 8)).square().mean()
+    loss.backward()
+    if opt.rank == 1 and opt.next_step == 3:
+        loss = loss * float("nan")  # what a diverged training reports
+    opt.step(loss=loss)
+'''
+
+
 LIKE_TORCH_OPTIM = r'''
 import torch
 import onebit.torch as ot
@@ -791,9 +809,33 @@ class JobErrors(unittest.TestCase):
         self.assertNotEqual(r.returncode, 0)
         # Both workers find the mismatch; whichever exits first ends the job (the launcher
         # stops the other, maybe before it got there), and the launcher names its last line.
+        # The job failed at once: 78, do not restart (coordinator/member.h).
+        self.assertEqual(r.returncode, 78, r.stderr[-3000:])
         self.assertRegex(r.stderr + r.stdout,
-                         r"worker [01] exited with code 1 \(.*has a model of 41 parameters; "
-                         r"the job's has 1000 \(the job config's\)")
+                         r"the job FAILED: worker [01] exited with code 78 \(.*has a model of "
+                         r"41 parameters; the job's has 1000 \(the job config's\)")
+
+    def test_a_diverged_loss_fails_the_job_at_once_naming_the_worker(self):
+        # Worker 1's loss turns NaN at step 3, as a diverged training's does. It would again
+        # after every restart: the job fails at once (no heartbeat timeouts, no restarts),
+        # every process exits 78, and the reason names the worker and the step.
+        tmp = tempfile.mkdtemp(prefix="onebit-diverged-")
+        config = job_config("OneBitAdam", {"lr": 0.001, "freeze_step": 5},
+                            parameters=8 * 4 + 4 + 4 + 1, steps=50)
+        config["onebit"]["failure"] = {"max_restarts": 3, "heartbeat_timeout_s": 10}
+        start = time.monotonic()
+        r = launch(tmp, config, [self.script(tmp, DIVERGED), "{config}"], timeout=120)
+        took = time.monotonic() - start
+        out = r.stderr + r.stdout
+        self.assertEqual(r.returncode, 78, out[-3000:])
+        self.assertRegex(out, r"the job FAILED: worker [01] exited with code 78")
+        self.assertNotIn("restarting it", out)
+        self.assertLess(took, 30, out[-3000:])  # was 50 s: three restarts, 10 s timeouts each
+        with open(os.path.join(tmp, "out", "onebit_adam", "coordinator.log")) as f:
+            log = f.read()
+        self.assertRegex(log, r"job FAILED: worker 1 \(\S+\) failed in step 3, which no restart "
+                              r"fixes: training diverged: the loss is nan at step 3")
+        self.assertNotIn("recovery 1", log)
 
 
 if __name__ == "__main__":

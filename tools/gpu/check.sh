@@ -253,7 +253,23 @@ check mlp_ps_w4_lamb_int8 120 mlp mlp_ps_w4_lamb_int8 \
   "{\"onebit\": {$CUDA, \"exchange\": {\"compressor\": \"int8\"}}, \"optimizer\": {\"type\": \"OneBitLamb\", \"params\": {\"lr\": 0.005}}}" \
   --compare_adam=false
 
-# Hierarchical, NCCL inside each node, with checkpoints; then the same job with a process
+# A failure no restart fixes fails the job at once (issue 22): fp16 overflowing at the
+# minimum loss scale (2^60, which may not shrink) is every worker's at step 1; the job must
+# end with 78 from every process, naming a worker and the step, with no restart.
+fails_fast() {
+  local name=mlp_ps_w4_fp16_fails_fast out rc
+  out="$(mlp "$name" "{\"onebit\": {$CUDA}, \"fp16\": {\"enabled\": true, \"initial_scale_power\": 60, \"min_loss_scale\": 1152921504606846976}}" --compare_adam=false)"
+  rc=$?
+  echo "$out"
+  local log="$LOGS/$name/onebit_adam/coordinator.log"
+  echo "launcher exit code $rc"
+  [ "$rc" = 78 ] && grep -q "the job FAILED" <<< "$out" && ! grep -q "restarting it" <<< "$out" &&
+    grep -E "job FAILED: worker [0-3] \(.*\) failed in step 1, which no restart fixes: fp16: the gradient of step 1 overflowed" "$log"
+}
+export -f fails_fast
+if [ "$DEVICE" = cuda ]; then check fails_fast 90 fails_fast; fi
+
+ then the same job with a process
 # killed: restarted, its groups made again, resumed from a checkpoint, and it must end with
 # the same loss. hier_nccl_w1: one node of one GPU (both NCCL groups are worlds of one).
 # hier_ps_w2: two nodes of one GPU each, shards between them.
