@@ -269,7 +269,7 @@ fails_fast() {
 export -f fails_fast
 if [ "$DEVICE" = cuda ]; then check fails_fast 90 fails_fast; fi
 
- then the same job with a process
+# Hierarchical, NCCL inside each node, with checkpoints; then the same job with a process
 # killed: restarted, its groups made again, resumed from a checkpoint, and it must end with
 # the same loss. hier_nccl_w1: one node of one GPU (both NCCL groups are worlds of one).
 # hier_ps_w2: two nodes of one GPU each, shards between them.
