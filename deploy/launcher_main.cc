@@ -247,14 +247,8 @@ std::string Bytes(double b) {
 std::string Recoveries(const Value& worker) {
   const double n = Field(worker, "recoveries");
   if (n <= 0) return n < 0 ? "-" : "none";
-  std::vector<std::string> steps;
-  const auto& fields = worker.struct_value().fields();
-  if (auto it = fields.find("resumed_after_steps"); it != fields.end()) {
-    for (const Value& step : it->second.list_value().values()) {
-      steps.push_back(absl::StrCat(static_cast<int64_t>(step.number_value())));
-    }
-  }
-  return absl::StrFormat("%.0f (resumed after steps %s)", n, absl::StrJoin(steps, ", "));
+  return absl::StrFormat("%.0f (resumed after steps %s)", n,
+                         absl::StrJoin(IntegerListField(worker, "resumed_after_steps"), ", "));
 }
 
 // Mean of a summary field over the workers.

@@ -53,6 +53,17 @@ double NumberField(const Value& v, const std::string& key) {
   return it->second.number_value();
 }
 
+std::vector<int64_t> IntegerListField(const Value& v, const std::string& key) {
+  std::vector<int64_t> out;
+  const auto& fields = v.struct_value().fields();
+  auto it = fields.find(key);
+  if (it == fields.end()) return out;
+  for (const Value& x : it->second.list_value().values()) {
+    out.push_back(static_cast<int64_t>(x.number_value()));
+  }
+  return out;
+}
+
 std::string StringField(const Value& v, const std::string& key) {
   const auto& fields = v.struct_value().fields();
   auto it = fields.find(key);

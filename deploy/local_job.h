@@ -6,6 +6,7 @@
 #ifndef ONEBIT_DEPLOY_LOCAL_JOB_H_
 #define ONEBIT_DEPLOY_LOCAL_JOB_H_
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -128,6 +129,8 @@ absl::StatusOr<google::protobuf::Value> ParseJsonValue(const std::string& text,
 // as strings, as protobuf does for 64-bit integers.
 double NumberField(const google::protobuf::Value& v, const std::string& key);
 std::string StringField(const google::protobuf::Value& v, const std::string& key);
+// A list of integers (a summary's resumed_after_steps); empty when absent.
+std::vector<int64_t> IntegerListField(const google::protobuf::Value& v, const std::string& key);
 
 }  // namespace onebit::launcher
 

@@ -93,12 +93,7 @@ JobRun RunJob(const std::string& name, const JobConfig& config, const RunOptions
     out.steps_run = static_cast<int64_t>(launcher::NumberField(summary, "warmup_steps") +
                                          launcher::NumberField(summary, "compression_steps"));
     out.recoveries = static_cast<int64_t>(launcher::NumberField(summary, "recoveries"));
-    const auto& fields = summary.struct_value().fields();
-    if (auto it = fields.find("resumed_after_steps"); it != fields.end()) {
-      for (const google::protobuf::Value& step : it->second.list_value().values()) {
-        out.resumed_after.push_back(static_cast<int64_t>(step.number_value()));
-      }
-    }
+    out.resumed_after = launcher::IntegerListField(summary, "resumed_after_steps");
   }
   return out;
 }
