@@ -231,6 +231,7 @@ void Coordinator::ChangedLocked() {
     }
     digest_ = digest;
     ++version_;
+    changed_.SignalAll();
   }
   if (stage_machine_.freeze_step() != logged_freeze_step_) {
     logged_freeze_step_ = stage_machine_.freeze_step();
@@ -333,11 +334,7 @@ absl::StatusOr<v1::RegisterResponse> Coordinator::Register(const v1::RegisterReq
   const std::string holder = membership_.InstanceAt(request.role(), request.requested_rank());
   if (!holder.empty() && holder != request.instance_id() &&
       (state_ == v1::JOB_STATE_RUNNING || state_ == v1::JOB_STATE_STARTING)) {
-    bool holder_alive = true;
-    for (const v1::Member& m : membership_.List(clock_->Now())) {
-      if (m.role() == request.role() && m.rank() == request.requested_rank()) holder_alive = m.alive();
-    }
-    if (!holder_alive) {
+    if (!membership_.IsAlive(request.role(), request.requested_rank(), clock_->Now())) {
       RecoverLocked(absl::StrCat(RoleName(request.role()), " ", request.requested_rank(), " (",
                                  holder, ") went silent and was replaced by a new process (",
                                  request.instance_id(), ")"));
@@ -518,10 +515,12 @@ absl::Status Coordinator::Heartbeat(const v1::Heartbeat& heartbeat) {
 
 uint64_t Coordinator::WaitForJobChange(uint64_t seen_version, absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
-  auto changed = [this, seen_version]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return shut_down_ || version_ != seen_version;
-  };
-  mu_.AwaitWithTimeout(absl::Condition(&changed), timeout);
+  // A condition variable, not mu_.Await: a condition on mu_ is evaluated at every release
+  // of mu_, which with a session per member made each call cost O(members).
+  const absl::Time deadline = absl::Now() + timeout;
+  while (!shut_down_ && version_ == seen_version) {
+    if (changed_.WaitWithDeadline(&mu_, deadline)) break;
+  }
   return version_;
 }
 
@@ -733,22 +732,12 @@ void Coordinator::CheckFailuresLocked() {
   }
   const absl::Time now = clock_->Now();
   // The member that went silent first is the one that failed: the others often stop
-  // because of it (their collectives with it broke), and may be silent by now too.
-  const v1::Member* first_silent = nullptr;
-  const std::vector<v1::Member> members = membership_.List(now);
-  for (const v1::Member& m : members) {
-    // A worker that ran the job's last step may be gone already: that is no failure.
-    const bool done = m.role() == v1::ROLE_WORKER && m.last_step() >= stage_machine_.stop_after_step();
-    if (m.alive() || done) continue;
-    if (first_silent == nullptr ||
-        m.last_heartbeat_unix_ms() < first_silent->last_heartbeat_unix_ms()) {
-      first_silent = &m;
-    }
-  }
-  if (first_silent != nullptr) {
-    const v1::Member& m = *first_silent;
-    RecoverLocked(absl::StrCat(RoleName(m.role()), " ", m.rank(), " (", m.instance_id(),
-                               ") sent no heartbeat for ",
+  // because of it (their collectives with it broke), and may be silent by now too. A
+  // worker that ran the job's last step may be gone already: that is no failure.
+  if (auto silent = membership_.FirstSilent(now, stage_machine_.stop_after_step());
+      silent.has_value()) {
+    RecoverLocked(absl::StrCat(RoleName(silent->role), " ", silent->rank, " (",
+                               silent->instance_id, ") sent no heartbeat for ",
                                options_.config.failure.heartbeat_timeout_s, " s"));
     return;
   }
@@ -965,6 +954,7 @@ void Coordinator::Shutdown() {
   kv_.Shutdown();
   absl::MutexLock lock(&mu_);
   shut_down_ = true;
+  changed_.SignalAll();
 }
 
 }  // namespace onebit

@@ -199,6 +199,7 @@ class Coordinator final : public CoordinatorHandler {
   double last_variance_change_ ABSL_GUARDED_BY(mu_) = -1.0;
   int64_t last_variance_step_ ABSL_GUARDED_BY(mu_) = -1;
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::CondVar changed_;  // signalled when version_ moves, and at Shutdown
   Digest digest_ ABSL_GUARDED_BY(mu_);
   int64_t logged_freeze_step_ ABSL_GUARDED_BY(mu_) = -1;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;

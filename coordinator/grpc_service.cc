@@ -15,18 +15,76 @@
 namespace onebit {
 namespace {
 
-// How often a session loop looks at cancellation and shutdown while nothing happens.
-constexpr absl::Duration kSessionPoll = absl::Milliseconds(100);
-
-// What a session's reader thread tells its writer.
-struct SessionState {
-  absl::Mutex mu;
-  bool got_heartbeat ABSL_GUARDED_BY(mu) = false;
-  bool reader_done ABSL_GUARDED_BY(mu) = false;
-  absl::Status error ABSL_GUARDED_BY(mu);
-};
+// How often a session's writer looks at its stream's cancellation while nothing happens
+// (a client that goes away also ends the reader, which wakes the writer at once).
+constexpr absl::Duration kSessionPoll = absl::Seconds(1);
+// How long the watcher waits for a change before it looks at Shutdown again.
+constexpr absl::Duration kWatchPoll = absl::Milliseconds(200);
 
 }  // namespace
+
+CoordinatorGrpcService::~CoordinatorGrpcService() {
+  Shutdown();
+  std::thread watcher;
+  {
+    absl::MutexLock lock(&sessions_mu_);
+    watcher = std::move(watcher_);
+  }
+  if (watcher.joinable()) watcher.join();
+}
+
+void CoordinatorGrpcService::Shutdown() {
+  shutting_down_ = true;
+  absl::MutexLock lock(&sessions_mu_);
+  for (SessionState* session : sessions_) {
+    absl::MutexLock session_lock(&session->mu);
+    session->shutting_down = true;
+  }
+}
+
+void CoordinatorGrpcService::AddSession(SessionState* session) {
+  absl::MutexLock lock(&sessions_mu_);
+  sessions_.insert(session);
+  {
+    absl::MutexLock session_lock(&session->mu);
+    session->shutting_down = shutting_down_;
+    session->latest = latest_;
+    session->latest_version = latest_version_;
+  }
+  if (!watcher_.joinable() && !shutting_down_) watcher_ = std::thread([this] { WatchJob(); });
+}
+
+void CoordinatorGrpcService::RemoveSession(SessionState* session) {
+  absl::MutexLock lock(&sessions_mu_);
+  sessions_.erase(session);
+}
+
+void CoordinatorGrpcService::WatchJob() {
+  uint64_t seen = 0;
+  while (!shutting_down_) {
+    const absl::Time waited_from = absl::Now();
+    // Read the version before the status: a change in between only causes one more event.
+    const uint64_t version = handler_->WaitForJobChange(seen, kWatchPoll);
+    absl::StatusOr<v1::JobStatus> job =
+        version == seen ? absl::StatusOr<v1::JobStatus>() : handler_->GetJob(v1::GetJobRequest());
+    if (version == seen || !job.ok()) {
+      // A shut-down handler returns at once: do not spin.
+      absl::SleepFor(kWatchPoll - (absl::Now() - waited_from));
+      continue;
+    }
+    auto event = std::make_shared<v1::JobEvent>();
+    *event->mutable_job() = *std::move(job);
+    absl::MutexLock lock(&sessions_mu_);
+    latest_ = event;
+    latest_version_ = version;
+    for (SessionState* session : sessions_) {
+      absl::MutexLock session_lock(&session->mu);
+      session->latest = event;
+      session->latest_version = version;
+    }
+    seen = version;
+  }
+}
 
 absl::Status CoordinatorGrpcService::Authorize(const char* method, security::Access access,
                                               const grpc::ServerContext* context) {
@@ -206,6 +264,12 @@ grpc::Status CoordinatorGrpcService::Session(
     ~Release() { count->fetch_sub(1); }
   } release{&open_sessions_};
   SessionState state;
+  AddSession(&state);
+  struct Leave {
+    CoordinatorGrpcService* service;
+    SessionState* state;
+    ~Leave() { service->RemoveSession(state); }
+  } leave{this, &state};
   // Reads and writes may run concurrently on a sync stream (one reader, one writer).
   std::thread reader([&] {
     v1::Heartbeat heartbeat;
@@ -232,13 +296,16 @@ grpc::Status CoordinatorGrpcService::Session(
   uint64_t sent_version = 0;   // 0: no event sent yet (versions start at 1)
   bool refused = false;        // the handler refused a heartbeat
   while (true) {
-    bool ready = false;
+    bool ready = false;  // the first heartbeat came (before the first event)
+    std::shared_ptr<const v1::JobEvent> next;
+    uint64_t next_version = 0;
     {
       absl::MutexLock lock(&state.mu);
-      auto woken = [&state]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(state.mu) {
-        return state.got_heartbeat || state.reader_done || !state.error.ok();
+      auto woken = [&state, sent_version]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(state.mu) {
+        return !state.error.ok() || state.reader_done || state.shutting_down ||
+               (sent_version == 0 ? state.got_heartbeat : state.latest_version > sent_version);
       };
-      if (sent_version == 0) state.mu.AwaitWithTimeout(absl::Condition(&woken), kSessionPoll);
+      state.mu.AwaitWithTimeout(absl::Condition(&woken), kSessionPoll);
       if (!state.error.ok()) {
         result = ToGrpcStatus(state.error);
         reader_blocked = false;
@@ -252,33 +319,35 @@ grpc::Status CoordinatorGrpcService::Session(
         reader_blocked = false;
         break;
       }
+      if (state.shutting_down) {
+        result = grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is shutting down");
+        break;
+      }
       ready = state.got_heartbeat;
+      if (state.latest_version > sent_version) {
+        next = state.latest;
+        next_version = state.latest_version;
+      }
     }
     if (context->IsCancelled()) break;
-    if (shutting_down_) {
-      result = grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is shutting down");
-      break;
-    }
-    if (!ready) continue;
-    // Read the version before the status: a change in between only causes one more event.
-    const absl::Time waited_from = absl::Now();
-    const uint64_t version = sent_version == 0
-                                 ? handler_->WaitForJobChange(0, absl::ZeroDuration())
-                                 : handler_->WaitForJobChange(sent_version, kSessionPoll);
-    if (version == sent_version) {
-      // A shut-down handler returns at once: do not spin.
-      absl::SleepFor(kSessionPoll - (absl::Now() - waited_from));
+    if (sent_version == 0) {
+      if (!ready) continue;
+      // The first event is the job as it is now (the watcher's may be older).
+      const uint64_t version = handler_->WaitForJobChange(0, absl::ZeroDuration());
+      absl::StatusOr<v1::JobStatus> job = handler_->GetJob(v1::GetJobRequest());
+      if (!job.ok()) {
+        result = ToGrpcStatus(job.status());
+        break;
+      }
+      v1::JobEvent event;
+      *event.mutable_job() = *std::move(job);
+      if (!stream->Write(event)) break;  // the client is gone
+      sent_version = version;
       continue;
     }
-    absl::StatusOr<v1::JobStatus> job = handler_->GetJob(v1::GetJobRequest());
-    if (!job.ok()) {
-      result = ToGrpcStatus(job.status());
-      break;
-    }
-    v1::JobEvent event;
-    *event.mutable_job() = *std::move(job);
-    if (!stream->Write(event)) break;  // the client is gone
-    sent_version = version;
+    if (next == nullptr) continue;
+    if (!stream->Write(*next)) break;  // the client is gone
+    sent_version = next_version;
   }
   if (refused && !context->IsCancelled()) {
     absl::StatusOr<v1::JobStatus> job = handler_->GetJob(v1::GetJobRequest());

@@ -16,13 +16,16 @@ const char* RoleName(v1::Role role) {
 }
 
 Membership::Membership(int world_size, int num_servers, absl::Duration heartbeat_timeout)
-    : workers_(world_size), servers_(num_servers), heartbeat_timeout_(heartbeat_timeout) {}
-
-std::vector<Membership::Slot>* Membership::Slots(v1::Role role) {
-  return const_cast<std::vector<Slot>*>(static_cast<const Membership*>(this)->Slots(role));
+    : heartbeat_timeout_(heartbeat_timeout) {
+  workers_.slots.resize(world_size);
+  servers_.slots.resize(num_servers);
 }
 
-const std::vector<Membership::Slot>* Membership::Slots(v1::Role role) const {
+Membership::RoleSlots* Membership::Role(v1::Role role) {
+  return const_cast<RoleSlots*>(static_cast<const Membership*>(this)->Role(role));
+}
+
+const Membership::RoleSlots* Membership::Role(v1::Role role) const {
   switch (role) {
     case v1::ROLE_WORKER:
       return &workers_;
@@ -54,9 +57,17 @@ absl::Status UnknownRole(int role) {
 
 }  // namespace
 
+void Membership::SetHeartbeat(RoleSlots& role, int rank, absl::Time now) {
+  Slot& slot = role.slots[rank];
+  role.by_heartbeat.erase({slot.last_heartbeat, rank});
+  slot.last_heartbeat = now;
+  role.by_heartbeat.insert({now, rank});
+}
+
 absl::StatusOr<int> Membership::Register(const v1::RegisterRequest& request, absl::Time now) {
-  std::vector<Slot>* slots = Slots(request.role());
-  if (slots == nullptr) return UnknownRole(request.role());
+  RoleSlots* role = Role(request.role());
+  if (role == nullptr) return UnknownRole(request.role());
+  std::vector<Slot>* slots = &role->slots;
   absl::Status status = CheckString("instance_id", request.instance_id(), /*required=*/true);
   if (status.ok()) status = CheckString("address", request.address(), false);
   if (status.ok()) status = CheckString("metrics_address", request.metrics_address(), false);
@@ -69,20 +80,18 @@ absl::StatusOr<int> Membership::Register(const v1::RegisterRequest& request, abs
                                                    ") for a ", RoleName(request.role())));
   }
   // The same instance again (under either role)?
-  for (const std::vector<Slot>* role_slots : {&workers_, &servers_}) {
-    for (const Slot& slot : *role_slots) {
-      if (!slot.registered || slot.member.instance_id() != request.instance_id()) continue;
-      if (slot.member.role() != request.role()) {
-        return absl::AlreadyExistsError(
-            absl::StrCat("instance '", request.instance_id(), "' is already registered as ",
-                         RoleName(slot.member.role()), " ", slot.member.rank()));
-      }
-      Slot& same = (*slots)[slot.member.rank()];
-      same.member.set_address(request.address());
-      same.member.set_metrics_address(request.metrics_address());
-      same.last_heartbeat = now;
-      return same.member.rank();
+  if (auto it = by_instance_.find(request.instance_id()); it != by_instance_.end()) {
+    const auto [registered_role, registered_rank] = it->second;
+    if (registered_role != request.role()) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("instance '", request.instance_id(), "' is already registered as ",
+                       RoleName(registered_role), " ", registered_rank));
     }
+    Slot& same = (*slots)[registered_rank];
+    same.member.set_address(request.address());
+    same.member.set_metrics_address(request.metrics_address());
+    SetHeartbeat(*role, registered_rank, now);
+    return registered_rank;
   }
   int rank = -1;
   if (requested >= 0 && !(*slots)[requested].registered) {
@@ -102,7 +111,10 @@ absl::StatusOr<int> Membership::Register(const v1::RegisterRequest& request, abs
   }
   Slot& slot = (*slots)[rank];
   slot.registered = true;
+  ++role->registered;
   slot.last_heartbeat = now;
+  role->by_heartbeat.insert({now, rank});
+  by_instance_[request.instance_id()] = {request.role(), rank};
   slot.member.set_role(request.role());
   slot.member.set_rank(rank);
   slot.member.set_instance_id(request.instance_id());
@@ -114,13 +126,14 @@ absl::StatusOr<int> Membership::Register(const v1::RegisterRequest& request, abs
 
 absl::Status Membership::CheckMember(v1::Role role, int rank,
                                      const std::string& instance_id) const {
-  const std::vector<Slot>* slots = Slots(role);
+  const RoleSlots* slots = Role(role);
   if (slots == nullptr) return UnknownRole(role);
-  if (rank < 0 || rank >= static_cast<int>(slots->size())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(RoleName(role), " rank ", rank, " is out of range [0, ", slots->size(), ")"));
+  if (rank < 0 || rank >= static_cast<int>(slots->slots.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(RoleName(role), " rank ", rank,
+                                                   " is out of range [0, ", slots->slots.size(),
+                                                   ")"));
   }
-  const Slot& slot = (*slots)[rank];
+  const Slot& slot = slots->slots[rank];
   if (!slot.registered) {
     return absl::FailedPreconditionError(
         absl::StrCat(RoleName(role), " rank ", rank, " is not registered; call Register first"));
@@ -139,31 +152,31 @@ absl::Status Membership::Heartbeat(const v1::Heartbeat& heartbeat, absl::Time no
   if (heartbeat.step() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("step must be >= 0, got ", heartbeat.step()));
   }
-  Slot& slot = (*Slots(heartbeat.role()))[heartbeat.rank()];
-  slot.last_heartbeat = now;
-  slot.member.set_last_step(heartbeat.step());
+  RoleSlots& role = *Role(heartbeat.role());
+  SetHeartbeat(role, heartbeat.rank(), now);
+  role.slots[heartbeat.rank()].member.set_last_step(heartbeat.step());
   return absl::OkStatus();
 }
 
 void Membership::NoteStep(v1::Role role, int rank, int64_t step) {
-  std::vector<Slot>* slots = Slots(role);
-  if (slots == nullptr || rank < 0 || rank >= static_cast<int>(slots->size())) return;
-  (*slots)[rank].member.set_last_step(step);
+  RoleSlots* slots = Role(role);
+  if (slots == nullptr || rank < 0 || rank >= static_cast<int>(slots->slots.size())) return;
+  slots->slots[rank].member.set_last_step(step);
 }
 
 bool Membership::IsRegistered(v1::Role role, int rank) const {
-  const std::vector<Slot>* slots = Slots(role);
-  return slots != nullptr && rank >= 0 && rank < static_cast<int>(slots->size()) &&
-         (*slots)[rank].registered;
+  const RoleSlots* slots = Role(role);
+  return slots != nullptr && rank >= 0 && rank < static_cast<int>(slots->slots.size()) &&
+         slots->slots[rank].registered;
+}
+
+bool Membership::IsAlive(v1::Role role, int rank, absl::Time now) const {
+  return IsRegistered(role, rank) && IsAlive(Role(role)->slots[rank], now);
 }
 
 int Membership::Registered(v1::Role role) const {
-  const std::vector<Slot>* slots = Slots(role);
-  int n = 0;
-  if (slots != nullptr) {
-    for (const Slot& slot : *slots) n += slot.registered ? 1 : 0;
-  }
-  return n;
+  const RoleSlots* slots = Role(role);
+  return slots == nullptr ? 0 : slots->registered;
 }
 
 bool Membership::IsAlive(const Slot& slot, absl::Time now) const {
@@ -171,25 +184,45 @@ bool Membership::IsAlive(const Slot& slot, absl::Time now) const {
 }
 
 int Membership::Alive(v1::Role role, absl::Time now) const {
-  const std::vector<Slot>* slots = Slots(role);
-  int n = 0;
-  if (slots != nullptr) {
-    for (const Slot& slot : *slots) n += IsAlive(slot, now) ? 1 : 0;
+  const RoleSlots* slots = Role(role);
+  if (slots == nullptr) return 0;
+  int dead = 0;
+  for (const auto& [last, rank] : slots->by_heartbeat) {
+    if (now - last <= heartbeat_timeout_) break;  // the rest heard later
+    ++dead;
   }
-  return n;
+  return slots->registered - dead;
+}
+
+std::optional<Membership::Silent> Membership::FirstSilent(absl::Time now,
+                                                          int64_t done_step) const {
+  std::optional<Silent> first;
+  for (v1::Role role : {v1::ROLE_WORKER, v1::ROLE_SERVER}) {
+    const RoleSlots& slots = *Role(role);
+    for (const auto& [last, rank] : slots.by_heartbeat) {
+      if (now - last <= heartbeat_timeout_) break;
+      const v1::Member& member = slots.slots[rank].member;
+      if (role == v1::ROLE_WORKER && member.last_step() >= done_step) continue;
+      if (!first.has_value() || last < first->last_heartbeat) {
+        first = Silent{role, rank, member.instance_id(), last};
+      }
+      break;  // this role's oldest
+    }
+  }
+  return first;
 }
 
 std::string Membership::InstanceAt(v1::Role role, int rank) const {
-  const std::vector<Slot>* slots = Slots(role);
-  if (slots == nullptr || rank < 0 || rank >= static_cast<int>(slots->size())) return "";
-  const Slot& slot = (*slots)[rank];
+  const RoleSlots* slots = Role(role);
+  if (slots == nullptr || rank < 0 || rank >= static_cast<int>(slots->slots.size())) return "";
+  const Slot& slot = slots->slots[rank];
   return slot.registered ? slot.member.instance_id() : "";
 }
 
 std::vector<v1::Member> Membership::List(absl::Time now) const {
   std::vector<v1::Member> members;
-  for (const std::vector<Slot>* slots : {&workers_, &servers_}) {
-    for (const Slot& slot : *slots) {
+  for (const RoleSlots* slots : {&workers_, &servers_}) {
+    for (const Slot& slot : slots->slots) {
       if (!slot.registered) continue;
       v1::Member member = slot.member;
       member.set_alive(IsAlive(slot, now));

@@ -11,13 +11,21 @@
 //
 // Liveness: registering counts as a heartbeat; a member is dead once `heartbeat_timeout`
 // has passed since its last one, and alive again with the next.
+//
+// Cost: every call but List is O(log N) or O(1) plus O(members dead now) (each role's
+// registered slots are also kept ordered by their last heartbeat, and counted), so that a
+// coordinator of 1,024 members does not scan them all on each heartbeat.
 #ifndef ONEBIT_COORDINATOR_MEMBERSHIP_H_
 #define ONEBIT_COORDINATOR_MEMBERSHIP_H_
 
 #include <cstdint>
+#include <optional>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -46,6 +54,8 @@ class Membership {
   void NoteStep(v1::Role role, int rank, int64_t step);
 
   bool IsRegistered(v1::Role role, int rank) const;
+  // Registered and heard from within the timeout.
+  bool IsAlive(v1::Role role, int rank, absl::Time now) const;
   // The instance id registered in that slot; "" if it is free (or out of range).
   std::string InstanceAt(v1::Role role, int rank) const;
   int Registered(v1::Role role) const;
@@ -53,8 +63,19 @@ class Membership {
   // Workers by rank, then servers by shard.
   std::vector<v1::Member> List(absl::Time now) const;
 
-  int world_size() const { return static_cast<int>(workers_.size()); }
-  int num_servers() const { return static_cast<int>(servers_.size()); }
+  // The registered member whose heartbeats stopped first among those dead at `now`, not
+  // counting workers whose last step is >= `done_step` (they ran the job's last step and
+  // may be gone). Ties: workers before servers, lower ranks first.
+  struct Silent {
+    v1::Role role;
+    int rank;
+    std::string instance_id;
+    absl::Time last_heartbeat;
+  };
+  std::optional<Silent> FirstSilent(absl::Time now, int64_t done_step) const;
+
+  int world_size() const { return static_cast<int>(workers_.slots.size()); }
+  int num_servers() const { return static_cast<int>(servers_.slots.size()); }
 
  private:
   struct Slot {
@@ -63,12 +84,23 @@ class Membership {
     absl::Time last_heartbeat = absl::InfinitePast();
   };
 
-  std::vector<Slot>* Slots(v1::Role role);
-  const std::vector<Slot>* Slots(v1::Role role) const;
-  bool IsAlive(const Slot& slot, absl::Time now) const;
+  // Per role: its slots, how many are registered, and the registered ranks ordered by
+  // their last heartbeat (oldest first).
+  struct RoleSlots {
+    std::vector<Slot> slots;
+    int registered = 0;
+    std::set<std::pair<absl::Time, int>> by_heartbeat;
+  };
 
-  std::vector<Slot> workers_;
-  std::vector<Slot> servers_;
+  RoleSlots* Role(v1::Role role);
+  const RoleSlots* Role(v1::Role role) const;
+  bool IsAlive(const Slot& slot, absl::Time now) const;
+  // Moves a registered slot's heartbeat (keeps by_heartbeat in step).
+  void SetHeartbeat(RoleSlots& role, int rank, absl::Time now);
+
+  RoleSlots workers_;
+  RoleSlots servers_;
+  absl::flat_hash_map<std::string, std::pair<v1::Role, int>> by_instance_;
   absl::Duration heartbeat_timeout_;
 };
 

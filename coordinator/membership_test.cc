@@ -127,5 +127,56 @@ TEST(MembershipTest, HeartbeatFromAnUnregisteredRank) {
   EXPECT_THAT(s.message(), HasSubstr("not registered"));
 }
 
+TEST(MembershipTest, FirstSilentIsTheOldestDeadMemberAndCountsFollowHeartbeats) {
+  Membership m(3, 2, absl::Seconds(10));
+  for (const char* id : {"w0", "w1", "w2"}) ASSERT_TRUE(m.Register(Req(v1::ROLE_WORKER, id), kT0).ok());
+  ASSERT_TRUE(m.Register(Req(v1::ROLE_SERVER, "s0", 0), kT0).ok());
+  ASSERT_TRUE(m.Register(Req(v1::ROLE_SERVER, "s1", 1), kT0).ok());
+  EXPECT_EQ(m.Registered(v1::ROLE_WORKER), 3);
+  EXPECT_EQ(m.Registered(v1::ROLE_SERVER), 2);
+  EXPECT_FALSE(m.FirstSilent(kT0 + absl::Seconds(10), 100).has_value());  // 10 s is still alive
+
+  // Everyone beats at +5 s except worker 1 (+2 s) and server 1 (+3 s): worker 1 went
+  // silent first, though the server's rank order would come later anyway.
+  ASSERT_TRUE(m.Heartbeat(Hb(v1::ROLE_WORKER, 1, "w1", 7), kT0 + absl::Seconds(2)).ok());
+  ASSERT_TRUE(m.Heartbeat(Hb(v1::ROLE_SERVER, 1, "s1"), kT0 + absl::Seconds(3)).ok());
+  ASSERT_TRUE(m.Heartbeat(Hb(v1::ROLE_WORKER, 0, "w0", 7), kT0 + absl::Seconds(5)).ok());
+  ASSERT_TRUE(m.Heartbeat(Hb(v1::ROLE_WORKER, 2, "w2", 7), kT0 + absl::Seconds(5)).ok());
+  ASSERT_TRUE(m.Heartbeat(Hb(v1::ROLE_SERVER, 0, "s0"), kT0 + absl::Seconds(5)).ok());
+  const absl::Time t = kT0 + absl::Seconds(14);
+  EXPECT_EQ(m.Alive(v1::ROLE_WORKER, t), 2);
+  EXPECT_EQ(m.Alive(v1::ROLE_SERVER, t), 1);
+  EXPECT_FALSE(m.IsAlive(v1::ROLE_WORKER, 1, t));
+  EXPECT_TRUE(m.IsAlive(v1::ROLE_WORKER, 0, t));
+  EXPECT_FALSE(m.IsAlive(v1::ROLE_WORKER, 5, t));  // out of range: not alive, no crash
+  std::optional<Membership::Silent> silent = m.FirstSilent(t, 100);
+  ASSERT_TRUE(silent.has_value());
+  EXPECT_EQ(silent->role, v1::ROLE_WORKER);
+  EXPECT_EQ(silent->rank, 1);
+  EXPECT_EQ(silent->instance_id, "w1");
+  // A worker that ran the last step (7 >= 7) is no failure: the server is next.
+  silent = m.FirstSilent(t, 7);
+  ASSERT_TRUE(silent.has_value());
+  EXPECT_EQ(silent->role, v1::ROLE_SERVER);
+  EXPECT_EQ(silent->rank, 1);
+  // A heartbeat brings the worker back, and the counts with it; registering again does too.
+  ASSERT_TRUE(m.Heartbeat(Hb(v1::ROLE_WORKER, 1, "w1", 8), t).ok());
+  ASSERT_TRUE(m.Register(Req(v1::ROLE_SERVER, "s1", 1), t).ok());
+  EXPECT_EQ(m.Alive(v1::ROLE_WORKER, t), 3);
+  EXPECT_EQ(m.Alive(v1::ROLE_SERVER, t), 2);
+  EXPECT_EQ(m.Registered(v1::ROLE_SERVER), 2);
+  EXPECT_FALSE(m.FirstSilent(t, 100).has_value());
+  // Equal silences (workers 0 and 2 and server 0, all last heard at +5 s): workers before
+  // servers, lower ranks first.
+  silent = m.FirstSilent(t + absl::Seconds(2), 100);
+  ASSERT_TRUE(silent.has_value());
+  EXPECT_EQ(silent->role, v1::ROLE_WORKER);
+  EXPECT_EQ(silent->rank, 0);
+  silent = m.FirstSilent(t + absl::Seconds(2), 7);  // workers done: the server
+  ASSERT_TRUE(silent.has_value());
+  EXPECT_EQ(silent->role, v1::ROLE_SERVER);
+  EXPECT_EQ(silent->rank, 0);
+}
+
 }  // namespace
 }  // namespace onebit
