@@ -15,16 +15,22 @@
 //   bazel run //tools:onebit-coordinator-load -- --members=64,256,1024 --window_s=30 \
 //       --recovery --out_dir=/tmp/load
 //
+// On a small machine, pin the two apart (--coordinator_cpus=0 --load_cpus=1): the
+// coordinator's CPU is then what one core gives it, and the generator cannot steal it.
+//
 // Writes OUT_DIR/results.csv (one row per N), results.md and latency.png (gnuplot, when
 // installed), and prints the same table.
+#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -66,6 +72,11 @@ ABSL_FLAG(bool, recovery, false,
           "After the widest window, silence a tenth of the members and time the recovery.");
 ABSL_FLAG(std::string, coordinator, "",
           "onebit-coordinator binary; default: beside this one in the runfiles.");
+ABSL_FLAG(std::string, coordinator_cpus, "",
+          "CPUs the coordinator may run on (taskset -c syntax, e.g. 0); default: any.");
+ABSL_FLAG(std::string, load_cpus, "",
+          "CPUs this generator may run on (e.g. 1), so that it does not take the "
+          "coordinator's; default: any.");
 ABSL_FLAG(std::string, out_dir, "/tmp/onebit-coordinator-load", "Results and logs.");
 
 namespace onebit {
@@ -390,6 +401,9 @@ absl::StatusOr<Coordinator> StartCoordinator(const std::string& binary, const st
   options.argv = {binary,           absl::StrCat("--config=", config), "--port=0",
                   "--rest_port=0",  "--metrics_port=0",
                   absl::StrCat("--address_file=", address_file)};
+  if (const std::string cpus = absl::GetFlag(FLAGS_coordinator_cpus); !cpus.empty()) {
+    options.argv.insert(options.argv.begin(), {"/usr/bin/taskset", "-c", cpus});
+  }
   options.name = "coordinator";
   options.log_path = absl::StrCat(dir, "/coordinator.log");
   Coordinator c;
@@ -553,6 +567,27 @@ int main(int argc, char** argv) {
   using namespace onebit;  // NOLINT: a main
   std::string binary = absl::GetFlag(FLAGS_coordinator);
   if (binary.empty()) binary = absl::StrCat(argv[0], ".runfiles/onebit/coordinator/onebit-coordinator");
+  if (const std::string cpus = absl::GetFlag(FLAGS_load_cpus); !cpus.empty()) {
+    // Before any thread starts: they inherit the mask.
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (absl::string_view part : absl::StrSplit(cpus, ',')) {
+      std::pair<std::string, std::string> range = absl::StrSplit(part, absl::MaxSplits('-', 1));
+      int first = 0, last = 0;
+      if (range.second.empty()) range.second = range.first;
+      if (!absl::SimpleAtoi(range.first, &first) || !absl::SimpleAtoi(range.second, &last) ||
+          first < 0 || last < first || last >= CPU_SETSIZE) {
+        std::fprintf(stderr, "--load_cpus: '%s' is not a CPU list such as 1 or 1-3\n",
+                     cpus.c_str());
+        return 2;
+      }
+      for (int cpu = first; cpu <= last; ++cpu) CPU_SET(cpu, &set);
+    }
+    if (sched_setaffinity(0, sizeof(set), &set) != 0) {
+      std::fprintf(stderr, "--load_cpus=%s: %s\n", cpus.c_str(), std::strerror(errno));
+      return 2;
+    }
+  }
   const std::string out = absl::GetFlag(FLAGS_out_dir);
   std::vector<int> widths;
   for (absl::string_view w : absl::StrSplit(absl::GetFlag(FLAGS_members), ',')) {
@@ -566,6 +601,9 @@ int main(int argc, char** argv) {
   std::vector<Row> rows;
   for (size_t i = 0; i < widths.size(); ++i) {
     const std::string dir = absl::StrCat(out, "/n", widths[i]);
+    // A fresh job each time: an earlier run's state file would make this a restart.
+    std::error_code ignored;
+    std::filesystem::remove_all(dir, ignored);
     std::filesystem::create_directories(dir);
     const bool recovery = absl::GetFlag(FLAGS_recovery) && i + 1 == widths.size();
     absl::StatusOr<Row> row = RunWidth(binary, dir, widths[i], recovery);
