@@ -155,6 +155,20 @@ absl::Status LocalJob::SignalProcess(const std::string& name, int sig) {
   return absl::NotFoundError(absl::StrCat("no process named '", name, "'"));
 }
 
+std::vector<std::pair<std::string, ClusterHost>> LocalJob::Hosts() const {
+  std::vector<std::pair<std::string, ClusterHost>> hosts;
+  for (const Spec& spec : specs_) hosts.emplace_back(spec.name, spec.host);
+  return hosts;
+}
+
+bool LocalJob::Running(const std::string& name) {
+  for (auto& p : processes_) {
+    int code = 0;
+    if (p->name() == name) return !p->Exited(&code);
+  }
+  return false;
+}
+
 absl::Status LocalJob::Start() {
   std::error_code error;
   std::filesystem::create_directories(options_.dir, error);
@@ -259,7 +273,8 @@ absl::Status LocalJob::Start() {
   return absl::OkStatus();
 }
 
-absl::Status LocalJob::WaitForWorkers(absl::Duration timeout, const volatile int* interrupted) {
+absl::Status LocalJob::WaitForWorkers(absl::Duration timeout, const volatile int* interrupted,
+                                      const std::function<void()>& each_poll) {
   const absl::Time deadline = absl::Now() + timeout;
   const int max_restarts = options_.max_restarts_per_process >= 0
                                ? options_.max_restarts_per_process
@@ -292,9 +307,11 @@ absl::Status LocalJob::WaitForWorkers(absl::Duration timeout, const volatile int
       // 78: the job failed for a reason no restart fixes; the error says so (IsPermanent).
       return code == kExitJobFailed ? MarkPermanent(std::move(ended)) : ended;
     }
+    workers_done_ = static_cast<int>(done);
     if (done == workers_.size()) return absl::OkStatus();
     if (interrupted && *interrupted) return absl::CancelledError("interrupted");
     if (absl::Now() > deadline) return absl::DeadlineExceededError("the job took too long");
+    if (each_poll) each_poll();
     absl::SleepFor(absl::Milliseconds(50));
   }
 }

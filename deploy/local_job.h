@@ -7,6 +7,7 @@
 #define ONEBIT_DEPLOY_LOCAL_JOB_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -72,7 +73,10 @@ class LocalJob {
   // max_restarts_per_process; a restarted process loses its --fault flag, and a restarted
   // coordinator gets the ports the first one bound). Fails at once when a process exits
   // with another code or runs out of restarts, after `timeout`, or when *interrupted is set.
-  absl::Status WaitForWorkers(absl::Duration timeout, const volatile int* interrupted = nullptr);
+  // `each_poll`, when set, is called on this thread every poll (~50 ms): a fault injector
+  // (tools/chaos) acts on the job there.
+  absl::Status WaitForWorkers(absl::Duration timeout, const volatile int* interrupted = nullptr,
+                              const std::function<void()>& each_poll = nullptr);
   // Terminates whatever still runs (SIGTERM, then SIGKILL).
   void Stop();
 
@@ -88,6 +92,13 @@ class LocalJob {
   const std::map<std::string, int>& restarts() const { return restarts_; }
   // Sends `sig` to the process named `name` (tests inject faults this way too).
   absl::Status SignalProcess(const std::string& name, int sig);
+  // Every process by name ("coordinator", "server 0", ..., "worker 0", ...), in start
+  // order, with the host it runs on.
+  std::vector<std::pair<std::string, ClusterHost>> Hosts() const;
+  // The process named `name` runs (it started and has not exited, or was restarted).
+  bool Running(const std::string& name);
+  // Workers that exited 0 (their last step done), as of WaitForWorkers' latest poll.
+  int workers_done() const { return workers_done_; }
   // Waits for the process named `name` to exit; its exit code.
   absl::StatusOr<int> WaitForProcess(const std::string& name, absl::Duration timeout);
 
@@ -116,6 +127,7 @@ class LocalJob {
   std::vector<Spec> specs_;  // parallel to processes_
   std::vector<size_t> workers_;  // indices into processes_
   std::map<std::string, int> restarts_;
+  int workers_done_ = 0;
 };
 
 // The last non-empty line of a log file (within its last 4 KiB), "" when there is none or
