@@ -50,6 +50,11 @@ struct SessionOptions {
   std::function<void(const absl::Status& why)> on_end;
   // How long the session reconnects to a coordinator it cannot reach before it ends.
   absl::Duration give_up_after = absl::InfiniteDuration();
+  // The coordinator sends the job's status at least every 500 ms. With nothing from it for
+  // this long (a link that went silent: no RST, no FIN; a coordinator that hangs), the
+  // session ends with ABORTED: by then the coordinator, which heard no heartbeat either,
+  // counts this member dead (set it to the job's heartbeat timeout). Infinite: never.
+  absl::Duration silence_limit = absl::InfiniteDuration();
 };
 
 // Called with every JobEvent: once after the first heartbeat, then whenever the job

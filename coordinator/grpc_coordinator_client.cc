@@ -88,6 +88,9 @@ class GrpcSession final : public CoordinatorSession {
   grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;  // the current stream's
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   bool got_event_ = false;  // on the current stream; only the session thread touches it
+  // When the coordinator last said anything (an event), over any stream.
+  absl::Time last_word_ ABSL_GUARDED_BY(mu_) = absl::Now();
+  bool silent_ ABSL_GUARDED_BY(mu_) = false;  // silence_limit passed: ending
 };
 
 grpc::Status GrpcSession::RunStream() {
@@ -108,18 +111,36 @@ grpc::Status GrpcSession::RunStream() {
     heartbeat.set_role(options_.role);
     heartbeat.set_rank(options_.rank);
     heartbeat.set_instance_id(options_.instance_id);
+    // Heartbeats; and the watch for silence: a stream whose link went quiet blocks its
+    // Read forever, so the writer ends it.
+    const absl::Duration tick = std::min(options_.heartbeat_interval, absl::Milliseconds(250));
+    absl::Time next_beat = absl::Now();
     while (true) {
-      heartbeat.set_step(step_.load());
-      if (!stream->Write(heartbeat)) return;
+      if (absl::Now() >= next_beat) {
+        heartbeat.set_step(step_.load());
+        if (!stream->Write(heartbeat)) return;
+        next_beat = absl::Now() + options_.heartbeat_interval;
+      }
       absl::MutexLock lock(&mu_);
+      if (absl::Now() - last_word_ > options_.silence_limit) {
+        silent_ = true;
+        context.TryCancel();
+        return;
+      }
       auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || stream_over; };
-      if (mu_.AwaitWithTimeout(absl::Condition(&done), options_.heartbeat_interval)) return;
+      if (mu_.AwaitWithTimeout(absl::Condition(&done), std::min(tick, next_beat - absl::Now()))) {
+        return;
+      }
     }
   });
   v1::JobEvent event;
   got_event_ = false;
   while (stream->Read(&event)) {
     got_event_ = true;
+    {
+      absl::MutexLock lock(&mu_);
+      last_word_ = absl::Now();
+    }
     if (on_event_) on_event_(event);
   }
   {
@@ -142,6 +163,14 @@ void GrpcSession::Run() {
     const grpc::Status status = RunStream();
     absl::MutexLock lock(&mu_);
     if (stopping_) return;
+    if (silent_ || absl::Now() - last_word_ > options_.silence_limit) {
+      ended = absl::AbortedError(absl::StrCat(
+          "no word from the coordinator at ", client_options_.address, " for ",
+          absl::FormatDuration(absl::Now() - last_word_), " (the session's silence limit is ",
+          absl::FormatDuration(options_.silence_limit),
+          "): cut off, this member counts as dead there"));
+      break;
+    }
     // The coordinator went away or restarts, the session was cut, or the coordinator had
     // too many sessions open for a moment: connect again. Any other error is an answer
     // about this member (not registered, wrong id, no token): final.

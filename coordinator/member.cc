@@ -84,6 +84,12 @@ MemberVerdict VerdictAfterSessionEnd(CoordinatorClient& client, const MemberIden
                                      const absl::Status& why) {
   // Its calls would wait out the same silence again.
   if (absl::IsUnavailable(why)) return MemberVerdict{kMemberExitFailed, std::string(why.message())};
+  // Cut off for a heartbeat timeout (SessionOptions::silence_limit): the job recovers
+  // without this member, or its coordinator is gone; either way a new process registers.
+  if (absl::IsAborted(why)) {
+    return MemberVerdict{kMemberExitRestart, absl::StrCat(why.message(), "; exiting with ",
+                                                          kMemberExitRestart, " to be restarted")};
+  }
   if (std::optional<MemberVerdict> verdict = AwaitVerdict(client, me, absl::Seconds(2))) {
     return *verdict;
   }

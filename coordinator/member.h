@@ -79,8 +79,9 @@ std::optional<MemberVerdict> VerdictAfterRegisterError(CoordinatorClient& client
 
 // After this member's session ended by itself (SessionOptions::on_end) with `why`: the
 // coordinator refused the member (it does not know it) and the job's status says why, or
-// 75 (a new process registers again); a coordinator out of reach for the session's whole
-// give_up_after: 1.
+// 75 (a new process registers again); 75 at once when the session heard nothing for its
+// silence_limit (ABORTED: cut off, counted dead); a coordinator out of reach for the
+// session's whole give_up_after: 1.
 MemberVerdict VerdictAfterSessionEnd(CoordinatorClient& client, const MemberIdentity& me,
                                      const absl::Status& why);
 

@@ -112,12 +112,12 @@ void Leave(int shard, const onebit::MemberVerdict& verdict) {
 // Registers the shard and starts its heartbeat session; *reg gets the coordinator's answer
 // and *instance this process's id. The session leaves (Leave) when the job ends or
 // recovers in a newer generation, and when the coordinator no longer knows this shard (it
-// restarted since: the shard exits 75 and its new process registers with it) or stays out
-// of reach for `give_up_after`.
+// restarted since: the shard exits 75 and its new process registers with it), when it hears
+// nothing for `silence_limit` (cut off: 75), or stays out of reach for `give_up_after`.
 absl::StatusOr<std::unique_ptr<onebit::CoordinatorSession>> JoinJob(
     onebit::CoordinatorClient& client, int shard, const onebit::server::ServerProcess& process,
     absl::Duration heartbeat_interval, absl::Duration give_up_after,
-    onebit::v1::RegisterResponse* reg_out, std::string* instance) {
+    absl::Duration silence_limit, onebit::v1::RegisterResponse* reg_out, std::string* instance) {
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
   onebit::v1::RegisterRequest request;
@@ -142,6 +142,7 @@ absl::StatusOr<std::unique_ptr<onebit::CoordinatorSession>> JoinJob(
   session.rank = shard;
   session.instance_id = request.instance_id();
   session.give_up_after = give_up_after;
+  session.silence_limit = silence_limit;
   session.on_end = [&client, me, shard](const absl::Status& why) {
     Leave(shard, onebit::VerdictAfterSessionEnd(client, me, why));
   };
@@ -380,7 +381,8 @@ int main(int argc, char** argv) {
     const int index = group_offset + options.shard.shard;
     auto joined = made.ok() ? JoinJob(**made, index, **process,
                                       std::min(absl::Seconds(1), absl::Seconds(heartbeat_s) / 4),
-                                      absl::Seconds(retry_s), &reg, &instance)
+                                      absl::Seconds(retry_s), absl::Seconds(heartbeat_s), &reg,
+                                      &instance)
                             : absl::StatusOr<std::unique_ptr<onebit::CoordinatorSession>>(made.status());
     if (joined.ok()) {
       const absl::Status opened = (*process)->state().SetFirstStep(

@@ -1,6 +1,13 @@
 // The coordinator over real gRPC on 127.0.0.1: membership, rendezvous, leases, sessions,
 // liveness, metrics, and bad inputs answered with clear errors and no state change.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
@@ -43,6 +50,79 @@ v1::LeaseRequest LeaseReq(int rank, int64_t next) {
   r.set_next_step(next);
   return r;
 }
+
+// A TCP relay to the coordinator whose link can go silent: paused, it stops moving bytes
+// either way and closes nothing (no RST, no FIN), as a link set down does.
+class SilentLink {
+ public:
+  explicit SilentLink(const std::string& target) {
+    target_port_ = std::stoi(target.substr(target.rfind(':') + 1));
+    listen_fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    EXPECT_EQ(bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), len), 0);
+    EXPECT_EQ(listen(listen_fd_, 8), 0);
+    getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    threads_.emplace_back([this] { Accept(); });
+  }
+  ~SilentLink() {
+    stop_ = true;
+    for (std::thread& t : threads_) t.join();
+    for (int fd : fds_) close(fd);
+    close(listen_fd_);
+  }
+  std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
+  void Pause() { paused_ = true; }
+
+ private:
+  void Accept() {
+    while (!stop_) {
+      pollfd p{listen_fd_, POLLIN, 0};
+      if (poll(&p, 1, 50) <= 0) continue;
+      const int client = accept(listen_fd_, nullptr, nullptr);
+      const int server = socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      addr.sin_port = htons(target_port_);
+      if (client < 0 || connect(server, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+        ADD_FAILURE() << "the relay could not connect";
+        return;
+      }
+      fds_.insert(fds_.end(), {client, server});
+      pumps_.emplace_back([this, client, server] { Pump(client, server); });
+      pumps_.emplace_back([this, client, server] { Pump(server, client); });
+    }
+    for (std::thread& t : pumps_) t.join();
+  }
+  void Pump(int from, int to) {
+    char buffer[16384];
+    while (!stop_) {
+      if (paused_) {
+        absl::SleepFor(absl::Milliseconds(20));
+        continue;
+      }
+      pollfd p{from, POLLIN, 0};
+      if (poll(&p, 1, 20) <= 0) continue;
+      const ssize_t n = read(from, buffer, sizeof(buffer));
+      if (n <= 0) return;
+      for (ssize_t off = 0; off < n;) {
+        const ssize_t w = write(to, buffer + off, n - off);
+        if (w <= 0) return;
+        off += w;
+      }
+    }
+  }
+
+  int listen_fd_ = -1, port_ = 0, target_port_ = 0;
+  std::atomic<bool> stop_{false}, paused_{false};
+  std::vector<int> fds_;             // the Accept thread's
+  std::vector<std::thread> pumps_;   // the Accept thread's
+  std::vector<std::thread> threads_;
+};
 
 class CoordinatorServiceTest : public ::testing::Test {
  protected:
@@ -401,6 +481,43 @@ TEST_F(CoordinatorServiceTest, MetricsAreServed) {
         "onebit_coordinator_rpc_errors_total{method=\"Lease\"} 1"}) {
     EXPECT_THAT(response->body, HasSubstr(line));
   }
+}
+
+// A link that goes silent gives no error to anyone: the coordinator keeps talking (the
+// job's status again every 500 ms, though nothing changed), so the member notices the
+// silence and its session ends (ABORTED) within its limit, instead of waiting on a stream
+// that never fails.
+TEST_F(CoordinatorServiceTest, ASessionCutOffBySilenceEndsWithinItsLimit) {
+  ASSERT_TRUE(client().Register(Worker("w0")).ok());
+  SilentLink link(t_.server->addresses().grpc);
+  GrpcClientOptions via_options;
+  via_options.address = link.address();
+  auto via = NewGrpcCoordinatorClient(via_options);
+  ASSERT_TRUE(via.ok());
+  std::atomic<int> events{0};
+  absl::Notification done;
+  absl::Status ended;
+  SessionOptions options;
+  options.rank = 0;
+  options.instance_id = "w0";
+  options.heartbeat_interval = absl::Milliseconds(100);
+  options.silence_limit = absl::Seconds(1);
+  options.on_end = [&](const absl::Status& why) {
+    ended = why;
+    done.Notify();
+  };
+  auto session = (*via)->StartSession(options, [&](const v1::JobEvent&) { ++events; });
+  ASSERT_TRUE(session.ok());
+  absl::SleepFor(absl::Milliseconds(1800));
+  EXPECT_GE(events.load(), 3) << "the coordinator repeats the job's status while it is quiet";
+  EXPECT_FALSE(done.HasBeenNotified()) << ended;
+  const absl::Time cut = absl::Now();
+  link.Pause();
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_LE(absl::Now() - cut, absl::Milliseconds(2500));
+  EXPECT_EQ(ended.code(), absl::StatusCode::kAborted) << ended;
+  EXPECT_THAT(ended.message(), HasSubstr("no word from the coordinator"));
+  (*session)->Stop().IgnoreError();
 }
 
 TEST(CoordinatorClientTest, ASessionGivesUpOnACoordinatorOutOfReach) {

@@ -485,6 +485,10 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
   // The coordinator no longer knows this worker (it restarted since), or stayed out of
   // reach: leave with what the job says (member.h).
   session.give_up_after = absl::Seconds(config.failure.coordinator_retry_s);
+  // Cut off (a silent link) for as long as the coordinator waits for a heartbeat: it counts
+  // this worker dead and recovers without it, so leave (75) instead of waiting in a
+  // collective for the transport's own timeout.
+  session.silence_limit = absl::Seconds(config.failure.heartbeat_timeout_s);
   session.on_end = [client = shared_client.get(), me, my_rank](const absl::Status& why) {
     Leave(my_rank, VerdictAfterSessionEnd(*client, me, why));
   };
