@@ -398,11 +398,15 @@ def run_compose():
                 check(hc.returncode == 0, f"compose {s}: healthcheck (curl /healthz in the container) passes")
         code, body = http_get(f"http://127.0.0.1:{rest_port}/v1/job")
         check(code == 200 and "step" in body, f"compose: the coordinator's REST mirror on the host port ({code})")
-        # SIGTERM to every member at once (docker compose stop does the same).
+        # SIGTERM in the order that strands the most: the coordinator first, then the shards,
+        # then the workers (the processes' own test, StopOrderTest, tries every order; kube
+        # play below stops the workers first).
         members = [names[s] for s in services if s not in ("prometheus", "grafana")]
-        podman("stop", "-t", "20", *members, timeout=120)
+        for group in ("coordinator", "server-", "worker-"):
+            podman("stop", "-t", "20", *[m for m in members if f"_{group}" in m], timeout=120)
         codes = {m: podman("inspect", "-f", "{{.State.ExitCode}}", m, quiet=True).stdout.strip() for m in members}
-        check(all(c == "0" for c in codes.values()), f"compose: every member exited 0 after SIGTERM (or at the job's end): {codes}")
+        check(all(c == "0" for c in codes.values()),
+              f"compose: every member exited 0 after SIGTERM, coordinator first, then shards, then workers (or at the job's end): {codes}")
         if any(c != "0" for c in codes.values()):
             for m in members:
                 log(podman("logs", "--tail", "15", m, quiet=True).stdout)
@@ -540,10 +544,15 @@ def run_kube_play(objs):
         user = podman("exec", coord, "id", "-u", quiet=True).stdout.strip()
         ro = podman("exec", coord, "sh", "-c", "touch /x", quiet=True).returncode
         check(user == "10001" and ro != 0, f"kube play: runs as uid {user}, root file system read-only")
-        podman("pod", "stop", "-t", "20", *pods, timeout=180)
+        # The workers first, then the shards, then the coordinator (compose stopped the
+        # coordinator first).
+        workers = [p for p in pods if "worker" in p]
+        shards = [p for p in pods if "server" in p]
+        for group in (workers, shards, [p for p in pods if p not in workers + shards]):
+            podman("pod", "stop", "-t", "20", *group, timeout=180)
         codes = container_exit_codes(pods)
         check(codes and all(c.startswith("0 ") for c in codes.values()),
-              f"kube play: every container exited 0 after SIGTERM (or at the job's end): {codes}")
+              f"kube play: every container exited 0 after SIGTERM, workers first, then shards, then the coordinator (or at the job's end): {codes}")
     finally:
         for f in (f2, f1):
             podman("kube", "down", f, timeout=180, quiet=True)
