@@ -65,13 +65,17 @@ void CoordinatorGrpcService::WatchJob() {
   uint64_t seen = 0;
   while (!shutting_down_) {
     const absl::Time waited_from = absl::Now();
+    // A shut-down handler returns at once: do not spin.
+    const auto pause = [&] { absl::SleepFor(kWatchPoll - (absl::Now() - waited_from)); };
     // Read the version before the status: a change in between only causes one more event.
     const uint64_t version = handler_->WaitForJobChange(seen, kWatchPoll);
-    absl::StatusOr<v1::JobStatus> job =
-        version == seen ? absl::StatusOr<v1::JobStatus>() : handler_->GetJob(v1::GetJobRequest());
-    if (version == seen || !job.ok()) {
-      // A shut-down handler returns at once: do not spin.
-      absl::SleepFor(kWatchPoll - (absl::Now() - waited_from));
+    if (version == seen) {
+      pause();
+      continue;
+    }
+    absl::StatusOr<v1::JobStatus> job = handler_->GetJob(v1::GetJobRequest());
+    if (!job.ok()) {
+      pause();
       continue;
     }
     auto event = std::make_shared<v1::JobEvent>();
