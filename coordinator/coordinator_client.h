@@ -50,10 +50,11 @@ struct SessionOptions {
   std::function<void(const absl::Status& why)> on_end;
   // How long the session reconnects to a coordinator it cannot reach before it ends.
   absl::Duration give_up_after = absl::InfiniteDuration();
-  // The coordinator sends the job's status at least every 500 ms. With nothing from it for
-  // this long (a link that went silent: no RST, no FIN; a coordinator that hangs), the
-  // session ends with ABORTED: by then the coordinator, which heard no heartbeat either,
-  // counts this member dead (set it to the job's heartbeat timeout). Infinite: never.
+  // Without a working stream to the coordinator for this long (its connection broke, and
+  // none opened since; a link that went silent breaks it through GrpcClientOptions'
+  // keepalive), the session ends with ABORTED: by then the coordinator, which heard no
+  // heartbeat either, counts this member dead. Members set half the job's heartbeat
+  // timeout (with the keepalive's half, the whole). Infinite: never.
   absl::Duration silence_limit = absl::InfiniteDuration();
 };
 
@@ -152,6 +153,11 @@ struct GrpcClientOptions {
   // A connection of its own, even where another client of this process has one to the
   // same address (gRPC shares them by default): a load generator playing many members.
   bool own_connection = false;
+  // Pings the coordinator's transport this often and drops a connection whose ping (or
+  // heartbeat: TCP_USER_TIMEOUT) goes unanswered this long, so that a link that went
+  // silent (no RST, no FIN) breaks the session's stream (SessionOptions::silence_limit).
+  // Members set a quarter of the job's heartbeat timeout; infinite: no pings.
+  absl::Duration keepalive = absl::InfiniteDuration();
 };
 
 // A client over gRPC (TLS when options.tls says so). INVALID_ARGUMENT for an empty address

@@ -45,6 +45,11 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   // that is already in use.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, server_options.max_concurrent_streams);
+  // Members ping every quarter of the heartbeat timeout to notice a silent link
+  // (GrpcClientOptions::keepalive): answer them, however often, instead of counting
+  // "too many pings" and closing the connection.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 100);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   builder.SetMaxReceiveMessageSize(server_options.max_message_bytes);
   builder.SetMaxSendMessageSize(server_options.max_message_bytes);
   // Every call runs on a thread of the synchronous server, and a session holds one for

@@ -88,9 +88,6 @@ class GrpcSession final : public CoordinatorSession {
   grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;  // the current stream's
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   bool got_event_ = false;  // on the current stream; only the session thread touches it
-  // When the coordinator last said anything (an event), over any stream.
-  absl::Time last_word_ ABSL_GUARDED_BY(mu_) = absl::Now();
-  bool silent_ ABSL_GUARDED_BY(mu_) = false;  // silence_limit passed: ending
 };
 
 grpc::Status GrpcSession::RunStream() {
@@ -111,36 +108,18 @@ grpc::Status GrpcSession::RunStream() {
     heartbeat.set_role(options_.role);
     heartbeat.set_rank(options_.rank);
     heartbeat.set_instance_id(options_.instance_id);
-    // Heartbeats; and the watch for silence: a stream whose link went quiet blocks its
-    // Read forever, so the writer ends it.
-    const absl::Duration tick = std::min(options_.heartbeat_interval, absl::Milliseconds(250));
-    absl::Time next_beat = absl::Now();
     while (true) {
-      if (absl::Now() >= next_beat) {
-        heartbeat.set_step(step_.load());
-        if (!stream->Write(heartbeat)) return;
-        next_beat = absl::Now() + options_.heartbeat_interval;
-      }
+      heartbeat.set_step(step_.load());
+      if (!stream->Write(heartbeat)) return;
       absl::MutexLock lock(&mu_);
-      if (absl::Now() - last_word_ > options_.silence_limit) {
-        silent_ = true;
-        context.TryCancel();
-        return;
-      }
       auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || stream_over; };
-      if (mu_.AwaitWithTimeout(absl::Condition(&done), std::min(tick, next_beat - absl::Now()))) {
-        return;
-      }
+      if (mu_.AwaitWithTimeout(absl::Condition(&done), options_.heartbeat_interval)) return;
     }
   });
   v1::JobEvent event;
   got_event_ = false;
   while (stream->Read(&event)) {
     got_event_ = true;
-    {
-      absl::MutexLock lock(&mu_);
-      last_word_ = absl::Now();
-    }
     if (on_event_) on_event_(event);
   }
   {
@@ -157,20 +136,13 @@ grpc::Status GrpcSession::RunStream() {
 
 void GrpcSession::Run() {
   absl::Duration backoff = client_options_.initial_backoff;
-  absl::Time last_contact = absl::Now();  // the last event the coordinator sent
+  // When a stream last worked (it ended after carrying events), or the session started.
+  absl::Time last_contact = absl::Now();
   absl::Status ended;
   while (true) {
     const grpc::Status status = RunStream();
     absl::MutexLock lock(&mu_);
     if (stopping_) return;
-    if (silent_ || absl::Now() - last_word_ > options_.silence_limit) {
-      ended = absl::AbortedError(absl::StrCat(
-          "no word from the coordinator at ", client_options_.address, " for ",
-          absl::FormatDuration(absl::Now() - last_word_), " (the session's silence limit is ",
-          absl::FormatDuration(options_.silence_limit),
-          "): cut off, this member counts as dead there"));
-      break;
-    }
     // The coordinator went away or restarts, the session was cut, or the coordinator had
     // too many sessions open for a moment: connect again. Any other error is an answer
     // about this member (not registered, wrong id, no token): final.
@@ -184,6 +156,15 @@ void GrpcSession::Run() {
     if (got_event_) {
       backoff = client_options_.initial_backoff;
       last_contact = absl::Now();
+    }
+    if (absl::Now() - last_contact >= options_.silence_limit &&
+        options_.silence_limit < options_.give_up_after) {
+      ended = absl::AbortedError(absl::StrCat(
+          "no stream to the coordinator at ", client_options_.address, " for ",
+          absl::FormatDuration(absl::Now() - last_contact), " (last: ", status.error_message(),
+          "; the session's silence limit is ", absl::FormatDuration(options_.silence_limit),
+          "): cut off, this member counts as dead there"));
+      break;
     }
     if (absl::Now() - last_contact >= options_.give_up_after) {
       ended = absl::UnavailableError(absl::StrCat(
@@ -441,6 +422,16 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> NewGrpcCoordinatorClient(
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, security::ConnectTimeoutMs(options.tls, 2000));
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   if (options.own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  if (options.keepalive < absl::InfiniteDuration()) {
+    // HTTP/2 pings, answered by the server's transport (no thread of its own per ping).
+    // On Linux gRPC also sets TCP_USER_TIMEOUT to the ping timeout, so unacknowledged
+    // heartbeats end the connection too.
+    const int ms = static_cast<int>(std::max<int64_t>(1, absl::ToInt64Milliseconds(options.keepalive)));
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, ms);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, ms);
+    args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  }
   args.SetMaxReceiveMessageSize(kCoordinatorMaxMessageBytes);
   args.SetMaxSendMessageSize(kCoordinatorMaxMessageBytes);
   security::AddTlsChannelArguments(options.tls, &args);

@@ -16,10 +16,8 @@ namespace onebit {
 namespace {
 
 // How often a session's writer looks at its stream's cancellation while nothing happens
-// (a client that goes away also ends the reader, which wakes the writer at once), and
-// sends the job's status again: a member that hears nothing for its heartbeat timeout
-// knows it is cut off (SessionOptions::silence_limit).
-constexpr absl::Duration kSessionPoll = absl::Milliseconds(500);
+// (a client that goes away also ends the reader, which wakes the writer at once).
+constexpr absl::Duration kSessionPoll = absl::Seconds(1);
 // How long the watcher waits for a change before it looks at Shutdown again.
 constexpr absl::Duration kWatchPoll = absl::Milliseconds(200);
 
@@ -300,7 +298,6 @@ grpc::Status CoordinatorGrpcService::Session(
   grpc::Status result = grpc::Status::OK;
   bool reader_blocked = true;  // it may still sit in Read, which only a cancel ends
   uint64_t sent_version = 0;   // 0: no event sent yet (versions start at 1)
-  std::shared_ptr<const v1::JobEvent> sent;  // the last event sent
   bool refused = false;        // the handler refused a heartbeat
   while (true) {
     bool ready = false;  // the first heartbeat came (before the first event)
@@ -312,8 +309,7 @@ grpc::Status CoordinatorGrpcService::Session(
         return !state.error.ok() || state.reader_done || state.shutting_down ||
                (sent_version == 0 ? state.got_heartbeat : state.latest_version > sent_version);
       };
-      const bool woke = state.mu.AwaitWithTimeout(absl::Condition(&woken), kSessionPoll);
-      if (!woke && sent != nullptr) next = sent;  // quiet: the same status again
+      state.mu.AwaitWithTimeout(absl::Condition(&woken), kSessionPoll);
       if (!state.error.ok()) {
         result = ToGrpcStatus(state.error);
         reader_blocked = false;
@@ -332,7 +328,6 @@ grpc::Status CoordinatorGrpcService::Session(
         break;
       }
       ready = state.got_heartbeat;
-      next_version = sent_version;
       if (state.latest_version > sent_version) {
         next = state.latest;
         next_version = state.latest_version;
@@ -348,16 +343,14 @@ grpc::Status CoordinatorGrpcService::Session(
         result = ToGrpcStatus(job.status());
         break;
       }
-      auto event = std::make_shared<v1::JobEvent>();
-      *event->mutable_job() = *std::move(job);
-      if (!stream->Write(*event)) break;  // the client is gone
-      sent = std::move(event);
+      v1::JobEvent event;
+      *event.mutable_job() = *std::move(job);
+      if (!stream->Write(event)) break;  // the client is gone
       sent_version = version;
       continue;
     }
     if (next == nullptr) continue;
     if (!stream->Write(*next)) break;  // the client is gone
-    sent = std::move(next);
     sent_version = next_version;
   }
   if (refused && !context->IsCancelled()) {

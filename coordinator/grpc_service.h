@@ -6,9 +6,7 @@
 // One watcher thread (started with the first session) waits for the job's changes and
 // hands every open session the same event, built once; sessions sleep on their own mutex
 // until it comes. (Each session waiting on the handler itself cost O(sessions) per call:
-// at 1,024 members the coordinator's CPU went to waking them.) A session with nothing new
-// sends its last event again every 500 ms, so that a member cut off from the coordinator
-// notices the silence (SessionOptions::silence_limit) though no TCP error ever comes.
+// at 1,024 members the coordinator's CPU went to waking them.)
 //
 // Every method first checks the caller's bearer token (security/auth.h): Freeze,
 // DelayFreeze, Stop and Checkpoint are admin calls; the rest (the members' calls and the

@@ -375,13 +375,16 @@ int main(int argc, char** argv) {
   std::unique_ptr<onebit::CoordinatorSession> session;
   if (!client_options.address.empty()) {
     client_options.retry_for = absl::Seconds(retry_s);
+    // A silent link breaks the connection within half the heartbeat timeout, and the
+    // session ends after the other half (JoinJob's silence_limit): exit 75.
+    client_options.keepalive = absl::Seconds(heartbeat_s) / 4;
     auto made = onebit::NewGrpcCoordinatorClient(client_options);
     onebit::v1::RegisterResponse reg;
     std::string instance;
     const int index = group_offset + options.shard.shard;
     auto joined = made.ok() ? JoinJob(**made, index, **process,
                                       std::min(absl::Seconds(1), absl::Seconds(heartbeat_s) / 4),
-                                      absl::Seconds(retry_s), absl::Seconds(heartbeat_s), &reg,
+                                      absl::Seconds(retry_s), absl::Seconds(heartbeat_s) / 2, &reg,
                                       &instance)
                             : absl::StatusOr<std::unique_ptr<onebit::CoordinatorSession>>(made.status());
     if (joined.ok()) {

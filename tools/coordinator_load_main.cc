@@ -162,6 +162,8 @@ class Member {
     options.address = shared_->address;
     options.own_connection = true;
     options.retry_for = absl::Seconds(30);
+    // As onebit-worker does with the job's 10 s heartbeat timeout: pings every 2.5 s.
+    options.keepalive = absl::Milliseconds(2500);
     absl::StatusOr<std::unique_ptr<CoordinatorClient>> client = NewGrpcCoordinatorClient(options);
     if (!client.ok()) return client.status();
     client_ = *std::move(client);
@@ -184,6 +186,7 @@ class Member {
     session.rank = rank_;
     session.instance_id = instance_;
     session.heartbeat_interval = absl::Seconds(1);
+    session.silence_limit = absl::Seconds(5);
     const int64_t generation = generation_;
     absl::StatusOr<std::unique_ptr<CoordinatorSession>> started = client_->StartSession(
         session, [this, generation](const v1::JobEvent& e) {

@@ -410,6 +410,8 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
   GrpcClientOptions client_options;
   client_options.address = o.coordinator;
   client_options.retry_for = absl::Seconds(config.failure.coordinator_retry_s);
+  // A silent link (no RST, no FIN) breaks the connection within half the heartbeat timeout.
+  client_options.keepalive = absl::Seconds(config.failure.heartbeat_timeout_s) / 4;
   client_options.tls = g_tls;
   ONEBIT_ASSIGN_OR_RETURN(client_options.token,
                           security::ResolveToken(o.member_token_file,
@@ -485,10 +487,10 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
   // The coordinator no longer knows this worker (it restarted since), or stayed out of
   // reach: leave with what the job says (member.h).
   session.give_up_after = absl::Seconds(config.failure.coordinator_retry_s);
-  // Cut off (a silent link) for as long as the coordinator waits for a heartbeat: it counts
-  // this worker dead and recovers without it, so leave (75) instead of waiting in a
-  // collective for the transport's own timeout.
-  session.silence_limit = absl::Seconds(config.failure.heartbeat_timeout_s);
+  // Cut off (a silent link, noticed by the keepalive) for as long as the coordinator waits
+  // for a heartbeat: it counts this worker dead and recovers without it, so leave (75)
+  // instead of waiting in a collective for the transport's own timeout.
+  session.silence_limit = absl::Seconds(config.failure.heartbeat_timeout_s) / 2;
   session.on_end = [client = shared_client.get(), me, my_rank](const absl::Status& why) {
     Leave(my_rank, VerdictAfterSessionEnd(*client, me, why));
   };
