@@ -202,13 +202,8 @@ absl::StatusOr<JobResult> RunJob(const std::string& bin, const std::string& dir,
                                  const Script& script = {}, const std::string& fault = "") {
   const absl::Time start = absl::Now();
   LocalJobOptions options;
-  if (!absl::GetFlag(FLAGS_cluster_control).empty()) {
-    ONEBIT_ASSIGN_OR_RETURN(std::vector<ClusterHost> control,
-                            ParseClusterHosts(absl::GetFlag(FLAGS_cluster_control)));
-    if (control.size() != 1) return absl::InvalidArgumentError("--cluster_control: one host");
-    options.control = control[0];
-  }
-  ONEBIT_ASSIGN_OR_RETURN(options.nodes, ParseClusterHosts(absl::GetFlag(FLAGS_cluster_nodes)));
+  ONEBIT_RETURN_IF_ERROR(SetClusterHosts(absl::GetFlag(FLAGS_cluster_control),
+                                         absl::GetFlag(FLAGS_cluster_nodes), &options));
   options.bin_dir = bin;
   options.dir = dir;
   options.config_path = config_path;

@@ -83,6 +83,20 @@ absl::StatusOr<std::vector<ClusterHost>> ParseClusterHosts(const std::string& te
   return hosts;
 }
 
+absl::Status SetClusterHosts(const std::string& control, const std::string& nodes,
+                             LocalJobOptions* options) {
+  if (!control.empty()) {
+    ONEBIT_ASSIGN_OR_RETURN(std::vector<ClusterHost> hosts, ParseClusterHosts(control));
+    if (hosts.size() != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the control host is one NAMESPACE@ADDRESS, got '", control, "'"));
+    }
+    options->control = hosts[0];
+  }
+  ONEBIT_ASSIGN_OR_RETURN(options->nodes, ParseClusterHosts(nodes));
+  return absl::OkStatus();
+}
+
 // Where a process's output goes: <dir>/<name with dashes>.log ("worker 1" -> worker-1.log).
 std::string LocalJob::LogPath(const std::string& name) const {
   return absl::StrCat(options_.dir, "/", absl::StrReplaceAll(name, {{" ", "-"}}), ".log");

@@ -32,6 +32,12 @@ struct ClusterHost {
 // "NAME@ADDRESS" or "NAME@ADDRESS,NAME@ADDRESS,...".
 absl::StatusOr<std::vector<ClusterHost>> ParseClusterHosts(const std::string& text);
 
+struct LocalJobOptions;
+// The --cluster_control and --cluster_nodes flags (what `tools/emulated_cluster.sh up`
+// prints) into `options`: one control host (empty: unchanged) and the workers' hosts.
+absl::Status SetClusterHosts(const std::string& control, const std::string& nodes,
+                             LocalJobOptions* options);
+
 struct LocalJobOptions {
   std::string bin_dir;      // holds coordinator/onebit-coordinator, server/..., worker/...
   std::string dir;          // logs, address files, summaries (created)

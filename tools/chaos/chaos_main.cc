@@ -65,7 +65,6 @@ ABSL_FLAG(int, timeout_s, 3600, "Give up on a run after this many seconds.");
 namespace onebit::chaos {
 namespace {
 
-using launcher::ClusterHost;
 using launcher::LocalJob;
 using launcher::LocalJobOptions;
 
@@ -133,22 +132,9 @@ RunResult RunOnce(const std::string& bin, const std::string& dir, const std::str
   options.echo_all = false;
   options.worker_flags = {absl::StrCat("--params_out=", dir, "/params-{i}.npy")};
   options.coordinator_flags = {"--linger=0s"};
-  if (!absl::GetFlag(FLAGS_cluster_control).empty()) {
-    absl::StatusOr<std::vector<ClusterHost>> control =
-        launcher::ParseClusterHosts(absl::GetFlag(FLAGS_cluster_control));
-    if (!control.ok() || control->size() != 1) {
-      result.status = absl::InvalidArgumentError("--cluster_control: one NAMESPACE@ADDRESS");
-      return result;
-    }
-    options.control = (*control)[0];
-  }
-  absl::StatusOr<std::vector<ClusterHost>> nodes =
-      launcher::ParseClusterHosts(absl::GetFlag(FLAGS_cluster_nodes));
-  if (!nodes.ok()) {
-    result.status = nodes.status();
-    return result;
-  }
-  options.nodes = *nodes;
+  result.status = launcher::SetClusterHosts(absl::GetFlag(FLAGS_cluster_control),
+                                            absl::GetFlag(FLAGS_cluster_nodes), &options);
+  if (!result.status.ok()) return result;
   // The checkpoint directory is the config's: a fresh one per run.
   if (!config.checkpoint.dir.empty()) std::filesystem::remove_all(config.checkpoint.dir, ignored);
 
