@@ -426,7 +426,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> NewGrpcCoordinatorClient(
     // HTTP/2 pings, answered by the server's transport (no thread of its own per ping).
     // On Linux gRPC also sets TCP_USER_TIMEOUT to the ping timeout, so unacknowledged
     // heartbeats end the connection too.
-    const int ms = static_cast<int>(std::max<int64_t>(1, absl::ToInt64Milliseconds(options.keepalive)));
+    const int ms =
+        static_cast<int>(std::max<int64_t>(1, absl::ToInt64Milliseconds(options.keepalive)));
     args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, ms);
     args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, ms);
     args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
