@@ -54,7 +54,9 @@ struct SessionOptions {
   // none opened since; a link that went silent breaks it through GrpcClientOptions'
   // keepalive), the session ends with ABORTED: by then the coordinator, which heard no
   // heartbeat either, counts this member dead. Members set half the job's heartbeat
-  // timeout (with the keepalive's half, the whole). Infinite: never.
+  // timeout (with the keepalive's half, the whole). Infinite: never. Not after the
+  // coordinator said it is stopping (JobEvent.coordinator_stopping): a stop, or a restart
+  // that will answer; then only give_up_after applies, until a stream works again.
   absl::Duration silence_limit = absl::InfiniteDuration();
 };
 
@@ -130,6 +132,7 @@ absl::StatusOr<v1::RegisterResponse> RegisterReplacing(CoordinatorClient& client
 // The largest coordinator message either way, on both sides (requests and answers are
 // small: the biggest is a rendezvous value, at most 1 MiB, or a member list).
 inline constexpr int kCoordinatorMaxMessageBytes = 4 << 20;
+
 
 struct GrpcClientOptions {
   std::string address;  // host:port of the coordinator's gRPC service

@@ -88,6 +88,8 @@ class GrpcSession final : public CoordinatorSession {
   grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;  // the current stream's
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   bool got_event_ = false;  // on the current stream; only the session thread touches it
+  // The last stream that worked ended with the coordinator saying it stops.
+  bool coordinator_stopping_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 grpc::Status GrpcSession::RunStream() {
@@ -118,9 +120,11 @@ grpc::Status GrpcSession::RunStream() {
   });
   v1::JobEvent event;
   got_event_ = false;
+  bool stopping = false;  // the coordinator's last word: it is being stopped
   while (stream->Read(&event)) {
     got_event_ = true;
-    if (on_event_) on_event_(event);
+    stopping = event.coordinator_stopping();
+    if (on_event_ && event.has_job()) on_event_(event);
   }
   {
     absl::MutexLock lock(&mu_);
@@ -131,6 +135,7 @@ grpc::Status GrpcSession::RunStream() {
   grpc::Status status = stream->Finish();
   absl::MutexLock lock(&mu_);
   context_ = nullptr;
+  if (got_event_) coordinator_stopping_ = stopping;
   return status;
 }
 
@@ -158,7 +163,7 @@ void GrpcSession::Run() {
       last_contact = absl::Now();
     }
     if (absl::Now() - last_contact >= options_.silence_limit &&
-        options_.silence_limit < options_.give_up_after) {
+        options_.silence_limit < options_.give_up_after && !coordinator_stopping_) {
       ended = absl::AbortedError(absl::StrCat(
           "no stream to the coordinator at ", client_options_.address, " for ",
           absl::FormatDuration(absl::Now() - last_contact), " (last: ", status.error_message(),

@@ -299,6 +299,7 @@ grpc::Status CoordinatorGrpcService::Session(
   bool reader_blocked = true;  // it may still sit in Read, which only a cancel ends
   uint64_t sent_version = 0;   // 0: no event sent yet (versions start at 1)
   bool refused = false;        // the handler refused a heartbeat
+  bool stopping = false;       // this coordinator is being stopped
   while (true) {
     bool ready = false;  // the first heartbeat came (before the first event)
     std::shared_ptr<const v1::JobEvent> next;
@@ -325,6 +326,7 @@ grpc::Status CoordinatorGrpcService::Session(
       }
       if (state.shutting_down) {
         result = grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is shutting down");
+        stopping = true;
         break;
       }
       ready = state.got_heartbeat;
@@ -360,6 +362,14 @@ grpc::Status CoordinatorGrpcService::Session(
       *event.mutable_job() = *std::move(job);
       stream->Write(event);
     }
+  }
+  if (stopping && !context->IsCancelled()) {
+    // Said before the cancel below, which would drop a status's details on the way.
+    v1::JobEvent event;
+    absl::StatusOr<v1::JobStatus> job = handler_->GetJob(v1::GetJobRequest());
+    if (job.ok()) *event.mutable_job() = *std::move(job);
+    event.set_coordinator_stopping(true);
+    stream->Write(event);
   }
   if (reader_blocked) context->TryCancel();
   reader.join();

@@ -522,6 +522,34 @@ TEST_F(CoordinatorServiceTest, ASessionCutOffBySilenceEndsWithinItsLimit) {
   (*session)->Stop().IgnoreError();
 }
 
+// A coordinator that is stopped says so as it ends the sessions: its members wait for it
+// (a restart answers them; a stop of the whole job stops them too) instead of leaving
+// after their silence limit, as a member cut off by a silent link does.
+TEST_F(CoordinatorServiceTest, ACoordinatorThatStopsIsWaitedFor) {
+  ASSERT_TRUE(client().Register(Worker("w0")).ok());
+  std::atomic<int> events{0};
+  absl::Notification done;
+  absl::Status ended;
+  SessionOptions options;
+  options.rank = 0;
+  options.instance_id = "w0";
+  options.heartbeat_interval = absl::Milliseconds(100);
+  options.silence_limit = absl::Milliseconds(500);
+  options.give_up_after = absl::Seconds(30);
+  options.on_end = [&](const absl::Status& why) {
+    ended = why;
+    done.Notify();
+  };
+  auto session = client().StartSession(options, [&](const v1::JobEvent&) { ++events; });
+  ASSERT_TRUE(session.ok());
+  for (int i = 0; i < 200 && events.load() == 0; ++i) absl::SleepFor(absl::Milliseconds(10));
+  ASSERT_GE(events.load(), 1);
+  t_.server->Shutdown();
+  EXPECT_FALSE(done.WaitForNotificationWithTimeout(absl::Seconds(2)))
+      << "left after a graceful stop: " << ended;
+  (*session)->Stop().IgnoreError();
+}
+
 TEST(CoordinatorClientTest, ASessionGivesUpOnACoordinatorOutOfReach) {
   GrpcClientOptions client_options;
   client_options.address = "127.0.0.1:1";
