@@ -483,6 +483,19 @@ TEST_F(CoordinatorServiceTest, MetricsAreServed) {
   }
 }
 
+// A member's session (rank 0, 100 ms heartbeats) whose end goes to *why and *done.
+SessionOptions WatchedSession(const std::string& id, absl::Status* why, absl::Notification* done) {
+  SessionOptions options;
+  options.rank = 0;
+  options.instance_id = id;
+  options.heartbeat_interval = absl::Milliseconds(100);
+  options.on_end = [why, done](const absl::Status& status) {
+    *why = status;
+    done->Notify();
+  };
+  return options;
+}
+
 // A link that goes silent gives no error to anyone. The member's channel pings the
 // coordinator (GrpcClientOptions::keepalive; the coordinator answers however often, with
 // no event to send), a ping that goes unanswered breaks the connection, and with no new
@@ -498,15 +511,8 @@ TEST_F(CoordinatorServiceTest, ASessionCutOffBySilenceEndsWithinItsLimit) {
   std::atomic<int> events{0};
   absl::Notification done;
   absl::Status ended;
-  SessionOptions options;
-  options.rank = 0;
-  options.instance_id = "w0";
-  options.heartbeat_interval = absl::Milliseconds(100);
+  SessionOptions options = WatchedSession("w0", &ended, &done);
   options.silence_limit = absl::Seconds(1);
-  options.on_end = [&](const absl::Status& why) {
-    ended = why;
-    done.Notify();
-  };
   auto session = (*via)->StartSession(options, [&](const v1::JobEvent&) { ++events; });
   ASSERT_TRUE(session.ok());
   // Pings 4 times a second on a quiet stream: the coordinator must not take them for abuse.
@@ -530,16 +536,9 @@ TEST_F(CoordinatorServiceTest, ACoordinatorThatStopsIsWaitedFor) {
   std::atomic<int> events{0};
   absl::Notification done;
   absl::Status ended;
-  SessionOptions options;
-  options.rank = 0;
-  options.instance_id = "w0";
-  options.heartbeat_interval = absl::Milliseconds(100);
+  SessionOptions options = WatchedSession("w0", &ended, &done);
   options.silence_limit = absl::Milliseconds(500);
   options.give_up_after = absl::Seconds(30);
-  options.on_end = [&](const absl::Status& why) {
-    ended = why;
-    done.Notify();
-  };
   auto session = client().StartSession(options, [&](const v1::JobEvent&) { ++events; });
   ASSERT_TRUE(session.ok());
   for (int i = 0; i < 200 && events.load() == 0; ++i) absl::SleepFor(absl::Milliseconds(10));
