@@ -91,6 +91,48 @@ class Buffer {
   size_t size_ = 0;
 };
 
+// Host memory for staging copies to and from a backend's memory (Backend::AllocateHost:
+// pinned on CUDA), grown to fit and never shrunk: allocating pinned memory is slow, so a
+// staging buffer is kept across calls. Movable, not copyable. The backend must outlive it.
+class StagingBuffer {
+ public:
+  explicit StagingBuffer(Backend* backend = nullptr) : backend_(backend) {}
+  StagingBuffer(StagingBuffer&& other) noexcept { *this = std::move(other); }
+  StagingBuffer& operator=(StagingBuffer&& other) noexcept {
+    Release();
+    backend_ = std::exchange(other.backend_, nullptr);
+    data_ = std::exchange(other.data_, nullptr);
+    capacity_ = std::exchange(other.capacity_, 0);
+    return *this;
+  }
+  StagingBuffer(const StagingBuffer&) = delete;
+  StagingBuffer& operator=(const StagingBuffer&) = delete;
+  ~StagingBuffer() { Release(); }
+
+  // At least `bytes` of host memory (the contents are kept only while it does not grow).
+  absl::StatusOr<void*> Reserve(size_t bytes) {
+    if (data_ == nullptr || bytes > capacity_) {
+      Release();
+      ONEBIT_ASSIGN_OR_RETURN(data_, backend_->AllocateHost(bytes));
+      capacity_ = bytes;
+    }
+    return data_;
+  }
+  void* data() const { return data_; }
+  size_t capacity() const { return capacity_; }
+
+ private:
+  void Release() {
+    if (backend_ && data_) backend_->FreeHost(data_);
+    data_ = nullptr;
+    capacity_ = 0;
+  }
+
+  Backend* backend_ = nullptr;
+  void* data_ = nullptr;
+  size_t capacity_ = 0;
+};
+
 // ||x|| of a float buffer (read back to the host: for metrics, not the hot path).
 inline absl::StatusOr<double> L2Norm(Backend* backend, const Buffer<float>& x) {
   double sumsq = 0;

@@ -505,6 +505,16 @@ class CpuBackend : public Backend {
 
 }  // namespace
 
+absl::StatusOr<void*> Backend::AllocateHost(size_t bytes) {
+  void* ptr = std::malloc(std::max<size_t>(bytes, 1));
+  if (ptr == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat("no ", bytes, " bytes of host memory"));
+  }
+  return ptr;
+}
+
+void Backend::FreeHost(void* ptr) { std::free(ptr); }
+
 absl::StatusOr<Compressor> ParseCompressor(const std::string& name) {
   if (name == "onebit") return Compressor::kOnebit;
   if (name == "int8") return Compressor::kInt8;

@@ -17,6 +17,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -799,9 +800,26 @@ class CudaBackend final : public Backend {
     return absl::OkStatus();
   }
 
+  absl::StatusOr<void*> AllocateHost(size_t bytes) override {
+    ONEBIT_RETURN_IF_ERROR(Activate());
+    void* ptr = nullptr;
+    ONEBIT_CUDA_RETURN_IF_ERROR(cudaMallocHost(&ptr, std::max<size_t>(bytes, 1)));
+    return ptr;
+  }
+
+  void FreeHost(void* ptr) override {
+    if (ptr == nullptr) return;
+    if (cudaSetDevice(device_) == cudaSuccess) cudaFreeHost(ptr);
+  }
+
+  HostTransfers host_transfers() const override {
+    return {to_host_.load(std::memory_order_relaxed), from_host_.load(std::memory_order_relaxed)};
+  }
+
   absl::Status CopyFromHost(void* dst, const void* host_src, size_t bytes) override {
     if (bytes == 0) return absl::OkStatus();
     ONEBIT_RETURN_IF_ERROR(Activate());
+    from_host_.fetch_add(bytes, std::memory_order_relaxed);
     ONEBIT_CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_));
     // CUDA may still read host_src after cudaMemcpyAsync returns (always for pinned memory,
@@ -814,6 +832,7 @@ class CudaBackend final : public Backend {
   absl::Status CopyToHost(void* host_dst, const void* src, size_t bytes) override {
     if (bytes == 0) return absl::OkStatus();
     ONEBIT_RETURN_IF_ERROR(Activate());
+    to_host_.fetch_add(bytes, std::memory_order_relaxed);
     ONEBIT_CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
     ONEBIT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
@@ -1253,6 +1272,8 @@ class CudaBackend final : public Backend {
   ReductionScratch* const scratch_;
   unsigned* ranges_ = nullptr;  // int8: 3 * ranges_capacity_ (ResetRanges)
   size_t ranges_capacity_ = 0;
+  // host_transfers(); atomic so that a metrics thread may read them.
+  std::atomic<uint64_t> to_host_{0}, from_host_{0};
 };
 
 }  // namespace

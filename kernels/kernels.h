@@ -134,6 +134,21 @@ class Backend {
   // Waits for all queued work; returns any asynchronous error.
   virtual absl::Status Synchronize() = 0;
 
+  // STAGING. Host memory for copies to and from this backend's memory: page-locked
+  // (pinned) on CUDA, so that copies run at the bus's speed; plain host memory elsewhere.
+  // AllocateHost(0) returns a valid, non-null pointer; free it with FreeHost.
+  virtual absl::StatusOr<void*> AllocateHost(size_t bytes);
+  virtual void FreeHost(void* ptr);
+
+  // Bytes copied so far between host memory and this backend's memory by CopyToHost
+  // (to_host) and CopyFromHost (from_host): what crossed PCIe on a GPU. Zero for a
+  // backend whose memory is the host's (its copies cross no bus). Cumulative.
+  struct HostTransfers {
+    uint64_t to_host = 0;
+    uint64_t from_host = 0;
+  };
+  virtual HostTransfers host_transfers() const { return {}; }
+
   // m = fma(b1, m, (1-b1)*g) over n elements.
   virtual absl::Status MomentumUpdate(float beta1, const float* g, float* m, size_t n) = 0;
 
