@@ -707,6 +707,8 @@ absl::Status Parse(const Value& root, JobConfig* c) {
                                  {"servers", Integer(&c->exchange.servers, 0, 1024)},
                                  {"local_size", Integer(&c->exchange.local_size, 1, 1024)},
                                  {"inter", String(&c->exchange.inter, {"peer", "ps"})},
+                                 {"inter_transport", String(&c->exchange.inter_transport,
+                                                            {"auto", "gloo", "nccl"})},
                                  {"warmup_dtype", String(&c->exchange.warmup_dtype,
                                                          {"fp32", "bf16", "fp16"})},
                                  {"warmup_order", String(&c->exchange.warmup_order,
@@ -863,9 +865,16 @@ absl::Status Parse(const Value& root, JobConfig* c) {
   if (o.comm_backend_name == "nccl" && c->device != "cuda") {
     return Bad("optimizer.params.comm_backend_name", "nccl needs onebit.device = cuda");
   }
-  // GPU workers over gloo (or ps shards) exchange through host copies of their tensors
-  // (worker/exchange/host_staged_exchange.h); the node's group of a hierarchical job and
-  // the overlapped sum work on the device's buffers directly, which only NCCL can.
+  if (x.inter_transport != "auto" && (x.mode != "hierarchical" || x.inter != "peer")) {
+    return Bad("onebit.exchange.inter_transport", "only applies to mode hierarchical, inter peer");
+  }
+  if (x.inter_transport == "nccl" && c->device != "cuda") {
+    return Bad("onebit.exchange.inter_transport", "nccl needs onebit.device = cuda");
+  }
+  // GPU workers over gloo (or ps shards) compress on the device and stage only what goes
+  // on the wire through the host (worker/transport/staged_transport.h); the node's group
+  // of a hierarchical job and the overlapped sum run on the device's buffers while the
+  // backward pass uses the device, which only NCCL does.
   if (c->device == "cuda" && o.comm_backend_name != "nccl" && x.mode == "hierarchical") {
     return Bad("optimizer.params.comm_backend_name",
                "a hierarchical job on GPUs needs nccl (the group inside each node)");
@@ -1126,7 +1135,7 @@ std::string JobConfigToJson(const JobConfig& c) {
     "lease_steps": %d,
     "log_every": %d,
     "exchange": {"mode": "%s", "servers": %d, "local_size": %d, "inter": "%s",
-                 "warmup_dtype": "%s", "warmup_order": "%s", "overlap": %s,
+                 "inter_transport": "%s", "warmup_dtype": "%s", "warmup_order": "%s", "overlap": %s,
                  "compressor": "%s"},
     "freeze": {"mode": "%s", "threshold": %.17g, "reports_in_a_row": %d, "report_interval": %d,
                "min_warmup": %d, "max_warmup": %d},
@@ -1148,7 +1157,7 @@ std::string JobConfigToJson(const JobConfig& c) {
       B(p.fp16), p.loss_scale, p.initial_scale_power, p.loss_scale_window, p.hysteresis,
       B(p.consecutive_hysteresis), p.min_loss_scale, B(p.bf16), c.workers, c.device, c.cpu_threads, c.lease_steps,
       c.log_every, c.exchange.mode, c.exchange.servers, c.exchange.local_size, c.exchange.inter,
-      c.exchange.warmup_dtype, c.exchange.warmup_order, c.exchange.overlap ? "true" : "false",
+      c.exchange.inter_transport, c.exchange.warmup_dtype, c.exchange.warmup_order, c.exchange.overlap ? "true" : "false",
       c.exchange.compressor, c.freeze.mode, c.freeze.threshold,
       c.freeze.reports_in_a_row, c.freeze.report_interval, c.freeze.min_warmup,
       c.freeze.max_warmup, Quote(c.momentum_mask.npy), RangesJson(c.momentum_mask.ranges),

@@ -216,6 +216,11 @@ struct ExchangeConfig {
   // hierarchical: how a node's slice crosses nodes, "peer" or "ps" (then servers must be a
   // multiple of local_size: local rank l uses shards [l*K, (l+1)*K), K = servers/local_size).
   std::string inter = "peer";
+  // hierarchical over inter peer: the transport between nodes, "auto" (the job's
+  // comm_backend_name), "gloo" or "nccl". GPU workers with NCCL inside the node and gloo
+  // between nodes compress on the device and stage only the packed blocks through the host
+  // (worker/transport/staged_transport.h).
+  std::string inter_transport = "auto";
   // What the full-precision (warmup) exchange carries on the wire: "fp32", or "bf16" /
   // "fp16" (half the bytes; partial sums rounded to nearest even, summed in float32; fp16
   // overflows to inf past 65504). Peer mode only.

@@ -123,7 +123,7 @@ TEST(JobConfigTest, Compressor) {
   }
 }
 
-// GPU workers may use gloo and the ps shards (through host copies); NCCL as before.
+// GPU workers may use gloo and the ps shards (staged through the host); NCCL as before.
 TEST(JobConfigTest, GpuWorkersOverEveryExchange) {
   for (const char* text : {
            R"({"onebit": {"device": "cuda", "exchange": {"mode": "peer"}}})",
@@ -132,9 +132,37 @@ TEST(JobConfigTest, GpuWorkersOverEveryExchange) {
                "onebit": {"device": "cuda", "workers": 4, "exchange": {"mode": "hierarchical",
                "local_size": 2, "inter": "ps", "servers": 2}}})",
            R"({"optimizer": {"params": {"comm_backend_name": "nccl"}},
+               "onebit": {"device": "cuda", "workers": 4, "exchange": {"mode": "hierarchical",
+               "local_size": 2, "inter_transport": "gloo"}}})",
+           R"({"optimizer": {"params": {"comm_backend_name": "nccl"}},
                "onebit": {"device": "cuda", "exchange": {"overlap": true}}})"}) {
     auto c = ParseJobConfig(text);
     EXPECT_TRUE(c.ok()) << text << ": " << c.status();
+  }
+}
+
+TEST(JobConfigTest, InterTransport) {
+  for (const std::string t : {"auto", "gloo", "nccl"}) {
+    auto c = ParseJobConfig(R"({"optimizer": {"params": {"comm_backend_name": "nccl"}},
+        "onebit": {"device": "cuda", "workers": 2, "exchange": {
+        "mode": "hierarchical", "local_size": 1, "inter_transport": ")" + t + R"("}}})");
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->exchange.inter_transport, t);
+    auto again = ParseJobConfig(JobConfigToJson(*c));
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ(again->exchange.inter_transport, t);
+  }
+  for (const char* bad : {
+           R"({"onebit": {"exchange": {"inter_transport": "gloo"}}})",
+           R"({"onebit": {"workers": 2, "exchange": {"mode": "hierarchical", "inter": "ps",
+               "servers": 1, "inter_transport": "gloo"}}})",
+           R"({"onebit": {"workers": 2, "exchange": {"mode": "hierarchical",
+               "inter_transport": "nccl"}}})",
+           R"({"onebit": {"workers": 2, "exchange": {"mode": "hierarchical",
+               "inter_transport": "mpi"}}})"}) {
+    auto c = ParseJobConfig(bad);
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(c.status().message().find("inter_transport"), absl::string_view::npos) << bad;
   }
 }
 

@@ -35,11 +35,11 @@
 #include "common/fault.h"
 #include "common/parallel.h"
 #include "worker/coordinator_step_controller.h"
-#include "worker/exchange/host_staged_exchange.h"
 #include "worker/fault_exchange.h"
 #include "worker/transport/gloo_transport.h"
 #include "worker/job_setup.h"
 #include "worker/transport/nccl_transport.h"
+#include "worker/transport/staged_transport.h"
 #include "compression/layout.h"
 #include "worker/exchange/exact_allreduce.h"
 #include "worker/exchange/hierarchical_exchange.h"
@@ -133,21 +133,15 @@ int CpuThreads(const WorkerProcessOptions& o, const JobConfig& config) {
   return threads > 0 ? threads : UsableCpus();
 }
 
-// An exchange that works in host memory (the ps shards; gloo) for a worker whose backend is
-// `backend`: made with that backend when it uses host memory; else (a GPU worker) made with
-// a CPU backend of its own and wrapped in a HostStagedExchange, which copies each call's
-// tensors down and its results up. `n`: the elements of the tensors it exchanges.
-using ExchangeMaker =
-    std::function<absl::StatusOr<std::unique_ptr<Exchange>>(kernels::Backend* backend)>;
-absl::StatusOr<std::unique_ptr<Exchange>> HostMemoryExchange(kernels::Backend* backend, size_t n,
-                                                             int cpu_threads,
-                                                             const ExchangeMaker& make) {
-  if (backend->memory_space() == kernels::MemorySpace::kHost) return make(backend);
-  std::unique_ptr<kernels::Backend> host = kernels::NewCpuBackend(/*allow_simd=*/true, cpu_threads);
-  ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<Exchange> inner, make(host.get()));
-  ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<HostStagedExchange> staged,
-                          HostStagedExchange::Create(backend, std::move(host), std::move(inner), n));
-  return std::unique_ptr<Exchange>(std::move(staged));
+// `transport` in `backend`'s memory: itself when the two agree (the CPU's gloo; NCCL on a
+// GPU); else (a GPU worker over gloo) a StagedTransport over it, so that the compression
+// runs on the device and only what the collectives send crosses PCIe.
+absl::StatusOr<std::unique_ptr<Transport>> InBackendMemory(kernels::Backend* backend,
+                                                           std::unique_ptr<Transport> transport) {
+  if (transport->memory_space() == backend->memory_space()) return transport;
+  ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<StagedTransport> staged,
+                          StagedTransport::Create(backend, std::move(transport)));
+  return std::unique_ptr<Transport>(std::move(staged));
 }
 
 // The job's exchange.compressor (validated when the config was parsed).
@@ -287,15 +281,16 @@ absl::StatusOr<std::vector<std::string>> ShardAddresses(CoordinatorClient& clien
   }
 }
 
-// A collective group of this job over NCCL (device cuda) or gloo: `group` names it among
-// the job's groups ("world", "node3", "slice1") for the rendezvous keys.
+// A collective group of this job over `comm`, "nccl" (device cuda) or "gloo": `group` names
+// it among the job's groups ("world", "node3", "slice1") for the rendezvous keys.
 absl::StatusOr<std::unique_ptr<Transport>> GroupTransport(const JobConfig& config,
                                                           const v1::RegisterResponse& reg,
                                                           const std::string& group, int rank,
                                                           int world_size,
                                                           std::shared_ptr<CoordinatorClient> store_client,
-                                                          kernels::Backend* backend) {
-  if (config.optimizer.comm_backend_name == "nccl") {
+                                                          kernels::Backend* backend,
+                                                          const std::string& comm) {
+  if (comm == "nccl") {
     const std::string key = absl::StrCat(GroupPrefix(reg, group), "/nccl_unique_id");
     if (rank == 0) {
       ONEBIT_ASSIGN_OR_RETURN(ncclUniqueId id, NewNcclUniqueId());
@@ -324,7 +319,7 @@ absl::StatusOr<std::unique_ptr<Transport>> GroupTransport(const JobConfig& confi
 // either a group of the same local rank on every node or that local rank's shards.
 absl::StatusOr<std::unique_ptr<Exchange>> NewHierarchicalExchange(
     const JobConfig& config, const v1::RegisterResponse& reg, size_t n,
-    std::shared_ptr<CoordinatorClient> client, kernels::Backend* backend, int cpu_threads,
+    std::shared_ptr<CoordinatorClient> client, kernels::Backend* backend,
     Worker& w) {
   const int local_size = config.exchange.local_size;
   const int node = reg.rank() / local_size, local_rank = reg.rank() % local_size;
@@ -332,7 +327,8 @@ absl::StatusOr<std::unique_ptr<Exchange>> NewHierarchicalExchange(
   std::fprintf(stderr, "worker rank %d: node %d of %d, local rank %d of %d, between nodes: %s\n",
                reg.rank(), node, nodes, local_rank, local_size, config.exchange.inter.c_str());
   ONEBIT_ASSIGN_OR_RETURN(w.transport, GroupTransport(config, reg, absl::StrCat("node", node),
-                                                      local_rank, local_size, client, backend));
+                                                      local_rank, local_size, client, backend,
+                                                      config.optimizer.comm_backend_name));
   std::unique_ptr<Exchange> between_nodes;
   if (config.exchange.inter == "ps") {
     const int k = config.exchange.servers / local_size;
@@ -341,19 +337,17 @@ absl::StatusOr<std::unique_ptr<Exchange>> NewHierarchicalExchange(
                             ShardAddresses(*client, reg.num_servers(), RendezvousTimeout(config)));
     std::vector<std::string> own(shards.begin() + local_rank * k,
                                  shards.begin() + (local_rank + 1) * k);
-    ONEBIT_ASSIGN_OR_RETURN(
-        between_nodes,
-        HostMemoryExchange(backend, layout.slice(), cpu_threads,
-                           [&](kernels::Backend* b) -> absl::StatusOr<std::unique_ptr<Exchange>> {
-                             return PsExchange::Create(b, node, nodes, layout.slice(), own,
-                                                       PsOptions(config));
-                           }));
+    ONEBIT_ASSIGN_OR_RETURN(between_nodes, PsExchange::Create(backend, node, nodes, layout.slice(),
+                                                              own, PsOptions(config)));
     return HierarchicalExchange::Create(backend, w.transport.get(), std::move(between_nodes),
                                         layout);
   }
-  ONEBIT_ASSIGN_OR_RETURN(w.inter_transport,
-                          GroupTransport(config, reg, absl::StrCat("slice", local_rank),
-                                         node, nodes, client, backend));
+  const std::string& between = config.exchange.inter_transport;
+  ONEBIT_ASSIGN_OR_RETURN(
+      std::unique_ptr<Transport> inter,
+      GroupTransport(config, reg, absl::StrCat("slice", local_rank), node, nodes, client, backend,
+                     between == "auto" ? config.optimizer.comm_backend_name : between));
+  ONEBIT_ASSIGN_OR_RETURN(w.inter_transport, InBackendMemory(backend, std::move(inter)));
   return HierarchicalExchange::CreatePeer(backend, w.transport.get(), w.inter_transport.get(), n,
                                           JobCompressor(config));
 }
@@ -526,38 +520,29 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
   if (config.exchange.mode == "ps") {
     ONEBIT_ASSIGN_OR_RETURN(std::vector<std::string> shards,
                             ShardAddresses(*shared_client, reg.num_servers(), RendezvousTimeout(config)));
-    ONEBIT_ASSIGN_OR_RETURN(
-        w.exchange,
-        HostMemoryExchange(w.backend.get(), n, cpu_threads,
-                           [&](kernels::Backend* b) -> absl::StatusOr<std::unique_ptr<Exchange>> {
-                             return PsExchange::Create(b, reg.rank(), reg.world_size(), n, shards,
-                                                       PsOptions(config));
-                           }));
+    // On a GPU too: the compression stays on the device, and only the blocks cross PCIe.
+    ONEBIT_ASSIGN_OR_RETURN(w.exchange, PsExchange::Create(w.backend.get(), reg.rank(),
+                                                           reg.world_size(), n, shards,
+                                                           PsOptions(config)));
   } else if (config.exchange.mode == "hierarchical") {
     ONEBIT_ASSIGN_OR_RETURN(w.exchange, NewHierarchicalExchange(config, reg, n, shared_client,
-                                                                w.backend.get(), cpu_threads, w));
+                                                                w.backend.get(), w));
   } else {
-    ONEBIT_ASSIGN_OR_RETURN(w.transport, GroupTransport(config, reg, "world", reg.rank(),
-                                                        reg.world_size(), shared_client,
-                                                        w.backend.get()));
+    // GPU workers over gloo: a StagedTransport, so the compression runs on the device.
+    ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<Transport> world,
+                            GroupTransport(config, reg, "world", reg.rank(), reg.world_size(),
+                                           shared_client, w.backend.get(),
+                                           config.optimizer.comm_backend_name));
+    ONEBIT_ASSIGN_OR_RETURN(w.transport, InBackendMemory(w.backend.get(), std::move(world)));
     ExactAllreduceOptions exact;
     ONEBIT_ASSIGN_OR_RETURN(exact.wire_dtype, ParseWireDtype(config.exchange.warmup_dtype));
     ONEBIT_ASSIGN_OR_RETURN(exact.order, ParseSumOrder(EffectiveWarmupOrder(config.exchange)));
-    if (w.transport->memory_space() == w.backend->memory_space()) {
-      ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<PeerExchange> peer,
-                              PeerExchange::Create(w.backend.get(), w.transport.get(), n, exact,
-                                                   JobCompressor(config)));
-      if (config.exchange.overlap) overlap = peer.get();
-      w.exchange = std::move(peer);
-    } else {  // gloo (host memory) between GPU workers; the job config refuses overlap here
-      ONEBIT_ASSIGN_OR_RETURN(
-          w.exchange,
-          HostMemoryExchange(w.backend.get(), n, cpu_threads,
-                             [&](kernels::Backend* b) -> absl::StatusOr<std::unique_ptr<Exchange>> {
-                               return PeerExchange::Create(b, w.transport.get(), n, exact,
-                                                           JobCompressor(config));
-                             }));
-    }
+    ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<PeerExchange> peer,
+                            PeerExchange::Create(w.backend.get(), w.transport.get(), n, exact,
+                                                 JobCompressor(config)));
+    // The job config refuses overlap for GPU workers over gloo.
+    if (config.exchange.overlap) overlap = peer.get();
+    w.exchange = std::move(peer);
   }
   if (fault.has_value() && fault->point == "kill_in_exchange") {
     w.fault_exchange = std::make_unique<FaultExchange>(w.exchange.get(), fault->step,

@@ -1,5 +1,5 @@
 // ForwardingExchange: an Exchange that passes every call to another one. A wrapper that
-// changes a few calls (FaultExchange, HostStagedExchange) derives from it and overrides
+// changes a few calls (FaultExchange) derives from it and overrides
 // only those.
 //
 // Thread safety: as the wrapped exchange.

@@ -119,10 +119,6 @@ absl::StatusOr<std::unique_ptr<PsExchange>> PsExchange::Create(
 absl::StatusOr<std::unique_ptr<PsExchange>> PsExchange::Create(
     kernels::Backend* backend, int rank, int world_size, size_t n,
     std::vector<std::shared_ptr<grpc::Channel>> channels, const PsExchangeOptions& options) {
-  if (backend->memory_space() != kernels::MemorySpace::kHost) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("PsExchange needs a host-memory backend, got ", backend->name()));
-  }
   if (world_size < 1 || rank < 0 || rank >= world_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", rank, " is outside [0, ", world_size, ")"));
@@ -145,7 +141,12 @@ absl::StatusOr<std::unique_ptr<PsExchange>> PsExchange::Create(
 
 PsExchange::PsExchange(kernels::Backend* backend, int rank, int world_size,
                        const PsLayout& layout, const PsExchangeOptions& options)
-    : backend_(backend), rank_(rank), world_size_(world_size), layout_(layout), options_(options) {}
+    : backend_(backend),
+      rank_(rank),
+      world_size_(world_size),
+      layout_(layout),
+      options_(options),
+      result_stage_(backend) {}
 
 absl::Status PsExchange::Init(std::vector<std::shared_ptr<grpc::Channel>> channels) {
   const size_t num_shards = static_cast<size_t>(layout_.num_shards());
@@ -196,16 +197,15 @@ absl::StatusOr<const float*> PsExchange::SumGradients(int64_t step, const float*
     const int s = shard->index;
     // One copy of the run into a slice gRPC owns (it may hold it past this call); the
     // message around it is a few header bytes, not a second copy.
-    SetPush(*shard, step, ChunkKind::kFp32,
-            PayloadSlice(*shard, grad + layout_.fp32_offset(s),
-                         layout_.fp32_count(s) * sizeof(float)));
+    ONEBIT_ASSIGN_OR_RETURN(grpc::Slice payload,
+                            PayloadSlice(*shard, grad + layout_.fp32_offset(s),
+                                         layout_.fp32_count(s) * sizeof(float)));
+    SetPush(*shard, step, ChunkKind::kFp32, payload);
   }
   ONEBIT_RETURN_IF_ERROR(RoundTrip(step, ChunkKind::kFp32));
-  for (auto& shard : shards_) {
-    // Straight from the received slices into the sum: the one copy on this side.
-    wire::CopyTo(shard->result.payload, sum_.data() + layout_.fp32_offset(shard->index));
-  }
-  ReleaseResults();
+  ONEBIT_RETURN_IF_ERROR(CopyResults(sum_.data(), layout_.n() * sizeof(float), [&](int s) {
+    return layout_.fp32_offset(s) * sizeof(float);
+  }));
   return sum_.data();
 }
 
@@ -220,15 +220,14 @@ absl::StatusOr<CompressedResult> PsExchange::AverageMomentum(int64_t step, const
   failed_step_ = step;
   const size_t block = layout_.block_bytes();
   for (auto& shard : shards_) {
-    SetPush(*shard, step, ChunkKind::kOnebit,
-            PayloadSlice(*shard, blocks_.data() + shard->index * block, block));
+    ONEBIT_ASSIGN_OR_RETURN(grpc::Slice payload,
+                            PayloadSlice(*shard, blocks_.data() + shard->index * block, block));
+    SetPush(*shard, step, ChunkKind::kOnebit, payload);
   }
   ONEBIT_RETURN_IF_ERROR(RoundTrip(step, ChunkKind::kOnebit));
   failed_step_ = 0;
-  for (auto& shard : shards_) {
-    wire::CopyTo(shard->result.payload, gathered_.data() + shard->index * block);
-  }
-  ReleaseResults();
+  ONEBIT_RETURN_IF_ERROR(CopyResults(gathered_.data(), gathered_.bytes(),
+                                     [block](int s) { return s * block; }));
   CompressedResult r{gathered_.data(), shards_.size(), layout_.chunk()};
   r.compressor = layout_.compressor();
   if (r.compressor == kernels::Compressor::kInt8) {  // see CompressedResult
@@ -288,7 +287,28 @@ absl::StatusOr<bool> PsExchange::AnyOverflow(int64_t step, bool local_overflow) 
                                                 step, ": ", last.message()));
 }
 
-grpc::Slice PsExchange::PayloadSlice(Shard& shard, const void* data, size_t bytes) {
+absl::Status PsExchange::CopyResults(void* dst, size_t bytes,
+                                      const std::function<size_t(int)>& offset) {
+  const bool host = backend_->memory_space() == kernels::MemorySpace::kHost;
+  char* to = static_cast<char*>(dst);
+  if (!host) {
+    absl::StatusOr<void*> stage = result_stage_.Reserve(bytes);
+    if (!stage.ok()) {
+      ReleaseResults();
+      return stage.status();
+    }
+    to = static_cast<char*>(*stage);
+  }
+  // Straight from the received slices: the one copy on this side (and, on a device, the
+  // one copy up from the pinned stage).
+  for (auto& shard : shards_) wire::CopyTo(shard->result.payload, to + offset(shard->index));
+  ReleaseResults();
+  if (host || bytes == 0) return absl::OkStatus();
+  return backend_->CopyFromHost(dst, to, bytes);
+}
+
+absl::StatusOr<grpc::Slice> PsExchange::PayloadSlice(Shard& shard, const void* data,
+                                                     size_t bytes) {
   shard.push.Clear();  // the last push's reference
   // A buffer of an earlier step that gRPC let go of (no slice refers to it any more), so
   // that its memory is mapped already: a fresh run-sized allocation per step costs more in
@@ -307,11 +327,16 @@ grpc::Slice PsExchange::PayloadSlice(Shard& shard, const void* data, size_t byte
     }
   }
   if (buffer == nullptr) {
-    buffer = std::shared_ptr<char[]>(new char[std::max<size_t>(bytes, 1)]);
+    // The backend's staging memory (pinned on a GPU), freed by whoever lets go last.
+    ONEBIT_ASSIGN_OR_RETURN(void* memory, backend_->AllocateHost(bytes));
+    kernels::Backend* backend = backend_;
+    buffer = std::shared_ptr<char[]>(static_cast<char*>(memory),
+                                     [backend](char* p) { backend->FreeHost(p); });
     if (shard.send.size() >= kMaxBuffers) shard.send.erase(shard.send.begin());
     shard.send.push_back(buffer);
   }
-  if (bytes > 0) std::memcpy(buffer.get(), data, bytes);
+  // From the backend's memory: a memcpy on the CPU, the copy down on a GPU.
+  if (bytes > 0) ONEBIT_RETURN_IF_ERROR(backend_->CopyToHost(buffer.get(), data, bytes));
   const char* start = buffer.get();
   return wire::OwnedSlice(std::move(buffer), start, bytes);
 }

@@ -32,16 +32,23 @@
 // (proto/exchange_wire.h; the same bytes as exchange.proto), and a result is read straight
 // from the received slices into sum/gathered: one copy each way, no protobuf strings.
 //
+// DEVICES: the backend may be a GPU's. The compression, the worker error and the results
+// then stay in device memory; the copy into a push's slice is the copy down (into pinned
+// memory), and the results are read into one pinned buffer and copied up at once. Only
+// what goes on the wire crosses PCIe: in the compression stage the S packed blocks (N/8
+// bytes and S scales) each way, never the fp32 momentum.
+//
 // BYTES: bytes_sent/bytes_received count the payload fields of the pushes written and the
 // results read (retries included), nothing else: the bytes of the exchange itself.
 //
-// Thread safety: one thread at a time. The backend must use host memory; it is borrowed.
+// Thread safety: one thread at a time. The backend (host or device memory) is borrowed.
 #ifndef ONEBIT_WORKER_EXCHANGE_PS_EXCHANGE_H_
 #define ONEBIT_WORKER_EXCHANGE_PS_EXCHANGE_H_
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -138,8 +145,12 @@ class PsExchange : public Exchange {
   // Cancels every stream with work in flight and waits until none is left.
   void CancelAndDrain();
   absl::Status ValidateResult(const Shard& shard, int64_t step, ChunkKind kind) const;
-  // One copy of `data` in a slice for shard's push (reusing the last one's memory).
-  grpc::Slice PayloadSlice(Shard& shard, const void* data, size_t bytes);
+  // One copy of `data` (backend memory) in a slice for shard's push (reusing the last
+  // one's memory).
+  absl::StatusOr<grpc::Slice> PayloadSlice(Shard& shard, const void* data, size_t bytes);
+  // Every shard's result payload into `dst` (backend memory, `bytes` in all) at
+  // offset(shard index) bytes, then ReleaseResults. On a device, through result_stage_.
+  absl::Status CopyResults(void* dst, size_t bytes, const std::function<size_t(int)>& offset);
   // Encodes shard's push of `step` around `payload`.
   void SetPush(Shard& shard, int64_t step, ChunkKind kind, const grpc::Slice& payload);
   // Drops the pushes and the results' slices once the results are copied out.
@@ -158,6 +169,7 @@ class PsExchange : public Exchange {
   kernels::Buffer<uint8_t> blocks_;    // the S compressed blocks this worker pushes
   kernels::Buffer<uint8_t> gathered_;  // the S result blocks
   kernels::Buffer<float> decoded_;     // int8: the result decoded (CompressedResult::momentum)
+  kernels::StagingBuffer result_stage_;  // device backends: the results on their way up
   // The step of a failed AverageMomentum whose blocks_ a retry must push again; 0: none.
   int64_t failed_step_ = 0;
 
