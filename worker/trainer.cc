@@ -463,11 +463,15 @@ absl::Status Trainer::RunStep(int64_t t) {
   }
   const double compress_before = exchange.compress_seconds();
   const double call_before = optimizer_->exchange_call_seconds();
+  const kernels::Backend::HostTransfers moved_before = backend_->host_transfers();
   // The optimizer's warmup sum closes the overlapped exchange (PeerExchange::SumGradients).
   const absl::Status stepped_ok =
       report.skipped ? optimizer_->SkipStep() : optimizer_->Step(grad_.data());
   if (!stepped_ok.ok()) return abandon(stepped_ok);
   ONEBIT_RETURN_IF_ERROR(backend_->Synchronize());  // GPU work done: the time is real
+  const kernels::Backend::HostTransfers moved = backend_->host_transfers();
+  report.device_bytes_to_host = moved.to_host - moved_before.to_host;
+  report.device_bytes_from_host = moved.from_host - moved_before.from_host;
   if (overlap != nullptr) {
     report.overlapped_exchange_seconds = overlap->overlap_busy_seconds() - busy_before;
   }
@@ -504,6 +508,8 @@ absl::Status Trainer::RunStep(int64_t t) {
   totals.bytes_sent += report.bytes_sent;
   totals.bytes_received += report.bytes_received;
   totals.inter_node_bytes_sent += report.inter_node_bytes_sent;
+  totals.device_bytes_to_host += report.device_bytes_to_host;
+  totals.device_bytes_from_host += report.device_bytes_from_host;
   totals.seconds += seconds;
   summary_.last_step = t;
   summary_.last_loss = report.loss;

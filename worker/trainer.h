@@ -113,6 +113,10 @@ struct StepReport {
   // exchange, the compressed slice traffic for a hierarchical one).
   uint64_t inter_node_bytes_sent = 0;
   uint64_t inter_node_bytes_received = 0;
+  // What the optimizer's step (its exchange and update) copied from the backend's memory
+  // to the host and back (Backend::host_transfers): PCIe on a GPU, 0 on the CPU.
+  uint64_t device_bytes_to_host = 0;
+  uint64_t device_bytes_from_host = 0;
   // What an fp32 ring allreduce of the gradient would send, 2*(W-1)/W * 4 * n bytes, over
   // bytes_sent; 0 when nothing was sent (one worker).
   double compression_ratio = 0.0;
@@ -238,6 +242,8 @@ struct StageTotals {
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;
   uint64_t inter_node_bytes_sent = 0;  // part of bytes_sent
+  uint64_t device_bytes_to_host = 0;    // StepReport's, summed
+  uint64_t device_bytes_from_host = 0;
   double seconds = 0.0;  // compute + compress + exchange + update
   double bytes_sent_per_step() const { return steps > 0 ? double(bytes_sent) / steps : 0.0; }
   double bytes_received_per_step() const {

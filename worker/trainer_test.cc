@@ -24,6 +24,8 @@
 #include "httplib.h"
 #include "kernels/cuda_backend.h"
 #include "kernels/kernels.h"
+#include "kernels/simulated_device.h"
+#include "compression/layout.h"
 #include "worker/exchange/peer_exchange.h"
 #include "worker/workloads/fashion_mnist.h"
 #include "worker/transport/inproc_transport.h"
@@ -31,6 +33,7 @@
 #include "worker/workloads/mlp_cpu.h"
 #include "worker/workloads/mlp_cuda.h"
 #include "worker/transport/nccl_transport.h"
+#include "worker/transport/staged_transport.h"
 #include "worker/workloads/synthetic_workload.h"
 #include "worker/worker_metrics.h"
 
@@ -880,6 +883,70 @@ TEST(TrainerTest, DivergenceStopsTheRunWithAHint) {
   EXPECT_LT((*trainer)->summary().last_step, 100);
 }
 
+// A GPU worker's job without a GPU: the trainer, 1-bit Adam and the peer exchange over a
+// StagedTransport (gloo's place) on a simulated device whose memory the host cannot touch.
+// The same losses as on the CPU, and per compression step only the packed blocks cross
+// the bus (the StepReport's device bytes), never the 4n bytes of an fp32 tensor.
+TEST(TrainerTest, OnADeviceOnlyTheBlocksCrossTheBus) {
+  constexpr int kWorkers = 2;
+  constexpr size_t kParameters = 40000;
+  std::vector<StepReport> reports[2][kWorkers];  // [cpu, device][rank]
+  for (const bool on_device : {false, true}) {
+    const absl::Status status = RunLocalGroup(
+        TransportKind::kInproc, kWorkers, [&](Transport& host) -> absl::Status {
+          std::unique_ptr<kernels::Backend> backend;
+          std::unique_ptr<Transport> staged;
+          Transport* transport = &host;
+          if (on_device) {
+            ONEBIT_ASSIGN_OR_RETURN(backend, kernels::NewSimulatedDeviceBackend());
+            ONEBIT_ASSIGN_OR_RETURN(staged, StagedTransport::Create(backend.get(), &host));
+            transport = staged.get();
+          } else {
+            backend = kernels::NewCpuBackend();
+          }
+          SyntheticWorkloadOptions synthetic;
+          synthetic.parameters = kParameters;
+          synthetic.shard = {host.rank(), kWorkers, 1, 1};
+          ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<Workload> workload,
+                                  NewSyntheticWorkload(synthetic, backend.get()));
+          StaticStepController controller(/*freeze_step=*/3, /*total_steps=*/8);
+          RecordingSink sink;
+          TrainerOptions options;
+          options.log_every = 0;
+          options.print = [](absl::string_view) {};
+          ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer,
+                                  Trainer::Create(options, workload.get(), backend.get(),
+                                                  transport, &controller, &sink));
+          ONEBIT_RETURN_IF_ERROR((*trainer).Run().status());
+          reports[on_device][host.rank()] = sink.steps;
+          return absl::OkStatus();
+        });
+    ASSERT_TRUE(status.ok()) << status;
+  }
+  // The peer layout's block: chunk = n_pad / W, 4 + chunk / 8 bytes.
+  const size_t block = kernels::CompressedBlockBytes(PeerPaddedSize(kParameters, kWorkers) /
+                                                     kWorkers);
+  for (int r = 0; r < kWorkers; ++r) {
+    ASSERT_EQ(reports[1][r].size(), 8u);
+    for (size_t i = 0; i < reports[1][r].size(); ++i) {
+      const StepReport& cpu = reports[0][r][i];
+      const StepReport& dev = reports[1][r][i];
+      SCOPED_TRACE(absl::StrCat("rank ", r, " step ", dev.step));
+      EXPECT_EQ(dev.loss, cpu.loss);
+      EXPECT_EQ(cpu.device_bytes_to_host + cpu.device_bytes_from_host, 0u);  // no bus
+      if (dev.stage == Stage::kCompression) {
+        EXPECT_EQ(dev.device_bytes_to_host, (kWorkers + 1) * block);
+        EXPECT_EQ(dev.device_bytes_from_host, 2 * kWorkers * block);
+        EXPECT_LT(dev.device_bytes_to_host + dev.device_bytes_from_host,
+                  kParameters * sizeof(float) / 2);
+      } else {  // the warmup's fp32 sum moves what goes on the wire
+        EXPECT_EQ(dev.device_bytes_to_host, dev.bytes_sent);
+        EXPECT_EQ(dev.device_bytes_from_host, dev.bytes_received);
+      }
+    }
+  }
+}
+
 TEST(WorkerMetricsTest, TheTrainerFeedsTheMetricsAndTheEndpointServesThem) {
   auto endpoint = MetricsEndpoint::Start("127.0.0.1", 0);
   ASSERT_TRUE(endpoint.ok()) << endpoint.status();
@@ -917,6 +984,9 @@ TEST(WorkerMetricsTest, TheTrainerFeedsTheMetricsAndTheEndpointServesThem) {
   EXPECT_THAT(text, HasSubstr(absl::StrCat("onebit_worker_bytes_received_total{rank=\"0\","
                                            "link=\"inter_node\",stage=\"warmup\"} ",
                                            summary.warmup.bytes_received)));
+  // CPU workers copy nothing over a bus.
+  EXPECT_THAT(text, HasSubstr("onebit_worker_device_bytes_total{rank=\"0\",direction=\"to_host\","
+                              "stage=\"compression\"} 0"));
   EXPECT_THAT(text, HasSubstr("onebit_worker_step_seconds_count{rank=\"0\",part=\"compute\"} 12"));
   for (const char* part : {"compute", "compress", "exchange", "update"}) {
     EXPECT_THAT(text, HasSubstr(absl::StrCat("onebit_worker_step_seconds_count{rank=\"0\",part=\"",

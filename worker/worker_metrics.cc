@@ -103,12 +103,18 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& registry, const Labels& label
                              labels);
   auto& received = CounterFamily(registry, "onebit_worker_bytes_received_total",
                                  "Payload bytes received, by stage and link.", labels);
+  auto& device = CounterFamily(registry, "onebit_worker_device_bytes_total",
+                               "Bytes the optimizer step copied between the GPU and host "
+                               "memory (PCIe), by stage and direction; 0 on CPUs.",
+                               labels);
   const char* stages[2] = {"warmup", "compression"};
   const char* links[2] = {"intra_node", "inter_node"};
+  const char* directions[2] = {"to_host", "from_host"};
   for (int s = 0; s < 2; ++s) {
     for (int l = 0; l < 2; ++l) {
       bytes_sent_[s][l] = &sent.Add({{"stage", stages[s]}, {"link", links[l]}});
       bytes_received_[s][l] = &received.Add({{"stage", stages[s]}, {"link", links[l]}});
+      device_bytes_[s][l] = &device.Add({{"stage", stages[s]}, {"direction", directions[l]}});
     }
   }
 }
@@ -129,6 +135,8 @@ void WorkerMetrics::RecordStep(const StepReport& report) {
   bytes_received_[s][0]->Increment(
       static_cast<double>(report.bytes_received - report.inter_node_bytes_received));
   bytes_received_[s][1]->Increment(static_cast<double>(report.inter_node_bytes_received));
+  device_bytes_[s][0]->Increment(static_cast<double>(report.device_bytes_to_host));
+  device_bytes_[s][1]->Increment(static_cast<double>(report.device_bytes_from_host));
   if (report.compression_ratio > 0) compression_ratio_.Set(report.compression_ratio);
   loss_.Set(report.loss);
   if (report.variance_change.has_value()) variance_change_.Set(*report.variance_change);

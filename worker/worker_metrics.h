@@ -10,6 +10,9 @@
 //   onebit_worker_bytes_sent_total{stage,link}   payload bytes this worker put on the wire
 //                                                (link: intra_node or inter_node)
 //   onebit_worker_bytes_received_total{stage,link} payload bytes it took off the wire
+//   onebit_worker_device_bytes_total{stage,direction}  bytes the optimizer step copied
+//                                                between a GPU and host memory (PCIe;
+//                                                direction: to_host or from_host); 0 on CPUs
 //   onebit_worker_compression_ratio              fp32 ring-allreduce bytes / bytes sent, last
 //                                                step that sent anything (about 1 in warmup)
 //   onebit_worker_loss                           training loss of the last step
@@ -69,6 +72,8 @@ class WorkerMetrics : public TrainerMetricsSink {
   // [stage][link]: stage 0 warmup, 1 compression; link 0 intra-node, 1 inter-node.
   prometheus::Counter* bytes_sent_[2][2];
   prometheus::Counter* bytes_received_[2][2];
+  // [stage][direction]: direction 0 to the host, 1 from it.
+  prometheus::Counter* device_bytes_[2][2];
   // A gauge added to its family the first time it gets a value (on the trainer's thread).
   class LazyGauge {
    public:

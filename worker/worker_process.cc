@@ -370,7 +370,9 @@ absl::Status WriteSummary(const std::string& path, const JobConfig& config, int 
 "seconds_warmup": %.6f, "seconds_compression": %.6f, "last_loss": %.6g,
 "test_loss": %.6g, "test_accuracy": %.6g, "samples": %d, "seconds": %.3f,
 "steps_communicated_warmup": %d, "steps_communicated_compression": %d, "masked_elements": %d,
-"recoveries": %d, "resumed_after_steps": [%s]}
+"recoveries": %d, "resumed_after_steps": [%s],
+"device_bytes_to_host_warmup": %d, "device_bytes_from_host_warmup": %d,
+"device_bytes_to_host_compression": %d, "device_bytes_from_host_compression": %d}
 )",
       rank, config.optimizer.type, config.exchange.mode, s.warmup.steps, s.compression.steps,
       s.first_compression_step, s.warmup.bytes_sent, s.compression.bytes_sent,
@@ -378,7 +380,9 @@ absl::Status WriteSummary(const std::string& path, const JobConfig& config, int 
       s.compression.inter_node_bytes_sent, s.warmup.seconds, s.compression.seconds, s.last_loss, test_loss, accuracy,
       s.last_step * config.micro_batch, seconds, s.warmup.steps_communicated,
       s.compression.steps_communicated, masked_elements, job.ok() ? job->recoveries() : -1,
-      absl::StrJoin(resumed, ", "));
+      absl::StrJoin(resumed, ", "), s.warmup.device_bytes_to_host,
+      s.warmup.device_bytes_from_host, s.compression.device_bytes_to_host,
+      s.compression.device_bytes_from_host);
   return WriteFileAtomically(path, json);
 }
 
