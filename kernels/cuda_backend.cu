@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -753,6 +754,24 @@ size_t CeilDiv(size_t a, size_t b) { return (a + b - 1) / b; }
 // ---------------------------------------------------------------------------------------
 // The backend
 
+// Adds the nanoseconds of its lifetime to *total: the time of a host copy (started once
+// the stream is idle, so that no kernel's time is counted).
+class CopyTimer {
+ public:
+  explicit CopyTimer(std::atomic<uint64_t>* total)
+      : total_(total), start_(std::chrono::steady_clock::now()) {}
+  ~CopyTimer() {
+    total_->fetch_add(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                std::chrono::steady_clock::now() - start_)
+                                                .count()),
+                      std::memory_order_relaxed);
+  }
+
+ private:
+  std::atomic<uint64_t>* total_;
+  std::chrono::steady_clock::time_point start_;
+};
+
 class CudaBackend final : public Backend {
  public:
   // Takes ownership of `stream` and `scratch` (device memory, arrivals == 0).
@@ -813,13 +832,17 @@ class CudaBackend final : public Backend {
   }
 
   HostTransfers host_transfers() const override {
-    return {to_host_.load(std::memory_order_relaxed), from_host_.load(std::memory_order_relaxed)};
+    return {to_host_.load(std::memory_order_relaxed), from_host_.load(std::memory_order_relaxed),
+            1e-9 * static_cast<double>(copy_ns_.load(std::memory_order_relaxed))};
   }
 
   absl::Status CopyFromHost(void* dst, const void* host_src, size_t bytes) override {
     if (bytes == 0) return absl::OkStatus();
     ONEBIT_RETURN_IF_ERROR(Activate());
     from_host_.fetch_add(bytes, std::memory_order_relaxed);
+    // The kernels queued before first, so that the timer sees the copy alone.
+    ONEBIT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    const CopyTimer timer(&copy_ns_);
     ONEBIT_CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_));
     // CUDA may still read host_src after cudaMemcpyAsync returns (always for pinned memory,
@@ -833,6 +856,8 @@ class CudaBackend final : public Backend {
     if (bytes == 0) return absl::OkStatus();
     ONEBIT_RETURN_IF_ERROR(Activate());
     to_host_.fetch_add(bytes, std::memory_order_relaxed);
+    ONEBIT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    const CopyTimer timer(&copy_ns_);
     ONEBIT_CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
     ONEBIT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
@@ -1273,7 +1298,7 @@ class CudaBackend final : public Backend {
   unsigned* ranges_ = nullptr;  // int8: 3 * ranges_capacity_ (ResetRanges)
   size_t ranges_capacity_ = 0;
   // host_transfers(); atomic so that a metrics thread may read them.
-  std::atomic<uint64_t> to_host_{0}, from_host_{0};
+  std::atomic<uint64_t> to_host_{0}, from_host_{0}, copy_ns_{0};
 };
 
 }  // namespace

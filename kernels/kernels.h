@@ -141,11 +141,13 @@ class Backend {
   virtual void FreeHost(void* ptr);
 
   // Bytes copied so far between host memory and this backend's memory by CopyToHost
-  // (to_host) and CopyFromHost (from_host): what crossed PCIe on a GPU. Zero for a
-  // backend whose memory is the host's (its copies cross no bus). Cumulative.
+  // (to_host) and CopyFromHost (from_host): what crossed PCIe on a GPU, and the seconds
+  // those calls took (they return once the copy is done). Zero for a backend whose memory
+  // is the host's (its copies cross no bus). Cumulative.
   struct HostTransfers {
     uint64_t to_host = 0;
     uint64_t from_host = 0;
+    double seconds = 0.0;
   };
   virtual HostTransfers host_transfers() const { return {}; }
 

@@ -472,6 +472,7 @@ absl::Status Trainer::RunStep(int64_t t) {
   const kernels::Backend::HostTransfers moved = backend_->host_transfers();
   report.device_bytes_to_host = moved.to_host - moved_before.to_host;
   report.device_bytes_from_host = moved.from_host - moved_before.from_host;
+  report.device_copy_seconds = std::max(0.0, moved.seconds - moved_before.seconds);
   if (overlap != nullptr) {
     report.overlapped_exchange_seconds = overlap->overlap_busy_seconds() - busy_before;
   }
@@ -511,6 +512,11 @@ absl::Status Trainer::RunStep(int64_t t) {
   totals.device_bytes_to_host += report.device_bytes_to_host;
   totals.device_bytes_from_host += report.device_bytes_from_host;
   totals.seconds += seconds;
+  totals.compute_seconds += report.compute_seconds;
+  totals.compress_seconds += report.compress_seconds;
+  totals.exchange_seconds += report.exchange_seconds;
+  totals.update_seconds += report.update_seconds;
+  totals.device_copy_seconds += report.device_copy_seconds;
   summary_.last_step = t;
   summary_.last_loss = report.loss;
   if (report.stage == Stage::kCompression && summary_.first_compression_step < 0) {

@@ -117,6 +117,8 @@ struct StepReport {
   // to the host and back (Backend::host_transfers): PCIe on a GPU, 0 on the CPU.
   uint64_t device_bytes_to_host = 0;
   uint64_t device_bytes_from_host = 0;
+  // The seconds of those copies: part of compress_seconds and exchange_seconds (PCIe).
+  double device_copy_seconds = 0.0;
   // What an fp32 ring allreduce of the gradient would send, 2*(W-1)/W * 4 * n bytes, over
   // bytes_sent; 0 when nothing was sent (one worker).
   double compression_ratio = 0.0;
@@ -245,6 +247,12 @@ struct StageTotals {
   uint64_t device_bytes_to_host = 0;    // StepReport's, summed
   uint64_t device_bytes_from_host = 0;
   double seconds = 0.0;  // compute + compress + exchange + update
+  // StepReport's split, summed (device_copy within compress + exchange).
+  double compute_seconds = 0.0;
+  double compress_seconds = 0.0;
+  double exchange_seconds = 0.0;
+  double update_seconds = 0.0;
+  double device_copy_seconds = 0.0;
   double bytes_sent_per_step() const { return steps > 0 ? double(bytes_sent) / steps : 0.0; }
   double bytes_received_per_step() const {
     return steps > 0 ? double(bytes_received) / steps : 0.0;

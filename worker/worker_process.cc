@@ -352,6 +352,14 @@ absl::StatusOr<std::unique_ptr<Exchange>> NewHierarchicalExchange(
                                           JobCompressor(config));
 }
 
+// A stage's step time split (seconds over all its steps) as a JSON object.
+std::string SplitJson(const StageTotals& t) {
+  return absl::StrFormat(
+      R"({"compute": %.6f, "compress": %.6f, "exchange": %.6f, "update": %.6f, "device_copy": %.6f})",
+      t.compute_seconds, t.compress_seconds, t.exchange_seconds, t.update_seconds,
+      t.device_copy_seconds);
+}
+
 // `job`: the job's status at the end (its recoveries), if the coordinator answered.
 absl::Status WriteSummary(const std::string& path, const JobConfig& config, int rank,
                           const TrainerSummary& s, double seconds, int64_t masked_elements,
@@ -372,7 +380,8 @@ absl::Status WriteSummary(const std::string& path, const JobConfig& config, int 
 "steps_communicated_warmup": %d, "steps_communicated_compression": %d, "masked_elements": %d,
 "recoveries": %d, "resumed_after_steps": [%s],
 "device_bytes_to_host_warmup": %d, "device_bytes_from_host_warmup": %d,
-"device_bytes_to_host_compression": %d, "device_bytes_from_host_compression": %d}
+"device_bytes_to_host_compression": %d, "device_bytes_from_host_compression": %d,
+"split_warmup": %s, "split_compression": %s}
 )",
       rank, config.optimizer.type, config.exchange.mode, s.warmup.steps, s.compression.steps,
       s.first_compression_step, s.warmup.bytes_sent, s.compression.bytes_sent,
@@ -382,7 +391,7 @@ absl::Status WriteSummary(const std::string& path, const JobConfig& config, int 
       s.compression.steps_communicated, masked_elements, job.ok() ? job->recoveries() : -1,
       absl::StrJoin(resumed, ", "), s.warmup.device_bytes_to_host,
       s.warmup.device_bytes_from_host, s.compression.device_bytes_to_host,
-      s.compression.device_bytes_from_host);
+      s.compression.device_bytes_from_host, SplitJson(s.warmup), SplitJson(s.compression));
   return WriteFileAtomically(path, json);
 }
 
