@@ -191,6 +191,39 @@ gpt2_resume() {
 export -f gpt2_resume
 check gpt2_resume 150 gpt2_resume
 
+# ---- Where a GPU worker's step goes (issue 19; tools/gpu/step_bench.py): compute, then
+# onebit's step split into compress, exchange, update and PCIe copies, with the PCIe bytes
+# per step, against fused AdamW in the same process. GPT-2 small (124M) and 1.07B on one
+# worker over NCCL; GPT-2 with 4 workers sharing the GPU through 2 shards (two emulated
+# nodes of 2, a shard per node) and through gloo. STEP_MODEL=tiny for a CPU try. ----
+step_bench() {  # step_bench NAME MODEL NODES PER_NODE CONFIG
+  local name="$1" model="$2" nodes="$3" per_node="$4" config="$5" port node pids=() rc=0
+  port="$(PYTHONPATH="$BIN/python" "$PY" -c 'from onebit.run import free_port_run; print(free_port_run())')"
+  for ((node = 0; node < nodes; node++)); do
+    ONEBIT_SERVER_BIN="$BIN/server/onebit-server" PYTHONPATH="$BIN/python" OMP_NUM_THREADS=2 \
+      "$PY" -m onebit.run --nnodes="$nodes" --node_rank="$node" --nproc_per_node="$per_node" \
+      --master_addr=127.0.0.1 --master_port="$port" --log_dir="$LOGS/$name/node$node" \
+      tools/gpu/step_bench.py --model "${STEP_MODEL:-$model}" --device "$DEVICE" \
+      --amp "${AMP:-bf16}" --steps 30 --freeze_step 10 --label "$name" --config "$config" \
+      --result "$LOGS/$name.json" &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done
+  cat "$LOGS/$name/node0/rank-0.log"
+  return $rc
+}
+export -f step_bench
+STEP_NCCL="{\"optimizer\": {\"params\": {\"comm_backend_name\": \"$([ "$DEVICE" = cuda ] && echo nccl || echo gloo)\"}}}"
+# One worker over NCCL compresses nothing (nothing to exchange): its compression stage is
+# the frozen update. The compression stage's work is measured with two workers sharing the
+# GPU over gloo (each compressing on the device, the blocks staged through pinned memory).
+check step_gpt2_w1 120 step_bench step_gpt2_w1 gpt2 1 1 "$STEP_NCCL"
+check step_gpt2_gloo_w2 120 step_bench step_gpt2_gloo_w2 gpt2 1 2 '{}'
+check step_1b_gloo_w2 240 step_bench step_1b_gloo_w2 1b 1 2 '{}'
+check step_gpt2_ps_w4 150 step_bench step_gpt2_ps_w4 gpt2 2 2 \
+  '{"onebit": {"exchange": {"mode": "ps", "servers": "per_node"}}}'
+
+
 # ---- Jobs. One GPU: NCCL takes one rank per GPU, so the NCCL jobs are worlds of one (the
 # transport and its communicators are made all the same; nothing crosses the wire). Several
 # workers share the GPU through host-memory exchanges: the ps shards or gloo. ----
