@@ -334,6 +334,10 @@ H2='{"mode": "hierarchical", "local_size": 1, "inter": "ps", "servers": 2}'
 check hier_ps_w2 90 hier hier_ps_w2 2 "$H2"
 check hier_ps_w2_recovery 120 hier hier_ps_w2_recovery 2 "$H2" --fault=worker1:kill_in_exchange:45
 check hier_ps_w2_same_end 20 same_end hier_ps_w2 hier_ps_w2_recovery
+# NCCL inside each node (of one worker: one GPU), gloo between the nodes: the inter-node
+# compression on the device, its blocks staged through pinned memory (issue 19).
+H3='{"mode": "hierarchical", "local_size": 1, "inter": "peer", "servers": 0, "inter_transport": "gloo"}'
+check hier_nccl_gloo_w2 90 hier hier_nccl_gloo_w2 2 "$H3"
 
 # ---- The CUDA kernels against a device-to-device copy ----
 check kernel_bench 150 "$BIN/kernels/cuda_kernels_benchmark" --benchmark_min_time=0.1 \
