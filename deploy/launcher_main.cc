@@ -73,6 +73,9 @@ ABSL_FLAG(std::string, cluster_control, "",
 ABSL_FLAG(std::string, cluster_nodes, "",
           "Emulated cluster: NS@ADDR,NS@ADDR,... of the nodes; workers spread over them "
           "node-major.");
+ABSL_FLAG(std::string, cluster_shards, "control",
+          "Emulated cluster: where the ps shards run, \"control\" (beside the coordinator) "
+          "or \"nodes\" (shard s on node s mod nodes: a shard beside each worker).");
 
 namespace onebit::launcher {
 namespace {
@@ -204,6 +207,15 @@ absl::StatusOr<JobResult> RunJob(const std::string& bin, const std::string& dir,
   LocalJobOptions options;
   ONEBIT_RETURN_IF_ERROR(SetClusterHosts(absl::GetFlag(FLAGS_cluster_control),
                                          absl::GetFlag(FLAGS_cluster_nodes), &options));
+  const std::string shards_on = absl::GetFlag(FLAGS_cluster_shards);
+  if (shards_on != "control" && shards_on != "nodes") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--cluster_shards must be \"control\" or \"nodes\", got \"", shards_on, "\""));
+  }
+  if (shards_on == "nodes" && options.nodes.empty()) {
+    return absl::InvalidArgumentError("--cluster_shards=nodes needs --cluster_nodes");
+  }
+  options.shards_on_nodes = shards_on == "nodes";
   options.bin_dir = bin;
   options.dir = dir;
   options.config_path = config_path;

@@ -235,7 +235,10 @@ absl::Status LocalJob::Start() {
       ONEBIT_ASSIGN_OR_RETURN(Process * server,
                               Spawn(absl::StrCat("server ", s),
                                     WithFlags(std::move(server_argv), options_.flags_of_server, s),
-                                    options_.control, echo));
+                                    options_.shards_on_nodes && !options_.nodes.empty()
+                                        ? options_.nodes[s % options_.nodes.size()]
+                                        : options_.control,
+                                    echo));
       // A shard serves once it knows the model's size. Where the workers' model decides
       // it (a PyTorch job's workload.parameters 0), that is after they registered: start
       // them without waiting.

@@ -54,6 +54,9 @@ struct LocalJobOptions {
   // the hierarchical exchange expects). No nodes: every worker on `control`.
   ClusterHost control;
   std::vector<ClusterHost> nodes;
+  // Shard s on nodes[s % nodes.size()] instead of on `control`: a shard beside each
+  // worker (BytePS's colocated placement, a DaemonSet). Needs nodes.
+  bool shards_on_nodes = false;
   // Restart a process that died of a signal (kill -9) or exited with 75 (the job recovers:
   // "restart me"), as compose's `restart: on-failure` and Kubernetes would; at most this
   // many times per process. -1: the config's onebit.failure.max_restarts + 1.

@@ -149,8 +149,15 @@ kernels::Compressor JobCompressor(const JobConfig& config) {
   return kernels::ParseCompressor(config.exchange.compressor).value_or(kernels::Compressor::kOnebit);
 }
 
-PsExchangeOptions PsOptions(const JobConfig& config) {
+// `shards`: the addresses of the shards this worker pushes to.
+PsExchangeOptions PsOptions(const JobConfig& config, const std::vector<std::string>& shards) {
   PsExchangeOptions options;
+  // A shard beside this worker: start the staggered pushes after it (ps_exchange.h).
+  if (const int own = ShardOnHost(g_host, shards); own >= 0) {
+    options.first_shard = (own + 1) % static_cast<int>(shards.size());
+    std::fprintf(stderr, "ps: shard %d runs on this host (%s): large pushes start at shard %d\n",
+                 own, g_host.c_str(), options.first_shard);
+  }
   options.compressor = JobCompressor(config);
   options.step_deadline = absl::Seconds(config.failure.ps_step_deadline_s);
   options.tls = g_tls;
@@ -338,7 +345,7 @@ absl::StatusOr<std::unique_ptr<Exchange>> NewHierarchicalExchange(
     std::vector<std::string> own(shards.begin() + local_rank * k,
                                  shards.begin() + (local_rank + 1) * k);
     ONEBIT_ASSIGN_OR_RETURN(between_nodes, PsExchange::Create(backend, node, nodes, layout.slice(),
-                                                              own, PsOptions(config)));
+                                                              own, PsOptions(config, own)));
     return HierarchicalExchange::Create(backend, w.transport.get(), std::move(between_nodes),
                                         layout);
   }
@@ -536,7 +543,7 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
     // On a GPU too: the compression stays on the device, and only the blocks cross PCIe.
     ONEBIT_ASSIGN_OR_RETURN(w.exchange, PsExchange::Create(w.backend.get(), reg.rank(),
                                                            reg.world_size(), n, shards,
-                                                           PsOptions(config)));
+                                                           PsOptions(config, shards)));
   } else if (config.exchange.mode == "hierarchical") {
     ONEBIT_ASSIGN_OR_RETURN(w.exchange, NewHierarchicalExchange(config, reg, n, shared_client,
                                                                 w.backend.get(), w));

@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # onebit against PyTorch DDP on an emulated cluster (root only): 4 nodes as network
 # namespaces joined by veth links to one bridge, each node's link limited with tc (both
-# directions) to each RATE in turn; one worker per node; the coordinator and the ps shards on
+# directions) to each RATE in turn; one worker per node; the coordinator (and, by default, the ps shards) on
 # a host of their own whose link is not limited (tools/emulated_cluster.sh).
 #
 #   sudo tools/bench/run.sh [--quick] [--rates "100mbit 1gbit 10gbit none"]
 #                           [--workloads "syn25m syn100m fmnist"] [--systems "adam peer ps ddp"]
+#                           [--shards separate|colocated] [--nodes N]
 #                           [--out DIR] [--bin DIR] [--skip "WORKLOAD@RATE ..."]
 #
+# --shards: where ps mode's shards run: "separate" (default; on the control host, whose
+# link is not limited) or "colocated" (shard i on worker i's node, behind that node's
+# limited link, as BytePS's colocated mode or a DaemonSet places them).
+# --nodes N: nodes (one worker each), 4 by default.
 # --skip: configurations left out (e.g. "fmnist@10gbit"), to fit a run into the time there is.
 # --bin DIR: the onebit binaries of an earlier run (OUT/bin of it) instead of building this
 # tree's, e.g. to measure a change against the binaries before it.
@@ -39,6 +44,8 @@ SYSTEMS="adam peer ps ddp"
 OUT=out/bench
 BIN_FROM=
 SKIP=" "
+SHARDS=separate
+WORKERS=4
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) QUICK=1 ;;
@@ -48,7 +55,9 @@ while [ $# -gt 0 ]; do
     --out) OUT=$2; shift ;;
     --bin) BIN_FROM=$(cd "$2" && pwd); shift ;;
     --skip) SKIP=" $2 "; shift ;;
-    *) echo "usage: $0 [--quick] [--rates R] [--workloads W] [--systems S] [--out DIR] [--bin DIR]" >&2; exit 2 ;;
+    --shards) SHARDS=$2; shift ;;
+    --nodes) WORKERS=$2; shift ;;
+    *) echo "usage: $0 [--quick] [--rates R] [--workloads W] [--systems S] [--shards S] [--nodes N] [--out DIR] [--bin DIR]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -57,7 +66,7 @@ if [ $QUICK = 1 ]; then
   [ "$WORKLOADS" = "syn25m syn100m fmnist" ] && WORKLOADS="syn2m fmnist"
   [ "$OUT" = out/bench ] && OUT=out/bench-quick
 fi
-WORKERS=4
+case $SHARDS in separate|colocated) ;; *) echo "--shards must be separate or colocated" >&2; exit 2 ;; esac
 # A cluster of its own (names and subnet), so that it never meets another one on the machine.
 export ONEBIT_CLUSTER=${ONEBIT_CLUSTER:-obbench}
 export ONEBIT_CLUSTER_SUBNET=${ONEBIT_CLUSTER_SUBNET:-10.214.7}
@@ -205,6 +214,7 @@ onebit_run() {
   job_config "$w" "$opt" $((nw + nc)) > "$dir/job.json"
   local flags=(--exchange="$mode")
   [ "$mode" = ps ] && flags+=(--servers=$WORKERS)
+  [ "$mode" = ps ] && [ "$SHARDS" = colocated ] && flags+=(--cluster_shards=nodes)
   log "  $sys: $nw warmup + $nc compression steps"
   load0=$(load)
   sampler_start "$dir/sampler.txt"
@@ -218,6 +228,7 @@ onebit_run() {
   t1=$(date +%s.%N)
   sampler_stop
   record kind=onebit workload="$w" params="$(params_of "$w")" rate="$rate" system="$sys" \
+    shards="$SHARDS" \
     warmup_steps="$nw" compression_steps="$nc" dir="\"$dir/onebit_adam\"" \
     sampler="\"$dir/sampler.txt\"" wall="$(echo "$t1 - $t0" | bc)" \
     load_before="\"$load0\"" uptime="\"$(load)\""
@@ -256,7 +267,7 @@ ddp_run() {  # WORKLOAD RATE
 trap 'sampler_stop; tools/emulated_cluster.sh down > /dev/null 2>&1 || true' EXIT
 START=$(date +%s)
 log "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), load $(load)"
-log "rates: $RATES; workloads: $WORKLOADS; systems: $SYSTEMS; out: $OUT"
+log "rates: $RATES; workloads: $WORKLOADS; systems: $SYSTEMS; $WORKERS nodes; ps shards $SHARDS; out: $OUT"
 memcpy_measure start
 failed=0
 for rate in $RATES; do

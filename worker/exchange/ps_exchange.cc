@@ -36,7 +36,25 @@ bool Retryable(grpc::StatusCode code) {
   }
 }
 
+// The host part of "host:port" ("[v6]:port" too).
+absl::string_view HostOf(absl::string_view address) {
+  const size_t colon = address.rfind(':');
+  absl::string_view host = colon == absl::string_view::npos ? address : address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  return host;
+}
+
 }  // namespace
+
+int ShardOnHost(const std::string& host, const std::vector<std::string>& shard_addresses) {
+  if (host.empty()) return -1;
+  for (size_t s = 0; s < shard_addresses.size(); ++s) {
+    if (HostOf(shard_addresses[s]) == host) return static_cast<int>(s);
+  }
+  return -1;
+}
 
 struct PsExchange::Op {
   Shard* shard;
@@ -146,6 +164,8 @@ PsExchange::PsExchange(kernels::Backend* backend, int rank, int world_size,
       world_size_(world_size),
       layout_(layout),
       options_(options),
+      first_shard_(((options.first_shard % layout.num_shards()) + layout.num_shards()) %
+                   layout.num_shards()),
       result_stage_(backend) {}
 
 absl::Status PsExchange::Init(std::vector<std::shared_ptr<grpc::Channel>> channels) {
@@ -483,8 +503,10 @@ absl::Status PsExchange::RoundTrip(int64_t step, ChunkKind kind) {
     shard->last_error = absl::OkStatus();
     shard->fatal = absl::OkStatus();
   }
-  // Large pushes go out one shard after another (see the header): every worker pushes
-  // shard 0 first, so shard 0's result comes down while shard 1's push goes up.
+  // Large pushes go out one shard after another (see the header), from first_shard on:
+  // with shards apart, every worker pushes shard 0 first, so shard 0's result comes down
+  // while shard 1's push goes up; with a shard on each worker's host, each worker starts
+  // after its own, so no host's link takes every worker's push at once.
   const bool staggered =
       std::any_of(shards_.begin(), shards_.end(), [this](const auto& shard) {
         return shard->push_payload_bytes >= options_.stagger_min_bytes;
@@ -496,8 +518,8 @@ absl::Status PsExchange::RoundTrip(int64_t step, ChunkKind kind) {
     bool finished = true;
     // Whether every shard before this one has had its first push written (or is done).
     bool earlier_written = true;
-    for (auto& shard_ptr : shards_) {
-      Shard& shard = *shard_ptr;
+    for (size_t k = 0; k < shards_.size(); ++k) {
+      Shard& shard = *shards_[(first_shard_ + k) % shards_.size()];
       const bool may_start = !staggered || earlier_written;
       earlier_written = earlier_written &&
                         (shard.done || (shard.attempts > 0 && !shard.pending[kWrite]));

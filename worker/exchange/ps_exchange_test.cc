@@ -140,12 +140,16 @@ TEST(PsExchangeTest, CompressionMatchesTheFloat64ModelWhenShardsDifferFromWorker
 }
 
 // Warmup sums with the pushes staggered (one shard after another: runs over the limit)
-// and all at once: the same bits, the rank-order sum, on every worker.
+// and all at once, starting at shard 0 on every worker or after each worker's "own" shard:
+// the same bits, the rank-order sum, on every worker.
 TEST(PsExchangeTest, StaggeredPushesGiveTheRankOrderSum) {
   constexpr int kWorkers = 3, kShards = 3, kRounds = 2;
   const size_t n = 3 * 100003;  // runs of 400 kB, over the default stagger_min_bytes
-  for (size_t stagger : {size_t{0}, PsExchangeOptions().stagger_min_bytes, size_t{1}}) {
-    SCOPED_TRACE(testing::Message() << "stagger_min_bytes " << stagger);
+  for (auto [stagger, rotated] : {std::pair{size_t{0}, false},
+                                  std::pair{PsExchangeOptions().stagger_min_bytes, false},
+                                  std::pair{size_t{1}, false},
+                                  std::pair{PsExchangeOptions().stagger_min_bytes, true}}) {
+    SCOPED_TRACE(testing::Message() << "stagger_min_bytes " << stagger << ", rotated " << rotated);
     InProcessShards shards(kShards, kWorkers, n);
     std::vector<std::vector<std::vector<float>>> sums(
         kRounds, std::vector<std::vector<float>>(kWorkers));
@@ -155,9 +159,11 @@ TEST(PsExchangeTest, StaggeredPushesGiveTheRankOrderSum) {
         auto backend = kernels::NewCpuBackend();
         PsExchangeOptions options;
         options.stagger_min_bytes = stagger;
+        if (rotated) options.first_shard = rank + 1 + kShards;  // taken mod S
         auto exchange =
             PsExchange::Create(backend.get(), rank, kWorkers, n, shards.addresses, options);
         ASSERT_TRUE(exchange.ok()) << exchange.status();
+        EXPECT_EQ((*exchange)->first_shard(), rotated ? (rank + 1) % kShards : 0);
         for (int round = 0; round < kRounds; ++round) {
           const std::vector<float> g = Random(10 * round + rank, n, 0, 1);
           auto sum = (*exchange)->SumGradients(round + 1, g.data());
@@ -178,6 +184,16 @@ TEST(PsExchangeTest, StaggeredPushesGiveTheRankOrderSum) {
       }
     }
   }
+}
+
+TEST(PsExchangeTest, ShardOnHostComparesTheHostPart) {
+  const std::vector<std::string> shards = {"10.0.0.11:7000", "10.0.0.12:7000", "[fd00::3]:7001",
+                                           "10.0.0.12:7002"};
+  EXPECT_EQ(ShardOnHost("10.0.0.12", shards), 1);  // the first on the host
+  EXPECT_EQ(ShardOnHost("fd00::3", shards), 2);
+  EXPECT_EQ(ShardOnHost("10.0.0.1", shards), -1);  // a prefix is not the host
+  EXPECT_EQ(ShardOnHost("", shards), -1);
+  EXPECT_EQ(ShardOnHost("10.0.0.11", {}), -1);
 }
 
 // fp16's overflow agreement through shard 0: every worker gets whether any overflowed,
