@@ -37,7 +37,7 @@
 //     "onebit": {
 //       "workers": 4,
 //       "device": "cpu",                           // cpu | cuda
-//       "cpu_threads": 0,                          // CPU kernels' threads; 0: all usable
+//       "cpu_threads": 0,                          // CPU kernels' threads; 0: usable / local workers
 //       "exchange": {"mode": "ps", "servers": 2},  // peer | ps | hierarchical, see ExchangeConfig
 //       "freeze": {"mode": "static"},              // static | automatic, see FreezeConfig
 //       "momentum_mask": {"npy": "mask.npy",       // or "ranges": [[0, 10], [50, 60]]
@@ -352,9 +352,10 @@ struct JobConfig {
   int workers = 1;
   std::string device = "cpu";  // "cpu" or "cuda"
   // Threads of the CPU kernels in each worker and shard (the exchange's compression, the
-  // optimizer update). 0: the CPUs the process may use (affinity and cgroup quota); the
-  // local launcher divides the machine's among its processes instead. Any value gives the
-  // same bits.
+  // optimizer update). 0: the CPUs the process may use (affinity and cgroup quota),
+  // divided among the workers a launcher says share the machine (LOCAL_WORLD_SIZE, as
+  // torchrun and onebit-run set it); onebit-launch divides them among all its processes.
+  // Any value gives the same bits.
   int cpu_threads = 0;
   ExchangeConfig exchange;
   FreezeConfig freeze;

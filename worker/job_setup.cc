@@ -1,5 +1,8 @@
 #include "worker/job_setup.h"
 
+#include <algorithm>
+
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "config/lr_schedule.h"
@@ -109,6 +112,15 @@ ComputePrecision WorkloadPrecision(const JobConfig& config) {
 absl::StatusOr<std::vector<float>> MomentumMaskFromConfig(const JobConfig& config, size_t n) {
   if (!HasMomentumMask(config.momentum_mask)) return std::vector<float>{};
   return BuildMomentumMask(config.momentum_mask, n);
+}
+
+int WorkerCpuThreads(int flag, const JobConfig& config, int usable, const char* local_world_size) {
+  const int threads = flag >= 0 ? flag : config.cpu_threads;
+  if (threads > 0) return threads;
+  int sharing = 1;
+  if (local_world_size != nullptr && !absl::SimpleAtoi(local_world_size, &sharing)) sharing = 1;
+  sharing = std::max(sharing, 1);
+  return std::max(1, usable / sharing);
 }
 
 }  // namespace onebit

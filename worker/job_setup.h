@@ -29,6 +29,13 @@ ComputePrecision WorkloadPrecision(const JobConfig& config);
 // empty when none is given. Errors name the file or range.
 absl::StatusOr<std::vector<float>> MomentumMaskFromConfig(const JobConfig& config, size_t n);
 
+// The CPU kernels' threads of a worker: `flag` (the worker's --cpu_threads; -1: not given)
+// or else the config's onebit.cpu_threads, when > 0; else (0) the `usable` cores shared
+// among the workers a launcher says run on this machine, `local_world_size` (torchrun's
+// and onebit-run's LOCAL_WORLD_SIZE, onebit-launch's ONEBIT_LOCAL_WORLD_SIZE; null or not
+// a positive number: 1). At least 1: 4 workers on 2 cores get 1 thread each, not 2.
+int WorkerCpuThreads(int flag, const JobConfig& config, int usable, const char* local_world_size);
+
 }  // namespace onebit
 
 #endif  // ONEBIT_WORKER_JOB_SETUP_H_

@@ -23,6 +23,20 @@ JobConfig Parse(const std::string& device, const std::string& precision) {
   return config.ok() ? *config : JobConfig();
 }
 
+TEST(JobSetupTest, CpuThreadsShareTheMachineAmongItsWorkers) {
+  JobConfig config;
+  EXPECT_EQ(WorkerCpuThreads(-1, config, 8, nullptr), 8);  // alone: every usable core
+  EXPECT_EQ(WorkerCpuThreads(-1, config, 8, "4"), 2);      // 4 workers on 8 cores
+  EXPECT_EQ(WorkerCpuThreads(-1, config, 2, "4"), 1);      // never 0
+  EXPECT_EQ(WorkerCpuThreads(-1, config, 8, "four"), 8);   // not a number: alone
+  EXPECT_EQ(WorkerCpuThreads(-1, config, 8, "0"), 8);
+  EXPECT_EQ(WorkerCpuThreads(3, config, 8, "4"), 3);       // the flag
+  EXPECT_EQ(WorkerCpuThreads(0, config, 8, "4"), 2);       // the flag's 0: the default
+  config.cpu_threads = 5;
+  EXPECT_EQ(WorkerCpuThreads(-1, config, 8, "4"), 5);      // the config's
+  EXPECT_EQ(WorkerCpuThreads(6, config, 8, "4"), 6);       // the flag over the config
+}
+
 TEST(JobSetupTest, Fp16OnCudaScalesTheLossWithTheConfigsKeys) {
   const JobConfig c = Parse("cuda", R"("fp16": {"enabled": true, "initial_scale_power": 12,
       "loss_scale_window": 200, "hysteresis": 3, "consecutive_hysteresis": true,

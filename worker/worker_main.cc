@@ -34,7 +34,8 @@ ABSL_FLAG(std::string, params_out, "", "Write the final parameters here (.npy)."
 ABSL_FLAG(int, rank, -1, "Ask the coordinator for this rank (-1: the next free one).");
 ABSL_FLAG(int, cuda_device, 0, "GPU to use with onebit.device = cuda.");
 ABSL_FLAG(int, cpu_threads, -1,
-          "Threads of the CPU kernels; -1: the config's onebit.cpu_threads (0: every usable CPU).");
+          "Threads of the CPU kernels; -1: the config's onebit.cpu_threads (0: the usable CPUs, "
+          "divided among LOCAL_WORLD_SIZE workers when a launcher sets it).");
 ABSL_FLAG(bool, check, false,
           "Validate the flags and the config (and the TLS files and token they name), say so "
           "and exit 0, without connecting, binding a port or writing a file (deployment checks).");

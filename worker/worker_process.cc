@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -125,12 +126,12 @@ security::TlsOptions g_tls;
 // This worker's address (WorkerProcessOptions::host), set once in RunWorkerProcess.
 std::string g_host;
 
-// The threads of a worker's CPU backend: the flag's, else the config's, else every usable
-// core.
+// The threads of a worker's CPU backend (WorkerCpuThreads): the flag's, else the config's,
+// else the usable cores shared among the workers a launcher put on this machine.
 int CpuThreads(const WorkerProcessOptions& o, const JobConfig& config) {
-  int threads = o.cpu_threads;
-  if (threads < 0) threads = config.cpu_threads;
-  return threads > 0 ? threads : UsableCpus();
+  const char* local = std::getenv("LOCAL_WORLD_SIZE");
+  if (local == nullptr) local = std::getenv("ONEBIT_LOCAL_WORLD_SIZE");
+  return WorkerCpuThreads(o.cpu_threads, config, UsableCpus(), local);
 }
 
 // `transport` in `backend`'s memory: itself when the two agree (the CPU's gloo; NCCL on a
