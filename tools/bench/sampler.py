@@ -11,7 +11,7 @@ Every INTERVAL_S it appends one line to OUT:
 tx_i/rx_i: the bytes node i sent and received, read on the bridge side of its link in this
 namespace (what the node sends, its veth peer receives: the same count as the node's eth0,
 without entering the namespace). shard_hwm_kb: the largest peak resident memory (VmHWM) of
-any onebit-server process in the cluster's control namespace (PREFIX-ctl), 0 when none.
+any onebit-server process in the cluster's namespaces (PREFIX-ctl or a node's), 0 when none.
 """
 import os
 import signal
@@ -34,9 +34,10 @@ def netns_inode(name):
         return None
 
 
-def shard_hwm_kb(ctl_inode):
+def shard_hwm_kb(inodes):
+    """The largest VmHWM of an onebit-server in one of the network namespaces `inodes`."""
     best = 0
-    if ctl_inode is None:
+    if not inodes:
         return 0
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -45,7 +46,7 @@ def shard_hwm_kb(ctl_inode):
             with open(f"/proc/{pid}/comm") as f:
                 if f.read().strip() != "onebit-server":
                     continue
-            if os.stat(f"/proc/{pid}/ns/net").st_ino != ctl_inode:
+            if os.stat(f"/proc/{pid}/ns/net").st_ino not in inodes:
                 continue
             with open(f"/proc/{pid}/status") as f:
                 for line in f:
@@ -61,7 +62,10 @@ def main():
     interval = float(sys.argv[3]) if len(sys.argv) > 3 else 0.1
     prefix = sys.argv[4] if len(sys.argv) > 4 else "onebit"
     links = [f"/sys/class/net/{prefix}v{i}/statistics" for i in range(nodes)]
-    ctl = netns_inode(f"{prefix}-ctl")
+    # The shards run on the control host, or beside the workers (run.sh --shards colocated).
+    namespaces = {netns_inode(f"{prefix}-ctl")} | {netns_inode(f"{prefix}-node{i}")
+                                                   for i in range(nodes)}
+    namespaces.discard(None)
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     last_mem = 0.0
@@ -73,7 +77,7 @@ def main():
             for link in links:
                 vals += [read_int(f"{link}/rx_bytes"), read_int(f"{link}/tx_bytes")]
             if t - last_mem >= 0.5:  # /proc walks cost more than the counters
-                hwm = max(hwm, shard_hwm_kb(ctl))
+                hwm = max(hwm, shard_hwm_kb(namespaces))
                 last_mem = t
             f.write(f"{t:.4f} " + " ".join(map(str, vals)) + f" {hwm}\n")
             time.sleep(interval)
