@@ -2,12 +2,15 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <map>
 #include <string>
+#include <type_traits>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
