@@ -1,6 +1,8 @@
 #include "compression/layout.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
@@ -36,7 +38,18 @@ absl::StatusOr<PsLayout> PsLayout::Create(size_t n, int num_shards,
         absl::StrCat("shard count must be in [1, ", kMaxShards, "], got ", num_shards));
   }
   // The peer layout with S for W.
-  return PsLayout(n, num_shards, PeerPaddedSize(n, num_shards), compressor);
+  const PsLayout layout(n, num_shards, PeerPaddedSize(n, num_shards), compressor);
+  // gRPC's limits are ints and protobuf refuses messages over 2 GiB: a warmup push carries
+  // a shard's whole fp32 run in one message.
+  constexpr size_t kMaxMessage = static_cast<size_t>(std::numeric_limits<int32_t>::max());
+  if (layout.max_message_bytes() > kMaxMessage) {
+    const size_t per_shard = (kMaxMessage - kMessageOverheadBytes) / sizeof(float);
+    return absl::InvalidArgumentError(absl::StrCat(
+        n, " parameters over ", num_shards, " shard(s) make a push of ",
+        layout.max_payload_bytes(), " bytes, over the 2 GiB that gRPC and protobuf allow in "
+        "one message: use at least ", (n + per_shard - 1) / per_shard, " shards"));
+  }
+  return layout;
 }
 
 size_t PsLayout::block_bytes() const { return kernels::BlockBytes(compressor_, chunk()); }

@@ -1,6 +1,8 @@
 // The chunk layouts: padding, chunk sizes and the parameter-server runs.
 #include "compression/layout.h"
 
+#include <string>
+
 #include "gtest/gtest.h"
 
 namespace onebit {
@@ -50,6 +52,22 @@ TEST(PsLayoutTest, PaddingIsPeerPaddingWithShardsForWorkers) {
           << "n " << n << " S " << s;
     }
   }
+}
+
+// A warmup push carries a shard's fp32 run in one gRPC message, which may not exceed 2 GiB:
+// 1.2B parameters need 3 shards (2 give pushes of 2.4 GB), and the error says so; 1.07B
+// (tools/gpu's 1b model) still fits in pushes to 2.
+TEST(PsLayoutTest, RefusesPushesOverTwoGibibytes) {
+  const absl::StatusOr<PsLayout> two = PsLayout::Create(1'200'000'000, 2);
+  ASSERT_FALSE(two.ok());
+  EXPECT_EQ(two.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(two.status().message().find("use at least 3 shards"), std::string::npos)
+      << two.status();
+  const absl::StatusOr<PsLayout> three = PsLayout::Create(1'200'000'000, 3);
+  ASSERT_TRUE(three.ok()) << three.status();
+  EXPECT_LE(three->max_message_bytes(), size_t{2147483647});
+  const absl::StatusOr<PsLayout> gpt_1b = PsLayout::Create(1'071'329'280, 2);
+  ASSERT_TRUE(gpt_1b.ok()) << gpt_1b.status();
 }
 
 TEST(HierarchicalLayoutTest, SlicesCoverThePaddedTensor) {

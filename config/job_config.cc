@@ -127,7 +127,11 @@ Handler Layers(std::vector<int>* out) {
 }
 
 constexpr int64_t kMaxSteps = int64_t{1} << 40;
-constexpr int64_t kMaxParameters = 400'000'000;  // BERT-Large is 340M
+// Data parallel: each worker holds the whole model and its fp32 state (~24 bytes a parameter
+// with onebit's errors), so 8.6B is past what one 80 GB device holds. In ps mode PsLayout
+// also wants a push (4 bytes x parameters / shards) under 2 GiB. 1.07B runs on a GPU
+// (tools/gpu/step_bench.py --model 1b).
+constexpr int64_t kMaxParameters = int64_t{1} << 33;
 
 using Notices = std::vector<std::string>;
 

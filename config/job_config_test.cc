@@ -364,5 +364,16 @@ TEST(JobConfigTest, APyTorchModelsSizeMayBeLearned) {
   EXPECT_EQ(again->workload.parameters, 0);
 }
 
+// Models past BERT-Large's size: GPT-2 XL (1.5B) and the 1.07B model tools/gpu runs.
+TEST(JobConfigTest, BillionParameterModelsAreAccepted) {
+  auto c = ParseJobConfig(
+      R"({"onebit": {"workload": {"type": "pytorch", "parameters": 1558000000}}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->workload.parameters, 1558000000);
+  auto again = ParseJobConfig(JobConfigToJson(*c));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->workload.parameters, 1558000000);
+}
+
 }  // namespace
 }  // namespace onebit

@@ -57,6 +57,20 @@ absl::Status CheckChunking(size_t num_chunks, size_t chunk, size_t n) {
 
 // ---------------------------------------------------------------------------------------
 // Device code
+//
+// Bandwidth. Every kernel walks its arrays in groups of kGroup = 4 consecutive elements: a
+// thread moves 16 bytes of each float array per step, as one 16-byte load or store when
+// the kernel runs with kVec (every float array it touches 16-byte aligned, and row strides
+// multiples of 4), else as four 4-byte ones. One element per thread with 4-byte accesses,
+// as this file once did, kept too few bytes in flight to reach the memory's bandwidth
+// (0.5-0.65 of a device-to-device copy for the reducing and packing kernels). The float32
+// arithmetic is the same either way, element by element, so kVec changes the speed and
+// never the bits. Elements at or past an array's end read as 0 and are never stored.
+//
+// Packed signs: a group's 4 sign bits are a nibble of one byte (chunks are multiples of 8
+// elements, so a byte never spans two chunks and a group never spans two bytes). A warp's
+// 32 groups are 16 bytes of bits: each even lane takes its odd neighbour's nibble with a
+// shuffle and stores the byte.
 
 // Every kernel runs blocks of this many threads; the block reductions rely on it.
 constexpr int kThreads = 256;
@@ -64,6 +78,50 @@ constexpr int kWarps = kThreads / 32;
 constexpr unsigned kFullMask = 0xffffffffu;
 // grid.y is limited to 65535; chunked kernels loop over chunks with this stride.
 constexpr size_t kMaxGridY = 65535;
+// Elements per thread per step.
+constexpr size_t kGroup = 4;
+
+struct Group {
+  float v[kGroup];
+};
+
+// Elements i .. i+3 of x[0, n) (i a multiple of kGroup); those at or past n read as 0.
+template <bool kVec>
+__device__ __forceinline__ Group Load4(const float* x, size_t i, size_t n) {
+  Group r;
+  if (kVec && i + kGroup <= n) {
+    const float4 q = *reinterpret_cast<const float4*>(x + i);
+    r.v[0] = q.x;
+    r.v[1] = q.y;
+    r.v[2] = q.z;
+    r.v[3] = q.w;
+  } else {
+#pragma unroll
+    for (size_t e = 0; e < kGroup; ++e) r.v[e] = i + e < n ? x[i + e] : 0.0f;
+  }
+  return r;
+}
+
+// Stores the elements of r that lie below n at x[i ...].
+template <bool kVec>
+__device__ __forceinline__ void Store4(float* x, size_t i, size_t n, const Group& r) {
+  if (kVec && i + kGroup <= n) {
+    *reinterpret_cast<float4*>(x + i) = make_float4(r.v[0], r.v[1], r.v[2], r.v[3]);
+  } else {
+#pragma unroll
+    for (size_t e = 0; e < kGroup; ++e) {
+      if (i + e < n) x[i + e] = r.v[e];
+    }
+  }
+}
+
+// The first element of this thread's first group along grid.x, and the grid's step.
+__device__ __forceinline__ size_t FirstElement() {
+  return (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kGroup;
+}
+__device__ __forceinline__ size_t ElementStride() {
+  return static_cast<size_t>(gridDim.x) * blockDim.x * kGroup;
+}
 
 // Block scales sit at offset 0 of blocks of 4 + chunk/8 bytes, so they are only byte aligned.
 __device__ __forceinline__ float LoadScale(const uint8_t* block) {
@@ -76,8 +134,14 @@ __device__ __forceinline__ void StoreScale(uint8_t* block, float s) {
   memcpy(block, &s, sizeof(s));
 }
 
-__device__ __forceinline__ float Decode(const uint8_t* bits, size_t j, float s) {
-  return ((bits[j >> 3] >> (j & 7)) & 1u) ? s : -s;
+// The sign nibble of the group at element j (a multiple of kGroup) of a block's bits.
+__device__ __forceinline__ unsigned LoadNibble(const uint8_t* bits, size_t j) {
+  return static_cast<unsigned>(bits[j >> 3]) >> (j & 4);
+}
+
+// Element e of a group: +s where its bit is set, else -s (the contract's decode).
+__device__ __forceinline__ float DecodeBit(unsigned nibble, size_t e, float s) {
+  return ((nibble >> e) & 1u) ? s : -s;
 }
 
 // s = float(sqrt(sumsq / n)) in float64, s = 0 when n = 0 (the contract's scale).
@@ -99,12 +163,19 @@ __device__ __forceinline__ double SquareF64(float x) {
   return static_cast<double>(x) * static_cast<double>(x);
 }
 
+// Adds the squares of a group's elements to *sum, in element order.
+__device__ __forceinline__ void AddSquares(const Group& x, double* sum) {
+#pragma unroll
+  for (size_t e = 0; e < kGroup; ++e) *sum += SquareF64(x.v[e]);
+}
+
 // ---------------------------------------------------------------------------------------
 // Reductions: a fixed tree
 //
 // A float64 sum over n elements runs on ReduceBlocks(n) blocks, a function of n alone:
-//   1. thread t of block b adds the squares of elements b*kThreads + t + k*stride,
-//      k = 0, 1, ... (stride = ReduceBlocks(n) * kThreads), in that order;
+//   1. thread t of block b adds the squares of the groups (kGroup elements, in order)
+//      starting at elements kGroup * (b*kThreads + t + k*stride), k = 0, 1, ... (stride =
+//      ReduceBlocks(n) * kThreads), in that order;
 //   2. each block adds its threads' sums by a fixed shuffle tree (BlockSum) and stores the
 //      result in partials[b];
 //   3. the last block to finish adds partials[0..ReduceBlocks(n)) in index order, by the
@@ -113,17 +184,18 @@ __device__ __forceinline__ double SquareF64(float x) {
 // order, does not depend on which block that is. Adding the block sums with atomicAdd, as
 // this file once did, made the last bit depend on the order in which blocks finished.
 // The grid must not depend on the SM count either, or the same tensor would be summed in
-// another order on another GPU.
+// another order on another GPU. Nor does the order depend on kVec: a group's elements are
+// added in the same order however they were loaded. (ServerInputKernel's threads take spans
+// of two groups, kServerSpan elements, in place of one: the same rule with 8 for 4.)
 
 // At most this many blocks per reduction: ~4 waves of 256-thread blocks on an H100 (132 SMs
 // x 8 resident), ~5 on an A100 (108 x 8), so the last, partial wave costs little on either;
-// 32 KB of partials. Up to n = 1056 * kThreads this is the grid the SM count gave on an
-// H100; above that, more blocks whose threads loop fewer times.
+// 32 KB of partials. Past n = 4096 * kThreads * kGroup (4M elements) threads loop.
 constexpr size_t kMaxReduceBlocks = 4096;
 
 // The grid of every reduction kernel over n > 0 elements: depends on n alone (see above).
 constexpr unsigned ReduceBlocks(size_t n) {
-  const size_t blocks = (n + kThreads - 1) / kThreads;
+  const size_t blocks = (n + kThreads * kGroup - 1) / (kThreads * kGroup);
   return static_cast<unsigned>(blocks < kMaxReduceBlocks ? blocks : kMaxReduceBlocks);
 }
 
@@ -187,140 +259,188 @@ struct AdamArgs {
   float neg_lr, eps, weight_decay;
 };
 
+template <bool kVec>
 __global__ void MomentumKernel(float beta1, float one_minus_beta1, const float* g, float* m,
                                size_t n) {
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride) {
-    m[i] = fmaf(beta1, m[i], __fmul_rn(one_minus_beta1, g[i]));
+  for (size_t i = FirstElement(); i < n; i += ElementStride()) {
+    const Group gv = Load4<kVec>(g, i, n);
+    Group mv = Load4<kVec>(m, i, n);
+#pragma unroll
+    for (size_t e = 0; e < kGroup; ++e) {
+      mv.v[e] = fmaf(beta1, mv.v[e], __fmul_rn(one_minus_beta1, gv.v[e]));
+    }
+    Store4<kVec>(m, i, n, mv);
   }
 }
 
-// Worker pass 1: err = x (see Backend::CompressWorker), scratch->total = sum of x^2.
-template <bool kFusedMomentum>
-__global__ void WorkerInputKernel(const float* m, const float* g, float beta1,
-                                  float one_minus_beta1, size_t n, size_t n_pad, float* err,
-                                  ReductionScratch* scratch) {
+// Worker pass 1: err = x (see Backend::CompressWorker), scratch->total = sum of x^2. err
+// has n_pad elements, a multiple of 8; m and g have n.
+template <bool kFusedMomentum, bool kVec>
+__global__ void WorkerInputKernel(const float* __restrict__ m, const float* __restrict__ g,
+                                  float beta1, float one_minus_beta1, size_t n, size_t n_pad,
+                                  float* __restrict__ err, ReductionScratch* scratch) {
   double local = 0.0;
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n_pad;
-       i += stride) {
-    float x = err[i];
+  for (size_t i = FirstElement(); i < n_pad; i += ElementStride()) {
+    Group x = Load4<kVec>(err, i, n_pad);
     if (i < n) {
-      const float mi =
-          kFusedMomentum ? fmaf(beta1, m[i], __fmul_rn(one_minus_beta1, g[i])) : m[i];
-      x = __fadd_rn(mi, x);
-      err[i] = x;
+      const Group mv = Load4<kVec>(m, i, n);
+      const Group gv = kFusedMomentum ? Load4<kVec>(g, i, n) : Group{};
+#pragma unroll
+      for (size_t e = 0; e < kGroup; ++e) {
+        if (i + e < n) {
+          const float mi = kFusedMomentum
+                               ? fmaf(beta1, mv.v[e], __fmul_rn(one_minus_beta1, gv.v[e]))
+                               : mv.v[e];
+          x.v[e] = __fadd_rn(mi, x.v[e]);
+        }
+      }
+      Store4<kVec>(err, i, n_pad, x);  // past n: the padding's error, unchanged
     }
-    local += SquareF64(x);
+    AddSquares(x, &local);
   }
   FinishReduction(local, scratch);
 }
 
 // Server pass 1: err = fma(sum over workers in rank order of decode(block w), 1/W, err),
-// scratch->total = sum of err^2. The loop over elements advances block-uniformly so that the
-// whole block can stage worker scales in shared memory, kThreads workers at a time.
+// scratch->total = sum of err^2. A thread takes a span of kServerSpan = 8 elements per step
+// (one byte of every worker's bits, two groups of err), so that each byte load serves 8
+// elements and 32 bytes of err are in flight per thread; its err is loaded before the
+// bits, so that both are in flight together. The loop over spans advances block-uniformly
+// so that the whole block can stage worker scales in shared memory, kThreads workers at a
+// time (with W <= kThreads, once for the whole kernel).
+constexpr size_t kServerSpan = 2 * kGroup;
+
+template <bool kVec>
 __global__ void ServerInputKernel(const uint8_t* blocks, size_t block_bytes, int num_workers,
                                   size_t chunk, float inv_w, float* err,
                                   ReductionScratch* scratch) {
   __shared__ float scales[kThreads];
+  int staged = -1;  // the first worker of the tile in `scales`; the same in every thread
   double local = 0.0;
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t base = static_cast<size_t>(blockIdx.x) * blockDim.x; base < chunk;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x * kServerSpan;
+  for (size_t base = static_cast<size_t>(blockIdx.x) * blockDim.x * kServerSpan; base < chunk;
        base += stride) {
-    const size_t j = base + threadIdx.x;
-    const bool valid = j < chunk;
-    float acc = 0.0f;
+    const size_t j = base + threadIdx.x * kServerSpan;
+    const bool valid = j < chunk;  // chunk is a multiple of 8: a valid span is whole
+    Group y[2] = {}, acc[2] = {};
+    if (valid) {
+      y[0] = Load4<kVec>(err, j, chunk);
+      y[1] = Load4<kVec>(err, j + kGroup, chunk);
+    }
     for (int w0 = 0; w0 < num_workers; w0 += kThreads) {
       const int tile = min(kThreads, num_workers - w0);
-      __syncthreads();  // Nobody still reads the previous tile's scales.
-      if (static_cast<int>(threadIdx.x) < tile) {
-        scales[threadIdx.x] = LoadScale(blocks + (w0 + threadIdx.x) * block_bytes);
+      if (staged != w0) {
+        __syncthreads();  // Nobody still reads the previous tile's scales.
+        if (static_cast<int>(threadIdx.x) < tile) {
+          scales[threadIdx.x] =
+              LoadScale(blocks + static_cast<size_t>(w0 + threadIdx.x) * block_bytes);
+        }
+        __syncthreads();
+        staged = w0;
       }
-      __syncthreads();
       if (valid) {
-        const uint8_t* bits = blocks + w0 * block_bytes + 4;
+        const uint8_t* bits = blocks + static_cast<size_t>(w0) * block_bytes + 4 + (j >> 3);
+#pragma unroll 8
         for (int w = 0; w < tile; ++w, bits += block_bytes) {
-          acc = __fadd_rn(acc, Decode(bits, j, scales[w]));
+          const unsigned byte = *bits;
+          const float s = scales[w];
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+#pragma unroll
+            for (size_t e = 0; e < kGroup; ++e) {
+              acc[h].v[e] = __fadd_rn(acc[h].v[e], DecodeBit(byte >> (4 * h), e, s));
+            }
+          }
         }
       }
     }
     if (valid) {
-      const float y = fmaf(acc, inv_w, err[j]);
-      err[j] = y;
-      local += SquareF64(y);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (size_t e = 0; e < kGroup; ++e) y[h].v[e] = fmaf(acc[h].v[e], inv_w, y[h].v[e]);
+        Store4<kVec>(err, j + h * kGroup, chunk, y[h]);
+        AddSquares(y[h], &local);
+      }
     }
   }
   FinishReduction(local, scratch);
 }
 
 // Pass 2 of both compressions: x is in err; s comes from the sum of squares *sumsq over
-// n_scale elements.
-// Writes s and the packed signs of each chunk and sets err = x - s*sign(x). grid.y walks
-// the chunks; the warps of grid.x walk 32-element groups of a chunk, so each ballot is one
-// little-endian sign word (a chunk is only a multiple of 8, so the last word of a chunk may
-// be partial and sign words are byte aligned: they are stored as bytes).
+// n_scale elements. Writes s and the packed signs of each chunk and sets
+// err = x - s*sign(x). grid.y walks the chunks, grid.x the groups of a chunk; the loop
+// over groups advances warp-uniformly (every lane reaches the shuffle).
+template <bool kVec>
 __global__ void SignPackKernel(const double* sumsq, size_t n_scale, size_t num_chunks,
                                size_t chunk, size_t block_bytes, float* err, uint8_t* out) {
   const float s = ScaleFromSumSquares(*sumsq, n_scale);
-  const int lane = threadIdx.x & 31;
-  const size_t warp = (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  const size_t warp_stride = (static_cast<size_t>(gridDim.x) * blockDim.x) >> 5;
+  const unsigned lane = threadIdx.x & 31;
+  const size_t warp_first = FirstElement() - lane * kGroup;  // the warp's first element
   for (size_t k = blockIdx.y; k < num_chunks; k += gridDim.y) {
     float* x_chunk = err + k * chunk;
     uint8_t* block = out + k * block_bytes;
     if (blockIdx.x == 0 && threadIdx.x == 0) StoreScale(block, s);
-    for (size_t j0 = warp * 32; j0 < chunk; j0 += warp_stride * 32) {
-      const size_t j = j0 + lane;
-      const bool valid = j < chunk;
-      const float x = valid ? x_chunk[j] : 0.0f;
-      const bool positive = x >= 0.0f;  // sign(0) = +1; NaN counts as negative, like the CPU.
-      const unsigned word = __ballot_sync(kFullMask, valid && positive);
-      if (valid) x_chunk[j] = positive ? __fsub_rn(x, s) : __fadd_rn(x, s);
-      if (lane < 4 && j0 + 8 * lane < chunk) {
-        block[4 + j0 / 8 + lane] = static_cast<uint8_t>(word >> (8 * lane));
+    for (size_t j0 = warp_first; j0 < chunk; j0 += ElementStride()) {
+      const size_t j = j0 + lane * kGroup;
+      const bool valid = j < chunk;  // whole groups: chunk is a multiple of 8
+      unsigned nibble = 0;
+      if (valid) {
+        Group x = Load4<kVec>(x_chunk, j, chunk);
+#pragma unroll
+        for (size_t e = 0; e < kGroup; ++e) {
+          // sign(0) = +1; NaN counts as negative, like the CPU.
+          const bool positive = x.v[e] >= 0.0f;
+          nibble |= static_cast<unsigned>(positive) << e;
+          x.v[e] = positive ? __fsub_rn(x.v[e], s) : __fadd_rn(x.v[e], s);
+        }
+        Store4<kVec>(x_chunk, j, chunk, x);
       }
+      const unsigned high = __shfl_down_sync(kFullMask, nibble, 1);
+      // An even lane's group starts a byte (j is a multiple of 8), whose second half is the
+      // next lane's group, also inside the chunk.
+      if ((lane & 1) == 0 && valid) block[4 + (j >> 3)] = static_cast<uint8_t>(nibble | (high << 4));
     }
   }
 }
 
 // out[i] = decode(blocks)[i] for i < n.
+template <bool kVec>
 __global__ void DecompressKernel(const uint8_t* blocks, size_t block_bytes, size_t num_chunks,
                                  size_t chunk, size_t n, float* out) {
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t k = blockIdx.y; k < num_chunks && k * chunk < n; k += gridDim.y) {
     const uint8_t* block = blocks + k * block_bytes;
     const float s = LoadScale(block);
     const size_t count = min(chunk, n - k * chunk);
     float* out_chunk = out + k * chunk;
-    for (size_t j = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < count;
-         j += stride) {
-      out_chunk[j] = Decode(block + 4, j, s);
+    for (size_t j = FirstElement(); j < count; j += ElementStride()) {
+      const unsigned nibble = LoadNibble(block + 4, j);
+      Group r;
+#pragma unroll
+      for (size_t e = 0; e < kGroup; ++e) r.v[e] = DecodeBit(nibble, e, s);
+      Store4<kVec>(out_chunk, j, count, r);
     }
   }
 }
 
-// out[i] = sum over rows in row order, from 0.0f like the CPU backend. Each thread reads
-// its element of every row before writing, so out may be one of the rows.
-__global__ void SumRowsKernel(const float* rows, int num_rows, size_t count, float* out) {
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
-       i += stride) {
-    float acc = 0.0f;
-    for (int j = 0; j < num_rows; ++j) acc = __fadd_rn(acc, rows[j * count + i]);
-    out[i] = acc;
-  }
-}
-
-// SumRowsKernel's sum, times inv (the CPU backend's two roundings: the sum, the product).
-__global__ void AverageRowsKernel(const float* rows, int num_rows, size_t count, float inv,
-                                  float* out) {
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
-       i += stride) {
-    float acc = 0.0f;
-    for (int j = 0; j < num_rows; ++j) acc = __fadd_rn(acc, rows[j * count + i]);
-    out[i] = __fmul_rn(acc, inv);
+// out[i] = sum over rows in row order, from 0.0f like the CPU backend, times inv when
+// kAverage (the CPU backend's two roundings: the sum, the product). Each thread reads its
+// elements of every row before writing, so out may be one of the rows.
+template <bool kAverage, bool kVec>
+__global__ void SumRowsKernel(const float* rows, int num_rows, size_t count, float inv,
+                              float* out) {
+  for (size_t i = FirstElement(); i < count; i += ElementStride()) {
+    Group acc = {};
+    for (int r = 0; r < num_rows; ++r) {
+      const Group x = Load4<kVec>(rows + static_cast<size_t>(r) * count, i, count);
+#pragma unroll
+      for (size_t e = 0; e < kGroup; ++e) acc.v[e] = __fadd_rn(acc.v[e], x.v[e]);
+    }
+    if (kAverage) {
+#pragma unroll
+      for (size_t e = 0; e < kGroup; ++e) acc.v[e] = __fmul_rn(acc.v[e], inv);
+    }
+    Store4<kVec>(out, i, count, acc);
   }
 }
 
@@ -380,62 +500,95 @@ __global__ void WireToFloatKernel(const void* in, size_t n, float* out) {
   }
 }
 
+
+template <bool kVec>
 __global__ void AdamWarmupKernel(AdamArgs a, const float* g, float grad_scale, float* m,
                                  float* v, float* p, size_t n) {
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride) {
-    const float gi = __fmul_rn(g[i], grad_scale);
-    const float mi = fmaf(a.beta1, m[i], __fmul_rn(a.one_minus_beta1, gi));
-    const float vi = fmaf(a.beta2, v[i], __fmul_rn(__fmul_rn(a.one_minus_beta2, gi), gi));
-    m[i] = mi;
-    v[i] = vi;
-    p[i] = AdamStep(mi, vi, p[i], a.neg_lr, a.eps, a.weight_decay);
+  for (size_t i = FirstElement(); i < n; i += ElementStride()) {
+    const Group gv = Load4<kVec>(g, i, n);
+    Group mv = Load4<kVec>(m, i, n), vv = Load4<kVec>(v, i, n), pv = Load4<kVec>(p, i, n);
+#pragma unroll
+    for (size_t e = 0; e < kGroup; ++e) {
+      const float gi = __fmul_rn(gv.v[e], grad_scale);
+      mv.v[e] = fmaf(a.beta1, mv.v[e], __fmul_rn(a.one_minus_beta1, gi));
+      vv.v[e] = fmaf(a.beta2, vv.v[e], __fmul_rn(__fmul_rn(a.one_minus_beta2, gi), gi));
+      pv.v[e] = AdamStep(mv.v[e], vv.v[e], pv.v[e], a.neg_lr, a.eps, a.weight_decay);
+    }
+    Store4<kVec>(m, i, n, mv);
+    Store4<kVec>(v, i, n, vv);
+    Store4<kVec>(p, i, n, pv);
   }
 }
 
 // Without a mask m is only read: skipping its store saves a quarter of the traffic.
+template <bool kVec>
 __global__ void FrozenAdamKernel(AdamArgs a, const float* v, const float* mask, float* m,
                                  float* p, size_t n) {
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride) {
-    float mi = m[i];
+  for (size_t i = FirstElement(); i < n; i += ElementStride()) {
+    Group mv = Load4<kVec>(m, i, n);
     if (mask != nullptr) {
-      mi = __fmul_rn(mi, mask[i]);
-      m[i] = mi;
+      const Group k = Load4<kVec>(mask, i, n);
+#pragma unroll
+      for (size_t e = 0; e < kGroup; ++e) mv.v[e] = __fmul_rn(mv.v[e], k.v[e]);
+      Store4<kVec>(m, i, n, mv);
     }
-    p[i] = AdamStep(mi, v[i], p[i], a.neg_lr, a.eps, a.weight_decay);
+    const Group vv = Load4<kVec>(v, i, n);
+    Group pv = Load4<kVec>(p, i, n);
+#pragma unroll
+    for (size_t e = 0; e < kGroup; ++e) {
+      pv.v[e] = AdamStep(mv.v[e], vv.v[e], pv.v[e], a.neg_lr, a.eps, a.weight_decay);
+    }
+    Store4<kVec>(p, i, n, pv);
   }
 }
 
+template <bool kVec>
 __global__ void DecompressFrozenAdamKernel(const uint8_t* blocks, size_t block_bytes,
-                                           size_t num_chunks, size_t chunk, AdamArgs a, const float* v,
-                                           const float* mask, float* m, float* p, size_t n) {
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+                                           size_t num_chunks, size_t chunk, AdamArgs a,
+                                           const float* v, const float* mask, float* m,
+                                           float* p, size_t n) {
   for (size_t k = blockIdx.y; k < num_chunks && k * chunk < n; k += gridDim.y) {
     const uint8_t* block = blocks + k * block_bytes;
     const float s = LoadScale(block);
     const size_t begin = k * chunk;
     const size_t count = min(chunk, n - begin);
-    for (size_t j = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < count;
-         j += stride) {
+    for (size_t j = FirstElement(); j < count; j += ElementStride()) {
       const size_t i = begin + j;
-      float mi = Decode(block + 4, j, s);
-      if (mask != nullptr) mi = __fmul_rn(mi, mask[i]);
-      m[i] = mi;
-      p[i] = AdamStep(mi, v[i], p[i], a.neg_lr, a.eps, a.weight_decay);
+      const unsigned nibble = LoadNibble(block + 4, j);
+      Group mv;
+#pragma unroll
+      for (size_t e = 0; e < kGroup; ++e) mv.v[e] = DecodeBit(nibble, e, s);
+      if (mask != nullptr) {
+        const Group mk = Load4<kVec>(mask, i, n);
+#pragma unroll
+        for (size_t e = 0; e < kGroup; ++e) mv.v[e] = __fmul_rn(mv.v[e], mk.v[e]);
+      }
+      const Group vv = Load4<kVec>(v, i, n);
+      Group pv = Load4<kVec>(p, i, n);
+#pragma unroll
+      for (size_t e = 0; e < kGroup; ++e) {
+        pv.v[e] = AdamStep(mv.v[e], vv.v[e], pv.v[e], a.neg_lr, a.eps, a.weight_decay);
+      }
+      Store4<kVec>(m, i, n, mv);
+      Store4<kVec>(p, i, n, pv);
     }
   }
 }
 
+// Two groups per step, both loaded before either is added, so that twice the bytes are in
+// flight; the additions keep the order of a one-group loop (see "Reductions").
+template <bool kVec>
 __global__ void SumSquaresKernel(const float* x, size_t n, ReductionScratch* scratch) {
   double local = 0.0;
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride) {
-    local += SquareF64(x[i]);
+  const size_t stride = ElementStride();
+  size_t i = FirstElement();
+  for (; i + stride < n; i += 2 * stride) {
+    const Group a = Load4<kVec>(x, i, n);
+    const Group b = Load4<kVec>(x, i + stride, n);
+    AddSquares(a, &local);
+    AddSquares(b, &local);
   }
+  if (i < n) AddSquares(Load4<kVec>(x, i, n), &local);
   FinishReduction(local, scratch);
 }
 
@@ -525,58 +678,121 @@ __device__ __forceinline__ void Int8Track(float x, unsigned* min_key, unsigned* 
 }
 
 // Worker pass 1: err = x (as for 1 bit) and each chunk's range. grid.y walks the chunks.
-// The loop over a chunk advances warp-uniformly, so that every lane reaches the commit.
-template <bool kFusedMomentum>
-__global__ void WorkerInputInt8Kernel(const float* m, const float* g, float beta1,
-                                      float one_minus_beta1, size_t n, size_t num_chunks,
-                                      size_t chunk, float* err, Int8Ranges ranges) {
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+// Every lane reaches the commit after its loop.
+template <bool kFusedMomentum, bool kVec>
+__global__ void WorkerInputInt8Kernel(const float* __restrict__ m, const float* __restrict__ g,
+                                      float beta1, float one_minus_beta1, size_t n,
+                                      size_t num_chunks, size_t chunk, float* __restrict__ err,
+                                      Int8Ranges ranges) {
   for (size_t k = blockIdx.y; k < num_chunks; k += gridDim.y) {
     unsigned min_key = 0xffffffffu, max_key = 0u, nan = 0u;
-    for (size_t j = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < chunk;
-         j += stride) {
+    float* x_chunk = err + k * chunk;
+    for (size_t j = FirstElement(); j < chunk; j += ElementStride()) {
       const size_t i = k * chunk + j;
-      float x = err[i];
+      Group x = Load4<kVec>(x_chunk, j, chunk);
       if (i < n) {
-        const float mi =
-            kFusedMomentum ? fmaf(beta1, m[i], __fmul_rn(one_minus_beta1, g[i])) : m[i];
-        x = __fadd_rn(mi, x);
-        err[i] = x;
+        const Group mv = Load4<kVec>(m, i, n);
+        const Group gv = kFusedMomentum ? Load4<kVec>(g, i, n) : Group{};
+#pragma unroll
+        for (size_t e = 0; e < kGroup; ++e) {
+          if (i + e < n) {
+            const float mi = kFusedMomentum
+                                 ? fmaf(beta1, mv.v[e], __fmul_rn(one_minus_beta1, gv.v[e]))
+                                 : mv.v[e];
+            x.v[e] = __fadd_rn(mi, x.v[e]);
+          }
+        }
+        Store4<kVec>(x_chunk, j, chunk, x);
       }
-      Int8Track(x, &min_key, &max_key, &nan);
+#pragma unroll
+      for (size_t e = 0; e < kGroup; ++e) Int8Track(x.v[e], &min_key, &max_key, &nan);
     }
     Int8WarpCommit(min_key, max_key, nan, ranges, k);
   }
 }
 
 // Server pass 1: err = y = fma(sum over workers in rank order of decode(block w), 1/W, err)
-// and the chunk's range (in ranges entry 0).
+// and the chunk's range (in ranges entry 0). As ServerInputKernel: spans of 8 elements (8
+// codes of every worker, one aligned 8-byte load where the blocks start on 8 bytes: blocks
+// of 8 + chunk bytes, chunk a multiple of 8), err loaded first, the workers' scales and
+// offsets staged in shared memory.
+template <bool kVec>
 __global__ void ServerInputInt8Kernel(const uint8_t* blocks, size_t block_bytes, int num_workers,
                                       size_t chunk, float inv_w, float* err, Int8Ranges ranges) {
+  __shared__ float scales[kThreads], offsets[kThreads];
+  int staged = -1;  // as in ServerInputKernel
+  const bool aligned = (reinterpret_cast<uintptr_t>(blocks) & 7) == 0;
   unsigned min_key = 0xffffffffu, max_key = 0u, nan = 0u;
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t j = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < chunk;
-       j += stride) {
-    float acc = 0.0f;
-    const uint8_t* block = blocks;
-    for (int w = 0; w < num_workers; ++w, block += block_bytes) {
-      float s, lo;
-      memcpy(&s, block, sizeof(s));
-      memcpy(&lo, block + 4, sizeof(lo));
-      acc = __fadd_rn(acc, Int8Decode(block[8 + j], s, lo));
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x * kServerSpan;
+  for (size_t base = static_cast<size_t>(blockIdx.x) * blockDim.x * kServerSpan; base < chunk;
+       base += stride) {
+    const size_t j = base + threadIdx.x * kServerSpan;
+    const bool valid = j < chunk;
+    Group y[2] = {}, acc[2] = {};
+    if (valid) {
+      y[0] = Load4<kVec>(err, j, chunk);
+      y[1] = Load4<kVec>(err, j + kGroup, chunk);
     }
-    const float y = fmaf(acc, inv_w, err[j]);
-    err[j] = y;
-    Int8Track(y, &min_key, &max_key, &nan);
+    for (int w0 = 0; w0 < num_workers; w0 += kThreads) {
+      const int tile = min(kThreads, num_workers - w0);
+      if (staged != w0) {
+        __syncthreads();
+        if (static_cast<int>(threadIdx.x) < tile) {
+          const uint8_t* block = blocks + static_cast<size_t>(w0 + threadIdx.x) * block_bytes;
+          memcpy(&scales[threadIdx.x], block, sizeof(float));
+          memcpy(&offsets[threadIdx.x], block + 4, sizeof(float));
+        }
+        __syncthreads();
+        staged = w0;
+      }
+      if (valid) {
+        const uint8_t* codes = blocks + static_cast<size_t>(w0) * block_bytes + 8 + j;
+#pragma unroll 8
+        for (int w = 0; w < tile; ++w, codes += block_bytes) {
+          const float s = scales[w], lo = offsets[w];
+          unsigned words[2];  // codes 0-3 and 4-7, code e at byte e % 4
+          if (aligned) {
+            const uint2 q = *reinterpret_cast<const uint2*>(codes);
+            words[0] = q.x;
+            words[1] = q.y;
+          } else {
+            words[0] = words[1] = 0;
+#pragma unroll
+            for (size_t e = 0; e < kServerSpan; ++e) {
+              words[e / kGroup] |= static_cast<unsigned>(codes[e]) << (8 * (e % kGroup));
+            }
+          }
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+#pragma unroll
+            for (size_t e = 0; e < kGroup; ++e) {
+              const uint8_t q = static_cast<uint8_t>(words[h] >> (8 * e));
+              acc[h].v[e] = __fadd_rn(acc[h].v[e], Int8Decode(q, s, lo));
+            }
+          }
+        }
+      }
+    }
+    if (valid) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (size_t e = 0; e < kGroup; ++e) {
+          y[h].v[e] = fmaf(acc[h].v[e], inv_w, y[h].v[e]);
+          Int8Track(y[h].v[e], &min_key, &max_key, &nan);
+        }
+        Store4<kVec>(err, j + h * kGroup, chunk, y[h]);
+      }
+    }
   }
   Int8WarpCommit(min_key, max_key, nan, ranges, 0);
 }
 
 // Pass 2 of both int8 compressions: x is in err; each chunk's scale and offset from its
 // range; codes, and err = x - decode(q).
+template <bool kVec>
 __global__ void QuantizeInt8Kernel(Int8Ranges ranges, size_t num_chunks, size_t chunk,
                                    size_t block_bytes, float* err, uint8_t* out) {
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t k = blockIdx.y; k < num_chunks; k += gridDim.y) {
     const Int8Params p = Int8ParamsFor(ranges.min_key[k], ranges.max_key[k], ranges.nan[k]);
     uint8_t* block = out + k * block_bytes;
@@ -585,23 +801,34 @@ __global__ void QuantizeInt8Kernel(Int8Ranges ranges, size_t num_chunks, size_t 
       memcpy(block + 4, &p.lo, sizeof(p.lo));
     }
     float* x_chunk = err + k * chunk;
-    for (size_t j = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < chunk;
-         j += stride) {
-      const float x = x_chunk[j];
-      float r = __fmul_rn(__fsub_rn(x, p.lo), p.inv);
-      r = r > 0.0f ? r : 0.0f;  // NaN -> 0
-      r = r < 255.0f ? r : 255.0f;
-      const uint8_t q = static_cast<uint8_t>(__float2uint_rn(r));  // ties to even
-      block[8 + j] = q;
-      x_chunk[j] = __fsub_rn(x, Int8Decode(q, p.scale, p.lo));
+    for (size_t j = FirstElement(); j < chunk; j += ElementStride()) {
+      Group x = Load4<kVec>(x_chunk, j, chunk);
+      unsigned packed = 0;
+#pragma unroll
+      for (size_t e = 0; e < kGroup; ++e) {
+        float r = __fmul_rn(__fsub_rn(x.v[e], p.lo), p.inv);
+        r = r > 0.0f ? r : 0.0f;  // NaN -> 0
+        r = r < 255.0f ? r : 255.0f;
+        const uint8_t q = static_cast<uint8_t>(__float2uint_rn(r));  // ties to even
+        packed |= static_cast<unsigned>(q) << (8 * e);
+        x.v[e] = __fsub_rn(x.v[e], Int8Decode(q, p.scale, p.lo));
+      }
+      Store4<kVec>(x_chunk, j, chunk, x);
+      uint8_t* codes = block + 8 + j;
+      if ((reinterpret_cast<uintptr_t>(codes) & 3) == 0) {
+        *reinterpret_cast<uint32_t*>(codes) = packed;  // little-endian: code e at byte e
+      } else {
+#pragma unroll
+        for (size_t e = 0; e < kGroup; ++e) codes[e] = static_cast<uint8_t>(packed >> (8 * e));
+      }
     }
   }
 }
 
 // out[i] = decode(blocks)[i] for i < n.
+template <bool kVec>
 __global__ void DecompressInt8Kernel(const uint8_t* blocks, size_t block_bytes, size_t num_chunks,
                                      size_t chunk, size_t n, float* out) {
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t k = blockIdx.y; k < num_chunks && k * chunk < n; k += gridDim.y) {
     const uint8_t* block = blocks + k * block_bytes;
     float s, lo;
@@ -609,133 +836,201 @@ __global__ void DecompressInt8Kernel(const uint8_t* blocks, size_t block_bytes, 
     memcpy(&lo, block + 4, sizeof(lo));
     const size_t count = min(chunk, n - k * chunk);
     float* out_chunk = out + k * chunk;
-    for (size_t j = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < count;
-         j += stride) {
-      out_chunk[j] = Int8Decode(block[8 + j], s, lo);
+    for (size_t j = FirstElement(); j < count; j += ElementStride()) {
+      const uint8_t* codes = block + 8 + j;  // a whole group: the chunk holds it
+      unsigned packed;
+      if ((reinterpret_cast<uintptr_t>(codes) & 3) == 0) {
+        packed = *reinterpret_cast<const uint32_t*>(codes);
+      } else {
+        packed = 0;
+#pragma unroll
+        for (size_t e = 0; e < kGroup; ++e) packed |= static_cast<unsigned>(codes[e]) << (8 * e);
+      }
+      Group r;
+#pragma unroll
+      for (size_t e = 0; e < kGroup; ++e) {
+        r.v[e] = Int8Decode(static_cast<uint8_t>(packed >> (8 * e)), s, lo);
+      }
+      Store4<kVec>(out_chunk, j, count, r);
     }
   }
 }
 
 // 0/1 Adam (Backend::ZeroOneLocalUpdate and the sync pair).
+template <bool kVec>
 __global__ void ZeroOneLocalKernel(AdamArgs a, const float* g, const float* v, float* m,
                                    float* p, float* acc, size_t n) {
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride) {
-    const float mi = fmaf(a.beta1, m[i], __fmul_rn(a.one_minus_beta1, g[i]));
-    const float pi = p[i];
-    float u = __fdiv_rn(mi, __fadd_rn(__fsqrt_rn(v[i]), a.eps));
-    if (a.weight_decay > 0.0f) u = fmaf(a.weight_decay, pi, u);
-    m[i] = mi;
-    p[i] = fmaf(a.neg_lr, u, pi);
-    acc[i] = fmaf(a.neg_lr, u, acc[i]);
+  for (size_t i = FirstElement(); i < n; i += ElementStride()) {
+    const Group gv = Load4<kVec>(g, i, n), vv = Load4<kVec>(v, i, n);
+    Group mv = Load4<kVec>(m, i, n), pv = Load4<kVec>(p, i, n), av = Load4<kVec>(acc, i, n);
+#pragma unroll
+    for (size_t e = 0; e < kGroup; ++e) {
+      const float mi = fmaf(a.beta1, mv.v[e], __fmul_rn(a.one_minus_beta1, gv.v[e]));
+      const float pi = pv.v[e];
+      float u = __fdiv_rn(mi, __fadd_rn(__fsqrt_rn(vv.v[e]), a.eps));
+      if (a.weight_decay > 0.0f) u = fmaf(a.weight_decay, pi, u);
+      mv.v[e] = mi;
+      pv.v[e] = fmaf(a.neg_lr, u, pi);
+      av.v[e] = fmaf(a.neg_lr, u, av.v[e]);
+    }
+    Store4<kVec>(m, i, n, mv);
+    Store4<kVec>(p, i, n, pv);
+    Store4<kVec>(acc, i, n, av);
   }
 }
 
+template <bool kVec>
 __global__ void ZeroOneSyncPrepareKernel(float eps, const float* v, float* acc, size_t n) {
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride) {
-    acc[i] = __fmul_rn(acc[i], __fadd_rn(__fsqrt_rn(v[i]), eps));
+  for (size_t i = FirstElement(); i < n; i += ElementStride()) {
+    const Group vv = Load4<kVec>(v, i, n);
+    Group av = Load4<kVec>(acc, i, n);
+#pragma unroll
+    for (size_t e = 0; e < kGroup; ++e) {
+      av.v[e] = __fmul_rn(av.v[e], __fadd_rn(__fsqrt_rn(vv.v[e]), eps));
+    }
+    Store4<kVec>(acc, i, n, av);
   }
 }
 
+template <bool kVec>
 __global__ void ZeroOneSyncApplyKernel(float eps, float lrs, const float* v, const float* mask,
                                        const float* avg, float* m, float* anchor, float* p,
                                        size_t n) {
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride) {
-    const float ai = avg[i];
+  for (size_t i = FirstElement(); i < n; i += ElementStride()) {
+    const Group av = Load4<kVec>(avg, i, n);
     if (lrs != 0.0f) {
-      float mi = __fdiv_rn(-ai, lrs);
-      if (mask != nullptr) mi = __fmul_rn(mi, mask[i]);
-      m[i] = mi;
+      Group mv;
+#pragma unroll
+      for (size_t e = 0; e < kGroup; ++e) mv.v[e] = __fdiv_rn(-av.v[e], lrs);
+      if (mask != nullptr) {
+        const Group mk = Load4<kVec>(mask, i, n);
+#pragma unroll
+        for (size_t e = 0; e < kGroup; ++e) mv.v[e] = __fmul_rn(mv.v[e], mk.v[e]);
+      }
+      Store4<kVec>(m, i, n, mv);
     }
-    const float pi = __fadd_rn(anchor[i], __fdiv_rn(ai, __fadd_rn(__fsqrt_rn(v[i]), eps)));
-    p[i] = pi;
-    anchor[i] = pi;
+    const Group vv = Load4<kVec>(v, i, n);
+    Group pv = Load4<kVec>(anchor, i, n);
+#pragma unroll
+    for (size_t e = 0; e < kGroup; ++e) {
+      pv.v[e] = __fadd_rn(pv.v[e], __fdiv_rn(av.v[e], __fadd_rn(__fsqrt_rn(vv.v[e]), eps)));
+    }
+    Store4<kVec>(p, i, n, pv);
+    Store4<kVec>(anchor, i, n, pv);
   }
 }
 
 // 1-bit LAMB's element-wise steps (Backend::AdamMomentsUpdate ... MaxDenomRatio).
+template <bool kVec>
 __global__ void AdamMomentsKernel(AdamArgs a, const float* g, float grad_scale, float* m,
                                   float* v, size_t n) {
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride) {
-    const float gi = __fmul_rn(g[i], grad_scale);
-    m[i] = fmaf(a.beta1, m[i], __fmul_rn(a.one_minus_beta1, gi));
-    v[i] = fmaf(a.beta2, v[i], __fmul_rn(__fmul_rn(a.one_minus_beta2, gi), gi));
+  for (size_t i = FirstElement(); i < n; i += ElementStride()) {
+    const Group gv = Load4<kVec>(g, i, n);
+    Group mv = Load4<kVec>(m, i, n), vv = Load4<kVec>(v, i, n);
+#pragma unroll
+    for (size_t e = 0; e < kGroup; ++e) {
+      const float gi = __fmul_rn(gv.v[e], grad_scale);
+      mv.v[e] = fmaf(a.beta1, mv.v[e], __fmul_rn(a.one_minus_beta1, gi));
+      vv.v[e] = fmaf(a.beta2, vv.v[e], __fmul_rn(__fmul_rn(a.one_minus_beta2, gi), gi));
+    }
+    Store4<kVec>(m, i, n, mv);
+    Store4<kVec>(v, i, n, vv);
   }
 }
 
+template <bool kVec>
 __global__ void AdamDirectionKernel(AdamArgs a, const float* m, const float* v, const float* p,
                                     float* u, size_t n) {
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride) {
-    float ui = __fdiv_rn(m[i], __fadd_rn(__fsqrt_rn(v[i]), a.eps));
-    if (a.weight_decay > 0.0f) ui = fmaf(a.weight_decay, p[i], ui);
-    u[i] = ui;
+  for (size_t i = FirstElement(); i < n; i += ElementStride()) {
+    const Group mv = Load4<kVec>(m, i, n), vv = Load4<kVec>(v, i, n);
+    Group uv;
+#pragma unroll
+    for (size_t e = 0; e < kGroup; ++e) uv.v[e] = __fdiv_rn(mv.v[e], __fadd_rn(__fsqrt_rn(vv.v[e]), a.eps));
+    if (a.weight_decay > 0.0f) {
+      const Group pv = Load4<kVec>(p, i, n);
+#pragma unroll
+      for (size_t e = 0; e < kGroup; ++e) uv.v[e] = fmaf(a.weight_decay, pv.v[e], uv.v[e]);
+    }
+    Store4<kVec>(u, i, n, uv);
   }
 }
 
+template <bool kVec>
 __global__ void AxpyKernel(float alpha, const float* x, float* y, size_t n) {
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride) {
-    y[i] = fmaf(alpha, x[i], y[i]);
+  for (size_t i = FirstElement(); i < n; i += ElementStride()) {
+    const Group xv = Load4<kVec>(x, i, n);
+    Group yv = Load4<kVec>(y, i, n);
+#pragma unroll
+    for (size_t e = 0; e < kGroup; ++e) yv.v[e] = fmaf(alpha, xv.v[e], yv.v[e]);
+    Store4<kVec>(y, i, n, yv);
   }
 }
 
+template <bool kVec>
 __global__ void ScaleKernel(float alpha, float* x, size_t n) {
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride) {
-    x[i] = __fmul_rn(x[i], alpha);
+  for (size_t i = FirstElement(); i < n; i += ElementStride()) {
+    Group xv = Load4<kVec>(x, i, n);
+#pragma unroll
+    for (size_t e = 0; e < kGroup; ++e) xv.v[e] = __fmul_rn(xv.v[e], alpha);
+    Store4<kVec>(x, i, n, xv);
   }
 }
 
+template <bool kVec>
 __global__ void ApplyMaskKernel(const float* mask, float* x, size_t n) {
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride) {
-    x[i] = __fmul_rn(x[i], mask[i]);
+  for (size_t i = FirstElement(); i < n; i += ElementStride()) {
+    const Group mk = Load4<kVec>(mask, i, n);
+    Group xv = Load4<kVec>(x, i, n);
+#pragma unroll
+    for (size_t e = 0; e < kGroup; ++e) xv.v[e] = __fmul_rn(xv.v[e], mk.v[e]);
+    Store4<kVec>(x, i, n, xv);
   }
 }
 
+// seen is written only where g is nonzero (or NaN): element by element.
+template <bool kVec>
 __global__ void MarkNonzeroKernel(const float* g, float* seen, size_t n) {
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride) {
-    const float gi = g[i];
-    if (gi != 0.0f || isnan(gi)) seen[i] = 1.0f;
+  for (size_t i = FirstElement(); i < n; i += ElementStride()) {
+    const Group gv = Load4<kVec>(g, i, n);
+#pragma unroll
+    for (size_t e = 0; e < kGroup; ++e) {
+      if (i + e < n && (gv.v[e] != 0.0f || isnan(gv.v[e]))) seen[i + e] = 1.0f;
+    }
   }
 }
 
+template <bool kVec>
 __global__ void FreshVarianceKernel(float beta1, float one_minus_beta1, float beta2,
                                     float one_minus_beta2, const float* m, const float* m_last,
                                     float* v_fresh, size_t n) {
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride) {
-    const float g = __fdiv_rn(fmaf(-beta1, m_last[i], m[i]), one_minus_beta1);
-    v_fresh[i] = fmaf(beta2, v_fresh[i], __fmul_rn(__fmul_rn(one_minus_beta2, g), g));
+  for (size_t i = FirstElement(); i < n; i += ElementStride()) {
+    const Group mv = Load4<kVec>(m, i, n), lv = Load4<kVec>(m_last, i, n);
+    Group fv = Load4<kVec>(v_fresh, i, n);
+#pragma unroll
+    for (size_t e = 0; e < kGroup; ++e) {
+      const float g = __fdiv_rn(fmaf(-beta1, lv.v[e], mv.v[e]), one_minus_beta1);
+      fv.v[e] = fmaf(beta2, fv.v[e], __fmul_rn(__fmul_rn(one_minus_beta2, g), g));
+    }
+    Store4<kVec>(v_fresh, i, n, fv);
   }
 }
 
 // The ratios are >= 0 (or a NaN, whose bits as produced here are above +inf's), so the
 // largest float is the largest unsigned bit pattern: atomicMax on the bits, in any order.
+template <bool kVec>
 __global__ void MaxDenomRatioKernel(float eps, const float* v, const float* v_fresh, size_t n,
                                     unsigned* max_bits) {
   unsigned local = 0;
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride) {
-    float r = __fdiv_rn(__fadd_rn(__fsqrt_rn(v[i]), eps), __fadd_rn(__fsqrt_rn(v_fresh[i]), eps));
-    if (isnan(r)) r = __int_as_float(0x7fffffff);
-    local = max(local, __float_as_uint(r));
+  for (size_t i = FirstElement(); i < n; i += ElementStride()) {
+    const Group vv = Load4<kVec>(v, i, n), fv = Load4<kVec>(v_fresh, i, n);
+#pragma unroll
+    for (size_t e = 0; e < kGroup; ++e) {
+      if (i + e >= n) break;
+      float r = __fdiv_rn(__fadd_rn(__fsqrt_rn(vv.v[e]), eps),
+                          __fadd_rn(__fsqrt_rn(fv.v[e]), eps));
+      if (isnan(r)) r = __int_as_float(0x7fffffff);
+      local = max(local, __float_as_uint(r));
+    }
   }
   for (int offset = 16; offset > 0; offset >>= 1) {
     local = max(local, __shfl_down_sync(0xffffffffu, local, offset));
@@ -750,6 +1045,18 @@ AdamArgs MakeAdamArgs(const AdamHyper& h) {
 }
 
 size_t CeilDiv(size_t a, size_t b) { return (a + b - 1) / b; }
+
+// Whether a kernel may run with kVec (see "Bandwidth"): every float array it touches starts
+// on a 16-byte boundary (a null array counts as aligned).
+template <typename... T>
+bool Vec(const T*... arrays) {
+  return ((reinterpret_cast<uintptr_t>(arrays) % 16 == 0) && ...);
+}
+
+// The same for rows of `count` floats laid end to end, and their output.
+bool RowsVec(const float* rows, size_t count, const float* out) {
+  return count % kGroup == 0 && Vec(rows, out);
+}
 
 // ---------------------------------------------------------------------------------------
 // The backend
@@ -881,7 +1188,8 @@ class CudaBackend final : public Backend {
   absl::Status MomentumUpdate(float beta1, const float* g, float* m, size_t n) override {
     if (n == 0) return absl::OkStatus();
     ONEBIT_RETURN_IF_ERROR(Activate());
-    MomentumKernel<<<Blocks(n), kThreads, 0, stream_>>>(beta1, 1.0f - beta1, g, m, n);
+    const auto kernel = Vec(g, m) ? MomentumKernel<true> : MomentumKernel<false>;
+    kernel<<<GroupBlocks(n), kThreads, 0, stream_>>>(beta1, 1.0f - beta1, g, m, n);
     ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
     return absl::OkStatus();
   }
@@ -893,15 +1201,16 @@ class CudaBackend final : public Backend {
     ONEBIT_RETURN_IF_ERROR(Activate());
     const size_t n_pad = num_chunks * chunk;
     if (n_pad == 0) return ZeroScales(out, num_chunks);
-    if (g != nullptr) {
-      WorkerInputKernel<true><<<ReduceBlocks(n_pad), kThreads, 0, stream_>>>(
-          m, g, beta1, 1.0f - beta1, n, n_pad, err, scratch_);
-    } else {
-      WorkerInputKernel<false><<<ReduceBlocks(n_pad), kThreads, 0, stream_>>>(
-          m, g, beta1, 1.0f - beta1, n, n_pad, err, scratch_);
-    }
+    const bool vec = Vec(m, g, err);
+    const auto input = g != nullptr ? (vec ? WorkerInputKernel<true, true>
+                                           : WorkerInputKernel<true, false>)
+                                    : (vec ? WorkerInputKernel<false, true>
+                                           : WorkerInputKernel<false, false>);
+    input<<<ReduceBlocks(n_pad), kThreads, 0, stream_>>>(m, g, beta1, 1.0f - beta1, n, n_pad,
+                                                         err, scratch_);
     ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
-    SignPackKernel<<<ChunkGrid(num_chunks, chunk), kThreads, 0, stream_>>>(
+    const auto pack = vec ? SignPackKernel<true> : SignPackKernel<false>;
+    pack<<<ChunkGrid(num_chunks, chunk), kThreads, 0, stream_>>>(
         &scratch_->total, n_pad, num_chunks, chunk, CompressedBlockBytes(chunk), err, out);
     ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
     return absl::OkStatus();
@@ -916,10 +1225,13 @@ class CudaBackend final : public Backend {
     ONEBIT_RETURN_IF_ERROR(Activate());
     if (chunk == 0) return ZeroScales(out, 1);
     const float inv_w = 1.0f / static_cast<float>(num_workers);
-    ServerInputKernel<<<ReduceBlocks(chunk), kThreads, 0, stream_>>>(
+    const bool vec = Vec(err);
+    const auto input = vec ? ServerInputKernel<true> : ServerInputKernel<false>;
+    input<<<ReduceBlocks(chunk), kThreads, 0, stream_>>>(
         blocks, CompressedBlockBytes(chunk), num_workers, chunk, inv_w, err, scratch_);
     ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
-    SignPackKernel<<<ChunkGrid(1, chunk), kThreads, 0, stream_>>>(
+    const auto pack = vec ? SignPackKernel<true> : SignPackKernel<false>;
+    pack<<<ChunkGrid(1, chunk), kThreads, 0, stream_>>>(
         &scratch_->total, chunk, 1, chunk, CompressedBlockBytes(chunk), err, out);
     ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
     return absl::OkStatus();
@@ -930,7 +1242,8 @@ class CudaBackend final : public Backend {
     ONEBIT_RETURN_IF_ERROR(CheckChunking(num_chunks, chunk, n));
     if (n == 0) return absl::OkStatus();
     ONEBIT_RETURN_IF_ERROR(Activate());
-    DecompressKernel<<<ChunkGrid(CeilDiv(n, chunk), chunk), kThreads, 0, stream_>>>(
+    const auto kernel = Vec(out) ? DecompressKernel<true> : DecompressKernel<false>;
+    kernel<<<ChunkGrid(CeilDiv(n, chunk), chunk), kThreads, 0, stream_>>>(
         blocks, CompressedBlockBytes(chunk), num_chunks, chunk, n, out);
     ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
     return absl::OkStatus();
@@ -945,16 +1258,17 @@ class CudaBackend final : public Backend {
     if (chunk == 0) return ZeroInt8Headers(out, num_chunks);
     ONEBIT_ASSIGN_OR_RETURN(Int8Ranges ranges, ResetRanges(num_chunks));
     const dim3 grid = ChunkGrid(num_chunks, chunk);
-    if (g != nullptr) {
-      WorkerInputInt8Kernel<true><<<grid, kThreads, 0, stream_>>>(
-          m, g, beta1, 1.0f - beta1, n, num_chunks, chunk, err, ranges);
-    } else {
-      WorkerInputInt8Kernel<false><<<grid, kThreads, 0, stream_>>>(
-          m, g, beta1, 1.0f - beta1, n, num_chunks, chunk, err, ranges);
-    }
+    const bool vec = Vec(m, g, err);
+    const auto input = g != nullptr ? (vec ? WorkerInputInt8Kernel<true, true>
+                                           : WorkerInputInt8Kernel<true, false>)
+                                    : (vec ? WorkerInputInt8Kernel<false, true>
+                                           : WorkerInputInt8Kernel<false, false>);
+    input<<<grid, kThreads, 0, stream_>>>(m, g, beta1, 1.0f - beta1, n, num_chunks, chunk, err,
+                                          ranges);
     ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
-    QuantizeInt8Kernel<<<grid, kThreads, 0, stream_>>>(ranges, num_chunks, chunk,
-                                                       Int8BlockBytes(chunk), err, out);
+    const auto quantize = vec ? QuantizeInt8Kernel<true> : QuantizeInt8Kernel<false>;
+    quantize<<<grid, kThreads, 0, stream_>>>(ranges, num_chunks, chunk, Int8BlockBytes(chunk),
+                                             err, out);
     ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
     return absl::OkStatus();
   }
@@ -969,10 +1283,13 @@ class CudaBackend final : public Backend {
     if (chunk == 0) return ZeroInt8Headers(out, 1);
     ONEBIT_ASSIGN_OR_RETURN(Int8Ranges ranges, ResetRanges(1));
     const float inv_w = 1.0f / static_cast<float>(num_workers);
-    ServerInputInt8Kernel<<<Blocks(chunk), kThreads, 0, stream_>>>(
+    const bool vec = Vec(err);
+    const auto input = vec ? ServerInputInt8Kernel<true> : ServerInputInt8Kernel<false>;
+    input<<<GroupBlocks(chunk), kThreads, 0, stream_>>>(
         blocks, Int8BlockBytes(chunk), num_workers, chunk, inv_w, err, ranges);
     ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
-    QuantizeInt8Kernel<<<ChunkGrid(1, chunk), kThreads, 0, stream_>>>(
+    const auto quantize = vec ? QuantizeInt8Kernel<true> : QuantizeInt8Kernel<false>;
+    quantize<<<ChunkGrid(1, chunk), kThreads, 0, stream_>>>(
         ranges, 1, chunk, Int8BlockBytes(chunk), err, out);
     ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
     return absl::OkStatus();
@@ -983,7 +1300,8 @@ class CudaBackend final : public Backend {
     ONEBIT_RETURN_IF_ERROR(CheckChunking(num_chunks, chunk, n));
     if (n == 0) return absl::OkStatus();
     ONEBIT_RETURN_IF_ERROR(Activate());
-    DecompressInt8Kernel<<<ChunkGrid(CeilDiv(n, chunk), chunk), kThreads, 0, stream_>>>(
+    const auto kernel = Vec(out) ? DecompressInt8Kernel<true> : DecompressInt8Kernel<false>;
+    kernel<<<ChunkGrid(CeilDiv(n, chunk), chunk), kThreads, 0, stream_>>>(
         blocks, Int8BlockBytes(chunk), num_chunks, chunk, n, out);
     ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
     return absl::OkStatus();
@@ -995,7 +1313,9 @@ class CudaBackend final : public Backend {
     }
     if (count == 0) return absl::OkStatus();
     ONEBIT_RETURN_IF_ERROR(Activate());
-    SumRowsKernel<<<Blocks(count), kThreads, 0, stream_>>>(rows, num_rows, count, out);
+    const auto kernel = RowsVec(rows, count, out) ? SumRowsKernel<false, true>
+                                                  : SumRowsKernel<false, false>;
+    kernel<<<GroupBlocks(count), kThreads, 0, stream_>>>(rows, num_rows, count, 1.0f, out);
     ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
     return absl::OkStatus();
   }
@@ -1006,7 +1326,9 @@ class CudaBackend final : public Backend {
     }
     if (count == 0) return absl::OkStatus();
     ONEBIT_RETURN_IF_ERROR(Activate());
-    AverageRowsKernel<<<Blocks(count), kThreads, 0, stream_>>>(
+    const auto kernel = RowsVec(rows, count, out) ? SumRowsKernel<true, true>
+                                                  : SumRowsKernel<true, false>;
+    kernel<<<GroupBlocks(count), kThreads, 0, stream_>>>(
         rows, num_rows, count, 1.0f / static_cast<float>(num_rows), out);
     ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
     return absl::OkStatus();
@@ -1016,8 +1338,8 @@ class CudaBackend final : public Backend {
                                 float* v, float* p, size_t n) override {
     if (n == 0) return absl::OkStatus();
     ONEBIT_RETURN_IF_ERROR(Activate());
-    AdamWarmupKernel<<<Blocks(n), kThreads, 0, stream_>>>(MakeAdamArgs(h), g, grad_scale, m,
-                                                           v, p, n);
+    const auto kernel = Vec(g, m, v, p) ? AdamWarmupKernel<true> : AdamWarmupKernel<false>;
+    kernel<<<GroupBlocks(n), kThreads, 0, stream_>>>(MakeAdamArgs(h), g, grad_scale, m, v, p, n);
     ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
     return absl::OkStatus();
   }
@@ -1026,7 +1348,8 @@ class CudaBackend final : public Backend {
                                 float* m, float* p, size_t n) override {
     if (n == 0) return absl::OkStatus();
     ONEBIT_RETURN_IF_ERROR(Activate());
-    FrozenAdamKernel<<<Blocks(n), kThreads, 0, stream_>>>(MakeAdamArgs(h), v, mask, m, p, n);
+    const auto kernel = Vec(v, mask, m, p) ? FrozenAdamKernel<true> : FrozenAdamKernel<false>;
+    kernel<<<GroupBlocks(n), kThreads, 0, stream_>>>(MakeAdamArgs(h), v, mask, m, p, n);
     ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
     return absl::OkStatus();
   }
@@ -1038,8 +1361,9 @@ class CudaBackend final : public Backend {
     ONEBIT_RETURN_IF_ERROR(CheckChunking(num_chunks, chunk, n));
     if (n == 0) return absl::OkStatus();
     ONEBIT_RETURN_IF_ERROR(Activate());
-    DecompressFrozenAdamKernel<<<ChunkGrid(CeilDiv(n, chunk), chunk), kThreads, 0,
-                                 stream_>>>(blocks, CompressedBlockBytes(chunk), num_chunks,
+    const auto kernel = Vec(v, mask, m, p) ? DecompressFrozenAdamKernel<true>
+                                           : DecompressFrozenAdamKernel<false>;
+    kernel<<<ChunkGrid(CeilDiv(n, chunk), chunk), kThreads, 0, stream_>>>(blocks, CompressedBlockBytes(chunk), num_chunks,
                                             chunk, MakeAdamArgs(h), v, mask, m, p, n);
     ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
     return absl::OkStatus();
@@ -1051,7 +1375,8 @@ class CudaBackend final : public Backend {
       ONEBIT_CUDA_RETURN_IF_ERROR(
           cudaMemsetAsync(&scratch_->total, 0, sizeof(double), stream_));
     } else {
-      SumSquaresKernel<<<ReduceBlocks(n), kThreads, 0, stream_>>>(x, n, scratch_);
+      const auto kernel = Vec(x) ? SumSquaresKernel<true> : SumSquaresKernel<false>;
+      kernel<<<ReduceBlocks(n), kThreads, 0, stream_>>>(x, n, scratch_);
       ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
     }
     return CopyToHost(host_result, &scratch_->total, sizeof(double));
@@ -1061,7 +1386,8 @@ class CudaBackend final : public Backend {
                                   float* p, float* acc, size_t n) override {
     if (n == 0) return absl::OkStatus();
     ONEBIT_RETURN_IF_ERROR(Activate());
-    ZeroOneLocalKernel<<<Blocks(n), kThreads, 0, stream_>>>(MakeAdamArgs(h), g, v, m, p, acc, n);
+    const auto kernel = Vec(g, v, m, p, acc) ? ZeroOneLocalKernel<true> : ZeroOneLocalKernel<false>;
+    kernel<<<GroupBlocks(n), kThreads, 0, stream_>>>(MakeAdamArgs(h), g, v, m, p, acc, n);
     ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
     return absl::OkStatus();
   }
@@ -1069,7 +1395,8 @@ class CudaBackend final : public Backend {
   absl::Status ZeroOneSyncPrepare(float eps, const float* v, float* acc, size_t n) override {
     if (n == 0) return absl::OkStatus();
     ONEBIT_RETURN_IF_ERROR(Activate());
-    ZeroOneSyncPrepareKernel<<<Blocks(n), kThreads, 0, stream_>>>(eps, v, acc, n);
+    const auto kernel = Vec(v, acc) ? ZeroOneSyncPrepareKernel<true> : ZeroOneSyncPrepareKernel<false>;
+    kernel<<<GroupBlocks(n), kThreads, 0, stream_>>>(eps, v, acc, n);
     ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
     return absl::OkStatus();
   }
@@ -1079,7 +1406,9 @@ class CudaBackend final : public Backend {
                                 size_t n) override {
     if (n == 0) return absl::OkStatus();
     ONEBIT_RETURN_IF_ERROR(Activate());
-    ZeroOneSyncApplyKernel<<<Blocks(n), kThreads, 0, stream_>>>(eps, lrs, v, mask, avg, m,
+    const auto kernel = Vec(v, mask, avg, m, anchor, p) ? ZeroOneSyncApplyKernel<true>
+                                                        : ZeroOneSyncApplyKernel<false>;
+    kernel<<<GroupBlocks(n), kThreads, 0, stream_>>>(eps, lrs, v, mask, avg, m,
                                                                  anchor, p, n);
     ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
     return absl::OkStatus();
@@ -1089,7 +1418,8 @@ class CudaBackend final : public Backend {
                                  float* v, size_t n) override {
     if (n == 0) return absl::OkStatus();
     ONEBIT_RETURN_IF_ERROR(Activate());
-    AdamMomentsKernel<<<Blocks(n), kThreads, 0, stream_>>>(MakeAdamArgs(h), g, grad_scale, m, v,
+    const auto kernel = Vec(g, m, v) ? AdamMomentsKernel<true> : AdamMomentsKernel<false>;
+    kernel<<<GroupBlocks(n), kThreads, 0, stream_>>>(MakeAdamArgs(h), g, grad_scale, m, v,
                                                             n);
     ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
     return absl::OkStatus();
@@ -1099,7 +1429,8 @@ class CudaBackend final : public Backend {
                                  const float* p, float* u, size_t n) override {
     if (n == 0) return absl::OkStatus();
     ONEBIT_RETURN_IF_ERROR(Activate());
-    AdamDirectionKernel<<<Blocks(n), kThreads, 0, stream_>>>(MakeAdamArgs(h), m, v, p, u, n);
+    const auto kernel = Vec(m, v, p, u) ? AdamDirectionKernel<true> : AdamDirectionKernel<false>;
+    kernel<<<GroupBlocks(n), kThreads, 0, stream_>>>(MakeAdamArgs(h), m, v, p, u, n);
     ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
     return absl::OkStatus();
   }
@@ -1107,7 +1438,8 @@ class CudaBackend final : public Backend {
   absl::Status Axpy(float a, const float* x, float* y, size_t n) override {
     if (n == 0) return absl::OkStatus();
     ONEBIT_RETURN_IF_ERROR(Activate());
-    AxpyKernel<<<Blocks(n), kThreads, 0, stream_>>>(a, x, y, n);
+    const auto kernel = Vec(x, y) ? AxpyKernel<true> : AxpyKernel<false>;
+    kernel<<<GroupBlocks(n), kThreads, 0, stream_>>>(a, x, y, n);
     ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
     return absl::OkStatus();
   }
@@ -1115,7 +1447,8 @@ class CudaBackend final : public Backend {
   absl::Status Scale(float a, float* x, size_t n) override {
     if (n == 0) return absl::OkStatus();
     ONEBIT_RETURN_IF_ERROR(Activate());
-    ScaleKernel<<<Blocks(n), kThreads, 0, stream_>>>(a, x, n);
+    const auto kernel = Vec(x) ? ScaleKernel<true> : ScaleKernel<false>;
+    kernel<<<GroupBlocks(n), kThreads, 0, stream_>>>(a, x, n);
     ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
     return absl::OkStatus();
   }
@@ -1123,7 +1456,8 @@ class CudaBackend final : public Backend {
   absl::Status ApplyMask(const float* mask, float* x, size_t n) override {
     if (n == 0) return absl::OkStatus();
     ONEBIT_RETURN_IF_ERROR(Activate());
-    ApplyMaskKernel<<<Blocks(n), kThreads, 0, stream_>>>(mask, x, n);
+    const auto kernel = Vec(mask, x) ? ApplyMaskKernel<true> : ApplyMaskKernel<false>;
+    kernel<<<GroupBlocks(n), kThreads, 0, stream_>>>(mask, x, n);
     ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
     return absl::OkStatus();
   }
@@ -1131,7 +1465,8 @@ class CudaBackend final : public Backend {
   absl::Status MarkNonzero(const float* g, float* seen, size_t n) override {
     if (n == 0) return absl::OkStatus();
     ONEBIT_RETURN_IF_ERROR(Activate());
-    MarkNonzeroKernel<<<Blocks(n), kThreads, 0, stream_>>>(g, seen, n);
+    const auto kernel = Vec(g, seen) ? MarkNonzeroKernel<true> : MarkNonzeroKernel<false>;
+    kernel<<<GroupBlocks(n), kThreads, 0, stream_>>>(g, seen, n);
     ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
     return absl::OkStatus();
   }
@@ -1140,7 +1475,9 @@ class CudaBackend final : public Backend {
                                    float* v_fresh, size_t n) override {
     if (n == 0) return absl::OkStatus();
     ONEBIT_RETURN_IF_ERROR(Activate());
-    FreshVarianceKernel<<<Blocks(n), kThreads, 0, stream_>>>(beta1, 1.0f - beta1, beta2,
+    const auto kernel =
+        Vec(m, m_last, v_fresh) ? FreshVarianceKernel<true> : FreshVarianceKernel<false>;
+    kernel<<<GroupBlocks(n), kThreads, 0, stream_>>>(beta1, 1.0f - beta1, beta2,
                                                               1.0f - beta2, m, m_last, v_fresh, n);
     ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
     return absl::OkStatus();
@@ -1152,7 +1489,8 @@ class CudaBackend final : public Backend {
     ONEBIT_CUDA_RETURN_IF_ERROR(
         cudaMemsetAsync(&scratch_->max_bits, 0, sizeof(unsigned), stream_));
     if (n > 0) {
-      MaxDenomRatioKernel<<<Blocks(n), kThreads, 0, stream_>>>(eps, v, v_fresh, n,
+      const auto kernel = Vec(v, v_fresh) ? MaxDenomRatioKernel<true> : MaxDenomRatioKernel<false>;
+      kernel<<<GroupBlocks(n), kThreads, 0, stream_>>>(eps, v, v_fresh, n,
                                                                 &scratch_->max_bits);
       ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
     }
@@ -1246,11 +1584,15 @@ class CudaBackend final : public Backend {
     return static_cast<unsigned>(std::min(CeilDiv(n, kThreads), max_blocks_));
   }
 
-  // grid.y over chunks, grid.x within a chunk, about max_blocks_ blocks in all.
+  // The grid of the kernels that walk n elements in groups of kGroup.
+  unsigned GroupBlocks(size_t n) const { return Blocks(CeilDiv(n, kGroup)); }
+
+  // grid.y over chunks, grid.x over the groups of a chunk, about max_blocks_ blocks in all.
   // num_chunks > 0, chunk > 0.
   dim3 ChunkGrid(size_t num_chunks, size_t chunk) const {
     const size_t y = std::min(num_chunks, kMaxGridY);
-    const size_t x = std::min(std::max<size_t>(max_blocks_ / y, 1), CeilDiv(chunk, kThreads));
+    const size_t x = std::min(std::max<size_t>(max_blocks_ / y, 1),
+                              CeilDiv(chunk, kThreads * kGroup));
     return dim3(static_cast<unsigned>(x), static_cast<unsigned>(y));
   }
 

@@ -930,6 +930,153 @@ TEST_F(CudaBackendTest, Int8EdgeCasesMatchCpu) {
   }
 }
 
+// The kernels move groups of 4 floats as one 16-byte access when every float array is
+// 16-byte aligned, else as 4-byte ones (cuda_backend.cu, "Bandwidth"); the arithmetic must
+// not depend on which. Float arrays here start 0 to 3 elements into their allocations (the
+// exchanges' buffers hand out sub-arrays at any float offset), at lengths that are not
+// multiples of 4 and past one pass of the grid (1056 blocks of 256 threads x 4 elements on
+// an H100), and every kernel family must match the CPU.
+TEST_F(CudaBackendTest, EveryAlignmentAndLengthMatchesCpu) {
+  using Dev = std::unique_ptr<DeviceArray<float>>;
+  const AdamHyper h = Hyper(0.01f);
+  for (size_t n : {size_t{1003}, size_t{10007}, (size_t{1} << 21) + 5}) {
+    for (size_t misalign : {0, 1, 2, 3}) {
+      SCOPED_TRACE(absl::StrCat("n = ", n, ", float arrays ", misalign, " elements in"));
+      const auto dev = [&](const std::vector<float>& host) {
+        auto array = std::make_unique<DeviceArray<float>>(cuda(), host, misalign);
+        EXPECT_TRUE(array->status().ok()) << array->status();
+        return array;
+      };
+      const std::vector<float> g = RandomFloats(rng_, n), mask = RandomMask(rng_, n);
+      std::vector<float> m = RandomFloats(rng_, n, 0.1f), p = RandomFloats(rng_, n),
+                         v = RandomVariances(rng_, n);
+      Dev g_dev = dev(g), v_dev = dev(v), mask_dev = dev(mask), m_dev = dev(m), p_dev = dev(p);
+
+      // 1 bit: the worker's compression (fused momentum), the server's, the decompressions.
+      constexpr size_t kChunks = 3;
+      const size_t chunk = CeilDiv(n, kChunks * 8) * 8, n_pad = kChunks * chunk;
+      std::vector<float> err = RandomFloats(rng_, n_pad, 0.1f);
+      std::vector<uint8_t> blocks(kChunks * CompressedBlockBytes(chunk));
+      Dev err_dev = dev(err);
+      DeviceArray<uint8_t> blocks_dev(cuda(), blocks, /*misalign=*/1);
+      ASSERT_OK(cuda()->CompressWorker(m_dev->data(), g_dev->data(), 0.9f, n, kChunks, chunk,
+                                       err_dev->data(), blocks_dev.data()));
+      ASSERT_OK(cpu()->CompressWorker(m.data(), g.data(), 0.9f, n, kChunks, chunk, err.data(),
+                                      blocks.data()));
+      const std::vector<uint8_t> blocks_cuda = blocks_dev.Read();
+      ASSERT_TRUE(BlocksMatch(blocks_cuda, blocks, kChunks, chunk));
+      EXPECT_TRUE(ErrorsMatch(err_dev->Read(), err, BlockScale(blocks_cuda, 0),
+                              BlockScale(blocks, 0)));
+
+      // The server aggregates the three blocks as if three workers had sent them (the
+      // CPU's blocks on both sides, so that the inputs are the same bits).
+      std::vector<float> server_err = RandomFloats(rng_, chunk, 0.1f);
+      std::vector<uint8_t> server_out(CompressedBlockBytes(chunk));
+      Dev server_err_dev = dev(server_err);
+      DeviceArray<uint8_t> cpu_blocks_dev(cuda(), blocks, /*misalign=*/3),
+          server_out_dev(cuda(), server_out, /*misalign=*/1);
+      ASSERT_OK(cuda()->ServerAggregate(cpu_blocks_dev.data(), kChunks, chunk,
+                                        server_err_dev->data(), server_out_dev.data()));
+      ASSERT_OK(cpu()->ServerAggregate(blocks.data(), kChunks, chunk, server_err.data(),
+                                       server_out.data()));
+      const std::vector<uint8_t> server_cuda = server_out_dev.Read();
+      ASSERT_TRUE(BlocksMatch(server_cuda, server_out, 1, chunk));
+      EXPECT_TRUE(ErrorsMatch(server_err_dev->Read(), server_err, BlockScale(server_cuda, 0),
+                              BlockScale(server_out, 0)));
+
+      std::vector<float> decoded(n);
+      Dev decoded_dev = dev(decoded);
+      ASSERT_OK(cuda()->Decompress(cpu_blocks_dev.data(), kChunks, chunk, n,
+                                   decoded_dev->data()));
+      ASSERT_OK(cpu()->Decompress(blocks.data(), kChunks, chunk, n, decoded.data()));
+      EXPECT_TRUE(FloatsBitEqual(decoded_dev->Read(), decoded));
+      ASSERT_OK(cuda()->DecompressFrozenAdamUpdate(cpu_blocks_dev.data(), kChunks, chunk, h,
+                                                   v_dev->data(), mask_dev->data(),
+                                                   m_dev->data(), p_dev->data(), n));
+      ASSERT_OK(cpu()->DecompressFrozenAdamUpdate(blocks.data(), kChunks, chunk, h, v.data(),
+                                                  mask.data(), m.data(), p.data(), n));
+      EXPECT_TRUE(FloatsBitEqual(m_dev->Read(), m));
+      EXPECT_TRUE(FloatsBitEqual(p_dev->Read(), p));
+
+      // int8: the worker's compression, the server's, the decompression.
+      std::vector<float> err8 = RandomFloats(rng_, n_pad, 0.1f);
+      std::vector<uint8_t> blocks8(kChunks * Int8BlockBytes(chunk));
+      Dev err8_dev = dev(err8);
+      DeviceArray<uint8_t> blocks8_dev(cuda(), blocks8, /*misalign=*/2);
+      ASSERT_OK(cuda()->CompressWorkerInt8(m_dev->data(), nullptr, 0.9f, n, kChunks, chunk,
+                                           err8_dev->data(), blocks8_dev.data()));
+      ASSERT_OK(cpu()->CompressWorkerInt8(m.data(), nullptr, 0.9f, n, kChunks, chunk,
+                                          err8.data(), blocks8.data()));
+      EXPECT_TRUE(BytesEqual(blocks8_dev.Read(), blocks8));
+      EXPECT_TRUE(FloatsBitEqual(err8_dev->Read(), err8));
+      std::vector<float> server_err8 = RandomFloats(rng_, chunk, 0.1f);
+      std::vector<uint8_t> server_out8(Int8BlockBytes(chunk));
+      Dev server_err8_dev = dev(server_err8);
+      DeviceArray<uint8_t> server_out8_dev(cuda(), server_out8);
+      ASSERT_OK(cuda()->ServerAggregateInt8(blocks8_dev.data(), kChunks, chunk,
+                                            server_err8_dev->data(), server_out8_dev.data()));
+      ASSERT_OK(cpu()->ServerAggregateInt8(blocks8.data(), kChunks, chunk, server_err8.data(),
+                                           server_out8.data()));
+      EXPECT_TRUE(BytesEqual(server_out8_dev.Read(), server_out8));
+      EXPECT_TRUE(FloatsBitEqual(server_err8_dev->Read(), server_err8));
+      ASSERT_OK(cuda()->DecompressInt8(blocks8_dev.data(), kChunks, chunk, n,
+                                       decoded_dev->data()));
+      ASSERT_OK(cpu()->DecompressInt8(blocks8.data(), kChunks, chunk, n, decoded.data()));
+      EXPECT_TRUE(FloatsBitEqual(decoded_dev->Read(), decoded));
+
+      // Element-wise kernels of the optimizer family, rows, sums and maxima.
+      std::vector<float> acc = RandomFloats(rng_, n, 0.01f);
+      Dev acc_dev = dev(acc);
+      ASSERT_OK(cuda()->AdamWarmupUpdate(h, g_dev->data(), 0.5f, m_dev->data(), v_dev->data(),
+                                         p_dev->data(), n));
+      ASSERT_OK(cpu()->AdamWarmupUpdate(h, g.data(), 0.5f, m.data(), v.data(), p.data(), n));
+      ASSERT_OK(cuda()->ZeroOneLocalUpdate(h, g_dev->data(), v_dev->data(), m_dev->data(),
+                                           p_dev->data(), acc_dev->data(), n));
+      ASSERT_OK(cpu()->ZeroOneLocalUpdate(h, g.data(), v.data(), m.data(), p.data(),
+                                          acc.data(), n));
+      ASSERT_OK(cuda()->FrozenAdamUpdate(h, v_dev->data(), mask_dev->data(), m_dev->data(),
+                                         p_dev->data(), n));
+      ASSERT_OK(cpu()->FrozenAdamUpdate(h, v.data(), mask.data(), m.data(), p.data(), n));
+      EXPECT_TRUE(FloatsBitEqual(m_dev->Read(), m));
+      EXPECT_TRUE(FloatsBitEqual(v_dev->Read(), v));
+      EXPECT_TRUE(FloatsBitEqual(p_dev->Read(), p));
+      EXPECT_TRUE(FloatsBitEqual(acc_dev->Read(), acc));
+      ASSERT_OK(cuda()->Axpy(0.25f, g_dev->data(), acc_dev->data(), n));
+      ASSERT_OK(cpu()->Axpy(0.25f, g.data(), acc.data(), n));
+      ASSERT_OK(cuda()->ApplyMask(mask_dev->data(), acc_dev->data(), n));
+      ASSERT_OK(cpu()->ApplyMask(mask.data(), acc.data(), n));
+      ASSERT_OK(cuda()->Scale(1.5f, acc_dev->data(), n));
+      ASSERT_OK(cpu()->Scale(1.5f, acc.data(), n));
+      EXPECT_TRUE(FloatsBitEqual(acc_dev->Read(), acc));
+
+      // Three rows of n (n is odd: rows after the first are never 16-byte aligned).
+      std::vector<float> rows = g;
+      rows.insert(rows.end(), m.begin(), m.end());
+      rows.insert(rows.end(), p.begin(), p.end());
+      std::vector<float> sum(n), average(n);
+      Dev rows_dev = dev(rows), sum_dev = dev(sum), average_dev = dev(average);
+      ASSERT_OK(cuda()->SumRows(rows_dev->data(), 3, n, sum_dev->data()));
+      ASSERT_OK(cpu()->SumRows(rows.data(), 3, n, sum.data()));
+      ASSERT_OK(cuda()->AverageRows(rows_dev->data(), 3, n, average_dev->data()));
+      ASSERT_OK(cpu()->AverageRows(rows.data(), 3, n, average.data()));
+      EXPECT_TRUE(FloatsBitEqual(sum_dev->Read(), sum));
+      EXPECT_TRUE(FloatsBitEqual(average_dev->Read(), average));
+
+      double cuda_sumsq = -1.0, cpu_sumsq = -1.0;
+      ASSERT_OK(cuda()->SumSquares(p_dev->data(), n, &cuda_sumsq));
+      ASSERT_OK(cpu()->SumSquares(p.data(), n, &cpu_sumsq));
+      EXPECT_NEAR(cuda_sumsq, cpu_sumsq, 1e-12 * cpu_sumsq);
+      const std::vector<float> v_fresh = RandomVariances(rng_, n);
+      Dev v_fresh_dev = dev(v_fresh);
+      float cuda_ratio = -1.0f, cpu_ratio = -1.0f;
+      ASSERT_OK(
+          cuda()->MaxDenomRatio(h.eps, v_dev->data(), v_fresh_dev->data(), n, &cuda_ratio));
+      ASSERT_OK(cpu()->MaxDenomRatio(h.eps, v.data(), v_fresh.data(), n, &cpu_ratio));
+      EXPECT_EQ(Bits(cuda_ratio), Bits(cpu_ratio));
+    }
+  }
+}
+
 TEST(CudaBackendNoDeviceTest, MissingDeviceIsUnavailable) {
   const int count = CudaDeviceCount();
   EXPECT_GE(count, 0);

@@ -108,6 +108,17 @@ check mlp_cuda_test 120 "$BIN/worker/workloads/mlp_cuda_test"
 check nccl_transport_test 90 "$BIN/worker/transport/nccl_transport_test"
 check trainer_test_gpu 120 "$BIN/worker/trainer_test" --gtest_filter='TrainerGpu*'
 
+# ---- The CUDA kernels against a device-to-device copy (bench.json). BEFORE_BENCH=PATH: the
+# benchmark binary of an earlier commit (built here, put in gpu-bundle/, which the call
+# carries), run in the same call so that a change is measured against the copy of the same
+# run on the same card (bench_before.json). ----
+check kernel_bench 150 "$BIN/kernels/cuda_kernels_benchmark" --benchmark_min_time=0.1 \
+  --benchmark_out="$OUT/bench.json" --benchmark_out_format=json
+if [ -n "${BEFORE_BENCH:-}" ]; then
+  check kernel_bench_before 150 "$BEFORE_BENCH" --benchmark_min_time=0.1 \
+    --benchmark_out="$OUT/bench_before.json" --benchmark_out_format=json
+fi
+
 # ---- The Python package's extension, compiled here against this Python and pybind11 ----
 build_extension() {
   local inc pyb suffix
@@ -219,9 +230,9 @@ STEP_NCCL="{\"optimizer\": {\"params\": {\"comm_backend_name\": \"$([ "$DEVICE" 
 # GPU over gloo (each compressing on the device, the blocks staged through pinned memory).
 check step_gpt2_w1 120 step_bench step_gpt2_w1 gpt2 1 1 "$STEP_NCCL"
 check step_gpt2_gloo_w2 120 step_bench step_gpt2_gloo_w2 gpt2 1 2 '{}'
-check step_1b_gloo_w2 240 step_bench step_1b_gloo_w2 1b 1 2 '{}'
 check step_gpt2_ps_w4 150 step_bench step_gpt2_ps_w4 gpt2 2 2 \
   '{"onebit": {"exchange": {"mode": "ps", "servers": "per_node"}}}'
+check step_1b_gloo_w2 240 step_bench step_1b_gloo_w2 1b 1 2 '{}'
 
 
 # ---- Jobs. One GPU: NCCL takes one rank per GPU, so the NCCL jobs are worlds of one (the
@@ -338,10 +349,6 @@ check hier_ps_w2_same_end 20 same_end hier_ps_w2 hier_ps_w2_recovery
 # compression on the device, its blocks staged through pinned memory (issue 19).
 H3='{"mode": "hierarchical", "local_size": 1, "inter": "peer", "servers": 0, "inter_transport": "gloo"}'
 check hier_nccl_gloo_w2 90 hier hier_nccl_gloo_w2 2 "$H3"
-
-# ---- The CUDA kernels against a device-to-device copy ----
-check kernel_bench 150 "$BIN/kernels/cuda_kernels_benchmark" --benchmark_min_time=0.1 \
-  --benchmark_out="$OUT/bench.json" --benchmark_out_format=json
 
 pack
 echo "== $((SECONDS - START)) s"
