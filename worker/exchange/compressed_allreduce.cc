@@ -48,6 +48,7 @@ absl::Status CompressedAllreduce::Exchange() {
   {
     ScopedStepTime time(clock_, &compress_seconds_);
     ONEBIT_RETURN_IF_ERROR(server_->Aggregate(received_.data(), world_size_, server_out_.data()));
+    ONEBIT_RETURN_IF_ERROR(FinishTimedDeviceWork(clock_, backend_));
   }
   // Server -> everyone.
   return transport_->AllGather(server_out_.data(), gathered_.data(), block_bytes_);
@@ -57,6 +58,7 @@ absl::Status CompressedAllreduce::Run(const float* in, float* out) {
   {
     ScopedStepTime time(clock_, &compress_seconds_);
     ONEBIT_RETURN_IF_ERROR(worker_->Compress(in, nullptr, 0.0f, send_.data()));
+    ONEBIT_RETURN_IF_ERROR(FinishTimedDeviceWork(clock_, backend_));
   }
   ONEBIT_RETURN_IF_ERROR(Exchange());
   return DecodeResult(out);
@@ -64,13 +66,16 @@ absl::Status CompressedAllreduce::Run(const float* in, float* out) {
 
 absl::Status CompressedAllreduce::DecodeResult(float* out) {
   ScopedStepTime time(clock_, &compress_seconds_);
-  return backend_->Decode(compressor_, gathered_.data(), num_chunks(), chunk_, n_, out);
+  ONEBIT_RETURN_IF_ERROR(
+      backend_->Decode(compressor_, gathered_.data(), num_chunks(), chunk_, n_, out));
+  return FinishTimedDeviceWork(clock_, backend_);
 }
 
 absl::Status CompressedAllreduce::RunMomentum(const float* m, const float* g, float beta1) {
   {
     ScopedStepTime time(clock_, &compress_seconds_);
     ONEBIT_RETURN_IF_ERROR(worker_->Compress(m, g, beta1, send_.data()));
+    ONEBIT_RETURN_IF_ERROR(FinishTimedDeviceWork(clock_, backend_));
   }
   return Exchange();
 }

@@ -137,6 +137,7 @@ absl::StatusOr<CompressedResult> HierarchicalExchange::GatherSlices(const Compre
     ONEBIT_RETURN_IF_ERROR(backend_->DecompressInt8(blocks_.data(), layout_.num_chunks(),
                                                     layout_.chunk(), layout_.n(),
                                                     gathered_.data()));
+    ONEBIT_RETURN_IF_ERROR(FinishTimedDeviceWork(step_clock(), backend_));
     result.momentum = gathered_.data();
   }
   return result;

@@ -236,6 +236,7 @@ absl::StatusOr<CompressedResult> PsExchange::AverageMomentum(int64_t step, const
   if (step != failed_step_) {
     ScopedStepTime time(step_clock(), &compress_seconds_);
     ONEBIT_RETURN_IF_ERROR(compressor_->Compress(m, g, beta1, blocks_.data()));
+    ONEBIT_RETURN_IF_ERROR(FinishTimedDeviceWork(step_clock(), backend_));
   }
   failed_step_ = step;
   const size_t block = layout_.block_bytes();
@@ -255,6 +256,7 @@ absl::StatusOr<CompressedResult> PsExchange::AverageMomentum(int64_t step, const
     ONEBIT_RETURN_IF_ERROR(backend_->DecompressInt8(gathered_.data(), shards_.size(),
                                                     layout_.chunk(), layout_.n(),
                                                     decoded_.data()));
+    ONEBIT_RETURN_IF_ERROR(FinishTimedDeviceWork(step_clock(), backend_));
     r.momentum = decoded_.data();
   }
   return r;

@@ -2,13 +2,17 @@
 // update parts), injected so that tests can drive it. A few reads per step: the real one
 // is std::chrono::steady_clock.
 //
-// On a GPU backend kernels run asynchronously: a part that only launches kernels is timed
-// as the launch, and the kernel time shows up in the next part that waits for the device
-// (the transport, or the trainer's final synchronize, counted as update).
+// On a GPU backend kernels run asynchronously: a part that only launched kernels would be
+// timed as the launch, and the kernel time would show up in the next part that waits for
+// the device (the transport, or the trainer's final synchronize, counted as update). So the
+// compression parts end with FinishTimedDeviceWork, which waits for their kernels.
 //
 // Thread safety: Seconds() may be called from any thread.
 #ifndef ONEBIT_WORKER_EXCHANGE_STEP_CLOCK_H_
 #define ONEBIT_WORKER_EXCHANGE_STEP_CLOCK_H_
+
+#include "absl/status/status.h"
+#include "kernels/kernels.h"
 
 namespace onebit {
 
@@ -39,6 +43,17 @@ class ScopedStepTime {
   double* total_;
   double start_;
 };
+
+// The last call of a timed section of device work (inside its ScopedStepTime): on a device
+// backend it waits for the kernels the section queued (one stream synchronisation, a few
+// microseconds, which the next part would have waited for anyway), so that their time is
+// the section's; on the CPU backend, or with no clock, it does nothing.
+inline absl::Status FinishTimedDeviceWork(StepClock* clock, kernels::Backend* backend) {
+  if (clock == nullptr || backend->memory_space() == kernels::MemorySpace::kHost) {
+    return absl::OkStatus();
+  }
+  return backend->Synchronize();
+}
 
 }  // namespace onebit
 
