@@ -248,26 +248,18 @@ class CpuBackend : public Backend {
     return absl::OkStatus();
   }
 
-  // 0/1 Adam: plain loops over pieces (the compiler vectorises what it can; they are
-  // memory-bound). std::fma where the contract says fma, so both tables' callers agree.
+  // 0/1 Adam: the kernel table's (AVX2+FMA where the CPU has it).
   absl::Status ZeroOneLocalUpdate(const AdamHyper& h, const float* g, const float* v, float* m,
                                   float* p, float* acc, size_t n) override {
-    const float one_minus_b1 = 1.0f - h.beta1;
-    ForEachPiece(n, [&](size_t i0, size_t count) {
-      for (size_t i = i0; i < i0 + count; ++i) {
-        const float mi = std::fma(h.beta1, m[i], one_minus_b1 * g[i]);
-        const float u = cpu::AdamDirection(h, mi, v[i], p[i]);
-        m[i] = mi;
-        p[i] = std::fma(-h.lr, u, p[i]);
-        acc[i] = std::fma(-h.lr, u, acc[i]);
-      }
+    ForEachPiece(n, [&](size_t i, size_t count) {
+      k_.zero_one_local(h, g + i, v + i, m + i, p + i, acc + i, count);
     });
     return absl::OkStatus();
   }
 
   absl::Status ZeroOneSyncPrepare(float eps, const float* v, float* acc, size_t n) override {
-    ForEachPiece(n, [&](size_t i0, size_t count) {
-      for (size_t i = i0; i < i0 + count; ++i) acc[i] = acc[i] * (std::sqrt(v[i]) + eps);
+    ForEachPiece(n, [&](size_t i, size_t count) {
+      k_.zero_one_sync_prepare(eps, v + i, acc + i, count);
     });
     return absl::OkStatus();
   }
@@ -275,16 +267,9 @@ class CpuBackend : public Backend {
   absl::Status ZeroOneSyncApply(float eps, float lrs, const float* v, const float* mask,
                                 const float* avg, float* m, float* anchor, float* p,
                                 size_t n) override {
-    ForEachPiece(n, [&](size_t i0, size_t count) {
-      for (size_t i = i0; i < i0 + count; ++i) {
-        if (lrs != 0.0f) {
-          float mi = -avg[i] / lrs;
-          if (mask != nullptr) mi = mi * mask[i];
-          m[i] = mi;
-        }
-        p[i] = anchor[i] + avg[i] / (std::sqrt(v[i]) + eps);
-        anchor[i] = p[i];
-      }
+    ForEachPiece(n, [&](size_t i, size_t count) {
+      k_.zero_one_sync_apply(eps, lrs, v + i, mask ? mask + i : nullptr, avg + i, m + i,
+                             anchor + i, p + i, count);
     });
     return absl::OkStatus();
   }

@@ -82,6 +82,12 @@ struct KernelTable {
                             size_t count, float* err, int8::Range* range);
   void (*int8_quantize)(const int8::Params& p, size_t count, float* err, uint8_t* codes);
   void (*int8_decode)(const uint8_t* block, size_t first, size_t count, float* out);
+  // 0/1 Adam, as Backend::ZeroOneLocalUpdate, ZeroOneSyncPrepare and ZeroOneSyncApply.
+  void (*zero_one_local)(const AdamHyper& h, const float* g, const float* v, float* m, float* p,
+                         float* acc, size_t n);
+  void (*zero_one_sync_prepare)(float eps, const float* v, float* acc, size_t n);
+  void (*zero_one_sync_apply)(float eps, float lrs, const float* v, const float* mask,
+                              const float* avg, float* m, float* anchor, float* p, size_t n);
 };
 
 const KernelTable& ScalarKernels();

@@ -311,6 +311,55 @@ void Int8Decode(const uint8_t* block, size_t first, size_t count, float* out) {
   int8::Decode(block, first + i, count - i, out + i);
 }
 
+void ZeroOneLocal(const AdamHyper& h, const float* g, const float* v, float* m, float* p,
+                  float* acc, size_t n) {
+  const __m256 b1 = _mm256_set1_ps(h.beta1), omb1 = _mm256_set1_ps(1.0f - h.beta1);
+  const __m256 neg_lr = _mm256_set1_ps(-h.lr);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 mi = _mm256_fmadd_ps(b1, _mm256_loadu_ps(m + i),
+                                      _mm256_mul_ps(omb1, _mm256_loadu_ps(g + i)));
+    const __m256 pi = _mm256_loadu_ps(p + i);
+    const __m256 u = Direction(h, mi, _mm256_loadu_ps(v + i), pi);
+    _mm256_storeu_ps(m + i, mi);
+    _mm256_storeu_ps(p + i, _mm256_fmadd_ps(neg_lr, u, pi));
+    _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(neg_lr, u, _mm256_loadu_ps(acc + i)));
+  }
+  ScalarKernels().zero_one_local(h, g + i, v + i, m + i, p + i, acc + i, n - i);
+}
+
+void ZeroOneSyncPrepare(float eps, const float* v, float* acc, size_t n) {
+  const __m256 e = _mm256_set1_ps(eps);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 d = _mm256_add_ps(_mm256_sqrt_ps(_mm256_loadu_ps(v + i)), e);
+    _mm256_storeu_ps(acc + i, _mm256_mul_ps(_mm256_loadu_ps(acc + i), d));
+  }
+  ScalarKernels().zero_one_sync_prepare(eps, v + i, acc + i, n - i);
+}
+
+void ZeroOneSyncApply(float eps, float lrs, const float* v, const float* mask, const float* avg,
+                      float* m, float* anchor, float* p, size_t n) {
+  const __m256 e = _mm256_set1_ps(eps), l = _mm256_set1_ps(lrs);
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 ai = _mm256_loadu_ps(avg + i);
+    if (lrs != 0.0f) {
+      // -avg / lrs: flipping the sign bit is the scalar code's exact negation.
+      __m256 mi = _mm256_div_ps(_mm256_xor_ps(ai, sign), l);
+      if (mask != nullptr) mi = _mm256_mul_ps(mi, _mm256_loadu_ps(mask + i));
+      _mm256_storeu_ps(m + i, mi);
+    }
+    const __m256 d = _mm256_add_ps(_mm256_sqrt_ps(_mm256_loadu_ps(v + i)), e);
+    const __m256 pi = _mm256_add_ps(_mm256_loadu_ps(anchor + i), _mm256_div_ps(ai, d));
+    _mm256_storeu_ps(p + i, pi);
+    _mm256_storeu_ps(anchor + i, pi);
+  }
+  ScalarKernels().zero_one_sync_apply(eps, lrs, v + i, mask ? mask + i : nullptr, avg + i,
+                                      m + i, anchor + i, p + i, n - i);
+}
+
 }  // namespace
 
 const KernelTable* Avx2Kernels() {
@@ -318,6 +367,7 @@ const KernelTable* Avx2Kernels() {
       "avx2",       Momentum,     WorkerInput,  ServerInput,           SignPack,
       DecodeBlock,  SumRows,      AdamWarmup,   FrozenUpdate, DecodeBlockFrozenUpdate, SumSquares,
       Int8WorkerInput, Int8ServerInput, Int8Quantize, Int8Decode,
+      ZeroOneLocal, ZeroOneSyncPrepare, ZeroOneSyncApply,
   };
   return &table;
 }

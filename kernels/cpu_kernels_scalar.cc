@@ -107,6 +107,36 @@ double SumSquares(const float* x, size_t n) {
   return sumsq;
 }
 
+// std::fma where the contract says fma.
+void ZeroOneLocal(const AdamHyper& h, const float* g, const float* v, float* m, float* p,
+                  float* acc, size_t n) {
+  const float one_minus_b1 = 1.0f - h.beta1;
+  for (size_t i = 0; i < n; ++i) {
+    const float mi = std::fma(h.beta1, m[i], one_minus_b1 * g[i]);
+    const float u = AdamDirection(h, mi, v[i], p[i]);
+    m[i] = mi;
+    p[i] = std::fma(-h.lr, u, p[i]);
+    acc[i] = std::fma(-h.lr, u, acc[i]);
+  }
+}
+
+void ZeroOneSyncPrepare(float eps, const float* v, float* acc, size_t n) {
+  for (size_t i = 0; i < n; ++i) acc[i] = acc[i] * (std::sqrt(v[i]) + eps);
+}
+
+void ZeroOneSyncApply(float eps, float lrs, const float* v, const float* mask, const float* avg,
+                      float* m, float* anchor, float* p, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    if (lrs != 0.0f) {
+      float mi = -avg[i] / lrs;
+      if (mask != nullptr) mi = mi * mask[i];
+      m[i] = mi;
+    }
+    p[i] = anchor[i] + avg[i] / (std::sqrt(v[i]) + eps);
+    anchor[i] = p[i];
+  }
+}
+
 }  // namespace
 
 const KernelTable& ScalarKernels() {
@@ -114,6 +144,7 @@ const KernelTable& ScalarKernels() {
       "scalar",     Momentum,     WorkerInput,  ServerInput,           SignPack,
       DecodeBlock,  SumRows,      AdamWarmup,   FrozenUpdate, DecodeBlockFrozenUpdate, SumSquares,
       int8::WorkerInput, int8::ServerInput, int8::Quantize, int8::Decode,
+      ZeroOneLocal, ZeroOneSyncPrepare, ZeroOneSyncApply,
   };
   return table;
 }

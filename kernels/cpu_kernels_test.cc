@@ -620,6 +620,40 @@ TEST(CpuKernelsSimdTest, MatchesScalarBitForBit) {
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
 }
 
+// 0/1 Adam's kernels: the AVX2 table's bits are the scalar table's (a local step with and
+// without weight decay, a sync with a mask and without).
+TEST(CpuKernelsSimdTest, ZeroOneMatchesScalarBitForBit) {
+  if (!CpuHasAvx2()) GTEST_SKIP() << "this CPU has no AVX2+FMA";
+  auto simd = NewCpuBackend(true), scalar = NewCpuBackend(false);
+  const size_t n = 10007;
+  std::vector<float> g = Normal(n, 51), v = Normal(n, 52, 0.1f), mask(n);
+  for (float& x : v) x = x * x;
+  for (size_t i = 0; i < n; ++i) mask[i] = i % 5 == 0 ? 0.0f : 1.0f;
+  auto run = [&](Backend* b) {
+    std::vector<float> m = Normal(n, 53, 0.1f), p = Normal(n, 54), acc = Normal(n, 55, 0.01f);
+    std::vector<float> anchor = Normal(n, 56), avg(n);
+    for (float wd : {0.0f, 0.01f}) {
+      AdamHyper h;
+      h.lr = 0.01f;
+      h.weight_decay = wd;
+      EXPECT_TRUE(
+          b->ZeroOneLocalUpdate(h, g.data(), v.data(), m.data(), p.data(), acc.data(), n).ok());
+    }
+    EXPECT_TRUE(b->ZeroOneSyncPrepare(1e-8f, v.data(), acc.data(), n).ok());
+    for (size_t i = 0; i < n; ++i) avg[i] = acc[i] * (i % 2 ? 0.9f : 1.1f);
+    for (const float* k : std::vector<const float*>{nullptr, mask.data()}) {
+      EXPECT_TRUE(b->ZeroOneSyncApply(1e-8f, 0.07f, v.data(), k, avg.data(), m.data(),
+                                      anchor.data(), p.data(), n).ok());
+    }
+    std::vector<float> all = m;
+    for (const auto* x : {&p, &acc, &anchor}) all.insert(all.end(), x->begin(), x->end());
+    return all;
+  };
+  const std::vector<float> a = run(simd.get()), b = run(scalar.get());
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+}
+
 TEST(CpuKernelsErrorsTest, RejectsBadChunks) {
   auto b = NewCpuBackend();
   std::vector<float> x(16), err(16);

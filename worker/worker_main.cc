@@ -46,8 +46,9 @@ ABSL_FLAG(std::string, member_token_file, "",
           "File holding the member token for the coordinator's calls; default: "
           "$ONEBIT_MEMBER_TOKEN, then onebit.security.member_token_file.");
 ABSL_FLAG(std::string, history_csv, "",
-          "Write every step (step,stage,loss,seconds,bytes_sent,compute_seconds,unix_time) and "
-          "evaluation here (CSV).");
+          "Write every step (step,stage,loss,seconds,bytes_sent,compute_seconds,unix_time and "
+          "the rest of the step's split: compress, exchange, update seconds) and evaluation "
+          "here (CSV).");
 
 namespace {
 

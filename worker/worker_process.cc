@@ -64,16 +64,18 @@ std::string InstanceId() {
 
 // Forwards to the Prometheus metrics and, with --history_csv, writes one CSV row per step
 // and per evaluation, for loss curves:
-//   step,kind,stage,loss,seconds,bytes_sent,test_loss,test_accuracy,compute_seconds,unix_time
-// (seconds = compute + exchange and update; compute_seconds: the gradient alone; unix_time:
-// when the step was recorded, for lining steps up with outside measurements)
+//   step,kind,stage,loss,seconds,bytes_sent,test_loss,test_accuracy,compute_seconds,unix_time,
+//   compress_seconds,exchange_seconds,update_seconds
+// (seconds = compute + compress + exchange + update, StepReport's split; compute_seconds: the
+// gradient alone; unix_time: when the step was recorded, for lining steps up with outside
+// measurements)
 class HistorySink : public TrainerMetricsSink {
  public:
   HistorySink(TrainerMetricsSink* next, const std::string& path) : next_(next) {
     if (!path.empty()) {
       out_.open(path);
       out_ << "step,kind,stage,loss,seconds,bytes_sent,test_loss,test_accuracy,compute_seconds,"
-              "unix_time\n";
+              "unix_time,compress_seconds,exchange_seconds,update_seconds\n";
     }
   }
   void RecordStep(const StepReport& r) override {
@@ -83,6 +85,7 @@ class HistorySink : public TrainerMetricsSink {
            << r.seconds() << "," << r.bytes_sent << ",,,"
            << r.compute_seconds << ","
            << absl::StrFormat("%.6f", absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()))
+           << "," << r.compress_seconds << "," << r.exchange_seconds << "," << r.update_seconds
            << "\n";
     }
   }
@@ -92,7 +95,7 @@ class HistorySink : public TrainerMetricsSink {
   void RecordEval(int64_t step, const EvalResult& e) override {
     next_->RecordEval(step, e);
     if (out_.is_open()) {
-      out_ << step << ",eval,,,,," << e.loss << "," << e.accuracy.value_or(-1) << ",,\n";
+      out_ << step << ",eval,,,,," << e.loss << "," << e.accuracy.value_or(-1) << ",,,,,\n";
       out_.flush();
     }
   }

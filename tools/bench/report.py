@@ -20,8 +20,13 @@ kernels/cpu_kernels_benchmark.cc): the gradient reads p and writes g (8); warmup
 the sum of W runs of n/W (4 + 4/W) and the Adam update (read g, m, v, p, write m, v, p: 28);
 compression: compress fused with the momentum update (5 floats and the signs, 20.125), the
 aggregation of one chunk (W blocks, server error read/reread/written, result:
-0.125 + 12/W + 0.125/W) and the decompress fused with the update (16.125). The MLP's
-arithmetic (Fashion-MNIST) is not in the bound: it only counts bytes.
+0.125 + 12/W + 0.125/W) and the decompress fused with the update (16.125); a 0/1 Adam
+local step: the gradient and the fused local update (read g, v, m, p, acc, write m, p, acc:
+32). The MLP's arithmetic (Fashion-MNIST) is not in the bound: it only counts bytes.
+
+0/1 Adam (system zo): its compression-stage steps are local steps (nothing sent) and syncs;
+the report gives both (stages "local" and "sync", medians) and the stage as a whole
+("compression": the mean step, which is what a long run averages).
 """
 import argparse
 import csv
@@ -42,6 +47,10 @@ def kernel_bytes_per_param(stage, w):
     grad = 8.0
     if stage == "warmup":
         return grad + 4.0 + 4.0 / w + 28.0
+    if stage == "local":
+        return grad + 32.0
+    if stage == "sync":
+        return float("nan")  # not derived
     return grad + 20.125 + (0.125 + 12.0 / w + 0.125 / w) + 16.125
 
 
@@ -94,16 +103,32 @@ class Counters:
         return d[0::2], d[1::2]
 
 
-def stage_stats(times, ends, compute):
-    """times/ends/compute: {step: [per worker]}, the steps of one stage. Drops the first."""
+def stage_stats(times, ends, compute, average=median, keep=None):
+    """times/ends/compute: {step: [per worker]}, the steps of one stage. Drops the first;
+    of the rest keeps those `keep` accepts (all by default)."""
     steps = sorted(times)
     if len(steps) < 2:
         raise ValueError("a stage needs at least 2 steps (the first is not measured)")
-    measured = steps[1:]
-    step = median([statistics.mean(times[s]) for s in measured])
-    comp = median([statistics.mean(compute[s]) for s in measured if compute.get(s)])
+    measured = [s for s in steps[1:] if keep is None or keep(s)]
+    if not measured:
+        raise ValueError("no step of the stage is kept")
+    step = average([statistics.mean(times[s]) for s in measured])
+    comp = average([statistics.mean(compute[s]) for s in measured if compute.get(s)])
     t_a, t_b = statistics.mean(ends[steps[0]]), statistics.mean(ends[steps[-1]])
     return step, comp, t_a, t_b, len(measured)
+
+
+def split_ms(rows, stage, steps):
+    """Median over `steps` of the worker-mean compress/exchange/update split (ms), where the
+    history CSV has it."""
+    out = {}
+    for part in ("compress", "exchange", "update"):
+        per = {}
+        for r in rows:
+            if r["stage"] == stage and int(r["step"]) in steps and r.get(f"{part}_seconds"):
+                per.setdefault(int(r["step"]), []).append(float(r[f"{part}_seconds"]))
+        out[f"{part}_ms"] = 1e3 * median([statistics.mean(v) for v in per.values()])
+    return out
 
 
 def onebit_stages(rec, workers):
@@ -126,11 +151,28 @@ def onebit_stages(rec, workers):
             compute.setdefault(s, []).append(float(r["compute_seconds"]))
         if not times:
             continue
-        st = stage_stats(times, ends, compute)
         sent = statistics.mean(x[f"bytes_sent_{stage}"] / max(1, x[f"{stage}_steps"]) for x in summaries)
         recv = statistics.mean(x[f"bytes_received_{stage}"] / max(1, x[f"{stage}_steps"])
                                for x in summaries)
-        out[stage] = st + (sent, recv)
+        if rec["system"] == "zo" and stage == "compression":
+            # Local steps send nothing; a sync sends on every worker.
+            sends = {}
+            for r in rows:
+                if r["stage"] == stage:
+                    sends.setdefault(int(r["step"]), []).append(float(r["bytes_sent"]))
+            local = {s for s, b in sends.items() if max(b) == 0}
+            nan = float("nan")
+            for name, keep in (("local", lambda s: s in local), ("sync", lambda s: s not in local)):
+                try:
+                    st = stage_stats(times, ends, compute, keep=keep)
+                except ValueError:
+                    continue
+                kept = {s for s in sorted(times)[1:] if keep(s)}
+                out[name] = st + (0.0 if name == "local" else nan, nan, split_ms(rows, stage, kept))
+            st = stage_stats(times, ends, compute, average=statistics.mean)
+        else:
+            st = stage_stats(times, ends, compute)
+        out[stage] = st + (sent, recv, split_ms(rows, stage, set(sorted(times)[1:])))
     return out
 
 
@@ -145,7 +187,7 @@ def ddp_stages(rec, workers):
     # Forward, backward and Adam without the allreduce (model.no_sync), the last such step.
     comp = statistics.mean(r["compute_seconds"][-1] for r in ranks)
     nan = float("nan")
-    return {"warmup": (step, comp, t_a, t_b, measured, nan, nan)}
+    return {"warmup": (step, comp, t_a, t_b, measured, nan, nan, {})}
 
 
 def main():
@@ -170,11 +212,16 @@ def main():
         except (OSError, KeyError, ValueError, statistics.StatisticsError) as e:
             print(f"report: skipping {r.get('dir')}: {e}", file=sys.stderr)
             continue
-        for stage, (step, comp, t_a, t_b, measured, sent, recv) in stages.items():
-            tx, rx = counters.per_step(t_a, t_b, measured)
+        for stage, (step, comp, t_a, t_b, measured, sent, recv, split) in stages.items():
+            if stage in ("local", "sync"):  # interleaved steps: no wire bytes of their own
+                tx = rx = [float("nan")]
+            else:
+                tx, rx = counters.per_step(t_a, t_b, measured)
             busiest = max(max(tx), max(rx))
             rate = RATE_BPS[r["rate"]]
             wire_s = busiest * 8 / rate if rate else 0.0  # no limit: no wire term
+            if stage == "local":
+                wire_s = 0.0  # nothing is sent
             kern_s = w * kernel_bytes_per_param(stage, w) * r["params"] / (memcpy_gbps * 1e9)
             bound = wire_s + kern_s
             rows.append({
@@ -189,6 +236,9 @@ def main():
                 "bound_over_step": bound / step if step > 0 else float("nan"),
                 "shard_peak_rss_mb": counters.hwm / 1024.0,
                 "load": r["uptime"], "wall_s": r["wall"],
+                "compress_ms": split.get("compress_ms", float("nan")),
+                "exchange_ms": split.get("exchange_ms", float("nan")),
+                "update_ms": split.get("update_ms", float("nan")),
             })
 
     fields = list(rows[0].keys()) if rows else []
@@ -232,12 +282,14 @@ def main():
     for wl in workloads:
         for rate in rates:
             for system, stage in [("adam", "warmup"), ("peer", "warmup"), ("peer", "compression"),
-                                  ("ps", "warmup"), ("ps", "compression"), ("ddp", "warmup")]:
+                                  ("ps", "warmup"), ("ps", "compression"), ("zo", "warmup"),
+                                  ("zo", "local"), ("zo", "sync"), ("zo", "compression"),
+                                  ("ddp", "warmup")]:
                 row = get(wl, rate, system, stage)
                 if row is None:
                     continue
                 name = {"adam": "onebit Adam", "peer": "1-bit Adam peer", "ps": "1-bit Adam ps",
-                        "ddp": "DDP + Adam"}[system]
+                        "zo": "0/1 Adam peer", "ddp": "DDP + Adam"}[system]
                 st = stage if system not in ("adam", "ddp") else "(every step)"
                 md.append(f"| {wl} | {RATE_LABEL[rate]} | {name} | {st} | {ms(row['step_ms'])} | "
                           f"{ms(row['compute_ms'])} | {mb(row['payload_sent_per_worker_step'])} | "
@@ -281,6 +333,34 @@ def main():
                 f"{ratio(sw['step_ms'] if sw else nan, pw['step_ms'] if pw else nan)} | "
                 f"{pct(pc)}, {pct(sc)} |")
             e2e_rows.append((wl, rate, d, e2e["peer"], e2e["ps"], adam["step_ms"] if adam else nan))
+    zo_keys = sorted({(r["workload"], r["rate"]) for r in rows if r["system"] == "zo"},
+                     key=lambda k: (workloads.index(k[0]), rates.index(k[1])))
+    if zo_keys:
+        md.append("")
+        md.append("0/1 Adam: its local steps (nothing sent) against their bound (the gradient and "
+                  "the fused local update's bytes at the memcpy bandwidth, every worker's), its "
+                  "syncs, and the run end to end against DDP "
+                  f"({100 * WARMUP_SHARE:.0f}% of the steps before var_freeze_step, the rest at "
+                  "the compression stage's mean step):")
+        md.append("")
+        md.append("| workload | link | local step | gradient | update | bound | bound / local | "
+                  "sync step | compression stage, mean step | end to end | DDP | vs DDP |")
+        md.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        nan = float("nan")
+        for wl, rate in zo_keys:
+            lo, sy = get(wl, rate, "zo", "local"), get(wl, rate, "zo", "sync")
+            wu, co = get(wl, rate, "zo", "warmup"), get(wl, rate, "zo", "compression")
+            ddp = get(wl, rate, "ddp", "warmup")
+            e2e = (WARMUP_SHARE * wu["step_ms"] + (1 - WARMUP_SHARE) * co["step_ms"]
+                   if wu and co else nan)
+            d = ddp["step_ms"] if ddp else nan
+            vs = "-" if d != d or e2e != e2e else f"{d / e2e:.1f}x"
+            md.append(
+                f"| {wl} | {RATE_LABEL[rate]} | {ms(lo['step_ms'] if lo else nan)} | "
+                f"{ms(lo['compute_ms'] if lo else nan)} | {ms(lo['update_ms'] if lo else nan)} | "
+                f"{ms(lo['bound_ms'] if lo else nan)} | {pct(lo)} | "
+                f"{ms(sy['step_ms'] if sy else nan)} | {ms(co['step_ms'] if co else nan)} | "
+                f"{ms(e2e)} | {ms(d)} | {vs} |")
     ps_rows = [r for r in rows if r["system"] == "ps"]
     if ps_rows:
         md.append("")

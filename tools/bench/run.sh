@@ -20,6 +20,12 @@
 #   adam   onebit, optimizer "Adam": full-precision exchange (peer mode) on every step
 #   peer   onebit, 1-bit Adam, peer mode: warmup steps, then compression steps
 #   ps     onebit, 1-bit Adam, ps mode with 4 shards (S = W): the same
+#   zo     onebit, 0/1 Adam, peer mode: the warmup steps (var_freeze_step), then
+#          ZO_STEPS steps (48) of local steps and syncs, with DeepSpeed's defaults for
+#          var_update_scaler (16) and local_step_clipper (16, the longest interval between
+#          syncs) and local_step_scaler scaled to the run (2 in place of 32678: the interval
+#          doubles after every 2 local steps, so it reaches 16 after 8 and the run measures
+#          the steady state a long run spends its steps in)
 #   ddp    PyTorch DDP + torch.optim.Adam over gloo (tools/bench/ddp_baseline.py)
 # Workloads: synNNm (onebit's synthetic quadratic bowl with NN million parameters; synNNk for
 # thousands) and fmnist (the demo's MLP on Fashion-MNIST, 64 examples per worker and step).
@@ -144,7 +150,12 @@ steps_for() {  # workload rate stage -> steps
 }
 
 job_config() {  # workload optimizer steps -> JSON
-  local w=$1 opt=$2 steps=$3 workload
+  local w=$1 opt=$2 steps=$3 workload params
+  params='"lr": 0.001, "betas": [0.9, 0.999], "eps": 1.0, "freeze_step": 0'
+  if [ "$opt" = ZeroOneAdam ]; then
+    params='"lr": 0.001, "betas": [0.9, 0.999], "eps": 1.0, "var_freeze_step": 0,
+                           "var_update_scaler": 16, "local_step_scaler": 2, "local_step_clipper": 16'
+  fi
   if [ "$w" = fmnist ]; then
     workload='{"type": "fashion_mnist", "hidden": [256, 128], "eval_every": 0}'
   else
@@ -158,7 +169,7 @@ job_config() {  # workload optimizer steps -> JSON
 {
   "train_micro_batch_size_per_gpu": 64, "steps": $steps, "seed": 1,
   "optimizer": {"type": "$opt",
-                "params": {"lr": 0.001, "betas": [0.9, 0.999], "eps": 1.0, "freeze_step": 0}},
+                "params": {$params}},
   "onebit": {"workers": $WORKERS, "device": "cpu", "lease_steps": 10, "log_every": 1000,
              "failure": {"ps_step_deadline_s": 900, "gloo_timeout_s": 900},
              "workload": $workload}
@@ -208,6 +219,7 @@ onebit_run() {
   nc=$(steps_for "$w" "$rate" compression)
   [ "$sys" = ps ] && mode=ps
   if [ "$sys" = adam ]; then opt=Adam; nc=0; fi
+  if [ "$sys" = zo ]; then opt=ZeroOneAdam; nc=${ZO_STEPS:-48}; fi
   name=$w-$rate-$sys
   dir=$OUT/runs/$name
   rm -rf "$dir"; mkdir -p "$dir"
@@ -278,7 +290,7 @@ for rate in $RATES; do
     log "$w at $rate"
     for sys in $SYSTEMS; do
       case $sys in
-        adam|peer|ps) onebit_run "$w" "$rate" "$sys" || failed=1 ;;
+        adam|peer|ps|zo) onebit_run "$w" "$rate" "$sys" || failed=1 ;;
         ddp) ddp_run "$w" "$rate" || failed=1 ;;
         *) die "unknown system $sys" ;;
       esac
