@@ -20,13 +20,18 @@ kernels/cpu_kernels_benchmark.cc): the gradient reads p and writes g (8); warmup
 the sum of W runs of n/W (4 + 4/W) and the Adam update (read g, m, v, p, write m, v, p: 28);
 compression: compress fused with the momentum update (5 floats and the signs, 20.125), the
 aggregation of one chunk (W blocks, server error read/reread/written, result:
-0.125 + 12/W + 0.125/W) and the decompress fused with the update (16.125); a 0/1 Adam
-local step: the gradient and the fused local update (read g, v, m, p, acc, write m, p, acc:
-32). The MLP's arithmetic (Fashion-MNIST) is not in the bound: it only counts bytes.
+0.125 + 12/W + 0.125/W) and the decompress fused with the update (16.125). The MLP's
+arithmetic (Fashion-MNIST) is not in the bound: it only counts bytes. A 0/1 Adam local step
+sends nothing and its gradient is the workload's arithmetic, so its bound is per worker:
+the step's measured gradient plus the fused local update's bytes (read g, v, m, p, acc,
+write m, p, acc: 32 per parameter) at one process's memcpy bandwidth.
 
-0/1 Adam (system zo): its compression-stage steps are local steps (nothing sent) and syncs;
-the report gives both (stages "local" and "sync", medians) and the stage as a whole
-("compression": the mean step, which is what a long run averages).
+0/1 Adam (system zo): each kind of step is timed apart (medians): before var_freeze_step
+"variance" (an exact allreduce) and "cgrad" (the gradient through the compressed
+allreduce), after it "local" (nothing sent) and "sync". A run of ZO_RUN steps with
+DeepSpeed's settings (ZeroOneSchedule's rules, config/zero_one_schedule.h) is then composed
+from those times: ZO_RUN["var_freeze_step"] steps of the variance stage, the rest local
+steps and syncs.
 """
 import argparse
 import csv
@@ -41,14 +46,40 @@ RATE_BPS = {"100mbit": 100e6, "1gbit": 1e9, "10gbit": 10e9, "none": None}
 RATE_X = {"100mbit": 0.1, "1gbit": 1.0, "10gbit": 10.0, "none": 100.0}  # Gbit/s on the plot
 RATE_LABEL = {"100mbit": "100 Mbit/s", "1gbit": "1 Gbit/s", "10gbit": "10 Gbit/s", "none": "no limit"}
 WARMUP_SHARE = 0.15
+# The long 0/1 Adam run the report composes: 10,000 steps, var_freeze_step at 15% of them,
+# DeepSpeed's var_update_scaler (16) and local_step_clipper (16), and local_step_scaler 100
+# (DeepSpeed's 32,678 is for runs of hundreds of thousands of steps; 100 reaches the longest
+# interval after 400 local steps, 5% of this run's).
+ZO_RUN = {"steps": 10000, "var_freeze_step": 1500, "var_update_scaler": 16,
+          "local_step_scaler": 100, "local_step_clipper": 16}
+
+
+def zero_one_counts(steps, var_freeze_step, var_update_scaler, local_step_scaler,
+                    local_step_clipper):
+    """How many steps of each kind 0/1 Adam runs: ZeroOneSchedule::Next and Advance."""
+    counts = {"variance": 0, "cgrad": 0, "local": 0, "sync": 0}
+    var_interval, local_interval, var_updates, local_steps = 1, 1, 0, 0
+    for t in range(1, steps + 1):
+        if t <= var_freeze_step:
+            if t % var_interval == 0:
+                counts["variance"] += 1
+                var_updates += 1
+                if var_updates % var_update_scaler == 0:
+                    var_interval *= 2
+            else:
+                counts["cgrad"] += 1
+        else:
+            counts["sync" if t % local_interval == 0 else "local"] += 1
+            local_steps += 1
+            if local_steps % local_step_scaler == 0:
+                local_interval = min(local_interval * 2, local_step_clipper)
+    return counts
 
 
 def kernel_bytes_per_param(stage, w):
     grad = 8.0
     if stage == "warmup":
         return grad + 4.0 + 4.0 / w + 28.0
-    if stage == "local":
-        return grad + 32.0
     if stage == "sync":
         return float("nan")  # not derived
     return grad + 20.125 + (0.125 + 12.0 / w + 0.125 / w) + 16.125
@@ -154,6 +185,21 @@ def onebit_stages(rec, workers):
         sent = statistics.mean(x[f"bytes_sent_{stage}"] / max(1, x[f"{stage}_steps"]) for x in summaries)
         recv = statistics.mean(x[f"bytes_received_{stage}"] / max(1, x[f"{stage}_steps"])
                                for x in summaries)
+        if rec["system"] == "zo" and stage == "warmup":
+            # Variance updates send the fp32 gradient's ring share; compressed steps ~N/8.
+            sends = {}
+            for r in rows:
+                if r["stage"] == stage:
+                    sends.setdefault(int(r["step"]), []).append(float(r["bytes_sent"]))
+            full = {s for s, b in sends.items() if max(b) > rec["params"]}
+            nan = float("nan")
+            for name, keep in (("variance", lambda s: s in full), ("cgrad", lambda s: s not in full)):
+                try:
+                    st = stage_stats(times, ends, compute, keep=keep)
+                except ValueError:
+                    continue
+                kept = {s for s in sorted(times)[1:] if keep(s)}
+                out[name] = st + (nan, nan, split_ms(rows, stage, kept))
         if rec["system"] == "zo" and stage == "compression":
             # Local steps send nothing; a sync sends on every worker.
             sends = {}
@@ -201,6 +247,7 @@ def main():
     if not mem:
         sys.exit("report: no memcpy measurement in raw.jsonl")
     memcpy_gbps = max(max(r["single_gbps"], r["all_gbps"]) for r in mem)
+    single_gbps = max(r["single_gbps"] for r in mem)
 
     rows = []
     for r in recs:
@@ -213,7 +260,7 @@ def main():
             print(f"report: skipping {r.get('dir')}: {e}", file=sys.stderr)
             continue
         for stage, (step, comp, t_a, t_b, measured, sent, recv, split) in stages.items():
-            if stage in ("local", "sync"):  # interleaved steps: no wire bytes of their own
+            if stage in ("local", "sync", "variance", "cgrad"):  # interleaved: no wire bytes
                 tx = rx = [float("nan")]
             else:
                 tx, rx = counters.per_step(t_a, t_b, measured)
@@ -223,6 +270,8 @@ def main():
             if stage == "local":
                 wire_s = 0.0  # nothing is sent
             kern_s = w * kernel_bytes_per_param(stage, w) * r["params"] / (memcpy_gbps * 1e9)
+            if stage == "local":  # per worker: its gradient as measured, its update's bytes
+                kern_s = comp + 32.0 * r["params"] / (single_gbps * 1e9)
             bound = wire_s + kern_s
             rows.append({
                 "workload": r["workload"], "params": r["params"], "rate": r["rate"],
@@ -282,8 +331,8 @@ def main():
     for wl in workloads:
         for rate in rates:
             for system, stage in [("adam", "warmup"), ("peer", "warmup"), ("peer", "compression"),
-                                  ("ps", "warmup"), ("ps", "compression"), ("zo", "warmup"),
-                                  ("zo", "local"), ("zo", "sync"), ("zo", "compression"),
+                                  ("ps", "warmup"), ("ps", "compression"), ("zo", "variance"),
+                                  ("zo", "cgrad"), ("zo", "local"), ("zo", "sync"),
                                   ("ddp", "warmup")]:
                 row = get(wl, rate, system, stage)
                 if row is None:
@@ -337,30 +386,35 @@ def main():
                      key=lambda k: (workloads.index(k[0]), rates.index(k[1])))
     if zo_keys:
         md.append("")
-        md.append("0/1 Adam: its local steps (nothing sent) against their bound (the gradient and "
-                  "the fused local update's bytes at the memcpy bandwidth, every worker's), its "
-                  "syncs, and the run end to end against DDP "
-                  f"({100 * WARMUP_SHARE:.0f}% of the steps before var_freeze_step, the rest at "
-                  "the compression stage's mean step):")
+        counts = zero_one_counts(**ZO_RUN)
+        md.append("0/1 Adam: its local steps (nothing sent) against their bound (the step's "
+                  "measured gradient and the fused local update's bytes at one process's memcpy "
+                  f"bandwidth, {single_gbps:.1f} GB/s), and a "
+                  f"run of {ZO_RUN['steps']:,} steps composed from the measured step of each kind "
+                  f"(var_freeze_step {ZO_RUN['var_freeze_step']:,}, var_update_scaler "
+                  f"{ZO_RUN['var_update_scaler']}, local_step_scaler {ZO_RUN['local_step_scaler']}, "
+                  f"local_step_clipper {ZO_RUN['local_step_clipper']}: "
+                  + ", ".join(f"{v:,} {k}" for k, v in counts.items()) + ") against DDP:")
         md.append("")
         md.append("| workload | link | local step | gradient | update | bound | bound / local | "
-                  "sync step | compression stage, mean step | end to end | DDP | vs DDP |")
-        md.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+                  "sync | variance | cgrad | composed run, per step | DDP | vs DDP |")
+        md.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         nan = float("nan")
         for wl, rate in zo_keys:
-            lo, sy = get(wl, rate, "zo", "local"), get(wl, rate, "zo", "sync")
-            wu, co = get(wl, rate, "zo", "warmup"), get(wl, rate, "zo", "compression")
+            kind = {k: get(wl, rate, "zo", k) for k in counts}
+            lo = kind["local"]
             ddp = get(wl, rate, "ddp", "warmup")
-            e2e = (WARMUP_SHARE * wu["step_ms"] + (1 - WARMUP_SHARE) * co["step_ms"]
-                   if wu and co else nan)
+            run = (sum(counts[k] * kind[k]["step_ms"] for k in counts) / ZO_RUN["steps"]
+                   if all(kind[k] for k in counts if counts[k]) else nan)
             d = ddp["step_ms"] if ddp else nan
-            vs = "-" if d != d or e2e != e2e else f"{d / e2e:.1f}x"
+            vs = "-" if d != d or run != run else f"{d / run:.1f}x"
+
+            def at(k, field="step_ms"):
+                return ms(kind[k][field]) if kind[k] else "-"
             md.append(
-                f"| {wl} | {RATE_LABEL[rate]} | {ms(lo['step_ms'] if lo else nan)} | "
-                f"{ms(lo['compute_ms'] if lo else nan)} | {ms(lo['update_ms'] if lo else nan)} | "
-                f"{ms(lo['bound_ms'] if lo else nan)} | {pct(lo)} | "
-                f"{ms(sy['step_ms'] if sy else nan)} | {ms(co['step_ms'] if co else nan)} | "
-                f"{ms(e2e)} | {ms(d)} | {vs} |")
+                f"| {wl} | {RATE_LABEL[rate]} | {at('local')} | {at('local', 'compute_ms')} | "
+                f"{at('local', 'update_ms')} | {at('local', 'bound_ms')} | {pct(lo)} | "
+                f"{at('sync')} | {at('variance')} | {at('cgrad')} | {ms(run)} | {ms(d)} | {vs} |")
     ps_rows = [r for r in rows if r["system"] == "ps"]
     if ps_rows:
         md.append("")

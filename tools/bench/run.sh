@@ -20,12 +20,13 @@
 #   adam   onebit, optimizer "Adam": full-precision exchange (peer mode) on every step
 #   peer   onebit, 1-bit Adam, peer mode: warmup steps, then compression steps
 #   ps     onebit, 1-bit Adam, ps mode with 4 shards (S = W): the same
-#   zo     onebit, 0/1 Adam, peer mode: the warmup steps (var_freeze_step), then
-#          ZO_STEPS steps (48) of local steps and syncs, with DeepSpeed's defaults for
-#          var_update_scaler (16) and local_step_clipper (16, the longest interval between
-#          syncs) and local_step_scaler scaled to the run (2 in place of 32678: the interval
-#          doubles after every 2 local steps, so it reaches 16 after 8 and the run measures
-#          the steady state a long run spends its steps in)
+#   zo     onebit, 0/1 Adam, peer mode, to time each kind of its steps: ZO_WARMUP (8)
+#          steps before var_freeze_step with var_update_scaler 1 (variance updates, an exact
+#          allreduce, at steps 1, 2, 4, 8; compressed-gradient steps between), then ZO_STEPS
+#          (48) of local steps and syncs with DeepSpeed's local_step_clipper (16, the longest
+#          interval between syncs) and local_step_scaler 2 (the interval reaches 16 after 8
+#          local steps). report.py times each kind and composes a long run with DeepSpeed's
+#          settings from them.
 #   ddp    PyTorch DDP + torch.optim.Adam over gloo (tools/bench/ddp_baseline.py)
 # Workloads: synNNm (onebit's synthetic quadratic bowl with NN million parameters; synNNk for
 # thousands) and fmnist (the demo's MLP on Fashion-MNIST, 64 examples per worker and step).
@@ -154,7 +155,7 @@ job_config() {  # workload optimizer steps -> JSON
   params='"lr": 0.001, "betas": [0.9, 0.999], "eps": 1.0, "freeze_step": 0'
   if [ "$opt" = ZeroOneAdam ]; then
     params='"lr": 0.001, "betas": [0.9, 0.999], "eps": 1.0, "var_freeze_step": 0,
-                           "var_update_scaler": 16, "local_step_scaler": 2, "local_step_clipper": 16'
+                           "var_update_scaler": 1, "local_step_scaler": 2, "local_step_clipper": 16'
   fi
   if [ "$w" = fmnist ]; then
     workload='{"type": "fashion_mnist", "hidden": [256, 128], "eval_every": 0}'
@@ -219,7 +220,7 @@ onebit_run() {
   nc=$(steps_for "$w" "$rate" compression)
   [ "$sys" = ps ] && mode=ps
   if [ "$sys" = adam ]; then opt=Adam; nc=0; fi
-  if [ "$sys" = zo ]; then opt=ZeroOneAdam; nc=${ZO_STEPS:-48}; fi
+  if [ "$sys" = zo ]; then opt=ZeroOneAdam; nw=${ZO_WARMUP:-8}; nc=${ZO_STEPS:-48}; fi
   name=$w-$rate-$sys
   dir=$OUT/runs/$name
   rm -rf "$dir"; mkdir -p "$dir"
