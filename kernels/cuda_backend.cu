@@ -273,6 +273,25 @@ __global__ void MomentumKernel(float beta1, float one_minus_beta1, const float* 
   }
 }
 
+// x += the momentum of elements i .. i+3 of n (those below n): m, or with kFusedMomentum
+// fma(beta1, m, (1 - beta1) * g), which is not written back.
+template <bool kFusedMomentum, bool kVec>
+__device__ __forceinline__ void AddMomentum(const float* __restrict__ m,
+                                            const float* __restrict__ g, float beta1,
+                                            float one_minus_beta1, size_t i, size_t n,
+                                            Group* x) {
+  const Group mv = Load4<kVec>(m, i, n);
+  const Group gv = kFusedMomentum ? Load4<kVec>(g, i, n) : Group{};
+#pragma unroll
+  for (size_t e = 0; e < kGroup; ++e) {
+    if (i + e < n) {
+      const float mi =
+          kFusedMomentum ? fmaf(beta1, mv.v[e], __fmul_rn(one_minus_beta1, gv.v[e])) : mv.v[e];
+      x->v[e] = __fadd_rn(mi, x->v[e]);
+    }
+  }
+}
+
 // Worker pass 1: err = x (see Backend::CompressWorker), scratch->total = sum of x^2. err
 // has n_pad elements, a multiple of 8; m and g have n.
 template <bool kFusedMomentum, bool kVec>
@@ -283,17 +302,7 @@ __global__ void WorkerInputKernel(const float* __restrict__ m, const float* __re
   for (size_t i = FirstElement(); i < n_pad; i += ElementStride()) {
     Group x = Load4<kVec>(err, i, n_pad);
     if (i < n) {
-      const Group mv = Load4<kVec>(m, i, n);
-      const Group gv = kFusedMomentum ? Load4<kVec>(g, i, n) : Group{};
-#pragma unroll
-      for (size_t e = 0; e < kGroup; ++e) {
-        if (i + e < n) {
-          const float mi = kFusedMomentum
-                               ? fmaf(beta1, mv.v[e], __fmul_rn(one_minus_beta1, gv.v[e]))
-                               : mv.v[e];
-          x.v[e] = __fadd_rn(mi, x.v[e]);
-        }
-      }
+      AddMomentum<kFusedMomentum, kVec>(m, g, beta1, one_minus_beta1, i, n, &x);
       Store4<kVec>(err, i, n_pad, x);  // past n: the padding's error, unchanged
     }
     AddSquares(x, &local);
@@ -691,17 +700,7 @@ __global__ void WorkerInputInt8Kernel(const float* __restrict__ m, const float* 
       const size_t i = k * chunk + j;
       Group x = Load4<kVec>(x_chunk, j, chunk);
       if (i < n) {
-        const Group mv = Load4<kVec>(m, i, n);
-        const Group gv = kFusedMomentum ? Load4<kVec>(g, i, n) : Group{};
-#pragma unroll
-        for (size_t e = 0; e < kGroup; ++e) {
-          if (i + e < n) {
-            const float mi = kFusedMomentum
-                                 ? fmaf(beta1, mv.v[e], __fmul_rn(one_minus_beta1, gv.v[e]))
-                                 : mv.v[e];
-            x.v[e] = __fadd_rn(mi, x.v[e]);
-          }
-        }
+        AddMomentum<kFusedMomentum, kVec>(m, g, beta1, one_minus_beta1, i, n, &x);
         Store4<kVec>(x_chunk, j, chunk, x);
       }
 #pragma unroll

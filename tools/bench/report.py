@@ -162,6 +162,25 @@ def split_ms(rows, stage, steps):
     return out
 
 
+def zero_one_kinds(rows, stage, times, ends, compute, sends_name, quiet_name, sends_much):
+    """0/1 Adam's steps of one stage split by what they sent: {kind: stats as onebit_stages}."""
+    sends = {}
+    for r in rows:
+        if r["stage"] == stage:
+            sends.setdefault(int(r["step"]), []).append(float(r["bytes_sent"]))
+    loud = {s for s, b in sends.items() if sends_much(max(b))}
+    nan = float("nan")
+    out = {}
+    for name, keep in ((sends_name, lambda s: s in loud), (quiet_name, lambda s: s not in loud)):
+        try:
+            st = stage_stats(times, ends, compute, keep=keep)
+        except ValueError:
+            continue
+        kept = {s for s in sorted(times)[1:] if keep(s)}
+        out[name] = st + (0.0 if name == "local" else nan, nan, split_ms(rows, stage, kept))
+    return out
+
+
 def onebit_stages(rec, workers):
     """{stage: (step_s, compute_s, t_a, t_b, measured, sent/worker/step, received/worker/step)}"""
     rows = []
@@ -185,36 +204,13 @@ def onebit_stages(rec, workers):
         sent = statistics.mean(x[f"bytes_sent_{stage}"] / max(1, x[f"{stage}_steps"]) for x in summaries)
         recv = statistics.mean(x[f"bytes_received_{stage}"] / max(1, x[f"{stage}_steps"])
                                for x in summaries)
-        if rec["system"] == "zo" and stage == "warmup":
-            # Variance updates send the fp32 gradient's ring share; compressed steps ~N/8.
-            sends = {}
-            for r in rows:
-                if r["stage"] == stage:
-                    sends.setdefault(int(r["step"]), []).append(float(r["bytes_sent"]))
-            full = {s for s, b in sends.items() if max(b) > rec["params"]}
-            nan = float("nan")
-            for name, keep in (("variance", lambda s: s in full), ("cgrad", lambda s: s not in full)):
-                try:
-                    st = stage_stats(times, ends, compute, keep=keep)
-                except ValueError:
-                    continue
-                kept = {s for s in sorted(times)[1:] if keep(s)}
-                out[name] = st + (nan, nan, split_ms(rows, stage, kept))
+        if rec["system"] == "zo":
+            # Before var_freeze_step: variance updates send the fp32 gradient's ring share,
+            # compressed steps ~N/8. After it: local steps send nothing, syncs do.
+            kinds = ({"warmup": ("variance", "cgrad", lambda b: b > rec["params"]),
+                      "compression": ("sync", "local", lambda b: b > 0)})[stage]
+            out.update(zero_one_kinds(rows, stage, times, ends, compute, *kinds))
         if rec["system"] == "zo" and stage == "compression":
-            # Local steps send nothing; a sync sends on every worker.
-            sends = {}
-            for r in rows:
-                if r["stage"] == stage:
-                    sends.setdefault(int(r["step"]), []).append(float(r["bytes_sent"]))
-            local = {s for s, b in sends.items() if max(b) == 0}
-            nan = float("nan")
-            for name, keep in (("local", lambda s: s in local), ("sync", lambda s: s not in local)):
-                try:
-                    st = stage_stats(times, ends, compute, keep=keep)
-                except ValueError:
-                    continue
-                kept = {s for s in sorted(times)[1:] if keep(s)}
-                out[name] = st + (0.0 if name == "local" else nan, nan, split_ms(rows, stage, kept))
             st = stage_stats(times, ends, compute, average=statistics.mean)
         else:
             st = stage_stats(times, ends, compute)
