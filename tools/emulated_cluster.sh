@@ -49,6 +49,14 @@ cmd_down() {
 cmd_up() {
   local nodes=${1:?usage: up NODES [RATE]} rate=${2:-none}
   [ "$nodes" -ge 1 ] && [ "$nodes" -le 200 ] || die "NODES must be in [1, 200]"
+  # The kernel's ARP table is one for every namespace: each of the nodes + 1 hosts learns
+  # the others, and past gc_thresh3 entries (1024 by default: 32 nodes make 1056) new
+  # entries fail ("neighbor table overflow"), packets wait for ARP, TCP backs off, and a
+  # 1.2 MB exchange took 27 s. Raise the thresholds to what the cluster needs (never lower).
+  local need=$(( (nodes + 1) * (nodes + 1) + 256 ))
+  if [ "$(sysctl -n net.ipv4.neigh.default.gc_thresh3)" -lt "$need" ]; then
+    sysctl -q -w net.ipv4.neigh.default.gc_thresh3="$need" net.ipv4.neigh.default.gc_thresh2="$need"
+  fi
   cmd_down
   ip link add "$BRIDGE" type bridge
   ip link set "$BRIDGE" up

@@ -2,7 +2,6 @@
 
 #include <chrono>
 #include <cstring>
-#include <deque>
 #include <exception>
 #include <utility>
 #include <vector>
@@ -13,6 +12,7 @@
 #include "common/status_macros.h"
 #include "gloo/allgather.h"
 #include "gloo/allreduce.h"
+#include "gloo/alltoall.h"
 #include "gloo/barrier.h"
 #include "gloo/common/error.h"
 #include "gloo/common/logging.h"
@@ -131,23 +131,24 @@ absl::Status GlooTransport::Run(absl::string_view op, uint64_t sent, uint64_t re
 }
 
 absl::Status GlooTransport::AllToAll(const void* send, void* recv, size_t block_bytes) {
-  if (block_bytes == 0) return status_;
-  const uint8_t* in = static_cast<const uint8_t*>(send);
-  uint8_t* out = static_cast<uint8_t*>(recv);
-  if (!status_.ok()) return status_;
-  std::memmove(out + rank_ * block_bytes, in + rank_ * block_bytes, block_bytes);
-  return Shifts([&](int to) { return in + to * block_bytes; },
-                [&](int from) { return out + from * block_bytes; }, block_bytes);
+  const uint32_t tag = NextTag();
+  const uint64_t wire = static_cast<uint64_t>(world_size_ - 1) * block_bytes;
+  return Run("AllToAll", wire, wire, [&] {
+    if (block_bytes == 0) return;
+    gloo::AlltoallOptions opts(context_);
+    // gloo's unbound buffers take non-const pointers for both directions; `send` is only
+    // read.
+    opts.setInput(static_cast<uint8_t*>(const_cast<void*>(send)), world_size_ * block_bytes);
+    opts.setOutput(static_cast<uint8_t*>(recv), world_size_ * block_bytes);
+    opts.setTag(tag);
+    opts.setTimeout(ToChrono(timeout_));
+    gloo::alltoall(opts);
+  });
 }
 
 absl::Status GlooTransport::AllGather(const void* send, void* recv, size_t block_bytes) {
   if (block_bytes > 0 && block_bytes <= kDirectAllGatherMaxBlockBytes && world_size_ > 1) {
-    uint8_t* out = static_cast<uint8_t*>(recv);
-    if (!status_.ok()) return status_;
-    std::memmove(out + rank_ * block_bytes, send, block_bytes);
-    return Shifts([send](int) { return send; },
-                  [out, block_bytes](int from) { return out + from * block_bytes; },
-                  block_bytes);
+    return DirectAllGather(send, recv, block_bytes);
   }
   const uint32_t tag = NextTag();
   const uint64_t wire = static_cast<uint64_t>(world_size_ - 1) * block_bytes;
@@ -162,19 +163,17 @@ absl::Status GlooTransport::AllGather(const void* send, void* recv, size_t block
   });
 }
 
-absl::Status GlooTransport::Shifts(const std::function<const void*(int to)>& send_to,
-                                  const std::function<void*(int from)>& recv_from,
-                                  size_t block_bytes) {
-  std::deque<std::unique_ptr<PendingSendRecv>> pending;
+absl::Status GlooTransport::DirectAllGather(const void* send, void* recv, size_t block_bytes) {
+  uint8_t* out = static_cast<uint8_t*>(recv);
+  if (!status_.ok()) return status_;
+  std::memmove(out + rank_ * block_bytes, send, block_bytes);
+  // Shift s sends this rank's block to rank + s and receives rank - s's: every rank calls
+  // StartSendRecv W-1 times, so the tags stay equal across ranks.
+  std::vector<std::unique_ptr<PendingSendRecv>> pending;
   absl::Status status;
   for (int s = 1; s < world_size_ && status.ok(); ++s) {
-    if (static_cast<int>(pending.size()) >= kMaxShiftsInFlight) {
-      status = pending.front()->Wait();
-      pending.pop_front();
-      if (!status.ok()) break;
-    }
     const int to = (rank_ + s) % world_size_, from = (rank_ + world_size_ - s) % world_size_;
-    auto p = StartSendRecv(send_to(to), block_bytes, to, recv_from(from), block_bytes, from);
+    auto p = StartSendRecv(send, block_bytes, to, out + from * block_bytes, block_bytes, from);
     if (p.ok()) {
       pending.push_back(std::move(*p));
     } else {

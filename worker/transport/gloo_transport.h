@@ -16,7 +16,6 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 
@@ -66,16 +65,9 @@ class GlooTransport final : public Transport {
 
   // Zero-byte calls return at once without touching the network: all ranks pass the same
   // sizes (transport.h), so all ranks skip together.
-  //
-  // AllToAll moves its blocks as W-1 shifts (shift s: to rank + s, from rank - s), at most
-  // kMaxShiftsInFlight at a time. gloo's alltoall posts all W-1 at once, so every rank
-  // receives from W-1 senders together: past 16 nodes on 100 Mbit/s links that incast
-  // overflowed the links' queues and TCP's retransmission timeouts stretched a 1.2 MB
-  // compressed step to 27 s (BENCHMARKS.md, "Width").
-  static constexpr int kMaxShiftsInFlight = 8;
   absl::Status AllToAll(const void* send, void* recv, size_t block_bytes) override;
-  // Blocks of at most kDirectAllGatherMaxBlockBytes go straight to every rank as shifts,
-  // as AllToAll's (ceil((W-1)/kMaxShiftsInFlight) round trips: the compressed exchange's
+  // Blocks of at most kDirectAllGatherMaxBlockBytes go straight to every rank, all W-1
+  // sends and receives posted at once (one round trip: the compressed exchange's
   // results are a few kB, and gloo's ring pays W-1 round trips for them); larger blocks
   // take gloo's ring, which keeps one flow per link (BENCHMARKS.md, "Warmup exchange").
   static constexpr size_t kDirectAllGatherMaxBlockBytes = size_t{256} << 10;
@@ -111,12 +103,8 @@ class GlooTransport final : public Transport {
 
   class GlooPendingSendRecv;
 
-  // W-1 shifts of StartSendRecv, at most kMaxShiftsInFlight in flight: shift s sends
-  // block_bytes at send_to(rank + s) to rank + s and receives block_bytes from rank - s at
-  // recv_from(rank - s). Every rank calls StartSendRecv W-1 times, in the same order, so
-  // the tags stay equal across ranks.
-  absl::Status Shifts(const std::function<const void*(int to)>& send_to,
-                      const std::function<void*(int from)>& recv_from, size_t block_bytes);
+  // AllGather as W-1 shifts of StartSendRecv, all in flight at once.
+  absl::Status DirectAllGather(const void* send, void* recv, size_t block_bytes);
 
   // Checks a SendRecv's peers; InvalidArgument (nothing posted, connections usable).
   absl::Status CheckSendRecvPeers(int to, size_t send_bytes, int from, size_t recv_bytes) const;
