@@ -426,11 +426,14 @@ def main():
         f.write("\n".join(md) + "\n")
     print("\n".join(md))
 
-    # Plots: per workload, three panels against the link rate (log-log).
+    # Plots: per workload, three panels against the link rate (log-log), for the 1-bit
+    # Adam runs (a run of only 0/1 Adam and DDP has its tables above and no plot).
     for wl in workloads:
         dat = os.path.join(a.out, f"{wl}.dat")
         cols = [("adam", "warmup"), ("peer", "warmup"), ("peer", "compression"), ("ps", "warmup"),
                 ("ps", "compression"), ("ddp", "warmup")]
+        if not any(get(wl, rate, s, "compression") for rate in rates for s in ("peer", "ps")):
+            continue
         with open(dat, "w") as f:
             f.write("# x_gbit " + " ".join(f"{s}_{t}_step {s}_{t}_bound" for s, t in cols) +
                     " e2e_ddp e2e_peer e2e_ps\n")
