@@ -5,7 +5,7 @@
 # a host of their own whose link is not limited (tools/emulated_cluster.sh).
 #
 #   sudo tools/bench/run.sh [--quick] [--rates "100mbit 1gbit 10gbit none"]
-#                           [--workloads "syn25m syn100m fmnist"] [--systems "adam peer ps ddp"]
+#                           [--workloads "syn25m syn100m fmnist"] [--systems "adam peer ps zo ddp"]
 #                           [--shards separate|colocated] [--nodes N]
 #                           [--out DIR] [--bin DIR] [--skip "WORKLOAD@RATE ..."]
 #
