@@ -76,6 +76,9 @@ ABSL_FLAG(std::string, cluster_nodes, "",
 ABSL_FLAG(std::string, cluster_shards, "control",
           "Emulated cluster: where the ps shards run, \"control\" (beside the coordinator) "
           "or \"nodes\" (shard s on node s mod nodes: a shard beside each worker).");
+ABSL_FLAG(bool, transport_trace, false,
+          "Peer mode: each worker writes one CSV line per call of its transport to "
+          "OUT_DIR/transport-<i>.csv (tools/bench/rounds.py counts the rounds from them).");
 
 namespace onebit::launcher {
 namespace {
@@ -221,6 +224,9 @@ absl::StatusOr<JobResult> RunJob(const std::string& bin, const std::string& dir,
   options.config_path = config_path;
   options.echo_all = absl::GetFlag(FLAGS_echo_all);
   options.worker_flags = {"--history_csv=" + dir + "/worker-{i}.csv"};
+  if (absl::GetFlag(FLAGS_transport_trace)) {
+    options.worker_flags.push_back("--transport_trace=" + dir + "/transport-{i}.csv");
+  }
   options.worker_command = script.argv;
   options.worker_env = script.env;
   ONEBIT_RETURN_IF_ERROR(ApplyFault(fault, config, &options));

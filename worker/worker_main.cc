@@ -50,6 +50,10 @@ ABSL_FLAG(std::string, history_csv, "",
           "the rest of the step's split: compress, exchange, update seconds) and evaluation "
           "here (CSV).");
 
+ABSL_FLAG(std::string, transport_trace, "",
+          "Peer mode: write one CSV line per call of the job's transport here (op, peers, "
+          "bytes, start and end in unix seconds), to count a run's message rounds.");
+
 namespace {
 
 onebit::WorkerProcessOptions OptionsFromFlags() {
@@ -67,6 +71,7 @@ onebit::WorkerProcessOptions OptionsFromFlags() {
   o.fault = absl::GetFlag(FLAGS_fault);
   o.member_token_file = absl::GetFlag(FLAGS_member_token_file);
   o.history_csv = absl::GetFlag(FLAGS_history_csv);
+  o.transport_trace = absl::GetFlag(FLAGS_transport_trace);
   return o;
 }
 

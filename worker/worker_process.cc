@@ -41,6 +41,7 @@
 #include "worker/job_setup.h"
 #include "worker/transport/nccl_transport.h"
 #include "worker/transport/staged_transport.h"
+#include "worker/transport/traced_transport.h"
 #include "compression/layout.h"
 #include "worker/exchange/exact_allreduce.h"
 #include "worker/exchange/hierarchical_exchange.h"
@@ -557,6 +558,9 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
                             GroupTransport(config, reg, "world", reg.rank(), reg.world_size(),
                                            shared_client, w.backend.get(),
                                            config.optimizer.comm_backend_name));
+    if (!o.transport_trace.empty()) {
+      ONEBIT_ASSIGN_OR_RETURN(world, TracedTransport::Create(std::move(world), o.transport_trace));
+    }
     ONEBIT_ASSIGN_OR_RETURN(w.transport, InBackendMemory(w.backend.get(), std::move(world)));
     ExactAllreduceOptions exact;
     ONEBIT_ASSIGN_OR_RETURN(exact.wire_dtype, ParseWireDtype(config.exchange.warmup_dtype));

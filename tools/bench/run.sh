@@ -37,7 +37,8 @@
 # stage is not measured: it connects or sets up), the gradient's share of it, the workers'
 # own byte counters, every node's link counters both ways sampled every 0.1 s
 # (tools/bench/sampler.py; a stage's wire bytes are the counters between the ends of its
-# measured steps), the shards' peak memory, and `uptime`. A memcpy measurement
+# measured steps), in peer mode every transport call of every worker (transport-<i>.csv,
+# tools/bench/rounds.py), the shards' peak memory, and `uptime`. A memcpy measurement
 # (tools/bench/memcpy_bw.c) at the start and at the end gives the bound.
 # tools/bench/report.py then writes OUT/results.csv, OUT/results.md and OUT/<workload>.png.
 set -euo pipefail
@@ -110,6 +111,9 @@ else
   done
   echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!out' || echo '+changes')" > "$OUT/commit"
 fi
+
+TRACE=0
+case $("$BIN/deploy/onebit-launch" --helpfull 2>&1 || true) in *transport_trace*) TRACE=1 ;; esac
 
 memcpy_measure() {  # label
   local one all
@@ -228,6 +232,9 @@ onebit_run() {
   local flags=(--exchange="$mode")
   [ "$mode" = ps ] && flags+=(--servers=$WORKERS)
   [ "$mode" = ps ] && [ "$SHARDS" = colocated ] && flags+=(--cluster_shards=nodes)
+  # Peer mode's per-call trace (tools/bench/rounds.py), where the launcher has it (--bin
+  # may name binaries from before it).
+  [ "$mode" = peer ] && [ "$TRACE" = 1 ] && flags+=(--transport_trace)
   log "  $sys: $nw warmup + $nc compression steps"
   load0=$(load)
   sampler_start "$dir/sampler.txt"

@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Where a step's time goes on the wire, from a run's transport traces.
+
+    python3 tools/bench/rounds.py RUN_DIR [--markdown]
+
+RUN_DIR holds a job's worker-<i>.csv (onebit-worker --history_csv: every step's end time and
+its split) and transport-<i>.csv (--transport_trace: every transport call's start and end);
+tools/bench/run.sh writes both for peer-mode runs (RUN_DIR = OUT/runs/<name>/onebit_adam).
+
+Each call is put into the step whose window holds its start (a step's window ends at its
+recorded unix_time and starts where the one before it ended). Per stage (warmup,
+compression) and worker it prints, as medians over the stage's measured steps:
+
+  step       the step's time (worker-<i>.csv)
+  calls      transport calls in the step
+  rounds     message rounds on the critical path: calls that overlap in time are one round
+             (a direct all-gather's W-1 SendRecvs in flight at once); a gloo AllGather of
+             blocks over 256 KB is a ring and counts W-1 (onebit's GlooTransport)
+  <op> ms    the time inside each kind of call
+  wire ms    the time inside any call (overlapping calls counted once)
+  off-wire   the step's time outside every call: gradient, compression, update, control
+
+and then the calls of one step (the median one) as a timeline.
+"""
+import csv
+import os
+import statistics
+import sys
+
+RING_BLOCK = 256 << 10  # GlooTransport::kDirectAllGatherMaxBlockBytes
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def steps_of(rows):
+    """[(step, stage, start, end, seconds)] of the rows of kind 'step', in order."""
+    out, prev_end = [], None
+    for r in rows:
+        if r.get("kind") != "step" or not r.get("unix_time"):
+            continue
+        end = float(r["unix_time"])
+        start = prev_end if prev_end is not None else end - float(r["seconds"])
+        out.append((int(r["step"]), r["stage"], start, end, float(r["seconds"])))
+        prev_end = end
+    return out
+
+
+def rounds_of(calls, world):
+    """Groups of calls that overlap in time; a ring AllGather counts world - 1."""
+    n, last_end = 0, None
+    for c in sorted(calls, key=lambda c: c["start"]):
+        ring = c["op"] == "AllGather" and c["block"] > RING_BLOCK
+        if last_end is None or c["start"] >= last_end:
+            n += (world - 1) if ring else 1
+            last_end = c["end"]
+        else:
+            last_end = max(last_end, c["end"])
+    return n
+
+
+def covered(calls):
+    """Seconds inside at least one call."""
+    total, cur_s, cur_e = 0.0, None, None
+    for c in sorted(calls, key=lambda c: c["start"]):
+        if cur_e is None or c["start"] > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = c["start"], c["end"]
+        else:
+            cur_e = max(cur_e, c["end"])
+    if cur_e is not None:
+        total += cur_e - cur_s
+    return total
+
+
+def analyse(run_dir):
+    workers = sorted(int(f[len("worker-"):-4]) for f in os.listdir(run_dir)
+                     if f.startswith("worker-") and f.endswith(".csv"))
+    world = len(workers)
+    per_stage = {}  # stage -> list of (worker, step, seconds, calls)
+    for w in workers:
+        trace_path = os.path.join(run_dir, f"transport-{w}.csv")
+        if not os.path.exists(trace_path):
+            sys.exit(f"rounds: {trace_path} is missing (run the job with --transport_trace)")
+        calls = [{"op": r["op"], "to": int(r["to"]), "from": int(r["from"]),
+                  "block": int(r["block_bytes"]), "sent": int(r["sent"]),
+                  "start": float(r["start_unix"]), "end": float(r["end_unix"])}
+                 for r in read_csv(trace_path)]
+        steps = steps_of(read_csv(os.path.join(run_dir, f"worker-{w}.csv")))
+        # The first step of each stage connects or sets up; the bench leaves it out too.
+        seen = set()
+        for step, stage, start, end, seconds in steps:
+            mine = [c for c in calls if start < c["start"] <= end]
+            if stage not in seen:
+                seen.add(stage)
+                continue
+            per_stage.setdefault(stage, []).append((w, step, start, end, seconds, mine))
+    return world, per_stage
+
+
+def summary(world, per_stage, markdown):
+    ops = sorted({c["op"] for rows in per_stage.values() for r in rows for c in r[5]})
+    head = ["stage", "steps", "step ms", "calls", "rounds"] + [f"{o} ms" for o in ops] + \
+        ["wire ms", "off-wire ms"]
+    lines = []
+    for stage, rows in per_stage.items():
+        med = lambda xs: statistics.median(xs) if xs else 0.0
+        vals = [stage, str(len(rows)),
+                f"{med([r[4] for r in rows]) * 1e3:.1f}",
+                f"{med([len(r[5]) for r in rows]):g}",
+                f"{med([rounds_of(r[5], world) for r in rows]):g}"]
+        for o in ops:
+            vals.append(f"{med([sum(c['end'] - c['start'] for c in r[5] if c['op'] == o) for r in rows]) * 1e3:.1f}")
+        wire = [covered(r[5]) for r in rows]
+        vals.append(f"{med(wire) * 1e3:.1f}")
+        vals.append(f"{med([r[4] - x for r, x in zip(rows, wire)]) * 1e3:.1f}")
+        lines.append(vals)
+    if markdown:
+        print("| " + " | ".join(head) + " |")
+        print("|" + "|".join("---" if i == 0 else "---:" for i in range(len(head))) + "|")
+        for v in lines:
+            print("| " + " | ".join(v) + " |")
+    else:
+        print("  ".join(head))
+        for v in lines:
+            print("  ".join(v))
+    for stage, rows in per_stage.items():
+        rows = sorted(rows, key=lambda r: r[4])
+        w, step, start, end, seconds, calls = rows[len(rows) // 2]
+        print(f"\n{stage}: worker {w}, step {step} ({seconds * 1e3:.1f} ms; "
+              f"from the end of the step before, ms):")
+        for c in sorted(calls, key=lambda c: c["start"]):
+            peers = "" if c["to"] < 0 else f" to {c['to']} from {c['from']}"
+            print(f"  {(c['start'] - start) * 1e3:8.1f} -> {(c['end'] - start) * 1e3:8.1f}  "
+                  f"{c['op']}{peers}, {c['sent']} bytes out")
+        print(f"  {(end - start) * 1e3:8.1f}  step ends")
+
+
+def main(argv):
+    if len(argv) < 2 or argv[1] in ("-h", "--help"):
+        print(__doc__)
+        return 2
+    world, per_stage = analyse(argv[1])
+    if not per_stage:
+        sys.exit(f"rounds: no measured steps in {argv[1]}")
+    summary(world, per_stage, "--markdown" in argv[2:])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,124 @@
+#include "worker/transport/traced_transport.h"
+
+#include <fstream>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+#include "absl/strings/str_format.h"
+
+namespace onebit {
+namespace {
+
+double UnixSeconds(absl::Time t) { return absl::ToDoubleSeconds(t - absl::UnixEpoch()); }
+
+}  // namespace
+
+// A started SendRecv whose line is written when it is waited for.
+class TracedTransport::TracedPending final : public Transport::PendingSendRecv {
+ public:
+  TracedPending(TracedTransport* transport, Begun begun, std::unique_ptr<PendingSendRecv> inner)
+      : transport_(transport), begun_(begun), inner_(std::move(inner)) {}
+
+  absl::Status Wait() override {
+    if (waited_) return status_;
+    waited_ = true;
+    status_ = transport_->End(begun_, inner_->Wait());
+    return status_;
+  }
+
+ private:
+  TracedTransport* const transport_;
+  const Begun begun_;
+  std::unique_ptr<PendingSendRecv> inner_;
+  bool waited_ = false;
+  absl::Status status_;
+};
+
+TracedTransport::TracedTransport(Transport* inner, std::ostream* out, Now now)
+    : inner_(inner), out_(out), now_(std::move(now)) {
+  *out_ << "op,to,from,block_bytes,sent,received,start_unix,end_unix\n";
+  out_->flush();
+}
+
+absl::StatusOr<std::unique_ptr<Transport>> TracedTransport::Create(
+    std::unique_ptr<Transport> inner, const std::string& path) {
+  auto out = std::make_unique<std::ofstream>(path, std::ios::trunc);
+  if (!out->is_open()) {
+    return absl::InvalidArgumentError(absl::StrCat("transport trace: cannot write ", path));
+  }
+  auto traced = std::make_unique<TracedTransport>(inner.get(), out.get());
+  traced->owned_inner_ = std::move(inner);
+  traced->owned_out_ = std::move(out);
+  return std::unique_ptr<Transport>(std::move(traced));
+}
+
+TracedTransport::Begun TracedTransport::Begin(absl::string_view op, int to, int from,
+                                              size_t block_bytes) const {
+  return Begun{op, to, from, block_bytes, now_(), inner_->bytes_sent(), inner_->bytes_received(),
+               std::nullopt, std::nullopt};
+}
+
+TracedTransport::Begun TracedTransport::BeginSendRecv(size_t send_bytes, int to, size_t recv_bytes,
+                                                      int from) const {
+  // A started call's bytes are counted at its Wait by one transport and at its start by
+  // another, and other calls are in flight meanwhile: its line gives the bytes the
+  // contract says it moves (none to or from itself), not the counters' change.
+  Begun b = Begin("SendRecv", to, from, send_bytes);
+  b.own_sent = to == rank() ? 0 : send_bytes;
+  b.own_received = from == rank() ? 0 : recv_bytes;
+  return b;
+}
+
+absl::Status TracedTransport::End(const Begun& begun, absl::Status status) {
+  const absl::Time end = now_();
+  // Lines stay whole in the file: each is written with one call and flushed, so a process
+  // killed mid-run leaves a trace that ends at a line.
+  *out_ << absl::StrFormat("%s%s,%d,%d,%u,%u,%u,%.6f,%.6f\n", begun.op, status.ok() ? "" : "!",
+                           begun.to, begun.from, begun.block_bytes,
+                           !status.ok() ? 0 : begun.own_sent.value_or(inner_->bytes_sent() - begun.sent),
+                           !status.ok() ? 0 : begun.own_received.value_or(inner_->bytes_received() - begun.received),
+                           UnixSeconds(begun.start),
+                           UnixSeconds(end));
+  out_->flush();
+  return status;
+}
+
+absl::Status TracedTransport::AllToAll(const void* send, void* recv, size_t block_bytes) {
+  const Begun b = Begin("AllToAll", -1, -1, block_bytes);
+  return End(b, inner_->AllToAll(send, recv, block_bytes));
+}
+
+absl::Status TracedTransport::AllGather(const void* send, void* recv, size_t block_bytes) {
+  const Begun b = Begin("AllGather", -1, -1, block_bytes);
+  return End(b, inner_->AllGather(send, recv, block_bytes));
+}
+
+absl::Status TracedTransport::AllReduceSum(float* data, size_t count) {
+  const Begun b = Begin("AllReduceSum", -1, -1, count * sizeof(float));
+  return End(b, inner_->AllReduceSum(data, count));
+}
+
+absl::Status TracedTransport::Barrier() {
+  const Begun b = Begin("Barrier", -1, -1, 0);
+  return End(b, inner_->Barrier());
+}
+
+absl::Status TracedTransport::SendRecv(const void* send, size_t send_bytes, int to, void* recv,
+                                       size_t recv_bytes, int from) {
+  const Begun b = BeginSendRecv(send_bytes, to, recv_bytes, from);
+  return End(b, inner_->SendRecv(send, send_bytes, to, recv, recv_bytes, from));
+}
+
+absl::StatusOr<std::unique_ptr<Transport::PendingSendRecv>> TracedTransport::StartSendRecv(
+    const void* send, size_t send_bytes, int to, void* recv, size_t recv_bytes, int from) {
+  const Begun b = BeginSendRecv(send_bytes, to, recv_bytes, from);
+  absl::StatusOr<std::unique_ptr<PendingSendRecv>> inner =
+      inner_->StartSendRecv(send, send_bytes, to, recv, recv_bytes, from);
+  if (!inner.ok()) return End(b, inner.status());
+  return std::unique_ptr<PendingSendRecv>(
+      std::make_unique<TracedPending>(this, b, std::move(*inner)));
+}
+
+}  // namespace onebit
