@@ -139,6 +139,8 @@ def main():
     ap.add_argument("--compute_steps", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--timeout_s", type=int, default=900)
+    ap.add_argument("--comm_hook", choices=["none", "fp16"], default="none",
+                    help="fp16: DDP's fp16_compress_hook (the gradient buckets in fp16 on the wire)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     if not (0 <= a.rank < a.world):
@@ -158,6 +160,9 @@ def main():
         module = data.model
     n = sum(p.numel() for p in module.parameters())
     model = nn.parallel.DistributedDataParallel(module)
+    if a.comm_hook == "fp16":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        model.register_comm_hook(None, default_hooks.fp16_compress_hook)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-8)
     loss_fn = nn.CrossEntropyLoss()
 
@@ -191,7 +196,7 @@ def main():
     with open(a.out, "w") as f:
         json.dump({"rank": a.rank, "world": a.world, "workload": a.workload, "parameters": n,
                    "compute_seconds": compute, "step_seconds": steps, "step_end_unix": ends,
-                   "loss": losses,
+                   "loss": losses, "comm_hook": a.comm_hook,
                    "torch": torch.__version__}, f)
     dist.destroy_process_group()
 

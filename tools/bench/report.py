@@ -44,6 +44,9 @@ import sys
 
 RATE_BPS = {"100mbit": 100e6, "1gbit": 1e9, "10gbit": 10e9, "none": None}
 RATE_X = {"100mbit": 0.1, "1gbit": 1.0, "10gbit": 10.0, "none": 100.0}  # Gbit/s on the plot
+SYSTEM_NAME = {"adam": "onebit Adam", "peer": "1-bit Adam peer", "ps": "1-bit Adam ps",
+               "peer16": "1-bit Adam peer, bf16 warmup", "zo": "0/1 Adam peer",
+               "ddp": "DDP + Adam", "ddp16": "DDP + Adam, fp16 hook"}
 RATE_LABEL = {"100mbit": "100 Mbit/s", "1gbit": "1 Gbit/s", "10gbit": "10 Gbit/s", "none": "no limit"}
 WARMUP_SHARE = 0.15
 # The long 0/1 Adam run the report composes: 10,000 steps, var_freeze_step at 15% of them,
@@ -327,15 +330,15 @@ def main():
     for wl in workloads:
         for rate in rates:
             for system, stage in [("adam", "warmup"), ("peer", "warmup"), ("peer", "compression"),
+                                  ("peer16", "warmup"), ("peer16", "compression"),
                                   ("ps", "warmup"), ("ps", "compression"), ("zo", "variance"),
                                   ("zo", "cgrad"), ("zo", "local"), ("zo", "sync"),
-                                  ("ddp", "warmup")]:
+                                  ("ddp", "warmup"), ("ddp16", "warmup")]:
                 row = get(wl, rate, system, stage)
                 if row is None:
                     continue
-                name = {"adam": "onebit Adam", "peer": "1-bit Adam peer", "ps": "1-bit Adam ps",
-                        "zo": "0/1 Adam peer", "ddp": "DDP + Adam"}[system]
-                st = stage if system not in ("adam", "ddp") else "(every step)"
+                name = SYSTEM_NAME[system]
+                st = stage if system not in ("adam", "ddp", "ddp16") else "(every step)"
                 md.append(f"| {wl} | {RATE_LABEL[rate]} | {name} | {st} | {ms(row['step_ms'])} | "
                           f"{ms(row['compute_ms'])} | {mb(row['payload_sent_per_worker_step'])} | "
                           f"{mb(row['wire_tx_per_node_step'])} | {ms(row['bound_ms'])} "
@@ -378,6 +381,28 @@ def main():
                 f"{ratio(sw['step_ms'] if sw else nan, pw['step_ms'] if pw else nan)} | "
                 f"{pct(pc)}, {pct(sc)} |")
             e2e_rows.append((wl, rate, d, e2e["peer"], e2e["ps"], adam["step_ms"] if adam else nan))
+    whole = [(wl, rate) for wl in workloads for rate in rates
+             if get(wl, rate, "peer16", "warmup") and get(wl, rate, "peer16", "compression")]
+    if whole:
+        md.append("")
+        md.append(f"Whole run with the warmup's exchange in bf16, {100 * WARMUP_SHARE:.0f}% warmup "
+                  f"({WARMUP_SHARE} x warmup step + {1 - WARMUP_SHARE:.2f} x compression step), "
+                  "against DDP and DDP with its fp16 compression hook (one stage each):")
+        md.append("")
+        md.append("| workload | link | bf16 warmup step | compression step | whole run, per step | "
+                  "DDP | DDP fp16 hook | vs DDP | vs DDP fp16 |")
+        md.append("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+        nan = float("nan")
+        for wl, rate in whole:
+            wu, co = get(wl, rate, "peer16", "warmup"), get(wl, rate, "peer16", "compression")
+            run = WARMUP_SHARE * wu["step_ms"] + (1 - WARMUP_SHARE) * co["step_ms"]
+            d = (get(wl, rate, "ddp", "warmup") or {}).get("step_ms", nan)
+            d16 = (get(wl, rate, "ddp16", "warmup") or {}).get("step_ms", nan)
+
+            def vs(x):
+                return "-" if x != x else f"{x / run:.1f}x"
+            md.append(f"| {wl} | {RATE_LABEL[rate]} | {ms(wu['step_ms'])} | {ms(co['step_ms'])} | "
+                      f"{ms(run)} | {ms(d)} | {ms(d16)} | {vs(d)} | {vs(d16)} |")
     zo_keys = sorted({(r["workload"], r["rate"]) for r in rows if r["system"] == "zo"},
                      key=lambda k: (workloads.index(k[0]), rates.index(k[1])))
     if zo_keys:

@@ -13,9 +13,11 @@ compression) and worker it prints, as medians over the stage's measured steps:
 
   step       the step's time (worker-<i>.csv)
   calls      transport calls in the step
-  rounds     message rounds on the critical path: calls that overlap in time are one round
-             (a direct all-gather's W-1 SendRecvs in flight at once); a gloo AllGather of
-             blocks over 256 KB is a ring and counts W-1 (onebit's GlooTransport)
+  rounds     message rounds on the critical path: the longest chain of calls each of which
+             started after the one before it ended (calls in flight together are one
+             round: a direct all-gather's W-1 SendRecvs); a gloo AllToAll or AllGather of
+             blocks over 256 KB sends its W-1 shifts one at a time and counts W-1
+             (onebit's GlooTransport)
   <op> ms    the time inside each kind of call
   wire ms    the time inside any call (overlapping calls counted once)
   off-wire   the step's time outside every call: gradient, compression, update, control
@@ -27,7 +29,7 @@ import os
 import statistics
 import sys
 
-RING_BLOCK = 256 << 10  # GlooTransport::kDirectAllGatherMaxBlockBytes
+ONE_AT_A_TIME_BLOCK = 256 << 10  # GlooTransport::kAllInFlightMaxBlockBytes
 
 
 def read_csv(path):
@@ -49,16 +51,18 @@ def steps_of(rows):
 
 
 def rounds_of(calls, world):
-    """Groups of calls that overlap in time; a ring AllGather counts world - 1."""
-    n, last_end = 0, None
-    for c in sorted(calls, key=lambda c: c["start"]):
-        ring = c["op"] == "AllGather" and c["block"] > RING_BLOCK
-        if last_end is None or c["start"] >= last_end:
-            n += (world - 1) if ring else 1
-            last_end = c["end"]
-        else:
-            last_end = max(last_end, c["end"])
-    return n
+    """The longest chain of calls each of which started after the one before it ended (a
+    call that overlaps another is in the same round: the W-1 SendRecvs of a direct
+    all-gather are one round). A gloo AllToAll or AllGather of blocks over 256 KB takes
+    its W-1 shifts one at a time: W-1."""
+    calls = sorted(calls, key=lambda c: c["start"])
+    depth = []
+    for i, c in enumerate(calls):
+        one_at_a_time = c["op"] in ("AllToAll", "AllGather") and c["block"] > ONE_AT_A_TIME_BLOCK
+        own = (world - 1) if one_at_a_time else 1
+        before = [depth[j] for j in range(i) if calls[j]["end"] <= c["start"]]
+        depth.append(own + max(before, default=0))
+    return max(depth, default=0)
 
 
 def covered(calls):

@@ -5,7 +5,7 @@
 # a host of their own whose link is not limited (tools/emulated_cluster.sh).
 #
 #   sudo tools/bench/run.sh [--quick] [--rates "100mbit 1gbit 10gbit none"]
-#                           [--workloads "syn25m syn100m fmnist"] [--systems "adam peer ps zo ddp"]
+#                           [--workloads "syn25m syn100m fmnist"] [--systems "adam peer peer16 ps zo ddp ddp16"]
 #                           [--shards separate|colocated] [--nodes N]
 #                           [--out DIR] [--bin DIR] [--skip "WORKLOAD@RATE ..."]
 #
@@ -14,11 +14,14 @@
 # limited link, as BytePS's colocated mode or a DaemonSet places them).
 # --nodes N: nodes (one worker each), 4 by default.
 # --skip: configurations left out (e.g. "fmnist@10gbit"), to fit a run into the time there is.
+# COMPRESSION_STEPS=N (environment): compression steps per run instead of 8 (4 from 50M
+# parameters), for steadier medians.
 # --bin DIR: the onebit binaries of an earlier run (OUT/bin of it) instead of building this
 # tree's, e.g. to measure a change against the binaries before it.
 # Systems (each a job of its own per workload and rate):
 #   adam   onebit, optimizer "Adam": full-precision exchange (peer mode) on every step
 #   peer   onebit, 1-bit Adam, peer mode: warmup steps, then compression steps
+#   peer16 the same with the warmup's exchange in bf16 (onebit.exchange.warmup_dtype)
 #   ps     onebit, 1-bit Adam, ps mode with 4 shards (S = W): the same
 #   zo     onebit, 0/1 Adam, peer mode, to time each kind of its steps: ZO_WARMUP (8)
 #          steps before var_freeze_step with var_update_scaler 1 (variance updates, an exact
@@ -28,6 +31,7 @@
 #          local steps). report.py times each kind and composes a long run with DeepSpeed's
 #          settings from them.
 #   ddp    PyTorch DDP + torch.optim.Adam over gloo (tools/bench/ddp_baseline.py)
+#   ddp16  the same with DDP's fp16 compression hook (gradients in fp16 on the wire)
 # Workloads: synNNm (onebit's synthetic quadratic bowl with NN million parameters; synNNk for
 # thousands) and fmnist (the demo's MLP on Fashion-MNIST, 64 examples per worker and step).
 # The runs switch after a few warmup steps (eps 1 keeps the first compressed updates
@@ -146,6 +150,7 @@ steps_for() {  # workload rate stage -> steps
   fi
   if [ "$w" = fmnist ]; then echo 40; return; fi
   if [ "$s" = compression ]; then
+    if [ -n "${COMPRESSION_STEPS:-}" ]; then echo "$COMPRESSION_STEPS"; return; fi
     if [ "$n" -ge 50000000 ]; then echo 4; else echo 8; fi; return
   fi
   case $r in
@@ -154,8 +159,8 @@ steps_for() {  # workload rate stage -> steps
   esac
 }
 
-job_config() {  # workload optimizer steps -> JSON
-  local w=$1 opt=$2 steps=$3 workload params
+job_config() {  # workload optimizer steps warmup_dtype -> JSON
+  local w=$1 opt=$2 steps=$3 dtype=${4:-fp32} workload params
   params='"lr": 0.001, "betas": [0.9, 0.999], "eps": 1.0, "freeze_step": 0'
   if [ "$opt" = ZeroOneAdam ]; then
     params='"lr": 0.001, "betas": [0.9, 0.999], "eps": 1.0, "var_freeze_step": 0,
@@ -176,6 +181,7 @@ job_config() {  # workload optimizer steps -> JSON
   "optimizer": {"type": "$opt",
                 "params": {$params}},
   "onebit": {"workers": $WORKERS, "device": "cpu", "lease_steps": 10, "log_every": 1000,
+             "exchange": {"warmup_dtype": "$dtype"},
              "failure": {"ps_step_deadline_s": 900, "gloo_timeout_s": 900},
              "workload": $workload}
 }
@@ -219,16 +225,17 @@ sampler_stop() {
 # onebit_run WORKLOAD RATE SYSTEM: adam (warmup steps only), peer or ps (warmup steps, then
 # compression steps, in one job).
 onebit_run() {
-  local w=$1 rate=$2 sys=$3 nw nc opt=OneBitAdam mode=peer name dir t0 t1 load0
+  local w=$1 rate=$2 sys=$3 nw nc opt=OneBitAdam mode=peer name dir t0 t1 load0 dtype=fp32
   nw=$(steps_for "$w" "$rate" warmup)
   nc=$(steps_for "$w" "$rate" compression)
   [ "$sys" = ps ] && mode=ps
   if [ "$sys" = adam ]; then opt=Adam; nc=0; fi
+  [ "$sys" = peer16 ] && dtype=bf16
   if [ "$sys" = zo ]; then opt=ZeroOneAdam; nw=${ZO_WARMUP:-8}; nc=${ZO_STEPS:-48}; fi
   name=$w-$rate-$sys
   dir=$OUT/runs/$name
   rm -rf "$dir"; mkdir -p "$dir"
-  job_config "$w" "$opt" $((nw + nc)) > "$dir/job.json"
+  job_config "$w" "$opt" $((nw + nc)) "$dtype" > "$dir/job.json"
   local flags=(--exchange="$mode")
   [ "$mode" = ps ] && flags+=(--servers=$WORKERS)
   [ "$mode" = ps ] && [ "$SHARDS" = colocated ] && flags+=(--cluster_shards=nodes)
@@ -255,23 +262,24 @@ onebit_run() {
 }
 
 DDP_PORT=29500
-ddp_run() {  # WORKLOAD RATE
-  local w=$1 rate=$2 steps name dir pids=() i rc=0 t0 t1 load0
+ddp_run() {  # WORKLOAD RATE SYSTEM (ddp, or ddp16: with the fp16 compression hook)
+  local w=$1 rate=$2 sys=$3 steps name dir pids=() i rc=0 t0 t1 load0 hook=none
   steps=$(steps_for "$w" "$rate" warmup)
-  name=$w-$rate-ddp
+  [ "$sys" = ddp16 ] && hook=fp16
+  name=$w-$rate-$sys
   dir=$OUT/runs/$name
   rm -rf "$dir"; mkdir -p "$dir"
   DDP_PORT=$((DDP_PORT + 1))
   local wl=(--workload synthetic --parameters "$(params_of "$w")")
   [ "$w" = fmnist ] && wl=(--workload fashion_mnist)
-  log "  ddp: $steps steps (after 2 without allreduce)"
+  log "  $sys: $steps steps (after 2 without allreduce)"
   load0=$(load)
   sampler_start "$dir/sampler.txt"
   t0=$(date +%s.%N)
   for ((i = 0; i < WORKERS; ++i)); do
     ip netns exec "$ONEBIT_CLUSTER-node$i" env GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1 \
       "$PY" "$ROOT/tools/bench/ddp_baseline.py" --rank $i --world $WORKERS \
-      --master "$ONEBIT_CLUSTER_SUBNET.10:$DDP_PORT" "${wl[@]}" --steps "$steps" --compute_steps 2 \
+      --master "$ONEBIT_CLUSTER_SUBNET.10:$DDP_PORT" "${wl[@]}" --steps "$steps" --compute_steps 2 --comm_hook $hook \
       --out "$dir/rank-$i.json" > "$dir/rank-$i.log" 2>&1 &
     pids+=($!)
   done
@@ -279,7 +287,7 @@ ddp_run() {  # WORKLOAD RATE
   t1=$(date +%s.%N)
   sampler_stop
   if [ $rc != 0 ]; then log "  FAILED: see $dir/rank-*.log"; tail -5 "$dir/rank-0.log"; return 1; fi
-  record kind=ddp workload="$w" params="$(params_of "$w")" rate="$rate" system=ddp \
+  record kind=ddp workload="$w" params="$(params_of "$w")" rate="$rate" system="$sys" \
     warmup_steps="$steps" compression_steps=0 dir="\"$dir\"" sampler="\"$dir/sampler.txt\"" \
     wall="$(echo "$t1 - $t0" | bc)" load_before="\"$load0\"" uptime="\"$(load)\""
 }
@@ -298,8 +306,8 @@ for rate in $RATES; do
     log "$w at $rate"
     for sys in $SYSTEMS; do
       case $sys in
-        adam|peer|ps|zo) onebit_run "$w" "$rate" "$sys" || failed=1 ;;
-        ddp) ddp_run "$w" "$rate" || failed=1 ;;
+        adam|peer|peer16|ps|zo) onebit_run "$w" "$rate" "$sys" || failed=1 ;;
+        ddp|ddp16) ddp_run "$w" "$rate" "$sys" || failed=1 ;;
         *) die "unknown system $sys" ;;
       esac
     done

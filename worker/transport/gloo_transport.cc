@@ -10,9 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "gloo/allgather.h"
 #include "gloo/allreduce.h"
-#include "gloo/alltoall.h"
 #include "gloo/barrier.h"
 #include "gloo/common/error.h"
 #include "gloo/common/logging.h"
@@ -131,58 +129,44 @@ absl::Status GlooTransport::Run(absl::string_view op, uint64_t sent, uint64_t re
 }
 
 absl::Status GlooTransport::AllToAll(const void* send, void* recv, size_t block_bytes) {
-  const uint32_t tag = NextTag();
-  const uint64_t wire = static_cast<uint64_t>(world_size_ - 1) * block_bytes;
-  return Run("AllToAll", wire, wire, [&] {
-    if (block_bytes == 0) return;
-    gloo::AlltoallOptions opts(context_);
-    // gloo's unbound buffers take non-const pointers for both directions; `send` is only
-    // read.
-    opts.setInput(static_cast<uint8_t*>(const_cast<void*>(send)), world_size_ * block_bytes);
-    opts.setOutput(static_cast<uint8_t*>(recv), world_size_ * block_bytes);
-    opts.setTag(tag);
-    opts.setTimeout(ToChrono(timeout_));
-    gloo::alltoall(opts);
-  });
+  const uint8_t* in = static_cast<const uint8_t*>(send);
+  return Shifts([&](int to) { return in + to * block_bytes; }, recv, block_bytes);
 }
 
 absl::Status GlooTransport::AllGather(const void* send, void* recv, size_t block_bytes) {
-  if (block_bytes > 0 && block_bytes <= kDirectAllGatherMaxBlockBytes && world_size_ > 1) {
-    return DirectAllGather(send, recv, block_bytes);
-  }
-  const uint32_t tag = NextTag();
-  const uint64_t wire = static_cast<uint64_t>(world_size_ - 1) * block_bytes;
-  return Run("AllGather", wire, wire, [&] {
-    if (block_bytes == 0) return;
-    gloo::AllgatherOptions opts(context_);
-    opts.setInput(static_cast<uint8_t*>(const_cast<void*>(send)), block_bytes);
-    opts.setOutput(static_cast<uint8_t*>(recv), world_size_ * block_bytes);
-    opts.setTag(tag);
-    opts.setTimeout(ToChrono(timeout_));
-    gloo::allgather(opts);
-  });
+  const uint8_t* in = static_cast<const uint8_t*>(send);
+  return Shifts([&](int) { return in; }, recv, block_bytes);
 }
 
-absl::Status GlooTransport::DirectAllGather(const void* send, void* recv, size_t block_bytes) {
-  uint8_t* out = static_cast<uint8_t*>(recv);
+absl::Status GlooTransport::Shifts(const std::function<const uint8_t*(int to)>& block_for,
+                                   void* recv, size_t block_bytes) {
   if (!status_.ok()) return status_;
-  std::memmove(out + rank_ * block_bytes, send, block_bytes);
-  // Shift s sends this rank's block to rank + s and receives rank - s's: every rank calls
-  // StartSendRecv W-1 times, so the tags stay equal across ranks.
+  if (block_bytes == 0) return absl::OkStatus();
+  uint8_t* out = static_cast<uint8_t*>(recv);
+  std::memmove(out + rank_ * block_bytes, block_for(rank_), block_bytes);
+  const size_t window = block_bytes <= kAllInFlightMaxBlockBytes ? world_size_ : 1;
+  // Every rank calls StartSendRecv W-1 times, in the same order, so the tags stay equal
+  // across ranks.
   std::vector<std::unique_ptr<PendingSendRecv>> pending;
+  size_t waited = 0;
   absl::Status status;
   for (int s = 1; s < world_size_ && status.ok(); ++s) {
+    if (pending.size() - waited >= window) {
+      status = pending[waited++]->Wait();
+      if (!status.ok()) break;
+    }
     const int to = (rank_ + s) % world_size_, from = (rank_ + world_size_ - s) % world_size_;
-    auto p = StartSendRecv(send, block_bytes, to, out + from * block_bytes, block_bytes, from);
+    auto p = StartSendRecv(block_for(to), block_bytes, to, out + from * block_bytes, block_bytes,
+                           from);
     if (p.ok()) {
       pending.push_back(std::move(*p));
     } else {
       status = p.status();
     }
   }
-  for (auto& p : pending) {
-    const absl::Status waited = p->Wait();
-    if (status.ok()) status = waited;
+  for (; waited < pending.size(); ++waited) {
+    const absl::Status w = pending[waited]->Wait();
+    if (status.ok()) status = w;
   }
   return status;
 }

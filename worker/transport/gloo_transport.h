@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -65,12 +66,19 @@ class GlooTransport final : public Transport {
 
   // Zero-byte calls return at once without touching the network: all ranks pass the same
   // sizes (transport.h), so all ranks skip together.
+  //
+  // AllToAll and AllGather are W-1 shifts of point-to-point messages (shift s: this rank's
+  // block for rank + s goes there, rank - s's block for this rank comes in). Blocks of at
+  // most kAllInFlightMaxBlockBytes: every shift posted at once, one round on the wire (the
+  // compressed exchange's blocks of a small model are a few kB: latency, not flows, is
+  // their cost). Larger blocks: one shift at a time, so that each link carries one flow
+  // each way as in a ring, but nothing is forwarded: a late rank delays the shifts it is
+  // in, not every later one. Measured at 100 Mbit/s on 4 emulated nodes with blocks of
+  // 781 KB (BENCHMARKS.md, "The compressed exchange at the wire's bound"): every shift at
+  // once (gloo's alltoall) took 1.28x the wire time, gloo's ring all-gather 1.2-1.6x,
+  // one shift at a time 1.03x.
+  static constexpr size_t kAllInFlightMaxBlockBytes = size_t{256} << 10;
   absl::Status AllToAll(const void* send, void* recv, size_t block_bytes) override;
-  // Blocks of at most kDirectAllGatherMaxBlockBytes go straight to every rank, all W-1
-  // sends and receives posted at once (one round trip: the compressed exchange's
-  // results are a few kB, and gloo's ring pays W-1 round trips for them); larger blocks
-  // take gloo's ring, which keeps one flow per link (BENCHMARKS.md, "Warmup exchange").
-  static constexpr size_t kDirectAllGatherMaxBlockBytes = size_t{256} << 10;
   absl::Status AllGather(const void* send, void* recv, size_t block_bytes) override;
   // gloo's ring algorithm; every rank ends with bit-identical sums.
   absl::Status AllReduceSum(float* data, size_t count) override;
@@ -103,8 +111,12 @@ class GlooTransport final : public Transport {
 
   class GlooPendingSendRecv;
 
-  // AllGather as W-1 shifts of StartSendRecv, all in flight at once.
-  absl::Status DirectAllGather(const void* send, void* recv, size_t block_bytes);
+  // The W-1 shifts of AllToAll and AllGather through StartSendRecv: shift s sends
+  // block_for(rank + s) and receives rank - s's block into recv (block `from`); all in
+  // flight at once, or one at a time (above kAllInFlightMaxBlockBytes). Copies this rank's
+  // own block (block_for(rank)) into place.
+  absl::Status Shifts(const std::function<const uint8_t*(int to)>& block_for, void* recv,
+                      size_t block_bytes);
 
   // Checks a SendRecv's peers; InvalidArgument (nothing posted, connections usable).
   absl::Status CheckSendRecvPeers(int to, size_t send_bytes, int from, size_t recv_bytes) const;
