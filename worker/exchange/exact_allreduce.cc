@@ -68,14 +68,17 @@ class CallWindow {
 
 absl::StatusOr<bool> AnyAcrossRanks(Transport* transport, kernels::Backend* backend,
                                     kernels::Buffer<float>* flag, bool local) {
-  if (flag->size() != 1) {
-    ONEBIT_ASSIGN_OR_RETURN(*flag, kernels::Buffer<float>::Create(backend, 1));
+  const size_t w = static_cast<size_t>(transport->world_size());
+  if (flag->size() != 1 + w) {
+    ONEBIT_ASSIGN_OR_RETURN(*flag, kernels::Buffer<float>::Create(backend, 1 + w));
   }
-  const float mine = local ? 1.0f : 0.0f;
-  ONEBIT_RETURN_IF_ERROR(flag->CopyFromHost(&mine, 1));
-  ONEBIT_RETURN_IF_ERROR(transport->AllReduceSum(flag->data(), 1));
-  ONEBIT_ASSIGN_OR_RETURN(std::vector<float> sum, flag->ToHost());
-  return sum[0] > 0.0f;
+  std::vector<float> host(1 + w, 0.0f);
+  host[0] = local ? 1.0f : 0.0f;
+  ONEBIT_RETURN_IF_ERROR(flag->CopyFromHost(host.data(), host.size()));
+  // Every rank's flag to every rank: one round where a ring allreduce takes 2(W-1).
+  ONEBIT_RETURN_IF_ERROR(transport->AllGather(flag->data(), flag->data() + 1, sizeof(float)));
+  ONEBIT_ASSIGN_OR_RETURN(std::vector<float> flags, flag->ToHost());
+  return std::any_of(flags.begin() + 1, flags.end(), [](float f) { return f != 0.0f; });
 }
 
 absl::StatusOr<kernels::WireDtype> ParseWireDtype(absl::string_view name) {

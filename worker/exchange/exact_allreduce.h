@@ -78,8 +78,9 @@ enum class SumOrder { kRank, kRing };
 // "rank" or "ring" (the job config's exchange.warmup_order).
 absl::StatusOr<SumOrder> ParseSumOrder(absl::string_view name);
 
-// Whether `local` is true on any rank of `transport`: a one-float AllReduceSum through
-// `*flag`, a buffer of `backend` (in the transport's memory) that is made on the first call
+// Whether `local` is true on any rank of `transport`: an AllGather of one float a rank
+// (one message round; a ring allreduce of the flag took 2(W-1)) through `*flag`, a buffer
+// of `backend` (in the transport's memory, 1 + W floats) that is made on the first call
 // and reused. Every rank gets the same answer.
 absl::StatusOr<bool> AnyAcrossRanks(Transport* transport, kernels::Backend* backend,
                                     kernels::Buffer<float>* flag, bool local);
