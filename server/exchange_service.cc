@@ -69,12 +69,7 @@ grpc::Status ExchangeService::ExchangeRaw(
     if (result == nullptr) {
       absl::StatusOr<ResultPayload> awaited = state_->AwaitResult(
           push->worker, push->step, push->chunk, kind, absl::InfiniteFuture(), cancelled);
-      if (!awaited.ok()) {
-        // No write will come from this stream: the worker after it in the order goes now
-        // rather than after ResultPacer's max wait.
-        pacer_.Done(push->step, push->worker);
-        return ToGrpcStatus(awaited.status());
-      }
+      if (!awaited.ok()) return ToGrpcStatus(awaited.status());
       result = *std::move(awaited);
     }
     const size_t result_bytes = result->size();
