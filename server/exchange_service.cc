@@ -34,8 +34,7 @@ ExchangeService::ExchangeService(ShardState* state, ServerMetrics* metrics,
     : state_(state),
       metrics_(metrics),
       options_(options),
-      overflow_votes_(state->config().num_workers),
-      pacer_(state->config().num_workers, state->config().shard + 1, options.pace_max_wait) {
+      overflow_votes_(state->config().num_workers) {
   // Method 0 is Exchange (exchange.proto's order): the same method, read and written as
   // ByteBuffers instead of protobuf messages.
   MarkMethodStreamed(
@@ -73,15 +72,8 @@ grpc::Status ExchangeService::ExchangeRaw(
       result = *std::move(awaited);
     }
     const size_t result_bytes = result->size();
-    const bool paced =
-        result_bytes >= options_.pace_min_bytes && options_.pace_max_wait > absl::ZeroDuration();
-    if (paced) pacer_.AwaitTurn(push->step, push->worker, cancelled);
-    const bool written =
-        !cancelled() && stream->Write(wire::EncodeResult(push->step, push->chunk,
-                                                         static_cast<int32_t>(kind),
-                                                         wire::SharedSlice(std::move(result))));
-    if (paced) pacer_.Done(push->step, push->worker);
-    if (!written) {
+    if (!stream->Write(wire::EncodeResult(push->step, push->chunk, static_cast<int32_t>(kind),
+                                          wire::SharedSlice(std::move(result))))) {
       return grpc::Status(grpc::StatusCode::CANCELLED, "the worker's stream went away");
     }
     if (metrics_ != nullptr) metrics_->AddBytesSent(result_bytes);

@@ -16,10 +16,6 @@
 // one result string, shared by all W workers' streams (and retries), never copied. Pull,
 // off the hot path, is plain protobuf.
 //
-// PACING: a large result (the warmup's) is written to one worker at a time, in a rotated
-// order (server/result_pacer.h), so that the shards' results do not all converge on every
-// worker's link at once.
-//
 // Pull: the result of a recent step; waits while it is open, up to the call's deadline and
 // at most `max_pull_wait`.
 //
@@ -38,7 +34,6 @@
 #include "grpcpp/grpcpp.h"
 #include "onebit/v1/exchange.grpc.pb.h"
 #include "server/overflow_votes.h"
-#include "server/result_pacer.h"
 #include "server/server_metrics.h"
 #include "server/shard_state.h"
 
@@ -49,12 +44,6 @@ struct ExchangeServiceOptions {
   // Pulls waiting at once; more get RESOURCE_EXHAUSTED at once, so that a flood of Pulls
   // (each holding a server thread while it waits) cannot starve the workers' streams.
   int max_waiting_pulls = 64;
-  // Results of at least pace_min_bytes (the warmup's fp32 sums; not the compressed blocks,
-  // which are small) are written to the workers one at a time in ResultPacer's rotated
-  // order, starting at worker shard + 1; a worker waits at most pace_max_wait for its turn.
-  // Zero pace_max_wait: every worker's result is written as soon as it is ready.
-  size_t pace_min_bytes = size_t{256} << 10;
-  absl::Duration pace_max_wait = absl::Seconds(10);
 };
 
 class ExchangeService final : public v1::ParameterServer::Service {
@@ -78,7 +67,6 @@ class ExchangeService final : public v1::ParameterServer::Service {
   const ExchangeServiceOptions options_;
   std::atomic<int> waiting_pulls_{0};
   OverflowVotes overflow_votes_;
-  ResultPacer pacer_;
 };
 
 }  // namespace onebit::server
