@@ -235,10 +235,11 @@ check step_gpt2_ps_w4 150 step_bench step_gpt2_ps_w4 gpt2 2 2 \
 check step_1b_gloo_w2 240 step_bench step_1b_gloo_w2 1b 1 2 '{}'
 # The 1.07B model as the issue names it: one worker over NCCL, and 4 workers sharing the GPU
 # through shards. 2 shards cannot take it: a warmup push of 1.07B / 2 fp32 is over the 2 GiB
-# a message may carry (PsLayout says so), so the shared form uses 4 (one node, 4 workers;
-# about 30 GB of GPU memory each: an H200's 139 GB, not an H100's 78).
+# a message may carry (PsLayout says so), so the shared form uses 4 (four emulated nodes of
+# one worker, a shard per node; about 30 GB of GPU memory a worker: an H200's 139 GB, not an
+# H100's 78).
 check step_1b_w1 240 step_bench step_1b_w1 1b 1 1 "$STEP_NCCL"
-check step_1b_ps_w4 300 step_bench step_1b_ps_w4 1b 1 4 '{"onebit": {"exchange": {"mode": "ps", "servers": 4}}}'
+check step_1b_ps_w4 300 step_bench step_1b_ps_w4 1b 4 1 '{"onebit": {"exchange": {"mode": "ps", "servers": "per_node"}}}'
 
 
 # ---- Jobs. One GPU: NCCL takes one rank per GPU, so the NCCL jobs are worlds of one (the
