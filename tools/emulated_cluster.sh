@@ -11,6 +11,9 @@
 # 10.213.0.<10+i>. `up` prints the onebit-launch flags that place a job on them. Another
 # cluster can live beside it: ONEBIT_CLUSTER=name (at most 8 characters) and
 # ONEBIT_CLUSTER_SUBNET=10.x.y name its hosts and addresses (the tests use their own).
+# ONEBIT_CLUSTER_CC=cubic (or bbr, reno: net.ipv4.tcp_available_congestion_control) sets
+# the hosts' TCP congestion control; by default a namespace has the machine's (bbr on the
+# project's machines, where Linux's own default is cubic).
 set -euo pipefail
 
 PREFIX=${ONEBIT_CLUSTER:-onebit}
@@ -32,6 +35,9 @@ host_up() {  # name address rate
   ip -n "$ns" link set lo up
   ip -n "$ns" addr add "$addr/24" dev eth0
   ip -n "$ns" link set eth0 up
+  if [ -n "${ONEBIT_CLUSTER_CC:-}" ]; then
+    ip netns exec "$ns" sysctl -q -w net.ipv4.tcp_congestion_control="$ONEBIT_CLUSTER_CC"
+  fi
   if [ "$rate" != none ]; then
     # Both directions: what leaves the host (its eth0) and what enters it (the bridge side).
     ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst 256kb latency 50ms

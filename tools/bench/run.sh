@@ -295,6 +295,9 @@ ddp_run() {  # WORKLOAD RATE SYSTEM (ddp, or ddp16: with the fp16 compression ho
 trap 'sampler_stop; tools/emulated_cluster.sh down > /dev/null 2>&1 || true' EXIT
 START=$(date +%s)
 log "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), load $(load)"
+CC_USED=${ONEBIT_CLUSTER_CC:-$(sysctl -n net.ipv4.tcp_congestion_control)}
+log "TCP congestion control in the cluster: $CC_USED (ONEBIT_CLUSTER_CC; unset: the machine default)"
+record kind=env tcp_congestion_control="$CC_USED" cores="$(nproc)"
 log "rates: $RATES; workloads: $WORKLOADS; systems: $SYSTEMS; $WORKERS nodes; ps shards $SHARDS; out: $OUT"
 memcpy_measure start
 failed=0
