@@ -11,9 +11,10 @@
 # 10.213.0.<10+i>. `up` prints the onebit-launch flags that place a job on them. Another
 # cluster can live beside it: ONEBIT_CLUSTER=name (at most 8 characters) and
 # ONEBIT_CLUSTER_SUBNET=10.x.y name its hosts and addresses (the tests use their own).
-# ONEBIT_CLUSTER_CC=cubic (or bbr, reno: net.ipv4.tcp_available_congestion_control) sets
-# the hosts' TCP congestion control; by default a namespace has the machine's (bbr on the
-# project's machines, where Linux's own default is cubic).
+# ONEBIT_CLUSTER_CC=cubic (or bbr, reno: net.ipv4.tcp_available_congestion_control) asks
+# for the hosts' TCP congestion control; a new namespace takes the machine's (bbr on the
+# project's machines, where Linux's own default is cubic), and where a namespace may not
+# change it (these machines) `up` fails unless the machine's is already that one.
 set -euo pipefail
 
 PREFIX=${ONEBIT_CLUSTER:-onebit}
@@ -35,8 +36,12 @@ host_up() {  # name address rate
   ip -n "$ns" link set lo up
   ip -n "$ns" addr add "$addr/24" dev eth0
   ip -n "$ns" link set eth0 up
-  if [ -n "${ONEBIT_CLUSTER_CC:-}" ]; then
-    ip netns exec "$ns" sysctl -q -w net.ipv4.tcp_congestion_control="$ONEBIT_CLUSTER_CC"
+  if [ -n "${ONEBIT_CLUSTER_CC:-}" ] &&
+     [ "$(ip netns exec "$ns" sysctl -n net.ipv4.tcp_congestion_control)" != "$ONEBIT_CLUSTER_CC" ]; then
+    ip netns exec "$ns" sysctl -q -w net.ipv4.tcp_congestion_control="$ONEBIT_CLUSTER_CC" ||
+      die "cannot set TCP congestion control $ONEBIT_CLUSTER_CC in a namespace here; a new" \
+          "namespace takes the machine's: sysctl -w net.ipv4.tcp_congestion_control=$ONEBIT_CLUSTER_CC" \
+          "before 'up' (and back after)"
   fi
   if [ "$rate" != none ]; then
     # Both directions: what leaves the host (its eth0) and what enters it (the bridge side).

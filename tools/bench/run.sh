@@ -6,13 +6,16 @@
 #
 #   sudo tools/bench/run.sh [--quick] [--rates "100mbit 1gbit 10gbit none"]
 #                           [--workloads "syn25m syn100m fmnist"] [--systems "adam peer peer16 ps zo ddp ddp16"]
-#                           [--shards separate|colocated] [--nodes N]
+#                           [--shards separate|colocated] [--nodes N] [--cc cubic|bbr|machine]
 #                           [--out DIR] [--bin DIR] [--skip "WORKLOAD@RATE ..."]
 #
 # --shards: where ps mode's shards run: "separate" (default; on the control host, whose
 # link is not limited) or "colocated" (shard i on worker i's node, behind that node's
 # limited link, as BytePS's colocated mode or a DaemonSet places them).
 # --nodes N: nodes (one worker each), 4 by default.
+# --cc C: the hosts' TCP congestion control, cubic (Linux's default) unless given: bbr,
+# reno, or machine (whatever this machine has; bbr on the project's). Set machine-wide for
+# the run and put back after; runs before 2026-11-27's "TCP congestion control" used bbr.
 # --skip: configurations left out (e.g. "fmnist@10gbit"), to fit a run into the time there is.
 # COMPRESSION_STEPS=N (environment): compression steps per run instead of 8 (4 from 50M
 # parameters), for steadier medians.
@@ -58,6 +61,7 @@ BIN_FROM=
 SKIP=" "
 SHARDS=separate
 WORKERS=4
+CC=cubic
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) QUICK=1 ;;
@@ -69,7 +73,8 @@ while [ $# -gt 0 ]; do
     --skip) SKIP=" $2 "; shift ;;
     --shards) SHARDS=$2; shift ;;
     --nodes) WORKERS=$2; shift ;;
-    *) echo "usage: $0 [--quick] [--rates R] [--workloads W] [--systems S] [--shards S] [--nodes N] [--out DIR] [--bin DIR]" >&2; exit 2 ;;
+    --cc) CC=$2; shift ;;
+    *) echo "usage: $0 [--quick] [--rates R] [--workloads W] [--systems S] [--shards S] [--nodes N] [--cc C] [--out DIR] [--bin DIR]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -292,11 +297,18 @@ ddp_run() {  # WORKLOAD RATE SYSTEM (ddp, or ddp16: with the fp16 compression ho
     wall="$(echo "$t1 - $t0" | bc)" load_before="\"$load0\"" uptime="\"$(load)\""
 }
 
-trap 'sampler_stop; tools/emulated_cluster.sh down > /dev/null 2>&1 || true' EXIT
+# The hosts' TCP congestion control: a new namespace takes the machine's, and these
+# machines' namespaces may not change it, so the machine's is set for the run and put back
+# after (the run's results depend on it: BENCHMARKS.md, "TCP congestion control").
+CC_BEFORE=$(sysctl -n net.ipv4.tcp_congestion_control)
+if [ "$CC" != machine ] && [ "$CC" != "$CC_BEFORE" ]; then
+  sysctl -q -w net.ipv4.tcp_congestion_control="$CC" || die "cannot set TCP congestion control $CC"
+fi
+trap 'sampler_stop; tools/emulated_cluster.sh down > /dev/null 2>&1 || true; sysctl -q -w net.ipv4.tcp_congestion_control="$CC_BEFORE" || true' EXIT
 START=$(date +%s)
 log "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), load $(load)"
-CC_USED=${ONEBIT_CLUSTER_CC:-$(sysctl -n net.ipv4.tcp_congestion_control)}
-log "TCP congestion control in the cluster: $CC_USED (ONEBIT_CLUSTER_CC; unset: the machine default)"
+CC_USED=$(sysctl -n net.ipv4.tcp_congestion_control)
+log "TCP congestion control in the cluster: $CC_USED (--cc; the machine's was $CC_BEFORE)"
 record kind=env tcp_congestion_control="$CC_USED" cores="$(nproc)"
 log "rates: $RATES; workloads: $WORKLOADS; systems: $SYSTEMS; $WORKERS nodes; ps shards $SHARDS; out: $OUT"
 memcpy_measure start
