@@ -1,11 +1,9 @@
 #include "worker/transport/traced_transport.h"
 
 #include <fstream>
-#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-
 #include "absl/strings/str_format.h"
 
 namespace onebit {
@@ -55,20 +53,20 @@ absl::StatusOr<std::unique_ptr<Transport>> TracedTransport::Create(
 }
 
 TracedTransport::Begun TracedTransport::Begin(absl::string_view op, int to, int from,
-                                              size_t block_bytes) const {
-  return Begun{op, to, from, block_bytes, now_(), inner_->bytes_sent(), inner_->bytes_received(),
-               std::nullopt, std::nullopt};
+                                              size_t block_bytes, uint64_t wire_bytes) const {
+  return Begun{op, to, from, block_bytes, wire_bytes, wire_bytes, now_()};
 }
 
 TracedTransport::Begun TracedTransport::BeginSendRecv(size_t send_bytes, int to, size_t recv_bytes,
                                                       int from) const {
-  // A started call's bytes are counted at its Wait by one transport and at its start by
-  // another, and other calls are in flight meanwhile: its line gives the bytes the
-  // contract says it moves (none to or from itself), not the counters' change.
-  Begun b = Begin("SendRecv", to, from, send_bytes);
-  b.own_sent = to == rank() ? 0 : send_bytes;
-  b.own_received = from == rank() ? 0 : recv_bytes;
+  Begun b = Begin("SendRecv", to, from, send_bytes, 0);
+  b.sent = to == rank() ? 0 : send_bytes;
+  b.received = from == rank() ? 0 : recv_bytes;
   return b;
+}
+
+uint64_t TracedTransport::BlockWireBytes(size_t block_bytes) const {
+  return static_cast<uint64_t>(world_size() - 1) * block_bytes;
 }
 
 absl::Status TracedTransport::End(const Begun& begun, absl::Status status) {
@@ -77,8 +75,7 @@ absl::Status TracedTransport::End(const Begun& begun, absl::Status status) {
   // killed mid-run leaves a trace that ends at a line.
   *out_ << absl::StrFormat("%s%s,%d,%d,%u,%u,%u,%.6f,%.6f\n", begun.op, status.ok() ? "" : "!",
                            begun.to, begun.from, begun.block_bytes,
-                           !status.ok() ? 0 : begun.own_sent.value_or(inner_->bytes_sent() - begun.sent),
-                           !status.ok() ? 0 : begun.own_received.value_or(inner_->bytes_received() - begun.received),
+                           status.ok() ? begun.sent : 0, status.ok() ? begun.received : 0,
                            UnixSeconds(begun.start),
                            UnixSeconds(end));
   out_->flush();
@@ -86,22 +83,23 @@ absl::Status TracedTransport::End(const Begun& begun, absl::Status status) {
 }
 
 absl::Status TracedTransport::AllToAll(const void* send, void* recv, size_t block_bytes) {
-  const Begun b = Begin("AllToAll", -1, -1, block_bytes);
+  const Begun b = Begin("AllToAll", -1, -1, block_bytes, BlockWireBytes(block_bytes));
   return End(b, inner_->AllToAll(send, recv, block_bytes));
 }
 
 absl::Status TracedTransport::AllGather(const void* send, void* recv, size_t block_bytes) {
-  const Begun b = Begin("AllGather", -1, -1, block_bytes);
+  const Begun b = Begin("AllGather", -1, -1, block_bytes, BlockWireBytes(block_bytes));
   return End(b, inner_->AllGather(send, recv, block_bytes));
 }
 
 absl::Status TracedTransport::AllReduceSum(float* data, size_t count) {
-  const Begun b = Begin("AllReduceSum", -1, -1, count * sizeof(float));
+  const size_t bytes = count * sizeof(float);
+  const Begun b = Begin("AllReduceSum", -1, -1, bytes, RingAllReduceWireBytes(bytes, world_size()));
   return End(b, inner_->AllReduceSum(data, count));
 }
 
 absl::Status TracedTransport::Barrier() {
-  const Begun b = Begin("Barrier", -1, -1, 0);
+  const Begun b = Begin("Barrier", -1, -1, 0, 0);
   return End(b, inner_->Barrier());
 }
 

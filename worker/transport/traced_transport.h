@@ -8,11 +8,13 @@
 //
 // op: AllToAll, AllGather, AllReduceSum, Barrier, SendRecv (to and from: the peers; -1 for
 // the collectives); block_bytes: the block of an AllToAll or AllGather, the floats' bytes
-// of an AllReduceSum, the sent bytes of a SendRecv; sent and received: the inner
-// transport's counters across the call (a SendRecv: the bytes the contract says it moves; a
-// failed call: 0). A started SendRecv is one line, written when it
-// is waited for: it starts at StartSendRecv and ends when Wait returns. A failed call is
-// written too, with op suffixed "!" (the trace of a run that broke shows where).
+// of an AllReduceSum, the sent bytes of a SendRecv; sent and received: what the call moves
+// each way by Transport's byte contract, the amounts every transport's counters grow by
+// (read from the call, not the counters: a started SendRecv is counted at its start by one
+// transport and at its Wait by another, with other calls in flight; a failed call: 0). A
+// started SendRecv is one line, written when it is waited for: it starts at StartSendRecv
+// and ends when Wait returns. A failed call is written too, with op suffixed "!" (the trace
+// of a run that broke shows where).
 //
 // Thread safety: as a Transport (one thread at a time). `inner` and `out` are borrowed and
 // must outlive this transport; the stream is written by this transport alone.
@@ -23,7 +25,6 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <ostream>
 #include <string>
 
@@ -72,13 +73,15 @@ class TracedTransport final : public Transport {
     absl::string_view op;
     int to, from;
     size_t block_bytes;
+    uint64_t sent, received;  // what the call moves each way (Transport's byte contract)
     absl::Time start;
-    uint64_t sent, received;  // the inner counters then
-    std::optional<uint64_t> own_sent, own_received;  // a SendRecv's: its own bytes
   };
 
-  Begun Begin(absl::string_view op, int to, int from, size_t block_bytes) const;
+  Begun Begin(absl::string_view op, int to, int from, size_t block_bytes,
+              uint64_t wire_bytes) const;
   Begun BeginSendRecv(size_t send_bytes, int to, size_t recv_bytes, int from) const;
+  // What an AllToAll or AllGather of `block_bytes` moves each way: W-1 blocks.
+  uint64_t BlockWireBytes(size_t block_bytes) const;
   // Writes the line of `begun`, ended now, and hands `status` back.
   absl::Status End(const Begun& begun, absl::Status status);
 
