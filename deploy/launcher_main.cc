@@ -77,7 +77,8 @@ ABSL_FLAG(std::string, cluster_shards, "control",
           "Emulated cluster: where the ps shards run, \"control\" (beside the coordinator) "
           "or \"nodes\" (shard s on node s mod nodes: a shard beside each worker).");
 ABSL_FLAG(bool, transport_trace, false,
-          "Peer mode: each worker writes one CSV line per call of its transport to "
+          "Peer and ps modes: each worker writes one CSV line per transport call (ps: per "
+          "push and per result) to "
           "OUT_DIR/transport-<i>.csv (tools/bench/rounds.py counts the rounds from them).");
 
 namespace onebit::launcher {

@@ -51,7 +51,8 @@ ABSL_FLAG(std::string, history_csv, "",
           "here (CSV).");
 
 ABSL_FLAG(std::string, transport_trace, "",
-          "Peer mode: write one CSV line per call of the job's transport here (op, peers, "
+          "Peer and ps modes: write one CSV line per call of the job's transport (peer) or per "
+          "push and result (ps) here (op, peers, "
           "bytes, start and end in unix seconds), to count a run's message rounds.");
 
 namespace {

@@ -41,6 +41,7 @@
 #include "worker/job_setup.h"
 #include "worker/transport/nccl_transport.h"
 #include "worker/transport/staged_transport.h"
+#include "worker/transport/call_trace.h"
 #include "worker/transport/traced_transport.h"
 #include "compression/layout.h"
 #include "worker/exchange/exact_allreduce.h"
@@ -118,6 +119,7 @@ struct Worker {
   std::unique_ptr<Workload> workload;
   std::unique_ptr<Transport> transport;        // peer: the job; hierarchical: the node
   std::unique_ptr<Transport> inter_transport;  // hierarchical over peer: between nodes
+  std::unique_ptr<CallTrace> trace;            // ps: --transport_trace
   std::unique_ptr<Exchange> exchange;
   std::unique_ptr<Exchange> fault_exchange;  // --fault=kill_in_exchange: wraps `exchange`
   std::unique_ptr<CoordinatorStepController> controller;
@@ -545,10 +547,14 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
   if (config.exchange.mode == "ps") {
     ONEBIT_ASSIGN_OR_RETURN(std::vector<std::string> shards,
                             ShardAddresses(*shared_client, reg.num_servers(), RendezvousTimeout(config)));
+    PsExchangeOptions ps = PsOptions(config, shards);
+    if (!o.transport_trace.empty()) {
+      ONEBIT_ASSIGN_OR_RETURN(w.trace, CallTrace::Create(o.transport_trace));
+      ps.trace = w.trace.get();
+    }
     // On a GPU too: the compression stays on the device, and only the blocks cross PCIe.
     ONEBIT_ASSIGN_OR_RETURN(w.exchange, PsExchange::Create(w.backend.get(), reg.rank(),
-                                                           reg.world_size(), n, shards,
-                                                           PsOptions(config, shards)));
+                                                           reg.world_size(), n, shards, ps));
   } else if (config.exchange.mode == "hierarchical") {
     ONEBIT_ASSIGN_OR_RETURN(w.exchange, NewHierarchicalExchange(config, reg, n, shared_client,
                                                                 w.backend.get(), w));

@@ -52,8 +52,9 @@ struct WorkerProcessOptions {
   std::string fault;               // kill_in_exchange:STEP or kill_before_commit:STEP
   std::string member_token_file;   // "": $ONEBIT_MEMBER_TOKEN, then the config's
   std::string history_csv;         // every step and evaluation as CSV ("": none)
-  // Peer mode: one CSV line per call of the job's transport (worker/transport/
-  // traced_transport.h), for counting message rounds ("": none).
+  // One CSV line per call of the job's transport (peer mode: worker/transport/
+  // traced_transport.h) or per push and result (ps mode: ps_exchange.h), for counting
+  // message rounds ("": none).
   std::string transport_trace;
   // Parameter groups with their own lr (a multiple of the job's) and weight decay: a
   // PyTorch script's param groups (worker/optim/optim_checks.h). Empty: the job's for all.

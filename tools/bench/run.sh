@@ -246,7 +246,7 @@ onebit_run() {
   [ "$mode" = ps ] && [ "$SHARDS" = colocated ] && flags+=(--cluster_shards=nodes)
   # Peer mode's per-call trace (tools/bench/rounds.py), where the launcher has it (--bin
   # may name binaries from before it).
-  [ "$mode" = peer ] && [ "$TRACE" = 1 ] && flags+=(--transport_trace)
+  { [ "$mode" = peer ] || [ "$mode" = ps ]; } && [ "$TRACE" = 1 ] && flags+=(--transport_trace)
   log "  $sys: $nw warmup + $nc compression steps"
   load0=$(load)
   sampler_start "$dir/sampler.txt"

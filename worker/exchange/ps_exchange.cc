@@ -90,6 +90,9 @@ struct PsExchange::Shard {
   absl::Time retry_at = absl::InfinitePast();
   absl::Status last_error;  // why the last attempt failed
   absl::Status fatal;       // a failure that ends the call
+  // The attempt's write, for the trace: when it was issued and when it completed.
+  absl::Time write_start = absl::InfinitePast();
+  absl::Time write_end = absl::InfinitePast();
 };
 
 grpc::ChannelArguments PsExchange::ChannelArguments(const PsLayout& layout,
@@ -392,6 +395,10 @@ void PsExchange::StartAttempt(Shard& shard) {
     shard.broken = false;
     shard.stream->StartCall(nullptr);
   }
+  if (options_.trace != nullptr) {
+    shard.write_start = options_.trace->now();
+    shard.write_end = absl::InfinitePast();
+  }
   shard.pending[kWrite] = true;
   shard.stream->Write(shard.push, &shard.ops[kWrite]);
   shard.pending[kRead] = true;
@@ -437,6 +444,14 @@ absl::Status PsExchange::ValidateResult(const Shard& shard, int64_t step, ChunkK
   return absl::OkStatus();
 }
 
+void PsExchange::TraceResult(const Shard& shard, size_t bytes, bool ok) {
+  if (options_.trace == nullptr) return;
+  const absl::Time start =
+      shard.write_end == absl::InfinitePast() ? shard.write_start : shard.write_end;
+  options_.trace->Write(
+      CallLine{"Result", -1, shard.index, bytes, 0, bytes, start, options_.trace->now(), ok});
+}
+
 void PsExchange::HandleEvent(Op& op, bool ok, int64_t step, ChunkKind kind) {
   Shard& shard = *op.shard;
   shard.pending[op.type] = false;
@@ -447,9 +462,16 @@ void PsExchange::HandleEvent(Op& op, bool ok, int64_t step, ChunkKind kind) {
       } else {
         shard.broken = true;  // the read fails too and the status tells why
       }
+      if (options_.trace != nullptr) {
+        shard.write_end = options_.trace->now();
+        options_.trace->Write(CallLine{"Push", shard.index, -1, shard.push_payload_bytes,
+                                       shard.push_payload_bytes, 0, shard.write_start,
+                                       shard.write_end, ok});
+      }
       break;
     case kRead: {
       if (!ok) {
+        TraceResult(shard, 0, false);
         shard.broken = true;
         break;
       }
@@ -464,6 +486,7 @@ void PsExchange::HandleEvent(Op& op, bool ok, int64_t step, ChunkKind kind) {
       } else {
         valid = absl::InternalError(absl::StrCat(shard.name, ": ", parsed.status().message()));
       }
+      TraceResult(shard, valid.ok() ? shard.result.payload.size() : 0, valid.ok());
       if (valid.ok()) {
         shard.done = true;
       } else {

@@ -41,6 +41,12 @@
 // what goes on the wire crosses PCIe: in the compression stage the S packed blocks (N/8
 // bytes and S scales) each way, never the fp32 momentum.
 //
+// TRACE (options.trace, a worker's --transport_trace): per shard and attempt, a "Push" line
+// (to = the shard; from the write's start to its completion, when gRPC has taken the
+// message) and a "Result" line (from = the shard; from the push's completion, or its start
+// if it never completed, to the result's arrival), so that tools/bench/rounds.py reads the
+// rounds and the waits of a ps step as it does a peer step's.
+//
 // BYTES: bytes_sent/bytes_received count the payload fields of the pushes written and the
 // results read (retries included), nothing else: the bytes of the exchange itself.
 //
@@ -67,6 +73,7 @@
 #include "worker/exchange/exchange.h"
 #include "compression/worker_compressor.h"
 #include "security/tls_options.h"
+#include "worker/transport/call_trace.h"
 
 namespace onebit {
 
@@ -94,6 +101,9 @@ struct PsExchangeOptions {
   // The compressed blocks' format (job config exchange.compressor); the shards must use
   // the same, or they reject the pushes (a block of the other format's size).
   kernels::Compressor compressor = kernels::Compressor::kOnebit;
+  // Where to write a line per push and per result (see TRACE); borrowed, must outlive the
+  // exchange. nullptr: no trace.
+  CallTrace* trace = nullptr;
 };
 
 // The first of `shard_addresses` ("host:port") on `host` (an address, as a worker's
@@ -155,6 +165,8 @@ class PsExchange : public Exchange {
   absl::Status RoundTrip(int64_t step, ChunkKind kind);
   void StartAttempt(Shard& shard);
   void HandleEvent(Op& op, bool ok, int64_t step, ChunkKind kind);
+  // The trace's line for shard's result (bytes read, or a failure).
+  void TraceResult(const Shard& shard, size_t bytes, bool ok);
   void FinishIfBroken(Shard& shard);
   bool Busy(const Shard& shard) const;
   // Cancels every stream with work in flight and waits until none is left.

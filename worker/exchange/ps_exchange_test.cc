@@ -7,9 +7,12 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <sstream>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "grpcpp/grpcpp.h"
@@ -184,6 +187,70 @@ TEST(PsExchangeTest, StaggeredPushesGiveTheRankOrderSum) {
       }
     }
   }
+}
+
+// --transport_trace in ps mode: a Push and a Result line per shard and call, with the
+// payload bytes each way; staggered pushes one after another, each result after its push.
+TEST(PsExchangeTest, TheTraceHasAPushAndAResultPerShard) {
+  constexpr int kShards = 3;
+  const size_t n = 3 * 100003;  // runs of 400 kB: staggered
+  InProcessShards shards(kShards, 1, n);
+  auto backend = kernels::NewCpuBackend();
+  std::ostringstream out;
+  CallTrace trace(&out);
+  PsExchangeOptions options;
+  options.trace = &trace;
+  options.first_shard = 1;
+  auto exchange = PsExchange::Create(backend.get(), 0, 1, n, shards.addresses, options);
+  ASSERT_TRUE(exchange.ok()) << exchange.status();
+  const std::vector<float> g = Random(5, n, 0, 1);
+  ASSERT_TRUE((*exchange)->SumGradients(1, g.data()).ok());
+  ASSERT_TRUE((*exchange)->CompressedAverage(2, g.data()).ok());
+
+  struct Line {
+    std::string op;
+    int to, from;
+    uint64_t sent, received;
+    double start, end;
+  };
+  std::vector<Line> lines;
+  std::istringstream in(out.str());
+  std::string row;
+  std::getline(in, row);
+  EXPECT_EQ(row, "op,to,from,block_bytes,sent,received,start_unix,end_unix");
+  while (std::getline(in, row)) {
+    std::vector<std::string> f = absl::StrSplit(row, ',');
+    ASSERT_EQ(f.size(), 8u) << row;
+    lines.push_back(Line{f[0], std::stoi(f[1]), std::stoi(f[2]), std::stoull(f[4]),
+                         std::stoull(f[5]), std::stod(f[6]), std::stod(f[7])});
+  }
+  ASSERT_EQ(lines.size(), 4u * kShards);  // two calls, a push and a result per shard each
+  const PsLayout& layout = (*exchange)->layout();
+  uint64_t sent = 0, received = 0;
+  std::vector<int> pushed;  // the fp32 pushes' shards, in the order they were written
+  double last_push_end = 0;
+  for (size_t i = 0; i < 2u * kShards; ++i) {  // the warmup's lines
+    const Line& l = lines[i];
+    sent += l.sent;
+    received += l.received;
+    EXPECT_LE(l.start, l.end) << i;
+    if (l.op == "Push") {
+      EXPECT_EQ(l.sent, layout.payload_bytes(ChunkKind::kFp32, l.to));
+      EXPECT_GE(l.start, last_push_end) << "staggered: each push after the one before";
+      last_push_end = l.end;
+      pushed.push_back(l.to);
+    } else {
+      ASSERT_EQ(l.op, "Result");
+      EXPECT_EQ(l.received, layout.payload_bytes(ChunkKind::kFp32, l.from));
+    }
+  }
+  EXPECT_EQ(pushed, (std::vector<int>{1, 2, 0}));
+  EXPECT_EQ(sent, n * sizeof(float));
+  EXPECT_EQ(received, n * sizeof(float));
+  for (size_t i = 2u * kShards; i < lines.size(); ++i) {  // compression: the blocks
+    EXPECT_EQ(lines[i].sent + lines[i].received, layout.block_bytes()) << lines[i].op;
+  }
+  EXPECT_EQ((*exchange)->bytes_sent(), n * sizeof(float) + kShards * layout.block_bytes());
 }
 
 TEST(PsExchangeTest, ShardOnHostComparesTheHostPart) {

@@ -1,17 +1,11 @@
 #include "worker/transport/traced_transport.h"
 
-#include <fstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace onebit {
-namespace {
-
-double UnixSeconds(absl::Time t) { return absl::ToDoubleSeconds(t - absl::UnixEpoch()); }
-
-}  // namespace
 
 // A started SendRecv whose line is written when it is waited for.
 class TracedTransport::TracedPending final : public Transport::PendingSendRecv {
@@ -35,26 +29,26 @@ class TracedTransport::TracedPending final : public Transport::PendingSendRecv {
 };
 
 TracedTransport::TracedTransport(Transport* inner, std::ostream* out, Now now)
-    : inner_(inner), out_(out), now_(std::move(now)) {
-  *out_ << "op,to,from,block_bytes,sent,received,start_unix,end_unix\n";
-  out_->flush();
-}
+    : owned_trace_(std::make_unique<CallTrace>(out, std::move(now))),
+      inner_(inner),
+      trace_(owned_trace_.get()) {}
+
+TracedTransport::TracedTransport(Transport* inner, CallTrace* trace)
+    : inner_(inner), trace_(trace) {}
 
 absl::StatusOr<std::unique_ptr<Transport>> TracedTransport::Create(
     std::unique_ptr<Transport> inner, const std::string& path) {
-  auto out = std::make_unique<std::ofstream>(path, std::ios::trunc);
-  if (!out->is_open()) {
-    return absl::InvalidArgumentError(absl::StrCat("transport trace: cannot write ", path));
-  }
-  auto traced = std::make_unique<TracedTransport>(inner.get(), out.get());
+  absl::StatusOr<std::unique_ptr<CallTrace>> trace = CallTrace::Create(path);
+  if (!trace.ok()) return trace.status();
+  auto traced = std::make_unique<TracedTransport>(inner.get(), trace->get());
   traced->owned_inner_ = std::move(inner);
-  traced->owned_out_ = std::move(out);
+  traced->owned_trace_ = *std::move(trace);
   return std::unique_ptr<Transport>(std::move(traced));
 }
 
 TracedTransport::Begun TracedTransport::Begin(absl::string_view op, int to, int from,
                                               size_t block_bytes, uint64_t wire_bytes) const {
-  return Begun{op, to, from, block_bytes, wire_bytes, wire_bytes, now_()};
+  return Begun{op, to, from, block_bytes, wire_bytes, wire_bytes, trace_->now()};
 }
 
 TracedTransport::Begun TracedTransport::BeginSendRecv(size_t send_bytes, int to, size_t recv_bytes,
@@ -70,15 +64,8 @@ uint64_t TracedTransport::BlockWireBytes(size_t block_bytes) const {
 }
 
 absl::Status TracedTransport::End(const Begun& begun, absl::Status status) {
-  const absl::Time end = now_();
-  // Lines stay whole in the file: each is written with one call and flushed, so a process
-  // killed mid-run leaves a trace that ends at a line.
-  *out_ << absl::StrFormat("%s%s,%d,%d,%u,%u,%u,%.6f,%.6f\n", begun.op, status.ok() ? "" : "!",
-                           begun.to, begun.from, begun.block_bytes,
-                           status.ok() ? begun.sent : 0, status.ok() ? begun.received : 0,
-                           UnixSeconds(begun.start),
-                           UnixSeconds(end));
-  out_->flush();
+  trace_->Write(CallLine{begun.op, begun.to, begun.from, begun.block_bytes, begun.sent,
+                         begun.received, begun.start, trace_->now(), status.ok()});
   return status;
 }
 

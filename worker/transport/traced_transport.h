@@ -33,16 +33,19 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "worker/transport/call_trace.h"
 #include "worker/transport/transport.h"
 
 namespace onebit {
 
 class TracedTransport final : public Transport {
  public:
-  using Now = std::function<absl::Time()>;
+  using Now = CallTrace::Now;
 
   // Writes the CSV header to `out` at once. `now` is the clock (injected by tests).
   TracedTransport(Transport* inner, std::ostream* out, Now now = &absl::Now);
+  // Lines into `trace` (borrowed), which may be shared with the worker's other traced calls.
+  TracedTransport(Transport* inner, CallTrace* trace);
   // Owns `inner` and a new file at `path` (truncated), for a worker's --transport_trace.
   // INVALID_ARGUMENT when the file cannot be opened.
   static absl::StatusOr<std::unique_ptr<Transport>> Create(std::unique_ptr<Transport> inner,
@@ -86,10 +89,9 @@ class TracedTransport final : public Transport {
   absl::Status End(const Begun& begun, absl::Status status);
 
   std::unique_ptr<Transport> owned_inner_;  // Create's
-  std::unique_ptr<std::ostream> owned_out_;
+  std::unique_ptr<CallTrace> owned_trace_;  // Create's
   Transport* inner_;
-  std::ostream* out_;
-  Now now_;
+  CallTrace* trace_;
 };
 
 }  // namespace onebit
