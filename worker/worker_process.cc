@@ -159,12 +159,15 @@ kernels::Compressor JobCompressor(const JobConfig& config) {
 // `shards`: the addresses of the shards this worker pushes to.
 PsExchangeOptions PsOptions(const JobConfig& config, const std::vector<std::string>& shards) {
   PsExchangeOptions options;
-  // A shard beside this worker: start the staggered pushes after it (ps_exchange.h).
-  if (const int own = ShardOnHost(g_host, shards); own >= 0) {
-    options.first_shard = (own + 1) % static_cast<int>(shards.size());
-    std::fprintf(stderr, "ps: shard %d runs on this host (%s): large pushes start at shard %d\n",
-                 own, g_host.c_str(), options.first_shard);
+  // Shards beside this worker: the staggered pushes start after its host (ps_exchange.h).
+  PushPlan plan = PlanPushes(g_host, shards);
+  if (!plan.local.empty()) {
+    std::fprintf(stderr, "ps: shards [%s] run on this host (%s): large pushes go [%s]\n",
+                 absl::StrJoin(plan.local, ", ").c_str(), g_host.c_str(),
+                 absl::StrJoin(plan.order, ", ").c_str());
   }
+  options.push_order = std::move(plan.order);
+  options.local_shards = std::move(plan.local);
   options.compressor = JobCompressor(config);
   options.step_deadline = absl::Seconds(config.failure.ps_step_deadline_s);
   options.tls = g_tls;

@@ -6,12 +6,15 @@
 #
 #   sudo tools/bench/run.sh [--quick] [--rates "100mbit 1gbit 10gbit none"]
 #                           [--workloads "syn25m syn100m fmnist"] [--systems "adam peer peer16 ps zo ddp ddp16"]
-#                           [--shards separate|colocated] [--nodes N] [--cc cubic|bbr|machine]
+#                           [--shards separate|colocated] [--shards-per-node P] [--nodes N]
+#                           [--cc cubic|bbr|machine]
 #                           [--out DIR] [--bin DIR] [--skip "WORKLOAD@RATE ..."]
 #
 # --shards: where ps mode's shards run: "separate" (default; on the control host, whose
 # link is not limited) or "colocated" (shard i on worker i's node, behind that node's
 # limited link, as BytePS's colocated mode or a DaemonSet places them).
+# --shards-per-node P: ps mode runs P x nodes shards (1 by default); colocated, P on each
+# node, which the workers push part by part (worker/exchange/ps_exchange.h, PlanPushes).
 # --nodes N: nodes (one worker each), 4 by default.
 # --cc C: the hosts' TCP congestion control, cubic (Linux's default) unless given: bbr,
 # reno, or machine (whatever this machine has; bbr on the project's). Set machine-wide for
@@ -60,6 +63,7 @@ OUT=out/bench
 BIN_FROM=
 SKIP=" "
 SHARDS=separate
+SHARDS_PER_NODE=1
 WORKERS=4
 CC=cubic
 while [ $# -gt 0 ]; do
@@ -72,9 +76,10 @@ while [ $# -gt 0 ]; do
     --bin) BIN_FROM=$(cd "$2" && pwd); shift ;;
     --skip) SKIP=" $2 "; shift ;;
     --shards) SHARDS=$2; shift ;;
+    --shards-per-node) SHARDS_PER_NODE=$2; shift ;;
     --nodes) WORKERS=$2; shift ;;
     --cc) CC=$2; shift ;;
-    *) echo "usage: $0 [--quick] [--rates R] [--workloads W] [--systems S] [--shards S] [--nodes N] [--cc C] [--out DIR] [--bin DIR]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--quick] [--rates R] [--workloads W] [--systems S] [--shards S] [--shards-per-node P] [--nodes N] [--cc C] [--out DIR] [--bin DIR]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -84,6 +89,7 @@ if [ $QUICK = 1 ]; then
   [ "$OUT" = out/bench ] && OUT=out/bench-quick
 fi
 case $SHARDS in separate|colocated) ;; *) echo "--shards must be separate or colocated" >&2; exit 2 ;; esac
+case $SHARDS_PER_NODE in [1-9]|[1-9][0-9]) ;; *) echo "--shards-per-node must be a number from 1 to 99" >&2; exit 2 ;; esac
 # A cluster of its own (names and subnet), so that it never meets another one on the machine.
 export ONEBIT_CLUSTER=${ONEBIT_CLUSTER:-obbench}
 export ONEBIT_CLUSTER_SUBNET=${ONEBIT_CLUSTER_SUBNET:-10.214.7}
@@ -242,7 +248,7 @@ onebit_run() {
   rm -rf "$dir"; mkdir -p "$dir"
   job_config "$w" "$opt" $((nw + nc)) "$dtype" > "$dir/job.json"
   local flags=(--exchange="$mode")
-  [ "$mode" = ps ] && flags+=(--servers=$WORKERS)
+  [ "$mode" = ps ] && flags+=(--servers=$((WORKERS * SHARDS_PER_NODE)))
   [ "$mode" = ps ] && [ "$SHARDS" = colocated ] && flags+=(--cluster_shards=nodes)
   # Peer mode's per-call trace (tools/bench/rounds.py), where the launcher has it (--bin
   # may name binaries from before it).

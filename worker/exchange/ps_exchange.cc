@@ -46,14 +46,59 @@ absl::string_view HostOf(absl::string_view address) {
   return host;
 }
 
+// push_order empty or a permutation of [0, num_shards); local_shards in [0, num_shards).
+absl::Status ValidatePushPlan(const PsExchangeOptions& options, size_t num_shards) {
+  if (!options.push_order.empty()) {
+    std::vector<int> sorted = options.push_order;
+    std::sort(sorted.begin(), sorted.end());
+    for (size_t s = 0; s < sorted.size(); ++s) {
+      if (sorted.size() != num_shards || sorted[s] != static_cast<int>(s)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "PsExchangeOptions: push_order must be a permutation of the ", num_shards,
+            " shards, got [", absl::StrJoin(options.push_order, ", "), "]"));
+      }
+    }
+  }
+  for (int s : options.local_shards) {
+    if (s < 0 || static_cast<size_t>(s) >= num_shards) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("PsExchangeOptions: local shard ", s, " is not one of the ", num_shards));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
-int ShardOnHost(const std::string& host, const std::vector<std::string>& shard_addresses) {
-  if (host.empty()) return -1;
+PushPlan PlanPushes(const std::string& host, const std::vector<std::string>& shard_addresses) {
+  std::vector<std::string> hosts;               // in order of first appearance
+  std::vector<std::vector<int>> shards_of;      // by host
   for (size_t s = 0; s < shard_addresses.size(); ++s) {
-    if (HostOf(shard_addresses[s]) == host) return static_cast<int>(s);
+    const std::string h(HostOf(shard_addresses[s]));
+    const size_t index = std::find(hosts.begin(), hosts.end(), h) - hosts.begin();
+    if (index == hosts.size()) {
+      hosts.push_back(h);
+      shards_of.emplace_back();
+    }
+    shards_of[index].push_back(static_cast<int>(s));
   }
-  return -1;
+  const int num_hosts = static_cast<int>(hosts.size());
+  int own = -1;
+  if (!host.empty()) {
+    const auto it = std::find(hosts.begin(), hosts.end(), host);
+    if (it != hosts.end()) own = static_cast<int>(it - hosts.begin());
+  }
+  size_t parts = 0;
+  for (const auto& shards : shards_of) parts = std::max(parts, shards.size());
+  PushPlan plan;
+  for (size_t part = 0; part < parts; ++part) {
+    for (int k = 0; k < num_hosts; ++k) {
+      const int h = own >= 0 ? (own + 1 + k) % num_hosts : k;
+      if (part < shards_of[h].size()) plan.order.push_back(shards_of[h][part]);
+    }
+  }
+  if (own >= 0) plan.local = shards_of[own];
+  return plan;
 }
 
 struct PsExchange::Op {
@@ -153,6 +198,7 @@ absl::StatusOr<std::unique_ptr<PsExchange>> PsExchange::Create(
     return absl::InvalidArgumentError(
         "PsExchangeOptions: max_attempts must be >= 1, step_deadline > 0, retry_backoff >= 0");
   }
+  ONEBIT_RETURN_IF_ERROR(ValidatePushPlan(options, channels.size()));
   ONEBIT_ASSIGN_OR_RETURN(
       PsLayout layout, PsLayout::Create(n, static_cast<int>(channels.size()), options.compressor));
   std::unique_ptr<PsExchange> exchange(new PsExchange(backend, rank, world_size, layout, options));
@@ -167,12 +213,16 @@ PsExchange::PsExchange(kernels::Backend* backend, int rank, int world_size,
       world_size_(world_size),
       layout_(layout),
       options_(options),
-      first_shard_(((options.first_shard % layout.num_shards()) + layout.num_shards()) %
-                   layout.num_shards()),
       result_stage_(backend) {}
 
 absl::Status PsExchange::Init(std::vector<std::shared_ptr<grpc::Channel>> channels) {
   const size_t num_shards = static_cast<size_t>(layout_.num_shards());
+  push_order_ = options_.push_order;
+  if (push_order_.empty()) {
+    for (size_t s = 0; s < num_shards; ++s) push_order_.push_back(static_cast<int>(s));
+  }
+  local_shard_.assign(num_shards, false);
+  for (int s : options_.local_shards) local_shard_[s] = true;
   ONEBIT_ASSIGN_OR_RETURN(compressor_,
                           WorkerCompressor::Create(backend_, layout_.n(), num_shards,
                                                    layout_.chunk(), layout_.compressor()));
@@ -528,10 +578,11 @@ absl::Status PsExchange::RoundTrip(int64_t step, ChunkKind kind) {
     shard->last_error = absl::OkStatus();
     shard->fatal = absl::OkStatus();
   }
-  // Large pushes go out one shard after another (see the header), from first_shard on:
-  // with shards apart, every worker pushes shard 0 first, so shard 0's result comes down
-  // while shard 1's push goes up; with a shard on each worker's host, each worker starts
-  // after its own, so no host's link takes every worker's push at once.
+  // Large pushes go out one shard after another in push_order_ (see the header): with
+  // shards apart, every worker pushes shard 0 first, so shard 0's result comes down while
+  // shard 1's push goes up; with shards on the workers' hosts, each worker starts after its
+  // own host, so no host's link takes every worker's push at once. A shard on this host
+  // takes no link: its push goes at once.
   const bool staggered =
       std::any_of(shards_.begin(), shards_.end(), [this](const auto& shard) {
         return shard->push_payload_bytes >= options_.stagger_min_bytes;
@@ -544,8 +595,8 @@ absl::Status PsExchange::RoundTrip(int64_t step, ChunkKind kind) {
     // Whether every shard before this one has had its first push written (or is done).
     bool earlier_written = true;
     for (size_t k = 0; k < shards_.size(); ++k) {
-      Shard& shard = *shards_[(first_shard_ + k) % shards_.size()];
-      const bool may_start = !staggered || earlier_written;
+      Shard& shard = *shards_[push_order_[k]];
+      const bool may_start = !staggered || earlier_written || local_shard_[shard.index];
       earlier_written = earlier_written &&
                         (shard.done || (shard.attempts > 0 && !shard.pending[kWrite]));
       if (!shard.fatal.ok()) {

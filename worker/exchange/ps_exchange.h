@@ -12,11 +12,11 @@
 // STREAMS: opened lazily, kept across steps, and reopened when one breaks. The S results
 // are read as they come (one completion queue, no threads). Small pushes (the compressed
 // blocks) are all written at once. Large ones (the warmup's fp32 runs) go out in shard
-// order from options.first_shard, each once the one before it has been written: with the
-// shards apart from the workers, every worker pushes shard 0 first, so shard 0 can answer,
-// and its result comes down the link while shard 1's push goes up. With a shard beside
-// each worker, each starts after its own shard (ShardOnHost), so that every host's
-// link takes one push at a time rather than all of them in turn (BENCHMARKS.md, issue 21).
+// order of options.push_order (PlanPushes), each once the one before it has been written:
+// with the shards apart from the workers, every worker pushes shard 0 first, so shard 0 can
+// answer, and its result comes down the link while shard 1's push goes up. With shards
+// beside the workers, each worker starts after its own host, so that every host's link
+// takes one push at a time rather than all of them in turn (BENCHMARKS.md, issue 21).
 // Written all at once, every push competed for the uplink until the end, and no result
 // could start down before every push was in: the two directions of a link were busy one
 // after the other, twice the wire time (BENCHMARKS.md, issue 7). A push is idempotent per (worker, step, chunk), so after a broken stream
@@ -89,12 +89,14 @@ struct PsExchangeOptions {
   // compressed blocks) are written one shard after another, each once the one before it
   // has been written; smaller ones all at once. 0: always all at once.
   size_t stagger_min_bytes = size_t{256} << 10;
-  // Where the staggered pushes start: shard first_shard, then first_shard + 1, ... (mod
-  // S). 0 on every worker suits shards apart from the workers (shard 0 answers first, its
-  // results come down while the next pushes go up). With a shard on each worker's host,
-  // start after this worker's own shard (ShardOnHost): at any time each host's
-  // link then takes one worker's push, not every worker's.
-  int first_shard = 0;
+  // The order of the staggered pushes: a permutation of [0, S) (PlanPushes); empty: shard
+  // 0, 1, ..., S-1, which suits shards apart from the workers (shard 0 answers first, its
+  // results come down while the next pushes go up).
+  std::vector<int> push_order;
+  // Shards on this worker's host (PlanPushes): their pushes cross no link, so they are
+  // written at once rather than in the staggered order, where the last would end the push
+  // phase with a copy through the loopback that the results wait for.
+  std::vector<int> local_shards;
   // TLS to the shards (security/tls.h): the CA that verifies them and this worker's
   // certificate for mutual TLS. Off: plaintext. Only the address overload of Create uses it.
   security::TlsOptions tls;
@@ -106,10 +108,24 @@ struct PsExchangeOptions {
   CallTrace* trace = nullptr;
 };
 
-// The first of `shard_addresses` ("host:port") on `host` (an address, as a worker's
-// --host), or -1 when none is (or host is empty). A worker with a shard beside it starts
-// its staggered pushes after that shard: PsExchangeOptions::first_shard = (own + 1) % S.
-int ShardOnHost(const std::string& host, const std::vector<std::string>& shard_addresses);
+// Where a worker on `host` (its --host; empty: unknown) sends its staggered pushes, from
+// the shards' addresses ("host:port"). The shards are grouped by host, and the k-th shard
+// of every host is part k. Pushes go part by part; within a part, to the hosts after this
+// worker's own (in order of first appearance), its own host last:
+//
+//   shards apart (one host, or none is the worker's): 0, 1, ..., S-1
+//   one shard beside each worker (S = W): worker i pushes i+1, i+2, ..., i
+//   P shards on each worker's host: part 0 of hosts i+1, ..., i, then part 1, ...
+//
+// With a shard on every worker's host, each round of pushes sends each host's uplink one
+// push and each downlink one push (like the peer exchange's shifts); with several parts, a
+// part's shards have all of their pushes (and answer) while the next part's go up, so
+// results come down while pushes go up. `local` is the shards on `host`.
+struct PushPlan {
+  std::vector<int> order;
+  std::vector<int> local;
+};
+PushPlan PlanPushes(const std::string& host, const std::vector<std::string>& shard_addresses);
 
 class PsExchange : public Exchange {
  public:
@@ -149,7 +165,8 @@ class PsExchange : public Exchange {
   uint64_t bytes_received() const override { return bytes_received_.load(); }
 
   int rank() const { return rank_; }
-  int first_shard() const { return first_shard_; }
+  // The staggered pushes' order (options.push_order, or 0..S-1).
+  const std::vector<int>& push_order() const { return push_order_; }
   int num_shards() const { return layout_.num_shards(); }
   const PsLayout& layout() const { return layout_; }
 
@@ -188,7 +205,8 @@ class PsExchange : public Exchange {
   const int world_size_;
   const PsLayout layout_;
   const PsExchangeOptions options_;
-  const int first_shard_;  // options_.first_shard, in [0, S)
+  std::vector<int> push_order_;      // a permutation of [0, S)
+  std::vector<bool> local_shard_;    // by shard: options_.local_shards
 
   std::unique_ptr<WorkerCompressor> compressor_;
   int64_t checkpoint_step_ = -1;  // the latest step scheduled for a checkpoint

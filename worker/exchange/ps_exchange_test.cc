@@ -162,11 +162,13 @@ TEST(PsExchangeTest, StaggeredPushesGiveTheRankOrderSum) {
         auto backend = kernels::NewCpuBackend();
         PsExchangeOptions options;
         options.stagger_min_bytes = stagger;
-        if (rotated) options.first_shard = rank + 1 + kShards;  // taken mod S
+        if (rotated) {
+          for (int k = 1; k <= kShards; ++k) options.push_order.push_back((rank + k) % kShards);
+        }
         auto exchange =
             PsExchange::Create(backend.get(), rank, kWorkers, n, shards.addresses, options);
         ASSERT_TRUE(exchange.ok()) << exchange.status();
-        EXPECT_EQ((*exchange)->first_shard(), rotated ? (rank + 1) % kShards : 0);
+        EXPECT_EQ((*exchange)->push_order()[0], rotated ? (rank + 1) % kShards : 0);
         for (int round = 0; round < kRounds; ++round) {
           const std::vector<float> g = Random(10 * round + rank, n, 0, 1);
           auto sum = (*exchange)->SumGradients(round + 1, g.data());
@@ -200,7 +202,7 @@ TEST(PsExchangeTest, TheTraceHasAPushAndAResultPerShard) {
   CallTrace trace(&out);
   PsExchangeOptions options;
   options.trace = &trace;
-  options.first_shard = 1;
+  options.push_order = {1, 2, 0};
   auto exchange = PsExchange::Create(backend.get(), 0, 1, n, shards.addresses, options);
   ASSERT_TRUE(exchange.ok()) << exchange.status();
   const std::vector<float> g = Random(5, n, 0, 1);
@@ -253,14 +255,45 @@ TEST(PsExchangeTest, TheTraceHasAPushAndAResultPerShard) {
   EXPECT_EQ((*exchange)->bytes_sent(), n * sizeof(float) + kShards * layout.block_bytes());
 }
 
-TEST(PsExchangeTest, ShardOnHostComparesTheHostPart) {
-  const std::vector<std::string> shards = {"10.0.0.11:7000", "10.0.0.12:7000", "[fd00::3]:7001",
-                                           "10.0.0.12:7002"};
-  EXPECT_EQ(ShardOnHost("10.0.0.12", shards), 1);  // the first on the host
-  EXPECT_EQ(ShardOnHost("fd00::3", shards), 2);
-  EXPECT_EQ(ShardOnHost("10.0.0.1", shards), -1);  // a prefix is not the host
-  EXPECT_EQ(ShardOnHost("", shards), -1);
-  EXPECT_EQ(ShardOnHost("10.0.0.11", {}), -1);
+TEST(PsExchangeTest, PlanPushesGoesPartByPartStartingAfterTheOwnHost) {
+  // Shards apart: in index order, none local.
+  const std::vector<std::string> apart = {"10.0.0.9:7000", "10.0.0.9:7001", "10.0.0.9:7002"};
+  EXPECT_EQ(PlanPushes("10.0.0.1", apart).order, (std::vector<int>{0, 1, 2}));
+  EXPECT_TRUE(PlanPushes("10.0.0.1", apart).local.empty());
+  EXPECT_EQ(PlanPushes("", apart).order, (std::vector<int>{0, 1, 2}));
+  // One shard beside each of 4 workers (an IPv6 one among them): after the own host.
+  const std::vector<std::string> one = {"10.0.0.11:7000", "10.0.0.12:7000", "[fd00::3]:7001",
+                                        "10.0.0.14:7000"};
+  PushPlan plan = PlanPushes("10.0.0.12", one);
+  EXPECT_EQ(plan.order, (std::vector<int>{2, 3, 0, 1}));
+  EXPECT_EQ(plan.local, (std::vector<int>{1}));
+  EXPECT_EQ(PlanPushes("fd00::3", one).order, (std::vector<int>{3, 0, 1, 2}));
+  EXPECT_EQ(PlanPushes("10.0.0.1", one).order, (std::vector<int>{0, 1, 2, 3}));  // a prefix is not the host
+  // Two shards on each of 3 hosts (shard s on host s % 3, as the launcher places them):
+  // part 0 of the hosts after the own one, then part 1.
+  const std::vector<std::string> two = {"a:1", "b:1", "c:1", "a:2", "b:2", "c:2"};
+  plan = PlanPushes("b", two);
+  EXPECT_EQ(plan.order, (std::vector<int>{2, 0, 1, 5, 3, 4}));
+  EXPECT_EQ(plan.local, (std::vector<int>{1, 4}));
+  // Uneven: a host with fewer parts is skipped in the parts it lacks.
+  EXPECT_EQ(PlanPushes("a", {"a:1", "b:1", "b:2"}).order, (std::vector<int>{1, 0, 2}));
+  EXPECT_TRUE(PlanPushes("a", {}).order.empty());
+}
+
+TEST(PsExchangeTest, CreateRejectsAPushOrderThatIsNotAPermutation) {
+  auto backend = kernels::NewCpuBackend();
+  const std::vector<std::string> two = {"127.0.0.1:1", "127.0.0.1:2"};
+  for (const std::vector<int>& order : {std::vector<int>{0}, std::vector<int>{0, 0},
+                                        std::vector<int>{1, 2}}) {
+    PsExchangeOptions options;
+    options.push_order = order;
+    EXPECT_EQ(PsExchange::Create(backend.get(), 0, 1, 10, two, options).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  PsExchangeOptions options;
+  options.local_shards = {2};
+  EXPECT_EQ(PsExchange::Create(backend.get(), 0, 1, 10, two, options).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 // fp16's overflow agreement through shard 0: every worker gets whether any overflowed,
