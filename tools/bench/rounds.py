@@ -4,8 +4,9 @@
     python3 tools/bench/rounds.py RUN_DIR [--markdown]
 
 RUN_DIR holds a job's worker-<i>.csv (onebit-worker --history_csv: every step's end time and
-its split) and transport-<i>.csv (--transport_trace: every transport call's start and end);
-tools/bench/run.sh writes both for peer-mode runs (RUN_DIR = OUT/runs/<name>/onebit_adam).
+its split) and transport-<i>.csv (--transport_trace: every transport call's start and end in
+peer mode, every push to a shard and its result in ps mode); tools/bench/run.sh writes both
+for peer and ps runs (RUN_DIR = OUT/runs/<name>/onebit_adam).
 
 Each call is put into the step whose window holds its start (a step's window ends at its
 recorded unix_time and starts where the one before it ended). Per stage (warmup,
@@ -17,12 +18,22 @@ compression) and worker it prints, as medians over the stage's measured steps:
              started after the one before it ended (calls in flight together are one
              round: a direct all-gather's W-1 SendRecvs); a gloo AllToAll or AllGather of
              blocks over 256 KB sends its W-1 shifts one at a time and counts W-1
-             (onebit's GlooTransport)
+             (onebit's GlooTransport); a ps step's pushes are one round together
+             (each waits for the one before to be written, not for an answer), and
+             its results the next
   <op> ms    the time inside each kind of call
   wire ms    the time inside any call (overlapping calls counted once)
   off-wire   the step's time outside every call: gradient, compression, update, control
 
-and then the calls of one step (the median one) as a timeline.
+and then the calls of one step (the median one) as a timeline. For ps runs, also each
+step's phases across the workers (seconds):
+
+  start skew    between the first and the last worker's first push
+  push phase    from the first push to the last shard's completion (a shard's completion:
+                the first arrival of its result at any worker)
+  result phase  from the last shard's completion to the last worker's end of the step
+  end skew      between the first and the last worker's end of the step (the next step's
+                start skew, give or take the gradient)
 """
 import csv
 import os
@@ -30,6 +41,18 @@ import statistics
 import sys
 
 ONE_AT_A_TIME_BLOCK = 256 << 10  # GlooTransport::kAllInFlightMaxBlockBytes
+
+
+def follows(c, d):
+    """Whether call c is a round after call d: it started after d ended. In ps mode a push
+    waits for the one before it to be written (to this host's transport), never for a
+    message from a shard, so a step's pushes are its first round; a result waits for its
+    own push only (results do not wait for each other)."""
+    if c["op"] == "Push":
+        return False
+    if c["op"] == "Result":
+        return d["op"] == "Push" and d["to"] == c["from"] and d["end"] <= c["start"]
+    return d["end"] <= c["start"]
 
 
 def read_csv(path):
@@ -60,7 +83,7 @@ def rounds_of(calls, world):
     for i, c in enumerate(calls):
         one_at_a_time = c["op"] in ("AllToAll", "AllGather") and c["block"] > ONE_AT_A_TIME_BLOCK
         own = (world - 1) if one_at_a_time else 1
-        before = [depth[j] for j in range(i) if calls[j]["end"] <= c["start"]]
+        before = [depth[j] for j in range(i) if follows(c, calls[j])]
         depth.append(own + max(before, default=0))
     return max(depth, default=0)
 
@@ -91,6 +114,7 @@ def analyse(run_dir):
             sys.exit(f"rounds: {trace_path} is missing (run the job with --transport_trace)")
         calls = [{"op": r["op"], "to": int(r["to"]), "from": int(r["from"]),
                   "block": int(r["block_bytes"]), "sent": int(r["sent"]),
+                  "received": int(r["received"]),
                   "start": float(r["start_unix"]), "end": float(r["end_unix"])}
                  for r in read_csv(trace_path)]
         steps = steps_of(read_csv(os.path.join(run_dir, f"worker-{w}.csv")))
@@ -137,10 +161,38 @@ def summary(world, per_stage, markdown):
         print(f"\n{stage}: worker {w}, step {step} ({seconds * 1e3:.1f} ms; "
               f"from the end of the step before, ms):")
         for c in sorted(calls, key=lambda c: c["start"]):
-            peers = "" if c["to"] < 0 else f" to {c['to']} from {c['from']}"
+            peers = "".join(f" {k} {c[k]}" for k in ("to", "from") if c[k] >= 0)
             print(f"  {(c['start'] - start) * 1e3:8.1f} -> {(c['end'] - start) * 1e3:8.1f}  "
-                  f"{c['op']}{peers}, {c['sent']} bytes out")
+                  f"{c['op']}{peers}, {c['sent']} bytes out, {c['received']} in")
         print(f"  {(end - start) * 1e3:8.1f}  step ends")
+
+
+def ps_phases(per_stage):
+    """Per stage: [(step, start skew, push phase, result phase, end skew)] of the steps
+    whose every worker pushed (ps runs; empty otherwise)."""
+    out = {}
+    for stage, rows in per_stage.items():
+        by_step = {}
+        for w, step, start, end, seconds, calls in rows:
+            by_step.setdefault(step, []).append((end, calls))
+        for step, ws in sorted(by_step.items()):
+            firsts = [min((c["start"] for c in calls if c["op"] == "Push"), default=None)
+                      for _, calls in ws]
+            if len(ws) < 2 or None in firsts:
+                continue
+            done = {}
+            for _, calls in ws:
+                for c in calls:
+                    if c["op"] == "Result":
+                        done[c["from"]] = min(done.get(c["from"], c["end"]), c["end"])
+            if not done:
+                continue
+            ends = [end for end, _ in ws]
+            last_done = max(done.values())
+            out.setdefault(stage, []).append(
+                (step, max(firsts) - min(firsts), last_done - min(firsts), max(ends) - last_done,
+                 max(ends) - min(ends)))
+    return out
 
 
 def main(argv):
@@ -151,6 +203,12 @@ def main(argv):
     if not per_stage:
         sys.exit(f"rounds: no measured steps in {argv[1]}")
     summary(world, per_stage, "--markdown" in argv[2:])
+    phases = ps_phases(per_stage)
+    for stage, steps in phases.items():
+        print(f"\n{stage}, ps phases across the workers (s): step, start skew, push phase, "
+              f"result phase, end skew")
+        for step, *vals in steps:
+            print(f"  {step}  " + "  ".join(f"{v:.2f}" for v in vals))
     return 0
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# rounds.py on a real job's traces: 2 workers in peer mode on loopback, 4 warmup and 6
-# compression steps of the synthetic workload, every transport call traced.
+# rounds.py on real jobs' traces: 2 workers on loopback, 4 warmup and 6 compression steps
+# of the synthetic workload, every transport call traced; in peer mode, then in ps mode
+# with 2 shards (every push and result traced).
 set -euo pipefail
 root="${TEST_SRCDIR:?}/onebit"
 out="${TEST_TMPDIR:?}/job"
@@ -38,4 +39,22 @@ read -r _ _ _ calls rounds _ <<< "$warmup"
 grep -q "AllToAll" "$out/rounds.txt" && grep -q "AllGather" "$out/rounds.txt" &&
   grep -qE "SendRecv to [01] from [01]" "$out/rounds.txt" || { echo "FAIL: timeline"; exit 1; }
 grep -q '^| compression |' "$out/rounds.md" || { echo "FAIL: markdown"; cat "$out/rounds.md"; exit 1; }
+
+# ps mode, 2 shards on this host (so both pushes go at once): a push and a result per
+# shard, the results a round after the pushes.
+ps="${TEST_TMPDIR:?}/ps"
+mkdir -p "$ps"
+sed 's/"workers": 2,/"workers": 2, "exchange": {"mode": "ps", "servers": 2},/' "$out/job.json" > "$ps/job.json"
+if ! "$root/deploy/onebit-launch" --config="$ps/job.json" --out_dir="$ps" \
+    --bin_dir="$root" --compare_adam=false --echo_all=false --timeout_s=120 \
+    --transport_trace > "$ps/launch.log" 2>&1; then
+  cat "$ps/launch.log"; exit 1
+fi
+python3 "$root/tools/bench/rounds.py" "$ps/onebit_adam" | tee "$ps/rounds.txt"
+for stage in warmup compression; do
+  read -r _ _ _ calls rounds _ <<< "$(awk -v s=$stage '$1 == s' "$ps/rounds.txt")"
+  [ "$calls" = 4 ] && [ "$rounds" = 2 ] || { echo "FAIL: ps $stage: $calls calls, $rounds rounds"; exit 1; }
+done
+grep -qE "Push to [01]," "$ps/rounds.txt" && grep -qE "Result from [01]," "$ps/rounds.txt" ||
+  { echo "FAIL: ps timeline"; exit 1; }
 echo PASS
