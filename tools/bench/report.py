@@ -310,12 +310,14 @@ def main():
               ", ".join(f"{m['label']}: {m['single_gbps']:.2f} (1 process) / {m['all_gbps']:.2f} "
                         f"({m['procs']} at once), load {m['uptime']}" for m in mem))
     placements = sorted({r.get("shards", "separate") for r in recs if r.get("system") == "ps"})
+    per_node = sorted({int(r.get("shards_per_node", 1)) for r in recs if r.get("system") == "ps"})
     if placements:
         md.append("")
         md.append("ps shards: " + ", ".join(
             {"separate": "separate (on the control host, whose link is not limited)",
              "colocated": "colocated (shard i on worker i's node, behind its limited link)"}
-            .get(p, p) for p in placements))
+            .get(p, p) for p in placements) +
+            "".join(f"; {n} shards per worker" for n in per_node if n > 1))
     md.append("")
     md.append("| workload | link | system | stage | step | gradient | payload sent/worker/step | "
               "wire out/node/step | bound (wire + kernels) | bound / step | load (1/5/15 min) |")

@@ -266,7 +266,7 @@ onebit_run() {
   t1=$(date +%s.%N)
   sampler_stop
   record kind=onebit workload="$w" params="$(params_of "$w")" rate="$rate" system="$sys" \
-    shards="$SHARDS" \
+    shards="$SHARDS" shards_per_node="$SHARDS_PER_NODE" \
     warmup_steps="$nw" compression_steps="$nc" dir="\"$dir/onebit_adam\"" \
     sampler="\"$dir/sampler.txt\"" wall="$(echo "$t1 - $t0" | bc)" \
     load_before="\"$load0\"" uptime="\"$(load)\""
@@ -316,7 +316,7 @@ log "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*:
 CC_USED=$(sysctl -n net.ipv4.tcp_congestion_control)
 log "TCP congestion control in the cluster: $CC_USED (--cc; the machine's was $CC_BEFORE)"
 record kind=env tcp_congestion_control="$CC_USED" cores="$(nproc)"
-log "rates: $RATES; workloads: $WORKLOADS; systems: $SYSTEMS; $WORKERS nodes; ps shards $SHARDS; out: $OUT"
+log "rates: $RATES; workloads: $WORKLOADS; systems: $SYSTEMS; $WORKERS nodes; ps shards $SHARDS ($SHARDS_PER_NODE per node); out: $OUT"
 memcpy_measure start
 failed=0
 for rate in $RATES; do
