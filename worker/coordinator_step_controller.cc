@@ -3,16 +3,35 @@
 #include <algorithm>
 #include <cstdio>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
 namespace onebit {
 
+CoordinatorStepController::~CoordinatorStepController() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+bool CoordinatorStepController::Droppable(absl::StatusCode code) {
+  return code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kDeadlineExceeded ||
+         code == absl::StatusCode::kResourceExhausted;
+}
+
 absl::Status CoordinatorStepController::EndAfter(int64_t last_step) {
-  if (last_.has_value() && last_->step > last_reported_step_) {
-    const StepReport final_report = *last_;
-    if (absl::Status sent = Send(final_report); !sent.ok()) return sent;
+  if (absl::Status queued = Flush(); !queued.ok()) return queued;
+  bool unreported;
+  {
+    absl::MutexLock lock(&mu_);
+    unreported = last_.has_value() && last_->step > last_reported_step_;
+  }
+  if (unreported) {
+    if (absl::Status sent = SendNow(Message(*last_)); !sent.ok()) return sent;
   }
   v1::LeaseRequest request;
   request.set_rank(rank_);
@@ -25,6 +44,8 @@ absl::Status CoordinatorStepController::EndAfter(int64_t last_step) {
 }
 
 absl::StatusOr<Lease> CoordinatorStepController::Acquire(int64_t next_step) {
+  // The coordinator decides leases (a freeze, say) on the reports: it must have them all.
+  if (absl::Status queued = Flush(); !queued.ok()) return queued;
   v1::LeaseRequest request;
   request.set_rank(rank_);
   request.set_next_step(next_step);
@@ -34,11 +55,15 @@ absl::StatusOr<Lease> CoordinatorStepController::Acquire(int64_t next_step) {
     absl::StatusOr<v1::LeaseResponse> r = client_->Lease(request);
     if (!r.ok()) return r.status();
     const bool stops_before = r->stop_after_step() >= 0 && r->stop_after_step() < next_step;
-    if (stops_before && last_.has_value() && last_->step > last_reported_step_) {
+    bool unreported;
+    {
+      absl::MutexLock lock(&mu_);
+      unreported = last_.has_value() && last_->step > last_reported_step_;
+    }
+    if (stops_before && unreported) {
       // The job ended at this worker's last step: the coordinator must hear of it.
-      const StepReport final_report = *last_;
       stop_after_step_ = r->stop_after_step();
-      absl::Status sent = Send(final_report);
+      absl::Status sent = SendNow(Message(*last_));
       if (!sent.ok()) return sent;
     }
     if (r->through_step() >= next_step || stops_before) {
@@ -64,26 +89,24 @@ absl::Status CoordinatorStepController::Report(const StepReport& report) {
   if (session_) session_->SetStep(report.step);
   last_ = report;
   // The last step is always reported: the coordinator ends the job when every worker has.
-  const bool due = report.variance_change.has_value() || report.step == 1 ||
-                   report.step == stop_after_step_ ||
+  const bool last = report.step == stop_after_step_;
+  const bool due = report.variance_change.has_value() || report.step == 1 || last ||
                    (report_every_ > 0 && report.step % report_every_ == 0);
-  if (!due) return absl::OkStatus();
-  const absl::Status sent = Send(report);
-  // Statistics are not worth a job: an unreachable coordinator (being restarted, say) costs
-  // a report, not the training. The final step's report does matter; so does an answer
-  // about this member (not registered any more: a newer generation).
-  const absl::StatusCode code = sent.code();
-  if (report.step != stop_after_step_ &&
-      (code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kDeadlineExceeded ||
-       code == absl::StatusCode::kResourceExhausted)) {
-    std::fprintf(stderr, "worker rank %d: stats report of step %lld not delivered: %s\n", rank_,
-                 static_cast<long long>(report.step), std::string(sent.message()).c_str());
-    return absl::OkStatus();
+  if (!due) {
+    absl::MutexLock lock(&mu_);
+    return std::exchange(error_, absl::OkStatus());
   }
-  return sent;
+  if (!last) {
+    Enqueue(Message(report));
+    absl::MutexLock lock(&mu_);
+    return std::exchange(error_, absl::OkStatus());
+  }
+  // The final step's report matters: sent now, and its failure is the run's.
+  if (absl::Status queued = Flush(); !queued.ok()) return queued;
+  return SendNow(Message(report));
 }
 
-absl::Status CoordinatorStepController::Send(const StepReport& report) {
+v1::StatsReport CoordinatorStepController::Message(const StepReport& report) const {
   v1::StatsReport stats;
   stats.set_rank(rank_);
   stats.set_step(report.step);
@@ -95,9 +118,55 @@ absl::Status CoordinatorStepController::Send(const StepReport& report) {
     stats.set_bytes_sent(exchange_->bytes_sent());
     stats.set_bytes_received(exchange_->bytes_received());
   }
+  return stats;
+}
+
+absl::Status CoordinatorStepController::SendNow(const v1::StatsReport& stats) {
   absl::Status status = client_->ReportStats(stats).status();
-  if (status.ok()) last_reported_step_ = std::max(last_reported_step_, report.step);
+  if (status.ok()) {
+    absl::MutexLock lock(&mu_);
+    last_reported_step_ = std::max(last_reported_step_, stats.step());
+  }
   return status;
+}
+
+void CoordinatorStepController::Enqueue(v1::StatsReport stats) {
+  absl::MutexLock lock(&mu_);
+  queue_.push_back(std::move(stats));
+  if (!thread_.joinable()) thread_ = std::thread([this] { Run(); });
+}
+
+absl::Status CoordinatorStepController::Flush() {
+  absl::MutexLock lock(&mu_);
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return queue_.empty() && !sending_; };
+  mu_.Await(absl::Condition(&idle));
+  return std::exchange(error_, absl::OkStatus());
+}
+
+void CoordinatorStepController::Run() {
+  absl::MutexLock lock(&mu_);
+  for (;;) {
+    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || !queue_.empty(); };
+    mu_.Await(absl::Condition(&ready));
+    // Stopping: what is queued is dropped (the final report never is: it goes directly).
+    if (stop_) return;
+    v1::StatsReport stats = std::move(queue_.front());
+    queue_.pop_front();
+    sending_ = true;
+    mu_.Unlock();
+    const absl::Status sent = client_->ReportStats(stats).status();
+    mu_.Lock();
+    sending_ = false;
+    if (sent.ok()) {
+      last_reported_step_ = std::max(last_reported_step_, stats.step());
+    } else if (Droppable(sent.code())) {
+      // Statistics are not worth a job: an unreachable coordinator costs a report.
+      std::fprintf(stderr, "worker rank %d: stats report of step %lld not delivered: %s\n", rank_,
+                   static_cast<long long>(stats.step()), std::string(sent.message()).c_str());
+    } else if (error_.ok()) {
+      error_ = sent;  // about this member (a newer generation, say): the run's business
+    }
+  }
 }
 
 }  // namespace onebit
