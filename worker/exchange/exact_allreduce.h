@@ -22,7 +22,8 @@
 // 2(W-1)/W of the buffer, as a ring allreduce does, and in every step each node's link
 // carries one flow each way. The former exchange sent the same bytes with one AllToAll,
 // W-1 TCP flows at once on each rate-limited link, then summed after everything had
-// arrived (BENCHMARKS.md, "Warmup exchange", issue 7).
+// arrived (BENCHMARKS.md, "Warmup exchange"; the runs of the former exchange:
+// tools/bench/results/2026-11-23/README.md).
 //
 // THE PIPELINE. Chunks move in segments of at most `segment_elements`, as a sequence of
 // SendRecv calls, step by step and segment by segment: every reduce-scatter step, then

@@ -16,10 +16,12 @@
 // with the shards apart from the workers, every worker pushes shard 0 first, so shard 0 can
 // answer, and its result comes down the link while shard 1's push goes up. With shards
 // beside the workers, each worker starts after its own host, so that every host's link
-// takes one push at a time rather than all of them in turn (BENCHMARKS.md, issue 21).
+// takes one push at a time rather than all of them in turn (BENCHMARKS.md, "ps shards
+// beside the workers").
 // Written all at once, every push competed for the uplink until the end, and no result
 // could start down before every push was in: the two directions of a link were busy one
-// after the other, twice the wire time (BENCHMARKS.md, issue 7). A push is idempotent per (worker, step, chunk), so after a broken stream
+// after the other, twice the wire time (BENCHMARKS.md, "Emulated cluster: onebit against DDP",
+// the run of 2026-11-24). A push is idempotent per (worker, step, chunk), so after a broken stream
 // the same bytes are pushed again on a new one (at most max_attempts streams per shard and
 // step, with backoff). When AverageMomentum(t) fails, the next AverageMomentum(t) re-sends
 // the blocks it made rather than compressing again, so the worker error moves once per
