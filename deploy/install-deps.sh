@@ -32,6 +32,8 @@ packages=(
   podman podman-compose runc containernetworking-plugins
   golang-github-containernetworking-plugin-dnsname catatonit debootstrap
   python3-yaml curl
+  # The documentation site (mkdocs.yml, docs/; //docs:site_test builds it strictly).
+  mkdocs
 )
 
 missing=()

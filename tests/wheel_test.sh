@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The wheel as a new user installs it (README "Train your own model"): a virtual
+# The wheel as a new user installs it (docs/pytorch.md, "Train your own model"): a virtual
 # environment that sees Debian's python3-torch, `pip install --no-index` of the wheel, the
 # six commands on its PATH, and two jobs run from outside the repository with the
 # installed copy: two processes with torchrun's variables (rank 0 embeds the coordinator),

@@ -12,7 +12,7 @@
 // $ONEBIT_COORDINATOR. Exit status: 0 on success, 1 when the coordinator refuses or cannot
 // be reached (the message gives its status code and reason), 2 for a bad command line.
 //
-// A secured coordinator (README "Security"): --tls_ca=CA.pem verifies it; with mutual TLS
+// A secured coordinator (docs/security.md): --tls_ca=CA.pem verifies it; with mutual TLS
 // --tls_cert/--tls_key are this client's certificate. The bearer token comes from
 // --token_file or $ONEBIT_ADMIN_TOKEN (the admin token for freeze, delay, stop and
 // checkpoint; the admin or member token for the rest).

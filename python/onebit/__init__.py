@@ -4,7 +4,7 @@ Each training process is a onebit worker: it registers with the job's coordinato
 its leases, exchanges compressed momentum over gloo, NCCL or the parameter-server shards,
 serves /metrics and takes part in checkpoints, exactly as onebit-worker does. The
 optimizers live in onebit.torch; `onebit-launch --config job.json -- python3 train.py`
-starts the coordinator, the shards and N copies of the script (README, "Train your own
+starts the coordinator, the shards and N copies of the script (docs/pytorch.md, "Train your own
 model").
 """
 
