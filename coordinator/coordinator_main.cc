@@ -37,6 +37,7 @@
 #include "absl/time/time.h"
 #include "common/fault.h"
 #include "common/signals.h"
+#include "config/config_reference.h"
 #include "coordinator/address_file.h"
 #include "coordinator/job_coordinator.h"
 #include "coordinator/log.h"
@@ -73,6 +74,8 @@ ABSL_FLAG(absl::Duration, kv_max_wait, absl::Seconds(30), "Longest a waiting KvG
 ABSL_FLAG(bool, check, false,
           "Validate the flags and the config (and the TLS files and tokens they name), say "
           "so and exit 0, without binding a port or writing a file (deployment checks).");
+ABSL_FLAG(bool, config_reference, false,
+          "Print the job config's reference (Markdown, docs/config.md) to stdout and exit 0.");
 ABSL_FLAG(absl::Duration, linger, absl::Seconds(3),
           "Time to keep serving after the job is over, so clients can read the final status.");
 
@@ -99,6 +102,10 @@ int Run(int argc, char** argv) {
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() > 1) {
     return Fail(2, absl::StrCat("unexpected argument '", positional[1], "'"));
+  }
+  if (absl::GetFlag(FLAGS_config_reference)) {
+    std::fputs(ConfigReferenceMarkdown().c_str(), stdout);
+    return 0;
   }
   JobCoordinatorOptions options;
   options.config_path = absl::GetFlag(FLAGS_config);
