@@ -314,7 +314,7 @@ struct FailureConfig {
   double ps_step_deadline_s = 120;
 };
 
-// The secured control plane (README "Security"; security/tls.h, security/auth.h). Every
+// The secured control plane (docs/security.md; security/tls.h, security/auth.h). Every
 // key is optional; none set is the plaintext, open job of before. Paths are as given
 // (relative ones to each process's working directory). Flags of each binary override.
 struct TlsConfig {

@@ -6,8 +6,9 @@
 //       [--metrics_port=N] [--address_file=PATH] [--job_id=ID] [--heartbeat_timeout=10s]
 //       [--state_file=PATH] [--tls_ca=PEM --tls_cert=PEM --tls_key=PEM]
 //       [--admin_token_file=F] [--member_token_file=F]
+//   onebit-coordinator --config_reference   (the job config's keys as Markdown: docs/config.md)
 //
-// Security (README "Security"): TLS on the gRPC port and HTTPS on the REST mirror with the
+// Security (docs/security.md): TLS on the gRPC port and HTTPS on the REST mirror with the
 // --tls_* flags or the config's onebit.security.tls (mutual by default: clients need a
 // certificate of the same CA). Tokens come from files or the environment, never the
 // command line: --admin_token_file, $ONEBIT_ADMIN_TOKEN or onebit.security.admin_token_file;
