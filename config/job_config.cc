@@ -15,6 +15,8 @@
 namespace onebit {
 namespace {
 
+using config_schema::JsonEscaped;
+
 using config_schema::JobConfigKeys;
 using config_schema::Object;
 using config_schema::ParseState;
@@ -27,19 +29,6 @@ absl::Status Parse(const Value& root, JobConfig* c) {
   return config_schema::CheckJobConfig(state);
 }
 
-// A JSON string literal's contents.
-std::string Quote(const std::string& s) {
-  std::string out;
-  for (char ch : s) {
-    if (ch == '"' || ch == '\\') out += '\\';
-    if (static_cast<unsigned char>(ch) < 0x20) {
-      out += absl::StrFormat("\\u%04x", ch);
-    } else {
-      out += ch;
-    }
-  }
-  return out;
-}
 
 // `text` with // and /* */ comments and trailing commas (before } or ]) taken out,
 // outside strings; says which it found. Errors: an unterminated /* comment.
@@ -284,18 +273,18 @@ std::string JobConfigToJson(const JobConfig& c) {
       c.exchange.inter_transport, c.exchange.warmup_dtype, c.exchange.warmup_order, c.exchange.overlap ? "true" : "false",
       c.exchange.compressor, c.freeze.mode, c.freeze.threshold,
       c.freeze.reports_in_a_row, c.freeze.report_interval, c.freeze.min_warmup,
-      c.freeze.max_warmup, Quote(c.momentum_mask.npy), RangesJson(c.momentum_mask.ranges),
+      c.freeze.max_warmup, JsonEscaped(c.momentum_mask.npy), RangesJson(c.momentum_mask.ranges),
       B(c.momentum_mask.auto_zero_grad), c.workload.type, absl::StrJoin(c.workload.hidden, ", "),
-      Quote(c.workload.data_dir), c.workload.eval_every, c.workload.parameters, c.ports.coordinator,
-      c.ports.coordinator_rest, c.ports.metrics, c.ports.server, Quote(c.checkpoint.dir),
+      JsonEscaped(c.workload.data_dir), c.workload.eval_every, c.workload.parameters, c.ports.coordinator,
+      c.ports.coordinator_rest, c.ports.metrics, c.ports.server, JsonEscaped(c.checkpoint.dir),
       c.checkpoint.every_steps, c.checkpoint.keep, c.checkpoint.resume ? "true" : "false",
       c.checkpoint.async ? "true" : "false",
       c.failure.heartbeat_timeout_s, c.failure.rejoin_timeout_s, c.failure.max_restarts,
       c.failure.coordinator_retry_s, c.failure.gloo_timeout_s, c.failure.rendezvous_timeout_s,
-      c.failure.ps_step_deadline_s, Quote(c.security.tls.ca_cert), Quote(c.security.tls.cert),
-      Quote(c.security.tls.key), c.security.tls.mutual ? "true" : "false",
-      Quote(c.security.tls.server_name), Quote(c.security.admin_token_file),
-      Quote(c.security.member_token_file));
+      c.failure.ps_step_deadline_s, JsonEscaped(c.security.tls.ca_cert), JsonEscaped(c.security.tls.cert),
+      JsonEscaped(c.security.tls.key), c.security.tls.mutual ? "true" : "false",
+      JsonEscaped(c.security.tls.server_name), JsonEscaped(c.security.admin_token_file),
+      JsonEscaped(c.security.member_token_file));
 }
 
 int64_t WarmupEndStep(const OptimizerConfig& optimizer) {

@@ -98,6 +98,10 @@ absl::Status Object(const Value& v, const std::string& path, const Keys& keys);
 absl::Status Bad(const std::string& path, absl::string_view message);
 // "path.key", or "key" at the top level.
 std::string Join(const std::string& path, const std::string& key);
+// The contents of a JSON string literal of `s` (quotes and backslashes escaped, control
+// characters as \uXXXX), and the literal with its quotes.
+std::string JsonEscaped(const std::string& s);
+std::string JsonString(const std::string& s);
 
 }  // namespace config_schema
 }  // namespace onebit
