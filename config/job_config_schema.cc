@@ -39,14 +39,19 @@ std::string Join(const std::string& path, const std::string& key) {
 
 absl::Status Object(const Value& v, const std::string& path, const Keys& keys) {
   if (v.kind_case() != Value::kStructValue) return Bad(path.empty() ? "(top level)" : path, "must be an object");
-  for (const auto& [key, child] : v.struct_value().fields()) {
+  // In name order, so that of several bad keys the same one is named every time (the
+  // map's own order changes from run to run).
+  std::vector<std::string> names;
+  for (const auto& [key, child] : v.struct_value().fields()) names.push_back(key);
+  std::sort(names.begin(), names.end());
+  for (const std::string& key : names) {
     auto it = keys.find(key);
     if (it == keys.end()) {
       std::vector<std::string> known;
       for (const auto& [k, h] : keys) known.push_back(k);
       return Bad(Join(path, key), absl::StrCat("unknown key (known here: ", absl::StrJoin(known, ", "), ")"));
     }
-    ONEBIT_RETURN_IF_ERROR(it->second.parse(child, Join(path, key)));
+    ONEBIT_RETURN_IF_ERROR(it->second.parse(v.struct_value().fields().at(key), Join(path, key)));
   }
   return absl::OkStatus();
 }

@@ -144,16 +144,16 @@ absl::Status CoordinatorStepController::Flush() {
 }
 
 void CoordinatorStepController::Run() {
-  absl::MutexLock lock(&mu_);
+  mu_.Lock();
   for (;;) {
     auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || !queue_.empty(); };
     mu_.Await(absl::Condition(&ready));
     // Stopping: what is queued is dropped (the final report never is: it goes directly).
-    if (stop_) return;
+    if (stop_) break;
     v1::StatsReport stats = std::move(queue_.front());
     queue_.pop_front();
     sending_ = true;
-    mu_.Unlock();
+    mu_.Unlock();  // the round trip runs without the lock: Report queues meanwhile
     const absl::Status sent = client_->ReportStats(stats).status();
     mu_.Lock();
     sending_ = false;
@@ -164,9 +164,13 @@ void CoordinatorStepController::Run() {
       std::fprintf(stderr, "worker rank %d: stats report of step %lld not delivered: %s\n", rank_,
                    static_cast<long long>(stats.step()), std::string(sent.message()).c_str());
     } else if (error_.ok()) {
-      error_ = sent;  // about this member (a newer generation, say): the run's business
+      // About this member (a newer generation, say): the run's business, at its next call.
+      // The reports queued behind it would only be refused the same way.
+      error_ = sent;
+      queue_.clear();
     }
   }
+  mu_.Unlock();
 }
 
 }  // namespace onebit

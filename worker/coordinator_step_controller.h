@@ -7,6 +7,8 @@
 // Acquire and EndAfter first wait until every queued report is delivered, so the
 // coordinator has heard every variance change before it decides a lease, and the last
 // step's report (the job ends when every worker's arrived) is sent before Report returns.
+// So a report's round trip can still delay the step that asks for the next lease, when the
+// lease is shorter than the reports' round trips.
 // A report the coordinator could not take (UNAVAILABLE, DEADLINE_EXCEEDED,
 // RESOURCE_EXHAUSTED: being restarted, say) is logged and dropped; any other answer (this
 // member is unknown: a newer generation) is returned by the next Report, Acquire or

@@ -30,6 +30,10 @@ class GatedClient : public CoordinatorClient {
     absl::MutexLock lock(&mu_);
     open_ = true;
   }
+  void Close() {
+    absl::MutexLock lock(&mu_);
+    open_ = false;
+  }
   void FailReportsWith(absl::Status status) {
     absl::MutexLock lock(&mu_);
     report_error_ = std::move(status);
@@ -39,8 +43,16 @@ class GatedClient : public CoordinatorClient {
     return log_;
   }
 
+  // Returns once a report has reached the coordinator (held there while closed).
+  void AwaitReportArrived() {
+    absl::MutexLock lock(&mu_);
+    auto arrived = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return arrived_ > 0; };
+    mu_.Await(absl::Condition(&arrived));
+  }
+
   absl::StatusOr<v1::StatsReportResponse> ReportStats(const v1::StatsReport& report) override {
     absl::MutexLock lock(&mu_);
+    ++arrived_;
     mu_.Await(absl::Condition(&open_));
     if (!report_error_.ok()) return report_error_;
     log_.push_back(absl::StrCat("report ", report.step()));
@@ -98,6 +110,7 @@ class GatedClient : public CoordinatorClient {
   std::unique_ptr<CoordinatorClient> inner_;
   absl::Mutex mu_;
   bool open_ ABSL_GUARDED_BY(mu_) = false;
+  int arrived_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status report_error_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> log_ ABSL_GUARDED_BY(mu_);
 };
@@ -184,6 +197,24 @@ TEST_F(CoordinatorStepControllerTest, TheLastStepsReportIsDeliveredBeforeReportR
   ASSERT_FALSE(log.empty());
   EXPECT_EQ(log.back(), "report 30");
   EXPECT_EQ(std::count(log.begin(), log.end(), "report 29"), 0);  // not due
+}
+
+TEST_F(CoordinatorStepControllerTest, GoingAwayWaitsForTheReportInFlightAndDropsTheRest) {
+  auto controller = std::make_unique<CoordinatorStepController>(client_.get(), nullptr, 0,
+                                                                /*report_every=*/5, nullptr);
+  client_->Open();
+  ASSERT_TRUE(controller->Acquire(1).ok());
+  client_->Close();
+  ASSERT_TRUE(controller->Report(At(1)).ok());
+  client_->AwaitReportArrived();                // in flight, held by the coordinator
+  ASSERT_TRUE(controller->Report(At(5)).ok());  // queued
+  std::thread open([&] {
+    absl::SleepFor(absl::Milliseconds(200));
+    client_->Open();
+  });
+  controller.reset();  // joins once the report in flight is answered
+  open.join();
+  EXPECT_EQ(client_->log(), (std::vector<std::string>{"lease 1", "report 1"}));
 }
 
 }  // namespace

@@ -109,7 +109,8 @@ class HistorySink : public TrainerMetricsSink {
 
 // The job's parts, in the order they must be torn down (reverse).
 struct Worker {
-  std::unique_ptr<CoordinatorClient> client;
+  // Outlives everything below: the step controller's report thread calls it until joined.
+  std::shared_ptr<CoordinatorClient> client;
   std::shared_ptr<prometheus::Registry> registry;
   std::unique_ptr<MetricsServer> metrics;
   std::unique_ptr<WorkerMetrics> metrics_sink;
@@ -457,6 +458,7 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
     return absl::OkStatus();
   }
   std::shared_ptr<CoordinatorClient> shared_client = std::move(client);
+  w.client = shared_client;
 
   const int port = o.metrics_port >= 0 ? o.metrics_port
                                                           : config.ports.metrics;

@@ -317,7 +317,7 @@ def main():
             {"separate": "separate (on the control host, whose link is not limited)",
              "colocated": "colocated (shard i on worker i's node, behind its limited link)"}
             .get(p, p) for p in placements) +
-            "".join(f"; {n} shards per worker" for n in per_node if n > 1))
+            "".join(f"; {n} shards per node" for n in per_node if n > 1))
     md.append("")
     md.append("| workload | link | system | stage | step | gradient | payload sent/worker/step | "
               "wire out/node/step | bound (wire + kernels) | bound / step | load (1/5/15 min) |")

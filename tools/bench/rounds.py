@@ -48,10 +48,11 @@ def follows(c, d):
     waits for the one before it to be written (to this host's transport), never for a
     message from a shard, so a step's pushes are its first round; a result waits for its
     own push only (results do not wait for each other)."""
-    if c["op"] == "Push":
+    c_op, d_op = c["op"].rstrip("!"), d["op"].rstrip("!")  # a failed call ("Push!") too
+    if c_op == "Push":
         return False
-    if c["op"] == "Result":
-        return d["op"] == "Push" and d["to"] == c["from"] and d["end"] <= c["start"]
+    if c_op == "Result":
+        return d_op == "Push" and d["to"] == c["from"] and d["end"] <= c["start"]
     return d["end"] <= c["start"]
 
 

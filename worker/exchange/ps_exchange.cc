@@ -51,12 +51,14 @@ absl::Status ValidatePushPlan(const PsExchangeOptions& options, size_t num_shard
   if (!options.push_order.empty()) {
     std::vector<int> sorted = options.push_order;
     std::sort(sorted.begin(), sorted.end());
-    for (size_t s = 0; s < sorted.size(); ++s) {
-      if (sorted.size() != num_shards || sorted[s] != static_cast<int>(s)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "PsExchangeOptions: push_order must be a permutation of the ", num_shards,
-            " shards, got [", absl::StrJoin(options.push_order, ", "), "]"));
-      }
+    bool permutation = sorted.size() == num_shards;
+    for (size_t s = 0; permutation && s < sorted.size(); ++s) {
+      permutation = sorted[s] == static_cast<int>(s);
+    }
+    if (!permutation) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "PsExchangeOptions: push_order must be a permutation of the ", num_shards,
+          " shards, got [", absl::StrJoin(options.push_order, ", "), "]"));
     }
   }
   for (int s : options.local_shards) {

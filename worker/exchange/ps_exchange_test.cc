@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <random>
 #include <sstream>
 #include <string>
@@ -253,6 +254,36 @@ TEST(PsExchangeTest, TheTraceHasAPushAndAResultPerShard) {
     EXPECT_EQ(lines[i].sent + lines[i].received, layout.block_bytes()) << lines[i].op;
   }
   EXPECT_EQ((*exchange)->bytes_sent(), n * sizeof(float) + kShards * layout.block_bytes());
+}
+
+// A shard on the worker's own host takes no link: its push goes at once, beside the first
+// staggered one, not after the others.
+TEST(PsExchangeTest, ALocalShardsPushGoesAtOnce) {
+  constexpr int kShards = 3;
+  const size_t n = 3 * 100003;  // runs of 400 kB: staggered
+  InProcessShards shards(kShards, 1, n);
+  auto backend = kernels::NewCpuBackend();
+  std::ostringstream out;
+  CallTrace trace(&out);
+  PsExchangeOptions options;
+  options.trace = &trace;
+  options.push_order = {1, 2, 0};
+  options.local_shards = {0};
+  auto exchange = PsExchange::Create(backend.get(), 0, 1, n, shards.addresses, options);
+  ASSERT_TRUE(exchange.ok()) << exchange.status();
+  const std::vector<float> g = Random(6, n, 0, 1);
+  ASSERT_TRUE((*exchange)->SumGradients(1, g.data()).ok());
+  std::map<int, std::pair<double, double>> push;  // shard -> (start, end)
+  std::istringstream in(out.str());
+  std::string row;
+  std::getline(in, row);
+  while (std::getline(in, row)) {
+    std::vector<std::string> f = absl::StrSplit(row, ',');
+    if (f[0] == "Push") push[std::stoi(f[1])] = {std::stod(f[6]), std::stod(f[7])};
+  }
+  ASSERT_EQ(push.size(), 3u);
+  EXPECT_LT(push[0].first, push[1].second) << "the local push waited for the first one";
+  EXPECT_GE(push[2].first, push[1].second) << "shard 2's push did not wait for shard 1's";
 }
 
 TEST(PsExchangeTest, PlanPushesGoesPartByPartStartingAfterTheOwnHost) {
