@@ -15,20 +15,11 @@ namespace onebit {
 namespace {
 
 using config_schema::Key;
-using config_schema::KeyKind;
 using config_schema::Keys;
 using Kind = ConfigKeyReference::Kind;
 
 Kind KindOf(const Key& k) {
-  if (k.keys && k.kind == KeyKind::kSetting) return Kind::kObject;
-  switch (k.kind) {
-    case KeyKind::kSetting: return Kind::kSetting;
-    case KeyKind::kNoEffect: return Kind::kNoEffect;
-    case KeyKind::kOnly: return Kind::kOnly;
-    case KeyKind::kUnsupported: return Kind::kUnsupported;
-    case KeyKind::kRejected: return Kind::kRejected;
-  }
-  return Kind::kSetting;
+  return k.keys && k.kind == Kind::kSetting ? Kind::kObject : k.kind;
 }
 
 void Walk(const Keys& keys, const std::string& section, std::vector<ConfigKeyReference>* out) {

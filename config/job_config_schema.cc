@@ -60,6 +60,17 @@ namespace {
 
 const char* B(bool b) { return b ? "true" : "false"; }
 
+// A bound as the reference prints it: 2^k for the large powers of two the table uses as
+// limits ("2^40" reads better than 1099511627776), the number otherwise.
+std::string Readable(int64_t v) {
+  if (v >= (int64_t{1} << 20) && (v & (v - 1)) == 0) {
+    int k = 0;
+    while ((int64_t{1} << k) != v) ++k;
+    return absl::StrCat("2^", k);
+  }
+  return absl::StrCat(v);
+}
+
 
 // ---- Handlers of one value: each knows its type, its range and its field.
 
@@ -101,7 +112,7 @@ Key Integer(Int* out, int64_t min, int64_t max) {
     return absl::OkStatus();
   };
   k.type = "integer";
-  k.allowed = absl::StrCat("[", min, ", ", max, "]");
+  k.allowed = absl::StrCat("[", Readable(min), ", ", Readable(max), "]");
   k.value = [out] { return absl::StrCat(*out); };
   k.example = [=] { return absl::StrCat(std::clamp<int64_t>(static_cast<int64_t>(*out), min, max)); };
   return k;
@@ -218,7 +229,7 @@ Key Ranges(std::vector<std::pair<int64_t, int64_t>>* out) {
     return absl::OkStatus();
   };
   k.type = "list of [begin, end]";
-  k.allowed = absl::StrCat("0 <= begin < end <= ", kMaxParameters);
+  k.allowed = absl::StrCat("0 <= begin < end <= ", Readable(kMaxParameters));
   k.value = [out] {
     std::vector<std::string> parts;
     for (const auto& [begin, end] : *out) parts.push_back(absl::StrCat("[", begin, ", ", end, "]"));

@@ -19,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "config/config_reference.h"
 #include "config/job_config.h"
 #include "google/protobuf/struct.pb.h"
 
@@ -33,14 +34,9 @@ using Notices = std::vector<std::string>;
 struct Key;
 using Keys = std::map<std::string, Key>;
 
-// What the parser does with a key.
-enum class KeyKind {
-  kSetting,      // sets a value onebit uses
-  kNoEffect,     // a DeepSpeed key accepted with a notice: it means nothing here
-  kOnly,         // a DeepSpeed key accepted at one value only; the other is an error
-  kUnsupported,  // a DeepSpeed feature: disabled is a notice, enabled an error
-  kRejected,     // always an error that says what to use instead
-};
+// What the parser does with a key: the reference's kinds (config_reference.h), of which a
+// key of the table is never kObject (a block is a kSetting with keys).
+using KeyKind = ConfigKeyReference::Kind;
 
 struct Key {
   Handler parse;
