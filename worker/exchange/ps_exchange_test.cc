@@ -192,23 +192,21 @@ TEST(PsExchangeTest, StaggeredPushesGiveTheRankOrderSum) {
   }
 }
 
-// --transport_trace in ps mode: a Push and a Result line per shard and call, with the
-// payload bytes each way; staggered pushes one after another, each result after its push.
-TEST(PsExchangeTest, TheTraceHasAPushAndAResultPerShard) {
-  constexpr int kShards = 3;
-  const size_t n = 3 * 100003;  // runs of 400 kB: staggered
-  InProcessShards shards(kShards, 1, n);
-  auto backend = kernels::NewCpuBackend();
-  std::ostringstream out;
-  CallTrace trace(&out);
-  PsExchangeOptions options;
-  options.trace = &trace;
-  options.push_order = {1, 2, 0};
-  auto exchange = PsExchange::Create(backend.get(), 0, 1, n, shards.addresses, options);
-  ASSERT_TRUE(exchange.ok()) << exchange.status();
-  const std::vector<float> g = Random(5, n, 0, 1);
-  ASSERT_TRUE((*exchange)->SumGradients(1, g.data()).ok());
-  ASSERT_TRUE((*exchange)->CompressedAverage(2, g.data()).ok());
+// One worker over 3 real shards with runs of 400 kB (staggered), every push and result
+// traced; `local_shards` as PlanPushes would give them.
+struct TracedPs {
+  static constexpr int kShards = 3;
+  static constexpr size_t kN = 3 * 100003;
+
+  explicit TracedPs(std::vector<int> local_shards = {}) : shards(kShards, 1, kN), trace(&out) {
+    PsExchangeOptions options;
+    options.trace = &trace;
+    options.push_order = {1, 2, 0};
+    options.local_shards = std::move(local_shards);
+    auto made = PsExchange::Create(backend.get(), 0, 1, kN, shards.addresses, options);
+    EXPECT_TRUE(made.ok()) << made.status();
+    if (made.ok()) exchange = *std::move(made);
+  }
 
   struct Line {
     std::string op;
@@ -216,24 +214,48 @@ TEST(PsExchangeTest, TheTraceHasAPushAndAResultPerShard) {
     uint64_t sent, received;
     double start, end;
   };
-  std::vector<Line> lines;
-  std::istringstream in(out.str());
-  std::string row;
-  std::getline(in, row);
-  EXPECT_EQ(row, "op,to,from,block_bytes,sent,received,start_unix,end_unix");
-  while (std::getline(in, row)) {
-    std::vector<std::string> f = absl::StrSplit(row, ',');
-    ASSERT_EQ(f.size(), 8u) << row;
-    lines.push_back(Line{f[0], std::stoi(f[1]), std::stoi(f[2]), std::stoull(f[4]),
-                         std::stoull(f[5]), std::stod(f[6]), std::stod(f[7])});
+  // The trace's lines after its header (which must be CallTrace's).
+  std::vector<Line> Lines() const {
+    std::vector<Line> lines;
+    std::istringstream in(out.str());
+    std::string row;
+    std::getline(in, row);
+    EXPECT_EQ(row, "op,to,from,block_bytes,sent,received,start_unix,end_unix");
+    while (std::getline(in, row)) {
+      std::vector<std::string> f = absl::StrSplit(row, ',');
+      EXPECT_EQ(f.size(), 8u) << row;
+      if (f.size() != 8) continue;
+      lines.push_back(Line{f[0], std::stoi(f[1]), std::stoi(f[2]), std::stoull(f[4]),
+                           std::stoull(f[5]), std::stod(f[6]), std::stod(f[7])});
+    }
+    return lines;
   }
+
+  InProcessShards shards;
+  std::unique_ptr<kernels::Backend> backend = kernels::NewCpuBackend();
+  std::ostringstream out;
+  CallTrace trace;
+  std::unique_ptr<PsExchange> exchange;
+};
+
+// --transport_trace in ps mode: a Push and a Result line per shard and call, with the
+// payload bytes each way; staggered pushes one after another, each result after its push.
+TEST(PsExchangeTest, TheTraceHasAPushAndAResultPerShard) {
+  TracedPs ps;
+  ASSERT_NE(ps.exchange, nullptr);
+  constexpr int kShards = TracedPs::kShards;
+  constexpr size_t n = TracedPs::kN;
+  const std::vector<float> g = Random(5, n, 0, 1);
+  ASSERT_TRUE(ps.exchange->SumGradients(1, g.data()).ok());
+  ASSERT_TRUE(ps.exchange->CompressedAverage(2, g.data()).ok());
+  const std::vector<TracedPs::Line> lines = ps.Lines();
   ASSERT_EQ(lines.size(), 4u * kShards);  // two calls, a push and a result per shard each
-  const PsLayout& layout = (*exchange)->layout();
+  const PsLayout& layout = ps.exchange->layout();
   uint64_t sent = 0, received = 0;
   std::vector<int> pushed;  // the fp32 pushes' shards, in the order they were written
   double last_push_end = 0;
   for (size_t i = 0; i < 2u * kShards; ++i) {  // the warmup's lines
-    const Line& l = lines[i];
+    const TracedPs::Line& l = lines[i];
     sent += l.sent;
     received += l.received;
     EXPECT_LE(l.start, l.end) << i;
@@ -253,33 +275,19 @@ TEST(PsExchangeTest, TheTraceHasAPushAndAResultPerShard) {
   for (size_t i = 2u * kShards; i < lines.size(); ++i) {  // compression: the blocks
     EXPECT_EQ(lines[i].sent + lines[i].received, layout.block_bytes()) << lines[i].op;
   }
-  EXPECT_EQ((*exchange)->bytes_sent(), n * sizeof(float) + kShards * layout.block_bytes());
+  EXPECT_EQ(ps.exchange->bytes_sent(), n * sizeof(float) + kShards * layout.block_bytes());
 }
 
 // A shard on the worker's own host takes no link: its push goes at once, beside the first
 // staggered one, not after the others.
 TEST(PsExchangeTest, ALocalShardsPushGoesAtOnce) {
-  constexpr int kShards = 3;
-  const size_t n = 3 * 100003;  // runs of 400 kB: staggered
-  InProcessShards shards(kShards, 1, n);
-  auto backend = kernels::NewCpuBackend();
-  std::ostringstream out;
-  CallTrace trace(&out);
-  PsExchangeOptions options;
-  options.trace = &trace;
-  options.push_order = {1, 2, 0};
-  options.local_shards = {0};
-  auto exchange = PsExchange::Create(backend.get(), 0, 1, n, shards.addresses, options);
-  ASSERT_TRUE(exchange.ok()) << exchange.status();
-  const std::vector<float> g = Random(6, n, 0, 1);
-  ASSERT_TRUE((*exchange)->SumGradients(1, g.data()).ok());
+  TracedPs ps(/*local_shards=*/{0});
+  ASSERT_NE(ps.exchange, nullptr);
+  const std::vector<float> g = Random(6, TracedPs::kN, 0, 1);
+  ASSERT_TRUE(ps.exchange->SumGradients(1, g.data()).ok());
   std::map<int, std::pair<double, double>> push;  // shard -> (start, end)
-  std::istringstream in(out.str());
-  std::string row;
-  std::getline(in, row);
-  while (std::getline(in, row)) {
-    std::vector<std::string> f = absl::StrSplit(row, ',');
-    if (f[0] == "Push") push[std::stoi(f[1])] = {std::stod(f[6]), std::stod(f[7])};
+  for (const TracedPs::Line& l : ps.Lines()) {
+    if (l.op == "Push") push[l.to] = {l.start, l.end};
   }
   ASSERT_EQ(push.size(), 3u);
   EXPECT_LT(push[0].first, push[1].second) << "the local push waited for the first one";
