@@ -216,7 +216,7 @@ step_bench() {  # step_bench NAME MODEL NODES PER_NODE CONFIG
       --master_addr=127.0.0.1 --master_port="$port" --log_dir="$LOGS/$name/node$node" \
       tools/gpu/step_bench.py --model "${STEP_MODEL:-$model}" --device "$DEVICE" \
       --amp "${AMP:-bf16}" --steps 30 --freeze_step 10 --label "$name" --config "$config" \
-      --result "$LOGS/$name.json" &
+      --profile_steps "${STEP_PROFILE:-3}" --result "$LOGS/$name.json" &
     pids+=($!)
   done
   for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done
@@ -356,6 +356,32 @@ check hier_ps_w2_same_end 20 same_end hier_ps_w2 hier_ps_w2_recovery
 # compression on the device, its blocks staged through pinned memory (issue 19).
 H3='{"mode": "hierarchical", "local_size": 1, "inter": "peer", "servers": 0, "inter_transport": "gloo"}'
 check hier_nccl_gloo_w2 90 hier hier_nccl_gloo_w2 2 "$H3"
+
+# ---- Nsight Compute on the kernels short of 0.85 of the copy (BENCHMARKS.md): each
+# benchmark's first launches under `--set full`, as text (no ncu where the reports would be
+# read): $OUT/ncu_details.txt, and the SASS of the servers' first pass with its stall samples
+# ($OUT/ncu_server_sass.csv). ----
+ncu_kernels() {
+  command -v ncu > /dev/null || { echo "no ncu on this machine"; return 1; }
+  local bench="$BIN/kernels/cuda_kernels_benchmark" f name kernels count
+  : > "$OUT/ncu_details.txt"
+  # benchmark:kernels (a regex of the kernels' names):launches
+  for f in 'ServerAggregate/W=8:ServerInput|SignPack:2' 'Decompress:DecompressKernel:1' \
+           'DecompressFrozenAdamUpdate/mask:DecompressFrozenAdam:1' 'SumSquares:SumSquaresKernel:1'; do
+    IFS=: read -r name kernels count <<< "$f"
+    echo "==== $name" >> "$OUT/ncu_details.txt"
+    ncu --clock-control none --set full --import-source no --kernel-name "regex:$kernels" \
+      --launch-count "$count" "$bench" --benchmark_filter="^$name/manual_time\$" \
+      --benchmark_min_time=0.001 >> "$OUT/ncu_details.txt" 2>&1 || return 1
+  done
+  ncu --clock-control none --set full --import-source no --launch-count 1 \
+    --kernel-name regex:ServerInput --page source --print-source sass --csv \
+    "$bench" --benchmark_filter='^ServerAggregate/W=8/manual_time$' --benchmark_min_time=0.001 \
+    > "$OUT/ncu_server_sass.csv" 2>&1
+  grep -E "^==== |Duration|Memory Throughput|DRAM Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Warp Cycles Per Issued" "$OUT/ncu_details.txt"
+}
+export -f ncu_kernels
+if [ "$DEVICE" = cuda ]; then check ncu_kernels 120 ncu_kernels; fi
 
 pack
 echo "== $((SECONDS - START)) s"

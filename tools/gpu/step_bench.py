@@ -56,6 +56,9 @@ def parse_args():
     p.add_argument("--config", default="{}", help="job config (JSON text) merged into onebit's")
     p.add_argument("--label", default="", help="a name for this run in the result")
     p.add_argument("--result", help="rank 0: the result as JSON")
+    p.add_argument("--profile_steps", type=int, default=0,
+                   help="profile the last K compression steps with torch.profiler (left out "
+                        "of the timings): the kernels and copies by device time per step")
     return p.parse_args()
 
 
@@ -99,6 +102,22 @@ def adamw_baseline(model, data, args, device, autocast):
     return {"name": "torch.optim.AdamW" + (" (fused)" if fused else ""),
             "compute_s": median_after_first(compute), "step_s": median_after_first(stepped),
             "steps": args.adamw_steps}
+
+
+def add_profile(prof, device, into):
+    """Adds the profiler's events' self time on the device (on the CPU without one) into
+    `into`: name -> [calls, microseconds]."""
+    for e in prof.key_averages():
+        if device.type == "cuda":
+            us = getattr(e, "self_device_time_total", None)
+            if us is None:
+                us = getattr(e, "self_cuda_time_total", 0.0)
+        else:
+            us = e.self_cpu_time_total
+        if us > 0:
+            row = into.setdefault(e.key, [0, 0.0])
+            row[0] += e.count
+            row[1] += us
 
 
 def merge(a, b):
@@ -155,8 +174,17 @@ def main():
     opt = ot.OneBitAdam(model.parameters(), lr=1e-4, eps=args.eps,
                         freeze_step=args.freeze_step, config=config)
     stages = {"warmup": {"compute": [], "step": []}, "compression": {"compute": [], "step": []}}
+    first_profiled = args.steps - args.profile_steps + 1 if args.profile_steps > 0 else None
+    if first_profiled is not None and first_profiled <= args.freeze_step + 1:
+        raise SystemExit("--profile_steps: the profiled steps must leave a compression step "
+                         "before them")
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    profiled = {}  # name -> [calls, microseconds] over the profiled steps' step()
     while not opt.done:
         step = opt.next_step
+        profiling = first_profiled is not None and step >= first_profiled
         x, y = data(step)
         sync(device)
         t0 = time.perf_counter()
@@ -164,12 +192,23 @@ def main():
         loss = compute_step(model, x, y, autocast)
         sync(device)
         t1 = time.perf_counter()
+        if profiling:  # step() alone, not the compute; not timed
+            with torch.profiler.profile(activities=activities) as prof:
+                opt.step(loss=loss)
+                sync(device)
+            add_profile(prof, device, profiled)
+            continue
         opt.step(loss=loss)
         sync(device)
         t2 = time.perf_counter()
         stage = stages["warmup" if step <= args.freeze_step else "compression"]
         stage["compute"].append(t1 - t0)
         stage["step"].append(t2 - t1)
+    if profiled:
+        rows = sorted(profiled.items(), key=lambda kv: -kv[1][1])[:40]
+        result["profile"] = {"steps": args.profile_steps, "events": [
+            {"name": name, "calls_per_step": calls / args.profile_steps,
+             "ms_per_step": us / 1e3 / args.profile_steps} for name, (calls, us) in rows]}
     opt.close()
     with open(os.path.join(summary_dir, f"worker-{rank}.json")) as f:
         summary = json.load(f)
@@ -211,6 +250,13 @@ def main():
             print(f"  compression-stage optimizer work / AdamW step: "
                   f"{result['compression_work_over_adamw']:.2f}x (step() as the script sees it: "
                   f"{result['compression_step_over_adamw']:.2f}x)", flush=True)
+        if "profile" in result:
+            where = "device" if device.type == "cuda" else "CPU"
+            print(f"  step() of the last {args.profile_steps} steps under torch.profiler, by "
+                  f"self {where} time per step:", flush=True)
+            for e in result["profile"]["events"][:25]:
+                print(f"    {e['ms_per_step']:9.3f} ms  {e['calls_per_step']:6.1f} calls  "
+                      f"{e['name'][:100]}", flush=True)
         if args.result:
             with open(args.result, "w") as f:
                 json.dump(result, f, indent=1)
