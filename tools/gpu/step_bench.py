@@ -57,8 +57,9 @@ def parse_args():
     p.add_argument("--label", default="", help="a name for this run in the result")
     p.add_argument("--result", help="rank 0: the result as JSON")
     p.add_argument("--profile_steps", type=int, default=0,
-                   help="profile the last K compression steps with torch.profiler (left out "
-                        "of the timings): the kernels and copies by device time per step")
+                   help="profile K compression steps from the middle of the stage with "
+                        "torch.profiler (left out of the timings): step()'s kernels and copies "
+                        "by device time per step")
     return p.parse_args()
 
 
@@ -174,17 +175,23 @@ def main():
     opt = ot.OneBitAdam(model.parameters(), lr=1e-4, eps=args.eps,
                         freeze_step=args.freeze_step, config=config)
     stages = {"warmup": {"compute": [], "step": []}, "compression": {"compute": [], "step": []}}
-    first_profiled = args.steps - args.profile_steps + 1 if args.profile_steps > 0 else None
-    if first_profiled is not None and first_profiled <= args.freeze_step + 1:
-        raise SystemExit("--profile_steps: the profiled steps must leave a compression step "
-                         "before them")
+    # The profiled steps sit in the middle of the compression stage: the last step also
+    # ends the job (the final parameters and state copied out), which no other step does.
+    first_profiled = last_profiled = None
+    if args.profile_steps > 0:
+        room = args.steps - args.freeze_step - args.profile_steps
+        if room < 2:
+            raise SystemExit("--profile_steps: leave a compression step before the profiled "
+                             "ones and one after them")
+        first_profiled = args.freeze_step + 1 + room // 2
+        last_profiled = first_profiled + args.profile_steps - 1
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     profiled = {}  # name -> [calls, microseconds] over the profiled steps' step()
     while not opt.done:
         step = opt.next_step
-        profiling = first_profiled is not None and step >= first_profiled
+        profiling = first_profiled is not None and first_profiled <= step <= last_profiled
         x, y = data(step)
         sync(device)
         t0 = time.perf_counter()
@@ -252,7 +259,7 @@ def main():
                   f"{result['compression_step_over_adamw']:.2f}x)", flush=True)
         if "profile" in result:
             where = "device" if device.type == "cuda" else "CPU"
-            print(f"  step() of the last {args.profile_steps} steps under torch.profiler, by "
+            print(f"  step() of {args.profile_steps} compression steps under torch.profiler, by "
                   f"self {where} time per step:", flush=True)
             for e in result["profile"]["events"][:25]:
                 print(f"    {e['ms_per_step']:9.3f} ms  {e['calls_per_step']:6.1f} calls  "
