@@ -64,7 +64,10 @@ TEST(ExternalWorkloadTest, TheClientTrainsTheOptimizersOwnParameters) {
     // Zero copies: the parameters are the optimizer's buffer.
     float* p = rig.workload->params();
     ASSERT_EQ(p, rig.trainer->optimizer().params());
+    // The gradient too: the trainer reads the client's buffer in place
+    // (TrainerLossScalingTest.AWorkloadsOwnGradientBufferIsReadInPlace).
     float* g = rig.workload->gradient();
+    ASSERT_EQ(g, rig.workload->gradient_buffer());
     double loss = 0;
     for (size_t i = 0; i < kN; ++i) {
       g[i] = 2.0f * (p[i] - kTarget);
@@ -150,6 +153,7 @@ TEST(ExternalWorkloadTest, AnnouncedBucketsReachTheTrainerInOrder) {
   ASSERT_TRUE(made.ok()) << made.status();
   ExternalWorkload& w = **made;
   EXPECT_EQ(w.gradient_buckets(), o.buckets);
+  EXPECT_EQ(w.gradient_buffer(), nullptr);  // the buckets are copied into the trainer's
   Recorder recorder;
   w.set_gradient_listener(&recorder);
   EXPECT_EQ(w.Announce(1, 0).code(), absl::StatusCode::kFailedPrecondition);  // no step yet

@@ -167,7 +167,11 @@ absl::Status Trainer::Init(Exchange* exchange, Transport* transport) {
     exchange = owned_exchange_.get();
   }
   ONEBIT_ASSIGN_OR_RETURN(optimizer_, CreateOptimizer(spec, backend_, exchange, initial.data(), n));
-  ONEBIT_ASSIGN_OR_RETURN(grad_, kernels::Buffer<float>::Create(backend_, n));
+  grad_data_ = options_.gradient_accumulation_steps == 1 ? workload_->gradient_buffer() : nullptr;
+  if (grad_data_ == nullptr) {
+    ONEBIT_ASSIGN_OR_RETURN(grad_, kernels::Buffer<float>::Create(backend_, n));
+    grad_data_ = grad_.data();
+  }
   if (options_.gradient_accumulation_steps > 1) {
     ONEBIT_ASSIGN_OR_RETURN(micro_grad_, kernels::Buffer<float>::Create(backend_, n));
   }
@@ -298,17 +302,17 @@ absl::StatusOr<TrainerSummary> Trainer::Run() {
 
 absl::StatusOr<double> Trainer::ComputeGradient(int64_t t) {
   const int64_t k = options_.gradient_accumulation_steps;
-  if (k == 1) return workload_->ComputeGradient(optimizer_->params(), t, grad_.data());
-  const size_t n = grad_.size();
+  if (k == 1) return workload_->ComputeGradient(optimizer_->params(), t, grad_data_);
+  const size_t n = workload_->num_parameters();
   double loss_sum = 0.0;
   for (int64_t j = 0; j < k; ++j) {
-    float* out = j == 0 ? grad_.data() : micro_grad_.data();
+    float* out = j == 0 ? grad_data_ : micro_grad_.data();
     ONEBIT_ASSIGN_OR_RETURN(double loss,
                             workload_->ComputeGradient(optimizer_->params(), (t - 1) * k + j + 1, out));
     loss_sum += loss;
-    if (j > 0) ONEBIT_RETURN_IF_ERROR(backend_->Axpy(1.0f, micro_grad_.data(), grad_.data(), n));
+    if (j > 0) ONEBIT_RETURN_IF_ERROR(backend_->Axpy(1.0f, micro_grad_.data(), grad_data_, n));
   }
-  ONEBIT_RETURN_IF_ERROR(backend_->Scale(1.0f / static_cast<float>(k), grad_.data(), n));
+  ONEBIT_RETURN_IF_ERROR(backend_->Scale(1.0f / static_cast<float>(k), grad_data_, n));
   return loss_sum / static_cast<double>(k);
 }
 
@@ -355,11 +359,11 @@ absl::Status Trainer::RestoreScalars(const StateScalars& scalars) {
 }
 
 absl::StatusOr<bool> Trainer::UnscaleAndAgree(int64_t t, double loss) {
-  const size_t n = grad_.size();
+  const size_t n = workload_->num_parameters();
   const double scale = scaler_->scale();
-  ONEBIT_RETURN_IF_ERROR(backend_->Scale(static_cast<float>(1.0 / scale), grad_.data(), n));
+  ONEBIT_RETURN_IF_ERROR(backend_->Scale(static_cast<float>(1.0 / scale), grad_data_, n));
   double sumsq = 0.0;
-  ONEBIT_RETURN_IF_ERROR(backend_->SumSquares(grad_.data(), n, &sumsq));
+  ONEBIT_RETURN_IF_ERROR(backend_->SumSquares(grad_data_, n, &sumsq));
   const bool local = !std::isfinite(sumsq) || !std::isfinite(loss);
   Exchange& exchange = optimizer_->exchange();
   bool any = local;
@@ -412,7 +416,7 @@ absl::Status Trainer::RunStep(int64_t t) {
   const double start = clock_->Seconds();
   if (overlap != nullptr) {
     static_cast<BucketForwarder*>(listener_.get())->Reset();
-    ONEBIT_RETURN_IF_ERROR(overlap->BeginOverlap(t, grad_.data()));
+    ONEBIT_RETURN_IF_ERROR(overlap->BeginOverlap(t, grad_data_));
   }
   absl::StatusOr<double> loss = ComputeGradient(t);
   if (!loss.ok()) return abandon(loss.status());
@@ -466,7 +470,7 @@ absl::Status Trainer::RunStep(int64_t t) {
   const kernels::Backend::HostTransfers moved_before = backend_->host_transfers();
   // The optimizer's warmup sum closes the overlapped exchange (PeerExchange::SumGradients).
   const absl::Status stepped_ok =
-      report.skipped ? optimizer_->SkipStep() : optimizer_->Step(grad_.data());
+      report.skipped ? optimizer_->SkipStep() : optimizer_->Step(grad_data_);
   if (!stepped_ok.ok()) return abandon(stepped_ok);
   ONEBIT_RETURN_IF_ERROR(backend_->Synchronize());  // GPU work done: the time is real
   const kernels::Backend::HostTransfers moved = backend_->host_transfers();

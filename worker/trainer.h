@@ -329,6 +329,9 @@ class Trainer {
   std::unique_ptr<Optimizer> optimizer_;
   std::optional<LossScaler> scaler_;
   double agree_seconds_ = 0.0;  // this step's Exchange::AnyOverflow call
+  // The step's gradient: the workload's gradient_buffer() where it has one and micro
+  // batches are not accumulated (no copy a step), else grad_.
+  float* grad_data_ = nullptr;
   kernels::Buffer<float> grad_;
   kernels::Buffer<float> micro_grad_;  // gradient accumulation's scratch
   // Forwards the workload's announcements to options_.overlap; null: no overlap.

@@ -542,11 +542,19 @@ TEST(TrainerTest, AccumulationAndTheLearningRateSchedule) {
 // gradient is multiplied by the loss scale it is given (as an fp16 workload's would be,
 // exactly, for a power of two) and is inf at the (step, rank) pairs chosen, as an fp16
 // backward pass that overflowed would be. The trainer, optimizer and exchange are real.
+// With `in_place`, it computes into a buffer of its own and offers it as gradient_buffer()
+// (as ExternalWorkload does): it counts the calls whose grad_out was that buffer, and copies
+// into any other grad_out.
 class OverflowingWorkload : public Workload {
  public:
   OverflowingWorkload(std::unique_ptr<Workload> inner, int rank,
-                      std::function<bool(int64_t step, int rank)> overflows)
-      : inner_(std::move(inner)), rank_(rank), overflows_(std::move(overflows)) {}
+                      std::function<bool(int64_t step, int rank)> overflows,
+                      bool in_place = false)
+      : inner_(std::move(inner)),
+        rank_(rank),
+        overflows_(std::move(overflows)),
+        own_(in_place ? inner_->num_parameters() : 0) {}
+  float* gradient_buffer() override { return own_.empty() ? nullptr : own_.data(); }
   std::string name() const override { return "overflowing"; }
   size_t num_parameters() const override { return inner_->num_parameters(); }
   kernels::MemorySpace memory_space() const override { return inner_->memory_space(); }
@@ -558,20 +566,29 @@ class OverflowingWorkload : public Workload {
     scale_ = scale;
     return absl::OkStatus();
   }
-  absl::StatusOr<double> ComputeGradient(const float* p, int64_t step, float* grad) override {
+  absl::StatusOr<double> ComputeGradient(const float* p, int64_t step, float* grad_out) override {
+    float* grad = own_.empty() ? grad_out : own_.data();
     ONEBIT_ASSIGN_OR_RETURN(double loss, inner_->ComputeGradient(p, step, grad));
     const size_t n = num_parameters();
     for (size_t i = 0; i < n; ++i) grad[i] *= scale_;
     if (overflows_(step, rank_)) grad[n / 2] = std::numeric_limits<float>::infinity();
+    if (own_.empty()) return loss;
+    if (grad_out == own_.data()) {
+      ++in_place_calls;
+    } else {
+      std::copy(grad, grad + n, grad_out);
+    }
     return loss;
   }
   absl::StatusOr<EvalResult> Evaluate(const float* p) override { return inner_->Evaluate(p); }
   std::vector<float> scales;  // every SetLossScale
+  int in_place_calls = 0;      // ComputeGradient calls given gradient_buffer()
 
  private:
   std::unique_ptr<Workload> inner_;
   const int rank_;
   const std::function<bool(int64_t, int)> overflows_;
+  std::vector<float> own_;  // with in_place
   float scale_ = 1.0f;
 };
 
@@ -580,12 +597,16 @@ struct ScaledRun {
   std::vector<StepReport> steps;
   std::vector<float> params;
   std::vector<float> scales;
+  int in_place_calls = 0;
 };
 
-// W workers over inproc, the MLP 784-16-10, `optimizer` switching after step 10.
+// W workers over inproc, the MLP 784-16-10, `optimizer` switching after step 10; the
+// workload's gradient in place (see OverflowingWorkload) where asked, with `accumulate`
+// micro batches a step.
 std::vector<ScaledRun> RunScaled(int world, int64_t steps, const OptimizerSpec& optimizer,
                                  std::optional<LossScalerOptions> scaling,
-                                 std::function<bool(int64_t, int)> overflows) {
+                                 std::function<bool(int64_t, int)> overflows,
+                                 bool in_place = false, int accumulate = 1) {
   std::vector<ScaledRun> runs(world);
   const absl::Status status =
       RunLocalGroup(TransportKind::kInproc, world, [&](Transport& transport) -> absl::Status {
@@ -595,7 +616,7 @@ std::vector<ScaledRun> RunScaled(int world, int64_t steps, const OptimizerSpec& 
         workload_options.shard = {transport.rank(), world, 16, /*seed=*/1};
         ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<Workload> mlp,
                                 NewFashionMnistCpuWorkload(workload_options, Data()));
-        OverflowingWorkload workload(std::move(mlp), transport.rank(), overflows);
+        OverflowingWorkload workload(std::move(mlp), transport.rank(), overflows, in_place);
         auto backend = kernels::NewCpuBackend();
         StaticStepController controller(/*freeze_step=*/10, steps);
         TrainerOptions options;
@@ -604,6 +625,7 @@ std::vector<ScaledRun> RunScaled(int world, int64_t steps, const OptimizerSpec& 
         options.print = [](absl::string_view) {};
         options.eval_at_end = false;
         options.loss_scaling = scaling;
+        options.gradient_accumulation_steps = accumulate;
         RecordingSink sink;
         ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer,
                                 Trainer::Create(options, &workload, backend.get(), &transport,
@@ -612,6 +634,7 @@ std::vector<ScaledRun> RunScaled(int world, int64_t steps, const OptimizerSpec& 
         ONEBIT_ASSIGN_OR_RETURN(run.params, trainer->optimizer().ParamsToHost());
         run.steps = sink.steps;
         run.scales = workload.scales;
+        run.in_place_calls = workload.in_place_calls;
         return absl::OkStatus();
       });
   EXPECT_TRUE(status.ok()) << status;
@@ -675,6 +698,40 @@ TEST(TrainerLossScalingTest, AnOverflowAnywhereIsSkippedByEveryWorker) {
     EXPECT_EQ(runs[r].params, runs[0].params);
     for (float p : runs[r].params) ASSERT_TRUE(std::isfinite(p));
   }
+}
+
+// A workload that computes into a buffer of its own (ExternalWorkload: the PyTorch
+// package's) is read in place: every step's grad_out is that buffer, no copy, and the run
+// has the bits of one that copies, overflows and unscaling (in place, in that buffer)
+// included. With micro batches the trainer sums into a buffer of its own.
+TEST(TrainerLossScalingTest, AWorkloadsOwnGradientBufferIsReadInPlace) {
+  const auto overflows = [](int64_t step, int rank) {
+    return (step == 5 && rank == 1) || (step == 15 && rank == 0);
+  };
+  LossScalerOptions scaling;
+  scaling.initial_scale_power = 12;
+  for (const char* type : {"OneBitAdam", "ZeroOneAdam", "OneBitLamb"}) {
+    SCOPED_TRACE(type);
+    OptimizerSpec spec;
+    spec.type = type;
+    const std::vector<ScaledRun> copied = RunScaled(2, 20, spec, scaling, overflows);
+    const std::vector<ScaledRun> in_place =
+        RunScaled(2, 20, spec, scaling, overflows, /*in_place=*/true);
+    ASSERT_EQ(in_place.size(), 2u);
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(copied[r].in_place_calls, 0);
+      EXPECT_EQ(in_place[r].in_place_calls, 20) << "rank " << r;
+      EXPECT_EQ(in_place[r].params, copied[r].params) << "rank " << r;
+      EXPECT_EQ(SkippedSteps(in_place[r]), (std::vector<int64_t>{5, 15}));
+    }
+  }
+  OptimizerSpec adam;
+  const std::vector<ScaledRun> accumulated =
+      RunScaled(1, 4, adam, std::nullopt, [](int64_t, int) { return false; },
+                /*in_place=*/true, /*accumulate=*/2);
+  ASSERT_EQ(accumulated.size(), 1u);
+  EXPECT_EQ(accumulated[0].in_place_calls, 0);
+  EXPECT_EQ(accumulated[0].steps.size(), 4u);
 }
 
 // A static scale; one worker overflows on every step: nothing ever moves, on any worker.

@@ -49,7 +49,7 @@ starts after the saved step (every worker loading a state of the same step).
 
 MEMORY: the parameters are ONE flat float32 buffer, the optimizer's own; each parameter
 tensor views its slice (no copies either way), and so do the gradients (their own flat
-buffer, which the C++ side copies once per step). Every worker must start from the same
+buffer, which the trainer reads in place). Every worker must start from the same
 parameters: seed the model alike (torch.manual_seed) on every process.
 
 OVERLAP (CPU tensors, peer mode: on by default; overlap=False or the config's

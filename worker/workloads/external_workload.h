@@ -26,8 +26,11 @@
 // BUFFERS: params() is the optimizer's parameter vector (the trainer's, zero copies: the
 // client's tensors view it) once the trainer has asked for its first step, or once
 // SetParams was called; gradient() is this workload's own n-element buffer (backend
-// memory) that the client writes (its gradient tensors view it); ComputeGradient copies it
-// into the trainer's buffer, one copy per step.
+// memory) that the client writes (its gradient tensors view it). Without buckets it is
+// also gradient_buffer(): a trainer that passes it as grad_out gets the client's gradient
+// with no copy (the trainer does; the client's tensors then hold what the trainer left in
+// them after the step, the unscaled gradient under fp16 loss scaling). Otherwise
+// ComputeGradient copies it into grad_out, one copy per step.
 //
 // ENDINGS: Finish(status) tells the client that the trainer is done (OK: the job ended;
 // else its error); Close(status) tells the trainer that the client is gone: the waiting or
@@ -119,6 +122,8 @@ class ExternalWorkload : public Workload {
   // The client is gone (see the header comment). Idempotent.
   void Close(absl::Status why);
   float* gradient() { return gradient_.data(); }
+  // gradient() without buckets (their copies go into the trainer's buffer), else null.
+  float* gradient_buffer() override { return buckets_.empty() ? gradient_.data() : nullptr; }
   // The parameters the trainer steps: known once the trainer asked for a step (or
   // SetParams); null before.
   float* params();

@@ -118,6 +118,13 @@ class Workload {
   virtual absl::StatusOr<double> ComputeGradient(const float* params, int64_t step,
                                                  float* grad_out) = 0;
 
+  // A buffer of num_parameters() floats in memory_space() that this workload computes its
+  // gradient into anyway: ComputeGradient(params, step, gradient_buffer()) then copies
+  // nothing. The caller may read and change it as its step's gradient until it next calls
+  // ComputeGradient (the trainer unscales fp16 gradients in place). Null (the default):
+  // the workload writes grad_out itself, and the caller owns that buffer.
+  virtual float* gradient_buffer() { return nullptr; }
+
   // Loss (and accuracy where it means something) on the held-out set.
   virtual absl::StatusOr<EvalResult> Evaluate(const float* params) = 0;
 
