@@ -58,8 +58,8 @@ def parse_args():
     p.add_argument("--result", help="rank 0: the result as JSON")
     p.add_argument("--profile_steps", type=int, default=0,
                    help="profile K compression steps from the middle of the stage with "
-                        "torch.profiler (left out of the timings): step()'s kernels and copies "
-                        "by device time per step")
+                        "torch.profiler (left out of the script's timings, not of the worker's "
+                        "split): step()'s kernels and copies by device time per step")
     return p.parse_args()
 
 
