@@ -165,6 +165,20 @@ class SameBitsAsReplay(StreamCase):
                        "--var-freeze-step=12", "--var-update-scaler=2", "--local-step-scaler=4",
                        "--local-step-clipper=4"])
 
+    def test_set_to_none_without_overlap(self):
+        # Every .grad a tensor of backward's own, two tensors, no overlap hooks to copy them
+        # as backward ends each: step() copies them all into the flat buffer at once (one
+        # torch.cat). The same bits.
+        os.environ["BACKWARD_SET_TO_NONE"] = "1"
+        self.addCleanup(os.environ.pop, "BACKWARD_SET_TO_NONE")
+
+        def without_overlap(config):
+            config["onebit"]["exchange"]["overlap"] = False
+
+        self.run_both("nooverlap", "OneBitAdam", {"lr": 0.01, "eps": 1e-8, "freeze_step": 10},
+                      ["--lr=0.01", "--eps=1e-8", "--freeze-step=10"], split=str(SPLIT),
+                      edit=without_overlap)
+
     def test_onebit_lamb_with_two_layers(self):
         self.run_both("lamb", "OneBitLamb", {"lr": 0.01, "eps": 1e-8, "freeze_step": 10},
                       ["--optimizer=onebit_lamb", "--lr=0.01", "--eps=1e-8", "--freeze-step=10",
