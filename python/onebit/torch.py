@@ -682,6 +682,10 @@ class _OnebitOptimizer(torch.optim.Optimizer):
                 "to the exchange (overlap): accumulate micro-batches inside `with "
                 "opt.no_sync():` (all but the last backward), as with DDP, or build the "
                 "optimizer with overlap=False")
+        # At once, one tensor: backward's own .grad is freed here, and its memory serves the
+        # next gradients of the same backward (holding them for one torch.cat per bucket
+        # made backward allocate fresh memory: its time rose from 89-100 to 213-220 ms for
+        # the 10.8M GPT on the CPU; BENCHMARKS.md).
         self._grad_into_view(i)
         for bucket in plan.mark(i):
             self._worker.announce(self._next, bucket)
