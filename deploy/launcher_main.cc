@@ -97,13 +97,6 @@ std::string UserPath(const std::string& path) {
   return absl::StrCat(wd, "/", path);
 }
 
-std::string BinDir(const char* argv0) {
-  if (!absl::GetFlag(FLAGS_bin_dir).empty()) return UserPath(absl::GetFlag(FLAGS_bin_dir));
-  // Under `bazel run` the current directory is this binary's runfiles tree.
-  if (const char* dir = std::getenv("RUNFILES_DIR")) return absl::StrCat(dir, "/onebit");
-  return absl::StrCat(argv0, ".runfiles/onebit");
-}
-
 double Field(const Value& v, const std::string& key) { return NumberField(v, key); }
 
 struct JobResult {
@@ -463,7 +456,7 @@ int Main(int argc, char** argv) {
     config_path = out + "/job.json";
     std::ofstream(config_path) << JobConfigToJson(*config);
   }
-  const std::string bin = BinDir(argv[0]);
+  const std::string bin = BinDir(UserPath(absl::GetFlag(FLAGS_bin_dir)), argv[0]);
   absl::StatusOr<Script> script = ScriptCommand(command, bin);
   if (!script.ok()) {
     std::fprintf(stderr, "error: %s\n", std::string(script.status().message()).c_str());

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <system_error>
@@ -100,6 +101,12 @@ absl::Status SetClusterHosts(const std::string& control, const std::string& node
 // Where a process's output goes: <dir>/<name with dashes>.log ("worker 1" -> worker-1.log).
 std::string LocalJob::LogPath(const std::string& name) const {
   return absl::StrCat(options_.dir, "/", absl::StrReplaceAll(name, {{" ", "-"}}), ".log");
+}
+
+std::string BinDir(const std::string& given, const char* argv0) {
+  if (!given.empty()) return given;
+  if (const char* dir = std::getenv("RUNFILES_DIR")) return absl::StrCat(dir, "/onebit");
+  return absl::StrCat(argv0, ".runfiles/onebit");
 }
 
 // The failing process's last line goes into the launcher's error (a Python traceback's

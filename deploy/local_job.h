@@ -139,6 +139,11 @@ class LocalJob {
   int workers_done_ = 0;
 };
 
+// The folder of onebit's binaries for a tool run as argv0: `given` where it is not empty
+// (a --bin_dir flag), else the tool's runfiles tree: $RUNFILES_DIR/onebit under `bazel
+// run` and `bazel test`, else argv0.runfiles/onebit.
+std::string BinDir(const std::string& given, const char* argv0);
+
 // The last non-empty line of a log file (within its last 4 KiB), "" when there is none or
 // it cannot be read: the line a failing process ended with, usually its error.
 std::string LastLogLine(const std::string& path);

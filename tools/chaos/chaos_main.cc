@@ -191,12 +191,6 @@ RunResult RunOnce(const std::string& bin, const std::string& dir, const std::str
   return result;
 }
 
-std::string BinDir(const char* argv0) {
-  if (!absl::GetFlag(FLAGS_bin_dir).empty()) return absl::GetFlag(FLAGS_bin_dir);
-  if (const char* dir = std::getenv("RUNFILES_DIR")) return absl::StrCat(dir, "/onebit");
-  return absl::StrCat(argv0, ".runfiles/onebit");
-}
-
 int Main(const char* argv0) {
   const std::string config_path = absl::GetFlag(FLAGS_config);
   if (config_path.empty()) {
@@ -232,7 +226,7 @@ int Main(const char* argv0) {
   }
   const std::string out = absl::GetFlag(FLAGS_out_dir);
   std::filesystem::create_directories(out);
-  const std::string bin = BinDir(argv0);
+  const std::string bin = launcher::BinDir(absl::GetFlag(FLAGS_bin_dir), argv0);
 
   std::printf("== the undisturbed run\n");
   std::fflush(stdout);
