@@ -693,9 +693,10 @@ class _OnebitOptimizer(torch.optim.Optimizer):
     def _grads_into_views(self, indices):
         """_grad_into_view for each of `indices`; where that is every parameter (backward
         made every .grad, as after zero_grad(set_to_none=True)), one torch.cat into the flat
-        buffer: one batched copy in place of one per tensor (on a GPU a launch or two in
-        place of one per parameter; on the CPU about half the time, BENCHMARKS.md)."""
-        if len(indices) < len(self._params) or len(indices) < 2:
+        buffer: one batched copy in place of one per tensor (on the CPU about half the time,
+        BENCHMARKS.md; on a GPU one batched kernel in place of a copy per parameter, not
+        yet measured)."""
+        if len(indices) < len(self._params):
             for i in indices:
                 self._grad_into_view(i)
             return
