@@ -7,7 +7,8 @@ that on 2 cores the exchange dominates DDP's step at 100 Mbit/s); "gpt2" is GPT-
 shape (124M parameters: 12 layers, d=768, 12 heads, 1,024 tokens of context, vocabulary
 50,304) for a GPU, on synthetic tokens; "1b" has 1.07B parameters in the same shape (22
 layers, d=1,920, 512 tokens of context), for timing an optimizer step at that size
-(tools/gpu/step_bench.py).
+(tools/gpu/step_bench.py); "gpt2_host" has GPT-2 small's 148 tensors at 162K parameters, so
+that an optimizer step's time is its fixed cost on the host (the same script).
 
 The corpus is GCIDE, the Collaborative International Dictionary of English, from Debian's
 dict-gcide (/usr/share/dictd/gcide.dict.dz, a gzip-compatible dictzip file, 40 MB of text),
@@ -38,6 +39,7 @@ class Size:
 SIZES = {
     "tiny": Size(layers=2, d=64, heads=4, block=64, vocab=256),      # tests
     "small": Size(layers=6, d=384, heads=6, block=128, vocab=256),   # 10.8M, the cluster runs
+    "gpt2_host": Size(layers=12, d=32, heads=4, block=32, vocab=256),  # GPT-2's 148 tensors, tiny
     "gpt2": Size(layers=12, d=768, heads=12, block=1024, vocab=50304),  # 124M, GPU
     "1b": Size(layers=22, d=1920, heads=16, block=512, vocab=50304),  # 1.07B, GPU (timing)
 }

@@ -88,6 +88,15 @@ OPEN_ENDED_STEPS = 1 << 40
 _FIRST_BUCKET_BYTES = 1 << 20  # DDP's first bucket: the last layers go out soon
 
 
+def _phase(name):
+    """step()'s phase `name` as a range torch.profiler shows ("onebit.step: ..."; how
+    tools/gpu/step_bench.py --profile_steps splits the host's part of a step); nothing
+    while no profiler runs (a range costs ~6 us a step, a check 0.1 us)."""
+    if torch.autograd._profiler_enabled():
+        return torch.profiler.record_function(f"onebit.step: {name}")
+    return contextlib.nullcontext()
+
+
 def _per_rank(path):
     """A path from the environment with {rank} replaced by this process's rank."""
     return path.replace("{rank}", str(rank()))
@@ -601,6 +610,27 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             raise RuntimeError("step() without a new gradient since the last step (no backward, "
                                "no .grad written): nothing was exchanged; call loss.backward() "
                                "first")
+        with _phase("gradients into the buffer"):
+            self._gather_gradients()
+        if self._device.type == "cuda":
+            torch.cuda.current_stream(self._device).synchronize()
+        lr = self._scheduled_lr()
+        value = 0.0 if loss is None else float(loss)
+        clip, self._clip = self._clip, None
+        with _phase("hand-over to the worker"):
+            self._joined().supply(self._next, value, float("nan") if lr is None else lr,
+                                  float("nan") if clip is None else clip)
+            self._grad_arrived = False
+            self._grad_versions = self._versions()
+            if self._plan is not None:
+                self._plan.reset()
+        with _phase("the worker's step"):
+            self._next = self._wait()
+        return loss
+
+    def _gather_gradients(self):
+        """Checks that every parameter has a dense gradient and puts each into the flat
+        buffer the worker reads (backward's own tensors are copied there)."""
         fresh = []  # parameters whose .grad is a tensor of its own, not the buffer's view
         for i, p in enumerate(self._params):
             grad = p.grad
@@ -626,19 +656,6 @@ class _OnebitOptimizer(torch.optim.Optimizer):
                     "the exchange (overlap): change gradients before they are final, clip "
                     "with opt.clip_grad_norm_(max_norm), or build the optimizer with "
                     "overlap=False")
-        if self._device.type == "cuda":
-            torch.cuda.current_stream(self._device).synchronize()
-        lr = self._scheduled_lr()
-        value = 0.0 if loss is None else float(loss)
-        clip, self._clip = self._clip, None
-        self._joined().supply(self._next, value, float("nan") if lr is None else lr,
-                            float("nan") if clip is None else clip)
-        self._grad_arrived = False
-        self._grad_versions = self._versions()
-        if self._plan is not None:
-            self._plan.reset()
-        self._next = self._wait()
-        return loss
 
     def clip_grad_norm_(self, max_norm, norm_type=2.0):
         """Clips the next step's gradient by its global L2 norm, as

@@ -6,6 +6,7 @@ clear errors of bad input.
                                  tools/onebit-gradient-stream; the tests/ BUILD passes it)
 """
 import json
+import re
 import os
 import subprocess
 import sys
@@ -649,6 +650,26 @@ for i in range(int(sys.argv[1])):
         break
 '''
 
+PROFILED = r'''
+import torch
+import onebit.torch as ot
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 1))
+opt = ot.OneBitAdam(model.parameters(), lr=0.01, config={"steps": 3})
+x = torch.randn(8, 4)
+for step in (1, 2, 3):
+    opt.zero_grad(set_to_none=True)
+    model(x).square().mean().backward()
+    if step == 2:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            opt.step()
+        for e in prof.key_averages():
+            if e.key.startswith("onebit.step: "):
+                print(f"range <{e.key}> x{e.count} {e.cpu_time_total:.0f} us", flush=True)
+    else:
+        opt.step()
+'''
+
 
 class OnebitRun(unittest.TestCase):
     """onebit-run (onebit/run.py), torchrun's contract on one machine: the variables each
@@ -794,6 +815,15 @@ class TrainedLikeTorchOptim(unittest.TestCase):
         r, out = self.run_alone(LOOP_LENGTH, "2")
         self.assertIn("the script exited after step 2 of the job's 4 (onebit.steps): the "
                       "training loop is shorter than the job", out)
+
+    def test_step_names_its_phases_for_torch_profiler(self):
+        """tools/gpu/step_bench.py splits the host's part of a step by these ranges."""
+        r, out = self.run_alone(PROFILED)
+        self.assertEqual(r.returncode, 0, out[-3000:])
+        ranges = re.findall(r"range <(onebit\.step: [^>]+)> x(\d+)", out)
+        self.assertEqual(sorted(ranges), [("onebit.step: gradients into the buffer", "1"),
+                                          ("onebit.step: hand-over to the worker", "1"),
+                                          ("onebit.step: the worker's step", "1")], out[-3000:])
 
 
 class JobErrors(unittest.TestCase):

@@ -230,6 +230,9 @@ STEP_NCCL="{\"optimizer\": {\"params\": {\"comm_backend_name\": \"$([ "$DEVICE" 
 # the frozen update. The compression stage's work is measured with two workers sharing the
 # GPU over gloo (each compressing on the device, the blocks staged through pinned memory).
 check step_gpt2_w1 120 step_bench step_gpt2_w1 gpt2 1 1 "$STEP_NCCL"
+# GPT-2 small's 148 tensors at 162K parameters: the device's work is a few microseconds, so
+# step() is the host's fixed cost of a step (the profile's host table splits it).
+check step_gpt2_host_w1 90 step_bench step_gpt2_host_w1 gpt2_host 1 1 "$STEP_NCCL"
 check step_gpt2_gloo_w2 120 step_bench step_gpt2_gloo_w2 gpt2 1 2 '{}'
 check step_gpt2_ps_w4 150 step_bench step_gpt2_ps_w4 gpt2 2 2 \
   '{"onebit": {"exchange": {"mode": "ps", "servers": "per_node"}}}'

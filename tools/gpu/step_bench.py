@@ -105,26 +105,43 @@ def adamw_baseline(model, data, args, device, autocast):
             "steps": args.adamw_steps}
 
 
-def add_profile(prof, device, into):
-    """Adds the profiler's events into `into` (name -> [calls, microseconds]): on a GPU its
-    activities (kernels, copies) by their device time; the operators that launched them
-    are left out, since their "self device time" counts the same kernels again (torch
-    2.11: OneBitAdam.step's row held every kernel the C++ worker launched). On the CPU the
-    operators by self CPU time."""
+def add_profile(prof, device, profiled):
+    """Adds the profiler's events into profiled["device"] and profiled["host"] (name ->
+    [calls, microseconds]). Device: on a GPU its activities (kernels, copies) by their
+    device time; the operators that launched them are left out, since their "self device
+    time" counts the same kernels again (torch 2.11: OneBitAdam.step's row held every kernel
+    the C++ worker launched). Host: the operators and the runtime's calls (cudaLaunchKernel,
+    cudaStreamSynchronize) by self CPU time, and step()'s phases (onebit.torch's
+    "onebit.step: ..." ranges) by their whole CPU time: where the host's part of a step goes."""
     from torch.autograd import DeviceType  # noqa: PLC0415
     for e in prof.key_averages():
-        if device.type == "cuda":
-            if e.device_type == DeviceType.CPU:
-                continue
+        if e.device_type != DeviceType.CPU:
             us = getattr(e, "self_device_time_total", None)
             if us is None:
                 us = getattr(e, "self_cuda_time_total", 0.0)
+            rows = profiled["device"] if device.type == "cuda" else None
+        elif e.key.startswith("onebit.step: "):
+            us, rows = e.cpu_time_total, profiled["host"]
         else:
-            us = e.self_cpu_time_total
-        if us > 0:
-            row = into.setdefault(e.key, [0, 0.0])
+            us, rows = e.self_cpu_time_total, profiled["host"]
+        if rows is not None and us > 0:
+            row = rows.setdefault(e.key, [0, 0.0])
             row[0] += e.count
             row[1] += us
+
+
+def profile_rows(rows, steps, limit=40):
+    """The largest `limit` rows as [{name, calls_per_step, ms_per_step}]."""
+    top = sorted(rows.items(), key=lambda kv: -kv[1][1])[:limit]
+    return [{"name": name, "calls_per_step": calls / steps, "ms_per_step": us / 1e3 / steps}
+            for name, (calls, us) in top]
+
+
+def print_profile(title, events, limit=25):
+    print(title, flush=True)
+    for e in events[:limit]:
+        print(f"    {e['ms_per_step']:9.3f} ms  {e['calls_per_step']:6.1f} calls  "
+              f"{e['name'][:100]}", flush=True)
 
 
 def merge(a, b):
@@ -194,7 +211,8 @@ def main():
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
-    profiled = {}  # name -> [calls, microseconds] over the profiled steps' step()
+    # name -> [calls, microseconds] over the profiled steps' step()
+    profiled = {"device": {}, "host": {}}
     while not opt.done:
         step = opt.next_step
         profiling = first_profiled is not None and first_profiled <= step <= last_profiled
@@ -217,11 +235,11 @@ def main():
         stage = stages["warmup" if step <= args.freeze_step else "compression"]
         stage["compute"].append(t1 - t0)
         stage["step"].append(t2 - t1)
-    if profiled:
-        rows = sorted(profiled.items(), key=lambda kv: -kv[1][1])[:40]
-        result["profile"] = {"steps": args.profile_steps, "events": [
-            {"name": name, "calls_per_step": calls / args.profile_steps,
-             "ms_per_step": us / 1e3 / args.profile_steps} for name, (calls, us) in rows]}
+    if first_profiled is not None:
+        result["profile"] = {
+            "steps": args.profile_steps,
+            "events": profile_rows(profiled["device"], args.profile_steps),
+            "host_events": profile_rows(profiled["host"], args.profile_steps)}
     opt.close()
     with open(os.path.join(summary_dir, f"worker-{rank}.json")) as f:
         summary = json.load(f)
@@ -264,12 +282,14 @@ def main():
                   f"{result['compression_work_over_adamw']:.2f}x (step() as the script sees it: "
                   f"{result['compression_step_over_adamw']:.2f}x)", flush=True)
         if "profile" in result:
-            where = "device" if device.type == "cuda" else "CPU"
-            print(f"  step() of {args.profile_steps} compression steps under torch.profiler, by "
-                  f"self {where} time per step:", flush=True)
-            for e in result["profile"]["events"][:25]:
-                print(f"    {e['ms_per_step']:9.3f} ms  {e['calls_per_step']:6.1f} calls  "
-                      f"{e['name'][:100]}", flush=True)
+            prof = result["profile"]
+            steps = args.profile_steps
+            if prof["events"]:
+                print_profile(f"  step() of {steps} compression steps under torch.profiler, by "
+                              "self device time per step:", prof["events"])
+            print_profile("  the host's part of the same steps (the profiler's records slow it): "
+                          "step()'s phases by CPU time, the rest by self CPU time, per step:",
+                          prof["host_events"])
         if args.result:
             with open(args.result, "w") as f:
                 json.dump(result, f, indent=1)
