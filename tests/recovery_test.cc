@@ -128,6 +128,10 @@ INSTANTIATE_TEST_SUITE_P(
         FaultCase{"peer_worker_at_the_switch", "peer", 12, "worker", 0, "kill_in_exchange:13", 10},
         // Mid-checkpoint: its part written, the manifest never: step 20 does not exist.
         FaultCase{"peer_worker_mid_checkpoint", "peer", 5, "worker", 2, "kill_before_commit:20", 10},
+        // In the job's last step, after the others ran it: they wait as members until the
+        // job is over, so the recovery restarts them too (a finished worker that had left
+        // could not rejoin, and the job failed at its end).
+        FaultCase{"peer_worker_in_the_last_step", "peer", 5, "worker", 2, "kill_before_commit:30", 20},
         // A parameter-server shard. It writes its part of a checkpoint after the step, off
         // the training path; killed 5 steps (a few ms) later on a loaded machine, its part of
         // step 10 may not be in yet, and the job then rightly starts over from step 0 (seen

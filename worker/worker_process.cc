@@ -413,6 +413,40 @@ absl::Status WriteSummary(const std::string& path, const JobConfig& config, int 
   return WriteFileAtomically(path, json);
 }
 
+// The job's latest status as the worker's session heard it.
+struct LastEvent {
+  absl::Mutex mu;
+  std::optional<v1::JobStatus> job ABSL_GUARDED_BY(mu);
+};
+
+// A worker that ran its last step stays a member until the job is over: another worker may
+// still fail in the last steps, and the recovery restarts every member (the session's
+// events Leave with 75) to run from the checkpoint again. Leaving at once, as workers once
+// did, left nobody to rejoin, and the job failed at its end. Returns once the job
+// succeeded; leaves when it recovers or failed. The events may lag (a stream that
+// reconnects), so the coordinator is asked too; a coordinator gone for good ends the
+// session (on_end).
+void AwaitJobOver(CoordinatorClient& client, LastEvent& last, const MemberIdentity& me,
+                  int rank) {
+  auto succeeded = [&last]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(last.mu) {
+    return last.job.has_value() && last.job->state() == v1::JOB_STATE_SUCCEEDED;
+  };
+  for (;;) {
+    {
+      absl::MutexLock lock(&last.mu);
+      if (last.mu.AwaitWithTimeout(absl::Condition(&succeeded), absl::Milliseconds(250))) return;
+    }
+    absl::StatusOr<v1::JobStatus> job = client.GetJob({});
+    if (!job.ok()) continue;
+    if (std::optional<MemberVerdict> verdict = VerdictFor(*job, me)) Leave(rank, *verdict);
+    if (job->state() == v1::JOB_STATE_SUCCEEDED) {
+      absl::MutexLock lock(&last.mu);
+      last.job = *job;
+      return;
+    }
+  }
+}
+
 }  // namespace
 
 absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
@@ -521,10 +555,6 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
     Leave(my_rank, VerdictAfterSessionEnd(*client, me, why));
   };
   // The job's latest status as the session heard it (the summary's recoveries).
-  struct LastEvent {
-    absl::Mutex mu;
-    std::optional<v1::JobStatus> job ABSL_GUARDED_BY(mu);
-  };
   auto last_event = std::make_shared<LastEvent>();
   ONEBIT_ASSIGN_OR_RETURN(
       w.session,
@@ -668,6 +698,7 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
   w.metrics->SetNotReady("the job is over for this worker");
   // The last checkpoint's part is written and reported before this worker goes.
   if (w.checkpointer != nullptr) ONEBIT_RETURN_IF_ERROR(w.checkpointer->Flush());
+  AwaitJobOver(*shared_client, *last_event, me, my_rank);
 
   if (!o.params_out.empty()) {
     ONEBIT_ASSIGN_OR_RETURN(std::vector<float> params, w.trainer->optimizer().ParamsToHost());
