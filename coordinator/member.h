@@ -2,7 +2,8 @@
 // onebit.torch) does with the coordinator's word about the job: carry on, or leave with
 // the exit code its supervisor acts on.
 //
-//   0   the job succeeded (a shard leaves; a worker leaves when its own last step is done)
+//   0   the job succeeded (a shard leaves; a worker that ran its last step waits for it, so
+//       that a recovery in the last steps can restart it like any member)
 //   1   this member hit an error of its own and the coordinator said nothing more (a
 //       supervisor may restart it: the job recovers, or the new process learns it is over)
 //   2   bad flags or config (onebit-worker, onebit-server): fix them; do not restart

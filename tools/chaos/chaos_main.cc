@@ -13,8 +13,8 @@
 //       --cluster_control=onebit-ctl@10.213.0.1 --cluster_nodes=... --out_dir=/tmp/chaos
 //
 // Without --cluster_*, every process runs here on loopback and faults are kills only (a
-// link can only be cut between namespaces). Faults stop once a worker has finished its
-// last step (a finished worker is gone; a recovery after it could not complete). Writes
+// link can only be cut between namespaces). Faults stop once a worker has exited 0: a
+// worker that ran its last step stays until the job succeeded, so the job is over. Writes
 // OUT_DIR/faults.csv, OUT_DIR/report.md and each run's logs under OUT_DIR/{baseline,chaos};
 // exits 0 only when the disturbed job succeeded with the undisturbed job's parameters.
 #include <signal.h>
@@ -152,7 +152,7 @@ RunResult RunOnce(const std::string& bin, const std::string& dir, const std::str
     size_t reported = 0;
     const auto each_poll = [&] {
       if (chaos == nullptr) return;
-      // A finished worker is gone for good: a recovery after it could not complete.
+      // A worker exits 0 once the job succeeded: nothing is left to disturb.
       if (job.workers_done() > 0) {
         chaos->HealAll(target);
         return;
