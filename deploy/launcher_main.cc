@@ -64,7 +64,8 @@ ABSL_FLAG(int, freeze_step, -1, "Override optimizer.params.freeze_step.");
 ABSL_FLAG(std::string, fault, "",
           "Fault injection, to watch the job recover: PROCESS:POINT:STEP kills that process "
           "with SIGKILL at POINT of step STEP, once (worker<i>: kill_in_exchange or "
-          "kill_before_commit; server<i> or coordinator: kill_at_step). The job needs "
+          "kill_before_commit, in onebit-worker or a training script's onebit.torch; "
+          "server<i> or coordinator: kill_at_step). The job needs "
           "onebit.checkpoint and onebit.failure.max_restarts >= 1 to resume; only the "
           "first job (not the Adam comparison) gets it.");
 ABSL_FLAG(std::string, cluster_control, "",

@@ -149,6 +149,9 @@ absl::StatusOr<Process*> LocalJob::Respawn(size_t index) {
     argv.push_back(arg);
   }
   spec.argv = argv;
+  spec.env.erase(std::remove_if(spec.env.begin(), spec.env.end(),
+                                [](const std::string& e) { return absl::StartsWith(e, "ONEBIT_FAULT="); }),
+                 spec.env.end());
   ProcessOptions process;
   process.argv = std::move(argv);
   process.name = spec.name;
@@ -273,6 +276,14 @@ absl::Status LocalJob::Start() {
           absl::StrCat("ONEBIT_SUMMARY_FILE=", options_.dir, "/worker-", i, ".json"),
           absl::StrCat("ONEBIT_HISTORY_CSV=", options_.dir, "/worker-", i, ".csv")};
       env.insert(env.end(), options_.worker_env.begin(), options_.worker_env.end());
+      // A script takes no flags: its --fault goes in ONEBIT_FAULT (python/onebit/torch.py).
+      if (auto flags = options_.flags_of_worker.find(i); flags != options_.flags_of_worker.end()) {
+        for (const std::string& flag : flags->second) {
+          if (absl::StartsWith(flag, "--fault=")) {
+            env.push_back("ONEBIT_FAULT=" + flag.substr(std::string("--fault=").size()));
+          }
+        }
+      }
       ONEBIT_RETURN_IF_ERROR(Spawn(absl::StrCat("worker ", i), options_.worker_command, host,
                                    echo || i == 0, std::move(env))
                                  .status());

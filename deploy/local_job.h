@@ -46,7 +46,8 @@ struct LocalJobOptions {
   // Extra flags for worker i (e.g. --params_out=...); "{i}" is replaced by i.
   std::vector<std::string> worker_flags;
   std::vector<std::string> coordinator_flags;
-  // Flags for one worker (by rank) or one shard (by index) only, e.g. a --fault.
+  // Flags for one worker (by rank) or one shard (by index) only, e.g. a --fault (a training
+  // script's worker gets its --fault as ONEBIT_FAULT, and only the first run of each).
   std::map<int, std::vector<std::string>> flags_of_worker;
   std::map<int, std::vector<std::string>> flags_of_server;
   // Where the processes run (`ip netns exec`, root): the coordinator and the shards on

@@ -586,7 +586,8 @@ PYBIND11_MODULE(_onebit_core, m) {
                        const std::string& member_token_file,
                        const std::vector<std::tuple<size_t, size_t, float, float>>& hyper_groups,
                        const std::optional<py::dict>& loaded,
-                       const std::vector<std::pair<size_t, size_t>>& buckets) {
+                       const std::vector<std::pair<size_t, size_t>>& buckets,
+                       const std::string& fault) {
              WorkerProcessOptions o;
              // (begin, end, lr scale, weight decay) of each param group; checked by the
              // optimizer (a bad one fails the worker's start with a ValueError).
@@ -602,6 +603,7 @@ PYBIND11_MODULE(_onebit_core, m) {
              o.history_csv = history_csv;
              o.cuda_device = cuda_device;
              o.member_token_file = member_token_file;
+             o.fault = fault;  // onebit-worker's --fault (ONEBIT_FAULT: tests, onebit-launch)
              o.num_parameters = static_cast<size_t>(initial.size());
              // A state loaded before the first step: the job starts after its step.
              std::optional<onebit::LoadedState> state;
@@ -622,7 +624,8 @@ PYBIND11_MODULE(_onebit_core, m) {
            py::arg("cuda_device") = 0, py::arg("member_token_file") = "",
            py::arg("hyper_groups") = std::vector<std::tuple<size_t, size_t, float, float>>(),
            py::arg("loaded") = std::nullopt,
-           py::arg("buckets") = std::vector<std::pair<size_t, size_t>>())
+           py::arg("buckets") = std::vector<std::pair<size_t, size_t>>(),
+           py::arg("fault") = "")
       .def("start", &PyWorker::Start)
       .def("wait_for_step", &PyWorker::WaitForStep, py::arg("timeout_s"))
       .def("supply", &PyWorker::Supply, py::arg("step"), py::arg("loss"),

@@ -42,6 +42,9 @@ and the other ranks find it there. Also read:
                           it: the launcher's rank, so that each process has its own)
     ONEBIT_HISTORY_CSV    every step as CSV ({rank} likewise)
     ONEBIT_MEMBER_TOKEN   the coordinator's member token, where it asks for one
+    ONEBIT_FAULT          POINT:STEP (kill_in_exchange, kill_before_commit): the worker
+                          kills its own process there, as onebit-worker's --fault (tests;
+                          onebit-launch --fault=workerI:POINT:STEP sets it once)
 
 SAVING: torch.save(opt.state_dict(), f) between steps or after the end; to resume, build
 the optimizer, opt.load_state_dict(torch.load(f)) before the first step, and the fresh job
@@ -485,7 +488,10 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             history_csv=_per_rank(os.environ.get("ONEBIT_HISTORY_CSV", "")),
             cuda_device=(self._device.index or 0) if self._device.type == "cuda" else 0,
             member_token_file=os.environ.get("ONEBIT_MEMBER_TOKEN_FILE", ""),
-            hyper_groups=hyper_groups)
+            hyper_groups=hyper_groups,
+            # POINT:STEP, onebit-worker's --fault: the worker kills its process there (tests;
+            # onebit-launch --fault=workerI:POINT:STEP sets it, for the first run only).
+            fault=os.environ.get("ONEBIT_FAULT", ""))
         self._worker = None
         self._next = 1        # the step the next step() completes (the job's, once joined)
         self._loaded = None   # a state to start from (load_state_dict before the first step)

@@ -34,14 +34,14 @@ def job_config(optimizer, params, parameters=N, workers=W, steps=T):
     }
 
 
-def launch(tmp, config, script_args, timeout=300):
+def launch(tmp, config, script_args, timeout=300, launcher_args=()):
     os.makedirs(tmp, exist_ok=True)
     path = os.path.join(tmp, "job.json")
     with open(path, "w") as f:
         json.dump(config, f)
     cmd = [os.path.join(BIN, "deploy/onebit-launch"), "--config=" + path,
            "--out_dir=" + os.path.join(tmp, "out"), "--echo_all=false", "--timeout_s=120",
-           "--bin_dir=" + BIN, "--", sys.executable] + [a.replace("{config}", path) for a in script_args]
+           "--bin_dir=" + BIN, *launcher_args, "--", sys.executable] + [a.replace("{config}", path) for a in script_args]
     env = dict(os.environ)
     # The package's sources sit beside this file; the extension in BIN/python.
     env["PYTHONPATH"] = os.path.dirname(HERE)
@@ -298,6 +298,29 @@ class Recovery(StreamCase):
             log = f.read()
         self.assertIn("rank 1: killing itself before step 18", log)
         self.assertIn("resumed from the checkpoint of step 15", log)
+        self.assertSameBits(np.load(out), self.replay(os.path.join(tmp, "replay.npy"),
+                                                      ["--lr=0.01", "--eps=1e-8",
+                                                       "--freeze-step=10"]))
+
+    def test_killed_in_the_last_step_after_the_other_ran_it(self):
+        """Worker 1 dies after the last step's exchange, before its checkpoint part is
+        reported (onebit-launch --fault: ONEBIT_FAULT); worker 0 has run the step, and its
+        last step() waits for the job's end, so the recovery restarts it too (75)."""
+        tmp = tempfile.mkdtemp(prefix="killed-last-", dir=self.tmp)
+        config = job_config("OneBitAdam", {"lr": 0.01, "eps": 1e-8, "freeze_step": 10})
+        config["onebit"]["checkpoint"] = {"dir": os.path.join(tmp, "ckpt"), "every_steps": 10}
+        config["onebit"]["failure"] = {"max_restarts": 2, "heartbeat_timeout_s": 2,
+                                       "gloo_timeout_s": 10, "rejoin_timeout_s": 60}
+        out = os.path.join(tmp, "package.npy")
+        r = launch(tmp, config, [os.path.join(HERE, "stream_train.py"), "{config}",
+                                 os.path.join(self.tmp, "params.npy"),
+                                 os.path.join(self.tmp, "grads.npy"), out, "OneBitAdam"],
+                   launcher_args=[f"--fault=worker1:kill_before_commit:{T}"])
+        self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
+        self.assertIn("worker 0 exited with code 75; restarting it", r.stdout + r.stderr)
+        with open(os.path.join(tmp, "out", "onebit_adam", "worker-0.log")) as f:
+            log = f.read()
+        self.assertIn(f"resumed from the checkpoint of step {T - 10}", log)
         self.assertSameBits(np.load(out), self.replay(os.path.join(tmp, "replay.npy"),
                                                       ["--lr=0.01", "--eps=1e-8",
                                                        "--freeze-step=10"]))
