@@ -43,6 +43,18 @@ export ROOT OUT OB DEVICE PY LOGS BIN
 printf '%-28s %-8s %s\n' check result seconds > "$OUT/summary.txt"
 pack() { tar -C "$(dirname "$LOGS")" --exclude=ckpt -czf "$OUT/logs.tar.gz" "$(basename "$LOGS")"; }
 want() { [ -z "${CHECKS:-}" ] || [[ " $CHECKS " == *" $1 "* ]]; }
+# The checks that import onebit.torch need the extension built here first (a call that
+# named them without it once spent its device time failing at the import).
+if [ -n "${CHECKS:-}" ] && ! want py_extension; then
+  for c in $CHECKS; do
+    case "$c" in
+      py_overlap | gpt2_* | step_* | cnn_*)
+        echo "CHECKS has $c, which imports onebit.torch: py_extension added before it"
+        CHECKS="py_extension $CHECKS"
+        break ;;
+    esac
+  done
+fi
 # check NAME LIMIT_S COMMAND...: runs it with its output in $LOGS/NAME.log.
 check() {
   local name="$1" limit="$2"
