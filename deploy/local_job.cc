@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "google/protobuf/util/json_util.h"
 #include "common/parallel.h"
@@ -278,9 +279,9 @@ absl::Status LocalJob::Start() {
       env.insert(env.end(), options_.worker_env.begin(), options_.worker_env.end());
       // A script takes no flags: its --fault goes in ONEBIT_FAULT (python/onebit/torch.py).
       if (auto flags = options_.flags_of_worker.find(i); flags != options_.flags_of_worker.end()) {
-        for (const std::string& flag : flags->second) {
-          if (absl::StartsWith(flag, "--fault=")) {
-            env.push_back("ONEBIT_FAULT=" + flag.substr(std::string("--fault=").size()));
+        for (absl::string_view flag : flags->second) {
+          if (absl::ConsumePrefix(&flag, "--fault=")) {
+            env.push_back(absl::StrCat("ONEBIT_FAULT=", flag));
           }
         }
       }
