@@ -808,6 +808,11 @@ void Coordinator::FailLocked(const std::string& reason) {
   PersistLocked(/*over=*/true);
 }
 
+void Coordinator::PersistOver() {
+  absl::MutexLock lock(&mu_);
+  PersistLocked(/*over=*/true);
+}
+
 void Coordinator::PersistLocked(bool over) {
   if (!options_.persist) return;
   v1::CoordinatorState state;

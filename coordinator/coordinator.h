@@ -122,6 +122,9 @@ class Coordinator final : public CoordinatorHandler {
   // Fails a job that is not over, with `reason` (every member hears it on its session):
   // the process that runs an embedded coordinator is leaving before the job's end.
   void Abandon(const std::string& reason) ABSL_LOCKS_EXCLUDED(mu_);
+  // Saves the state (Options::persist) as over: a later start with it is a new job, or the
+  // same FAILED one. For the end of a process whose job is over.
+  void PersistOver() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Wakes blocked KvGet and WaitForJobChange calls; they return at once from now on.
   void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);

@@ -208,19 +208,8 @@ JobCoordinator::Outcome JobCoordinator::Check() {
 void JobCoordinator::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
-  if (outcome_ != kRunning) {
-    // The job is over: a later start with this state file is a new job.
-    const v1::JobStatus job = *coordinator()->GetJob({});
-    v1::CoordinatorState state;
-    state.set_job_id(job_.coordinator.job_id);
-    state.set_generation(job.generation());
-    state.set_recoveries(job.recoveries());
-    state.set_over(true);
-    if (job.state() == v1::JOB_STATE_FAILED) state.set_failure_reason(job.failure_reason());
-    *state.mutable_recovery_log() = job.recovery_log();
-    const absl::Status saved = WriteState(job_.state_file, state, job_.config);
-    if (!saved.ok()) LogLine(absl::StrCat("cannot save the coordinator state: ", saved.message()));
-  }
+  // The job is over: a later start with this state file is a new job.
+  if (outcome_ != kRunning) coordinator()->PersistOver();
   server_->Shutdown();
 }
 

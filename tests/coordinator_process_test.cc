@@ -196,9 +196,14 @@ absl::Status RunWorker(const std::string& address, const std::string& id,
 
 TEST(CoordinatorProcessTest, AJobDrivenWithOnebitctlAndRest) {
   const std::string dir = NewDir("job");
-  Coordinator c = StartCoordinator(dir, JobConfigJson(2, 40, 10));
+  const std::string state = absl::StrCat("--state_file=", dir, "/state.json");
+  Coordinator c = StartCoordinator(dir, JobConfigJson(2, 40, 10), {state});
   ASSERT_FALSE(c.addresses.grpc.empty()) << "no address file; stderr:\n" << c.child.err();
   const std::string flag = absl::StrCat("--coordinator=", c.addresses.grpc);
+  GrpcClientOptions client_options;
+  client_options.address = c.addresses.grpc;
+  absl::StatusOr<v1::JobStatus> first = (*NewGrpcCoordinatorClient(client_options))->GetJob({});
+  ASSERT_TRUE(first.ok()) << first.status();
 
   Ran status = Onebitctl(dir, {flag, "status"});
   EXPECT_EQ(status.code, 0) << status.err;
@@ -264,6 +269,18 @@ TEST(CoordinatorProcessTest, AJobDrivenWithOnebitctlAndRest) {
   EXPECT_THAT(c.child.err(), HasSubstr("job over: every worker reported its last step"));
   struct stat st;
   EXPECT_NE(stat(c.address_file.c_str(), &st), 0) << "address file left behind";
+
+  // The state file says the job is over: started again with it, the coordinator runs a new
+  // job (a supervisor that restarts it after the end does not resume a finished one).
+  Coordinator again = StartCoordinator(dir, JobConfigJson(2, 40, 10), {state});
+  ASSERT_FALSE(again.addresses.grpc.empty()) << again.child.err();
+  client_options.address = again.addresses.grpc;
+  absl::StatusOr<v1::JobStatus> next = (*NewGrpcCoordinatorClient(client_options))->GetJob({});
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(next->state(), v1::JOB_STATE_STARTING);
+  EXPECT_NE(next->job_id(), first->job_id());
+  again.child.process->Signal(SIGTERM);
+  EXPECT_EQ(Wait(again.child, absl::Seconds(15)), 0) << again.child.err();
 }
 
 TEST(CoordinatorProcessTest, StopThenSigterm) {
