@@ -234,6 +234,20 @@ absl::StatusOr<ResumePlan> PlanResume(const JobConfig& config, uint64_t num_para
       differences.push_back(
           absl::StrCat("exchange '", m.exchange_mode(), "' -> '", TopologyKey(config), "'"));
     }
+    const bool server_parts =
+        std::any_of(m.parts().begin(), m.parts().end(),
+                    [](const v1::CheckpointPart& p) { return p.role() == v1::ROLE_SERVER; });
+    if (m.num_servers() > 0 && !server_parts) {
+      // Only a warmup's checkpoint may lack them (the shards held nothing yet).
+      if (m.freeze_step() >= 0 && m.step() > m.freeze_step()) {
+        plan.log.push_back(absl::StrCat(
+            "checkpoint of step ", m.step(), " is damaged, falling back to the previous one: ",
+            "it is of the compressed stage (the switch after step ", m.freeze_step(),
+            ") and lists no part of the ", m.num_servers(), " shards"));
+        continue;
+      }
+      resume.set_servers_start_empty(true);
+    }
     if (!differences.empty()) {
       resume.set_reset_errors(true);
       resume.set_reason(absl::StrCat("the checkpoint's topology differs (",

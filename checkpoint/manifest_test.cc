@@ -151,6 +151,58 @@ TEST_F(ManifestTest, PlanResumeTakesTheNewestCheckpointThatVerifies) {
   EXPECT_FALSE(plan->resume.has_value());
 }
 
+// ps with the warmup between the workers: a checkpoint of the warmup lists no shard part,
+// and the shards resume it with a zero server error; one of the compressed stage without
+// them is damaged.
+TEST_F(ManifestTest, ACheckpointWithoutShardPartsIsResumedOnlyInTheWarmup) {
+  JobConfig config;
+  config.workers = 1;
+  config.exchange.mode = "ps";
+  config.exchange.servers = 2;
+  config.exchange.warmup_over = "workers";
+  config.checkpoint.dir = root_;
+  auto commit = [&](int64_t step) {  // the workers' part only, the switch after step 5
+    v1::CheckpointManifest m = Commit(step);
+    m.set_num_servers(2);
+    m.set_exchange_mode(TopologyKey(config));
+    EXPECT_TRUE(WriteManifest(JoinPath(root_, StepDirName(step)), m).ok());
+  };
+  commit(5);
+  absl::StatusOr<ResumePlan> plan = PlanResume(config, 100);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_TRUE(plan->resume.has_value());
+  EXPECT_EQ(plan->resume->step(), 5);
+  EXPECT_TRUE(plan->resume->servers_start_empty());
+  EXPECT_FALSE(plan->resume->reset_errors());
+  commit(10);  // after the switch: the shards' parts are missing
+  plan = PlanResume(config, 100);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->resume->step(), 5);
+  ASSERT_EQ(plan->log.size(), 1u);
+  EXPECT_NE(plan->log[0].find("step 10 is damaged"), std::string::npos) << plan->log[0];
+  EXPECT_NE(plan->log[0].find("lists no part of the 2 shards"), std::string::npos) << plan->log[0];
+  // With its shards' parts listed, the same checkpoint is whole.
+  fs::remove_all(JoinPath(root_, StepDirName(5)));
+  v1::CheckpointManifest m = Commit(10);
+  m.set_num_servers(1);
+  m.set_exchange_mode(TopologyKey(config));
+  const std::string dir = JoinPath(root_, StepDirName(10));
+  Part server;
+  server.Put("server_error", std::vector<float>(50, 0.5f));
+  absl::StatusOr<WrittenFile> w = WritePart(JoinPath(dir, PartFileName(v1::ROLE_SERVER, 0)), server);
+  ASSERT_TRUE(w.ok());
+  v1::CheckpointPart* p = m.add_parts();
+  p->set_role(v1::ROLE_SERVER);
+  p->set_file(PartFileName(v1::ROLE_SERVER, 0));
+  p->set_bytes(w->bytes);
+  p->set_crc32(w->crc32);
+  ASSERT_TRUE(WriteManifest(dir, m).ok());
+  plan = PlanResume(config, 100);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->resume->step(), 10);
+  EXPECT_FALSE(plan->resume->servers_start_empty());
+}
+
 TEST_F(ManifestTest, TopologyKeys) {
   JobConfig c;
   EXPECT_EQ(TopologyKey(c), "peer");

@@ -110,7 +110,11 @@ std::string EffectiveWarmupOrder(const ExchangeConfig& exchange) {
   // (rank order would agree bit for bit); the ring still wins: with the rank order's shift
   // steps, overlap made the GPT example's warmup step 1.14x DDP's at 100 Mbit/s, with the
   // ring 0.99x (BENCHMARKS.md, "Overlap of the warmup exchange").
-  return exchange.mode == "peer" && exchange.warmup_dtype == "fp32" ? "ring" : "rank";
+  return WarmupBetweenWorkers(exchange) && exchange.warmup_dtype == "fp32" ? "ring" : "rank";
+}
+
+bool WarmupBetweenWorkers(const ExchangeConfig& exchange) {
+  return exchange.mode == "peer" || (exchange.mode == "ps" && exchange.warmup_over == "workers");
 }
 
 absl::StatusOr<JobConfig> ParseJobConfig(absl::string_view json) {
@@ -248,8 +252,8 @@ std::string JobConfigToJson(const JobConfig& c) {
     "lease_steps": %d,
     "log_every": %d,
     "exchange": {"mode": "%s", "servers": %d, "local_size": %d, "inter": "%s",
-                 "inter_transport": "%s", "warmup_dtype": "%s", "warmup_order": "%s", "overlap": %s,
-                 "compressor": "%s"},
+                 "inter_transport": "%s", "warmup_over": "%s", "warmup_dtype": "%s",
+                 "warmup_order": "%s", "overlap": %s, "compressor": "%s"},
     "freeze": {"mode": "%s", "threshold": %.17g, "reports_in_a_row": %d, "report_interval": %d,
                "min_warmup": %d, "max_warmup": %d},
     "momentum_mask": {"npy": "%s", "ranges": %s, "auto_zero_grad": %s},
@@ -270,7 +274,8 @@ std::string JobConfigToJson(const JobConfig& c) {
       B(p.fp16), p.loss_scale, p.initial_scale_power, p.loss_scale_window, p.hysteresis,
       B(p.consecutive_hysteresis), p.min_loss_scale, B(p.bf16), c.workers, c.device, c.cpu_threads, c.lease_steps,
       c.log_every, c.exchange.mode, c.exchange.servers, c.exchange.local_size, c.exchange.inter,
-      c.exchange.inter_transport, c.exchange.warmup_dtype, c.exchange.warmup_order, c.exchange.overlap ? "true" : "false",
+      c.exchange.inter_transport, c.exchange.warmup_over, c.exchange.warmup_dtype,
+      c.exchange.warmup_order, c.exchange.overlap ? "true" : "false",
       c.exchange.compressor, c.freeze.mode, c.freeze.threshold,
       c.freeze.reports_in_a_row, c.freeze.report_interval, c.freeze.min_warmup,
       c.freeze.max_warmup, JsonEscaped(c.momentum_mask.npy), RangesJson(c.momentum_mask.ranges),

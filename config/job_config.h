@@ -221,15 +221,23 @@ struct ExchangeConfig {
   // between nodes compress on the device and stage only the packed blocks through the host
   // (worker/transport/staged_transport.h).
   std::string inter_transport = "auto";
+  // ps mode: where the warmup's full-precision sums go. "shards": through the
+  // parameter-server shards, as the compressed stage. "workers": between the workers, as in
+  // peer mode (the fixed-order allreduce over the workers' own transport, gloo or NCCL),
+  // and the shards only serve the compressed stage: they hold no state before it, so a
+  // checkpoint of the warmup has no shard parts. Where the shards share the workers' hosts
+  // the shards' warmup sends W streams into each link at once (BENCHMARKS.md, "ps shards
+  // beside the workers"). Optimizers OneBitAdam and OneBitLamb (one switch to compression).
+  std::string warmup_over = "shards";
   // What the full-precision (warmup) exchange carries on the wire: "fp32", or "bf16" /
   // "fp16" (half the bytes; partial sums rounded to nearest even, summed in float32; fp16
-  // overflows to inf past 65504). Peer mode only.
+  // overflows to inf past 65504). Where the warmup goes between the workers only.
   std::string warmup_dtype = "fp32";
   // The fixed order of the full-precision sums (worker/exchange/exact_allreduce.h):
   // "rank" (from rank 0 up: the parameter-server shards' order, so ps and peer mode agree
   // bit for bit), "ring" (chunk v from rank v+1 round the ring: every link keeps one peer,
-  // as in DDP's ring allreduce; peer mode, fp32 wire), or "auto": ring in peer mode with
-  // the fp32 wire, rank otherwise. Every order gives the same bits on every transport;
+  // as in DDP's ring allreduce; a warmup between the workers, fp32 wire), or "auto": ring
+  // where the warmup goes between the workers with the fp32 wire, rank otherwise. Every order gives the same bits on every transport;
   // with overlap and more than two workers, only the rank order gives the same bits as
   // without (a ring's order depends on where each bucket's chunks start).
   std::string warmup_order = "auto";
@@ -384,6 +392,10 @@ int64_t WarmupEndStep(const OptimizerConfig& optimizer);
 bool UsesServers(const ExchangeConfig& exchange);
 // The number of onebit-server processes the job has (0 without shards).
 int ServerCount(const JobConfig& config);
+
+// Whether the warmup's full-precision sums go between the workers: peer mode, and ps mode
+// with warmup_over "workers" (hierarchical: inside a node they always do).
+bool WarmupBetweenWorkers(const ExchangeConfig& exchange);
 
 // exchange.warmup_order with "auto" resolved: "rank" or "ring".
 std::string EffectiveWarmupOrder(const ExchangeConfig& exchange);

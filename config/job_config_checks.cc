@@ -137,14 +137,27 @@ absl::Status CheckJobConfig(const ParseState& state) {
     return Bad(x.local_size != 1 ? "onebit.exchange.local_size" : "onebit.exchange.inter",
                "only applies to mode hierarchical");
   }
-  if (x.mode != "peer" && x.warmup_dtype != "fp32") {
-    return Bad("onebit.exchange.warmup_dtype",
-               absl::StrCat("only peer mode can carry ", x.warmup_dtype,
-                            " (the parameter-server and hierarchical warmups are fp32)"));
+  if (x.warmup_over != "shards" && x.mode != "ps") {
+    return Bad("onebit.exchange.warmup_over", "only applies to mode ps");
   }
-  if (x.warmup_order == "ring" && x.mode != "peer") {
+  if (x.warmup_over == "workers" && o.type != "OneBitAdam" && o.type != "OneBitLamb") {
+    return Bad("onebit.exchange.warmup_over",
+               absl::StrCat(
+                   "workers needs an optimizer with one switch to compression (OneBitAdam, "
+                   "OneBitLamb), not ", o.type,
+                   o.type == "Adam" ? " (it never compresses: the shards would idle; use mode peer)"
+                                    : " (its full-precision and compressed steps alternate)"));
+  }
+  if (!WarmupBetweenWorkers(x) && x.warmup_dtype != "fp32") {
+    return Bad("onebit.exchange.warmup_dtype",
+               absl::StrCat("only a warmup between the workers can carry ", x.warmup_dtype,
+                            " (peer mode, or ps with warmup_over workers; the shards' and the "
+                            "hierarchical warmups are fp32)"));
+  }
+  if (x.warmup_order == "ring" && !WarmupBetweenWorkers(x)) {
     return Bad("onebit.exchange.warmup_order",
-               "only peer mode sums round a ring (the parameter-server shards sum in rank order)");
+               "only a warmup between the workers sums round a ring (peer mode, or ps with "
+               "warmup_over workers; the parameter-server shards sum in rank order)");
   }
   if (x.warmup_order == "ring" && x.warmup_dtype != "fp32") {
     return Bad("onebit.exchange.warmup_order",

@@ -878,15 +878,23 @@ Key OnebitBlock(ParseState* s) {
             String(&x->inter_transport, {"auto", "gloo", "nccl"})
                 .Means("Hierarchical over inter peer: the transport between nodes; auto is "
                        "comm_backend_name; nccl needs device cuda.")},
+           {"warmup_over",
+            String(&x->warmup_over, {"shards", "workers"})
+                .Means("ps mode: the warmup's full-precision sums through the shards, or "
+                       "between the workers as in peer mode (the shards then serve only the "
+                       "compressed stage); workers: OneBitAdam and OneBitLamb.")},
            {"warmup_dtype",
             String(&x->warmup_dtype, {"fp32", "bf16", "fp16"})
                 .Means("What the full-precision (warmup) exchange carries on the wire; bf16 "
-                       "and fp16 halve the bytes (fp16 overflows past 65504). Peer mode only.")},
+                       "and fp16 halve the bytes (fp16 overflows past 65504). Only where the "
+                       "warmup goes between the workers (peer mode, ps with warmup_over "
+                       "workers).")},
            {"warmup_order",
             String(&x->warmup_order, {"auto", "rank", "ring"})
                 .Means("The fixed order of the full-precision sums: rank (rank 0 up, the "
-                       "shards' order), ring (peer mode, fp32 wire), or auto: ring in peer "
-                       "mode with the fp32 wire, rank otherwise.")},
+                       "shards' order), ring (a warmup between the workers, fp32 wire), or "
+                       "auto: ring where the warmup goes between the workers with the fp32 "
+                       "wire, rank otherwise.")},
            {"overlap", Bool(&x->overlap)
                            .Means("Peer mode: exchange the full-precision gradient layer by "
                                   "layer during the backward pass (workloads that announce "

@@ -189,6 +189,25 @@ TEST(JobConfigTest, WarmupDtype) {
   }
 }
 
+// ps mode's warmup between the workers: the peer warmup's wire and order options apply.
+TEST(JobConfigTest, WarmupOver) {
+  auto c = ParseJobConfig(R"({"onebit": {"exchange": {"mode": "ps", "servers": 2}}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->exchange.warmup_over, "shards");
+  EXPECT_FALSE(WarmupBetweenWorkers(c->exchange));
+  c = ParseJobConfig(R"({"optimizer": {"type": "OneBitLamb"}, "onebit": {"exchange": {
+      "mode": "ps", "servers": 2, "warmup_over": "workers", "warmup_dtype": "bf16"}}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(WarmupBetweenWorkers(c->exchange));
+  auto again = ParseJobConfig(JobConfigToJson(*c));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->exchange.warmup_over, "workers");
+  EXPECT_EQ(again->exchange.warmup_dtype, "bf16");
+  c = ParseJobConfig(R"({"onebit": {"exchange": {"mode": "ps", "servers": 2,
+      "warmup_over": "workers", "warmup_order": "ring"}}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+}
+
 TEST(JobConfigTest, WarmupOrder) {
   for (const std::string order : {"auto", "rank", "ring"}) {
     auto c = ParseJobConfig(R"({"onebit": {"exchange": {"warmup_order": ")" + order + R"("}}})");
@@ -206,6 +225,9 @@ TEST(JobConfigTest, WarmupOrder) {
   x.warmup_dtype = "fp32";
   x.mode = "ps";
   EXPECT_EQ(EffectiveWarmupOrder(x), "rank");
+  x.warmup_over = "workers";  // the workers' allreduce, as in peer mode
+  EXPECT_EQ(EffectiveWarmupOrder(x), "ring");
+  x.warmup_over = "shards";
   x.mode = "hierarchical";
   EXPECT_EQ(EffectiveWarmupOrder(x), "rank");
   x.mode = "peer";
@@ -291,12 +313,22 @@ TEST(JobConfigTest, RejectsBadConfigsNamingTheKey) {
       {R"({"onebit": {"exchange": {"warmup_dtype": "fp8"}}})", "onebit.exchange.warmup_dtype"},
       {R"({"onebit": {"exchange": {"warmup_order": "tree"}}})", "onebit.exchange.warmup_order"},
       {R"({"onebit": {"exchange": {"mode": "ps", "servers": 1, "warmup_order": "ring"}}})",
-       "onebit.exchange.warmup_order: only peer mode"},
+       "onebit.exchange.warmup_order: only a warmup between the workers"},
+      {R"({"onebit": {"exchange": {"warmup_over": "workers"}}})",
+       "onebit.exchange.warmup_over: only applies to mode ps"},
+      {R"({"onebit": {"exchange": {"mode": "ps", "servers": 1, "warmup_over": "peer"}}})",
+       "onebit.exchange.warmup_over"},
+      {R"({"optimizer": {"type": "ZeroOneAdam"},
+          "onebit": {"exchange": {"mode": "ps", "servers": 1, "warmup_over": "workers"}}})",
+       "onebit.exchange.warmup_over: workers needs an optimizer with one switch"},
+      {R"({"optimizer": {"type": "Adam"},
+          "onebit": {"exchange": {"mode": "ps", "servers": 1, "warmup_over": "workers"}}})",
+       "the shards would idle"},
       {R"({"onebit": {"exchange": {"warmup_dtype": "bf16", "warmup_order": "ring"}}})",
        "onebit.exchange.warmup_order: the ring adds on the wire"},
       {R"({"onebit": {"exchange": {"warmup_dtype": 16}}})", "onebit.exchange.warmup_dtype"},
       {R"({"onebit": {"exchange": {"mode": "ps", "servers": 1, "warmup_dtype": "bf16"}}})",
-       "onebit.exchange.warmup_dtype: only peer mode"},
+       "onebit.exchange.warmup_dtype: only a warmup between the workers"},
       {R"({"onebit": {"exchange": {"overlap": "yes"}}})",
        "onebit.exchange.overlap: must be true or false"},
       {R"({"onebit": {"exchange": {"overlap": 1}}})", "onebit.exchange.overlap"},

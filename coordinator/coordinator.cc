@@ -599,13 +599,24 @@ std::string Coordinator::CheckpointReasonLocked(int64_t step) const {
   return "";
 }
 
+bool Coordinator::ServersHoldStateAtLocked(int64_t step) const {
+  const ExchangeConfig& x = options_.config.exchange;
+  if (!(x.mode == "ps" && WarmupBetweenWorkers(x))) return true;
+  const int64_t freeze = stage_machine_.freeze_step();
+  return freeze >= 0 && step > freeze;
+}
+
+int Coordinator::ExpectedPartsLocked(int64_t step) const {
+  return membership_.world_size() + (ServersHoldStateAtLocked(step) ? membership_.num_servers() : 0);
+}
+
 v1::CheckpointInfo Coordinator::PendingInfoLocked(int64_t step, const PendingCheckpoint& p) const {
   v1::CheckpointInfo info;
   info.set_step(step);
   info.set_name(checkpoint::StepDirName(step));
   info.set_committed(false);
   info.set_parts_done(static_cast<int>(p.parts.size()));
-  info.set_parts_expected(membership_.world_size() + membership_.num_servers());
+  info.set_parts_expected(ExpectedPartsLocked(step));
   info.set_reason(p.reason);
   return info;
 }
@@ -639,10 +650,15 @@ absl::StatusOr<v1::CommitPartResponse> Coordinator::CommitPart(const v1::CommitP
     response.set_committed(step == committed_.back().step());
     return response;
   }
+  if (part.role() == v1::ROLE_SERVER && !ServersHoldStateAtLocked(step)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the checkpoint after step ", step, " has no shard parts: it is in the warmup, which "
+        "goes between the workers (onebit.exchange.warmup_over workers)"));
+  }
   PendingCheckpoint& pending = pending_checkpoints_[step];
   pending.reason = reason;
   pending.parts[{part.role(), part.rank()}] = part;
-  const int expected = membership_.world_size() + membership_.num_servers();
+  const int expected = ExpectedPartsLocked(step);
   v1::CommitPartResponse response;
   if (static_cast<int>(pending.parts.size()) < expected) return response;
 

@@ -182,6 +182,13 @@ class Coordinator final : public CoordinatorHandler {
   };
   // Why a checkpoint is taken after `step` ("every 10 steps", "operator"); "" if none is.
   std::string CheckpointReasonLocked(int64_t step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the shards hold state after `step`, so that its checkpoint has their parts:
+  // always, unless the warmup goes between the workers (exchange.warmup_over "workers")
+  // and `step` is in it (the switch, once a lease passed `step`, never moves before it).
+  bool ServersHoldStateAtLocked(int64_t step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The parts the checkpoint of `step` is complete with: every worker's, and the shards'
+  // where they hold state.
+  int ExpectedPartsLocked(int64_t step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::CheckpointInfo PendingInfoLocked(int64_t step, const PendingCheckpoint& p) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -469,6 +469,57 @@ TEST_F(CoordinatorTest, CheckpointCommitsWhenEveryPartIsIn) {
   EXPECT_EQ(coordinator_->Checkpoint(past).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
+// ps with the warmup between the workers: a checkpoint in the warmup is complete with the
+// workers' parts (the shards hold nothing yet, and a part of theirs is refused); one after
+// the switch needs the shards' parts too.
+TEST_F(CoordinatorTest, AWarmupBetweenTheWorkersIsCheckpointedWithoutTheShards) {
+  JobConfig config = SmallJob();  // the switch after step 30
+  config.exchange.warmup_over = "workers";
+  config.checkpoint.dir = "/unused";
+  config.checkpoint.every_steps = 30;
+  CoordinatorOptions options;
+  options.config = config;
+  options.job_id = "job-1";
+  std::vector<v1::CheckpointManifest> written;
+  options.commit_checkpoint = [&](const v1::CheckpointManifest& m) {
+    written.push_back(m);
+    return absl::OkStatus();
+  };
+  coordinator_ = *Coordinator::Create(options, &clock_, nullptr);
+  ASSERT_EQ(RegisterWorker("w0"), 0);
+  ASSERT_EQ(RegisterWorker("w1"), 1);
+  v1::RegisterRequest server;
+  server.set_role(v1::ROLE_SERVER);
+  server.set_instance_id("s0");
+  ASSERT_TRUE(coordinator_->Register(server).ok());
+  ASSERT_TRUE(Lease(0, 1).ok());
+  ASSERT_TRUE(Lease(0, 11).ok());
+  EXPECT_THAT(Lease(0, 21)->checkpoint_steps(), testing::ElementsAre(30));
+
+  // Step 30 is the warmup's last: two parts make it.
+  absl::StatusOr<v1::CommitPartResponse> shard = coordinator_->CommitPart(
+      PartRequest(v1::ROLE_SERVER, 0, "s0", 30));
+  EXPECT_EQ(shard.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(shard.status().message()), HasSubstr("no shard parts"));
+  EXPECT_FALSE(coordinator_->CommitPart(PartRequest(v1::ROLE_WORKER, 0, "w0", 30))->committed());
+  EXPECT_EQ(coordinator_->ListCheckpoints({})->checkpoints(0).parts_expected(), 2);
+  EXPECT_TRUE(coordinator_->CommitPart(PartRequest(v1::ROLE_WORKER, 1, "w1", 30))->committed());
+  ASSERT_EQ(written.size(), 1u);
+  EXPECT_EQ(written[0].parts_size(), 2);
+  EXPECT_EQ(written[0].num_servers(), 1);
+
+  // Step 60 compresses: the shard's part is expected.
+  ASSERT_TRUE(Lease(0, 31).ok());
+  ASSERT_TRUE(Lease(0, 41).ok());
+  EXPECT_THAT(Lease(0, 51)->checkpoint_steps(), testing::ElementsAre(60));
+  EXPECT_FALSE(coordinator_->CommitPart(PartRequest(v1::ROLE_WORKER, 0, "w0", 60))->committed());
+  EXPECT_FALSE(coordinator_->CommitPart(PartRequest(v1::ROLE_WORKER, 1, "w1", 60))->committed());
+  EXPECT_EQ(coordinator_->ListCheckpoints({})->checkpoints(1).parts_expected(), 3);
+  EXPECT_TRUE(coordinator_->CommitPart(PartRequest(v1::ROLE_SERVER, 0, "s0", 60))->committed());
+  ASSERT_EQ(written.size(), 2u);
+  EXPECT_EQ(written[1].parts_size(), 3);
+}
+
 TEST_F(CoordinatorTest, CheckpointCallsFailWithoutACheckpointDir) {
   EXPECT_EQ(coordinator_->Checkpoint({}).status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(coordinator_->CommitPart({}).status().code(), absl::StatusCode::kFailedPrecondition);

@@ -273,8 +273,12 @@ int main(int argc, char** argv) {
     }
     const onebit::ExchangeConfig& x = config->exchange;
     if (compressor.empty()) compressor = x.compressor;
+    // Steps that push nothing to the shards: 0/1 Adam's local steps, fp16 steps skipped
+    // on GPUs, and a warmup that goes between the workers (the first push is the first
+    // compressed step).
     allow_step_gaps = config->optimizer.type == "ZeroOneAdam" ||
-                      (config->precision.fp16 && config->device == "cuda");
+                      (config->precision.fp16 && config->device == "cuda") ||
+                      (x.mode == "ps" && onebit::WarmupBetweenWorkers(x));
     if (x.mode == "hierarchical") {
       // Hierarchical over ps: local rank l of every node (one worker per node) exchanges
       // slice l with its own K = servers / local_size shards; this is shard --shard % K of
@@ -396,6 +400,10 @@ int main(int argc, char** argv) {
       if (reg.resume().reset_errors()) {
         std::cerr << "onebit-server: resuming from step " << reg.resume().step()
                   << " with the server error reset: " << reg.resume().reason() << std::endl;
+      } else if (reg.resume().servers_start_empty()) {
+        std::cerr << "onebit-server: resuming from step " << reg.resume().step()
+                  << " with a zero server error: the checkpoint is of a warmup between the "
+                     "workers, which the shards took no part in" << std::endl;
       } else {
         const absl::Status restored = onebit::server::ShardCheckpointer::Restore(
             checkpoint_dir, reg.resume(), index, (*process)->state());

@@ -30,7 +30,7 @@ std::string TmpDir() { return testing_paths::TestTmpDir(); }
 
 struct FaultCase {
   std::string name;
-  std::string mode;         // peer | ps
+  std::string mode;         // peer | ps | ps-warmup-workers (ps, exchange.warmup_over workers)
   int64_t freeze_step;
   std::string process;      // "worker", "server", "coordinator"
   int index;                // worker rank or shard index
@@ -40,6 +40,14 @@ struct FaultCase {
 };
 
 class RecoveryTest : public ::testing::TestWithParam<FaultCase> {};
+
+// The case's job: 3 workers, 30 steps, a checkpoint every 10 steps when `ckpt` is given.
+JobConfig CaseJob(const FaultCase& f, const std::string& ckpt) {
+  const bool workers_warmup = f.mode == "ps-warmup-workers";
+  JobConfig c = SmallJob(workers_warmup ? "ps" : f.mode, 3, 30, f.freeze_step, ckpt);
+  if (workers_warmup) c.exchange.warmup_over = "workers";
+  return c;
+}
 
 // The time stamp of the coordinator's first log line containing `text`.
 absl::Time LogTime(const std::string& log, const std::string& text) {
@@ -55,7 +63,7 @@ absl::Time LogTime(const std::string& log, const std::string& text) {
 
 TEST_P(RecoveryTest, KilledProcessIsRestartedAndTheJobEndsAsIfUninterrupted) {
   const FaultCase& f = GetParam();
-  const JobRun straight = RunJob("straight-" + f.name, SmallJob(f.mode, 3, 30, f.freeze_step, ""));
+  const JobRun straight = RunJob("straight-" + f.name, CaseJob(f, ""));
   ASSERT_TRUE(straight.status.ok()) << straight.status;
   const std::string ckpt = TmpDir() + "/ckpt-" + f.name;
   RunOptions options;
@@ -64,7 +72,7 @@ TEST_P(RecoveryTest, KilledProcessIsRestartedAndTheJobEndsAsIfUninterrupted) {
   if (f.process == "server") options.flags_of_server[f.index] = flag;
   if (f.process == "coordinator") options.coordinator_flags = flag;
   options.wait_for_checkpoint = 30;
-  const JobRun run = RunJob("faulty-" + f.name, SmallJob(f.mode, 3, 30, f.freeze_step, ckpt), options);
+  const JobRun run = RunJob("faulty-" + f.name, CaseJob(f, ckpt), options);
   ASSERT_TRUE(run.status.ok()) << run.status << "\n" << run.coordinator_log;
   const std::string killed = f.process == "coordinator" ? "coordinator"
                                                         : absl::StrCat(f.process, " ", f.index);
@@ -97,6 +105,15 @@ TEST_P(RecoveryTest, KilledProcessIsRestartedAndTheJobEndsAsIfUninterrupted) {
   if (resumed > 0) {
     EXPECT_TRUE(fs::exists(testing_jobs::ManifestPath(ckpt, resumed)));
   }
+  if (f.mode == "ps-warmup-workers" && resumed > 0) {
+    // A checkpoint of the warmup has the workers' parts only, and the shards resume it with
+    // a zero server error; one of the compressed stage has the shards' parts too.
+    const std::string manifest = ReadAll(testing_jobs::ManifestPath(ckpt, resumed));
+    const bool warmup = resumed <= f.freeze_step;
+    EXPECT_EQ(manifest.find("ROLE_SERVER") == std::string::npos, warmup) << manifest;
+    const std::string shard_log = ReadAll(TmpDir() + "/faulty-" + f.name + "/server-0.log");
+    EXPECT_EQ(shard_log.find("with a zero server error") != std::string::npos, warmup) << shard_log;
+  }
 
   // Times for RELIABILITY.md: the fault (the killed process's own line), its detection (the
   // coordinator starts the recovery, or a restarted coordinator starts), the recovery (the
@@ -124,6 +141,12 @@ INSTANTIATE_TEST_SUITE_P(
         // A worker vanishes in the middle of a collective (peer: gloo; ps: the shards).
         FaultCase{"peer_worker_mid_exchange", "peer", 5, "worker", 1, "kill_in_exchange:15", 10},
         FaultCase{"ps_worker_mid_exchange", "ps", 5, "worker", 2, "kill_in_exchange:15", 10},
+        // ps with the warmup between the workers: killed in the warmup, resumed from a
+        // checkpoint without shard parts; killed in the compressed stage, resumed with them.
+        FaultCase{"ps_warmup_workers_in_the_warmup", "ps-warmup-workers", 25, "worker", 1,
+                  "kill_in_exchange:15", 10},
+        FaultCase{"ps_warmup_workers_compressed", "ps-warmup-workers", 5, "worker", 2,
+                  "kill_in_exchange:15", 10},
         // During the switch: the first compression step.
         FaultCase{"peer_worker_at_the_switch", "peer", 12, "worker", 0, "kill_in_exchange:13", 10},
         // Mid-checkpoint: its part written, the manifest never: step 20 does not exist.

@@ -48,6 +48,7 @@
 #include "worker/exchange/hierarchical_exchange.h"
 #include "worker/exchange/peer_exchange.h"
 #include "worker/exchange/ps_exchange.h"
+#include "worker/exchange/workers_warmup_exchange.h"
 #include "worker/trainer.h"
 #include "worker/worker_metrics.h"
 #include "security/auth.h"
@@ -118,9 +119,10 @@ struct Worker {
   std::unique_ptr<CoordinatorSession> session;
   std::unique_ptr<kernels::Backend> backend;
   std::unique_ptr<Workload> workload;
-  std::unique_ptr<Transport> transport;        // peer: the job; hierarchical: the node
+  std::unique_ptr<CallTrace> trace;  // --transport_trace of ps pushes and the world group
+  // peer, and ps with the warmup between the workers: the job; hierarchical: the node
+  std::unique_ptr<Transport> transport;
   std::unique_ptr<Transport> inter_transport;  // hierarchical over peer: between nodes
-  std::unique_ptr<CallTrace> trace;            // ps: --transport_trace
   std::unique_ptr<Exchange> exchange;
   std::unique_ptr<Exchange> fault_exchange;  // --fault=kill_in_exchange: wraps `exchange`
   std::unique_ptr<CoordinatorStepController> controller;
@@ -331,6 +333,34 @@ absl::StatusOr<std::unique_ptr<Transport>> GroupTransport(const JobConfig& confi
   options.hostname = g_host;
   options.timeout = absl::Seconds(config.failure.gloo_timeout_s);
   return GlooTransport::Create(store, rank, world_size, options);
+}
+
+// The group of every worker ("world", over comm_backend_name) in the backend's memory: peer
+// mode, and ps mode's warmup between the workers. With `trace_path`, its calls go into
+// w.trace (made here unless the ps exchange made it).
+absl::StatusOr<std::unique_ptr<Transport>> WorldTransport(
+    const JobConfig& config, const v1::RegisterResponse& reg,
+    std::shared_ptr<CoordinatorClient> client, const std::string& trace_path, Worker& w) {
+  // GPU workers over gloo: a StagedTransport, so the compression runs on the device.
+  ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<Transport> world,
+                          GroupTransport(config, reg, "world", reg.rank(), reg.world_size(),
+                                         std::move(client), w.backend.get(),
+                                         config.optimizer.comm_backend_name));
+  if (!trace_path.empty()) {
+    if (w.trace == nullptr) {
+      ONEBIT_ASSIGN_OR_RETURN(w.trace, CallTrace::Create(trace_path));
+    }
+    world = TracedTransport::Create(std::move(world), w.trace.get());
+  }
+  return InBackendMemory(w.backend.get(), std::move(world));
+}
+
+// The full-precision allreduce's options of the job (exchange.warmup_dtype, warmup_order).
+absl::StatusOr<ExactAllreduceOptions> WarmupOptions(const JobConfig& config) {
+  ExactAllreduceOptions exact;
+  ONEBIT_ASSIGN_OR_RETURN(exact.wire_dtype, ParseWireDtype(config.exchange.warmup_dtype));
+  ONEBIT_ASSIGN_OR_RETURN(exact.order, ParseSumOrder(EffectiveWarmupOrder(config.exchange)));
+  return exact;
 }
 
 // The hierarchical exchange of worker `rank`: its node's group, and between the nodes
@@ -591,22 +621,22 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
     // On a GPU too: the compression stays on the device, and only the blocks cross PCIe.
     ONEBIT_ASSIGN_OR_RETURN(w.exchange, PsExchange::Create(w.backend.get(), reg.rank(),
                                                            reg.world_size(), n, shards, ps));
+    if (WarmupBetweenWorkers(config.exchange)) {
+      // exchange.warmup_over "workers": the warmup as in peer mode, over the workers' group.
+      ONEBIT_ASSIGN_OR_RETURN(
+          w.transport, WorldTransport(config, reg, shared_client, o.transport_trace, w));
+      ONEBIT_ASSIGN_OR_RETURN(ExactAllreduceOptions exact, WarmupOptions(config));
+      ONEBIT_ASSIGN_OR_RETURN(w.exchange,
+                              WorkersWarmupExchange::Create(w.backend.get(), w.transport.get(), n,
+                                                            exact, std::move(w.exchange)));
+    }
   } else if (config.exchange.mode == "hierarchical") {
     ONEBIT_ASSIGN_OR_RETURN(w.exchange, NewHierarchicalExchange(config, reg, n, shared_client,
                                                                 w.backend.get(), w));
   } else {
-    // GPU workers over gloo: a StagedTransport, so the compression runs on the device.
-    ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<Transport> world,
-                            GroupTransport(config, reg, "world", reg.rank(), reg.world_size(),
-                                           shared_client, w.backend.get(),
-                                           config.optimizer.comm_backend_name));
-    if (!o.transport_trace.empty()) {
-      ONEBIT_ASSIGN_OR_RETURN(world, TracedTransport::Create(std::move(world), o.transport_trace));
-    }
-    ONEBIT_ASSIGN_OR_RETURN(w.transport, InBackendMemory(w.backend.get(), std::move(world)));
-    ExactAllreduceOptions exact;
-    ONEBIT_ASSIGN_OR_RETURN(exact.wire_dtype, ParseWireDtype(config.exchange.warmup_dtype));
-    ONEBIT_ASSIGN_OR_RETURN(exact.order, ParseSumOrder(EffectiveWarmupOrder(config.exchange)));
+    ONEBIT_ASSIGN_OR_RETURN(w.transport,
+                            WorldTransport(config, reg, shared_client, o.transport_trace, w));
+    ONEBIT_ASSIGN_OR_RETURN(ExactAllreduceOptions exact, WarmupOptions(config));
     ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<PeerExchange> peer,
                             PeerExchange::Create(w.backend.get(), w.transport.get(), n, exact,
                                                  JobCompressor(config)));

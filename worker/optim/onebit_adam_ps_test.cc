@@ -2,7 +2,9 @@
 // (in this process):
 //  - S == W: it equals OnebitAdam over PeerExchange bit for bit (parameters, momentum,
 //    worker and server errors) across the freeze, W = 1..4, with the bytes on the wire;
-//  - S != W: warmup is still bit-identical.
+//  - S != W: warmup is still bit-identical;
+//  - the warmup between the workers (exchange.warmup_over "workers"): the same bits as
+//    the warmup through the shards, which see only the compressed steps.
 #include <cstring>
 #include <random>
 #include <thread>
@@ -14,6 +16,7 @@
 #include "server/in_process_shards.h"
 #include "worker/exchange/peer_exchange.h"
 #include "worker/exchange/ps_exchange.h"
+#include "worker/exchange/workers_warmup_exchange.h"
 #include "worker/optim/optimizer_factory.h"
 #include "worker/transport/local_group.h"
 
@@ -200,6 +203,96 @@ TEST(PsExchangeTest, WarmupIsBitIdenticalForAnyShardCount) {
     for (int rank = 0; rank < w; ++rank) EXPECT_TRUE(SameBits(ps[rank].params, peer[rank].params));
   }
 }
+
+// ps with the warmup between the workers (WorkersWarmupExchange over the inproc transport
+// in `order`), W workers against `shards`; also returns the shards' bytes per worker.
+std::vector<WorkerEnd> RunPsWorkersWarmup(const OptimizerSpec& options, int workers, int steps,
+                                          size_t n, const std::vector<std::string>& addresses,
+                                          SumOrder order, std::vector<uint64_t>* shard_bytes) {
+  const std::vector<float> p0 = Random(1, n, 0.0f, 1.0f);
+  std::vector<WorkerEnd> ends(workers);
+  shard_bytes->assign(workers, 0);
+  const absl::Status status =
+      RunLocalGroup(TransportKind::kInproc, workers, [&](Transport& transport) -> absl::Status {
+        auto backend = kernels::NewCpuBackend();
+        const int rank = transport.rank();
+        auto ps = PsExchange::Create(backend.get(), rank, workers, n, addresses);
+        if (!ps.ok()) return ps.status();
+        ExactAllreduceOptions exact;
+        exact.order = order;
+        auto exchange =
+            WorkersWarmupExchange::Create(backend.get(), &transport, n, exact, *std::move(ps));
+        if (!exchange.ok()) return exchange.status();
+        if (absl::Status s =
+                RunWorker(options, exchange->get(), backend.get(), rank, steps, n, p0, &ends[rank]);
+            !s.ok()) {
+          return s;
+        }
+        (*shard_bytes)[rank] = (*exchange)->compressed().bytes_sent();
+        return absl::OkStatus();
+      });
+  EXPECT_TRUE(status.ok()) << status;
+  return ends;
+}
+
+class WorkersWarmupTest : public ::testing::TestWithParam<std::string> {};
+
+// 12 steps, the freeze after step 5, W = 2..4 over 2 shards: in rank order the warmup
+// between the workers gives the bits of the warmup through the shards (parameters,
+// momentum, worker and server errors), and the shards only ever see compressed steps.
+TEST_P(WorkersWarmupTest, SameBitsAsTheWarmupThroughTheShards) {
+  const size_t n = 1003;
+  constexpr int kSteps = 12, kShards = 2;
+  constexpr int64_t kFreeze = 5;
+  OptimizerSpec options;
+  options.type = GetParam();
+  options.hyper.lr = 1e-2f;
+  options.hyper.weight_decay = 0.01f;
+  options.freeze_step = kFreeze;
+  for (int w : {2, 3, 4}) {
+    SCOPED_TRACE(testing::Message() << "W " << w);
+    InProcessShards through(kShards, w, n);
+    const std::vector<WorkerEnd> want = RunPs(options, w, kSteps, n, through.addresses);
+    InProcessShards shards(kShards, w, n, kernels::Compressor::kOnebit, /*allow_step_gaps=*/true);
+    std::vector<uint64_t> shard_bytes;
+    const std::vector<WorkerEnd> got =
+        RunPsWorkersWarmup(options, w, kSteps, n, shards.addresses, SumOrder::kRank, &shard_bytes);
+    const auto layout = *PsLayout::Create(n, kShards);
+    for (int rank = 0; rank < w; ++rank) {
+      SCOPED_TRACE(testing::Message() << "rank " << rank);
+      EXPECT_TRUE(SameBits(got[rank].params, want[rank].params));
+      EXPECT_TRUE(SameBits(got[rank].momentum, want[rank].momentum));
+      EXPECT_TRUE(SameBits(got[rank].worker_error, want[rank].worker_error));
+      // The shards' bytes: one block per shard and compressed step, no warmup run.
+      EXPECT_EQ(shard_bytes[rank], (kSteps - kFreeze) * kShards * layout.block_bytes());
+      // The warmup's bytes went over the transport.
+      EXPECT_GT(got[rank].bytes_sent, shard_bytes[rank] + kFreeze * n * 4 / 2);
+    }
+    for (int s = 0; s < kShards; ++s) {
+      EXPECT_TRUE(SameBits(*shards.processes[s]->state().ServerErrorToHost(),
+                           *through.processes[s]->state().ServerErrorToHost()));
+      EXPECT_EQ(shards.processes[s]->state().last_completed_step(), kSteps);
+    }
+  }
+}
+
+// The ring order: its own fixed bits, the same on every worker.
+TEST_P(WorkersWarmupTest, RingOrderAgreesAcrossWorkers) {
+  const size_t n = 1003;
+  OptimizerSpec options;
+  options.type = GetParam();
+  options.hyper.lr = 1e-2f;
+  options.freeze_step = 4;
+  InProcessShards shards(2, 3, n, kernels::Compressor::kOnebit, /*allow_step_gaps=*/true);
+  std::vector<uint64_t> shard_bytes;
+  const std::vector<WorkerEnd> got =
+      RunPsWorkersWarmup(options, 3, 8, n, shards.addresses, SumOrder::kRing, &shard_bytes);
+  for (int rank = 1; rank < 3; ++rank) EXPECT_TRUE(SameBits(got[rank].params, got[0].params));
+  EXPECT_EQ(shards.processes[0]->state().last_completed_step(), 8);
+}
+
+INSTANTIATE_TEST_SUITE_P(Optimizers, WorkersWarmupTest,
+                         ::testing::Values("OneBitAdam", "OneBitLamb"));
 
 }  // namespace
 }  // namespace onebit

@@ -46,6 +46,13 @@ absl::StatusOr<std::unique_ptr<Transport>> TracedTransport::Create(
   return std::unique_ptr<Transport>(std::move(traced));
 }
 
+std::unique_ptr<Transport> TracedTransport::Create(std::unique_ptr<Transport> inner,
+                                                   CallTrace* trace) {
+  auto traced = std::make_unique<TracedTransport>(inner.get(), trace);
+  traced->owned_inner_ = std::move(inner);
+  return traced;
+}
+
 TracedTransport::Begun TracedTransport::Begin(absl::string_view op, int to, int from,
                                               size_t block_bytes, uint64_t wire_bytes) const {
   return Begun{op, to, from, block_bytes, wire_bytes, wire_bytes, trace_->now()};

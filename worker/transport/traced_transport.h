@@ -50,6 +50,8 @@ class TracedTransport final : public Transport {
   // INVALID_ARGUMENT when the file cannot be opened.
   static absl::StatusOr<std::unique_ptr<Transport>> Create(std::unique_ptr<Transport> inner,
                                                            const std::string& path);
+  // Owns `inner`; lines into `trace` (borrowed, shared with the worker's other traced calls).
+  static std::unique_ptr<Transport> Create(std::unique_ptr<Transport> inner, CallTrace* trace);
 
   std::string name() const override { return inner_->name(); }
   int rank() const override { return inner_->rank(); }

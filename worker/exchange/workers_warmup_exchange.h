@@ -1,0 +1,80 @@
+// ps mode with exchange.warmup_over "workers": the warmup's full-precision sums go between
+// the workers, as in peer mode (ExactAllreduce over the workers' own transport), and only
+// the compressed stage goes through the parameter-server shards (the wrapped exchange,
+// a PsExchange in a job).
+//
+// WHY. Through the shards, each warmup step is W independent streams per shard; with the
+// shards on the workers' hosts they meet on the same links and the step took 1.35x DDP's
+// at 100 Mbit/s (BENCHMARKS.md, "ps shards beside the workers"). The workers' allreduce
+// runs in fixed rounds, one flow each way on every link, as DDP's ring does. The
+// compressed stage, 1/32 of the bytes, keeps its shards: the server error lives there.
+//
+// BITS. With the rank order and the fp32 wire the sums are the shards' own (rank order
+// from 0.0f, exact_allreduce.h), so a job gives the same bits as with warmup_over
+// "shards"; the ring order and the 16-bit wires give their own fixed bits.
+//
+// THE SHARDS' SIDE. They see no push before the first compressed step (freeze_step + 1,
+// or the resumed step), so they run with allow_step_gaps, and a checkpoint of the warmup
+// has no shard parts: the server error is zero until the first compressed step
+// (coordinator: Coordinator::ServersHoldStateAt; resume: ResumeFrom.servers_start_empty).
+// AnyOverflow (fp16 loss scaling) also goes between the workers, so a skipped step
+// reaches no shard either.
+//
+// Thread safety: one thread at a time. Backend and transport are borrowed.
+#ifndef ONEBIT_WORKER_EXCHANGE_WORKERS_WARMUP_EXCHANGE_H_
+#define ONEBIT_WORKER_EXCHANGE_WORKERS_WARMUP_EXCHANGE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "kernels/buffer.h"
+#include "kernels/kernels.h"
+#include "worker/exchange/exact_allreduce.h"
+#include "worker/exchange/exchange.h"
+#include "worker/exchange/forwarding_exchange.h"
+#include "worker/transport/transport.h"
+
+namespace onebit {
+
+class WorkersWarmupExchange final : public ForwardingExchange {
+ public:
+  // `transport` (this worker's group of all workers, in `backend`'s memory) carries the
+  // warmup; `compressed` (owned) the compressed stage. INVALID_ARGUMENT when the memory
+  // spaces or the world sizes differ.
+  static absl::StatusOr<std::unique_ptr<WorkersWarmupExchange>> Create(
+      kernels::Backend* backend, Transport* transport, size_t n,
+      const ExactAllreduceOptions& exact, std::unique_ptr<Exchange> compressed);
+
+  // The fixed-order allreduce between the workers; the shards see nothing.
+  absl::StatusOr<const float*> SumGradients(int64_t step, const float* grad) override;
+  // A one-float gather between the workers (as PeerExchange's).
+  absl::StatusOr<bool> AnyOverflow(int64_t step, bool local_overflow) override;
+  // Both paths: the transport's payload bytes and the shards'.
+  uint64_t bytes_sent() const override;
+  uint64_t bytes_received() const override;
+  // A flat exchange: every byte counts as between nodes (exchange.h).
+  LinkBytes intra_node_bytes() const override { return {}; }
+  LinkBytes inter_node_bytes() const override { return {bytes_sent(), bytes_received()}; }
+
+  Exchange& compressed() { return *compressed_; }
+
+ private:
+  WorkersWarmupExchange(kernels::Backend* backend, Transport* transport,
+                        std::unique_ptr<Exchange> compressed)
+      : ForwardingExchange(compressed.get()),
+        backend_(backend),
+        transport_(transport),
+        compressed_(std::move(compressed)) {}
+
+  kernels::Backend* const backend_;
+  Transport* const transport_;
+  const std::unique_ptr<Exchange> compressed_;
+  std::unique_ptr<ExactAllreduce> exact_;
+  kernels::Buffer<float> flag_;  // AnyOverflow's one float
+};
+
+}  // namespace onebit
+
+#endif  // ONEBIT_WORKER_EXCHANGE_WORKERS_WARMUP_EXCHANGE_H_
