@@ -45,6 +45,7 @@ import sys
 RATE_BPS = {"100mbit": 100e6, "1gbit": 1e9, "10gbit": 10e9, "none": None}
 RATE_X = {"100mbit": 0.1, "1gbit": 1.0, "10gbit": 10.0, "none": 100.0}  # Gbit/s on the plot
 SYSTEM_NAME = {"adam": "onebit Adam", "peer": "1-bit Adam peer", "ps": "1-bit Adam ps",
+               "psw": "1-bit Adam ps, warmup between the workers",
                "peer16": "1-bit Adam peer, bf16 warmup", "zo": "0/1 Adam peer",
                "ddp": "DDP + Adam", "ddp16": "DDP + Adam, fp16 hook"}
 RATE_LABEL = {"100mbit": "100 Mbit/s", "1gbit": "1 Gbit/s", "10gbit": "10 Gbit/s", "none": "no limit"}
@@ -309,8 +310,10 @@ def main():
               f"{memcpy_gbps:.2f} GB/s; all measurements: " +
               ", ".join(f"{m['label']}: {m['single_gbps']:.2f} (1 process) / {m['all_gbps']:.2f} "
                         f"({m['procs']} at once), load {m['uptime']}" for m in mem))
-    placements = sorted({r.get("shards", "separate") for r in recs if r.get("system") == "ps"})
-    per_node = sorted({int(r.get("shards_per_node", 1)) for r in recs if r.get("system") == "ps"})
+    ps_systems = ("ps", "psw")
+    placements = sorted({r.get("shards", "separate") for r in recs if r.get("system") in ps_systems})
+    per_node = sorted({int(r.get("shards_per_node", 1)) for r in recs
+                       if r.get("system") in ps_systems})
     if placements:
         md.append("")
         md.append("ps shards: " + ", ".join(
@@ -333,7 +336,8 @@ def main():
         for rate in rates:
             for system, stage in [("adam", "warmup"), ("peer", "warmup"), ("peer", "compression"),
                                   ("peer16", "warmup"), ("peer16", "compression"),
-                                  ("ps", "warmup"), ("ps", "compression"), ("zo", "variance"),
+                                  ("ps", "warmup"), ("ps", "compression"), ("psw", "warmup"),
+                                  ("psw", "compression"), ("zo", "variance"),
                                   ("zo", "cgrad"), ("zo", "local"), ("zo", "sync"),
                                   ("ddp", "warmup"), ("ddp16", "warmup")]:
                 row = get(wl, rate, system, stage)
@@ -438,16 +442,38 @@ def main():
                 f"| {wl} | {RATE_LABEL[rate]} | {at('local')} | {at('local', 'compute_ms')} | "
                 f"{at('local', 'update_ms')} | {at('local', 'bound_ms')} | {pct(lo)} | "
                 f"{at('sync')} | {at('variance')} | {at('cgrad')} | {ms(run)} | {ms(d)} | {vs} |")
-    ps_rows = [r for r in rows if r["system"] == "ps"]
+    psw_keys = [(wl, rate) for wl in workloads for rate in rates if get(wl, rate, "psw", "warmup")]
+    if psw_keys:
+        md.append("")
+        md.append("ps with the warmup between the workers (psw: onebit.exchange.warmup_over "
+                  "workers) against the shards' warmup (ps), the peer warmup and DDP:")
+        md.append("")
+        md.append("| workload | link | psw warmup | ps warmup | peer warmup | DDP | psw / DDP | "
+                  "ps / DDP | psw compression | ps compression |")
+        md.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        nan = float("nan")
+        for wl, rate in psw_keys:
+            def at(system, stage):
+                row = get(wl, rate, system, stage)
+                return row["step_ms"] if row else nan
+
+            def over(x, y):
+                return "-" if x != x or y != y or y == 0 else f"{x / y:.2f}x"
+            d = at("ddp", "warmup")
+            md.append(f"| {wl} | {RATE_LABEL[rate]} | {ms(at('psw', 'warmup'))} | "
+                      f"{ms(at('ps', 'warmup'))} | {ms(at('peer', 'warmup'))} | {ms(d)} | "
+                      f"{over(at('psw', 'warmup'), d)} | {over(at('ps', 'warmup'), d)} | "
+                      f"{ms(at('psw', 'compression'))} | {ms(at('ps', 'compression'))} |")
+    ps_rows = [r for r in rows if r["system"] in ps_systems]
     if ps_rows:
         md.append("")
         md.append("ps mode: the largest peak resident memory (VmHWM) of a shard process, and the "
                   "fp32 chunk it serves (n/4 floats):")
         md.append("")
-        md.append("| workload | link | stage | shard peak RSS | chunk |")
-        md.append("|---|---|---|---:|---:|")
+        md.append("| workload | link | system | stage | shard peak RSS | chunk |")
+        md.append("|---|---|---|---|---:|---:|")
         for r in ps_rows:
-            md.append(f"| {r['workload']} | {RATE_LABEL[r['rate']]} | {r['stage']} | "
+            md.append(f"| {r['workload']} | {RATE_LABEL[r['rate']]} | {r['system']} | {r['stage']} | "
                       f"{r['shard_peak_rss_mb']:.0f} MB | {r['params'] / w * 4 / 2**20:.0f} MB |")
     with open(os.path.join(a.out, "results.md"), "w") as f:
         f.write("\n".join(md) + "\n")

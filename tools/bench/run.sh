@@ -5,7 +5,7 @@
 # a host of their own whose link is not limited (tools/emulated_cluster.sh).
 #
 #   sudo tools/bench/run.sh [--quick] [--rates "100mbit 1gbit 10gbit none"]
-#                           [--workloads "syn25m syn100m fmnist"] [--systems "adam peer peer16 ps zo ddp ddp16"]
+#                           [--workloads "syn25m syn100m fmnist"] [--systems "adam peer peer16 ps psw zo ddp ddp16"]
 #                           [--shards separate|colocated] [--shards-per-node P] [--nodes N]
 #                           [--cc cubic|bbr|machine]
 #                           [--out DIR] [--bin DIR] [--skip "WORKLOAD@RATE ..."]
@@ -29,6 +29,8 @@
 #   peer   onebit, 1-bit Adam, peer mode: warmup steps, then compression steps
 #   peer16 the same with the warmup's exchange in bf16 (onebit.exchange.warmup_dtype)
 #   ps     onebit, 1-bit Adam, ps mode with 4 shards (S = W): the same
+#   psw    the same with the warmup between the workers (onebit.exchange.warmup_over
+#          workers: the peer warmup's ring; the shards serve the compression stage)
 #   zo     onebit, 0/1 Adam, peer mode, to time each kind of its steps: ZO_WARMUP (8)
 #          steps before var_freeze_step with var_update_scaler 1 (variance updates, an exact
 #          allreduce, at steps 1, 2, 4, 8; compressed-gradient steps between), then ZO_STEPS
@@ -170,13 +172,18 @@ steps_for() {  # workload rate stage -> steps
   esac
 }
 
-job_config() {  # workload optimizer steps warmup_dtype -> JSON
-  local w=$1 opt=$2 steps=$3 dtype=${4:-fp32} workload params
+job_config() {  # workload optimizer steps [warmup_dtype [warmup_over]] -> JSON
+  local w=$1 opt=$2 steps=$3 dtype=${4:-fp32} over=${5:-shards} workload params xkeys
   params='"lr": 0.001, "betas": [0.9, 0.999], "eps": 1.0, "freeze_step": 0'
   if [ "$opt" = ZeroOneAdam ]; then
     params='"lr": 0.001, "betas": [0.9, 0.999], "eps": 1.0, "var_freeze_step": 0,
                            "var_update_scaler": 1, "local_step_scaler": 2, "local_step_clipper": 16'
   fi
+  xkeys="\"warmup_dtype\": \"$dtype\""
+  # warmup_over is a ps key: the file says ps too (the launcher's --exchange and --servers
+  # come after the file is read)
+  [ "$over" = shards ] ||
+    xkeys="$xkeys, \"mode\": \"ps\", \"servers\": $WORKERS, \"warmup_over\": \"$over\""
   if [ "$w" = fmnist ]; then
     workload='{"type": "fashion_mnist", "hidden": [256, 128], "eval_every": 0}'
   else
@@ -192,7 +199,7 @@ job_config() {  # workload optimizer steps warmup_dtype -> JSON
   "optimizer": {"type": "$opt",
                 "params": {$params}},
   "onebit": {"workers": $WORKERS, "device": "cpu", "lease_steps": 10, "log_every": 1000,
-             "exchange": {"warmup_dtype": "$dtype"},
+             "exchange": {$xkeys},
              "failure": {"ps_step_deadline_s": 900, "gloo_timeout_s": 900},
              "workload": $workload}
 }
@@ -237,16 +244,18 @@ sampler_stop() {
 # compression steps, in one job).
 onebit_run() {
   local w=$1 rate=$2 sys=$3 nw nc opt=OneBitAdam mode=peer name dir t0 t1 load0 dtype=fp32
+  local over=shards
   nw=$(steps_for "$w" "$rate" warmup)
   nc=$(steps_for "$w" "$rate" compression)
   [ "$sys" = ps ] && mode=ps
+  if [ "$sys" = psw ]; then mode=ps; over=workers; fi
   if [ "$sys" = adam ]; then opt=Adam; nc=0; fi
   [ "$sys" = peer16 ] && dtype=bf16
   if [ "$sys" = zo ]; then opt=ZeroOneAdam; nw=${ZO_WARMUP:-8}; nc=${ZO_STEPS:-48}; fi
   name=$w-$rate-$sys
   dir=$OUT/runs/$name
   rm -rf "$dir"; mkdir -p "$dir"
-  job_config "$w" "$opt" $((nw + nc)) "$dtype" > "$dir/job.json"
+  job_config "$w" "$opt" $((nw + nc)) "$dtype" "$over" > "$dir/job.json"
   local flags=(--exchange="$mode")
   [ "$mode" = ps ] && flags+=(--servers=$((WORKERS * SHARDS_PER_NODE)))
   [ "$mode" = ps ] && [ "$SHARDS" = colocated ] && flags+=(--cluster_shards=nodes)
@@ -327,7 +336,7 @@ for rate in $RATES; do
     log "$w at $rate"
     for sys in $SYSTEMS; do
       case $sys in
-        adam|peer|peer16|ps|zo) onebit_run "$w" "$rate" "$sys" || failed=1 ;;
+        adam|peer|peer16|ps|psw|zo) onebit_run "$w" "$rate" "$sys" || failed=1 ;;
         ddp|ddp16) ddp_run "$w" "$rate" "$sys" || failed=1 ;;
         *) die "unknown system $sys" ;;
       esac
