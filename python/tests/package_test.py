@@ -120,6 +120,15 @@ class SameBitsAsReplay(StreamCase):
             with open(os.path.join(logs, f"server-{shard}.log")) as f:
                 self.assertIn(f"the workers' model has {N} parameters", f.read())
 
+    def test_ps_with_the_warmup_between_the_workers(self):
+        # exchange.warmup_over "workers": the warmup over gloo between the workers, the shards
+        # from the first compressed step on; in rank order the bits of the shards' warmup.
+        def ps_warmup_workers(config):
+            config["onebit"]["exchange"] = {"mode": "ps", "servers": W, "warmup_over": "workers",
+                                            "warmup_order": "rank"}
+        self.run_both("psw", "OneBitAdam", {"lr": 0.01, "eps": 1e-8, "freeze_step": 10},
+                      ["--lr=0.01", "--eps=1e-8", "--freeze-step=10"], edit=ps_warmup_workers)
+
     def test_saved_with_torch_save_and_resumed_in_a_fresh_job(self):
         # A job of 12 steps saves each rank's final state_dict with torch.save; a fresh job
         # of T steps loads them before its first step and starts after step 12: the bits
