@@ -232,7 +232,6 @@ absl::Status PsExchange::Init(std::vector<std::shared_ptr<grpc::Channel>> channe
     ONEBIT_ASSIGN_OR_RETURN(decoded_, kernels::Buffer<float>::Create(backend_, layout_.n()));
   }
   using kernels::Buffer;
-  ONEBIT_ASSIGN_OR_RETURN(sum_, Buffer<float>::Create(backend_, layout_.n()));
   ONEBIT_ASSIGN_OR_RETURN(blocks_,
                           Buffer<uint8_t>::Create(backend_, num_shards * layout_.block_bytes()));
   ONEBIT_ASSIGN_OR_RETURN(gathered_,
@@ -268,6 +267,11 @@ PsExchange::~PsExchange() {
 }
 
 absl::StatusOr<const float*> PsExchange::SumGradients(int64_t step, const float* grad) {
+  // Made on the first warmup sum: a job whose warmup goes between the workers
+  // (WorkersWarmupExchange) never needs these 4n bytes.
+  if (sum_.size() == 0) {
+    ONEBIT_ASSIGN_OR_RETURN(sum_, kernels::Buffer<float>::Create(backend_, layout_.n()));
+  }
   for (auto& shard : shards_) {
     const int s = shard->index;
     // One copy of the run into a slice gRPC owns (it may hold it past this call); the

@@ -213,7 +213,7 @@ class PsExchange : public Exchange {
   std::unique_ptr<WorkerCompressor> compressor_;
   int64_t checkpoint_step_ = -1;  // the latest step scheduled for a checkpoint
   int64_t reset_step_ = -1;       // the step whose pushes ask the shards to zero their errors
-  kernels::Buffer<float> sum_;         // SumGradients' result, n values
+  kernels::Buffer<float> sum_;         // SumGradients' result, n values (made by its first call)
   kernels::Buffer<uint8_t> blocks_;    // the S compressed blocks this worker pushes
   kernels::Buffer<uint8_t> gathered_;  // the S result blocks
   kernels::Buffer<float> decoded_;     // int8: the result decoded (CompressedResult::momentum)
