@@ -53,6 +53,29 @@ class CoordinatorTest : public ::testing::Test {
     coordinator_ = *std::move(c);
   }
 
+  // A coordinator of `config` (1,234 parameters) whose committed manifests go into
+  // *written, with workers w0, w1 and shard s0 registered.
+  void MakeCheckpointing(JobConfig config, std::vector<v1::CheckpointManifest>* written) {
+    config.checkpoint.dir = "/unused";  // the commit function is the only writer
+    CoordinatorOptions options;
+    options.config = config;
+    options.job_id = "job-1";
+    options.num_parameters = 1234;
+    options.commit_checkpoint = [written](const v1::CheckpointManifest& m) {
+      written->push_back(m);
+      return absl::OkStatus();
+    };
+    absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Create(options, &clock_, nullptr);
+    ASSERT_TRUE(c.ok()) << c.status();
+    coordinator_ = *std::move(c);
+    ASSERT_EQ(RegisterWorker("w0"), 0);
+    ASSERT_EQ(RegisterWorker("w1"), 1);
+    v1::RegisterRequest server;
+    server.set_role(v1::ROLE_SERVER);
+    server.set_instance_id("s0");
+    ASSERT_TRUE(coordinator_->Register(server).ok());
+  }
+
   int RegisterWorker(const std::string& id) {
     v1::RegisterRequest r;
     r.set_role(v1::ROLE_WORKER);
@@ -404,24 +427,9 @@ TEST_F(CoordinatorTest, AdamJobsReportNoFreezeMode) {
 // exactly the parts reported.
 TEST_F(CoordinatorTest, CheckpointCommitsWhenEveryPartIsIn) {
   JobConfig config = SmallJob();
-  config.checkpoint.dir = "/unused";  // the commit function below is the only writer
   config.checkpoint.every_steps = 10;
-  CoordinatorOptions options;
-  options.config = config;
-  options.job_id = "job-1";
-  options.num_parameters = 1234;
   std::vector<v1::CheckpointManifest> written;
-  options.commit_checkpoint = [&](const v1::CheckpointManifest& m) {
-    written.push_back(m);
-    return absl::OkStatus();
-  };
-  coordinator_ = *Coordinator::Create(options, &clock_, nullptr);
-  ASSERT_EQ(RegisterWorker("w0"), 0);
-  ASSERT_EQ(RegisterWorker("w1"), 1);
-  v1::RegisterRequest server;
-  server.set_role(v1::ROLE_SERVER);
-  server.set_instance_id("s0");
-  ASSERT_TRUE(coordinator_->Register(server).ok());
+  MakeCheckpointing(config, &written);
   EXPECT_THAT(Lease(0, 1)->checkpoint_steps(), testing::ElementsAre(10));
 
   // Bad parts change nothing.
@@ -475,23 +483,9 @@ TEST_F(CoordinatorTest, CheckpointCommitsWhenEveryPartIsIn) {
 TEST_F(CoordinatorTest, AWarmupBetweenTheWorkersIsCheckpointedWithoutTheShards) {
   JobConfig config = SmallJob();  // the switch after step 30
   config.exchange.warmup_over = "workers";
-  config.checkpoint.dir = "/unused";
   config.checkpoint.every_steps = 30;
-  CoordinatorOptions options;
-  options.config = config;
-  options.job_id = "job-1";
   std::vector<v1::CheckpointManifest> written;
-  options.commit_checkpoint = [&](const v1::CheckpointManifest& m) {
-    written.push_back(m);
-    return absl::OkStatus();
-  };
-  coordinator_ = *Coordinator::Create(options, &clock_, nullptr);
-  ASSERT_EQ(RegisterWorker("w0"), 0);
-  ASSERT_EQ(RegisterWorker("w1"), 1);
-  v1::RegisterRequest server;
-  server.set_role(v1::ROLE_SERVER);
-  server.set_instance_id("s0");
-  ASSERT_TRUE(coordinator_->Register(server).ok());
+  MakeCheckpointing(config, &written);
   ASSERT_TRUE(Lease(0, 1).ok());
   ASSERT_TRUE(Lease(0, 11).ok());
   EXPECT_THAT(Lease(0, 21)->checkpoint_steps(), testing::ElementsAre(30));

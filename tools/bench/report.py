@@ -89,6 +89,11 @@ def kernel_bytes_per_param(stage, w):
     return grad + 20.125 + (0.125 + 12.0 / w + 0.125 / w) + 16.125
 
 
+def ratio(x, y):
+    """x / y as "1.23x", or "-" where either is missing (NaN) or y is 0."""
+    return "-" if x != x or y != y or y == 0 else f"{x / y:.2f}x"
+
+
 def pct(row):
     """A row's bound over its step as a percentage; '-' when unknown."""
     if not row or row["bound_over_step"] != row["bound_over_step"]:
@@ -372,8 +377,6 @@ def main():
                                if wu and co else float("nan"))
             d = ddp["step_ms"] if ddp else float("nan")
 
-            def ratio(x, y):
-                return "-" if x != x or y != y or y == 0 else f"{x / y:.2f}x"
 
             pw = get(wl, rate, "peer", "warmup")
             sw = get(wl, rate, "ps", "warmup")
@@ -457,12 +460,10 @@ def main():
                 row = get(wl, rate, system, stage)
                 return row["step_ms"] if row else nan
 
-            def over(x, y):
-                return "-" if x != x or y != y or y == 0 else f"{x / y:.2f}x"
             d = at("ddp", "warmup")
             md.append(f"| {wl} | {RATE_LABEL[rate]} | {ms(at('psw', 'warmup'))} | "
                       f"{ms(at('ps', 'warmup'))} | {ms(at('peer', 'warmup'))} | {ms(d)} | "
-                      f"{over(at('psw', 'warmup'), d)} | {over(at('ps', 'warmup'), d)} | "
+                      f"{ratio(at('psw', 'warmup'), d)} | {ratio(at('ps', 'warmup'), d)} | "
                       f"{ms(at('psw', 'compression'))} | {ms(at('ps', 'compression'))} |")
     ps_rows = [r for r in rows if r["system"] in ps_systems]
     if ps_rows:
