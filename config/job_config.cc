@@ -117,6 +117,10 @@ bool WarmupBetweenWorkers(const ExchangeConfig& exchange) {
   return exchange.mode == "peer" || (exchange.mode == "ps" && exchange.warmup_over == "workers");
 }
 
+bool ShardsSkipWarmup(const ExchangeConfig& exchange) {
+  return UsesServers(exchange) && exchange.warmup_over == "workers";
+}
+
 absl::StatusOr<JobConfig> ParseJobConfig(absl::string_view json) {
   bool comments = false, trailing_commas = false;
   ONEBIT_ASSIGN_OR_RETURN(const std::string strict,

@@ -216,15 +216,18 @@ struct ExchangeConfig {
   // hierarchical: how a node's slice crosses nodes, "peer" or "ps" (then servers must be a
   // multiple of local_size: local rank l uses shards [l*K, (l+1)*K), K = servers/local_size).
   std::string inter = "peer";
-  // hierarchical over inter peer: the transport between nodes, "auto" (the job's
+  // hierarchical over inter peer (and inter ps with warmup_over "workers", for the warmup):
+  // the transport between nodes, "auto" (the job's
   // comm_backend_name), "gloo" or "nccl". GPU workers with NCCL inside the node and gloo
   // between nodes compress on the device and stage only the packed blocks through the host
   // (worker/transport/staged_transport.h).
   std::string inter_transport = "auto";
-  // ps mode: where the warmup's full-precision sums go. "shards": through the
-  // parameter-server shards, as the compressed stage. "workers": between the workers, as in
-  // peer mode (the fixed-order allreduce over the workers' own transport, gloo or NCCL),
-  // and the shards only serve the compressed stage: they hold no state before it, so a
+  // Where the shards are (ps mode, hierarchical over inter ps): where the warmup's
+  // full-precision sums go. "shards": through the parameter-server shards, as the
+  // compressed stage. "workers": between the workers, as in peer mode (the fixed-order
+  // allreduce over the workers' own transport, gloo or NCCL; hierarchical: between the
+  // nodes' workers of the same local rank, in rank order, fp32), and the shards only serve
+  // the compressed stage: they hold no state before it, so a
   // checkpoint of the warmup has no shard parts. Where the shards share the workers' hosts
   // the shards' warmup sends W streams into each link at once (BENCHMARKS.md, "ps shards
   // beside the workers"). Optimizers OneBitAdam and OneBitLamb (one switch to compression).
@@ -396,6 +399,9 @@ int ServerCount(const JobConfig& config);
 // Whether the warmup's full-precision sums go between the workers: peer mode, and ps mode
 // with warmup_over "workers" (hierarchical: inside a node they always do).
 bool WarmupBetweenWorkers(const ExchangeConfig& exchange);
+// Whether the job has shards that take no part in the warmup (exchange.warmup_over
+// "workers"): they hold no state before the first compressed step.
+bool ShardsSkipWarmup(const ExchangeConfig& exchange);
 
 // exchange.warmup_order with "auto" resolved: "rank" or "ring".
 std::string EffectiveWarmupOrder(const ExchangeConfig& exchange);

@@ -137,8 +137,9 @@ absl::Status CheckJobConfig(const ParseState& state) {
     return Bad(x.local_size != 1 ? "onebit.exchange.local_size" : "onebit.exchange.inter",
                "only applies to mode hierarchical");
   }
-  if (x.warmup_over != "shards" && x.mode != "ps") {
-    return Bad("onebit.exchange.warmup_over", "only applies to mode ps");
+  if (x.warmup_over != "shards" && !UsesServers(x)) {
+    return Bad("onebit.exchange.warmup_over",
+               "only applies where there are shards (mode ps, or hierarchical with inter ps)");
   }
   if (x.warmup_over == "workers" && o.type != "OneBitAdam" && o.type != "OneBitLamb") {
     return Bad("onebit.exchange.warmup_over",
@@ -181,8 +182,11 @@ absl::Status CheckJobConfig(const ParseState& state) {
   if (o.comm_backend_name == "nccl" && c->device != "cuda") {
     return Bad("optimizer.params.comm_backend_name", "nccl needs onebit.device = cuda");
   }
-  if (x.inter_transport != "auto" && (x.mode != "hierarchical" || x.inter != "peer")) {
-    return Bad("onebit.exchange.inter_transport", "only applies to mode hierarchical, inter peer");
+  if (x.inter_transport != "auto" &&
+      (x.mode != "hierarchical" || (x.inter != "peer" && !ShardsSkipWarmup(x)))) {
+    return Bad("onebit.exchange.inter_transport",
+               "only applies to mode hierarchical, inter peer (or inter ps with warmup_over "
+               "workers)");
   }
   if (x.inter_transport == "nccl" && c->device != "cuda") {
     return Bad("onebit.exchange.inter_transport", "nccl needs onebit.device = cuda");

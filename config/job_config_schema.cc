@@ -876,13 +876,15 @@ Key OnebitBlock(ParseState* s) {
                                 "servers must be a multiple of local_size.")},
            {"inter_transport",
             String(&x->inter_transport, {"auto", "gloo", "nccl"})
-                .Means("Hierarchical over inter peer: the transport between nodes; auto is "
-                       "comm_backend_name; nccl needs device cuda.")},
+                .Means("Hierarchical over inter peer (or inter ps with warmup_over workers): "
+                       "the transport between nodes; auto is comm_backend_name; nccl needs "
+                       "device cuda.")},
            {"warmup_over",
             String(&x->warmup_over, {"shards", "workers"})
-                .Means("ps mode: the warmup's full-precision sums through the shards, or "
-                       "between the workers as in peer mode (the shards then serve only the "
-                       "compressed stage); workers: OneBitAdam and OneBitLamb.")},
+                .Means("With shards (ps, hierarchical over inter ps): the warmup's "
+                       "full-precision sums through the shards, or between the workers as in "
+                       "peer mode (the shards then serve only the compressed stage); workers: "
+                       "OneBitAdam and OneBitLamb.")},
            {"warmup_dtype",
             String(&x->warmup_dtype, {"fp32", "bf16", "fp16"})
                 .Means("What the full-precision (warmup) exchange carries on the wire; bf16 "

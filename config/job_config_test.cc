@@ -206,6 +206,14 @@ TEST(JobConfigTest, WarmupOver) {
   c = ParseJobConfig(R"({"onebit": {"exchange": {"mode": "ps", "servers": 2,
       "warmup_over": "workers", "warmup_order": "ring"}}})");
   ASSERT_TRUE(c.ok()) << c.status();
+  // Hierarchical over shards: the slices' warmup between the nodes, in rank order.
+  c = ParseJobConfig(R"({"onebit": {"workers": 4, "exchange": {"mode": "hierarchical",
+      "local_size": 2, "inter": "ps", "servers": 2, "warmup_over": "workers",
+      "inter_transport": "gloo"}}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(ShardsSkipWarmup(c->exchange));
+  EXPECT_FALSE(WarmupBetweenWorkers(c->exchange));
+  EXPECT_EQ(EffectiveWarmupOrder(c->exchange), "rank");
 }
 
 TEST(JobConfigTest, WarmupOrder) {
@@ -315,7 +323,7 @@ TEST(JobConfigTest, RejectsBadConfigsNamingTheKey) {
       {R"({"onebit": {"exchange": {"mode": "ps", "servers": 1, "warmup_order": "ring"}}})",
        "onebit.exchange.warmup_order: only a warmup between the workers"},
       {R"({"onebit": {"exchange": {"warmup_over": "workers"}}})",
-       "onebit.exchange.warmup_over: only applies to mode ps"},
+       "onebit.exchange.warmup_over: only applies where there are shards"},
       {R"({"onebit": {"exchange": {"mode": "ps", "servers": 1, "warmup_over": "peer"}}})",
        "onebit.exchange.warmup_over"},
       {R"({"optimizer": {"type": "ZeroOneAdam"},

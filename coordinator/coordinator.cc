@@ -600,8 +600,7 @@ std::string Coordinator::CheckpointReasonLocked(int64_t step) const {
 }
 
 bool Coordinator::ServersHoldStateAtLocked(int64_t step) const {
-  const ExchangeConfig& x = options_.config.exchange;
-  if (!(x.mode == "ps" && WarmupBetweenWorkers(x))) return true;
+  if (!ShardsSkipWarmup(options_.config.exchange)) return true;
   const int64_t freeze = stage_machine_.freeze_step();
   return freeze >= 0 && step > freeze;
 }

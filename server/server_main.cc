@@ -278,7 +278,7 @@ int main(int argc, char** argv) {
     // compressed step).
     allow_step_gaps = config->optimizer.type == "ZeroOneAdam" ||
                       (config->precision.fp16 && config->device == "cuda") ||
-                      (x.mode == "ps" && onebit::WarmupBetweenWorkers(x));
+                      onebit::ShardsSkipWarmup(x);
     if (x.mode == "hierarchical") {
       // Hierarchical over ps: local rank l of every node (one worker per node) exchanges
       // slice l with its own K = servers / local_size shards; this is shard --shard % K of

@@ -301,21 +301,24 @@ TEST_F(JobTest, Bf16WarmupHalvesTheBytesAndTrains) {
   EXPECT_LT(bf16, 0.5 * NumberField(start[0], "last_loss"));
 }
 
-// 2 nodes x 2 workers, hierarchical: the inter-node path over gloo peers and over shards
-// (2 per slice, as many as nodes) gives the same bits; every worker ends the same; only
-// the compressed slices cross nodes.
+// 2 nodes x 2 workers, hierarchical: the inter-node path over gloo peers, over shards (2
+// per slice, as many as nodes), and over shards with the warmup between the nodes' workers
+// (exchange.warmup_over workers) gives the same bits; every worker ends the same; only the
+// compressed slices cross nodes.
 TEST_F(JobTest, HierarchicalOverPeerAndPsGiveTheSameParameters) {
   constexpr int kWorkers = 4, kLocal = 2, kNodes = kWorkers / kLocal;
   std::vector<std::string> files;
-  for (const std::string inter : {"peer", "ps"}) {
+  for (const std::string variant : {"peer", "ps", "ps-warmup-workers"}) {
+    const std::string inter = variant == "peer" ? "peer" : "ps";
     JobConfig c = SmallJob(kWorkers, 24);
     c.optimizer.freeze_step = 8;
     c.exchange.mode = "hierarchical";
     c.exchange.local_size = kLocal;
     c.exchange.inter = inter;
     c.exchange.servers = inter == "ps" ? kNodes * kLocal : 0;
-    const std::string out = TmpDir() + "/params-h" + inter + "-{i}.npy";
-    auto job = StartJob("hierarchical-" + inter, c, {"--params_out=" + out});
+    if (variant == "ps-warmup-workers") c.exchange.warmup_over = "workers";
+    const std::string out = TmpDir() + "/params-h" + variant + "-{i}.npy";
+    auto job = StartJob("hierarchical-" + variant, c, {"--params_out=" + out});
     const auto summaries = Finish(*job);
     ASSERT_EQ(summaries.size(), static_cast<size_t>(kWorkers));
     EXPECT_EQ(CommonSwitchStep(summaries), 9);
@@ -331,7 +334,7 @@ TEST_F(JobTest, HierarchicalOverPeerAndPsGiveTheSameParameters) {
       }
     }
     for (int i = 0; i < kWorkers; ++i) {
-      files.push_back(TmpDir() + "/params-h" + inter + "-" + std::to_string(i) + ".npy");
+      files.push_back(TmpDir() + "/params-h" + variant + "-" + std::to_string(i) + ".npy");
     }
   }
   auto read = [](const std::string& path) {

@@ -363,6 +363,19 @@ absl::StatusOr<ExactAllreduceOptions> WarmupOptions(const JobConfig& config) {
   return exact;
 }
 
+// The group of local rank `local_rank` on every node ("slice<l>"; this worker is rank
+// `node` of `nodes`), over exchange.inter_transport, in the backend's memory.
+absl::StatusOr<std::unique_ptr<Transport>> SliceTransport(
+    const JobConfig& config, const v1::RegisterResponse& reg, int local_rank, int node, int nodes,
+    std::shared_ptr<CoordinatorClient> client, kernels::Backend* backend) {
+  const std::string& between = config.exchange.inter_transport;
+  ONEBIT_ASSIGN_OR_RETURN(
+      std::unique_ptr<Transport> inter,
+      GroupTransport(config, reg, absl::StrCat("slice", local_rank), node, nodes, std::move(client),
+                     backend, between == "auto" ? config.optimizer.comm_backend_name : between));
+  return InBackendMemory(backend, std::move(inter));
+}
+
 // The hierarchical exchange of worker `rank`: its node's group, and between the nodes
 // either a group of the same local rank on every node or that local rank's shards.
 absl::StatusOr<std::unique_ptr<Exchange>> NewHierarchicalExchange(
@@ -387,15 +400,21 @@ absl::StatusOr<std::unique_ptr<Exchange>> NewHierarchicalExchange(
                                  shards.begin() + (local_rank + 1) * k);
     ONEBIT_ASSIGN_OR_RETURN(between_nodes, PsExchange::Create(backend, node, nodes, layout.slice(),
                                                               own, PsOptions(config, own)));
+    if (ShardsSkipWarmup(config.exchange)) {
+      // exchange.warmup_over "workers": the slice's warmup sum between the nodes' workers of
+      // this local rank (rank order, fp32: the shards' bits), the shards from the switch on.
+      ONEBIT_ASSIGN_OR_RETURN(w.inter_transport,
+                              SliceTransport(config, reg, local_rank, node, nodes, client, backend));
+      ONEBIT_ASSIGN_OR_RETURN(
+          between_nodes, WorkersWarmupExchange::Create(backend, w.inter_transport.get(),
+                                                       layout.slice(), ExactAllreduceOptions(),
+                                                       std::move(between_nodes)));
+    }
     return HierarchicalExchange::Create(backend, w.transport.get(), std::move(between_nodes),
                                         layout);
   }
-  const std::string& between = config.exchange.inter_transport;
-  ONEBIT_ASSIGN_OR_RETURN(
-      std::unique_ptr<Transport> inter,
-      GroupTransport(config, reg, absl::StrCat("slice", local_rank), node, nodes, client, backend,
-                     between == "auto" ? config.optimizer.comm_backend_name : between));
-  ONEBIT_ASSIGN_OR_RETURN(w.inter_transport, InBackendMemory(backend, std::move(inter)));
+  ONEBIT_ASSIGN_OR_RETURN(w.inter_transport,
+                          SliceTransport(config, reg, local_rank, node, nodes, client, backend));
   return HierarchicalExchange::CreatePeer(backend, w.transport.get(), w.inter_transport.get(), n,
                                           JobCompressor(config));
 }

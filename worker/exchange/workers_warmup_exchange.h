@@ -1,7 +1,9 @@
-// ps mode with exchange.warmup_over "workers": the warmup's full-precision sums go between
+// Shards with exchange.warmup_over "workers": the warmup's full-precision sums go between
 // the workers, as in peer mode (ExactAllreduce over the workers' own transport), and only
-// the compressed stage goes through the parameter-server shards (the wrapped exchange,
-// a PsExchange in a job).
+// the compressed stage goes through the parameter-server shards (the wrapped exchange, a
+// PsExchange in a job). ps mode wraps its exchange of the whole tensor; hierarchical over
+// inter ps the inter-node exchange of each slice (the transport: the same local rank on
+// every node, rank order and fp32, so the bits are the shards' warmup's).
 //
 // WHY. Through the shards, each warmup step is W independent streams per shard; with the
 // shards on the workers' hosts they meet on the same links and the step took 1.35x DDP's
