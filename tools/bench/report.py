@@ -485,12 +485,12 @@ def main():
     for wl in workloads:
         dat = os.path.join(a.out, f"{wl}.dat")
         cols = [("adam", "warmup"), ("peer", "warmup"), ("peer", "compression"), ("ps", "warmup"),
-                ("ps", "compression"), ("ddp", "warmup")]
+                ("ps", "compression"), ("ddp", "warmup"), ("psw", "warmup"), ("psw", "compression")]
         if not any(get(wl, rate, s, "compression") for rate in rates for s in ("peer", "ps")):
             continue
         with open(dat, "w") as f:
             f.write("# x_gbit " + " ".join(f"{s}_{t}_step {s}_{t}_bound" for s, t in cols) +
-                    " e2e_ddp e2e_peer e2e_ps\n")
+                    " e2e_ddp e2e_peer e2e_ps e2e_psw\n")
             for rate in rates:
                 vals = [RATE_X[rate]]
                 for s, t in cols:
@@ -499,7 +499,10 @@ def main():
                 e = next((x for x in e2e_rows if x[0] == wl and x[1] == rate), None)
                 if e is None:
                     continue
-                vals += [e[2] / 1e3, e[3] / 1e3, e[4] / 1e3]
+                wu, co = get(wl, rate, "psw", "warmup"), get(wl, rate, "psw", "compression")
+                e2e_psw = (WARMUP_SHARE * wu["step_ms"] + (1 - WARMUP_SHARE) * co["step_ms"]
+                           if wu and co else math.nan)
+                vals += [e[2] / 1e3, e[3] / 1e3, e[4] / 1e3, e2e_psw / 1e3]
                 f.write(" ".join("NaN" if v != v else f"{v:.6g}" for v in vals) + "\n")
         # column of (system, stage) step: 2 + 2*i, bound: 3 + 2*i
         c = {k: 2 + 2 * i for i, k in enumerate(cols)}
@@ -512,6 +515,15 @@ def main():
             style = (f"with lines dt 2 lw 1.5 lc rgb '{color}'" if bound
                      else f"with linespoints lw 2 pt {point} lc rgb '{color}'")
             return f"'{dat}' using 1:{col} {style} title '{title}'"
+
+        # ps with the warmup between the workers, where the run has it.
+        psw = any(get(wl, rate, "psw", "warmup") for rate in rates)
+        psw_warmup = (f", \\\n     {line(('psw', 'warmup'), '1-bit Adam warmup, ps (psw)', '#9467bd', point=9)}"
+                      if psw else "")
+        psw_e2e = (f", \\\n     '{dat}' using 1:{5 + 2 * len(cols)} with linespoints lw 2 pt 9 lc rgb '#9467bd' title '1-bit Adam, ps (psw)'"
+                   if psw else "")
+        psw_compression = (f", \\\n     {line(('psw', 'compression'), '1-bit Adam compression, ps (psw)', '#9467bd', point=9)}"
+                           if psw else "")
 
         with open(gp, "w") as f:
             f.write(f"""set terminal pngcairo size 1500,500 font ',10'
@@ -531,17 +543,17 @@ plot {line(('ddp', 'warmup'), 'DDP + Adam (gloo)', '#d62728')}, \\
      {line(('ps', 'warmup'), '1-bit Adam warmup, ps', '#2ca02c', point=5)}, \\
      {line(('ddp', 'warmup'), 'bound: DDP', '#d62728', bound=True)}, \\
      {line(('peer', 'warmup'), 'bound: peer warmup', '#1f77b4', bound=True)}, \\
-     {line(('ps', 'warmup'), 'bound: ps warmup', '#2ca02c', bound=True)}
+     {line(('ps', 'warmup'), 'bound: ps warmup', '#2ca02c', bound=True)}{psw_warmup}
 set title 'compression stage'
 plot {line(('peer', 'compression'), '1-bit Adam compression, peer', '#1f77b4')}, \\
      {line(('ps', 'compression'), '1-bit Adam compression, ps', '#2ca02c', point=5)}, \\
      {line(('peer', 'compression'), 'bound: peer', '#1f77b4', bound=True)}, \\
-     {line(('ps', 'compression'), 'bound: ps', '#2ca02c', bound=True)}
+     {line(('ps', 'compression'), 'bound: ps', '#2ca02c', bound=True)}{psw_compression}
 set title 'end to end, {100 * WARMUP_SHARE:.0f}% warmup (from the measured stage steps)'
 set ylabel 'mean seconds per step'
 plot '{dat}' using 1:{2 + 2 * len(cols)} with linespoints lw 2 pt 7 lc rgb '#d62728' title 'DDP + Adam', \\
      '{dat}' using 1:{3 + 2 * len(cols)} with linespoints lw 2 pt 7 lc rgb '#1f77b4' title '1-bit Adam, peer', \\
-     '{dat}' using 1:{4 + 2 * len(cols)} with linespoints lw 2 pt 5 lc rgb '#2ca02c' title '1-bit Adam, ps'
+     '{dat}' using 1:{4 + 2 * len(cols)} with linespoints lw 2 pt 5 lc rgb '#2ca02c' title '1-bit Adam, ps'{psw_e2e}
 unset multiplot
 """)
         res = subprocess.run(["gnuplot", gp], capture_output=True, text=True)
