@@ -161,7 +161,11 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock* clock,
                              : std::string("; every error buffer restored")));
   }
   LogLine(absl::StrCat("job ", options_.job_id, ": ", options_.config.workers, " workers, ",
-                       ServerCount(options_.config), " servers, ",
+                       ServerCount(options_.config), " servers",
+                       ShardsSkipWarmup(options_.config.exchange)
+                           ? " (the warmup between the workers)"
+                           : "",
+                       ", ",
                        options_.config.steps >= kOpenEndedSteps
                            ? std::string("steps until the workers' training loops end")
                            : absl::StrCat(options_.config.steps, " steps"),

@@ -566,6 +566,8 @@ class LaunchedLikeTorchrun(StreamCase):
         for r in range(W):
             self.assertIn(f"this node's shard {r} runs as process", logs[r])
             self.assertIn(f"onebit-server: shard {r} of {W}, {W} workers, n = {N}", logs[r])
+        # Shards beside the workers: the warmup goes between the workers by default.
+        self.assertIn(f"{W} servers (the warmup between the workers)", logs[0])
 
     def test_a_job_without_steps_ends_when_the_loops_do(self):
         # No steps anywhere: each script runs a plain loop of T steps and closes; the job
