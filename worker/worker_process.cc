@@ -122,7 +122,8 @@ struct Worker {
   std::unique_ptr<CallTrace> trace;  // --transport_trace of ps pushes and the world group
   // peer, and ps with the warmup between the workers: the job; hierarchical: the node
   std::unique_ptr<Transport> transport;
-  std::unique_ptr<Transport> inter_transport;  // hierarchical over peer: between nodes
+  // hierarchical over peer, and over ps with the warmup between the workers: between nodes
+  std::unique_ptr<Transport> inter_transport;
   std::unique_ptr<Exchange> exchange;
   std::unique_ptr<Exchange> fault_exchange;  // --fault=kill_in_exchange: wraps `exchange`
   std::unique_ptr<CoordinatorStepController> controller;
@@ -640,7 +641,7 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
     // On a GPU too: the compression stays on the device, and only the blocks cross PCIe.
     ONEBIT_ASSIGN_OR_RETURN(w.exchange, PsExchange::Create(w.backend.get(), reg.rank(),
                                                            reg.world_size(), n, shards, ps));
-    if (WarmupBetweenWorkers(config.exchange)) {
+    if (ShardsSkipWarmup(config.exchange)) {
       // exchange.warmup_over "workers": the warmup as in peer mode, over the workers' group.
       ONEBIT_ASSIGN_OR_RETURN(
           w.transport, WorldTransport(config, reg, shared_client, o.transport_trace, w));

@@ -40,14 +40,19 @@ absl::StatusOr<std::unique_ptr<Transport>> TracedTransport::Create(
     std::unique_ptr<Transport> inner, const std::string& path) {
   absl::StatusOr<std::unique_ptr<CallTrace>> trace = CallTrace::Create(path);
   if (!trace.ok()) return trace.status();
-  auto traced = std::make_unique<TracedTransport>(inner.get(), trace->get());
-  traced->owned_inner_ = std::move(inner);
+  CallTrace* lines = trace->get();
+  std::unique_ptr<TracedTransport> traced = Own(std::move(inner), lines);
   traced->owned_trace_ = *std::move(trace);
   return std::unique_ptr<Transport>(std::move(traced));
 }
 
 std::unique_ptr<Transport> TracedTransport::Create(std::unique_ptr<Transport> inner,
                                                    CallTrace* trace) {
+  return Own(std::move(inner), trace);
+}
+
+std::unique_ptr<TracedTransport> TracedTransport::Own(std::unique_ptr<Transport> inner,
+                                                      CallTrace* trace) {
   auto traced = std::make_unique<TracedTransport>(inner.get(), trace);
   traced->owned_inner_ = std::move(inner);
   return traced;

@@ -73,6 +73,8 @@ class TracedTransport final : public Transport {
 
  private:
   class TracedPending;
+  // A TracedTransport that owns `inner` (the two Creates).
+  static std::unique_ptr<TracedTransport> Own(std::unique_ptr<Transport> inner, CallTrace* trace);
   // What a call looked like when it started.
   struct Begun {
     absl::string_view op;
