@@ -89,6 +89,14 @@ def kernel_bytes_per_param(stage, w):
     return grad + 20.125 + (0.125 + 12.0 / w + 0.125 / w) + 16.125
 
 
+def whole_run_ms(warmup, compression):
+    """A run's mean step with WARMUP_SHARE of it warmup, from the two stages' rows; NaN
+    where either is missing."""
+    if not warmup or not compression:
+        return float("nan")
+    return WARMUP_SHARE * warmup["step_ms"] + (1 - WARMUP_SHARE) * compression["step_ms"]
+
+
 def ratio(x, y):
     """x / y as "1.23x", or "-" where either is missing (NaN) or y is 0."""
     return "-" if x != x or y != y or y == 0 else f"{x / y:.2f}x"
@@ -373,8 +381,7 @@ def main():
             e2e = {}
             for system in ("peer", "ps"):
                 wu, co = get(wl, rate, system, "warmup"), get(wl, rate, system, "compression")
-                e2e[system] = (WARMUP_SHARE * wu["step_ms"] + (1 - WARMUP_SHARE) * co["step_ms"]
-                               if wu and co else float("nan"))
+                e2e[system] = whole_run_ms(wu, co)
             d = ddp["step_ms"] if ddp else float("nan")
 
 
@@ -404,7 +411,7 @@ def main():
         nan = float("nan")
         for wl, rate in whole:
             wu, co = get(wl, rate, "peer16", "warmup"), get(wl, rate, "peer16", "compression")
-            run = WARMUP_SHARE * wu["step_ms"] + (1 - WARMUP_SHARE) * co["step_ms"]
+            run = whole_run_ms(wu, co)
             d = (get(wl, rate, "ddp", "warmup") or {}).get("step_ms", nan)
             d16 = (get(wl, rate, "ddp16", "warmup") or {}).get("step_ms", nan)
 
@@ -500,8 +507,7 @@ def main():
                 if e is None:
                     continue
                 wu, co = get(wl, rate, "psw", "warmup"), get(wl, rate, "psw", "compression")
-                e2e_psw = (WARMUP_SHARE * wu["step_ms"] + (1 - WARMUP_SHARE) * co["step_ms"]
-                           if wu and co else math.nan)
+                e2e_psw = whole_run_ms(wu, co)
                 vals += [e[2] / 1e3, e[3] / 1e3, e[4] / 1e3, e2e_psw / 1e3]
                 f.write(" ".join("NaN" if v != v else f"{v:.6g}" for v in vals) + "\n")
         # column of (system, stage) step: 2 + 2*i, bound: 3 + 2*i
