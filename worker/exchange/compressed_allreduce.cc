@@ -7,11 +7,7 @@ namespace onebit {
 
 absl::StatusOr<std::unique_ptr<CompressedAllreduce>> CompressedAllreduce::Create(
     kernels::Backend* backend, Transport* transport, size_t n, kernels::Compressor compressor) {
-  if (backend->memory_space() != transport->memory_space()) {
-    return absl::InvalidArgumentError(absl::StrCat("backend ", backend->name(),
-                                                   " and transport ", transport->name(),
-                                                   " use different memory spaces"));
-  }
+  ONEBIT_RETURN_IF_ERROR(CheckSameMemorySpace(*backend, *transport));
   std::unique_ptr<CompressedAllreduce> c(
       new CompressedAllreduce(backend, transport, n, compressor));
   ONEBIT_RETURN_IF_ERROR(c->Init());

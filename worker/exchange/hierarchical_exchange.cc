@@ -12,11 +12,7 @@ namespace onebit {
 absl::StatusOr<std::unique_ptr<HierarchicalExchange>> HierarchicalExchange::Create(
     kernels::Backend* backend, Transport* intra, std::unique_ptr<Exchange> inter,
     const HierarchicalLayout& layout) {
-  if (backend->memory_space() != intra->memory_space()) {
-    return absl::InvalidArgumentError(absl::StrCat("backend ", backend->name(), " and transport ",
-                                                   intra->name(),
-                                                   " use different memory spaces"));
-  }
+  ONEBIT_RETURN_IF_ERROR(CheckSameMemorySpace(*backend, *intra));
   if (intra->world_size() != layout.local_size()) {
     return absl::InvalidArgumentError(absl::StrCat("the node's transport has ",
                                                    intra->world_size(), " ranks, the layout ",

@@ -33,11 +33,7 @@ struct PeerExchange::Overlap {
 absl::StatusOr<std::unique_ptr<PeerExchange>> PeerExchange::Create(
     kernels::Backend* backend, Transport* transport, size_t n,
     const ExactAllreduceOptions& exact, kernels::Compressor compressor) {
-  if (backend->memory_space() != transport->memory_space()) {
-    return absl::InvalidArgumentError(absl::StrCat("backend ", backend->name(),
-                                                   " and transport ", transport->name(),
-                                                   " use different memory spaces"));
-  }
+  ONEBIT_RETURN_IF_ERROR(CheckSameMemorySpace(*backend, *transport));
   std::unique_ptr<PeerExchange> e(new PeerExchange(backend, transport, n, exact));
   ONEBIT_ASSIGN_OR_RETURN(e->exact_, ExactAllreduce::Create(backend, transport, n, exact));
   ONEBIT_ASSIGN_OR_RETURN(e->compressed_,

@@ -11,11 +11,7 @@ absl::StatusOr<std::unique_ptr<WorkersWarmupExchange>> WorkersWarmupExchange::Cr
     kernels::Backend* backend, Transport* transport, size_t n,
     const ExactAllreduceOptions& exact, std::unique_ptr<Exchange> compressed) {
   if (compressed == nullptr) return absl::InvalidArgumentError("no exchange for the compressed stage");
-  if (backend->memory_space() != transport->memory_space()) {
-    return absl::InvalidArgumentError(absl::StrCat("backend ", backend->name(), " and transport ",
-                                                   transport->name(),
-                                                   " use different memory spaces"));
-  }
+  ONEBIT_RETURN_IF_ERROR(CheckSameMemorySpace(*backend, *transport));
   if (transport->world_size() != compressed->world_size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("the warmup's transport has ", transport->world_size(),

@@ -18,7 +18,7 @@
 // THE SHARDS' SIDE. They see no push before the first compressed step (freeze_step + 1,
 // or the resumed step), so they run with allow_step_gaps, and a checkpoint of the warmup
 // has no shard parts: the server error is zero until the first compressed step
-// (coordinator: Coordinator::ServersHoldStateAt; resume: ResumeFrom.servers_start_empty).
+// (coordinator: Coordinator::ServersHoldStateAtLocked; resume: ResumeFrom.servers_start_empty).
 // AnyOverflow (fp16 loss scaling) also goes between the workers, so a skipped step
 // reaches no shard either.
 //

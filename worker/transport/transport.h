@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "kernels/kernels.h"
 
 namespace onebit {
@@ -111,6 +112,16 @@ inline absl::StatusOr<std::unique_ptr<Transport::PendingSendRecv>> Transport::St
 // buffer. Rounded down once, over the whole product, so that every rank counts the same.
 inline uint64_t RingAllReduceWireBytes(size_t bytes, int world_size) {
   return 2 * static_cast<uint64_t>(world_size - 1) * bytes / world_size;
+}
+
+// OK when `transport` moves buffers in `backend`'s memory (what every collective over the
+// two needs); INVALID_ARGUMENT naming both otherwise.
+inline absl::Status CheckSameMemorySpace(const kernels::Backend& backend,
+                                         const Transport& transport) {
+  if (backend.memory_space() == transport.memory_space()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("backend ", backend.name(), " and transport ",
+                                                 transport.name(),
+                                                 " use different memory spaces"));
 }
 
 }  // namespace onebit
