@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 
@@ -155,6 +156,13 @@ absl::StatusOr<std::unique_ptr<JobCoordinator>> JobCoordinator::Start(PreparedJo
   }
   const JobConfig& config = job.config;
   if (!config.checkpoint.dir.empty()) {
+    // A new job's directory may not exist yet (the state file goes there first).
+    std::error_code made;
+    std::filesystem::create_directories(config.checkpoint.dir, made);
+    if (made) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot create onebit.checkpoint.dir ", config.checkpoint.dir, ": ", made.message()));
+    }
     JobConfig resume_config = config;
     if (job.restarted) resume_config.checkpoint.resume = true;  // a recovery always resumes
     ONEBIT_ASSIGN_OR_RETURN(checkpoint::ResumePlan plan,

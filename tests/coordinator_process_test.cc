@@ -397,6 +397,27 @@ TEST(CoordinatorProcessTest, BadConfigsExitWithTheKey) {
   EXPECT_THAT(no_config.err(), HasSubstr("--config"));
 }
 
+// A new job's checkpoint.dir need not exist: the coordinator makes it (its state file is
+// the first thing written there), or says why it cannot.
+TEST(CoordinatorProcessTest, ANewJobMakesItsCheckpointDirectory) {
+  const std::string dir = NewDir("ckptdir");
+  auto config = [](const std::string& ckpt) {
+    return absl::StrCat(R"({"steps": 40, "onebit": {"workers": 2, "checkpoint": {"dir": ")", ckpt,
+                        R"(", "every_steps": 10}}})");
+  };
+  Coordinator c = StartCoordinator(dir, config(dir + "/new/ckpt"));
+  ASSERT_FALSE(c.addresses.grpc.empty()) << c.child.err();
+  EXPECT_THAT(ReadFile(dir + "/new/ckpt/coordinator-state.json"), HasSubstr("jobId"));
+  c.child.process->Signal(SIGTERM);
+  EXPECT_EQ(Wait(c.child, absl::Seconds(15)), 0) << c.child.err();
+
+  WriteFile(dir + "/a_file", "not a directory");
+  Coordinator under_a_file = StartCoordinator(dir, config(dir + "/a_file/ckpt"));
+  EXPECT_EQ(Wait(under_a_file.child), 1);
+  EXPECT_THAT(under_a_file.child.err(),
+              HasSubstr(absl::StrCat("cannot create onebit.checkpoint.dir ", dir, "/a_file/ckpt")));
+}
+
 TEST(CoordinatorProcessTest, APortInUseIsAClearError) {
   const std::string dir = NewDir("ports");
   Coordinator first = StartCoordinator(dir, JobConfigJson(1, 10, 5));
