@@ -669,6 +669,8 @@ PYBIND11_MODULE(_onebit_core, m) {
     if (!json.ok()) onebit::Throw(json.status());
     return *json;
   }, py::arg("text"));
+  // onebit.failure.max_restarts where a config leaves it out (torch.py's launcher default).
+  m.attr("DEFAULT_MAX_RESTARTS") = onebit::FailureConfig{}.max_restarts;
   m.def("check_config", [](const std::string& path) {
     absl::StatusOr<onebit::JobConfig> config = onebit::LoadJobConfig(path);
     if (!config.ok()) onebit::Throw(config.status());

@@ -8,8 +8,13 @@ LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR and MASTER_PORT, so the sa
 runs under torchrun, srun or this unchanged. --nnodes and --node_rank place this machine's
 processes in a wider job (each node runs its own onebit-run with the same --master_addr).
 
-The first process that fails ends the others (SIGTERM, then SIGKILL after --grace_s) and
-its exit code is onebit-run's; SIGINT and SIGTERM are passed on to every process.
+The first process that fails ends the others (SIGTERM, then SIGKILL after --grace_s).
+With --max_restarts K (torchrun's flag and meaning) the whole group is then started again,
+up to K times, with TORCHELASTIC_RESTART_COUNT and TORCHELASTIC_MAX_RESTARTS set as
+torchrun sets them; a job with a checkpoint.dir resumes from its last checkpoint (rank 0's
+embedded coordinator reads the job's state there). Once no restart is left, the failed
+process's exit code is onebit-run's. SIGINT and SIGTERM are passed on to every process and
+end the run without a restart.
 --master_port 0 picks a free port whose next two (onebit's embedded coordinator: gRPC on
 MASTER_PORT + 1, REST on + 2) are free too. --log_dir writes each rank's output to
 rank-N.log there instead of this terminal.
@@ -55,6 +60,8 @@ def parse(argv):
     p.add_argument("--master_addr", "--master-addr", default="127.0.0.1")
     p.add_argument("--master_port", "--master-port", type=int, default=29500)
     p.add_argument("--log_dir", "--log-dir", help="each rank's output to LOG_DIR/rank-N.log")
+    p.add_argument("--max_restarts", "--max-restarts", type=int, default=0,
+                   help="after a failure, start the whole group again up to this many times")
     p.add_argument("--grace_s", type=float, default=15.0,
                    help="after SIGTERM, how long the others get before SIGKILL")
     p.add_argument("script", help="the training script (run with this Python)")
@@ -62,6 +69,8 @@ def parse(argv):
     a = p.parse_args(argv)
     if a.nproc_per_node < 1 or a.nnodes < 1:
         p.error("--nproc_per_node and --nnodes must be >= 1")
+    if a.max_restarts < 0:
+        p.error("--max_restarts must be >= 0")
     if not 0 <= a.node_rank < a.nnodes:
         p.error(f"--node_rank must be in [0, {a.nnodes})")
     if not 0 <= a.master_port <= 65533:
@@ -76,52 +85,107 @@ def parse(argv):
     return a
 
 
-def main(argv=None):
-    a = parse(sys.argv[1:] if argv is None else argv)
-    world = a.nnodes * a.nproc_per_node
-    procs, logs = [], []
-    for local in range(a.nproc_per_node):
-        rank = a.node_rank * a.nproc_per_node + local
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(local),
-                   LOCAL_WORLD_SIZE=str(a.nproc_per_node), GROUP_RANK=str(a.node_rank),
-                   MASTER_ADDR=a.master_addr, MASTER_PORT=str(a.master_port))
-        out = None
-        if a.log_dir:
-            os.makedirs(a.log_dir, exist_ok=True)
-            out = open(os.path.join(a.log_dir, f"rank-{rank}.log"), "w")
-            logs.append(out)
-        procs.append(subprocess.Popen([sys.executable, a.script, *a.args], env=env,
-                                      stdout=out, stderr=subprocess.STDOUT if out else None))
+def _signal_name(number):
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
-    def forward(signum, _frame):
-        for proc in procs:
+
+class _Group:
+    """This node's processes, started once per attempt."""
+
+    def __init__(self, a):
+        self.a, self.procs, self.logs = a, [], []
+        self.signalled = False
+
+    def rank(self, local):
+        return self.a.node_rank * self.a.nproc_per_node + local
+
+    def start(self, restart_count):
+        a = self.a
+        world = a.nnodes * a.nproc_per_node
+        self.procs = []
+        for local in range(a.nproc_per_node):
+            rank = self.rank(local)
+            env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(local),
+                       LOCAL_WORLD_SIZE=str(a.nproc_per_node), GROUP_RANK=str(a.node_rank),
+                       MASTER_ADDR=a.master_addr, MASTER_PORT=str(a.master_port),
+                       TORCHELASTIC_RESTART_COUNT=str(restart_count),
+                       TORCHELASTIC_MAX_RESTARTS=str(a.max_restarts))
+            out = None
+            if a.log_dir:
+                os.makedirs(a.log_dir, exist_ok=True)
+                # A restart appends, so that the log keeps what the failed attempt printed.
+                out = open(os.path.join(a.log_dir, f"rank-{rank}.log"),
+                           "a" if restart_count else "w")
+                self.logs.append(out)
+            self.procs.append(subprocess.Popen([sys.executable, a.script, *a.args], env=env,
+                                               stdout=out,
+                                               stderr=subprocess.STDOUT if out else None))
+
+    def forward(self, signum, _frame):
+        self.signalled = True
+        for proc in self.procs:
             if proc.poll() is None:
                 proc.send_signal(signum)
-    signal.signal(signal.SIGINT, forward)
-    signal.signal(signal.SIGTERM, forward)
 
-    code, failed = 0, None
-    while [proc.poll() for proc in procs].count(None):  # polls every one (any() stops early)
-        for i, proc in enumerate(procs):
-            if failed is None and proc.returncode not in (None, 0):
-                failed, code = i, proc.returncode
-                rank = a.node_rank * a.nproc_per_node + i
-                print(f"onebit-run: rank {rank} exited with code {code}; stopping the others",
-                      file=sys.stderr, flush=True)
-                for other in procs:
-                    if other.poll() is None:
-                        other.terminate()
-                deadline = time.monotonic() + a.grace_s
-                while any(o.poll() is None for o in procs) and time.monotonic() < deadline:
-                    time.sleep(0.05)
-                for other in procs:
-                    if other.poll() is None:
-                        other.kill()
-        time.sleep(0.05)
-    if failed is None:
-        code = next((proc.returncode for proc in procs if proc.returncode != 0), 0)
-    for out in logs:
-        out.close()
+    def wait(self, restarts_left):
+        """Until every process ended: the exit code, and whether a process failed (the
+        first failure ends the others)."""
+        failed = None
+        while True:
+            ended = [proc.poll() for proc in self.procs].count(None) == 0  # polls every one
+            if failed is None:
+                failed = next((i for i, proc in enumerate(self.procs)
+                               if proc.returncode not in (None, 0)), None)
+                if failed is not None:
+                    code = self.procs[failed].returncode
+                    how = f"was killed by {_signal_name(-code)}" if code < 0 else \
+                        f"exited with code {code}"
+                    then = ("restarting the group" if restarts_left and not self.signalled
+                            else "stopping the others")
+                    print(f"onebit-run: rank {self.rank(failed)} {how}; {then}",
+                          file=sys.stderr, flush=True)
+                    self.stop()
+                    continue
+            if ended:
+                break
+            time.sleep(0.05)
+        return (0, False) if failed is None else (self.procs[failed].returncode, True)
+
+    def stop(self):
+        """SIGTERM to every process still running, SIGKILL after --grace_s."""
+        for other in self.procs:
+            if other.poll() is None:
+                other.terminate()
+        deadline = time.monotonic() + self.a.grace_s
+        while any(o.poll() is None for o in self.procs) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for other in self.procs:
+            if other.poll() is None:
+                other.kill()
+
+    def close(self):
+        for out in self.logs:
+            out.close()
+
+
+def main(argv=None):
+    a = parse(sys.argv[1:] if argv is None else argv)
+    group = _Group(a)
+    signal.signal(signal.SIGINT, group.forward)
+    signal.signal(signal.SIGTERM, group.forward)
+    restart = 0
+    while True:
+        group.start(restart)
+        code, failed = group.wait(a.max_restarts - restart)
+        if not failed or group.signalled or restart == a.max_restarts:
+            break
+        restart += 1
+        print(f"onebit-run: restart {restart} of at most {a.max_restarts}", file=sys.stderr,
+              flush=True)
+    group.close()
     # A process a signal ended: the shell's convention, 128 + the signal.
     return 128 - code if code < 0 else code
 

@@ -267,6 +267,15 @@ def _job_config(job, optimizer_type, explicit, n, device):
         # the workers"). Only optimizers with one switch to compression take it.
         if optimizer_type in ("OneBitAdam", "OneBitLamb"):
             exchange.setdefault("warmup_over", "workers")
+    # A launcher that restarts the whole group (torchrun's or onebit-run's --max_restarts)
+    # recovers the job through rank 0's restarted coordinator. The job keeps at least as
+    # many recoveries of its own, so that a loss the coordinator sees before the launcher
+    # stops it cannot fail a job the launcher would restart.
+    launcher = os.environ.get("TORCHELASTIC_MAX_RESTARTS", "")
+    failure = ob.get("failure", {})
+    if launcher.isdigit() and isinstance(failure, dict) and "max_restarts" not in failure:
+        most = max(int(launcher), _core().DEFAULT_MAX_RESTARTS)
+        ob["failure"] = dict(failure, max_restarts=most)
     ob.setdefault("device", device)
     workload = ob.setdefault("workload", {})
     workload.setdefault("type", "pytorch")
@@ -476,6 +485,11 @@ class _OnebitOptimizer(torch.optim.Optimizer):
                 print(f"onebit: config notice: {notice}", file=sys.stderr)
             self._coordinator = self._start_coordinator()
             address = address or self._coordinator.address
+            restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+            if restart not in ("", "0") and not job["onebit"].get("checkpoint", {}).get("dir"):
+                print(f"onebit: the launcher's restart {restart}, and the job has no "
+                      "onebit.checkpoint.dir to resume from: it starts again at step 1 (give "
+                      "it a checkpoint.dir on storage every node sees)", file=sys.stderr)
         self._timeout = float(timeout_s)
         # exchange.servers "per_node": local rank 0 of each node runs the node's shard.
         self._shard = None

@@ -293,14 +293,14 @@ class Recovery(StreamCase):
         config["onebit"]["checkpoint"] = {"dir": os.path.join(tmp, "ckpt"), "every_steps": 5}
         config["onebit"]["failure"] = {"max_restarts": 2, "heartbeat_timeout_s": 2,
                                        "gloo_timeout_s": 10, "rejoin_timeout_s": 60}
-        os.environ["KILL_RANK1_AT"] = "18:" + os.path.join(tmp, "killed")
+        os.environ["KILL_AT"] = "1:18:" + os.path.join(tmp, "killed")
         try:
             out = os.path.join(tmp, "package.npy")
             r = launch(tmp, config, [os.path.join(HERE, "stream_train.py"), "{config}",
                                      os.path.join(self.tmp, "params.npy"),
                                      os.path.join(self.tmp, "grads.npy"), out, "OneBitAdam"])
         finally:
-            del os.environ["KILL_RANK1_AT"]
+            del os.environ["KILL_AT"]
         self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
         self.assertTrue(os.path.exists(os.path.join(tmp, "killed")))
         with open(os.path.join(tmp, "out", "onebit_adam", "worker-1.log")) as f:
@@ -451,6 +451,29 @@ class EnvContract(unittest.TestCase):
             env.rank({"RANK": "zero"})
         self.assertIn("$RANK is 'zero'", str(e.exception))
 
+    def test_the_launchers_restarts_are_the_jobs_at_least(self):
+        # torchrun --max_restarts K sets TORCHELASTIC_MAX_RESTARTS: a config without
+        # failure.max_restarts keeps max(K, the default 3); a config's own value stands.
+        import onebit.torch as ot
+        def failure(job, launcher):
+            saved = os.environ.pop("TORCHELASTIC_MAX_RESTARTS", None)
+            if launcher is not None:
+                os.environ["TORCHELASTIC_MAX_RESTARTS"] = launcher
+            try:
+                full = ot._job_config(json.loads(json.dumps(job)), "OneBitAdam", {}, 10, "cpu")
+                return full["onebit"].get("failure")
+            finally:
+                os.environ.pop("TORCHELASTIC_MAX_RESTARTS", None)
+                if saved is not None:
+                    os.environ["TORCHELASTIC_MAX_RESTARTS"] = saved
+        self.assertEqual(failure({}, "7"), {"max_restarts": 7})
+        self.assertEqual(failure({}, "1"), {"max_restarts": 3})
+        self.assertIsNone(failure({}, None))  # the config's default applies
+        given = {"onebit": {"failure": {"max_restarts": 2, "heartbeat_timeout_s": 4}}}
+        self.assertEqual(failure(given, "7"), {"max_restarts": 2, "heartbeat_timeout_s": 4})
+        other = {"onebit": {"failure": {"heartbeat_timeout_s": 4}}}
+        self.assertEqual(failure(other, "7"), {"max_restarts": 7, "heartbeat_timeout_s": 4})
+
     def test_slurm_node_lists(self):
         from onebit import env
         self.assertEqual(env.first_slurm_host("node[03-05,7],gpu1"), "node03")
@@ -591,6 +614,58 @@ class LaunchedLikeTorchrun(StreamCase):
         self.assertIn("the job ended after step 12 while this worker still ran: its training "
                       "loop ran past the others'", logs[1])
 
+    def run_restarted(self, name, checkpoint, kill_at):
+        """onebit-run --max_restarts=5 (torchrun's flag) over W processes of stream_train.py,
+        one of which kills itself once (KILL_AT): the run, and each rank's log."""
+        tmp = tempfile.mkdtemp(prefix=name + "-", dir=self.tmp)
+        config = json.loads(json.dumps(self.CONFIG))
+        # No failure.max_restarts: the launcher's count is the job's (at least 3).
+        config["onebit"]["failure"] = {"heartbeat_timeout_s": 2, "gloo_timeout_s": 10}
+        if checkpoint:
+            # A directory that does not exist yet: the coordinator makes it.
+            config["onebit"]["checkpoint"] = {"dir": os.path.join(tmp, "new", "ckpt"),
+                                              "every_steps": 5}
+        path = os.path.join(tmp, "job.json")
+        with open(path, "w") as f:
+            json.dump(config, f)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("ONEBIT_", "SLURM_"))}
+        env.update(OPT_KWARGS=json.dumps(self.KWARGS), KILL_AT=f"{kill_at}:{tmp}/killed",
+                   PYTHONPATH=os.pathsep.join([os.path.dirname(HERE), os.path.join(BIN, "python")]))
+        out = os.path.join(tmp, "package.npy")
+        r = subprocess.run(
+            [sys.executable, "-m", "onebit.run", f"--nproc_per_node={W}", "--master_port=0",
+             "--max_restarts=5", "--log_dir=" + tmp, os.path.join(HERE, "stream_train.py"), path,
+             os.path.join(self.tmp, "params.npy"), os.path.join(self.tmp, "grads.npy"), out,
+             "OneBitAdam"], env=env, capture_output=True, text=True, timeout=240)
+        logs = []
+        for rank in range(W):
+            with open(os.path.join(tmp, f"rank-{rank}.log")) as f:
+                logs.append(f.read())
+        self.assertEqual(r.returncode, 0, r.stderr + logs[0][-3000:] + logs[1][-3000:])
+        self.assertIn("onebit-run: restart 1 of at most 5", r.stderr)
+        self.assertSameBits(np.load(out), self.replay(
+            os.path.join(tmp, "replay.npy"),
+            ["--lr=0.01", "--eps=1e-8", "--weight-decay=0.001", "--freeze-step=10"]))
+        return r, logs
+
+    def test_the_launchers_restart_resumes_after_rank_0_died(self):
+        # Rank 0 runs the coordinator: killed in the compression stage, the group restarts,
+        # the new coordinator reads the job's state in checkpoint.dir and every worker
+        # resumes from the checkpoint of step 15.
+        r, logs = self.run_restarted("rank0-killed", checkpoint=True, kill_at="0:18")
+        self.assertIn("onebit-run: rank 0 was killed by SIGKILL; restarting the group", r.stderr)
+        self.assertIn("rank 0: killing itself before step 18", logs[0])
+        self.assertIn("recovering in generation 2 (recovery 1 of at most 5)", logs[0])
+        for log in logs:
+            self.assertIn("resumed from the checkpoint of step 15", log)
+
+    def test_the_launchers_restart_without_a_checkpoint_dir_starts_again(self):
+        r, logs = self.run_restarted("rank1-killed", checkpoint=False, kill_at="1:18")
+        self.assertIn("onebit-run: rank 1 was killed by SIGKILL; restarting the group", r.stderr)
+        self.assertIn("the launcher's restart 1, and the job has no onebit.checkpoint.dir to "
+                      "resume from: it starts again at step 1", logs[0])
+        self.assertNotIn("resumed from the checkpoint", logs[1])
+
     def test_slurm_environment(self):
         port = free_port_run(3)
         logs = self.run_ranks("slurm", lambda r: {
@@ -714,8 +789,13 @@ keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "M
         "MASTER_PORT")
 with open(os.path.join(sys.argv[1], "env-" + os.environ["RANK"] + ".json"), "w") as f:
     json.dump({k: os.environ[k] for k in keys}, f)
+with open(os.path.join(sys.argv[1], "restarts-" + os.environ["RANK"]), "a") as f:
+    f.write(os.environ["TORCHELASTIC_RESTART_COUNT"] + "/" +
+            os.environ["TORCHELASTIC_MAX_RESTARTS"] + " ")
 if sys.argv[2] == "fail" and os.environ["LOCAL_RANK"] == "1":
     sys.exit(3)
+if sys.argv[2] == "fail_once" and os.environ["LOCAL_RANK"] == "1":
+    sys.exit(3 if os.environ["TORCHELASTIC_RESTART_COUNT"] == "0" else 0)
 if sys.argv[2] == "fail":
     def stop(*_):
         print("rank 0 got SIGTERM", flush=True)
@@ -761,11 +841,34 @@ if sys.argv[2] == "fail":
         self.assertIn("onebit-run: rank 1 exited with code 3; stopping the others", r.stderr)
         self.assertIn("rank 0 got SIGTERM", r.stdout)
 
+    def test_max_restarts_starts_the_whole_group_again(self):
+        tmp = tempfile.mkdtemp(prefix="onebit-run-")
+        r = self.run_it(tmp, "--nproc_per_node=2", "--master_port=0", "--max_restarts=2",
+                        "--log_dir=" + tmp, mode="fail_once")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("onebit-run: rank 1 exited with code 3; restarting the group", r.stderr)
+        self.assertIn("onebit-run: restart 1 of at most 2", r.stderr)
+        for rank in (0, 1):  # both ran twice: the group restarts, as torchrun's does
+            with open(os.path.join(tmp, f"restarts-{rank}")) as f:
+                self.assertEqual(f.read(), "0/2 1/2 ")
+        # Restarts used up: the failure's code, after the last one.
+        tmp = tempfile.mkdtemp(prefix="onebit-run-")
+        r = self.run_it(tmp, "--nproc_per_node=2", "--master_port=0", "--max_restarts=1",
+                        "--grace_s=20", mode="fail")
+        self.assertEqual(r.returncode, 3, r.stderr)
+        self.assertIn("onebit-run: restart 1 of at most 1", r.stderr)
+        self.assertIn("onebit-run: rank 1 exited with code 3; stopping the others", r.stderr)
+        with open(os.path.join(tmp, "restarts-0")) as f:
+            self.assertEqual(f.read(), "0/1 1/1 ")
+
     def test_bad_arguments(self):
         tmp = tempfile.mkdtemp(prefix="onebit-run-")
         r = self.run_it(tmp, "--nproc_per_node=2", "--nnodes=2", "--node_rank=2")
         self.assertEqual(r.returncode, 2)
         self.assertIn("--node_rank must be in [0, 2)", r.stderr)
+        r = self.run_it(tmp, "--max_restarts=-1")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--max_restarts must be >= 0", r.stderr)
 
 
 class Overlap(unittest.TestCase):

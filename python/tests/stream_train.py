@@ -13,7 +13,8 @@ LR_ZERO_AFTER=K steps a torch LambdaLR that makes the lr 0 after step K;
 CLIP_EACH_STEP=NORM calls opt.clip_grad_norm_(NORM) before every step; LOOP_STEPS=K runs
 a plain loop of K steps (for a job without steps) instead of `while not opt.done`;
 LOAD_STATE=PATH and SAVE_STATE=PATH ({rank} in them) torch.load a state_dict before the
-first step and torch.save the final one; BACKWARD_SET_TO_NONE=1 gives each step's gradient through zero_grad(set_to_none=True) and
+first step and torch.save the final one; KILL_AT=RANK:STEP:MARKER: that rank SIGKILLs
+itself before that step, once (it creates the file MARKER); BACKWARD_SET_TO_NONE=1 gives each step's gradient through zero_grad(set_to_none=True) and
 a backward, as torch 2's loops do, instead of writing .grad in place.
 """
 import json
@@ -139,12 +140,12 @@ def main():
         t = opt.next_step
         if check_state and t == int(check_state):
             check_state_dict(opt, initial.size)
-        kill_at = os.environ.get("KILL_RANK1_AT")  # "STEP:MARKER": once, the marker says
-        if kill_at and opt.rank == 1:
-            step, marker = kill_at.split(":", 1)
-            if t == int(step) and not os.path.exists(marker):
+        kill_at = os.environ.get("KILL_AT")  # "RANK:STEP:MARKER": once, the marker says
+        if kill_at:
+            rank, step, marker = kill_at.split(":", 2)
+            if opt.rank == int(rank) and t == int(step) and not os.path.exists(marker):
                 open(marker, "w").close()
-                print(f"rank 1: killing itself before step {t}", flush=True)
+                print(f"rank {rank}: killing itself before step {t}", flush=True)
                 os.kill(os.getpid(), signal.SIGKILL)
         g = torch.from_numpy(np.array(grads[t - 1, opt.rank]))
         if os.environ.get("BACKWARD_SET_TO_NONE"):
