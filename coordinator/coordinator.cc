@@ -784,6 +784,13 @@ void Coordinator::Abandon(const std::string& reason) {
   ChangedLocked();
 }
 
+void Coordinator::Recover(const std::string& what_failed) {
+  absl::MutexLock lock(&mu_);
+  if (state_ != v1::JOB_STATE_RUNNING) return;
+  RecoverLocked(what_failed);
+  ChangedLocked();
+}
+
 absl::StatusOr<v1::LeaseResponse> Coordinator::EndedLocked(int rank, int64_t last) {
   if (last < 0) {
     return absl::InvalidArgumentError(absl::StrCat("next_step must be >= 1, got ", last + 1));

@@ -122,6 +122,11 @@ class Coordinator final : public CoordinatorHandler {
   // Fails a job that is not over, with `reason` (every member hears it on its session):
   // the process that runs an embedded coordinator is leaving before the job's end.
   void Abandon(const std::string& reason) ABSL_LOCKS_EXCLUDED(mu_);
+  // Starts a recovery of a running job, as a lost member does (within max_restarts; from
+  // the last committed checkpoint): the process that runs an embedded coordinator is leaving
+  // for a reason a restart may fix (its script raised), and the launcher that restarts it
+  // resumes the job from the state file. A job that is not running is left as it is.
+  void Recover(const std::string& what_failed) ABSL_LOCKS_EXCLUDED(mu_);
   // Saves the state (Options::persist) as over: a later start with it is a new job, or the
   // same FAILED one. For the end of a process whose job is over.
   void PersistOver() ABSL_LOCKS_EXCLUDED(mu_);

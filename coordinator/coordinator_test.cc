@@ -864,6 +864,48 @@ TEST_F(CoordinatorTest, AJobThatFailedStaysFailed) {
   EXPECT_THAT(coordinator_->Register(w).status().message(), HasSubstr("failed in step 48"));
 }
 
+// Rank 0's script raised: its embedded coordinator starts a recovery before the process
+// leaves (persisted, so that the launcher's restart resumes); a job not running is kept.
+TEST_F(CoordinatorTest, RecoverStartsARecoveryOfARunningJobOnly) {
+  JobConfig config = SmallJob();
+  config.exchange.mode = "peer";
+  config.exchange.servers = 0;
+  config.failure.max_restarts = 1;
+  CoordinatorOptions options;
+  options.config = config;
+  options.job_id = "job-1";
+  std::vector<v1::CoordinatorState> persisted;
+  options.persist = [&persisted](const v1::CoordinatorState& state) {
+    persisted.push_back(state);
+    return absl::OkStatus();
+  };
+  coordinator_ = *Coordinator::Create(options, &clock_, nullptr);
+  coordinator_->Recover("before any member registered");
+  EXPECT_EQ(coordinator_->GetJob({})->state(), v1::JOB_STATE_STARTING);
+  ASSERT_EQ(RegisterWorker("w0"), 0);
+  ASSERT_EQ(RegisterWorker("w1"), 1);
+  coordinator_->Recover("rank 0, which runs the job's coordinator, stopped: the script raised "
+                        "OSError: a batch could not be read");
+  v1::JobStatus job = *coordinator_->GetJob({});
+  EXPECT_EQ(job.state(), v1::JOB_STATE_RECOVERING);
+  EXPECT_EQ(job.generation(), 2);
+  EXPECT_EQ(job.recoveries(), 1);
+  EXPECT_THAT(job.failure_reason(), HasSubstr("OSError: a batch could not be read"));
+  ASSERT_FALSE(persisted.empty());
+  EXPECT_EQ(persisted.back().generation(), 2);
+  EXPECT_FALSE(persisted.back().over());
+  coordinator_->Recover("again, while it recovers");  // one recovery, not two
+  EXPECT_EQ(coordinator_->GetJob({})->generation(), 2);
+  // The next generation runs; with no recovery left, the job fails instead.
+  ASSERT_EQ(RegisterWorker("w0-again"), 0);
+  ASSERT_EQ(RegisterWorker("w1-again"), 1);
+  ASSERT_EQ(coordinator_->GetJob({})->state(), v1::JOB_STATE_RUNNING);
+  coordinator_->Recover("rank 0 stopped a second time");
+  job = *coordinator_->GetJob({});
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(job.failure_reason(), HasSubstr("rank 0 stopped a second time; no recovery left"));
+}
+
 TEST_F(CoordinatorTest, AMembershipThatDoesNotComeBackInTimeFailsTheJob) {
   JobConfig config = SmallJob();
   config.failure.rejoin_timeout_s = 30;

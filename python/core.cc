@@ -559,6 +559,10 @@ class PyCoordinator {
   void Abandon(const std::string& reason) {
     if (job_) job_->coordinator()->Abandon(reason);
   }
+  // Starts a recovery of a running job (its members exit 75; a restart resumes it).
+  void Recover(const std::string& reason) {
+    if (job_) job_->coordinator()->Recover(reason);
+  }
   void Close() {
     if (!job_) return;
     py::gil_scoped_release release;
@@ -659,6 +663,7 @@ PYBIND11_MODULE(_onebit_core, m) {
       .def("poll", &onebit::PyCoordinator::Poll)
       .def_property_readonly("failure_reason", &onebit::PyCoordinator::failure_reason)
       .def("abandon", &onebit::PyCoordinator::Abandon, py::arg("reason"))
+      .def("recover", &onebit::PyCoordinator::Recover, py::arg("reason"))
       .def("close", &onebit::PyCoordinator::Close);
   // The job config's errors before anything starts: ValueError naming the key; returns the
   // notices (keys accepted without effect).

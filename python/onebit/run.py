@@ -12,8 +12,9 @@ The first process that fails ends the others (SIGTERM, then SIGKILL after --grac
 With --max_restarts K (torchrun's flag and meaning) the whole group is then started again,
 up to K times, with TORCHELASTIC_RESTART_COUNT and TORCHELASTIC_MAX_RESTARTS set as
 torchrun sets them; a job with a checkpoint.dir resumes from its last checkpoint (rank 0's
-embedded coordinator reads the job's state there). Once no restart is left, the failed
-process's exit code is onebit-run's. SIGINT and SIGTERM are passed on to every process and
+embedded coordinator reads the job's state there). Exit code 78 (onebit's "the job failed:
+do not restart") ends the run at once. Once no restart is left, the failed process's exit
+code is onebit-run's. SIGINT and SIGTERM are passed on to every process and
 end the run without a restart.
 --master_port 0 picks a free port whose next two (onebit's embedded coordinator: gRPC on
 MASTER_PORT + 1, REST on + 2) are free too. --log_dir writes each rank's output to
@@ -85,6 +86,10 @@ def parse(argv):
     return a
 
 
+# onebit's members exit 78 when their job failed for good (coordinator/member.h).
+JOB_FAILED = 78
+
+
 def _signal_name(number):
     try:
         return signal.Signals(number).name
@@ -144,7 +149,7 @@ class _Group:
                     how = f"was killed by {_signal_name(-code)}" if code < 0 else \
                         f"exited with code {code}"
                     then = ("restarting the group" if restarts_left and not self.signalled
-                            else "stopping the others")
+                            and code != JOB_FAILED else "stopping the others")
                     print(f"onebit-run: rank {self.rank(failed)} {how}; {then}",
                           file=sys.stderr, flush=True)
                     self.stop()
@@ -181,6 +186,10 @@ def main(argv=None):
         group.start(restart)
         code, failed = group.wait(a.max_restarts - restart)
         if not failed or group.signalled or restart == a.max_restarts:
+            break
+        if code == JOB_FAILED:
+            print(f"onebit-run: exit code {JOB_FAILED} says the job failed and no restart fixes "
+                  "it; not restarting", file=sys.stderr, flush=True)
             break
         restart += 1
         print(f"onebit-run: restart {restart} of at most {a.max_restarts}", file=sys.stderr,

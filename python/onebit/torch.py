@@ -151,6 +151,12 @@ def _exit_with_the_workers_code(kind, value, tb, _previous=sys.excepthook):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(value.exit_code)
+    _uncaught.append(f"the script raised {kind.__name__}: {value}")
+
+
+# The script's uncaught exception (the end-of-script close names it, and lets the job
+# recover from it, as from a lost process: a restart may fix it).
+_uncaught = []
 
 
 sys.excepthook = _exit_with_the_workers_code
@@ -559,7 +565,10 @@ class _OnebitOptimizer(torch.optim.Optimizer):
 
     def _at_exit(self):
         if not self._done:
-            self.close(self._stopped or self._ended_early("the script exited"))
+            if _uncaught:
+                self.close(_uncaught[-1], restartable=True)
+            else:
+                self.close(self._stopped or self._ended_early("the script exited"))
         self._close_coordinator()
 
     def _end_open_ended_job(self):
@@ -585,7 +594,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         if kind is None and not self._done and not self._open_ended:
             self.close(self._ended_early("the with block ended"))
         elif kind is not None:
-            self.close(f"the with block raised {kind.__name__}: {value}")
+            self.close(f"the with block raised {kind.__name__}: {value}", restartable=True)
         else:
             self.close()
         return False
@@ -600,7 +609,8 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         if self._coordinator is None:
             return
         import time  # noqa: PLC0415
-        deadline = time.monotonic() + self._timeout
+        # Only a job this worker finished can end while rank 0 waits.
+        deadline = time.monotonic() + (self._timeout if self._done else 0.0)
         while self._coordinator.poll() == "running" and time.monotonic() < deadline:
             time.sleep(0.05)
         time.sleep(0.5)  # the others' sessions hear the end
@@ -893,31 +903,45 @@ class _OnebitOptimizer(torch.optim.Optimizer):
                         group[key] = saved[key]
         self._loaded = state
 
-    def close(self, why="closed by the script"):
+    def close(self, why="closed by the script", restartable=False):
         """Stops the worker: the job hears of it (the trainer fails with `why`) unless it
         is over already. In a job without steps it ends the loop instead: the job ends after
         the last step every worker ran. Rank 0 of a job whose coordinator it runs keeps it
-        until the job is over. A `with` block calls it at its end, and so does the end of
-        the script."""
+        until the job is over; if it stops first, the job fails, or recovers when the
+        reason is `restartable` (an exception: a launcher's restart may fix it) or the
+        worker stopped by itself. A `with` block calls it at its end, and so does the end
+        of the script."""
         if self._worker is None:
             # Never joined: nothing of this worker's ran. The job hears of it through rank
             # 0's coordinator (when this process runs it) or its registration timeout.
             self._done = True
-            if self._coordinator is not None:
-                self._coordinator.abandon(f"rank 0, which runs the job's coordinator, stopped "
-                                          f"before its first step: {self._stopped or why}")
+            self._leave_job(f"stopped before its first step: {why}", restartable)
             self._close_coordinator()
             return
         if not self._done and self._open_ended and not self._stopped:
             self._end_open_ended_job()
         if not self._done:
-            why = self._stopped or why
+            stopped = self._stopped
+            why = stopped or why
             self._worker.close(why)
-            if self._coordinator is not None:
-                # The job cannot go on without this process (it runs the coordinator).
-                self._coordinator.abandon(f"rank 0, which runs the job's coordinator, "
-                                          f"stopped: {why}")
+            # A worker that stopped by itself (a lost peer, the job's verdict) leaves the
+            # job to the coordinator's verdict.
+            self._leave_job(f"stopped: {why}", restartable or bool(stopped))
         self._close_coordinator()
+
+    def _leave_job(self, what, restartable):
+        """Rank 0 of a job whose coordinator it runs stops before the job's end: the job
+        cannot go on without this process. Where a restart may fix the reason (the script
+        raised, the worker stopped by itself), the job recovers, so that a launcher's restart
+        resumes it from the state file (a job that is not running is left as it is); a
+        loop that ended early would end early again: the job fails."""
+        if self._coordinator is None:
+            return
+        reason = f"rank 0, which runs the job's coordinator, {what}"
+        if restartable:
+            self._coordinator.recover(reason)
+        else:
+            self._coordinator.abandon(reason)
 
     # ---- internals ----
     def _hyper_groups(self, job):

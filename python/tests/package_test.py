@@ -614,9 +614,11 @@ class LaunchedLikeTorchrun(StreamCase):
         self.assertIn("the job ended after step 12 while this worker still ran: its training "
                       "loop ran past the others'", logs[1])
 
-    def run_restarted(self, name, checkpoint, kill_at):
-        """onebit-run --max_restarts=5 (torchrun's flag) over W processes of stream_train.py,
-        one of which kills itself once (KILL_AT): the run, and each rank's log."""
+    def run_restarted(self, name, checkpoint, kill_at, extra_env=None, nodes=1):
+        """onebit-run --max_restarts=5 (torchrun's flag) over W processes of stream_train.py
+        (on one node, or one a node, each node's onebit-run restarting only its own), one of
+        which kills itself once (KILL_AT): what the onebit-runs printed, and each rank's log.
+        """
         tmp = tempfile.mkdtemp(prefix=name + "-", dir=self.tmp)
         config = json.loads(json.dumps(self.CONFIG))
         # No failure.max_restarts: the launcher's count is the job's (at least 3).
@@ -630,38 +632,72 @@ class LaunchedLikeTorchrun(StreamCase):
             json.dump(config, f)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("ONEBIT_", "SLURM_"))}
         env.update(OPT_KWARGS=json.dumps(self.KWARGS), KILL_AT=f"{kill_at}:{tmp}/killed",
-                   PYTHONPATH=os.pathsep.join([os.path.dirname(HERE), os.path.join(BIN, "python")]))
+                   PYTHONPATH=os.pathsep.join([os.path.dirname(HERE), os.path.join(BIN, "python")]),
+                   **(extra_env or {}))
         out = os.path.join(tmp, "package.npy")
-        r = subprocess.run(
-            [sys.executable, "-m", "onebit.run", f"--nproc_per_node={W}", "--master_port=0",
-             "--max_restarts=5", "--log_dir=" + tmp, os.path.join(HERE, "stream_train.py"), path,
-             os.path.join(self.tmp, "params.npy"), os.path.join(self.tmp, "grads.npy"), out,
-             "OneBitAdam"], env=env, capture_output=True, text=True, timeout=240)
+        port = free_port_run(3)
+        runs = [subprocess.Popen(
+            [sys.executable, "-m", "onebit.run", f"--nproc_per_node={W // nodes}",
+             f"--nnodes={nodes}", f"--node_rank={node}", f"--master_port={port}",
+             "--max_restarts=5", "--log_dir=" + tmp, os.path.join(HERE, "stream_train.py"),
+             path, os.path.join(self.tmp, "params.npy"), os.path.join(self.tmp, "grads.npy"),
+             out, "OneBitAdam"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True) for node in range(nodes)]
+        printed = ""
+        for run in runs:
+            try:
+                printed += run.communicate(timeout=240)[0]
+            finally:
+                if run.poll() is None:
+                    run.kill()
         logs = []
         for rank in range(W):
             with open(os.path.join(tmp, f"rank-{rank}.log")) as f:
                 logs.append(f.read())
-        self.assertEqual(r.returncode, 0, r.stderr + logs[0][-3000:] + logs[1][-3000:])
-        self.assertIn("onebit-run: restart 1 of at most 5", r.stderr)
+        self.assertEqual([run.returncode for run in runs], [0] * nodes,
+                         printed + logs[0][-3000:] + logs[1][-3000:])
+        self.assertIn("onebit-run: restart 1 of at most 5", printed)
         self.assertSameBits(np.load(out), self.replay(
             os.path.join(tmp, "replay.npy"),
             ["--lr=0.01", "--eps=1e-8", "--weight-decay=0.001", "--freeze-step=10"]))
-        return r, logs
+        return printed, logs
 
     def test_the_launchers_restart_resumes_after_rank_0_died(self):
         # Rank 0 runs the coordinator: killed in the compression stage, the group restarts,
         # the new coordinator reads the job's state in checkpoint.dir and every worker
         # resumes from the checkpoint of step 15.
-        r, logs = self.run_restarted("rank0-killed", checkpoint=True, kill_at="0:18")
-        self.assertIn("onebit-run: rank 0 was killed by SIGKILL; restarting the group", r.stderr)
+        printed, logs = self.run_restarted("rank0-killed", checkpoint=True, kill_at="0:18")
+        self.assertIn("onebit-run: rank 0 was killed by SIGKILL; restarting the group", printed)
         self.assertIn("rank 0: killing itself before step 18", logs[0])
         self.assertIn("recovering in generation 2 (recovery 1 of at most 5)", logs[0])
         for log in logs:
             self.assertIn("resumed from the checkpoint of step 15", log)
 
+    def test_an_exception_in_rank_0s_script_is_recovered_like_a_lost_process(self):
+        # Before: rank 0's exit failed the job for good ("the training loop is shorter than
+        # the job"), so the restarted group exited 78 at once.
+        printed, logs = self.run_restarted("rank0-raised", checkpoint=True, kill_at="0:18",
+                                           extra_env={"RAISE_INSTEAD": "1"})
+        self.assertIn("recovery 1 of at most 5: rank 0, which runs the job's coordinator, "
+                      "stopped: the script raised RuntimeError: rank 0: an error of the "
+                      "script's before step 18", logs[0])
+        for log in logs:
+            self.assertIn("resumed from the checkpoint of step 15", log)
+
+    def test_rank_0_in_a_with_block_keeps_a_job_whose_peer_died(self):
+        # A node each: rank 1 is killed and only its node restarts it, so rank 0 hears of
+        # the loss in its step() inside `with opt:`. Before: the with block's close failed
+        # the job for good (rank 0 runs the coordinator), and no restart could resume it.
+        printed, logs = self.run_restarted("rank1-killed-with", checkpoint=True, kill_at="1:18",
+                                           extra_env={"WITH_BLOCK": "1"}, nodes=2)
+        self.assertIn("onebit-run: rank 1 was killed by SIGKILL; restarting the group", printed)
+        self.assertNotIn("FAILED", logs[0])
+        for log in logs:
+            self.assertIn("resumed from the checkpoint of step 15", log)
+
     def test_the_launchers_restart_without_a_checkpoint_dir_starts_again(self):
-        r, logs = self.run_restarted("rank1-killed", checkpoint=False, kill_at="1:18")
-        self.assertIn("onebit-run: rank 1 was killed by SIGKILL; restarting the group", r.stderr)
+        printed, logs = self.run_restarted("rank1-killed", checkpoint=False, kill_at="1:18")
+        self.assertIn("onebit-run: rank 1 was killed by SIGKILL; restarting the group", printed)
         self.assertIn("the launcher's restart 1, and the job has no onebit.checkpoint.dir to "
                       "resume from: it starts again at step 1", logs[0])
         self.assertNotIn("resumed from the checkpoint", logs[1])
@@ -794,6 +830,8 @@ with open(os.path.join(sys.argv[1], "restarts-" + os.environ["RANK"]), "a") as f
             os.environ["TORCHELASTIC_MAX_RESTARTS"] + " ")
 if sys.argv[2] == "fail" and os.environ["LOCAL_RANK"] == "1":
     sys.exit(3)
+if sys.argv[2] == "job_failed" and os.environ["LOCAL_RANK"] == "1":
+    sys.exit(78)
 if sys.argv[2] == "fail_once" and os.environ["LOCAL_RANK"] == "1":
     sys.exit(3 if os.environ["TORCHELASTIC_RESTART_COUNT"] == "0" else 0)
 if sys.argv[2] == "fail":
@@ -860,6 +898,15 @@ if sys.argv[2] == "fail":
         self.assertIn("onebit-run: rank 1 exited with code 3; stopping the others", r.stderr)
         with open(os.path.join(tmp, "restarts-0")) as f:
             self.assertEqual(f.read(), "0/1 1/1 ")
+        # 78, onebit's "the job failed: do not restart", is not restarted.
+        tmp = tempfile.mkdtemp(prefix="onebit-run-")
+        r = self.run_it(tmp, "--nproc_per_node=2", "--master_port=0", "--max_restarts=3",
+                        "--grace_s=20", mode="job_failed")
+        self.assertEqual(r.returncode, 78, r.stderr)
+        self.assertIn("onebit-run: rank 1 exited with code 78; stopping the others", r.stderr)
+        self.assertIn("no restart fixes it; not restarting", r.stderr)
+        with open(os.path.join(tmp, "restarts-0")) as f:
+            self.assertEqual(f.read(), "0/3 ")
 
     def test_bad_arguments(self):
         tmp = tempfile.mkdtemp(prefix="onebit-run-")

@@ -14,9 +14,12 @@ CLIP_EACH_STEP=NORM calls opt.clip_grad_norm_(NORM) before every step; LOOP_STEP
 a plain loop of K steps (for a job without steps) instead of `while not opt.done`;
 LOAD_STATE=PATH and SAVE_STATE=PATH ({rank} in them) torch.load a state_dict before the
 first step and torch.save the final one; KILL_AT=RANK:STEP:MARKER: that rank SIGKILLs
-itself before that step, once (it creates the file MARKER); BACKWARD_SET_TO_NONE=1 gives each step's gradient through zero_grad(set_to_none=True) and
-a backward, as torch 2's loops do, instead of writing .grad in place.
+itself before that step, once (it creates the file MARKER), or raises a RuntimeError there
+with RAISE_INSTEAD=1; WITH_BLOCK=1 runs the loop in `with opt:`; BACKWARD_SET_TO_NONE=1
+gives each step's gradient through zero_grad(set_to_none=True) and a backward, as torch 2's
+loops do, instead of writing .grad in place.
 """
+import contextlib
 import json
 import os
 import signal
@@ -136,31 +139,35 @@ def main():
     # steps ends when every worker's loop did, at the script's exit).
     loop = os.environ.get("LOOP_STEPS")
     steps = range(int(loop)) if loop else iter(lambda: opt.done, True)
-    for _ in steps:
-        t = opt.next_step
-        if check_state and t == int(check_state):
-            check_state_dict(opt, initial.size)
-        kill_at = os.environ.get("KILL_AT")  # "RANK:STEP:MARKER": once, the marker says
-        if kill_at:
-            rank, step, marker = kill_at.split(":", 2)
-            if opt.rank == int(rank) and t == int(step) and not os.path.exists(marker):
-                open(marker, "w").close()
-                print(f"rank {rank}: killing itself before step {t}", flush=True)
-                os.kill(os.getpid(), signal.SIGKILL)
-        g = torch.from_numpy(np.array(grads[t - 1, opt.rank]))
-        if os.environ.get("BACKWARD_SET_TO_NONE"):
-            # As torch 2's loops do: the gradients set to None, and backward writes tensors
-            # of its own (d/dp sum(p * g) is g, exactly).
-            opt.zero_grad(set_to_none=True)
-            sum((p * g[b:e]).sum() for p, b, e in zip(params, bounds, bounds[1:])).backward()
-        else:
-            for p, b, e in zip(params, bounds, bounds[1:]):
-                p.grad.copy_(g[b:e])
-        if os.environ.get("CLIP_EACH_STEP"):
-            opt.clip_grad_norm_(float(os.environ["CLIP_EACH_STEP"]))
-        opt.step(loss=0.0)
-        if scheduler is not None:
-            scheduler.step()
+    # WITH_BLOCK=1: the loop inside `with opt:` (its end closes the optimizer).
+    with opt if os.environ.get("WITH_BLOCK") else contextlib.nullcontext():
+        for _ in steps:
+            t = opt.next_step
+            if check_state and t == int(check_state):
+                check_state_dict(opt, initial.size)
+            kill_at = os.environ.get("KILL_AT")  # "RANK:STEP:MARKER": once, the marker says
+            if kill_at:
+                rank, step, marker = kill_at.split(":", 2)
+                if opt.rank == int(rank) and t == int(step) and not os.path.exists(marker):
+                    open(marker, "w").close()
+                    if os.environ.get("RAISE_INSTEAD"):
+                        raise RuntimeError(f"rank {rank}: an error of the script's before step {t}")
+                    print(f"rank {rank}: killing itself before step {t}", flush=True)
+                    os.kill(os.getpid(), signal.SIGKILL)
+            g = torch.from_numpy(np.array(grads[t - 1, opt.rank]))
+            if os.environ.get("BACKWARD_SET_TO_NONE"):
+                # As torch 2's loops do: the gradients set to None, and backward writes tensors
+                # of its own (d/dp sum(p * g) is g, exactly).
+                opt.zero_grad(set_to_none=True)
+                sum((p * g[b:e]).sum() for p, b, e in zip(params, bounds, bounds[1:])).backward()
+            else:
+                for p, b, e in zip(params, bounds, bounds[1:]):
+                    p.grad.copy_(g[b:e])
+            if os.environ.get("CLIP_EACH_STEP"):
+                opt.clip_grad_norm_(float(os.environ["CLIP_EACH_STEP"]))
+            opt.step(loss=0.0)
+            if scheduler is not None:
+                scheduler.step()
     if loop:
         opt.close()  # what the interpreter's exit would do; the final state below needs it
     # After the end: the final state (the worker is gone), equal to the final parameters.
