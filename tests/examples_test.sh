@@ -28,7 +28,7 @@ PY="$py"
 # shellcheck source=../examples/run_lib.sh
 source "$root/examples/run_lib.sh"
 # torchrun-style, as the examples' run.sh launch them (onebit-run stands in for torchrun).
-ranks() {  # N LOG_DIR SCRIPT ARGS...: N ranks; on failure their logs
+ranks() {  # N LOG_DIR [ONEBIT-RUN FLAGS] SCRIPT ARGS...: N ranks; on failure their logs
   local n=$1 logs=$2
   shift 2
   "$py" -m onebit.run --nproc_per_node="$n" --master_port=0 --log_dir="$logs" "$@" ||
@@ -44,6 +44,33 @@ ranks 4 "$out/cnn/logs" "$ex/train.py" --config="$out/cnn/job.json" \
   --loss_csv="$out/cnn/adam.csv" --print_every=10
 check "$out/cnn/onebit.json" test_accuracy
 check "$out/cnn/adam.json" test_accuracy
+
+# The same job restarted by its launcher: a checkpoint every 5 steps, every rank killed in
+# step 18's exchange (ONEBIT_FAULT acts before the first restart only) and the group started
+# again by onebit-run --max_restarts=1, as torchrun's would. The script resumes its loop at
+# the job's step (opt.next_step), so the final model is the undisturbed run's: the same test
+# loss and accuracy, to the last bit.
+mkdir -p "$out/cnn-restarted"
+"$py" - "$out/cnn/job.json" "$out/cnn-restarted" <<'PY'
+import json, sys
+job = json.load(open(sys.argv[1]))
+job["onebit"]["checkpoint"] = {"dir": sys.argv[2] + "/ckpt", "every_steps": 5}
+job["onebit"]["failure"] = {"heartbeat_timeout_s": 2, "gloo_timeout_s": 10}
+json.dump(job, open(sys.argv[2] + "/job.json", "w"), indent=1)
+PY
+ONEBIT_FAULT=kill_in_exchange:18 \
+  ranks 4 "$out/cnn-restarted/logs" --max_restarts=1 "$ex/train.py" \
+  --config="$out/cnn-restarted/job.json" --result="$out/cnn-restarted/onebit.json" \
+  --print_every=10
+grep -q "the job resumed after step 15" "$out/cnn-restarted/logs/rank-0.log" ||
+  { echo "rank 0 did not resume after step 15"; cat "$out/cnn-restarted/logs"/rank-*.log; exit 1; }
+"$py" - "$out/cnn/onebit.json" "$out/cnn-restarted/onebit.json" <<'PY'
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+for key in ("test_loss", "test_accuracy", "steps"):
+    assert a[key] == b[key], (key, a[key], b[key])
+print("restarted by the launcher: the undisturbed run's test loss", b["test_loss"])
+PY
 
 ex="$root/examples/tiny_transformer_lm"
 mkdir -p "$out/lm"

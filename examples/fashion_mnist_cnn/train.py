@@ -54,7 +54,13 @@ def main():
         print(f"{common.parameter_count(model)} parameters, {world} workers x batch {batch}",
               flush=True)
     start, losses = time.time(), []
-    for step in range(1, job["steps"] + 1):  # a plain loop: the job's steps
+    # The job's steps from where it stands: 1, or after the checkpoint a restarted job
+    # resumed from (a batch is a function of its step, so a resumed run sees the batches of
+    # an uninterrupted one).
+    first = opt.next_step
+    if rank == 0 and first > 1:
+        print(f"the job resumed after step {first - 1}", flush=True)
+    for step in range(first, job["steps"] + 1):
         idx = common.batch_indices(len(x), seed, step, rank, world, batch).to(device)
         opt.zero_grad()
         loss = torch.nn.functional.cross_entropy(model(x[idx]), y[idx])
@@ -70,13 +76,13 @@ def main():
         tx, ty = (t.to(device) for t in common.load("t10k"))
         accuracy, test_loss = common.evaluate(model, tx, ty)
         result = {"optimizer": "OneBitAdam (onebit)", "device": str(device),
-                  "steps": len(losses), "workers": world,
+                  "steps": job["steps"], "workers": world,
                   "batch_per_worker": batch, "seed": seed, "test_accuracy": accuracy,
                   "test_loss": test_loss, "train_seconds": seconds,
                   "final_train_loss_rank0_last100": sum(losses[-100:]) / len(losses[-100:])}
         with open(args.result, "w") as f:
             json.dump(result, f, indent=2)
-        print(f"test accuracy {accuracy:.4f}, test loss {test_loss:.4f} after {len(losses)} "
+        print(f"test accuracy {accuracy:.4f}, test loss {test_loss:.4f} after {job['steps']} "
               f"steps ({seconds:.1f} s)", flush=True)
 
 

@@ -23,6 +23,7 @@ import os
 import statistics
 import sys
 import time
+import warnings
 
 import torch
 
@@ -277,6 +278,19 @@ def main():
         if rank == 0:
             print(f"resumed from {args.resume.format(rank=rank)} after step {saved['step']}",
                   flush=True)
+    if args.optimizer in ("onebit_adam", "zero_one_adam"):
+        # Where the job stands: a job that a launcher restarted resumes after its last
+        # checkpoint (onebit.checkpoint.dir), and the script follows: its batches are a
+        # function of the step, and the lr schedule is brought to that step.
+        joined = opt.next_step
+        if scheduler is not None and joined > first:
+            with warnings.catch_warnings():  # "lr_scheduler.step() before optimizer.step()"
+                warnings.simplefilter("ignore", UserWarning)
+                for _ in range(joined - first):
+                    scheduler.step()
+        if rank == 0 and joined > first:
+            print(f"the job resumed after step {joined - 1}", flush=True)
+        first = joined
     rows, start = [], None
     for step in range(first, args.steps + 1):
         x, y = gpt.batch(train, size.block, args.seed, step, rank, args.batch)

@@ -55,7 +55,9 @@ def main():
               f"{opt.world_size} workers x batch {batch} x {common.BLOCK}", flush=True)
         evals.append((0, common.held_out_loss(model, held_out)))
     start, losses = time.time(), []
-    for step in range(1, job["steps"] + 1):  # a plain loop: the job's steps
+    # The job's steps from where it stands: 1, or after the checkpoint a restarted job
+    # resumed from (a batch is a function of its step).
+    for step in range(opt.next_step, job["steps"] + 1):
         x, y = common.batch(train, seed, step, rank, batch)
         opt.zero_grad()
         loss = common.loss_of(model, x, y)
@@ -70,11 +72,11 @@ def main():
     seconds = time.time() - start
     if rank == 0:  # after .done the parameters hold the job's final model
         final = common.held_out_loss(model, held_out)
-        evals.append((len(losses), final))
+        evals.append((job["steps"], final))
         with open(args.held_out_csv, "w") as f:
             f.write("step,held_out_loss\n")
             f.writelines(f"{s},{v:.6f}\n" for s, v in evals)
-        result = {"optimizer": "OneBitAdam (onebit)", "steps": len(losses),
+        result = {"optimizer": "OneBitAdam (onebit)", "steps": job["steps"],
                   "workers": opt.world_size, "batch_per_worker": batch, "block": common.BLOCK,
                   "seed": seed, "parameters": common.parameter_count(model),
                   "held_out_loss": final, "held_out_bits_per_char": common.bits_per_char(final),
@@ -83,7 +85,7 @@ def main():
         with open(args.result, "w") as f:
             json.dump(result, f, indent=2)
         print(f"held-out loss {final:.4f} nats/char ({common.bits_per_char(final):.3f} bits) "
-              f"after {len(losses)} steps ({seconds:.1f} s)", flush=True)
+              f"after {job['steps']} steps ({seconds:.1f} s)", flush=True)
 
 
 if __name__ == "__main__":

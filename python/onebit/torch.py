@@ -516,8 +516,10 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             member_token_file=os.environ.get("ONEBIT_MEMBER_TOKEN_FILE", ""),
             hyper_groups=hyper_groups,
             # POINT:STEP, onebit-worker's --fault: the worker kills its process there (tests;
-            # onebit-launch --fault=workerI:POINT:STEP sets it, for the first run only).
-            fault=os.environ.get("ONEBIT_FAULT", ""))
+            # onebit-launch --fault=workerI:POINT:STEP sets it, for the first run only; under
+            # a launcher that restarts the group it acts before the first restart only).
+            fault=(os.environ.get("ONEBIT_FAULT", "")
+                   if os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") in ("", "0") else ""))
         self._worker = None
         self._next = 1        # the step the next step() completes (the job's, once joined)
         self._loaded = None   # a state to start from (load_state_dict before the first step)
