@@ -72,6 +72,29 @@ for key in ("test_loss", "test_accuracy", "steps"):
 print("restarted by the launcher: the undisturbed run's test loss", b["test_loss"])
 PY
 
+# Elastic: the job's 4 ranks all killed in step 18 with no restart left, then started
+# again by 2 (torchrun --nnodes=MIN:MAX may come back with another world size; the config
+# has no onebit.workers): resumed from step 15 with the error buffers reset, to the end.
+mkdir -p "$out/cnn-elastic"
+"$py" - "$out/cnn-restarted/job.json" "$out/cnn-elastic" <<'PY'
+import json, sys
+job = json.load(open(sys.argv[1]))
+del job["onebit"]["workers"]
+job["onebit"]["checkpoint"]["dir"] = sys.argv[2] + "/ckpt"
+json.dump(job, open(sys.argv[2] + "/job.json", "w"), indent=1)
+PY
+if ONEBIT_FAULT=kill_in_exchange:18 "$py" -m onebit.run --nproc_per_node=4 --master_port=0 \
+    --log_dir="$out/cnn-elastic/four" "$ex/train.py" --config="$out/cnn-elastic/job.json" \
+    --result="$out/cnn-elastic/four.json"; then
+  echo "the 4 ranks were to be killed in step 18"; exit 1
+fi
+ranks 2 "$out/cnn-elastic/two" "$ex/train.py" --config="$out/cnn-elastic/job.json" \
+  --result="$out/cnn-elastic/onebit.json" --print_every=10
+grep -q "resuming from the checkpoint of step 15 (step-000000015); error buffers reset: the checkpoint's topology differs (workers 4 -> 2)" \
+  "$out/cnn-elastic/two/rank-0.log" ||
+  { echo "2 ranks did not resume the 4 ranks' job"; cat "$out/cnn-elastic/two"/rank-*.log; exit 1; }
+check "$out/cnn-elastic/onebit.json" test_accuracy
+
 ex="$root/examples/tiny_transformer_lm"
 mkdir -p "$out/lm"
 HERE="$ex" OUT="$out/lm" example_job 20
