@@ -879,34 +879,36 @@ if sys.argv[2] == "fail":
         self.assertIn("onebit-run: rank 1 exited with code 3; stopping the others", r.stderr)
         self.assertIn("rank 0 got SIGTERM", r.stdout)
 
-    def test_max_restarts_starts_the_whole_group_again(self):
+    def restarted(self, mode, max_restarts):
+        """onebit-run --max_restarts over 2 processes of SCRIPT in `mode`: the run, and what
+        each rank's starts saw (TORCHELASTIC_RESTART_COUNT/TORCHELASTIC_MAX_RESTARTS)."""
         tmp = tempfile.mkdtemp(prefix="onebit-run-")
-        r = self.run_it(tmp, "--nproc_per_node=2", "--master_port=0", "--max_restarts=2",
-                        "--log_dir=" + tmp, mode="fail_once")
+        r = self.run_it(tmp, "--nproc_per_node=2", "--master_port=0",
+                        f"--max_restarts={max_restarts}", "--grace_s=20", mode=mode)
+        starts = []
+        for rank in (0, 1):
+            with open(os.path.join(tmp, f"restarts-{rank}")) as f:
+                starts.append(f.read())
+        return r, starts
+
+    def test_max_restarts_starts_the_whole_group_again(self):
+        r, starts = self.restarted("fail_once", 2)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("onebit-run: rank 1 exited with code 3; restarting the group", r.stderr)
         self.assertIn("onebit-run: restart 1 of at most 2", r.stderr)
-        for rank in (0, 1):  # both ran twice: the group restarts, as torchrun's does
-            with open(os.path.join(tmp, f"restarts-{rank}")) as f:
-                self.assertEqual(f.read(), "0/2 1/2 ")
+        self.assertEqual(starts, ["0/2 1/2 "] * 2)  # both ran twice, as under torchrun
         # Restarts used up: the failure's code, after the last one.
-        tmp = tempfile.mkdtemp(prefix="onebit-run-")
-        r = self.run_it(tmp, "--nproc_per_node=2", "--master_port=0", "--max_restarts=1",
-                        "--grace_s=20", mode="fail")
+        r, starts = self.restarted("fail", 1)
         self.assertEqual(r.returncode, 3, r.stderr)
         self.assertIn("onebit-run: restart 1 of at most 1", r.stderr)
         self.assertIn("onebit-run: rank 1 exited with code 3; stopping the others", r.stderr)
-        with open(os.path.join(tmp, "restarts-0")) as f:
-            self.assertEqual(f.read(), "0/1 1/1 ")
+        self.assertEqual(starts, ["0/1 1/1 "] * 2)
         # 78, onebit's "the job failed: do not restart", is not restarted.
-        tmp = tempfile.mkdtemp(prefix="onebit-run-")
-        r = self.run_it(tmp, "--nproc_per_node=2", "--master_port=0", "--max_restarts=3",
-                        "--grace_s=20", mode="job_failed")
+        r, starts = self.restarted("job_failed", 3)
         self.assertEqual(r.returncode, 78, r.stderr)
         self.assertIn("onebit-run: rank 1 exited with code 78; stopping the others", r.stderr)
         self.assertIn("no restart fixes it; not restarting", r.stderr)
-        with open(os.path.join(tmp, "restarts-0")) as f:
-            self.assertEqual(f.read(), "0/3 ")
+        self.assertEqual(starts, ["0/3 "] * 2)
 
     def test_bad_arguments(self):
         tmp = tempfile.mkdtemp(prefix="onebit-run-")
