@@ -61,6 +61,18 @@ def local_world_size(environ=os.environ):
                        "SLURM_TASKS_PER_NODE"), 1, environ)
 
 
+def restart_count(environ=os.environ):
+    """How many times a launcher restarted this process's group (torchrun's and onebit-run's
+    TORCHELASTIC_RESTART_COUNT; 0 when nothing says)."""
+    return _first_int(("TORCHELASTIC_RESTART_COUNT",), 0, environ)
+
+
+def max_restarts(environ=os.environ):
+    """The launcher's --max_restarts (TORCHELASTIC_MAX_RESTARTS), or None when not launched
+    by one that restarts."""
+    return _first_int(("TORCHELASTIC_MAX_RESTARTS",), None, environ)
+
+
 def first_slurm_host(nodelist):
     """The first host of a Slurm node list: "node[03-05,7],gpu1" -> "node03"."""
     nodelist = nodelist.strip()

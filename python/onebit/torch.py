@@ -277,11 +277,10 @@ def _job_config(job, optimizer_type, explicit, n, device):
     # recovers the job through rank 0's restarted coordinator. The job keeps at least as
     # many recoveries of its own, so that a loss the coordinator sees before the launcher
     # stops it cannot fail a job the launcher would restart.
-    launcher = os.environ.get("TORCHELASTIC_MAX_RESTARTS", "")
+    launcher = _env.max_restarts()
     failure = ob.get("failure", {})
-    if launcher.isdigit() and isinstance(failure, dict) and "max_restarts" not in failure:
-        most = max(int(launcher), _core().DEFAULT_MAX_RESTARTS)
-        ob["failure"] = dict(failure, max_restarts=most)
+    if launcher is not None and isinstance(failure, dict) and "max_restarts" not in failure:
+        ob["failure"] = dict(failure, max_restarts=max(launcher, _core().DEFAULT_MAX_RESTARTS))
     ob.setdefault("device", device)
     workload = ob.setdefault("workload", {})
     workload.setdefault("type", "pytorch")
@@ -491,8 +490,8 @@ class _OnebitOptimizer(torch.optim.Optimizer):
                 print(f"onebit: config notice: {notice}", file=sys.stderr)
             self._coordinator = self._start_coordinator()
             address = address or self._coordinator.address
-            restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-            if restart not in ("", "0") and not job["onebit"].get("checkpoint", {}).get("dir"):
+            restart = _env.restart_count()
+            if restart and not job["onebit"].get("checkpoint", {}).get("dir"):
                 print(f"onebit: the launcher's restart {restart}, and the job has no "
                       "onebit.checkpoint.dir to resume from: it starts again at step 1 (give "
                       "it a checkpoint.dir on storage every node sees)", file=sys.stderr)
@@ -518,8 +517,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             # POINT:STEP, onebit-worker's --fault: the worker kills its process there (tests;
             # onebit-launch --fault=workerI:POINT:STEP sets it, for the first run only; under
             # a launcher that restarts the group it acts before the first restart only).
-            fault=(os.environ.get("ONEBIT_FAULT", "")
-                   if os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") in ("", "0") else ""))
+            fault=os.environ.get("ONEBIT_FAULT", "") if not _env.restart_count() else "")
         self._worker = None
         self._next = 1        # the step the next step() completes (the job's, once joined)
         self._loaded = None   # a state to start from (load_state_dict before the first step)

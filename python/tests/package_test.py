@@ -466,6 +466,10 @@ class EnvContract(unittest.TestCase):
                 os.environ.pop("TORCHELASTIC_MAX_RESTARTS", None)
                 if saved is not None:
                     os.environ["TORCHELASTIC_MAX_RESTARTS"] = saved
+        from onebit import env
+        self.assertEqual((env.restart_count({}), env.max_restarts({})), (0, None))
+        launched = {"TORCHELASTIC_RESTART_COUNT": "2", "TORCHELASTIC_MAX_RESTARTS": "5"}
+        self.assertEqual((env.restart_count(launched), env.max_restarts(launched)), (2, 5))
         self.assertEqual(failure({}, "7"), {"max_restarts": 7})
         self.assertEqual(failure({}, "1"), {"max_restarts": 3})
         self.assertIsNone(failure({}, None))  # the config's default applies
