@@ -25,6 +25,7 @@
 #include "coordinator/job_coordinator.h"
 #include "security/flags.h"
 #include "worker/trainer.h"
+#include "common/permanent_error.h"
 #include "worker/worker_process.h"
 #include "worker/workloads/external_workload.h"
 
@@ -317,6 +318,15 @@ class PyWorker {
       code = status_.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
     }
     return py::make_tuple(code, status_.ToString());
+  }
+
+  // Fails the job for a reason no restart fixes (the script's loop ended before the job's
+  // last step, after `step`): reported to the coordinator, which fails the job at once and
+  // tells every member. Call it before Close, while this worker is still a member.
+  // Returns the exit code the coordinator's verdict asks for (78).
+  int FailJob(const std::string& why, int64_t step) {
+    py::gil_scoped_release release;
+    return ExitCodeAfterError(MarkPermanent(absl::FailedPreconditionError(why), step));
   }
 
   // The worker's verdict after an error: 75 when the job recovers (restart), 78 when it
@@ -636,6 +646,7 @@ PYBIND11_MODULE(_onebit_core, m) {
            py::arg("lr") = std::numeric_limits<double>::quiet_NaN(),
            py::arg("max_grad_norm") = std::numeric_limits<double>::quiet_NaN())
       .def("close", &PyWorker::Close, py::arg("why"))
+      .def("fail_job", &PyWorker::FailJob, py::arg("why"), py::arg("step"))
       .def("end_after", &PyWorker::EndAfter, py::arg("step"))
       .def("announce", &PyWorker::Announce, py::arg("step"), py::arg("bucket"))
       .def("changed_since_announced", &PyWorker::ChangedSinceAnnounced)

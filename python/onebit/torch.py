@@ -903,7 +903,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
                         group[key] = saved[key]
         self._loaded = state
 
-    def close(self, why="closed by the script", restartable=False):
+    def close(self, why=None, restartable=False):
         """Stops the worker: the job hears of it (the trainer fails with `why`) unless it
         is over already. In a job without steps it ends the loop instead: the job ends after
         the last step every worker ran. Rank 0 of a job whose coordinator it runs keeps it
@@ -911,6 +911,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         reason is `restartable` (an exception: a launcher's restart may fix it) or the
         worker stopped by itself. A `with` block calls it at its end, and so does the end
         of the script."""
+        why = why or self._ended_early("the script closed the optimizer")
         if self._worker is None:
             # Never joined: nothing of this worker's ran. The job hears of it through rank
             # 0's coordinator (when this process runs it) or its registration timeout.
@@ -923,6 +924,10 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         if not self._done:
             stopped = self._stopped
             why = stopped or why
+            if not restartable and not stopped:
+                # The loop ended before the job's last step: it would end early again after
+                # any restart, so the job fails at once (reported while still a member).
+                self._worker.fail_job(why, self._next - 1)
             self._worker.close(why)
             # A worker that stopped by itself (a lost peer, the job's verdict) leaves the
             # job to the coordinator's verdict.

@@ -706,6 +706,20 @@ class LaunchedLikeTorchrun(StreamCase):
                       "resume from: it starts again at step 1", logs[0])
         self.assertNotIn("resumed from the checkpoint", logs[1])
 
+    def test_a_loop_shorter_than_the_job_on_another_rank_fails_it_at_once(self):
+        # Rank 1's loop ends after step 12 of the job's 30 (a plain loop, then close): a
+        # restart would end it there again, so the job fails at once, naming it, and rank 0
+        # exits 78 (before: a recovery, repeated by every restart up to max_restarts).
+        logs = self.run_ranks("short-rank1", self.torchrun_env(free_port_run(3)),
+                              extra_env=lambda r: {"LOOP_STEPS": "12"} if r == 1 else {},
+                              expect_ok=False)
+        self.assertRegex(logs[0], r"job FAILED: worker 1 \(\S+\) failed in step 12, which no "
+                                  r"restart fixes: the script closed the optimizer after step "
+                                  r"12 of the job's 30 \(onebit.steps\): the training loop is "
+                                  r"shorter than the job")
+        self.assertIn("exiting with 78 (do not restart)", logs[0])
+        self.assertNotIn("recovery 1", logs[0])
+
     def test_slurm_environment(self):
         port = free_port_run(3)
         logs = self.run_ranks("slurm", lambda r: {
