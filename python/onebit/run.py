@@ -110,7 +110,8 @@ class _Group:
     def start(self, restart_count):
         a = self.a
         world = a.nnodes * a.nproc_per_node
-        self.procs = []
+        self.close()  # the previous attempt's logs
+        self.procs, self.logs = [], []
         for local in range(a.nproc_per_node):
             rank = self.rank(local)
             env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(local),
@@ -136,8 +137,8 @@ class _Group:
                 proc.send_signal(signum)
 
     def wait(self, restarts_left):
-        """Until every process ended: the exit code, and whether a process failed (the
-        first failure ends the others)."""
+        """Until every process ended: 0, or the exit code of the first that failed (which
+        ended the others)."""
         failed = None
         while True:
             ended = [proc.poll() for proc in self.procs].count(None) == 0  # polls every one
@@ -148,8 +149,8 @@ class _Group:
                     code = self.procs[failed].returncode
                     how = f"was killed by {_signal_name(-code)}" if code < 0 else \
                         f"exited with code {code}"
-                    then = ("restarting the group" if restarts_left and not self.signalled
-                            and code != JOB_FAILED else "stopping the others")
+                    then = ("restarting the group" if self.restarts(code, restarts_left)
+                            else "stopping the others")
                     print(f"onebit-run: rank {self.rank(failed)} {how}; {then}",
                           file=sys.stderr, flush=True)
                     self.stop()
@@ -157,7 +158,12 @@ class _Group:
             if ended:
                 break
             time.sleep(0.05)
-        return (0, False) if failed is None else (self.procs[failed].returncode, True)
+        return 0 if failed is None else self.procs[failed].returncode
+
+    def restarts(self, code, restarts_left):
+        """Whether a failure with exit `code` starts the group again: restarts are left,
+        nobody signalled onebit-run, and the code is not onebit's 78 (the job failed)."""
+        return restarts_left > 0 and not self.signalled and code != JOB_FAILED
 
     def stop(self):
         """SIGTERM to every process still running, SIGKILL after --grace_s."""
@@ -184,12 +190,11 @@ def main(argv=None):
     restart = 0
     while True:
         group.start(restart)
-        code, failed = group.wait(a.max_restarts - restart)
-        if not failed or group.signalled or restart == a.max_restarts:
-            break
-        if code == JOB_FAILED:
-            print(f"onebit-run: exit code {JOB_FAILED} says the job failed and no restart fixes "
-                  "it; not restarting", file=sys.stderr, flush=True)
+        code = group.wait(a.max_restarts - restart)
+        if code == 0 or not group.restarts(code, a.max_restarts - restart):
+            if code == JOB_FAILED and restart < a.max_restarts:
+                print(f"onebit-run: exit code {JOB_FAILED} says the job failed and no restart "
+                      "fixes it; not restarting", file=sys.stderr, flush=True)
             break
         restart += 1
         print(f"onebit-run: restart {restart} of at most {a.max_restarts}", file=sys.stderr,

@@ -13,6 +13,7 @@ import sys
 import tempfile
 import time
 import unittest
+from unittest import mock
 
 import numpy as np
 import torch
@@ -456,16 +457,12 @@ class EnvContract(unittest.TestCase):
         # failure.max_restarts keeps max(K, the default 3); a config's own value stands.
         import onebit.torch as ot
         def failure(job, launcher):
-            saved = os.environ.pop("TORCHELASTIC_MAX_RESTARTS", None)
-            if launcher is not None:
-                os.environ["TORCHELASTIC_MAX_RESTARTS"] = launcher
-            try:
+            with mock.patch.dict(os.environ):
+                os.environ.pop("TORCHELASTIC_MAX_RESTARTS", None)
+                if launcher is not None:
+                    os.environ["TORCHELASTIC_MAX_RESTARTS"] = launcher
                 full = ot._job_config(json.loads(json.dumps(job)), "OneBitAdam", {}, 10, "cpu")
                 return full["onebit"].get("failure")
-            finally:
-                os.environ.pop("TORCHELASTIC_MAX_RESTARTS", None)
-                if saved is not None:
-                    os.environ["TORCHELASTIC_MAX_RESTARTS"] = saved
         from onebit import env
         self.assertEqual((env.restart_count({}), env.max_restarts({})), (0, None))
         launched = {"TORCHELASTIC_RESTART_COUNT": "2", "TORCHELASTIC_MAX_RESTARTS": "5"}
@@ -525,6 +522,17 @@ class LaunchedLikeTorchrun(StreamCase):
     KWARGS = {"lr": 0.01, "eps": 1e-8, "weight_decay": 0.001, "freeze_step": 10,
               "bias_correction": False}
 
+    def script_env(self, **extra):
+        """stream_train.py's environment: no launcher's variables but `extra`, the
+        optimizer built from KWARGS, the package and its extension on the path."""
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("ONEBIT_", "SLURM_")) and
+               k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+        env.update(OPT_KWARGS=json.dumps(self.KWARGS),
+                   PYTHONPATH=os.pathsep.join([os.path.dirname(HERE), os.path.join(BIN, "python")]),
+                   **extra)
+        return env
+
     def run_ranks(self, name, env_of_rank, extra_env=None, config_dict=None, expect_ok=True):
         tmp = tempfile.mkdtemp(prefix=name + "-", dir=self.tmp)
         config = os.path.join(tmp, "job.json")
@@ -533,13 +541,8 @@ class LaunchedLikeTorchrun(StreamCase):
         out = os.path.join(tmp, "package.npy")
         procs = []
         for r in range(W):
-            env = {k: v for k, v in os.environ.items()
-                   if not k.startswith(("ONEBIT_", "SLURM_")) and
-                   k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
-            env.update(env_of_rank(r))
+            env = self.script_env(**env_of_rank(r))
             env.update((extra_env or {}) if not callable(extra_env) else extra_env(r))
-            env["OPT_KWARGS"] = json.dumps(self.KWARGS)
-            env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(HERE), os.path.join(BIN, "python")])
             log = open(os.path.join(tmp, f"rank-{r}.log"), "w")
             procs.append((subprocess.Popen(
                 [sys.executable, os.path.join(HERE, "stream_train.py"), config,
@@ -634,10 +637,7 @@ class LaunchedLikeTorchrun(StreamCase):
         path = os.path.join(tmp, "job.json")
         with open(path, "w") as f:
             json.dump(config, f)
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("ONEBIT_", "SLURM_"))}
-        env.update(OPT_KWARGS=json.dumps(self.KWARGS), KILL_AT=f"{kill_at}:{tmp}/killed",
-                   PYTHONPATH=os.pathsep.join([os.path.dirname(HERE), os.path.join(BIN, "python")]),
-                   **(extra_env or {}))
+        env = self.script_env(KILL_AT=f"{kill_at}:{tmp}/killed", **(extra_env or {}))
         out = os.path.join(tmp, "package.npy")
         port = free_port_run(3)
         runs = [subprocess.Popen(

@@ -106,11 +106,7 @@ absl::StatusOr<std::unique_ptr<ExactAllreduce>> ExactAllreduce::Create(
   if (options.max_in_flight < 1) {
     return absl::InvalidArgumentError("ExactAllreduce: max_in_flight must be >= 1");
   }
-  if (backend->memory_space() != transport->memory_space()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("ExactAllreduce: backend ", backend->name(), " and transport ",
-                     transport->name(), " use different memory"));
-  }
+  ONEBIT_RETURN_IF_ERROR(CheckSameMemorySpace(*backend, *transport));
   const size_t w = static_cast<size_t>(transport->world_size());
   const size_t chunk = (n + w - 1) / w;
   std::unique_ptr<ExactAllreduce> a(new ExactAllreduce(backend, transport, n, chunk, options));
