@@ -980,7 +980,7 @@ Key OnebitBlock(ParseState* s) {
                                     .Means("The job fails when the membership is not back "
                                            "within this after a failure.")},
            {"max_restarts", Integer(&f->max_restarts, 0, 1 << 20)
-                                .Means("Recoveries before the job is declared failed.")},
+                                .Means("Recoveries before the job is declared failed (a restarted coordinator counts as one).")},
            {"coordinator_retry_s", Number(&f->coordinator_retry_s, 0, kDay, true)
                                        .Means("How long members retry an unreachable "
                                               "coordinator.")},

@@ -146,12 +146,22 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock* clock,
                          "a restart cannot fix it: ", failure_reason_));
   } else if (options_.recovering) {
     // What this generation recovers from, for the members it refuses and for the status.
-    failure_reason_ = absl::StrCat("the coordinator restarted; generation ", generation_ - 1,
-                                   " ended with it");
-    RecordRecoveryLocked(failure_reason_, resume_.has_value() ? resume_->step() : 0);
-    LogLine(absl::StrCat("recovering in generation ", generation_, " (recovery ", recoveries_,
-                         " of at most ", options_.config.failure.max_restarts,
-                         "): waiting for every member to register again"));
+    // One failure, one recovery: a launcher restarts rank 0's coordinator after that
+    // coordinator began recovering from a lost peer (recovery_goes_on).
+    failure_reason_ = absl::StrCat(
+        "the coordinator restarted",
+        options_.recovery_goes_on ? absl::StrCat(" during recovery ", recoveries_) : "",
+        "; generation ", generation_ - 1, " ended with it");
+    if (recoveries_ > options_.config.failure.max_restarts) {
+      FailLocked(absl::StrCat(failure_reason_, "; no recovery left (onebit.failure.max_restarts = ",
+                              options_.config.failure.max_restarts, ")"));
+    } else {
+      RecordRecoveryLocked(failure_reason_, resume_.has_value() ? resume_->step() : 0);
+      LogLine(absl::StrCat("recovering in generation ", generation_, " (recovery ", recoveries_,
+                           " of at most ", options_.config.failure.max_restarts,
+                           options_.recovery_goes_on ? ", which the last coordinator began" : "",
+                           "): waiting for every member to register again"));
+    }
   }
   if (options_.resume.has_value()) {
     LogLine(absl::StrCat("resuming from the checkpoint of step ", options_.resume->step(), " (",
@@ -757,7 +767,7 @@ void Coordinator::CheckFailuresLocked() {
       silent.has_value()) {
     RecoverLocked(absl::StrCat(RoleName(silent->role), " ", silent->rank, " (",
                                silent->instance_id, ") sent no heartbeat for ",
-                               options_.config.failure.heartbeat_timeout_s, " s"));
+                               absl::FormatDuration(options_.heartbeat_timeout)));
     return;
   }
   if (state_ == v1::JOB_STATE_STARTING || state_ == v1::JOB_STATE_RECOVERING) {
@@ -765,7 +775,9 @@ void Coordinator::CheckFailuresLocked() {
     const int servers = membership_.Registered(v1::ROLE_SERVER);
     if (workers == membership_.world_size() && servers == membership_.num_servers()) {
       LogLine(absl::StrCat("generation ", generation_, ": every member registered; running"));
+      const bool recovered = state_ == v1::JOB_STATE_RECOVERING;
       state_ = v1::JOB_STATE_RUNNING;
+      if (recovered) PersistLocked(/*over=*/false);  // a restart from here on is a new recovery
     } else if (now > membership_deadline_) {
       FailLocked(absl::StrCat(
           "only ", workers, " of ", membership_.world_size(), " workers and ", servers, " of ",
@@ -846,6 +858,7 @@ void Coordinator::PersistLocked(bool over) {
   state.set_generation(generation_);
   state.set_recoveries(recoveries_);
   state.set_over(over);
+  state.set_recovering(!over && state_ == v1::JOB_STATE_RECOVERING);
   if (state_ == v1::JOB_STATE_FAILED) state.set_failure_reason(failure_reason_);
   for (const v1::Recovery& r : recovery_log_) *state.add_recovery_log() = r;
   const absl::Status saved = options_.persist(state);
@@ -920,6 +933,7 @@ void Coordinator::RecoverLocked(const std::string& what_failed) {
   }
   ++generation_;
   ++recoveries_;
+  state_ = v1::JOB_STATE_RECOVERING;  // saved as recovering by the record
   RecordRecoveryLocked(what_failed, resume.has_value() ? resume->step() : 0);
   stage_machine_ = *std::move(sm);
   ended_after_.clear();

@@ -69,6 +69,10 @@ struct CoordinatorOptions {
   int64_t generation = 1;
   int recoveries = 0;
   bool recovering = false;
+  // The coordinator before this one stopped while recovering: this start goes on with that
+  // recovery (recoveries is not one more). Else a restart past config.failure.max_restarts
+  // recoveries fails the job.
+  bool recovery_goes_on = false;
   // The recoveries before this start (the state file's), oldest first; a restart of the
   // coordinator (recovering) adds its own.
   std::vector<v1::Recovery> recovery_log;

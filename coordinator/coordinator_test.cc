@@ -697,6 +697,7 @@ TEST_F(CoordinatorTest, ADeadMemberStartsARecoveryFromTheLastCheckpoint) {
   EXPECT_EQ(persisted[0].generation(), 2);
   EXPECT_EQ(persisted[0].recoveries(), 1);
   EXPECT_FALSE(persisted[0].over());
+  EXPECT_TRUE(persisted[0].recovering());  // a coordinator restarted now goes on with it
   // The recovery is on record: which generation, what failed, where it resumed.
   ASSERT_EQ(job.recovery_log_size(), 1);
   EXPECT_EQ(job.recovery_log(0).generation(), 2);
@@ -719,6 +720,10 @@ TEST_F(CoordinatorTest, ADeadMemberStartsARecoveryFromTheLastCheckpoint) {
   r.set_requested_rank(1);
   ASSERT_TRUE(coordinator_->Register(r).ok());
   EXPECT_EQ(coordinator_->GetJob({})->state(), v1::JOB_STATE_RUNNING);
+  // The recovery is over: a coordinator restarted from here on makes a new one.
+  ASSERT_EQ(persisted.size(), 2);
+  EXPECT_FALSE(persisted[1].recovering());
+  EXPECT_EQ(persisted[1].recoveries(), 1);
   EXPECT_EQ(Lease(0, 1)->through_step(), 10);  // a rollback may ask again
   absl::StatusOr<v1::LeaseResponse> lease = Lease(1, 21);
   ASSERT_TRUE(lease.ok()) << lease.status();
@@ -730,10 +735,11 @@ TEST_F(CoordinatorTest, ADeadMemberStartsARecoveryFromTheLastCheckpoint) {
   EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
   EXPECT_THAT(job.failure_reason(), HasSubstr("no recovery left"));
   // The failure is saved as the job's end, with its reason (a restart stays FAILED).
-  ASSERT_EQ(persisted.size(), 2);
-  EXPECT_TRUE(persisted[1].over());
-  EXPECT_THAT(persisted[1].failure_reason(), HasSubstr("no recovery left"));
-  EXPECT_EQ(persisted[1].recovery_log_size(), 1);
+  ASSERT_EQ(persisted.size(), 3);
+  EXPECT_TRUE(persisted[2].over());
+  EXPECT_FALSE(persisted[2].recovering());
+  EXPECT_THAT(persisted[2].failure_reason(), HasSubstr("no recovery left"));
+  EXPECT_EQ(persisted[2].recovery_log_size(), 1);
 }
 
 // After a kill, the member that went silent first is named, not the lowest rank among
@@ -846,7 +852,7 @@ TEST_F(CoordinatorTest, AJobThatFailedStaysFailed) {
   options.recoveries = 2;
   v1::Recovery& r = options.recovery_log.emplace_back();
   r.set_generation(2);
-  r.set_reason("worker 0 (w0) sent no heartbeat for 10 s");
+  r.set_reason("worker 0 (w0) sent no heartbeat for 10s");
   r.set_resume_step(40);
   options.failed = "worker 1 (w1) failed in step 48, which no restart fixes: diverged";
   coordinator_ = *Coordinator::Create(options, &clock_, nullptr);

@@ -90,7 +90,9 @@ absl::StatusOr<PreparedJob> JobCoordinator::Prepare(const JobCoordinatorOptions&
   if (job.restarted) {
     job.saved_generation = saved.generation();
     c.generation = saved.generation() + 1;
-    c.recoveries = saved.recoveries() + 1;
+    // A restart while recovering goes on with that recovery; any other is one more.
+    c.recovery_goes_on = saved.recovering();
+    c.recoveries = saved.recoveries() + (saved.recovering() ? 0 : 1);
     c.recovering = true;
   }
   if (job.restarted || !job.failed.empty()) {
@@ -191,6 +193,7 @@ absl::StatusOr<std::unique_ptr<JobCoordinator>> JobCoordinator::Start(PreparedJo
     state.set_job_id(c.job_id);
     state.set_generation(c.generation);
     state.set_recoveries(c.recoveries);
+    state.set_recovering(c.recovering);  // a crash before the coordinator runs counts once
     for (const v1::Recovery& r : c.recovery_log) *state.add_recovery_log() = r;
     ONEBIT_RETURN_IF_ERROR(WriteState(job.state_file, state, config));
   }

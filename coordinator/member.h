@@ -69,7 +69,7 @@ std::optional<MemberVerdict> AwaitVerdict(CoordinatorClient& client, const Membe
                                           absl::Duration wait);
 
 // The job's recoveries for a summary: "none", or "2: generation 2 resumed after step 40
-// (worker 2 (w2) sent no heartbeat for 10 s); generation 3 resumed from step 0 (...)".
+// (worker 2 (w2) sent no heartbeat for 10s); generation 3 resumed from step 0 (...)".
 std::string RecoveriesText(const v1::JobStatus& job);
 
 // After this member's registration failed with `error`: 78 when the coordinator refused it

@@ -172,12 +172,12 @@ TEST(RecoveriesTextTest, SaysHowManyAndFromWhere) {
   v1::Recovery* r = job.add_recovery_log();
   r->set_generation(2);
   r->set_resume_step(40);
-  r->set_reason("worker 2 (w2) sent no heartbeat for 10 s");
+  r->set_reason("worker 2 (w2) sent no heartbeat for 10s");
   r = job.add_recovery_log();
   r->set_generation(3);
   r->set_reason("the coordinator restarted; generation 2 ended with it");
   EXPECT_EQ(RecoveriesText(job),
-            "2: generation 2 resumed after step 40 (worker 2 (w2) sent no heartbeat for 10 s); "
+            "2: generation 2 resumed after step 40 (worker 2 (w2) sent no heartbeat for 10s); "
             "generation 3 restarted from step 0 (the coordinator restarted; generation 2 ended "
             "with it)");
 }

@@ -367,6 +367,99 @@ TEST(CoordinatorProcessTest, AFailedJobExits78AndStaysFailedUntilItsConfigChange
   EXPECT_EQ(Wait(fixed.child, absl::Seconds(15)), 0) << fixed.child.err();
 }
 
+// failure.max_restarts bounds the recoveries whoever notices the failure: a coordinator
+// restarted while it was recovering (a launcher restarting rank 0 after a peer died) goes
+// on with that recovery, and one restarted in a running job is a recovery of its own, past
+// the limit a failure.
+TEST(CoordinatorProcessTest, ARestartedCoordinatorCountsEachFailureOnce) {
+  const std::string dir = NewDir("restarts");
+  const std::string state = absl::StrCat("--state_file=", dir, "/state.json");
+  const std::string config = R"({"steps": 100, "onebit": {"workers": 2, "failure": {"max_restarts": 1}}})";
+  int n = 0;
+  auto start = [&](const std::string& heartbeat_timeout) {
+    std::remove((dir + "/coordinator.json").c_str());  // the last one's address
+    Coordinator c = StartCoordinator(dir, config, {state, heartbeat_timeout});
+    EXPECT_FALSE(c.addresses.grpc.empty()) << c.child.err();
+    return c;
+  };
+  auto client_of = [](const Coordinator& c) {
+    GrpcClientOptions options;
+    options.address = c.addresses.grpc;
+    return *NewGrpcCoordinatorClient(options);
+  };
+  auto register_both = [&](CoordinatorClient& client) {
+    for (int rank : {0, 1}) {
+      v1::RegisterRequest reg;
+      reg.set_role(v1::ROLE_WORKER);
+      reg.set_instance_id(absl::StrCat("w", rank, "_", n++));
+      reg.set_requested_rank(rank);
+      ASSERT_TRUE(client.Register(reg).ok());
+    }
+  };
+  auto await_state = [](CoordinatorClient& client, v1::JobState want) {
+    absl::StatusOr<v1::JobStatus> job;
+    for (int i = 0; i < 500; ++i) {
+      job = client.GetJob({});
+      if (job.ok() && job->state() == want) break;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return job;
+  };
+  auto kill = [](Coordinator& c) {
+    c.child.process->Signal(SIGKILL);
+    Wait(c.child);
+  };
+
+  // The workers register and go silent: the coordinator recovers (1 of at most 1) and dies.
+  Coordinator first = start("--heartbeat_timeout=1s");
+  ASSERT_FALSE(first.addresses.grpc.empty());
+  std::unique_ptr<CoordinatorClient> client = client_of(first);
+  register_both(*client);
+  absl::StatusOr<v1::JobStatus> job = await_state(*client, v1::JOB_STATE_RECOVERING);
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_EQ(job->state(), v1::JOB_STATE_RECOVERING) << first.child.err();
+  EXPECT_EQ(job->recoveries(), 1);
+  kill(first);
+
+  // Restarted twice while recovering: the same recovery, not a second or a third.
+  for (int restart = 0; restart < 2; ++restart) {
+    Coordinator again = start("--heartbeat_timeout=30s");
+    ASSERT_FALSE(again.addresses.grpc.empty());
+    client = client_of(again);
+    job = client->GetJob({});
+    ASSERT_TRUE(job.ok()) << job.status();
+    EXPECT_EQ(job->state(), v1::JOB_STATE_RECOVERING) << again.child.err();
+    EXPECT_EQ(job->recoveries(), 1);
+    EXPECT_THAT(job->failure_reason(),
+                HasSubstr(absl::StrCat("the coordinator restarted during recovery 1; generation ",
+                                       2 + restart, " ended with it")));
+    ASSERT_GE(job->recovery_log_size(), 1);
+    EXPECT_THAT(job->recovery_log(0).reason(), HasSubstr("worker 0 (w0_0) sent no heartbeat for 1s"));
+    EXPECT_THAT(again.child.err(),
+                HasSubstr("(recovery 1 of at most 1, which the last coordinator began)"));
+    if (restart == 1) {
+      // The members come back: the recovery is over, and the state file says so.
+      register_both(*client);
+      job = await_state(*client, v1::JOB_STATE_RUNNING);
+      ASSERT_TRUE(job.ok()) << job.status();
+      EXPECT_EQ(job->state(), v1::JOB_STATE_RUNNING);
+      const std::string recovered = R"("recovering": false)";
+      for (int i = 0; i < 250 && ReadFile(dir + "/state.json").find(recovered) == std::string::npos; ++i) {
+        absl::SleepFor(absl::Milliseconds(20));
+      }
+      EXPECT_THAT(ReadFile(dir + "/state.json"), HasSubstr(recovered));
+    }
+    kill(again);
+  }
+
+  // A restart of the running job is a second recovery, one past the limit: the job fails.
+  Coordinator last = start("--heartbeat_timeout=30s");
+  EXPECT_EQ(Wait(last.child), 78) << last.child.err();
+  EXPECT_THAT(last.child.err(), HasSubstr("job FAILED: the coordinator restarted; generation 4 "
+                                          "ended with it; no recovery left "
+                                          "(onebit.failure.max_restarts = 1)"));
+}
+
 TEST(CoordinatorProcessTest, BadConfigsExitWithTheKey) {
   const std::string dir = NewDir("bad");
   struct Case {

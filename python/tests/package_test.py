@@ -685,6 +685,11 @@ class LaunchedLikeTorchrun(StreamCase):
         self.assertIn("recovery 1 of at most 5: rank 0, which runs the job's coordinator, "
                       "stopped: the script raised RuntimeError: rank 0: an error of the "
                       "script's before step 18", logs[0])
+        # The restarted coordinator goes on with that recovery: one failure counts once
+        # against failure.max_restarts (before: the restart was recovery 2).
+        self.assertIn("recovering in generation 3 (recovery 1 of at most 5, which the last "
+                      "coordinator began)", logs[0])
+        self.assertNotIn("recovery 2", logs[0])
         for log in logs:
             self.assertIn("resumed from the checkpoint of step 15", log)
 
