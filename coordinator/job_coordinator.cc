@@ -39,13 +39,17 @@ std::string NewJobId() {
                          absl::Uniform<uint32_t>(gen, 0, 0x10000));
 }
 
-// The state file's mark of the config a failed job ran with (CoordinatorState.config_crc32).
-uint32_t ConfigCrc(const JobConfig& config) { return checkpoint::Crc32(JobConfigToJson(config)); }
+// The state file's mark of what a failed job ran (CoordinatorState.config_crc32): its
+// config, and the code's digest where the caller knows one (JobCoordinatorOptions).
+uint32_t JobCrc(const JobConfig& config, const std::string& code_digest) {
+  std::string what = JobConfigToJson(config);
+  if (!code_digest.empty()) absl::StrAppend(&what, "\ncode ", code_digest);
+  return checkpoint::Crc32(what);
+}
 
-absl::Status WriteState(const std::string& state_file, v1::CoordinatorState state,
-                        const JobConfig& config) {
+absl::Status WriteState(const std::string& state_file, v1::CoordinatorState state, uint32_t crc) {
   if (state_file.empty()) return absl::OkStatus();
-  state.set_config_crc32(ConfigCrc(config));
+  state.set_config_crc32(crc);
   return WriteFileAtomically(state_file, ToJson(state, /*pretty=*/true));
 }
 
@@ -66,6 +70,7 @@ absl::StatusOr<PreparedJob> JobCoordinator::Prepare(const JobCoordinatorOptions&
   if (job.state_file.empty() && !config.checkpoint.dir.empty()) {
     job.state_file = checkpoint::JoinPath(config.checkpoint.dir, "coordinator-state.json");
   }
+  job.crc = JobCrc(config, options.code_digest);
   v1::CoordinatorState saved;
   if (!job.state_file.empty() && access(job.state_file.c_str(), F_OK) == 0) {
     absl::StatusOr<std::string> text = ReadSmallFile(job.state_file);
@@ -76,10 +81,13 @@ absl::StatusOr<PreparedJob> JobCoordinator::Prepare(const JobCoordinatorOptions&
     }
     job.restarted = !saved.over();
     // A job that failed stays failed when started again as it was: a restart cannot fix
-    // what failed it. Another config (the fix) is a new job.
-    if (saved.over() && !saved.failure_reason().empty() &&
-        saved.config_crc32() == ConfigCrc(config)) {
-      job.failed = saved.failure_reason();
+    // what failed it. Another config or code (the fix) is a new job.
+    if (saved.over() && !saved.failure_reason().empty()) {
+      if (saved.config_crc32() == job.crc) {
+        job.failed = saved.failure_reason();
+      } else {
+        job.replaces_failed = absl::StrCat(saved.job_id(), " failed (", saved.failure_reason(), ")");
+      }
     }
   }
   CoordinatorOptions& c = job.coordinator;
@@ -104,8 +112,8 @@ absl::StatusOr<PreparedJob> JobCoordinator::Prepare(const JobCoordinatorOptions&
     c.recoveries = saved.recoveries();
     c.failed = job.failed;
   }
-  c.persist = [state_file = job.state_file, config](const v1::CoordinatorState& state) {
-    return WriteState(state_file, state, config);
+  c.persist = [state_file = job.state_file, crc = job.crc](const v1::CoordinatorState& state) {
+    return WriteState(state_file, state, crc);
   };
   c.heartbeat_timeout = options.heartbeat_timeout > absl::ZeroDuration()
                             ? options.heartbeat_timeout
@@ -151,10 +159,16 @@ absl::StatusOr<std::unique_ptr<JobCoordinator>> JobCoordinator::Start(PreparedJo
     LogLine(absl::StrCat("restarted: job ", c.job_id, " was in generation ", job.saved_generation,
                          "; recovering in generation ", c.generation));
   }
+  const char* what = job.options.code_digest.empty() ? "config" : "config and script";
   if (!job.failed.empty()) {
-    LogLine(absl::StrCat(job.state_file, " says job ", c.job_id, " failed with this config: it "
-                         "stays failed (remove that file, or change the config, to start a new "
-                         "job)"));
+    LogLine(absl::StrCat(job.state_file, " says job ", c.job_id, " failed with this ", what,
+                         ": it stays failed (remove that file, or change the ", what,
+                         ", to start a new job)"));
+  }
+  if (!job.replaces_failed.empty()) {
+    LogLine(absl::StrCat("job ", job.replaces_failed, "; with another ",
+                         job.options.code_digest.empty() ? "config" : "config or script",
+                         " this is a new job, ", c.job_id));
   }
   const JobConfig& config = job.config;
   if (!config.checkpoint.dir.empty()) {
@@ -195,7 +209,7 @@ absl::StatusOr<std::unique_ptr<JobCoordinator>> JobCoordinator::Start(PreparedJo
     state.set_recoveries(c.recoveries);
     state.set_recovering(c.recovering);  // a crash before the coordinator runs counts once
     for (const v1::Recovery& r : c.recovery_log) *state.add_recovery_log() = r;
-    ONEBIT_RETURN_IF_ERROR(WriteState(job.state_file, state, config));
+    ONEBIT_RETURN_IF_ERROR(WriteState(job.state_file, state, job.crc));
   }
   ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorServer> server,
                           CoordinatorServer::Start(c, job.server));

@@ -40,6 +40,10 @@ struct JobCoordinatorOptions {
   std::string member_token_file;
   security::TlsOptions tls;  // security::TlsFromFlags(config.security.tls) in the binary
   absl::Duration kv_max_wait = absl::Seconds(30);
+  // A digest of the job's code, where the caller knows it (onebit.torch: the training
+  // script's). A job that FAILED stays failed when started again with the same config and
+  // code; another script, like another config, is the fix and a new job.
+  std::string code_digest;
 };
 
 // Everything Start needs, checked: what --check validates.
@@ -53,6 +57,9 @@ struct PreparedJob {
   int64_t saved_generation = 0;
   // The state file holds a job that FAILED with this config: why (it stays FAILED).
   std::string failed;
+  // The state file holds a job that FAILED with another config or code: "<id> failed (why)".
+  std::string replaces_failed;
+  uint32_t crc = 0;  // the config's and code's mark (CoordinatorState.config_crc32)
 };
 
 class JobCoordinator {

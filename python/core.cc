@@ -521,9 +521,10 @@ class PyWorker {
 class PyCoordinator {
  public:
   PyCoordinator(const std::string& config, const std::string& host, int port, int rest_port,
-                int metrics_port) {
+                int metrics_port, const std::string& code_digest) {
     JobCoordinatorOptions o;
     o.config_path = config;
+    o.code_digest = code_digest;
     o.host = host;
     o.grpc_port = port;
     o.rest_port = rest_port;
@@ -665,9 +666,9 @@ PYBIND11_MODULE(_onebit_core, m) {
       .def_property_readonly("cuda", &PyWorker::cuda)
       .def_property_readonly("size", &PyWorker::size);
   py::class_<onebit::PyCoordinator>(m, "Coordinator")
-      .def(py::init<const std::string&, const std::string&, int, int, int>(), py::arg("config"),
-           py::arg("host") = "127.0.0.1", py::arg("port") = 0, py::arg("rest_port") = 0,
-           py::arg("metrics_port") = 0)
+      .def(py::init<const std::string&, const std::string&, int, int, int, const std::string&>(),
+           py::arg("config"), py::arg("host") = "127.0.0.1", py::arg("port") = 0,
+           py::arg("rest_port") = 0, py::arg("metrics_port") = 0, py::arg("code_digest") = "")
       .def_property_readonly("address", &onebit::PyCoordinator::address)
       .def_property_readonly("rest_address", &onebit::PyCoordinator::rest_address)
       .def_property_readonly("metrics_address", &onebit::PyCoordinator::metrics_address)

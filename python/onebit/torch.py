@@ -69,6 +69,7 @@ a parameter already sent is an error naming it), and a gradient changed after ba
 import atexit
 import bisect
 import contextlib
+import hashlib
 import json
 import os
 import sys
@@ -228,6 +229,20 @@ def _load_config(config):
             # the C++ config parser's own code.
             return json.loads(_core().strict_json(text))
     raise TypeError(f"config must be a dict or a path to a JSON file, not {type(config).__name__}")
+
+
+def _script_digest():
+    """The training script's SHA-256, or "" (an interactive session). A job that failed
+    stays failed when rank 0 starts it again with the same config and script (a launcher's
+    restart cannot fix it); an edited script, like another config, is the fix and a new job."""
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    if not path:
+        return ""
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return ""
 
 
 def _job_config(job, optimizer_type, explicit, n, device):
@@ -555,7 +570,8 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         rv = self._rendezvous
         try:
             return _core().Coordinator(self._config_path, host=rv.bind_host, port=rv.grpc_port,
-                                       rest_port=rv.rest_port, metrics_port=0)
+                                       rest_port=rv.rest_port, metrics_port=0,
+                                       code_digest=_script_digest())
         except (RuntimeError, ValueError, TimeoutError) as e:
             where = f"{rv.bind_host}:{rv.grpc_port}"
             raise OnebitError(

@@ -533,7 +533,8 @@ class LaunchedLikeTorchrun(StreamCase):
                    **extra)
         return env
 
-    def run_ranks(self, name, env_of_rank, extra_env=None, config_dict=None, expect_ok=True):
+    def run_ranks(self, name, env_of_rank, extra_env=None, config_dict=None, expect_ok=True,
+                  script=os.path.join(HERE, "stream_train.py")):
         tmp = tempfile.mkdtemp(prefix=name + "-", dir=self.tmp)
         config = os.path.join(tmp, "job.json")
         with open(config, "w") as f:
@@ -545,7 +546,7 @@ class LaunchedLikeTorchrun(StreamCase):
             env.update((extra_env or {}) if not callable(extra_env) else extra_env(r))
             log = open(os.path.join(tmp, f"rank-{r}.log"), "w")
             procs.append((subprocess.Popen(
-                [sys.executable, os.path.join(HERE, "stream_train.py"), config,
+                [sys.executable, script, config,
                  os.path.join(self.tmp, "params.npy"), os.path.join(self.tmp, "grads.npy"), out,
                  "OneBitAdam"], env=env, stdout=log, stderr=subprocess.STDOUT), log))
         logs = []
@@ -724,6 +725,31 @@ class LaunchedLikeTorchrun(StreamCase):
                                   r"shorter than the job")
         self.assertIn("exiting with 78 (do not restart)", logs[0])
         self.assertNotIn("recovery 1", logs[0])
+
+    def test_a_failed_job_stays_failed_until_the_script_changes(self):
+        # The state file keeps a failed job for a launch with the same config and script (a
+        # launcher's restart, which cannot fix it); an edited script is the fix: a new job.
+        config = json.loads(json.dumps(self.CONFIG))
+        config["onebit"]["checkpoint"] = {"dir": os.path.join(self.tmp, "failed-ckpt"),
+                                          "every_steps": 10}
+        short = lambda r: {"LOOP_STEPS": "12"} if r == 1 else {}  # noqa: E731
+        self.run_ranks("failed-1", self.torchrun_env(free_port_run(3)), extra_env=short,
+                       config_dict=config, expect_ok=False)
+        logs = self.run_ranks("failed-2", self.torchrun_env(free_port_run(3)),
+                              config_dict=config, expect_ok=False)
+        self.assertIn("FAILED before this coordinator started, and a restart cannot fix it: "
+                      "worker 1", logs[0])
+        self.assertIn("failed with this config and script: it stays failed", logs[0])
+        fixed = os.path.join(self.tmp, "stream_train_fixed.py")
+        with open(os.path.join(HERE, "stream_train.py")) as f, open(fixed, "w") as out:
+            out.write(f.read() + "\n# the loop runs every step now\n")
+        logs = self.run_ranks("failed-3", self.torchrun_env(free_port_run(3)),
+                              config_dict=config, script=fixed)
+        self.assertRegex(logs[0], r"job \S+ failed \(worker 1 \(\S+\) failed in step 12, "
+                                  r"which no restart fixes: .*\); with another config or script "
+                                  r"this is a new job")
+        # It resumes from the failed job's last checkpoint (onebit.checkpoint.resume).
+        self.assertIn("resuming from the checkpoint of step 10", logs[0])
 
     def test_slurm_environment(self):
         port = free_port_run(3)
