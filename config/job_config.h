@@ -244,10 +244,11 @@ struct ExchangeConfig {
   // with overlap and more than two workers, only the rank order gives the same bits as
   // without (a ring's order depends on where each bucket's chunks start).
   std::string warmup_order = "auto";
-  // Peer mode: exchange the full-precision (warmup, and all of optimizer "Adam") gradient
-  // layer by layer while the backward pass computes the layers before (workloads that
-  // announce layers: the CPU Fashion-MNIST MLP). Same bits either way; off by default
-  // (BENCHMARKS.md, "Warmup exchange", says why).
+  // Peer mode, or ps with warmup_over "workers": exchange the full-precision (warmup, and
+  // all of optimizer "Adam") gradient layer by layer while the backward pass computes the
+  // layers before (workloads that announce layers: the CPU Fashion-MNIST MLP, onebit.torch's
+  // models). Same bits either way; off by default in a job config (BENCHMARKS.md, "Warmup
+  // exchange", says why).
   bool overlap = false;
   // The compressed exchange's wire format (kernels/kernels.h), for every mode: "onebit"
   // (1 bit and one scale per block) or "int8" (a code per element, a scale and an offset

@@ -165,9 +165,10 @@ absl::Status CheckJobConfig(const ParseState& state) {
                absl::StrCat("the ring adds on the wire, so it needs warmup_dtype fp32, not ",
                             x.warmup_dtype));
   }
-  if (x.mode != "peer" && x.overlap) {
+  if (x.overlap && x.mode != "peer" && !(x.mode == "ps" && ShardsSkipWarmup(x))) {
     return Bad("onebit.exchange.overlap",
-               "only peer mode overlaps the exchange with the backward pass");
+               "only a warmup between the workers overlaps the backward pass (peer mode, or ps "
+               "with warmup_over \"workers\")");
   }
   if (x.mode == "hierarchical" && c->workers % x.local_size != 0) {
     return Bad("onebit.exchange.local_size",

@@ -898,9 +898,10 @@ Key OnebitBlock(ParseState* s) {
                        "auto: ring where the warmup goes between the workers with the fp32 "
                        "wire, rank otherwise.")},
            {"overlap", Bool(&x->overlap)
-                           .Means("Peer mode: exchange the full-precision gradient layer by "
-                                  "layer during the backward pass (workloads that announce "
-                                  "layers). Same bits either way; on GPUs only with nccl.")},
+                           .Means("Peer mode, or ps with warmup_over \"workers\": exchange "
+                                  "the full-precision gradient layer by layer during the "
+                                  "backward pass (workloads that announce layers). Same bits "
+                                  "either way; on GPUs only with nccl.")},
            {"compressor",
             String(&x->compressor, {"onebit", "int8"})
                 .Means("The compressed exchange's wire format: onebit (1 bit and a scale per "

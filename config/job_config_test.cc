@@ -135,7 +135,9 @@ TEST(JobConfigTest, GpuWorkersOverEveryExchange) {
                "onebit": {"device": "cuda", "workers": 4, "exchange": {"mode": "hierarchical",
                "local_size": 2, "inter_transport": "gloo"}}})",
            R"({"optimizer": {"params": {"comm_backend_name": "nccl"}},
-               "onebit": {"device": "cuda", "exchange": {"overlap": true}}})"}) {
+               "onebit": {"device": "cuda", "exchange": {"overlap": true}}})",
+           R"({"onebit": {"exchange": {"mode": "ps", "servers": 2, "warmup_over": "workers",
+               "overlap": true}}})"}) {
     auto c = ParseJobConfig(text);
     EXPECT_TRUE(c.ok()) << text << ": " << c.status();
   }
@@ -343,7 +345,10 @@ TEST(JobConfigTest, RejectsBadConfigsNamingTheKey) {
       {R"({"onebit": {"exchange": {"compressor": "int4"}}})", "onebit.exchange.compressor"},
       {R"({"onebit": {"exchange": {"compressor": 8}}})", "onebit.exchange.compressor"},
       {R"({"onebit": {"exchange": {"mode": "ps", "servers": 1, "overlap": true}}})",
-       "onebit.exchange.overlap: only peer mode"},
+       "onebit.exchange.overlap: only a warmup between the workers overlaps"},
+      {R"({"onebit": {"workers": 4, "exchange": {"mode": "hierarchical", "local_size": 2,
+           "inter": "ps", "servers": 2, "warmup_over": "workers", "overlap": true}}})",
+       "onebit.exchange.overlap: only a warmup between the workers overlaps"},
       {R"({"onebit": {"freeze": {"threshold": 0}}})", "onebit.freeze.threshold"},
       {R"({"onebit": {"freeze": {"min_warmup": 10, "max_warmup": 5}}})", "onebit.freeze.max_warmup"},
       {R"({"onebit": {"workload": {"hidden": []}}})", "onebit.workload.hidden"},

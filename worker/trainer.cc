@@ -37,13 +37,13 @@ void PrintToStdout(absl::string_view line) {
 // of a few KB does not earn back (the MLP's output layer is 1,290 floats).
 constexpr size_t kMinOverlapBucket = size_t{1} << 14;  // 64 KiB of fp32
 
-// The workload's announcements, merged into the exchange's buckets, to the PeerExchange's
-// exchange thread.
+// The workload's announcements, merged into the exchange's buckets, to the overlapped
+// warmup's exchange thread.
 class BucketForwarder : public GradientListener {
  public:
   // Groups consecutive `ranges` (the workload's, in announcement order) into buckets of at
   // least kMinOverlapBucket elements where they are adjacent in the buffer.
-  BucketForwarder(PeerExchange* exchange, std::vector<ParamRange> ranges)
+  BucketForwarder(OverlappedWarmup* exchange, std::vector<ParamRange> ranges)
       : exchange_(exchange), ranges_(std::move(ranges)), closes_(ranges_.size(), -1) {
     for (size_t i = 0; i < ranges_.size(); ++i) {
       const ParamRange& r = ranges_[i];
@@ -77,7 +77,7 @@ class BucketForwarder : public GradientListener {
   }
 
  private:
-  PeerExchange* const exchange_;
+  OverlappedWarmup* const exchange_;
   const std::vector<ParamRange> ranges_;
   std::vector<int> closes_;  // per range: the bucket it completes, or -1
   std::vector<ParamRange> buckets_;
@@ -190,8 +190,8 @@ absl::Status Trainer::Init(Exchange* exchange, Transport* transport) {
 }
 
 absl::Status Trainer::InitOverlap() {
-  PeerExchange* peer = options_.overlap;
-  if (peer == nullptr) return absl::OkStatus();
+  OverlappedWarmup* overlap = options_.overlap;
+  if (overlap == nullptr) return absl::OkStatus();
   if (options_.gradient_accumulation_steps > 1) {
     Print("exchange overlap: off, gradients are accumulated over micro batches first");
     return absl::OkStatus();
@@ -200,7 +200,7 @@ absl::Status Trainer::InitOverlap() {
     Print("exchange overlap: off, fp16 loss scaling agrees on overflows before the exchange");
     return absl::OkStatus();
   }
-  if (peer->world_size() != optimizer_->exchange().world_size()) {
+  if (overlap->world_size() != optimizer_->exchange().world_size()) {
     return absl::InvalidArgumentError("the overlap exchange is not the trainer's exchange");
   }
   const std::vector<ParamRange> buckets = workload_->gradient_buckets();
@@ -209,11 +209,11 @@ absl::Status Trainer::InitOverlap() {
                        " announces no gradient buckets (the warmup sum runs after it)"));
     return absl::OkStatus();
   }
-  auto forwarder = std::make_unique<BucketForwarder>(peer, buckets);
-  if (!peer->overlap_enabled()) {
+  auto forwarder = std::make_unique<BucketForwarder>(overlap, buckets);
+  if (!overlap->enabled()) {
     std::vector<std::pair<size_t, size_t>> ranges;
     for (const ParamRange& b : forwarder->buckets()) ranges.emplace_back(b.begin, b.end);
-    ONEBIT_RETURN_IF_ERROR(peer->EnableOverlap(ranges));
+    ONEBIT_RETURN_IF_ERROR(overlap->Enable(ranges));
   }
   Print(absl::StrCat("exchange overlap: on, ", forwarder->buckets().size(),
                      " buckets from the workload's ", buckets.size(), " gradient ranges"));
@@ -401,22 +401,22 @@ absl::Status Trainer::RunStep(int64_t t) {
   const LinkBytes inter_before = exchange.inter_node_bytes();
 
   // Overlap: the exchange thread sums the buckets the workload announces while it computes.
-  PeerExchange* const overlap =
+  OverlappedWarmup* const overlap =
       listener_ != nullptr && optimizer_->sums_gradients() && exchange.world_size() > 1
           ? options_.overlap
           : nullptr;
-  const double busy_before = overlap != nullptr ? overlap->overlap_busy_seconds() : 0.0;
+  const double busy_before = overlap != nullptr ? overlap->busy_seconds() : 0.0;
   // On an error before the optimizer's sum, the buckets already handed over finish (or
   // time out) before the error is returned: the exchange thread never outlives the step.
   auto abandon = [&](absl::Status status) {
-    if (overlap != nullptr) overlap->EndOverlap().IgnoreError();
+    if (overlap != nullptr) overlap->End().IgnoreError();
     return status;
   };
 
   const double start = clock_->Seconds();
   if (overlap != nullptr) {
     static_cast<BucketForwarder*>(listener_.get())->Reset();
-    ONEBIT_RETURN_IF_ERROR(overlap->BeginOverlap(t, grad_data_));
+    ONEBIT_RETURN_IF_ERROR(overlap->Begin(t, grad_data_));
   }
   absl::StatusOr<double> loss = ComputeGradient(t);
   if (!loss.ok()) return abandon(loss.status());
@@ -468,7 +468,7 @@ absl::Status Trainer::RunStep(int64_t t) {
   const double compress_before = exchange.compress_seconds();
   const double call_before = optimizer_->exchange_call_seconds();
   const kernels::Backend::HostTransfers moved_before = backend_->host_transfers();
-  // The optimizer's warmup sum closes the overlapped exchange (PeerExchange::SumGradients).
+  // The optimizer's warmup sum closes the overlapped exchange (the exchange's SumGradients).
   const absl::Status stepped_ok =
       report.skipped ? optimizer_->SkipStep() : optimizer_->Step(grad_data_);
   if (!stepped_ok.ok()) return abandon(stepped_ok);
@@ -478,7 +478,7 @@ absl::Status Trainer::RunStep(int64_t t) {
   report.device_bytes_from_host = moved.from_host - moved_before.from_host;
   report.device_copy_seconds = std::max(0.0, moved.seconds - moved_before.seconds);
   if (overlap != nullptr) {
-    report.overlapped_exchange_seconds = overlap->overlap_busy_seconds() - busy_before;
+    report.overlapped_exchange_seconds = overlap->busy_seconds() - busy_before;
   }
   const double stepped = clock_->Seconds() - computed;
   // Nested intervals on one monotonic clock: compress within the exchange call, the call

@@ -15,9 +15,9 @@
 //      synchronized at its end so GPU times are real). The parts add up to the step;
 //      they are read from TrainerOptions::clock, a few reads per step;
 //      OVERLAP: with TrainerOptions::overlap, a warmup step of several workers hands the
-//      gradient to the PeerExchange bucket by bucket while the workload computes it (one
-//      bucket per layer, announced by the workload), and the optimizer's sum waits for
-//      the last bucket. "compute" is then the workload's call, with the exchange of the
+//      gradient to the exchange's overlapped warmup bucket by bucket while the workload
+//      computes it (one bucket per layer, announced by the workload), and the optimizer's
+//      sum waits for the last bucket. "compute" is then the workload's call, with the exchange of the
 //      buckets finished early running beside it (hidden); "exchange" is what the
 //      optimizer still waits for after it (the exposed part; the buckets not started by
 //      then run on the training thread, inside it). StepReport::
@@ -55,6 +55,7 @@
 #include "kernels/buffer.h"
 #include "kernels/kernels.h"
 #include "worker/exchange/exchange.h"
+#include "worker/exchange/overlapped_warmup.h"
 #include "worker/exchange/peer_exchange.h"
 #include "worker/exchange/step_clock.h"
 #include "worker/optim/loss_scaler.h"
@@ -217,12 +218,13 @@ struct TrainerOptions {
   // The clock of the step-time split (also given to the exchange); null: steady_clock.
   // Borrowed.
   StepClock* clock = nullptr;
-  // OVERLAP (issue 7; the job config's exchange.overlap): the PeerExchange that the
-  // exchange given to Create is or wraps. Its warmup sums then run bucket by bucket
-  // during the backward pass, on the buckets the workload announces
-  // (Workload::gradient_buckets; a workload without them runs as without overlap). The
-  // parameters get the same bits either way. Null: no overlap. Borrowed.
-  PeerExchange* overlap = nullptr;
+  // OVERLAP (issue 7; the job config's exchange.overlap): the overlapped warmup of the
+  // exchange given to Create (a PeerExchange's or a WorkersWarmupExchange's, that exchange
+  // or one it wraps). Its warmup sums then run bucket by bucket during the backward pass,
+  // on the buckets the workload announces (Workload::gradient_buckets; a workload without
+  // them runs as without overlap). The parameters get the same bits either way. Null: no
+  // overlap. Borrowed.
+  OverlappedWarmup* overlap = nullptr;
   // fp16's LOSS SCALING (the job config's fp16 block, for a workload that computes in
   // fp16): the workload scales its loss (Workload::SetLossScale) and each step
   //   1. divides the scale back out of the gradient and checks it for inf/NaN (a

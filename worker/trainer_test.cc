@@ -158,7 +158,7 @@ std::vector<WorkerRun> RunFashionMnistGroup(int world, const GroupPlan& plan,
       auto made = PeerExchange::Create(backend.get(), &transport, (*workload)->num_parameters());
       if (!made.ok()) return made.status();
       peer = std::move(*made);
-      options.overlap = peer.get();
+      options.overlap = &peer->overlap();
       trainer = Trainer::Create(options, workload->get(), backend.get(), peer.get(), &controller,
                                 &run.sink);
     } else {

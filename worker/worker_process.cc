@@ -629,7 +629,8 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
                             NewWorkload(config, reg.rank(), reg.world_size(), w.backend.get()));
   }
   const size_t n = w.workload->num_parameters();
-  PeerExchange* overlap = nullptr;  // the job config's exchange.overlap (peer mode)
+  // The job config's exchange.overlap (peer mode, or ps with warmup_over "workers").
+  OverlappedWarmup* overlap = nullptr;
   if (config.exchange.mode == "ps") {
     ONEBIT_ASSIGN_OR_RETURN(std::vector<std::string> shards,
                             ShardAddresses(*shared_client, reg.num_servers(), RendezvousTimeout(config)));
@@ -646,9 +647,11 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
       ONEBIT_ASSIGN_OR_RETURN(
           w.transport, WorldTransport(config, reg, shared_client, o.transport_trace, w));
       ONEBIT_ASSIGN_OR_RETURN(ExactAllreduceOptions exact, WarmupOptions(config));
-      ONEBIT_ASSIGN_OR_RETURN(w.exchange,
+      ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<WorkersWarmupExchange> workers,
                               WorkersWarmupExchange::Create(w.backend.get(), w.transport.get(), n,
                                                             exact, std::move(w.exchange)));
+      if (config.exchange.overlap) overlap = &workers->overlap();
+      w.exchange = std::move(workers);
     }
   } else if (config.exchange.mode == "hierarchical") {
     ONEBIT_ASSIGN_OR_RETURN(w.exchange, NewHierarchicalExchange(config, reg, n, shared_client,
@@ -661,7 +664,7 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
                             PeerExchange::Create(w.backend.get(), w.transport.get(), n, exact,
                                                  JobCompressor(config)));
     // The job config refuses overlap for GPU workers over gloo.
-    if (config.exchange.overlap) overlap = peer.get();
+    if (config.exchange.overlap) overlap = &peer->overlap();
     w.exchange = std::move(peer);
   }
   if (fault.has_value() && fault->point == "kill_in_exchange") {

@@ -482,9 +482,9 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         self._open_ended = "steps" not in job
         self._steps = OPEN_ENDED_STEPS if self._open_ended else int(job["steps"])
         node_shards = job.get("onebit", {}).get("exchange", {}).get("servers") == "per_node"
-        self._overlap = self._overlap_setting(job, overlap, float(bucket_cap_mb))
         job = _job_config(job, self._type, explicit, self._offsets[-1],
                           "cuda" if self._device.type == "cuda" else "cpu")
+        self._overlap = self._overlap_setting(job, overlap, float(bucket_cap_mb))
         if self._open_ended:
             job["steps"] = OPEN_ENDED_STEPS
         f = tempfile.NamedTemporaryFile("w", prefix="onebit-job-", suffix=".json", delete=False)
@@ -786,7 +786,9 @@ class _OnebitOptimizer(torch.optim.Optimizer):
     def _overlap_setting(self, job, overlap, cap_mb):
         """(first bucket, bucket) caps in floats where the warmup exchange overlaps
         backward(), else None. The config's onebit.exchange.overlap and the keyword must
-        agree where both are given; by default on for CPU tensors in peer mode."""
+        agree where both are given; by default on for CPU tensors where the warmup goes
+        between the workers (peer mode, or ps with warmup_over "workers", which
+        servers "per_node" sets)."""
         exchange = job.setdefault("onebit", {}).setdefault("exchange", {})
         configured = exchange.get("overlap")
         if overlap is not None and configured is not None and bool(overlap) != configured:
@@ -795,16 +797,20 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         if not cap_mb > 0:
             raise ValueError(f"bucket_cap_mb must be > 0, got {cap_mb}")
         on = overlap if overlap is not None else configured
-        peer = exchange.get("mode", "peer") == "peer"
+        mode = exchange.get("mode", "peer")
+        between_workers = mode == "peer" or (mode == "ps" and
+                                             exchange.get("warmup_over") == "workers")
         if on is None:
-            on = peer and self._device.type == "cpu"
+            on = between_workers and self._device.type == "cpu"
         if on and self._device.type != "cpu":
             raise ValueError("overlap (the warmup exchange during backward) works on CPU "
                              "tensors only so far; on CUDA build the optimizer with "
                              "overlap=False")
-        if on and not peer:
-            raise ValueError(f"overlap needs onebit.exchange.mode \"peer\", not "
-                             f"\"{exchange.get('mode')}\": build the optimizer with overlap=False")
+        if on and not between_workers:
+            raise ValueError(f"overlap needs a warmup between the workers: onebit.exchange.mode "
+                             f"\"peer\", or \"ps\" with warmup_over \"workers\", not "
+                             f"\"{mode}\"{' with its warmup through the shards' if mode == 'ps' else ''}"
+                             ": build the optimizer with overlap=False")
         exchange["overlap"] = bool(on)
         if not on:
             return None

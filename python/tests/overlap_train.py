@@ -2,12 +2,13 @@
 not), as a torch user writes the loop: two micro-batches per step, the first inside
 opt.no_sync(); zero_grad(set_to_none=True) on even steps, in place on odd ones.
 
-    python3 -m onebit.run --nproc_per_node=2 --master_port=0 overlap_train.py OUT.npy MODE
+    python3 -m onebit.run --nproc_per_node=2 --master_port=0 overlap_train.py OUT.npy MODE [ps]
 
 MODE: on (overlap, 0.25 MB buckets), off (overlap=False), twice (the first micro-batch
 outside no_sync: a second gradient for a parameter already sent), modified (the gradients
-clipped in place with torch.nn.utils.clip_grad_norm_ after backward, on step 3). Rank 0
-writes the final parameters to OUT.npy.
+clipped in place with torch.nn.utils.clip_grad_norm_ after backward, on step 3). With
+"ps" the job runs a shard on the node (exchange.servers "per_node", so its warmup goes
+between the workers). Rank 0 writes the final parameters to OUT.npy.
 """
 import contextlib
 import sys
@@ -23,6 +24,9 @@ STEPS = 10
 
 def main():
     out, mode = sys.argv[1], sys.argv[2]
+    config = {"steps": STEPS}
+    if sys.argv[3:] == ["ps"]:
+        config["onebit"] = {"exchange": {"mode": "ps", "servers": "per_node"}}
     torch.manual_seed(0)
     # 64-512-512-10: 0.25 MB buckets (65,536 floats) from the end give two, [the last
     # two layers] and [the first], each above the trainer's 16,384-float merge threshold.
@@ -30,7 +34,7 @@ def main():
                                 torch.nn.Linear(512, 512), torch.nn.Tanh(),
                                 torch.nn.Linear(512, 10))
     opt = ot.OneBitAdam(model.named_parameters(), lr=1e-3, freeze_step=6,
-                        overlap=mode != "off", bucket_cap_mb=0.25, config={"steps": STEPS})
+                        overlap=mode != "off", bucket_cap_mb=0.25, config=config)
     print(f"rank {opt.rank} of {opt.world_size}", flush=True)  # joined: step 1 overlaps too
     g = torch.Generator().manual_seed(100 + opt.rank)
     while not opt.done:

@@ -975,16 +975,16 @@ class Overlap(unittest.TestCase):
     two workers every sum order gives the same bits, so overlap on and off must agree bit
     for bit; a gradient sent and then changed is an error naming the parameter."""
 
-    def run_mode(self, tmp, mode):
+    def run_mode(self, tmp, mode, *more):
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             [os.path.dirname(HERE), os.path.join(BIN, "python")]), OMP_NUM_THREADS="1")
         for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
             env.pop(k, None)
-        logs = os.path.join(tmp, mode)
+        logs = os.path.join(tmp, mode + "".join(more))
         r = subprocess.run([sys.executable, "-m", "onebit.run", "--nproc_per_node=2",
                             "--master_port=0", "--log_dir=" + logs,
                             os.path.join(HERE, "overlap_train.py"),
-                            os.path.join(tmp, mode + ".npy"), mode],
+                            os.path.join(tmp, mode + "".join(more) + ".npy"), mode, *more],
                            capture_output=True, text=True, timeout=180, env=env)
         text = ""
         for rank in (0, 1):
@@ -1012,6 +1012,23 @@ class Overlap(unittest.TestCase):
         self.assertNotEqual(r.returncode, 0)
         self.assertRegex(log, r"the gradient of parameter '\d\.(weight|bias)' \(.*\) changed "
                          r"after backward\(\) handed it to the exchange")
+
+
+    def test_same_bits_on_and_off_with_a_shard_on_the_node(self):
+        # ps with servers "per_node": the warmup goes between the workers, so it overlaps
+        # backward() by default, as in peer mode (before: a ValueError asking for
+        # overlap=False), and the compression stage goes through the node's shard.
+        tmp = tempfile.mkdtemp(prefix="onebit-overlap-ps-")
+        r, on_log = self.run_mode(tmp, "on", "ps")
+        self.assertEqual(r.returncode, 0, on_log[-3000:])
+        self.assertIn("exchange overlap: on, 2 buckets from the workload's 2 gradient ranges",
+                      on_log)
+        self.assertIn("1 servers (the warmup between the workers)", on_log)
+        r, off_log = self.run_mode(tmp, "off", "ps")
+        self.assertEqual(r.returncode, 0, off_log[-3000:])
+        self.assertNotIn("exchange overlap: on", off_log)
+        StreamCase.assertSameBits.__get__(self)(np.load(os.path.join(tmp, "onps.npy")),
+                                                np.load(os.path.join(tmp, "offps.npy")))
 
 
 class TrainedLikeTorchOptim(unittest.TestCase):

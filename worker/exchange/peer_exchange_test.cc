@@ -1,5 +1,6 @@
-// PeerExchange's overlapped warmup sum (issue 7): bucket by bucket on its exchange thread,
-// against the same exchange's one sum of the whole buffer, over real transports.
+// The overlapped warmup sum (issue 7; overlapped_warmup.h) of PeerExchange and of
+// WorkersWarmupExchange (ps with warmup_over "workers"): bucket by bucket on its exchange
+// thread, against one sum of the whole buffer, over real transports.
 #include "worker/exchange/peer_exchange.h"
 
 #include <random>
@@ -12,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/kernels.h"
+#include "worker/exchange/workers_warmup_exchange.h"
 #include "worker/transport/local_group.h"
 
 namespace onebit {
@@ -32,30 +34,61 @@ std::vector<float> Gradient(int rank, int64_t step) {
   return g;
 }
 
+// The exchange whose overlapped sum is tested: a PeerExchange, or a WorkersWarmupExchange
+// (a PeerExchange stands in for its shards' compressed stage, which the warmup never uses).
+enum class Overlapping { kPeer, kWorkersWarmup };
+
+struct Overlapped {
+  std::unique_ptr<Exchange> exchange;
+  OverlappedWarmup* overlap = nullptr;
+};
+
+absl::StatusOr<Overlapped> MakeOverlapped(Overlapping which, kernels::Backend* backend,
+                                          Transport* t, const ExactAllreduceOptions& exact) {
+  absl::StatusOr<std::unique_ptr<PeerExchange>> peer =
+      PeerExchange::Create(backend, t, kN, exact);
+  if (!peer.ok()) return peer.status();
+  Overlapped o;
+  if (which == Overlapping::kPeer) {
+    o.overlap = &(*peer)->overlap();
+    o.exchange = *std::move(peer);
+    return o;
+  }
+  absl::StatusOr<std::unique_ptr<WorkersWarmupExchange>> workers =
+      WorkersWarmupExchange::Create(backend, t, kN, exact, *std::move(peer));
+  if (!workers.ok()) return workers.status();
+  o.overlap = &(*workers)->overlap();
+  o.exchange = *std::move(workers);
+  return o;
+}
+
 // For every step: the overlapped sum (the first `announced` buckets announced from another
 // thread while this one waits, the rest taken by SumGradients) equals, bit for bit, the
-// plain sum of a second PeerExchange on the same transport.
-void ExpectSameBits(TransportKind kind, int w, kernels::WireDtype dtype) {
+// plain sum of a PeerExchange on the same transport.
+void ExpectSameBits(TransportKind kind, int w, kernels::WireDtype dtype,
+                    Overlapping which = Overlapping::kPeer) {
   const absl::Status status = RunLocalGroup(kind, w, [&](Transport& t) -> absl::Status {
     auto backend = kernels::NewCpuBackend();
     ExactAllreduceOptions exact;
     exact.wire_dtype = dtype;
-    auto overlapped = PeerExchange::Create(backend.get(), &t, kN, exact);
+    absl::StatusOr<Overlapped> made = MakeOverlapped(which, backend.get(), &t, exact);
     auto plain = PeerExchange::Create(backend.get(), &t, kN, exact);
-    if (!overlapped.ok()) return overlapped.status();
+    if (!made.ok()) return made.status();
     if (!plain.ok()) return plain.status();
-    if (absl::Status s = (*overlapped)->EnableOverlap(kBuckets); !s.ok()) return s;
+    Exchange* overlapped = made->exchange.get();
+    OverlappedWarmup& overlap = *made->overlap;
+    if (absl::Status s = overlap.Enable(kBuckets); !s.ok()) return s;
     for (int64_t step = 1; step <= 4; ++step) {
       const size_t announced = static_cast<size_t>(step - 1);  // 0..3 buckets announced
       const std::vector<float> g = Gradient(t.rank(), step);
-      if (absl::Status s = (*overlapped)->BeginOverlap(step, g.data()); !s.ok()) return s;
+      if (absl::Status s = overlap.Begin(step, g.data()); !s.ok()) return s;
       std::thread compute([&] {
         for (size_t b = 0; b < announced; ++b) {
-          (*overlapped)->BucketReady(kBuckets[b].first, kBuckets[b].second);
+          overlap.BucketReady(kBuckets[b].first, kBuckets[b].second);
         }
       });
       compute.join();
-      auto sum = (*overlapped)->SumGradients(step, g.data());
+      auto sum = overlapped->SumGradients(step, g.data());
       if (!sum.ok()) return sum.status();
       const std::vector<float> got(*sum, *sum + kN);
       auto expected = (*plain)->SumGradients(step, g.data());
@@ -63,7 +96,7 @@ void ExpectSameBits(TransportKind kind, int w, kernels::WireDtype dtype) {
       EXPECT_EQ(got, std::vector<float>(*expected, *expected + kN))
           << "rank " << t.rank() << " step " << step;
     }
-    EXPECT_GT((*overlapped)->overlap_busy_seconds(), 0.0);
+    EXPECT_GT(overlap.busy_seconds(), 0.0);
     return absl::OkStatus();
   });
   EXPECT_TRUE(status.ok()) << status;
@@ -78,6 +111,16 @@ TEST(PeerExchangeOverlapTest, BucketsGiveTheBitsOfOneSum) {
   ExpectSameBits(TransportKind::kGloo, 3, kernels::WireDtype::kFp32);
 }
 
+TEST(PeerExchangeOverlapTest, AWarmupBetweenTheWorkersOfAPsJobOverlapsToo) {
+  for (const int w : {2, 3}) {
+    SCOPED_TRACE(absl::StrCat("inproc W=", w));
+    ExpectSameBits(TransportKind::kInproc, w, kernels::WireDtype::kFp32,
+                   Overlapping::kWorkersWarmup);
+  }
+  SCOPED_TRACE("gloo W=3");
+  ExpectSameBits(TransportKind::kGloo, 3, kernels::WireDtype::kFp32, Overlapping::kWorkersWarmup);
+}
+
 TEST(PeerExchangeOverlapTest, BucketsGiveTheBitsOfOneSumOnA16BitWire) {
   ExpectSameBits(TransportKind::kInproc, 3, kernels::WireDtype::kBf16);
   ExpectSameBits(TransportKind::kInproc, 2, kernels::WireDtype::kFp16);
@@ -89,19 +132,19 @@ TEST(PeerExchangeOverlapTest, BucketsMustPartitionTheGradient) {
     auto e = PeerExchange::Create(backend.get(), &t, kN);
     EXPECT_TRUE(e.ok()) << e.status();
     const float g[1] = {0.0f};
-    EXPECT_EQ((*e)->BeginOverlap(1, g).code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ((*e)->overlap().Begin(1, g).code(), absl::StatusCode::kFailedPrecondition);
     for (const Buckets& bad : {Buckets{}, Buckets{{0, 500}}, Buckets{{0, 500}, {501, 1000}},
                                Buckets{{0, 600}, {500, 1000}}, Buckets{{0, 0}, {0, 1000}},
                                Buckets{{0, 1000}, {1000, 1001}}}) {
-      const absl::Status s = (*e)->EnableOverlap(bad);
+      const absl::Status s = (*e)->overlap().Enable(bad);
       EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
-      EXPECT_FALSE((*e)->overlap_enabled());
+      EXPECT_FALSE((*e)->overlap().enabled());
     }
-    EXPECT_TRUE((*e)->EnableOverlap(kBuckets).ok());
-    EXPECT_EQ((*e)->EnableOverlap(kBuckets).code(), absl::StatusCode::kFailedPrecondition);
-    EXPECT_TRUE((*e)->BeginOverlap(1, g).ok());
-    EXPECT_EQ((*e)->BeginOverlap(1, g).code(), absl::StatusCode::kFailedPrecondition);
-    EXPECT_TRUE((*e)->EndOverlap().ok());
+    EXPECT_TRUE((*e)->overlap().Enable(kBuckets).ok());
+    EXPECT_EQ((*e)->overlap().Enable(kBuckets).code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_TRUE((*e)->overlap().Begin(1, g).ok());
+    EXPECT_EQ((*e)->overlap().Begin(1, g).code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_TRUE((*e)->overlap().End().ok());
     return absl::OkStatus();
   });
   EXPECT_TRUE(status.ok()) << status;
@@ -114,20 +157,20 @@ TEST(PeerExchangeOverlapTest, AnOutOfOrderAnnouncementFailsTheStep) {
     auto backend = kernels::NewCpuBackend();
     auto e = PeerExchange::Create(backend.get(), &t, kN);
     EXPECT_TRUE(e.ok()) << e.status();
-    EXPECT_TRUE((*e)->EnableOverlap(kBuckets).ok());
+    EXPECT_TRUE((*e)->overlap().Enable(kBuckets).ok());
     const std::vector<float> g = Gradient(t.rank(), 1);
-    EXPECT_TRUE((*e)->BeginOverlap(1, g.data()).ok());
-    (*e)->BucketReady(0, 3);
+    EXPECT_TRUE((*e)->overlap().Begin(1, g.data()).ok());
+    (*e)->overlap().BucketReady(0, 3);
     auto sum = (*e)->SumGradients(1, g.data());
     EXPECT_EQ(sum.status().code(), absl::StatusCode::kInternal);
     EXPECT_THAT(std::string(sum.status().message()), HasSubstr("expected [700, 1000)"));
     EXPECT_EQ(t.bytes_sent(), 0u);
     // A sum for another step than the open one is refused too.
-    EXPECT_TRUE((*e)->BeginOverlap(2, g.data()).ok());
+    EXPECT_TRUE((*e)->overlap().Begin(2, g.data()).ok());
     EXPECT_EQ((*e)->SumGradients(3, g.data()).status().code(),
               absl::StatusCode::kFailedPrecondition);
-    EXPECT_TRUE((*e)->BeginOverlap(4, g.data()).ok());
-    for (const auto& [begin, end] : kBuckets) (*e)->BucketReady(begin, end);
+    EXPECT_TRUE((*e)->overlap().Begin(4, g.data()).ok());
+    for (const auto& [begin, end] : kBuckets) (*e)->overlap().BucketReady(begin, end);
     EXPECT_TRUE((*e)->SumGradients(4, g.data()).ok());
     EXPECT_GT(t.bytes_sent(), 0u);
     return absl::OkStatus();
@@ -143,11 +186,11 @@ TEST(PeerExchangeOverlapTest, AVanishedPeerEndsTheStepWithAnError) {
     auto backend = kernels::NewCpuBackend();
     auto e = PeerExchange::Create(backend.get(), &t, kN);
     if (!e.ok()) return e.status();
-    if (absl::Status s = (*e)->EnableOverlap(kBuckets); !s.ok()) return s;
+    if (absl::Status s = (*e)->overlap().Enable(kBuckets); !s.ok()) return s;
     if (t.rank() == 1) return absl::AbortedError("rank 1 vanishes");
     const std::vector<float> g = Gradient(0, 1);
-    if (absl::Status s = (*e)->BeginOverlap(1, g.data()); !s.ok()) return s;
-    for (const auto& [begin, end] : kBuckets) (*e)->BucketReady(begin, end);
+    if (absl::Status s = (*e)->overlap().Begin(1, g.data()); !s.ok()) return s;
+    for (const auto& [begin, end] : kBuckets) (*e)->overlap().BucketReady(begin, end);
     survivor = (*e)->SumGradients(1, g.data()).status();
     return survivor;
   });

@@ -18,13 +18,14 @@ absl::StatusOr<std::unique_ptr<WorkersWarmupExchange>> WorkersWarmupExchange::Cr
                      " workers, the compressed exchange ", compressed->world_size()));
   }
   std::unique_ptr<WorkersWarmupExchange> e(
-      new WorkersWarmupExchange(backend, transport, std::move(compressed)));
+      new WorkersWarmupExchange(backend, transport, n, exact, std::move(compressed)));
   ONEBIT_ASSIGN_OR_RETURN(e->exact_, ExactAllreduce::Create(backend, transport, n, exact));
   return e;
 }
 
-absl::StatusOr<const float*> WorkersWarmupExchange::SumGradients(int64_t /*step*/,
+absl::StatusOr<const float*> WorkersWarmupExchange::SumGradients(int64_t step,
                                                                  const float* grad) {
+  if (overlap_->open()) return overlap_->Finish(step, grad);
   ONEBIT_RETURN_IF_ERROR(exact_->Run(grad));
   return exact_->result();
 }

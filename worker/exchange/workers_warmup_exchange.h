@@ -22,6 +22,9 @@
 // AnyOverflow (fp16 loss scaling) also goes between the workers, so a skipped step
 // reaches no shard either.
 //
+// OVERLAP. As in peer mode, the warmup sum can run bucket by bucket during backward:
+// overlap() (overlapped_warmup.h), closed by SumGradients with the same bits.
+//
 // Thread safety: one thread at a time. Backend and transport are borrowed.
 #ifndef ONEBIT_WORKER_EXCHANGE_WORKERS_WARMUP_EXCHANGE_H_
 #define ONEBIT_WORKER_EXCHANGE_WORKERS_WARMUP_EXCHANGE_H_
@@ -36,6 +39,7 @@
 #include "worker/exchange/exact_allreduce.h"
 #include "worker/exchange/exchange.h"
 #include "worker/exchange/forwarding_exchange.h"
+#include "worker/exchange/overlapped_warmup.h"
 #include "worker/transport/transport.h"
 
 namespace onebit {
@@ -49,7 +53,8 @@ class WorkersWarmupExchange final : public ForwardingExchange {
       kernels::Backend* backend, Transport* transport, size_t n,
       const ExactAllreduceOptions& exact, std::unique_ptr<Exchange> compressed);
 
-  // The fixed-order allreduce between the workers; the shards see nothing.
+  // The fixed-order allreduce between the workers (or the overlapped one that the
+  // trainer opened); the shards see nothing.
   absl::StatusOr<const float*> SumGradients(int64_t step, const float* grad) override;
   // A one-float gather between the workers (as PeerExchange's).
   absl::StatusOr<bool> AnyOverflow(int64_t step, bool local_overflow) override;
@@ -61,20 +66,28 @@ class WorkersWarmupExchange final : public ForwardingExchange {
   LinkBytes inter_node_bytes() const override { return {bytes_sent(), bytes_received()}; }
 
   Exchange& compressed() { return *compressed_; }
+  // The overlapped warmup sum; not enabled until the trainer enables it.
+  OverlappedWarmup& overlap() { return *overlap_; }
+  void set_step_clock(StepClock* clock) override {
+    ForwardingExchange::set_step_clock(clock);
+    overlap_->set_step_clock(clock);
+  }
 
  private:
-  WorkersWarmupExchange(kernels::Backend* backend, Transport* transport,
-                        std::unique_ptr<Exchange> compressed)
+  WorkersWarmupExchange(kernels::Backend* backend, Transport* transport, size_t n,
+                        const ExactAllreduceOptions& exact, std::unique_ptr<Exchange> compressed)
       : ForwardingExchange(compressed.get()),
         backend_(backend),
         transport_(transport),
-        compressed_(std::move(compressed)) {}
+        compressed_(std::move(compressed)),
+        overlap_(std::make_unique<OverlappedWarmup>(backend, transport, n, exact)) {}
 
   kernels::Backend* const backend_;
   Transport* const transport_;
   const std::unique_ptr<Exchange> compressed_;
   std::unique_ptr<ExactAllreduce> exact_;
   kernels::Buffer<float> flag_;  // AnyOverflow's one float
+  const std::unique_ptr<OverlappedWarmup> overlap_;  // last: its thread stops first
 };
 
 }  // namespace onebit
