@@ -159,16 +159,17 @@ absl::StatusOr<std::unique_ptr<JobCoordinator>> JobCoordinator::Start(PreparedJo
     LogLine(absl::StrCat("restarted: job ", c.job_id, " was in generation ", job.saved_generation,
                          "; recovering in generation ", c.generation));
   }
-  const char* what = job.options.code_digest.empty() ? "config" : "config and script";
+  const bool script = !job.options.code_digest.empty();
   if (!job.failed.empty()) {
-    LogLine(absl::StrCat(job.state_file, " says job ", c.job_id, " failed with this ", what,
-                         ": it stays failed (remove that file, or change the ", what,
-                         ", to start a new job)"));
+    LogLine(absl::StrCat(job.state_file, " says job ", c.job_id, " failed with this ",
+                         script ? "config and script" : "config",
+                         ": it stays failed (remove that file, or change the ",
+                         script ? "config or the script" : "config", ", to start a new job)"));
   }
   if (!job.replaces_failed.empty()) {
     LogLine(absl::StrCat("job ", job.replaces_failed, "; with another ",
-                         job.options.code_digest.empty() ? "config" : "config or script",
-                         " this is a new job, ", c.job_id));
+                         script ? "config or script" : "config", " this is a new job, ",
+                         c.job_id));
   }
   const JobConfig& config = job.config;
   if (!config.checkpoint.dir.empty()) {
