@@ -21,6 +21,11 @@ OB="${OB:-/tmp/onebit-gpu}"         # the unpacked bundle
 DEVICE="${DEVICE:-cuda}"
 BUDGET="${BUDGET:-450}"
 PY="${PY:-python3}"
+# A python3 without torch (a pyenv one, say) while Debian's has it: take Debian's.
+if ! "$PY" -c "import torch" > /dev/null 2>&1 && /usr/bin/python3 -c "import torch" > /dev/null 2>&1; then
+  echo "check.sh: $PY has no torch; using /usr/bin/python3"
+  PY=/usr/bin/python3
+fi
 LOGS="${LOGS:-/tmp/gpu-logs}"  # packed into $OUT/logs.tar.gz (less the checkpoints)
 START=$SECONDS
 rm -rf "$LOGS" && mkdir -p "$OUT" "$LOGS"
