@@ -165,7 +165,7 @@ absl::Status CheckJobConfig(const ParseState& state) {
                absl::StrCat("the ring adds on the wire, so it needs warmup_dtype fp32, not ",
                             x.warmup_dtype));
   }
-  if (x.overlap && x.mode != "peer" && !(x.mode == "ps" && ShardsSkipWarmup(x))) {
+  if (x.overlap && !WarmupBetweenWorkers(x)) {
     return Bad("onebit.exchange.overlap",
                "only a warmup between the workers overlaps the backward pass (peer mode, or ps "
                "with warmup_over \"workers\")");

@@ -677,8 +677,6 @@ PYBIND11_MODULE(_onebit_core, m) {
       .def("abandon", &onebit::PyCoordinator::Abandon, py::arg("reason"))
       .def("recover", &onebit::PyCoordinator::Recover, py::arg("reason"))
       .def("close", &onebit::PyCoordinator::Close);
-  // The job config's errors before anything starts: ValueError naming the key; returns the
-  // notices (keys accepted without effect).
   // A config's text (comments and trailing commas allowed, as the C++ parser takes them) as
   // strict JSON, for Python's json module.
   m.def("strict_json", [](const std::string& text) {
@@ -688,9 +686,19 @@ PYBIND11_MODULE(_onebit_core, m) {
   }, py::arg("text"));
   // onebit.failure.max_restarts where a config leaves it out (torch.py's launcher default).
   m.attr("DEFAULT_MAX_RESTARTS") = onebit::FailureConfig{}.max_restarts;
+  // The job config's errors before anything starts: ValueError naming the key; returns the
+  // notices (keys accepted without effect).
   m.def("check_config", [](const std::string& path) {
     absl::StatusOr<onebit::JobConfig> config = onebit::LoadJobConfig(path);
     if (!config.ok()) onebit::Throw(config.status());
     return config->notices;
   }, py::arg("path"));
+  // Whether a config's warmup exchange goes between the workers (peer mode, or ps with
+  // warmup_over "workers"): where onebit.torch turns overlap on by default. The config's
+  // errors raise ValueError as check_config's do.
+  m.def("warmup_between_workers", [](const std::string& text) {
+    absl::StatusOr<onebit::JobConfig> config = onebit::ParseJobConfig(text);
+    if (!config.ok()) onebit::Throw(config.status());
+    return onebit::WarmupBetweenWorkers(config->exchange);
+  }, py::arg("text"));
 }

@@ -137,9 +137,9 @@ class _Group:
                 proc.send_signal(signum)
 
     def wait(self, restarts_left):
-        """Until every process ended: 0, or the exit code of the first that failed (which
-        ended the others)."""
-        failed = None
+        """Until every process ended: (0, False), or the exit code of the first that failed
+        (which ended the others) and whether the group starts again."""
+        failed, again = None, False
         while True:
             ended = [proc.poll() for proc in self.procs].count(None) == 0  # polls every one
             if failed is None:
@@ -149,8 +149,7 @@ class _Group:
                     code = self.procs[failed].returncode
                     how = f"was killed by {_signal_name(-code)}" if code < 0 else \
                         f"exited with code {code}"
-                    then = ("restarting the group" if self.restarts(code, restarts_left)
-                            else "stopping the others")
+                    again, then = self.after(code, restarts_left)
                     print(f"onebit-run: rank {self.rank(failed)} {how}; {then}",
                           file=sys.stderr, flush=True)
                     self.stop()
@@ -158,12 +157,18 @@ class _Group:
             if ended:
                 break
             time.sleep(0.05)
-        return 0 if failed is None else self.procs[failed].returncode
+        return (0, False) if failed is None else (self.procs[failed].returncode, again)
 
-    def restarts(self, code, restarts_left):
-        """Whether a failure with exit `code` starts the group again: restarts are left,
-        nobody signalled onebit-run, and the code is not onebit's 78 (the job failed)."""
-        return restarts_left > 0 and not self.signalled and code != JOB_FAILED
+    def after(self, code, restarts_left):
+        """What follows a failure with exit `code`, and the words for it: the group starts
+        again where restarts are left, nobody signalled onebit-run, and the code is not
+        onebit's 78 (the job failed: no restart fixes it)."""
+        if restarts_left > 0 and not self.signalled and code == JOB_FAILED:
+            return False, (f"stopping the others; exit code {JOB_FAILED} says the job failed "
+                           "and no restart fixes it, so the group is not restarted")
+        if restarts_left > 0 and not self.signalled:
+            return True, "restarting the group"
+        return False, "stopping the others"
 
     def stop(self):
         """SIGTERM to every process still running, SIGKILL after --grace_s."""
@@ -190,11 +195,8 @@ def main(argv=None):
     restart = 0
     while True:
         group.start(restart)
-        code = group.wait(a.max_restarts - restart)
-        if code == 0 or not group.restarts(code, a.max_restarts - restart):
-            if code == JOB_FAILED and restart < a.max_restarts:
-                print(f"onebit-run: exit code {JOB_FAILED} says the job failed and no restart "
-                      "fixes it; not restarting", file=sys.stderr, flush=True)
+        code, again = group.wait(a.max_restarts - restart)
+        if not again:
             break
         restart += 1
         print(f"onebit-run: restart {restart} of at most {a.max_restarts}", file=sys.stderr,

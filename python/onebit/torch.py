@@ -69,6 +69,7 @@ a parameter already sent is an error naming it), and a gradient changed after ba
 import atexit
 import bisect
 import contextlib
+import copy
 import hashlib
 import json
 import os
@@ -484,9 +485,9 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         node_shards = job.get("onebit", {}).get("exchange", {}).get("servers") == "per_node"
         job = _job_config(job, self._type, explicit, self._offsets[-1],
                           "cuda" if self._device.type == "cuda" else "cpu")
-        self._overlap = self._overlap_setting(job, overlap, float(bucket_cap_mb))
         if self._open_ended:
             job["steps"] = OPEN_ENDED_STEPS
+        self._overlap = self._overlap_setting(job, overlap, float(bucket_cap_mb))
         f = tempfile.NamedTemporaryFile("w", prefix="onebit-job-", suffix=".json", delete=False)
         with f:
             json.dump(job, f, indent=1)
@@ -495,8 +496,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         try:
             notices = _core().check_config(f.name)
         except ValueError as e:  # it names the key; the file is ours, not the user's
-            message = str(e).replace("INVALID_ARGUMENT: ", "").replace(f.name + ": ", "")
-            raise ValueError(f"{type(self).__name__}: {message}") from None
+            raise self._config_error(e, f.name) from None
         self._rendezvous = _env.rendezvous(coordinator)
         self._coordinator = None
         address = self._rendezvous.coordinator
@@ -783,6 +783,14 @@ class _OnebitOptimizer(torch.optim.Optimizer):
                 view.copy_(p.grad.reshape(view.shape))
             p.grad = view
 
+    def _config_error(self, e, path=None):
+        """The C++ config check's ValueError as this optimizer's (it names the key; the
+        config file, when there is one, is ours, not the user's)."""
+        message = str(e).replace("INVALID_ARGUMENT: ", "")
+        if path:
+            message = message.replace(path + ": ", "")
+        return ValueError(f"{type(self).__name__}: {message}")
+
     def _overlap_setting(self, job, overlap, cap_mb):
         """(first bucket, bucket) caps in floats where the warmup exchange overlaps
         backward(), else None. The config's onebit.exchange.overlap and the keyword must
@@ -798,8 +806,13 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             raise ValueError(f"bucket_cap_mb must be > 0, got {cap_mb}")
         on = overlap if overlap is not None else configured
         mode = exchange.get("mode", "peer")
-        between_workers = mode == "peer" or (mode == "ps" and
-                                             exchange.get("warmup_over") == "workers")
+        # The C++ config's answer, asked of the config without the overlap it decides.
+        undecided = copy.deepcopy(job)
+        undecided["onebit"]["exchange"].pop("overlap", None)
+        try:
+            between_workers = _core().warmup_between_workers(json.dumps(undecided))
+        except ValueError as e:
+            raise self._config_error(e) from None
         if on is None:
             on = between_workers and self._device.type == "cpu"
         if on and self._device.type != "cpu":

@@ -397,6 +397,31 @@ class BadInput(unittest.TestCase):
         with self.assertRaises(TypeError):
             ot.OneBitAdam(p, job_config("OneBitAdam", {}), config={})
 
+    def test_overlap_needs_a_warmup_between_the_workers(self):
+        # The C++ config decides where the warmup goes (WarmupBetweenWorkers); overlap asked
+        # for elsewhere is refused before anything starts, naming the way out.
+        import onebit.torch as ot
+        p = [torch.nn.Parameter(torch.zeros(N))]
+
+        def refused(exchange, text, **kw):
+            cfg = job_config("OneBitAdam", {"lr": 0.001})
+            cfg["onebit"]["exchange"] = exchange
+            with self.assertRaises(ValueError) as e:
+                ot.OneBitAdam(p, cfg, coordinator="127.0.0.1:1", **kw)
+            self.assertIn(text, str(e.exception))
+
+        through_shards = ('overlap needs a warmup between the workers: onebit.exchange.mode '
+                          '"peer", or "ps" with warmup_over "workers", not "ps" with its '
+                          'warmup through the shards: build the optimizer with overlap=False')
+        refused({"mode": "ps", "servers": 1}, through_shards, overlap=True)
+        refused({"mode": "ps", "servers": 1, "warmup_over": "shards"}, through_shards,
+                overlap=True)
+        refused({"mode": "hierarchical", "local_size": 2}, 'not "hierarchical"', overlap=True)
+        refused({"mode": "peer", "overlap": True}, "overlap=False while the job config's "
+                "onebit.exchange.overlap is True", overlap=False)
+        # The config's own errors still name the key, from the C++ parser.
+        refused({"mode": "ps", "servers": 0}, "OneBitAdam: onebit.exchange.servers")
+
     def test_a_world_size_that_disagrees_with_the_config(self):
         import onebit.torch as ot
         env = {"WORLD_SIZE": "3", "RANK": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
@@ -955,8 +980,9 @@ if sys.argv[2] == "fail":
         # 78, onebit's "the job failed: do not restart", is not restarted.
         r, starts = self.restarted("job_failed", 3)
         self.assertEqual(r.returncode, 78, r.stderr)
-        self.assertIn("onebit-run: rank 1 exited with code 78; stopping the others", r.stderr)
-        self.assertIn("no restart fixes it; not restarting", r.stderr)
+        self.assertIn("onebit-run: rank 1 exited with code 78; stopping the others; exit "
+                      "code 78 says the job failed and no restart fixes it, so the group is "
+                      "not restarted", r.stderr)
         self.assertEqual(starts, ["0/3 "] * 2)
 
     def test_bad_arguments(self):
