@@ -41,8 +41,9 @@ struct JobCoordinatorOptions {
   security::TlsOptions tls;  // security::TlsFromFlags(config.security.tls) in the binary
   absl::Duration kv_max_wait = absl::Seconds(30);
   // A digest of the job's code, where the caller knows it (onebit.torch: the training
-  // script's). A job that FAILED stays failed when started again with the same config and
-  // code; another script, like another config, is the fix and a new job.
+  // script's and that of the modules it imported from its own directory). A job that FAILED
+  // stays failed when started again with the same config and code; edited code, like
+  // another config, is the fix and a new job.
   std::string code_digest;
 };
 

@@ -232,18 +232,41 @@ def _load_config(config):
     raise TypeError(f"config must be a dict or a path to a JSON file, not {type(config).__name__}")
 
 
-def _script_digest():
-    """The training script's SHA-256, or "" (an interactive session). A job that failed
-    stays failed when rank 0 starts it again with the same config and script (a launcher's
-    restart cannot fix it); an edited script, like another config, is the fix and a new job."""
+def _code_digest():
+    """The SHA-256 of the training script and of the Python modules it imported from its own
+    directory tree (the user's code: not site-packages, not onebit), or "" in an interactive
+    session. A job that failed stays failed when rank 0 starts it again with the same config
+    and code (a launcher's restart cannot fix it); edited code, like another config, is the
+    fix and a new job. Modules are those imported by the time the optimizer is built."""
     path = getattr(sys.modules.get("__main__"), "__file__", None)
     if not path:
         return ""
-    try:
-        with open(path, "rb") as f:
-            return hashlib.sha256(f.read()).hexdigest()
-    except OSError:
-        return ""
+    main = os.path.realpath(path)
+    root = os.path.dirname(main)
+    ours = os.path.dirname(os.path.realpath(__file__)) + os.sep
+    files = {main}
+    for module in list(sys.modules.values()):
+        f = getattr(module, "__file__", None)
+        if not isinstance(f, str) or not f.endswith(".py"):
+            continue
+        f = os.path.realpath(f)
+        inside = os.path.relpath(f, root).split(os.sep)
+        if inside[0] == os.pardir or f.startswith(ours) or any(
+                part in ("site-packages", "dist-packages") for part in inside):
+            continue
+        files.add(f)
+    digest = hashlib.sha256()
+    for f in sorted(files):
+        try:
+            with open(f, "rb") as code:
+                text = code.read()
+        except OSError:
+            if f == main:
+                return ""
+            continue  # removed since its import
+        digest.update(os.path.relpath(f, root).encode() + b"\0")
+        digest.update(hashlib.sha256(text).digest())
+    return digest.hexdigest()
 
 
 def _job_config(job, optimizer_type, explicit, n, device):
@@ -571,7 +594,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         try:
             return _core().Coordinator(self._config_path, host=rv.bind_host, port=rv.grpc_port,
                                        rest_port=rv.rest_port, metrics_port=0,
-                                       code_digest=_script_digest())
+                                       code_digest=_code_digest())
         except (RuntimeError, ValueError, TimeoutError) as e:
             where = f"{rv.bind_host}:{rv.grpc_port}"
             raise OnebitError(

@@ -336,6 +336,55 @@ class Recovery(StreamCase):
                                                        "--freeze-step=10"]))
 
 
+class CodeDigest(unittest.TestCase):
+    """What rank 0's coordinator counts as the job's code (a failed job stays failed for the
+    same config and code): the script and the modules it imported from its own directory
+    tree; not the packages installed there (a venv), not files it never imported."""
+
+    def test_the_script_and_its_own_modules(self):
+        root = tempfile.mkdtemp(prefix="onebit-digest-")
+        files = {
+            "train.py": "import helper, models.net, dep\nimport onebit.torch as ot\n"
+                        "print(ot._code_digest())\n",
+            "helper.py": "X = 1\n",
+            "models/__init__.py": "",
+            "models/net.py": "Y = 2\n",
+            "unused.py": "Z = 3\n",
+            ".venv/lib/python3.11/site-packages/dep.py": "W = 4\n",
+        }
+        for name, text in files.items():
+            os.makedirs(os.path.dirname(os.path.join(root, name)), exist_ok=True)
+            with open(os.path.join(root, name), "w") as f:
+                f.write(text)
+        env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", PYTHONPATH=os.pathsep.join(
+            [os.path.join(root, ".venv/lib/python3.11/site-packages"), os.path.dirname(HERE),
+             os.path.join(BIN, "python")]))
+
+        def digest():
+            r = subprocess.run([sys.executable, os.path.join(root, "train.py")], env=env,
+                               capture_output=True, text=True, timeout=120)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertRegex(r.stdout.strip(), r"^[0-9a-f]{64}$")
+            return r.stdout.strip()
+
+        def edit(name):
+            with open(os.path.join(root, name), "a") as f:
+                f.write("# edited\n")
+
+        first = digest()
+        self.assertEqual(digest(), first)
+        seen = {first}
+        for name in ("helper.py", "models/net.py", "train.py"):
+            edit(name)
+            now = digest()
+            self.assertNotIn(now, seen, f"an edit of {name} left the digest as it was")
+            seen.add(now)
+        last = now
+        for name in ("unused.py", ".venv/lib/python3.11/site-packages/dep.py"):
+            edit(name)
+            self.assertEqual(digest(), last, f"an edit of {name} changed the digest")
+
+
 class BadInput(unittest.TestCase):
     """Refused before anything starts, with a clear Python exception."""
 
