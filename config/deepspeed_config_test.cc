@@ -307,6 +307,24 @@ TEST(DeepSpeedConfigTest, PrecisionRoundTrips) {
   EXPECT_TRUE(MustParse(R"({"bfloat16": {"enabled": true}})").precision.bf16);
 }
 
+// Where fp16's loss scaling runs: the CUDA workloads, and a PyTorch script's (onebit.torch)
+// on any device; bf16 there is the script's torch.autocast, so the block has no effect.
+TEST(DeepSpeedConfigTest, Fp16ScalesTheLossOfCudaWorkloadsAndOfPyTorchScripts) {
+  EXPECT_TRUE(ScalesLoss(MustParse(R"({"fp16": {"enabled": true}, "onebit": {"device": "cuda"}})")));
+  const JobConfig cpu = MustParse(R"({"fp16": {"enabled": true}})");
+  EXPECT_FALSE(ScalesLoss(cpu));
+  EXPECT_TRUE(HasNotice(cpu, "fp16.enabled: the CPU workloads compute in fp32"));
+  const JobConfig script =
+      MustParse(R"({"fp16": {"enabled": true}, "onebit": {"workload": {"type": "pytorch"}}})");
+  EXPECT_TRUE(ScalesLoss(script));
+  EXPECT_FALSE(HasNotice(script, "fp16.enabled"));
+  const JobConfig bf16 =
+      MustParse(R"({"bf16": {"enabled": true}, "onebit": {"workload": {"type": "pytorch"}}})");
+  EXPECT_FALSE(ScalesLoss(bf16));
+  EXPECT_TRUE(HasNotice(bf16, "bf16.enabled: no effect with workload pytorch"));
+  EXPECT_FALSE(ScalesLoss(MustParse(R"({"onebit": {"workload": {"type": "pytorch"}}})")));
+}
+
 TEST(DeepSpeedConfigTest, MomentumMaskConfig) {
   const JobConfig c = MustParse(R"({"onebit": {"momentum_mask": {
       "ranges": [[10, 20], [0, 5], [15, 30]], "auto_zero_grad": true}}})");

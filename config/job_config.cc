@@ -117,6 +117,10 @@ bool WarmupBetweenWorkers(const ExchangeConfig& exchange) {
   return exchange.mode == "peer" || (exchange.mode == "ps" && exchange.warmup_over == "workers");
 }
 
+bool ScalesLoss(const JobConfig& config) {
+  return config.precision.fp16 && (config.device == "cuda" || config.workload.type == "pytorch");
+}
+
 bool ShardsSkipWarmup(const ExchangeConfig& exchange) {
   return UsesServers(exchange) && exchange.warmup_over == "workers";
 }

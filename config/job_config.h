@@ -404,6 +404,12 @@ bool WarmupBetweenWorkers(const ExchangeConfig& exchange);
 // "workers"): they hold no state before the first compressed step.
 bool ShardsSkipWarmup(const ExchangeConfig& exchange);
 
+// Whether the trainer runs fp16's loss scaling (worker/optim/loss_scaler.h; steps that
+// overflowed anywhere are skipped on every worker): fp16 on a CUDA device, or with
+// workload pytorch on any device (the script's torch.autocast decides what computes in
+// fp16; onebit scales its loss and agrees on overflows).
+bool ScalesLoss(const JobConfig& config);
+
 // exchange.warmup_order with "auto" resolved: "rank" or "ring".
 std::string EffectiveWarmupOrder(const ExchangeConfig& exchange);
 

@@ -113,7 +113,13 @@ absl::Status CheckJobConfig(const ParseState& state) {
   if (precision.fp16 && precision.bf16) {
     return Bad("fp16.enabled", "fp16 and bf16 cannot both be enabled");
   }
-  if ((precision.fp16 || precision.bf16) && c->device == "cpu") {
+  if (c->workload.type == "pytorch") {
+    // The script's model computes in what its torch.autocast says; fp16 is loss scaling.
+    if (precision.bf16) {
+      notices->push_back("bf16.enabled: no effect with workload pytorch (the script's "
+                         "torch.autocast decides what computes in bf16; no loss scaling needed)");
+    }
+  } else if ((precision.fp16 || precision.bf16) && c->device == "cpu") {
     notices->push_back(absl::StrCat(precision.fp16 ? "fp16" : "bf16",
                                     ".enabled: the CPU workloads compute in fp32 (only "
                                     "onebit.device cuda computes in fp16 or bf16)"));

@@ -731,7 +731,8 @@ Key SchedulerBlock(ParseState* s) {
 
 Key Fp16Block(PrecisionConfig* p, Notices* notices) {
   return Section({
-      {"enabled", Bool(&p->fp16).Means("The CUDA workloads compute in fp16.")},
+      {"enabled", Bool(&p->fp16).Means("The CUDA workloads compute in fp16; a PyTorch "
+                                       "script's loss is scaled (opt.scale(loss)).")},
       {"loss_scale", Number(&p->loss_scale, 0, 1e38)
                          .Means("0: dynamic loss scaling; > 0: this fixed scale.")},
       {"initial_scale_power", Integer(&p->initial_scale_power, 0, 100)
@@ -754,7 +755,11 @@ Key Fp16Block(PrecisionConfig* p, Notices* notices) {
        OnlyBool(false, "true is not supported: master parameters and optimizer state stay fp32")},
   }).Means("DeepSpeed's fp16 block: the CUDA workloads compute in fp16 (master parameters and "
            "optimizer state stay fp32; the CPU path computes in fp32 whatever it says, with a "
-           "notice). Not together with bf16.");
+           "notice), with dynamic loss scaling that every worker agrees on (a step that "
+           "overflowed on any worker is skipped on all). With workload pytorch (onebit.torch), "
+           "on any device: the script's torch.autocast decides what computes in fp16 and "
+           "onebit scales its loss: backward() on opt.scale(loss) in place of torch's "
+           "GradScaler. Not together with bf16.");
 }
 
 Key Bf16Block(PrecisionConfig* p, Notices* notices) {
@@ -765,7 +770,8 @@ Key Bf16Block(PrecisionConfig* p, Notices* notices) {
       {"check_grad_overflow", NoticeIfTrue(notices, notice)},
   }).Means("DeepSpeed's bf16 block: the CUDA workloads compute in bf16 (master parameters and "
            "optimizer state stay fp32; the CPU path computes in fp32 whatever it says, with a "
-           "notice). Not together with fp16.");
+           "notice); no effect with workload pytorch, where the script's torch.autocast "
+           "decides (notice). Not together with fp16.");
 }
 
 constexpr char kZeroNoEffect[] =

@@ -283,6 +283,13 @@ class PyWorker {
     if (absl::Status s = workload_->Announce(step, bucket); !s.ok()) Throw(s);
   }
 
+  // What the script multiplies its loss by before backward (1 without fp16 loss scaling).
+  float LossScale() {
+    absl::MutexLock lock(&mu_);
+    if (workload_ == nullptr) Throw(absl::FailedPreconditionError("the worker is not running"));
+    return workload_->loss_scale();
+  }
+
   // The first element of the gradient changed after its bucket was announced, or -1.
   int64_t ChangedSinceAnnounced() {
     absl::MutexLock lock(&mu_);
@@ -651,6 +658,7 @@ PYBIND11_MODULE(_onebit_core, m) {
       .def("end_after", &PyWorker::EndAfter, py::arg("step"))
       .def("announce", &PyWorker::Announce, py::arg("step"), py::arg("bucket"))
       .def("changed_since_announced", &PyWorker::ChangedSinceAnnounced)
+      .def("loss_scale", &PyWorker::LossScale)
       .def("join", &PyWorker::Join, py::arg("timeout_s"))
       .def("exit_code_after_failure", &PyWorker::ExitCodeAfterFailure)
       .def("params", [](py::object self) { return self.cast<PyWorker&>().Params(self); })
@@ -693,12 +701,16 @@ PYBIND11_MODULE(_onebit_core, m) {
     if (!config.ok()) onebit::Throw(config.status());
     return config->notices;
   }, py::arg("path"));
-  // Whether a config's warmup exchange goes between the workers (peer mode, or ps with
-  // warmup_over "workers"): where onebit.torch turns overlap on by default. The config's
-  // errors raise ValueError as check_config's do.
-  m.def("warmup_between_workers", [](const std::string& text) {
+  // What onebit.torch decides its defaults by, from the C++ rules: whether the config's
+  // warmup exchange goes between the workers (peer mode, or ps with warmup_over "workers":
+  // overlap is on by default there) and whether the trainer scales the loss (fp16). The
+  // config's errors raise ValueError as check_config's do.
+  m.def("config_facts", [](const std::string& text) {
     absl::StatusOr<onebit::JobConfig> config = onebit::ParseJobConfig(text);
     if (!config.ok()) onebit::Throw(config.status());
-    return onebit::WarmupBetweenWorkers(config->exchange);
+    py::dict facts;
+    facts["warmup_between_workers"] = onebit::WarmupBetweenWorkers(config->exchange);
+    facts["scales_loss"] = onebit::ScalesLoss(*config);
+    return facts;
   }, py::arg("text"));
 }

@@ -273,11 +273,10 @@ int main(int argc, char** argv) {
     }
     const onebit::ExchangeConfig& x = config->exchange;
     if (compressor.empty()) compressor = x.compressor;
-    // Steps that push nothing to the shards: 0/1 Adam's local steps, fp16 steps skipped
-    // on GPUs, and a warmup that goes between the workers (the first push is the first
-    // compressed step).
-    allow_step_gaps = config->optimizer.type == "ZeroOneAdam" ||
-                      (config->precision.fp16 && config->device == "cuda") ||
+    // Steps that push nothing to the shards: 0/1 Adam's local steps, steps skipped for an
+    // fp16 overflow, and a warmup that goes between the workers (the first push is the
+    // first compressed step).
+    allow_step_gaps = config->optimizer.type == "ZeroOneAdam" || onebit::ScalesLoss(*config) ||
                       onebit::ShardsSkipWarmup(x);
     if (x.mode == "hierarchical") {
       // Hierarchical over ps: local rank l of every node (one worker per node) exchanges

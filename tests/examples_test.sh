@@ -113,6 +113,16 @@ if [ -f /usr/share/dictd/gcide.dict.dz ]; then
       { cat "$out/gpt-$opt"/rank-*.log; exit 1; }
     check "$out/gpt-$opt.json" held_out_loss
   done
+  # fp16 loss scaling (the config's fp16 block, opt.scale(loss)): the CPU computes in fp32,
+  # so with the power-of-two scale and no overflow the model ends bit for bit where the
+  # unscaled run did (two workers: overlap on or off gives the same bits).
+  "$py" -m onebit.run --nproc_per_node=2 --master_port=0 --log_dir="$out/gpt-fp16" \
+    "$ex/train.py" --optimizer=onebit_adam --size=tiny --steps=12 --freeze_step=6 \
+    --limit_bytes=2000000 --log_every=6 --amp=fp16 --result="$out/gpt-fp16.json" ||
+    { cat "$out/gpt-fp16"/rank-*.log; exit 1; }
+  "$py" -c "import json, sys; a, b = (json.load(open(p))['held_out_loss'] for p in sys.argv[1:]); \
+assert a == b, (a, b); print('fp16 loss scaling: the held-out loss of the unscaled run,', a)" \
+    "$out/gpt-fp16.json" "$out/gpt-onebit_adam.json"
   echo "examples: all three ran"
 else
   echo "SKIPPED (the GPT example only): no /usr/share/dictd/gcide.dict.dz (dict-gcide;" \

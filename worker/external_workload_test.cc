@@ -4,6 +4,8 @@
 #include "worker/workloads/external_workload.h"
 
 #include <cmath>
+#include <limits>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -27,7 +29,7 @@ struct Rig {
   std::unique_ptr<StaticStepController> controller;
   std::unique_ptr<Trainer> trainer;
 
-  explicit Rig(int64_t steps) {
+  explicit Rig(int64_t steps, std::optional<LossScalerOptions> loss_scaling = std::nullopt) {
     ExternalWorkloadOptions o;
     o.initial.assign(kN, 0.0f);
     o.groups = {0, 2, kN};
@@ -39,6 +41,7 @@ struct Rig {
     options.optimizer.hyper.lr = 0.05f;
     options.print = [](absl::string_view) {};
     options.eval_at_end = false;
+    options.loss_scaling = loss_scaling;
     auto t = Trainer::Create(options, workload.get(), backend.get(), transport.get(),
                              controller.get());
     EXPECT_TRUE(t.ok()) << t.status();
@@ -84,6 +87,50 @@ TEST(ExternalWorkloadTest, TheClientTrainsTheOptimizersOwnParameters) {
   for (float x : p) EXPECT_NEAR(x, kTarget, 0.3f);
   EXPECT_EQ(rig.trainer->summary().last_step, kSteps);
   EXPECT_EQ(rig.trainer->summary().compression.steps, kSteps / 2);
+}
+
+// fp16 loss scaling through the client (onebit.torch's opt.scale(loss)): the client reads
+// the trainer's scale for each step and hands in scale * gradient; a step whose gradient
+// overflowed is skipped (no parameter moves) and the next step's scale is half.
+TEST(ExternalWorkloadTest, TheClientScalesItsLossByTheTrainersScale) {
+  LossScalerOptions scaling;
+  scaling.initial_scale_power = 3;
+  scaling.hysteresis = 1;
+  Rig rig(6, scaling);
+  absl::Status trained;
+  std::thread trainer([&] {
+    absl::StatusOr<TrainerSummary> s = rig.trainer->Run();
+    trained = s.status();
+    rig.workload->Finish(s.status());
+  });
+  std::vector<float> scales;
+  std::vector<float> before_overflow;
+  for (;;) {
+    absl::StatusOr<int64_t> step = rig.workload->WaitForStep();
+    ASSERT_TRUE(step.ok()) << step.status();
+    if (*step < 0) break;
+    const float* p = rig.workload->params();
+    if (*step == 4) {  // the step after the overflow changed nothing
+      EXPECT_EQ(std::vector<float>(p, p + kN), before_overflow);
+    }
+    const float scale = rig.workload->loss_scale();
+    scales.push_back(scale);
+    float* g = rig.workload->gradient();
+    for (size_t i = 0; i < kN; ++i) g[i] = scale * 2.0f * (p[i] - kTarget);
+    if (*step == 3) {
+      before_overflow.assign(p, p + kN);
+      g[1] = std::numeric_limits<float>::infinity();
+    }
+    ASSERT_TRUE(rig.workload->Supply(*step, 0.0).ok());
+  }
+  trainer.join();
+  ASSERT_TRUE(trained.ok()) << trained;
+  EXPECT_EQ(scales, (std::vector<float>{8, 8, 8, 4, 4, 4}));
+  EXPECT_EQ(rig.trainer->summary().skipped_steps, 1);
+  EXPECT_EQ(rig.workload->SetLossScale(0.0f).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(rig.workload->SetLossScale(std::numeric_limits<float>::infinity()).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(rig.workload->loss_scale(), 4.0f);
 }
 
 TEST(ExternalWorkloadTest, AClientThatGoesAwayStopsTheTrainer) {

@@ -89,7 +89,7 @@ TrainerOptions TrainerOptionsFromConfig(const JobConfig& config) {
   t.eval_every = config.workload.type == "fashion_mnist" ? config.workload.eval_every : 0;
   t.report_interval = config.freeze.report_interval;
   const PrecisionConfig& p = config.precision;
-  if (p.fp16 && config.device == "cuda") {
+  if (ScalesLoss(config)) {
     LossScalerOptions scaling;
     scaling.loss_scale = p.loss_scale;
     scaling.initial_scale_power = p.initial_scale_power;

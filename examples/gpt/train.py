@@ -66,8 +66,11 @@ def parse_args():
                    "crashed on the emulated cluster)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--device", default="cpu", help="cpu, or cuda (each rank its LOCAL_RANK's GPU)")
-    p.add_argument("--amp", choices=("none", "bf16"), default="none",
-                   help="autocast of the forward and backward (the parameters stay float32)")
+    p.add_argument("--amp", choices=("none", "bf16", "fp16"), default="none",
+                   help="autocast of the forward and backward (the parameters stay float32); "
+                        "fp16 with loss scaling: onebit's (the config's fp16 block, "
+                        "opt.scale(loss)) or torch's GradScaler for the others. fp16 autocast "
+                        "needs CUDA: on the CPU the model computes in fp32, the loss scaled")
     p.add_argument("--threads", type=int, default=1, help="torch threads per process")
     p.add_argument("--log_every", type=int, default=20)
     p.add_argument("--csv", help="rank 0: every step's loss and time")
@@ -185,14 +188,21 @@ def build_optimizer(args, model, device, world):
     if args.optimizer in ("onebit_adam", "zero_one_adam"):
         import onebit.torch as ot  # noqa: PLC0415
         common["overlap"] = {"auto": None, "on": True, "off": False}[args.overlap]
+        config = args.config
+        if args.amp == "fp16":  # onebit's loss scaling, agreed by every worker
+            config = {}
+            if args.config:
+                with open(args.config) as f:
+                    config = json.load(f)
+            config["fp16"] = dict(config.get("fp16", {}), enabled=True)
         if args.optimizer == "onebit_adam":
             opt = ot.OneBitAdam(model.parameters(), freeze_step=args.freeze_step,
-                                config=args.config, **common)
+                                config=config, **common)
         else:
             opt = ot.ZeroOneAdam(model.parameters(), var_freeze_step=args.freeze_step,
                                  local_step_scaler=args.local_step_scaler,
                                  local_step_clipper=args.local_step_clipper,
-                                 config=args.config, **common)
+                                 config=config, **common)
         return opt, model, lambda t: "warmup" if t <= args.freeze_step else "compression"
     if args.optimizer == "adamw":
         if world != 1:
@@ -263,8 +273,19 @@ def main():
     if rank == 0:
         print(f"{args.optimizer}: {n:,} parameters ({args.size}), {world} workers x batch "
               f"{args.batch} x {size.block} tokens, {args.steps} steps, {device}", flush=True)
-    autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if args.amp == "bf16"
+    onebit = args.optimizer in ("onebit_adam", "zero_one_adam")
+    precision = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.amp)
+    if precision == torch.float16 and device.type != "cuda":
+        precision = None  # CPU autocast takes bf16 only; the loss scaling still runs
+        if rank == 0:
+            print("--amp fp16 on the CPU: the model computes in fp32, the loss is scaled",
+                  flush=True)
+    autocast = (torch.autocast(device.type, dtype=precision) if precision is not None
                 else torch.autocast(device.type, enabled=False))
+    # torch's loss scaling for DDP and AdamW (their gradients are averaged before the
+    # scaler looks, so every worker skips alike); onebit scales through opt.scale.
+    scaler = torch.cuda.amp.GradScaler(enabled=args.amp == "fp16" and device.type == "cuda"
+                                       and not onebit)
     first = 1
     if args.resume:
         # As with torch.optim: the model and the optimizer loaded before the first step (a
@@ -278,7 +299,7 @@ def main():
         if rank == 0:
             print(f"resumed from {args.resume.format(rank=rank)} after step {saved['step']}",
                   flush=True)
-    if args.optimizer in ("onebit_adam", "zero_one_adam"):
+    if onebit:
         # Where the job stands: a job that a launcher restarted resumes after its last
         # checkpoint (onebit.checkpoint.dir), and the script follows: its batches are a
         # function of the step, and the lr schedule is brought to that step.
@@ -301,11 +322,13 @@ def main():
         opt.zero_grad(set_to_none=True)
         with autocast:
             loss = gpt.loss_of(forward, x, y)
-        loss.backward()
-        if args.optimizer in ("onebit_adam", "zero_one_adam"):
+        if onebit:
+            (opt.scale(loss) if args.amp == "fp16" else loss).backward()
             opt.step(loss=loss)
         else:
-            opt.step()
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
         if scheduler is not None:
             scheduler.step()
         value = loss.item()  # also waits for the device
@@ -316,7 +339,7 @@ def main():
             print(f"step {step}: loss {statistics.mean(recent):.4f} ({now - start:.1f} s, "
                   f"{rows[-1][2] * 1e3:.0f} ms/step)", flush=True)
     seconds = rows[-1][1]
-    if args.optimizer in ("onebit_adam", "zero_one_adam"):
+    if onebit:
         opt.close()  # the job ends after the last step every worker ran; the final model
     if args.save:
         torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),

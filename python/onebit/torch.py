@@ -452,6 +452,9 @@ def _cuda_view(address, n, device):
 class _OnebitOptimizer(torch.optim.Optimizer):
     _type = None  # the job config's optimizer.type
     _own = ()     # the type's own keyword hyper-parameters (optimizer.params keys)
+    # An enabled torch GradScaler hands itself to step() (grad_scaler=) instead of skipping
+    # the step by this worker's gradients alone: step() refuses it, naming the fp16 block.
+    _step_supports_amp_scaling = True
 
     def __init__(self, params, lr=_UNSET, betas=_UNSET, eps=_UNSET, weight_decay=_UNSET, *,
                  bias_correction=_UNSET, config=None, coordinator=None, timeout_s=600.0,
@@ -492,6 +495,8 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             _after_accumulation(p, lambda i=i, me=me: me() is not None and me()._accumulated(i))
             for i, p in enumerate(self._params)]
         self._no_sync = 0
+        self._scales_loss = False  # the config's fp16 block: _overlap_setting asks the C++ side
+        self._loss_scale = 1.0     # this step's, once joined
         self._plan = None  # the buckets, once the worker is joined with overlap on
         self._device = self._params[0].device
         sizes = [p.numel() for p in self._params]
@@ -672,7 +677,14 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         return self._next
 
     # ---- the training loop ----
-    def step(self, closure=None, loss=None):
+    def step(self, closure=None, loss=None, grad_scaler=None):
+        # Torch 2's GradScaler may instead set grad_scale on an optimizer that supports it.
+        if grad_scaler is not None or getattr(self, "grad_scale", None) is not None:
+            raise ValueError(
+                "torch's GradScaler skips a step by this worker's gradients alone, and onebit's "
+                "workers must skip alike: put \"fp16\": {\"enabled\": true} in the job config "
+                "(dynamic loss scaling that every worker agrees on) and call "
+                "opt.scale(loss).backward() and opt.step() in place of the scaler's calls")
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
@@ -732,13 +744,29 @@ class _OnebitOptimizer(torch.optim.Optimizer):
                     "with opt.clip_grad_norm_(max_norm), or build the optimizer with "
                     "overlap=False")
 
+    @property
+    def loss_scale(self):
+        """What the loss is multiplied by before backward() under the job config's fp16 block
+        (dynamic loss scaling: every worker skips a step whose gradient overflowed on any of
+        them, and the scale halves; it doubles after fp16.loss_scale_window good steps), or
+        1.0 without it. It may change at every step()."""
+        self._joined()
+        return self._loss_scale
+
+    def scale(self, loss):
+        """`loss` times loss_scale, as torch's GradScaler.scale: call backward() on what it
+        returns, and hand step() the loss itself (`opt.step(loss=loss)`); onebit divides the
+        scale out of the gradient before clipping and the exchange."""
+        return loss * self.loss_scale
+
     def clip_grad_norm_(self, max_norm, norm_type=2.0):
         """Clips the next step's gradient by its global L2 norm, as
         torch.nn.utils.clip_grad_norm_ does, but where onebit has the gradient: in the
         warmup the exact average of every worker's gradient (what DDP clips), in the
         compression stage this worker's own (no gradient is averaged there: the momentum
         is). The same as the config's gradient_clipping for that step, which it replaces.
-        Returns the total norm of this worker's gradient now, as torch's does."""
+        Returns the total norm of this worker's gradient now, as torch's does (with the loss
+        scale divided out under fp16 loss scaling)."""
         if float(norm_type) != 2.0:
             raise ValueError(f"onebit clips by the L2 norm (norm_type=2), not {norm_type}")
         max_norm = float(max_norm)
@@ -748,8 +776,9 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         self._clip = max_norm
         if not grads:
             return torch.tensor(0.0)
-        return torch.linalg.vector_norm(torch.stack(
+        norm = torch.linalg.vector_norm(torch.stack(
             [torch.linalg.vector_norm(g.detach(), 2.0) for g in grads]), 2.0)
+        return norm / self._loss_scale if self._loss_scale != 1.0 else norm
 
     @contextlib.contextmanager
     def no_sync(self):
@@ -829,15 +858,21 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             raise ValueError(f"bucket_cap_mb must be > 0, got {cap_mb}")
         on = overlap if overlap is not None else configured
         mode = exchange.get("mode", "peer")
-        # The C++ config's answer, asked of the config without the overlap it decides.
+        # The C++ config's answers, asked of the config without the overlap it decides.
         undecided = copy.deepcopy(job)
         undecided["onebit"]["exchange"].pop("overlap", None)
         try:
-            between_workers = _core().warmup_between_workers(json.dumps(undecided))
+            facts = _core().config_facts(json.dumps(undecided))
         except ValueError as e:
             raise self._config_error(e) from None
+        between_workers = facts["warmup_between_workers"]
+        self._scales_loss = facts["scales_loss"]
         if on is None:
-            on = between_workers and self._device.type == "cpu"
+            on = between_workers and self._device.type == "cpu" and not self._scales_loss
+        if on and self._scales_loss:
+            raise ValueError("overlap with fp16 loss scaling: the workers agree on overflows "
+                             "before the warmup exchange, so it cannot start during "
+                             "backward(); build the optimizer with overlap=False")
         if on and self._device.type != "cpu":
             raise ValueError("overlap (the warmup exchange during backward) works on CPU "
                              "tensors only so far; on CUDA build the optimizer with "
@@ -1046,7 +1081,8 @@ class _OnebitOptimizer(torch.optim.Optimizer):
                 raise TypeError(f"parameter {i} is a {type(p).__name__}, not a tensor")
             if p.dtype != torch.float32:
                 raise ValueError(f"{self._what(i)} is {p.dtype}; onebit's parameters are float32 "
-                                 "(mixed precision is the config's fp16/bf16 block)")
+                                 "(mixed precision: torch.autocast, with the job config's fp16 block "
+                                 "for loss scaling)")
             if p.is_sparse:
                 raise ValueError(f"{self._what(i)} is sparse")
             if not p.is_contiguous():
@@ -1066,6 +1102,8 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             self._done = True
             self._unbind(final=True)
             self._close_coordinator()
+        elif self._scales_loss:
+            self._loss_scale = float(self._worker.loss_scale())
         return step
 
     def _bind(self):

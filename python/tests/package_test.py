@@ -176,6 +176,57 @@ class SameBitsAsReplay(StreamCase):
                        "--var-freeze-step=12", "--var-update-scaler=2", "--local-step-scaler=4",
                        "--local-step-clipper=4"])
 
+    def test_fp16_loss_scaling(self):
+        # The config's fp16 block as DeepSpeed configs have it: the script's backward runs on
+        # opt.scale(loss) (2^16), the trainer divides the scale out: with a power-of-two scale
+        # and no overflow the bits of the unscaled replay.
+        self.addCleanup(os.environ.pop, "BACKWARD_SET_TO_NONE")
+        self.addCleanup(os.environ.pop, "LOSS_SCALED")
+        os.environ.update(BACKWARD_SET_TO_NONE="1", LOSS_SCALED="1")
+
+        def fp16(config):
+            config["fp16"] = {"enabled": True}
+
+        logs = self.run_both("fp16", "OneBitAdam", {"lr": 0.01, "eps": 1e-8, "freeze_step": 10},
+                             ["--lr=0.01", "--eps=1e-8", "--freeze-step=10"], split=str(SPLIT),
+                             edit=fp16)
+        for rank in range(W):
+            with open(os.path.join(logs, f"worker-{rank}.log")) as f:
+                text = f.read()
+            self.assertIn("loss scale 65536  skipped 0", text)
+            self.assertNotIn("exchange overlap: on", text)  # off by default under fp16
+
+    def test_fp16_overflow_on_one_worker_is_skipped_by_every_worker(self):
+        # Rank 1's scaled gradient overflows (its loss times 1e38): both workers skip the step
+        # (no parameter moves) and halve the scale, rank 0 although its own gradient was
+        # finite; the job goes on and ends. In the warmup of a peer job, and in the
+        # compression stage of a ps job (its shards see a step that pushed nothing).
+        for name, exchange, step in (("peer", {"mode": "peer"}, 5),
+                                     ("ps", {"mode": "ps", "servers": W}, 15)):
+            with self.subTest(name):
+                tmp = tempfile.mkdtemp(prefix=f"fp16-overflow-{name}-", dir=self.tmp)
+                config = job_config("OneBitAdam", {"lr": 0.01, "eps": 1e-8, "freeze_step": 10})
+                config["fp16"] = {"enabled": True, "initial_scale_power": 4, "hysteresis": 1}
+                config["onebit"]["exchange"] = exchange
+                env = dict(BACKWARD_SET_TO_NONE="1", LOSS_SCALED="1", OVERFLOW_AT=f"1:{step}")
+                os.environ.update(env)
+                try:
+                    r = launch(tmp, config, [os.path.join(HERE, "stream_train.py"), "{config}",
+                                             os.path.join(self.tmp, "params.npy"),
+                                             os.path.join(self.tmp, "grads.npy"),
+                                             os.path.join(tmp, "package.npy"), "OneBitAdam"])
+                finally:
+                    for key in env:
+                        del os.environ[key]
+                self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
+                for rank in range(W):
+                    with open(os.path.join(tmp, "out", "onebit_adam",
+                                           f"worker-{rank}.log")) as f:
+                        text = f.read()
+                    self.assertIn(f"rank {rank}: step {step}: parameters unchanged: True, "
+                                  "loss scale 16 -> 8", text)
+                    self.assertIn("loss scale 8  skipped 1", text)
+
     def test_set_to_none_without_overlap(self):
         # Every .grad a tensor of backward's own, two tensors, no overlap hooks to copy them
         # as backward ends each: step() copies them all into the flat buffer at once (one
@@ -470,6 +521,24 @@ class BadInput(unittest.TestCase):
                 "onebit.exchange.overlap is True", overlap=False)
         # The config's own errors still name the key, from the C++ parser.
         refused({"mode": "ps", "servers": 0}, "OneBitAdam: onebit.exchange.servers")
+        # fp16 loss scaling agrees on overflows before the warmup exchange can start.
+        cfg = job_config("OneBitAdam", {"lr": 0.001})
+        cfg["fp16"] = {"enabled": True}
+        with self.assertRaises(ValueError) as e:
+            ot.OneBitAdam(p, cfg, coordinator="127.0.0.1:1", overlap=True)
+        self.assertIn("overlap with fp16 loss scaling", str(e.exception))
+
+    def test_an_enabled_grad_scaler_is_refused_for_the_fp16_block(self):
+        # An enabled GradScaler hands itself to step() (the optimizer says it supports amp
+        # scaling) instead of skipping by one worker's gradients: refused, before any
+        # exchange, naming what works.
+        import onebit.torch as ot
+        opt = ot.OneBitAdam([torch.nn.Parameter(torch.zeros(N))], job_config("OneBitAdam", {}),
+                            coordinator="127.0.0.1:1")
+        self.assertTrue(opt._step_supports_amp_scaling)
+        with self.assertRaises(ValueError) as e:
+            opt.step(grad_scaler=torch.cuda.amp.GradScaler(enabled=False))
+        self.assertIn('put "fp16": {"enabled": true} in the job config', str(e.exception))
 
     def test_a_world_size_that_disagrees_with_the_config(self):
         import onebit.torch as ot

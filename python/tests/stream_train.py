@@ -17,7 +17,10 @@ first step and torch.save the final one; KILL_AT=RANK:STEP:MARKER: that rank SIG
 itself before that step, once (it creates the file MARKER), or raises a RuntimeError there
 with RAISE_INSTEAD=1; WITH_BLOCK=1 runs the loop in `with opt:`; BACKWARD_SET_TO_NONE=1
 gives each step's gradient through zero_grad(set_to_none=True) and a backward, as torch 2's
-loops do, instead of writing .grad in place.
+loops do, instead of writing .grad in place; LOSS_SCALED=1 runs that backward on
+opt.scale(loss) (the config's fp16 loss scaling) and OVERFLOW_AT=RANK:STEP multiplies that
+rank's loss by 1e38 at that step, so that its scaled gradient overflows, and prints whether
+the step changed the parameters and how the loss scale moved.
 """
 import contextlib
 import json
@@ -155,17 +158,31 @@ def main():
                     print(f"rank {rank}: killing itself before step {t}", flush=True)
                     os.kill(os.getpid(), signal.SIGKILL)
             g = torch.from_numpy(np.array(grads[t - 1, opt.rank]))
+            overflow = os.environ.get("OVERFLOW_AT", "-1:-1").split(":")
+            overflow_step = t == int(overflow[1])
+            if overflow_step:
+                before, scale_before = torch.cat([p.detach().reshape(-1) for p in params]), \
+                    opt.loss_scale
             if os.environ.get("BACKWARD_SET_TO_NONE"):
                 # As torch 2's loops do: the gradients set to None, and backward writes tensors
-                # of its own (d/dp sum(p * g) is g, exactly).
+                # of its own (d/dp sum(p * g) is g, exactly; with a power-of-two loss scale,
+                # scale * g exactly).
                 opt.zero_grad(set_to_none=True)
-                sum((p * g[b:e]).sum() for p, b, e in zip(params, bounds, bounds[1:])).backward()
+                loss = sum((p * g[b:e]).sum() for p, b, e in zip(params, bounds, bounds[1:]))
+                if overflow_step and opt.rank == int(overflow[0]):
+                    loss = loss * 1e38
+                (opt.scale(loss) if os.environ.get("LOSS_SCALED") else loss).backward()
             else:
                 for p, b, e in zip(params, bounds, bounds[1:]):
                     p.grad.copy_(g[b:e])
             if os.environ.get("CLIP_EACH_STEP"):
                 opt.clip_grad_norm_(float(os.environ["CLIP_EACH_STEP"]))
             opt.step(loss=0.0)
+            if overflow_step:
+                after = torch.cat([p.detach().reshape(-1) for p in params])
+                print(f"rank {opt.rank}: step {t}: parameters unchanged: "
+                      f"{torch.equal(before, after)}, loss scale {scale_before:g} -> "
+                      f"{opt.loss_scale:g}", flush=True)
             if scheduler is not None:
                 scheduler.step()
     if loop:

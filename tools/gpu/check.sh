@@ -200,6 +200,19 @@ gpt2() {  # gpt2 OPTIMIZER
 export -f gpt2
 check gpt2_adamw 100 gpt2 adamw
 check gpt2_onebit_adam 120 gpt2 onebit_adam
+# fp16 autocast with loss scaling: onebit's (the config's fp16 block, opt.scale(loss), every
+# worker skipping alike) against AdamW with torch's GradScaler. Each JSON has the losses;
+# the worker's log its final loss scale and skipped steps.
+gpt2_fp16() {  # gpt2_fp16 OPTIMIZER
+  RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29740 \
+    PYTHONPATH="$BIN/python" "$PY" examples/gpt/train.py --optimizer "$1" \
+    --size "${GPT_SIZE:-gpt2}" --data synthetic --device "$DEVICE" --amp fp16 \
+    --batch 8 --steps 60 --freeze_step 30 --log_every 10 --threads 4 \
+    --csv "$LOGS/gpt2_fp16_$1.csv" --result "$LOGS/gpt2_fp16_$1.json"
+}
+export -f gpt2_fp16
+check gpt2_fp16_adamw 100 gpt2_fp16 adamw
+check gpt2_fp16_onebit_adam 120 gpt2_fp16 onebit_adam
 # Saved with torch.save after 20 steps (compression from step 11), resumed in a fresh job
 # (the optimizer joins lazily; load_state_dict before the first step) and run to step 40.
 gpt2_resume() {

@@ -103,6 +103,20 @@ absl::StatusOr<EvalResult> ExternalWorkload::Evaluate(const float* /*params*/) {
       "an external workload evaluates its model itself; the trainer's evaluation must be off");
 }
 
+absl::Status ExternalWorkload::SetLossScale(float scale) {
+  if (!(scale > 0) || !std::isfinite(scale)) {
+    return absl::InvalidArgumentError(absl::StrCat("loss scale must be finite and > 0, got ", scale));
+  }
+  absl::MutexLock lock(&mu_);
+  loss_scale_ = scale;
+  return absl::OkStatus();
+}
+
+float ExternalWorkload::loss_scale() const {
+  absl::MutexLock lock(&mu_);
+  return loss_scale_;
+}
+
 absl::StatusOr<int64_t> ExternalWorkload::WaitForStep(absl::Time deadline) {
   absl::MutexLock lock(&mu_);
   // A step past the loop's end is no step to ask the script for: the run is ending.

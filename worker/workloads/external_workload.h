@@ -91,6 +91,10 @@ class ExternalWorkload : public Workload {
   absl::StatusOr<EvalResult> Evaluate(const float* params) override;
   std::vector<size_t> parameter_groups() const override { return groups_; }
   std::vector<ParamRange> gradient_buckets() const override { return buckets_; }
+  // fp16 loss scaling (Workload::SetLossScale): the client scales its loss by loss_scale()
+  // before backward; the trainer sets it before it asks for the next step.
+  // INVALID_ARGUMENT unless finite and > 0.
+  absl::Status SetLossScale(float scale) override;
 
   // ---- The client's thread ----
   // The step whose gradient the trainer waits for; -1 once the trainer finished (OK), or
@@ -122,6 +126,9 @@ class ExternalWorkload : public Workload {
   // The client is gone (see the header comment). Idempotent.
   void Close(absl::Status why);
   float* gradient() { return gradient_.data(); }
+  // What the client multiplies its loss by before backward (1 without loss scaling): the
+  // scale the trainer set for the step WaitForStep returned.
+  float loss_scale() const;
   // gradient() without buckets (their copies go into the trainer's buffer), else null.
   float* gradient_buffer() override { return buckets_.empty() ? gradient_.data() : nullptr; }
   // The parameters the trainer steps: known once the trainer asked for a step (or
@@ -153,6 +160,7 @@ class ExternalWorkload : public Workload {
   int64_t wanted_ ABSL_GUARDED_BY(mu_) = 0;    // the step the trainer waits for; 0: none
   int64_t supplied_ ABSL_GUARDED_BY(mu_) = 0;  // the last step supplied
   double loss_ ABSL_GUARDED_BY(mu_) = 0.0;
+  float loss_scale_ ABSL_GUARDED_BY(mu_) = 1.0f;
   int64_t ended_after_ ABSL_GUARDED_BY(mu_) = -1;  // EndAfter's step; -1: not ended
   double lr_ ABSL_GUARDED_BY(mu_) = std::numeric_limits<double>::quiet_NaN();  // of supplied_
   double max_grad_norm_ ABSL_GUARDED_BY(mu_) = std::numeric_limits<double>::quiet_NaN();
