@@ -276,8 +276,18 @@ absl::StatusOr<TrainerSummary> Trainer::Run() {
     if (checkpoint) optimizer_->exchange().ScheduleCheckpoint(t);
     if (absl::Status ran = RunStep(t); !ran.ok()) {
       // The workload's data ran out after the previous step (a script's loop ended in a job
-      // without steps): that is this run's end, if the job agrees.
-      if (workload_->ended_after() != std::optional<int64_t>(t - 1)) return ran;
+      // without steps): that is this run's end, if the job agrees. The workload counts
+      // micro-batches.
+      const int64_t k = options_.gradient_accumulation_steps;
+      const std::optional<int64_t> data_ended = workload_->ended_after();
+      if (data_ended.has_value() && *data_ended > (t - 1) * k && *data_ended < t * k) {
+        return MarkPermanent(absl::FailedPreconditionError(absl::StrFormat(
+            "the training loop ended after micro-batch %d, inside step %d "
+            "(gradient_accumulation_steps = %d micro-batches a step): end it after a whole "
+            "step",
+            *data_ended, t, k)), t);
+      }
+      if (data_ended != std::optional<int64_t>((t - 1) * k)) return ran;
       ONEBIT_RETURN_IF_ERROR(controller_->EndAfter(t - 1));
       Print(absl::StrFormat("the training loop ended after step %d: the job ends there", t - 1));
       break;

@@ -675,14 +675,22 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
   w.controller = std::make_unique<CoordinatorStepController>(
       shared_client.get(), w.session.get(), reg.rank(), config.log_every, exchange);
   TrainerOptions options = TrainerOptionsFromConfig(config);
+  // The script's steps are micro-batches: with gradient_accumulation_steps k, optimizer step
+  // t's last is the workload's step t * k (Trainer::ComputeGradient), whose lr and clipping
+  // norm apply.
+  const int64_t micro = config.gradient_accumulation_steps;
   if (o.learning_rate_override) {
     options.learning_rate = [scheduled = options.learning_rate, lr = config.optimizer.lr,
-                             override = o.learning_rate_override](int64_t t) {
-      if (std::optional<double> own = override(t)) return *own;
+                             override = o.learning_rate_override, micro](int64_t t) {
+      if (std::optional<double> own = override(t * micro)) return *own;
       return scheduled ? scheduled(t) : lr;
     };
   }
-  options.script_max_grad_norm = o.max_grad_norm_override;
+  if (o.max_grad_norm_override) {
+    options.script_max_grad_norm = [override = o.max_grad_norm_override, micro](int64_t t) {
+      return override(t * micro);
+    };
+  }
   if (!o.evaluate) {
     options.eval_every = 0;
     options.eval_at_end = false;

@@ -41,7 +41,9 @@ struct WorkerProcessOptions {
   // every worker agrees); 0: the built-in workload's, from the config.
   size_t num_parameters = 0;
   // A training script's own learning rate for a step (a torch lr_scheduler's), asked once
-  // the step's gradient is in; nullopt: the job config's lr and scheduler.
+  // the step's gradient is in; nullopt: the job config's lr and scheduler. `step` is the
+  // workload's: with gradient_accumulation_steps k, that of the optimizer step's last
+  // micro-batch (optimizer step t: t * k).
   std::function<std::optional<double>(int64_t step)> learning_rate_override;
   // Its gradient-clipping norm for a step (clip_grad_norm_), likewise; nullopt: the
   // config's gradient_clipping.

@@ -672,7 +672,9 @@ class _OnebitOptimizer(torch.optim.Optimizer):
 
     @property
     def next_step(self):
-        """The step the next step() call completes (-1 once done)."""
+        """The step the next step() call completes (-1 once done); with the job config's
+        gradient_accumulation_steps K, step() is called after every micro-batch and this
+        counts micro-batches (optimizer step t ends with micro-batch t * K)."""
         self._joined()
         return self._next
 

@@ -280,14 +280,18 @@ class TorchLrScheduler(StreamCase):
     lr_scheduler (LambdaLR setting lr 0 after step 20 of 30 leaves the bits of a 20-step
     job), and clip_grad_norm_ (the bits of the config's gradient_clipping)."""
 
-    def run_job(self, name, steps, extra_env, clipping=0):
+    def run_job(self, name, steps, extra_env, clipping=0, micro_batches=1, expect_ok=True):
         tmp = tempfile.mkdtemp(prefix=name + "-", dir=self.tmp)
         out = os.path.join(tmp, "package.npy")
+        extra_env = dict(extra_env, MICRO_BATCHES=str(micro_batches))
         saved = {k: os.environ.get(k) for k in extra_env}
         os.environ.update(extra_env)
         config = job_config("OneBitAdam", {"lr": 0.01, "eps": 1e-8, "freeze_step": 10},
                             steps=steps)
         config["gradient_clipping"] = clipping
+        config["gradient_accumulation_steps"] = micro_batches
+        if steps is None:  # open-ended: the job ends where the loops do (LOOP_STEPS)
+            del config["steps"]
         try:
             r = launch(tmp, config,
                        [os.path.join(HERE, "stream_train.py"), "{config}",
@@ -296,6 +300,8 @@ class TorchLrScheduler(StreamCase):
         finally:
             for k, v in saved.items():
                 os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+        if not expect_ok:
+            return r
         self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
         return np.load(out)
 
@@ -315,6 +321,33 @@ class TorchLrScheduler(StreamCase):
                         f"max difference {np.abs(by_script - by_config).max()}")
         unclipped = self.run_job("noclip", T, {})
         self.assertFalse(np.array_equal(by_script, unclipped))  # it did clip
+
+    def test_with_a_deepspeed_configs_micro_batches(self):
+        # gradient_accumulation_steps 2: step() after every micro-batch (DeepSpeed's
+        # engine.step()), each pair of micro-batches one optimizer step, whose lr and
+        # clipping are those given with its last micro-batch (before: silently the job's).
+        # Each pair carries the same gradient, so the bits are the plain stream's.
+        scheduled = self.run_job("lambdalr-micro", T, {"LR_ZERO_AFTER": "40"}, micro_batches=2)
+        shorter = self.run_job("twenty-plain", 20, {})
+        self.assertTrue(np.array_equal(scheduled.view(np.uint32), shorter.view(np.uint32)),
+                        f"max difference {np.abs(scheduled - shorter).max()}")
+        by_script = self.run_job("clipscript-micro", T, {"CLIP_EACH_STEP": "0.05"},
+                                 micro_batches=2)
+        by_config = self.run_job("clipconfig-plain", T, {}, clipping=0.05)
+        self.assertTrue(np.array_equal(by_script.view(np.uint32), by_config.view(np.uint32)),
+                        f"max difference {np.abs(by_script - by_config).max()}")
+        # A job without steps ends where the loops do: 40 micro-batches are step 20 (before:
+        # the loop's end, counted in micro-batches, failed the job); a loop that ends inside
+        # a step fails the job, saying so, and is not restarted (78).
+        looped = self.run_job("loop-micro", None, {"LOOP_STEPS": "40"}, micro_batches=2)
+        self.assertTrue(np.array_equal(looped.view(np.uint32), shorter.view(np.uint32)),
+                        f"max difference {np.abs(looped - shorter).max()}")
+        r = self.run_job("loop-half", None, {"LOOP_STEPS": "41"}, micro_batches=2,
+                         expect_ok=False)
+        self.assertEqual(r.returncode, 78, r.stdout[-3000:] + r.stderr[-3000:])
+        self.assertIn("the training loop ended after micro-batch 41, inside step 21 "
+                      "(gradient_accumulation_steps = 2 micro-batches a step)",
+                      r.stdout + r.stderr)
 
     def test_groups_must_move_together_and_not_beside_a_config_scheduler(self):
         import types

@@ -20,7 +20,10 @@ gives each step's gradient through zero_grad(set_to_none=True) and a backward, a
 loops do, instead of writing .grad in place; LOSS_SCALED=1 runs that backward on
 opt.scale(loss) (the config's fp16 loss scaling) and OVERFLOW_AT=RANK:STEP multiplies that
 rank's loss by 1e38 at that step, so that its scaled gradient overflows, and prints whether
-the step changed the parameters and how the loss scale moved.
+the step changed the parameters and how the loss scale moved. MICRO_BATCHES=K (for a
+config with gradient_accumulation_steps K, whose step() calls are micro-batches) gives
+micro-batch m the gradient grads[(m-1) // K], so that each optimizer step averages K
+copies of the stream's gradient: exactly it.
 """
 import contextlib
 import json
@@ -141,6 +144,7 @@ def main():
     # LOOP_STEPS=K: a plain loop of K steps that never looks at opt.done (a job without
     # steps ends when every worker's loop did, at the script's exit).
     loop = os.environ.get("LOOP_STEPS")
+    micro = int(os.environ.get("MICRO_BATCHES", "1"))
     steps = range(int(loop)) if loop else iter(lambda: opt.done, True)
     # WITH_BLOCK=1: the loop inside `with opt:` (its end closes the optimizer).
     with opt if os.environ.get("WITH_BLOCK") else contextlib.nullcontext():
@@ -157,7 +161,7 @@ def main():
                         raise RuntimeError(f"rank {rank}: an error of the script's before step {t}")
                     print(f"rank {rank}: killing itself before step {t}", flush=True)
                     os.kill(os.getpid(), signal.SIGKILL)
-            g = torch.from_numpy(np.array(grads[t - 1, opt.rank]))
+            g = torch.from_numpy(np.array(grads[(t - 1) // micro, opt.rank]))
             overflow = os.environ.get("OVERFLOW_AT", "-1:-1").split(":")
             overflow_step = t == int(overflow[1])
             if overflow_step:
@@ -189,7 +193,8 @@ def main():
         opt.close()  # what the interpreter's exit would do; the final state below needs it
     # After the end: the final state (the worker is gone), equal to the final parameters.
     final = opt.state_dict()["onebit"]
-    assert final["step"] == (int(loop) if loop else job_steps(config)), (final["step"], config)
+    assert final["step"] == (int(loop) // micro if loop else job_steps(config)), \
+        (final["step"], config)
     assert torch.equal(final["tensors"]["params"],
                        torch.cat([p.detach().reshape(-1) for p in params])), "final state"
     save = os.environ.get("SAVE_STATE")  # torch.save the final state_dict (SAVE_STATE=PATH)

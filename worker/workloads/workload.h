@@ -129,7 +129,8 @@ class Workload {
   virtual absl::StatusOr<EvalResult> Evaluate(const float* params) = 0;
 
   // A workload whose data can run out (a training script's loop, in a job without steps):
-  // the last step it computed once it did; then ComputeGradient of later steps fails.
+  // the last step it computed once it did; then ComputeGradient of later steps fails. In
+  // ComputeGradient's numbering: with gradient accumulation, micro-batches.
   // nullopt (the default): it computes every step it is asked for.
   virtual std::optional<int64_t> ended_after() const { return std::nullopt; }
 
