@@ -703,7 +703,8 @@ PYBIND11_MODULE(_onebit_core, m) {
   }, py::arg("path"));
   // What onebit.torch decides its defaults by, from the C++ rules: whether the config's
   // warmup exchange goes between the workers (peer mode, or ps with warmup_over "workers":
-  // overlap is on by default there) and whether the trainer scales the loss (fp16). The
+  // overlap is on by default there), whether the trainer scales the loss (fp16), and the
+  // micro-batches a step (gradient_accumulation_steps, as the batch keys resolve it). The
   // config's errors raise ValueError as check_config's do.
   m.def("config_facts", [](const std::string& text) {
     absl::StatusOr<onebit::JobConfig> config = onebit::ParseJobConfig(text);
@@ -711,6 +712,7 @@ PYBIND11_MODULE(_onebit_core, m) {
     py::dict facts;
     facts["warmup_between_workers"] = onebit::WarmupBetweenWorkers(config->exchange);
     facts["scales_loss"] = onebit::ScalesLoss(*config);
+    facts["micro_batches"] = config->gradient_accumulation_steps;
     return facts;
   }, py::arg("text"));
 }

@@ -496,6 +496,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             for i, p in enumerate(self._params)]
         self._no_sync = 0
         self._scales_loss = False  # the config's fp16 block: _overlap_setting asks the C++ side
+        self._micro_batches = 1    # step() calls a step (gradient_accumulation_steps), likewise
         self._loss_scale = 1.0     # this step's, once joined
         self._plan = None  # the buckets, once the worker is joined with overlap on
         self._device = self._params[0].device
@@ -626,8 +627,13 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         self._next = self._wait()
         return self._done
 
+    def _last_step(self):
+        """The last optimizer step this worker's step() calls completed."""
+        return (self._next - 1) // self._micro_batches
+
     def _ended_early(self, what):
-        return (f"{what} after step {self._next - 1} of the job's {self._steps} "
+        micro = (f" (micro-batch {self._next - 1})" if self._micro_batches > 1 else "")
+        return (f"{what} after step {self._last_step()}{micro} of the job's {self._steps} "
                 "(onebit.steps): the training loop is shorter than the job; every worker "
                 "must run every step (stop at opt.done, or give the job fewer steps)")
 
@@ -869,6 +875,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             raise self._config_error(e) from None
         between_workers = facts["warmup_between_workers"]
         self._scales_loss = facts["scales_loss"]
+        self._micro_batches = facts["micro_batches"]
         if on is None:
             on = between_workers and self._device.type == "cpu" and not self._scales_loss
         if on and self._scales_loss:
@@ -1022,7 +1029,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             if not restartable and not stopped:
                 # The loop ended before the job's last step: it would end early again after
                 # any restart, so the job fails at once (reported while still a member).
-                self._worker.fail_job(why, self._next - 1)
+                self._worker.fail_job(why, self._last_step())
             self._worker.close(why)
             # A worker that stopped by itself (a lost peer, the job's verdict) leaves the
             # job to the coordinator's verdict.
