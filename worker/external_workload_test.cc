@@ -47,17 +47,23 @@ struct Rig {
     EXPECT_TRUE(t.ok()) << t.status();
     trainer = std::move(*t);
   }
+
+  // The trainer's thread: runs the job, tells the client its end, leaves the status in
+  // *trained.
+  std::thread Train(absl::Status* trained) {
+    return std::thread([this, trained] {
+      absl::StatusOr<TrainerSummary> s = trainer->Run();
+      *trained = s.status();
+      workload->Finish(s.status());
+    });
+  }
 };
 
 TEST(ExternalWorkloadTest, TheClientTrainsTheOptimizersOwnParameters) {
   constexpr int64_t kSteps = 200;
   Rig rig(kSteps);
   absl::Status trained;
-  std::thread trainer([&] {
-    absl::StatusOr<TrainerSummary> s = rig.trainer->Run();
-    trained = s.status();
-    rig.workload->Finish(s.status());
-  });
+  std::thread trainer = rig.Train(&trained);
   std::vector<int64_t> steps;
   for (;;) {
     absl::StatusOr<int64_t> step = rig.workload->WaitForStep();
@@ -98,11 +104,7 @@ TEST(ExternalWorkloadTest, TheClientScalesItsLossByTheTrainersScale) {
   scaling.hysteresis = 1;
   Rig rig(6, scaling);
   absl::Status trained;
-  std::thread trainer([&] {
-    absl::StatusOr<TrainerSummary> s = rig.trainer->Run();
-    trained = s.status();
-    rig.workload->Finish(s.status());
-  });
+  std::thread trainer = rig.Train(&trained);
   std::vector<float> scales;
   std::vector<float> before_overflow;
   for (;;) {
