@@ -877,7 +877,15 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         self._scales_loss = facts["scales_loss"]
         self._micro_batches = facts["micro_batches"]
         if on is None:
-            on = between_workers and self._device.type == "cpu" and not self._scales_loss
+            on = (between_workers and self._device.type == "cpu" and not self._scales_loss
+                  and self._micro_batches == 1)
+        if on and self._micro_batches > 1:
+            raise ValueError(f"overlap with gradient_accumulation_steps {self._micro_batches}: "
+                             "the micro-batches' gradients are averaged before the warmup "
+                             "exchange, so it cannot start during backward(); build the "
+                             "optimizer with overlap=False, or accumulate the torch way "
+                             "(backward() inside `with opt.no_sync():` but the last, one "
+                             "step()), where overlap stays on")
         if on and self._scales_loss:
             raise ValueError("overlap with fp16 loss scaling: the workers agree on overflows "
                              "before the warmup exchange, so it cannot start during "

@@ -560,6 +560,13 @@ class BadInput(unittest.TestCase):
         with self.assertRaises(ValueError) as e:
             ot.OneBitAdam(p, cfg, coordinator="127.0.0.1:1", overlap=True)
         self.assertIn("overlap with fp16 loss scaling", str(e.exception))
+        # Nor with a DeepSpeed config's micro-batches (averaged before the exchange).
+        cfg = job_config("OneBitAdam", {"lr": 0.001})
+        cfg["gradient_accumulation_steps"] = 2
+        with self.assertRaises(ValueError) as e:
+            ot.OneBitAdam(p, cfg, coordinator="127.0.0.1:1", overlap=True)
+        self.assertIn("overlap with gradient_accumulation_steps 2", str(e.exception))
+        self.assertIsNone(ot.OneBitAdam(p, cfg, coordinator="127.0.0.1:1")._overlap)
 
     def test_an_enabled_grad_scaler_is_refused_for_the_fp16_block(self):
         # An enabled GradScaler hands itself to step() (the optimizer says it supports amp
