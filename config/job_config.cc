@@ -121,6 +121,10 @@ bool ScalesLoss(const JobConfig& config) {
   return config.precision.fp16 && (config.device == "cuda" || config.workload.type == "pytorch");
 }
 
+bool SchedulerCyclesBetas(const JobConfig& config) {
+  return config.scheduler.type == "OneCycle" && config.scheduler.cycle_momentum;
+}
+
 bool ShardsSkipWarmup(const ExchangeConfig& exchange) {
   return UsesServers(exchange) && exchange.warmup_over == "workers";
 }

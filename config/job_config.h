@@ -410,6 +410,9 @@ bool ShardsSkipWarmup(const ExchangeConfig& exchange);
 // fp16; onebit scales its loss and agrees on overflows).
 bool ScalesLoss(const JobConfig& config);
 
+// Whether the scheduler moves the betas too (OneCycle with cycle_momentum).
+bool SchedulerCyclesBetas(const JobConfig& config);
+
 // exchange.warmup_order with "auto" resolved: "rank" or "ring".
 std::string EffectiveWarmupOrder(const ExchangeConfig& exchange);
 

@@ -187,6 +187,11 @@ class PyWorker {
       if (workload_ == nullptr) return std::nullopt;
       return workload_->SuppliedMaxGradNorm(step);
     };
+    o.betas_override = [this](int64_t step) -> std::optional<std::pair<double, double>> {
+      absl::MutexLock lock(&mu_);
+      if (workload_ == nullptr) return std::nullopt;
+      return workload_->SuppliedBetas(step);
+    };
     if (loaded_.has_value()) {
       o.restore_loaded_state = [this](Trainer& trainer, int rank, int world_size) {
         // The error buffers are this worker's only if the same rank of as many workers
@@ -269,10 +274,13 @@ class PyWorker {
   }
 
   // lr, max_grad_norm: the script's own for this step (NaN: the job's).
-  void Supply(int64_t step, double loss, double lr, double max_grad_norm) {
+  void Supply(int64_t step, double loss, double lr, double max_grad_norm, double beta1,
+              double beta2) {
     absl::MutexLock lock(&mu_);
     if (workload_ == nullptr) Throw(absl::FailedPreconditionError("the worker is not running"));
-    if (absl::Status s = workload_->Supply(step, loss, lr, max_grad_norm); !s.ok()) Throw(s);
+    if (absl::Status s = workload_->Supply(step, loss, lr, max_grad_norm, beta1, beta2); !s.ok()) {
+      Throw(s);
+    }
   }
 
   // OVERLAP: bucket `bucket` of step `step`'s gradient is final (ExternalWorkload::Announce).
@@ -652,7 +660,9 @@ PYBIND11_MODULE(_onebit_core, m) {
       .def("wait_for_step", &PyWorker::WaitForStep, py::arg("timeout_s"))
       .def("supply", &PyWorker::Supply, py::arg("step"), py::arg("loss"),
            py::arg("lr") = std::numeric_limits<double>::quiet_NaN(),
-           py::arg("max_grad_norm") = std::numeric_limits<double>::quiet_NaN())
+           py::arg("max_grad_norm") = std::numeric_limits<double>::quiet_NaN(),
+           py::arg("beta1") = std::numeric_limits<double>::quiet_NaN(),
+           py::arg("beta2") = std::numeric_limits<double>::quiet_NaN())
       .def("close", &PyWorker::Close, py::arg("why"))
       .def("fail_job", &PyWorker::FailJob, py::arg("why"), py::arg("step"))
       .def("end_after", &PyWorker::EndAfter, py::arg("step"))
@@ -703,8 +713,9 @@ PYBIND11_MODULE(_onebit_core, m) {
   }, py::arg("path"));
   // What onebit.torch decides its defaults by, from the C++ rules: whether the config's
   // warmup exchange goes between the workers (peer mode, or ps with warmup_over "workers":
-  // overlap is on by default there), whether the trainer scales the loss (fp16), and the
-  // micro-batches a step (gradient_accumulation_steps, as the batch keys resolve it). The
+  // overlap is on by default there), whether the trainer scales the loss (fp16), the
+  // micro-batches a step (gradient_accumulation_steps, as the batch keys resolve it) and
+  // whether the config's scheduler cycles the betas (OneCycle's cycle_momentum). The
   // config's errors raise ValueError as check_config's do.
   m.def("config_facts", [](const std::string& text) {
     absl::StatusOr<onebit::JobConfig> config = onebit::ParseJobConfig(text);
@@ -713,6 +724,7 @@ PYBIND11_MODULE(_onebit_core, m) {
     facts["warmup_between_workers"] = onebit::WarmupBetweenWorkers(config->exchange);
     facts["scales_loss"] = onebit::ScalesLoss(*config);
     facts["micro_batches"] = config->gradient_accumulation_steps;
+    facts["cycles_betas"] = onebit::SchedulerCyclesBetas(*config);
     return facts;
   }, py::arg("text"));
 }

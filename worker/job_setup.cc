@@ -76,7 +76,7 @@ TrainerOptions TrainerOptionsFromConfig(const JobConfig& config) {
       return LearningRate(scheduler, base, step);
     };
   }
-  if (config.scheduler.type == "OneCycle" && config.scheduler.cycle_momentum) {
+  if (SchedulerCyclesBetas(config)) {
     t.betas = [scheduler = config.scheduler, b = Betas{o.beta1, o.beta2}](int64_t step) {
       const Betas now = ScheduledBetas(scheduler, b, step);
       return std::make_pair(now.beta1, now.beta2);

@@ -691,6 +691,15 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
       return override(t * micro);
     };
   }
+  if (o.betas_override) {
+    options.betas = [scheduled = options.betas,
+                     betas = std::pair<double, double>(config.optimizer.beta1,
+                                                       config.optimizer.beta2),
+                     override = o.betas_override, micro](int64_t t) {
+      if (std::optional<std::pair<double, double>> own = override(t * micro)) return *own;
+      return scheduled ? scheduled(t) : betas;
+    };
+  }
   if (!o.evaluate) {
     options.eval_every = 0;
     options.eval_at_end = false;

@@ -15,6 +15,7 @@
 
 #include <functional>
 #include <optional>
+#include <utility>
 #include <memory>
 #include <string>
 #include <vector>
@@ -48,6 +49,9 @@ struct WorkerProcessOptions {
   // Its gradient-clipping norm for a step (clip_grad_norm_), likewise; nullopt: the
   // config's gradient_clipping.
   std::function<std::optional<double>(int64_t step)> max_grad_norm_override;
+  // Its betas for a step (a torch scheduler's momentum cycling, OneCycleLR's), likewise;
+  // nullopt: the job config's betas and scheduler.
+  std::function<std::optional<std::pair<double, double>>(int64_t step)> betas_override;
   int cuda_device = 0;             // with onebit.device cuda
   int cpu_threads = -1;            // -1: the config's onebit.cpu_threads
   bool check = false;              // validate flags and config, then return

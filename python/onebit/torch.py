@@ -495,8 +495,10 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             _after_accumulation(p, lambda i=i, me=me: me() is not None and me()._accumulated(i))
             for i, p in enumerate(self._params)]
         self._no_sync = 0
-        self._scales_loss = False  # the config's fp16 block: _overlap_setting asks the C++ side
-        self._micro_batches = 1    # step() calls a step (gradient_accumulation_steps), likewise
+        self._scales_loss = False  # the config's fp16 block (_ask_config)
+        self._micro_batches = 1    # step() calls a step (gradient_accumulation_steps)
+        self._between_workers = False  # the warmup goes between the workers
+        self._config_momentum = False  # the config's scheduler cycles the betas
         self._loss_scale = 1.0     # this step's, once joined
         self._plan = None  # the buckets, once the worker is joined with overlap on
         self._device = self._params[0].device
@@ -507,6 +509,10 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         # to the C++ side (_scheduled_lr).
         self._job_lr = float(defaults["lr"])
         self._initial_lrs = [float(g["lr"]) for g in self.param_groups]
+        # What a schedule may not move (eps, each group's weight_decay), and the betas one may
+        # (all groups alike): as built.
+        self._initial_betas = tuple(float(b) for b in defaults["betas"])
+        self._fixed = [(float(g["eps"]), float(g["weight_decay"])) for g in self.param_groups]
         self._config_scheduler = bool(job.get("scheduler"))
         # Without steps the job is open-ended: it ends when the workers' loops do.
         self._open_ended = "steps" not in job
@@ -516,6 +522,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
                           "cuda" if self._device.type == "cuda" else "cpu")
         if self._open_ended:
             job["steps"] = OPEN_ENDED_STEPS
+        self._ask_config(job)
         self._overlap = self._overlap_setting(job, overlap, float(bucket_cap_mb))
         f = tempfile.NamedTemporaryFile("w", prefix="onebit-job-", suffix=".json", delete=False)
         with f:
@@ -710,11 +717,14 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         if self._device.type == "cuda":
             torch.cuda.current_stream(self._device).synchronize()
         lr = self._scheduled_lr()
+        betas = self._scheduled_betas()
         value = 0.0 if loss is None else float(loss)
         clip, self._clip = self._clip, None
         with _phase("hand-over to the worker"):
-            self._joined().supply(self._next, value, float("nan") if lr is None else lr,
-                                  float("nan") if clip is None else clip)
+            nan = float("nan")
+            self._joined().supply(self._next, value, nan if lr is None else lr,
+                                  nan if clip is None else clip,
+                                  *((nan, nan) if betas is None else betas))
             self._grad_arrived = False
             self._grad_versions = self._versions()
             if self._plan is not None:
@@ -851,6 +861,20 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             message = message.replace(path + ": ", "")
         return ValueError(f"{type(self).__name__}: {message}")
 
+    def _ask_config(self, job):
+        """What the defaults and checks here go by, in the C++ config's words (one rule in
+        one place), asked of the config without the overlap _overlap_setting decides."""
+        undecided = copy.deepcopy(job)
+        undecided.get("onebit", {}).get("exchange", {}).pop("overlap", None)
+        try:
+            facts = _core().config_facts(json.dumps(undecided))
+        except ValueError as e:
+            raise self._config_error(e) from None
+        self._between_workers = facts["warmup_between_workers"]
+        self._scales_loss = facts["scales_loss"]
+        self._micro_batches = facts["micro_batches"]
+        self._config_momentum = facts["cycles_betas"]
+
     def _overlap_setting(self, job, overlap, cap_mb):
         """(first bucket, bucket) caps in floats where the warmup exchange overlaps
         backward(), else None. The config's onebit.exchange.overlap and the keyword must
@@ -866,16 +890,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             raise ValueError(f"bucket_cap_mb must be > 0, got {cap_mb}")
         on = overlap if overlap is not None else configured
         mode = exchange.get("mode", "peer")
-        # The C++ config's answers, asked of the config without the overlap it decides.
-        undecided = copy.deepcopy(job)
-        undecided["onebit"]["exchange"].pop("overlap", None)
-        try:
-            facts = _core().config_facts(json.dumps(undecided))
-        except ValueError as e:
-            raise self._config_error(e) from None
-        between_workers = facts["warmup_between_workers"]
-        self._scales_loss = facts["scales_loss"]
-        self._micro_batches = facts["micro_batches"]
+        between_workers = self._between_workers
         if on is None:
             on = (between_workers and self._device.type == "cpu" and not self._scales_loss
                   and self._micro_batches == 1)
@@ -928,6 +943,32 @@ class _OnebitOptimizer(torch.optim.Optimizer):
                     f"{factor}: every group must keep its ratio to the others (one schedule "
                     "for all)")
         return self._job_lr * factor
+
+    def _scheduled_betas(self):
+        """The betas for this step when a schedule moved them in param_groups (OneCycleLR's
+        momentum cycling), else None (the config's betas and scheduler). Every group must
+        have the same (the momentum is one flat exchange). eps and weight_decay are fixed
+        when the optimizer is built: a change is a ValueError, not ignored."""
+        for i, (group, (eps, decay)) in enumerate(zip(self.param_groups, self._fixed)):
+            for key, built in (("eps", eps), ("weight_decay", decay)):
+                if float(group[key]) != built:
+                    raise ValueError(
+                        f"param group {i}'s {key} went from {built} to {group[key]}: onebit "
+                        f"fixes {key} when the optimizer is built (only lr and betas may be "
+                        "scheduled); build it with the value you want")
+        betas = [tuple(float(b) for b in g["betas"]) for g in self.param_groups]
+        if all(b == self._initial_betas for b in betas):
+            return None
+        if any(b != betas[0] for b in betas):
+            raise ValueError(f"param_groups' betas differ ({betas}): every group steps with "
+                             "the same betas (the momentum is one flat exchange)")
+        if self._config_momentum:
+            raise ValueError("param_groups' betas changed (a torch scheduler's momentum "
+                             "cycling?) while the job config's scheduler cycles them: use one "
+                             "of the two")
+        if not all(0 <= b < 1 for b in betas[0]):
+            raise ValueError(f"param_groups' betas must be in [0, 1), got {betas[0]}")
+        return betas[0]
 
     def zero_grad(self, set_to_none=False):
         super().zero_grad(set_to_none=set_to_none)

@@ -227,6 +227,16 @@ class SameBitsAsReplay(StreamCase):
                                   "loss scale 16 -> 8", text)
                     self.assertIn("loss scale 8  skipped 1", text)
 
+    def test_betas_a_torch_scheduler_writes(self):
+        # betas written into param_groups before the first step (OneCycleLR's momentum
+        # cycling writes them at every step): the bits of a job built with them (before:
+        # silently the betas the optimizer was built with).
+        self.addCleanup(os.environ.pop, "SET_BETAS")
+        os.environ["SET_BETAS"] = "1:0.8,0.99"
+        self.run_both("betas", "OneBitAdam", {"lr": 0.01, "eps": 1e-8, "freeze_step": 10},
+                      ["--lr=0.01", "--eps=1e-8", "--freeze-step=10", "--beta1=0.8",
+                       "--beta2=0.99"], split=str(SPLIT))
+
     def test_set_to_none_without_overlap(self):
         # Every .grad a tensor of backward's own, two tensors, no overlap hooks to copy them
         # as backward ends each: step() copies them all into the flat buffer at once (one
@@ -348,6 +358,35 @@ class TorchLrScheduler(StreamCase):
         self.assertIn("the training loop ended after micro-batch 41, inside step 21 "
                       "(gradient_accumulation_steps = 2 micro-batches a step)",
                       r.stdout + r.stderr)
+
+    def test_betas_move_together_and_eps_and_weight_decay_stay(self):
+        import types
+        import onebit.torch as ot
+        fake = types.SimpleNamespace(
+            param_groups=[{"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0},
+                          {"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.1}],
+            _initial_betas=(0.9, 0.999), _fixed=[(1e-8, 0.0), (1e-8, 0.1)],
+            _config_momentum=False)
+        betas = ot._OnebitOptimizer._scheduled_betas
+        self.assertIsNone(betas(fake))
+        for g in fake.param_groups:
+            g["betas"] = (0.85, 0.99)
+        self.assertEqual(betas(fake), (0.85, 0.99))
+        fake._config_momentum = True
+        with self.assertRaises(ValueError) as e:
+            betas(fake)
+        self.assertIn("the job config's scheduler cycles them: use one of the two",
+                      str(e.exception))
+        fake._config_momentum = False
+        fake.param_groups[1]["betas"] = (0.95, 0.99)
+        with self.assertRaises(ValueError) as e:
+            betas(fake)
+        self.assertIn("every group steps with the same betas", str(e.exception))
+        fake.param_groups[1]["weight_decay"] = 0.05  # a weight-decay schedule
+        with self.assertRaises(ValueError) as e:
+            betas(fake)
+        self.assertIn("param group 1's weight_decay went from 0.1 to 0.05: onebit fixes "
+                      "weight_decay when the optimizer is built", str(e.exception))
 
     def test_groups_must_move_together_and_not_beside_a_config_scheduler(self):
         import types

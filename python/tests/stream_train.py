@@ -23,7 +23,8 @@ rank's loss by 1e38 at that step, so that its scaled gradient overflows, and pri
 the step changed the parameters and how the loss scale moved. MICRO_BATCHES=K (for a
 config with gradient_accumulation_steps K, whose step() calls are micro-batches) gives
 micro-batch m the gradient grads[(m-1) // K], so that each optimizer step averages K
-copies of the stream's gradient: exactly it.
+copies of the stream's gradient: exactly it. SET_BETAS=STEP:B1,B2 writes those betas into
+every param group before that step, as a torch scheduler's momentum cycling does.
 """
 import contextlib
 import json
@@ -150,6 +151,10 @@ def main():
     with opt if os.environ.get("WITH_BLOCK") else contextlib.nullcontext():
         for _ in steps:
             t = opt.next_step
+            set_betas = os.environ.get("SET_BETAS")
+            if set_betas and t == int(set_betas.split(":")[0]):
+                for group in opt.param_groups:
+                    group["betas"] = tuple(float(b) for b in set_betas.split(":")[1].split(","))
             if check_state and t == int(check_state):
                 check_state_dict(opt, initial.size)
             kill_at = os.environ.get("KILL_AT")  # "RANK:STEP:MARKER": once, the marker says

@@ -133,7 +133,7 @@ absl::StatusOr<int64_t> ExternalWorkload::WaitForStep(absl::Time deadline) {
 }
 
 absl::Status ExternalWorkload::Supply(int64_t step, double loss, double lr,
-                                      double max_grad_norm) {
+                                      double max_grad_norm, double beta1, double beta2) {
   absl::MutexLock lock(&mu_);
   if (wanted_ != step || supplied_ == step) {
     return absl::FailedPreconditionError(
@@ -149,10 +149,17 @@ absl::Status ExternalWorkload::Supply(int64_t step, double loss, double lr,
     return absl::InvalidArgumentError(absl::StrCat(
         "the gradient-clipping norm of step ", step, " is ", max_grad_norm, "; it must be >= 0"));
   }
+  if (std::isnan(beta1) != std::isnan(beta2) ||
+      (!std::isnan(beta1) && !(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1))) {
+    return absl::InvalidArgumentError(absl::StrCat("the betas of step ", step, " are (", beta1,
+                                                   ", ", beta2, "); each must be in [0, 1)"));
+  }
   for (size_t b = announced_; b < buckets_.size(); ++b) AnnounceLocked(b);
   loss_ = loss;
   lr_ = lr;
   max_grad_norm_ = max_grad_norm;
+  beta1_ = beta1;
+  beta2_ = beta2;
   supplied_ = step;
   return absl::OkStatus();
 }
@@ -224,6 +231,12 @@ std::optional<int64_t> ExternalWorkload::ended_after() const {
   absl::MutexLock lock(&mu_);
   if (ended_after_ < 0) return std::nullopt;
   return ended_after_;
+}
+
+std::optional<std::pair<double, double>> ExternalWorkload::SuppliedBetas(int64_t step) {
+  absl::MutexLock lock(&mu_);
+  if (supplied_ != step || std::isnan(beta1_)) return std::nullopt;
+  return std::make_pair(beta1_, beta2_);
 }
 
 std::optional<double> ExternalWorkload::SuppliedLearningRate(int64_t step) {

@@ -48,6 +48,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -103,12 +104,16 @@ class ExternalWorkload : public Workload {
   // The gradient of the step WaitForStep returned is in gradient(); `loss` is its loss.
   // FAILED_PRECONDITION when the trainer is not waiting for `step`.
   // `lr`: the learning rate the script's own schedule gives this step; `max_grad_norm`:
-  // the norm its clip_grad_norm_ asked for (NaN: none, the job's config applies).
-  // Supplied*() return them while the step runs.
+  // the norm its clip_grad_norm_ asked for; `beta1`, `beta2`: the betas its schedule gives
+  // (OneCycleLR's momentum cycling; both or neither); NaN: none, the job's config applies.
+  // INVALID_ARGUMENT for a value out of range. Supplied*() return them while the step runs.
   absl::Status Supply(int64_t step, double loss,
                       double lr = std::numeric_limits<double>::quiet_NaN(),
-                      double max_grad_norm = std::numeric_limits<double>::quiet_NaN());
+                      double max_grad_norm = std::numeric_limits<double>::quiet_NaN(),
+                      double beta1 = std::numeric_limits<double>::quiet_NaN(),
+                      double beta2 = std::numeric_limits<double>::quiet_NaN());
   std::optional<double> SuppliedLearningRate(int64_t step);
+  std::optional<std::pair<double, double>> SuppliedBetas(int64_t step);
   // OVERLAP: gradient()'s part of bucket `bucket` is final for `step` (the step WaitForStep
   // returned): it goes to the trainer now. FAILED_PRECONDITION when the trainer does not
   // wait for `step`, when `bucket` is not the next one (the buckets go in order, each once
@@ -164,6 +169,8 @@ class ExternalWorkload : public Workload {
   int64_t ended_after_ ABSL_GUARDED_BY(mu_) = -1;  // EndAfter's step; -1: not ended
   double lr_ ABSL_GUARDED_BY(mu_) = std::numeric_limits<double>::quiet_NaN();  // of supplied_
   double max_grad_norm_ ABSL_GUARDED_BY(mu_) = std::numeric_limits<double>::quiet_NaN();
+  double beta1_ ABSL_GUARDED_BY(mu_) = std::numeric_limits<double>::quiet_NaN();
+  double beta2_ ABSL_GUARDED_BY(mu_) = std::numeric_limits<double>::quiet_NaN();
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status close_status_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
