@@ -970,6 +970,18 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             raise ValueError(f"param_groups' betas must be in [0, 1), got {betas[0]}")
         return betas[0]
 
+    def add_param_group(self, param_group):
+        """torch.optim's, while the optimizer is being built. Afterwards a ValueError: the
+        parameters are one flat buffer, sized and counted by the job when the optimizer was
+        built, so a group added later (layers unfrozen in fine-tuning) would never train."""
+        if hasattr(self, "_params"):
+            raise ValueError(
+                "add_param_group after the optimizer was built: onebit's parameters are one "
+                "flat buffer the job sized then, so these would never train; build the "
+                "optimizer with every parameter it is to train (parameters added later need "
+                "a new optimizer, and with it a new job)")
+        super().add_param_group(param_group)
+
     def zero_grad(self, set_to_none=False):
         super().zero_grad(set_to_none=set_to_none)
         # Zeroing in place is no new gradient.

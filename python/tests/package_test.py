@@ -607,6 +607,17 @@ class BadInput(unittest.TestCase):
         self.assertIn("overlap with gradient_accumulation_steps 2", str(e.exception))
         self.assertIsNone(ot.OneBitAdam(p, cfg, coordinator="127.0.0.1:1")._overlap)
 
+    def test_a_param_group_added_after_construction(self):
+        # torch.optim takes it; here it would never train (the flat buffer is sized at
+        # construction): refused, naming why.
+        import onebit.torch as ot
+        opt = ot.OneBitAdam([{"params": [torch.nn.Parameter(torch.zeros(N))]}],
+                            job_config("OneBitAdam", {}), coordinator="127.0.0.1:1")
+        with self.assertRaises(ValueError) as e:
+            opt.add_param_group({"params": [torch.nn.Parameter(torch.zeros(3))]})
+        self.assertIn("add_param_group after the optimizer was built", str(e.exception))
+        self.assertEqual(len(opt.param_groups), 1)
+
     def test_an_enabled_grad_scaler_is_refused_for_the_fp16_block(self):
         # An enabled GradScaler hands itself to step() (the optimizer says it supports amp
         # scaling) instead of skipping by one worker's gradients: refused, before any
