@@ -91,6 +91,7 @@ _UNSET = object()  # a keyword argument the caller did not give
 # its workers' training loops end, and ends after the step where they all did.
 OPEN_ENDED_STEPS = 1 << 40
 _FIRST_BUCKET_BYTES = 1 << 20  # DDP's first bucket: the last layers go out soon
+_BUILT = weakref.WeakSet()  # this process's optimizers: one at a time may be in a job
 
 
 def _phase(name):
@@ -537,6 +538,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         self._coordinator = None
         address = self._rendezvous.coordinator
         if self._rendezvous.embedded:
+            self._refuse_a_second_member()
             for notice in notices:  # the job's one coordinator says them once
                 print(f"onebit: config notice: {notice}", file=sys.stderr)
             self._coordinator = self._start_coordinator()
@@ -570,6 +572,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             # a launcher that restarts the group it acts before the first restart only).
             fault=os.environ.get("ONEBIT_FAULT", "") if not _env.restart_count() else "")
         self._worker = None
+        self._closed = False  # close() ran
         self._next = 1        # the step the next step() completes (the job's, once joined)
         self._loaded = None   # a state to start from (load_state_dict before the first step)
         self._done = False
@@ -577,10 +580,12 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         self._clip = None     # clip_grad_norm_'s max_norm for the next step
         me = weakref.ref(self)
         atexit.register(lambda: me() is not None and me()._at_exit())
+        _BUILT.add(self)
 
     def _joined(self):
         """The worker, joined to the job: its first lease granted (or the job over)."""
         if self._worker is None:
+            self._refuse_a_second_member()
             initial = torch.cat([p.detach().reshape(-1).cpu() for p in self._params]).numpy()
             ranges = []
             if self._overlap is not None:
@@ -1096,6 +1101,25 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             # job to the coordinator's verdict.
             self._leave_job(f"stopped: {why}", restartable or bool(stopped))
         self._close_coordinator()
+        self._closed = True
+
+    def _in_job(self):
+        """This optimizer holds a part of a job: the embedded coordinator, or a worker that
+        joined and has not ended."""
+        return self._coordinator is not None or (
+            self._worker is not None and not (self._done or self._closed or self._stopped))
+
+    def _refuse_a_second_member(self):
+        """Each optimizer is this rank's member of a job: a second one in the job at once
+        would be a second member of the same rank (and rank 0's a second coordinator on
+        MASTER_PORT + 1)."""
+        if any(other is not self and other._in_job() for other in list(_BUILT)):
+            raise ValueError(
+                "another onebit optimizer of this process is still in its job: one at a "
+                "time, since each is this rank's member of a job. Put every parameter into "
+                "one optimizer (param groups for their own lr and weight_decay); optimizers "
+                "that step by turns in one loop (a GAN's generator and discriminator) are "
+                "not supported")
 
     def _leave_job(self, what, restartable):
         """Rank 0 of a job whose coordinator it runs stops before the job's end: the job

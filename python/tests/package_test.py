@@ -1265,6 +1265,30 @@ class Overlap(unittest.TestCase):
                                                 np.load(os.path.join(tmp, "offps.npy")))
 
 
+class TwoOptimizers(unittest.TestCase):
+    def test_a_second_optimizer_is_refused_while_the_first_is_in_its_job(self):
+        # Before: rank 0's second optimizer failed to bind MASTER_PORT + 1 ("choose another
+        # MASTER_PORT"), and elsewhere a second member of the same rank would have joined.
+        tmp = tempfile.mkdtemp(prefix="onebit-two-")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [os.path.dirname(HERE), os.path.join(BIN, "python")]), OMP_NUM_THREADS="1")
+        for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+            env.pop(k, None)
+        r = subprocess.run([sys.executable, "-m", "onebit.run", "--nproc_per_node=2",
+                            "--master_port=0", "--log_dir=" + tmp,
+                            os.path.join(HERE, "two_optimizers.py")],
+                           capture_output=True, text=True, timeout=180, env=env)
+        logs = []
+        for rank in (0, 1):
+            with open(os.path.join(tmp, f"rank-{rank}.log")) as f:
+                logs.append(f.read())
+        self.assertEqual(r.returncode, 0, r.stderr + "".join(logs)[-3000:])
+        for rank, log in enumerate(logs):
+            self.assertIn(f"rank {rank}: refused: another onebit optimizer of this process is "
+                          "still in its job", log)
+            self.assertIn(f"rank {rank}: the first job ended", log)
+
+
 class TrainedLikeTorchOptim(unittest.TestCase):
     """One process alone (it runs its own coordinator): named parameters, a frozen layer
     left out of the job, and a step() without a new gradient refused without harm."""
