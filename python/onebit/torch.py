@@ -713,6 +713,16 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             raise OnebitError(
                 f"step() after the job's last step ({self._steps}, onebit.steps): the training "
                 "loop is longer than the job; stop at opt.done, or give the job more steps", 1)
+        moved = next((i for i, (p, address) in enumerate(zip(self._params,
+                                                             self._param_addresses))
+                      if p.data_ptr() != address), None)
+        if moved is not None:
+            raise RuntimeError(
+                f"{self._what(moved)} got memory of its own (p.data = ..., model.to(), .half()) "
+                "after the optimizer took it over: onebit steps the parameters in its own "
+                "buffer, which the tensors must keep viewing, so it would train no more. Copy "
+                "new values in place (with torch.no_grad(): p.copy_(new)), or move the model "
+                "before building the optimizer")
         if not self._new_gradient():
             raise RuntimeError("step() without a new gradient since the last step (no backward, "
                                "no .grad written): nothing was exchanged; call loss.backward() "
@@ -1218,6 +1228,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
                 p.grad = view
                 self._grad_views.append(view)
         self._flat_grad = grad  # what the views cover, in the parameters' order
+        self._param_addresses = [p.data_ptr() for p in self._params]
 
     def _unbind(self, final=False):
         # The C++ buffers go with the worker: the tensors get memory of their own.

@@ -1011,6 +1011,22 @@ while not opt.done:
 '''
 
 
+MOVED = r'''
+import sys, torch
+import onebit.torch as ot
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.Linear(4, 1))
+opt = ot.OneBitAdam(model.parameters(), sys.argv[1])
+while not opt.done:
+    opt.zero_grad()
+    loss = model(torch.randn(16, 8)).square().mean()
+    loss.backward()
+    if opt.rank == 1 and opt.next_step == 3:
+        model[0].weight.data = model[0].weight.data.clone()
+    opt.step(loss=loss)
+'''
+
+
 DIVERGED = r'''
 import sys
 import torch
@@ -1355,6 +1371,19 @@ class JobErrors(unittest.TestCase):
             log = f.read()
         self.assertIn("ValueError: parameter 0 ((4, 8)) has no gradient", log)
         self.assertIn("worker 1 exited with code 1", r.stderr + r.stdout)
+
+    def test_a_parameter_given_memory_of_its_own_is_an_error(self):
+        # p.data replaced after the first step (model surgery, a .to() or .half() after the
+        # optimizer was built): the optimizer would step its buffer while the model used the
+        # new tensor, training nothing from then on. Now a RuntimeError naming it.
+        tmp = tempfile.mkdtemp(prefix="onebit-moved-")
+        r = launch(tmp, job_config("OneBitAdam", {"lr": 0.001, "freeze_step": 5},
+                                   parameters=8 * 4 + 4 + 4 + 1, steps=50),
+                   [self.script(tmp, MOVED), "{config}"], timeout=120)
+        self.assertNotEqual(r.returncode, 0)
+        with open(os.path.join(tmp, "out", "onebit_adam", "worker-1.log")) as f:
+            log = f.read()
+        self.assertIn("RuntimeError: parameter 0 ((4, 8)) got memory of its own", log)
 
     def test_a_config_that_disagrees_with_the_model(self):
         tmp = tempfile.mkdtemp(prefix="onebit-mismatch-")
