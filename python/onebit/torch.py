@@ -586,6 +586,13 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         """The worker, joined to the job: its first lease granted (or the job over)."""
         if self._worker is None:
             self._refuse_a_second_member()
+            # What the parameters were checked for at construction still holds (a model
+            # moved or cast since would be put back, or fail in C++).
+            self._check_params()
+            if self._params[0].device != self._device:
+                raise RuntimeError(
+                    f"the parameters moved to {self._params[0].device} after the optimizer was "
+                    f"built on {self._device}: move the model before building the optimizer")
             initial = torch.cat([p.detach().reshape(-1).cpu() for p in self._params]).numpy()
             ranges = []
             if self._overlap is not None:

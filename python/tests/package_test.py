@@ -613,6 +613,12 @@ class BadInput(unittest.TestCase):
         import onebit.torch as ot
         opt = ot.OneBitAdam([{"params": [torch.nn.Parameter(torch.zeros(N))]}],
                             job_config("OneBitAdam", {}), coordinator="127.0.0.1:1")
+        # Cast after construction, before the first step: refused when it would join (before,
+        # the float16 values went to the C++ side).
+        opt.param_groups[0]["params"][0].data = torch.zeros(N, dtype=torch.float16)
+        with self.assertRaises(ValueError) as e:
+            opt.step()
+        self.assertIn("parameter 0 ((%d,)) is torch.float16" % N, str(e.exception))
         with self.assertRaises(ValueError) as e:
             opt.add_param_group({"params": [torch.nn.Parameter(torch.zeros(3))]})
         self.assertIn("add_param_group after the optimizer was built", str(e.exception))
