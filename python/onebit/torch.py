@@ -51,9 +51,18 @@ the optimizer, opt.load_state_dict(torch.load(f)) before the first step, and the
 starts after the saved step (every worker loading a state of the same step).
 
 MEMORY: the parameters are ONE flat float32 buffer, the optimizer's own; each parameter
-tensor views its slice (no copies either way), and so do the gradients (their own flat
-buffer, which the trainer reads in place). Every worker must start from the same
-parameters: seed the model alike (torch.manual_seed) on every process.
+tensor views its slice (no copies either way; new memory for one after the first step is
+an error: copy into it instead), and so do the gradients (their own flat buffer, which
+the trainer reads in place). Every worker must start from the same parameters: seed the
+model alike (torch.manual_seed) on every process. One optimizer at a time per process.
+
+MIXED PRECISION: bf16 autocast needs nothing. fp16 takes the job config's fp16 block
+(DeepSpeed's): opt.scale(loss).backward() in place of torch's GradScaler (which skips by
+one worker's gradients; an enabled one is refused), and every worker skips an overflowed
+step alike. MICRO-BATCHES: `with opt.no_sync():` as with DDP, or the config's
+gradient_accumulation_steps K (step() after each micro-batch, as DeepSpeed's
+engine.step()). SCHEDULES: a torch lr_scheduler's lr and betas take effect at the next
+step(); eps and weight_decay are fixed when the optimizer is built.
 
 OVERLAP (CPU tensors, peer mode: on by default; overlap=False or the config's
 onebit.exchange.overlap turn it off): as DDP does, the warmup's full-precision exchange
