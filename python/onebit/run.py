@@ -19,6 +19,13 @@ end the run without a restart.
 --master_port 0 picks a free port whose next two (onebit's embedded coordinator: gRPC on
 MASTER_PORT + 1, REST on + 2) are free too. --log_dir writes each rank's output to
 rank-N.log there instead of this terminal.
+
+torchrun's command lines run unchanged where they mean the same on one machine:
+--standalone (one node, a free port), -m/--module (the script is a module, python -m),
+--no_python (the script is a program of its own), --rdzv_endpoint HOST[:PORT] (with
+--rdzv_backend c10d or static: MASTER_ADDR and MASTER_PORT), --rdzv_id (a name: no
+effect), and an --nnodes range whose two ends agree. An elastic range (--nnodes=1:4) is
+an error: the world size is fixed.
 """
 import argparse
 import os
@@ -52,22 +59,64 @@ def free_port_run(host="127.0.0.1", count=3):
     raise SystemExit(f"onebit-run: no {count} free consecutive ports on {host}")
 
 
+def _nnodes(value):
+    """--nnodes: N, or torchrun's MIN:MAX where both agree (a fixed world size)."""
+    low, _, high = value.partition(":")
+    if high and high != low:
+        raise argparse.ArgumentTypeError(
+            f"{value} is an elastic range: onebit's jobs have a fixed world size (give one "
+            "number, or MIN:MAX with MIN = MAX)")
+    try:
+        return int(low)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value} is not a number of nodes") from None
+
+
 def parse(argv):
     p = argparse.ArgumentParser(prog="onebit-run", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--nproc_per_node", "--nproc-per-node", type=int, default=1)
-    p.add_argument("--nnodes", type=int, default=1)
+    p.add_argument("--nnodes", type=_nnodes, default=1,
+                   help="nodes (torchrun's MIN:MAX where MIN = MAX)")
     p.add_argument("--node_rank", "--node-rank", type=int, default=0)
     p.add_argument("--master_addr", "--master-addr", default="127.0.0.1")
-    p.add_argument("--master_port", "--master-port", type=int, default=29500)
+    p.add_argument("--master_port", "--master-port", type=int, default=None,
+                   help="default 29500 (0 with --standalone: a free one)")
     p.add_argument("--log_dir", "--log-dir", help="each rank's output to LOG_DIR/rank-N.log")
     p.add_argument("--max_restarts", "--max-restarts", type=int, default=0,
                    help="after a failure, start the whole group again up to this many times")
     p.add_argument("--grace_s", type=float, default=15.0,
                    help="after SIGTERM, how long the others get before SIGKILL")
-    p.add_argument("script", help="the training script (run with this Python)")
+    p.add_argument("--standalone", action="store_true",
+                   help="torchrun's: one node, on a free port (--master_port 0)")
+    p.add_argument("-m", "--module", action="store_true",
+                   help="the script is a module name: python -m SCRIPT")
+    p.add_argument("--no_python", "--no-python", action="store_true",
+                   help="the script is a program: run it without this Python")
+    p.add_argument("--rdzv_endpoint", "--rdzv-endpoint",
+                   help="torchrun's rendezvous HOST[:PORT]: the master address and port")
+    p.add_argument("--rdzv_backend", "--rdzv-backend", default="static",
+                   choices=("static", "c10d"),
+                   help="torchrun's; both mean the fixed group onebit-run starts")
+    p.add_argument("--rdzv_id", "--rdzv-id", help="torchrun's rendezvous name (no effect)")
+    p.add_argument("script", help="the training script (run with this Python), or a module "
+                                  "name with -m")
     p.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
     a = p.parse_args(argv)
+    if a.standalone and a.nnodes != 1:
+        p.error("--standalone runs one node: leave --nnodes out, or give 1")
+    if a.master_port is None:
+        a.master_port = 0 if a.standalone else 29500
+    if a.rdzv_endpoint:
+        host, _, port = a.rdzv_endpoint.rpartition(":") if ":" in a.rdzv_endpoint else \
+            (a.rdzv_endpoint, "", "")
+        a.master_addr = host.strip("[]") or a.master_addr
+        if port:
+            if not port.isdigit():
+                p.error(f"--rdzv_endpoint {a.rdzv_endpoint}: the port is not a number")
+            a.master_port = int(port)
+    if a.module and a.no_python:
+        p.error("-m and --no_python: give one")
     if a.nproc_per_node < 1 or a.nnodes < 1:
         p.error("--nproc_per_node and --nnodes must be >= 1")
     if a.max_restarts < 0:
@@ -81,7 +130,7 @@ def parse(argv):
             p.error("--master_port 0 (a free one) works on one node only: the others must "
                     "know it")
         a.master_port = free_port_run(a.master_addr, 3)
-    if not os.path.exists(a.script):
+    if not a.module and not a.no_python and not os.path.exists(a.script):
         p.error(f"{a.script}: no such file")
     return a
 
@@ -126,7 +175,10 @@ class _Group:
                 out = open(os.path.join(a.log_dir, f"rank-{rank}.log"),
                            "a" if restart_count else "w")
                 self.logs.append(out)
-            self.procs.append(subprocess.Popen([sys.executable, a.script, *a.args], env=env,
+            command = ([a.script] if a.no_python else
+                       [sys.executable, "-m", a.script] if a.module else
+                       [sys.executable, a.script])
+            self.procs.append(subprocess.Popen([*command, *a.args], env=env,
                                                stdout=out,
                                                stderr=subprocess.STDOUT if out else None))
 

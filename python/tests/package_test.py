@@ -1132,6 +1132,17 @@ with open(os.path.join(sys.argv[1], "env-" + os.environ["RANK"] + ".json"), "w")
 with open(os.path.join(sys.argv[1], "restarts-" + os.environ["RANK"]), "a") as f:
     f.write(os.environ["TORCHELASTIC_RESTART_COUNT"] + "/" +
             os.environ["TORCHELASTIC_MAX_RESTARTS"] + " ")
+ready = os.path.join(sys.argv[1], "ready-" + os.environ["TORCHELASTIC_RESTART_COUNT"])
+if os.environ["LOCAL_RANK"] == "0":
+    def stop(*_):
+        print("rank 0 got SIGTERM", flush=True)
+        sys.exit(143)
+    signal.signal(signal.SIGTERM, stop)
+    open(ready, "w").close()
+else:  # rank 0 has started (and can hear SIGTERM) before rank 1 fails
+    deadline = time.time() + 30
+    while not os.path.exists(ready) and time.time() < deadline:
+        time.sleep(0.01)
 if sys.argv[2] == "fail" and os.environ["LOCAL_RANK"] == "1":
     sys.exit(3)
 if sys.argv[2] == "job_failed" and os.environ["LOCAL_RANK"] == "1":
@@ -1139,10 +1150,6 @@ if sys.argv[2] == "job_failed" and os.environ["LOCAL_RANK"] == "1":
 if sys.argv[2] == "fail_once" and os.environ["LOCAL_RANK"] == "1":
     sys.exit(3 if os.environ["TORCHELASTIC_RESTART_COUNT"] == "0" else 0)
 if sys.argv[2] == "fail":
-    def stop(*_):
-        print("rank 0 got SIGTERM", flush=True)
-        sys.exit(143)
-    signal.signal(signal.SIGTERM, stop)
     time.sleep(60)
 """
 
@@ -1175,6 +1182,45 @@ if sys.argv[2] == "fail":
                 ports.add(json.load(f)["MASTER_PORT"])
         self.assertEqual(len(ports), 1)
         self.assertNotEqual(ports, {"0"})
+
+    def test_torchrun_command_lines(self):
+        # What torchrun users type on one machine runs unchanged (before: "unrecognized
+        # arguments"): --standalone, -m, --no_python, --rdzv_endpoint, --nnodes N:N.
+        def env_of(tmp, rank):
+            with open(os.path.join(tmp, f"env-{rank}.json")) as f:
+                return json.load(f)
+
+        tmp = tempfile.mkdtemp(prefix="onebit-run-")
+        self.assertEqual(self.run_it(tmp, "--standalone", "--nproc-per-node=2").returncode, 0)
+        ports = {env_of(tmp, r)["MASTER_PORT"] for r in (0, 1)}
+        self.assertEqual(len(ports), 1)
+        self.assertNotIn(ports.pop(), ("0", "29500"))  # a free one
+        tmp = tempfile.mkdtemp(prefix="onebit-run-")
+        r = self.run_it(tmp, "--nnodes=1:1", "--rdzv-backend=c10d", "--rdzv_id=job7",
+                        "--rdzv-endpoint=localhost:29466", "--nproc_per_node=2")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual((env_of(tmp, 1)["MASTER_ADDR"], env_of(tmp, 1)["MASTER_PORT"]),
+                         ("localhost", "29466"))
+        # A module (python -m) and a program of its own (--no_python).
+        tmp = tempfile.mkdtemp(prefix="onebit-run-")
+        with open(os.path.join(tmp, "train_module.py"), "w") as f:
+            f.write(self.SCRIPT)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(HERE), tmp]))
+        r = subprocess.run([sys.executable, "-m", "onebit.run", "--nproc_per_node=2",
+                            "--master_port=0", "-m", "train_module", tmp, "ok"],
+                           capture_output=True, text=True, timeout=60, env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(env_of(tmp, 1)["WORLD_SIZE"], "2")
+        r = subprocess.run([sys.executable, "-m", "onebit.run", "--nproc_per_node=2",
+                            "--master_port=0", "--no_python", "/bin/sh", "-c",
+                            "echo rank $RANK of $WORLD_SIZE"],
+                           capture_output=True, text=True, timeout=60, env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(sorted(r.stdout.split("\n")[:2]), ["rank 0 of 2", "rank 1 of 2"])
+        # An elastic range is refused: the world size is fixed.
+        r = self.run_it(tempfile.mkdtemp(prefix="onebit-run-"), "--nnodes=1:4")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("1:4 is an elastic range", r.stderr)
 
     def test_the_first_failure_ends_the_others_with_its_code(self):
         tmp = tempfile.mkdtemp(prefix="onebit-run-")
