@@ -676,8 +676,8 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
       shared_client.get(), w.session.get(), reg.rank(), config.log_every, exchange);
   TrainerOptions options = TrainerOptionsFromConfig(config);
   // The script's steps are micro-batches: with gradient_accumulation_steps k, optimizer step
-  // t's last is the workload's step t * k (Trainer::ComputeGradient), whose lr and clipping
-  // norm apply.
+  // t's last is the workload's step t * k (Trainer::ComputeGradient), whose lr, clipping
+  // norm and betas apply.
   const int64_t micro = config.gradient_accumulation_steps;
   if (o.learning_rate_override) {
     options.learning_rate = [scheduled = options.learning_rate, lr = config.optimizer.lr,

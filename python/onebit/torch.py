@@ -747,6 +747,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             self._gather_gradients()
         if self._device.type == "cuda":
             torch.cuda.current_stream(self._device).synchronize()
+        self._check_fixed()
         lr = self._scheduled_lr()
         betas = self._scheduled_betas()
         value = 0.0 if loss is None else float(loss)
@@ -921,9 +922,8 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             raise ValueError(f"bucket_cap_mb must be > 0, got {cap_mb}")
         on = overlap if overlap is not None else configured
         mode = exchange.get("mode", "peer")
-        between_workers = self._between_workers
         if on is None:
-            on = (between_workers and self._device.type == "cpu" and not self._scales_loss
+            on = (self._between_workers and self._device.type == "cpu" and not self._scales_loss
                   and self._micro_batches == 1)
         if on and self._micro_batches > 1:
             raise ValueError(f"overlap with gradient_accumulation_steps {self._micro_batches}: "
@@ -940,7 +940,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             raise ValueError("overlap (the warmup exchange during backward) works on CPU "
                              "tensors only so far; on CUDA build the optimizer with "
                              "overlap=False")
-        if on and not between_workers:
+        if on and not self._between_workers:
             raise ValueError(f"overlap needs a warmup between the workers: onebit.exchange.mode "
                              f"\"peer\", or \"ps\" with warmup_over \"workers\", not "
                              f"\"{mode}\"{' with its warmup through the shards' if mode == 'ps' else ''}"
@@ -975,11 +975,9 @@ class _OnebitOptimizer(torch.optim.Optimizer):
                     "for all)")
         return self._job_lr * factor
 
-    def _scheduled_betas(self):
-        """The betas for this step when a schedule moved them in param_groups (OneCycleLR's
-        momentum cycling), else None (the config's betas and scheduler). Every group must
-        have the same (the momentum is one flat exchange). eps and weight_decay are fixed
-        when the optimizer is built: a change is a ValueError, not ignored."""
+    def _check_fixed(self):
+        """eps and each group's weight_decay are fixed when the optimizer is built: a change
+        in param_groups (a weight-decay schedule) is a ValueError, not ignored."""
         for i, (group, (eps, decay)) in enumerate(zip(self.param_groups, self._fixed)):
             for key, built in (("eps", eps), ("weight_decay", decay)):
                 if float(group[key]) != built:
@@ -987,6 +985,11 @@ class _OnebitOptimizer(torch.optim.Optimizer):
                         f"param group {i}'s {key} went from {built} to {group[key]}: onebit "
                         f"fixes {key} when the optimizer is built (only lr and betas may be "
                         "scheduled); build it with the value you want")
+
+    def _scheduled_betas(self):
+        """The betas for this step when a schedule moved them in param_groups (OneCycleLR's
+        momentum cycling), else None (the config's betas and scheduler). Every group must
+        have the same (the momentum is one flat exchange)."""
         betas = [tuple(float(b) for b in g["betas"]) for g in self.param_groups]
         if all(b == self._initial_betas for b in betas):
             return None

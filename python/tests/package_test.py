@@ -384,7 +384,7 @@ class TorchLrScheduler(StreamCase):
         self.assertIn("every group steps with the same betas", str(e.exception))
         fake.param_groups[1]["weight_decay"] = 0.05  # a weight-decay schedule
         with self.assertRaises(ValueError) as e:
-            betas(fake)
+            ot._OnebitOptimizer._check_fixed(fake)
         self.assertIn("param group 1's weight_decay went from 0.1 to 0.05: onebit fixes "
                       "weight_decay when the optimizer is built", str(e.exception))
 
