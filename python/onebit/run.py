@@ -21,7 +21,8 @@ MASTER_PORT + 1, REST on + 2) are free too. --log_dir writes each rank's output 
 rank-N.log there instead of this terminal.
 
 torchrun's command lines run unchanged where they mean the same on one machine:
---standalone (one node, a free port), -m/--module (the script is a module, python -m),
+--standalone (one node, a free port), --nproc_per_node gpu, cpu or auto, -m/--module
+(the script is a module, python -m),
 --no_python (the script is a program of its own), --rdzv_endpoint HOST[:PORT] (with
 --rdzv_backend c10d or static: MASTER_ADDR and MASTER_PORT), --rdzv_id (a name: no
 effect), and an --nnodes range whose two ends agree. An elastic range (--nnodes=1:4) is
@@ -59,6 +60,24 @@ def free_port_run(host="127.0.0.1", count=3):
     raise SystemExit(f"onebit-run: no {count} free consecutive ports on {host}")
 
 
+def _nproc(value):
+    """--nproc_per_node: a number, or torchrun's gpu, cpu or auto."""
+    if value.isdigit():
+        return int(value)
+    if value not in ("gpu", "cpu", "auto"):
+        raise argparse.ArgumentTypeError(f"{value} is not a number, gpu, cpu or auto")
+    gpus = 0
+    if value != "cpu":
+        try:
+            import torch  # noqa: PLC0415 (only for counting GPUs)
+            gpus = torch.cuda.device_count()
+        except ImportError:
+            gpus = 0
+        if value == "gpu" and gpus == 0:
+            raise argparse.ArgumentTypeError("gpu: this machine has no GPU that torch sees")
+    return gpus or os.cpu_count() or 1
+
+
 def _nnodes(value):
     """--nnodes: N, or torchrun's MIN:MAX where both agree (a fixed world size)."""
     low, _, high = value.partition(":")
@@ -75,7 +94,9 @@ def _nnodes(value):
 def parse(argv):
     p = argparse.ArgumentParser(prog="onebit-run", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--nproc_per_node", "--nproc-per-node", type=int, default=1)
+    p.add_argument("--nproc_per_node", "--nproc-per-node", type=_nproc, default=1,
+                   help="processes on this node: a number, or torchrun's gpu (one per GPU), "
+                        "cpu (one per core) or auto (gpu where there are GPUs, else cpu)")
     p.add_argument("--nnodes", type=_nnodes, default=1,
                    help="nodes (torchrun's MIN:MAX where MIN = MAX)")
     p.add_argument("--node_rank", "--node-rank", type=int, default=0)

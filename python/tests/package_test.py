@@ -1217,6 +1217,10 @@ if sys.argv[2] == "fail":
                            capture_output=True, text=True, timeout=60, env=env)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(sorted(r.stdout.split("\n")[:2]), ["rank 0 of 2", "rank 1 of 2"])
+        # --nproc_per_node cpu: one process per core (gpu: per GPU, auto: either).
+        tmp = tempfile.mkdtemp(prefix="onebit-run-")
+        self.assertEqual(self.run_it(tmp, "--standalone", "--nproc_per_node=cpu").returncode, 0)
+        self.assertEqual(env_of(tmp, 0)["WORLD_SIZE"], str(os.cpu_count()))
         # An elastic range is refused: the world size is fixed.
         r = self.run_it(tempfile.mkdtemp(prefix="onebit-run-"), "--nnodes=1:4")
         self.assertEqual(r.returncode, 2)
