@@ -1000,24 +1000,8 @@ class LaunchedLikeTorchrun(StreamCase):
             self.assertIn(f"before the optimizer: rank {r} of {W}, local rank {r} of {W}", log)
 
 
-BROKEN = r'''
-import sys, torch
-import onebit.torch as ot
-torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.Linear(4, 1))
-opt = ot.OneBitAdam(model.parameters(), sys.argv[1])
-while not opt.done:
-    opt.zero_grad()
-    x = torch.randn(16, 8)
-    loss = model(x).square().mean()
-    loss.backward()
-    if opt.rank == 1 and opt.next_step == 4:
-        model[0].weight.grad = None   # a parameter without a gradient
-    opt.step(loss=loss)
-'''
-
-
-MOVED = r'''
+# The two-layer model's loop, where rank 1 does something wrong before one step.
+TWO_LAYERS = r'''
 import sys, torch
 import onebit.torch as ot
 torch.manual_seed(0)
@@ -1027,10 +1011,12 @@ while not opt.done:
     opt.zero_grad()
     loss = model(torch.randn(16, 8)).square().mean()
     loss.backward()
-    if opt.rank == 1 and opt.next_step == 3:
-        model[0].weight.data = model[0].weight.data.clone()
+    if opt.rank == 1 and opt.next_step == {step}:
+        {fault}
     opt.step(loss=loss)
 '''
+BROKEN = TWO_LAYERS.format(step=4, fault="model[0].weight.grad = None  # no gradient")
+MOVED = TWO_LAYERS.format(step=3, fault="model[0].weight.data = model[0].weight.data.clone()")
 
 
 DIVERGED = r'''
@@ -1417,14 +1403,19 @@ class JobErrors(unittest.TestCase):
             f.write(text)
         return path
 
-    def test_a_missing_gradient_is_a_value_error_and_ends_the_job(self):
-        tmp = tempfile.mkdtemp(prefix="onebit-broken-")
+    def failed_run(self, name, text):
+        """A 50-step job of the two-layer model (41 parameters) running script `text`,
+        which must fail: the launcher's result and worker 1's log."""
+        tmp = tempfile.mkdtemp(prefix=f"onebit-{name}-")
         r = launch(tmp, job_config("OneBitAdam", {"lr": 0.001, "freeze_step": 5},
                                    parameters=8 * 4 + 4 + 4 + 1, steps=50),
-                   [self.script(tmp, BROKEN), "{config}"], timeout=120)
+                   [self.script(tmp, text), "{config}"], timeout=120)
         self.assertNotEqual(r.returncode, 0)
         with open(os.path.join(tmp, "out", "onebit_adam", "worker-1.log")) as f:
-            log = f.read()
+            return r, f.read()
+
+    def test_a_missing_gradient_is_a_value_error_and_ends_the_job(self):
+        r, log = self.failed_run("broken", BROKEN)
         self.assertIn("ValueError: parameter 0 ((4, 8)) has no gradient", log)
         self.assertIn("worker 1 exited with code 1", r.stderr + r.stdout)
 
@@ -1432,13 +1423,7 @@ class JobErrors(unittest.TestCase):
         # p.data replaced after the first step (model surgery, a .to() or .half() after the
         # optimizer was built): the optimizer would step its buffer while the model used the
         # new tensor, training nothing from then on. Now a RuntimeError naming it.
-        tmp = tempfile.mkdtemp(prefix="onebit-moved-")
-        r = launch(tmp, job_config("OneBitAdam", {"lr": 0.001, "freeze_step": 5},
-                                   parameters=8 * 4 + 4 + 4 + 1, steps=50),
-                   [self.script(tmp, MOVED), "{config}"], timeout=120)
-        self.assertNotEqual(r.returncode, 0)
-        with open(os.path.join(tmp, "out", "onebit_adam", "worker-1.log")) as f:
-            log = f.read()
+        _, log = self.failed_run("moved", MOVED)
         self.assertIn("RuntimeError: parameter 0 ((4, 8)) got memory of its own", log)
 
     def test_a_config_that_disagrees_with_the_model(self):
