@@ -273,7 +273,7 @@ class PyWorker {
     }
   }
 
-  // lr, max_grad_norm: the script's own for this step (NaN: the job's).
+  // lr, max_grad_norm, beta1 and beta2: the script's own for this step (NaN: the job's).
   void Supply(int64_t step, double loss, double lr, double max_grad_norm, double beta1,
               double beta2) {
     absl::MutexLock lock(&mu_);
