@@ -21,12 +21,11 @@ MASTER_PORT + 1, REST on + 2) are free too. --log_dir writes each rank's output 
 rank-N.log there instead of this terminal.
 
 torchrun's command lines run unchanged where they mean the same on one machine:
---standalone (one node, a free port), --nproc_per_node gpu, cpu or auto, -m/--module
-(the script is a module, python -m),
---no_python (the script is a program of its own), --rdzv_endpoint HOST[:PORT] (with
---rdzv_backend c10d or static: MASTER_ADDR and MASTER_PORT), --rdzv_id (a name: no
-effect), and an --nnodes range whose two ends agree. An elastic range (--nnodes=1:4) is
-an error: the world size is fixed.
+--standalone (one node, a free port), --nproc_per_node gpu, cpu or auto, -m/--module (the
+script is a module, python -m), --no_python (the script is a program of its own),
+--rdzv_endpoint HOST[:PORT] (with --rdzv_backend c10d or static: MASTER_ADDR and
+MASTER_PORT), --rdzv_id (a name: no effect), and an --nnodes range whose two ends agree.
+An elastic range (--nnodes=1:4) is an error: the world size is fixed.
 """
 import argparse
 import os
@@ -72,7 +71,7 @@ def _nproc(value):
             import torch  # noqa: PLC0415 (only for counting GPUs)
             gpus = torch.cuda.device_count()
         except ImportError:
-            gpus = 0
+            pass
         if value == "gpu" and gpus == 0:
             raise argparse.ArgumentTypeError("gpu: this machine has no GPU that torch sees")
     return gpus or os.cpu_count() or 1
@@ -129,8 +128,9 @@ def parse(argv):
     if a.master_port is None:
         a.master_port = 0 if a.standalone else 29500
     if a.rdzv_endpoint:
-        host, _, port = a.rdzv_endpoint.rpartition(":") if ":" in a.rdzv_endpoint else \
-            (a.rdzv_endpoint, "", "")
+        host, colon, port = a.rdzv_endpoint.rpartition(":")
+        if not colon:  # no port: the host alone
+            host, port = a.rdzv_endpoint, ""
         a.master_addr = host.strip("[]") or a.master_addr
         if port:
             if not port.isdigit():
