@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -302,6 +303,75 @@ std::string JobConfigToJson(const JobConfig& c) {
       JsonEscaped(c.security.tls.key), c.security.tls.mutual ? "true" : "false",
       JsonEscaped(c.security.tls.server_name), JsonEscaped(c.security.admin_token_file),
       JsonEscaped(c.security.member_token_file));
+}
+
+std::string JobTerms(const JobConfig& config) {
+  const JobConfig d;
+  JobConfig c = config;
+  c.device = d.device;
+  c.cpu_threads = d.cpu_threads;
+  c.log_every = d.log_every;
+  c.ports = d.ports;
+  c.workload.data_dir = d.workload.data_dir;
+  c.workload.eval_every = d.workload.eval_every;
+  c.momentum_mask.npy = d.momentum_mask.npy;
+  c.checkpoint.dir = d.checkpoint.dir;
+  c.checkpoint.keep = d.checkpoint.keep;
+  c.checkpoint.async = d.checkpoint.async;
+  c.checkpoint.resume = d.checkpoint.resume;
+  c.failure = d.failure;
+  c.security = d.security;
+  return JobConfigToJson(c);
+}
+
+namespace {
+
+// Every leaf of a JSON value by its dotted path, printed as JSON.
+void Leaves(const Value& v, const std::string& path, std::map<std::string, std::string>* out) {
+  if (v.kind_case() == Value::kStructValue) {
+    for (const auto& [key, child] : v.struct_value().fields()) {
+      Leaves(child, path.empty() ? key : absl::StrCat(path, ".", key), out);
+    }
+    return;
+  }
+  std::string text;
+  if (!google::protobuf::util::MessageToJsonString(v, &text).ok()) text = "?";
+  (*out)[path] = text;
+}
+
+std::map<std::string, std::string> LeavesOf(const std::string& json) {
+  Value root;
+  std::map<std::string, std::string> out;
+  if (google::protobuf::util::JsonStringToMessage(json, &root).ok()) Leaves(root, "", &out);
+  return out;
+}
+
+}  // namespace
+
+std::string JobTermsDifference(const std::string& job, const std::string& other,
+                               size_t max_keys) {
+  if (job == other) return "";
+  const std::map<std::string, std::string> a = LeavesOf(job), b = LeavesOf(other);
+  std::vector<std::string> keys;
+  for (const auto& [key, value] : a) {
+    auto it = b.find(key);
+    if (it == b.end() || it->second != value) keys.push_back(key);
+  }
+  for (const auto& [key, value] : b) {
+    if (a.count(key) == 0) keys.push_back(key);
+  }
+  std::sort(keys.begin(), keys.end());
+  if (keys.empty()) return "the configs differ";  // only in what JSON numbers cannot show
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < keys.size() && i < max_keys; ++i) {
+    auto value = [&](const std::map<std::string, std::string>& m) {
+      auto it = m.find(keys[i]);
+      return it == m.end() ? std::string("(none)") : it->second;
+    };
+    parts.push_back(absl::StrCat(keys[i], " ", value(b), " (the job's: ", value(a), ")"));
+  }
+  if (keys.size() > max_keys) parts.push_back(absl::StrCat("and ", keys.size() - max_keys, " more"));
+  return absl::StrJoin(parts, "; ");
 }
 
 int64_t WarmupEndStep(const OptimizerConfig& optimizer) {

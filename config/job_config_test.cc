@@ -420,5 +420,38 @@ TEST(JobConfigTest, BillionParameterModelsAreAccepted) {
   EXPECT_EQ(again->workload.parameters, 1558000000);
 }
 
+// What every process of a job must agree on: per-process settings and paths left out,
+// everything that moves the numbers in; a difference names its keys, a few at a time.
+TEST(JobConfigTest, JobTermsLeaveOutWhatMayDifferPerProcess) {
+  const JobConfig base;
+  JobConfig local = base;
+  local.device = "cuda";
+  local.cpu_threads = 7;
+  local.log_every = 1;
+  local.ports.server = 7000;
+  local.workload.data_dir = "/data";
+  local.momentum_mask.npy = "/masks/m.npy";
+  local.checkpoint.dir = "/ckpt";
+  local.checkpoint.keep = 9;
+  local.failure.gloo_timeout_s = 5;
+  local.security.member_token_file = "/token";
+  EXPECT_EQ(JobTerms(local), JobTerms(base));
+  EXPECT_EQ(JobTermsDifference(JobTerms(base), JobTerms(local), 3), "");
+
+  JobConfig other = base;
+  other.seed = 2;
+  other.micro_batch = 32;
+  other.exchange.mode = "ps";
+  other.workload.hidden = {64};
+  EXPECT_EQ(JobTermsDifference(JobTerms(base), JobTerms(other), 2),
+            "onebit.exchange.mode \"ps\" (the job's: \"peer\"); onebit.workload.hidden "
+            "[64] (the job's: [256,128]); and 3 more");  // seed, micro batch, train batch
+  other = base;
+  other.scheduler.type = "WarmupLR";  // a block the job's config does not have
+  EXPECT_EQ(JobTermsDifference(JobTerms(base), JobTerms(other), 1).rfind(
+                "scheduler.params.warmup_max_lr 0.001 (the job's: (none)); and ", 0),
+            0u);
+}
+
 }  // namespace
 }  // namespace onebit

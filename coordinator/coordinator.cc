@@ -97,6 +97,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(const Coordinat
 Coordinator::Coordinator(const CoordinatorOptions& options, Clock* clock,
                          CoordinatorMetrics* metrics, StageMachine stage_machine)
     : options_(options),
+      job_terms_(JobTerms(options.config)),
       clock_(clock),
       metrics_(metrics),
       kv_(options.kv_limits),
@@ -197,6 +198,7 @@ v1::JobStatus Coordinator::JobLocked() const {
   const StageMachine& sm = stage_machine_;
   v1::JobStatus job;
   job.set_job_id(options_.job_id);
+  job.set_job_key(options_.job_key);
   job.set_stage(sm.Compresses(sm.max_reported_step()) ? v1::STAGE_COMPRESSION : v1::STAGE_WARMUP);
   job.set_step(sm.max_reported_step());
   job.set_freeze_step(sm.freeze_step());
@@ -335,6 +337,13 @@ absl::Status Coordinator::LoadedStateLocked(const v1::RegisterRequest& request) 
 
 absl::StatusOr<v1::RegisterResponse> Coordinator::Register(const v1::RegisterRequest& request) {
   absl::MutexLock lock(&mu_);
+  if (!request.job_key().empty() && !options_.job_key.empty() &&
+      request.job_key() != options_.job_key) {
+    return absl::UnavailableError(absl::StrCat(
+        "this coordinator runs ", options_.job_key, " (job ", options_.job_id, "), and this ",
+        RoleName(request.role()), " is for ", request.job_key(),
+        ": retrying until that job's coordinator answers here"));
+  }
   if (state_ == v1::JOB_STATE_FAILED || state_ == v1::JOB_STATE_SUCCEEDED) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the job is over (", state_ == v1::JOB_STATE_FAILED ? "failed: " + failure_reason_
@@ -358,26 +367,7 @@ absl::StatusOr<v1::RegisterResponse> Coordinator::Register(const v1::RegisterReq
       }
     }
   }
-  if (request.role() == v1::ROLE_WORKER && request.num_parameters() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("num_parameters must be >= 0, got ", request.num_parameters()));
-  }
-  if (request.role() == v1::ROLE_WORKER && request.num_parameters() > 0) {
-    // A model that disagrees cannot train in this job, however often it restarts.
-    const uint64_t want = NumParametersLocked();
-    const uint64_t got = static_cast<uint64_t>(request.num_parameters());
-    if (want > 0 && got != want) {
-      const std::string reason = absl::StrCat(
-          "worker ", request.requested_rank() >= 0 ? absl::StrCat(request.requested_rank(), " ")
-                                                   : std::string(),
-          "(", request.instance_id(), ") has a model of ", got, " parameters; the job's has ",
-          want, options_.num_parameters > 0 ? " (the job config's)" : " (the first worker's)");
-      FailLocked(reason);
-      ChangedLocked();
-      return absl::FailedPreconditionError(absl::StrCat("the job failed: ", reason));
-    }
-    learned_num_parameters_ = got;
-  }
+  if (absl::Status fits = CheckFitsLocked(request); !fits.ok()) return fits;
   if (request.role() == v1::ROLE_WORKER) {
     if (absl::Status loaded = LoadedStateLocked(request); !loaded.ok()) {
       ChangedLocked();
@@ -403,6 +393,36 @@ absl::StatusOr<v1::RegisterResponse> Coordinator::Register(const v1::RegisterReq
   response.set_generation(generation_);
   ChangedLocked();
   return response;
+}
+
+absl::Status Coordinator::CheckFitsLocked(const v1::RegisterRequest& request) {
+  const bool worker = request.role() == v1::ROLE_WORKER;
+  if (worker && request.num_parameters() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_parameters must be >= 0, got ", request.num_parameters()));
+  }
+  const std::string who = absl::StrCat(
+      RoleName(request.role()), " ",
+      request.requested_rank() >= 0 ? absl::StrCat(request.requested_rank(), " ") : std::string(),
+      "(", request.instance_id(), ")");
+  std::string reason;
+  const uint64_t want = NumParametersLocked();
+  const uint64_t got = static_cast<uint64_t>(request.num_parameters());
+  if (!request.job_terms().empty() && request.job_terms() != job_terms_) {
+    reason = absl::StrCat(who, " has another config than the job's: ",
+                          JobTermsDifference(job_terms_, request.job_terms(), 3),
+                          " (every process of a job reads the same config)");
+  } else if (worker && got > 0 && want > 0 && got != want) {
+    reason = absl::StrCat(who, " has a model of ", got, " parameters; the job's has ", want,
+                          options_.num_parameters > 0 ? " (the job config's)" : " (the first worker's)");
+  }
+  if (!reason.empty()) {
+    FailLocked(reason);
+    ChangedLocked();
+    return absl::FailedPreconditionError(absl::StrCat("the job failed: ", reason));
+  }
+  if (worker && got > 0) learned_num_parameters_ = got;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::KvSetResponse> Coordinator::KvSet(const v1::KvSetRequest& request) {

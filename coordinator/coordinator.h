@@ -37,6 +37,10 @@ namespace onebit {
 struct CoordinatorOptions {
   JobConfig config;
   std::string job_id = "onebit-job";
+  // Which of a launch's jobs this is, where one launch runs several in turn (onebit.torch:
+  // the script's n-th optimizer); "": any. A member with another key is answered
+  // UNAVAILABLE (RegisterRequest.job_key).
+  std::string job_key;
   // A member is dead after this long without a heartbeat (registering counts as one).
   absl::Duration heartbeat_timeout = absl::Seconds(10);
   KvLimits kv_limits;
@@ -167,6 +171,11 @@ class Coordinator final : public CoordinatorHandler {
   std::map<int, int64_t> ended_after_ ABSL_GUARDED_BY(mu_);  // this generation's
   // The first worker's model size, when the config does not give one.
   uint64_t learned_num_parameters_ ABSL_GUARDED_BY(mu_) = 0;
+  // Whether a registering member can train in this job at all: its model's size and its
+  // config's terms. One that cannot fails the job (however often it restarts, it could not
+  // train here): FAILED_PRECONDITION naming what differs.
+  absl::Status CheckFitsLocked(const v1::RegisterRequest& request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The step of the saved states the first worker of this generation loaded (0: none) and
   // who it was; the others must agree (RegisterRequest.loaded_step).
   std::optional<std::pair<int64_t, std::string>> first_loaded_ ABSL_GUARDED_BY(mu_);
@@ -202,6 +211,8 @@ class Coordinator final : public CoordinatorHandler {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const CoordinatorOptions options_;
+  // What every member's config must agree on (JobTerms of options_.config).
+  const std::string job_terms_;
   Clock* const clock_;
   CoordinatorMetrics* const metrics_;  // may be null
   KvStore kv_;

@@ -185,6 +185,85 @@ TEST_F(CoordinatorTest, AWorkerWhoseModelDisagreesFailsTheJobAtOnce) {
               HasSubstr("has a model of 98 parameters; the job's has 99 (the job config's)"));
 }
 
+// Every member must read the job's config: one whose job-defining keys differ (another
+// lr, a misedited deployment) fails the job at once, naming the keys and both values; what
+// may differ per process (device, ports, paths, timeouts) does not count.
+TEST_F(CoordinatorTest, AMemberWithAnotherConfigFailsTheJobNamingTheKeys) {
+  auto member = [](v1::Role role, const std::string& id, int rank, const JobConfig& config) {
+    v1::RegisterRequest r;
+    r.set_role(role);
+    r.set_instance_id(id);
+    r.set_requested_rank(rank);
+    r.set_job_terms(JobTerms(config));
+    return r;
+  };
+  JobConfig own = SmallJob();
+  own.device = "cuda";
+  own.cpu_threads = 3;
+  own.ports.metrics = 9100;
+  own.checkpoint.dir = "/elsewhere";
+  own.failure.heartbeat_timeout_s = 30;
+  ASSERT_TRUE(coordinator_->Register(member(v1::ROLE_WORKER, "w0", 0, own)).ok());
+  ASSERT_TRUE(coordinator_->Register(member(v1::ROLE_SERVER, "s0", 0, SmallJob())).ok());
+  v1::RegisterRequest unsaid = member(v1::ROLE_WORKER, "w1", 1, SmallJob());
+  unsaid.clear_job_terms();  // a member that does not say: not checked
+  ASSERT_TRUE(coordinator_->Register(unsaid).ok());
+
+  JobConfig other = SmallJob();
+  other.optimizer.lr = 0.002;
+  other.optimizer.freeze_step = 40;
+  absl::Status status = coordinator_->Register(member(v1::ROLE_WORKER, "w2", 1, other)).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(),
+              HasSubstr("worker 1 (w2) has another config than the job's: "
+                        "optimizer.params.freeze_step 40 (the job's: 30); "
+                        "optimizer.params.lr 0.002 (the job's: 0.001)"));
+  const v1::JobStatus job = *coordinator_->GetJob({});
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(job.failure_reason(), HasSubstr("has another config than the job's"));
+
+  // A shard too.
+  Make(SmallJob());
+  other = SmallJob();
+  other.exchange.compressor = "int8";
+  EXPECT_THAT(coordinator_->Register(member(v1::ROLE_SERVER, "s", 0, other)).status().message(),
+              HasSubstr("server 0 (s) has another config than the job's: "
+                        "onebit.exchange.compressor \"int8\" (the job's: \"onebit\")"));
+}
+
+// One launch may run jobs in turn at one address (onebit.torch: a script's second optimizer
+// after its first): a member of another job is told UNAVAILABLE, so it retries until its
+// own job's coordinator answers, and neither joins nor fails this job, over or not.
+TEST_F(CoordinatorTest, AMemberOfAnotherOfTheLaunchsJobsIsToldToRetry) {
+  CoordinatorOptions options;
+  options.config = SmallJob();
+  options.job_id = "job-1";
+  options.job_key = "the script's optimizer 1";
+  auto c = Coordinator::Create(options, &clock_, nullptr);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ((*c)->GetJob({})->job_key(), "the script's optimizer 1");
+  v1::RegisterRequest r;
+  r.set_role(v1::ROLE_WORKER);
+  r.set_instance_id("w");
+  r.set_requested_rank(1);
+  r.set_num_parameters(5);  // the next job's model: another size
+  r.set_job_key("the script's optimizer 2");
+  absl::Status status = (*c)->Register(r).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(status.message(), HasSubstr("this coordinator runs the script's optimizer 1 (job "
+                                          "job-1), and this worker is for the script's "
+                                          "optimizer 2: retrying"));
+  EXPECT_EQ((*c)->GetJob({})->workers_registered(), 0);
+  EXPECT_NE((*c)->GetJob({})->state(), v1::JOB_STATE_FAILED);
+  r.set_job_key("the script's optimizer 1");
+  EXPECT_TRUE((*c)->Register(r).ok());
+  // A member that names no key (onebit-worker) joins any job.
+  r.clear_job_key();
+  r.set_instance_id("w0");
+  r.set_requested_rank(0);
+  EXPECT_TRUE((*c)->Register(r).ok());
+}
+
 // A job without steps ends where its workers' training loops did (LeaseRequest.ended):
 // ends after the same step succeed it; ends after different steps fail it, naming both.
 TEST_F(CoordinatorTest, WorkersWhoseLoopsEndedEndTheJob) {

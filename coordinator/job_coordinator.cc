@@ -92,6 +92,7 @@ absl::StatusOr<PreparedJob> JobCoordinator::Prepare(const JobCoordinatorOptions&
   }
   CoordinatorOptions& c = job.coordinator;
   c.config = config;
+  c.job_key = options.job_key;
   c.job_id = !options.job_id.empty() ? options.job_id
              : job.restarted         ? saved.job_id()
                                      : NewJobId();

@@ -45,6 +45,8 @@ struct JobCoordinatorOptions {
   // stays failed when started again with the same config and code; edited code, like
   // another config, is the fix and a new job.
   std::string code_digest;
+  // CoordinatorOptions.job_key: which of a launch's jobs this is ("": any).
+  std::string job_key;
 };
 
 // Everything Start needs, checked: what --check validates.

@@ -536,10 +536,11 @@ class PyWorker {
 class PyCoordinator {
  public:
   PyCoordinator(const std::string& config, const std::string& host, int port, int rest_port,
-                int metrics_port, const std::string& code_digest) {
+                int metrics_port, const std::string& code_digest, const std::string& job_key) {
     JobCoordinatorOptions o;
     o.config_path = config;
     o.code_digest = code_digest;
+    o.job_key = job_key;
     o.host = host;
     o.grpc_port = port;
     o.rest_port = rest_port;
@@ -617,7 +618,7 @@ PYBIND11_MODULE(_onebit_core, m) {
                        const std::vector<std::tuple<size_t, size_t, float, float>>& hyper_groups,
                        const std::optional<py::dict>& loaded,
                        const std::vector<std::pair<size_t, size_t>>& buckets,
-                       const std::string& fault) {
+                       const std::string& fault, const std::string& job_key) {
              WorkerProcessOptions o;
              // (begin, end, lr scale, weight decay) of each param group; checked by the
              // optimizer (a bad one fails the worker's start with a ValueError).
@@ -634,6 +635,7 @@ PYBIND11_MODULE(_onebit_core, m) {
              o.cuda_device = cuda_device;
              o.member_token_file = member_token_file;
              o.fault = fault;  // onebit-worker's --fault (ONEBIT_FAULT: tests, onebit-launch)
+             o.job_key = job_key;
              o.num_parameters = static_cast<size_t>(initial.size());
              // A state loaded before the first step: the job starts after its step.
              std::optional<onebit::LoadedState> state;
@@ -655,7 +657,7 @@ PYBIND11_MODULE(_onebit_core, m) {
            py::arg("hyper_groups") = std::vector<std::tuple<size_t, size_t, float, float>>(),
            py::arg("loaded") = std::nullopt,
            py::arg("buckets") = std::vector<std::pair<size_t, size_t>>(),
-           py::arg("fault") = "")
+           py::arg("fault") = "", py::arg("job_key") = "")
       .def("start", &PyWorker::Start)
       .def("wait_for_step", &PyWorker::WaitForStep, py::arg("timeout_s"))
       .def("supply", &PyWorker::Supply, py::arg("step"), py::arg("loss"),
@@ -684,9 +686,11 @@ PYBIND11_MODULE(_onebit_core, m) {
       .def_property_readonly("cuda", &PyWorker::cuda)
       .def_property_readonly("size", &PyWorker::size);
   py::class_<onebit::PyCoordinator>(m, "Coordinator")
-      .def(py::init<const std::string&, const std::string&, int, int, int, const std::string&>(),
+      .def(py::init<const std::string&, const std::string&, int, int, int, const std::string&,
+                    const std::string&>(),
            py::arg("config"), py::arg("host") = "127.0.0.1", py::arg("port") = 0,
-           py::arg("rest_port") = 0, py::arg("metrics_port") = 0, py::arg("code_digest") = "")
+           py::arg("rest_port") = 0, py::arg("metrics_port") = 0, py::arg("code_digest") = "",
+           py::arg("job_key") = "")
       .def_property_readonly("address", &onebit::PyCoordinator::address)
       .def_property_readonly("rest_address", &onebit::PyCoordinator::rest_address)
       .def_property_readonly("metrics_address", &onebit::PyCoordinator::metrics_address)

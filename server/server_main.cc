@@ -78,6 +78,9 @@ ABSL_FLAG(int, retained_steps, 2, "Finished steps whose results are kept for ret
 ABSL_FLAG(std::string, member_token_file, "",
           "File holding the member token for the coordinator's calls; default: "
           "$ONEBIT_MEMBER_TOKEN, then onebit.security.member_token_file.");
+ABSL_FLAG(std::string, job_key, "",
+          "Which of a launch's jobs this shard is for (onebit.torch's per-node shard: the "
+          "script's n-th optimizer); a coordinator of another key is waited out.");
 ABSL_FLAG(bool, check, false,
           "Validate the flags and the config (and the TLS files and token they name), say so "
           "and exit 0, without binding a port or writing a file (deployment checks).");
@@ -117,7 +120,8 @@ void Leave(int shard, const onebit::MemberVerdict& verdict) {
 absl::StatusOr<std::unique_ptr<onebit::CoordinatorSession>> JoinJob(
     onebit::CoordinatorClient& client, int shard, const onebit::server::ServerProcess& process,
     absl::Duration heartbeat_interval, absl::Duration give_up_after,
-    absl::Duration silence_limit, onebit::v1::RegisterResponse* reg_out, std::string* instance) {
+    absl::Duration silence_limit, const std::string& job_terms,
+    onebit::v1::RegisterResponse* reg_out, std::string* instance) {
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
   onebit::v1::RegisterRequest request;
@@ -126,6 +130,8 @@ absl::StatusOr<std::unique_ptr<onebit::CoordinatorSession>> JoinJob(
   request.set_address(Advertised(process.grpc_address()));
   request.set_metrics_address(Advertised(process.metrics_address()));
   request.set_requested_rank(shard);
+  request.set_job_terms(job_terms);
+  request.set_job_key(absl::GetFlag(FLAGS_job_key));
   absl::StatusOr<onebit::v1::RegisterResponse> reg =
       onebit::RegisterReplacing(client, request, heartbeat_interval * 4 + absl::Seconds(10));
   if (!reg.ok()) return reg.status();
@@ -164,12 +170,15 @@ absl::StatusOr<size_t> LearnModelSize(const onebit::GrpcClientOptions& options,
   bool said = false;
   while (true) {
     absl::StatusOr<onebit::v1::JobStatus> job = (*client)->GetJob({});
-    if (job.ok() && job->num_parameters() > 0) {
+    // A coordinator of another of the launch's jobs (the one before) is not this job's.
+    const bool ours = job.ok() && (absl::GetFlag(FLAGS_job_key).empty() || job->job_key().empty() ||
+                                   job->job_key() == absl::GetFlag(FLAGS_job_key));
+    if (ours && job->num_parameters() > 0) {
       std::cerr << "onebit-server: the workers' model has " << job->num_parameters()
                 << " parameters" << std::endl;
       return static_cast<size_t>(job->num_parameters());
     }
-    if (job.ok() && job->state() == onebit::v1::JOB_STATE_FAILED) {
+    if (ours && job->state() == onebit::v1::JOB_STATE_FAILED) {
       return absl::FailedPreconditionError(absl::StrCat("the job failed: ", job->failure_reason()));
     }
     if (absl::Now() >= deadline) {
@@ -387,8 +396,9 @@ int main(int argc, char** argv) {
     const int index = group_offset + options.shard.shard;
     auto joined = made.ok() ? JoinJob(**made, index, **process,
                                       std::min(absl::Seconds(1), absl::Seconds(heartbeat_s) / 4),
-                                      absl::Seconds(retry_s), absl::Seconds(heartbeat_s) / 2, &reg,
-                                      &instance)
+                                      absl::Seconds(retry_s), absl::Seconds(heartbeat_s) / 2,
+                                      config.ok() ? onebit::JobTerms(*config) : std::string(),
+                                      &reg, &instance)
                             : absl::StatusOr<std::unique_ptr<onebit::CoordinatorSession>>(made.status());
     if (joined.ok()) {
       const absl::Status opened = (*process)->state().SetFirstStep(

@@ -568,6 +568,8 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
   } else if (absl::StatusOr<size_t> n = WorkloadParameterCount(config.workload); n.ok()) {
     reg_request.set_num_parameters(static_cast<int64_t>(*n));
   }
+  reg_request.set_job_terms(JobTerms(config));
+  reg_request.set_job_key(o.job_key);
   reg_request.set_loaded_step(o.loaded_step);
   reg_request.set_loaded_freeze_step(o.loaded_freeze_step);
   g_member.client = shared_client;  // a refusal's exit code asks it (ExitCodeAfterError)

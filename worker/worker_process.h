@@ -55,6 +55,8 @@ struct WorkerProcessOptions {
   int cuda_device = 0;             // with onebit.device cuda
   int cpu_threads = -1;            // -1: the config's onebit.cpu_threads
   bool check = false;              // validate flags and config, then return
+  // RegisterRequest.job_key: which of a launch's jobs this worker is for ("": any).
+  std::string job_key;
   std::string fault;               // kill_in_exchange:STEP or kill_before_commit:STEP
   std::string member_token_file;   // "": $ONEBIT_MEMBER_TOKEN, then the config's
   std::string history_csv;         // every step and evaluation as CSV ("": none)

@@ -101,6 +101,10 @@ _UNSET = object()  # a keyword argument the caller did not give
 OPEN_ENDED_STEPS = 1 << 40
 _FIRST_BUCKET_BYTES = 1 << 20  # DDP's first bucket: the last layers go out soon
 _BUILT = weakref.WeakSet()  # this process's optimizers: one at a time may be in a job
+# This process's optimizers that made a job: each rank's n-th is the same job, told apart
+# from the others by its key (RegisterRequest.job_key), so that a rank on to the next job
+# waits out the last one's coordinator at MASTER_PORT + 1 instead of joining it.
+_JOBS_MADE = 0
 
 
 def _phase(name):
@@ -403,11 +407,12 @@ class _NodeShard:
     "per_node"): onebit-server as a child process, which registers with the job's
     coordinator as shard `index` and ends with the job, or with this process."""
 
-    def __init__(self, config_path, coordinator, index, host):
+    def __init__(self, config_path, coordinator, index, host, job_key):
         import subprocess  # noqa: PLC0415
         binary = self.binary()
         argv = [binary, "--config=" + config_path, "--coordinator=" + coordinator,
-                f"--shard={index}", "--host=" + host, "--port=0", "--metrics_port=0"]
+                f"--shard={index}", "--host=" + host, "--port=0", "--metrics_port=0",
+                "--job_key=" + job_key]
         token_file = os.environ.get("ONEBIT_MEMBER_TOKEN_FILE")
         if token_file:
             argv.append("--member_token_file=" + token_file)
@@ -543,6 +548,9 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             notices = _core().check_config(f.name)
         except ValueError as e:  # it names the key; the file is ours, not the user's
             raise self._config_error(e, f.name) from None
+        global _JOBS_MADE
+        _JOBS_MADE += 1
+        self._job_key = f"the script's optimizer {_JOBS_MADE}"
         self._rendezvous = _env.rendezvous(coordinator)
         self._coordinator = None
         address = self._rendezvous.coordinator
@@ -562,7 +570,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         self._shard = None
         if node_shards and local_rank() == 0:
             self._shard = _NodeShard(self._config_path, address, rank() // local_world_size(),
-                                     self._rendezvous.host)
+                                     self._rendezvous.host, self._job_key)
         named_rank = any(os.environ.get(v) for v in ("ONEBIT_RANK", "RANK", "SLURM_PROCID"))
         # The worker joins the job at the first step (or rank, state_dict, ...): until then
         # the model's parameters may still change (model.load_state_dict), and a saved
@@ -579,7 +587,8 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             # POINT:STEP, onebit-worker's --fault: the worker kills its process there (tests;
             # onebit-launch --fault=workerI:POINT:STEP sets it, for the first run only; under
             # a launcher that restarts the group it acts before the first restart only).
-            fault=os.environ.get("ONEBIT_FAULT", "") if not _env.restart_count() else "")
+            fault=os.environ.get("ONEBIT_FAULT", "") if not _env.restart_count() else "",
+            job_key=self._job_key)
         self._worker = None
         self._closed = False  # close() ran
         self._next = 1        # the step the next step() completes (the job's, once joined)
@@ -628,7 +637,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         try:
             return _core().Coordinator(self._config_path, host=rv.bind_host, port=rv.grpc_port,
                                        rest_port=rv.rest_port, metrics_port=0,
-                                       code_digest=_code_digest())
+                                       code_digest=_code_digest(), job_key=self._job_key)
         except (RuntimeError, ValueError, TimeoutError) as e:
             where = f"{rv.bind_host}:{rv.grpc_port}"
             raise OnebitError(
