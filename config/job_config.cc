@@ -27,6 +27,12 @@ absl::Status Parse(const Value& root, JobConfig* c) {
   ParseState state;
   state.config = c;
   ONEBIT_RETURN_IF_ERROR(Object(root, "", JobConfigKeys(&state)));
+  // A training script's job without steps runs until the scripts' loops end, as
+  // onebit.torch reads such a config: the coordinator that reads the same file agrees.
+  if (c->workload.type == "pytorch" && root.kind_case() == Value::kStructValue &&
+      root.struct_value().fields().count("steps") == 0) {
+    c->steps = kOpenEndedSteps;
+  }
   return config_schema::CheckJobConfig(state);
 }
 
@@ -311,6 +317,7 @@ std::string JobTerms(const JobConfig& config) {
   c.device = d.device;
   c.cpu_threads = d.cpu_threads;
   c.log_every = d.log_every;
+  c.exchange.overlap = d.exchange.overlap;  // the training process decides (onebit.torch)
   c.ports = d.ports;
   c.workload.data_dir = d.workload.data_dir;
   c.workload.eval_every = d.workload.eval_every;

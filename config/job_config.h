@@ -430,7 +430,8 @@ std::string JobConfigToJson(const JobConfig& config);
 
 // What every process of one job must agree on: the config as JSON (JobConfigToJson) with
 // what may differ between processes left at its default: where a process runs and how
-// (device, cpu_threads, log_every, ports), its paths (workload.data_dir,
+// (device, cpu_threads, log_every, ports, exchange.overlap: onebit.torch decides it in each
+// training process, whatever the coordinator's file says), its paths (workload.data_dir,
 // momentum_mask.npy, checkpoint.dir, security), how it waits and retries (failure), and
 // what only the coordinator reads (workload.eval_every, checkpoint keep/async/resume).
 // RegisterRequest.job_terms: a member whose terms are not the coordinator's fails the job.

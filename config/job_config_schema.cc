@@ -1062,7 +1062,10 @@ Keys JobConfigKeys(ParseState* s) {
       {"gradient_clipping", Number(&c->gradient_clipping, 0, 1e12)
                                 .Means("Clip the averaged gradient's global L2 norm to this; 0: "
                                        "off.")},
-      {"steps", Integer(&c->steps, 1, kMaxSteps).Means("Optimizer steps of the job.")},
+      {"steps", Integer(&c->steps, 1, kMaxSteps)
+                    .Means("Optimizer steps of the job. Without it a training script's job "
+                           "(workload pytorch) runs until the scripts' loops end; others "
+                           "take the default.")},
       {"seed", Integer(&c->seed, 0, int64_t{1} << 53)
                    .Means("The job's random seed (initial model, data order).")},
       {"optimizer", OptimizerBlock(s)},

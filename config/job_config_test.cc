@@ -409,6 +409,20 @@ TEST(JobConfigTest, APyTorchModelsSizeMayBeLearned) {
   EXPECT_EQ(again->workload.parameters, 0);
 }
 
+// A training script's config without steps is open-ended, as onebit.torch reads it, so
+// that onebit-launch's coordinator (which reads the same file) agrees; others keep 600.
+TEST(JobConfigTest, AScriptsJobWithoutStepsIsOpenEnded) {
+  auto script = ParseJobConfig(R"({"onebit": {"workload": {"type": "pytorch"}}})");
+  ASSERT_TRUE(script.ok()) << script.status();
+  EXPECT_EQ(script->steps, kOpenEndedSteps);
+  auto given = ParseJobConfig(R"({"steps": 7, "onebit": {"workload": {"type": "pytorch"}}})");
+  ASSERT_TRUE(given.ok()) << given.status();
+  EXPECT_EQ(given->steps, 7);
+  auto builtin = ParseJobConfig(R"({"onebit": {"workload": {"type": "synthetic"}}})");
+  ASSERT_TRUE(builtin.ok()) << builtin.status();
+  EXPECT_EQ(builtin->steps, 600);
+}
+
 // Models past BERT-Large's size: GPT-2 XL (1.5B) and the 1.07B model tools/gpu runs.
 TEST(JobConfigTest, BillionParameterModelsAreAccepted) {
   auto c = ParseJobConfig(
@@ -428,6 +442,7 @@ TEST(JobConfigTest, JobTermsLeaveOutWhatMayDifferPerProcess) {
   local.device = "cuda";
   local.cpu_threads = 7;
   local.log_every = 1;
+  local.exchange.overlap = true;
   local.ports.server = 7000;
   local.workload.data_dir = "/data";
   local.momentum_mask.npy = "/masks/m.npy";

@@ -335,7 +335,13 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
         if (cancelled_) return Cancelled();
       }
       if (status.ok()) return response;
-      if (status.error_code() != grpc::StatusCode::UNAVAILABLE) return FromGrpcStatus(status);
+      // CANCELLED that this client did not ask for (cancelled_ is false here): the
+      // coordinator shut down with the call in flight (it restarts, or a launch's job ended
+      // while the member is on to the next): as UNAVAILABLE, as the session takes it.
+      if (status.error_code() != grpc::StatusCode::UNAVAILABLE &&
+          status.error_code() != grpc::StatusCode::CANCELLED) {
+        return FromGrpcStatus(status);
+      }
       const bool more = options_.retry_for > absl::ZeroDuration() ? absl::Now() < give_up
                                                                   : attempt < options_.max_attempts;
       if (!idempotent || !more) {

@@ -54,7 +54,9 @@ MEMORY: the parameters are ONE flat float32 buffer, the optimizer's own; each pa
 tensor views its slice (no copies either way; new memory for one after the first step is
 an error: copy into it instead), and so do the gradients (their own flat buffer, which
 the trainer reads in place). Every worker must start from the same parameters: seed the
-model alike (torch.manual_seed) on every process. One optimizer at a time per process.
+model alike (torch.manual_seed) on every process. One optimizer at a time per process;
+jobs one after another (close the last one first) are each rank's n-th optimizer, with
+the same config on every rank (one that differs fails the job, naming the key).
 
 MIXED PRECISION: bf16 autocast needs nothing. fp16 takes the job config's fp16 block
 (DeepSpeed's): opt.scale(loss).backward() in place of torch's GradScaler (which skips by

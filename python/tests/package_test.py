@@ -1347,6 +1347,62 @@ class TwoOptimizers(unittest.TestCase):
             self.assertIn(f"rank {rank}: the first job ended", log)
 
 
+class JobIdentity(unittest.TestCase):
+    """Every rank joins the job its script means: with the job's config, and the script's
+    n-th optimizer with the n-th job."""
+
+    def run_script(self, name, path):
+        """Runs `path` on two ranks under onebit-run: (its result, the ranks' logs)."""
+        tmp = tempfile.mkdtemp(prefix=f"onebit-{name}-")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [os.path.dirname(HERE), os.path.join(BIN, "python")]), OMP_NUM_THREADS="1")
+        for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+            env.pop(k, None)
+        r = subprocess.run([sys.executable, "-m", "onebit.run", "--nproc_per_node=2",
+                            "--master_port=0", "--log_dir=" + tmp, path],
+                           capture_output=True, text=True, timeout=180, env=env)
+        logs = []
+        for rank in (0, 1):
+            with open(os.path.join(tmp, f"rank-{rank}.log")) as f:
+                logs.append(f.read())
+        return r, logs
+
+    def test_jobs_one_after_another_in_one_script(self):
+        # Before: rank 1's second optimizer reached the first job's coordinator, still up
+        # on rank 0, and failed ("the job is over"), or, while that job still ran, failed
+        # it with the second model's size.
+        r, logs = self.run_script("two-jobs", os.path.join(HERE, "two_jobs.py"))
+        self.assertEqual(r.returncode, 0, r.stderr + "".join(logs)[-3000:])
+        heads = []
+        for rank, log in enumerate(logs):
+            self.assertIn(f"rank {rank}: the first job ended", log)
+            self.assertIn(f"rank {rank}: the second job ended", log)
+            heads.append(re.search(rf"rank {rank}: head (.*)", log).group(1))
+        self.assertEqual(heads[0], heads[1])  # one job: the ranks' parameters agree
+
+    def test_a_rank_with_another_config_fails_the_job_naming_the_key(self):
+        # Rank 1 computes its lr another way: before, each rank trained with its own lr,
+        # and the ranks' parameters drifted apart without a word.
+        tmp = tempfile.mkdtemp(prefix="onebit-lr-")
+        path = os.path.join(tmp, "train.py")
+        with open(path, "w") as f:
+            f.write("import torch\n"
+                    "import onebit.torch as ot\n"
+                    "model = torch.nn.Linear(8, 1)\n"
+                    "lr = 1e-3 * (1 + ot.rank())\n"
+                    "opt = ot.OneBitAdam(model.parameters(), lr=lr, config={'steps': 4})\n"
+                    "while not opt.done:\n"
+                    "    opt.zero_grad()\n"
+                    "    model(torch.randn(4, 8)).square().mean().backward()\n"
+                    "    opt.step()\n")
+        r, logs = self.run_script("lr", path)
+        self.assertEqual(r.returncode, 78, r.stderr + "".join(logs)[-3000:])
+        # In rank 0's log (the coordinator's, and its worker's verdict); the launcher may
+        # stop rank 1 before it says it.
+        self.assertRegex(logs[0], r"worker 1 \(.*\) has another config than the job's: "
+                                  r"optimizer\.params\.lr 0\.002 \(the job's: 0\.001\)")
+
+
 class TrainedLikeTorchOptim(unittest.TestCase):
     """One process alone (it runs its own coordinator): named parameters, a frozen layer
     left out of the job, and a step() without a new gradient refused without harm."""
