@@ -317,7 +317,6 @@ std::string JobTerms(const JobConfig& config) {
   c.device = d.device;
   c.cpu_threads = d.cpu_threads;
   c.log_every = d.log_every;
-  c.exchange.overlap = d.exchange.overlap;  // the training process decides (onebit.torch)
   c.ports = d.ports;
   c.workload.data_dir = d.workload.data_dir;
   c.workload.eval_every = d.workload.eval_every;
@@ -355,10 +354,10 @@ std::map<std::string, std::string> LeavesOf(const std::string& json) {
 
 }  // namespace
 
-std::string JobTermsDifference(const std::string& job, const std::string& other,
-                               size_t max_keys) {
-  if (job == other) return "";
-  const std::map<std::string, std::string> a = LeavesOf(job), b = LeavesOf(other);
+std::string JobTermsDifference(const std::string& first, const std::string& other,
+                               const std::string& first_label, size_t max_keys) {
+  if (first == other) return "";
+  const std::map<std::string, std::string> a = LeavesOf(first), b = LeavesOf(other);
   std::vector<std::string> keys;
   for (const auto& [key, value] : a) {
     auto it = b.find(key);
@@ -375,7 +374,7 @@ std::string JobTermsDifference(const std::string& job, const std::string& other,
       auto it = m.find(keys[i]);
       return it == m.end() ? std::string("(none)") : it->second;
     };
-    parts.push_back(absl::StrCat(keys[i], " ", value(b), " (the job's: ", value(a), ")"));
+    parts.push_back(absl::StrCat(keys[i], " ", value(b), " (", first_label, ": ", value(a), ")"));
   }
   if (keys.size() > max_keys) parts.push_back(absl::StrCat("and ", keys.size() - max_keys, " more"));
   return absl::StrJoin(parts, "; ");

@@ -428,17 +428,19 @@ absl::StatusOr<std::string> StrictJson(absl::string_view text);
 // The config as JSON again (every key, defaults filled in).
 std::string JobConfigToJson(const JobConfig& config);
 
-// What every process of one job must agree on: the config as JSON (JobConfigToJson) with
-// what may differ between processes left at its default: where a process runs and how
-// (device, cpu_threads, log_every, ports, exchange.overlap: onebit.torch decides it in each
-// training process, whatever the coordinator's file says), its paths (workload.data_dir,
-// momentum_mask.npy, checkpoint.dir, security), how it waits and retries (failure), and
-// what only the coordinator reads (workload.eval_every, checkpoint keep/async/resume).
-// RegisterRequest.job_terms: a member whose terms are not the coordinator's fails the job.
+// What the workers of one job (and its shards among themselves) must agree on: the config
+// as JSON (JobConfigToJson) with what may differ between processes left at its default:
+// where a process runs and how (device, cpu_threads, log_every, ports), its paths
+// (workload.data_dir, momentum_mask.npy, checkpoint.dir, security), how it waits and
+// retries (failure), and what only the coordinator reads (workload.eval_every, checkpoint
+// keep/async/resume). RegisterRequest.job_terms: a member whose terms are not those of the
+// first member of its role fails the job.
 std::string JobTerms(const JobConfig& config);
 // The keys where two JobTerms texts differ, at most `max_keys` of them, each with both
-// values: "optimizer.params.lr 0.002 (the job's: 0.001)", joined by "; ". "" when equal.
-std::string JobTermsDifference(const std::string& job, const std::string& other, size_t max_keys);
+// values, `first_label` naming the first's: "optimizer.params.lr 0.002 (worker 0's:
+// 0.001)", joined by "; ". "" when equal.
+std::string JobTermsDifference(const std::string& first, const std::string& other,
+                               const std::string& first_label, size_t max_keys);
 
 }  // namespace onebit
 

@@ -442,7 +442,6 @@ TEST(JobConfigTest, JobTermsLeaveOutWhatMayDifferPerProcess) {
   local.device = "cuda";
   local.cpu_threads = 7;
   local.log_every = 1;
-  local.exchange.overlap = true;
   local.ports.server = 7000;
   local.workload.data_dir = "/data";
   local.momentum_mask.npy = "/masks/m.npy";
@@ -451,19 +450,19 @@ TEST(JobConfigTest, JobTermsLeaveOutWhatMayDifferPerProcess) {
   local.failure.gloo_timeout_s = 5;
   local.security.member_token_file = "/token";
   EXPECT_EQ(JobTerms(local), JobTerms(base));
-  EXPECT_EQ(JobTermsDifference(JobTerms(base), JobTerms(local), 3), "");
+  EXPECT_EQ(JobTermsDifference(JobTerms(base), JobTerms(local), "w", 3), "");
 
   JobConfig other = base;
   other.seed = 2;
   other.micro_batch = 32;
   other.exchange.mode = "ps";
   other.workload.hidden = {64};
-  EXPECT_EQ(JobTermsDifference(JobTerms(base), JobTerms(other), 2),
+  EXPECT_EQ(JobTermsDifference(JobTerms(base), JobTerms(other), "the job's", 2),
             "onebit.exchange.mode \"ps\" (the job's: \"peer\"); onebit.workload.hidden "
             "[64] (the job's: [256,128]); and 3 more");  // seed, micro batch, train batch
   other = base;
   other.scheduler.type = "WarmupLR";  // a block the job's config does not have
-  EXPECT_EQ(JobTermsDifference(JobTerms(base), JobTerms(other), 1).rfind(
+  EXPECT_EQ(JobTermsDifference(JobTerms(base), JobTerms(other), "the job's", 1).rfind(
                 "scheduler.params.warmup_max_lr 0.001 (the job's: (none)); and ", 0),
             0u);
 }

@@ -97,7 +97,6 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(const Coordinat
 Coordinator::Coordinator(const CoordinatorOptions& options, Clock* clock,
                          CoordinatorMetrics* metrics, StageMachine stage_machine)
     : options_(options),
-      job_terms_(JobTerms(options.config)),
       clock_(clock),
       metrics_(metrics),
       kv_(options.kv_limits),
@@ -401,17 +400,22 @@ absl::Status Coordinator::CheckFitsLocked(const v1::RegisterRequest& request) {
     return absl::InvalidArgumentError(
         absl::StrCat("num_parameters must be >= 0, got ", request.num_parameters()));
   }
-  const std::string who = absl::StrCat(
-      RoleName(request.role()), " ",
-      request.requested_rank() >= 0 ? absl::StrCat(request.requested_rank(), " ") : std::string(),
-      "(", request.instance_id(), ")");
+  const std::string rank =
+      request.requested_rank() >= 0 ? absl::StrCat(" ", request.requested_rank()) : std::string();
+  const std::string who =
+      absl::StrCat(RoleName(request.role()), rank, " (", request.instance_id(), ")");
   std::string reason;
   const uint64_t want = NumParametersLocked();
   const uint64_t got = static_cast<uint64_t>(request.num_parameters());
-  if (!request.job_terms().empty() && request.job_terms() != job_terms_) {
-    reason = absl::StrCat(who, " has another config than the job's: ",
-                          JobTermsDifference(job_terms_, request.job_terms(), 3),
-                          " (every process of a job reads the same config)");
+  const auto first = request.job_terms().empty()
+                         ? first_terms_.end()
+                         : first_terms_.try_emplace(request.role(), request.job_terms(), who).first;
+  if (first != first_terms_.end() && first->second.first != request.job_terms()) {
+    const auto& [terms, first_who] = first->second;
+    reason = absl::StrCat(
+        who, " has another config than ", first_who, ": ",
+        JobTermsDifference(terms, request.job_terms(), first_who.substr(0, first_who.find(" (")) + "'s", 3),
+        " (every ", RoleName(request.role()), " of a job trains with the same config)");
   } else if (worker && got > 0 && want > 0 && got != want) {
     reason = absl::StrCat(who, " has a model of ", got, " parameters; the job's has ", want,
                           options_.num_parameters > 0 ? " (the job config's)" : " (the first worker's)");

@@ -171,9 +171,14 @@ class Coordinator final : public CoordinatorHandler {
   std::map<int, int64_t> ended_after_ ABSL_GUARDED_BY(mu_);  // this generation's
   // The first worker's model size, when the config does not give one.
   uint64_t learned_num_parameters_ ABSL_GUARDED_BY(mu_) = 0;
-  // Whether a registering member can train in this job at all: its model's size and its
-  // config's terms. One that cannot fails the job (however often it restarts, it could not
-  // train here): FAILED_PRECONDITION naming what differs.
+  // The config terms of the first member of each role that said them (RegisterRequest.
+  // job_terms), and who it was: every other member of that role must agree. Not the
+  // coordinator's own file: a training script amends the launch's config for its workers
+  // (onebit.torch's keyword arguments, the overlap it decides), alike on every rank.
+  std::map<int, std::pair<std::string, std::string>> first_terms_ ABSL_GUARDED_BY(mu_);
+  // Whether a registering member can train in this job at all: its model's size, and its
+  // config's terms against the first of its role's. One that cannot fails the job (however
+  // often it restarts, it could not train here): FAILED_PRECONDITION naming what differs.
   absl::Status CheckFitsLocked(const v1::RegisterRequest& request)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The step of the saved states the first worker of this generation loaded (0: none) and
@@ -211,8 +216,6 @@ class Coordinator final : public CoordinatorHandler {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const CoordinatorOptions options_;
-  // What every member's config must agree on (JobTerms of options_.config).
-  const std::string job_terms_;
   Clock* const clock_;
   CoordinatorMetrics* const metrics_;  // may be null
   KvStore kv_;

@@ -185,9 +185,11 @@ TEST_F(CoordinatorTest, AWorkerWhoseModelDisagreesFailsTheJobAtOnce) {
               HasSubstr("has a model of 98 parameters; the job's has 99 (the job config's)"));
 }
 
-// Every member must read the job's config: one whose job-defining keys differ (another
-// lr, a misedited deployment) fails the job at once, naming the keys and both values; what
-// may differ per process (device, ports, paths, timeouts) does not count.
+// Every worker of a job must train with the same config: one whose job-defining keys
+// differ from the first worker's (another lr, a misedited deployment) fails the job at
+// once, naming the keys and both values; what may differ per process (device, ports,
+// paths, timeouts) does not count. Shards are held to the first shard's: a training script
+// may amend the launch's config for its workers (onebit.torch's keyword arguments).
 TEST_F(CoordinatorTest, AMemberWithAnotherConfigFailsTheJobNamingTheKeys) {
   auto member = [](v1::Role role, const std::string& id, int rank, const JobConfig& config) {
     v1::RegisterRequest r;
@@ -203,32 +205,38 @@ TEST_F(CoordinatorTest, AMemberWithAnotherConfigFailsTheJobNamingTheKeys) {
   own.ports.metrics = 9100;
   own.checkpoint.dir = "/elsewhere";
   own.failure.heartbeat_timeout_s = 30;
+  own.optimizer.lr = 0.003;  // the script's keyword argument, on every worker
   ASSERT_TRUE(coordinator_->Register(member(v1::ROLE_WORKER, "w0", 0, own)).ok());
   ASSERT_TRUE(coordinator_->Register(member(v1::ROLE_SERVER, "s0", 0, SmallJob())).ok());
   v1::RegisterRequest unsaid = member(v1::ROLE_WORKER, "w1", 1, SmallJob());
   unsaid.clear_job_terms();  // a member that does not say: not checked
   ASSERT_TRUE(coordinator_->Register(unsaid).ok());
+  own.device = "cpu";  // per process
+  ASSERT_TRUE(coordinator_->Register(member(v1::ROLE_WORKER, "w1", 1, own)).ok());
 
-  JobConfig other = SmallJob();
+  JobConfig other = own;
   other.optimizer.lr = 0.002;
   other.optimizer.freeze_step = 40;
   absl::Status status = coordinator_->Register(member(v1::ROLE_WORKER, "w2", 1, other)).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(status.message(),
-              HasSubstr("worker 1 (w2) has another config than the job's: "
-                        "optimizer.params.freeze_step 40 (the job's: 30); "
-                        "optimizer.params.lr 0.002 (the job's: 0.001)"));
+              HasSubstr("worker 1 (w2) has another config than worker 0 (w0): "
+                        "optimizer.params.freeze_step 40 (worker 0's: 30); "
+                        "optimizer.params.lr 0.002 (worker 0's: 0.003)"));
   const v1::JobStatus job = *coordinator_->GetJob({});
   EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
-  EXPECT_THAT(job.failure_reason(), HasSubstr("has another config than the job's"));
+  EXPECT_THAT(job.failure_reason(), HasSubstr("has another config than worker 0"));
 
-  // A shard too.
-  Make(SmallJob());
-  other = SmallJob();
+  // Shards among themselves.
+  JobConfig two_shards = SmallJob();
+  two_shards.exchange.servers = 2;
+  Make(two_shards);
+  ASSERT_TRUE(coordinator_->Register(member(v1::ROLE_SERVER, "s0", 0, two_shards)).ok());
+  other = two_shards;
   other.exchange.compressor = "int8";
-  EXPECT_THAT(coordinator_->Register(member(v1::ROLE_SERVER, "s", 0, other)).status().message(),
-              HasSubstr("server 0 (s) has another config than the job's: "
-                        "onebit.exchange.compressor \"int8\" (the job's: \"onebit\")"));
+  EXPECT_THAT(coordinator_->Register(member(v1::ROLE_SERVER, "s1", 1, other)).status().message(),
+              HasSubstr("server 1 (s1) has another config than server 0 (s0): "
+                        "onebit.exchange.compressor \"int8\" (server 0's: \"onebit\")"));
 }
 
 // One launch may run jobs in turn at one address (onebit.torch: a script's second optimizer
