@@ -376,7 +376,9 @@ std::string JobTermsDifference(const std::string& first, const std::string& othe
     };
     parts.push_back(absl::StrCat(keys[i], " ", value(b), " (", first_label, ": ", value(a), ")"));
   }
-  if (keys.size() > max_keys) parts.push_back(absl::StrCat("and ", keys.size() - max_keys, " more"));
+  if (keys.size() > max_keys) {
+    parts.push_back(absl::StrCat("and ", keys.size() - max_keys, " more"));
+  }
   return absl::StrJoin(parts, "; ");
 }
 

@@ -400,25 +400,29 @@ absl::Status Coordinator::CheckFitsLocked(const v1::RegisterRequest& request) {
     return absl::InvalidArgumentError(
         absl::StrCat("num_parameters must be >= 0, got ", request.num_parameters()));
   }
-  const std::string rank =
-      request.requested_rank() >= 0 ? absl::StrCat(" ", request.requested_rank()) : std::string();
-  const std::string who =
-      absl::StrCat(RoleName(request.role()), rank, " (", request.instance_id(), ")");
+  const std::string name = absl::StrCat(
+      RoleName(request.role()),
+      request.requested_rank() >= 0 ? absl::StrCat(" ", request.requested_rank()) : std::string());
+  const std::string who = absl::StrCat(name, " (", request.instance_id(), ")");
   std::string reason;
   const uint64_t want = NumParametersLocked();
   const uint64_t got = static_cast<uint64_t>(request.num_parameters());
-  const auto first = request.job_terms().empty()
-                         ? first_terms_.end()
-                         : first_terms_.try_emplace(request.role(), request.job_terms(), who).first;
-  if (first != first_terms_.end() && first->second.first != request.job_terms()) {
-    const auto& [terms, first_who] = first->second;
-    reason = absl::StrCat(
-        who, " has another config than ", first_who, ": ",
-        JobTermsDifference(terms, request.job_terms(), first_who.substr(0, first_who.find(" (")) + "'s", 3),
-        " (every ", RoleName(request.role()), " of a job trains with the same config)");
-  } else if (worker && got > 0 && want > 0 && got != want) {
+  if (!request.job_terms().empty()) {
+    const FirstTerms& first =
+        first_terms_.try_emplace(request.role(), FirstTerms{request.job_terms(), name,
+                                                            request.instance_id()})
+            .first->second;
+    if (first.terms != request.job_terms()) {
+      reason = absl::StrCat(
+          who, " has another config than ", first.name, " (", first.instance, "): ",
+          JobTermsDifference(first.terms, request.job_terms(), first.name + "'s", 3), " (every ",
+          RoleName(request.role()), " of a job trains with the same config)");
+    }
+  }
+  if (reason.empty() && worker && got > 0 && want > 0 && got != want) {
     reason = absl::StrCat(who, " has a model of ", got, " parameters; the job's has ", want,
-                          options_.num_parameters > 0 ? " (the job config's)" : " (the first worker's)");
+                          options_.num_parameters > 0 ? " (the job config's)"
+                                                      : " (the first worker's)");
   }
   if (!reason.empty()) {
     FailLocked(reason);

@@ -175,7 +175,12 @@ class Coordinator final : public CoordinatorHandler {
   // job_terms), and who it was: every other member of that role must agree. Not the
   // coordinator's own file: a training script amends the launch's config for its workers
   // (onebit.torch's keyword arguments, the overlap it decides), alike on every rank.
-  std::map<int, std::pair<std::string, std::string>> first_terms_ ABSL_GUARDED_BY(mu_);
+  struct FirstTerms {
+    std::string terms;
+    std::string name;      // "worker 0"
+    std::string instance;  // its instance id
+  };
+  std::map<int, FirstTerms> first_terms_ ABSL_GUARDED_BY(mu_);  // by v1::Role
   // Whether a registering member can train in this job at all: its model's size, and its
   // config's terms against the first of its role's. One that cannot fails the job (however
   // often it restarts, it could not train here): FAILED_PRECONDITION naming what differs.
