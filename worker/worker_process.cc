@@ -10,6 +10,7 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 
@@ -191,6 +192,19 @@ struct MemberState {
   absl::Duration wait_for_verdict = absl::Seconds(15);
 };
 MemberState g_member;
+
+// A trainer schedule where the script's own value for optimizer step t comes first (given
+// with the step's last micro-batch, the workload's step t * micro), then the job's
+// schedule (`scheduled`, if any), then the config's fixed value.
+template <typename T>
+std::function<T(int64_t)> ScriptFirst(std::function<std::optional<T>(int64_t)> own,
+                                      std::function<T(int64_t)> scheduled, T fixed,
+                                      int64_t micro) {
+  return [own = std::move(own), scheduled = std::move(scheduled), fixed, micro](int64_t t) {
+    if (std::optional<T> value = own(t * micro)) return *value;
+    return scheduled ? scheduled(t) : fixed;
+  };
+}
 
 // Leaves at once: the training thread may be blocked in a collective with a dead peer
 // (every file this process writes is atomic).
@@ -682,11 +696,8 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
   // norm and betas apply.
   const int64_t micro = config.gradient_accumulation_steps;
   if (o.learning_rate_override) {
-    options.learning_rate = [scheduled = options.learning_rate, lr = config.optimizer.lr,
-                             override = o.learning_rate_override, micro](int64_t t) {
-      if (std::optional<double> own = override(t * micro)) return *own;
-      return scheduled ? scheduled(t) : lr;
-    };
+    options.learning_rate = ScriptFirst(o.learning_rate_override, options.learning_rate,
+                                        config.optimizer.lr, micro);
   }
   if (o.max_grad_norm_override) {
     options.script_max_grad_norm = [override = o.max_grad_norm_override, micro](int64_t t) {
@@ -694,13 +705,9 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
     };
   }
   if (o.betas_override) {
-    options.betas = [scheduled = options.betas,
-                     betas = std::pair<double, double>(config.optimizer.beta1,
-                                                       config.optimizer.beta2),
-                     override = o.betas_override, micro](int64_t t) {
-      if (std::optional<std::pair<double, double>> own = override(t * micro)) return *own;
-      return scheduled ? scheduled(t) : betas;
-    };
+    options.betas = ScriptFirst(o.betas_override, options.betas,
+                                std::make_pair(config.optimizer.beta1, config.optimizer.beta2),
+                                micro);
   }
   if (!o.evaluate) {
     options.eval_every = 0;
