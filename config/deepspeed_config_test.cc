@@ -336,6 +336,21 @@ TEST(DeepSpeedConfigTest, MomentumMaskConfig) {
   EXPECT_EQ(npy.momentum_mask.npy, "/m/mask \"1\".npy");
   EXPECT_FALSE(npy.momentum_mask.auto_zero_grad);
   EXPECT_TRUE(MustParse("{}").momentum_mask.ranges.empty());
+  // As many ranges as a registration carries, and no more.
+  auto with_ranges = [](int count) {
+    std::string list;
+    for (int i = 0; i < count; ++i) list += (i ? ", [" : "[") + std::to_string(2 * i) + ", " +
+                                            std::to_string(2 * i + 1) + "]";
+    return ParseJobConfig(R"({"onebit": {"momentum_mask": {"ranges": [)" + list + "]}}}");
+  };
+  ASSERT_TRUE(with_ranges(kMaxMaskRanges).ok());
+  EXPECT_EQ(with_ranges(kMaxMaskRanges)->momentum_mask.ranges.size(), size_t{kMaxMaskRanges});
+  const absl::Status many = with_ranges(kMaxMaskRanges + 1).status();
+  EXPECT_EQ(many.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(many.message().find("onebit.momentum_mask.ranges: 10001 ranges, more than 10000: "
+                                "give a mask of scattered zeros as a .npy"),
+            std::string::npos)
+      << many;
 }
 
 TEST(DeepSpeedConfigTest, EveryNewFieldRoundTrips) {

@@ -190,6 +190,9 @@ struct PrecisionConfig {
   bool bf16 = false;
 };
 
+// The most onebit.momentum_mask.ranges a config may list.
+inline constexpr int kMaxMaskRanges = 10000;
+
 // onebit.momentum_mask (ALGORITHM.md "Momentum mask"): after every exchange m *= mask.
 // The mask is supplied at every start (never restored from a checkpoint). config/
 // momentum_mask.h builds it (BuildMomentumMask).
@@ -198,7 +201,8 @@ struct MomentumMaskConfig {
   // A relative path is relative to each process's working directory.
   std::string npy;
   // Element ranges [begin, end) (half-open, as Python slices) that are MASKED: the mask is
-  // 0 there and 1 everywhere else. Any order; overlaps are fine. Not together with npy.
+  // 0 there and 1 everywhere else. Any order; overlaps are fine. Not together with npy. At
+  // most kMaxMaskRanges (every member sends its config when it registers).
   std::vector<std::pair<int64_t, int64_t>> ranges;
   // Also mask every element whose gradient stayed exactly zero on every worker through
   // the warmup (detected by the trainer); off by default.

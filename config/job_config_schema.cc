@@ -201,12 +201,19 @@ constexpr int64_t kMaxSteps = int64_t{1} << 40;
 // (tools/gpu/step_bench.py --model 1b).
 constexpr int64_t kMaxParameters = int64_t{1} << 33;
 
-// onebit.momentum_mask.ranges: [[begin, end], ...], 0 <= begin < end.
+// onebit.momentum_mask.ranges: [[begin, end], ...], 0 <= begin < end, at most
+// kMaxMaskRanges of them (each member sends its config when it registers, under the
+// coordinator's 4 MiB message limit; a mask of scattered zeros is a .npy's job).
 Key Ranges(std::vector<std::pair<int64_t, int64_t>>* out) {
   Key k;
   k.parse = [=](const Value& v, const std::string& path) -> absl::Status {
     if (v.kind_case() != Value::kListValue) {
       return Bad(path, "must be a list of [begin, end] element ranges");
+    }
+    if (v.list_value().values_size() > kMaxMaskRanges) {
+      return Bad(path, absl::StrCat(v.list_value().values_size(), " ranges, more than ",
+                                    kMaxMaskRanges, ": give a mask of scattered zeros as a .npy "
+                                    "(onebit.momentum_mask.npy)"));
     }
     out->clear();
     for (int i = 0; i < v.list_value().values_size(); ++i) {
@@ -229,7 +236,8 @@ Key Ranges(std::vector<std::pair<int64_t, int64_t>>* out) {
     return absl::OkStatus();
   };
   k.type = "list of [begin, end]";
-  k.allowed = absl::StrCat("0 <= begin < end <= ", Readable(kMaxParameters));
+  k.allowed = absl::StrCat("0 <= begin < end <= ", Readable(kMaxParameters), "; at most ",
+                           kMaxMaskRanges);
   k.value = [out] {
     std::vector<std::string> parts;
     for (const auto& [begin, end] : *out) parts.push_back(absl::StrCat("[", begin, ", ", end, "]"));

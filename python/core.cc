@@ -708,6 +708,8 @@ PYBIND11_MODULE(_onebit_core, m) {
   }, py::arg("text"));
   // onebit.failure.max_restarts where a config leaves it out (torch.py's launcher default).
   m.attr("DEFAULT_MAX_RESTARTS") = onebit::FailureConfig{}.max_restarts;
+  // The most onebit.momentum_mask.ranges a config may list (torch.py's exp_avg_mask).
+  m.attr("MAX_MASK_RANGES") = onebit::kMaxMaskRanges;
   // The job config's errors before anything starts: ValueError naming the key; returns the
   // notices (keys accepted without effect).
   m.def("check_config", [](const std::string& path) {

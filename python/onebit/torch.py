@@ -64,7 +64,9 @@ one worker's gradients; an enabled one is refused), and every worker skips an ov
 step alike. MICRO-BATCHES: `with opt.no_sync():` as with DDP, or the config's
 gradient_accumulation_steps K (step() after each micro-batch, as DeepSpeed's
 engine.step()). SCHEDULES: a torch lr_scheduler's lr and betas take effect at the next
-step(); eps and weight_decay are fixed when the optimizer is built.
+step(); eps and weight_decay are fixed when the optimizer is built. MOMENTUM MASKS: a param
+group's exp_avg_mask, as DeepSpeed's (0 where the momentum is masked; broadcast to each of
+the group's parameters), becomes the config's onebit.momentum_mask.ranges.
 
 OVERLAP (CPU tensors, peer mode: on by default; overlap=False or the config's
 onebit.exchange.overlap turn it off): as DDP does, the warmup's full-precision exchange
@@ -522,6 +524,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         sizes = [p.numel() for p in self._params]
         self._offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64).tolist()
         hyper_groups = self._hyper_groups(defaults)
+        masked = self._masked_ranges()
         # A torch lr_scheduler writes group["lr"]; each step hands the job's lr it implies
         # to the C++ side (_scheduled_lr).
         self._job_lr = float(defaults["lr"])
@@ -539,6 +542,13 @@ class _OnebitOptimizer(torch.optim.Optimizer):
                           "cuda" if self._device.type == "cuda" else "cpu")
         if self._open_ended:
             job["steps"] = OPEN_ENDED_STEPS
+        if masked:
+            mask = job["onebit"].setdefault("momentum_mask", {})
+            if mask.get("npy"):
+                raise ValueError("a param group's exp_avg_mask and the job config's "
+                                 "onebit.momentum_mask.npy: give one of them (the config's "
+                                 "ranges may go with exp_avg_mask)")
+            mask["ranges"] = list(mask.get("ranges", [])) + masked
         self._ask_config(job)
         self._overlap = self._overlap_setting(job, overlap, float(bucket_cap_mb))
         f = tempfile.NamedTemporaryFile("w", prefix="onebit-job-", suffix=".json", delete=False)
@@ -1205,6 +1215,49 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             same = same and lr == job["lr"] and decay == job["weight_decay"]
             begin = end
         return [] if same else groups
+
+    def _masked_ranges(self):
+        """The [begin, end) runs of the flat buffer that the param groups' exp_avg_mask
+        (DeepSpeed's key: 0 where the momentum is masked, 1 elsewhere; each of the group's
+        parameters takes it as exp_avg *= mask does, broadcast) masks, in order, adjacent
+        runs joined: the job config's onebit.momentum_mask.ranges, so every worker's mask is
+        checked against the others' at registration. ValueError for a mask that does not
+        fit a parameter, holds another value, or has too many runs for a config."""
+        runs, i = [], 0
+        for g, group in enumerate(self.param_groups):
+            mask = group.get("exp_avg_mask")
+            count = len(group["params"])
+            if mask is not None:
+                mask = torch.as_tensor(mask).detach().cpu().double()
+                for j in range(i, i + count):
+                    p = self._params[j]
+                    try:
+                        values = torch.broadcast_to(mask, p.shape).reshape(-1).numpy()
+                    except RuntimeError:
+                        raise ValueError(
+                            f"param group {g}'s exp_avg_mask has shape {tuple(mask.shape)}, "
+                            f"which does not fit {self._what(j)} (exp_avg *= mask, "
+                            "broadcast)") from None
+                    bad = np.flatnonzero((values != 0) & (values != 1))
+                    if bad.size:
+                        raise ValueError(
+                            f"param group {g}'s exp_avg_mask holds {values[bad[0]]} for element "
+                            f"{bad[0]} of {self._what(j)}: a momentum mask is 0 (masked) or 1")
+                    zero = np.concatenate([[False], values == 0, [False]])
+                    edges = np.flatnonzero(zero[1:] != zero[:-1]) + self._offsets[j]
+                    for begin, end in zip(edges[0::2].tolist(), edges[1::2].tolist()):
+                        if runs and runs[-1][1] == begin:
+                            runs[-1][1] = end
+                        else:
+                            runs.append([begin, end])
+            i += count
+        limit = _core().MAX_MASK_RANGES
+        if len(runs) > limit:
+            raise ValueError(
+                f"the param groups' exp_avg_mask masks {len(runs)} separate runs of elements, "
+                f"more than the {limit} a job config takes: mask whole rows (contiguous "
+                "elements), or write the model's mask as a .npy for onebit.momentum_mask.npy")
+        return runs
 
     def _check_params(self):
         if not self._params:

@@ -536,6 +536,24 @@ class BadInput(unittest.TestCase):
         self.assertRefused([{"params": [p], "eps": 1e-3}], "param group 0 sets eps")
         self.assertRefused([{"params": [p], "weight_decay": -1.0}], "weight_decay must be >= 0")
 
+    def test_momentum_masks(self):
+        w = torch.nn.Parameter(torch.zeros(4, 3))
+        self.assertRefused([{"params": [("emb", w)], "exp_avg_mask": torch.ones(5, 1)}],
+                           "param group 0's exp_avg_mask has shape (5, 1), which does not fit "
+                           "parameter 'emb' ((4, 3))")
+        self.assertRefused([{"params": [w], "exp_avg_mask": torch.full((4, 1), 0.5)}],
+                           "exp_avg_mask holds 0.5 for element 0 of parameter 0 ((4, 3)): a "
+                           "momentum mask is 0 (masked) or 1")
+        scattered = torch.arange(2 * 10001) % 2
+        self.assertRefused([{"params": [torch.nn.Parameter(torch.zeros(2 * 10001))],
+                             "exp_avg_mask": scattered}],
+                           "masks 10001 separate runs of elements, more than the 10000")
+        npy = job_config("OneBitAdam", {"lr": 0.001})
+        npy["onebit"]["momentum_mask"] = {"npy": "mask.npy"}
+        self.assertRefused([{"params": [w], "exp_avg_mask": torch.tensor([[1.], [0], [1], [1]])}],
+                           "exp_avg_mask and the job config's onebit.momentum_mask.npy",
+                           config=npy)
+
     def test_a_missing_library_names_its_debian_package(self):
         import onebit.torch as ot
         hint = ot._missing_library_hint(
@@ -1067,6 +1085,35 @@ print("frozen layer unchanged; last layer", model[2].weight.flatten().tolist())
 '''
 
 
+MASKED = r'''
+import sys
+import torch
+import onebit.torch as ot
+torch.manual_seed(0)
+positions = torch.nn.Embedding(16, 4)  # a model for 16 positions, trained on 8
+head = torch.nn.Linear(4, 1)
+rows = torch.zeros(16, 1)
+rows[:8] = 1
+masked = {"exp_avg_mask": rows} if sys.argv[1] == "masked" else {}
+opt = ot.OneBitAdam([{"params": list(head.parameters())},
+                     {"params": [positions.weight], **masked}],
+                    lr=0.01, freeze_step=3, config={"steps": 12})
+before = positions.weight.detach().clone()
+x, y = torch.arange(8), torch.randn(8, 1)
+while not opt.done:
+    opt.zero_grad()
+    loss = (head(positions(x)) - y).square().mean()
+    loss.backward()
+    opt.step(loss=loss)
+m = opt.state_dict()["onebit"]["tensors"]["exp_avg"]
+unused = m[5 + 8 * 4:]  # after the head's 5 parameters and the 8 rows trained on
+after = positions.weight.detach()
+print(f"unused rows: momentum {unused.abs().max().item()}, "
+      f"moved {not torch.equal(after[8:], before[8:])}")
+print(f"used rows: moved {not torch.equal(after[:8], before[:8])}")
+'''
+
+
 LOOP_LENGTH = r'''
 import sys
 import torch
@@ -1323,15 +1370,16 @@ class Overlap(unittest.TestCase):
                                                 np.load(os.path.join(tmp, "offps.npy")))
 
 
-def on_two_ranks(name, script):
-    """Runs `script` on two ranks under onebit-run: (its result, the ranks' logs)."""
+def on_two_ranks(name, script, *args):
+    """Runs `script` (with `args`) on two ranks under onebit-run: (its result, the ranks'
+    logs)."""
     tmp = tempfile.mkdtemp(prefix=f"onebit-{name}-")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [os.path.dirname(HERE), os.path.join(BIN, "python")]), OMP_NUM_THREADS="1")
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(k, None)
     r = subprocess.run([sys.executable, "-m", "onebit.run", "--nproc_per_node=2",
-                        "--master_port=0", "--log_dir=" + tmp, script],
+                        "--master_port=0", "--log_dir=" + tmp, script, *args],
                        capture_output=True, text=True, timeout=180, env=env)
     logs = []
     for rank in (0, 1):
@@ -1350,6 +1398,27 @@ class TwoOptimizers(unittest.TestCase):
             self.assertIn(f"rank {rank}: refused: another onebit optimizer of this process is "
                           "still in its job", log)
             self.assertIn(f"rank {rank}: the first job ended", log)
+
+
+class MomentumMask(unittest.TestCase):
+    def test_a_param_groups_exp_avg_mask_keeps_unused_rows_still(self):
+        """DeepSpeed's exp_avg_mask (BERT's position embeddings past the sequence length):
+        rows whose gradient is always zero keep a zero momentum through the compressed
+        exchange, which cannot send an exact zero, and so do not move; without the mask
+        they do. (Two ranks: one worker alone has nothing to exchange.)"""
+        script = os.path.join(tempfile.mkdtemp(prefix="onebit-mask-"), "masked.py")
+        with open(script, "w") as f:
+            f.write(MASKED)
+        r, logs = on_two_ranks("masked", script, "masked")
+        self.assertEqual(r.returncode, 0, r.stderr + "".join(logs)[-3000:])
+        for log in logs:
+            self.assertIn("unused rows: momentum 0.0, moved False", log)
+            self.assertIn("used rows: moved True", log)
+        r, logs = on_two_ranks("unmasked", script, "unmasked")
+        self.assertEqual(r.returncode, 0, r.stderr + "".join(logs)[-3000:])
+        for log in logs:
+            self.assertRegex(log, r"unused rows: momentum [0-9.e-]+, moved True")
+            self.assertNotIn("unused rows: momentum 0.0,", log)
 
 
 class JobIdentity(unittest.TestCase):
