@@ -311,7 +311,7 @@ std::string JobConfigToJson(const JobConfig& c) {
       JsonEscaped(c.security.member_token_file));
 }
 
-std::string JobTerms(const JobConfig& config) {
+std::string JobTerms(const JobConfig& config, const std::string& mask_summary) {
   const JobConfig d;
   JobConfig c = config;
   c.device = d.device;
@@ -320,7 +320,7 @@ std::string JobTerms(const JobConfig& config) {
   c.ports = d.ports;
   c.workload.data_dir = d.workload.data_dir;
   c.workload.eval_every = d.workload.eval_every;
-  c.momentum_mask.npy = d.momentum_mask.npy;
+  c.momentum_mask.npy = mask_summary;
   c.checkpoint.dir = d.checkpoint.dir;
   c.checkpoint.keep = d.checkpoint.keep;
   c.checkpoint.async = d.checkpoint.async;

@@ -437,9 +437,12 @@ std::string JobConfigToJson(const JobConfig& config);
 // where a process runs and how (device, cpu_threads, log_every, ports), its paths
 // (workload.data_dir, momentum_mask.npy, checkpoint.dir, security), how it waits and
 // retries (failure), and what only the coordinator reads (workload.eval_every, checkpoint
-// keep/async/resume). RegisterRequest.job_terms: a member whose terms are not those of the
-// first member of its role fails the job.
-std::string JobTerms(const JobConfig& config);
+// keep/async/resume). A worker that read its momentum mask from a .npy passes the mask's
+// MomentumMaskSummary (config/momentum_mask.h) as `mask_summary`: it stands where the
+// file's path was, so the files' contents are compared, not their paths.
+// RegisterRequest.job_terms: a member whose terms are not those of the first member of its
+// role fails the job.
+std::string JobTerms(const JobConfig& config, const std::string& mask_summary = "");
 // The keys where two JobTerms texts differ, at most `max_keys` of them, each with both
 // values, `first_label` naming the first's: "optimizer.params.lr 0.002 (worker 0's:
 // 0.001)", joined by "; ". "" when equal.

@@ -451,6 +451,11 @@ TEST(JobConfigTest, JobTermsLeaveOutWhatMayDifferPerProcess) {
   local.security.member_token_file = "/token";
   EXPECT_EQ(JobTerms(local), JobTerms(base));
   EXPECT_EQ(JobTermsDifference(JobTerms(base), JobTerms(local), "w", 3), "");
+  // A mask file's contents, where a worker read it, stand in for its path.
+  EXPECT_EQ(JobTermsDifference(JobTerms(local, "3 of 9 masked, digest 1"),
+                               JobTerms(local, "2 of 9 masked, digest 2"), "worker 0's", 3),
+            "onebit.momentum_mask.npy \"2 of 9 masked, digest 2\" (worker 0's: \"3 of 9 "
+            "masked, digest 1\")");
 
   JobConfig other = base;
   other.seed = 2;

@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/npy.h"
 
 namespace onebit {
@@ -49,6 +50,24 @@ absl::StatusOr<std::vector<float>> BuildMomentumMask(const MomentumMaskConfig& c
     for (int64_t j = begin; j < end; ++j) mask[static_cast<size_t>(j)] = 0.0f;
   }
   return mask;
+}
+
+std::string MomentumMaskSummary(const std::vector<float>& mask) {
+  uint64_t hash = 14695981039346656037ull;  // FNV-1a, 64 bits
+  auto mix = [&hash](uint64_t x) {
+    for (int byte = 0; byte < 8; ++byte, x >>= 8) {
+      hash = (hash ^ (x & 0xff)) * 1099511628211ull;
+    }
+  };
+  size_t masked = 0;
+  bool in_run = false;
+  for (size_t i = 0; i <= mask.size(); ++i) {
+    const bool zero = i < mask.size() && mask[i] == 0.0f;
+    if (zero != in_run) mix(i);  // where each run of masked elements begins and ends
+    in_run = zero;
+    masked += zero ? 1 : 0;
+  }
+  return absl::StrFormat("%d of %d masked, digest %016x", masked, mask.size(), hash);
 }
 
 }  // namespace onebit

@@ -6,6 +6,7 @@
 #define ONEBIT_CONFIG_MOMENTUM_MASK_H_
 
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -24,6 +25,11 @@ bool HasMomentumMask(const MomentumMaskConfig& config);
 // and the file: InvalidArgument for a wrong shape, dtype, value or a truncated file,
 // NotFound for a missing one.
 absl::StatusOr<std::vector<float>> BuildMomentumMask(const MomentumMaskConfig& config, size_t n);
+
+// What a built mask is, for comparing two workers' (JobTerms' mask_summary): "K of N
+// masked, digest H", H a 64-bit FNV-1a of the masked positions' run boundaries, so two
+// masks with the same zeros, from whatever file or dtype, have the same summary.
+std::string MomentumMaskSummary(const std::vector<float>& mask);
 
 }  // namespace onebit
 

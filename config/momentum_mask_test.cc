@@ -132,6 +132,27 @@ TEST(MomentumMaskTest, BoolAndUint8Files) {
   }
 }
 
+TEST(MomentumMaskTest, SummaryTellsMasksApartWhateverTheirFile) {
+  const std::vector<float> mask = {1, 1, 0, 1, 0, 0, 1, 1, 1};
+  EXPECT_EQ(MomentumMaskSummary(mask).rfind("3 of 9 masked, digest ", 0), 0u)
+      << MomentumMaskSummary(mask);
+  // The same zeros read from a bool file summarise alike.
+  const std::string path = TempPath("mask_summary.npy");
+  WriteRawNpy(path, "|b1", "(9,)", std::string("\x01\x01\x00\x01\x00\x00\x01\x01\x01", 9));
+  absl::StatusOr<std::vector<float>> from_file = BuildMomentumMask(FromNpy(path), 9);
+  ASSERT_TRUE(from_file.ok()) << from_file.status();
+  EXPECT_EQ(MomentumMaskSummary(*from_file), MomentumMaskSummary(mask));
+  // As many zeros elsewhere, a run moved by one, one more element: each its own.
+  const std::vector<std::vector<float>> others = {{1, 0, 1, 1, 0, 0, 1, 1, 1},
+                                                  {1, 1, 0, 1, 1, 0, 0, 1, 1},
+                                                  {1, 1, 0, 1, 0, 0, 1, 1, 1, 1},
+                                                  {0, 0, 0, 1, 1, 1, 1, 1, 1}};
+  for (const std::vector<float>& other : others) {
+    EXPECT_NE(MomentumMaskSummary(other), MomentumMaskSummary(mask));
+  }
+  EXPECT_EQ(MomentumMaskSummary(std::vector<float>(4, 1.0f)).rfind("0 of 4 masked", 0), 0u);
+}
+
 TEST(MomentumMaskTest, CorruptFiles) {
   // Truncated: the float32 writer's file with its last bytes cut off.
   const std::string path = TempPath("mask_cut.npy");

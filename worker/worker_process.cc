@@ -31,6 +31,7 @@
 #include "kernels/kernels.h"
 #include "common/status_macros.h"
 #include "common/npy.h"
+#include "config/momentum_mask.h"
 #include "common/atomic_file.h"
 #include "checkpoint/manifest.h"
 #include "worker/checkpointer.h"
@@ -582,7 +583,22 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
   } else if (absl::StatusOr<size_t> n = WorkloadParameterCount(config.workload); n.ok()) {
     reg_request.set_num_parameters(static_cast<int64_t>(*n));
   }
-  reg_request.set_job_terms(JobTerms(config));
+  // A mask from a .npy is read before registering where the model's size is known, so that
+  // the job terms carry what it masks and the workers' files are held to each other (a
+  // file this worker cannot read says so there, and fails the setup below as before).
+  std::optional<std::vector<float>> read_mask;
+  std::string mask_summary;
+  if (!config.momentum_mask.npy.empty() && reg_request.num_parameters() > 0) {
+    absl::StatusOr<std::vector<float>> mask =
+        MomentumMaskFromConfig(config, static_cast<size_t>(reg_request.num_parameters()));
+    if (mask.ok()) {
+      mask_summary = MomentumMaskSummary(*mask);
+      read_mask = *std::move(mask);
+    } else {
+      mask_summary = absl::StrCat("unreadable: ", mask.status().message());
+    }
+  }
+  reg_request.set_job_terms(JobTerms(config, mask_summary));
   reg_request.set_job_key(o.job_key);
   reg_request.set_loaded_step(o.loaded_step);
   reg_request.set_loaded_freeze_step(o.loaded_freeze_step);
@@ -714,7 +730,11 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
     options.eval_at_end = false;
   }
   options.overlap = overlap;
-  ONEBIT_ASSIGN_OR_RETURN(options.optimizer.momentum_mask, MomentumMaskFromConfig(config, n));
+  if (read_mask.has_value() && read_mask->size() == n) {
+    options.optimizer.momentum_mask = *std::move(read_mask);
+  } else {
+    ONEBIT_ASSIGN_OR_RETURN(options.optimizer.momentum_mask, MomentumMaskFromConfig(config, n));
+  }
   options.optimizer.hyper_groups = o.hyper_groups;
   const int rank = reg.rank();
   if (!config.checkpoint.dir.empty()) {

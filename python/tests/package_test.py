@@ -1085,6 +1085,31 @@ print("frozen layer unchanged; last layer", model[2].weight.flatten().tolist())
 '''
 
 
+MASK_FILES = r'''
+import os
+import sys
+import numpy as np
+import torch
+import onebit.torch as ot
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 2)  # 10 parameters
+mask = np.ones(10, dtype=bool)
+mask[:2] = False
+if sys.argv[1] == "differ" and ot.rank() == 1:
+    mask[2] = False
+path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"mask-{ot.rank()}.npy")
+np.save(path, mask)
+opt = ot.OneBitAdam(model.parameters(), lr=0.01, freeze_step=2,
+                    config={"steps": 4, "onebit": {"momentum_mask": {"npy": path}}})
+x = torch.randn(8, 4)
+while not opt.done:
+    opt.zero_grad()
+    model(x).square().mean().backward()
+    opt.step()
+print(f"rank {ot.rank()}: trained")
+'''
+
+
 MASKED = r'''
 import sys
 import torch
@@ -1462,6 +1487,25 @@ class JobIdentity(unittest.TestCase):
                                   r"optimizer\.params\.lr 0\.002 \(worker 0's: 0\.001\)|"
                                   r"0 \(.*\) has another config than worker 1 \(.*\): "
                                   r"optimizer\.params\.lr 0\.001 \(worker 1's: 0\.002\))")
+
+
+    def test_ranks_with_other_mask_files_are_held_to_what_the_files_mask(self):
+        # Each rank reads its own .npy (the path may differ per process): the same zeros in
+        # both train; another zero in rank 1's fails the job naming the key. Before, the
+        # contents were not compared and the ranks' momenta drifted apart.
+        tmp = tempfile.mkdtemp(prefix="onebit-mask-files-")
+        path = os.path.join(tmp, "train.py")
+        with open(path, "w") as f:
+            f.write(MASK_FILES)
+        r, logs = on_two_ranks("same-mask", path, "same")
+        self.assertEqual(r.returncode, 0, r.stderr + "".join(logs)[-3000:])
+        for rank, log in enumerate(logs):
+            self.assertIn(f"rank {rank}: trained", log)
+        r, logs = on_two_ranks("other-mask", path, "differ")
+        self.assertEqual(r.returncode, 78, r.stderr + "".join(logs)[-3000:])
+        self.assertRegex(logs[0], r"has another config than worker [01] \(.*\): "
+                                  r"onebit\.momentum_mask\.npy \"[23] of 10 masked, digest "
+                                  r"[0-9a-f]{16}\" \(worker [01]'s: \"[23] of 10 masked")
 
 
 class TrainedLikeTorchOptim(unittest.TestCase):
