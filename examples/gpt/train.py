@@ -190,10 +190,7 @@ def build_optimizer(args, model, device, world):
         common["overlap"] = {"auto": None, "on": True, "off": False}[args.overlap]
         config = args.config
         if args.amp == "fp16":  # onebit's loss scaling, agreed by every worker
-            config = {}
-            if args.config:
-                with open(args.config) as f:
-                    config = json.load(f)
+            config = ot.load_config(args.config)
             config["fp16"] = dict(config.get("fp16", {}), enabled=True)
         if args.optimizer == "onebit_adam":
             opt = ot.OneBitAdam(model.parameters(), freeze_step=args.freeze_step,

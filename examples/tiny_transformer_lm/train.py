@@ -34,8 +34,7 @@ def main():
     args = parser.parse_args()
     if not args.config:
         parser.error("no --config (the job config: job.json) and no ONEBIT_CONFIG")
-    with open(args.config) as f:
-        job = json.load(f)
+    job = ot.load_config(args.config)  # comments and trailing commas allowed
     seed, batch = job["seed"], job["train_micro_batch_size_per_gpu"]
     torch.set_num_threads(1)  # N workers share the machine's cores
 

@@ -96,7 +96,7 @@ import torch
 from onebit import env as _env
 from onebit.env import local_rank, local_world_size, rank, world_size
 
-__all__ = ["OneBitAdam", "ZeroOneAdam", "OneBitLamb", "Adam", "OnebitError", "rank",
+__all__ = ["OneBitAdam", "ZeroOneAdam", "OneBitLamb", "Adam", "OnebitError", "load_config", "rank",
            "world_size", "local_rank", "local_world_size"]
 
 _UNSET = object()  # a keyword argument the caller did not give
@@ -231,8 +231,12 @@ def _core():
             "(onebit-launch does)") from e
 
 
-def _load_config(config):
-    """The job config as a dict ({} for None)."""
+def load_config(config):
+    """The job config as a dict: a path to a JSON file (DeepSpeed's ds_config.json
+    included: // and /* */ comments and trailing commas are taken out as onebit's C++
+    parser does), a dict (a deep copy), or None ({}). A script that reads the config it
+    passes as config= (its batch size, steps, seed) reads it with this, so that both see
+    the same file."""
     if config is None:
         return {}
     if isinstance(config, dict):
@@ -491,7 +495,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
                     if v is not _UNSET}
         if config is None:
             config = os.environ.get("ONEBIT_CONFIG") or None
-        job = _load_config(config)
+        job = load_config(config)
         block = job.get("optimizer", {}).get("params", {})
         block = {**block, **explicit}
         defaults = {"lr": block.get("lr", 1e-3), "betas": tuple(block.get("betas", (0.9, 0.999))),

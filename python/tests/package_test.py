@@ -571,7 +571,7 @@ class BadInput(unittest.TestCase):
         with open(path, "w") as f:
             f.write('{"steps": 7, // seven\n /* the data */ "onebit": {"workload": '
                     '{"data_dir": "/x, } // y",},},}')
-        self.assertEqual(ot._load_config(path),
+        self.assertEqual(ot.load_config(path),
                          {"steps": 7, "onebit": {"workload": {"data_dir": "/x, } // y"}}})
 
     def test_keywords(self):
