@@ -404,6 +404,49 @@ class PyWorker {
     return d;
   }
 
+  // Elements [begin, end) of each of the optimizer's state tensors (the parameters left
+  // out), as host copies, with its step: {"step", "tensors": {name: array}} (torch.py's
+  // opt.state[p]). Between two steps, or after the last one.
+  py::dict StateSlice(int64_t begin, int64_t end) {
+    int64_t step = 0;
+    std::vector<std::pair<std::string, std::vector<float>>> slices;
+    {
+      absl::MutexLock lock(&mu_);
+      const bool final = done_ && final_state_.has_value();
+      const size_t n = final ? final_params_.size() : RunningOptimizer().size();
+      if (begin < 0 || end < begin || static_cast<size_t>(end) > n) {
+        Throw(absl::InvalidArgumentError(absl::StrCat("elements [", begin, ", ", end,
+                                                      ") of a model of ", n)));
+      }
+      if (final) {
+        step = final_state_->step;
+        for (const auto& [name, v] : final_state_->tensors) {
+          if (name == "params") continue;
+          slices.emplace_back(name, std::vector<float>(v.begin() + begin, v.begin() + end));
+        }
+      } else {
+        Optimizer& o = RunningOptimizer();
+        step = o.step();
+        for (const StateSpec& spec : o.CheckpointStates()) {
+          if (spec.name == "params") continue;
+          absl::StatusOr<std::vector<float>> v = o.StateToHost(spec.name, begin, end);
+          if (!v.ok()) Throw(v.status());
+          slices.emplace_back(spec.name, *std::move(v));
+        }
+      }
+    }
+    py::dict tensors;
+    for (const auto& [name, v] : slices) {
+      py::array_t<float> a(static_cast<py::ssize_t>(v.size()));
+      std::copy(v.begin(), v.end(), a.mutable_data());
+      tensors[py::str(name)] = a;
+    }
+    py::dict d;
+    d["step"] = step;
+    d["tensors"] = tensors;
+    return d;
+  }
+
   // Puts back a StateDict of the same step (the coordinator's leases decide the steps: a
   // job resumes from its checkpoints, not from here). ValueError for another step, another
   // freeze step or a state that does not fit; nothing changes then.
@@ -678,6 +721,7 @@ PYBIND11_MODULE(_onebit_core, m) {
       .def("final_params",
            [](py::object self) { return self.cast<PyWorker&>().FinalParams(self); })
       .def("state_dict", &PyWorker::StateDict)
+      .def("state_slice", &PyWorker::StateSlice, py::arg("begin"), py::arg("end"))
       .def("load_state_dict", &PyWorker::LoadStateDict, py::arg("state"))
       .def("params_address", &PyWorker::ParamsAddress)
       .def("gradient_address", &PyWorker::GradientAddress)

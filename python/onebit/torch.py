@@ -49,6 +49,7 @@ and the other ranks find it there. Also read:
 SAVING: torch.save(opt.state_dict(), f) between steps or after the end; to resume, build
 the optimizer, opt.load_state_dict(torch.load(f)) before the first step, and the fresh job
 starts after the saved step (every worker loading a state of the same step).
+opt.state[p] reads one parameter's state as torch.optim.Adam's (copies: read-only).
 
 MEMORY: the parameters are ONE flat float32 buffer, the optimizer's own; each parameter
 tensor views its slice (no copies either way; new memory for one after the first step is
@@ -81,6 +82,7 @@ a parameter already sent is an error naming it), and a gradient changed after ba
 
 import atexit
 import bisect
+import collections.abc
 import contextlib
 import copy
 import hashlib
@@ -472,6 +474,46 @@ def _cuda_view(address, n, device):
     return torch.as_tensor(_Memory(), device=device)
 
 
+class _State(collections.abc.Mapping):
+    """opt.state: each parameter's optimizer state, as torch.optim.Adam's is read ("step",
+    "exp_avg", "exp_avg_sq", and a type's own buffers by their names in state_dict()),
+    taken from the worker between two steps or after the last one. Each read is a COPY on
+    the parameter's device: changing it changes nothing (load_state_dict sets state).
+    Empty before the first step, as torch's; a tensor that is not a parameter of the
+    optimizer is a KeyError."""
+
+    def __init__(self, opt):
+        self._opt = weakref.ref(opt)
+
+    def _started(self):
+        """True once the job has taken a step (without joining a job for it)."""
+        opt = self._opt()
+        return (opt is not None and opt._worker is not None and
+                opt._worker.state_slice(0, 0)["step"] >= 1)
+
+    def __getitem__(self, p):
+        opt = self._opt()
+        index = None if opt is None else opt._index_of.get(id(p))
+        if index is None or opt._params[index] is not p:
+            raise KeyError("not a parameter of this optimizer")
+        if opt._worker is None:
+            return {}
+        begin, end = opt._offsets[index], opt._offsets[index + 1]
+        state = opt._worker.state_slice(begin, end)
+        if state["step"] < 1:
+            return {}
+        out = {"step": torch.tensor(float(state["step"]))}
+        for name, values in state["tensors"].items():
+            out[name] = torch.from_numpy(values).view(p.shape).to(opt._device)
+        return out
+
+    def __iter__(self):
+        return iter(self._opt()._params if self._started() else ())
+
+    def __len__(self):
+        return len(self._opt()._params) if self._started() else 0
+
+
 class _OnebitOptimizer(torch.optim.Optimizer):
     _type = None  # the job config's optimizer.type
     _own = ()     # the type's own keyword hyper-parameters (optimizer.params keys)
@@ -506,6 +548,8 @@ class _OnebitOptimizer(torch.optim.Optimizer):
                              "requires_grad=False)")
         super().__init__(params, defaults)
         self._params = [p for group in self.param_groups for p in group["params"]]
+        self._index_of = {id(p): i for i, p in enumerate(self._params)}
+        self.state = _State(self)  # torch.optim's defaultdict, read from the worker
         self._check_params()
         self._frozen = frozen  # left out: they do not train, and do not count
         self._grad_arrived = False  # since the last step (a backward, or a .grad written)

@@ -1110,6 +1110,43 @@ print(f"rank {ot.rank()}: trained")
 '''
 
 
+STATE = r'''
+import copy
+import torch
+import onebit.torch as ot
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 2)
+twin = copy.deepcopy(model)
+opt = ot.Adam(model.parameters(), lr=0.01, config={"steps": 4})
+ref = torch.optim.Adam(twin.parameters(), lr=0.01)
+print(f"before the first step: {len(opt.state)} entries, {opt.state[model.weight]}")
+try:
+    opt.state[torch.zeros(1)]
+except KeyError:
+    print("a foreign tensor: KeyError")
+x = torch.randn(8, 4)
+for step in range(3):
+    for o, m in ((opt, model), (ref, twin)):
+        o.zero_grad()
+        m(x).square().mean().backward()
+        o.step()
+state, want = opt.state[model.weight], ref.state[twin.weight]
+same = [torch.allclose(state[k], want[k], rtol=1e-4, atol=0) for k in ("exp_avg", "exp_avg_sq")]
+print(f"step 3: keys {' '.join(sorted(state))}, step {state['step'].item()}, "
+      f"as torch.optim.Adam's: {same[0]} {same[1]}")
+state["exp_avg"].zero_()
+again = opt.state[model.weight]["exp_avg"]
+flat = opt.state_dict()["onebit"]["tensors"]["exp_avg"]
+print(f"a copy: {bool(again.abs().sum() > 0)}; as state_dict's: "
+      f"{torch.equal(again.flatten(), flat[:8])}")
+opt.zero_grad()
+model(x).square().mean().backward()
+opt.step()
+assert opt.done
+print(f"after the end: step {opt.state[model.bias]['step'].item()}, entries {len(opt.state)}")
+'''
+
+
 MASKED = r'''
 import sys
 import torch
@@ -1544,6 +1581,16 @@ class TrainedLikeTorchOptim(unittest.TestCase):
         r, out = self.run_alone(LOOP_LENGTH, "2")
         self.assertIn("the script exited after step 2 of the job's 4 (onebit.steps): the "
                       "training loop is shorter than the job", out)
+
+    def test_state_reads_like_torch_adams(self):
+        r, out = self.run_alone(STATE)
+        self.assertEqual(r.returncode, 0, out[-3000:])
+        self.assertIn("before the first step: 0 entries, {}", out)
+        self.assertIn("a foreign tensor: KeyError", out)
+        self.assertIn("step 3: keys exp_avg exp_avg_sq step, step 3.0, as torch.optim.Adam's: "
+                      "True True", out)
+        self.assertIn("a copy: True; as state_dict's: True", out)
+        self.assertIn("after the end: step 4.0, entries 2", out)
 
     def test_step_names_its_phases_for_torch_profiler(self):
         """tools/gpu/step_bench.py splits the host's part of a step by these ranges."""
