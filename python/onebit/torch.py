@@ -98,8 +98,8 @@ import torch
 from onebit import env as _env
 from onebit.env import local_rank, local_world_size, rank, world_size
 
-__all__ = ["OneBitAdam", "ZeroOneAdam", "OneBitLamb", "Adam", "OnebitError", "load_config", "rank",
-           "world_size", "local_rank", "local_world_size"]
+__all__ = ["OneBitAdam", "ZeroOneAdam", "OneBitLamb", "Adam", "OnebitError", "load_config",
+           "rank", "world_size", "local_rank", "local_world_size"]
 
 _UNSET = object()  # a keyword argument the caller did not give
 # The steps of a job without `steps` (config/job_config.h's kOpenEndedSteps): it runs until
