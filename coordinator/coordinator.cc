@@ -336,8 +336,7 @@ absl::Status Coordinator::LoadedStateLocked(const v1::RegisterRequest& request) 
 
 absl::StatusOr<v1::RegisterResponse> Coordinator::Register(const v1::RegisterRequest& request) {
   absl::MutexLock lock(&mu_);
-  if (!request.job_key().empty() && !options_.job_key.empty() &&
-      request.job_key() != options_.job_key) {
+  if (!SameJobKey(request.job_key(), options_.job_key)) {
     return absl::UnavailableError(absl::StrCat(
         "this coordinator runs ", options_.job_key, " (job ", options_.job_id, "), and this ",
         RoleName(request.role()), " is for ", request.job_key(),

@@ -8,6 +8,7 @@
 #define ONEBIT_COORDINATOR_COORDINATOR_HANDLER_H_
 
 #include <cstdint>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -15,6 +16,13 @@
 #include "onebit/v1/coordinator.pb.h"
 
 namespace onebit {
+
+// Whether a member for job `key` belongs to the job of a coordinator with `coordinator_key`
+// (RegisterRequest.job_key, JobStatus.job_key: a script's n-th optimizer). Keys are only
+// compared when both sides have one (onebit-worker and onebit-coordinator give none).
+inline bool SameJobKey(const std::string& key, const std::string& coordinator_key) {
+  return key.empty() || coordinator_key.empty() || key == coordinator_key;
+}
 
 class CoordinatorHandler {
  public:

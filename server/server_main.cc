@@ -45,6 +45,7 @@
 #include "common/net.h"
 #include "common/signals.h"
 #include "coordinator/coordinator_client.h"
+#include "coordinator/coordinator_handler.h"
 #include "coordinator/member.h"
 #include "config/job_config.h"
 #include "compression/layout.h"
@@ -171,8 +172,7 @@ absl::StatusOr<size_t> LearnModelSize(const onebit::GrpcClientOptions& options,
   while (true) {
     absl::StatusOr<onebit::v1::JobStatus> job = (*client)->GetJob({});
     // A coordinator of another of the launch's jobs (the one before) is not this job's.
-    const bool ours = job.ok() && (absl::GetFlag(FLAGS_job_key).empty() || job->job_key().empty() ||
-                                   job->job_key() == absl::GetFlag(FLAGS_job_key));
+    const bool ours = job.ok() && onebit::SameJobKey(absl::GetFlag(FLAGS_job_key), job->job_key());
     if (ours && job->num_parameters() > 0) {
       std::cerr << "onebit-server: the workers' model has " << job->num_parameters()
                 << " parameters" << std::endl;
