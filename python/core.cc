@@ -50,6 +50,13 @@ namespace {
   }
 }
 
+// A copy of `v` as a NumPy array (with the GIL).
+py::array_t<float> FloatArray(const std::vector<float>& v) {
+  py::array_t<float> a(static_cast<py::ssize_t>(v.size()));
+  std::copy(v.begin(), v.end(), a.mutable_data());
+  return a;
+}
+
 // A state_dict() from Python, parsed (with the GIL) into what the optimizer restores.
 struct LoadedState {
   int64_t step = 0;
@@ -384,15 +391,10 @@ class PyWorker {
         state = *std::move(saved);
       }
     }
-    auto array = [](const std::vector<float>& v) {
-      py::array_t<float> a(static_cast<py::ssize_t>(v.size()));
-      std::copy(v.begin(), v.end(), a.mutable_data());
-      return a;
-    };
     py::dict tensors, scalars, errors, trainer;
-    for (const auto& [name, v] : state.tensors) tensors[py::str(name)] = array(v);
+    for (const auto& [name, v] : state.tensors) tensors[py::str(name)] = FloatArray(v);
     for (const auto& [name, value] : state.scalars) scalars[py::str(name)] = value;
-    for (const auto& [name, v] : state.errors) errors[py::str(name)] = array(v);
+    for (const auto& [name, v] : state.errors) errors[py::str(name)] = FloatArray(v);
     for (const auto& [name, value] : state.trainer) trainer[py::str(name)] = value;
     py::dict d;
     d["step"] = state.step;
@@ -409,7 +411,7 @@ class PyWorker {
   // opt.state[p]). Between two steps, or after the last one.
   py::dict StateSlice(int64_t begin, int64_t end) {
     int64_t step = 0;
-    std::vector<std::pair<std::string, std::vector<float>>> slices;
+    NamedTensors slices;
     {
       absl::MutexLock lock(&mu_);
       const bool final = done_ && final_state_.has_value();
@@ -421,25 +423,19 @@ class PyWorker {
       if (final) {
         step = final_state_->step;
         for (const auto& [name, v] : final_state_->tensors) {
-          if (name == "params") continue;
           slices.emplace_back(name, std::vector<float>(v.begin() + begin, v.begin() + end));
         }
       } else {
         Optimizer& o = RunningOptimizer();
         step = o.step();
-        for (const StateSpec& spec : o.CheckpointStates()) {
-          if (spec.name == "params") continue;
-          absl::StatusOr<std::vector<float>> v = o.StateToHost(spec.name, begin, end);
-          if (!v.ok()) Throw(v.status());
-          slices.emplace_back(spec.name, *std::move(v));
-        }
+        absl::StatusOr<NamedTensors> tensors = Tensors(o, begin, end);
+        if (!tensors.ok()) Throw(tensors.status());
+        slices = *std::move(tensors);
       }
     }
     py::dict tensors;
     for (const auto& [name, v] : slices) {
-      py::array_t<float> a(static_cast<py::ssize_t>(v.size()));
-      std::copy(v.begin(), v.end(), a.mutable_data());
-      tensors[py::str(name)] = a;
+      if (name != "params") tensors[py::str(name)] = FloatArray(v);
     }
     py::dict d;
     d["step"] = step;
@@ -503,14 +499,27 @@ class PyWorker {
     return step;
   }
 
+  using NamedTensors = std::vector<std::pair<std::string, std::vector<float>>>;
+
   struct SavedState {
     int64_t step = 0;
     int64_t freeze_step = -1;
-    std::vector<std::pair<std::string, std::vector<float>>> tensors;
+    NamedTensors tensors;
     StateScalars scalars;
     ErrorState errors;
     StateScalars trainer;
   };
+
+  // Elements [begin, end) of each of the optimizer's state tensors, as host copies.
+  static absl::StatusOr<NamedTensors> Tensors(Optimizer& o, size_t begin, size_t end) {
+    NamedTensors tensors;
+    for (const StateSpec& spec : o.CheckpointStates()) {
+      absl::StatusOr<std::vector<float>> v = o.StateToHost(spec.name, begin, end);
+      if (!v.ok()) return v.status();
+      tensors.emplace_back(spec.name, *std::move(v));
+    }
+    return tensors;
+  }
 
   // The trainer's optimizer state as host copies (the trainer between two steps).
   static absl::StatusOr<SavedState> Save(Trainer& trainer) {
@@ -518,11 +527,9 @@ class PyWorker {
     SavedState state;
     state.step = o.step();
     state.freeze_step = o.freeze_step();
-    for (const StateSpec& spec : o.CheckpointStates()) {
-      absl::StatusOr<std::vector<float>> v = o.StateToHost(spec.name, 0, o.size());
-      if (!v.ok()) return v.status();
-      state.tensors.emplace_back(spec.name, *std::move(v));
-    }
+    absl::StatusOr<NamedTensors> tensors = Tensors(o, 0, o.size());
+    if (!tensors.ok()) return tensors.status();
+    state.tensors = *std::move(tensors);
     state.scalars = o.CheckpointScalars();
     absl::StatusOr<ErrorState> errors = o.exchange().SaveErrors();
     if (!errors.ok()) return errors.status();
