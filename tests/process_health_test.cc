@@ -95,6 +95,27 @@ std::unique_ptr<Process> Start(const std::string& name, const std::string& binar
   return process.ok() ? *std::move(process) : nullptr;
 }
 
+// Starts a worker with --metrics_port=0 and returns its /metrics address, read from the
+// line the worker prints once it listens ("" if it exited or did not say within 30 s). A
+// port picked here and handed over raced with every other process binding port 0 meanwhile.
+std::string StartWorker(const std::string& name, std::vector<std::string> args,
+                        const std::string& dir, std::unique_ptr<Process>* worker) {
+  args.push_back("--metrics_port=0");
+  *worker = Start(name, "worker/onebit-worker", args, dir);
+  if (*worker == nullptr) return "";
+  const std::regex said("/metrics, /healthz, /readyz on ([0-9.]+:[0-9]+)");
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (absl::Now() < give_up && !(*worker)->Exited(nullptr)) {
+    const std::string log = ReadFile(absl::StrCat(dir, "/", name, ".log"));
+    std::smatch m;
+    if (std::regex_search(log, m, said)) return m[1];
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ADD_FAILURE() << name << " did not say where it serves /metrics:\n"
+                << ReadFile(absl::StrCat(dir, "/", name, ".log"));
+  return "";
+}
+
 // SIGTERM, then the exit code within `timeout` (-1 if it did not exit).
 int Stop(Process& process, absl::Duration timeout = absl::Seconds(15)) {
   process.Signal(SIGTERM);
@@ -173,13 +194,11 @@ TEST(ProcessHealthTest, EveryProcessOfAJobIsLiveReadyAndStopsOnSigterm) {
   std::vector<std::unique_ptr<Process>> workers;
   std::vector<std::string> worker_metrics;
   for (int w = 0; w < 2; ++w) {
-    const int port = FreePort();
-    workers.push_back(Start(absl::StrCat("worker", w), "worker/onebit-worker",
-                            {"--config=" + config, "--coordinator=" + coord->grpc,
-                             absl::StrCat("--metrics_port=", port)},
-                            dir));
-    ASSERT_NE(workers.back(), nullptr);
-    worker_metrics.push_back(absl::StrCat("127.0.0.1:", port));
+    workers.emplace_back();
+    worker_metrics.push_back(StartWorker(absl::StrCat("worker", w),
+                                         {"--config=" + config, "--coordinator=" + coord->grpc},
+                                         dir, &workers.back()));
+    ASSERT_NE(worker_metrics.back(), "");
   }
   for (int w = 0; w < 2; ++w) {
     const std::string& address = worker_metrics[w];
@@ -226,14 +245,11 @@ TEST(ProcessHealthTest, NotReadyWithoutACoordinatorAndStillStopsAtOnce) {
             {"--config=" + config, "--coordinator=" + nobody, "--shard=0",
              "--address_file=" + shard_file},
             dir);
-  const int worker_port = FreePort();
-  const std::string worker_metrics = absl::StrCat("127.0.0.1:", worker_port);
-  std::unique_ptr<Process> worker =
-      Start("worker0", "worker/onebit-worker",
-            {"--config=" + config, "--coordinator=" + nobody,
-             absl::StrCat("--metrics_port=", worker_port)},
-            dir);
+  std::unique_ptr<Process> worker;
+  const std::string worker_metrics =
+      StartWorker("worker0", {"--config=" + config, "--coordinator=" + nobody}, dir, &worker);
   ASSERT_NE(shard, nullptr);
+  ASSERT_NE(worker_metrics, "");
   ASSERT_NE(worker, nullptr);
   absl::StatusOr<std::string> json = WaitForFile(shard_file, absl::Seconds(30), shard.get());
   ASSERT_TRUE(json.ok()) << json.status();
@@ -284,13 +300,12 @@ void StartPsJob(const std::string& dir, const std::string& config, int64_t past,
     ASSERT_NE(job->shards.back(), nullptr);
   }
   for (int w = 0; w < 2; ++w) {
-    const int port = FreePort();
-    job->workers.push_back(Start(absl::StrCat("worker", w), "worker/onebit-worker",
-                                 {"--config=" + config, "--coordinator=" + coord->grpc,
-                                  absl::StrCat("--metrics_port=", port)},
-                                 dir));
-    ASSERT_NE(job->workers.back(), nullptr);
-    job->worker_metrics.push_back(absl::StrCat("127.0.0.1:", port));
+    job->workers.emplace_back();
+    job->worker_metrics.push_back(
+        StartWorker(absl::StrCat("worker", w),
+                    {"--config=" + config, "--coordinator=" + coord->grpc}, dir,
+                    &job->workers.back()));
+    ASSERT_NE(job->worker_metrics.back(), "");
   }
   const absl::Time give_up = absl::Now() + absl::Seconds(90);
   std::smatch step;

@@ -566,6 +566,10 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
   ONEBIT_ASSIGN_OR_RETURN(w.metrics, MetricsServer::Start(o.host, port));
   w.metrics->RegisterCollectable(w.registry);
   w.metrics->SetNotReady("registering with the coordinator");
+  // At once, before registering: with --metrics_port=0 this line is the only thing that says
+  // where the probes are until the coordinator lists the member.
+  std::fprintf(stderr, "onebit-worker: /metrics, /healthz, /readyz on %s:%d\n", o.host.c_str(),
+               w.metrics->port());
   PublishHealth(w.metrics.get());
   struct Unpublish {
     ~Unpublish() { PublishHealth(nullptr); }
@@ -609,8 +613,8 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
       v1::RegisterResponse reg,
       RegisterReplacing(*shared_client, reg_request,
                         absl::Seconds(config.failure.heartbeat_timeout_s) + absl::Seconds(10)));
-  std::fprintf(stderr, "worker rank %d of %d (job %s), metrics on :%d\n", reg.rank(),
-               reg.world_size(), reg.job_id().c_str(), w.metrics->port());
+  std::fprintf(stderr, "worker rank %d of %d (job %s)\n", reg.rank(), reg.world_size(),
+               reg.job_id().c_str());
   w.metrics_sink = std::make_unique<WorkerMetrics>(
       *w.registry, std::map<std::string, std::string>{{"rank", absl::StrCat(reg.rank())}});
   w.metrics->SetNotReady("setting up the workload and the exchange");
