@@ -30,12 +30,11 @@
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "tests/promql_names.h"
+#include "tests/prometheus_process.h"
 #include "tests/test_paths.h"
 
 namespace onebit {
 namespace {
-
-using testing_paths::FreePort;
 
 using launcher::NumberField;
 using launcher::ParseJsonValue;
@@ -178,14 +177,10 @@ TEST(DashboardTest, EveryQueryNamesExportedMetricsAndHasDataInARealJob) {
   std::ofstream(yml) << "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
                      << "scrape_configs:\n  - job_name: onebit\n    static_configs:\n"
                      << "      - targets: ['" << absl::StrJoin(targets, "', '") << "']\n";
-  const std::string listen = absl::StrCat("127.0.0.1:", FreePort());
-  ProcessOptions prom_options;
-  prom_options.name = "prometheus";
-  prom_options.argv = {prometheus_bin, "--config.file=" + yml,
-                       "--storage.tsdb.path=" + dir + "/data", "--web.listen-address=" + listen};
-  prom_options.log_path = dir + "/prometheus.log";
-  auto prom_process = Process::Start(prom_options);
+  absl::StatusOr<testing_paths::RunningPrometheus> prom_process =
+      testing_paths::StartPrometheus(prometheus_bin, yml, dir);
   ASSERT_TRUE(prom_process.ok()) << prom_process.status();
+  const std::string listen = prom_process->address;
 
   // Past the switch, two evaluations and a checkpoint in compression (the first at 25 is
   // in warmup), and several scrapes of each.
@@ -263,7 +258,7 @@ TEST(DashboardTest, EveryQueryNamesExportedMetricsAndHasDataInARealJob) {
         << r->body.substr(0, 500);
   }
 
-  (*prom_process)->Terminate();
+  prom_process->process->Terminate();
   auto stop = rest.Post("/v1/stop", "{}", "application/json");
   ASSERT_TRUE(stop);
   EXPECT_EQ(stop->status, 200) << stop->body;

@@ -16,12 +16,11 @@
 #include "deploy/local_job.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
+#include "tests/prometheus_process.h"
 #include "tests/test_paths.h"
 
 namespace onebit {
 namespace {
-
-using testing_paths::FreePort;
 
 using launcher::NumberField;
 using launcher::ParseJsonValue;
@@ -102,14 +101,10 @@ TEST(PrometheusTest, ScrapesAWorkerAndTheCoordinator) {
                      << "scrape_configs:\n"
                      << "  - job_name: onebit\n    static_configs:\n"
                      << "      - targets: ['" << worker_metrics << "', '" << job.metrics_address() << "']\n";
-  const std::string listen = absl::StrCat("127.0.0.1:", FreePort());
-  ProcessOptions prom_options;
-  prom_options.name = "prometheus";
-  prom_options.argv = {prometheus_bin, "--config.file=" + yml,
-                       "--storage.tsdb.path=" + dir + "/data", "--web.listen-address=" + listen};
-  prom_options.log_path = dir + "/prometheus.log";
-  auto prom_process = Process::Start(prom_options);
+  absl::StatusOr<testing_paths::RunningPrometheus> prom_process =
+      testing_paths::StartPrometheus(prometheus_bin, yml, dir);
   ASSERT_TRUE(prom_process.ok()) << prom_process.status();
+  const std::string listen = prom_process->address;
 
   httplib::Client prom("http://" + listen);
   const absl::StatusOr<double> worker_step =
@@ -121,7 +116,7 @@ TEST(PrometheusTest, ScrapesAWorkerAndTheCoordinator) {
   ASSERT_TRUE(coordinator_workers.ok()) << coordinator_workers.status();
   EXPECT_EQ(*coordinator_workers, 2);
 
-  (*prom_process)->Terminate();
+  prom_process->process->Terminate();
   auto stop = rest.Post("/v1/stop", "{}", "application/json");
   ASSERT_TRUE(stop);
   EXPECT_EQ(stop->status, 200) << stop->body;
