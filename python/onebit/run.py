@@ -29,6 +29,7 @@ An elastic range (--nnodes=1:4) is an error: the world size is fixed.
 """
 import argparse
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -36,12 +37,34 @@ import sys
 import time
 
 
+def _ephemeral_ports():
+    """The kernel's range for port-0 binds and outgoing connections (Linux's default if unread)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(v) for v in f.read().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port_run(host="127.0.0.1", count=3):
-    """A port p with p .. p + count - 1 free on host a moment ago (the kernel's choice of p)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind((host, 0))
-            base = s.getsockname()[1]
+    """A port p with p .. p + count - 1 free on host a moment ago.
+
+    Drawn below the kernel's ephemeral range where there is room (as torchrun's 29500 is):
+    there, no outgoing connection of any process can take one of the ports between this
+    probe and the coordinator's bind, as one did when p came from a port-0 bind.
+    """
+    low, high = _ephemeral_ports()
+    lowest = 10000
+    if low - count > lowest:
+        candidates = [random.randrange(lowest, low - count + 1) for _ in range(50)]
+    else:
+        candidates = [None] * 50  # no room below: the kernel's choice
+    for base in candidates:
+        if base is None:
+            with socket.socket() as s:
+                s.bind((host, 0))
+                base = s.getsockname()[1]
         if base + count - 1 > 65535:
             continue
         probes = []
