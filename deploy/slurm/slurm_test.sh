@@ -21,7 +21,9 @@ check() {  # WHAT CONDITION...
   shift
   if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; failures=$((failures + 1)); fi
 }
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# Three free ports (gRPC, REST, metrics), as onebit-run --master_port=0 draws them: below the
+# kernel's ephemeral range, where no outgoing connection takes one before the coordinator binds.
+free_port() { PYTHONPATH="$R/python" python3 -c 'from onebit.run import free_port_run; print(free_port_run())'; }
 
 cat > "$TMP/job.json" <<'JSON'
 {"train_micro_batch_size_per_gpu": 8, "steps": 40, "seed": 1,
