@@ -376,6 +376,105 @@ __global__ void ServerInputKernel(const uint8_t* blocks, size_t block_bytes, int
   FinishReduction(local, scratch);
 }
 
+// Server pass 1 by warps (ServerBitLoads::kWarpWords2/4): the same sums as ServerInputKernel,
+// element by element (every worker's decoded bit added in rank order, then the fma). A warp
+// takes kRows rows of 128 elements a step; lane l takes the group at element 4*l of each
+// row, so that each 16-byte access of the warp covers 512 contiguous bytes of err. The
+// bits of a row are 4 words per worker; for 8 workers a lane loads kRows words (lane l:
+// word l % (4*kRows) of worker l / (4*kRows) of each load's set of workers) and every lane
+// takes its nibble of each worker's word from the lane that loaded it. Bit t of a
+// little-endian word is element t of its 32 (bit t % 8 of byte t / 8, as LoadNibble reads
+// them). Needs 4-byte aligned words: chunk % 32 == 0 and blocks 4-byte aligned.
+constexpr int kWordTile = 8;  // workers whose words a warp loads at once
+
+template <int kRows, bool kVec>
+__global__ void __launch_bounds__(kThreads, kRows == 2 ? 6 : 4) ServerInputWordsKernel(const uint8_t* blocks, size_t block_bytes,
+                                       int num_workers, size_t chunk, float inv_w, float* err,
+                                       ReductionScratch* scratch) {
+  constexpr size_t kRow = 32 * kGroup;                     // elements of a row: 128
+  constexpr int kWordsPerWorker = 4 * kRows;               // a step's words of one worker
+  constexpr int kWorkersPerLoad = 32 / kWordsPerWorker;    // workers of one load: 4 or 2
+  constexpr int kLoads = kWordTile / kWorkersPerLoad;      // loads per lane for 8 workers
+  constexpr size_t kWarpSpan = kRows * kRow;
+  __shared__ float scales[kThreads];
+  const unsigned lane = threadIdx.x & 31;
+  const size_t block_span = kWarps * kWarpSpan;
+  int staged = -1;  // the first worker of the tile in `scales`; the same in every thread
+  double local = 0.0;
+  for (size_t base = static_cast<size_t>(blockIdx.x) * block_span; base < chunk;
+       base += static_cast<size_t>(gridDim.x) * block_span) {
+    const size_t warp_base = base + (threadIdx.x >> 5) * kWarpSpan;
+    Group y[kRows], acc[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const size_t j = warp_base + r * kRow + lane * kGroup;
+      y[r] = j < chunk ? Load4<kVec>(err, j, chunk) : Group{};
+      acc[r] = Group{};
+    }
+    const size_t my_word = warp_base / 32 + lane % kWordsPerWorker;  // of each worker's bits
+    const bool word_in_chunk = my_word * 32 < chunk;
+    for (int w0 = 0; w0 < num_workers; w0 += kWordTile) {
+      const int scale_tile = w0 - w0 % kThreads;
+      if (staged != scale_tile) {
+        __syncthreads();  // Nobody still reads the previous tile's scales.
+        const int count = min(kThreads, num_workers - scale_tile);
+        if (static_cast<int>(threadIdx.x) < count) {
+          scales[threadIdx.x] =
+              LoadScale(blocks + static_cast<size_t>(scale_tile + threadIdx.x) * block_bytes);
+        }
+        __syncthreads();
+        staged = scale_tile;
+      }
+      unsigned words[kLoads];
+#pragma unroll
+      for (int k = 0; k < kLoads; ++k) {
+        const int worker = w0 + k * kWorkersPerLoad + static_cast<int>(lane) / kWordsPerWorker;
+        words[k] = 0;
+        if (word_in_chunk && worker < num_workers) {
+          words[k] = reinterpret_cast<const unsigned*>(
+              blocks + static_cast<size_t>(worker) * block_bytes + 4)[my_word];
+        }
+      }
+      const int tile = min(kWordTile, num_workers - w0);  // the same in every lane
+#pragma unroll
+      for (int w = 0; w < kWordTile; ++w) {
+        if (w < tile) {
+          const float s = scales[w0 + w - scale_tile];
+#pragma unroll
+          for (int r = 0; r < kRows; ++r) {
+            const int from = (w % kWorkersPerLoad) * kWordsPerWorker + 4 * r + lane / 8;
+            const unsigned word = __shfl_sync(kFullMask, words[w / kWorkersPerLoad], from);
+            const unsigned nibble = word >> (kGroup * (lane % 8));
+#pragma unroll
+            for (size_t e = 0; e < kGroup; ++e) {
+              acc[r].v[e] = __fadd_rn(acc[r].v[e], DecodeBit(nibble, e, s));
+            }
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const size_t j = warp_base + r * kRow + lane * kGroup;
+      if (j < chunk) {  // chunk is a multiple of 32: a group is whole or absent
+#pragma unroll
+        for (size_t e = 0; e < kGroup; ++e) y[r].v[e] = fmaf(acc[r].v[e], inv_w, y[r].v[e]);
+        Store4<kVec>(err, j, chunk, y[r]);
+        AddSquares(y[r], &local);
+      }
+    }
+  }
+  FinishReduction(local, scratch);
+}
+
+// The grid of ServerInputWordsKernel over chunk > 0 elements: a block per kWarps * kRows
+// rows, at most kMaxReduceBlocks (a function of the length alone, as every reduction's).
+template <int kRows>
+unsigned ServerWordsBlocks(size_t chunk) {
+  const size_t span = static_cast<size_t>(kWarps) * kRows * 32 * kGroup;
+  return static_cast<unsigned>(std::min<size_t>((chunk + span - 1) / span, kMaxReduceBlocks));
+}
+
 // Pass 2 of both compressions: x is in err; s comes from the sum of squares *sumsq over
 // n_scale elements. Writes s and the packed signs of each chunk and sets
 // err = x - s*sign(x). grid.y walks the chunks, grid.x the groups of a chunk; the loop
@@ -1102,6 +1201,7 @@ class CudaBackend final : public Backend {
   MemorySpace memory_space() const override { return MemorySpace::kCuda; }
 
   cudaStream_t stream() const { return stream_; }
+  void set_server_bit_loads(ServerBitLoads loads) { server_bit_loads_ = loads; }
 
   absl::StatusOr<void*> Allocate(size_t bytes) override {
     ONEBIT_RETURN_IF_ERROR(Activate());
@@ -1225,9 +1325,22 @@ class CudaBackend final : public Backend {
     if (chunk == 0) return ZeroScales(out, 1);
     const float inv_w = 1.0f / static_cast<float>(num_workers);
     const bool vec = Vec(err);
-    const auto input = vec ? ServerInputKernel<true> : ServerInputKernel<false>;
-    input<<<ReduceBlocks(chunk), kThreads, 0, stream_>>>(
-        blocks, CompressedBlockBytes(chunk), num_workers, chunk, inv_w, err, scratch_);
+    const size_t block_bytes = CompressedBlockBytes(chunk);
+    const bool words_aligned =
+        chunk % 32 == 0 && reinterpret_cast<uintptr_t>(blocks) % alignof(unsigned) == 0;
+    if (server_bit_loads_ == ServerBitLoads::kWarpWords2 && words_aligned) {
+      const auto input = vec ? ServerInputWordsKernel<2, true> : ServerInputWordsKernel<2, false>;
+      input<<<ServerWordsBlocks<2>(chunk), kThreads, 0, stream_>>>(
+          blocks, block_bytes, num_workers, chunk, inv_w, err, scratch_);
+    } else if (server_bit_loads_ == ServerBitLoads::kWarpWords4 && words_aligned) {
+      const auto input = vec ? ServerInputWordsKernel<4, true> : ServerInputWordsKernel<4, false>;
+      input<<<ServerWordsBlocks<4>(chunk), kThreads, 0, stream_>>>(
+          blocks, block_bytes, num_workers, chunk, inv_w, err, scratch_);
+    } else {
+      const auto input = vec ? ServerInputKernel<true> : ServerInputKernel<false>;
+      input<<<ReduceBlocks(chunk), kThreads, 0, stream_>>>(blocks, block_bytes, num_workers,
+                                                           chunk, inv_w, err, scratch_);
+    }
     ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
     const auto pack = vec ? SignPackKernel<true> : SignPackKernel<false>;
     pack<<<ChunkGrid(1, chunk), kThreads, 0, stream_>>>(
@@ -1640,6 +1753,7 @@ class CudaBackend final : public Backend {
   size_t ranges_capacity_ = 0;
   // host_transfers(); atomic so that a metrics thread may read them.
   std::atomic<uint64_t> to_host_{0}, from_host_{0}, copy_ns_{0};
+  ServerBitLoads server_bit_loads_ = ServerBitLoads::kThreadBytes;
 };
 
 }  // namespace
@@ -1690,6 +1804,17 @@ absl::StatusOr<std::unique_ptr<Backend>> NewCudaBackend(int device) {
 void* CudaStreamOf(Backend* backend) {
   auto* cuda = dynamic_cast<CudaBackend*>(backend);
   return cuda == nullptr ? nullptr : static_cast<void*>(cuda->stream());
+}
+
+absl::Status SetServerBitLoads(Backend* backend, ServerBitLoads loads) {
+  auto* cuda = dynamic_cast<CudaBackend*>(backend);
+  if (cuda == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "SetServerBitLoads: ", backend == nullptr ? "no backend" : backend->name(),
+        " is not a CUDA backend"));
+  }
+  cuda->set_server_bit_loads(loads);
+  return absl::OkStatus();
 }
 
 }  // namespace onebit::kernels

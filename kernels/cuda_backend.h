@@ -22,6 +22,31 @@ absl::StatusOr<std::unique_ptr<Backend>> NewCudaBackend(int device = 0);
 // cudaEvents. Null for any other backend.
 void* CudaStreamOf(Backend* backend);
 
+// How ServerAggregate's first pass reads the W workers' bits. Every choice gives the same
+// bits and error, element by element, and the same sum of squares order for a given length
+// (a function of the length alone, as every reduction here). They differ in how the memory
+// is asked for; the benchmark (cuda_kernels_benchmark) runs each against the copy, so that
+// the faster one becomes the default on the cards that count (issue 19: the thread-byte
+// reading ran at 0.84 of the copy on an H100 and 0.75 on an H200, and Nsight Compute put
+// 85% of its stalls on the workers' bit bytes).
+enum class ServerBitLoads {
+  // A thread takes 8 elements: two 16-byte groups of err and a byte of each worker's bits
+  // (one load instruction per worker and span). The default.
+  kThreadBytes,
+  // A warp takes rows of 128 elements (a lane a group of 4, so the warp's err accesses are
+  // 512 contiguous bytes) and reads the bits as 4-byte words, a lane loading the words of
+  // several workers for the whole warp and each lane taking its nibble by a shuffle: one
+  // load instruction per lane for every 8 workers and 2 rows (kWarpWords2) or 4 rows
+  // (kWarpWords4) a step. Only where the words are aligned (chunk a multiple of 32, the
+  // blocks 4-byte aligned); elsewhere kThreadBytes runs.
+  kWarpWords2,
+  kWarpWords4,
+};
+
+// Sets how `backend` (one made by NewCudaBackend) reads the bits from its next
+// ServerAggregate on; INVALID_ARGUMENT for any other backend.
+absl::Status SetServerBitLoads(Backend* backend, ServerBitLoads loads);
+
 }  // namespace onebit::kernels
 
 #endif  // ONEBIT_KERNELS_CUDA_BACKEND_H_

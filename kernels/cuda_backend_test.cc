@@ -381,6 +381,49 @@ TEST_F(CudaBackendTest, ServerAggregateManyWorkersMatchesCpu) {
   }
 }
 
+// Every way of reading the workers' bits (ServerBitLoads) gives the CPU's bits and error:
+// lengths in whole and partial warp rows, past one pass of the grid (4096 blocks of 8
+// warps), 1 to 300 workers (word tiles of 8 and scale tiles of 256 crossed), and blocks at
+// an odd address, where the word readings fall back to the thread bytes.
+TEST_F(CudaBackendTest, ServerAggregateEveryBitLoadingMatchesCpu) {
+  struct Case {
+    size_t chunk;
+    int num_workers;
+    size_t misalign;
+  };
+  const std::vector<Case> cases = {
+      {32, 1, 0},    {96, 3, 0},   {1024, 8, 0},  {1056, 9, 0},  {10016, 17, 0},
+      {4128, 300, 0}, {1000, 8, 0}, {1024, 8, 1},  {(size_t{4096} * 8 * 4 * 128) + 160, 2, 0},
+  };
+  for (ServerBitLoads loads : {ServerBitLoads::kWarpWords2, ServerBitLoads::kWarpWords4,
+                               ServerBitLoads::kThreadBytes}) {
+    ASSERT_OK(SetServerBitLoads(cuda(), loads));
+    for (const Case& c : cases) {
+      SCOPED_TRACE(absl::StrCat("loads ", static_cast<int>(loads), ", chunk = ", c.chunk,
+                                ", num_workers = ", c.num_workers, ", misalign = ", c.misalign));
+      const std::vector<uint8_t> blocks = RandomBlocks(rng_, c.num_workers, c.chunk);
+      std::vector<float> err = RandomFloats(rng_, c.chunk, 0.1f);
+      std::vector<uint8_t> out(CompressedBlockBytes(c.chunk));
+      DeviceArray<uint8_t> blocks_dev(cuda(), blocks, c.misalign), out_dev(cuda(), out);
+      DeviceArray<float> err_dev(cuda(), err);
+      ASSERT_OK(blocks_dev.status());
+      ASSERT_OK(err_dev.status());
+      ASSERT_OK(out_dev.status());
+      ASSERT_OK(cuda()->ServerAggregate(blocks_dev.data(), c.num_workers, c.chunk,
+                                        err_dev.data(), out_dev.data()));
+      ASSERT_OK(cpu()->ServerAggregate(blocks.data(), c.num_workers, c.chunk, err.data(),
+                                       out.data()));
+      const std::vector<uint8_t> out_cuda = out_dev.Read();
+      ASSERT_TRUE(BlocksMatch(out_cuda, out, 1, c.chunk));
+      EXPECT_TRUE(
+          ErrorsMatch(err_dev.Read(), err, BlockScale(out_cuda, 0), BlockScale(out, 0)));
+    }
+  }
+  std::unique_ptr<Backend> cpu_backend = NewCpuBackend();
+  EXPECT_EQ(SetServerBitLoads(cpu_backend.get(), ServerBitLoads::kWarpWords2).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(CudaBackendTest, DecompressMatchesCpu) {
   constexpr float kSentinel = -12345.0f;
   for (size_t n : kLengths) {

@@ -19,6 +19,9 @@
 // The optimizer family's kernels (the int8 compressor, 0/1 Adam's, 1-bit LAMB's, the
 // momentum mask's) are measured the same way.
 //
+// ServerAggregate runs once for each way of reading the workers' bits (ServerBitLoads,
+// cuda_backend.h): "/warp_words2" and "/warp_words4" beside the default.
+//
 // The kernels that reduce (the compressions, SumSquares) also run at 256K, 1M and 4M
 // elements, where launches, the last wave of blocks and the last block's sum of the
 // partials (cuda_backend.cu, "Reductions") weigh more than at 64M.
@@ -196,6 +199,15 @@ Workspace* MakeWorkspace() {
   return w;
 }
 
+// ServerAggregate of kWorkers blocks of n elements, with the bits read as `loads`.
+std::function<absl::Status()> ServerAggregateReading(Backend* b, ServerBitLoads loads,
+                                                     const uint8_t* blocks, size_t n) {
+  return [=] {
+    Check(SetServerBitLoads(b, loads), "SetServerBitLoads");
+    return b->ServerAggregate(blocks, kWorkers, n, workspace->err, workspace->server_out);
+  };
+}
+
 void RunKernel(benchmark::State& state, double min_bytes, double pass_bytes,
                std::function<absl::Status()> fn) {
   Workspace& w = *workspace;
@@ -269,9 +281,16 @@ void RegisterAll() {
          return b->CompressWorker(w.m, w.g, 0.9f, kN, kChunks, kChunk, w.err, w.worker_blocks);
        },
        6 * f32 + worker_blocks},
-      // Reads W blocks and err; writes err and one block.
+      // Reads W blocks and err; writes err and one block. Each way of reading the bits
+      // (ServerBitLoads; the default first).
       {"ServerAggregate/W=8", kWorkers * server_block + 2 * f32 + server_block,
-       [=, &w] { return b->ServerAggregate(w.server_blocks, kWorkers, kN, w.err, w.server_out); },
+       ServerAggregateReading(b, ServerBitLoads::kThreadBytes, w.server_blocks, kN),
+       kWorkers * server_block + 4 * f32 + server_block},
+      {"ServerAggregate/W=8/warp_words2", kWorkers * server_block + 2 * f32 + server_block,
+       ServerAggregateReading(b, ServerBitLoads::kWarpWords2, w.server_blocks, kN),
+       kWorkers * server_block + 4 * f32 + server_block},
+      {"ServerAggregate/W=8/warp_words4", kWorkers * server_block + 2 * f32 + server_block,
+       ServerAggregateReading(b, ServerBitLoads::kWarpWords4, w.server_blocks, kN),
        kWorkers * server_block + 4 * f32 + server_block},
       // Reads the blocks; writes out.
       {"Decompress", worker_blocks + f32,
@@ -390,7 +409,13 @@ void RegisterAll() {
          },
          6 * f32_n + worker_blocks_n},
         {"ServerAggregate/W=8", kWorkers * server_block_n + 2 * f32_n + server_block_n,
-         [=, &w] { return b->ServerAggregate(server_blocks, kWorkers, n, w.err, w.server_out); },
+         ServerAggregateReading(b, ServerBitLoads::kThreadBytes, server_blocks, n),
+         kWorkers * server_block_n + 4 * f32_n + server_block_n},
+        {"ServerAggregate/W=8/warp_words2", kWorkers * server_block_n + 2 * f32_n + server_block_n,
+         ServerAggregateReading(b, ServerBitLoads::kWarpWords2, server_blocks, n),
+         kWorkers * server_block_n + 4 * f32_n + server_block_n},
+        {"ServerAggregate/W=8/warp_words4", kWorkers * server_block_n + 2 * f32_n + server_block_n,
+         ServerAggregateReading(b, ServerBitLoads::kWarpWords4, server_blocks, n),
          kWorkers * server_block_n + 4 * f32_n + server_block_n},
         {"SumSquares", f32_n,
          [=, &w] {
