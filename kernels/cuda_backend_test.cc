@@ -234,6 +234,26 @@ class CudaBackendTest : public ::testing::Test {
 
   std::mt19937 rng_{12345};
 
+  // ServerAggregate of random blocks (at `misalign` bytes past an aligned address) and a
+  // random error on the CUDA backend and the CPU one: the same bits and error.
+  void ExpectServerAggregateMatchesCpu(size_t chunk, int num_workers, size_t misalign) {
+    const std::vector<uint8_t> blocks = RandomBlocks(rng_, num_workers, chunk);
+    std::vector<float> err = RandomFloats(rng_, chunk, 0.1f);
+    std::vector<uint8_t> out(CompressedBlockBytes(chunk), 0xAB);
+    DeviceArray<uint8_t> blocks_dev(cuda(), blocks, misalign);
+    DeviceArray<float> err_dev(cuda(), err);
+    DeviceArray<uint8_t> out_dev(cuda(), out, /*misalign=*/3);
+    ASSERT_OK(blocks_dev.status());
+    ASSERT_OK(err_dev.status());
+    ASSERT_OK(out_dev.status());
+    ASSERT_OK(cuda()->ServerAggregate(blocks_dev.data(), num_workers, chunk, err_dev.data(),
+                                      out_dev.data()));
+    ASSERT_OK(cpu()->ServerAggregate(blocks.data(), num_workers, chunk, err.data(), out.data()));
+    const std::vector<uint8_t> out_cuda = out_dev.Read();
+    ASSERT_TRUE(BlocksMatch(out_cuda, out, 1, chunk));
+    EXPECT_TRUE(ErrorsMatch(err_dev.Read(), err, BlockScale(out_cuda, 0), BlockScale(out, 0)));
+  }
+
  private:
   std::unique_ptr<Backend> cuda_;
   std::unique_ptr<Backend> cpu_;
@@ -334,25 +354,8 @@ TEST_F(CudaBackendTest, ServerAggregateMatchesCpu) {
     for (int num_workers : kNumWorkers) {
       const size_t chunk = CeilDiv(length, 8) * 8;
       SCOPED_TRACE(absl::StrCat("chunk = ", chunk, ", num_workers = ", num_workers));
-      const std::vector<uint8_t> blocks = RandomBlocks(rng_, num_workers, chunk);
-      std::vector<float> err = RandomFloats(rng_, chunk, 0.1f);
-      std::vector<uint8_t> out(CompressedBlockBytes(chunk), 0xAB);
-
-      DeviceArray<uint8_t> blocks_dev(cuda(), blocks, /*misalign=*/1);
-      DeviceArray<float> err_dev(cuda(), err);
-      DeviceArray<uint8_t> out_dev(cuda(), out, /*misalign=*/3);
-      ASSERT_OK(blocks_dev.status());
-      ASSERT_OK(err_dev.status());
-      ASSERT_OK(out_dev.status());
-      ASSERT_OK(cuda()->ServerAggregate(blocks_dev.data(), num_workers, chunk, err_dev.data(),
-                                        out_dev.data()));
-      ASSERT_OK(cpu()->ServerAggregate(blocks.data(), num_workers, chunk, err.data(),
-                                       out.data()));
-
-      const std::vector<uint8_t> out_cuda = out_dev.Read();
-      ASSERT_TRUE(BlocksMatch(out_cuda, out, 1, chunk));
-      EXPECT_TRUE(
-          ErrorsMatch(err_dev.Read(), err, BlockScale(out_cuda, 0), BlockScale(out, 0)));
+      ExpectServerAggregateMatchesCpu(chunk, num_workers, /*misalign=*/1);
+      if (HasFatalFailure()) return;
     }
   }
 }
@@ -360,24 +363,9 @@ TEST_F(CudaBackendTest, ServerAggregateMatchesCpu) {
 // Many workers: the kernel stages scales in shared memory in tiles of 256 workers.
 TEST_F(CudaBackendTest, ServerAggregateManyWorkersMatchesCpu) {
   for (int num_workers : {255, 256, 257, 600}) {
-    const size_t chunk = 1000;
     SCOPED_TRACE(absl::StrCat("num_workers = ", num_workers));
-    const std::vector<uint8_t> blocks = RandomBlocks(rng_, num_workers, chunk);
-    std::vector<float> err = RandomFloats(rng_, chunk, 0.1f);
-    std::vector<uint8_t> out(CompressedBlockBytes(chunk));
-    DeviceArray<uint8_t> blocks_dev(cuda(), blocks), out_dev(cuda(), out);
-    DeviceArray<float> err_dev(cuda(), err);
-    ASSERT_OK(blocks_dev.status());
-    ASSERT_OK(err_dev.status());
-    ASSERT_OK(out_dev.status());
-    ASSERT_OK(cuda()->ServerAggregate(blocks_dev.data(), num_workers, chunk, err_dev.data(),
-                                      out_dev.data()));
-    ASSERT_OK(
-        cpu()->ServerAggregate(blocks.data(), num_workers, chunk, err.data(), out.data()));
-    const std::vector<uint8_t> out_cuda = out_dev.Read();
-    ASSERT_TRUE(BlocksMatch(out_cuda, out, 1, chunk));
-    EXPECT_TRUE(
-        ErrorsMatch(err_dev.Read(), err, BlockScale(out_cuda, 0), BlockScale(out, 0)));
+    ExpectServerAggregateMatchesCpu(1000, num_workers, /*misalign=*/0);
+    if (HasFatalFailure()) return;
   }
 }
 
@@ -401,22 +389,8 @@ TEST_F(CudaBackendTest, ServerAggregateEveryBitLoadingMatchesCpu) {
     for (const Case& c : cases) {
       SCOPED_TRACE(absl::StrCat("loads ", static_cast<int>(loads), ", chunk = ", c.chunk,
                                 ", num_workers = ", c.num_workers, ", misalign = ", c.misalign));
-      const std::vector<uint8_t> blocks = RandomBlocks(rng_, c.num_workers, c.chunk);
-      std::vector<float> err = RandomFloats(rng_, c.chunk, 0.1f);
-      std::vector<uint8_t> out(CompressedBlockBytes(c.chunk));
-      DeviceArray<uint8_t> blocks_dev(cuda(), blocks, c.misalign), out_dev(cuda(), out);
-      DeviceArray<float> err_dev(cuda(), err);
-      ASSERT_OK(blocks_dev.status());
-      ASSERT_OK(err_dev.status());
-      ASSERT_OK(out_dev.status());
-      ASSERT_OK(cuda()->ServerAggregate(blocks_dev.data(), c.num_workers, c.chunk,
-                                        err_dev.data(), out_dev.data()));
-      ASSERT_OK(cpu()->ServerAggregate(blocks.data(), c.num_workers, c.chunk, err.data(),
-                                       out.data()));
-      const std::vector<uint8_t> out_cuda = out_dev.Read();
-      ASSERT_TRUE(BlocksMatch(out_cuda, out, 1, c.chunk));
-      EXPECT_TRUE(
-          ErrorsMatch(err_dev.Read(), err, BlockScale(out_cuda, 0), BlockScale(out, 0)));
+      ExpectServerAggregateMatchesCpu(c.chunk, c.num_workers, c.misalign);
+      if (HasFatalFailure()) return;
     }
   }
   std::unique_ptr<Backend> cpu_backend = NewCpuBackend();
