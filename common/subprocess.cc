@@ -14,6 +14,7 @@
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <regex>
 #include <sstream>
 #include <utility>
 
@@ -278,6 +279,33 @@ absl::StatusOr<std::string> WaitForFile(const std::string& path, absl::Duration 
     if (absl::Now() >= deadline) {
       return absl::DeadlineExceededError(
           absl::StrCat("no ", path, " after ", absl::FormatDuration(timeout)));
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+}
+
+absl::StatusOr<std::string> WaitForLogMatch(const std::string& path, const std::string& pattern,
+                                            absl::Duration timeout, Process* watch) {
+  const std::regex re(pattern);
+  const absl::Time deadline = absl::Now() + timeout;
+  for (;;) {
+    int code = 0;
+    const bool exited = watch != nullptr && watch->Exited(&code);  // before the last read
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string log = text.str();
+    std::smatch m;
+    if (std::regex_search(log, m, re)) return m.size() > 1 ? m[1].str() : m[0].str();
+    const std::string tail = log.size() > 2000 ? log.substr(log.size() - 2000) : log;
+    if (exited) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          watch->name(), " exited with code ", code, " before its log said /", pattern, "/:\n",
+          tail));
+    }
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          path, " did not say /", pattern, "/ in ", absl::FormatDuration(timeout), ":\n", tail));
     }
     absl::SleepFor(absl::Milliseconds(20));
   }

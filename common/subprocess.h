@@ -108,6 +108,13 @@ class Process {
 absl::StatusOr<std::string> WaitForFile(const std::string& path, absl::Duration timeout,
                                         Process* watch = nullptr);
 
+// Waits until the text of `path` (a log that grows) matches the regular expression
+// `pattern` (ECMAScript) and returns its first group (the whole match if it has none):
+// how a test learns the port a child bound to port 0 said it listens on. Errors as
+// WaitForFile's (the exit is noticed after a last read of the log), with the log's end.
+absl::StatusOr<std::string> WaitForLogMatch(const std::string& path, const std::string& pattern,
+                                            absl::Duration timeout, Process* watch = nullptr);
+
 }  // namespace onebit
 
 #endif  // ONEBIT_COMMON_SUBPROCESS_H_

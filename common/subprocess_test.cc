@@ -268,5 +268,34 @@ TEST(SubprocessTest, WaitForFile) {
   EXPECT_THAT(std::string(gone.message()), HasSubstr("exited with code 7"));
 }
 
+TEST(SubprocessTest, WaitForLogMatch) {
+  const std::string dir = NewDir("logmatch");
+  ProcessOptions options =
+      Shell("echo starting; sleep 0.2; echo 'listening on 127.0.0.1:4321'; exec sleep 30");
+  options.log_path = dir + "/talker.log";
+  auto talker = Process::Start(options);
+  ASSERT_TRUE(talker.ok()) << talker.status();
+  absl::StatusOr<std::string> address = WaitForLogMatch(
+      options.log_path, "listening on ([0-9.]+:[0-9]+)", absl::Seconds(10), talker->get());
+  ASSERT_TRUE(address.ok()) << address.status();
+  EXPECT_EQ(*address, "127.0.0.1:4321");
+  EXPECT_EQ(*WaitForLogMatch(options.log_path, "start[a-z]+", absl::Seconds(1)), "starting");
+
+  const absl::Status silent =
+      WaitForLogMatch(options.log_path, "ready", absl::Milliseconds(100)).status();
+  EXPECT_EQ(silent.code(), absl::StatusCode::kDeadlineExceeded) << silent;
+  EXPECT_THAT(std::string(silent.message()), HasSubstr("listening on"));  // the log's end
+
+  ProcessOptions quits = Shell("echo 'bind: address already in use'; exit 3");
+  quits.log_path = dir + "/quitter.log";
+  auto quitter = Process::Start(quits);
+  ASSERT_TRUE(quitter.ok()) << quitter.status();
+  const absl::Status gone =
+      WaitForLogMatch(quits.log_path, "listening", absl::Seconds(10), quitter->get()).status();
+  EXPECT_EQ(gone.code(), absl::StatusCode::kFailedPrecondition) << gone;
+  EXPECT_THAT(std::string(gone.message()), HasSubstr("exited with code 3"));
+  EXPECT_THAT(std::string(gone.message()), HasSubstr("address already in use"));
+}
+
 }  // namespace
 }  // namespace onebit

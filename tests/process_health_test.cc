@@ -95,25 +95,20 @@ std::unique_ptr<Process> Start(const std::string& name, const std::string& binar
   return process.ok() ? *std::move(process) : nullptr;
 }
 
-// Starts a worker with --metrics_port=0 and returns its /metrics address, read from the
-// line the worker prints once it listens ("" if it exited or did not say within 30 s). A
-// port picked here and handed over raced with every other process binding port 0 meanwhile.
+// Starts a worker with --metrics_port=0 and returns its /metrics address, from the line the
+// worker prints once it listens ("" and a failure if it exited or did not say within 30 s).
+// A port picked here and handed over raced with every other process binding port 0.
 std::string StartWorker(const std::string& name, std::vector<std::string> args,
                         const std::string& dir, std::unique_ptr<Process>* worker) {
   args.push_back("--metrics_port=0");
   *worker = Start(name, "worker/onebit-worker", args, dir);
   if (*worker == nullptr) return "";
-  const std::regex said("/metrics, /healthz, /readyz on ([0-9.]+:[0-9]+)");
-  const absl::Time give_up = absl::Now() + absl::Seconds(30);
-  while (absl::Now() < give_up && !(*worker)->Exited(nullptr)) {
-    const std::string log = ReadFile(absl::StrCat(dir, "/", name, ".log"));
-    std::smatch m;
-    if (std::regex_search(log, m, said)) return m[1];
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  ADD_FAILURE() << name << " did not say where it serves /metrics:\n"
-                << ReadFile(absl::StrCat(dir, "/", name, ".log"));
-  return "";
+  absl::StatusOr<std::string> address =
+      WaitForLogMatch(absl::StrCat(dir, "/", name, ".log"),
+                      "/metrics, /healthz, /readyz on ([0-9.]+:[0-9]+)", absl::Seconds(30),
+                      worker->get());
+  EXPECT_TRUE(address.ok()) << address.status();
+  return address.ok() ? *address : "";
 }
 
 // SIGTERM, then the exit code within `timeout` (-1 if it did not exit).
