@@ -387,10 +387,13 @@ __global__ void ServerInputKernel(const uint8_t* blocks, size_t block_bytes, int
 // them). Needs 4-byte aligned words: chunk % 32 == 0 and blocks 4-byte aligned.
 constexpr int kWordTile = 8;  // workers whose words a warp loads at once
 
+// The launch bounds hold kRows = 2 to the default's 40 registers (6 blocks an SM; ptxas
+// gave it 56 unbounded) and let kRows = 4 have 64 (4 blocks, 64 bytes of err in flight a
+// thread); neither spills (nvcc -Xptxas -v, sm_80 and sm_90).
 template <int kRows, bool kVec>
-__global__ void __launch_bounds__(kThreads, kRows == 2 ? 6 : 4) ServerInputWordsKernel(const uint8_t* blocks, size_t block_bytes,
-                                       int num_workers, size_t chunk, float inv_w, float* err,
-                                       ReductionScratch* scratch) {
+__global__ void __launch_bounds__(kThreads, kRows == 2 ? 6 : 4)
+    ServerInputWordsKernel(const uint8_t* blocks, size_t block_bytes, int num_workers,
+                           size_t chunk, float inv_w, float* err, ReductionScratch* scratch) {
   constexpr size_t kRow = 32 * kGroup;                     // elements of a row: 128
   constexpr int kWordsPerWorker = 4 * kRows;               // a step's words of one worker
   constexpr int kWorkersPerLoad = 32 / kWordsPerWorker;    // workers of one load: 4 or 2
