@@ -526,7 +526,7 @@ absl::StatusOr<v1::StatsReportResponse> Coordinator::ReportStats(const v1::Stats
                                                             report.variance_change());
   if (!status.ok()) return status;
   membership_.NoteStep(v1::ROLE_WORKER, report.rank(), report.step());
-  if (report.step() >= last_loss_step_) {
+  if (!report.no_loss() && report.step() >= last_loss_step_) {
     last_loss_step_ = report.step();
     last_loss_ = report.loss();
   }

@@ -281,8 +281,9 @@ class PyWorker {
   }
 
   // lr, max_grad_norm, beta1 and beta2: the script's own for this step (NaN: the job's).
-  void Supply(int64_t step, double loss, double lr, double max_grad_norm, double beta1,
-              double beta2) {
+  // loss: None where the script gave none.
+  void Supply(int64_t step, std::optional<double> loss, double lr, double max_grad_norm,
+              double beta1, double beta2) {
     absl::MutexLock lock(&mu_);
     if (workload_ == nullptr) Throw(absl::FailedPreconditionError("the worker is not running"));
     if (absl::Status s = workload_->Supply(step, loss, lr, max_grad_norm, beta1, beta2); !s.ok()) {

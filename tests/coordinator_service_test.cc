@@ -319,6 +319,15 @@ TEST_F(CoordinatorServiceTest, StatsReportsAreValidated) {
   EXPECT_EQ(job.step(), 5);
   EXPECT_DOUBLE_EQ(job.last_loss(), 2.5);
   EXPECT_DOUBLE_EQ(job.last_variance_change(), 0.3);
+  // A later step without a loss (a script that gave none) is no last loss of 0.
+  v1::StatsReport no_loss = report;
+  no_loss.set_step(6);
+  no_loss.set_loss(0.0);
+  no_loss.set_no_loss(true);
+  ASSERT_TRUE(client().ReportStats(no_loss).ok());
+  job = *client().GetJob({});
+  EXPECT_EQ(job.step(), 6);
+  EXPECT_DOUBLE_EQ(job.last_loss(), 2.5);
 
   const std::string before = JobJson();
   v1::StatsReport bad = report;

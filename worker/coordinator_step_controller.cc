@@ -112,6 +112,7 @@ v1::StatsReport CoordinatorStepController::Message(const StepReport& report) con
   stats.set_step(report.step);
   stats.set_stage(report.stage == Stage::kWarmup ? v1::STAGE_WARMUP : v1::STAGE_COMPRESSION);
   stats.set_loss(report.loss);
+  stats.set_no_loss(!report.loss_given);
   stats.set_variance_change(report.variance_change.value_or(-1.0));
   stats.set_step_seconds(report.seconds());
   if (exchange_) {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -29,7 +30,8 @@ struct Rig {
   std::unique_ptr<StaticStepController> controller;
   std::unique_ptr<Trainer> trainer;
 
-  explicit Rig(int64_t steps, std::optional<LossScalerOptions> loss_scaling = std::nullopt) {
+  explicit Rig(int64_t steps, std::optional<LossScalerOptions> loss_scaling = std::nullopt,
+               std::vector<std::string>* lines = nullptr) {
     ExternalWorkloadOptions o;
     o.initial.assign(kN, 0.0f);
     o.groups = {0, 2, kN};
@@ -39,7 +41,10 @@ struct Rig {
     controller = std::make_unique<StaticStepController>(/*freeze_step=*/steps / 2, steps);
     TrainerOptions options;
     options.optimizer.hyper.lr = 0.05f;
-    options.print = [](absl::string_view) {};
+    options.print = [lines](absl::string_view line) {
+      if (lines != nullptr) lines->emplace_back(line);
+    };
+    options.log_every = 2;
     options.eval_at_end = false;
     options.loss_scaling = loss_scaling;
     auto t = Trainer::Create(options, workload.get(), backend.get(), transport.get(),
@@ -58,6 +63,41 @@ struct Rig {
     });
   }
 };
+
+// A script that hands no loss (Supply without one) gets none in the progress line and in
+// the summary, not a 0; where it hands one for some steps of a line, their mean.
+TEST(ExternalWorkloadTest, AStepWithoutALossLeavesTheLossOut) {
+  constexpr int64_t kSteps = 6;
+  std::vector<std::string> lines;
+  Rig rig(kSteps, std::nullopt, &lines);
+  absl::Status trained;
+  std::thread trainer = rig.Train(&trained);
+  for (;;) {
+    absl::StatusOr<int64_t> step = rig.workload->WaitForStep();
+    ASSERT_TRUE(step.ok()) << step.status();
+    if (*step < 0) break;
+    float* g = rig.workload->gradient();
+    for (size_t i = 0; i < kN; ++i) g[i] = 1.0f;
+    // Steps 1-2: no loss; 3: 0.25 and 4: none; 5: 0.5 and 6: 0.75.
+    const std::optional<double> loss = *step == 3   ? std::optional<double>(0.25)
+                                       : *step == 5 ? std::optional<double>(0.5)
+                                       : *step == 6 ? std::optional<double>(0.75)
+                                                    : std::nullopt;
+    ASSERT_TRUE(rig.workload->Supply(*step, loss).ok());
+    EXPECT_EQ(rig.workload->loss_given(), loss.has_value());
+  }
+  trainer.join();
+  ASSERT_TRUE(trained.ok()) << trained;
+  std::vector<std::string> progress;
+  for (const std::string& line : lines) {
+    if (line.rfind("step ", 0) == 0) progress.push_back(line);
+  }
+  ASSERT_EQ(progress.size(), 3u) << ::testing::PrintToString(lines);
+  EXPECT_EQ(progress[0].find("loss"), std::string::npos) << progress[0];
+  EXPECT_NE(progress[1].find("  loss 0.2500  "), std::string::npos) << progress[1];
+  EXPECT_NE(progress[2].find("  loss 0.6250  "), std::string::npos) << progress[2];
+  EXPECT_DOUBLE_EQ(rig.trainer->summary().last_loss, 0.75);
+}
 
 TEST(ExternalWorkloadTest, TheClientTrainsTheOptimizersOwnParameters) {
   constexpr int64_t kSteps = 200;

@@ -455,6 +455,7 @@ absl::Status Trainer::RunStep(int64_t t) {
     optimizer_->set_betas(static_cast<float>(beta1), static_cast<float>(beta2));
   }
   report.loss = *loss;
+  report.loss_given = workload_->loss_given();
   const double computed = clock_->Seconds();
   report.compute_seconds = computed - start;
   if (scaler_.has_value()) {
@@ -532,7 +533,7 @@ absl::Status Trainer::RunStep(int64_t t) {
   totals.update_seconds += report.update_seconds;
   totals.device_copy_seconds += report.device_copy_seconds;
   summary_.last_step = t;
-  summary_.last_loss = report.loss;
+  if (report.loss_given) summary_.last_loss = report.loss;
   if (report.stage == Stage::kCompression && summary_.first_compression_step < 0) {
     summary_.first_compression_step = t;
     if (report.masked_elements > 0 || options_.optimizer.auto_mask_zero_gradients) {
@@ -547,7 +548,10 @@ absl::Status Trainer::RunStep(int64_t t) {
   ONEBIT_RETURN_IF_ERROR(controller_->Report(report));
   if (sink_ != nullptr) sink_->RecordStep(report);
 
-  window_loss_ += report.loss;
+  if (report.loss_given) {
+    window_loss_ += report.loss;
+    ++window_loss_steps_;
+  }
   window_seconds_ += seconds;
   ++window_steps_;
   if (log_line) {
@@ -558,11 +562,16 @@ absl::Status Trainer::RunStep(int64_t t) {
         scaler_.has_value() ? absl::StrFormat("  loss scale %g  skipped %d", scaler_->scale(),
                                               summary_.skipped_steps)
                             : "";
-    Print(absl::StrFormat("step %d%s  loss %.4f  stage %s  step %.1f ms  sent %.1f MB%s", t,
-                          of_total, window_loss_ / window_steps_, StageName(report.stage),
+    // A script that hands the optimizer no loss gets no loss here (not a 0).
+    const std::string loss_part =
+        window_loss_steps_ > 0
+            ? absl::StrFormat("  loss %.4f", window_loss_ / window_loss_steps_)
+            : std::string();
+    Print(absl::StrFormat("step %d%s%s  stage %s  step %.1f ms  sent %.1f MB%s", t, of_total,
+                          loss_part, StageName(report.stage),
                           1e3 * window_seconds_ / window_steps_, sent_mb, scaling));
     window_loss_ = window_seconds_ = 0.0;
-    window_steps_ = 0;
+    window_steps_ = window_loss_steps_ = 0;
   }
   return absl::OkStatus();
 }

@@ -97,6 +97,7 @@ struct StepReport {
   int64_t step = 0;
   Stage stage = Stage::kWarmup;
   double loss = 0.0;  // this worker's micro batch
+  bool loss_given = true;  // false: the workload had none (Workload::loss_given); loss is 0
   // The step time split (see the header comment); each >= 0, summing to the step.
   double compute_seconds = 0.0;
   double compress_seconds = 0.0;
@@ -347,7 +348,7 @@ class Trainer {
 
   // Progress lines: means since the last line.
   double window_loss_ = 0.0, window_seconds_ = 0.0;
-  int64_t window_steps_ = 0;
+  int64_t window_steps_ = 0, window_loss_steps_ = 0;  // the latter: steps with a loss
 
   // The variance at step v_prev_step_ (host copy), for the variance change.
   std::vector<float> v_prev_, v_now_;

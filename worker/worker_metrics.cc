@@ -64,7 +64,10 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& registry, const Labels& label
                       "Bytes an fp32 ring allreduce would send over bytes sent, last step that "
                       "sent anything.",
                       labels)),
-      loss_(GaugeFamily(registry, "onebit_worker_loss", "Training loss of the last step.", labels)),
+      loss_(GaugeFamily(registry, "onebit_worker_loss",
+                        "Training loss of the last step that had one (a training script may "
+                        "hand the optimizer none).",
+                        labels)),
       variance_change_(GaugeFamily(registry, "onebit_worker_variance_change",
                                    "||v_t - v_{t-k}|| / ||v_t|| at the last report (warmup).",
                                    labels)),
@@ -138,7 +141,7 @@ void WorkerMetrics::RecordStep(const StepReport& report) {
   device_bytes_[s][0]->Increment(static_cast<double>(report.device_bytes_to_host));
   device_bytes_[s][1]->Increment(static_cast<double>(report.device_bytes_from_host));
   if (report.compression_ratio > 0) compression_ratio_.Set(report.compression_ratio);
-  loss_.Set(report.loss);
+  if (report.loss_given) loss_.Set(report.loss);
   if (report.variance_change.has_value()) variance_change_.Set(*report.variance_change);
   if (report.error_norm.has_value()) error_norm_.Set(*report.error_norm);
   masked_elements_.Set(static_cast<double>(report.masked_elements));

@@ -86,8 +86,9 @@ class HistorySink : public TrainerMetricsSink {
   void RecordStep(const StepReport& r) override {
     next_->RecordStep(r);
     if (out_.is_open()) {
-      out_ << r.step << ",step," << StageName(r.stage) << "," << r.loss << ","
-           << r.seconds() << "," << r.bytes_sent << ",,,"
+      out_ << r.step << ",step," << StageName(r.stage) << ",";
+      if (r.loss_given) out_ << r.loss;  // else empty, as in the eval rows
+      out_ << "," << r.seconds() << "," << r.bytes_sent << ",,,"
            << r.compute_seconds << ","
            << absl::StrFormat("%.6f", absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()))
            << "," << r.compress_seconds << "," << r.exchange_seconds << "," << r.update_seconds

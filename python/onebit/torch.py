@@ -819,7 +819,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         self._check_fixed()
         lr = self._scheduled_lr()
         betas = self._scheduled_betas()
-        value = 0.0 if loss is None else float(loss)
+        value = None if loss is None else float(loss)  # None: the worker says no loss
         clip, self._clip = self._clip, None
         with _phase("hand-over to the worker"):
             nan = float("nan")

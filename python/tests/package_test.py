@@ -1085,6 +1085,21 @@ print("frozen layer unchanged; last layer", model[2].weight.flatten().tolist())
 '''
 
 
+LOSS_OR_NOT = r'''
+import torch
+import onebit.torch as ot
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1)
+opt = ot.Adam(model.parameters(), lr=0.01, config={"steps": 4, "onebit": {"log_every": 2}})
+x = torch.randn(8, 4)
+while not opt.done:
+    opt.zero_grad()
+    loss = model(x).square().mean()
+    loss.backward()
+    opt.step(loss=loss) if opt.next_step > 2 else opt.step()  # steps 1-2 without a loss
+'''
+
+
 MASK_FILES = r'''
 import os
 import sys
@@ -1571,6 +1586,16 @@ class TrainedLikeTorchOptim(unittest.TestCase):
         self.assertIn("refused after zero_grad: step() without a new gradient", out)
         self.assertIn("steps after the refusals: 2 to the end", out)
         self.assertIn("frozen layer unchanged", out)
+
+    def test_a_step_without_a_loss_prints_no_loss(self):
+        # Before, "loss 0.0000" stood in the progress line of a script that hands the
+        # optimizer no loss (and 0 in onebit_worker_loss and the job's last_loss).
+        r, out = self.run_alone(LOSS_OR_NOT)
+        self.assertEqual(r.returncode, 0, out[-3000:])
+        lines = re.findall(r"^.*step [24]/4 .*$", out, re.M)
+        self.assertEqual(len(lines), 2, out[-3000:])
+        self.assertNotIn("loss", lines[0])
+        self.assertRegex(lines[1], r"step 4/4  loss [0-9.]+  stage ")
 
     def test_a_loop_longer_or_shorter_than_the_job_is_told_so(self):
         r, out = self.run_alone(LOOP_LENGTH, "6")  # the job has 4 steps

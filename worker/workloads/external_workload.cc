@@ -132,7 +132,12 @@ absl::StatusOr<int64_t> ExternalWorkload::WaitForStep(absl::Time deadline) {
   return -1;
 }
 
-absl::Status ExternalWorkload::Supply(int64_t step, double loss, double lr,
+bool ExternalWorkload::loss_given() const {
+  absl::MutexLock lock(&mu_);
+  return loss_given_;
+}
+
+absl::Status ExternalWorkload::Supply(int64_t step, std::optional<double> loss, double lr,
                                       double max_grad_norm, double beta1, double beta2) {
   absl::MutexLock lock(&mu_);
   if (wanted_ != step || supplied_ == step) {
@@ -155,7 +160,8 @@ absl::Status ExternalWorkload::Supply(int64_t step, double loss, double lr,
                                                    ", ", beta2, "); each must be in [0, 1)"));
   }
   for (size_t b = announced_; b < buckets_.size(); ++b) AnnounceLocked(b);
-  loss_ = loss;
+  loss_ = loss.value_or(0.0);
+  loss_given_ = loss.has_value();
   lr_ = lr;
   max_grad_norm_ = max_grad_norm;
   beta1_ = beta1;

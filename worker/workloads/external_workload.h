@@ -88,6 +88,7 @@ class ExternalWorkload : public Workload {
   absl::Status InitParameters(float* host_params, uint64_t seed) const override;
   absl::StatusOr<double> ComputeGradient(const float* params, int64_t step,
                                          float* grad_out) override;
+  bool loss_given() const override;
   // The client evaluates its model itself: FAILED_PRECONDITION (turn evaluation off).
   absl::StatusOr<EvalResult> Evaluate(const float* params) override;
   std::vector<size_t> parameter_groups() const override { return groups_; }
@@ -101,13 +102,14 @@ class ExternalWorkload : public Workload {
   // The step whose gradient the trainer waits for; -1 once the trainer finished (OK), or
   // its error. UNAVAILABLE at `deadline`.
   absl::StatusOr<int64_t> WaitForStep(absl::Time deadline = absl::InfiniteFuture());
-  // The gradient of the step WaitForStep returned is in gradient(); `loss` is its loss.
+  // The gradient of the step WaitForStep returned is in gradient(); `loss` is its loss
+  // (none: the script gave none; loss_given() says so while the step runs).
   // FAILED_PRECONDITION when the trainer is not waiting for `step`.
   // `lr`: the learning rate the script's own schedule gives this step; `max_grad_norm`:
   // the norm its clip_grad_norm_ asked for; `beta1`, `beta2`: the betas its schedule gives
   // (OneCycleLR's momentum cycling; both or neither); NaN: none, the job's config applies.
   // INVALID_ARGUMENT for a value out of range. Supplied*() return them while the step runs.
-  absl::Status Supply(int64_t step, double loss,
+  absl::Status Supply(int64_t step, std::optional<double> loss,
                       double lr = std::numeric_limits<double>::quiet_NaN(),
                       double max_grad_norm = std::numeric_limits<double>::quiet_NaN(),
                       double beta1 = std::numeric_limits<double>::quiet_NaN(),
@@ -165,6 +167,7 @@ class ExternalWorkload : public Workload {
   int64_t wanted_ ABSL_GUARDED_BY(mu_) = 0;    // the step the trainer waits for; 0: none
   int64_t supplied_ ABSL_GUARDED_BY(mu_) = 0;  // the last step supplied
   double loss_ ABSL_GUARDED_BY(mu_) = 0.0;
+  bool loss_given_ ABSL_GUARDED_BY(mu_) = true;
   float loss_scale_ ABSL_GUARDED_BY(mu_) = 1.0f;
   int64_t ended_after_ ABSL_GUARDED_BY(mu_) = -1;  // EndAfter's step; -1: not ended
   double lr_ ABSL_GUARDED_BY(mu_) = std::numeric_limits<double>::quiet_NaN();  // of supplied_

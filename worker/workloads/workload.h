@@ -117,6 +117,11 @@ class Workload {
   // stream (the returned loss needs the result anyway).
   virtual absl::StatusOr<double> ComputeGradient(const float* params, int64_t step,
                                                  float* grad_out) = 0;
+  // Whether the loss the last ComputeGradient returned is the model's: false where the
+  // workload was given none (a training script that does not hand its loss to the
+  // optimizer) and 0 stands in; the progress line, the metrics and the coordinator's
+  // last_loss then leave it out.
+  virtual bool loss_given() const { return true; }
 
   // A buffer of num_parameters() floats in memory_space() that this workload computes its
   // gradient into anyway: ComputeGradient(params, step, gradient_buffer()) then copies
