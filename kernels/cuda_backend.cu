@@ -310,6 +310,22 @@ __global__ void WorkerInputKernel(const float* __restrict__ m, const float* __re
   FinishReduction(local, scratch);
 }
 
+// Puts the scales of workers first .. first + kThreads - 1 (those below num_workers) into
+// `scales`, unless *staged says they are there already. Every thread of the block calls it
+// with the same arguments (it synchronises the block).
+__device__ __forceinline__ void StageScales(const uint8_t* blocks, size_t block_bytes,
+                                            int num_workers, int first, float* scales,
+                                            int* staged) {
+  if (*staged == first) return;
+  __syncthreads();  // Nobody still reads the previous tile's scales.
+  if (static_cast<int>(threadIdx.x) < min(kThreads, num_workers - first)) {
+    scales[threadIdx.x] =
+        LoadScale(blocks + static_cast<size_t>(first + threadIdx.x) * block_bytes);
+  }
+  __syncthreads();
+  *staged = first;
+}
+
 // Server pass 1: err = fma(sum over workers in rank order of decode(block w), 1/W, err),
 // scratch->total = sum of err^2. A thread takes a span of kServerSpan = 8 elements per step
 // (one byte of every worker's bits, two groups of err), so that each byte load serves 8
@@ -338,15 +354,7 @@ __global__ void ServerInputKernel(const uint8_t* blocks, size_t block_bytes, int
     }
     for (int w0 = 0; w0 < num_workers; w0 += kThreads) {
       const int tile = min(kThreads, num_workers - w0);
-      if (staged != w0) {
-        __syncthreads();  // Nobody still reads the previous tile's scales.
-        if (static_cast<int>(threadIdx.x) < tile) {
-          scales[threadIdx.x] =
-              LoadScale(blocks + static_cast<size_t>(w0 + threadIdx.x) * block_bytes);
-        }
-        __syncthreads();
-        staged = w0;
-      }
+      StageScales(blocks, block_bytes, num_workers, w0, scales, &staged);
       if (valid) {
         const uint8_t* bits = blocks + static_cast<size_t>(w0) * block_bytes + 4 + (j >> 3);
 #pragma unroll 8
@@ -418,16 +426,7 @@ __global__ void __launch_bounds__(kThreads, kRows == 2 ? 6 : 4)
     const bool word_in_chunk = my_word * 32 < chunk;
     for (int w0 = 0; w0 < num_workers; w0 += kWordTile) {
       const int scale_tile = w0 - w0 % kThreads;
-      if (staged != scale_tile) {
-        __syncthreads();  // Nobody still reads the previous tile's scales.
-        const int count = min(kThreads, num_workers - scale_tile);
-        if (static_cast<int>(threadIdx.x) < count) {
-          scales[threadIdx.x] =
-              LoadScale(blocks + static_cast<size_t>(scale_tile + threadIdx.x) * block_bytes);
-        }
-        __syncthreads();
-        staged = scale_tile;
-      }
+      StageScales(blocks, block_bytes, num_workers, scale_tile, scales, &staged);
       unsigned words[kLoads];
 #pragma unroll
       for (int k = 0; k < kLoads; ++k) {

@@ -37,6 +37,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -199,13 +200,33 @@ Workspace* MakeWorkspace() {
   return w;
 }
 
-// ServerAggregate of kWorkers blocks of n elements, with the bits read as `loads`.
-std::function<absl::Status()> ServerAggregateReading(Backend* b, ServerBitLoads loads,
-                                                     const uint8_t* blocks, size_t n) {
-  return [=] {
-    Check(SetServerBitLoads(b, loads), "SetServerBitLoads");
-    return b->ServerAggregate(blocks, kWorkers, n, workspace->err, workspace->server_out);
-  };
+struct Case {
+  std::string name;
+  double min_bytes;
+  std::function<absl::Status()> fn;
+  double pass_bytes = 0.0;  // the two-pass kernels: what both passes move
+};
+
+// ServerAggregate of kWorkers `blocks` of n elements, once for each way of reading the bits
+// (ServerBitLoads; the default first). Reads W blocks and err; writes err and one block.
+std::vector<Case> ServerAggregateCases(Backend* b, const uint8_t* blocks, size_t n) {
+  const double f32 = 4.0 * static_cast<double>(n);
+  const double block = CompressedBlockBytes(n);
+  std::vector<Case> cases;
+  for (const auto& [suffix, loads] :
+       {std::pair<const char*, ServerBitLoads>{"", ServerBitLoads::kThreadBytes},
+        {"/warp_words2", ServerBitLoads::kWarpWords2},
+        {"/warp_words4", ServerBitLoads::kWarpWords4}}) {
+    cases.push_back({std::string("ServerAggregate/W=8") + suffix,
+                     kWorkers * block + 2 * f32 + block,
+                     [=, loads = loads] {
+                       Check(SetServerBitLoads(b, loads), "SetServerBitLoads");
+                       return b->ServerAggregate(blocks, kWorkers, n, workspace->err,
+                                                 workspace->server_out);
+                     },
+                     kWorkers * block + 4 * f32 + block});
+  }
+  return cases;
 }
 
 void RunKernel(benchmark::State& state, double min_bytes, double pass_bytes,
@@ -246,20 +267,13 @@ void RegisterAll() {
   const double n = static_cast<double>(kN);
   const double f32 = 4.0 * n;                                          // one float array
   const double worker_blocks = kChunks * CompressedBlockBytes(kChunk);  // N/8 + scales
-  const double server_block = CompressedBlockBytes(kN);
   const double int8_worker_blocks = kChunks * Int8BlockBytes(kChunk);  // N + 8 per chunk
   const double int8_server_block = Int8BlockBytes(kN);
   const AdamHyper h;
   AdamHyper h_wd;
   h_wd.weight_decay = 0.01f;
 
-  struct Case {
-    const char* name;
-    double min_bytes;
-    std::function<absl::Status()> fn;
-    double pass_bytes = 0.0;  // the two-pass kernels: what both passes move
-  };
-  const std::vector<Case> cases = {
+  std::vector<Case> cases = {
       {"DeviceToDeviceCopy", 2.0 * f32,
        [&w] {
          const cudaError_t e = cudaMemcpyAsync(w.out, w.g, kN * sizeof(float),
@@ -281,17 +295,6 @@ void RegisterAll() {
          return b->CompressWorker(w.m, w.g, 0.9f, kN, kChunks, kChunk, w.err, w.worker_blocks);
        },
        6 * f32 + worker_blocks},
-      // Reads W blocks and err; writes err and one block. Each way of reading the bits
-      // (ServerBitLoads; the default first).
-      {"ServerAggregate/W=8", kWorkers * server_block + 2 * f32 + server_block,
-       ServerAggregateReading(b, ServerBitLoads::kThreadBytes, w.server_blocks, kN),
-       kWorkers * server_block + 4 * f32 + server_block},
-      {"ServerAggregate/W=8/warp_words2", kWorkers * server_block + 2 * f32 + server_block,
-       ServerAggregateReading(b, ServerBitLoads::kWarpWords2, w.server_blocks, kN),
-       kWorkers * server_block + 4 * f32 + server_block},
-      {"ServerAggregate/W=8/warp_words4", kWorkers * server_block + 2 * f32 + server_block,
-       ServerAggregateReading(b, ServerBitLoads::kWarpWords4, w.server_blocks, kN),
-       kWorkers * server_block + 4 * f32 + server_block},
       // Reads the blocks; writes out.
       {"Decompress", worker_blocks + f32,
        [=, &w] { return b->Decompress(w.worker_blocks, kChunks, kChunk, kN, w.out); }},
@@ -379,8 +382,9 @@ void RegisterAll() {
       // Reads g; writes seen where g != 0 (here: every element).
       {"MarkNonzero", 2 * f32, [=, &w] { return b->MarkNonzero(w.g, w.out, kN); }},
   };
+  for (Case& c : ServerAggregateCases(b, w.server_blocks, kN)) cases.push_back(std::move(c));
   for (const Case& c : cases) {
-    benchmark::RegisterBenchmark(c.name, RunKernel, c.min_bytes, c.pass_bytes, c.fn)
+    benchmark::RegisterBenchmark(c.name.c_str(), RunKernel, c.min_bytes, c.pass_bytes, c.fn)
         ->UseManualTime()
         ->Unit(benchmark::kMicrosecond);
   }
@@ -390,13 +394,12 @@ void RegisterAll() {
     const size_t chunk = n / kChunks;
     const double f32_n = 4.0 * static_cast<double>(n);
     const double worker_blocks_n = kChunks * CompressedBlockBytes(chunk);
-    const double server_block_n = CompressedBlockBytes(n);
     const std::vector<uint8_t> host_blocks = ServerBlocks(kWorkers, n);
     uint8_t* server_blocks = w.Allocate<uint8_t>(host_blocks.size());
     Check(b->CopyFromHost(server_blocks, host_blocks.data(), host_blocks.size()),
           "CopyFromHost");
     const std::string size = "/n=" + std::to_string(n);
-    const std::vector<Case> small = {
+    std::vector<Case> small = {
         {"CompressWorker", 3 * f32_n + worker_blocks_n,
          [=, &w] {
            return b->CompressWorker(w.m, nullptr, 0.9f, n, kChunks, chunk, w.err,
@@ -408,21 +411,13 @@ void RegisterAll() {
            return b->CompressWorker(w.m, w.g, 0.9f, n, kChunks, chunk, w.err, w.worker_blocks);
          },
          6 * f32_n + worker_blocks_n},
-        {"ServerAggregate/W=8", kWorkers * server_block_n + 2 * f32_n + server_block_n,
-         ServerAggregateReading(b, ServerBitLoads::kThreadBytes, server_blocks, n),
-         kWorkers * server_block_n + 4 * f32_n + server_block_n},
-        {"ServerAggregate/W=8/warp_words2", kWorkers * server_block_n + 2 * f32_n + server_block_n,
-         ServerAggregateReading(b, ServerBitLoads::kWarpWords2, server_blocks, n),
-         kWorkers * server_block_n + 4 * f32_n + server_block_n},
-        {"ServerAggregate/W=8/warp_words4", kWorkers * server_block_n + 2 * f32_n + server_block_n,
-         ServerAggregateReading(b, ServerBitLoads::kWarpWords4, server_blocks, n),
-         kWorkers * server_block_n + 4 * f32_n + server_block_n},
         {"SumSquares", f32_n,
          [=, &w] {
            double result;
            return b->SumSquares(w.err, n, &result);
          }},
     };
+    for (Case& c : ServerAggregateCases(b, server_blocks, n)) small.push_back(std::move(c));
     for (const Case& c : small) {
       benchmark::RegisterBenchmark((c.name + size).c_str(), RunKernel, c.min_bytes,
                                    c.pass_bytes, c.fn)
