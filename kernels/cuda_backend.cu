@@ -1179,22 +1179,35 @@ class CopyTimer {
   std::chrono::steady_clock::time_point start_;
 };
 
+// A reduction's result on its way to the host, in pinned memory: the copy is one DMA queued
+// behind the kernel and the host waits once. Into pageable memory (a caller's double) the
+// copy is staged by the driver and needed a wait of its own first; on an H200 that cost
+// ~15 of SumSquares' 77 us at 64M elements (BENCHMARKS.md).
+struct HostResults {
+  double total;
+  unsigned max_bits;
+};
+
 class CudaBackend final : public Backend {
  public:
-  // Takes ownership of `stream` and `scratch` (device memory, arrivals == 0).
-  CudaBackend(int device, int num_sms, cudaStream_t stream, ReductionScratch* scratch)
+  // Takes ownership of `stream`, `scratch` (device memory, arrivals == 0) and `results`
+  // (pinned host memory).
+  CudaBackend(int device, int num_sms, cudaStream_t stream, ReductionScratch* scratch,
+              HostResults* results)
       : device_(device),
         // Enough 256-thread blocks to fill every SM (2048 resident threads on sm_80/sm_90);
         // the kernels loop over the rest.
         max_blocks_(static_cast<size_t>(std::max(num_sms, 1)) * 8),
         stream_(stream),
-        scratch_(scratch) {}
+        scratch_(scratch),
+        results_(results) {}
 
   ~CudaBackend() override {
     // Errors here mean the context is already broken; there is nobody left to report to.
     cudaSetDevice(device_);
     cudaStreamSynchronize(stream_);
     cudaFree(scratch_);
+    cudaFreeHost(results_);
     if (ranges_ != nullptr) cudaFree(ranges_);
     cudaStreamDestroy(stream_);
   }
@@ -1493,7 +1506,9 @@ class CudaBackend final : public Backend {
       kernel<<<ReduceBlocks(n), kThreads, 0, stream_>>>(x, n, scratch_);
       ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
     }
-    return CopyToHost(host_result, &scratch_->total, sizeof(double));
+    ONEBIT_RETURN_IF_ERROR(ResultToHost(&results_->total, &scratch_->total));
+    *host_result = results_->total;
+    return absl::OkStatus();
   }
 
   absl::Status ZeroOneLocalUpdate(const AdamHyper& h, const float* g, const float* v, float* m,
@@ -1608,9 +1623,9 @@ class CudaBackend final : public Backend {
                                                                 &scratch_->max_bits);
       ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
     }
-    unsigned bits = 0;
-    ONEBIT_RETURN_IF_ERROR(CopyToHost(&bits, &scratch_->max_bits, sizeof(bits)));
-    std::memcpy(host_result, &bits, sizeof(bits));
+    ONEBIT_RETURN_IF_ERROR(ResultToHost(&results_->max_bits, &scratch_->max_bits));
+    static_assert(sizeof(float) == sizeof(unsigned), "max_bits holds a float's bits");
+    std::memcpy(host_result, &results_->max_bits, sizeof(float));
     return absl::OkStatus();
   }
 
@@ -1692,6 +1707,18 @@ class CudaBackend final : public Backend {
     return absl::OkStatus();
   }
 
+  // A reduction's result, queued behind its kernel, into `pinned` (a member of results_);
+  // the host waits once. Counted in host_transfers()' bytes; its time is the kernel's as
+  // much as the copy's, so it is left out of their copy time.
+  template <typename T>
+  absl::Status ResultToHost(T* pinned, const T* device_src) {
+    to_host_.fetch_add(sizeof(T), std::memory_order_relaxed);
+    ONEBIT_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(pinned, device_src, sizeof(T), cudaMemcpyDeviceToHost, stream_));
+    ONEBIT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    return absl::OkStatus();
+  }
+
   // The grid of the elementwise kernels, n > 0. Not for reductions: it depends on the SM
   // count (they use ReduceBlocks).
   unsigned Blocks(size_t n) const {
@@ -1751,6 +1778,7 @@ class CudaBackend final : public Backend {
   // The reductions' partials and result. Stream order makes one enough: the next
   // reduction is queued after the previous one's last reader.
   ReductionScratch* const scratch_;
+  HostResults* const results_;  // pinned: the reductions' results for the host
   unsigned* ranges_ = nullptr;  // int8: 3 * ranges_capacity_ (ResetRanges)
   size_t ranges_capacity_ = 0;
   // host_transfers(); atomic so that a metrics thread may read them.
@@ -1800,7 +1828,15 @@ absl::StatusOr<std::unique_ptr<Backend>> NewCudaBackend(int device) {
     cudaStreamDestroy(stream);
     return CudaErrorStatus(error, "cudaMemsetAsync(scratch, 0, ...)", __FILE__, __LINE__);
   }
-  return std::unique_ptr<Backend>(new CudaBackend(device, num_sms, stream, scratch));
+  HostResults* results = nullptr;
+  error = cudaMallocHost(&results, sizeof(HostResults));
+  if (error != cudaSuccess) {
+    cudaFree(scratch);
+    cudaStreamDestroy(stream);
+    return CudaErrorStatus(error, "cudaMallocHost(&results, sizeof(HostResults))", __FILE__,
+                           __LINE__);
+  }
+  return std::unique_ptr<Backend>(new CudaBackend(device, num_sms, stream, scratch, results));
 }
 
 void* CudaStreamOf(Backend* backend) {

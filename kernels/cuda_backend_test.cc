@@ -704,10 +704,20 @@ TEST_F(CudaBackendTest, SumSquaresMatchesCpu) {
     DeviceArray<float> x_dev(cuda(), x);
     ASSERT_OK(x_dev.status());
     double cuda_sum = -1.0, cpu_sum = -1.0;
+    const uint64_t to_host_before = cuda()->host_transfers().to_host;
     ASSERT_OK(cuda()->SumSquares(x_dev.data(), n, &cuda_sum));
     ASSERT_OK(cpu()->SumSquares(x.data(), n, &cpu_sum));
     // Float64 sums of exact squares in two orders: a few ulps apart.
     EXPECT_NEAR(cuda_sum, cpu_sum, 1e-12 * cpu_sum);
+    // The result crossed to the host (through the backend's pinned buffer) and was counted.
+    EXPECT_EQ(cuda()->host_transfers().to_host - to_host_before, sizeof(double));
+    // The same sum again, and the sum of half the array: each call's own result.
+    double again = -1.0, half = -1.0, half_cpu = -1.0;
+    ASSERT_OK(cuda()->SumSquares(x_dev.data(), n, &again));
+    EXPECT_EQ(again, cuda_sum);
+    ASSERT_OK(cuda()->SumSquares(x_dev.data(), n / 2, &half));
+    ASSERT_OK(cpu()->SumSquares(x.data(), n / 2, &half_cpu));
+    EXPECT_NEAR(half, half_cpu, 1e-12 * half_cpu);
   }
 }
 
