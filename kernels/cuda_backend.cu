@@ -523,12 +523,22 @@ __global__ void DecompressKernel(const uint8_t* blocks, size_t block_bytes, size
     const float s = LoadScale(block);
     const size_t count = min(chunk, n - k * chunk);
     float* out_chunk = out + k * chunk;
-    for (size_t j = FirstElement(); j < count; j += ElementStride()) {
-      const unsigned nibble = LoadNibble(block + 4, j);
+    // Two groups per step, both nibbles loaded before either is stored: a thread's only
+    // load is its bits (half a byte a group), so one group a step left the loop waiting a
+    // full load latency for every 16 bytes it writes.
+    const size_t stride = ElementStride();
+    for (size_t j = FirstElement(); j < count; j += 2 * stride) {
+      const bool second = j + stride < count;
+      const unsigned first_bits = LoadNibble(block + 4, j);
+      const unsigned second_bits = second ? LoadNibble(block + 4, j + stride) : 0u;
       Group r;
 #pragma unroll
-      for (size_t e = 0; e < kGroup; ++e) r.v[e] = DecodeBit(nibble, e, s);
+      for (size_t e = 0; e < kGroup; ++e) r.v[e] = DecodeBit(first_bits, e, s);
       Store4<kVec>(out_chunk, j, count, r);
+      if (!second) break;
+#pragma unroll
+      for (size_t e = 0; e < kGroup; ++e) r.v[e] = DecodeBit(second_bits, e, s);
+      Store4<kVec>(out_chunk, j + stride, count, r);
     }
   }
 }
