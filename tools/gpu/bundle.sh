@@ -12,7 +12,11 @@
 #   - Python 3.12's headers where this machine has a CPython 3.12, for a GPU machine whose
 #     Python came without them;
 #   - Fashion-MNIST (Debian's dataset-fashion-mnist).
+#   - with BEFORE=COMMIT, the kernel benchmark of that commit too (gpu-bundle/before_bench,
+#     built in a temporary git worktree), which check.sh's kernel_bench_before runs in the
+#     same call, so that a kernel change is measured against its base on the same card.
 # Usage: tools/gpu/bundle.sh            then carry gpu-bundle and run tools/gpu/check.sh.
+#        BEFORE=b1fb0d6 tools/gpu/bundle.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT="$PWD"
@@ -86,6 +90,18 @@ done | sort -u | while read -r lib; do
 done
 
 cp /usr/share/datasets/fashion-mnist/*.gz "$B/fashion-mnist/"
+
+if [ -n "${BEFORE:-}" ]; then
+  commit="$(git rev-parse --verify "$BEFORE^{commit}")"
+  tree="$(mktemp -d)/before"
+  git worktree add -q --detach "$tree" "$commit"
+  echo "bundle.sh: building the kernel benchmark of $commit in $tree"
+  (cd "$tree" && bazel build //kernels:cuda_kernels_benchmark &&
+    install -m 755 bazel-bin/kernels/cuda_kernels_benchmark "$B/before_bench" &&
+    strip "$B/before_bench" && bazel shutdown)
+  git worktree remove --force "$tree"
+  echo "$commit" > "$B/before_commit"
+fi
 tar -C "$S" -cJf "$B/bundle.tar.xz" .
 rm -rf "$S"
 du -sh "$B" "$B"/*

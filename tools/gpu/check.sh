@@ -127,8 +127,17 @@ check trainer_test_gpu 120 "$BIN/worker/trainer_test" --gtest_filter='TrainerGpu
 
 # ---- The CUDA kernels against a device-to-device copy (bench.json). BEFORE_BENCH=PATH: the
 # benchmark binary of an earlier commit (built here, put in gpu-bundle/, which the call
-# carries), run in the same call so that a change is measured against the copy of the same
+# carries; `BEFORE=COMMIT tools/gpu/bundle.sh` puts it at gpu-bundle/before_bench, taken by
+# default), run in the same call so that a change is measured against the copy of the same
 # run on the same card (bench_before.json). ----
+if [ -z "${BEFORE_BENCH:-}" ] && [ -x gpu-bundle/before_bench ]; then
+  BEFORE_BENCH="$ROOT/gpu-bundle/before_bench"
+  echo "kernel_bench_before: the benchmark of $(cat gpu-bundle/before_commit 2>/dev/null || echo '?')"
+fi
+# Named or not, the earlier benchmark runs wherever kernel_bench does.
+if [ -n "${BEFORE_BENCH:-}" ] && want kernel_bench && ! want kernel_bench_before; then
+  CHECKS="$CHECKS kernel_bench_before"
+fi
 check kernel_bench 150 "$BIN/kernels/cuda_kernels_benchmark" --benchmark_min_time=0.1 \
   --benchmark_out="$OUT/bench.json" --benchmark_out_format=json
 if [ -n "${BEFORE_BENCH:-}" ]; then
