@@ -144,6 +144,13 @@ if [ -n "${BEFORE_BENCH:-}" ]; then
   check kernel_bench_before 150 "$BEFORE_BENCH" --benchmark_min_time=0.1 \
     --benchmark_out="$OUT/bench_before.json" --benchmark_out_format=json
 fi
+# The table for BENCHMARKS.md (where a GPU measured something): bench_table.md.
+if [ -s "$OUT/bench.json" ]; then
+  before_json=()
+  [ -s "$OUT/bench_before.json" ] && before_json=("$OUT/bench_before.json")
+  "$PY" tools/gpu/bench_table.py "$OUT/bench.json" "${before_json[@]}" > "$OUT/bench_table.md" &&
+    tail -n 1 "$OUT/bench_table.md"
+fi
 
 # ---- The Python package's extension, compiled here against this Python and pybind11 ----
 build_extension() {
