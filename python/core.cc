@@ -199,6 +199,11 @@ class PyWorker {
       if (workload_ == nullptr) return std::nullopt;
       return workload_->SuppliedBetas(step);
     };
+    o.weight_decays_override = [this](int64_t step) -> std::optional<std::vector<double>> {
+      absl::MutexLock lock(&mu_);
+      if (workload_ == nullptr) return std::nullopt;
+      return workload_->SuppliedWeightDecays(step);
+    };
     if (loaded_.has_value()) {
       o.restore_loaded_state = [this](Trainer& trainer, int rank, int world_size) {
         // The error buffers are this worker's only if the same rank of as many workers
@@ -280,13 +285,16 @@ class PyWorker {
     }
   }
 
-  // lr, max_grad_norm, beta1 and beta2: the script's own for this step (NaN: the job's).
-  // loss: None where the script gave none.
+  // lr, max_grad_norm, beta1 and beta2: the script's own for this step (NaN: the job's);
+  // weight_decays: each hyper group's (empty: the optimizer's own). loss: None where the
+  // script gave none.
   void Supply(int64_t step, std::optional<double> loss, double lr, double max_grad_norm,
-              double beta1, double beta2) {
+              double beta1, double beta2, std::vector<double> weight_decays) {
     absl::MutexLock lock(&mu_);
     if (workload_ == nullptr) Throw(absl::FailedPreconditionError("the worker is not running"));
-    if (absl::Status s = workload_->Supply(step, loss, lr, max_grad_norm, beta1, beta2); !s.ok()) {
+    if (absl::Status s = workload_->Supply(step, loss, lr, max_grad_norm, beta1, beta2,
+                                           std::move(weight_decays));
+        !s.ok()) {
       Throw(s);
     }
   }
@@ -715,7 +723,8 @@ PYBIND11_MODULE(_onebit_core, m) {
            py::arg("lr") = std::numeric_limits<double>::quiet_NaN(),
            py::arg("max_grad_norm") = std::numeric_limits<double>::quiet_NaN(),
            py::arg("beta1") = std::numeric_limits<double>::quiet_NaN(),
-           py::arg("beta2") = std::numeric_limits<double>::quiet_NaN())
+           py::arg("beta2") = std::numeric_limits<double>::quiet_NaN(),
+           py::arg("weight_decays") = std::vector<double>())
       .def("close", &PyWorker::Close, py::arg("why"))
       .def("fail_job", &PyWorker::FailJob, py::arg("why"), py::arg("step"))
       .def("end_after", &PyWorker::EndAfter, py::arg("step"))

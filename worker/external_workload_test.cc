@@ -196,6 +196,39 @@ TEST(ExternalWorkloadTest, TheTrainersErrorReachesTheClient) {
   EXPECT_EQ(rig.workload->WaitForStep(absl::Now()).status().code(), absl::StatusCode::kUnavailable);
 }
 
+// A script's weight-decay schedule: the groups' decays handed in with a step are what
+// SuppliedWeightDecays gives for it (none for a step without them); a bad one is refused,
+// and the step may then be supplied right.
+TEST(ExternalWorkloadTest, TheScriptsWeightDecaysGoWithTheirStep) {
+  Rig rig(2);
+  absl::Status trained;
+  std::thread trainer = rig.Train(&trained);
+  constexpr double kNone = std::numeric_limits<double>::quiet_NaN();
+  for (;;) {
+    absl::StatusOr<int64_t> step = rig.workload->WaitForStep();
+    ASSERT_TRUE(step.ok()) << step.status();
+    if (*step < 0) break;
+    if (*step == 1) {
+      for (const double bad : {-0.5, kNone, std::numeric_limits<double>::infinity()}) {
+        const absl::Status refused =
+            rig.workload->Supply(*step, 1.0, kNone, kNone, kNone, kNone, {0.1, bad});
+        EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << bad;
+        EXPECT_NE(refused.message().find("the weight decay of parameter group 1 for step 1"),
+                  std::string::npos)
+            << refused;
+      }
+      ASSERT_TRUE(rig.workload->Supply(*step, 1.0, kNone, kNone, kNone, kNone, {0.1, 0.3}).ok());
+      EXPECT_EQ(rig.workload->SuppliedWeightDecays(1), (std::vector<double>{0.1, 0.3}));
+    } else {
+      ASSERT_TRUE(rig.workload->Supply(*step, 1.0).ok());
+      EXPECT_EQ(rig.workload->SuppliedWeightDecays(*step), std::nullopt);
+      EXPECT_EQ(rig.workload->SuppliedWeightDecays(1), std::nullopt);  // another step's
+    }
+  }
+  trainer.join();
+  ASSERT_TRUE(trained.ok()) << trained;
+}
+
 TEST(ExternalWorkloadTest, WaitingForAStepTimesOutAndBadInputIsRefused) {
   auto backend = kernels::NewCpuBackend();
   ExternalWorkloadOptions o;

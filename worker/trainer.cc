@@ -167,6 +167,7 @@ absl::Status Trainer::Init(Exchange* exchange, Transport* transport) {
     exchange = owned_exchange_.get();
   }
   ONEBIT_ASSIGN_OR_RETURN(optimizer_, CreateOptimizer(spec, backend_, exchange, initial.data(), n));
+  built_weight_decays_ = optimizer_->weight_decays();
   grad_data_ = options_.gradient_accumulation_steps == 1 ? workload_->gradient_buffer() : nullptr;
   if (grad_data_ == nullptr) {
     ONEBIT_ASSIGN_OR_RETURN(grad_, kernels::Buffer<float>::Create(backend_, n));
@@ -453,6 +454,14 @@ absl::Status Trainer::RunStep(int64_t t) {
           absl::StrCat("the momentum schedule gives betas ", beta1, ", ", beta2, " for step ", t)));
     }
     optimizer_->set_betas(static_cast<float>(beta1), static_cast<float>(beta2));
+  }
+  if (options_.weight_decays) {
+    const std::optional<std::vector<double>> decays = options_.weight_decays(t);
+    absl::Status set = optimizer_->set_weight_decays(decays.value_or(built_weight_decays_));
+    if (!set.ok()) {
+      return abandon(absl::InvalidArgumentError(absl::StrCat(
+          "the weight-decay schedule for step ", t, ": ", set.message())));
+    }
   }
   report.loss = *loss;
   report.loss_given = workload_->loss_given();

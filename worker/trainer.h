@@ -206,6 +206,10 @@ struct TrainerOptions {
   std::function<std::optional<double>(int64_t step)> script_max_grad_norm;
   // The betas of step t (OneCycle's momentum cycling); null: the optimizer's throughout.
   std::function<std::pair<double, double>(int64_t step)> betas;
+  // Each parameter group's weight decay for step t (a training script's weight-decay
+  // schedule; Optimizer::set_weight_decays); nullopt: those the optimizer was built with.
+  // Null: the built ones throughout.
+  std::function<std::optional<std::vector<double>>(int64_t step)> weight_decays;
   // Micro batches per step (the job config's gradient_accumulation_steps): step t
   // averages the workload's gradients of micro steps (t-1)*k + 1 .. t*k, in that order,
   // before the optimizer sees it; the step's loss is their mean. With k > 1 the warmup
@@ -330,6 +334,7 @@ class Trainer {
   StepClock* const clock_;
   std::unique_ptr<Exchange> owned_exchange_;  // the PeerExchange made over a Transport
   std::unique_ptr<Optimizer> optimizer_;
+  std::vector<double> built_weight_decays_;  // optimizer_'s at creation (weight_decays)
   std::optional<LossScaler> scaler_;
   double agree_seconds_ = 0.0;  // this step's Exchange::AnyOverflow call
   // The step's gradient: the workload's gradient_buffer() where it has one and micro

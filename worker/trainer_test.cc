@@ -536,6 +536,34 @@ TEST(TrainerTest, AccumulationAndTheLearningRateSchedule) {
   ASSERT_TRUE((*cycled)->Run().ok());
   const std::vector<float> moved = *(*cycled)->optimizer().ParamsToHost();
   for (float x : moved) EXPECT_NEAR(x, 0.7f, 1e-5f);
+
+  // A weight-decay schedule, the same way: decay 1 at step 2 adds lr * 1 * p (0.09) to that
+  // step's move; steps 1 and 3 give none, so the optimizer's built decay (0) applies there:
+  // 1 - 0.1 - (0.1 + 0.09) - 0.1 = 0.61 (with step 2's decay kept at step 3: 0.539).
+  CountingWorkload fourth;
+  StaticStepController controller4(/*freeze_step=*/-1, /*total_steps=*/3);
+  options.weight_decays = [](int64_t t) -> std::optional<std::vector<double>> {
+    if (t == 2) return std::vector<double>{1.0};
+    return std::nullopt;
+  };
+  auto decayed = Trainer::Create(options, &fourth, backend.get(), transport, &controller4);
+  ASSERT_TRUE(decayed.ok()) << decayed.status();
+  ASSERT_TRUE((*decayed)->Run().ok());
+  const std::vector<float> decayed_params = *(*decayed)->optimizer().ParamsToHost();
+  for (float x : decayed_params) EXPECT_NEAR(x, 0.61f, 1e-5f);
+  CountingWorkload fifth;
+  StaticStepController controller5(/*freeze_step=*/-1, /*total_steps=*/3);
+  options.weight_decays = [](int64_t t) -> std::optional<std::vector<double>> {
+    if (t == 2) return std::vector<double>{-1.0};
+    return std::nullopt;
+  };
+  auto refused = Trainer::Create(options, &fifth, backend.get(), transport, &controller5);
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  const auto refused_run = (*refused)->Run();
+  EXPECT_EQ(refused_run.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused_run.status().message(),
+              HasSubstr("the weight-decay schedule for step 2: parameter group 0: weight_decay "
+                        "must be >= 0 and finite, got -1"));
 }
 
 // fp16 on the CPU, for the trainer's side of loss scaling: the Fashion-MNIST MLP whose

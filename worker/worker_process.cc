@@ -730,6 +730,11 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
                                 std::make_pair(config.optimizer.beta1, config.optimizer.beta2),
                                 micro);
   }
+  if (o.weight_decays_override) {
+    options.weight_decays = [override = o.weight_decays_override, micro](int64_t t) {
+      return override(t * micro);
+    };
+  }
   if (!o.evaluate) {
     options.eval_every = 0;
     options.eval_at_end = false;

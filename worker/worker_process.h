@@ -52,6 +52,9 @@ struct WorkerProcessOptions {
   // Its betas for a step (a torch scheduler's momentum cycling, OneCycleLR's), likewise;
   // nullopt: the job config's betas and scheduler.
   std::function<std::optional<std::pair<double, double>>(int64_t step)> betas_override;
+  // Its parameter groups' weight decays for a step (a weight-decay schedule; one per
+  // hyper group, in order), likewise; nullopt: those the optimizer was built with.
+  std::function<std::optional<std::vector<double>>(int64_t step)> weight_decays_override;
   int cuda_device = 0;             // with onebit.device cuda
   int cpu_threads = -1;            // -1: the config's onebit.cpu_threads
   bool check = false;              // validate flags and config, then return

@@ -65,7 +65,8 @@ one worker's gradients; an enabled one is refused), and every worker skips an ov
 step alike. MICRO-BATCHES: `with opt.no_sync():` as with DDP, or the config's
 gradient_accumulation_steps K (step() after each micro-batch, as DeepSpeed's
 engine.step()). SCHEDULES: a torch lr_scheduler's lr and betas take effect at the next
-step(); eps and weight_decay are fixed when the optimizer is built. MOMENTUM MASKS: a param
+step(), and so does each group's weight_decay (a weight-decay schedule); eps is fixed when
+the optimizer is built. MOMENTUM MASKS: a param
 group's exp_avg_mask, as DeepSpeed's (0 where the momentum is masked; broadcast to each of
 the group's parameters), becomes the config's onebit.momentum_mask.ranges.
 
@@ -577,10 +578,11 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         # to the C++ side (_scheduled_lr).
         self._job_lr = float(defaults["lr"])
         self._initial_lrs = [float(g["lr"]) for g in self.param_groups]
-        # What a schedule may not move (eps, each group's weight_decay), and the betas one may
-        # (all groups alike): as built.
+        # What a schedule may not move (eps), and what it may: the betas (all groups alike)
+        # and each group's weight_decay, as built.
         self._initial_betas = tuple(float(b) for b in defaults["betas"])
-        self._fixed = [(float(g["eps"]), float(g["weight_decay"])) for g in self.param_groups]
+        self._fixed_eps = [float(g["eps"]) for g in self.param_groups]
+        self._initial_decays = [float(g["weight_decay"]) for g in self.param_groups]
         self._config_scheduler = bool(job.get("scheduler"))
         # Without steps the job is open-ended: it ends when the workers' loops do.
         self._open_ended = "steps" not in job
@@ -819,13 +821,15 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         self._check_fixed()
         lr = self._scheduled_lr()
         betas = self._scheduled_betas()
+        decays = self._scheduled_weight_decays()
         value = None if loss is None else float(loss)  # None: the worker says no loss
         clip, self._clip = self._clip, None
         with _phase("hand-over to the worker"):
             nan = float("nan")
             self._joined().supply(self._next, value, nan if lr is None else lr,
                                   nan if clip is None else clip,
-                                  *((nan, nan) if betas is None else betas))
+                                  *((nan, nan) if betas is None else betas),
+                                  weight_decays=decays or [])
             self._grad_arrived = False
             self._grad_versions = self._versions()
             if self._plan is not None:
@@ -1045,15 +1049,27 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         return self._job_lr * factor
 
     def _check_fixed(self):
-        """eps and each group's weight_decay are fixed when the optimizer is built: a change
-        in param_groups (a weight-decay schedule) is a ValueError, not ignored."""
-        for i, (group, (eps, decay)) in enumerate(zip(self.param_groups, self._fixed)):
-            for key, built in (("eps", eps), ("weight_decay", decay)):
-                if float(group[key]) != built:
-                    raise ValueError(
-                        f"param group {i}'s {key} went from {built} to {group[key]}: onebit "
-                        f"fixes {key} when the optimizer is built (only lr and betas may be "
-                        "scheduled); build it with the value you want")
+        """eps is fixed when the optimizer is built: a change in param_groups is a
+        ValueError, not ignored."""
+        for i, (group, built) in enumerate(zip(self.param_groups, self._fixed_eps)):
+            if float(group["eps"]) != built:
+                raise ValueError(
+                    f"param group {i}'s eps went from {built} to {group['eps']}: onebit fixes "
+                    "eps when the optimizer is built (lr, betas and weight_decay may be "
+                    "scheduled); build it with the value you want")
+
+    def _scheduled_weight_decays(self):
+        """Each group's weight_decay for this step when a schedule (or load_state_dict)
+        moved one from its value at construction, else None (the built ones). Each group
+        has its own in the worker (_hyper_groups), so each may move on its own."""
+        decays = [float(g["weight_decay"]) for g in self.param_groups]
+        if decays == self._initial_decays:
+            return None
+        for i, decay in enumerate(decays):
+            if not decay >= 0 or decay == float("inf"):
+                raise ValueError(f"param group {i}'s weight_decay is {decay}: it must be >= 0 "
+                                 "and finite")
+        return decays
 
     def _scheduled_betas(self):
         """The betas for this step when a schedule moved them in param_groups (OneCycleLR's
@@ -1236,9 +1252,11 @@ class _OnebitOptimizer(torch.optim.Optimizer):
     # ---- internals ----
     def _hyper_groups(self, job):
         """Each param group's (begin, end, lr / the job's lr, weight_decay) in the flat
-        buffer, or [] when every group has the job's. A group's lr is a fixed multiple of the
-        job's, so the config's scheduler moves every group alike; betas and eps are the job's
-        for all (the momentum is one flat exchange)."""
+        buffer, or [] for a single group with the job's lr and decay. A group's lr is a fixed
+        multiple of the job's, so the config's scheduler moves every group alike; betas and
+        eps are the job's for all (the momentum is one flat exchange). Several groups are
+        always the worker's groups, alike or not, so that a weight-decay schedule may move
+        each on its own (groups with the job's values change no bit)."""
         groups, begin, same = [], 0, True
         for i, group in enumerate(self.param_groups):
             for key in ("betas", "eps"):
@@ -1262,7 +1280,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             groups.append((begin, end, scale, decay))
             same = same and lr == job["lr"] and decay == job["weight_decay"]
             begin = end
-        return [] if same else groups
+        return [] if same and len(groups) == 1 else groups
 
     def _masked_ranges(self):
         """The [begin, end) runs of the flat buffer that the param groups' exp_avg_mask

@@ -284,6 +284,42 @@ class ParamGroups(StreamCase):
         self.assertTrue(np.array_equal(got[SPLIT:], second[SPLIT:]))
         self.assertFalse(np.array_equal(got[SPLIT:], first[SPLIT:]))  # the group's own did act
 
+    def test_a_weight_decay_schedule_and_a_state_that_restores_it(self):
+        # The second group built with decay 0.1, which the script's schedule sets to 0 before
+        # step 1: the bits of a run built with 0 (onebit-replay's), group by group. Then a
+        # job that saves its state after 14 steps of that schedule, and a fresh one built
+        # with 0.1 again that loads it: load_state_dict puts the saved decay (0) back into
+        # param_groups, as torch.optim's does, and it applies from the first step.
+        tmp = tempfile.mkdtemp(prefix="decay-", dir=self.tmp)
+        params = {"lr": 0.01, "eps": 1e-8, "freeze_step": 10}
+        states = os.path.join(tmp, "state-{rank}.pt")
+
+        def job(name, steps, **env):
+            env = dict(env, SECOND_GROUP="0.02,0.1")
+            os.environ.update(env)
+            try:
+                r = launch(os.path.join(tmp, name), job_config("OneBitAdam", params, steps=steps),
+                           [os.path.join(HERE, "stream_train.py"), "{config}",
+                            os.path.join(self.tmp, "params.npy"),
+                            os.path.join(self.tmp, "grads.npy"),
+                            os.path.join(tmp, name + ".npy"), "OneBitAdam", str(SPLIT)])
+            finally:
+                for key in env:
+                    del os.environ[key]
+            self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
+            return np.load(os.path.join(tmp, name + ".npy")).view(np.uint32)
+
+        scheduled = job("scheduled", T, SET_WEIGHT_DECAY="1:1:0.0")
+        first = self.group_replay(tmp, "first.npy", ["--lr=0.01", "--weight-decay=0"])
+        second = self.group_replay(tmp, "second.npy", ["--lr=0.02", "--weight-decay=0"])
+        self.assertTrue(np.array_equal(scheduled[:SPLIT], first.view(np.uint32)[:SPLIT]))
+        self.assertTrue(np.array_equal(scheduled[SPLIT:], second.view(np.uint32)[SPLIT:]))
+        job("saved", 14, SET_WEIGHT_DECAY="1:1:0.0", SAVE_STATE=states)
+        resumed = job("resumed", T, LOAD_STATE=states)
+        self.assertTrue(np.array_equal(resumed, scheduled))
+        built = job("built", T)  # no schedule: the built decay 0.1 acts
+        self.assertFalse(np.array_equal(built[SPLIT:], scheduled[SPLIT:]))
+
 
 class TorchLrScheduler(StreamCase):
     """What torch scripts do each step takes effect at that step, exactly: a torch
@@ -359,13 +395,13 @@ class TorchLrScheduler(StreamCase):
                       "(gradient_accumulation_steps = 2 micro-batches a step)",
                       r.stdout + r.stderr)
 
-    def test_betas_move_together_and_eps_and_weight_decay_stay(self):
+    def test_betas_move_together_and_eps_stays(self):
         import types
         import onebit.torch as ot
         fake = types.SimpleNamespace(
             param_groups=[{"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0},
                           {"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.1}],
-            _initial_betas=(0.9, 0.999), _fixed=[(1e-8, 0.0), (1e-8, 0.1)],
+            _initial_betas=(0.9, 0.999), _fixed_eps=[1e-8, 1e-8], _initial_decays=[0.0, 0.1],
             _config_momentum=False)
         betas = ot._OnebitOptimizer._scheduled_betas
         self.assertIsNone(betas(fake))
@@ -382,11 +418,23 @@ class TorchLrScheduler(StreamCase):
         with self.assertRaises(ValueError) as e:
             betas(fake)
         self.assertIn("every group steps with the same betas", str(e.exception))
-        fake.param_groups[1]["weight_decay"] = 0.05  # a weight-decay schedule
+        # A weight-decay schedule: each group's own, as written.
+        decays = ot._OnebitOptimizer._scheduled_weight_decays
+        self.assertIsNone(decays(fake))
+        fake.param_groups[1]["weight_decay"] = 0.05
+        self.assertEqual(decays(fake), [0.0, 0.05])
+        ot._OnebitOptimizer._check_fixed(fake)  # weight_decay may move
+        for bad in (-0.1, float("nan"), float("inf")):
+            fake.param_groups[0]["weight_decay"] = bad
+            with self.assertRaises(ValueError) as e:
+                decays(fake)
+            self.assertIn(f"param group 0's weight_decay is {bad}: it must be >= 0 and finite",
+                          str(e.exception))
+        fake.param_groups[0]["eps"] = 1e-6
         with self.assertRaises(ValueError) as e:
             ot._OnebitOptimizer._check_fixed(fake)
-        self.assertIn("param group 1's weight_decay went from 0.1 to 0.05: onebit fixes "
-                      "weight_decay when the optimizer is built", str(e.exception))
+        self.assertIn("param group 0's eps went from 1e-08 to 1e-06: onebit fixes eps when "
+                      "the optimizer is built", str(e.exception))
 
     def test_groups_must_move_together_and_not_beside_a_config_scheduler(self):
         import types

@@ -24,7 +24,9 @@ the step changed the parameters and how the loss scale moved. MICRO_BATCHES=K (f
 config with gradient_accumulation_steps K, whose step() calls are micro-batches) gives
 micro-batch m the gradient grads[(m-1) // K], so that each optimizer step averages K
 copies of the stream's gradient: exactly it. SET_BETAS=STEP:B1,B2 writes those betas into
-every param group before that step, as a torch scheduler's momentum cycling does.
+every param group before that step, as a torch scheduler's momentum cycling does;
+SET_WEIGHT_DECAY=STEP:GROUP:VALUE writes that group's weight_decay before that step (a
+weight-decay schedule).
 """
 import contextlib
 import json
@@ -155,6 +157,10 @@ def main():
             if set_betas and t == int(set_betas.split(":")[0]):
                 for group in opt.param_groups:
                     group["betas"] = tuple(float(b) for b in set_betas.split(":")[1].split(","))
+            set_decay = os.environ.get("SET_WEIGHT_DECAY")
+            if set_decay and t == int(set_decay.split(":")[0]):
+                _, group, value = set_decay.split(":")
+                opt.param_groups[int(group)]["weight_decay"] = float(value)
             if check_state and t == int(check_state):
                 check_state_dict(opt, initial.size)
             kill_at = os.environ.get("KILL_AT")  # "RANK:STEP:MARKER": once, the marker says

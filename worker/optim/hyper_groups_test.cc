@@ -10,6 +10,7 @@
 // carry the job's lr and decay give the bits of no groups at all. Every stage boundary is
 // inside the run, with bias correction, a momentum mask and a learning-rate schedule.
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -63,9 +64,14 @@ OptimizerSpec Spec(const Variant& v) {
   return spec;
 }
 
+// The groups' weight decays for a step (empty: unchanged).
+using DecaySchedule = std::function<std::vector<double>(int64_t step)>;
+
 // Every worker's parameters after kSteps steps of `spec` on the test stream; the lr follows
-// a schedule (set_lr before each step), as the trainer's does.
-std::vector<std::vector<float>> RunJob(const OptimizerSpec& spec, int w) {
+// a schedule (set_lr before each step), as the trainer's does, and so do the weight decays
+// when `decays` is given (set_weight_decays).
+std::vector<std::vector<float>> RunJob(const OptimizerSpec& spec, int w,
+                                       const DecaySchedule& decays = nullptr) {
   std::vector<std::vector<float>> result(w);
   const std::vector<float> p0 = Params(kN);
   const absl::Status status = RunLocalGroup(TransportKind::kInproc, w, [&](Transport& t) {
@@ -76,6 +82,9 @@ std::vector<std::vector<float>> RunJob(const OptimizerSpec& spec, int w) {
     if (!opt.ok()) return opt.status();
     for (int64_t step = 1; step <= kSteps; ++step) {
       (*opt)->set_lr(spec.hyper.lr * (1.0f - 0.02f * static_cast<float>(step)));
+      if (decays && !decays(step).empty()) {
+        if (absl::Status s = (*opt)->set_weight_decays(decays(step)); !s.ok()) return s;
+      }
       const std::vector<float> g = Grad(t.rank(), step, kN);
       if (absl::Status s = (*opt)->Step(g.data()); !s.ok()) return s;
     }
@@ -146,6 +155,36 @@ TEST(HyperGroupsTest, EachGroupGetsTheBitsOfAWholeRunWithItsHyperParameters) {
   }
 }
 
+// A weight-decay schedule that moves group 1 alone (0.1, then 0.3 from step 12, inside the
+// compression stage): groups 0 and 2 keep the bits of the run without it, and group 1 gets
+// those of a whole run at its lr whose decay follows the same schedule.
+TEST(HyperGroupsTest, AWeightDecayScheduleMovesItsGroupAlone) {
+  for (const char* type : {"OneBitAdam", "Adam", "ZeroOneAdam", "OneBitLamb"}) {
+    const Variant v{type, /*bias_correction=*/true, /*mask=*/true};
+    OptimizerSpec grouped = Spec(v);
+    grouped.hyper_groups = kGroups;
+    const std::vector<std::vector<float>> unscheduled = RunJob(grouped, 1);
+    const std::vector<std::vector<float>> got =
+        RunJob(grouped, 1, [](int64_t step) {
+          return step >= 12 ? std::vector<double>{0.0, 0.3, 0.01} : std::vector<double>{};
+        });
+    OptimizerSpec whole = Spec(v);
+    whole.hyper.lr = kLr * 2.0f;
+    whole.hyper.weight_decay = 0.1f;
+    const std::vector<std::vector<float>> want = RunJob(whole, 1, [](int64_t step) {
+      return step >= 12 ? std::vector<double>{0.3} : std::vector<double>{};
+    });
+    const auto same = [&](const std::vector<std::vector<float>>& a, size_t begin, size_t end) {
+      return std::memcmp(got[0].data() + begin, a[0].data() + begin,
+                         (end - begin) * sizeof(float)) == 0;
+    };
+    EXPECT_TRUE(same(unscheduled, 0, 300)) << type;
+    EXPECT_TRUE(same(unscheduled, 700, kN)) << type;
+    EXPECT_TRUE(same(want, 300, 700)) << type;
+    EXPECT_FALSE(same(unscheduled, 300, 700)) << type;  // the schedule acted
+  }
+}
+
 TEST(HyperGroupsTest, BadGroupsAreRefusedNamingTheGroup) {
   const auto refused = [](std::vector<HyperGroup> groups, const std::string& text) {
     auto r = ResolveHyperGroups(groups, 10, 0.0f);
@@ -158,6 +197,19 @@ TEST(HyperGroupsTest, BadGroupsAreRefusedNamingTheGroup) {
   refused({{0, 11}}, "parameter group 0 is [0, 11)");
   refused({{0, 10, -1.0f}}, "parameter group 0: lr scale must be >= 0");
   refused({{0, 10, 1.0f, -0.1f}}, "parameter group 0: weight_decay must be >= 0");
+  // A schedule's decays: one per group, each >= 0 and finite; a refusal changes nothing.
+  std::vector<HyperGroup> groups = {{0, 4, 1.0f, 0.1f}, {4, 10, 1.0f, 0.2f}};
+  const auto refused_decays = [&](const std::vector<double>& decays, const std::string& text) {
+    const absl::Status s = SetGroupWeightDecays(decays, &groups);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << text;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(text));
+    EXPECT_EQ(GroupWeightDecays(groups), (std::vector<double>{0.1f, 0.2f}));
+  };
+  refused_decays({0.3}, "1 weight decays for 2 parameter group(s)");
+  refused_decays({0.3, -1.0}, "parameter group 1: weight_decay must be >= 0 and finite, got -1");
+  refused_decays({1e39, 0.3}, "parameter group 0: weight_decay must be >= 0 and finite");
+  ASSERT_TRUE(SetGroupWeightDecays({0.3, 0.0}, &groups).ok());
+  EXPECT_EQ(GroupWeightDecays(groups), (std::vector<double>{0.3f, 0.0f}));
   auto none = ResolveHyperGroups({}, 10, 0.5f);
   ASSERT_TRUE(none.ok());
   ASSERT_EQ(none->size(), 1u);

@@ -83,6 +83,10 @@ class OnebitAdam : public Optimizer {
     options_.hyper.beta1 = beta1;
     options_.hyper.beta2 = beta2;
   }
+  absl::Status set_weight_decays(const std::vector<double>& decays) override {
+    return SetGroupWeightDecays(decays, &groups_);
+  }
+  std::vector<double> weight_decays() const override { return GroupWeightDecays(groups_); }
 
   size_t size() const override { return n_; }
   // Backend memory, n elements each.

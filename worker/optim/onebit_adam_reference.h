@@ -43,6 +43,8 @@ class ReferenceOnebitAdam {
                       std::vector<float> momentum_mask = {});
   // grads[i] is worker i's local gradient (n values).
   void Step(const std::vector<std::vector<float>>& grads);
+  // The weight decay of the steps that follow (a schedule).
+  void set_weight_decay(double weight_decay) { h_.weight_decay = weight_decay; }
 
   const std::vector<double>& params() const { return p_; }
   const std::vector<double>& momentum() const { return m_; }

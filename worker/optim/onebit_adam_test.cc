@@ -25,7 +25,12 @@ struct Case {
   bool mask = false;
   bool bias_correction = false;
   double clip = 0.0;  // gradient clipping's max norm
+  // A weight-decay schedule: from step decay_from on (0: never), later_weight_decay.
+  int64_t decay_from = 0;
+  float later_weight_decay = 0.0f;
 };
+
+bool DecayMoves(const Case& c, int64_t t) { return c.decay_from > 0 && t == c.decay_from; }
 
 using test_stream::Grad;
 using test_stream::Params;
@@ -54,6 +59,9 @@ std::vector<std::vector<float>> RunOptimizer(TransportKind kind, int w, size_t n
     for (int64_t t = 1; t <= c.steps; ++t) {
       const Stage expected = t <= c.freeze_step ? Stage::kWarmup : Stage::kCompression;
       if ((*adam)->stage() != expected) return absl::InternalError("wrong stage");
+      if (DecayMoves(c, t)) {
+        ONEBIT_RETURN_IF_ERROR((*adam)->set_weight_decays({c.later_weight_decay}));
+      }
       const std::vector<float> g = Grad(transport.rank(), t, n);
       if (absl::Status s = (*adam)->Step(g.data()); !s.ok()) return s;
     }
@@ -87,6 +95,7 @@ double Disagreement(TransportKind kind, int w, size_t n, const Case& c) {
   for (int64_t t = 1; t <= c.steps; ++t) {
     std::vector<std::vector<float>> grads;
     for (int rank = 0; rank < w; ++rank) grads.push_back(Grad(rank, t, n));
+    if (DecayMoves(c, t)) reference.set_weight_decay(c.later_weight_decay);
     reference.Step(grads);
   }
   return test_stream::RelativeDistance(got[0], reference.params(), p0);
@@ -128,6 +137,40 @@ TEST(OnebitAdamTest, WeightDecayAndMomentumMask) {
   c.weight_decay = 0.01f;
   c.mask = true;
   for (int w : {1, 2, 4}) EXPECT_LT(Disagreement(TransportKind::kInproc, w, 1003, c), 1e-4) << w;
+}
+
+// A weight-decay schedule (a script's, set_weight_decays before step 8, after the freeze at
+// 5) is the model's with the same schedule; and it acts: the run without it lands elsewhere.
+TEST(OnebitAdamTest, WeightDecaySchedule) {
+  Case c;
+  c.weight_decay = 0.01f;
+  c.decay_from = 8;
+  c.later_weight_decay = 0.5f;
+  for (int w : {1, 2, 4}) EXPECT_LT(Disagreement(TransportKind::kInproc, w, 1003, c), 1e-4) << w;
+  Case fixed = c;
+  fixed.decay_from = 0;
+  const std::vector<float> p0 = Params(1003);
+  const std::vector<float> scheduled = RunOptimizer(TransportKind::kInproc, 2, 1003, c)[0];
+  const std::vector<float> unscheduled = RunOptimizer(TransportKind::kInproc, 2, 1003, fixed)[0];
+  std::vector<double> unscheduled_d(unscheduled.begin(), unscheduled.end());
+  EXPECT_GT(test_stream::RelativeDistance(scheduled, unscheduled_d, p0), 1e-3);
+  // Refused, and nothing changed: a count other than the groups', a negative or NaN decay.
+  const absl::Status status = RunLocalGroup(TransportKind::kInproc, 1, [&](Transport& t) {
+    auto backend = kernels::NewCpuBackend();
+    OnebitAdamOptions options;
+    options.hyper.weight_decay = 0.25f;
+    auto adam = OnebitAdam::Create(options, backend.get(), &t, p0.data(), p0.size());
+    if (!adam.ok()) return adam.status();
+    for (const std::vector<double>& bad :
+         {std::vector<double>{}, {0.1, 0.1}, {-0.1}, {std::nan("")}, {1e300}}) {
+      EXPECT_EQ((*adam)->set_weight_decays(bad).code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_EQ((*adam)->weight_decays(), std::vector<double>{0.25});
+    }
+    EXPECT_TRUE((*adam)->set_weight_decays({0.5}).ok());
+    EXPECT_EQ((*adam)->weight_decays(), std::vector<double>{0.5});
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(status.ok()) << status;
 }
 
 // The norm of a worker's gradient here is about 27: every step clips.

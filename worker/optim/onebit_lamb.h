@@ -106,6 +106,10 @@ class OnebitLamb : public Optimizer {
     options_.hyper.beta1 = beta1;
     options_.hyper.beta2 = beta2;
   }
+  absl::Status set_weight_decays(const std::vector<double>& decays) override {
+    return SetGroupWeightDecays(decays, &hyper_groups_);
+  }
+  std::vector<double> weight_decays() const override { return GroupWeightDecays(hyper_groups_); }
 
   size_t size() const override { return n_; }
   const float* params() const override { return p_.data(); }

@@ -103,4 +103,31 @@ kernels::AdamHyper GroupHyper(const kernels::AdamHyper& h, const HyperGroup& gro
   return g;
 }
 
+absl::Status SetGroupWeightDecays(const std::vector<double>& decays,
+                                  std::vector<HyperGroup>* groups) {
+  if (decays.size() != groups->size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        decays.size(), " weight decays for ", groups->size(), " parameter group(s)"));
+  }
+  for (size_t i = 0; i < decays.size(); ++i) {
+    // As a float: what the kernels step with (a double beyond float's range is infinite).
+    const float decay = static_cast<float>(decays[i]);
+    if (!(decay >= 0.0f) || !std::isfinite(decay)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parameter group ", i, ": weight_decay must be >= 0 and finite, got ", decays[i]));
+    }
+  }
+  for (size_t i = 0; i < decays.size(); ++i) {
+    (*groups)[i].weight_decay = static_cast<float>(decays[i]);
+  }
+  return absl::OkStatus();
+}
+
+std::vector<double> GroupWeightDecays(const std::vector<HyperGroup>& groups) {
+  std::vector<double> decays;
+  decays.reserve(groups.size());
+  for (const HyperGroup& g : groups) decays.push_back(g.weight_decay);
+  return decays;
+}
+
 }  // namespace onebit

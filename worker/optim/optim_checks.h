@@ -57,6 +57,14 @@ absl::StatusOr<std::vector<HyperGroup>> ResolveHyperGroups(const std::vector<Hyp
 // weight decay, the rest as `h`.
 kernels::AdamHyper GroupHyper(const kernels::AdamHyper& h, const HyperGroup& group);
 
+// A weight-decay schedule's values for the steps that follow: `decays[i]` becomes group i's
+// (one per group, each >= 0 and finite). INVALID_ARGUMENT naming the first that is not,
+// with `groups` unchanged.
+absl::Status SetGroupWeightDecays(const std::vector<double>& decays,
+                                  std::vector<HyperGroup>* groups);
+// Each group's weight decay, in order.
+std::vector<double> GroupWeightDecays(const std::vector<HyperGroup>& groups);
+
 }  // namespace onebit
 
 #endif  // ONEBIT_WORKER_OPTIM_OPTIM_CHECKS_H_

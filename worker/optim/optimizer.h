@@ -72,6 +72,12 @@ class Optimizer {
   virtual float lr() const = 0;
   // The betas of the steps that follow (OneCycle's momentum cycling; every worker alike).
   virtual void set_betas(float beta1, float beta2) = 0;
+  // Each parameter group's weight decay for the steps that follow (a weight-decay schedule,
+  // every worker alike): one value per group, in order (optim_checks.h's HyperGroup; one
+  // group where the job has none). INVALID_ARGUMENT, and no change, for another count or a
+  // value < 0 or not finite.
+  virtual absl::Status set_weight_decays(const std::vector<double>& decays) = 0;
+  virtual std::vector<double> weight_decays() const = 0;
   // The gradient-clipping norm of the steps that follow (0: off; gradient_clipper.h).
   virtual absl::Status set_max_grad_norm(double max_norm) = 0;
 

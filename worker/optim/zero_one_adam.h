@@ -108,6 +108,10 @@ class ZeroOneAdam : public Optimizer {
     options_.hyper.beta1 = beta1;
     options_.hyper.beta2 = beta2;
   }
+  absl::Status set_weight_decays(const std::vector<double>& decays) override {
+    return SetGroupWeightDecays(decays, &groups_);
+  }
+  std::vector<double> weight_decays() const override { return GroupWeightDecays(groups_); }
   const ZeroOneSchedule& schedule() const { return schedule_; }
   // first must be the next step.
   std::optional<std::vector<int64_t>> ExchangeSteps(int64_t first, int64_t last,

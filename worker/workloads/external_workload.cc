@@ -138,7 +138,8 @@ bool ExternalWorkload::loss_given() const {
 }
 
 absl::Status ExternalWorkload::Supply(int64_t step, std::optional<double> loss, double lr,
-                                      double max_grad_norm, double beta1, double beta2) {
+                                      double max_grad_norm, double beta1, double beta2,
+                                      std::vector<double> weight_decays) {
   absl::MutexLock lock(&mu_);
   if (wanted_ != step || supplied_ == step) {
     return absl::FailedPreconditionError(
@@ -159,6 +160,13 @@ absl::Status ExternalWorkload::Supply(int64_t step, std::optional<double> loss, 
     return absl::InvalidArgumentError(absl::StrCat("the betas of step ", step, " are (", beta1,
                                                    ", ", beta2, "); each must be in [0, 1)"));
   }
+  for (size_t i = 0; i < weight_decays.size(); ++i) {
+    if (!(weight_decays[i] >= 0) || !std::isfinite(weight_decays[i])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the weight decay of parameter group ", i, " for step ", step, " is ",
+          weight_decays[i], "; it must be >= 0 and finite"));
+    }
+  }
   for (size_t b = announced_; b < buckets_.size(); ++b) AnnounceLocked(b);
   loss_ = loss.value_or(0.0);
   loss_given_ = loss.has_value();
@@ -166,6 +174,7 @@ absl::Status ExternalWorkload::Supply(int64_t step, std::optional<double> loss, 
   max_grad_norm_ = max_grad_norm;
   beta1_ = beta1;
   beta2_ = beta2;
+  weight_decays_ = std::move(weight_decays);
   supplied_ = step;
   return absl::OkStatus();
 }
@@ -243,6 +252,12 @@ std::optional<std::pair<double, double>> ExternalWorkload::SuppliedBetas(int64_t
   absl::MutexLock lock(&mu_);
   if (supplied_ != step || std::isnan(beta1_)) return std::nullopt;
   return std::make_pair(beta1_, beta2_);
+}
+
+std::optional<std::vector<double>> ExternalWorkload::SuppliedWeightDecays(int64_t step) {
+  absl::MutexLock lock(&mu_);
+  if (supplied_ != step || weight_decays_.empty()) return std::nullopt;
+  return weight_decays_;
 }
 
 std::optional<double> ExternalWorkload::SuppliedLearningRate(int64_t step) {

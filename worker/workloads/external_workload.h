@@ -108,14 +108,18 @@ class ExternalWorkload : public Workload {
   // `lr`: the learning rate the script's own schedule gives this step; `max_grad_norm`:
   // the norm its clip_grad_norm_ asked for; `beta1`, `beta2`: the betas its schedule gives
   // (OneCycleLR's momentum cycling; both or neither); NaN: none, the job's config applies.
+  // `weight_decays`: each parameter group's, from its weight-decay schedule (empty: none,
+  // the optimizer's own).
   // INVALID_ARGUMENT for a value out of range. Supplied*() return them while the step runs.
   absl::Status Supply(int64_t step, std::optional<double> loss,
                       double lr = std::numeric_limits<double>::quiet_NaN(),
                       double max_grad_norm = std::numeric_limits<double>::quiet_NaN(),
                       double beta1 = std::numeric_limits<double>::quiet_NaN(),
-                      double beta2 = std::numeric_limits<double>::quiet_NaN());
+                      double beta2 = std::numeric_limits<double>::quiet_NaN(),
+                      std::vector<double> weight_decays = {});
   std::optional<double> SuppliedLearningRate(int64_t step);
   std::optional<std::pair<double, double>> SuppliedBetas(int64_t step);
+  std::optional<std::vector<double>> SuppliedWeightDecays(int64_t step);
   // OVERLAP: gradient()'s part of bucket `bucket` is final for `step` (the step WaitForStep
   // returned): it goes to the trainer now. FAILED_PRECONDITION when the trainer does not
   // wait for `step`, when `bucket` is not the next one (the buckets go in order, each once
@@ -174,6 +178,7 @@ class ExternalWorkload : public Workload {
   double max_grad_norm_ ABSL_GUARDED_BY(mu_) = std::numeric_limits<double>::quiet_NaN();
   double beta1_ ABSL_GUARDED_BY(mu_) = std::numeric_limits<double>::quiet_NaN();
   double beta2_ ABSL_GUARDED_BY(mu_) = std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> weight_decays_ ABSL_GUARDED_BY(mu_);  // empty: none supplied
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status close_status_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
