@@ -523,45 +523,44 @@ TEST(TrainerTest, AccumulationAndTheLearningRateSchedule) {
                 .code(),
             absl::StatusCode::kInvalidArgument);
 
+  // Three steps of a fresh counting workload with `options`: the final parameters, or the
+  // run's error.
+  const auto three_steps = [&](const TrainerOptions& o) -> absl::StatusOr<std::vector<float>> {
+    CountingWorkload counting;
+    StaticStepController steps(/*freeze_step=*/-1, /*total_steps=*/3);
+    ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> t,
+                            Trainer::Create(o, &counting, backend.get(), transport, &steps));
+    ONEBIT_RETURN_IF_ERROR(t->Run().status());
+    return t->optimizer().ParamsToHost();
+  };
+
   // Betas from the momentum schedule: with (0, 0), m = g and v = g^2, so each of the 3 steps
   // moves every parameter by lr * g/|g| = 0.1 (the default betas would move it ~3x as far
   // on the first step).
-  CountingWorkload third;
-  StaticStepController controller3(/*freeze_step=*/-1, /*total_steps=*/3);
   options.gradient_accumulation_steps = 1;
   options.learning_rate = [](int64_t) { return 0.1; };
   options.betas = [](int64_t) { return std::make_pair(0.0, 0.0); };
-  auto cycled = Trainer::Create(options, &third, backend.get(), transport, &controller3);
-  ASSERT_TRUE(cycled.ok()) << cycled.status();
-  ASSERT_TRUE((*cycled)->Run().ok());
-  const std::vector<float> moved = *(*cycled)->optimizer().ParamsToHost();
-  for (float x : moved) EXPECT_NEAR(x, 0.7f, 1e-5f);
+  const absl::StatusOr<std::vector<float>> moved = three_steps(options);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  for (float x : *moved) EXPECT_NEAR(x, 0.7f, 1e-5f);
 
   // A weight-decay schedule, the same way: decay 1 at step 2 adds lr * 1 * p (0.09) to that
   // step's move; steps 1 and 3 give none, so the optimizer's built decay (0) applies there:
   // 1 - 0.1 - (0.1 + 0.09) - 0.1 = 0.61 (with step 2's decay kept at step 3: 0.539).
-  CountingWorkload fourth;
-  StaticStepController controller4(/*freeze_step=*/-1, /*total_steps=*/3);
-  options.weight_decays = [](int64_t t) -> std::optional<std::vector<double>> {
-    if (t == 2) return std::vector<double>{1.0};
-    return std::nullopt;
+  const auto at_step_2 = [](double decay) {
+    return [decay](int64_t t) -> std::optional<std::vector<double>> {
+      if (t == 2) return std::vector<double>{decay};
+      return std::nullopt;
+    };
   };
-  auto decayed = Trainer::Create(options, &fourth, backend.get(), transport, &controller4);
+  options.weight_decays = at_step_2(1.0);
+  const absl::StatusOr<std::vector<float>> decayed = three_steps(options);
   ASSERT_TRUE(decayed.ok()) << decayed.status();
-  ASSERT_TRUE((*decayed)->Run().ok());
-  const std::vector<float> decayed_params = *(*decayed)->optimizer().ParamsToHost();
-  for (float x : decayed_params) EXPECT_NEAR(x, 0.61f, 1e-5f);
-  CountingWorkload fifth;
-  StaticStepController controller5(/*freeze_step=*/-1, /*total_steps=*/3);
-  options.weight_decays = [](int64_t t) -> std::optional<std::vector<double>> {
-    if (t == 2) return std::vector<double>{-1.0};
-    return std::nullopt;
-  };
-  auto refused = Trainer::Create(options, &fifth, backend.get(), transport, &controller5);
-  ASSERT_TRUE(refused.ok()) << refused.status();
-  const auto refused_run = (*refused)->Run();
-  EXPECT_EQ(refused_run.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(refused_run.status().message(),
+  for (float x : *decayed) EXPECT_NEAR(x, 0.61f, 1e-5f);
+  options.weight_decays = at_step_2(-1.0);
+  const absl::StatusOr<std::vector<float>> refused = three_steps(options);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(),
               HasSubstr("the weight-decay schedule for step 2: parameter group 0: weight_decay "
                         "must be >= 0 and finite, got -1"));
 }
