@@ -208,6 +208,14 @@ std::function<T(int64_t)> ScriptFirst(std::function<std::optional<T>(int64_t)> o
   };
 }
 
+// The script's value for optimizer step t: the one it gave with the step's last
+// micro-batch (t * micro).
+template <typename T>
+std::function<std::optional<T>(int64_t)> AtLastMicroBatch(
+    std::function<std::optional<T>(int64_t)> own, int64_t micro) {
+  return [own = std::move(own), micro](int64_t t) { return own(t * micro); };
+}
+
 // Leaves at once: the training thread may be blocked in a collective with a dead peer
 // (every file this process writes is atomic).
 [[noreturn]] void Leave(int rank, const MemberVerdict& verdict) {
@@ -721,9 +729,7 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
                                         config.optimizer.lr, micro);
   }
   if (o.max_grad_norm_override) {
-    options.script_max_grad_norm = [override = o.max_grad_norm_override, micro](int64_t t) {
-      return override(t * micro);
-    };
+    options.script_max_grad_norm = AtLastMicroBatch(o.max_grad_norm_override, micro);
   }
   if (o.betas_override) {
     options.betas = ScriptFirst(o.betas_override, options.betas,
@@ -731,9 +737,7 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
                                 micro);
   }
   if (o.weight_decays_override) {
-    options.weight_decays = [override = o.weight_decays_override, micro](int64_t t) {
-      return override(t * micro);
-    };
+    options.weight_decays = AtLastMicroBatch(o.weight_decays_override, micro);
   }
   if (!o.evaluate) {
     options.eval_every = 0;

@@ -210,6 +210,12 @@ TEST(HyperGroupsTest, BadGroupsAreRefusedNamingTheGroup) {
   refused_decays({1e39, 0.3}, "parameter group 0: weight_decay must be >= 0 and finite");
   ASSERT_TRUE(SetGroupWeightDecays({0.3, 0.0}, &groups).ok());
   EXPECT_EQ(GroupWeightDecays(groups), (std::vector<double>{0.3f, 0.0f}));
+  // Alike (one fused update serves them) only with the same lr scale and decay.
+  EXPECT_FALSE(GroupsAlike(groups));
+  ASSERT_TRUE(SetGroupWeightDecays({0.3, 0.3}, &groups).ok());
+  EXPECT_TRUE(GroupsAlike(groups));
+  groups[1].lr_scale = 2.0f;
+  EXPECT_FALSE(GroupsAlike(groups));
   auto none = ResolveHyperGroups({}, 10, 0.5f);
   ASSERT_TRUE(none.ok());
   ASSERT_EQ(none->size(), 1u);

@@ -143,7 +143,7 @@ absl::Status OnebitAdam::CompressionStep(const float* local_grad) {
     ONEBIT_RETURN_IF_ERROR(backend_->Copy(m_.data(), r.momentum, n_ * sizeof(float)));
     return FrozenUpdate();
   }
-  if (groups_.size() > 1) {  // the fused kernel takes one set of hyper-parameters
+  if (!GroupsAlike(groups_)) {  // the fused kernel takes one set of hyper-parameters
     ONEBIT_RETURN_IF_ERROR(backend_->Decompress(r.blocks, r.num_chunks, r.chunk, n_, m_.data()));
     return FrozenUpdate();
   }

@@ -123,6 +123,15 @@ absl::Status SetGroupWeightDecays(const std::vector<double>& decays,
   return absl::OkStatus();
 }
 
+bool GroupsAlike(const std::vector<HyperGroup>& groups) {
+  for (const HyperGroup& g : groups) {
+    if (g.lr_scale != groups[0].lr_scale || g.weight_decay != groups[0].weight_decay) {
+      return false;
+    }
+  }
+  return true;
+}
+
 std::vector<double> GroupWeightDecays(const std::vector<HyperGroup>& groups) {
   std::vector<double> decays;
   decays.reserve(groups.size());

@@ -64,6 +64,9 @@ absl::Status SetGroupWeightDecays(const std::vector<double>& decays,
                                   std::vector<HyperGroup>* groups);
 // Each group's weight decay, in order.
 std::vector<double> GroupWeightDecays(const std::vector<HyperGroup>& groups);
+// Whether every group steps with the same lr scale and weight decay: then one set of
+// hyper-parameters serves all n elements (a kernel fused over the whole model).
+bool GroupsAlike(const std::vector<HyperGroup>& groups);
 
 }  // namespace onebit
 
