@@ -1191,8 +1191,9 @@ class CopyTimer {
 
 // A reduction's result on its way to the host, in pinned memory: the copy is one DMA queued
 // behind the kernel and the host waits once. Into pageable memory (a caller's double) the
-// copy is staged by the driver and needed a wait of its own first; on an H200 that cost
-// ~15 of SumSquares' 77 us at 64M elements (BENCHMARKS.md).
+// copy is staged by the driver and needed a wait of its own first; on an H200 SumSquares
+// took 21 us at 256K elements (~1 us of reading) and 86 us at 64M (~66 us of reading at
+// the copy's speed): ~20 us a call was that trip (BENCHMARKS.md).
 struct HostResults {
   double total;
   unsigned max_bits;

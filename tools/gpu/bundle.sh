@@ -93,13 +93,20 @@ cp /usr/share/datasets/fashion-mnist/*.gz "$B/fashion-mnist/"
 
 if [ -n "${BEFORE:-}" ]; then
   commit="$(git rev-parse --verify "$BEFORE^{commit}")"
-  tree="$(mktemp -d)/before"
+  parent="$(mktemp -d)"
+  tree="$parent/before"
   git worktree add -q --detach "$tree" "$commit"
   echo "bundle.sh: building the kernel benchmark of $commit in $tree"
+  built=0
   (cd "$tree" && bazel build //kernels:cuda_kernels_benchmark &&
     install -m 755 bazel-bin/kernels/cuda_kernels_benchmark "$B/before_bench" &&
-    strip "$B/before_bench" && bazel shutdown)
-  git worktree remove --force "$tree"
+    strip "$B/before_bench" && bazel shutdown) || built=$?
+  # The worktree goes whether or not the build did (a failed one is reported below).
+  git worktree remove --force "$tree" && rmdir "$parent"
+  if [ "$built" -ne 0 ]; then
+    echo "bundle.sh: the kernel benchmark of $commit did not build" >&2
+    exit 1
+  fi
   echo "$commit" > "$B/before_commit"
 fi
 tar -C "$S" -cJf "$B/bundle.tar.xz" .
