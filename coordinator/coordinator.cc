@@ -917,13 +917,22 @@ absl::StatusOr<v1::JobStatus> Coordinator::ReportFailure(const v1::FailureReport
     return absl::FailedPreconditionError(absl::StrCat(
         who, " is not a member of generation ", generation_, ": its failure is not this one's"));
   }
-  if (state_ != v1::JOB_STATE_FAILED && state_ != v1::JOB_STATE_SUCCEEDED) {
-    constexpr size_t kMaxReason = 1024;
-    std::string reason = report.reason().substr(0, kMaxReason);
-    if (report.reason().size() > kMaxReason) reason += "...";
-    FailLocked(absl::StrCat(who, " failed",
-                            report.step() > 0 ? absl::StrCat(" in step ", report.step()) : "",
-                            ", which no restart fixes: ", reason));
+  constexpr size_t kMaxReason = 1024;
+  std::string reason = report.reason().substr(0, kMaxReason);
+  if (report.reason().size() > kMaxReason) reason += "...";
+  const std::string failed = absl::StrCat(
+      who, " failed", report.step() > 0 ? absl::StrCat(" in step ", report.step()) : "",
+      report.restartable() ? ", which a restart may fix: " : ", which no restart fixes: ",
+      reason);
+  if (report.restartable()) {
+    // As Recover: a job that is starting, recovering or over is left as it is (the
+    // member's registration or its silence acts there).
+    if (state_ == v1::JOB_STATE_RUNNING) {
+      RecoverLocked(failed);
+      ChangedLocked();
+    }
+  } else if (state_ != v1::JOB_STATE_FAILED && state_ != v1::JOB_STATE_SUCCEEDED) {
+    FailLocked(failed);
     ChangedLocked();
   }
   return JobLocked();

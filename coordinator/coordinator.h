@@ -66,7 +66,9 @@ struct CoordinatorOptions {
   // and once the whole membership registered again the job runs on. After
   // config.failure.max_restarts recoveries, or when the membership is not complete within
   // rejoin_timeout (at the start too), the job is FAILED. Members that hit an error no
-  // restart fixes report it (ReportFailure) and the job is FAILED at once.
+  // restart fixes report it (ReportFailure) and the job is FAILED at once; a member that
+  // stops for a reason a restart may fix reports it as restartable, and a running job
+  // recovers at once, naming it.
   std::function<absl::StatusOr<checkpoint::ResumePlan>()> plan_resume;
   // The generation to start in, and the recoveries so far: a coordinator restarted from its
   // state file starts recovering in the next generation.

@@ -929,6 +929,63 @@ TEST_F(CoordinatorTest, AReportedPermanentFailureFailsTheJobAtOnce) {
   EXPECT_THAT(refused.message(), HasSubstr("worker 1 (w1) failed in step 48"));
 }
 
+// A worker whose script raised reports it as restartable: a running job recovers at once,
+// naming that worker and the script's error (not whichever member a heartbeat timeout
+// would find silent first); a job not running is left as it is; the same checks as for a
+// permanent failure.
+TEST_F(CoordinatorTest, AReportedRestartableFailureRecoversARunningJobAtOnce) {
+  JobConfig config = SmallJob();
+  config.exchange.mode = "peer";
+  config.exchange.servers = 0;
+  config.failure.max_restarts = 1;
+  Make(config);
+  v1::FailureReport report;
+  report.set_role(v1::ROLE_WORKER);
+  report.set_rank(1);
+  report.set_instance_id("w1");
+  report.set_step(8);
+  report.set_restartable(true);
+  report.set_reason("the script raised RuntimeError: boom");
+  // Not a member yet: refused; the job is still starting.
+  EXPECT_EQ(coordinator_->ReportFailure(report).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_EQ(RegisterWorker("w0"), 0);
+  ASSERT_EQ(RegisterWorker("w1"), 1);
+  ASSERT_EQ(coordinator_->GetJob({})->state(), v1::JOB_STATE_RUNNING);
+  v1::FailureReport stranger = report;
+  stranger.set_instance_id("w9");
+  EXPECT_EQ(coordinator_->ReportFailure(stranger).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  stranger = report;
+  stranger.set_reason("");
+  EXPECT_EQ(coordinator_->ReportFailure(stranger).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(coordinator_->GetJob({})->generation(), 1);
+
+  const uint64_t before = coordinator_->WaitForJobChange(0, absl::ZeroDuration());
+  absl::StatusOr<v1::JobStatus> job = coordinator_->ReportFailure(report);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->state(), v1::JOB_STATE_RECOVERING);
+  EXPECT_EQ(job->generation(), 2);
+  EXPECT_EQ(job->recoveries(), 1);
+  EXPECT_EQ(job->failure_reason(),
+            "worker 1 (w1) failed in step 8, which a restart may fix: the script raised "
+            "RuntimeError: boom");
+  EXPECT_NE(coordinator_->WaitForJobChange(before, absl::ZeroDuration()), before);  // pushed
+  // The old generation's members are not members any more: a second report is refused.
+  EXPECT_EQ(coordinator_->ReportFailure(report).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  // With no recovery left, the next one fails the job, as a heartbeat timeout would.
+  ASSERT_EQ(RegisterWorker("w0-again"), 0);
+  ASSERT_EQ(RegisterWorker("w1-again"), 1);
+  report.set_instance_id("w1-again");
+  job = coordinator_->ReportFailure(report);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(job->failure_reason(), HasSubstr("which a restart may fix: the script raised "
+                                               "RuntimeError: boom; no recovery left"));
+}
+
 // A coordinator started from a state file that says the job FAILED (with this config)
 // stays FAILED with that reason, and keeps the recoveries on record.
 TEST_F(CoordinatorTest, AJobThatFailedStaysFailed) {

@@ -7,16 +7,34 @@
 
 namespace onebit {
 
-absl::Status ReportPermanentFailure(CoordinatorClient& client, v1::Role role, int rank,
-                                    const std::string& instance_id, const absl::Status& error,
-                                    int64_t step) {
+namespace {
+
+absl::Status Report(CoordinatorClient& client, v1::Role role, int rank,
+                    const std::string& instance_id, const std::string& reason, int64_t step,
+                    bool restartable) {
   v1::FailureReport report;
   report.set_role(role);
   report.set_rank(rank);
   report.set_instance_id(instance_id);
-  report.set_reason(std::string(error.message()));
+  report.set_reason(reason);
   report.set_step(step);
+  report.set_restartable(restartable);
   return client.ReportFailure(report).status();
+}
+
+}  // namespace
+
+absl::Status ReportPermanentFailure(CoordinatorClient& client, v1::Role role, int rank,
+                                    const std::string& instance_id, const absl::Status& error,
+                                    int64_t step) {
+  return Report(client, role, rank, instance_id, std::string(error.message()), step,
+                /*restartable=*/false);
+}
+
+absl::Status ReportRestartableFailure(CoordinatorClient& client, v1::Role role, int rank,
+                                      const std::string& instance_id, const std::string& why,
+                                      int64_t step) {
+  return Report(client, role, rank, instance_id, why, step, /*restartable=*/true);
 }
 
 std::optional<MemberVerdict> VerdictFor(const v1::JobStatus& job, const MemberIdentity& me) {

@@ -46,6 +46,13 @@ absl::Status ReportPermanentFailure(CoordinatorClient& client, v1::Role role, in
                                     const std::string& instance_id, const absl::Status& error,
                                     int64_t step);
 
+// Reports that this member stops for a reason of its own that a restart may fix (`why`: its
+// training script raised) in `step` (0: none): a running job recovers at once, naming the
+// member and `why`, where it would otherwise wait out a heartbeat timeout. Best effort.
+absl::Status ReportRestartableFailure(CoordinatorClient& client, v1::Role role, int rank,
+                                      const std::string& instance_id, const std::string& why,
+                                      int64_t step);
+
 // Who this member is in the job it registered with.
 struct MemberIdentity {
   std::string job_id;      // RegisterResponse::job_id

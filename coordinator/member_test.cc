@@ -165,6 +165,38 @@ TEST_F(RestartedCoordinatorTest, APermanentFailureIsReportedAndEveryoneExits78) 
   EXPECT_FALSE(VerdictAfterRegisterError(*client, absl::UnavailableError("no answer")).has_value());
 }
 
+// A worker whose script raised says so before it leaves: the running job recovers at once,
+// and the others hear 75 with that worker's name and error.
+TEST_F(RestartedCoordinatorTest, ARestartableFailureIsReportedAndEveryoneExits75) {
+  std::unique_ptr<Coordinator> c = Make(1, false);
+  std::unique_ptr<CoordinatorClient> client = NewInProcessCoordinatorClient(c.get());
+  ASSERT_TRUE(client->Register(Shard(0)).ok());
+  ASSERT_TRUE(client->Register(Shard(1)).ok());
+  const std::string why = "the script raised RuntimeError: boom";
+  // Before the job runs: the member's registration or silence acts, not the report.
+  for (int rank : {0, 1}) {
+    v1::RegisterRequest w;
+    w.set_role(v1::ROLE_WORKER);
+    w.set_instance_id("w" + std::to_string(rank));
+    w.set_requested_rank(rank);
+    if (rank == 1) {
+      ASSERT_TRUE(ReportRestartableFailure(*client, v1::ROLE_WORKER, 0, "w0", why, 3).ok());
+      EXPECT_EQ(client->GetJob({})->generation(), 1);
+    }
+    ASSERT_TRUE(client->Register(w).ok());
+  }
+  ASSERT_EQ(client->GetJob({})->state(), v1::JOB_STATE_RUNNING);
+  EXPECT_FALSE(ReportRestartableFailure(*client, v1::ROLE_WORKER, 1, "w9", why, 8).ok());
+  ASSERT_TRUE(ReportRestartableFailure(*client, v1::ROLE_WORKER, 1, "w1", why, 8).ok());
+  const std::optional<MemberVerdict> v =
+      AwaitVerdict(*client, MemberIdentity{"job", 1, /*leave_on_success=*/false},
+                   absl::ZeroDuration());
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->exit_code, kMemberExitRestart);
+  EXPECT_THAT(v->reason, HasSubstr("the job recovers in generation 2 (worker 1 (w1) failed in "
+                                   "step 8, which a restart may fix: " + why + ")"));
+}
+
 TEST(RecoveriesTextTest, SaysHowManyAndFromWhere) {
   v1::JobStatus job;
   EXPECT_EQ(RecoveriesText(job), "none");

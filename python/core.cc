@@ -360,16 +360,31 @@ class PyWorker {
     return ExitCodeAfterError(MarkPermanent(absl::FailedPreconditionError(why), step));
   }
 
-  // The worker's verdict after an error: 75 when the job recovers (restart), 78 when it
-  // failed, else 1 (worker_process.h).
-  int ExitCodeAfterFailure() {
+  // The worker's verdict after an error: (75 when the job recovers (restart), 78 when it
+  // failed, else 1; the coordinator's word on why, "" where it said nothing)
+  // (worker_process.h VerdictAfterError; the reason is printed too, as onebit-worker does).
+  py::tuple VerdictAfterFailure() {
     absl::Status error;
     {
       absl::MutexLock lock(&mu_);
       error = status_;
     }
+    MemberVerdict verdict;
+    {
+      py::gil_scoped_release release;
+      verdict = VerdictAfterError(error);
+    }
+    if (!verdict.reason.empty()) {
+      std::fprintf(stderr, "onebit-worker: %s\n", verdict.reason.c_str());
+    }
+    return py::make_tuple(verdict.exit_code, verdict.reason);
+  }
+
+  // This worker stops because the script raised (`why`) after `step`: the job recovers at
+  // once, naming it (worker_process.h ReportRestartableExit). Call it before Close.
+  void ReportRestartableExit(const std::string& why, int64_t step) {
     py::gil_scoped_release release;
-    return ExitCodeAfterError(error);
+    onebit::ReportRestartableExit(why, step);
   }
 
   // CPU: the optimizer's parameters and this worker's gradient buffer as float32 numpy
@@ -732,7 +747,9 @@ PYBIND11_MODULE(_onebit_core, m) {
       .def("changed_since_announced", &PyWorker::ChangedSinceAnnounced)
       .def("loss_scale", &PyWorker::LossScale)
       .def("join", &PyWorker::Join, py::arg("timeout_s"))
-      .def("exit_code_after_failure", &PyWorker::ExitCodeAfterFailure)
+      .def("verdict_after_failure", &PyWorker::VerdictAfterFailure)
+      .def("report_restartable_exit", &PyWorker::ReportRestartableExit, py::arg("why"),
+           py::arg("step"))
       .def("params", [](py::object self) { return self.cast<PyWorker&>().Params(self); })
       .def("gradient", [](py::object self) { return self.cast<PyWorker&>().Gradient(self); })
       .def("final_params",

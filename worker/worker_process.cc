@@ -227,13 +227,11 @@ std::function<std::optional<T>(int64_t)> AtLastMicroBatch(
 
 }  // namespace
 
-int ExitCodeAfterError(const absl::Status& error) {
-  if (g_member.client == nullptr) return kMemberExitFailed;
+MemberVerdict VerdictAfterError(const absl::Status& error) {
+  const MemberVerdict unknown{kMemberExitFailed, ""};
+  if (g_member.client == nullptr) return unknown;
   if (g_member.me.job_id.empty()) {  // not registered: refused because the job is over?
-    const std::optional<MemberVerdict> verdict = VerdictAfterRegisterError(*g_member.client, error);
-    if (!verdict.has_value()) return kMemberExitFailed;
-    std::fprintf(stderr, "onebit-worker: %s\n", verdict->reason.c_str());
-    return verdict->exit_code;
+    return VerdictAfterRegisterError(*g_member.client, error).value_or(unknown);
   }
   if (IsPermanent(error)) {
     const absl::Status reported = ReportPermanentFailure(
@@ -250,18 +248,30 @@ int ExitCodeAfterError(const absl::Status& error) {
   absl::StatusOr<v1::JobStatus> job = g_member.client->GetJob({});
   if (job.ok() && job->state() != v1::JOB_STATE_FAILED && job->stop_after_step() >= 0 &&
       job->stop_after_step() < job->max_lease_step()) {
-    std::fprintf(stderr,
-                 "onebit-worker: the job ended after step %lld while this worker still ran: "
-                 "its training loop ran past the others' (every worker must run the same "
-                 "number of steps)\n",
-                 static_cast<long long>(job->stop_after_step()));
-    return kMemberExitFailed;
+    return MemberVerdict{
+        kMemberExitFailed,
+        absl::StrCat("the job ended after step ", job->stop_after_step(),
+                     " while this worker still ran: its training loop ran past the others' "
+                     "(every worker must run the same number of steps)")};
   }
-  const std::optional<MemberVerdict> verdict =
-      AwaitVerdict(*g_member.client, g_member.me, g_member.wait_for_verdict);
-  if (!verdict.has_value()) return kMemberExitFailed;
-  std::fprintf(stderr, "onebit-worker: %s\n", verdict->reason.c_str());
-  return verdict->exit_code;
+  return AwaitVerdict(*g_member.client, g_member.me, g_member.wait_for_verdict)
+      .value_or(unknown);
+}
+
+int ExitCodeAfterError(const absl::Status& error) {
+  const MemberVerdict verdict = VerdictAfterError(error);
+  if (!verdict.reason.empty()) std::fprintf(stderr, "onebit-worker: %s\n", verdict.reason.c_str());
+  return verdict.exit_code;
+}
+
+void ReportRestartableExit(const std::string& why, int64_t step) {
+  if (g_member.client == nullptr || g_member.me.job_id.empty()) return;
+  const absl::Status reported = ReportRestartableFailure(
+      *g_member.client, v1::ROLE_WORKER, g_member.rank, g_member.instance_id, why, step);
+  if (!reported.ok()) {
+    std::fprintf(stderr, "onebit-worker: cannot tell the coordinator why this worker stops: %s\n",
+                 reported.ToString().c_str());
+  }
 }
 
 namespace {

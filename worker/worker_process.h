@@ -23,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "config/job_config.h"
+#include "coordinator/member.h"
 #include "kernels/kernels.h"
 #include "worker/optim/optim_checks.h"
 #include "worker/trainer.h"
@@ -105,11 +106,21 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& options);
 
 // After RunWorkerProcess failed with `error`: 75 when the coordinator says the job recovers
 // in a newer generation (restart this process), 78 when the job failed (a registration it
-// refused because the job is over included), else 1. Asks the coordinator for up to a
+// refused because the job is over included), else 1, with the coordinator's word on why
+// (empty where it said nothing: `error` is all there is). Asks the coordinator for up to a
 // heartbeat timeout: a dead peer shows here before the coordinator has noticed. An error no
 // restart fixes (IsPermanent: the training diverged) is reported first, so that the job
 // fails at once, naming this worker.
+MemberVerdict VerdictAfterError(const absl::Status& error);
+
+// VerdictAfterError's exit code, its reason printed to stderr ("onebit-worker: ...").
 int ExitCodeAfterError(const absl::Status& error);
+
+// This worker stops for a reason of its own that a restart may fix (`why`: the training
+// script raised) in `step`: the coordinator hears it at once, and a running job recovers,
+// naming this worker and `why` (member.h ReportRestartableFailure). Call it while the
+// worker is still a member (before its workload closes); nothing before it registered.
+void ReportRestartableExit(const std::string& why, int64_t step);
 
 // SIGTERM/SIGINT (for common/signals.h's TerminationWatcher): /readyz turns 503, output is
 // flushed, and the process exits 0 at once.

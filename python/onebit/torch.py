@@ -1201,7 +1201,9 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             self._leave_job(f"stopped before its first step: {why}", restartable)
             self._close_coordinator()
             return
-        if not self._done and self._open_ended and not self._stopped:
+        if not self._done and self._open_ended and not self._stopped and not restartable:
+            # The loop is over. Not after an exception: that is a failure, which the job
+            # recovers from (or fails on), never where the job ends.
             self._end_open_ended_job()
         if not self._done:
             stopped = self._stopped
@@ -1210,6 +1212,11 @@ class _OnebitOptimizer(torch.optim.Optimizer):
                 # The loop ended before the job's last step: it would end early again after
                 # any restart, so the job fails at once (reported while still a member).
                 self._worker.fail_job(why, self._last_step())
+            elif not stopped and self._coordinator is None:
+                # The script raised: the job recovers at once, naming this worker and the
+                # error, where its peers would otherwise wait out a heartbeat timeout (rank
+                # 0 with the job's coordinator recovers it itself: _leave_job).
+                self._worker.report_restartable_exit(why, self._last_step() + 1)
             self._worker.close(why)
             # A worker that stopped by itself (a lost peer, the job's verdict) leaves the
             # job to the coordinator's verdict.
@@ -1348,8 +1355,11 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             step = self._worker.wait_for_step(self._timeout)
         except Exception as e:
             self._unbind()
-            code = self._worker.exit_code_after_failure()
-            self._stopped = f"onebit worker stopped: {e}"
+            # The coordinator's word says why (a peer's failure, the job's end); the
+            # worker's own error (a broken connection) is often only the symptom.
+            code, reason = self._worker.verdict_after_failure()
+            self._stopped = (f"onebit worker stopped: {reason} (this worker's error: {e})"
+                             if reason else f"onebit worker stopped: {e}")
             raise OnebitError(self._stopped, code) from e
         if step < 0:
             self._done = True

@@ -926,6 +926,28 @@ class LaunchedLikeTorchrun(StreamCase):
         self.assertIn("the training loop ended after step 12: the job ends there", logs[0])
         self.assertIn("the job ended after step 12 while this worker still ran: its training "
                       "loop ran past the others'", logs[1])
+        # The script's exception says so too, not only the broken connection it met.
+        self.assertIn("OnebitError: onebit worker stopped: the job ended after step 12 while "
+                      "this worker still ran", logs[1])
+
+    def test_a_script_that_raises_is_a_failure_not_the_end_of_the_loop(self):
+        # No steps: before, rank 1's exception ended its loop like a `break`, the job
+        # "succeeded" after step 12, and rank 0 was told its loop ran past the others'. Now
+        # rank 1 tells the coordinator at once why it stops, and rank 0 hears that (with
+        # max_restarts 0 the recovery fails the job) instead of a broken connection.
+        config = {k: v for k, v in self.CONFIG.items() if k != "steps"}
+        marker = os.path.join(tempfile.mkdtemp(dir=self.tmp), "raised")
+        logs = self.run_ranks("raised-open", self.torchrun_env(free_port_run(3)),
+                              extra_env={"KILL_AT": f"1:13:{marker}", "RAISE_INSTEAD": "1"},
+                              config_dict=config, expect_ok=False)
+        reason = ("worker 1 ({}) failed in step 13, which a restart may fix: the script raised "
+                  "RuntimeError: rank 1: an error of the script's before step 13")
+        self.assertRegex(logs[0], re.escape(reason).replace(re.escape("{}"), "[^)]+") +
+                         re.escape("; no recovery left"))
+        self.assertIn("exiting with 78 (do not restart)", logs[0])
+        for log in logs:
+            self.assertNotIn("job succeeded", log)
+            self.assertNotIn("the job ends there", log)
 
     def run_restarted(self, name, checkpoint, kill_at, extra_env=None, nodes=1):
         """onebit-run --max_restarts=5 (torchrun's flag) over W processes of stream_train.py
@@ -1698,7 +1720,11 @@ class JobErrors(unittest.TestCase):
     def test_a_missing_gradient_is_a_value_error_and_ends_the_job(self):
         r, log = self.failed_run("broken", BROKEN)
         self.assertIn("ValueError: parameter 0 ((4, 8)) has no gradient", log)
-        self.assertIn("worker 1 exited with code 1", r.stderr + r.stdout)
+        # The launcher names worker 1: by its exit, or by worker 0's exit, whose reason is
+        # worker 1's report (whichever process the launcher sees end first).
+        self.assertRegex(r.stderr + r.stdout,
+                         r"worker 1 exited with code 1|worker 1 \([^)]+\) failed in step \d+, "
+                         r"which a restart may fix: the script raised ValueError: parameter 0")
 
     def test_a_parameter_given_memory_of_its_own_is_an_error(self):
         # p.data replaced after the first step (model surgery, a .to() or .half() after the
