@@ -77,6 +77,14 @@ TEST_P(RecoveryTest, KilledProcessIsRestartedAndTheJobEndsAsIfUninterrupted) {
   const std::string killed = f.process == "coordinator" ? "coordinator"
                                                         : absl::StrCat(f.process, " ", f.index);
   EXPECT_GE(run.restarts.count(killed) ? run.restarts.at(killed) : 0, 1) << killed << " was not restarted";
+  if (f.process != "coordinator") {
+    // The recovery names the process that was killed, not one whose exchange with it broke
+    // (those keep their heartbeats while they wait for the coordinator's word).
+    const size_t line = run.coordinator_log.find("recovery 1 of at most");
+    ASSERT_NE(line, std::string::npos) << run.coordinator_log;
+    const std::string named = run.coordinator_log.substr(line, run.coordinator_log.find('\n', line) - line);
+    EXPECT_NE(named.find(absl::StrCat(killed, " (")), std::string::npos) << named;
+  }
   // The checkpoint the recovery resumed from (the last "resumes from" line).
   const std::string kResumes = "resumes from the checkpoint of step ";
   const std::string kRestarted = "resuming from the checkpoint of step ";

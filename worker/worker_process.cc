@@ -192,8 +192,17 @@ struct MemberState {
   int rank = -1;
   std::string instance_id;
   absl::Duration wait_for_verdict = absl::Seconds(15);
+  // The verdict on the training's error, decided while the session still beat
+  // (RunWorkerProcess); VerdictAfterError returns it.
+  std::optional<MemberVerdict> decided;
 };
 MemberState g_member;
+
+// An error a peer's failure may have caused: a connection that broke or a wait that timed
+// out (gloo, the shards' gRPC). Others are this worker's own.
+bool MayBeAPeersFailure(const absl::Status& error) {
+  return absl::IsUnavailable(error) || absl::IsDeadlineExceeded(error);
+}
 
 // A trainer schedule where the script's own value for optimizer step t comes first (given
 // with the step's last micro-batch, the workload's step t * micro), then the job's
@@ -228,6 +237,7 @@ std::function<std::optional<T>(int64_t)> AtLastMicroBatch(
 }  // namespace
 
 MemberVerdict VerdictAfterError(const absl::Status& error) {
+  if (g_member.decided.has_value()) return *g_member.decided;
   const MemberVerdict unknown{kMemberExitFailed, ""};
   if (g_member.client == nullptr) return unknown;
   if (g_member.me.job_id.empty()) {  // not registered: refused because the job is over?
@@ -627,6 +637,7 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
   reg_request.set_loaded_freeze_step(o.loaded_freeze_step);
   g_member.client = shared_client;  // a refusal's exit code asks it (ExitCodeAfterError)
   g_member.me = MemberIdentity{};
+  g_member.decided.reset();
   g_member.instance_id = instance;
   ONEBIT_ASSIGN_OR_RETURN(
       v1::RegisterResponse reg,
@@ -817,7 +828,18 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
   }
   if (o.before_run) ONEBIT_RETURN_IF_ERROR(o.before_run(*w.trainer));
   w.metrics->SetReady();  // registered, set up, training
-  ONEBIT_ASSIGN_OR_RETURN(TrainerSummary summary, w.trainer->Run());
+  absl::StatusOr<TrainerSummary> ran = w.trainer->Run();
+  if (!ran.ok() && MayBeAPeersFailure(ran.status())) {
+    // A peer that died breaks this worker's exchange within milliseconds, and the
+    // coordinator names the member that went silent first: were this worker's session to
+    // end now, its last heartbeat would be older than the dead peer's about half the time
+    // (a heartbeat interval is far longer than those milliseconds), and the recovery
+    // would name this worker. So the verdict is awaited while the session still beats (a
+    // job event that ends this worker's part exits from the session at once).
+    g_member.decided = VerdictAfterError(ran.status());
+  }
+  ONEBIT_RETURN_IF_ERROR(ran.status());
+  TrainerSummary summary = *std::move(ran);
   if (o.after_run) ONEBIT_RETURN_IF_ERROR(o.after_run(*w.trainer));
   w.metrics->SetNotReady("the job is over for this worker");
   // The last checkpoint's part is written and reported before this worker goes.
