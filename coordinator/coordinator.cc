@@ -525,6 +525,10 @@ absl::StatusOr<v1::StatsReportResponse> Coordinator::ReportStats(const v1::Stats
                       : stage_machine_.ReportVarianceChange(report.rank(), report.step(),
                                                             report.variance_change());
   if (!status.ok()) return status;
+  if (report.hyper_digest() != 0) {
+    status = CheckHypersLocked(report);
+    if (!status.ok()) return status;
+  }
   membership_.NoteStep(v1::ROLE_WORKER, report.rank(), report.step());
   if (!report.no_loss() && report.step() >= last_loss_step_) {
     last_loss_step_ = report.step();
@@ -537,6 +541,31 @@ absl::StatusOr<v1::StatsReportResponse> Coordinator::ReportStats(const v1::Stats
   }
   ChangedLocked();
   return v1::StatsReportResponse();
+}
+
+absl::Status Coordinator::CheckHypersLocked(const v1::StatsReport& report) {
+  constexpr size_t kHyperStepsKept = 256;  // workers report the same steps, close together
+  auto [it, first] = step_hypers_.try_emplace(
+      report.step(), StepHypers{report.rank(), report.lr(), report.hyper_digest()});
+  if (step_hypers_.size() > kHyperStepsKept) step_hypers_.erase(step_hypers_.begin());
+  const StepHypers& seen = it->second;
+  if (first || seen.digest == report.hyper_digest()) return absl::OkStatus();
+  const std::string differs =
+      seen.lr != report.lr()
+          ? absl::StrCat("lr ", report.lr(), " against ", seen.lr)
+          : absl::StrCat("the same lr ", report.lr(),
+                         ", other betas, weight decays or clipping norm");
+  const std::string reason = absl::StrCat(
+      "worker ", report.rank(), " stepped step ", report.step(), " with other hyperparameters "
+      "than worker ", seen.rank, " (", differs, "): every worker must use the same learning "
+      "rate, betas, weight decays and clipping at every step, or their replicas train apart; "
+      "a schedule computed from each rank's own numbers (ReduceLROnPlateau on its own loss) "
+      "does that: compute it from numbers every rank shares (an all-reduced metric)");
+  if (state_ != v1::JOB_STATE_FAILED && state_ != v1::JOB_STATE_SUCCEEDED) {
+    FailLocked(reason);
+    ChangedLocked();
+  }
+  return absl::FailedPreconditionError(reason);
 }
 
 absl::Status Coordinator::Heartbeat(const v1::Heartbeat& heartbeat) {
@@ -973,6 +1002,7 @@ void Coordinator::RecoverLocked(const std::string& what_failed) {
   RecordRecoveryLocked(what_failed, resume.has_value() ? resume->step() : 0);
   stage_machine_ = *std::move(sm);
   ended_after_.clear();
+  step_hypers_.clear();
   membership_ = Membership(options_.config.workers, ServerCount(options_.config),
                            options_.heartbeat_timeout);
   pending_checkpoints_.clear();

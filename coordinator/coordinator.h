@@ -167,6 +167,9 @@ class Coordinator final : public CoordinatorHandler {
   void CheckFailuresLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RecoverLocked(const std::string& what_failed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailLocked(const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // FAILED_PRECONDITION, and the job FAILED, when `report`'s hyper_digest differs from
+  // another worker's of the same step.
+  absl::Status CheckHypersLocked(const v1::StatsReport& report) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A worker's training loop ended after `last` (LeaseRequest.ended).
   absl::StatusOr<v1::LeaseResponse> EndedLocked(int rank, int64_t last)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -238,6 +241,15 @@ class Coordinator final : public CoordinatorHandler {
   int64_t last_loss_step_ ABSL_GUARDED_BY(mu_) = -1;
   double last_variance_change_ ABSL_GUARDED_BY(mu_) = -1.0;
   int64_t last_variance_step_ ABSL_GUARDED_BY(mu_) = -1;
+  // The first worker's StatsReport::hyper_digest (and lr) of each recently reported step,
+  // which every other worker's report of that step must match (this generation's; at most
+  // kHyperStepsKept steps).
+  struct StepHypers {
+    int rank = 0;
+    double lr = 0.0;
+    uint64_t digest = 0;
+  };
+  std::map<int64_t, StepHypers> step_hypers_ ABSL_GUARDED_BY(mu_);
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 1;
   absl::CondVar changed_;  // signalled when version_ moves, and at Shutdown
   Digest digest_ ABSL_GUARDED_BY(mu_);

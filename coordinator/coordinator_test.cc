@@ -929,6 +929,45 @@ TEST_F(CoordinatorTest, AReportedPermanentFailureFailsTheJobAtOnce) {
   EXPECT_THAT(refused.message(), HasSubstr("worker 1 (w1) failed in step 48"));
 }
 
+// Workers that step with other hyperparameters (a per-rank learning rate) fail the job
+// at the first step both reported: their replicas would train apart.
+TEST_F(CoordinatorTest, WorkersThatStepWithOtherHyperparametersFailTheJob) {
+  ASSERT_EQ(RegisterWorker("w0"), 0);
+  ASSERT_EQ(RegisterWorker("w1"), 1);
+  ASSERT_TRUE(Lease(0, 1).ok());
+  ASSERT_TRUE(Lease(1, 1).ok());
+  auto stats = [this](int rank, int64_t step, double lr, uint64_t digest) {
+    v1::StatsReport r = Stats(rank, step, v1::STAGE_WARMUP);
+    r.set_lr(lr);
+    r.set_hyper_digest(digest);
+    return r;
+  };
+  ASSERT_TRUE(coordinator_->ReportStats(stats(0, 1, 0.01, 7)).ok());
+  ASSERT_TRUE(coordinator_->ReportStats(stats(1, 1, 0.01, 7)).ok());
+  ASSERT_TRUE(coordinator_->ReportStats(stats(1, 2, 0.01, 7)).ok());
+  ASSERT_TRUE(coordinator_->ReportStats(stats(0, 2, 0.01, 0)).ok());  // 0: not given
+  // The same lr, another digest: the betas, decays or clipping differ.
+  ASSERT_TRUE(coordinator_->ReportStats(stats(0, 3, 0.01, 7)).ok());
+  absl::Status differs = coordinator_->ReportStats(stats(1, 3, 0.01, 9)).status();
+  EXPECT_EQ(differs.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(differs.message(), HasSubstr("worker 1 stepped step 3 with other hyperparameters "
+                                           "than worker 0 (the same lr 0.01, other betas"));
+  v1::JobStatus job = *coordinator_->GetJob({});
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(job.failure_reason(), HasSubstr("ReduceLROnPlateau on its own loss"));
+
+  Make(SmallJob());
+  ASSERT_EQ(RegisterWorker("w0"), 0);
+  ASSERT_EQ(RegisterWorker("w1"), 1);
+  ASSERT_TRUE(Lease(0, 1).ok());
+  ASSERT_TRUE(Lease(1, 1).ok());
+  ASSERT_TRUE(coordinator_->ReportStats(stats(1, 10, 0.005, 8)).ok());
+  differs = coordinator_->ReportStats(stats(0, 10, 0.01, 7)).status();
+  EXPECT_THAT(differs.message(), HasSubstr("worker 0 stepped step 10 with other hyperparameters "
+                                           "than worker 1 (lr 0.01 against 0.005)"));
+  EXPECT_EQ(coordinator_->GetJob({})->state(), v1::JOB_STATE_FAILED);
+}
+
 // A worker whose script raised reports it as restartable: a running job recovers at once,
 // naming that worker and the script's error (not whichever member a heartbeat timeout
 // would find silent first); a job not running is left as it is; the same checks as for a

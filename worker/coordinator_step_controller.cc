@@ -113,6 +113,8 @@ v1::StatsReport CoordinatorStepController::Message(const StepReport& report) con
   stats.set_stage(report.stage == Stage::kWarmup ? v1::STAGE_WARMUP : v1::STAGE_COMPRESSION);
   stats.set_loss(report.loss);
   stats.set_no_loss(!report.loss_given);
+  stats.set_lr(report.lr);
+  stats.set_hyper_digest(report.hyper_digest);
   stats.set_variance_change(report.variance_change.value_or(-1.0));
   stats.set_step_seconds(report.seconds());
   if (exchange_) {

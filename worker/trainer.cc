@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <utility>
 #include <vector>
@@ -402,6 +403,21 @@ absl::StatusOr<bool> Trainer::UnscaleAndAgree(int64_t t, double loss) {
   return any;
 }
 
+namespace {
+
+// FNV-1a over the doubles' bytes; 0 never comes out (StepReport::hyper_digest).
+uint64_t HyperDigest(const std::vector<double>& values) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (double v : values) {
+    unsigned char bytes[sizeof(double)];
+    std::memcpy(bytes, &v, sizeof(v));
+    for (unsigned char b : bytes) h = (h ^ b) * 0x100000001b3ull;
+  }
+  return h == 0 ? 1 : h;
+}
+
+}  // namespace
+
 absl::Status Trainer::RunStep(int64_t t) {
   Exchange& exchange = optimizer_->exchange();
   StepReport report;
@@ -441,10 +457,13 @@ absl::Status Trainer::RunStep(int64_t t) {
     }
     optimizer_->set_lr(static_cast<float>(lr));
   }
+  // What every worker must step alike (StepReport::hyper_digest), as set below.
+  std::vector<double> hypers = {optimizer_->lr(), options_.optimizer.hyper.beta1,
+                                options_.optimizer.hyper.beta2, options_.optimizer.max_grad_norm};
   if (options_.script_max_grad_norm) {
     const std::optional<double> norm = options_.script_max_grad_norm(t);
-    const absl::Status set =
-        optimizer_->set_max_grad_norm(norm.value_or(options_.optimizer.max_grad_norm));
+    hypers[3] = norm.value_or(options_.optimizer.max_grad_norm);
+    const absl::Status set = optimizer_->set_max_grad_norm(hypers[3]);
     if (!set.ok()) return abandon(set);
   }
   if (options_.betas) {
@@ -454,6 +473,8 @@ absl::Status Trainer::RunStep(int64_t t) {
           absl::StrCat("the momentum schedule gives betas ", beta1, ", ", beta2, " for step ", t)));
     }
     optimizer_->set_betas(static_cast<float>(beta1), static_cast<float>(beta2));
+    hypers[1] = beta1;
+    hypers[2] = beta2;
   }
   if (options_.weight_decays) {
     const std::optional<std::vector<double>> decays = options_.weight_decays(t);
@@ -463,6 +484,9 @@ absl::Status Trainer::RunStep(int64_t t) {
           "the weight-decay schedule for step ", t, ": ", set.message())));
     }
   }
+  for (double decay : optimizer_->weight_decays()) hypers.push_back(decay);
+  report.lr = optimizer_->lr();
+  report.hyper_digest = HyperDigest(hypers);
   report.loss = *loss;
   report.loss_given = workload_->loss_given();
   const double computed = clock_->Seconds();

@@ -135,6 +135,12 @@ struct StepReport {
   // false without loss scaling.
   double loss_scale = 0.0;
   bool skipped = false;
+  // What every worker must step alike: this step's learning rate, and a digest of it with
+  // the betas, the param groups' weight decays and the clipping norm (never 0), which the
+  // coordinator compares between workers (a schedule computed from one rank's own numbers
+  // would train the replicas apart).
+  double lr = 0.0;
+  uint64_t hyper_digest = 0;
 };
 
 // Where leases come from: the coordinator (a gRPC client) or a fixed plan.

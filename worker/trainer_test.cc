@@ -525,12 +525,16 @@ TEST(TrainerTest, AccumulationAndTheLearningRateSchedule) {
 
   // Three steps of a fresh counting workload with `options`: the final parameters, or the
   // run's error.
+  // The step reports of the last call go to `reported`.
+  std::vector<StepReport> reported;
   const auto three_steps = [&](const TrainerOptions& o) -> absl::StatusOr<std::vector<float>> {
     CountingWorkload counting;
     StaticStepController steps(/*freeze_step=*/-1, /*total_steps=*/3);
-    ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> t,
-                            Trainer::Create(o, &counting, backend.get(), transport, &steps));
+    RecordingSink recording;
+    ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> t, Trainer::Create(o, &counting, backend.get(),
+                                                                        transport, &steps, &recording));
     ONEBIT_RETURN_IF_ERROR(t->Run().status());
+    reported = recording.steps;
     return t->optimizer().ParamsToHost();
   };
 
@@ -543,6 +547,14 @@ TEST(TrainerTest, AccumulationAndTheLearningRateSchedule) {
   const absl::StatusOr<std::vector<float>> moved = three_steps(options);
   ASSERT_TRUE(moved.ok()) << moved.status();
   for (float x : *moved) EXPECT_NEAR(x, 0.7f, 1e-5f);
+  // Each report carries the step's lr and the digest of what every worker must step alike.
+  ASSERT_EQ(reported.size(), 3u);
+  const std::vector<StepReport> unscheduled = reported;
+  for (const StepReport& r : unscheduled) {
+    EXPECT_FLOAT_EQ(r.lr, 0.1);
+    EXPECT_NE(r.hyper_digest, 0u);
+    EXPECT_EQ(r.hyper_digest, unscheduled[0].hyper_digest);
+  }
 
   // A weight-decay schedule, the same way: decay 1 at step 2 adds lr * 1 * p (0.09) to that
   // step's move; steps 1 and 3 give none, so the optimizer's built decay (0) applies there:
@@ -557,6 +569,11 @@ TEST(TrainerTest, AccumulationAndTheLearningRateSchedule) {
   const absl::StatusOr<std::vector<float>> decayed = three_steps(options);
   ASSERT_TRUE(decayed.ok()) << decayed.status();
   for (float x : *decayed) EXPECT_NEAR(x, 0.61f, 1e-5f);
+  // Step 2's decay is in its digest; steps 1 and 3 are as without the schedule.
+  ASSERT_EQ(reported.size(), 3u);
+  EXPECT_EQ(reported[0].hyper_digest, unscheduled[0].hyper_digest);
+  EXPECT_NE(reported[1].hyper_digest, unscheduled[1].hyper_digest);
+  EXPECT_EQ(reported[2].hyper_digest, unscheduled[2].hyper_digest);
   options.weight_decays = at_step_2(-1.0);
   const absl::StatusOr<std::vector<float>> refused = three_steps(options);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);

@@ -930,6 +930,17 @@ class LaunchedLikeTorchrun(StreamCase):
         self.assertIn("OnebitError: onebit worker stopped: the job ended after step 12 while "
                       "this worker still ran", logs[1])
 
+    def test_ranks_that_step_with_another_lr_fail_the_job(self):
+        # Rank 1's lr halves at step 4, rank 0's does not (as ReduceLROnPlateau on each
+        # rank's own loss would): the replicas would train apart without a word. The job
+        # fails at the next step both reported (10: log_every), naming both lrs.
+        logs = self.run_ranks("rank-lr", self.torchrun_env(free_port_run(3)),
+                              extra_env={"RANK_LR": "1:4:0.005"}, expect_ok=False)
+        self.assertRegex(logs[0], r"job FAILED: worker \d stepped step 10 with other "
+                                  r"hyperparameters than worker \d \(lr 0\.0(05|1) against "
+                                  r"0\.0(1|05)\)")
+        self.assertIn("ReduceLROnPlateau on its own loss", logs[1])
+
     def test_a_script_that_raises_is_a_failure_not_the_end_of_the_loop(self):
         # No steps: before, rank 1's exception ended its loop like a `break`, the job
         # "succeeded" after step 12, and rank 0 was told its loop ran past the others'. Now

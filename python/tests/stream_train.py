@@ -26,7 +26,8 @@ micro-batch m the gradient grads[(m-1) // K], so that each optimizer step averag
 copies of the stream's gradient: exactly it. SET_BETAS=STEP:B1,B2 writes those betas into
 every param group before that step, as a torch scheduler's momentum cycling does;
 SET_WEIGHT_DECAY=STEP:GROUP:VALUE writes that group's weight_decay before that step (a
-weight-decay schedule).
+weight-decay schedule); RANK_LR=RANK:STEP:VALUE: that rank alone writes that lr into every
+param group before that step (a schedule computed from one rank's own numbers).
 """
 import contextlib
 import json
@@ -161,6 +162,11 @@ def main():
             if set_decay and t == int(set_decay.split(":")[0]):
                 _, group, value = set_decay.split(":")
                 opt.param_groups[int(group)]["weight_decay"] = float(value)
+            rank_lr = os.environ.get("RANK_LR")
+            if rank_lr and opt.rank == int(rank_lr.split(":")[0]) and \
+                    t == int(rank_lr.split(":")[1]):
+                for group in opt.param_groups:
+                    group["lr"] = float(rank_lr.split(":")[2])
             if check_state and t == int(check_state):
                 check_state_dict(opt, initial.size)
             kill_at = os.environ.get("KILL_AT")  # "RANK:STEP:MARKER": once, the marker says
