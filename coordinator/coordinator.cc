@@ -553,8 +553,8 @@ absl::Status Coordinator::CheckHypersLocked(const v1::StatsReport& report) {
   const std::string differs =
       seen.lr != report.lr()
           ? absl::StrCat("lr ", report.lr(), " against ", seen.lr)
-          : absl::StrCat("the same lr ", report.lr(),
-                         ", other betas, weight decays or clipping norm");
+          : absl::StrCat("the same lr ", report.lr(), " now; the lr, betas, weight decays or "
+                         "clipping norm differed at this step or an earlier one");
   const std::string reason = absl::StrCat(
       "worker ", report.rank(), " stepped step ", report.step(), " with other hyperparameters "
       "than worker ", seen.rank, " (", differs, "): every worker must use the same learning "

@@ -951,7 +951,7 @@ TEST_F(CoordinatorTest, WorkersThatStepWithOtherHyperparametersFailTheJob) {
   absl::Status differs = coordinator_->ReportStats(stats(1, 3, 0.01, 9)).status();
   EXPECT_EQ(differs.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(differs.message(), HasSubstr("worker 1 stepped step 3 with other hyperparameters "
-                                           "than worker 0 (the same lr 0.01, other betas"));
+                                           "than worker 0 (the same lr 0.01 now; the lr, betas"));
   v1::JobStatus job = *coordinator_->GetJob({});
   EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
   EXPECT_THAT(job.failure_reason(), HasSubstr("ReduceLROnPlateau on its own loss"));

@@ -405,9 +405,10 @@ absl::StatusOr<bool> Trainer::UnscaleAndAgree(int64_t t, double loss) {
 
 namespace {
 
-// FNV-1a over the doubles' bytes; 0 never comes out (StepReport::hyper_digest).
-uint64_t HyperDigest(const std::vector<double>& values) {
+// FNV-1a over `chain`'s and the doubles' bytes; 0 never comes out (StepReport::hyper_digest).
+uint64_t HyperDigest(uint64_t chain, const std::vector<double>& values) {
   uint64_t h = 0xcbf29ce484222325ull;
+  for (int i = 0; i < 8; ++i) h = (h ^ ((chain >> (8 * i)) & 0xff)) * 0x100000001b3ull;
   for (double v : values) {
     unsigned char bytes[sizeof(double)];
     std::memcpy(bytes, &v, sizeof(v));
@@ -486,7 +487,8 @@ absl::Status Trainer::RunStep(int64_t t) {
   }
   for (double decay : optimizer_->weight_decays()) hypers.push_back(decay);
   report.lr = optimizer_->lr();
-  report.hyper_digest = HyperDigest(hypers);
+  hyper_chain_ = HyperDigest(hyper_chain_, hypers);
+  report.hyper_digest = hyper_chain_;
   report.loss = *loss;
   report.loss_given = workload_->loss_given();
   const double computed = clock_->Seconds();

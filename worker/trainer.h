@@ -135,10 +135,11 @@ struct StepReport {
   // false without loss scaling.
   double loss_scale = 0.0;
   bool skipped = false;
-  // What every worker must step alike: this step's learning rate, and a digest of it with
-  // the betas, the param groups' weight decays and the clipping norm (never 0), which the
-  // coordinator compares between workers (a schedule computed from one rank's own numbers
-  // would train the replicas apart).
+  // What every worker must step alike: this step's learning rate, and a digest of every
+  // step's lr, betas, param groups' weight decays and clipping norm so far in this run (a
+  // chain: a difference at any step shows in every later digest; never 0), which the
+  // coordinator compares between workers at the steps they report (a schedule computed
+  // from one rank's own numbers would train the replicas apart).
   double lr = 0.0;
   uint64_t hyper_digest = 0;
 };
@@ -343,6 +344,7 @@ class Trainer {
   std::vector<double> built_weight_decays_;  // optimizer_'s at creation (weight_decays)
   std::optional<LossScaler> scaler_;
   double agree_seconds_ = 0.0;  // this step's Exchange::AnyOverflow call
+  uint64_t hyper_chain_ = 0;    // StepReport::hyper_digest of the last step
   // The step's gradient: the workload's gradient_buffer() where it has one and micro
   // batches are not accumulated (no copy a step), else grad_.
   float* grad_data_ = nullptr;
