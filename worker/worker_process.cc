@@ -237,7 +237,7 @@ std::function<std::optional<T>(int64_t)> AtLastMicroBatch(
 }  // namespace
 
 MemberVerdict VerdictAfterError(const absl::Status& error) {
-  if (g_member.decided.has_value()) return *g_member.decided;
+  if (g_member.decided.has_value() && !IsPermanent(error)) return *g_member.decided;
   const MemberVerdict unknown{kMemberExitFailed, ""};
   if (g_member.client == nullptr) return unknown;
   if (g_member.me.job_id.empty()) {  // not registered: refused because the job is over?
