@@ -188,6 +188,11 @@ PsExchangeOptions PsOptions(const JobConfig& config, const std::vector<std::stri
 // What the member knows of the job, for the exit code after an error (main).
 struct MemberState {
   std::shared_ptr<CoordinatorClient> client;
+  // The same coordinator, one attempt a call: the verdict after an error and a restartable
+  // report are best effort within wait_for_verdict, never client's whole retry budget
+  // (failure.coordinator_retry_s) a call, which a coordinator that died with rank 0's
+  // process turned into minutes.
+  std::shared_ptr<CoordinatorClient> once;
   MemberIdentity me;  // job_id "" until registered
   int rank = -1;
   std::string instance_id;
@@ -252,10 +257,11 @@ MemberVerdict VerdictAfterError(const absl::Status& error) {
                    reported.ToString().c_str());
     }
   }
+  CoordinatorClient& ask = g_member.once != nullptr ? *g_member.once : *g_member.client;
   // A job that ends below the steps it leased ended where a worker's training loop did (a
   // job without steps, LeaseRequest.ended): this worker, which failed in a later step's
   // exchange, ran past it.
-  absl::StatusOr<v1::JobStatus> job = g_member.client->GetJob({});
+  absl::StatusOr<v1::JobStatus> job = ask.GetJob({});
   if (job.ok() && job->state() != v1::JOB_STATE_FAILED && job->stop_after_step() >= 0 &&
       job->stop_after_step() < job->max_lease_step()) {
     return MemberVerdict{
@@ -264,8 +270,7 @@ MemberVerdict VerdictAfterError(const absl::Status& error) {
                      " while this worker still ran: its training loop ran past the others' "
                      "(every worker must run the same number of steps)")};
   }
-  return AwaitVerdict(*g_member.client, g_member.me, g_member.wait_for_verdict)
-      .value_or(unknown);
+  return AwaitVerdict(ask, g_member.me, g_member.wait_for_verdict).value_or(unknown);
 }
 
 int ExitCodeAfterError(const absl::Status& error) {
@@ -275,9 +280,9 @@ int ExitCodeAfterError(const absl::Status& error) {
 }
 
 void ReportRestartableExit(const std::string& why, int64_t step) {
-  if (g_member.client == nullptr || g_member.me.job_id.empty()) return;
+  if (g_member.once == nullptr || g_member.me.job_id.empty()) return;
   const absl::Status reported = ReportRestartableFailure(
-      *g_member.client, v1::ROLE_WORKER, g_member.rank, g_member.instance_id, why, step);
+      *g_member.once, v1::ROLE_WORKER, g_member.rank, g_member.instance_id, why, step);
   if (!reported.ok()) {
     std::fprintf(stderr, "onebit-worker: cannot tell the coordinator why this worker stops: %s\n",
                  reported.ToString().c_str());
@@ -588,6 +593,11 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
   }
   std::shared_ptr<CoordinatorClient> shared_client = std::move(client);
   w.client = shared_client;
+  GrpcClientOptions once_options = client_options;
+  once_options.retry_for = absl::ZeroDuration();
+  once_options.max_attempts = 1;
+  ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> once,
+                          NewGrpcCoordinatorClient(once_options));
 
   const int port = o.metrics_port >= 0 ? o.metrics_port
                                                           : config.ports.metrics;
@@ -636,6 +646,7 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
   reg_request.set_loaded_step(o.loaded_step);
   reg_request.set_loaded_freeze_step(o.loaded_freeze_step);
   g_member.client = shared_client;  // a refusal's exit code asks it (ExitCodeAfterError)
+  g_member.once = std::move(once);
   g_member.me = MemberIdentity{};
   g_member.decided.reset();
   g_member.instance_id = instance;

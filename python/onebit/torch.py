@@ -553,11 +553,15 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         self.state = _State(self)  # torch.optim's defaultdict, read from the worker
         self._check_params()
         self._frozen = frozen  # left out: they do not train, and do not count
-        self._grad_arrived = False  # since the last step (a backward, or a .grad written)
-        self._grad_versions = None  # the gradients' version counters after the last step
+        # Which parameters got a gradient since the last step: backward reached them (a
+        # hook), or their .grad was written or replaced (its version counter or memory moved
+        # since _grad_versions, taken after the last step, at binding and at zero_grad).
+        self._arrived = [False] * len(self._params)
+        self._grad_versions = None
         me = weakref.ref(self)
-        for p in self._params:
-            p.register_hook(lambda grad, me=me: setattr(me(), "_grad_arrived", True) if me() else None)
+        for i, p in enumerate(self._params):
+            p.register_hook(lambda grad, i=i, me=me: me()._arrived.__setitem__(i, True)
+                            if me() else None)
         # OVERLAP: each parameter's gradient, once backward accumulated it (_accumulated).
         self._hook_handles = [
             _after_accumulation(p, lambda i=i, me=me: me() is not None and me()._accumulated(i))
@@ -830,21 +834,28 @@ class _OnebitOptimizer(torch.optim.Optimizer):
                                   nan if clip is None else clip,
                                   *((nan, nan) if betas is None else betas),
                                   weight_decays=decays or [])
-            self._grad_arrived = False
-            self._grad_versions = self._versions()
             if self._plan is not None:
                 self._plan.reset()
         with _phase("the worker's step"):
             self._next = self._wait()
+        if self._micro_batches > 1 and not self._done:
+            # The worker took this micro-batch's gradient: .grad starts again from zero, as
+            # DeepSpeed's engine clears it, so that a loop without zero_grad (or with one
+            # an optimizer step) hands over each micro-batch's own gradient, not the sum so far.
+            with torch.no_grad():
+                self._flat_grad.zero_()
+        self._arrived = [False] * len(self._params)
+        self._grad_versions = self._versions()
         return loss
 
     def _gather_gradients(self):
         """Checks that every parameter has a dense gradient and puts each into the flat
         buffer the worker reads (backward's own tensors are copied there)."""
         fresh = []  # parameters whose .grad is a tensor of its own, not the buffer's view
+        without = set(self._without_gradient())
         for i, p in enumerate(self._params):
             grad = p.grad
-            if grad is None:
+            if i in without:
                 raise ValueError(
                     f"{self._what(i)} has no gradient on this step: every parameter the "
                     "optimizer holds must take part in the loss on every worker (the momentum "
@@ -1103,7 +1114,8 @@ class _OnebitOptimizer(torch.optim.Optimizer):
 
     def zero_grad(self, set_to_none=False):
         super().zero_grad(set_to_none=set_to_none)
-        # Zeroing in place is no new gradient.
+        # Zeroing in place is no new gradient, and what arrived before is gone.
+        self._arrived = [False] * len(self._params)
         if not set_to_none and self._grad_versions is not None:
             self._grad_versions = self._versions()
 
@@ -1111,11 +1123,21 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         return [None if p.grad is None else (p.grad.data_ptr(), p.grad._version)
                 for p in self._params]
 
+    def _without_gradient(self):
+        """The parameters that got no gradient since the last step: no backward reached
+        them and their .grad was neither written nor replaced (a zero_grad(set_to_none=False)
+        leaves the old view, zeroed: that is no gradient)."""
+        if self._grad_versions is None:  # before binding: backward made the .grad tensors
+            return [i for i, p in enumerate(self._params) if p.grad is None]
+        now = self._versions()
+        return [i for i, (p, arrived, was, is_) in
+                enumerate(zip(self._params, self._arrived, self._grad_versions, now))
+                if p.grad is None or not (arrived or is_ != was)]
+
     def _new_gradient(self):
         """A backward reached a parameter, or a .grad was written or replaced, since the
-        last step (the first step always has one: the job gave no step before it)."""
-        return self._grad_arrived or self._grad_versions is None or \
-            self._versions() != self._grad_versions
+        last step."""
+        return len(self._without_gradient()) < len(self._params)
 
     def _what(self, i):
         """How errors name parameter i: by its name where the optimizer was given
@@ -1379,15 +1401,18 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             grad = torch.from_numpy(self._worker.gradient())
         self._grad_views = []
         with torch.no_grad():
-            for p, begin, end in zip(self._params, self._offsets, self._offsets[1:]):
+            for i, (p, begin, end) in enumerate(zip(self._params, self._offsets,
+                                                    self._offsets[1:])):
                 p.data = flat[begin:end].view(p.shape)
                 view = grad[begin:end].view(p.shape)
                 if p.grad is not None:
                     view.copy_(p.grad)
+                    self._arrived[i] = True  # a gradient made before the worker joined
                 p.grad = view
                 self._grad_views.append(view)
         self._flat_grad = grad  # what the views cover, in the parameters' order
         self._param_addresses = [p.data_ptr() for p in self._params]
+        self._grad_versions = self._versions()
 
     def _unbind(self, final=False):
         # The C++ buffers go with the worker: the tensors get memory of their own.

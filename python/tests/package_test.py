@@ -377,6 +377,14 @@ class TorchLrScheduler(StreamCase):
         shorter = self.run_job("twenty-plain", 20, {})
         self.assertTrue(np.array_equal(scheduled.view(np.uint32), shorter.view(np.uint32)),
                         f"max difference {np.abs(scheduled - shorter).max()}")
+        # DeepSpeed's loop has no zero_grad: backward adds to .grad, and each step() hands
+        # over its micro-batch's own gradient (it clears .grad after taking it, as the
+        # engine does). Before, the second micro-batch handed over the sum of both.
+        accumulated = self.run_job("accumulate-micro", T,
+                                   {"LR_ZERO_AFTER": "40", "BACKWARD_ACCUMULATES": "1"},
+                                   micro_batches=2)
+        self.assertTrue(np.array_equal(accumulated.view(np.uint32), shorter.view(np.uint32)),
+                        f"max difference {np.abs(accumulated - shorter).max()}")
         by_script = self.run_job("clipscript-micro", T, {"CLIP_EACH_STEP": "0.05"},
                                  micro_batches=2)
         by_config = self.run_job("clipconfig-plain", T, {}, clipping=0.05)
@@ -941,6 +949,19 @@ class LaunchedLikeTorchrun(StreamCase):
                                   r"0\.0(1|05)\)")
         self.assertIn("ReduceLROnPlateau on its own loss", logs[1])
 
+    def test_a_rank_whose_coordinator_died_with_rank_0_exits_in_bounded_time(self):
+        # No launcher stops rank 1 when rank 0, which runs the coordinator, is SIGKILLed.
+        # Before, rank 1's step failed and its verdict asked the dead coordinator with the
+        # client's whole retry budget a call (failure.coordinator_retry_s, 120 s), for
+        # minutes; now it exits 75 (restart me) once its session counts the coordinator
+        # gone (half the heartbeat timeout, 5 s here).
+        marker = os.path.join(tempfile.mkdtemp(dir=self.tmp), "killed")
+        start = time.monotonic()
+        logs = self.run_ranks("rank0-killed-alone", self.torchrun_env(free_port_run(3)),
+                              extra_env={"KILL_AT": f"0:13:{marker}"}, expect_ok=False)
+        self.assertLess(time.monotonic() - start, 60, logs[1][-2000:])
+        self.assertIn("exiting with 75 to be restarted", logs[1])
+
     def test_a_script_that_raises_is_a_failure_not_the_end_of_the_loop(self):
         # No steps: before, rank 1's exception ended its loop like a `break`, the job
         # "succeeded" after step 12, and rank 0 was told its loop ran past the others'. Now
@@ -1151,7 +1172,8 @@ def backward():
     loss.backward()
     return loss
 opt.step(loss=backward())
-for label, before in (("again", lambda: None), ("after zero_grad", opt.zero_grad)):
+for label, before in (("again", lambda: None), ("after zero_grad", opt.zero_grad),
+                      ("after set_to_none", lambda: opt.zero_grad(set_to_none=True))):
     before()
     try:
         opt.step()
@@ -1163,6 +1185,30 @@ while not opt.done:
 print("steps after the refusals:", first, "to the end")
 assert torch.equal(model[0].weight, frozen), "the frozen layer moved"
 print("frozen layer unchanged; last layer", model[2].weight.flatten().tolist())
+'''
+
+
+# A head that takes part in the loss every other step, zero_grad() in place: its .grad stays
+# the zeroed view, which is no gradient.
+UNUSED = r'''
+import torch
+import onebit.torch as ot
+torch.manual_seed(0)
+model = torch.nn.ModuleDict({"body": torch.nn.Linear(8, 1), "head": torch.nn.Linear(8, 1)})
+opt = ot.OneBitAdam(model.named_parameters(), lr=0.01, freeze_step=3, config={"steps": 8})
+x = torch.randn(32, 8)
+for t in range(1, 9):
+    opt.zero_grad()
+    loss = model["body"](x).square().mean()
+    if t % 2 == 0:
+        loss = loss + model["head"](x).square().mean()
+    loss.backward()
+    try:
+        opt.step(loss=loss)
+        print(f"step {t} ran")
+    except ValueError as e:
+        print(f"step {t} refused: {e}")
+        break
 '''
 
 
@@ -1665,8 +1711,18 @@ class TrainedLikeTorchOptim(unittest.TestCase):
         self.assertIn("trainable 5", out)  # 4 weights + 1 bias: the frozen 36 left out
         self.assertIn("refused again: step() without a new gradient", out)
         self.assertIn("refused after zero_grad: step() without a new gradient", out)
+        # Before: a ValueError that parameter 0 took no part in the loss.
+        self.assertIn("refused after set_to_none: step() without a new gradient", out)
         self.assertIn("steps after the refusals: 2 to the end", out)
         self.assertIn("frozen layer unchanged", out)
+
+    def test_a_parameter_outside_the_loss_is_refused_after_an_in_place_zero_grad(self):
+        # Before, the head's zeroed .grad passed as a gradient: in the compression stage
+        # its momentum's sign bits moved it by ~1e5 (a probe's unused layer: 4.6e5).
+        r, out = self.run_alone(UNUSED)
+        self.assertIn("step 1 refused: parameter 'head.weight' ((1, 8)) has no gradient on "
+                      "this step", out)
+        self.assertNotIn("step 1 ran", out)
 
     def test_a_step_without_a_loss_prints_no_loss(self):
         # Before, "loss 0.0000" stood in the progress line of a script that hands the

@@ -17,7 +17,8 @@ first step and torch.save the final one; KILL_AT=RANK:STEP:MARKER: that rank SIG
 itself before that step, once (it creates the file MARKER), or raises a RuntimeError there
 with RAISE_INSTEAD=1; WITH_BLOCK=1 runs the loop in `with opt:`; BACKWARD_SET_TO_NONE=1
 gives each step's gradient through zero_grad(set_to_none=True) and a backward, as torch 2's
-loops do, instead of writing .grad in place; LOSS_SCALED=1 runs that backward on
+loops do, instead of writing .grad in place (BACKWARD_ACCUMULATES=1: a backward with no
+zero_grad, as DeepSpeed's loops); LOSS_SCALED=1 runs that backward on
 opt.scale(loss) (the config's fp16 loss scaling) and OVERFLOW_AT=RANK:STEP multiplies that
 rank's loss by 1e38 at that step, so that its scaled gradient overflows, and prints whether
 the step changed the parameters and how the loss scale moved. MICRO_BATCHES=K (for a
@@ -184,11 +185,14 @@ def main():
             if overflow_step:
                 before, scale_before = torch.cat([p.detach().reshape(-1) for p in params]), \
                     opt.loss_scale
-            if os.environ.get("BACKWARD_SET_TO_NONE"):
+            accumulates = os.environ.get("BACKWARD_ACCUMULATES")
+            if os.environ.get("BACKWARD_SET_TO_NONE") or accumulates:
                 # As torch 2's loops do: the gradients set to None, and backward writes tensors
                 # of its own (d/dp sum(p * g) is g, exactly; with a power-of-two loss scale,
-                # scale * g exactly).
-                opt.zero_grad(set_to_none=True)
+                # scale * g exactly). BACKWARD_ACCUMULATES: as DeepSpeed's loops, no zero_grad
+                # at all (backward adds to .grad).
+                if not accumulates:
+                    opt.zero_grad(set_to_none=True)
                 loss = sum((p * g[b:e]).sum() for p, b, e in zip(params, bounds, bounds[1:]))
                 if overflow_step and opt.rank == int(overflow[0]):
                     loss = loss * 1e38
