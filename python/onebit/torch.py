@@ -514,6 +514,12 @@ class _State(collections.abc.Mapping):
     def __len__(self):
         return len(self._opt()._params) if self._started() else 0
 
+    def __reduce__(self):
+        # Pickled (the optimizer with it, as torch 1.13's OneCycleLR.state_dict() does
+        # through its bound anneal_func): a plain dict of the copies a read gives.
+        opt = self._opt()
+        return (dict, ({} if opt is None else {p: self[p] for p in self},))
+
 
 class _OnebitOptimizer(torch.optim.Optimizer):
     _type = None  # the job config's optimizer.type

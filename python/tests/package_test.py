@@ -1212,6 +1212,33 @@ for t in range(1, 9):
 '''
 
 
+# torch 1.13's OneCycleLR keeps a bound method in its state_dict, so saving it pickles the
+# scheduler and with it the optimizer (opt.state included).
+ONECYCLE_SAVED = r'''
+import io
+import torch
+import onebit.torch as ot
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1)
+opt = ot.OneBitAdam(model.parameters(), lr=0.01, freeze_step=2, config={"steps": 4})
+sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.02, total_steps=4)
+x = torch.randn(8, 4)
+while not opt.done:
+    opt.zero_grad()
+    loss = model(x).square().mean()
+    loss.backward()
+    opt.step(loss=loss)
+    sched.step()
+    if opt.next_step == 3:
+        buffer = io.BytesIO()
+        torch.save(sched.state_dict(), buffer)
+        buffer.seek(0)
+        saved = torch.load(buffer)
+        print("saved the scheduler; its optimizer's state holds",
+              sorted(next(iter(saved["anneal_func"].__self__.optimizer.state.values()))))
+'''
+
+
 LOSS_OR_NOT = r'''
 import torch
 import onebit.torch as ot
@@ -1723,6 +1750,13 @@ class TrainedLikeTorchOptim(unittest.TestCase):
         self.assertIn("step 1 refused: parameter 'head.weight' ((1, 8)) has no gradient on "
                       "this step", out)
         self.assertNotIn("step 1 ran", out)
+
+    def test_a_onecycle_schedulers_state_saves(self):
+        # Before: TypeError: cannot pickle 'weakref.ReferenceType' object (opt.state).
+        r, out = self.run_alone(ONECYCLE_SAVED)
+        self.assertEqual(r.returncode, 0, out[-3000:])
+        self.assertIn("saved the scheduler; its optimizer's state holds ['exp_avg', "
+                      "'exp_avg_sq', 'step']", out)
 
     def test_a_step_without_a_loss_prints_no_loss(self):
         # Before, "loss 0.0000" stood in the progress line of a script that hands the
