@@ -809,14 +809,20 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
   ONEBIT_ASSIGN_OR_RETURN(w.trainer, Trainer::Create(options, w.workload.get(), w.backend.get(),
                                                      exchange, w.controller.get(), w.sink.get()));
   if (reg.has_resume() && reg.resume().name().empty()) {
-    // The job starts after the step of the states its workers loaded.
+    // The job starts after the step of the states its workers loaded. A state that does
+    // not fit is the same after any restart: the job fails at once, naming this worker
+    // and why (before, this worker's silence was taken for a lost process and recovered).
     if (o.loaded_step != reg.resume().step() || !o.restore_loaded_state) {
-      return absl::FailedPreconditionError(absl::StrCat(
+      return MarkPermanent(absl::FailedPreconditionError(absl::StrCat(
           "the job starts after step ", reg.resume().step(), " from its workers' saved states; "
           "this worker loaded ", o.loaded_step > 0 ? absl::StrCat("one of step ", o.loaded_step)
-                                                   : std::string("none")));
+                                                   : std::string("none"))));
     }
-    ONEBIT_RETURN_IF_ERROR(o.restore_loaded_state(*w.trainer, rank, reg.world_size()));
+    if (absl::Status restored = o.restore_loaded_state(*w.trainer, rank, reg.world_size());
+        !restored.ok()) {
+      return MarkPermanent(absl::Status(
+          restored.code(), absl::StrCat("its loaded state: ", restored.message())));
+    }
     std::fprintf(stderr, "worker rank %d: starts after step %d from its loaded state\n", rank,
                  static_cast<int>(o.loaded_step));
   } else if (reg.has_resume()) {

@@ -164,6 +164,26 @@ class SameBitsAsReplay(StreamCase):
             self.assertIn("worker rank 1: error buffers reset (the state was saved by rank 0 "
                           "of 2 workers; this is rank 1 of 2)", f.read())
 
+        # Rank 1's state without its exp_avg: the job fails at once, naming the worker and
+        # the state (before: its worker stopped silently, and the job recovered from what
+        # it took for a lost process, again at every restart).
+        import torch
+        broken = os.path.join(tmp, "broken-{rank}.pt")
+        for rank in range(W):
+            state = torch.load(states.format(rank=rank))
+            if rank == 1:
+                del state["onebit"]["tensors"]["exp_avg"]
+            torch.save(state, broken.format(rank=rank))
+        os.environ["LOAD_STATE"] = broken
+        try:
+            r = launch(os.path.join(tmp, "fourth"), job_config("OneBitAdam", params), script)
+        finally:
+            del os.environ["LOAD_STATE"]
+        self.assertNotEqual(r.returncode, 0)
+        with open(os.path.join(tmp, "fourth", "out", "onebit_adam", "coordinator.log")) as f:
+            self.assertRegex(f.read(), r"job FAILED: worker 1 \([^)]+\) failed, which no restart "
+                                       r"fixes: its loaded state: the state's exp_avg is missing")
+
     def test_zero_one_adam(self):
         # The gradients through zero_grad(set_to_none=True) and backward (torch 2's default
         # zero_grad), not written into .grad in place: the same bits.
