@@ -1206,11 +1206,11 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             if len(groups) != len(self.param_groups):
                 raise ValueError(f"the state has {len(groups)} param groups, the optimizer "
                                  f"{len(self.param_groups)}")
-            # As torch.optim's: the groups' hyper-parameters (an lr a schedule moved) too.
+            # As torch.optim's: every hyper-parameter of the groups (an lr, betas or decay a
+            # schedule moved, a scheduler's own keys) comes back; eps too, which step()
+            # then checks against the job's.
             for group, saved in zip(self.param_groups, groups):
-                for key in ("lr", "weight_decay"):
-                    if key in saved:
-                        group[key] = saved[key]
+                group.update((key, value) for key, value in saved.items() if key != "params")
         self._loaded = state
 
     def close(self, why=None, restartable=False):

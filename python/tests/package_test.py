@@ -304,7 +304,7 @@ class ParamGroups(StreamCase):
         self.assertTrue(np.array_equal(got[SPLIT:], second[SPLIT:]))
         self.assertFalse(np.array_equal(got[SPLIT:], first[SPLIT:]))  # the group's own did act
 
-    def test_a_weight_decay_schedule_and_a_state_that_restores_it(self):
+    def test_a_weight_decay_schedule_and_a_state_that_restores_it(self):  # and betas
         # The second group built with decay 0.1, which the script's schedule sets to 0 before
         # step 1: the bits of a run built with 0 (onebit-replay's), group by group. Then a
         # job that saves its state after 14 steps of that schedule, and a fresh one built
@@ -339,6 +339,12 @@ class ParamGroups(StreamCase):
         self.assertTrue(np.array_equal(resumed, scheduled))
         built = job("built", T)  # no schedule: the built decay 0.1 acts
         self.assertFalse(np.array_equal(built[SPLIT:], scheduled[SPLIT:]))
+        # The betas a scheduler wrote come back the same way (OneCycleLR's momentum
+        # cycling; before, only lr and weight_decay did, and such a resume went elsewhere).
+        moved = job("betas", T, SET_BETAS="1:0.8,0.99")
+        job("betas-saved", 14, SET_BETAS="1:0.8,0.99", SAVE_STATE=states)
+        self.assertTrue(np.array_equal(job("betas-resumed", T, LOAD_STATE=states), moved))
+        self.assertFalse(np.array_equal(moved, built))
 
 
 class TorchLrScheduler(StreamCase):
