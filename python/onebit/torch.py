@@ -806,6 +806,10 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         self._joined()
+        if self._done and (self._closed or self._open_ended):
+            raise OnebitError(
+                "step() after the optimizer was closed (close(), its with block, or the end of "
+                "a job without steps): its job is over; build a new optimizer for the next", 1)
         if self._done:
             raise OnebitError(
                 f"step() after the job's last step ({self._steps}, onebit.steps): the training "

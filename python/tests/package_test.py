@@ -1262,6 +1262,11 @@ while not opt.done:
         saved = torch.load(buffer)
         print("saved the scheduler; its optimizer's state holds",
               sorted(next(iter(saved["anneal_func"].__self__.optimizer.state.values()))))
+opt.close()
+try:
+    opt.step()
+except ot.OnebitError as e:
+    print("after close:", e)
 '''
 
 
@@ -1783,6 +1788,8 @@ class TrainedLikeTorchOptim(unittest.TestCase):
         self.assertEqual(r.returncode, 0, out[-3000:])
         self.assertIn("saved the scheduler; its optimizer's state holds ['exp_avg', "
                       "'exp_avg_sq', 'step']", out)
+        # Not "after the job's last step" (of a job without steps, 2^40 before).
+        self.assertIn("after close: step() after the optimizer was closed", out)
 
     def test_a_step_without_a_loss_prints_no_loss(self):
         # Before, "loss 0.0000" stood in the progress line of a script that hands the
