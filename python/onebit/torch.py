@@ -824,12 +824,13 @@ class _OnebitOptimizer(torch.optim.Optimizer):
                 "buffer, which the tensors must keep viewing, so it would train no more. Copy "
                 "new values in place (with torch.no_grad(): p.copy_(new)), or move the model "
                 "before building the optimizer")
-        if not self._new_gradient():
+        without = self._without_gradient()
+        if len(without) == len(self._params):  # no backward, no .grad written
             raise RuntimeError("step() without a new gradient since the last step (no backward, "
                                "no .grad written): nothing was exchanged; call loss.backward() "
                                "first")
         with _phase("gradients into the buffer"):
-            self._gather_gradients()
+            self._gather_gradients(without)
         if self._device.type == "cuda":
             torch.cuda.current_stream(self._device).synchronize()
         self._check_fixed()
@@ -858,11 +859,12 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         self._grad_versions = self._versions()
         return loss
 
-    def _gather_gradients(self):
-        """Checks that every parameter has a dense gradient and puts each into the flat
-        buffer the worker reads (backward's own tensors are copied there)."""
+    def _gather_gradients(self, without):
+        """Checks that every parameter has a dense gradient (none is in `without`,
+        _without_gradient's list) and puts each into the flat buffer the worker reads
+        (backward's own tensors are copied there)."""
         fresh = []  # parameters whose .grad is a tensor of its own, not the buffer's view
-        without = set(self._without_gradient())
+        without = set(without)
         for i, p in enumerate(self._params):
             grad = p.grad
             if i in without:
@@ -1143,11 +1145,6 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         return [i for i, (p, arrived, was, is_) in
                 enumerate(zip(self._params, self._arrived, self._grad_versions, now))
                 if p.grad is None or not (arrived or is_ != was)]
-
-    def _new_gradient(self):
-        """A backward reached a parameter, or a .grad was written or replaced, since the
-        last step."""
-        return len(self._without_gradient()) < len(self._params)
 
     def _what(self, i):
         """How errors name parameter i: by its name where the optimizer was given
