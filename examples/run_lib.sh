@@ -24,8 +24,8 @@ launch_onebit() {
   workers="$(example_job "$OVERRIDE")"
   # onebit's extension (the wheel's, when pip-installed, serves as well). The project
   # machines share a disk cache; a fresh machine builds without one.
-  (cd "$ROOT" && { bazel build --disk_cache=/work/.bazel-disk-cache //python:_onebit_core.so \
-    2>/dev/null || bazel build //python:_onebit_core.so; })
+  (cd "$ROOT" && { bazel build --disk_cache=/work/.bazel-disk-cache //python:libonebit_core.so \
+    2>/dev/null || bazel build //python:libonebit_core.so; })
   rm -rf "$OUT/onebit_adam" && mkdir -p "$OUT/onebit_adam"
   PYTHONPATH="$ROOT/python:$ROOT/bazel-bin/python${PYTHONPATH:+:$PYTHONPATH}" \
     ONEBIT_HISTORY_CSV="$OUT/onebit_adam/worker-{rank}.csv" \

@@ -25,7 +25,7 @@
 # result JSON; the nodes' link byte counters before and after), OUT/results.md (the table)
 # and OUT/loss.png (training loss against wall-clock time, and against the step).
 # Needs: dict-gcide, python3-torch, libopenblas0-pthread (deploy/install-deps.sh), gnuplot,
-# and onebit's extension: the wheel installed, or `bazel build //python:_onebit_core.so`.
+# and onebit's extension: the wheel installed, or `bazel build //python:libonebit_core.so`.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
@@ -103,7 +103,7 @@ if [ -z "${PLOT_ONLY:-}" ]; then
   command -v gnuplot > /dev/null || die "needs gnuplot (apt-get install gnuplot-nox)"
   "$PY" -c 'import torch' || die "needs python3-torch"
   PYTHONPATH="$ROOT/python:$ROOT/bazel-bin/python${PYTHONPATH:+:$PYTHONPATH}" "$PY" -c \
-    'import onebit.torch' || die "needs onebit's extension: bazel build //python:_onebit_core.so"
+    'import onebit.torch' || die "needs onebit's extension: bazel build //python:libonebit_core.so"
   trap '"$ROOT/tools/emulated_cluster.sh" down > /dev/null 2>&1 || true' EXIT
   "$ROOT/tools/emulated_cluster.sh" up $WORKERS "$RATE" > /dev/null
   log "$WORKERS nodes at $RATE; $STEPS steps${STEPS_FOR:+ ($STEPS_FOR)} x $WORKERS workers x batch $BATCH; systems: $SYSTEMS"

@@ -93,7 +93,6 @@ import sys
 import tempfile
 import weakref
 
-import numpy as np
 import torch
 
 from onebit import env as _env
@@ -215,23 +214,19 @@ def _missing_library_hint(message):
 
 
 def _core():
+    """The native core (onebit/_native.py over libonebit_core.so), loaded at first use."""
+    from onebit import _native  # noqa: PLC0415
     try:
-        from onebit import _onebit_core  # noqa: PLC0415 (the wheel puts it here)
-        return _onebit_core
+        _native.lib()
+    except OSError as e:
+        hint = _missing_library_hint(str(e))
+        raise ImportError(f"onebit's native core cannot load: {hint or e}") from e
     except ImportError as e:
-        first = e
-    try:
-        import _onebit_core  # noqa: PLC0415 (built by Bazel: bazel-bin/python)
-        return _onebit_core
-    except ImportError as e:
-        hint = _missing_library_hint(str(first)) or _missing_library_hint(str(e))
-        if hint:
-            raise ImportError(f"onebit's extension cannot load: {hint}") from e
         raise ImportError(
-            "onebit's extension _onebit_core is not installed: pip install the wheel "
-            "(bash python/wheel/build.sh), or build it with `bazel build "
-            "//python:_onebit_core.so` and put bazel-bin/python on PYTHONPATH "
+            f"{e}: pip install the wheel (bash python/wheel/build.sh), or build it with "
+            "`bazel build //python:libonebit_core.so` and put bazel-bin/python on PYTHONPATH "
             "(onebit-launch does)") from e
+    return _native
 
 
 def load_config(config):
@@ -344,7 +339,7 @@ def _job_config(job, optimizer_type, explicit, n, device):
     launcher = _env.max_restarts()
     failure = ob.get("failure", {})
     if launcher is not None and isinstance(failure, dict) and "max_restarts" not in failure:
-        ob["failure"] = dict(failure, max_restarts=max(launcher, _core().DEFAULT_MAX_RESTARTS))
+        ob["failure"] = dict(failure, max_restarts=max(launcher, _core().default_max_restarts()))
     ob.setdefault("device", device)
     workload = ob.setdefault("workload", {})
     workload.setdefault("type", "pytorch")
@@ -439,7 +434,7 @@ class _NodeShard:
         given = os.environ.get("ONEBIT_SERVER_BIN")
         if given:
             return given
-        here = os.path.dirname(os.path.abspath(_core().__file__))
+        here = os.path.dirname(_core().lib().path)
         for path in (os.path.join(here, "bin", "server", "onebit-server"),
                      os.path.join(here, os.pardir, "server", "onebit-server")):
             if os.access(path, os.X_OK):
@@ -505,7 +500,7 @@ class _State(collections.abc.Mapping):
             return {}
         out = {"step": torch.tensor(float(state["step"]))}
         for name, values in state["tensors"].items():
-            out[name] = torch.from_numpy(values).view(p.shape).to(opt._device)
+            out[name] = values.view(p.shape).to(opt._device)
         return out
 
     def __iter__(self):
@@ -581,7 +576,9 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         self._plan = None  # the buckets, once the worker is joined with overlap on
         self._device = self._params[0].device
         sizes = [p.numel() for p in self._params]
-        self._offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64).tolist()
+        self._offsets = [0]
+        for size in sizes:
+            self._offsets.append(self._offsets[-1] + size)
         hyper_groups = self._hyper_groups(defaults)
         masked = self._masked_ranges()
         # A torch lr_scheduler writes group["lr"]; each step hands the job's lr it implies
@@ -683,12 +680,12 @@ class _OnebitOptimizer(torch.optim.Optimizer):
                 raise RuntimeError(
                     f"the parameters moved to {self._params[0].device} after the optimizer was "
                     f"built on {self._device}: move the model before building the optimizer")
-            initial = torch.cat([p.detach().reshape(-1).cpu() for p in self._params]).numpy()
+            initial = torch.cat([p.detach().reshape(-1).cpu() for p in self._params])
             ranges = []
             if self._overlap is not None:
                 self._plan = _BucketPlan(self._params, self._offsets, *self._overlap)
                 ranges = self._plan.ranges
-            self._worker = _core().Worker(initial=np.ascontiguousarray(initial),
+            self._worker = _core().Worker(initial=initial,
                                           loaded=self._loaded, buckets=ranges,
                                           **self._worker_args)
             self._loaded = None
@@ -1164,8 +1161,6 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         worker = self._joined()
         raw = worker.state_dict()
         state = dict(raw, rank=worker.rank, world_size=worker.world_size)
-        for key in ("tensors", "errors"):
-            state[key] = {name: torch.from_numpy(a) for name, a in raw[key].items()}
         groups = [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]
         return {"onebit": state, "param_groups": groups}
 
@@ -1186,9 +1181,6 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         if not isinstance(state_dict, dict) or "onebit" not in state_dict:
             raise ValueError("not a onebit optimizer's state_dict() (no 'onebit' entry)")
         state = dict(state_dict["onebit"])
-        for key in ("tensors", "errors"):
-            state[key] = {name: t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else t
-                          for name, t in state.get(key, {}).items()}
         if self._worker is not None:
             self._worker.load_state_dict(state)
             return
@@ -1199,9 +1191,9 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             raise ValueError(f"the state is of step {state['step']}: nothing to start after")
         n = self._offsets[-1]
         for name, t in state["tensors"].items():
-            if np.asarray(t).size != n:
-                raise ValueError(f"the state's {name} has {np.asarray(t).size} elements, this "
-                                 f"model {n}")
+            size = torch.as_tensor(t).numel()
+            if size != n:
+                raise ValueError(f"the state's {name} has {size} elements, this model {n}")
         groups = state_dict.get("param_groups")
         if groups is not None:
             if len(groups) != len(self.param_groups):
@@ -1334,26 +1326,29 @@ class _OnebitOptimizer(torch.optim.Optimizer):
                 for j in range(i, i + count):
                     p = self._params[j]
                     try:
-                        values = torch.broadcast_to(mask, p.shape).reshape(-1).numpy()
+                        values = torch.broadcast_to(mask, p.shape).reshape(-1)
                     except RuntimeError:
                         raise ValueError(
                             f"param group {g}'s exp_avg_mask has shape {tuple(mask.shape)}, "
                             f"which does not fit {self._what(j)} (exp_avg *= mask, "
                             "broadcast)") from None
-                    bad = np.flatnonzero((values != 0) & (values != 1))
-                    if bad.size:
+                    bad = torch.nonzero((values != 0) & (values != 1)).reshape(-1)
+                    if bad.numel():
+                        first = int(bad[0])
                         raise ValueError(
-                            f"param group {g}'s exp_avg_mask holds {values[bad[0]]} for element "
-                            f"{bad[0]} of {self._what(j)}: a momentum mask is 0 (masked) or 1")
-                    zero = np.concatenate([[False], values == 0, [False]])
-                    edges = np.flatnonzero(zero[1:] != zero[:-1]) + self._offsets[j]
+                            f"param group {g}'s exp_avg_mask holds {float(values[first])} for "
+                            f"element {first} of {self._what(j)}: a momentum mask is 0 (masked) "
+                            "or 1")
+                    edge = torch.zeros(1, dtype=torch.bool)
+                    zero = torch.cat([edge, values == 0, edge])
+                    edges = torch.nonzero(zero[1:] != zero[:-1]).reshape(-1) + self._offsets[j]
                     for begin, end in zip(edges[0::2].tolist(), edges[1::2].tolist()):
                         if runs and runs[-1][1] == begin:
                             runs[-1][1] = end
                         else:
                             runs.append([begin, end])
             i += count
-        limit = _core().MAX_MASK_RANGES
+        limit = _core().max_mask_ranges()
         if len(runs) > limit:
             raise ValueError(
                 f"the param groups' exp_avg_mask masks {len(runs)} separate runs of elements, "
@@ -1404,8 +1399,8 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             flat = _cuda_view(self._worker.params_address(), n, self._device)
             grad = _cuda_view(self._worker.gradient_address(), n, self._device)
         else:
-            flat = torch.from_numpy(self._worker.params())
-            grad = torch.from_numpy(self._worker.gradient())
+            flat = self._worker.params()
+            grad = self._worker.gradient()
         self._grad_views = []
         with torch.no_grad():
             for i, (p, begin, end) in enumerate(zip(self._params, self._offsets,
@@ -1426,7 +1421,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         self._flat_grad = None
         with torch.no_grad():
             if final:
-                last = torch.from_numpy(self._worker.final_params().copy()).to(self._device)
+                last = self._worker.final_params().to(self._device)
             for p, begin, end in zip(self._params, self._offsets, self._offsets[1:]):
                 p.data = last[begin:end].view(p.shape).clone() if final else \
                     torch.full(p.shape, float("nan"), device=self._device)

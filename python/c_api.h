@@ -1,0 +1,138 @@
+/* libonebit_core: onebit's embedded worker and coordinator (python/embedded.h) behind a C
+ * interface, which the Python package loads with ctypes (python/onebit/_native.py).
+ *
+ * Why C and not a CPython extension: a C library depends on no Python, NumPy or torch ABI,
+ * so one wheel serves every CPython from 3.9 on, with any NumPy and any torch. Tensors
+ * cross as addresses (torch's data_ptr()); nothing here holds a Python object.
+ *
+ * Conventions:
+ * - A function that can fail returns an int: 0 for success, else an absl::StatusCode
+ *   (3 INVALID_ARGUMENT, 14 UNAVAILABLE, ...); onebit_last_error() then gives the message,
+ *   for the calling thread, until its next failing call.
+ * - Strings returned through char** are allocated here: free them with onebit_free().
+ * - Handles (onebit_worker, onebit_coordinator, onebit_state, onebit_options) are owned by
+ *   the caller and released with their _free function; a null handle is INVALID_ARGUMENT.
+ * - Every function may be called from any thread, and may block (the caller releases its
+ *   interpreter lock: ctypes does).
+ * - The ABI version changes whenever a signature does; the package checks it at load.
+ */
+#ifndef ONEBIT_PYTHON_C_API_H_
+#define ONEBIT_PYTHON_C_API_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ONEBIT_ABI_VERSION 1
+
+typedef struct onebit_worker onebit_worker;
+typedef struct onebit_coordinator onebit_coordinator;
+typedef struct onebit_state onebit_state;
+typedef struct onebit_options onebit_options;
+
+int onebit_abi_version(void);
+const char* onebit_last_error(void);
+void onebit_free(void* p);
+
+/* ---- Job configs ---- */
+/* A config's text (comments and trailing commas allowed) as strict JSON. */
+int onebit_strict_json(const char* text, char** json);
+/* Loads a config file: its notices (keys accepted without effect) as a JSON list. */
+int onebit_check_config(const char* path, char** notices_json);
+/* What the package decides its defaults by, as a JSON object: warmup_between_workers,
+ * scales_loss, micro_batches, cycles_betas. */
+int onebit_config_facts(const char* text, char** facts_json);
+int onebit_default_max_restarts(void);
+int onebit_max_mask_ranges(void);
+
+/* ---- Optimizer states: sections 0 tensors, 1 errors (float arrays), 2 scalars,
+ * 3 trainer (doubles) ---- */
+onebit_state* onebit_state_new(int64_t step, int64_t freeze_step, int rank, int world_size);
+void onebit_state_free(onebit_state* s);
+int64_t onebit_state_step(const onebit_state* s);
+int64_t onebit_state_freeze_step(const onebit_state* s);
+/* Copies n floats from `data`. A name given twice: INVALID_ARGUMENT. */
+int onebit_state_put_tensor(onebit_state* s, int section, const char* name, const float* data,
+                            size_t n);
+int onebit_state_put_scalar(onebit_state* s, int section, const char* name, double value);
+/* Entries of a section, in order; the name stays valid while the state lives. */
+size_t onebit_state_count(const onebit_state* s, int section);
+const char* onebit_state_name(const onebit_state* s, int section, size_t i);
+size_t onebit_state_tensor_size(const onebit_state* s, int section, size_t i);
+/* Copies tensor i of a tensor section into out (onebit_state_tensor_size floats). */
+int onebit_state_tensor_copy(const onebit_state* s, int section, size_t i, float* out);
+double onebit_state_scalar(const onebit_state* s, int section, size_t i);
+
+/* ---- A worker's options: keys of WorkerProcessOptions by name ---- */
+onebit_options* onebit_options_new(void);
+void onebit_options_free(onebit_options* o);
+/* Strings: config, coordinator, host, summary_file, history_csv, member_token_file, fault,
+ * job_key. Integers: metrics_port, rank, cuda_device. Another key: INVALID_ARGUMENT. */
+int onebit_options_set_string(onebit_options* o, const char* key, const char* value);
+int onebit_options_set_int(onebit_options* o, const char* key, int64_t value);
+/* A parameter group with its own lr (a multiple of the job's) and weight decay. */
+int onebit_options_add_hyper_group(onebit_options* o, uint64_t begin, uint64_t end,
+                                   float lr_scale, float weight_decay);
+/* An overlap bucket, in announcement order. */
+int onebit_options_add_bucket(onebit_options* o, uint64_t begin, uint64_t end);
+/* A boundary of the model's tensors (all of them in order: {0, e_1, ..., n}). */
+int onebit_options_add_group_boundary(onebit_options* o, uint64_t boundary);
+
+/* ---- The worker ---- */
+/* `initial`: the model's n parameters (copied); `loaded`: a state loaded before the first
+ * step, or null (copied). Does not start it. */
+int onebit_worker_new(const onebit_options* o, const float* initial, size_t n,
+                      const onebit_state* loaded, onebit_worker** out);
+/* Closes the worker, waits for its thread and frees it. */
+void onebit_worker_free(onebit_worker* w);
+int onebit_worker_start(onebit_worker* w);
+/* The next step (-1: the job is over for this worker). */
+int onebit_worker_wait_for_step(onebit_worker* w, double timeout_s, int64_t* step);
+/* has_loss 0: no loss this step. NaN lr, max_grad_norm, beta1, beta2: the job's. */
+int onebit_worker_supply(onebit_worker* w, int64_t step, int has_loss, double loss, double lr,
+                         double max_grad_norm, double beta1, double beta2,
+                         const double* weight_decays, size_t n_weight_decays);
+int onebit_worker_announce(onebit_worker* w, int64_t step, uint64_t bucket);
+int onebit_worker_loss_scale(onebit_worker* w, float* scale);
+int onebit_worker_changed_since_announced(onebit_worker* w, int64_t* first);
+int onebit_worker_end_after(onebit_worker* w, int64_t step);
+int onebit_worker_close(onebit_worker* w, const char* why);
+/* *done 0 while the worker runs; else its exit code (0, 1; 2 bad input) and status text. */
+int onebit_worker_join(onebit_worker* w, double timeout_s, int* done, int* code,
+                       char** message);
+int onebit_worker_fail_job(onebit_worker* w, const char* why, int64_t step, int* exit_code);
+int onebit_worker_verdict_after_failure(onebit_worker* w, int* exit_code, char** reason);
+int onebit_worker_report_restartable_exit(onebit_worker* w, const char* why, int64_t step);
+/* The parameters' and the gradient's buffers: host memory, or device memory when *cuda. */
+int onebit_worker_buffers(onebit_worker* w, uintptr_t* params, uintptr_t* gradient, int* cuda);
+/* Copies the final parameters (n floats) once the job ended. */
+int onebit_worker_final_params(onebit_worker* w, float* out, size_t n);
+int onebit_worker_state_dict(onebit_worker* w, onebit_state** out);
+int onebit_worker_state_slice(onebit_worker* w, int64_t begin, int64_t end, onebit_state** out);
+int onebit_worker_load_state_dict(onebit_worker* w, const onebit_state* s);
+int onebit_worker_rank(onebit_worker* w);
+int onebit_worker_world_size(onebit_worker* w);
+size_t onebit_worker_size(onebit_worker* w);
+
+/* ---- The coordinator rank 0 embeds ---- */
+int onebit_coordinator_start(const char* config, const char* host, int port, int rest_port,
+                             int metrics_port, const char* code_digest, const char* job_key,
+                             onebit_coordinator** out);
+void onebit_coordinator_free(onebit_coordinator* c);
+/* which: 0 gRPC, 1 REST, 2 metrics ("host:port"). */
+int onebit_coordinator_address(onebit_coordinator* c, int which, char** address);
+/* "running", "succeeded", "failed" or "closed". */
+int onebit_coordinator_poll(onebit_coordinator* c, char** state);
+int onebit_coordinator_failure_reason(onebit_coordinator* c, char** reason);
+int onebit_coordinator_abandon(onebit_coordinator* c, const char* reason);
+int onebit_coordinator_recover(onebit_coordinator* c, const char* reason);
+int onebit_coordinator_close(onebit_coordinator* c);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ONEBIT_PYTHON_C_API_H_ */

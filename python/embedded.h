@@ -1,0 +1,157 @@
+// onebit's worker and coordinator embedded in a training process: what the Python package
+// (python/onebit) runs through its C interface (python/c_api.h). No Python and no torch
+// here: the parameters and gradients cross as raw memory (host addresses on the CPU, device
+// addresses on a GPU), and every call answers with an absl::Status.
+#ifndef ONEBIT_PYTHON_EMBEDDED_H_
+#define ONEBIT_PYTHON_EMBEDDED_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "coordinator/job_coordinator.h"
+#include "worker/exchange/exchange.h"
+#include "worker/optim/optimizer.h"
+#include "worker/trainer.h"
+#include "worker/worker_process.h"
+#include "worker/workloads/external_workload.h"
+
+namespace onebit {
+
+using NamedTensors = std::vector<std::pair<std::string, std::vector<float>>>;
+
+// An optimizer's whole state between two steps, as state_dict() hands it to a script.
+struct OptimizerState {
+  int64_t step = 0;
+  int64_t freeze_step = -1;
+  int rank = -1;  // the rank and world size that saved it (-1: not said)
+  int world_size = -1;
+  NamedTensors tensors;  // the optimizer's state tensors (parameters included)
+  StateScalars scalars;  // its scalars
+  ErrorState errors;     // this worker's error buffers
+  StateScalars trainer;  // the trainer's scalars (the loss scaler)
+};
+
+// A whole onebit worker (worker_process.h: registration, leases, the exchange, /metrics,
+// checkpoints) on a thread of its own, over an ExternalWorkload whose gradients the
+// training script hands in. Thread safety: every method may be called from any thread; the
+// script calls them from its own, the worker thread runs the job.
+class EmbeddedWorker {
+ public:
+  // `options` without a workload factory and hooks (made here); `initial`: the model's
+  // parameters, flat; `groups`: the tensors' boundaries; `buckets`: the overlap's
+  // announcement order (empty: none); `loaded`: a state loaded before the first step.
+  static absl::StatusOr<std::unique_ptr<EmbeddedWorker>> Create(
+      WorkerProcessOptions options, std::vector<float> initial, std::vector<size_t> groups,
+      std::vector<ParamRange> buckets, std::optional<OptimizerState> loaded);
+  ~EmbeddedWorker();  // closes the workload and joins the worker thread
+
+  absl::Status Start();
+
+  // The next step to compute, -1 when the job is over for this worker; the worker's error
+  // once it ended with one. UNAVAILABLE when nothing came by the deadline.
+  absl::StatusOr<int64_t> WaitForStep(double timeout_s);
+
+  // lr, max_grad_norm, beta1, beta2: the script's for this step (NaN: the job's);
+  // weight_decays: each hyper group's (empty: the optimizer's own).
+  absl::Status Supply(int64_t step, std::optional<double> loss, double lr, double max_grad_norm,
+                      double beta1, double beta2, std::vector<double> weight_decays);
+  // Overlap: bucket `bucket` of step `step`'s gradient is final.
+  absl::Status Announce(int64_t step, size_t bucket);
+  // What the script multiplies its loss by before backward (1 without fp16 loss scaling).
+  absl::StatusOr<float> LossScale();
+  // The first element of the gradient changed after its bucket was announced, or -1.
+  absl::StatusOr<int64_t> ChangedSinceAnnounced();
+  // The script's loop ended after `step` (a job without steps): the worker ends there.
+  absl::Status EndAfter(int64_t step);
+  void Close(const std::string& why);
+
+  // Whether the worker thread ended by the deadline; then its exit code (0, 2 for a bad
+  // argument, else 1) and status text.
+  std::optional<std::pair<int, std::string>> Join(double timeout_s);
+  // Fails the job for a reason no restart fixes; the exit code the verdict asks for (78).
+  int FailJob(const std::string& why, int64_t step);
+  // The verdict after the worker's error: (75 restart, 78 failed, else 1; the reason).
+  MemberVerdict VerdictAfterFailure();
+  // The script raised (`why`) after `step`: the job recovers at once, naming this worker.
+  void ReportRestartableExit(const std::string& why, int64_t step);
+
+  // The optimizer's parameters and this worker's gradient buffer (host or device memory,
+  // as cuda() says; valid while the worker runs).
+  absl::StatusOr<std::pair<float*, float*>> Buffers();
+  // The parameters at the end of the job (a copy this object owns), once the job ended.
+  absl::StatusOr<std::vector<float>> FinalParams();
+  // The whole state between two steps, or after the last step once the job is over.
+  absl::StatusOr<OptimizerState> StateDict();
+  // Elements [begin, end) of each state tensor but the parameters, with the step.
+  absl::StatusOr<OptimizerState> StateSlice(int64_t begin, int64_t end);
+  // Puts back a state of the same step; nothing changes when it does not fit.
+  absl::Status LoadStateDict(const OptimizerState& state);
+
+  int rank();
+  int world_size();
+  bool cuda();
+  size_t size() const { return initial_.size(); }
+
+ private:
+  EmbeddedWorker(WorkerProcessOptions options, std::vector<float> initial,
+                 std::vector<size_t> groups, std::vector<ParamRange> buckets,
+                 std::optional<OptimizerState> loaded);
+  static constexpr int64_t kAgain = -2;
+  absl::StatusOr<int64_t> WaitSlice(absl::Time deadline);
+  absl::StatusOr<Optimizer*> RunningOptimizer() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const WorkerProcessOptions options_;
+  const std::vector<size_t> groups_;
+  const std::vector<ParamRange> buckets_;
+  const std::optional<OptimizerState> loaded_;
+  const std::vector<float> initial_;
+  std::thread thread_;
+  absl::Mutex mu_;
+  std::vector<float> final_params_ ABSL_GUARDED_BY(mu_);  // after_run's copy
+  std::optional<OptimizerState> final_state_ ABSL_GUARDED_BY(mu_);  // likewise
+  Trainer* trainer_ ABSL_GUARDED_BY(mu_) = nullptr;  // from before_run to the teardown
+  ExternalWorkload* workload_ ABSL_GUARDED_BY(mu_) = nullptr;
+  int waiting_ ABSL_GUARDED_BY(mu_) = 0;      // WaitSlice calls using workload_ outside mu_
+  bool ending_ ABSL_GUARDED_BY(mu_) = false;  // the teardown has begun
+  int rank_ ABSL_GUARDED_BY(mu_) = -1;
+  int world_size_ ABSL_GUARDED_BY(mu_) = 0;
+  bool cuda_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+};
+
+// The coordinator rank 0 runs when no coordinator is named (job_coordinator.h, the same
+// code as onebit-coordinator).
+class EmbeddedCoordinator {
+ public:
+  static absl::StatusOr<std::unique_ptr<EmbeddedCoordinator>> Start(
+      const std::string& config, const std::string& host, int port, int rest_port,
+      int metrics_port, const std::string& code_digest, const std::string& job_key);
+  ~EmbeddedCoordinator() { Close(); }
+
+  std::string address() const;
+  std::string rest_address() const;
+  std::string metrics_address() const;
+  // "running", "succeeded", "failed" (failure_reason() says why) or "closed".
+  std::string Poll();
+  std::string failure_reason();
+  void Abandon(const std::string& reason);  // fails a job that is not over
+  void Recover(const std::string& reason);  // starts a recovery of a running job
+  void Close();
+
+ private:
+  explicit EmbeddedCoordinator(std::unique_ptr<JobCoordinator> job) : job_(std::move(job)) {}
+  std::unique_ptr<JobCoordinator> job_;
+};
+
+}  // namespace onebit
+
+#endif  // ONEBIT_PYTHON_EMBEDDED_H_
