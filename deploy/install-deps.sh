@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
-# Installs what onebit needs to build and test on Debian 12, from Debian's packages only.
+# Installs what onebit needs to build and test on Debian 12: Debian's packages, then the
+# Python environments of python/envs/setup.sh (pip's torch and NumPy, auditwheel).
 # Idempotent: installs nothing when everything is already there.
+#
+#   bash deploy/install-deps.sh           everything: build, test, deploy, docs
+#   bash deploy/install-deps.sh --build   only what builds the binaries and the wheel
 set -euo pipefail
+cd "$(dirname "$0")/.."
+build_only=false
+[ "${1:-}" = "--build" ] && build_only=true
 
-packages=(
+# What builds the C++ binaries, the core and the wheel.
+build_packages=(
   build-essential
   bazel-bootstrap bazel-platforms bazel-rules-java
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
@@ -11,18 +19,22 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   prometheus-cpp-dev libcpp-httplib-dev libeigen3-dev zlib1g-dev
   libssl-dev openssl
+  python3 python3-venv
+)
+
+# What the tests, the examples, the deployment and the docs need besides.
+packages=(
   dataset-fashion-mnist
   prometheus
   gnuplot-nox
   iproute2 python3
-  # The Python package (python/): its extension's headers, and PyTorch (CPU) for the
-  # package, its tests and examples.
-  python3-dev pybind11-dev python3-torch python3-numpy
+  # Debian's PyTorch (CPU, 1.13) for the package's tests on Debian's stack, and examples.
+  python3-torch python3-numpy
   # OpenBLAS for Debian's torch: without it its matrix products use the reference BLAS
   # (3.5 GFLOP/s on one core here, 124 with it). The GPT example's corpus: GCIDE.
   libopenblas0-pthread dict-gcide
-  # The wheel (python/wheel) is installed into a virtual environment by its test.
-  python3-venv python3-pip
+  # The wheel (python/wheel) is installed into virtual environments by its test.
+  python3-pip
   # The fuzzers (fuzz/): clang with its sanitizer and libFuzzer runtimes.
   clang libclang-rt-14-dev
   # The deployment (deploy/images, deploy/compose, deploy/k8s; tests/deploy_test): podman
@@ -36,6 +48,11 @@ packages=(
   mkdocs
 )
 
+if $build_only; then
+  packages=("${build_packages[@]}")
+else
+  packages=("${build_packages[@]}" "${packages[@]}")
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -53,7 +70,7 @@ fi
 # kubectl (its kustomize builds deploy/k8s) is not in Debian 12: it comes from Kubernetes'
 # own apt repository where that is configured (as on the project's machines); without it
 # the deploy test says that it skips the Kubernetes checks.
-if ! command -v kubectl >/dev/null; then
+if ! $build_only && ! command -v kubectl >/dev/null; then
   echo "install-deps: kubectl not found; trying apt-get install kubectl"
   [ "$(id -u)" -eq 0 ] && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends kubectl \
     || echo "install-deps: no kubectl package available; deploy/k8s is then only partly checked"
@@ -64,4 +81,11 @@ fi
 if [ ! -x /usr/local/cuda/bin/nvcc ]; then
   echo "install-deps: error: /usr/local/cuda/bin/nvcc not found; the CUDA kernels need the CUDA 13 toolkit there" >&2
   exit 1
+fi
+
+# The Python environments: auditwheel for the wheel; for the tests, pip's torch and NumPy.
+if $build_only; then
+  bash python/envs/setup.sh wheel-tools
+else
+  bash python/envs/setup.sh wheel-tools torch-latest
 fi

@@ -14,7 +14,8 @@ import math
 import os
 import sys
 
-import torch
+# torch is imported where tensors are made, not here: the core's config and coordinator
+# calls work without it (the wheel's test loads the core on every CPython it finds).
 
 ABI_VERSION = 1
 LIBRARY_NAME = "libonebit_core.so"
@@ -190,6 +191,7 @@ def max_mask_ranges():
 
 def _floats(t):
     """A contiguous float32 CPU copy of a tensor (or of a sequence)."""
+    import torch  # noqa: PLC0415
     if not isinstance(t, torch.Tensor):
         t = torch.as_tensor(t)
     return t.detach().to(device="cpu", dtype=torch.float32).contiguous().reshape(-1)
@@ -204,7 +206,7 @@ def _state_from_dict(d):
     ints = {}
     for key in ("step", "freeze_step", "rank", "world_size"):
         value = d.get(key, -1)
-        if isinstance(value, torch.Tensor) and value.numel() == 1:
+        if hasattr(value, "item"):  # a one-element tensor
             value = value.item()
         if isinstance(value, bool) or not float(value).is_integer():
             raise ValueError(f"the state's {key} must be an integer, not {value!r}")
@@ -235,6 +237,7 @@ def _state_from_dict(d):
 
 def _state_to_dict(handle):
     """The state dict of an onebit_state (freed here): tensors as float32 CPU tensors."""
+    import torch  # noqa: PLC0415
     L = lib()
     try:
         d = {"step": L.onebit_state_step(handle), "freeze_step": L.onebit_state_freeze_step(handle)}
@@ -257,6 +260,7 @@ def _state_to_dict(handle):
 def _host_view(address, n, owner):
     """A float32 CPU tensor over n floats of the core's memory at `address` (no copy). The
     tensor keeps `owner` alive."""
+    import torch  # noqa: PLC0415
     array = (ctypes.c_float * n).from_address(address)
     array._owner = owner  # noqa: SLF001 (the worker outlives the view)
     if n == 0:
@@ -392,6 +396,7 @@ class Worker:
 
     def final_params(self):
         """A copy of the parameters at the end of the job."""
+        import torch  # noqa: PLC0415
         out = torch.empty(self._size, dtype=torch.float32)
         _check(lib().onebit_worker_final_params(self._handle, out.data_ptr(), self._size))
         return out

@@ -509,6 +509,13 @@ class _State(collections.abc.Mapping):
     def __len__(self):
         return len(self._opt()._params) if self._started() else 0
 
+    def __bool__(self):
+        # True even before the first step: onebit's state exists from the start (zeros).
+        # torch.distributed.checkpoint's get/set_optimizer_state_dict take a step of their
+        # own to make a state where `optim.state` is false, which here would be a step of
+        # the job.
+        return True
+
     def __reduce__(self):
         # Pickled (the optimizer with it, as torch 1.13's OneCycleLR.state_dict() does
         # through its bound anneal_func): a plain dict of the copies a read gives.
@@ -519,6 +526,7 @@ class _State(collections.abc.Mapping):
 class _OnebitOptimizer(torch.optim.Optimizer):
     _type = None  # the job config's optimizer.type
     _own = ()     # the type's own keyword hyper-parameters (optimizer.params keys)
+    _states = ()  # the type's state tensors besides exp_avg and exp_avg_sq, from step 1
     # An enabled torch GradScaler hands itself to step() (grad_scaler=) instead of skipping
     # the step by this worker's gradients alone: step() refuses it, naming the fp16 block.
     _step_supports_amp_scaling = True
@@ -680,7 +688,9 @@ class _OnebitOptimizer(torch.optim.Optimizer):
                 raise RuntimeError(
                     f"the parameters moved to {self._params[0].device} after the optimizer was "
                     f"built on {self._device}: move the model before building the optimizer")
-            initial = torch.cat([p.detach().reshape(-1).cpu() for p in self._params])
+            initial = self._current_params()
+            if self._loaded is not None and "params" not in self._loaded["tensors"]:
+                self._loaded["tensors"]["params"] = initial  # the model's, as torch.optim
             ranges = []
             if self._overlap is not None:
                 self._plan = _BucketPlan(self._params, self._offsets, *self._overlap)
@@ -834,7 +844,8 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         lr = self._scheduled_lr()
         betas = self._scheduled_betas()
         decays = self._scheduled_weight_decays()
-        value = None if loss is None else float(loss)  # None: the worker says no loss
+        value = None if loss is None else float(  # None: the worker says no loss
+            loss.detach() if isinstance(loss, torch.Tensor) else loss)
         clip, self._clip = self._clip, None
         with _phase("hand-over to the worker"):
             nan = float("nan")
@@ -1121,7 +1132,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
                 "a new optimizer, and with it a new job)")
         super().add_param_group(param_group)
 
-    def zero_grad(self, set_to_none=False):
+    def zero_grad(self, set_to_none=True):
         super().zero_grad(set_to_none=set_to_none)
         # Zeroing in place is no new gradient, and what arrived before is gone.
         self._arrived = [False] * len(self._params)
@@ -1153,48 +1164,149 @@ class _OnebitOptimizer(torch.optim.Optimizer):
 
     def state_dict(self):
         """The optimizer's state between two steps, or after the last one once the job is
-        over, as copies in torch tensors and Python scalars (torch.save and
-        torch.load(weights_only=True) take it): {"onebit": {"step", "freeze_step",
-        "tensors" (params, exp_avg, exp_avg_sq, and an optimizer's own, by name), "scalars",
-        "errors" (this worker's worker_error, and server_error in peer mode), "trainer"
-        (fp16's loss scaler)}, "param_groups": the hyper-parameters}."""
-        worker = self._joined()
-        raw = worker.state_dict()
-        state = dict(raw, rank=worker.rank, world_size=worker.world_size)
-        groups = [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]
-        return {"onebit": state, "param_groups": groups}
+        over, in torch.optim's layout (copies; torch.save, torch.load(weights_only=True) and
+        torch.distributed.checkpoint take it):
+
+        - "state": {index: {"step", "exp_avg", "exp_avg_sq", and an optimizer's own
+          tensors}}, each on its parameter's device and of its shape (empty before the
+          first step, as torch's);
+        - "param_groups": [{the hyper-parameters, "params": [indices]}]; the first group
+          also holds onebit's own part under "onebit": the job's step and freeze step, the
+          rank and world size that saved it, this worker's error buffers ("errors":
+          worker_error, and server_error in peer mode), the optimizer's and the trainer's
+          scalars (fp16's loss scaler). It sits in a group because
+          torch.distributed.checkpoint keeps only "state" and "param_groups".
+
+        Before the first step this does not join the job: the state is step 0's, zeros
+        (after a load_state_dict, the state loaded), so that torch.distributed.checkpoint's
+        get_optimizer_state_dict gives dcp.load a template to load into.
+        """
+        if self._worker is None and not self._done:
+            raw, rank_, world = self._unjoined_state()
+        else:
+            worker = self._joined()
+            raw, rank_, world = worker.state_dict(), worker.rank, worker.world_size
+        step = int(raw["step"])
+        state = {}
+        if step >= 0:
+            for i, p in enumerate(self._params):
+                begin, end = self._offsets[i], self._offsets[i + 1]
+                entry = {"step": torch.tensor(float(step))}
+                for name, t in raw["tensors"].items():
+                    if name != "params":
+                        entry[name] = t[begin:end].clone().view(p.shape).to(self._device)
+                state[i] = entry
+        groups, first = [], 0
+        for g in self.param_groups:
+            d = {k: v for k, v in g.items() if k != "params"}
+            d["params"] = list(range(first, first + len(g["params"])))
+            first += len(g["params"])
+            groups.append(d)
+        groups[0]["onebit"] = {
+            "step": step, "freeze_step": int(raw["freeze_step"]), "rank": rank_,
+            "world_size": world, "errors": raw["errors"], "scalars": raw["scalars"],
+            "trainer": raw["trainer"]}
+        return {"state": state, "param_groups": groups}
+
+    def _unjoined_state(self):
+        """state_dict()'s raw state before the worker joined: the loaded one, else step 0's
+        zeros of the states every job of this type has."""
+        if self._loaded is not None:
+            return self._loaded, self._loaded.get("rank", -1), self._loaded.get("world_size", -1)
+        n = self._offsets[-1]
+        tensors = {name: torch.zeros(n) for name in ("exp_avg", "exp_avg_sq") + self._states}
+        return ({"step": 0, "freeze_step": -1, "tensors": tensors, "errors": {}, "scalars": {},
+                 "trainer": {}}, rank(), world_size())
+
+    def _flat_state(self, state_dict):
+        """A state_dict() as the core takes it: one flat tensor per state over all
+        parameters, in their order. The parameters themselves are the model's (as with
+        torch.optim): their tensor is added where the worker joins."""
+        if not isinstance(state_dict, dict):
+            raise ValueError(f"a state_dict is a dict, not {type(state_dict).__name__}")
+        if "state" not in state_dict or "param_groups" not in state_dict:
+            raise ValueError("not an optimizer's state_dict() (no 'state' and 'param_groups')")
+        groups = state_dict["param_groups"]
+        if len(groups) != len(self.param_groups):
+            raise ValueError(f"the state has {len(groups)} param groups, the optimizer "
+                             f"{len(self.param_groups)}")
+        extras = groups[0].get("onebit") if groups else None
+        if not isinstance(extras, dict):
+            raise ValueError("the state_dict has no onebit part (param_groups[0]['onebit']), so "
+                             "it is not a onebit optimizer's; another optimizer's state "
+                             "(torch.optim.Adam's) cannot be loaded: start the job from the "
+                             "model's parameters alone")
+        entries = [None] * len(self._params)
+        saved_state = state_dict["state"]
+        for g, (live, saved) in enumerate(zip(self.param_groups, groups)):
+            keys = saved.get("params", [])
+            if len(keys) != len(live["params"]):
+                raise ValueError(f"the state's param group {g} has {len(keys)} parameters, "
+                                 f"the optimizer's {len(live['params'])}")
+            for key, p in zip(keys, live["params"]):
+                entries[self._index_of[id(p)]] = saved_state.get(key)
+        flat = {}
+        step = int(extras.get("step", 0))
+        if step >= 1:  # (step 0's zeros load nothing)
+            names = None
+            for i, entry in enumerate(entries):
+                if not isinstance(entry, dict):
+                    raise ValueError(f"the state has none for {self._what(i)}")
+                own = sorted(k for k in entry if k != "step")
+                if names is None:
+                    names = own
+                elif own != names:
+                    raise ValueError(f"the state of {self._what(i)} has {', '.join(own)}; "
+                                     f"the others' {', '.join(names)}")
+                for name in own:
+                    t = torch.as_tensor(entry[name])
+                    if t.numel() != self._params[i].numel():
+                        raise ValueError(f"the state's {name} of {self._what(i)} has "
+                                         f"{t.numel()} elements, the parameter "
+                                         f"{self._params[i].numel()}")
+            for name in names:
+                flat[name] = torch.cat([torch.as_tensor(e[name]).detach().reshape(-1).to(
+                    device="cpu", dtype=torch.float32) for e in entries])
+        raw = {k: extras.get(k) for k in ("step", "freeze_step", "errors", "scalars", "trainer",
+                                          "rank", "world_size") if k in extras}
+        raw["tensors"] = flat
+        if not raw.get("errors"):  # none saved (dcp.load into a template has none): reset
+            raw["errors"], raw["rank"] = {}, -1
+        return raw, groups
 
     def load_state_dict(self, state_dict):
-        """Puts back a state_dict(), as torch.optim's does.
+        """Puts back a state_dict(), as torch.optim's does (the parameters are the model's:
+        load them with model.load_state_dict).
 
         Before the first step (a fresh job: the torch.save/torch.load way to resume), the
-        job starts after the state's step: parameters, moments and the optimizer's scalars
-        come from it, and this worker's error buffers too when the same rank of as many
-        workers saved it (else they start at zero, as a checkpoint of another topology
-        does). Every worker must load a state of the same step; the coordinator fails the
-        job, naming both, when they differ. A job with parameter-server shards resumes from
-        its checkpoint.dir instead, and a committed checkpoint of the job (a recovery) wins
-        over a loaded state.
+        job starts after the state's step: moments and the optimizer's scalars come from
+        it, and this worker's error buffers too when the same rank of as many workers
+        saved it (else they start at zero, as a checkpoint of another topology does). Every
+        worker must load a state of the same step; the coordinator fails the job, naming
+        both, when they differ. A job with parameter-server shards resumes from its
+        checkpoint.dir instead, and a committed checkpoint of the job (a recovery) wins
+        over a loaded state. A state of step 0 (saved before any step) loads no moments.
 
         Later, a state of the step the job is at (the coordinator decides the steps).
         ValueError, and no change, for another step or a state that does not fit."""
-        if not isinstance(state_dict, dict) or "onebit" not in state_dict:
-            raise ValueError("not a onebit optimizer's state_dict() (no 'onebit' entry)")
-        state = dict(state_dict["onebit"])
-        if self._worker is not None:
-            self._worker.load_state_dict(state)
-            return
+        state, groups = self._flat_state(state_dict)
         for key in ("step", "freeze_step", "tensors", "scalars", "errors", "trainer"):
             if key not in state:
                 raise ValueError(f"the state has no {key!r}")
+        if self._worker is not None:
+            if "params" not in state["tensors"]:
+                state["tensors"]["params"] = self._current_params()
+            self._worker.load_state_dict(state)
+            return
         if int(state["step"]) < 1:
-            raise ValueError(f"the state is of step {state['step']}: nothing to start after")
-        n = self._offsets[-1]
-        for name, t in state["tensors"].items():
-            size = torch.as_tensor(t).numel()
-            if size != n:
-                raise ValueError(f"the state's {name} has {size} elements, this model {n}")
-        groups = state_dict.get("param_groups")
+            if state["tensors"]:
+                raise ValueError(f"the state is of step {state['step']}: nothing to start after")
+        else:
+            n = self._offsets[-1]
+            for name, t in state["tensors"].items():
+                size = torch.as_tensor(t).numel()
+                if size != n:
+                    raise ValueError(f"the state's {name} has {size} elements, this model {n}")
         if groups is not None:
             if len(groups) != len(self.param_groups):
                 raise ValueError(f"the state has {len(groups)} param groups, the optimizer "
@@ -1203,8 +1315,15 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             # schedule moved, a scheduler's own keys) comes back; eps too, which step()
             # then checks against the job's.
             for group, saved in zip(self.param_groups, groups):
-                group.update((key, value) for key, value in saved.items() if key != "params")
-        self._loaded = state
+                group.update((key, value) for key, value in saved.items()
+                             if key not in ("params", "onebit"))
+        if int(state["step"]) >= 1:
+            self._loaded = state
+
+    def _current_params(self):
+        """The model's parameters, flat, as a float32 CPU copy."""
+        return torch.cat([p.detach().reshape(-1).to(device="cpu", dtype=torch.float32)
+                          for p in self._params])
 
     def close(self, why=None, restartable=False):
         """Stops the worker: the job hears of it (the trainer fails with `why`) unless it
@@ -1443,6 +1562,7 @@ class ZeroOneAdam(_OnebitOptimizer):
 class OneBitLamb(_OnebitOptimizer):
     """1-bit LAMB (each parameter tensor is one of LAMB's layers): "OneBitLamb"."""
     _type = "OneBitLamb"
+    _states = ("exp_avg_sq_fresh",)
     _own = ("freeze_step", "max_coeff", "min_coeff", "coeff_beta", "factor_max", "factor_min",
             "factor_threshold")
 

@@ -55,17 +55,28 @@ def check_state_dict(opt, n):
     assert_plain(whole)
     torch.save(whole, buffer)
     buffer.seek(0)
-    state = torch.load(buffer, weights_only=floats_load_weights_only())["onebit"]
+    whole = torch.load(buffer, weights_only=floats_load_weights_only())
+    state = whole["param_groups"][0]["onebit"]
     assert state["step"] == opt.next_step - 1, state["step"]
-    for name in ("params", "exp_avg", "exp_avg_sq"):
-        assert isinstance(state["tensors"][name], torch.Tensor), name
-        assert state["tensors"][name].shape == (n,), name
+    # torch.optim's layout: a state per parameter index, each group's indices.
+    indices = [i for g in whole["param_groups"] for i in g["params"]]
+    assert sorted(whole["state"]) == indices == list(range(len(opt.param_groups[0]["params"]) +
+                                                           sum(len(g["params"]) for g in
+                                                               opt.param_groups[1:]))), indices
+    params = [p for g in opt.param_groups for p in g["params"]]
+    for i, p in enumerate(params):
+        entry = whole["state"][i]
+        assert entry["step"].item() == state["step"], entry["step"]
+        for name in ("exp_avg", "exp_avg_sq"):
+            assert isinstance(entry[name], torch.Tensor) and entry[name].shape == p.shape, name
+            assert torch.equal(entry[name], opt.state[p][name]), name
+    assert sum(whole["state"][i]["exp_avg"].numel() for i in indices) == n
     assert set(state["errors"]) == {"worker_error", "server_error"}, state["errors"].keys()
     assert state["errors"]["worker_error"].abs().max() > 0  # the compression stage runs
-    opt.load_state_dict({"onebit": state})
-    moved = dict(state, step=state["step"] - 1)
+    opt.load_state_dict(whole)
+    whole["param_groups"][0]["onebit"] = dict(state, step=state["step"] - 1)
     try:
-        opt.load_state_dict({"onebit": moved})
+        opt.load_state_dict(whole)
     except ValueError as e:
         assert "the state is of step" in str(e), e
     else:
@@ -139,7 +150,11 @@ def main():
     # first step, as a script resuming from torch.save does (a fresh job starts after it).
     load = os.environ.get("LOAD_STATE")
     if load:
-        opt.load_state_dict(torch.load(load.format(rank=ot.rank())))
+        saved = torch.load(load.format(rank=ot.rank()))
+        with torch.no_grad():  # the model's parameters, then the optimizer's state
+            for p, q in zip(params, saved["params"]):
+                p.copy_(q)
+        opt.load_state_dict(saved["optimizer"])
     # LR_ZERO_AFTER=K: a torch lr_scheduler that sets lr 0 after step K (parameters then
     # stay where step K left them).
     zero_after = os.environ.get("LR_ZERO_AFTER")
@@ -213,14 +228,15 @@ def main():
     if loop:
         opt.close()  # what the interpreter's exit would do; the final state below needs it
     # After the end: the final state (the worker is gone), equal to the final parameters.
-    final = opt.state_dict()["onebit"]
-    assert final["step"] == (int(loop) // micro if loop else job_steps(config)), \
-        (final["step"], config)
-    assert torch.equal(final["tensors"]["params"],
-                       torch.cat([p.detach().reshape(-1) for p in params])), "final state"
-    save = os.environ.get("SAVE_STATE")  # torch.save the final state_dict (SAVE_STATE=PATH)
+    final = opt.state_dict()
+    step = final["param_groups"][0]["onebit"]["step"]
+    assert step == (int(loop) // micro if loop else job_steps(config)), (step, config)
+    assert all(torch.equal(final["state"][i]["exp_avg"], opt.state[p]["exp_avg"])
+               for i, p in enumerate(params)), "final state"
+    save = os.environ.get("SAVE_STATE")  # torch.save the model and the final state_dict
     if save:
-        torch.save(opt.state_dict(), save.format(rank=opt.rank))
+        torch.save({"params": [p.detach() for p in params], "optimizer": final},
+                   save.format(rank=opt.rank))
     if opt.rank == 0:
         np.save(out_path, torch.cat([p.detach().reshape(-1) for p in params]).numpy())
 

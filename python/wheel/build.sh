@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
-# Builds onebit's wheel (the package, its extension and the job binaries) into dist/:
+# Builds onebit's wheel (the package, its native core and the job binaries, with the shared
+# libraries they load bundled: manylinux_2_35_x86_64, any CPython >= 3.9) into dist/:
 #
 #   bash python/wheel/build.sh
-#   python3 -m venv --system-site-packages venv     # sees Debian's python3-torch
-#   venv/bin/pip install --no-index dist/onebit-*.whl
+#   python3 -m venv venv && venv/bin/pip install dist/onebit-*.whl   # pulls torch from PyPI
 #
 # then `import onebit.torch` works from anywhere, and onebit-coordinator, onebit-server,
-# onebit-worker, onebitctl and onebit-launch are on the venv's PATH.
+# onebit-worker, onebitctl, onebit-launch and onebit-run are on the venv's PATH. Installs
+# only what the build needs (deploy/install-deps.sh --build: no test or deployment tools).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-bash deploy/install-deps.sh >/dev/null
+bash deploy/install-deps.sh --build >/dev/null
 bazel build //python:wheel
 mkdir -p dist
 rm -f dist/onebit-*.whl
-cp bazel-bin/python/onebit-*.whl dist/
+cp bazel-bin/python/onebit-*manylinux*.whl dist/
 chmod u+w dist/onebit-*.whl
 ls -l dist/onebit-*.whl

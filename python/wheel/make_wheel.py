@@ -1,16 +1,18 @@
-"""Packs onebit's Python package, its extension and the job binaries into a wheel.
+"""Packs onebit's Python package, its native core and the job binaries into a wheel.
 
-    make_wheel.py --out onebit-VERSION-cpXY-cpXY-linux_x86_64.whl --version VERSION \
-        --package onebit/__init__.py ... --extension _onebit_core.so \
+    make_wheel.py --out onebit-VERSION-py3-none-linux_x86_64.whl --version VERSION \
+        --package onebit/__init__.py ... --core libonebit_core.so \
         --binary coordinator/onebit-coordinator=PATH ...
 
 A wheel is a zip with the files, a METADATA, a WHEEL and a RECORD of every file's sha256
-(PEP 427); pip installs it without setuptools or a network. The binaries go to
-onebit/bin/<dir>/<name> (the layout onebit-launch's --bin_dir expects), executable, and
-entry_points.txt makes pip put onebit-coordinator, onebit-server, onebit-worker, onebitctl
-and onebit-launch on PATH (python/onebit/_cli.py). The shared libraries they need are
-Debian's: METADATA names them (Requires-External), and onebit.torch names the package to
-install when one is missing.
+(PEP 427); pip installs it without setuptools or a network. The core is a C library the
+package loads with ctypes (python/c_api.h), so the wheel is py3-none: any CPython from 3.9
+on. The binaries go to onebit/bin/<dir>/<name> (the layout onebit-launch's --bin_dir
+expects), executable, and entry_points.txt makes pip put onebit-coordinator, onebit-server,
+onebit-worker, onebitctl and onebit-launch on PATH (python/onebit/_cli.py).
+
+This wheel still loads Debian 12's shared libraries (gRPC, Abseil, protobuf, gloo, ...):
+python/wheel/repair.sh bundles them (auditwheel repair) into the manylinux wheel users get.
 """
 import argparse
 import base64
@@ -21,13 +23,6 @@ import sys
 import zipfile
 
 SUMMARY = "1-bit Adam, 0/1 Adam and 1-bit LAMB: communication-compressed distributed training"
-# What the extension and the binaries load (ldd on Debian 12), by Debian package.
-REQUIRES_EXTERNAL = [
-    "libabsl20220623", "libgrpc++1.51", "libgrpc29", "libprotobuf32", "libgloo0",
-    "libprometheus-cpp-core1.0", "libprometheus-cpp-pull1.0", "libcpp-httplib0.11",
-    "libcivetweb1", "libssl3", "zlib1g",
-    "libnccl.so.2 (NCCL 2, from CUDA 13 under /usr/local/cuda)",
-]
 CONSOLE_SCRIPTS = {
     "onebit-coordinator": "coordinator", "onebit-server": "server", "onebit-worker": "worker",
     "onebitctl": "ctl", "onebit-launch": "launch", "onebit-run": "run",
@@ -44,32 +39,29 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--version", required=True)
     ap.add_argument("--package", nargs="+", required=True, help="the onebit/*.py files")
-    ap.add_argument("--extension", required=True)
+    ap.add_argument("--core", required=True, help="libonebit_core.so")
     ap.add_argument("--binary", nargs="+", default=[], help="DIR/NAME=PATH")
     a = ap.parse_args()
-    m = re.match(r"^onebit-([^-]+)-(cp\d+)-(cp\d+)-(\w+)\.whl$", os.path.basename(a.out))
+    m = re.match(r"^onebit-([^-]+)-(py3)-(none)-(linux_x86_64)\.whl$", os.path.basename(a.out))
     if not m or m.group(1) != a.version:
-        sys.exit(f"make_wheel: {a.out} is not onebit-{a.version}-cpXY-cpXY-PLATFORM.whl")
-    tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
-    if m.group(2) != tag:
-        sys.exit(f"make_wheel: the extension is built for this python3 ({tag}), the wheel's "
-                 f"name says {m.group(2)}: change python/BUILD's wheel name")
+        sys.exit(f"make_wheel: {a.out} is not onebit-{a.version}-py3-none-linux_x86_64.whl")
     dist = f"onebit-{a.version}.dist-info"
     files = []  # (name in the wheel, bytes, executable)
     for path in a.package:
         with open(path, "rb") as f:
             files.append((f"onebit/{os.path.basename(path)}", f.read(), False))
-    with open(a.extension, "rb") as f:
-        files.append(("onebit/_onebit_core.so", f.read(), False))
+    with open(a.core, "rb") as f:
+        files.append(("onebit/libonebit_core.so", f.read(), False))
     for spec in a.binary:
         name, path = spec.split("=", 1)
         with open(path, "rb") as f:
             files.append((f"onebit/bin/{name}", f.read(), True))
     metadata = [
         "Metadata-Version: 2.1", "Name: onebit", f"Version: {a.version}", f"Summary: {SUMMARY}",
-        "License: Apache-2.0", "Requires-Python: >=3.9", "Requires-Dist: numpy",
-        "Requires-Dist: torch",
-    ] + [f"Requires-External: {r}" for r in REQUIRES_EXTERNAL]
+        "Requires-Python: >=3.9", "Requires-Dist: torch>=1.13",
+        "Requires-External: libnccl.so.2 (NCCL 2, for jobs on GPUs only: CUDA's, or pip's "
+        "nvidia-nccl, which torch's CUDA wheels bring)",
+    ]
     wheel = ["Wheel-Version: 1.0", "Generator: onebit make_wheel.py", "Root-Is-Purelib: false",
              f"Tag: {m.group(2)}-{m.group(3)}-{m.group(4)}"]
     entry = ["[console_scripts]"] + [f"{s} = onebit._cli:{f}" for s, f in CONSOLE_SCRIPTS.items()]
