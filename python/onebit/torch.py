@@ -396,6 +396,9 @@ class _BucketPlan:
         self.ready = [False] * len(self.bucket_of)
         self.pending = [len(b) for b in self.buckets]
         self.next = 0  # the next bucket to send
+        # The gradient buffer's version counter once every bucket went (the views share
+        # it): an in-place change after that (torch's clip_grad_norm_) moves it.
+        self.sealed = None
 
     def mark(self, i):
         """Parameter i's gradient is final: the buckets that can go now, in order."""
@@ -885,6 +888,15 @@ class _OnebitOptimizer(torch.optim.Optimizer):
                 raise ValueError(f"{self._what(i)} has a sparse gradient; onebit needs dense ones")
             if grad.data_ptr() != self._grad_views[i].data_ptr():
                 fresh.append(i)
+        if self._plan is not None and self._plan.sealed is not None and \
+                self._flat_grad._version != self._plan.sealed:
+            # At its first call, whether or not it clipped (it scales in place either way),
+            # not at the first step whose norm it clips.
+            raise RuntimeError(
+                "the gradients were changed in place after backward() handed them to the "
+                "exchange (overlap on), as torch.nn.utils.clip_grad_norm_ does: clip with "
+                "opt.clip_grad_norm_(max_norm), which clips the workers' average gradient as "
+                "DDP's clipping does, or build the optimizer with overlap=False")
         # zero_grad(set_to_none=True) (torch 2's default) or a .grad replaced: backward
         # wrote tensors of its own, which go into the exchange's buffer.
         self._grads_into_views(fresh)
@@ -964,6 +976,8 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         self._grad_into_view(i)
         for bucket in plan.mark(i):
             self._worker.announce(self._next, bucket)
+        if plan.next == len(plan.buckets):
+            plan.sealed = self._flat_grad._version
 
     def _grads_into_views(self, indices):
         """_grad_into_view for each of `indices`; where that is every parameter (backward

@@ -47,8 +47,11 @@ def main():
             quiet = opt.no_sync() if micro == 0 and mode != "twice" else contextlib.nullcontext()
             with quiet:
                 loss.backward()
-        if mode == "modified" and step == 3:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1e-3)
+        if mode == "modified" and step == 3:  # a gradient replaced after it went
+            last = list(model.parameters())[-1]
+            last.grad = last.grad * 0.5
+        if mode == "clipped" and step == 3:  # torch's clipping, in place
+            torch.nn.utils.clip_grad_norm_(model.parameters(), float(sys.argv[3]))
         opt.step(loss=loss)
     if opt.rank == 0:
         np.save(out, torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy())

@@ -1615,8 +1615,17 @@ class Overlap(unittest.TestCase):
                          r"before step\(\), after the first went to the exchange")
         r, log = self.run_mode(tmp, "modified")
         self.assertNotEqual(r.returncode, 0)
-        self.assertRegex(log, r"the gradient of parameter '\d\.(weight|bias)' \(.*\) changed "
+        self.assertRegex(log, r"the gradient of parameter '4\.bias' \(.*\) changed "
                          r"after backward\(\) handed it to the exchange")
+        # torch's clip_grad_norm_ is refused at its first call, with the fix, whether it
+        # clips (a norm of 1e-3) or not (1e9: it still scales in place, by 1); before, the
+        # job died at the first step whose norm it clipped.
+        for max_norm in ("1e-3", "1e9"):
+            r, log = self.run_mode(tmp, "clipped", max_norm)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn("the gradients were changed in place after backward() handed them to "
+                          "the exchange (overlap on), as torch.nn.utils.clip_grad_norm_ does: "
+                          "clip with opt.clip_grad_norm_(max_norm)", log)
 
 
     def test_same_bits_on_and_off_with_a_shard_on_the_node(self):
