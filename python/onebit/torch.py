@@ -16,7 +16,8 @@ launched the way torch.optim and torchrun are:
     torchrun --nproc_per_node=4 train.py      (or srun; or onebit-launch on one machine)
 
 HYPER-PARAMETERS are keyword arguments, as in torch.optim.Adam: lr, betas, eps,
-weight_decay, bias_correction (on by default, as in torch's Adam, unless a job config with
+weight_decay (decoupled, as torch.optim.AdamW's and DeepSpeed's: decoupled_weight_decay is
+True, and False is refused), bias_correction (on by default, as in torch's Adam, unless a job config with
 an optimizer block is given: its default is off, as ALGORITHM.md says), and each type's own
 (freeze_step; ZeroOneAdam's var_freeze_step, var_update_scaler, local_step_scaler,
 local_step_clipper; OneBitLamb's max_coeff, min_coeff, coeff_beta, factor_max,
@@ -164,11 +165,11 @@ class OnebitError(RuntimeError):
         self.exit_code = exit_code
 
 
-def _exit_with_the_workers_code(kind, value, tb, _previous=sys.excepthook):
+def _exit_with_the_workers_code(kind, value, tb):
     """An OnebitError nobody caught ends the script with the code the coordinator asked
     for (75: the job recovers, restart me; 78: the job failed, do not restart), as
     onebit-worker would exit."""
-    _previous(kind, value, tb)
+    _previous_excepthook[0](kind, value, tb)
     if isinstance(value, OnebitError):
         sys.stdout.flush()
         sys.stderr.flush()
@@ -181,7 +182,15 @@ def _exit_with_the_workers_code(kind, value, tb, _previous=sys.excepthook):
 _uncaught = []
 
 
-sys.excepthook = _exit_with_the_workers_code
+_previous_excepthook = [None]
+
+
+def _install_excepthook():
+    """Puts _exit_with_the_workers_code before the script's own sys.excepthook, once the
+    first optimizer is built: importing onebit.torch changes nothing global."""
+    if _previous_excepthook[0] is None:
+        _previous_excepthook[0] = sys.excepthook
+        sys.excepthook = _exit_with_the_workers_code
 
 
 # The Debian packages of the shared libraries the extension loads (the wheel's METADATA
@@ -535,8 +544,14 @@ class _OnebitOptimizer(torch.optim.Optimizer):
     _step_supports_amp_scaling = True
 
     def __init__(self, params, lr=_UNSET, betas=_UNSET, eps=_UNSET, weight_decay=_UNSET, *,
-                 bias_correction=_UNSET, config=None, coordinator=None, timeout_s=600.0,
-                 overlap=None, bucket_cap_mb=25.0, **hyper):
+                 bias_correction=_UNSET, decoupled_weight_decay=True, config=None,
+                 coordinator=None, timeout_s=600.0, overlap=None, bucket_cap_mb=25.0, **hyper):
+        if not decoupled_weight_decay:
+            raise ValueError(
+                "decoupled_weight_decay=False: onebit's weight decay is decoupled, as AdamW's "
+                "and DeepSpeed's 1-bit optimizers' (lr * weight_decay * p joins the update; it "
+                "never enters the compressed momentum); torch.optim.Adam's L2 form is not "
+                "offered: add the L2 term to the loss instead")
         if isinstance(lr, (str, dict, os.PathLike)):  # the older form: (params, config)
             if config is not None:
                 raise TypeError("the config is given twice (second argument and config=)")
@@ -679,6 +694,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         me = weakref.ref(self)
         atexit.register(lambda: me() is not None and me()._at_exit())
         _BUILT.add(self)
+        _install_excepthook()
 
     def _joined(self):
         """The worker, joined to the job: its first lease granted (or the job over)."""

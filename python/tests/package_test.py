@@ -669,6 +669,10 @@ class BadInput(unittest.TestCase):
                          str(e.exception))
         with self.assertRaises(TypeError):
             ot.OneBitAdam(p, job_config("OneBitAdam", {}), config={})
+        with self.assertRaises(ValueError) as e:  # the decay is AdamW's, as DeepSpeed's
+            ot.OneBitAdam(p, weight_decay=0.01, decoupled_weight_decay=False,
+                          coordinator="127.0.0.1:1")
+        self.assertIn("onebit's weight decay is decoupled, as AdamW's", str(e.exception))
 
     def test_overlap_needs_a_warmup_between_the_workers(self):
         # The C++ config decides where the warmup goes (WarmupBetweenWorkers); overlap asked
@@ -1351,6 +1355,18 @@ print(f"after the end: step {opt.state[model.bias]['step'].item()}, entries {len
 '''
 
 
+IMPORT_ONLY = r'''
+import os, signal, sys, threading
+names = ("excepthook", "SIGINT", "SIGTERM", "environ", "threads")
+def now():
+    return (sys.excepthook, signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM),
+            dict(os.environ), threading.active_count())
+before = now()
+import onebit.torch
+print("import changed:", [n for n, a, b in zip(names, before, now()) if a != b])
+'''
+
+
 MASKED = r'''
 import sys
 import torch
@@ -1850,6 +1866,11 @@ class TrainedLikeTorchOptim(unittest.TestCase):
         r, out = self.run_alone(LOOP_LENGTH, "2")
         self.assertIn("the script exited after step 2 of the job's 4 (onebit.steps): the "
                       "training loop is shorter than the job", out)
+
+    def test_importing_changes_nothing_global(self):
+        r, out = self.run_alone(IMPORT_ONLY)
+        self.assertEqual(r.returncode, 0, out[-3000:])
+        self.assertIn("import changed: []", out)
 
     def test_state_reads_like_torch_adams(self):
         r, out = self.run_alone(STATE)
