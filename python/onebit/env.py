@@ -131,6 +131,16 @@ def rendezvous(coordinator=None, environ=os.environ):
     master = master or "127.0.0.1"
     base = int(port_text) if port_text is not None else DEFAULT_MASTER_PORT
     grpc_port = base + COORDINATOR_PORT_OFFSET
+    # $ONEBIT_COORDINATOR_PORT: another port than MASTER_PORT + 1 (and + 2 for REST), where
+    # those are another service's; every rank must be given the same.
+    given = environ.get("ONEBIT_COORDINATOR_PORT")
+    if given is not None:
+        if not given.isdigit() or not 0 < int(given) < 65535:
+            raise ValueError(f"$ONEBIT_COORDINATOR_PORT is {given!r}, not a port below 65535")
+        grpc_port = int(given)
+        if base in (grpc_port, grpc_port + 1):
+            raise ValueError(f"$ONEBIT_COORDINATOR_PORT {grpc_port} collides with MASTER_PORT "
+                             f"{base} (torch.distributed's store) or the REST port after it")
     if grpc_port + 1 > 65535:
         raise ValueError(f"$MASTER_PORT {base} leaves no room for the coordinator's ports "
                          f"({grpc_port} and {grpc_port + 1})")

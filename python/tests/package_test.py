@@ -841,6 +841,14 @@ class EnvContract(unittest.TestCase):
         r = env.rendezvous(environ={"RANK": "0", "WORLD_SIZE": "2",
                                     "ONEBIT_COORDINATOR": "coord:7000"})
         self.assertEqual((r.embedded, r.coordinator), (False, "coord:7000"))
+        # Another port where MASTER_PORT + 1 is taken; never the store's (MASTER_PORT).
+        r = env.rendezvous(environ={"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+                                    "MASTER_PORT": "40000", "ONEBIT_COORDINATOR_PORT": "41000"})
+        self.assertEqual((r.coordinator, r.rest_port), ("127.0.0.1:41000", 41001))
+        for bad in ("40000", "39999", "x", "65535"):
+            with self.assertRaises(ValueError):
+                env.rendezvous(environ={"RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "40000",
+                                        "ONEBIT_COORDINATOR_PORT": bad})
         r = env.rendezvous(environ={})  # one process alone: any free port
         self.assertEqual((r.embedded, r.grpc_port), (True, 0))
         with self.assertRaises(ValueError):
@@ -922,6 +930,8 @@ class LaunchedLikeTorchrun(StreamCase):
             self.assertIn(f"before the optimizer: rank {r} of {W}, local rank {r} of {W}", log)
             # The script's own torch.distributed on MASTER_PORT works beside onebit's.
             self.assertIn(f"torch.distributed all_reduce: {sum(range(1, W + 1))}", log)
+            # dist.init_process_group() and DistributedSampler(ds) with no arguments.
+            self.assertIn(f"DistributedSampler: rank {r} of {W}", log)
         self.assertIn(f"serving gRPC on 127.0.0.1:{port + 1}", logs[0])  # rank 0's coordinator
 
     def torchrun_env(self, port):

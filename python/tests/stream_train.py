@@ -132,10 +132,12 @@ def main():
     if os.environ.get("ALSO_TORCH_DISTRIBUTED"):
         # The script's own collectives on MASTER_PORT, beside onebit's coordinator.
         import torch.distributed as dist  # noqa: PLC0415
-        dist.init_process_group("gloo", rank=ot.rank(), world_size=ot.world_size())
+        dist.init_process_group("gloo")  # as DDP scripts call it: all from the environment
         x = torch.ones(1) * (ot.rank() + 1)
         dist.all_reduce(x)
         print(f"torch.distributed all_reduce: {x.item():.0f}", flush=True)
+        sampler = torch.utils.data.DistributedSampler(list(range(8)))  # no arguments
+        print(f"DistributedSampler: rank {sampler.rank} of {sampler.num_replicas}", flush=True)
     second = os.environ.get("SECOND_GROUP")
     if kwargs:
         opt = getattr(ot, optimizer)(params, config=config, **kwargs)
