@@ -298,9 +298,10 @@ def _code_digest():
     return digest.hexdigest()
 
 
-def _job_config(job, optimizer_type, explicit, n, device):
+def _job_config(job, optimizer_type, explicit, n, device, notes=None):
     """The whole job config: `job` (the user's, maybe {}) with the keyword arguments in its
-    optimizer block and what the launcher and the model say in its onebit block."""
+    optimizer block and what the launcher and the model say in its onebit block. Defaults
+    it chooses that a user should hear of go into `notes`."""
     keywords_only = "optimizer" not in job
     block = job.setdefault("optimizer", {})
     given = block.get("type")
@@ -317,6 +318,15 @@ def _job_config(job, optimizer_type, explicit, n, device):
         # block keeps its own default (off, ALGORITHM.md).
         hp.setdefault("bias_correction", True)
     ob = job.setdefault("onebit", {})
+    if optimizer_type in ("OneBitAdam", "OneBitLamb") and "freeze_step" not in hp and \
+            "freeze" not in ob:
+        # No freeze step anywhere: the coordinator freezes when the variance settles
+        # (onebit.freeze's automatic mode), where a static default would never compress.
+        ob["freeze"] = {"mode": "automatic"}
+        if notes is not None:
+            notes.append("no freeze_step given: the freeze is automatic, when the variance "
+                         "settles (onebit.freeze; between steps 50 and 1000); the coordinator's "
+                         "log says when and why. Give freeze_step=N for a fixed step")
     launched = any(os.environ.get(v) for v in ("ONEBIT_WORLD_SIZE", "WORLD_SIZE", "SLURM_NTASKS"))
     workers = world_size()
     if "workers" in ob and launched and ob["workers"] != workers:
@@ -621,8 +631,10 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         self._open_ended = "steps" not in job
         self._steps = OPEN_ENDED_STEPS if self._open_ended else int(job["steps"])
         node_shards = job.get("onebit", {}).get("exchange", {}).get("servers") == "per_node"
+        notes = []
+        given_config_optimizer = "optimizer" in job
         job = _job_config(job, self._type, explicit, self._offsets[-1],
-                          "cuda" if self._device.type == "cuda" else "cpu")
+                          "cuda" if self._device.type == "cuda" else "cpu", notes)
         if self._open_ended:
             job["steps"] = OPEN_ENDED_STEPS
         if masked:
@@ -652,7 +664,13 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         if self._rendezvous.embedded:
             self._refuse_a_second_member()
             for notice in notices:  # the job's one coordinator says them once
+                # Not of bias_correction when it is this package's default, not the user's.
+                if notice.startswith("optimizer.params.bias_correction") and \
+                        "bias_correction" not in explicit and not given_config_optimizer:
+                    continue
                 print(f"onebit: config notice: {notice}", file=sys.stderr)
+            for note in notes:
+                print(f"onebit: {note}", file=sys.stderr)
             self._coordinator = self._start_coordinator()
             address = address or self._coordinator.address
             restart = _env.restart_count()

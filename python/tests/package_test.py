@@ -1365,6 +1365,21 @@ print(f"after the end: step {opt.state[model.bias]['step'].item()}, entries {len
 '''
 
 
+AUTOMATIC_FREEZE = r'''
+import torch
+import onebit.torch as ot
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+opt = ot.OneBitAdam(model.parameters(), lr=0.01, config={"steps": 120, "onebit": {"log_every": 60}})
+while not opt.done:
+    opt.zero_grad()
+    x = torch.randn(64, 8)
+    loss = (model(x) - x.sum(1, keepdim=True)).square().mean()
+    loss.backward()
+    opt.step(loss=loss)
+'''
+
+
 IMPORT_ONLY = r'''
 import os, signal, sys, threading
 names = ("excepthook", "SIGINT", "SIGTERM", "environ", "threads")
@@ -1876,6 +1891,17 @@ class TrainedLikeTorchOptim(unittest.TestCase):
         r, out = self.run_alone(LOOP_LENGTH, "2")
         self.assertIn("the script exited after step 2 of the job's 4 (onebit.steps): the "
                       "training loop is shorter than the job", out)
+
+    def test_without_a_freeze_step_the_freeze_is_automatic(self):
+        # Before: freeze_step's default, 100000, and a job that never compressed, silently.
+        r, out = self.run_alone(AUTOMATIC_FREEZE)
+        self.assertEqual(r.returncode, 0, out[-3000:])
+        self.assertIn("onebit: no freeze_step given: the freeze is automatic", out)
+        self.assertRegex(out, r"switch to compression scheduled after step \d+ \(automatic: ")
+        self.assertIn("step 120/120", out)
+        self.assertRegex(out, r"step 120/120 .*stage compression")
+        # The package's own bias_correction default is no notice of the user's.
+        self.assertNotIn("bias_correction", out)
 
     def test_importing_changes_nothing_global(self):
         r, out = self.run_alone(IMPORT_ONLY)
