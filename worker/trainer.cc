@@ -511,6 +511,11 @@ absl::Status Trainer::RunStep(int64_t t) {
             : "); lower the learning rate")),
         t));
   }
+  if (report.loss_given) {
+    std::optional<std::string> warning = divergence_.Observe(
+        t, report.stage == Stage::kCompression, report.loss, options_.optimizer.hyper.eps);
+    if (warning.has_value()) Print(*warning);
+  }
   const double compress_before = exchange.compress_seconds();
   const double call_before = optimizer_->exchange_call_seconds();
   const kernels::Backend::HostTransfers moved_before = backend_->host_transfers();

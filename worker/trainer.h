@@ -54,6 +54,7 @@
 #include "absl/strings/string_view.h"
 #include "kernels/buffer.h"
 #include "kernels/kernels.h"
+#include "worker/divergence_watch.h"
 #include "worker/exchange/exchange.h"
 #include "worker/exchange/overlapped_warmup.h"
 #include "worker/exchange/peer_exchange.h"
@@ -343,6 +344,7 @@ class Trainer {
   std::unique_ptr<Optimizer> optimizer_;
   std::vector<double> built_weight_decays_;  // optimizer_'s at creation (weight_decays)
   std::optional<LossScaler> scaler_;
+  DivergenceWatch divergence_;  // the compression stage's blow-up, said once
   double agree_seconds_ = 0.0;  // this step's Exchange::AnyOverflow call
   uint64_t hyper_chain_ = 0;    // StepReport::hyper_digest of the last step
   // The step's gradient: the workload's gradient_buffer() where it has one and micro

@@ -1380,6 +1380,23 @@ while not opt.done:
 '''
 
 
+DEAD_UNITS = r'''
+import torch
+import onebit.torch as ot
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+with torch.no_grad():
+    model[0].bias[:4] = -100.0  # dead units: no gradient in the warmup
+opt = ot.OneBitAdam(model.parameters(), lr=0.01, freeze_step=10, config={"steps": 40})
+while not opt.done:
+    opt.zero_grad()
+    x = torch.randn(64, 8)
+    loss = (model(x) - x.sum(1, keepdim=True)).square().mean()
+    loss.backward()
+    opt.step(loss=loss)
+'''
+
+
 IMPORT_ONLY = r'''
 import os, signal, sys, threading
 names = ("excepthook", "SIGINT", "SIGTERM", "environ", "threads")
@@ -1902,6 +1919,20 @@ class TrainedLikeTorchOptim(unittest.TestCase):
         self.assertRegex(out, r"step 120/120 .*stage compression")
         # The package's own bias_correction default is no notice of the user's.
         self.assertNotIn("bias_correction", out)
+
+    def test_a_loss_that_jumps_after_the_freeze_is_reported_with_its_cause(self):
+        # Four dead ReLU units: their weights' variance freezes at 0, and the compressed
+        # momentum moves them by scale/eps. Before: nothing was said until the loss was inf
+        # (here the step after; a slower blow-up never got there).
+        path = os.path.join(tempfile.mkdtemp(prefix="onebit-dead-"), "train.py")
+        with open(path, "w") as f:
+            f.write(DEAD_UNITS)
+        r, logs = on_two_ranks("dead", path)  # one worker alone sends nothing compressed
+        out = "".join(logs)
+        self.assertRegex(out, r"warning: the loss is \S+ at step 1[1-9], \S+x the warmup's "
+                              r"last losses \(\S+\): the compression stage is diverging\. "
+                              r"Likely cause: elements whose variance froze at ~0")
+        self.assertIn("scale/eps = scale/1e-08", out)
 
     def test_importing_changes_nothing_global(self):
         r, out = self.run_alone(IMPORT_ONLY)
