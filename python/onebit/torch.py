@@ -99,7 +99,8 @@ import torch
 from onebit import env as _env
 from onebit.env import local_rank, local_world_size, rank, world_size
 
-__all__ = ["OneBitAdam", "ZeroOneAdam", "OneBitLamb", "Adam", "OnebitError", "load_config",
+__all__ = ["OneBitAdam", "ZeroOneAdam", "OneBitLamb", "Adam", "OnebitError", "ScriptError",
+           "load_config",
            "rank", "world_size", "local_rank", "local_world_size"]
 
 _UNSET = object()  # a keyword argument the caller did not give
@@ -156,6 +157,23 @@ def _buckets(sizes, first_cap, cap):
     return buckets
 
 
+class ScriptError(Exception):
+    """onebit's own check of the training script failed (a second optimizer, a parameter
+    without a gradient, a gradient changed after it was sent, ...): no restart fixes it.
+    Caught, it is the script's to handle; uncaught, the job fails on every rank and this
+    process exits 78 ("do not restart"), as does every other rank. Raised as
+    ScriptValueError or ScriptRuntimeError, so `except ValueError`/`RuntimeError` still
+    catch them."""
+
+
+class ScriptValueError(ScriptError, ValueError):
+    pass
+
+
+class ScriptRuntimeError(ScriptError, RuntimeError):
+    pass
+
+
 class OnebitError(RuntimeError):
     """The worker stopped: the job failed (exit_code 78: do not restart), or it recovers
     (75: restart me), or this worker hit an error of its own (1)."""
@@ -174,7 +192,19 @@ def _exit_with_the_workers_code(kind, value, tb):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(value.exit_code)
-    _uncaught.append(f"the script raised {kind.__name__}: {value}")
+    what = f"the script raised {kind.__name__}: {value}"
+    if isinstance(value, (ScriptError, KeyboardInterrupt)):
+        # No restart fixes it (a Ctrl-C is the user's word): the job fails on every rank.
+        for opt in list(_BUILT):
+            if not (opt._closed or opt._done):
+                opt.close(what, restartable=False)
+            opt._close_coordinator()
+        if isinstance(value, ScriptError):
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(78)
+        return  # KeyboardInterrupt: Python's own exit (130)
+    _uncaught.append(what)
 
 
 # The script's uncaught exception (the end-of-script close names it, and lets the job
@@ -661,8 +691,10 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         self._rendezvous = _env.rendezvous(coordinator)
         self._coordinator = None
         address = self._rendezvous.coordinator
+        # On every rank at construction (before: rank 0 only, and the others' second
+        # optimizer waited for a job that never came: a GAN's loop hung).
+        self._refuse_a_second_member()
         if self._rendezvous.embedded:
-            self._refuse_a_second_member()
             for notice in notices:  # the job's one coordinator says them once
                 # Not of bias_correction when it is this package's default, not the user's.
                 if notice.startswith("optimizer.params.bias_correction") and \
@@ -862,7 +894,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
                                                              self._param_addresses))
                       if p.data_ptr() != address), None)
         if moved is not None:
-            raise RuntimeError(
+            raise ScriptRuntimeError(
                 f"{self._what(moved)} got memory of its own (p.data = ..., model.to(), .half()) "
                 "after the optimizer took it over: onebit steps the parameters in its own "
                 "buffer, which the tensors must keep viewing, so it would train no more. Copy "
@@ -870,7 +902,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
                 "before building the optimizer")
         without = self._without_gradient()
         if len(without) == len(self._params):  # no backward, no .grad written
-            raise RuntimeError("step() without a new gradient since the last step (no backward, "
+            raise ScriptRuntimeError("step() without a new gradient since the last step (no backward, "
                                "no .grad written): nothing was exchanged; call loss.backward() "
                                "first")
         with _phase("gradients into the buffer"):
@@ -913,20 +945,20 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         for i, p in enumerate(self._params):
             grad = p.grad
             if i in without:
-                raise ValueError(
+                raise ScriptValueError(
                     f"{self._what(i)} has no gradient on this step: every parameter the "
                     "optimizer holds must take part in the loss on every worker (the momentum "
                     "is one flat exchange). Freeze it (requires_grad_(False) before building "
                     "the optimizer: it is left out), or keep it out of the optimizer's params")
             if grad.is_sparse:
-                raise ValueError(f"{self._what(i)} has a sparse gradient; onebit needs dense ones")
+                raise ScriptValueError(f"{self._what(i)} has a sparse gradient; onebit needs dense ones")
             if grad.data_ptr() != self._grad_views[i].data_ptr():
                 fresh.append(i)
         if self._plan is not None and self._plan.sealed is not None and \
                 self._flat_grad._version != self._plan.sealed:
             # At its first call, whether or not it clipped (it scales in place either way),
             # not at the first step whose norm it clips.
-            raise RuntimeError(
+            raise ScriptRuntimeError(
                 "the gradients were changed in place after backward() handed them to the "
                 "exchange (overlap on), as torch.nn.utils.clip_grad_norm_ does: clip with "
                 "opt.clip_grad_norm_(max_norm), which clips the workers' average gradient as "
@@ -938,7 +970,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             changed = self._joined().changed_since_announced()
             if changed >= 0:
                 i = bisect.bisect_right(self._offsets, changed) - 1
-                raise RuntimeError(
+                raise ScriptRuntimeError(
                     f"the gradient of {self._what(i)} changed after backward() handed it to "
                     "the exchange (overlap): change gradients before they are final, clip "
                     "with opt.clip_grad_norm_(max_norm), or build the optimizer with "
@@ -998,7 +1030,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         if plan is None or self._no_sync or self._done or self._stopped or self._worker is None:
             return
         if plan.ready[i]:
-            raise RuntimeError(
+            raise ScriptRuntimeError(
                 f"{self._what(i)} got a second gradient before step(), after the first went "
                 "to the exchange (overlap): accumulate micro-batches inside `with "
                 "opt.no_sync():` (all but the last backward), as with DDP, or build the "
@@ -1413,17 +1445,17 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         self._closed = True
 
     def _in_job(self):
-        """This optimizer holds a part of a job: the embedded coordinator, or a worker that
-        joined and has not ended."""
-        return self._coordinator is not None or (
-            self._worker is not None and not (self._done or self._closed or self._stopped))
+        """This optimizer holds a part of a job: it was built (its job exists from then on,
+        on every rank: rank 0's coordinator runs it) and has not ended."""
+        return self._coordinator is not None or not (self._done or self._closed or
+                                                     self._stopped)
 
     def _refuse_a_second_member(self):
         """Each optimizer is this rank's member of a job: a second one in the job at once
         would be a second member of the same rank (and rank 0's a second coordinator on
         MASTER_PORT + 1)."""
         if any(other is not self and other._in_job() for other in list(_BUILT)):
-            raise ValueError(
+            raise ScriptValueError(
                 "another onebit optimizer of this process is still in its job: one at a "
                 "time, since each is this rank's member of a job. Put every parameter into "
                 "one optimizer (param groups for their own lr and weight_decay); optimizers "

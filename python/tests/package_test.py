@@ -1843,6 +1843,28 @@ class JobIdentity(unittest.TestCase):
                                   r"[0-9a-f]{16}\" \(worker [01]'s: \"[23] of 10 masked")
 
 
+class ScriptErrors(unittest.TestCase):
+    """onebit's own checks of a script fail the job on every rank with 78, at once."""
+
+    def test_a_gans_second_optimizer_fails_every_rank_at_once(self):
+        start = time.monotonic()
+        r, logs = on_two_ranks("gan", os.path.join(HERE, "gan_optimizers.py"))
+        self.assertEqual(r.returncode, 78, r.stderr + "".join(logs)[-3000:])
+        self.assertLess(time.monotonic() - start, 60)
+        # (onebit-run ends the other rank once the first exits: its log may be cut short.)
+        self.assertIn("ScriptValueError: another onebit optimizer of this process is still "
+                      "in its job", "".join(logs))
+
+
+    def test_ctrl_c_is_an_interrupt_not_a_failure_to_restart(self):
+        r, logs = on_two_ranks("interrupted", os.path.join(HERE, "interrupted.py"))
+        out = r.stdout + r.stderr + "".join(logs)
+        self.assertNotIn(r.returncode, (0, 75), out[-3000:])
+        self.assertIn("KeyboardInterrupt", out)
+        self.assertIn("job FAILED", out)
+        self.assertNotIn("recovery 1", out)
+
+
 class TrainedLikeTorchOptim(unittest.TestCase):
     """One process alone (it runs its own coordinator): named parameters, a frozen layer
     left out of the job, and a step() without a new gradient refused without harm."""
@@ -1981,12 +2003,14 @@ class JobErrors(unittest.TestCase):
 
     def test_a_missing_gradient_is_a_value_error_and_ends_the_job(self):
         r, log = self.failed_run("broken", BROKEN)
-        self.assertIn("ValueError: parameter 0 ((4, 8)) has no gradient", log)
-        # The launcher names worker 1: by its exit, or by worker 0's exit, whose reason is
-        # worker 1's report (whichever process the launcher sees end first).
+        self.assertIn("ScriptValueError: parameter 0 ((4, 8)) has no gradient", log)
+        # No restart fixes it: the job fails (before: "a restart may fix", and a launcher's
+        # --max_restarts restarted into the same error). The launcher names worker 1: by
+        # its exit, or by worker 0's exit, whose reason is worker 1's report.
         self.assertRegex(r.stderr + r.stdout,
-                         r"worker 1 exited with code 1|worker 1 \([^)]+\) failed in step \d+, "
-                         r"which a restart may fix: the script raised ValueError: parameter 0")
+                         r"worker 1 exited with code 78|worker 1 \([^)]+\) failed in step "
+                         r"\d+, which no restart fixes: the script raised ScriptValueError: "
+                         r"parameter 0")
 
     def test_a_parameter_given_memory_of_its_own_is_an_error(self):
         # p.data replaced after the first step (model surgery, a .to() or .half() after the
