@@ -215,6 +215,20 @@ _uncaught = []
 _previous_excepthook = [None]
 
 
+def _die_with_the_launcher():
+    """A rank a launcher started (torchrun, onebit-run, srun: RANK or the like is set) gets
+    SIGTERM when the launcher dies, so that a SIGKILLed launcher leaves no orphans that
+    train on (Linux's PR_SET_PDEATHSIG; elsewhere nothing). Once, at the first optimizer."""
+    if _previous_excepthook[0] is not None or not sys.platform.startswith("linux"):
+        return
+    if not any(os.environ.get(v) for v in ("RANK", "ONEBIT_RANK", "SLURM_PROCID")):
+        return
+    import ctypes  # noqa: PLC0415
+    import signal  # noqa: PLC0415
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 def _install_excepthook():
     """Puts _exit_with_the_workers_code before the script's own sys.excepthook, once the
     first optimizer is built: importing onebit.torch changes nothing global."""
@@ -744,6 +758,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         me = weakref.ref(self)
         atexit.register(lambda: me() is not None and me()._at_exit())
         _BUILT.add(self)
+        _die_with_the_launcher()
         _install_excepthook()
 
     def _joined(self):

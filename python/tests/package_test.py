@@ -1397,6 +1397,33 @@ while not opt.done:
 '''
 
 
+OPEN_ENDED = r'''
+import os, torch
+import onebit.torch as ot
+model = torch.nn.Linear(8, 1)
+opt = ot.OneBitAdam(model.parameters(), lr=1e-3, freeze_step=2)  # no steps: open-ended
+for t in range(1000000):
+    opt.zero_grad()
+    model(torch.randn(8, 8)).square().mean().backward()
+    opt.step()
+    if t == 2:
+        open(f"stepping-{ot.rank()}", "w").close()
+'''
+
+
+LAUNCHER = r'''
+import os, subprocess, sys, time
+script, port = sys.argv[1], sys.argv[2]
+for r in (0, 1):
+    env = dict(os.environ, RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r),
+               LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+    p = subprocess.Popen([sys.executable, script], env=env, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    print(p.pid, flush=True)
+time.sleep(600)
+'''
+
+
 IMPORT_ONLY = r'''
 import os, signal, sys, threading
 names = ("excepthook", "SIGINT", "SIGTERM", "environ", "threads")
@@ -1863,6 +1890,47 @@ class ScriptErrors(unittest.TestCase):
         self.assertIn("KeyboardInterrupt", out)
         self.assertIn("job FAILED", out)
         self.assertNotIn("recovery 1", out)
+
+
+def process_state(pid):
+    """A process's state letter from /proc (Z: a zombie), or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return None
+
+
+class DiesWithItsLauncher(unittest.TestCase):
+    def test_ranks_end_when_their_launcher_is_killed(self):
+        # A launcher of its own (as torchrun starts ranks: plain children with RANK set),
+        # SIGKILLed while its two ranks train an open-ended job. Before: they trained on.
+        tmp = tempfile.mkdtemp(prefix="onebit-orphans-")
+        script = os.path.join(tmp, "train.py")
+        with open(script, "w") as f:
+            f.write(OPEN_ENDED)
+        launcher = os.path.join(tmp, "launcher.py")
+        with open(launcher, "w") as f:
+            f.write(LAUNCHER)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [os.path.dirname(HERE), os.path.join(BIN, "python")]), OMP_NUM_THREADS="1")
+        parent = subprocess.Popen([sys.executable, launcher, script, str(free_port_run(3))],
+                                  env=env, cwd=tmp, stdout=subprocess.PIPE, text=True)
+        pids = [int(parent.stdout.readline()) for _ in range(2)]
+        deadline = time.monotonic() + 60
+        while not all(os.path.exists(os.path.join(tmp, f"stepping-{r}")) for r in (0, 1)):
+            self.assertLess(time.monotonic(), deadline, "the ranks did not start")
+            time.sleep(0.2)
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 30
+        alive = pids
+        while alive and time.monotonic() < deadline:
+            time.sleep(0.2)
+            alive = [p for p in pids if process_state(p) not in (None, "Z")]
+        for p in alive:
+            os.kill(p, 9)
+        self.assertEqual(alive, [], "ranks outlived their launcher")
 
 
 class TrainedLikeTorchOptim(unittest.TestCase):
