@@ -298,6 +298,9 @@ struct PortsConfig {
 
 // Two-phase-commit checkpoints (checkpoint/manifest.h). Every process of the job reads and
 // writes the same directory: a local disk for a one-machine job, a shared volume otherwise.
+// onebit.checkpoint.every_steps where a dir is given without it.
+inline constexpr int64_t kDefaultCheckpointEverySteps = 1000;
+
 struct CheckpointConfig {
   std::string dir;          // "": no checkpoints and no resume
   int64_t every_steps = 0;  // a checkpoint after every multiple of this step; 0: on demand only

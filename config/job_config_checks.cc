@@ -212,6 +212,12 @@ absl::Status CheckJobConfig(const ParseState& state) {
   if (c->checkpoint.every_steps > 0 && c->checkpoint.dir.empty()) {
     return Bad("onebit.checkpoint.dir", "is required with every_steps");
   }
+  if (!c->checkpoint.dir.empty() && !state.checkpoint_every_given) {
+    c->checkpoint.every_steps = kDefaultCheckpointEverySteps;
+    c->notices.push_back(absl::StrCat(
+        "onebit.checkpoint.every_steps: not given with a dir: a checkpoint every ",
+        kDefaultCheckpointEverySteps, " steps (0: on demand only)"));
+  }
   const TlsConfig& tls = c->security.tls;
   if (tls.cert.empty() != tls.key.empty()) {
     return Bad(tls.cert.empty() ? "onebit.security.tls.cert" : "onebit.security.tls.key",

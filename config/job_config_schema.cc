@@ -974,9 +974,12 @@ Key OnebitBlock(ParseState* s) {
            {"dir", String(&q->dir)
                        .Means("Where every process reads and writes checkpoints (a shared "
                               "volume across machines); \"\": no checkpoints and no resume.")},
-           {"every_steps", Integer(&q->every_steps, 0, kMaxSteps)
-                               .Means("A checkpoint after every multiple of this step (needs "
-                                      "dir); 0: on demand only.")},
+           {"every_steps", Given(&s->checkpoint_every_given,
+                                 Integer(&q->every_steps, 0, kMaxSteps))
+                               .Means(absl::StrCat(
+                                   "A checkpoint after every multiple of this step (needs "
+                                   "dir); 0: on demand only. Not given with a dir: every ",
+                                   kDefaultCheckpointEverySteps, " steps (a notice says so)."))},
            {"keep", Integer(&q->keep, 1, 1 << 20)
                         .Means("Committed checkpoints kept (the newest).")},
            {"resume", Bool(&q->resume)

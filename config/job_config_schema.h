@@ -76,6 +76,7 @@ struct ParseState {
   bool scheduler_type_given = false, total_given = false, min_lr_given = false,
        max_lr_given = false;
   int64_t last_batch_iteration = -1;
+  bool checkpoint_every_given = false;  // onebit.checkpoint.every_steps
 };
 
 // The top level's keys, writing into state->config (and its notices) and *state. The

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <string>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace onebit {
@@ -106,6 +107,27 @@ TEST(JobConfigTest, EmptyObjectGivesDefaults) {
   EXPECT_FALSE(c->exchange.overlap);
   EXPECT_EQ(c->exchange.compressor, "onebit");
   EXPECT_EQ(c->workers, 1);
+}
+
+TEST(JobConfigTest, ACheckpointDirAloneCheckpointsEveryThousandStepsAndSaysSo) {
+  auto alone = ParseJobConfig(R"({"onebit": {"checkpoint": {"dir": "/ckpt"}}})");
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  EXPECT_EQ(alone->checkpoint.every_steps, kDefaultCheckpointEverySteps);
+  EXPECT_EQ(kDefaultCheckpointEverySteps, 1000);
+  EXPECT_THAT(alone->notices, testing::Contains(testing::HasSubstr(
+                                  "onebit.checkpoint.every_steps: not given with a dir: a "
+                                  "checkpoint every 1000 steps")));
+  auto on_demand = ParseJobConfig(R"({"onebit": {"checkpoint": {"dir": "/c", "every_steps": 0}}})");
+  ASSERT_TRUE(on_demand.ok()) << on_demand.status();
+  EXPECT_EQ(on_demand->checkpoint.every_steps, 0);
+  EXPECT_THAT(on_demand->notices, testing::Not(testing::Contains(testing::HasSubstr("every_steps"))));
+  auto none = ParseJobConfig("{}");
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->checkpoint.every_steps, 0);
+  // What the package and the launcher hand on keeps the resolved value.
+  auto again = ParseJobConfig(JobConfigToJson(*alone));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->checkpoint.every_steps, 1000);
 }
 
 TEST(JobConfigTest, Compressor) {

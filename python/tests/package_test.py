@@ -1923,6 +1923,7 @@ class DiesWithItsLauncher(unittest.TestCase):
             time.sleep(0.2)
         parent.kill()
         parent.wait()
+        parent.stdout.close()
         deadline = time.monotonic() + 30
         alive = pids
         while alive and time.monotonic() < deadline:
