@@ -306,6 +306,10 @@ int onebit_options_set_int(onebit_options* o, const char* key, int64_t value) {
     if (o == nullptr || key == nullptr) return Null("an argument");
     const std::string k = key;
     onebit::WorkerProcessOptions& w = o->options;
+    if (k == "quiet") {
+      w.quiet = value != 0;
+      return absl::OkStatus();
+    }
     int* field = k == "metrics_port"  ? &w.metrics_port
                  : k == "rank"        ? &w.rank
                  : k == "cuda_device" ? &w.cuda_device

@@ -70,7 +70,8 @@ double onebit_state_scalar(const onebit_state* s, int section, size_t i);
 onebit_options* onebit_options_new(void);
 void onebit_options_free(onebit_options* o);
 /* Strings: config, coordinator, host, summary_file, history_csv, member_token_file, fault,
- * job_key. Integers: metrics_port, rank, cuda_device. Another key: INVALID_ARGUMENT. */
+ * job_key. Integers: metrics_port, rank, cuda_device, quiet (0 or 1). Another key:
+ * INVALID_ARGUMENT. */
 int onebit_options_set_string(onebit_options* o, const char* key, const char* value);
 int onebit_options_set_int(onebit_options* o, const char* key, int64_t value);
 /* A parameter group with its own lr (a multiple of the job's) and weight decay. */

@@ -14,6 +14,7 @@
 #include <random>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -607,8 +608,10 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
   w.metrics->SetNotReady("registering with the coordinator");
   // At once, before registering: with --metrics_port=0 this line is the only thing that says
   // where the probes are until the coordinator lists the member.
-  std::fprintf(stderr, "onebit-worker: /metrics, /healthz, /readyz on %s:%d\n", o.host.c_str(),
-               w.metrics->port());
+  if (!o.quiet) {
+    std::fprintf(stderr, "onebit-worker: /metrics, /healthz, /readyz on %s:%d\n",
+                 o.host.c_str(), w.metrics->port());
+  }
   PublishHealth(w.metrics.get());
   struct Unpublish {
     ~Unpublish() { PublishHealth(nullptr); }
@@ -654,8 +657,10 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
       v1::RegisterResponse reg,
       RegisterReplacing(*shared_client, reg_request,
                         absl::Seconds(config.failure.heartbeat_timeout_s) + absl::Seconds(10)));
-  std::fprintf(stderr, "worker rank %d of %d (job %s)\n", reg.rank(), reg.world_size(),
-               reg.job_id().c_str());
+  if (!o.quiet) {
+    std::fprintf(stderr, "worker rank %d of %d (job %s)\n", reg.rank(), reg.world_size(),
+                 reg.job_id().c_str());
+  }
   w.metrics_sink = std::make_unique<WorkerMetrics>(
       *w.registry, std::map<std::string, std::string>{{"rank", absl::StrCat(reg.rank())}});
   w.metrics->SetNotReady("setting up the workload and the exchange");
@@ -802,7 +807,9 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
     w.checkpointer = std::make_unique<WorkerCheckpointer>(c, shared_client.get());
     options.checkpoints = w.checkpointer.get();
   }
-  options.print = [rank](absl::string_view line) {
+  options.print = [rank, quiet = o.quiet](absl::string_view line) {
+    // Quiet: the trainer's warnings only (DivergenceWatch's), no progress.
+    if (quiet && !absl::StartsWith(line, "warning:")) return;
     std::printf("rank %d  %.*s\n", rank, static_cast<int>(line.size()), line.data());
     std::fflush(stdout);
   };

@@ -64,6 +64,9 @@ struct WorkerProcessOptions {
   std::string fault;               // kill_in_exchange:STEP or kill_before_commit:STEP
   std::string member_token_file;   // "": $ONEBIT_MEMBER_TOKEN, then the config's
   std::string history_csv;         // every step and evaluation as CSV ("": none)
+  // Only warnings and errors on the console: no progress lines and no start-up lines (the
+  // Python package's ranks but 0, as DDP scripts print from rank 0 alone).
+  bool quiet = false;
   // One CSV line per call of the job's transport (peer mode: worker/transport/
   // traced_transport.h) or per push and result (ps mode: ps_exchange.h), for counting
   // message rounds ("": none).

@@ -273,7 +273,7 @@ class Worker:
 
     def __init__(self, config, coordinator, initial, groups, host="127.0.0.1", metrics_port=0,
                  rank=-1, summary_file="", history_csv="", cuda_device=0, member_token_file="",
-                 hyper_groups=(), loaded=None, buckets=(), fault="", job_key=""):
+                 hyper_groups=(), loaded=None, buckets=(), fault="", job_key="", quiet=False):
         L = lib()
         self._handle = None
         options = L.onebit_options_new()
@@ -286,7 +286,7 @@ class Worker:
                                ("job_key", job_key)):
                 _check(L.onebit_options_set_string(options, _b(key), _b(value)))
             for key, value in (("metrics_port", metrics_port), ("rank", rank),
-                               ("cuda_device", cuda_device)):
+                               ("cuda_device", cuda_device), ("quiet", int(bool(quiet)))):
                 _check(L.onebit_options_set_int(options, _b(key), int(value)))
             for begin, end, lr_scale, weight_decay in hyper_groups:
                 _check(L.onebit_options_add_hyper_group(options, begin, end, lr_scale,

@@ -747,7 +747,10 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             # onebit-launch --fault=workerI:POINT:STEP sets it, for the first run only; under
             # a launcher that restarts the group it acts before the first restart only).
             fault=os.environ.get("ONEBIT_FAULT", "") if not _env.restart_count() else "",
-            job_key=self._job_key)
+            job_key=self._job_key,
+            # DDP-quiet: rank 0 prints progress, the others only warnings and errors
+            # (ONEBIT_LOG_ALL_RANKS=1: every rank, as onebit-worker does).
+            quiet=named_rank and rank() != 0 and not os.environ.get("ONEBIT_LOG_ALL_RANKS"))
         self._worker = None
         self._closed = False  # close() ran
         self._next = 1        # the step the next step() completes (the job's, once joined)

@@ -932,6 +932,11 @@ class LaunchedLikeTorchrun(StreamCase):
             self.assertIn(f"torch.distributed all_reduce: {sum(range(1, W + 1))}", log)
             # dist.init_process_group() and DistributedSampler(ds) with no arguments.
             self.assertIn(f"DistributedSampler: rank {r} of {W}", log)
+        # DDP-quiet: rank 0 prints progress; the others neither progress nor start-up lines
+        # (before: every rank, every log_every steps).
+        self.assertRegex(logs[0], r"rank 0  step \d+/\d+ ")
+        for line in ("  step ", "worker rank 1 of", "/metrics, /healthz"):
+            self.assertNotIn(line, logs[1])
         self.assertIn(f"serving gRPC on 127.0.0.1:{port + 1}", logs[0])  # rank 0's coordinator
 
     def torchrun_env(self, port):
