@@ -48,7 +48,7 @@ export ROOT OUT OB DEVICE PY LOGS BIN
 printf '%-28s %-8s %s\n' check result seconds > "$OUT/summary.txt"
 pack() { tar -C "$(dirname "$LOGS")" --exclude=ckpt -czf "$OUT/logs.tar.gz" "$(basename "$LOGS")"; }
 want() { [ -z "${CHECKS:-}" ] || [[ " $CHECKS " == *" $1 "* ]]; }
-# The checks that import onebit.torch need the extension built here first (a call that
+# The checks that import onebit.torch need the package installed here first (a call that
 # named them without it once spent its device time failing at the import).
 if [ -n "${CHECKS:-}" ] && ! want py_extension; then
   for c in $CHECKS; do
@@ -152,27 +152,17 @@ if [ -s "$OUT/bench.json" ]; then
     tail -n 1 "$OUT/bench_table.md"
 fi
 
-# ---- The Python package's extension, compiled here against this Python and pybind11 ----
-build_extension() {
-  local inc pyb suffix
-  inc="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
-  local version
-  version="$("$PY" -c 'import sys; print("python%d.%d" % sys.version_info[:2])')"
-  if [ ! -f "$inc/Python.h" ] && [ -f "$OB/python-include/$version/Python.h" ]; then
-    echo "no Python.h in $inc: the bundle's $version headers"
-    inc="$OB/python-include/$version"
-  fi
-  # pip's pybind11 (the GPU machine's), else the system's (Debian's, in /usr/include).
-  pyb="$("$PY" -c 'import pybind11; print(pybind11.get_include())' 2>/dev/null || echo /usr/include)"
-  suffix="$("$PY" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')"
-  echo "Python headers $inc, pybind11 $pyb"
-  g++ -std=c++17 -O2 -fPIC -shared -fvisibility=hidden -I"$ROOT" -isystem "$OB/include" \
-    $([ "$pyb" = /usr/include ] || echo -isystem "$pyb") -isystem "$inc" python/core.cc -o "$BIN/python/_onebit_core$suffix" \
-    -L"$OB/lib" -lonebit_worker -Wl,-rpath,"$OB/lib" &&
-    PYTHONPATH="$BIN/python" "$PY" -c 'import onebit.torch, _onebit_core; print("import ok")'
+# ---- The Python package: the bundle's manylinux wheel, unpacked unchanged for this
+# machine's Python and torch (its core is a C library loaded with ctypes: nothing to build) ----
+install_package() {
+  rm -rf "$BIN/python" && mkdir -p "$BIN/python" &&
+    "$PY" -m zipfile -e "$OB"/onebit-*manylinux*.whl "$BIN/python" &&
+    PYTHONPATH="$BIN/python" "$PY" -c 'import sys, torch, onebit.torch
+from onebit import _native
+print("import ok:", _native.lib().path, "Python", sys.version.split()[0], "torch", torch.__version__)'
 }
-export -f build_extension
-check py_extension 150 build_extension
+export -f install_package
+check py_extension 150 install_package
 
 # ---- Overlap (the warmup exchange during backward) on CPU tensors through this machine's
 # PyTorch: its post-accumulate hooks (torch >= 2.1; Debian's 1.13 takes the AccumulateGrad
