@@ -21,6 +21,10 @@ Then, as root with podman (DESIGN.md: runc, cgroupfs, containers.conf):
      ConfigMap as they are; the StatefulSet and the indexed Job (kinds podman 4.3 does not
      play) converted to the Pods Kubernetes would make of them; the job passes the switch;
      SIGTERM stops every pod's container with exit 0.
+  6. PyTorch workers (deploy/pytorch, the onebit-pytorch image with the wheel of this build):
+     examples/gpt as two ranks of the same script, under podman-compose and as the indexed
+     Job's pods under `podman kube play`; both ranks train past the freeze to the last step
+     and exit 0. The JobSet variant is checked as a file.
 A part that cannot run says exactly why it skips. Parts 3-5 run one test at a time on a
 machine (a lock file), since they use fixed names.
 """
@@ -75,6 +79,7 @@ SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.realpath(os.path.join(RUNFILES, "deploy/compose/compose.yaml")))))
 COMPOSE_DIR = os.path.join(SOURCE, "deploy/compose")
 K8S_DIR = os.path.join(SOURCE, "deploy/k8s")
+PYTORCH_DIR = os.path.join(SOURCE, "deploy/pytorch")
 TMP = os.environ.get("TEST_TMPDIR") or tempfile.mkdtemp()
 BINARIES = {
     "onebit-coordinator": "coordinator/onebit-coordinator",
@@ -338,9 +343,16 @@ def live_prerequisites():
 
 
 # ---- 3. images ----
+def the_wheel():
+    wheels = [f for f in os.listdir(os.path.join(RUNFILES, "python"))
+              if f.startswith("onebit-") and "manylinux" in f and f.endswith(".whl")]
+    return os.path.join(RUNFILES, "python", wheels[0]) if wheels else None
+
+
 def build_images():
-    p = run(["bash", os.path.join(SOURCE, "deploy/images/build.sh"), f"--bin_dir={RUNFILES}"],
-            timeout=3000)
+    wheel = the_wheel()
+    p = run(["bash", os.path.join(SOURCE, "deploy/images/build.sh"), f"--bin_dir={RUNFILES}"] +
+            ([f"--wheel={wheel}"] if wheel else []), timeout=3000)
     log(p.stdout[-2500:])
     return check(p.returncode == 0, "deploy/images/build.sh built and checked the images")
 
@@ -564,11 +576,140 @@ def run_kube_play(objs):
         check(not left, "kube play: pods removed")
 
 
+# ---- 6. PyTorch workers: examples/gpt as two ranks in containers ----
+GPT_STEPS, GPT_FREEZE = 60, 30
+
+
+def check_pytorch_files():
+    """The compose file, the Job and the JobSet run the same script with torchrun's
+    variables: two ranks, MASTER_ADDR naming rank 0's pod, the completion index as RANK."""
+    with open(os.path.join(PYTORCH_DIR, "compose.yaml")) as f:
+        compose = yaml.safe_load(f)
+    ranks = compose["services"]
+    check(sorted(ranks) == ["rank-0", "rank-1"] and
+          all(r["environment"]["WORLD_SIZE"] == "2" and r["environment"]["MASTER_ADDR"] == "rank-0"
+              for r in ranks.values()) and
+          [r["environment"]["RANK"] for r in (ranks["rank-0"], ranks["rank-1"])] == ["0", "1"],
+          "deploy/pytorch/compose.yaml: two ranks, RANK 0 and 1, MASTER_ADDR rank-0")
+    with open(os.path.join(PYTORCH_DIR, "job.yaml")) as f:
+        service, job = list(yaml.safe_load_all(f))
+    with open(os.path.join(PYTORCH_DIR, "jobset.yaml")) as f:
+        jobset = yaml.safe_load(f)
+    rjob = jobset["spec"]["replicatedJobs"][0]
+    for what, spec, master in (
+            ("job.yaml", job["spec"], f"{job['metadata']['name']}-0.{service['metadata']['name']}"),
+            ("jobset.yaml", rjob["template"]["spec"],
+             f"{jobset['metadata']['name']}-{rjob['name']}-0-0.{jobset['spec']['network']['subdomain']}")):
+        c = spec["template"]["spec"]["containers"][0]
+        env = {e["name"]: e.get("value", e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath"))
+               for e in c["env"]}
+        check(spec["completionMode"] == "Indexed" and spec["completions"] == 2 and
+              env["RANK"] == "metadata.annotations['batch.kubernetes.io/job-completion-index']" and
+              env["MASTER_ADDR"] == master and env["WORLD_SIZE"] == "2" and
+              c["command"][:2] == ["python3", "/opt/onebit/examples/gpt/train.py"],
+              f"deploy/pytorch/{what}: an indexed Job of 2, RANK = the completion index, "
+              f"MASTER_ADDR {master}")
+    policy = rjob["template"]["spec"]["podFailurePolicy"]["rules"][0]
+    check(policy["action"] == "FailJob" and 78 in policy["onExitCodes"]["values"],
+          "deploy/pytorch/jobset.yaml: exit 78 fails the Job (and the set)")
+
+
+def gpt_trained(logs, what):
+    """Both ranks' logs: rank 0 passed the freeze and reached the last step."""
+    check(f"step {GPT_STEPS}: loss" in logs and "onebit_adam: held-out loss" in logs and
+          "compression stage" in logs,
+          f"{what}: examples/gpt trained past the freeze (step {GPT_FREEZE}) to step {GPT_STEPS}")
+    if f"step {GPT_STEPS}: loss" not in logs:
+        log(logs[-4000:])
+
+
+def run_pytorch_compose():
+    project = f"onebitpt{os.getpid()}"
+    pc = ["podman-compose", "-p", project, "-f", os.path.join(PYTORCH_DIR, "compose.yaml")]
+    names = [f"{project}_rank-{r}_1" for r in (0, 1)]
+    try:
+        p = run(pc + ["up", "-d"], timeout=600)
+        check(p.returncode == 0, "podman-compose up -d (deploy/pytorch: rank-0, rank-1)")
+
+        def ended():
+            states = [podman("inspect", "-f", "{{.State.Status}}", n, quiet=True).stdout.strip()
+                      for n in names]
+            return states if all(s == "exited" for s in states) else None
+        wait_for("the PyTorch ranks", ended, 600)
+        codes = {n: podman("inspect", "-f", "{{.State.ExitCode}}", n, quiet=True).stdout.strip()
+                 for n in names}
+        logs = "".join(podman("logs", n, quiet=True).stdout for n in names)
+        check(all(c == "0" for c in codes.values()), f"compose (PyTorch): both ranks exited 0: {codes}")
+        gpt_trained(logs, "compose (PyTorch)")
+    finally:
+        run(pc + ["down", "-v"], timeout=300, quiet=True)
+        podman("network", "rm", "-f", f"{project}_default", quiet=True)
+
+
+def run_pytorch_kube_play():
+    """deploy/pytorch/job.yaml's indexed Job as the two Pods Kubernetes would make of it
+    (podman 4.3 plays no Jobs or Services): the completion index as RANK and as the
+    annotation, the headless Service's name of pod 0 pointed at its address."""
+    with open(os.path.join(PYTORCH_DIR, "job.yaml")) as f:
+        service, job = list(yaml.safe_load_all(f))
+    net = f"onebitpt{os.getpid()}"
+    prefix = f"10.232.{100 + os.getpid() % 100}"
+    ips = [f"{prefix}.{20 + i}" for i in range(job["spec"]["completions"])]
+    master = f"{job['metadata']['name']}-0.{service['metadata']['name']}"
+    pods = []
+    for i, ip in enumerate(ips):
+        tmpl = copy.deepcopy(job["spec"]["template"])
+        name = f"{job['metadata']['name']}-{i}"
+        tmpl.setdefault("metadata", {})["name"] = name
+        tmpl["metadata"]["annotations"] = {"batch.kubernetes.io/job-completion-index": str(i)}
+        spec = tmpl["spec"]
+        spec.pop("subdomain", None)
+        spec["hostAliases"] = [{"ip": ips[0], "hostnames": [master]}]
+        for c in spec["containers"]:
+            c.pop("ports", None)  # podman 4.3 would publish them on the host
+            c.pop("resources", None)
+            env = []
+            for e in c["env"]:
+                path = e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath", "")
+                if path == "metadata.annotations['batch.kubernetes.io/job-completion-index']":
+                    e = {"name": e["name"], "value": str(i)}
+                env.append(e)
+            c["env"] = env
+        pods.append({"apiVersion": "v1", "kind": "Pod", "metadata": tmpl["metadata"], "spec": spec})
+    path = os.path.join(TMP, "pytorch-pods.yaml")
+    with open(path, "w") as f:
+        yaml.safe_dump_all(pods, f)
+    names = [p["metadata"]["name"] for p in pods]
+    try:
+        p = podman("network", "create", "--subnet", f"{prefix}.0/24", net)
+        if not check(p.returncode == 0, f"kube play (PyTorch): network {net}"):
+            return
+        args = ["kube", "play", "--network", net]
+        for ip in ips:
+            args += ["--ip", ip]
+        p = podman(*args, path, timeout=600)
+        if not check(p.returncode == 0, "podman kube play: the indexed Job's 2 pods (deploy/pytorch/job.yaml)"):
+            return
+
+        def ended():
+            codes = container_exit_codes([f"{n}" for n in names])
+            return codes if codes and all(not v.endswith("running") for v in codes.values()) else None
+        codes = wait_for("the PyTorch pods", ended, 600) or container_exit_codes(names)
+        logs = "".join(podman("pod", "logs", n, quiet=True).stdout for n in names)
+        check(codes and all(c.startswith("0 ") for c in codes.values()),
+              f"kube play (PyTorch): both ranks' containers exited 0: {codes}")
+        gpt_trained(logs, "kube play (PyTorch)")
+    finally:
+        podman("kube", "down", path, timeout=180, quiet=True)
+        podman("network", "rm", "-f", net, quiet=True)
+
+
 def main():
     log(f"source tree: {SOURCE}")
     check_compose_files()
     docs = check_k8s_files()
     check_jobset_files()
+    check_pytorch_files()
     why = live_prerequisites()
     if why:
         skip("images, compose and kube play under podman", why)
@@ -577,8 +718,8 @@ def main():
         log("waiting for the machine's podman lock (one deploy test at a time)")
         fcntl.flock(lock, fcntl.LOCK_EX)
         t0 = time.time()
-        # For working on one part: ONEBIT_DEPLOY_TEST_PARTS=kube (default: compose,kube).
-        parts = os.environ.get("ONEBIT_DEPLOY_TEST_PARTS", "compose,kube").split(",")
+        # For working on one part: ONEBIT_DEPLOY_TEST_PARTS=kube (default: all three).
+        parts = os.environ.get("ONEBIT_DEPLOY_TEST_PARTS", "compose,kube,pytorch").split(",")
         if build_images():
             log(f"images: {time.time() - t0:.0f} s")
             t1 = time.time()
@@ -593,6 +734,15 @@ def main():
                 log(f"kube play: {time.time() - t2:.0f} s")
             else:
                 skip("podman kube play", "no kustomize output (see above)")
+            if "pytorch" not in parts:
+                pass
+            elif the_wheel() is None:
+                skip("PyTorch workers in containers", "no wheel in the runfiles (//python:wheel)")
+            else:
+                t3 = time.time()
+                run_pytorch_compose()
+                run_pytorch_kube_play()
+                log(f"PyTorch workers (compose, kube play): {time.time() - t3:.0f} s")
     log(f"deploy_test: {PASSES} checks passed, {len(FAILURES)} failed, {len(SKIPS)} parts skipped")
     for f in FAILURES:
         log(f"  failed: {f}")

@@ -8,6 +8,8 @@
 #                                    libraries, Fashion-MNIST, a non-root user
 #   localhost/onebit-gpu             the same for the NVIDIA container runtime
 #   localhost/onebit-prometheus      Debian's Prometheus, for deploy/compose
+#   localhost/onebit-pytorch         PyTorch workers: Debian's Python and torch, onebit's
+#                                    wheel, the GPT example (deploy/pytorch)
 #
 # and checks them (every binary's libraries resolve, the user is not root, no compiler).
 # Idempotent: the debootstrap tarball is kept in $ONEBIT_IMAGE_CACHE and the base image
@@ -18,6 +20,9 @@
 #                                           # onebit-coordinator, server/..., worker/...,
 #                                           # tools/onebitctl, deploy/onebit-launch)
 #   deploy/images/build.sh --tag=TAG        # image tag (default: latest)
+#   deploy/images/build.sh --wheel=PATH     # the wheel for onebit-pytorch (default: bazel
+#                                           # builds //python:wheel; with --bin_dir and no
+#                                           # --wheel, onebit-pytorch is not built)
 #
 # Environment: CONTAINERS_CONF (default: deploy/images/containers.conf beside this script),
 # ONEBIT_IMAGE_CACHE (default /var/cache/onebit-images), DEBIAN_MIRROR (default
@@ -27,11 +32,13 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 bin_dir=""
+wheel=""
 tag="latest"
 for arg in "$@"; do
   case "$arg" in
     --bin_dir=*) bin_dir="${arg#--bin_dir=}" ;;
     --tag=*) tag="${arg#--tag=}" ;;
+    --wheel=*) wheel="${arg#--wheel=}" ;;
     -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "build.sh: unknown argument '$arg' (see --help)" >&2; exit 2 ;;
   esac
@@ -85,9 +92,10 @@ targets=(//coordinator:onebit-coordinator //server:onebit-server //worker:onebit
 binaries=(coordinator/onebit-coordinator server/onebit-server worker/onebit-worker
           tools/onebitctl deploy/onebit-launch)
 if [ -z "$bin_dir" ]; then
-  log "bazel build ${targets[*]}"
-  (cd "$repo" && bazel build --disk_cache=/work/.bazel-disk-cache "${targets[@]}")
+  log "bazel build ${targets[*]} //python:wheel"
+  (cd "$repo" && bazel build --disk_cache=/work/.bazel-disk-cache "${targets[@]}" //python:wheel)
   bin_dir="$(cd "$repo" && bazel info bazel-bin 2>/dev/null)"
+  [ -n "$wheel" ] || wheel="$(ls "$bin_dir"/python/onebit-*manylinux*.whl)"
 fi
 context="$(mktemp -d "$cache/context.XXXXXX")"
 trap 'rm -rf "$context"' EXIT
@@ -112,6 +120,17 @@ log "podman build localhost/onebit-gpu:$tag"
 log "podman build localhost/onebit-prometheus:$tag"
 "${podman[@]}" build -q --build-arg BASE="$base" -t "localhost/onebit-prometheus:$tag" \
   -f "$here/Containerfile.prometheus" "$context" >/dev/null
+if [ -n "$wheel" ]; then
+  [ -r "$wheel" ] || { echo "build.sh: $wheel is missing" >&2; exit 1; }
+  py_context="$context/pytorch"
+  mkdir -p "$py_context/examples"
+  cp "$wheel" "$py_context/"
+  cp -r "$repo/examples/gpt" "$py_context/examples/"
+  rm -rf "$py_context/examples/gpt/results" "$py_context/examples/gpt/out"
+  log "podman build localhost/onebit-pytorch:$tag ($(basename "$wheel"))"
+  "${podman[@]}" build -q --build-arg BASE="$base" -t "localhost/onebit-pytorch:$tag" \
+    -f "$here/Containerfile.pytorch" "$py_context" >/dev/null
+fi
 
 # ---- 4. checks ----
 check() {
@@ -138,4 +157,14 @@ check() {
 check "localhost/onebit:$tag"
 check "localhost/onebit-gpu:$tag"
 "${podman[@]}" run --rm --network none "localhost/onebit-prometheus:$tag" --version >/dev/null
+if [ -n "$wheel" ]; then
+  "${podman[@]}" run --rm --network none "localhost/onebit-pytorch:$tag" /bin/sh -c '
+    set -e
+    [ "$(id -u)" != 0 ] || { echo "runs as root"; exit 1; }
+    python3 -c "import torch, onebit.torch, onebit._native as n; n.lib(); print(torch.__version__)"
+    for b in onebit-coordinator onebit-worker onebit-run; do command -v "$b" >/dev/null; done
+    test -r /opt/onebit/examples/gpt/train.py
+  ' || { echo "build.sh: check of localhost/onebit-pytorch:$tag failed" >&2; exit 1; }
+  log "checked localhost/onebit-pytorch:$tag: onebit.torch imports, the commands and the GPT example are there"
+fi
 log "images: $("${podman[@]}" images --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep -E "onebit" | tr '\n' ';')"

@@ -1370,12 +1370,8 @@ print(f"after the end: step {opt.state[model.bias]['step'].item()}, entries {len
 '''
 
 
-AUTOMATIC_FREEZE = r'''
-import torch
-import onebit.torch as ot
-torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
-opt = ot.OneBitAdam(model.parameters(), lr=0.01, config={"steps": 120, "onebit": {"log_every": 60}})
+# The loop of the small regression scripts below: x to x.sum() through `model`.
+TINY_LOOP = r'''
 while not opt.done:
     opt.zero_grad()
     x = torch.randn(64, 8)
@@ -1383,6 +1379,15 @@ while not opt.done:
     loss.backward()
     opt.step(loss=loss)
 '''
+
+
+AUTOMATIC_FREEZE = r'''
+import torch
+import onebit.torch as ot
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+opt = ot.OneBitAdam(model.parameters(), lr=0.01, config={"steps": 120, "onebit": {"log_every": 60}})
+''' + TINY_LOOP
 
 
 DEAD_UNITS = r'''
@@ -1393,13 +1398,7 @@ model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Li
 with torch.no_grad():
     model[0].bias[:4] = -100.0  # dead units: no gradient in the warmup
 opt = ot.OneBitAdam(model.parameters(), lr=0.01, freeze_step=10, config={"steps": 40})
-while not opt.done:
-    opt.zero_grad()
-    x = torch.randn(64, 8)
-    loss = (model(x) - x.sum(1, keepdim=True)).square().mean()
-    loss.backward()
-    opt.step(loss=loss)
-'''
+''' + TINY_LOOP
 
 
 OPEN_ENDED = r'''
