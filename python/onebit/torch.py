@@ -104,6 +104,9 @@ __all__ = ["OneBitAdam", "ZeroOneAdam", "OneBitLamb", "Adam", "OnebitError", "Sc
            "rank", "world_size", "local_rank", "local_world_size"]
 
 _UNSET = object()  # a keyword argument the caller did not give
+# The parameter types onebit trains: float32 ones view its flat buffer; bfloat16 and float16
+# ones keep their memory, and the buffer holds their float32 master copy.
+_PARAM_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 # The steps of a job without `steps` (config/job_config.h's kOpenEndedSteps): it runs until
 # its workers' training loops end, and ends after the step where they all did.
 OPEN_ENDED_STEPS = 1 << 40
@@ -752,6 +755,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             # (ONEBIT_LOG_ALL_RANKS=1: every rank, as onebit-worker does).
             quiet=named_rank and rank() != 0 and not os.environ.get("ONEBIT_LOG_ALL_RANKS"))
         self._worker = None
+        self._masters = {}    # bfloat16/float16 parameters' float32 masters, once bound
         self._closed = False  # close() ran
         self._next = 1        # the step the next step() completes (the job's, once joined)
         self._loaded = None   # a state to start from (load_state_dict before the first step)
@@ -944,12 +948,17 @@ class _OnebitOptimizer(torch.optim.Optimizer):
                 self._plan.reset()
         with _phase("the worker's step"):
             self._next = self._wait()
+        if self._masters and not self._done:
+            self._sync_low_precision()
         if self._micro_batches > 1 and not self._done:
             # The worker took this micro-batch's gradient: .grad starts again from zero, as
             # DeepSpeed's engine clears it, so that a loop without zero_grad (or with one
             # an optimizer step) hands over each micro-batch's own gradient, not the sum so far.
             with torch.no_grad():
                 self._flat_grad.zero_()
+                for i in self._masters:
+                    if self._params[i].grad is not None:
+                        self._params[i].grad.zero_()
         self._arrived = [False] * len(self._params)
         self._grad_versions = self._versions()
         return loss
@@ -1069,7 +1078,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         buffer: one batched copy in place of one per tensor (on the CPU about half the time,
         BENCHMARKS.md; on a GPU one batched kernel in place of a copy per parameter, not
         yet measured)."""
-        if len(indices) < len(self._params):
+        if len(indices) < len(self._params) or self._masters:
             for i in indices:
                 self._grad_into_view(i)
             return
@@ -1080,12 +1089,14 @@ class _OnebitOptimizer(torch.optim.Optimizer):
 
     def _grad_into_view(self, i):
         """Parameter i's .grad in the exchange's buffer: after zero_grad(set_to_none=True)
-        (or a .grad replaced) backward wrote a tensor of its own, copied in here."""
+        (or a .grad replaced) backward wrote a tensor of its own, copied in here (a
+        bfloat16 or float16 parameter's, cast to float32, at every step)."""
         p, view = self._params[i], self._grad_views[i]
         if p.grad.data_ptr() != view.data_ptr():
             with torch.no_grad():
                 view.copy_(p.grad.reshape(view.shape))
-            p.grad = view
+            if i not in self._masters:
+                p.grad = view
 
     def _config_error(self, e, path=None):
         """The C++ config check's ValueError as this optimizer's (it names the key; the
@@ -1580,10 +1591,10 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         for i, p in enumerate(self._params):
             if not isinstance(p, torch.Tensor):
                 raise TypeError(f"parameter {i} is a {type(p).__name__}, not a tensor")
-            if p.dtype != torch.float32:
-                raise ValueError(f"{self._what(i)} is {p.dtype}; onebit's parameters are float32 "
-                                 "(mixed precision: torch.autocast, with the job config's fp16 block "
-                                 "for loss scaling)")
+            if p.dtype not in _PARAM_DTYPES:
+                raise ValueError(f"{self._what(i)} is {p.dtype}; onebit trains float32, "
+                                 "bfloat16 and float16 parameters (the last two with a float32 "
+                                 "master copy of its own)")
             if p.is_sparse:
                 raise ValueError(f"{self._what(i)} is sparse")
             if not p.is_contiguous():
@@ -1619,27 +1630,44 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             flat = self._worker.params()
             grad = self._worker.gradient()
         self._grad_views = []
+        self._masters = {}  # index: the float32 master of a bfloat16 or float16 parameter
         with torch.no_grad():
             for i, (p, begin, end) in enumerate(zip(self._params, self._offsets,
                                                     self._offsets[1:])):
-                p.data = flat[begin:end].view(p.shape)
                 view = grad[begin:end].view(p.shape)
                 if p.grad is not None:
                     view.copy_(p.grad)
                     self._arrived[i] = True  # a gradient made before the worker joined
-                p.grad = view
+                if p.dtype == torch.float32:
+                    p.data = flat[begin:end].view(p.shape)
+                    p.grad = view
+                else:  # its own memory and gradient; the master and its gradient here
+                    self._masters[i] = flat[begin:end].view(p.shape)
                 self._grad_views.append(view)
         self._flat_grad = grad  # what the views cover, in the parameters' order
         self._param_addresses = [p.data_ptr() for p in self._params]
         self._grad_versions = self._versions()
 
+    def _sync_low_precision(self):
+        """Each bfloat16 or float16 parameter takes its float32 master's new value."""
+        with torch.no_grad():
+            for i, master in self._masters.items():
+                self._params[i].copy_(master)
+
     def _unbind(self, final=False):
-        # The C++ buffers go with the worker: the tensors get memory of their own.
+        # The C++ buffers go with the worker: the tensors get memory of their own (a
+        # bfloat16 or float16 parameter has its own, and keeps its last value).
         self._flat_grad = None
+        masters, self._masters = getattr(self, "_masters", {}), {}
         with torch.no_grad():
             if final:
                 last = self._worker.final_params().to(self._device)
-            for p, begin, end in zip(self._params, self._offsets, self._offsets[1:]):
+            for i, (p, begin, end) in enumerate(zip(self._params, self._offsets,
+                                                    self._offsets[1:])):
+                if i in masters:
+                    if final:
+                        p.copy_(last[begin:end].view(p.shape))
+                    continue
                 p.data = last[begin:end].view(p.shape).clone() if final else \
                     torch.full(p.shape, float("nan"), device=self._device)
                 p.grad = None

@@ -1938,6 +1938,31 @@ class DiesWithItsLauncher(unittest.TestCase):
         self.assertEqual(alive, [], "ranks outlived their launcher")
 
 
+class LowPrecisionParameters(unittest.TestCase):
+    """bfloat16 and float16 models without autocast (before: a ValueError, float32 only)."""
+
+    def train(self, dtype):
+        r, logs = on_two_ranks(f"low-{dtype}", os.path.join(HERE, "low_precision.py"), dtype)
+        self.assertEqual(r.returncode, 0, r.stderr + "".join(logs)[-3000:])
+        for rank, log in enumerate(logs):
+            m = re.search(rf"rank {rank}: parameters \['torch.{dtype}'\], state torch.float32, "
+                          rf"synced True, loss ([0-9.]+) -> ([0-9.]+)", log)
+            self.assertIsNotNone(m, log[-3000:])
+            self.assertLess(float(m.group(2)), float(m.group(1)) / 4)  # it trains
+
+    def test_bfloat16(self):
+        self.train("bfloat16")
+
+    def test_float16(self):
+        try:
+            torch.nn.functional.linear(torch.ones(2, 2, dtype=torch.float16),
+                                       torch.ones(2, 2, dtype=torch.float16))
+        except RuntimeError as e:
+            self.skipTest(f"torch {torch.__version__} has no float16 matrix product on the "
+                          f"CPU ({e}): the torch-latest stack runs this")
+        self.train("float16")
+
+
 class TrainedLikeTorchOptim(unittest.TestCase):
     """One process alone (it runs its own coordinator): named parameters, a frozen layer
     left out of the job, and a step() without a new gradient refused without harm."""

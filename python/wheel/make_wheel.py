@@ -58,7 +58,10 @@ def main():
             files.append((f"onebit/bin/{name}", f.read(), True))
     metadata = [
         "Metadata-Version: 2.1", "Name: onebit", f"Version: {a.version}", f"Summary: {SUMMARY}",
-        "Requires-Python: >=3.9", "Requires-Dist: torch>=1.13",
+        "Requires-Python: >=3.9",
+        # 1.13.0a0: Debian 12's python3-torch calls itself that, a pre-release of 1.13,
+        # which ">=1.13" would refuse.
+        "Requires-Dist: torch>=1.13.0a0",
         "Requires-External: libnccl.so.2 (NCCL 2, for jobs on GPUs only: CUDA's, or pip's "
         "nvidia-nccl, which torch's CUDA wheels bring)",
     ]
