@@ -393,14 +393,27 @@ int onebit_worker_wait_for_step(onebit_worker* w, double timeout_s, int64_t* ste
 
 int onebit_worker_supply(onebit_worker* w, int64_t step, int has_loss, double loss, double lr,
                          double max_grad_norm, double beta1, double beta2,
-                         const double* weight_decays, size_t n_weight_decays) {
+                         const double* weight_decays, size_t n_weight_decays,
+                         double grad_scale) {
   return Guard([&]() -> absl::Status {
     ONEBIT_WORKER(w);
     if (weight_decays == nullptr && n_weight_decays > 0) return Null("weight_decays");
     std::optional<double> l;
     if (has_loss) l = loss;
     return w->worker->Supply(step, l, lr, max_grad_norm, beta1, beta2,
-                             std::vector<double>(weight_decays, weight_decays + n_weight_decays));
+                             std::vector<double>(weight_decays, weight_decays + n_weight_decays),
+                             grad_scale);
+  });
+}
+
+int onebit_worker_skipped(onebit_worker* w, int64_t step, int* skipped) {
+  return Guard([&]() -> absl::Status {
+    ONEBIT_WORKER(w);
+    if (skipped == nullptr) return Null("skipped");
+    absl::StatusOr<bool> s = w->worker->Skipped(step);
+    if (!s.ok()) return s.status();
+    *skipped = *s ? 1 : 0;
+    return absl::OkStatus();
   });
 }
 

@@ -26,7 +26,7 @@
 extern "C" {
 #endif
 
-#define ONEBIT_ABI_VERSION 1
+#define ONEBIT_ABI_VERSION 2
 
 typedef struct onebit_worker onebit_worker;
 typedef struct onebit_coordinator onebit_coordinator;
@@ -92,10 +92,14 @@ void onebit_worker_free(onebit_worker* w);
 int onebit_worker_start(onebit_worker* w);
 /* The next step (-1: the job is over for this worker). */
 int onebit_worker_wait_for_step(onebit_worker* w, double timeout_s, int64_t* step);
-/* has_loss 0: no loss this step. NaN lr, max_grad_norm, beta1, beta2: the job's. */
+/* has_loss 0: no loss this step. NaN lr, max_grad_norm, beta1, beta2: the job's.
+ * grad_scale: the factor the script's GradScaler multiplied the gradient by (NaN: none). */
 int onebit_worker_supply(onebit_worker* w, int64_t step, int has_loss, double loss, double lr,
                          double max_grad_norm, double beta1, double beta2,
-                         const double* weight_decays, size_t n_weight_decays);
+                         const double* weight_decays, size_t n_weight_decays,
+                         double grad_scale);
+/* *skipped 1 when step `step` was skipped (an overflow on some worker). */
+int onebit_worker_skipped(onebit_worker* w, int64_t step, int* skipped);
 int onebit_worker_announce(onebit_worker* w, int64_t step, uint64_t bucket);
 int onebit_worker_loss_scale(onebit_worker* w, float* scale);
 int onebit_worker_changed_since_announced(onebit_worker* w, int64_t* first);

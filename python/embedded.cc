@@ -147,6 +147,11 @@ absl::Status EmbeddedWorker::Start() {
     if (workload_ == nullptr) return std::nullopt;
     return workload_->SuppliedLearningRate(step);
   };
+  o.grad_scale_override = [this](int64_t step) -> std::optional<double> {
+    absl::MutexLock lock(&mu_);
+    if (workload_ == nullptr) return std::nullopt;
+    return workload_->SuppliedGradScale(step);
+  };
   o.max_grad_norm_override = [this](int64_t step) -> std::optional<double> {
     absl::MutexLock lock(&mu_);
     if (workload_ == nullptr) return std::nullopt;
@@ -266,10 +271,17 @@ absl::StatusOr<int64_t> EmbeddedWorker::WaitSlice(absl::Time deadline) {
 
 absl::Status EmbeddedWorker::Supply(int64_t step, std::optional<double> loss, double lr,
                                     double max_grad_norm, double beta1, double beta2,
-                                    std::vector<double> weight_decays) {
+                                    std::vector<double> weight_decays, double grad_scale) {
   absl::MutexLock lock(&mu_);
   if (workload_ == nullptr) return NotRunning();
-  return workload_->Supply(step, loss, lr, max_grad_norm, beta1, beta2, std::move(weight_decays));
+  return workload_->Supply(step, loss, lr, max_grad_norm, beta1, beta2, std::move(weight_decays),
+                           grad_scale);
+}
+
+absl::StatusOr<bool> EmbeddedWorker::Skipped(int64_t step) {
+  absl::MutexLock lock(&mu_);
+  if (workload_ == nullptr) return NotRunning();
+  return workload_->skipped(step);
 }
 
 absl::Status EmbeddedWorker::Announce(int64_t step, size_t bucket) {

@@ -61,8 +61,12 @@ class EmbeddedWorker {
 
   // lr, max_grad_norm, beta1, beta2: the script's for this step (NaN: the job's);
   // weight_decays: each hyper group's (empty: the optimizer's own).
+  // grad_scale: the factor the script's GradScaler multiplied the gradient by (NaN: none).
   absl::Status Supply(int64_t step, std::optional<double> loss, double lr, double max_grad_norm,
-                      double beta1, double beta2, std::vector<double> weight_decays);
+                      double beta1, double beta2, std::vector<double> weight_decays,
+                      double grad_scale);
+  // Whether step `step` was skipped (an overflow on some worker under loss scaling).
+  absl::StatusOr<bool> Skipped(int64_t step);
   // Overlap: bucket `bucket` of step `step`'s gradient is final.
   absl::Status Announce(int64_t step, size_t bucket);
   // What the script multiplies its loss by before backward (1 without fp16 loss scaling).

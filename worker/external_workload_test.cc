@@ -31,7 +31,7 @@ struct Rig {
   std::unique_ptr<Trainer> trainer;
 
   explicit Rig(int64_t steps, std::optional<LossScalerOptions> loss_scaling = std::nullopt,
-               std::vector<std::string>* lines = nullptr) {
+               std::vector<std::string>* lines = nullptr, bool script_scale = false) {
     ExternalWorkloadOptions o;
     o.initial.assign(kN, 0.0f);
     o.groups = {0, 2, kN};
@@ -47,6 +47,11 @@ struct Rig {
     options.log_every = 2;
     options.eval_at_end = false;
     options.loss_scaling = loss_scaling;
+    if (script_scale) {
+      options.script_grad_scale = [w = workload.get()](int64_t step) {
+        return w->SuppliedGradScale(step);
+      };
+    }
     auto t = Trainer::Create(options, workload.get(), backend.get(), transport.get(),
                              controller.get());
     EXPECT_TRUE(t.ok()) << t.status();
@@ -227,6 +232,40 @@ TEST(ExternalWorkloadTest, TheScriptsWeightDecaysGoWithTheirStep) {
   }
   trainer.join();
   ASSERT_TRUE(trained.ok()) << trained;
+}
+
+// A script's own loss scaler (torch's GradScaler): the scale handed in with a step is
+// divided out (the parameters move as with the unscaled gradient), an overflow skips the
+// step (the parameters stay) and the client hears so; a bad scale is refused.
+TEST(ExternalWorkloadTest, TheScriptsGradScaleIsDividedOutAndAnOverflowSkips) {
+  constexpr double kNone = std::numeric_limits<double>::quiet_NaN();
+  std::vector<std::vector<float>> after;  // the parameters after each step
+  for (const double scale : {1.0, 1024.0}) {
+    Rig rig(4, std::nullopt, nullptr, /*script_scale=*/true);
+    absl::Status trained;
+    std::thread trainer = rig.Train(&trained);
+    for (;;) {
+      absl::StatusOr<int64_t> step = rig.workload->WaitForStep();
+      ASSERT_TRUE(step.ok()) << step.status();
+      if (*step < 0) break;
+      if (*step > 1) EXPECT_EQ(rig.workload->skipped(*step - 1), *step - 1 == 3);
+      float* g = rig.workload->gradient();
+      for (size_t i = 0; i < kN; ++i) g[i] = static_cast<float>(scale * (0.25 * i - 0.5));
+      if (*step == 3) g[1] = std::numeric_limits<float>::infinity();
+      if (*step == 2) {
+        for (const double bad : {0.0, -1.0, std::numeric_limits<double>::infinity()}) {
+          EXPECT_EQ(rig.workload->Supply(2, 1.0, kNone, kNone, kNone, kNone, {}, bad).code(),
+                    absl::StatusCode::kInvalidArgument);
+        }
+      }
+      ASSERT_TRUE(rig.workload->Supply(*step, 1.0, kNone, kNone, kNone, kNone, {}, scale).ok());
+      EXPECT_EQ(rig.workload->SuppliedGradScale(*step), scale);
+    }
+    trainer.join();
+    ASSERT_TRUE(trained.ok()) << trained;
+    after.push_back(std::vector<float>(rig.workload->params(), rig.workload->params() + kN));
+  }
+  EXPECT_EQ(after[0], after[1]);  // power-of-two scales: the same bits
 }
 
 TEST(ExternalWorkloadTest, WaitingForAStepTimesOutAndBadInputIsRefused) {

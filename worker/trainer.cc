@@ -370,10 +370,12 @@ absl::Status Trainer::RestoreScalars(const StateScalars& scalars) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<bool> Trainer::UnscaleAndAgree(int64_t t, double loss) {
+absl::StatusOr<std::pair<bool, bool>> Trainer::UnscaleAndAsk(int64_t t, double loss,
+                                                             double scale) {
   const size_t n = workload_->num_parameters();
-  const double scale = scaler_->scale();
-  ONEBIT_RETURN_IF_ERROR(backend_->Scale(static_cast<float>(1.0 / scale), grad_data_, n));
+  if (scale != 1.0) {
+    ONEBIT_RETURN_IF_ERROR(backend_->Scale(static_cast<float>(1.0 / scale), grad_data_, n));
+  }
   double sumsq = 0.0;
   ONEBIT_RETURN_IF_ERROR(backend_->SumSquares(grad_data_, n, &sumsq));
   const bool local = !std::isfinite(sumsq) || !std::isfinite(loss);
@@ -387,6 +389,13 @@ absl::StatusOr<bool> Trainer::UnscaleAndAgree(int64_t t, double loss) {
       ONEBIT_ASSIGN_OR_RETURN(any, exchange.AnyOverflow(t, local));
     }
   }
+  return std::make_pair(local, any);
+}
+
+absl::StatusOr<bool> Trainer::UnscaleAndAgree(int64_t t, double loss) {
+  const double scale = scaler_->scale();
+  ONEBIT_ASSIGN_OR_RETURN(const auto verdict, UnscaleAndAsk(t, loss, scale));
+  const auto [local, any] = verdict;
   if (any && scaler_->dynamic() && scaler_->scale() <= options_.loss_scaling->min_loss_scale) {
     return MarkPermanent(absl::FailedPreconditionError(absl::StrCat(
         "fp16: the gradient of step ", t, " overflowed",
@@ -493,7 +502,25 @@ absl::Status Trainer::RunStep(int64_t t) {
   report.loss_given = workload_->loss_given();
   const double computed = clock_->Seconds();
   report.compute_seconds = computed - start;
-  if (scaler_.has_value()) {
+  const std::optional<double> script_scale =
+      options_.script_grad_scale ? options_.script_grad_scale(t) : std::nullopt;
+  if (script_scale.has_value() && listener_ != nullptr) {
+    return abandon(absl::FailedPreconditionError(
+        "a script's loss scaler (torch's GradScaler) with the warmup exchange overlapping "
+        "backward(): the workers agree on overflows before the exchange; build the optimizer "
+        "with overlap=False"));
+  }
+  if (script_scale.has_value()) {
+    // The script's own scaler decides the scale; every worker skips alike.
+    report.loss_scale = *script_scale;
+    agree_seconds_ = 0.0;
+    ONEBIT_ASSIGN_OR_RETURN(const auto verdict,
+                            UnscaleAndAsk(t, report.loss_given ? report.loss : 0.0,
+                                          *script_scale));
+    report.skipped = verdict.second;
+    summary_.loss_scale = *script_scale;
+    if (report.skipped) ++summary_.skipped_steps;
+  } else if (scaler_.has_value()) {
     report.loss_scale = scaler_->scale();
     agree_seconds_ = 0.0;
     ONEBIT_ASSIGN_OR_RETURN(report.skipped, UnscaleAndAgree(t, report.loss));
@@ -523,6 +550,7 @@ absl::Status Trainer::RunStep(int64_t t) {
   const absl::Status stepped_ok =
       report.skipped ? optimizer_->SkipStep() : optimizer_->Step(grad_data_);
   if (!stepped_ok.ok()) return abandon(stepped_ok);
+  workload_->StepEnded(t * options_.gradient_accumulation_steps, report.skipped);
   ONEBIT_RETURN_IF_ERROR(backend_->Synchronize());  // GPU work done: the time is real
   const kernels::Backend::HostTransfers moved = backend_->host_transfers();
   report.device_bytes_to_host = moved.to_host - moved_before.to_host;

@@ -212,6 +212,11 @@ struct TrainerOptions {
   // A training script's gradient-clipping norm for a step (its clip_grad_norm_), asked once
   // the step's gradient is in; nullopt: optimizer.max_grad_norm (the config's).
   std::function<std::optional<double>(int64_t step)> script_max_grad_norm;
+  // The factor the script's own loss scaler (torch's GradScaler) multiplied step t's
+  // gradient by; nullopt: none. With one, the trainer divides it out and every worker skips
+  // the step alike where any gradient overflowed (as with loss_scaling, whose own scaler
+  // then goes unused for that step).
+  std::function<std::optional<double>(int64_t step)> script_grad_scale;
   // The betas of step t (OneCycle's momentum cycling); null: the optimizer's throughout.
   std::function<std::pair<double, double>(int64_t step)> betas;
   // Each parameter group's weight decay for step t (a training script's weight-decay
@@ -329,6 +334,9 @@ class Trainer {
   // Loss scaling: unscales grad_, agrees on an overflow, updates the scaler; whether the
   // step is skipped.
   absl::StatusOr<bool> UnscaleAndAgree(int64_t step, double loss);
+  // Divides the gradient by `scale` and asks every worker whether its gradient (or loss)
+  // overflowed: (this worker's, any worker's).
+  absl::StatusOr<std::pair<bool, bool>> UnscaleAndAsk(int64_t step, double loss, double scale);
   // The variance change after step `step` (run in `stage`), when one is due.
   absl::StatusOr<std::optional<double>> VarianceChange(int64_t step, Stage stage);
   absl::Status Evaluate(int64_t step);

@@ -765,6 +765,9 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
     options.learning_rate = ScriptFirst(o.learning_rate_override, options.learning_rate,
                                         config.optimizer.lr, micro);
   }
+  if (o.grad_scale_override) {
+    options.script_grad_scale = AtLastMicroBatch(o.grad_scale_override, micro);
+  }
   if (o.max_grad_norm_override) {
     options.script_max_grad_norm = AtLastMicroBatch(o.max_grad_norm_override, micro);
   }

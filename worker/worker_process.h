@@ -50,6 +50,9 @@ struct WorkerProcessOptions {
   // Its gradient-clipping norm for a step (clip_grad_norm_), likewise; nullopt: the
   // config's gradient_clipping.
   std::function<std::optional<double>(int64_t step)> max_grad_norm_override;
+  // The factor its own loss scaler (torch's GradScaler) multiplied a step's gradient by,
+  // likewise; nullopt: none (TrainerOptions::script_grad_scale).
+  std::function<std::optional<double>(int64_t step)> grad_scale_override;
   // Its betas for a step (a torch scheduler's momentum cycling, OneCycleLR's), likewise;
   // nullopt: the job config's betas and scheduler.
   std::function<std::optional<std::pair<double, double>>(int64_t step)> betas_override;

@@ -17,7 +17,7 @@ import sys
 # torch is imported where tensors are made, not here: the core's config and coordinator
 # calls work without it (the wheel's test loads the core on every CPython it finds).
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 LIBRARY_NAME = "libonebit_core.so"
 _INVALID_ARGUMENT, _DEADLINE_EXCEEDED, _UNAVAILABLE = 3, 4, 14
 
@@ -60,7 +60,9 @@ _SIGNATURES = {
     "onebit_worker_start": (_c_int, [_c_void]),
     "onebit_worker_wait_for_step": (_c_int, [_c_void, _c_double, _P(_c_int64)]),
     "onebit_worker_supply": (_c_int, [_c_void, _c_int64, _c_int, _c_double, _c_double,
-                                      _c_double, _c_double, _c_double, _P(_c_double), _c_size]),
+                                      _c_double, _c_double, _c_double, _P(_c_double), _c_size,
+                                      _c_double]),
+    "onebit_worker_skipped": (_c_int, [_c_void, _c_int64, _P(_c_int)]),
     "onebit_worker_announce": (_c_int, [_c_void, _c_int64, _c_uint64]),
     "onebit_worker_loss_scale": (_c_int, [_c_void, _P(_c_float)]),
     "onebit_worker_changed_since_announced": (_c_int, [_c_void, _P(_c_int64)]),
@@ -322,11 +324,17 @@ class Worker:
         return step.value
 
     def supply(self, step, loss, lr=math.nan, max_grad_norm=math.nan, beta1=math.nan,
-               beta2=math.nan, weight_decays=()):
+               beta2=math.nan, weight_decays=(), grad_scale=math.nan):
         decays = (_c_double * len(weight_decays))(*weight_decays)
         _check(lib().onebit_worker_supply(
             self._handle, step, loss is not None, math.nan if loss is None else float(loss),
-            lr, max_grad_norm, beta1, beta2, decays, len(weight_decays)))
+            lr, max_grad_norm, beta1, beta2, decays, len(weight_decays), grad_scale))
+
+    def skipped(self, step):
+        """Whether step `step` was skipped (an overflow on some worker)."""
+        out = _c_int()
+        _check(lib().onebit_worker_skipped(self._handle, step, ctypes.byref(out)))
+        return bool(out.value)
 
     def close(self, why):
         _check(lib().onebit_worker_close(self._handle, _b(why)))

@@ -596,8 +596,8 @@ class _OnebitOptimizer(torch.optim.Optimizer):
     _type = None  # the job config's optimizer.type
     _own = ()     # the type's own keyword hyper-parameters (optimizer.params keys)
     _states = ()  # the type's state tensors besides exp_avg and exp_avg_sq, from step 1
-    # An enabled torch GradScaler hands itself to step() (grad_scaler=) instead of skipping
-    # the step by this worker's gradients alone: step() refuses it, naming the fp16 block.
+    # torch.amp.GradScaler then leaves the step to step() (grad_scale, found_inf): the
+    # workers unscale and agree on overflows in C++ (_script_grad_scale).
     _step_supports_amp_scaling = True
 
     def __init__(self, params, lr=_UNSET, betas=_UNSET, eps=_UNSET, weight_decay=_UNSET, *,
@@ -892,14 +892,19 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         return self._next
 
     # ---- the training loop ----
-    def step(self, closure=None, loss=None, grad_scaler=None):
-        # Torch 2's GradScaler may instead set grad_scale on an optimizer that supports it.
-        if grad_scaler is not None or getattr(self, "grad_scale", None) is not None:
-            raise ValueError(
-                "torch's GradScaler skips a step by this worker's gradients alone, and onebit's "
-                "workers must skip alike: put \"fp16\": {\"enabled\": true} in the job config "
-                "(dynamic loss scaling that every worker agrees on) and call "
-                "opt.scale(loss).backward() and opt.step() in place of the scaler's calls")
+    def step(self, closure=None, loss=None, **kwargs):
+        # torch.amp.GradScaler (torch >= 2.1) sets grad_scale and found_inf here before it
+        # calls step(); older ones hand themselves over as grad_scaler=.
+        if kwargs.get("grad_scaler") is not None:
+            raise ScriptValueError(
+                f"a GradScaler of torch {torch.__version__} hands itself to step(): onebit "
+                "works with torch.amp.GradScaler of torch >= 2.1 (scaler.scale, unscale_, "
+                "step, update), or with the job config's \"fp16\": {\"enabled\": true} and "
+                "opt.scale(loss).backward()")
+        unknown = sorted(set(kwargs) - {"grad_scaler"})
+        if unknown:
+            raise TypeError(f"step() got unexpected keyword argument(s) {', '.join(unknown)}")
+        grad_scale = self._script_grad_scale()
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
@@ -943,11 +948,15 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             self._joined().supply(self._next, value, nan if lr is None else lr,
                                   nan if clip is None else clip,
                                   *((nan, nan) if betas is None else betas),
-                                  weight_decays=decays or [])
+                                  weight_decays=decays or [],
+                                  grad_scale=nan if grad_scale is None else grad_scale)
             if self._plan is not None:
                 self._plan.reset()
+        stepped = self._next
         with _phase("the worker's step"):
             self._next = self._wait()
+        if grad_scale is not None and not self._done:
+            self._tell_the_grad_scaler(self._worker.skipped(stepped))
         if self._masters and not self._done:
             self._sync_low_precision()
         if self._micro_batches > 1 and not self._done:
@@ -962,6 +971,40 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         self._arrived = [False] * len(self._params)
         self._grad_versions = self._versions()
         return loss
+
+    def _script_grad_scale(self):
+        """The factor torch.amp.GradScaler multiplied this step's gradient by (1 after its
+        unscale_), or None without a GradScaler. The workers then skip alike a step whose
+        gradient overflowed on any of them (found_inf is this worker's alone)."""
+        if not hasattr(self, "found_inf"):
+            return None
+        if self._scales_loss:
+            raise ScriptValueError(
+                "torch.amp.GradScaler and the job config's fp16 block both scale the loss: "
+                "use one of the two")
+        if self._overlap is not None:
+            raise ScriptValueError(
+                "torch.amp.GradScaler with the warmup exchange overlapping backward(): the "
+                "workers agree on overflows before the exchange, so build the optimizer with "
+                "overlap=False")
+        scale = getattr(self, "grad_scale", None)
+        return 1.0 if scale is None else float(scale)
+
+    def _tell_the_grad_scaler(self, skipped):
+        """The workers' verdict on the step into the calling GradScaler's record of it, so
+        that its update() moves the scale alike on every worker (as ShardedGradScaler's
+        all-reduce of found_inf does). The scaler is the one whose step() called this one."""
+        frame = sys._getframe(1)
+        for _ in range(8):
+            frame = frame.f_back
+            if frame is None:
+                return
+            scaler = frame.f_locals.get("self")
+            states = getattr(scaler, "_per_optimizer_states", None)
+            if isinstance(states, dict) and id(self) in states:
+                for found in states[id(self)].get("found_inf_per_device", {}).values():
+                    found.fill_(1.0 if skipped else 0.0)
+                return
 
     def _gather_gradients(self, without):
         """Checks that every parameter has a dense gradient (none is in `without`,

@@ -594,6 +594,13 @@ class CodeDigest(unittest.TestCase):
 class BadInput(unittest.TestCase):
     """Refused before anything starts, with a clear Python exception."""
 
+    def tearDown(self):
+        # One optimizer at a time per process: the ones a test built (never joined) end here.
+        import onebit.torch as ot
+        for opt in list(ot._BUILT):
+            if not (opt._closed or opt._done):
+                opt.close("the test is over")
+
     def make(self, params, config=None):
         import onebit.torch as ot
         cfg = config or job_config("OneBitAdam", {"lr": 0.001})
@@ -718,28 +725,28 @@ class BadInput(unittest.TestCase):
         import onebit.torch as ot
         opt = ot.OneBitAdam([{"params": [torch.nn.Parameter(torch.zeros(N))]}],
                             job_config("OneBitAdam", {}), coordinator="127.0.0.1:1")
-        # Cast after construction, before the first step: refused when it would join (before,
-        # the float16 values went to the C++ side).
-        opt.param_groups[0]["params"][0].data = torch.zeros(N, dtype=torch.float16)
+        # Cast after construction, before the first step, to a type onebit does not train:
+        # refused when it would join (before, the values went to the C++ side).
+        opt.param_groups[0]["params"][0].data = torch.zeros(N, dtype=torch.float64)
         with self.assertRaises(ValueError) as e:
             opt.step()
-        self.assertIn("parameter 0 ((%d,)) is torch.float16" % N, str(e.exception))
+        self.assertIn("parameter 0 ((%d,)) is torch.float64" % N, str(e.exception))
         with self.assertRaises(ValueError) as e:
             opt.add_param_group({"params": [torch.nn.Parameter(torch.zeros(3))]})
         self.assertIn("add_param_group after the optimizer was built", str(e.exception))
         self.assertEqual(len(opt.param_groups), 1)
 
-    def test_an_enabled_grad_scaler_is_refused_for_the_fp16_block(self):
-        # An enabled GradScaler hands itself to step() (the optimizer says it supports amp
-        # scaling) instead of skipping by one worker's gradients: refused, before any
-        # exchange, naming what works.
+    def test_an_old_grad_scaler_handing_itself_over_is_refused(self):
+        # torch < 2.1's GradScaler hands itself to step() (the optimizer says it supports amp
+        # scaling): refused, before any exchange, naming what works (torch.amp.GradScaler,
+        # GradScalerLikeTorch, or the fp16 block).
         import onebit.torch as ot
         opt = ot.OneBitAdam([torch.nn.Parameter(torch.zeros(N))], job_config("OneBitAdam", {}),
                             coordinator="127.0.0.1:1")
         self.assertTrue(opt._step_supports_amp_scaling)
         with self.assertRaises(ValueError) as e:
             opt.step(grad_scaler=torch.cuda.amp.GradScaler(enabled=False))
-        self.assertIn('put "fp16": {"enabled": true} in the job config', str(e.exception))
+        self.assertIn("onebit works with torch.amp.GradScaler of torch >= 2.1", str(e.exception))
 
     def test_a_world_size_that_disagrees_with_the_config(self):
         import onebit.torch as ot
@@ -1937,6 +1944,38 @@ class DiesWithItsLauncher(unittest.TestCase):
         for p in alive:
             os.kill(p, 9)
         self.assertEqual(alive, [], "ranks outlived their launcher")
+
+
+class GradScalerLikeTorch(unittest.TestCase):
+    def test_an_overflow_on_one_rank_is_skipped_and_seen_by_every_scaler(self):
+        if not hasattr(torch, "amp") or not hasattr(torch.amp, "GradScaler"):
+            self.skipTest(f"torch {torch.__version__} has no torch.amp.GradScaler (torch >= "
+                          "2.3): the torch-latest stack runs this")
+        r, logs = on_two_ranks("scaler", os.path.join(HERE, "grad_scaler.py"), "7")
+        self.assertEqual(r.returncode, 0, r.stderr + "".join(logs)[-3000:])
+        digests = set()
+        for rank, log in enumerate(logs):
+            m = re.search(rf"rank {rank}: halved \[7\], unchanged \[7\], loss ([0-9.]+) -> "
+                          rf"([0-9.]+), digest (\S+)", log)
+            self.assertIsNotNone(m, log[-3000:])
+            self.assertLess(float(m.group(2)), float(m.group(1)))
+            digests.add(m.group(3))
+        self.assertEqual(len(digests), 1, digests)  # the replicas agree
+
+    def test_the_fp16_block_and_a_grad_scaler_together_are_refused(self):
+        if not hasattr(torch, "amp") or not hasattr(torch.amp, "GradScaler"):
+            self.skipTest(f"torch {torch.__version__} has no torch.amp.GradScaler")
+        import onebit.torch as ot
+        p = torch.nn.Parameter(torch.ones(4))
+        opt = ot.OneBitAdam([p], lr=0.1, freeze_step=2, overlap=False,
+                            config={"steps": 2, "fp16": {"enabled": True}},
+                            coordinator="127.0.0.1:1")
+        scaler = torch.amp.GradScaler("cpu")
+        scaler.scale(p.sum()).backward()
+        with self.assertRaises(ot.ScriptValueError) as e:  # before joining any job
+            scaler.step(opt)
+        self.assertIn("GradScaler and the job config's fp16 block both scale", str(e.exception))
+        opt.close()
 
 
 class LowPrecisionParameters(unittest.TestCase):

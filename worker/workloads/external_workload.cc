@@ -139,7 +139,7 @@ bool ExternalWorkload::loss_given() const {
 
 absl::Status ExternalWorkload::Supply(int64_t step, std::optional<double> loss, double lr,
                                       double max_grad_norm, double beta1, double beta2,
-                                      std::vector<double> weight_decays) {
+                                      std::vector<double> weight_decays, double grad_scale) {
   absl::MutexLock lock(&mu_);
   if (wanted_ != step || supplied_ == step) {
     return absl::FailedPreconditionError(
@@ -160,6 +160,10 @@ absl::Status ExternalWorkload::Supply(int64_t step, std::optional<double> loss, 
     return absl::InvalidArgumentError(absl::StrCat("the betas of step ", step, " are (", beta1,
                                                    ", ", beta2, "); each must be in [0, 1)"));
   }
+  if (!std::isnan(grad_scale) && (!(grad_scale > 0) || !std::isfinite(grad_scale))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the gradient scale of step ", step, " is ", grad_scale, "; it must be finite and > 0"));
+  }
   for (size_t i = 0; i < weight_decays.size(); ++i) {
     if (!(weight_decays[i] >= 0) || !std::isfinite(weight_decays[i])) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -172,6 +176,7 @@ absl::Status ExternalWorkload::Supply(int64_t step, std::optional<double> loss, 
   loss_given_ = loss.has_value();
   lr_ = lr;
   max_grad_norm_ = max_grad_norm;
+  grad_scale_ = grad_scale;
   beta1_ = beta1;
   beta2_ = beta2;
   weight_decays_ = std::move(weight_decays);
@@ -224,6 +229,22 @@ void ExternalWorkload::AnnounceLocked(size_t bucket) {
   }
   announced_ = bucket + 1;
   AnnounceGradient(r.begin, r.end);
+}
+
+std::optional<double> ExternalWorkload::SuppliedGradScale(int64_t step) {
+  absl::MutexLock lock(&mu_);
+  if (supplied_ != step || std::isnan(grad_scale_)) return std::nullopt;
+  return grad_scale_;
+}
+
+void ExternalWorkload::StepEnded(int64_t step, bool skipped) {
+  absl::MutexLock lock(&mu_);
+  if (skipped) skipped_step_ = step;
+}
+
+bool ExternalWorkload::skipped(int64_t step) const {
+  absl::MutexLock lock(&mu_);
+  return skipped_step_ == step;
 }
 
 std::optional<double> ExternalWorkload::SuppliedMaxGradNorm(int64_t step) {

@@ -109,14 +109,22 @@ class ExternalWorkload : public Workload {
   // the norm its clip_grad_norm_ asked for; `beta1`, `beta2`: the betas its schedule gives
   // (OneCycleLR's momentum cycling; both or neither); NaN: none, the job's config applies.
   // `weight_decays`: each parameter group's, from its weight-decay schedule (empty: none,
-  // the optimizer's own).
+  // the optimizer's own). `grad_scale`: the factor the script's own loss scaler (torch's
+  // GradScaler) multiplied the gradient by (1: already divided out); NaN: none, no
+  // agreement on overflows.
   // INVALID_ARGUMENT for a value out of range. Supplied*() return them while the step runs.
   absl::Status Supply(int64_t step, std::optional<double> loss,
                       double lr = std::numeric_limits<double>::quiet_NaN(),
                       double max_grad_norm = std::numeric_limits<double>::quiet_NaN(),
                       double beta1 = std::numeric_limits<double>::quiet_NaN(),
                       double beta2 = std::numeric_limits<double>::quiet_NaN(),
-                      std::vector<double> weight_decays = {});
+                      std::vector<double> weight_decays = {},
+                      double grad_scale = std::numeric_limits<double>::quiet_NaN());
+  std::optional<double> SuppliedGradScale(int64_t step);
+  // The trainer's word on step `step` (Workload::StepEnded); skipped(step): whether it was
+  // skipped (false for a step not ended yet).
+  void StepEnded(int64_t step, bool skipped) override;
+  bool skipped(int64_t step) const;
   std::optional<double> SuppliedLearningRate(int64_t step);
   std::optional<std::pair<double, double>> SuppliedBetas(int64_t step);
   std::optional<std::vector<double>> SuppliedWeightDecays(int64_t step);
@@ -176,6 +184,8 @@ class ExternalWorkload : public Workload {
   int64_t ended_after_ ABSL_GUARDED_BY(mu_) = -1;  // EndAfter's step; -1: not ended
   double lr_ ABSL_GUARDED_BY(mu_) = std::numeric_limits<double>::quiet_NaN();  // of supplied_
   double max_grad_norm_ ABSL_GUARDED_BY(mu_) = std::numeric_limits<double>::quiet_NaN();
+  double grad_scale_ ABSL_GUARDED_BY(mu_) = std::numeric_limits<double>::quiet_NaN();
+  int64_t skipped_step_ ABSL_GUARDED_BY(mu_) = -1;  // the last step StepEnded skipped
   double beta1_ ABSL_GUARDED_BY(mu_) = std::numeric_limits<double>::quiet_NaN();
   double beta2_ ABSL_GUARDED_BY(mu_) = std::numeric_limits<double>::quiet_NaN();
   std::vector<double> weight_decays_ ABSL_GUARDED_BY(mu_);  // empty: none supplied

@@ -170,6 +170,10 @@ class Workload {
         " asked)"));
   }
 
+  // Workload step `step`'s optimizer step is over: it was skipped (an overflow on some
+  // worker under loss scaling) or taken. Default: nothing.
+  virtual void StepEnded(int64_t step, bool skipped) {}
+
   // Where announcements go; null (the default): nowhere. Borrowed.
   void set_gradient_listener(GradientListener* listener) { listener_ = listener; }
 
