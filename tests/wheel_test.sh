@@ -47,7 +47,9 @@ JSON
 
 # ---- 2. The core on every CPython from 3.9 on. ----
 found=0
-for py in "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.*/bin/python3; do
+# pyenv's root: $PYENV_ROOT, else the user's ~/.pyenv (Bazel's test environment has no HOME).
+home=$(getent passwd "$(id -u)" | cut -d: -f6)
+for py in "${PYENV_ROOT:-${home:-/root}/.pyenv}"/versions/3.*/bin/python3; do
   [ -x "$py" ] || continue
   minor=$("$py" -c 'import sys; print(sys.version_info[1])')
   [ "$minor" -ge 9 ] || continue

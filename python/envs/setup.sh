@@ -19,7 +19,9 @@ mkdir -p "$root"
 # The interpreter for torch-latest: pyenv's 3.12 (not Debian's), else Debian's python3.
 latest_python() {
   local p
-  for p in "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12*/bin/python3; do
+  local home
+  home=$(getent passwd "$(id -u)" | cut -d: -f6)
+  for p in "${PYENV_ROOT:-${home:-/root}/.pyenv}"/versions/3.12*/bin/python3; do
     [ -x "$p" ] && { echo "$p"; return; }
   done
   echo /usr/bin/python3

@@ -136,11 +136,14 @@ def _after_accumulation(p, fn):
     """Calls fn() each time backward has accumulated p's gradient into p.grad (torch's
     post-accumulate hook where it has one, >= 2.1; before, a hook on p's AccumulateGrad
     node, which must be kept alive: returned)."""
+    def hook(*_):
+        fn()  # and None: torch 2 refuses a hook that returns anything else
+
     if hasattr(p, "register_post_accumulate_grad_hook"):
-        return p.register_post_accumulate_grad_hook(lambda _: fn())
+        return p.register_post_accumulate_grad_hook(hook)
     with torch.enable_grad():
         node = p.expand_as(p).grad_fn.next_functions[0][0]
-    node.register_hook(lambda *_: fn())
+    node.register_hook(hook)
     return node
 
 
@@ -613,6 +616,10 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             if config is not None:
                 raise TypeError("the config is given twice (second argument and config=)")
             lr, config = _UNSET, lr
+        # On every rank, before anything is registered on the parameters (before: rank 0
+        # only, and the others' second optimizer waited for a job that never came: a GAN's
+        # loop hung).
+        self._refuse_a_second_member()
         unknown = sorted(set(hyper) - set(self._own))
         if unknown:
             raise TypeError(f"{type(self).__name__} got unexpected keyword argument(s) "
@@ -708,9 +715,6 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         self._rendezvous = _env.rendezvous(coordinator)
         self._coordinator = None
         address = self._rendezvous.coordinator
-        # On every rank at construction (before: rank 0 only, and the others' second
-        # optimizer waited for a job that never came: a GAN's loop hung).
-        self._refuse_a_second_member()
         if self._rendezvous.embedded:
             for notice in notices:  # the job's one coordinator says them once
                 # Not of bias_correction when it is this package's default, not the user's.
