@@ -69,8 +69,13 @@ c.close()
 try:
     _native.check_config("missing.json")
     raise SystemExit("a missing config loaded")
-except ValueError as e:
+except FileNotFoundError as e:
     assert "missing.json" in str(e), e
+try:
+    _native.config_facts('{"steps": "x"}')
+    raise SystemExit("a bad config passed")
+except ValueError as e:
+    assert "steps" in str(e), e
 print(f"Python {sys.version.split()[0]}: the core loads, checks a config, runs a coordinator")
 PY
 done

@@ -5,8 +5,9 @@ so one wheel serves every CPython from 3.9 on with whatever NumPy and torch are 
 Tensors cross as addresses (data_ptr()); the library never sees a Python object. ctypes
 releases the interpreter lock during every call, so the waits here block no other thread.
 
-Errors: a call that fails raises ValueError (INVALID_ARGUMENT), TimeoutError (UNAVAILABLE,
-DEADLINE_EXCEEDED) or RuntimeError, with the core's message.
+Errors: a call that fails raises ValueError (INVALID_ARGUMENT), FileNotFoundError
+(NOT_FOUND), TimeoutError (UNAVAILABLE, DEADLINE_EXCEEDED) or RuntimeError, with the core's
+message.
 """
 import ctypes
 import json
@@ -19,7 +20,7 @@ import sys
 
 ABI_VERSION = 2
 LIBRARY_NAME = "libonebit_core.so"
-_INVALID_ARGUMENT, _DEADLINE_EXCEEDED, _UNAVAILABLE = 3, 4, 14
+_INVALID_ARGUMENT, _DEADLINE_EXCEEDED, _NOT_FOUND, _UNAVAILABLE = 3, 4, 5, 14
 
 _c_int, _c_int64, _c_uint64 = ctypes.c_int, ctypes.c_int64, ctypes.c_uint64
 _c_size, _c_double, _c_float = ctypes.c_size_t, ctypes.c_double, ctypes.c_float
@@ -143,6 +144,8 @@ def _check(code):
     message = (lib().onebit_last_error() or b"").decode(errors="replace")
     if code == _INVALID_ARGUMENT:
         raise ValueError(message)
+    if code == _NOT_FOUND:
+        raise FileNotFoundError(message)
     if code in (_UNAVAILABLE, _DEADLINE_EXCEEDED):
         raise TimeoutError(message)
     raise RuntimeError(message)
