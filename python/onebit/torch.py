@@ -47,23 +47,27 @@ and the other ranks find it there. Also read:
                           kills its own process there, as onebit-worker's --fault (tests;
                           onebit-launch --fault=workerI:POINT:STEP sets it once)
 
-SAVING: torch.save(opt.state_dict(), f) between steps or after the end; to resume, build
-the optimizer, opt.load_state_dict(torch.load(f)) before the first step, and the fresh job
-starts after the saved step (every worker loading a state of the same step).
+SAVING: state_dict() has torch.optim's layout ("state" by parameter index, "param_groups"
+with "params"; onebit's step, freeze step and error buffers in param_groups[0]["onebit"]).
+torch.save(opt.state_dict(), f) between steps or after the end; to resume, build the
+optimizer, opt.load_state_dict(torch.load(f)) before the first step (the model's
+parameters loaded beside it), and the fresh job starts after the saved step (every worker
+loading a state of the same step). torch.distributed.checkpoint round-trips it too.
 opt.state[p] reads one parameter's state as torch.optim.Adam's (copies: read-only).
 
-MEMORY: the parameters are ONE flat float32 buffer, the optimizer's own; each parameter
-tensor views its slice (no copies either way; new memory for one after the first step is
+MEMORY: the parameters are ONE flat float32 buffer, the optimizer's own; each float32
+parameter tensor views its slice (a bfloat16 or float16 one keeps its memory, and the
+buffer holds its float32 master) (no copies either way; new memory for one after the first step is
 an error: copy into it instead), and so do the gradients (their own flat buffer, which
 the trainer reads in place). Every worker must start from the same parameters: seed the
 model alike (torch.manual_seed) on every process. One optimizer at a time per process;
 jobs one after another (close the last one first) are each rank's n-th optimizer, with
 the same config on every rank (one that differs fails the job, naming the key).
 
-MIXED PRECISION: bf16 autocast needs nothing. fp16 takes the job config's fp16 block
-(DeepSpeed's): opt.scale(loss).backward() in place of torch's GradScaler (which skips by
-one worker's gradients; an enabled one is refused), and every worker skips an overflowed
-step alike. MICRO-BATCHES: `with opt.no_sync():` as with DDP, or the config's
+MIXED PRECISION: bf16 autocast needs nothing, and nor does a model in bfloat16 or float16.
+fp16 loss scaling: torch.amp.GradScaler as with torch.optim, or the job config's fp16
+block (DeepSpeed's) with opt.scale(loss).backward(); either way every worker skips an
+overflowed step alike. MICRO-BATCHES: `with opt.no_sync():` as with DDP, or the config's
 gradient_accumulation_steps K (step() after each micro-batch, as DeepSpeed's
 engine.step()). SCHEDULES: a torch lr_scheduler's lr and betas take effect at the next
 step(), and so does each group's weight_decay (a weight-decay schedule); eps is fixed when
