@@ -1048,15 +1048,18 @@ void Coordinator::ForgetCheckpointsAfterLocked(int64_t step) {
 }
 
 bool Coordinator::FinishedLocked() const {
+  if (membership_.Registered(v1::ROLE_WORKER) != membership_.world_size()) return false;
+  const int64_t last = stage_machine_.stop_after_step();
+  // Resumed from the checkpoint of the last step (this coordinator stopped after it, before
+  // the job's end was recorded): nothing is left to run, or to write.
+  if (resume_.has_value() && resume_->step() >= last) return true;
   // A checkpoint whose parts are still coming in keeps the job open: its manifest is the
   // last thing a finished job writes.
-  if (membership_.Registered(v1::ROLE_WORKER) != membership_.world_size() ||
-      !stage_machine_.Finished() || !pending_checkpoints_.empty()) {
-    return false;
-  }
-  // The parts of a checkpoint after the last step come after the workers' last reports.
-  const int64_t last = stage_machine_.stop_after_step();
-  const std::vector<int64_t> due = stage_machine_.CheckpointSteps(1, last);
+  if (!stage_machine_.Finished() || !pending_checkpoints_.empty()) return false;
+  // The parts of a checkpoint after the last step come after the workers' last reports;
+  // those up to the resume point are the ones it resumed from.
+  const int64_t first = resume_.has_value() ? resume_->step() + 1 : 1;
+  const std::vector<int64_t> due = stage_machine_.CheckpointSteps(first, last);
   const int64_t committed = committed_.empty() ? 0 : committed_.back().step();
   return !options_.commit_checkpoint || due.empty() || committed >= due.back();
 }

@@ -631,6 +631,35 @@ TEST_F(CoordinatorTest, ResumedJobsTellTheirMembersAndStartAfterTheCheckpoint) {
   EXPECT_EQ(coordinator_->GetJob({})->resumed_from_step(), 40);
 }
 
+// A job resumed from the checkpoint of its last step (its coordinator killed after that
+// checkpoint, before the job's end was recorded) has no step left: it succeeds once every
+// member is back (before: it stayed "running", and its workers waited for its end forever;
+// onebit-chaos found it with a kill right at the end).
+TEST_F(CoordinatorTest, AJobResumedAfterItsLastStepSucceedsOnceEveryoneIsBack) {
+  JobConfig config = SmallJob();
+  config.checkpoint.dir = "/unused";
+  config.checkpoint.every_steps = 10;
+  CoordinatorOptions options;
+  options.config = config;
+  options.job_id = "job-1";
+  options.num_parameters = 1234;
+  options.commit_checkpoint = [](const v1::CheckpointManifest&) { return absl::OkStatus(); };
+  v1::ResumeFrom resume;
+  resume.set_step(100);
+  resume.set_name("step-000000100");
+  options.resume = resume;
+  options.resume_freeze_step = 30;
+  coordinator_ = *Coordinator::Create(options, &clock_, nullptr);
+  ASSERT_EQ(RegisterWorker("w0"), 0);
+  ASSERT_EQ(RegisterWorker("w1"), 1);
+  v1::RegisterRequest server;
+  server.set_role(v1::ROLE_SERVER);
+  server.set_instance_id("s0");
+  ASSERT_TRUE(coordinator_->Register(server).ok());
+  coordinator_->Tick();
+  EXPECT_EQ(coordinator_->GetJob({})->state(), v1::JOB_STATE_SUCCEEDED) << JobJson();
+}
+
 // A job that resumes from step 10 while a committed checkpoint of step 20 exists (a run
 // that went further, or whose step 20 is damaged) writes step 20 again: the old one is not
 // its own, so its parts are not answered "committed" and the manifest is written anew.

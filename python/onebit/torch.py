@@ -759,9 +759,13 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             # a launcher that restarts the group it acts before the first restart only).
             fault=os.environ.get("ONEBIT_FAULT", "") if not _env.restart_count() else "",
             job_key=self._job_key,
-            # DDP-quiet: rank 0 prints progress, the others only warnings and errors
-            # (ONEBIT_LOG_ALL_RANKS=1: every rank, as onebit-worker does).
-            quiet=named_rank and rank() != 0 and not os.environ.get("ONEBIT_LOG_ALL_RANKS"))
+            # DDP-quiet where the ranks share a console (torchrun, onebit-run, srun): rank 0
+            # prints progress, the others only warnings and errors. onebit-launch gives
+            # each worker a log of its own (ONEBIT_RANK): all of it there, as
+            # onebit-worker's; ONEBIT_LOG_ALL_RANKS=1 likewise anywhere.
+            quiet=(rank() != 0 and not os.environ.get("ONEBIT_RANK") and
+                   any(os.environ.get(v) for v in ("RANK", "SLURM_PROCID")) and
+                   not os.environ.get("ONEBIT_LOG_ALL_RANKS")))
         self._worker = None
         self._masters = {}    # bfloat16/float16 parameters' float32 masters, once bound
         self._closed = False  # close() ran
