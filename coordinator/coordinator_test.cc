@@ -2,6 +2,7 @@
 #include "coordinator/coordinator.h"
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "coordinator/clock.h"
@@ -54,13 +55,19 @@ class CoordinatorTest : public ::testing::Test {
   }
 
   // A coordinator of `config` (1,234 parameters) whose committed manifests go into
-  // *written, with workers w0, w1 and shard s0 registered.
-  void MakeCheckpointing(JobConfig config, std::vector<v1::CheckpointManifest>* written) {
+  // *written, with workers w0, w1 and shard s0 registered; resumed after `resume`'s step
+  // (freeze step 30) where one is given.
+  void MakeCheckpointing(JobConfig config, std::vector<v1::CheckpointManifest>* written,
+                         std::optional<v1::ResumeFrom> resume = std::nullopt) {
     config.checkpoint.dir = "/unused";  // the commit function is the only writer
     CoordinatorOptions options;
     options.config = config;
     options.job_id = "job-1";
     options.num_parameters = 1234;
+    if (resume.has_value()) {
+      options.resume = *resume;
+      options.resume_freeze_step = 30;
+    }
     options.commit_checkpoint = [written](const v1::CheckpointManifest& m) {
       written->push_back(m);
       return absl::OkStatus();
@@ -637,26 +644,14 @@ TEST_F(CoordinatorTest, ResumedJobsTellTheirMembersAndStartAfterTheCheckpoint) {
 // onebit-chaos found it with a kill right at the end).
 TEST_F(CoordinatorTest, AJobResumedAfterItsLastStepSucceedsOnceEveryoneIsBack) {
   JobConfig config = SmallJob();
-  config.checkpoint.dir = "/unused";
   config.checkpoint.every_steps = 10;
-  CoordinatorOptions options;
-  options.config = config;
-  options.job_id = "job-1";
-  options.num_parameters = 1234;
-  options.commit_checkpoint = [](const v1::CheckpointManifest&) { return absl::OkStatus(); };
+  std::vector<v1::CheckpointManifest> written;
   v1::ResumeFrom resume;
   resume.set_step(100);
   resume.set_name("step-000000100");
-  options.resume = resume;
-  options.resume_freeze_step = 30;
-  coordinator_ = *Coordinator::Create(options, &clock_, nullptr);
-  ASSERT_EQ(RegisterWorker("w0"), 0);
-  ASSERT_EQ(RegisterWorker("w1"), 1);
-  v1::RegisterRequest server;
-  server.set_role(v1::ROLE_SERVER);
-  server.set_instance_id("s0");
-  ASSERT_TRUE(coordinator_->Register(server).ok());
+  MakeCheckpointing(config, &written, resume);
   coordinator_->Tick();
+  EXPECT_TRUE(written.empty());
   EXPECT_EQ(coordinator_->GetJob({})->state(), v1::JOB_STATE_SUCCEEDED) << JobJson();
 }
 
