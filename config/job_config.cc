@@ -185,6 +185,7 @@ std::string OptimizerParamsJson(const OptimizerConfig& o) {
       G(o.lr), G(o.beta1), G(o.beta2), G(o.eps), G(o.weight_decay), B(o.bias_correction),
       o.comm_backend_name);
   if (o.type != "ZeroOneAdam") absl::StrAppend(&out, ", \"freeze_step\": ", o.freeze_step);
+  if (o.type != "OneBitLamb") absl::StrAppend(&out, ", \"update_clip\": ", G(o.update_clip));
   if (o.type == "ZeroOneAdam") {
     absl::StrAppend(&out, ",\n               \"var_freeze_step\": ", o.var_freeze_step,
                     ", \"var_update_scaler\": ", o.var_update_scaler,

@@ -109,6 +109,9 @@ namespace onebit {
 inline constexpr int64_t kOpenEndedSteps = int64_t{1} << 40;
 
 // DeepSpeed's optimizer block (ALGORITHM.md has the math of each type).
+// The default optimizer.params.update_clip.
+inline constexpr double kDefaultUpdateClip = 10.0;
+
 struct OptimizerConfig {
   // "OneBitAdam", "ZeroOneAdam", "OneBitLamb" or "Adam" (full precision throughout: 1-bit
   // Adam's warmup forever), spelled so whatever case the config used.
@@ -118,6 +121,10 @@ struct OptimizerConfig {
   double beta2 = 0.999;
   double eps = 1e-8;  // added outside the sqrt
   double weight_decay = 0.0;
+  // OneBitAdam, ZeroOneAdam: the bound on each element's m/(sqrt(v)+eps) on steps whose
+  // variance is frozen (kernels::AdamHyper::update_clip); 0: none. It keeps the elements
+  // whose variance froze at ~0 from moving by scale/eps (algorithms.md, "The update clip").
+  double update_clip = kDefaultUpdateClip;
   // Adam's bias correction, off by default (ALGORITHM.md). DeepSpeed's 1-bit optimizers
   // accept the key but never apply it: true here is a notice that results differ. For
   // "Adam" too the default is false (DeepSpeed's Adam defaults to true): onebit's Adam is

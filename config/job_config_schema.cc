@@ -497,14 +497,14 @@ Key OptimizerBlock(ParseState* s) {
     return keys;
   };
   KeysOfType keys_of_type = {
-      {"OneBitAdam", with({"freeze_step"})},
-      {"ZeroOneAdam",
-       with({"var_freeze_step", "var_update_scaler", "local_step_scaler", "local_step_clipper"})},
+      {"OneBitAdam", with({"freeze_step", "update_clip"})},
+      {"ZeroOneAdam", with({"var_freeze_step", "var_update_scaler", "local_step_scaler",
+                            "local_step_clipper", "update_clip"})},
       {"OneBitLamb", with({"freeze_step", "max_coeff", "min_coeff", "coeff_beta", "factor_max",
                            "factor_min", "factor_threshold"})},
       // onebit's Adam is 1-bit Adam's warmup throughout: it takes freeze_step (unused) and
       // the 1-bit keys, so that a config can switch type alone.
-      {"Adam", with({"freeze_step", "adam_w_mode", "torch_adam", "set_grad_none"})},
+      {"Adam", with({"freeze_step", "update_clip", "adam_w_mode", "torch_adam", "set_grad_none"})},
   };
   Keys all = {
       {"lr", Number(&o->lr, 0, 1e3).Means(
@@ -551,6 +551,14 @@ Key OptimizerBlock(ParseState* s) {
                                   "the AMSGrad variant too)")},
       {"max_grad_norm", Rejected("not supported as an optimizer parameter (as in DeepSpeed): "
                                  "use the top-level gradient_clipping")},
+      {"update_clip",
+       Number(&o->update_clip, 0, 1e6)
+           .Means("onebit's own: the bound on each element's m/(sqrt(v)+eps) on the steps whose "
+                  "variance is frozen (1-bit Adam's compression stage, 0/1 Adam's steps between "
+                  "variance updates); the weight decay is added after it. It stops the "
+                  "elements whose variance froze at ~0 (dead units, unused embedding rows) from "
+                  "moving by scale/eps when the 1-bit momentum gives them +-scale. 0: no clip, "
+                  "as DeepSpeed. Adam accepts it and never freezes.")},
       {"freeze_step", Integer(&o->freeze_step, 0, kMaxSteps)
                           .Means("The last warmup step (static freeze, onebit.freeze.mode "
                                  "static). Adam accepts it and never freezes.")},

@@ -116,6 +116,7 @@ static inline void SetBlockOffset(uint8_t* block, float lo) {
 
 static inline float AdamDirection(const AdamHyper& h, float m, float v, float p) {
   float u = m / (std::sqrt(v) + h.eps);
+  if (h.update_clip > 0.0f) u = u > h.update_clip ? h.update_clip : u < -h.update_clip ? -h.update_clip : u;
   if (h.weight_decay > 0.0f) u = std::fma(h.weight_decay, p, u);
   return u;
 }

@@ -45,6 +45,12 @@ inline __m256 DecodeByte(uint8_t byte, __m256 s) {
 
 inline __m256 Direction(const AdamHyper& h, __m256 m, __m256 v, __m256 p) {
   __m256 u = _mm256_div_ps(m, _mm256_add_ps(_mm256_sqrt_ps(v), _mm256_set1_ps(h.eps)));
+  if (h.update_clip > 0.0f) {
+    // max/min return their second operand when either is NaN: a NaN direction stays NaN,
+    // as in the scalar kernel.
+    const __m256 c = _mm256_set1_ps(h.update_clip);
+    u = _mm256_min_ps(c, _mm256_max_ps(_mm256_sub_ps(_mm256_setzero_ps(), c), u));
+  }
   if (h.weight_decay > 0.0f) u = _mm256_fmadd_ps(_mm256_set1_ps(h.weight_decay), p, u);
   return u;
 }

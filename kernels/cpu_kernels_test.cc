@@ -1,6 +1,7 @@
 // Every CPU kernel (scalar and, where the CPU has it, AVX2) against the float64 models in
 // kernels_reference.h, at lengths chosen around the 8-, 32- and chunk boundaries.
 #include <cmath>
+#include <limits>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -235,6 +236,7 @@ TEST_P(CpuKernelsTest, FrozenAdamUpdate) {
     AdamHyper h;
     h.lr = 0.01f;
     h.weight_decay = masked ? 0.01f : 0.0f;
+    h.update_clip = masked ? 2.0f : 0.0f;  // |m|/sqrt(v) of these often exceeds 2
     std::vector<float> m = Normal(n_, 14, 0.1f), p = Normal(n_, 15), v = Normal(n_, 16, 0.1f);
     for (float& x : v) x = x * x;
     std::vector<float> mask(n_);
@@ -618,6 +620,42 @@ TEST(CpuKernelsSimdTest, MatchesScalarBitForBit) {
   const std::vector<float> a = run(simd.get()), b = run(scalar.get());
   ASSERT_EQ(a.size(), b.size());
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+}
+
+// The update clip: the AVX2 table's bits are the scalar table's (FrozenAdamUpdate and the
+// fused decode), a clipped element moves by exactly lr * clip, and a NaN stays NaN.
+TEST(CpuKernelsSimdTest, UpdateClipMatchesScalarBitForBitAndKeepsNaN) {
+  if (!CpuHasAvx2()) GTEST_SKIP() << "this CPU has no AVX2+FMA";
+  auto simd = NewCpuBackend(true), scalar = NewCpuBackend(false);
+  const size_t n = 1003, chunk = RoundUp(n, 8);
+  AdamHyper h;
+  h.lr = 0.01f;
+  h.update_clip = 10.0f;
+  std::vector<float> v = Normal(n, 31, 0.1f);
+  for (size_t i = 0; i < n; ++i) v[i] = i % 5 == 0 ? 0.0f : v[i] * v[i];  // froze at 0
+  std::vector<float> m0 = Normal(n, 32, 0.1f);
+  m0[7] = std::numeric_limits<float>::quiet_NaN();
+  auto run = [&](Backend* b, bool fused) {
+    std::vector<float> m = m0, p(n, 0.0f);
+    if (fused) {
+      std::vector<uint8_t> blocks(CompressedBlockBytes(chunk), 0x5a);
+      const float scale = 0.01f;
+      std::memcpy(blocks.data(), &scale, 4);
+      EXPECT_TRUE(b->DecompressFrozenAdamUpdate(blocks.data(), 1, chunk, h, v.data(), nullptr,
+                                                m.data(), p.data(), n).ok());
+    } else {
+      EXPECT_TRUE(b->FrozenAdamUpdate(h, v.data(), nullptr, m.data(), p.data(), n).ok());
+    }
+    return p;
+  };
+  for (bool fused : {false, true}) {
+    const std::vector<float> a = run(simd.get(), fused), b = run(scalar.get(), fused);
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), n * sizeof(float))) << fused;
+    for (size_t i = 0; i < n; i += 5) {
+      EXPECT_EQ(std::fabs(a[i]), 0.01f * 10.0f) << i << " fused " << fused;  // v = 0: clipped
+    }
+    if (!fused) EXPECT_TRUE(std::isnan(a[7]));
+  }
 }
 
 // 0/1 Adam's kernels: the AVX2 table's bits are the scalar table's (a local step with and

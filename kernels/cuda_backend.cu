@@ -150,12 +150,23 @@ __device__ __forceinline__ float ScaleFromSumSquares(double sumsq, size_t n) {
   return __double2float_rn(__dsqrt_rn(__ddiv_rn(sumsq, static_cast<double>(n))));
 }
 
-// u = m / (sqrt(v) + eps); u = fma(wd, p, u) if wd > 0; returns fma(-lr, u, p).
-__device__ __forceinline__ float AdamStep(float m, float v, float p, float neg_lr, float eps,
-                                          float wd) {
-  float u = __fdiv_rn(m, __fadd_rn(__fsqrt_rn(v), eps));
-  if (wd > 0.0f) u = fmaf(wd, p, u);
-  return fmaf(neg_lr, u, p);
+struct AdamArgs {
+  float beta1, one_minus_beta1;
+  float beta2, one_minus_beta2;
+  float neg_lr, eps, weight_decay;
+  float update_clip;  // > 0: the direction's clamp (AdamHyper::update_clip)
+};
+
+// u clamped to [-c, c] when c > 0, by comparisons (fminf/fmaxf would turn a NaN into c).
+__device__ __forceinline__ float ClipDirection(float u, float c) {
+  return c > 0.0f ? (u > c ? c : u < -c ? -c : u) : u;
+}
+
+// u = m / (sqrt(v) + eps), clipped; u = fma(wd, p, u) if wd > 0; returns fma(-lr, u, p).
+__device__ __forceinline__ float AdamStep(float m, float v, float p, const AdamArgs& a) {
+  float u = ClipDirection(__fdiv_rn(m, __fadd_rn(__fsqrt_rn(v), a.eps)), a.update_clip);
+  if (a.weight_decay > 0.0f) u = fmaf(a.weight_decay, p, u);
+  return fmaf(a.neg_lr, u, p);
 }
 
 __device__ __forceinline__ double SquareF64(float x) {
@@ -252,12 +263,6 @@ __device__ void FinishReduction(double value, ReductionScratch* scratch) {
   sum = BlockSum(sum);
   if (threadIdx.x == 0) scratch->total = sum;
 }
-
-struct AdamArgs {
-  float beta1, one_minus_beta1;
-  float beta2, one_minus_beta2;
-  float neg_lr, eps, weight_decay;
-};
 
 template <bool kVec>
 __global__ void MomentumKernel(float beta1, float one_minus_beta1, const float* g, float* m,
@@ -632,7 +637,7 @@ __global__ void AdamWarmupKernel(AdamArgs a, const float* g, float grad_scale, f
       const float gi = __fmul_rn(gv.v[e], grad_scale);
       mv.v[e] = fmaf(a.beta1, mv.v[e], __fmul_rn(a.one_minus_beta1, gi));
       vv.v[e] = fmaf(a.beta2, vv.v[e], __fmul_rn(__fmul_rn(a.one_minus_beta2, gi), gi));
-      pv.v[e] = AdamStep(mv.v[e], vv.v[e], pv.v[e], a.neg_lr, a.eps, a.weight_decay);
+      pv.v[e] = AdamStep(mv.v[e], vv.v[e], pv.v[e], a);
     }
     Store4<kVec>(m, i, n, mv);
     Store4<kVec>(v, i, n, vv);
@@ -656,7 +661,7 @@ __global__ void FrozenAdamKernel(AdamArgs a, const float* v, const float* mask, 
     Group pv = Load4<kVec>(p, i, n);
 #pragma unroll
     for (size_t e = 0; e < kGroup; ++e) {
-      pv.v[e] = AdamStep(mv.v[e], vv.v[e], pv.v[e], a.neg_lr, a.eps, a.weight_decay);
+      pv.v[e] = AdamStep(mv.v[e], vv.v[e], pv.v[e], a);
     }
     Store4<kVec>(p, i, n, pv);
   }
@@ -687,7 +692,7 @@ __global__ void DecompressFrozenAdamKernel(const uint8_t* blocks, size_t block_b
       Group pv = Load4<kVec>(p, i, n);
 #pragma unroll
       for (size_t e = 0; e < kGroup; ++e) {
-        pv.v[e] = AdamStep(mv.v[e], vv.v[e], pv.v[e], a.neg_lr, a.eps, a.weight_decay);
+        pv.v[e] = AdamStep(mv.v[e], vv.v[e], pv.v[e], a);
       }
       Store4<kVec>(m, i, n, mv);
       Store4<kVec>(p, i, n, pv);
@@ -977,7 +982,7 @@ __global__ void ZeroOneLocalKernel(AdamArgs a, const float* g, const float* v, f
     for (size_t e = 0; e < kGroup; ++e) {
       const float mi = fmaf(a.beta1, mv.v[e], __fmul_rn(a.one_minus_beta1, gv.v[e]));
       const float pi = pv.v[e];
-      float u = __fdiv_rn(mi, __fadd_rn(__fsqrt_rn(vv.v[e]), a.eps));
+      float u = ClipDirection(__fdiv_rn(mi, __fadd_rn(__fsqrt_rn(vv.v[e]), a.eps)), a.update_clip);
       if (a.weight_decay > 0.0f) u = fmaf(a.weight_decay, pi, u);
       mv.v[e] = mi;
       pv.v[e] = fmaf(a.neg_lr, u, pi);
@@ -1055,7 +1060,9 @@ __global__ void AdamDirectionKernel(AdamArgs a, const float* m, const float* v, 
     const Group mv = Load4<kVec>(m, i, n), vv = Load4<kVec>(v, i, n);
     Group uv;
 #pragma unroll
-    for (size_t e = 0; e < kGroup; ++e) uv.v[e] = __fdiv_rn(mv.v[e], __fadd_rn(__fsqrt_rn(vv.v[e]), a.eps));
+    for (size_t e = 0; e < kGroup; ++e) {
+      uv.v[e] = ClipDirection(__fdiv_rn(mv.v[e], __fadd_rn(__fsqrt_rn(vv.v[e]), a.eps)), a.update_clip);
+    }
     if (a.weight_decay > 0.0f) {
       const Group pv = Load4<kVec>(p, i, n);
 #pragma unroll
@@ -1151,7 +1158,7 @@ __global__ void MaxDenomRatioKernel(float eps, const float* v, const float* v_fr
 AdamArgs MakeAdamArgs(const AdamHyper& h) {
   // Host float arithmetic is IEEE binary32 too, so 1 - beta matches the CPU backend's.
   return AdamArgs{h.beta1, 1.0f - h.beta1, h.beta2,         1.0f - h.beta2,
-                  -h.lr,   h.eps,          h.weight_decay};
+                  -h.lr,   h.eps,          h.weight_decay, h.update_clip};
 }
 
 size_t CeilDiv(size_t a, size_t b) { return (a + b - 1) / b; }

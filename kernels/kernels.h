@@ -115,6 +115,11 @@ struct AdamHyper {
   float beta2 = 0.999f;
   float eps = 1e-8f;
   float weight_decay = 0.0f;
+  // > 0: the direction m / (sqrt(v) + eps) of every element is clamped to
+  // [-update_clip, update_clip] before the weight decay is added (a NaN stays NaN). The
+  // optimizers set it on steps whose variance is frozen (algorithms.md, "The update clip");
+  // 0 (every warmup step) clamps nothing.
+  float update_clip = 0.0f;
 };
 
 class Backend {

@@ -18,6 +18,8 @@ int Sign(double x) { return x >= 0.0 ? 1 : -1; }
 
 double Direction(const AdamHyper& h, double m, double v, double p) {
   double u = m / (std::sqrt(v) + h.eps);
+  const double c = h.update_clip;
+  if (c > 0) u = u > c ? c : u < -c ? -c : u;
   if (h.weight_decay > 0) u += static_cast<double>(h.weight_decay) * p;
   return u;
 }

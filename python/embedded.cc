@@ -197,6 +197,16 @@ absl::Status EmbeddedWorker::Start() {
     workload_ = nullptr;
     trainer_ = nullptr;
   };
+  o.on_verdict = [this](const MemberVerdict& verdict) {
+    // The script is the process: it hears of the verdict as an error of its wait (an
+    // OnebitError in Python, so that its finally blocks and atexit handlers run), where
+    // onebit-worker would exit.
+    absl::MutexLock lock(&mu_);
+    if (verdict_.has_value()) return;
+    verdict_ = verdict;
+    std::fprintf(stderr, "worker rank %d: %s\n", rank_, verdict.reason.c_str());
+    if (workload_ != nullptr) workload_->Close(absl::AbortedError(verdict.reason));
+  };
   thread_ = std::thread([this, o] {
     const absl::Status status = RunWorkerProcess(o);
     absl::MutexLock lock(&mu_);
@@ -213,6 +223,7 @@ absl::StatusOr<int64_t> EmbeddedWorker::WaitForStep(double timeout_s) {
     bool ending = false;
     {
       absl::MutexLock lock(&mu_);
+      if (verdict_.has_value()) return absl::AbortedError(verdict_->reason);
       if (done_) {
         if (!status_.ok()) return status_;
         return -1;
@@ -332,6 +343,7 @@ MemberVerdict EmbeddedWorker::VerdictAfterFailure() {
   absl::Status error;
   {
     absl::MutexLock lock(&mu_);
+    if (verdict_.has_value()) return *verdict_;  // said when it came
     error = status_;
   }
   MemberVerdict verdict = VerdictAfterError(error);

@@ -125,6 +125,9 @@ class EmbeddedWorker {
   ExternalWorkload* workload_ ABSL_GUARDED_BY(mu_) = nullptr;
   int waiting_ ABSL_GUARDED_BY(mu_) = 0;      // WaitSlice calls using workload_ outside mu_
   bool ending_ ABSL_GUARDED_BY(mu_) = false;  // the teardown has begun
+  // The job's word that ended this worker's part (WorkerProcessOptions::on_verdict): the
+  // script's next wait fails with it, and VerdictAfterFailure gives it.
+  std::optional<MemberVerdict> verdict_ ABSL_GUARDED_BY(mu_);
   int rank_ ABSL_GUARDED_BY(mu_) = -1;
   int world_size_ ABSL_GUARDED_BY(mu_) = 0;
   bool cuda_ ABSL_GUARDED_BY(mu_) = false;

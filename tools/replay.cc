@@ -242,6 +242,9 @@ absl::Status ValidateConfig(const ReplayConfig& c) {
     return FlagError("weight-decay",
                      absl::StrCat("must be finite and >= 0, got ", h.weight_decay));
   }
+  if (!std::isfinite(h.update_clip) || h.update_clip < 0) {
+    return FlagError("update-clip", absl::StrCat("must be finite and >= 0, got ", h.update_clip));
+  }
   if (c.freeze_step < 0) {
     return FlagError("freeze-step", absl::StrCat("must be >= 0, got ", c.freeze_step));
   }

@@ -43,6 +43,9 @@ ABSL_FLAG(double, beta1, 0.9, "Momentum coefficient, in [0, 1).");
 ABSL_FLAG(double, beta2, 0.999, "Variance coefficient, in [0, 1).");
 ABSL_FLAG(double, eps, 1e-8, "Added to sqrt(v) in the denominator (> 0).");
 ABSL_FLAG(double, weight_decay, 0.0, "Decoupled weight decay (>= 0). Also --weight-decay.");
+ABSL_FLAG(double, update_clip, 10.0,
+          "The bound on each element's frozen-variance direction (>= 0; 0: none); 10 is a job "
+          "config's default (optimizer.params.update_clip). Also --update-clip.");
 ABSL_FLAG(int64_t, freeze_step, 100000,
           "Last warmup step; later steps compress. 0 compresses from the first step. "
           "Also --freeze-step.");
@@ -82,7 +85,7 @@ constexpr int kExitUsage = 2;
 // The flags of this tool; others (--help, --flagfile, ...) are absl's and left to it.
 const std::set<std::string>& OwnFlags() {
   static const auto* flags = new std::set<std::string>{
-      "optimizer", "workers", "lr",     "beta1", "beta2", "eps",      "weight_decay",
+      "optimizer", "workers", "lr",     "beta1", "beta2", "eps",      "weight_decay", "update_clip",
       "freeze_step", "params", "grads", "out",   "transport", "var_freeze_step",
       "var_update_scaler", "local_step_scaler", "local_step_clipper", "max_coeff", "min_coeff",
       "coeff_beta", "factor_max", "factor_min", "factor_threshold", "groups", "bias_correction", "compressor"};
@@ -195,6 +198,7 @@ int main(int argc, char** argv) {
   config.hyper.beta2 = static_cast<float>(absl::GetFlag(FLAGS_beta2));
   config.hyper.eps = static_cast<float>(absl::GetFlag(FLAGS_eps));
   config.hyper.weight_decay = static_cast<float>(absl::GetFlag(FLAGS_weight_decay));
+  config.hyper.update_clip = static_cast<float>(absl::GetFlag(FLAGS_update_clip));
   config.freeze_step = absl::GetFlag(FLAGS_freeze_step);
   config.var_freeze_step = absl::GetFlag(FLAGS_var_freeze_step);
   config.zero_one.var_update_scaler = absl::GetFlag(FLAGS_var_update_scaler);

@@ -56,6 +56,7 @@ TrainerOptions TrainerOptionsFromConfig(const JobConfig& config) {
   t.optimizer.hyper.beta2 = static_cast<float>(o.beta2);
   t.optimizer.hyper.eps = static_cast<float>(o.eps);
   t.optimizer.hyper.weight_decay = static_cast<float>(o.weight_decay);
+  t.optimizer.hyper.update_clip = static_cast<float>(o.update_clip);
   t.optimizer.type = o.type;
   t.optimizer.bias_correction = o.bias_correction;
   t.optimizer.max_grad_norm = config.gradient_clipping;

@@ -240,6 +240,14 @@ std::function<std::optional<T>(int64_t)> AtLastMicroBatch(
   std::_Exit(verdict.exit_code);
 }
 
+// The verdict ends this member's part: `on_verdict` hears of it where given, else the
+// process leaves (Leave).
+void Depart(const std::function<void(const MemberVerdict&)>& on_verdict, int rank,
+            const MemberVerdict& verdict) {
+  if (!on_verdict) Leave(rank, verdict);
+  on_verdict(verdict);
+}
+
 }  // namespace
 
 MemberVerdict VerdictAfterError(const absl::Status& error) {
@@ -527,23 +535,28 @@ struct LastEvent {
 // reconnects), so the coordinator is asked too, once a second (a job's workers end within
 // a step of each other: at 1,024 workers a second or so of 1,024 calls); a coordinator gone
 // for good ends the session (on_end).
-void AwaitJobOver(CoordinatorClient& client, LastEvent& last, const MemberIdentity& me,
-                  int rank) {
+absl::Status AwaitJobOver(CoordinatorClient& client, LastEvent& last, const MemberIdentity& me,
+                          int rank, const std::function<void(const MemberVerdict&)>& on_verdict) {
   auto succeeded = [&last]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(last.mu) {
     return last.job.has_value() && last.job->state() == v1::JOB_STATE_SUCCEEDED;
   };
   for (;;) {
     {
       absl::MutexLock lock(&last.mu);
-      if (last.mu.AwaitWithTimeout(absl::Condition(&succeeded), absl::Seconds(1))) return;
+      if (last.mu.AwaitWithTimeout(absl::Condition(&succeeded), absl::Seconds(1))) {
+        return absl::OkStatus();
+      }
     }
     absl::StatusOr<v1::JobStatus> job = client.GetJob({});
     if (!job.ok()) continue;
-    if (std::optional<MemberVerdict> verdict = VerdictFor(*job, me)) Leave(rank, *verdict);
+    if (std::optional<MemberVerdict> verdict = VerdictFor(*job, me)) {
+      Depart(on_verdict, rank, *verdict);
+      return absl::AbortedError(verdict->reason);
+    }
     if (job->state() == v1::JOB_STATE_SUCCEEDED) {
       absl::MutexLock lock(&last.mu);
       last.job = *job;
-      return;
+      return absl::OkStatus();
     }
   }
 }
@@ -684,15 +697,19 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
   // for a heartbeat: it counts this worker dead and recovers without it, so leave (75)
   // instead of waiting in a collective for the transport's own timeout.
   session.silence_limit = absl::Seconds(config.failure.heartbeat_timeout_s) / 2;
-  session.on_end = [client = shared_client.get(), me, my_rank](const absl::Status& why) {
-    Leave(my_rank, VerdictAfterSessionEnd(*client, me, why));
+  session.on_end = [client = shared_client.get(), me, my_rank,
+                    on_verdict = o.on_verdict](const absl::Status& why) {
+    Depart(on_verdict, my_rank, VerdictAfterSessionEnd(*client, me, why));
   };
   // The job's latest status as the session heard it (the summary's recoveries).
   auto last_event = std::make_shared<LastEvent>();
   ONEBIT_ASSIGN_OR_RETURN(
       w.session,
-      shared_client->StartSession(session, [me, my_rank, last_event](const v1::JobEvent& e) {
-        if (std::optional<MemberVerdict> verdict = VerdictFor(e.job(), me)) Leave(my_rank, *verdict);
+      shared_client->StartSession(session, [me, my_rank, last_event,
+                                            on_verdict = o.on_verdict](const v1::JobEvent& e) {
+        if (std::optional<MemberVerdict> verdict = VerdictFor(e.job(), me)) {
+          Depart(on_verdict, my_rank, *verdict);
+        }
         absl::MutexLock lock(&last_event->mu);
         last_event->job = e.job();
       }));
@@ -871,7 +888,7 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
   w.metrics->SetNotReady("the job is over for this worker");
   // The last checkpoint's part is written and reported before this worker goes.
   if (w.checkpointer != nullptr) ONEBIT_RETURN_IF_ERROR(w.checkpointer->Flush());
-  AwaitJobOver(*shared_client, *last_event, me, my_rank);
+  ONEBIT_RETURN_IF_ERROR(AwaitJobOver(*shared_client, *last_event, me, my_rank, o.on_verdict));
 
   if (!o.params_out.empty()) {
     ONEBIT_ASSIGN_OR_RETURN(std::vector<float> params, w.trainer->optimizer().ParamsToHost());

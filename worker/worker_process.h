@@ -104,6 +104,13 @@ struct WorkerProcessOptions {
   // Called on every way out once the workload exists, before it and the rest are torn down
   // (the Python package stops using the workload here).
   std::function<void()> before_teardown;
+  // The job's word ended this worker's part (the job failed: 78; it recovers: 75; its
+  // coordinator is gone), heard by the session or while awaiting the job's end. Unset: the
+  // process leaves at once with the verdict's exit code (std::_Exit: the training thread
+  // may be blocked in a collective with a dead peer). Set (the Python package: the
+  // training script is the process), it is called instead, possibly more than once and
+  // from the session's thread, and the worker's run ends with ABORTED.
+  std::function<void(const MemberVerdict& verdict)> on_verdict;
 };
 
 // Runs the worker until the job ends for it. INVALID_ARGUMENT for bad options or config

@@ -17,6 +17,7 @@ Rank 0 writes --csv (step, seconds since the first step began, loss, stage) and 
 (JSON: losses, held-out loss, time, step times per stage). Progress every --log_every steps.
 """
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -37,6 +38,8 @@ def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--optimizer", choices=OPTIMIZERS, required=True)
     p.add_argument("--size", choices=sorted(gpt.SIZES), default="small")
+    p.add_argument("--block", type=int, default=0,
+                   help="tokens of context (default: the size's; fewer for GPT-2 on a CPU)")
     p.add_argument("--data", choices=("gcide", "synthetic"), default="gcide")
     p.add_argument("--limit_bytes", type=int, default=0, help="read only this much of the corpus")
     p.add_argument("--steps", type=int, default=300)
@@ -44,6 +47,9 @@ def parse_args():
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--betas", type=float, nargs=2, default=(0.9, 0.99))
     p.add_argument("--eps", type=float, default=1e-8)
+    p.add_argument("--update_clip", type=float, default=None,
+                   help="onebit: the bound on each element's frozen-variance update "
+                        "(default: the package's, 10; 0: none)")
     p.add_argument("--schedule", choices=("constant", "cosine"), default="constant",
                    help="cosine: lr rises linearly over --warmup_steps, then falls along a "
                    "cosine to 10%% of --lr at the last step (a torch LambdaLR, for every "
@@ -188,6 +194,8 @@ def build_optimizer(args, model, device, world):
     if args.optimizer in ("onebit_adam", "zero_one_adam"):
         import onebit.torch as ot  # noqa: PLC0415
         common["overlap"] = {"auto": None, "on": True, "off": False}[args.overlap]
+        if args.update_clip is not None:
+            common["update_clip"] = args.update_clip
         config = args.config
         if args.amp == "fp16":  # onebit's loss scaling, agreed by every worker
             config = ot.load_config(args.config)
@@ -248,6 +256,8 @@ def main():
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     size = gpt.SIZES[args.size]
+    if args.block:
+        size = dataclasses.replace(size, block=args.block)
     if args.data == "gcide":
         train, held_out = gpt.load_corpus(limit_bytes=args.limit_bytes or None)
         if size.vocab != 256:

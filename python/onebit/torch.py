@@ -773,6 +773,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         self._loaded = None   # a state to start from (load_state_dict before the first step)
         self._done = False
         self._stopped = None  # why the worker stopped, once it did
+        self._stopped_code = 1  # the exit code its verdict asks for
         self._clip = None     # clip_grad_norm_'s max_norm for the next step
         me = weakref.ref(self)
         atexit.register(lambda: me() is not None and me()._at_exit())
@@ -834,6 +835,16 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             else:
                 self.close(self._stopped or self._ended_early("the script exited"))
         self._close_coordinator()
+        if self._stopped and self._worker is not None and self._worker.join(10.0) is None:
+            # The script caught the job's OnebitError and ended; the worker's thread is
+            # still blocked in an exchange with a peer that stopped, and the interpreter's
+            # exit would wait for it (up to the transport's timeout). Leave now, with the
+            # code the verdict asked for: the script's own handlers have run.
+            print(f"onebit: {self._stopped}; the worker's exchange is still blocked: "
+                  f"exiting with {self._stopped_code}", file=sys.stderr)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(self._stopped_code)
 
     def _end_open_ended_job(self):
         """The loop is over in a job without steps: the worker ends after the last step it
@@ -957,11 +968,11 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         clip, self._clip = self._clip, None
         with _phase("hand-over to the worker"):
             nan = float("nan")
-            self._joined().supply(self._next, value, nan if lr is None else lr,
-                                  nan if clip is None else clip,
-                                  *((nan, nan) if betas is None else betas),
-                                  weight_decays=decays or [],
-                                  grad_scale=nan if grad_scale is None else grad_scale)
+            self._to_worker(self._joined().supply, self._next, value,
+                            nan if lr is None else lr, nan if clip is None else clip,
+                            *((nan, nan) if betas is None else betas),
+                            weight_decays=decays or [],
+                            grad_scale=nan if grad_scale is None else grad_scale)
             if self._plan is not None:
                 self._plan.reset()
         stepped = self._next
@@ -1123,7 +1134,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         # the 10.8M GPT on the CPU; BENCHMARKS.md).
         self._grad_into_view(i)
         for bucket in plan.mark(i):
-            self._worker.announce(self._next, bucket)
+            self._to_worker(self._worker.announce, self._next, bucket)
         if plan.next == len(plan.buckets):
             plan.sealed = self._flat_grad._version
 
@@ -1657,17 +1668,34 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             if p.device != device:
                 raise ValueError(f"{self._what(i)} is on {p.device}, parameter 0 on {device}")
 
+    def _stopped_error(self, e):
+        """The OnebitError for the worker's failure `e` (its wait, or a hand-over to it),
+        with the exit code the job's verdict asks for."""
+        self._unbind()
+        # The coordinator's word says why (a peer's failure, the job's end); the worker's
+        # own error (a broken connection) is often only the symptom.
+        code, reason = self._worker.verdict_after_failure()
+        self._stopped = (f"onebit worker stopped: {reason} (this worker's error: {e})"
+                         if reason else f"onebit worker stopped: {e}")
+        self._stopped_code = code
+        return OnebitError(self._stopped, code)
+
+    def _to_worker(self, call, *args, **kwargs):
+        """call(*args, **kwargs) on the worker; its failure is the job's OnebitError."""
+        try:
+            return call(*args, **kwargs)
+        except OnebitError:
+            raise
+        except Exception as e:
+            if self._stopped is None and self._worker is not None:
+                raise self._stopped_error(e) from e
+            raise
+
     def _wait(self):
         try:
             step = self._worker.wait_for_step(self._timeout)
         except Exception as e:
-            self._unbind()
-            # The coordinator's word says why (a peer's failure, the job's end); the
-            # worker's own error (a broken connection) is often only the symptom.
-            code, reason = self._worker.verdict_after_failure()
-            self._stopped = (f"onebit worker stopped: {reason} (this worker's error: {e})"
-                             if reason else f"onebit worker stopped: {e}")
-            raise OnebitError(self._stopped, code) from e
+            raise self._stopped_error(e) from e
         if step < 0:
             self._done = True
             self._unbind(final=True)
@@ -1731,13 +1759,14 @@ class _OnebitOptimizer(torch.optim.Optimizer):
 class OneBitAdam(_OnebitOptimizer):
     """1-bit Adam (DeepSpeed's OneBitAdam): the job config's optimizer.type "OneBitAdam"."""
     _type = "OneBitAdam"
-    _own = ("freeze_step",)
+    _own = ("freeze_step", "update_clip")
 
 
 class ZeroOneAdam(_OnebitOptimizer):
     """0/1 Adam: optimizer.type "ZeroOneAdam"."""
     _type = "ZeroOneAdam"
-    _own = ("var_freeze_step", "var_update_scaler", "local_step_scaler", "local_step_clipper")
+    _own = ("var_freeze_step", "var_update_scaler", "local_step_scaler", "local_step_clipper",
+            "update_clip")
 
 
 class OneBitLamb(_OnebitOptimizer):
@@ -1751,4 +1780,4 @@ class OneBitLamb(_OnebitOptimizer):
 class Adam(_OnebitOptimizer):
     """Adam with a full-precision exchange every step (the baseline): "Adam"."""
     _type = "Adam"
-    _own = ("freeze_step",)
+    _own = ("freeze_step", "update_clip")

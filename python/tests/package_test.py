@@ -909,6 +909,7 @@ class LaunchedLikeTorchrun(StreamCase):
                  os.path.join(self.tmp, "params.npy"), os.path.join(self.tmp, "grads.npy"), out,
                  "OneBitAdam"], env=env, stdout=log, stderr=subprocess.STDOUT), log))
         logs = []
+        self.returncodes = []
         for p, log in procs:
             try:
                 p.wait(timeout=180)
@@ -918,6 +919,7 @@ class LaunchedLikeTorchrun(StreamCase):
                 log.close()
             with open(log.name) as f:
                 logs.append(f.read())
+            self.returncodes.append(p.returncode)
             if expect_ok:
                 self.assertEqual(p.returncode, 0, logs[-1][-3000:])
         if not expect_ok:
@@ -1022,11 +1024,20 @@ class LaunchedLikeTorchrun(StreamCase):
         # "succeeded" after step 12, and rank 0 was told its loop ran past the others'. Now
         # rank 1 tells the coordinator at once why it stops, and rank 0 hears that (with
         # max_restarts 0 the recovery fails the job) instead of a broken connection.
+        # The job's failure is an OnebitError in rank 0's script too (before: the worker's
+        # std::_Exit(78) from C++, and no finally block, atexit handler or buffered file of
+        # the script's ran there): its finally runs, and the uncaught error exits 78.
         config = {k: v for k, v in self.CONFIG.items() if k != "steps"}
-        marker = os.path.join(tempfile.mkdtemp(dir=self.tmp), "raised")
+        here = tempfile.mkdtemp(dir=self.tmp)
+        marker, finally_file = os.path.join(here, "raised"), os.path.join(here, "finally")
         logs = self.run_ranks("raised-open", self.torchrun_env(free_port_run(3)),
-                              extra_env={"KILL_AT": f"1:13:{marker}", "RAISE_INSTEAD": "1"},
+                              extra_env={"KILL_AT": f"1:13:{marker}", "RAISE_INSTEAD": "1",
+                                         "FINALLY_FILE": finally_file},
                               config_dict=config, expect_ok=False)
+        self.assertEqual(self.returncodes[0], 78, logs[0][-3000:])
+        self.assertIn("onebit.torch.OnebitError: onebit worker stopped: ", logs[0])
+        for r in range(W):
+            self.assertTrue(os.path.exists(f"{finally_file}-{r}"), f"rank {r}: {logs[r][-2000:]}")
         reason = ("worker 1 ({}) failed in step 13, which a restart may fix: the script raised "
                   "RuntimeError: rank 1: an error of the script's before step 13")
         self.assertRegex(logs[0], re.escape(reason).replace(re.escape("{}"), "[^)]+") +

@@ -244,4 +244,12 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    # FINALLY_FILE=PATH: each rank writes PATH-RANK in a finally block (a job's failure is
+    # an OnebitError in every rank's script, so it runs on the peers of a failed rank too).
+    finally_file = os.environ.get("FINALLY_FILE")
+    try:
+        main()
+    finally:
+        if finally_file:
+            with open(f"{finally_file}-{os.environ.get('RANK', '?')}", "w") as f:
+                f.write("finally ran\n")

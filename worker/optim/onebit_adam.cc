@@ -89,7 +89,8 @@ absl::Status OnebitAdam::SkipStep() {
 
 kernels::AdamHyper OnebitAdam::StepHyper(const HyperGroup& group) const {
   const int64_t t = step_ + 1;
-  const kernels::AdamHyper h = GroupHyper(options_.hyper, group);
+  kernels::AdamHyper h = GroupHyper(options_.hyper, group);
+  if (stage() == Stage::kWarmup) h.update_clip = 0.0f;  // plain Adam: its variance is fresh
   if (!options_.bias_correction) return h;
   return BiasCorrectedHyper(h, t, std::min(t, options_.freeze_step));
 }

@@ -40,20 +40,27 @@ void WarmupMoments(const ReferenceHyper& h, const std::vector<std::vector<float>
   }
 }
 
-// m *= mask (if any); p -= lr * (m^ / (sqrt(v^) + eps) + wd * p).
+// m *= mask (if any); p -= lr * (clip(m^ / (sqrt(v^) + eps)) + wd * p), the clip on the
+// steps after the freeze.
 void MaskAndUpdate(const ReferenceHyper& h, int64_t t, const std::vector<double>& mask,
                    const std::vector<double>& v, std::vector<double>* m, std::vector<double>* p) {
   double bc1, bc2;
   ReferenceBiasCorrection(h, t, std::min(t, h.freeze_step), &bc1, &bc2);
+  const double clip = t > h.freeze_step ? h.update_clip : 0.0;
   for (size_t j = 0; j < p->size(); ++j) {
     if (!mask.empty()) (*m)[j] *= mask[j];
-    double u = ((*m)[j] / bc1) / (std::sqrt(v[j] / bc2) + h.eps);
+    double u = ReferenceClipDirection(((*m)[j] / bc1) / (std::sqrt(v[j] / bc2) + h.eps), clip);
     if (h.weight_decay > 0) u += h.weight_decay * (*p)[j];
     (*p)[j] -= h.lr * u;
   }
 }
 
 }  // namespace
+
+double ReferenceClipDirection(double u, double clip) {
+  if (clip <= 0) return u;
+  return u > clip ? clip : u < -clip ? -clip : u;
+}
 
 void ReferenceBiasCorrection(const ReferenceHyper& h, int64_t t, int64_t k, double* bc1,
                              double* bc2) {

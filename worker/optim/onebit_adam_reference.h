@@ -21,6 +21,9 @@ struct ReferenceHyper {
   // u = (m/bc1) / (sqrt(v/bc2) + eps) (+ wd*p), bc1 = 1 - b1^t, bc2 = 1 - b2^k with k the
   // variance updates so far (none: bc2 = 1).
   bool bias_correction = false;
+  // > 0: on the steps whose variance is frozen, u (before the weight decay) is clamped to
+  // [-update_clip, update_clip].
+  double update_clip = 0.0;
   // Gradient clipping by global norm: g *= max / (||g|| + 1e-6) when that is < 1; 0: off.
   // The exact average where a step averages exactly, else each local gradient.
   double max_grad_norm = 0.0;
@@ -31,6 +34,9 @@ std::vector<double> ReferenceClip(const ReferenceHyper& h, std::vector<double> g
 // The exact mean of the workers' gradients, clipped.
 std::vector<double> ReferenceMeanGradient(const ReferenceHyper& h,
                                           const std::vector<std::vector<float>>& grads);
+
+// u clamped to [-clip, clip]; clip <= 0: u.
+double ReferenceClipDirection(double u, double clip);
 
 // bc1 and bc2 of step t after k variance updates (1 and 1 without bias correction).
 void ReferenceBiasCorrection(const ReferenceHyper& h, int64_t t, int64_t k, double* bc1,

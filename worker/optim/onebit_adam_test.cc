@@ -2,6 +2,7 @@
 // lengths, across the switch from warmup to compression.
 #include "worker/optim/onebit_adam.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -28,7 +29,19 @@ struct Case {
   // A weight-decay schedule: from step decay_from on (0: never), later_weight_decay.
   int64_t decay_from = 0;
   float later_weight_decay = 0.0f;
+  float update_clip = 0.0f;
+  // Every fifth element's gradient is zero through warmup, so its variance freezes at 0.
+  bool silent_warmup = false;
 };
+
+// Rank `rank`'s gradient of step t under `c`.
+std::vector<float> CaseGrad(const Case& c, int rank, int64_t t, size_t n) {
+  std::vector<float> g = test_stream::Grad(rank, t, n);
+  if (c.silent_warmup && t <= c.freeze_step) {
+    for (size_t i = 0; i < n; i += 5) g[i] = 0.0f;
+  }
+  return g;
+}
 
 bool DecayMoves(const Case& c, int64_t t) { return c.decay_from > 0 && t == c.decay_from; }
 
@@ -50,6 +63,7 @@ std::vector<std::vector<float>> RunOptimizer(TransportKind kind, int w, size_t n
     OnebitAdamOptions options;
     options.hyper.lr = 0.01f;
     options.hyper.weight_decay = c.weight_decay;
+    options.hyper.update_clip = c.update_clip;
     options.freeze_step = c.freeze_step;
     if (c.mask) options.momentum_mask = Mask(n);
     options.bias_correction = c.bias_correction;
@@ -62,7 +76,7 @@ std::vector<std::vector<float>> RunOptimizer(TransportKind kind, int w, size_t n
       if (DecayMoves(c, t)) {
         ONEBIT_RETURN_IF_ERROR((*adam)->set_weight_decays({c.later_weight_decay}));
       }
-      const std::vector<float> g = Grad(transport.rank(), t, n);
+      const std::vector<float> g = CaseGrad(c, transport.rank(), t, n);
       if (absl::Status s = (*adam)->Step(g.data()); !s.ok()) return s;
     }
     auto p = (*adam)->ParamsToHost();
@@ -90,11 +104,12 @@ double Disagreement(TransportKind kind, int w, size_t n, const Case& c) {
   h.freeze_step = c.freeze_step;
   h.bias_correction = c.bias_correction;
   h.max_grad_norm = c.clip;
+  h.update_clip = c.update_clip;
   const std::vector<float> p0 = Params(n);
   ReferenceOnebitAdam reference(h, w, p0, c.mask ? Mask(n) : std::vector<float>{});
   for (int64_t t = 1; t <= c.steps; ++t) {
     std::vector<std::vector<float>> grads;
-    for (int rank = 0; rank < w; ++rank) grads.push_back(Grad(rank, t, n));
+    for (int rank = 0; rank < w; ++rank) grads.push_back(CaseGrad(c, rank, t, n));
     if (DecayMoves(c, t)) reference.set_weight_decay(c.later_weight_decay);
     reference.Step(grads);
   }
@@ -137,6 +152,37 @@ TEST(OnebitAdamTest, WeightDecayAndMomentumMask) {
   c.weight_decay = 0.01f;
   c.mask = true;
   for (int w : {1, 2, 4}) EXPECT_LT(Disagreement(TransportKind::kInproc, w, 1003, c), 1e-4) << w;
+}
+
+// Elements whose variance froze at 0 get +-scale from the 1-bit momentum: the clip bounds
+// their direction (the model's, bit for bit in float64's tolerance), and the steps after
+// the freeze then move them by at most lr * clip each; without the clip they move by
+// about lr * scale / eps.
+TEST(OnebitAdamTest, UpdateClipBoundsElementsWhoseVarianceFrozeAtZero) {
+  Case c;
+  c.silent_warmup = true;
+  c.update_clip = 10.0f;
+  for (int w : {1, 2, 4}) EXPECT_LT(Disagreement(TransportKind::kInproc, w, 1005, c), 1e-4) << w;
+  c.bias_correction = true;
+  c.weight_decay = 0.01f;
+  EXPECT_LT(Disagreement(TransportKind::kInproc, 3, 1005, c), 1e-4);
+
+  const size_t n = 1005;
+  const std::vector<float> p0 = Params(n);
+  auto largest_move = [&](const Case& run) {
+    const std::vector<float> p = RunOptimizer(TransportKind::kInproc, 3, n, run)[0];
+    double most = 0.0;
+    for (size_t i = 0; i < n; i += 5) most = std::max(most, std::fabs(double{p[i]} - p0[i]));
+    return most;
+  };
+  Case clipped;
+  clipped.silent_warmup = true;
+  clipped.update_clip = 10.0f;
+  const double bound = 0.01 * 10.0 * (clipped.steps - clipped.freeze_step);  // lr * clip * steps
+  EXPECT_LE(largest_move(clipped), bound * (1 + 1e-5));
+  Case unclipped = clipped;
+  unclipped.update_clip = 0.0f;
+  EXPECT_GT(largest_move(unclipped), 1000 * bound);
 }
 
 // A weight-decay schedule (a script's, set_weight_decays before step 8, after the freeze at

@@ -157,7 +157,8 @@ absl::Status OnebitLamb::SkipStep() {
 
 kernels::AdamHyper OnebitLamb::StepHyper(const HyperGroup& group, double* c) const {
   *c = 1.0;
-  const kernels::AdamHyper h = GroupHyper(options_.hyper, group);
+  kernels::AdamHyper h = GroupHyper(options_.hyper, group);
+  h.update_clip = 0.0f;  // LAMB bounds its steps with the trust ratio's coefficients instead
   if (!options_.bias_correction) return h;
   const int64_t t = step_ + 1;
   return BiasCorrectedHyper(h, t, std::min(t, options_.freeze_step), c);

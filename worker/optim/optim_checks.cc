@@ -64,6 +64,7 @@ kernels::AdamHyper BiasCorrectedHyper(const kernels::AdamHyper& h, int64_t t,
   out.lr = static_cast<float>(h.lr * c);
   out.eps = static_cast<float>(h.eps * std::sqrt(bc2));
   out.weight_decay = static_cast<float>(h.weight_decay / c);
+  out.update_clip = static_cast<float>(h.update_clip / c);
   if (c_out != nullptr) *c_out = c;
   return out;
 }

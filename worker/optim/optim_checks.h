@@ -26,7 +26,7 @@ absl::Status CheckFreezeStepMove(int64_t steps, int64_t current, int64_t propose
 // ALGORITHM.md). The corrected update m^/(sqrt(v^)+eps) (+ wd*p), with m^ = m/bc1,
 // v^ = v/bc2, bc1 = 1 - b1^t and bc2 = 1 - b2^k (k: the variance updates so far, none: no
 // correction of v), is the plain update with
-//   lr' = lr*c, eps' = eps*sqrt(bc2), wd' = wd/c,   where c = sqrt(bc2)/bc1,
+//   lr' = lr*c, eps' = eps*sqrt(bc2), wd' = wd/c, clip' = clip/c,   where c = sqrt(bc2)/bc1,
 // so the kernels run unchanged on the returned hyper-parameters (betas untouched). *c_out,
 // when given, receives c: the true direction is c times the one computed with them.
 kernels::AdamHyper BiasCorrectedHyper(const kernels::AdamHyper& h, int64_t t,

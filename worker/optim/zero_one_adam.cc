@@ -126,7 +126,10 @@ absl::Status ZeroOneAdam::SkipStep() {
 }
 
 kernels::AdamHyper ZeroOneAdam::StepHyper(ZeroOneStep kind, const HyperGroup& group) const {
-  const kernels::AdamHyper h = GroupHyper(options_.hyper, group);
+  kernels::AdamHyper h = GroupHyper(options_.hyper, group);
+  // A variance step is plain Adam on the exact average; every other step's variance is
+  // frozen since the last one, and its direction is clipped.
+  if (kind == ZeroOneStep::kVarianceUpdate) h.update_clip = 0.0f;
   if (!options_.bias_correction) return h;
   const int64_t updates =
       schedule_.variance_updates() + (kind == ZeroOneStep::kVarianceUpdate ? 1 : 0);

@@ -21,11 +21,11 @@ std::vector<double> ReferenceZeroOneAdam::Compressed(const std::vector<std::vect
   return w_ == 1 ? x[0] : exchange_.Run(x);
 }
 
-// u = m^ / (sqrt(v^) + eps) (+ wd * p) for worker i, element j, with the step's bias
-// correction (bc1_, bc2_).
+// u = clip(m^ / (sqrt(v^) + eps)) (+ wd * p) for worker i, element j, with the step's bias
+// correction (bc1_, bc2_); the clip on every step but a variance step (clip_).
 double ReferenceZeroOneAdam::Direction(int i, size_t j) const {
   const ReferenceHyper& a = h_.adam;
-  double u = (m_[i][j] / bc1_) / (std::sqrt(v_[j] / bc2_) + a.eps);
+  double u = ReferenceClipDirection((m_[i][j] / bc1_) / (std::sqrt(v_[j] / bc2_) + a.eps), clip_);
   if (a.weight_decay > 0) u += a.weight_decay * p_[i][j];
   return u;
 }
@@ -36,6 +36,7 @@ void ReferenceZeroOneAdam::Step(const std::vector<std::vector<float>>& grads) {
   const int64_t t = ++step_;
   const bool variance_step = t <= h_.var_freeze_step && t % var_interval_ == 0;
   ReferenceBiasCorrection(a, t, var_updates_ + (variance_step ? 1 : 0), &bc1_, &bc2_);
+  clip_ = variance_step ? 0.0 : a.update_clip;
   if (t <= h_.var_freeze_step) {
     if (variance_step) {  // the variance moves, from the exact average
       ++variance_steps_;

@@ -50,6 +50,7 @@ class ReferenceZeroOneAdam {
   int64_t local_interval_ = 1, local_steps_ = 0;
   double lrs_ = 0.0;
   double bc1_ = 1.0, bc2_ = 1.0;  // this step's bias correction
+  double clip_ = 0.0;              // this step's update clip (none on variance steps)
   int64_t variance_steps_ = 0, compressed_steps_ = 0, sync_steps_ = 0;
   std::vector<std::vector<double>> p_, m_, acc_;  // [worker][n]
   std::vector<double> v_, mask_;

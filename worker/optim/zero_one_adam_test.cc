@@ -33,7 +33,18 @@ struct Case {
   bool mask = false;
   bool bias_correction = false;
   double clip = 0.0;  // gradient clipping's max norm
+  float update_clip = 0.0f;
+  // Every fifth element's gradient is zero on steps 1..silent_until (its variance stays 0).
+  int64_t silent_until = 0;
 };
+
+std::vector<float> CaseGrad(const Case& c, int rank, int64_t t, size_t n) {
+  std::vector<float> g = Grad(rank, t, n);
+  if (t <= c.silent_until) {
+    for (size_t i = 0; i < n; i += 5) g[i] = 0.0f;
+  }
+  return g;
+}
 
 std::vector<float> Mask(size_t n) {
   std::vector<float> mask(n);
@@ -50,6 +61,7 @@ std::vector<std::vector<float>> RunOptimizer(TransportKind kind, int w, size_t n
     ZeroOneAdamOptions options;
     options.hyper.lr = c.lr;
     options.hyper.weight_decay = c.weight_decay;
+    options.hyper.update_clip = c.update_clip;
     options.var_freeze_step = c.var_freeze_step;
     options.schedule = c.schedule;
     if (c.mask) options.momentum_mask = Mask(n);
@@ -60,7 +72,7 @@ std::vector<std::vector<float>> RunOptimizer(TransportKind kind, int w, size_t n
     for (int64_t t = 1; t <= c.steps; ++t) {
       const Stage expected = t <= c.var_freeze_step ? Stage::kWarmup : Stage::kCompression;
       if ((*adam)->stage() != expected) return absl::InternalError("wrong stage");
-      const std::vector<float> g = Grad(transport.rank(), t, n);
+      const std::vector<float> g = CaseGrad(c, transport.rank(), t, n);
       if (absl::Status s = (*adam)->Step(g.data()); !s.ok()) return s;
     }
     auto p = (*adam)->ParamsToHost();
@@ -85,10 +97,11 @@ ReferenceZeroOneAdam RunModel(int w, size_t n, const Case& c) {
   h.local_step_clipper = c.schedule.local_step_clipper;
   h.adam.bias_correction = c.bias_correction;
   h.adam.max_grad_norm = c.clip;
+  h.adam.update_clip = c.update_clip;
   ReferenceZeroOneAdam model(h, w, Params(n), c.mask ? Mask(n) : std::vector<float>{});
   for (int64_t t = 1; t <= c.steps; ++t) {
     std::vector<std::vector<float>> grads;
-    for (int rank = 0; rank < w; ++rank) grads.push_back(Grad(rank, t, n));
+    for (int rank = 0; rank < w; ++rank) grads.push_back(CaseGrad(c, rank, t, n));
     model.Step(grads);
   }
   return model;
@@ -150,6 +163,23 @@ TEST(ZeroOneAdamTest, GradientClipping) {
   const auto clipped = RunOptimizer(TransportKind::kInproc, 2, 500, c);
   EXPECT_EQ(0, std::memcmp(a[0].data(), b[0].data(), 500 * sizeof(float)));
   EXPECT_NE(0, std::memcmp(clipped[0].data(), b[0].data(), 500 * sizeof(float)));
+}
+
+// The update clip on every step but a variance step: elements whose gradient is silent
+// through the first variance steps (variance 0) are the model's with the clip, and the clip
+// acts (the run without it lands far away).
+TEST(ZeroOneAdamTest, UpdateClipOnEveryStepButAVarianceStep) {
+  Case c;
+  c.silent_until = 10;
+  c.update_clip = 10.0f;
+  for (int w : {1, 3}) EXPECT_LT(Disagreement(TransportKind::kInproc, w, 1005, c), 1e-4) << w;
+  c.bias_correction = true;
+  EXPECT_LT(Disagreement(TransportKind::kInproc, 2, 1005, c), 1e-4);
+  Case unclipped = c;
+  unclipped.update_clip = 0.0f;
+  const std::vector<float> a = RunOptimizer(TransportKind::kInproc, 2, 1005, c)[0];
+  const std::vector<float> b = RunOptimizer(TransportKind::kInproc, 2, 1005, unclipped)[0];
+  EXPECT_GT(test_stream::RelativeDistance(b, {a.begin(), a.end()}, Params(1005)), 0.5);
 }
 
 TEST(ZeroOneAdamTest, BiasCorrection) {
