@@ -110,7 +110,7 @@ inline constexpr int64_t kOpenEndedSteps = int64_t{1} << 40;
 
 // DeepSpeed's optimizer block (ALGORITHM.md has the math of each type).
 // The default optimizer.params.update_clip.
-inline constexpr double kDefaultUpdateClip = 10.0;
+inline constexpr double kDefaultUpdateClip = 2.0;
 
 struct OptimizerConfig {
   // "OneBitAdam", "ZeroOneAdam", "OneBitLamb" or "Adam" (full precision throughout: 1-bit

@@ -43,8 +43,8 @@ ABSL_FLAG(double, beta1, 0.9, "Momentum coefficient, in [0, 1).");
 ABSL_FLAG(double, beta2, 0.999, "Variance coefficient, in [0, 1).");
 ABSL_FLAG(double, eps, 1e-8, "Added to sqrt(v) in the denominator (> 0).");
 ABSL_FLAG(double, weight_decay, 0.0, "Decoupled weight decay (>= 0). Also --weight-decay.");
-ABSL_FLAG(double, update_clip, 10.0,
-          "The bound on each element's frozen-variance direction (>= 0; 0: none); 10 is a job "
+ABSL_FLAG(double, update_clip, 2.0,
+          "The bound on each element's frozen-variance direction (>= 0; 0: none); 2 is a job "
           "config's default (optimizer.params.update_clip). Also --update-clip.");
 ABSL_FLAG(int64_t, freeze_step, 100000,
           "Last warmup step; later steps compress. 0 compresses from the first step. "

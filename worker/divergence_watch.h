@@ -24,8 +24,10 @@ class DivergenceWatch {
 
   // Step t's loss (finite; a step without one is not observed) in the warmup or the
   // compression stage. Returns the warning the first time a compression-stage loss exceeds
-  // the baseline by `factor`; nullopt otherwise, and always after that once.
-  std::optional<std::string> Observe(int64_t step, bool compression, double loss, double eps);
+  // the baseline by `factor`; nullopt otherwise, and always after that once. `eps` and
+  // `update_clip` are the optimizer's (the warning names them).
+  std::optional<std::string> Observe(int64_t step, bool compression, double loss, double eps,
+                                     double update_clip);
 
  private:
   const double factor_;

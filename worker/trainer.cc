@@ -532,15 +532,16 @@ absl::Status Trainer::RunStep(int64_t t) {
         "training diverged: the loss is ", report.loss, " at step ", t, " (",
         StageName(report.stage),
         report.stage == Stage::kCompression
-            ? "); parameters whose variance froze at ~0 get huge updates from the compressed "
-              "momentum: raise optimizer eps (1e-5 works for the Fashion-MNIST MLP), freeze "
-              "later, or mask them"
+            ? "); parameters whose variance froze at ~0 get large updates from the compressed "
+              "momentum: lower optimizer.params.update_clip (2 or 1; 0 turns it off), raise "
+              "eps, freeze later, or mask them"
             : "); lower the learning rate")),
         t));
   }
   if (report.loss_given) {
     std::optional<std::string> warning = divergence_.Observe(
-        t, report.stage == Stage::kCompression, report.loss, options_.optimizer.hyper.eps);
+        t, report.stage == Stage::kCompression, report.loss, options_.optimizer.hyper.eps,
+        options_.optimizer.hyper.update_clip);
     if (warning.has_value()) Print(*warning);
   }
   const double compress_before = exchange.compress_seconds();

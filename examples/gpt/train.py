@@ -49,7 +49,7 @@ def parse_args():
     p.add_argument("--eps", type=float, default=1e-8)
     p.add_argument("--update_clip", type=float, default=None,
                    help="onebit: the bound on each element's frozen-variance update "
-                        "(default: the package's, 10; 0: none)")
+                        "(default: the package's, 2; 0: none)")
     p.add_argument("--schedule", choices=("constant", "cosine"), default="constant",
                    help="cosine: lr rises linearly over --warmup_steps, then falls along a "
                    "cosine to 10%% of --lr at the last step (a torch LambdaLR, for every "

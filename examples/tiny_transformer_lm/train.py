@@ -43,9 +43,10 @@ def main():
     # Configured as torch.optim is: the hyper-parameters as keyword arguments (here the
     # job.json's, which Adam over DDP reads too); the config gives the rest (exchange, steps).
     hp = job["optimizer"]["params"]
-    opt = ot.OneBitAdam(model.parameters(), lr=hp["lr"], betas=tuple(hp["betas"]), eps=hp["eps"],
+    opt = ot.OneBitAdam(model.parameters(), lr=hp["lr"], betas=tuple(hp["betas"]),
                         weight_decay=hp["weight_decay"], freeze_step=hp["freeze_step"],
-                        config=args.config)
+                        config=args.config,
+                        **({"eps": hp["eps"]} if "eps" in hp else {}))
     rank = opt.rank
     evals = []
     if rank == 0:
