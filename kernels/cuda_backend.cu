@@ -1806,6 +1806,8 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
+bool CudaBuilt() { return true; }
+
 int CudaDeviceCount() {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {

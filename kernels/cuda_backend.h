@@ -1,4 +1,10 @@
 // The CUDA implementation of kernels::Backend (kernels.h is the contract).
+//
+// A build without CUDA (kernels/cuda.bzl: no /usr/local/cuda/bin/nvcc where it was built,
+// or --repo_env=ONEBIT_CUDA=off) links these functions from cuda_backend_stub.cc:
+// CudaBuilt() is false, CudaDeviceCount() is 0, and NewCudaBackend fails with
+// kFailedPrecondition, marked permanent (common/permanent_error.h: no restart gives this
+// build a GPU), with a message that says so.
 #ifndef ONEBIT_KERNELS_CUDA_BACKEND_H_
 #define ONEBIT_KERNELS_CUDA_BACKEND_H_
 
@@ -9,10 +15,15 @@
 
 namespace onebit::kernels {
 
-// Number of CUDA devices usable here; 0 when there is no GPU or no driver.
+// Whether this build has the CUDA backend (above).
+bool CudaBuilt();
+
+// Number of CUDA devices usable here; 0 when there is no GPU or no driver, or in a build
+// without CUDA.
 int CudaDeviceCount();
 
-// A backend on `device` with its own stream. kUnavailable when no such GPU exists.
+// A backend on `device` with its own stream. kUnavailable when no such GPU exists;
+// kFailedPrecondition (permanent) in a build without CUDA.
 // Zero, Copy and the kernels are queued on the stream; CopyFromHost and CopyToHost return
 // once the copy is done, so the host buffer may be reused at once.
 absl::StatusOr<std::unique_ptr<Backend>> NewCudaBackend(int device = 0);

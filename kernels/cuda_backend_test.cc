@@ -20,6 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "common/permanent_error.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda_backend.h"
 #include "kernels/kernels.h"
@@ -214,7 +215,7 @@ class CudaBackendTest : public ::testing::Test {
   void SetUp() override {
     if (CudaDeviceCount() == 0) {
       GTEST_SKIP() << "no CUDA device: CudaDeviceCount() == 0 (no GPU or no driver on this "
-                      "machine); run this test on a GPU machine";
+                      "machine, or a build without CUDA); run this test on a GPU machine";
     }
     absl::StatusOr<std::unique_ptr<Backend>> cuda = NewCudaBackend(0);
     ASSERT_TRUE(cuda.ok()) << cuda.status();
@@ -1108,12 +1109,31 @@ TEST_F(CudaBackendTest, EveryAlignmentAndLengthMatchesCpu) {
 }
 
 TEST(CudaBackendNoDeviceTest, MissingDeviceIsUnavailable) {
+  if (!CudaBuilt()) GTEST_SKIP() << "a build without CUDA (NoCudaBuildTest)";
   const int count = CudaDeviceCount();
   EXPECT_GE(count, 0);
   EXPECT_EQ(NewCudaBackend(count).status().code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(NewCudaBackend(-1).status().code(), absl::StatusCode::kUnavailable);
   std::unique_ptr<Backend> cpu = NewCpuBackend();
   EXPECT_EQ(CudaStreamOf(cpu.get()), nullptr);
+}
+
+// A build without CUDA (cuda_backend_stub.cc): no devices, and asking for one is an error
+// that names the build and that no restart fixes.
+TEST(NoCudaBuildTest, CudaBackendIsAPermanentClearError) {
+  if (CudaBuilt()) GTEST_SKIP() << "a build with CUDA";
+  EXPECT_EQ(CudaDeviceCount(), 0);
+  const absl::Status status = NewCudaBackend(0).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+  EXPECT_NE(status.message().find("this build of onebit has no CUDA"), std::string::npos)
+      << status;
+  EXPECT_NE(status.message().find("device \"cuda\" needs a build with CUDA"), std::string::npos)
+      << status;
+  EXPECT_TRUE(IsPermanent(status)) << status;
+  std::unique_ptr<Backend> cpu = NewCpuBackend();
+  EXPECT_EQ(CudaStreamOf(cpu.get()), nullptr);
+  EXPECT_EQ(SetServerBitLoads(cpu.get(), ServerBitLoads::kWarpWords2).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

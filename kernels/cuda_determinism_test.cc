@@ -390,7 +390,7 @@ class DeterminismTest : public ::testing::TestWithParam<Kind> {
       devices = CudaDeviceCount();
       if (devices == 0) {
         GTEST_SKIP() << "no CUDA device: CudaDeviceCount() == 0 (no GPU or no driver on this "
-                        "machine); run this test on a GPU machine";
+                        "machine, or a build without CUDA); run this test on a GPU machine";
       }
     }
     // Two backends on device 0 (a resumed run gets a fresh one), then one per other GPU:

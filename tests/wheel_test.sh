@@ -11,8 +11,10 @@
 #      variables, then one under the installed onebit-run.
 #   4. Debian's python3 with python3-torch 1.13 (a venv with system site packages): the six
 #      commands on PATH, torchrun's variables, onebit-run and onebit-launch.
+# ONEBIT_WHEEL=PATH tests that wheel instead of //python:wheel (tests/cpu_only_build.sh: the
+# wheel built without CUDA), in TEST_TMPDIR.
 set -euo pipefail
-wheel=$(ls "${TEST_SRCDIR:?}"/onebit/python/onebit-*manylinux*.whl)
+wheel=${ONEBIT_WHEEL:-$(ls "${TEST_SRCDIR:?}"/onebit/python/onebit-*manylinux*.whl)}
 venvs="${ONEBIT_VENVS:-/opt/onebit/venvs}"
 cd "${TEST_TMPDIR:?}"
 unset PYTHONPATH

@@ -1072,7 +1072,8 @@ TEST(TrainerTest, OnADeviceOnlyTheBlocksCrossTheBus) {
 // On a GPU: two workers sharing it over gloo's place, PCIe counted by the CUDA backend.
 TEST(TrainerGpuTest, OverGlooOnlyTheBlocksCrossPcie) {
   if (kernels::CudaDeviceCount() == 0) {
-    GTEST_SKIP() << "no CUDA device here (no GPU or no driver): the GPU data path test "
+    GTEST_SKIP() << "no CUDA device here (no GPU, no driver, or a build without CUDA): the GPU "
+                    "data path test "
                     "(compression on the device, only blocks over PCIe) skipped";
   }
   ExpectOnlyTheBlocksCrossTheBus([] { return kernels::NewCudaBackend(0); }, /*same_bits=*/false);
@@ -1150,7 +1151,8 @@ TEST(WorkerMetricsTest, TheTrainerFeedsTheMetricsAndTheEndpointServesThem) {
 
 TEST(TrainerGpuTest, FashionMnistOnOneGpuOverNccl) {
   if (kernels::CudaDeviceCount() == 0) {
-    GTEST_SKIP() << "no CUDA device here (no GPU or no driver): GPU training test skipped";
+    GTEST_SKIP() << "no CUDA device here (no GPU, no driver, or a build without CUDA): GPU "
+                    "training test skipped";
   }
   auto backend = kernels::NewCudaBackend(0);
   ASSERT_TRUE(backend.ok()) << backend.status();

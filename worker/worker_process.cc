@@ -372,7 +372,7 @@ absl::StatusOr<std::unique_ptr<Transport>> GroupTransport(const JobConfig& confi
   if (comm == "nccl") {
     const std::string key = absl::StrCat(GroupPrefix(reg, group), "/nccl_unique_id");
     if (rank == 0) {
-      ONEBIT_ASSIGN_OR_RETURN(ncclUniqueId id, NewNcclUniqueId());
+      ONEBIT_ASSIGN_OR_RETURN(NcclUniqueId id, NewNcclUniqueId());
       v1::KvSetRequest set;
       set.set_key(key);
       set.set_value(SerializeNcclUniqueId(id));
@@ -383,7 +383,7 @@ absl::StatusOr<std::unique_ptr<Transport>> GroupTransport(const JobConfig& confi
     get.set_wait(true);
     get.set_timeout_ms(static_cast<int64_t>(config.failure.rendezvous_timeout_s * 1000));
     ONEBIT_ASSIGN_OR_RETURN(v1::KvGetResponse got, store_client->KvGet(get));
-    ONEBIT_ASSIGN_OR_RETURN(ncclUniqueId id, ParseNcclUniqueId(got.value()));
+    ONEBIT_ASSIGN_OR_RETURN(NcclUniqueId id, ParseNcclUniqueId(got.value()));
     return NcclTransport::Create(rank, world_size, id, backend);
   }
   auto store = std::make_shared<CoordinatorGlooStore>(

@@ -8,6 +8,9 @@
 # then `import onebit.torch` works from anywhere, and onebit-coordinator, onebit-server,
 # onebit-worker, onebitctl, onebit-launch and onebit-run are on the venv's PATH. Installs
 # only what the build needs (deploy/install-deps.sh --build: no test or deployment tools).
+# Needs no CUDA: without /usr/local/cuda/bin/nvcc, or with ONEBIT_CUDA=off in the
+# environment, the wheel is for CPUs only, and a job on device "cuda" fails with an error
+# that says so.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bash deploy/install-deps.sh --build >/dev/null

@@ -1,5 +1,8 @@
 #include "worker/transport/nccl_transport.h"
 
+#include <cuda_runtime.h>
+#include <nccl.h>
+
 #include <algorithm>
 #include <cstring>
 #include <utility>
@@ -60,15 +63,19 @@ class Backoff {
     }                                                                                  \
   } while (0)
 
-#define ONEBIT_CUDA_OR_FAIL(expr)                                            \
-  do {                                                                       \
-    const cudaError_t onebit_cuda_error_ = (expr);                           \
-    if (onebit_cuda_error_ != cudaSuccess) {                                 \
-      return Fail(CudaError(onebit_cuda_error_, #expr, __FILE__, __LINE__)); \
-    }                                                                        \
+#define ONEBIT_CUDA_OR_FAIL(expr)                                                           \
+  do {                                                                                      \
+    const cudaError_t onebit_cuda_error_ = (expr);                                          \
+    if (onebit_cuda_error_ != cudaSuccess) {                                                \
+      return Fail(kernels::CudaErrorStatus(onebit_cuda_error_, #expr, __FILE__, __LINE__)); \
+    }                                                                                       \
   } while (0)
 
-absl::StatusOr<ncclUniqueId> NewNcclUniqueId() {
+static_assert(sizeof(NcclUniqueId) == NCCL_UNIQUE_ID_BYTES &&
+                  sizeof(ncclUniqueId{}.internal) == NCCL_UNIQUE_ID_BYTES,
+              "NcclUniqueId must hold nccl.h's ncclUniqueId");
+
+absl::StatusOr<NcclUniqueId> NewNcclUniqueId() {
   ncclUniqueId id;
   const ncclResult_t result = ncclGetUniqueId(&id);
   if (result != ncclSuccess) {
@@ -76,25 +83,13 @@ absl::StatusOr<ncclUniqueId> NewNcclUniqueId() {
                         absl::StrCat(__FILE__, ":", __LINE__, ": ncclGetUniqueId: ",
                                      ncclGetErrorString(result), ": ", ncclGetLastError(nullptr)));
   }
-  return id;
-}
-
-std::string SerializeNcclUniqueId(const ncclUniqueId& id) {
-  return std::string(id.internal, sizeof(id.internal));
-}
-
-absl::StatusOr<ncclUniqueId> ParseNcclUniqueId(absl::string_view bytes) {
-  ncclUniqueId id;
-  if (bytes.size() != sizeof(id.internal)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("an NCCL unique id has ", sizeof(id.internal), " bytes, got ", bytes.size()));
-  }
-  std::memcpy(id.internal, bytes.data(), sizeof(id.internal));
-  return id;
+  NcclUniqueId bytes;
+  std::memcpy(bytes.data(), id.internal, bytes.size());
+  return bytes;
 }
 
 NcclTransport::NcclTransport(int rank, int world_size, kernels::Backend* backend,
-                             cudaStream_t stream, int device, absl::Duration deadline)
+                             CUstream_st* stream, int device, absl::Duration deadline)
     : rank_(rank),
       world_size_(world_size),
       backend_(backend),
@@ -103,7 +98,7 @@ NcclTransport::NcclTransport(int rank, int world_size, kernels::Backend* backend
       deadline_(deadline) {}
 
 absl::StatusOr<std::unique_ptr<NcclTransport>> NcclTransport::Create(int rank, int world_size,
-                                                                     const ncclUniqueId& id,
+                                                                     const NcclUniqueId& id,
                                                                      kernels::Backend* backend,
                                                                      absl::Duration deadline) {
   if (world_size < 1 || rank < 0 || rank >= world_size) {
@@ -133,7 +128,7 @@ absl::StatusOr<std::unique_ptr<NcclTransport>> NcclTransport::Create(int rank, i
   return transport;
 }
 
-absl::Status NcclTransport::Init(const ncclUniqueId& id) {
+absl::Status NcclTransport::Init(const NcclUniqueId& id_bytes) {
   const absl::Time deadline = absl::Now() + deadline_;
   ONEBIT_CUDA_OR_FAIL(cudaSetDevice(device_));
   ONEBIT_CUDA_OR_FAIL(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
@@ -146,6 +141,8 @@ absl::Status NcclTransport::Init(const ncclUniqueId& id) {
   // background while WaitForComm watches the deadline.
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
+  ncclUniqueId id;
+  std::memcpy(id.internal, id_bytes.data(), id_bytes.size());
   ONEBIT_NCCL_OR_FAIL(ncclCommInitRankConfig(&comm_, world_size_, id, rank_, &config));
   return WaitForComm("communicator init (waiting for every rank to join)", deadline);
 }
@@ -168,17 +165,13 @@ NcclTransport::~NcclTransport() {
   if (barrier_scratch_ != nullptr) backend_->Free(barrier_scratch_);
 }
 
-absl::Status NcclTransport::NcclError(ncclResult_t result, const char* expr, const char* file,
+absl::Status NcclTransport::NcclError(int result, const char* expr, const char* file,
                                       int line) {
+  const auto nccl_result = static_cast<ncclResult_t>(result);
   return absl::Status(
-      NcclCode(result),
-      absl::StrCat(file, ":", line, ": ", expr, ": ", ncclGetErrorString(result), ": ",
+      NcclCode(nccl_result),
+      absl::StrCat(file, ":", line, ": ", expr, ": ", ncclGetErrorString(nccl_result), ": ",
                    ncclGetLastError(comm_), " (rank ", rank_, " of ", world_size_, ")"));
-}
-
-absl::Status NcclTransport::CudaError(cudaError_t error, const char* expr, const char* file,
-                                      int line) {
-  return kernels::CudaErrorStatus(error, expr, file, line);
 }
 
 absl::Status NcclTransport::Fail(absl::Status status) {
@@ -219,7 +212,7 @@ absl::Status NcclTransport::WaitForStream(const char* what, absl::Time deadline)
     const cudaError_t query = cudaEventQuery(event_);
     if (query == cudaSuccess) break;
     if (query != cudaErrorNotReady) {
-      return Fail(CudaError(query, "cudaEventQuery(event_)", __FILE__, __LINE__));
+      return Fail(kernels::CudaErrorStatus(query, "cudaEventQuery(event_)", __FILE__, __LINE__));
     }
     // The kernels are still running: a peer may have failed, which NCCL reports here.
     ncclResult_t state = ncclSuccess;

@@ -15,12 +15,14 @@
 //
 // THREAD SAFETY: collectives from one thread at a time; Abort() and the byte counters from
 // any thread.
+//
+// WITHOUT CUDA (kernels/cuda.bzl): this header includes neither CUDA's nor NCCL's, and the
+// build links nccl_transport_stub.cc: NewNcclUniqueId and Create fail with
+// kFailedPrecondition (no NCCL in this build); the id's bytes still parse.
 #ifndef ONEBIT_WORKER_TRANSPORT_NCCL_TRANSPORT_H_
 #define ONEBIT_WORKER_TRANSPORT_NCCL_TRANSPORT_H_
 
-#include <cuda_runtime.h>
-#include <nccl.h>
-
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -34,14 +36,24 @@
 #include "kernels/kernels.h"
 #include "worker/transport/transport.h"
 
+// CUDA's stream and event and NCCL's communicator, declared as their headers declare them
+// (cudaStream_t is CUstream_st*, cudaEvent_t CUevent_st*, ncclComm_t ncclComm*).
+struct CUstream_st;
+struct CUevent_st;
+struct ncclComm;
+
 namespace onebit {
 
+// NCCL's ncclUniqueId: its NCCL_UNIQUE_ID_BYTES (128) bytes, opaque (nccl_transport.cc
+// checks the size against nccl.h).
+using NcclUniqueId = std::array<char, 128>;
+
 // A fresh id for a new communicator (needs no GPU: it opens the bootstrap socket).
-absl::StatusOr<ncclUniqueId> NewNcclUniqueId();
-// The id's NCCL_UNIQUE_ID_BYTES (128) bytes, opaque.
-std::string SerializeNcclUniqueId(const ncclUniqueId& id);
-// kInvalidArgument unless `bytes` is exactly NCCL_UNIQUE_ID_BYTES long.
-absl::StatusOr<ncclUniqueId> ParseNcclUniqueId(absl::string_view bytes);
+absl::StatusOr<NcclUniqueId> NewNcclUniqueId();
+// The id's 128 bytes.
+std::string SerializeNcclUniqueId(const NcclUniqueId& id);
+// kInvalidArgument unless `bytes` is exactly 128 bytes long.
+absl::StatusOr<NcclUniqueId> ParseNcclUniqueId(absl::string_view bytes);
 
 class NcclTransport final : public Transport {
  public:
@@ -54,7 +66,7 @@ class NcclTransport final : public Transport {
   // size), kFailedPrecondition (not a CUDA backend), kDeadlineExceeded (a rank did not
   // join), kUnavailable (NCCL could not reach the GPU or the network), kInternal.
   static absl::StatusOr<std::unique_ptr<NcclTransport>> Create(
-      int rank, int world_size, const ncclUniqueId& id, kernels::Backend* backend,
+      int rank, int world_size, const NcclUniqueId& id, kernels::Backend* backend,
       absl::Duration deadline = kDefaultDeadline);
 
   // Finalizes and destroys the communicator (aborts it if that does not finish in time).
@@ -86,11 +98,11 @@ class NcclTransport final : public Transport {
   void Abort() { abort_requested_.store(true, std::memory_order_relaxed); }
 
  private:
-  NcclTransport(int rank, int world_size, kernels::Backend* backend, cudaStream_t stream,
+  NcclTransport(int rank, int world_size, kernels::Backend* backend, CUstream_st* stream,
                 int device, absl::Duration deadline);
 
   // Joins the communicator (Create's second half).
-  absl::Status Init(const ncclUniqueId& id);
+  absl::Status Init(const NcclUniqueId& id);
   // Wait for the communicator's pending init or call, and for the stream work.
   absl::Status WaitForComm(const char* what, absl::Time deadline);
   absl::Status WaitForStream(const char* what, absl::Time deadline);
@@ -101,18 +113,17 @@ class NcclTransport final : public Transport {
   absl::Status Complete(const char* what, uint64_t wire_bytes, int64_t received = -1);
   // Aborts the communicator and makes `status` sticky. Returns it.
   absl::Status Fail(absl::Status status);
-  // The error of a failed NCCL or CUDA call, with NCCL's last message.
-  absl::Status NcclError(ncclResult_t result, const char* expr, const char* file, int line);
-  absl::Status CudaError(cudaError_t error, const char* expr, const char* file, int line);
+  // The error of a failed NCCL call (`result`: its ncclResult_t), with NCCL's last message.
+  absl::Status NcclError(int result, const char* expr, const char* file, int line);
 
   const int rank_;
   const int world_size_;
   kernels::Backend* const backend_;
-  const cudaStream_t stream_;  // backend_'s stream
+  CUstream_st* const stream_;  // backend_'s stream
   const int device_;
   const absl::Duration deadline_;
-  ncclComm_t comm_ = nullptr;         // null once aborted or destroyed
-  cudaEvent_t event_ = nullptr;       // recorded after each collective
+  ncclComm* comm_ = nullptr;          // null once aborted or destroyed
+  CUevent_st* event_ = nullptr;       // recorded after each collective
   float* barrier_scratch_ = nullptr;  // one float of device memory for Barrier
   absl::Status status_;               // first error; only touched by the calling thread
   std::atomic<bool> abort_requested_{false};

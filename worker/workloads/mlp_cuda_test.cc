@@ -27,7 +27,7 @@ namespace onebit {
 namespace {
 
 constexpr char kNoGpu[] =
-    "no CUDA device here (no GPU or no driver): the GPU MLP tests (CPU vs GPU, fp16/bf16 vs "
+    "no CUDA device here (no GPU, no driver, or a build without CUDA): the GPU MLP tests (CPU vs GPU, fp16/bf16 vs "
     "fp32, loss scaling, training) skipped";
 
 std::shared_ptr<const FashionMnist> TinyData() {
@@ -51,6 +51,10 @@ TEST(MlpCudaTest, NeedsACudaBackend) {
 }
 
 TEST(MlpCudaTest, UnknownPrecisionIsAnError) {
+  if (!kernels::CudaBuilt()) {
+    GTEST_SKIP() << "a build without CUDA: every call fails with kFailedPrecondition "
+                    "(NeedsACudaBackend)";
+  }
   auto cpu = kernels::NewCpuBackend();
   FashionMnistWorkloadOptions options;
   options.precision = static_cast<ComputePrecision>(7);
