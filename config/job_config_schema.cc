@@ -1044,7 +1044,7 @@ Key OnebitBlock(ParseState* s) {
            {"member_token_file", String(&sec->member_token_file)
                                      .Means("The file of the bearer token of the job's "
                                             "processes' calls and of reads.")},
-       }).Means("The secured control plane (README \"Security\"); none set: plaintext and open. "
+       }).Means("The secured control plane (docs/security.md); none set: plaintext and open. "
                 "Paths as given; each binary's flags override.")},
       {"ports",
        Section({

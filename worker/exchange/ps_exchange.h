@@ -1,6 +1,6 @@
 // The parameter-server exchange: this worker's side of ps mode. Every step it pushes one
 // payload to each of the S onebit-server shards over a gRPC bidi stream per shard and
-// assembles the S results in shard order. server/ps_layout.h is the layout; with S == W
+// assembles the S results in shard order. compression/layout.h is the layout; with S == W
 // the results are bit-identical to PeerExchange, and warmup sums are identical for any S.
 //
 //   warmup       SumGradients: shard s gets this worker's fp32 run s of the gradient and
