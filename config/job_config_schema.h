@@ -19,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "common/json_string.h"
 #include "config/config_reference.h"
 #include "config/job_config.h"
 #include "google/protobuf/struct.pb.h"
@@ -95,10 +96,9 @@ absl::Status Object(const Value& v, const std::string& path, const Keys& keys);
 absl::Status Bad(const std::string& path, absl::string_view message);
 // "path.key", or "key" at the top level.
 std::string Join(const std::string& path, const std::string& key);
-// The contents of a JSON string literal of `s` (quotes and backslashes escaped, control
-// characters as \uXXXX), and the literal with its quotes.
-std::string JsonEscaped(const std::string& s);
-std::string JsonString(const std::string& s);
+// JSON string literals (common/json_string.h).
+using ::onebit::JsonEscaped;
+using ::onebit::JsonString;
 
 }  // namespace config_schema
 }  // namespace onebit

@@ -1,7 +1,6 @@
 #include "python/c_api.h"
 
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -13,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/json_string.h"
 #include "config/job_config.h"
 #include "python/embedded.h"
 
@@ -63,27 +63,6 @@ char* Copy(const std::string& s) {
 
 absl::Status Null(const char* what) {
   return absl::InvalidArgumentError(absl::StrCat(what, " is null"));
-}
-
-std::string JsonString(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
 }
 
 // A state section's entries as (name, size or -1) for reading.
@@ -149,7 +128,7 @@ int onebit_check_config(const char* path, char** notices_json) {
     std::string out = "[";
     for (size_t i = 0; i < config->notices.size(); ++i) {
       if (i > 0) out += ",";
-      out += JsonString(config->notices[i]);
+      out += onebit::JsonString(config->notices[i]);
     }
     *notices_json = Copy(out + "]");
     return absl::OkStatus();

@@ -213,14 +213,19 @@ std::vector<double> ReferenceInt8(const ReferenceHyper& h, int workers, const Pr
       }
       m = workers == 1 ? local[0] : exchange.Run(local);
     }
+    const double clip = t + 1 > h.freeze_step ? h.update_clip : 0.0;
     for (size_t j = 0; j < n; ++j) {
-      double u = m[j] / (std::sqrt(v[j]) + h.eps);
+      double u = ReferenceClipDirection(m[j] / (std::sqrt(v[j]) + h.eps), clip);
       if (h.weight_decay > 0) u += h.weight_decay * params[j];
       params[j] -= h.lr * u;
     }
   }
   return params;
 }
+
+// onebit-replay's default --update-clip (a job config's default): the models below apply it
+// after the freeze, as the binary does.
+constexpr double kReplayUpdateClip = 2.0;
 
 // The float64 model on the same inputs, with the hyperparameters rounded to float32 as
 // the binary uses them.
@@ -231,6 +236,7 @@ std::vector<double> Reference(const Case& c, const Problem& p) {
   h.beta2 = 0.999f;
   h.eps = 1e-8f;
   h.weight_decay = static_cast<float>(c.weight_decay >= 0 ? c.weight_decay : 0.0);
+  h.update_clip = kReplayUpdateClip;
   h.freeze_step = c.freeze_step >= 0 ? c.freeze_step : 100000;
   if (c.compressor == "int8") return ReferenceInt8(h, c.workers, p);
   ReferenceOnebitAdam ref(h, c.workers, p.params);
@@ -373,6 +379,7 @@ TEST_P(ReplayZeroOneTest, MatchesTheFloat64ModelOverInprocAndGloo) {
   h.adam.beta2 = 0.999f;
   h.adam.eps = 1e-8f;
   h.adam.weight_decay = static_cast<float>(c.weight_decay);
+  h.adam.update_clip = kReplayUpdateClip;
   h.var_freeze_step = c.var_freeze_step;
   h.var_update_scaler = c.var_update_scaler;
   h.local_step_scaler = c.local_step_scaler;
@@ -574,6 +581,8 @@ TEST_F(ReplayFlagsTest, UsageErrors) {
   ExpectUsageError({"--workers=2", p, g, o, "--beta2=0.999999999"}, out, {"--beta2"});
   ExpectUsageError({"--workers=2", p, g, o, "--eps=0"}, out, {"--eps"});
   ExpectUsageError({"--workers=2", p, g, o, "--weight-decay=-1"}, out, {"--weight-decay"});
+  ExpectUsageError({"--workers=2", p, g, o, "--update-clip=-1"}, out, {"--update-clip"});
+  ExpectUsageError({"--workers=2", p, g, o, "--update-clip=inf"}, out, {"--update-clip"});
   ExpectUsageError({"--workers=2", p, g, o, "--freeze-step=-1"}, out, {"--freeze-step"});
   ExpectUsageError({"--workers=2", p, g, o, "--no-such-flag=1"}, out, {"unknown flag", "--no-such-flag"});
   ExpectUsageError({"--workers=2", p, g, o, "stray"}, out, {"stray"});

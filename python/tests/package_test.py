@@ -1411,13 +1411,15 @@ opt = ot.OneBitAdam(model.parameters(), lr=0.01, config={"steps": 120, "onebit":
 
 
 DEAD_UNITS = r'''
+import json, os
 import torch
 import onebit.torch as ot
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
 with torch.no_grad():
     model[0].bias[:4] = -100.0  # dead units: no gradient in the warmup
-opt = ot.OneBitAdam(model.parameters(), lr=0.01, freeze_step=10, config={"steps": 40})
+opt = ot.OneBitAdam(model.parameters(), lr=0.01, freeze_step=10, config={"steps": 40},
+                    **json.loads(os.environ.get("DEAD_UNITS_KWARGS", "{}")))
 ''' + TINY_LOOP
 
 
@@ -2097,15 +2099,25 @@ class TrainedLikeTorchOptim(unittest.TestCase):
         # Four dead ReLU units: their weights' variance freezes at 0, and the compressed
         # momentum moves them by scale/eps. Before: nothing was said until the loss was inf
         # (here the step after; a slower blow-up never got there).
+        # update_clip=0 is DeepSpeed's update, which diverges here; the default clip (2)
+        # bounds those weights' steps, and the same job trains without a warning.
         path = os.path.join(tempfile.mkdtemp(prefix="onebit-dead-"), "train.py")
         with open(path, "w") as f:
             f.write(DEAD_UNITS)
-        r, logs = on_two_ranks("dead", path)  # one worker alone sends nothing compressed
+        os.environ["DEAD_UNITS_KWARGS"] = json.dumps({"update_clip": 0})
+        try:
+            r, logs = on_two_ranks("dead", path)  # one worker alone sends nothing compressed
+        finally:
+            del os.environ["DEAD_UNITS_KWARGS"]
         out = "".join(logs)
         self.assertRegex(out, r"warning: the loss is \S+ at step 1[1-9], \S+x the warmup's "
                               r"last losses \(\S+\): the compression stage is diverging\. "
                               r"Likely cause: elements whose variance froze at ~0")
-        self.assertIn("scale/eps = scale/1e-08", out)
+        self.assertIn("scale/eps = scale/1e-08 (update_clip 0: none)", out)
+        r, logs = on_two_ranks("dead-clipped", path)
+        out = "".join(logs)
+        self.assertEqual(r.returncode, 0, out[-3000:])
+        self.assertNotIn("diverging", out)
 
     def test_importing_changes_nothing_global(self):
         r, out = self.run_alone(IMPORT_ONLY)
