@@ -70,7 +70,7 @@ echo "the wheel's $elves ELF files neither need nor name CUDA, cuBLAS or NCCL"
 
 # ---- 3. The wheel's own test. ----
 mkdir "$tmp/wheel_test"
-ONEBIT_WHEEL=$wheel TEST_TMPDIR="$tmp/wheel_test" bash tests/wheel_test.sh
+ONEBIT_WHEEL=$wheel ONEBIT_LICENSE="$PWD/LICENSE" TEST_TMPDIR="$tmp/wheel_test" bash tests/wheel_test.sh
 
 # ---- 4. Device "cpu" trains, device "cuda" says why not. ----
 cd "$tmp"

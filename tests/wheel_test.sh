@@ -12,9 +12,11 @@
 #   4. Debian's python3 with python3-torch 1.13 (a venv with system site packages): the six
 #      commands on PATH, torchrun's variables, onebit-run and onebit-launch.
 # ONEBIT_WHEEL=PATH tests that wheel instead of //python:wheel (tests/cpu_only_build.sh: the
-# wheel built without CUDA), in TEST_TMPDIR.
+# wheel built without CUDA), in TEST_TMPDIR; ONEBIT_LICENSE=PATH is then the repository's
+# LICENSE, which the wheel must carry.
 set -euo pipefail
 wheel=${ONEBIT_WHEEL:-$(ls "${TEST_SRCDIR:?}"/onebit/python/onebit-*manylinux*.whl)}
+license=${ONEBIT_LICENSE:-${TEST_SRCDIR:-}/onebit/LICENSE}  # the repository's
 venvs="${ONEBIT_VENVS:-/opt/onebit/venvs}"
 cd "${TEST_TMPDIR:?}"
 unset PYTHONPATH
@@ -31,6 +33,11 @@ else
   skipped+=("auditwheel show ($venvs/wheel-tools is missing: python/envs/setup.sh)")
 fi
 mkdir unpacked && /usr/bin/python3 -m zipfile -e "$wheel" unpacked
+# The license travels with the wheel, and its metadata names it.
+cmp -s unpacked/onebit-*.dist-info/LICENSE "$license" ||
+  { echo "FAIL: the wheel's dist-info has no LICENSE, or another one than the repository's"; exit 1; }
+grep -qx "License: Apache-2.0" unpacked/onebit-*.dist-info/METADATA ||
+  { echo "FAIL: METADATA names no license"; cat unpacked/onebit-*.dist-info/METADATA; exit 1; }
 allowed='^(linux-vdso|libc|libm|libdl|librt|libpthread|libstdc\+\+|libgcc_s|libz|ld-linux-x86-64)\.'
 for elf in unpacked/onebit/libonebit_core.so unpacked/onebit/bin/*/*; do
   chmod +x "$elf"

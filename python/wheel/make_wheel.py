@@ -1,7 +1,7 @@
 """Packs onebit's Python package, its native core and the job binaries into a wheel.
 
     make_wheel.py --out onebit-VERSION-py3-none-linux_x86_64.whl --version VERSION \
-        --package onebit/__init__.py ... --core libonebit_core.so \
+        --license LICENSE --package onebit/__init__.py ... --core libonebit_core.so \
         --binary coordinator/onebit-coordinator=PATH ...
 
 A wheel is a zip with the files, a METADATA, a WHEEL and a RECORD of every file's sha256
@@ -41,6 +41,7 @@ def main():
     ap.add_argument("--package", nargs="+", required=True, help="the onebit/*.py files")
     ap.add_argument("--core", required=True, help="libonebit_core.so")
     ap.add_argument("--binary", nargs="+", default=[], help="DIR/NAME=PATH")
+    ap.add_argument("--license", required=True, help="the LICENSE file (Apache-2.0)")
     a = ap.parse_args()
     m = re.match(r"^onebit-([^-]+)-(py3)-(none)-(linux_x86_64)\.whl$", os.path.basename(a.out))
     if not m or m.group(1) != a.version:
@@ -58,6 +59,8 @@ def main():
             files.append((f"onebit/bin/{name}", f.read(), True))
     metadata = [
         "Metadata-Version: 2.1", "Name: onebit", f"Version: {a.version}", f"Summary: {SUMMARY}",
+        "License: Apache-2.0",
+        "Classifier: License :: OSI Approved :: Apache Software License",
         "Requires-Python: >=3.9",
         # 1.13.0a0: Debian 12's python3-torch calls itself that, a pre-release of 1.13,
         # which ">=1.13" would refuse.
@@ -68,6 +71,8 @@ def main():
     wheel = ["Wheel-Version: 1.0", "Generator: onebit make_wheel.py", "Root-Is-Purelib: false",
              f"Tag: {m.group(2)}-{m.group(3)}-{m.group(4)}"]
     entry = ["[console_scripts]"] + [f"{s} = onebit._cli:{f}" for s, f in CONSOLE_SCRIPTS.items()]
+    with open(a.license, "rb") as f:
+        files.append((f"{dist}/LICENSE", f.read(), False))
     files += [(f"{dist}/METADATA", ("\n".join(metadata) + "\n").encode(), False),
               (f"{dist}/WHEEL", ("\n".join(wheel) + "\n").encode(), False),
               (f"{dist}/entry_points.txt", ("\n".join(entry) + "\n").encode(), False),
