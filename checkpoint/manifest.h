@@ -1,4 +1,5 @@
-// A checkpoint directory tree, as the coordinator manages it (DESIGN.md, two-phase commit):
+// A checkpoint directory tree, as the coordinator manages it (docs/design.md, "Two-phase
+// checkpoint commit"):
 //
 //   <root>/step-000000010/worker-00000.part   parts, written by their processes (part.h)
 //   <root>/step-000000010/server-00001.part

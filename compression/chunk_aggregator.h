@@ -1,4 +1,4 @@
-// The server side of CompressedAllreduce for one chunk (ALGORITHM.md): it owns the chunk's
+// The server side of CompressedAllreduce for one chunk (docs/algorithms.md): it owns the chunk's
 // server error and turns the W compressed worker blocks of that chunk into one compressed
 // result block. The same library runs embedded in a worker (peer mode) and behind the
 // parameter-server service (ps mode).

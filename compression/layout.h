@@ -3,7 +3,7 @@
 // disagree about a payload size.
 //
 // PEER (PeerPaddedSize): n_pad = n rounded up to a multiple of W*lcm(W, 8); chunk
-// C = n_pad / W belongs to rank r as elements [r*C, (r+1)*C) (ALGORITHM.md).
+// C = n_pad / W belongs to rank r as elements [r*C, (r+1)*C) (docs/algorithms.md).
 //
 // PARAMETER SERVER (PsLayout), the contract of onebit-server (ShardState) and the worker's
 // PsExchange:

@@ -1,4 +1,4 @@
-// The worker side of CompressedAllreduce (ALGORITHM.md): it owns the worker error and
+// The worker side of CompressedAllreduce (docs/algorithms.md): it owns the worker error and
 // compresses a tensor (or the fused local momentum) into one block per server chunk, in
 // the 1-bit or the int8 format (kernels/kernels.h).
 //

@@ -108,7 +108,7 @@ namespace onebit {
 // jobs without `steps`; LeaseRequest.ended): the largest `steps` the config takes.
 inline constexpr int64_t kOpenEndedSteps = int64_t{1} << 40;
 
-// DeepSpeed's optimizer block (ALGORITHM.md has the math of each type).
+// DeepSpeed's optimizer block (docs/algorithms.md has the math of each type).
 // The default optimizer.params.update_clip.
 inline constexpr double kDefaultUpdateClip = 2.0;
 
@@ -123,9 +123,10 @@ struct OptimizerConfig {
   double weight_decay = 0.0;
   // OneBitAdam, ZeroOneAdam: the bound on each element's m/(sqrt(v)+eps) on steps whose
   // variance is frozen (kernels::AdamHyper::update_clip); 0: none. It keeps the elements
-  // whose variance froze at ~0 from moving by scale/eps (algorithms.md, "The update clip").
+  // whose variance froze at ~0 from moving by scale/eps (docs/algorithms.md, "eps and the
+  // update clip").
   double update_clip = kDefaultUpdateClip;
-  // Adam's bias correction, off by default (ALGORITHM.md). DeepSpeed's 1-bit optimizers
+  // Adam's bias correction, off by default (docs/algorithms.md). DeepSpeed's 1-bit optimizers
   // accept the key but never apply it: true here is a notice that results differ. For
   // "Adam" too the default is false (DeepSpeed's Adam defaults to true): onebit's Adam is
   // the full-precision baseline of 1-bit Adam, so it runs 1-bit Adam's warmup update.
@@ -200,7 +201,7 @@ struct PrecisionConfig {
 // The most onebit.momentum_mask.ranges a config may list.
 inline constexpr int kMaxMaskRanges = 10000;
 
-// onebit.momentum_mask (ALGORITHM.md "Momentum mask"): after every exchange m *= mask.
+// onebit.momentum_mask (docs/algorithms.md, "Momentum masks"): after every exchange m *= mask.
 // The mask is supplied at every start (never restored from a checkpoint). config/
 // momentum_mask.h builds it (BuildMomentumMask).
 struct MomentumMaskConfig {

@@ -599,7 +599,7 @@ Key OptimizerBlock(ParseState* s) {
                 }
                 return absl::OkStatus();
               })
-      .Means("DeepSpeed's optimizer block: the type and its params (ALGORITHM.md has the "
+      .Means("DeepSpeed's optimizer block: the type and its params (docs/algorithms.md has the "
              "math of each type).");
 }
 
@@ -946,8 +946,8 @@ Key OnebitBlock(ParseState* s) {
            {"auto_zero_grad", Bool(&m->auto_zero_grad)
                                   .Means("Also mask every element whose gradient stayed "
                                          "exactly zero on every worker through the warmup.")},
-       }).Means("After every exchange m *= mask (ALGORITHM.md, \"Momentum mask\"); supplied at "
-                "every start, never restored from a checkpoint.")},
+       }).Means("After every exchange m *= mask (docs/algorithms.md, \"Momentum masks\"); "
+                "supplied at every start, never restored from a checkpoint.")},
       {"workload",
        Section({
            {"type", String(&w->type, {"fashion_mnist", "synthetic", "pytorch"})

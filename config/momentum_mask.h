@@ -1,5 +1,5 @@
 // The momentum mask of onebit.momentum_mask (config/job_config.h MomentumMaskConfig;
-// ALGORITHM.md "Momentum mask"): after every exchange m *= mask.
+// docs/algorithms.md, "Momentum masks"): after every exchange m *= mask.
 //
 // Thread safety: the function is thread safe (it reads the .npy file, if any, each call).
 #ifndef ONEBIT_CONFIG_MOMENTUM_MASK_H_

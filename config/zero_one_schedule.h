@@ -1,4 +1,4 @@
-// Which steps of 0/1 Adam communicate, and how (ALGORITHM.md, "0/1 Adam"). A pure function
+// Which steps of 0/1 Adam communicate, and how (docs/algorithms.md, "0/1 Adam"). A pure function
 // of the step number and the hyper-parameters, kept as a counter so that a step costs O(1):
 // every worker that runs the same steps with the same var_freeze_step agrees on it without
 // asking anyone, and a resumed worker rebuilds it from the step it resumes after.

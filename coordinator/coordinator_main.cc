@@ -1,4 +1,4 @@
-// onebit-coordinator: the control plane of one job (DESIGN.md). Serves gRPC, the REST
+// onebit-coordinator: the control plane of one job (docs/design.md). Serves gRPC, the REST
 // mirror and /metrics until SIGTERM/SIGINT, or until the job is over (every worker reported
 // its last step) plus --linger, so that clients can still read the final status.
 //

@@ -654,7 +654,9 @@ TEST(CpuKernelsSimdTest, UpdateClipMatchesScalarBitForBitAndKeepsNaN) {
     for (size_t i = 0; i < n; i += 5) {
       EXPECT_EQ(std::fabs(a[i]), 0.01f * 10.0f) << i << " fused " << fused;  // v = 0: clipped
     }
-    if (!fused) EXPECT_TRUE(std::isnan(a[7]));
+    if (!fused) {
+      EXPECT_TRUE(std::isnan(a[7]));
+    }
   }
 }
 

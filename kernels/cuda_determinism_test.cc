@@ -169,7 +169,7 @@ absl::StatusOr<double> RunSumSquares(Backend* backend, const std::vector<float>&
 }
 
 // ---------------------------------------------------------------------------------------
-// A 1-bit Adam sequence from the kernels alone (ALGORITHM.md): W workers that hold the same
+// A 1-bit Adam sequence from the kernels alone (docs/algorithms.md): W workers that hold the same
 // p, m and v (as real ones do), each with its own gradient and worker error, and W servers,
 // one per chunk, each with its server error. Steps 1..freeze are warmup on the average
 // gradient; later steps exchange the compressed momentum, masked.

@@ -1,4 +1,4 @@
-// CUDA runtime errors as absl::Status, with the call, file and line (STYLE.md: every CUDA
+// CUDA runtime errors as absl::Status, with the call, file and line (the project's style: every CUDA
 // call goes through a check that returns an error). Shared by the .cu files (nvcc) and the
 // C++ files that call the runtime.
 #ifndef ONEBIT_KERNELS_CUDA_STATUS_H_

@@ -1,5 +1,5 @@
 // The compression and optimizer math of 1-bit Adam: one API, two implementations
-// (CPU: AVX2 with a scalar fallback; CUDA). ALGORITHM.md is the contract.
+// (CPU: AVX2 with a scalar fallback; CUDA). docs/algorithms.md is the contract.
 //
 // WIRE FORMAT: a compressed chunk of C elements (C a multiple of 8) is one block of
 // CompressedBlockBytes(C) = 4 + C/8 bytes:
@@ -117,8 +117,8 @@ struct AdamHyper {
   float weight_decay = 0.0f;
   // > 0: the direction m / (sqrt(v) + eps) of every element is clamped to
   // [-update_clip, update_clip] before the weight decay is added (a NaN stays NaN). The
-  // optimizers set it on steps whose variance is frozen (algorithms.md, "The update clip");
-  // 0 (every warmup step) clamps nothing.
+  // optimizers set it on steps whose variance is frozen (docs/algorithms.md, "eps and the
+  // update clip"); 0 (every warmup step) clamps nothing.
   float update_clip = 0.0f;
 };
 
@@ -251,7 +251,7 @@ class Backend {
   // norms), not on the hot path.
   virtual absl::Status SumSquares(const float* x, size_t n, double* host_result) = 0;
 
-  // 0/1 ADAM (ALGORITHM.md, "0/1 Adam"; worker/optim/zero_one_adam.h). With d = sqrt(v) + eps
+  // 0/1 ADAM (docs/algorithms.md, "0/1 Adam"; worker/optim/zero_one_adam.h). With d = sqrt(v) + eps
   // and u = m / d, u = fma(wd, p, u) if wd > 0 (the update's direction, as above):
   //
   // A local step on this worker's gradient g:
@@ -269,7 +269,7 @@ class Backend {
                                         const float* avg, float* m, float* anchor, float* p,
                                         size_t n) = 0;
 
-  // 1-BIT LAMB (ALGORITHM.md, "1-bit LAMB"; worker/optim/onebit_lamb.h) and other small
+  // 1-BIT LAMB (docs/algorithms.md, "1-bit LAMB"; worker/optim/onebit_lamb.h) and other small
   // element-wise steps. The per-tensor norms it needs come from SumSquares.
   //
   // AdamWarmupUpdate's moments without the update: g' = g * grad_scale;

@@ -1,4 +1,4 @@
-// Float64 models of the kernels in kernels.h, written from ALGORITHM.md for tests. They
+// Float64 models of the kernels in kernels.h, written from docs/algorithms.md for tests. They
 // share no code with the implementations, including an independent coder for the wire
 // format, so a bit-layout mistake in either shows up as a disagreement.
 #ifndef ONEBIT_KERNELS_KERNELS_REFERENCE_H_

@@ -1,4 +1,4 @@
-// onebit-server: one parameter-server shard (ps mode, DESIGN.md).
+// onebit-server: one parameter-server shard (ps mode, docs/design.md).
 //
 //   onebit-server --shard=0 --shards=2 --workers=4 --n=1000000 --port=0 --metrics_port=0
 //       --address_file=/run/onebit/shard0.json         (one command line)

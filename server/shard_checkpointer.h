@@ -1,5 +1,5 @@
-// A shard's side of checkpoints (DESIGN.md, two-phase commit): the server error after a
-// checkpoint step goes to <dir>/step-S/server-I.part (I: the job-wide shard index), then
+// A shard's side of checkpoints (docs/design.md, "Two-phase checkpoint commit"): the
+// server error after a checkpoint step goes to <dir>/step-S/server-I.part (I: the job-wide shard index), then
 // to the coordinator with its size and CRC-32. The shard hands the error over from under
 // its lock (ShardConfig::on_checkpoint); a thread of this class writes and reports it, so
 // the shard never waits on the disk or the coordinator.

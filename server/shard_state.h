@@ -1,6 +1,6 @@
 // The state of one parameter-server shard, without any gRPC: it takes the pushes of W
 // workers for its chunk, step by step, and computes each step's result once all W have
-// pushed (compression/layout.h has the layout; ALGORITHM.md the math).
+// pushed (compression/layout.h has the layout; docs/algorithms.md the math).
 //
 //   fp32 step (warmup):        result = sum of the W runs in worker-rank order, bit for bit
 //                              the float sum Backend::SumRows gives (0 + r0 + r1 + ...)

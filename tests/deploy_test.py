@@ -11,7 +11,7 @@ Always (no podman needed):
      the job config of its ConfigMap; probes on /healthz and /readyz, non-root, read-only
      root; nvidia.com/gpu and the GPU image on the GPU overlay's workers; the JobSet's
      failure rules (exit 78 and 2 fail it, 75 restarts a member) and success policy.
-Then, as root with podman (DESIGN.md: runc, cgroupfs, containers.conf):
+Then, as root with podman (runc, cgroupfs: deploy/images/containers.conf):
   3. deploy/images/build.sh with the binaries of this build (cached base and layers).
   4. the compose project with podman-compose (without Grafana unless its image is here:
      there is no registry to pull it from): the job passes the switch, a worker metric is
@@ -333,7 +333,7 @@ def wait_for(what, fn, timeout):
 
 def live_prerequisites():
     if os.geteuid() != 0:
-        return "not root: podman runs real containers here as root only (DESIGN.md)"
+        return "not root: podman runs real containers here as root only (deploy/images/containers.conf)"
     for tool in ("podman", "podman-compose", "debootstrap"):
         if shutil.which(tool, path=ENV["PATH"]) is None:
             return f"{tool} is not installed (deploy/install-deps.sh installs it)"

@@ -1,7 +1,7 @@
 // End-to-end tests of the onebit-replay binary: random inputs are written as .npy files,
 // the real binary runs on them (as a child process), and its output is compared with the
-// float64 model of ALGORITHM.md (worker/onebit_adam_reference.h). The same runs over gloo
-// must produce the same bytes as over inproc.
+// float64 model of docs/algorithms.md (worker/optim/onebit_adam_reference.h). The same
+// runs over gloo must produce the same bytes as over inproc.
 #include <dirent.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -189,7 +189,7 @@ std::vector<std::string> Flags(const Case& c, const Paths& paths, const std::str
   return flags;
 }
 
-// ALGORITHM.md's 1-bit Adam in float64 with the int8 compressor in the exchange
+// docs/algorithms.md's 1-bit Adam in float64 with the int8 compressor in the exchange
 // (ReferenceCompressedAllreduce's int8 form): ReferenceOnebitAdam's steps, written out
 // here because that model only knows the 1-bit exchange.
 std::vector<double> ReferenceInt8(const ReferenceHyper& h, int workers, const Problem& p) {

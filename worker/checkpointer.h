@@ -1,4 +1,4 @@
-// A worker's side of checkpoints (DESIGN.md, two-phase commit).
+// A worker's side of checkpoints (docs/design.md, "Two-phase checkpoint commit").
 //
 // Save (after a checkpoint step S) takes a host snapshot of the state on the training
 // thread; a writer thread encodes, writes and reports it. Synchronous (the default), Save

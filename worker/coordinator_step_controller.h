@@ -1,5 +1,5 @@
-// Leases from the coordinator (DESIGN.md, "Stage switch: step leases"), and the worker's
-// reports to it: every variance change (automatic freezing needs them all), the first
+// Leases from the coordinator (docs/design.md, "Step leases and the stage switch"), and
+// the worker's reports to it: every variance change (automatic freezing needs them all), the first
 // and last steps, and every `report_every`-th step for the job's metrics.
 //
 // OFF THE CRITICAL PATH: while a lease is held a step waits for no coordinator round

@@ -248,7 +248,9 @@ TEST(ExternalWorkloadTest, TheScriptsGradScaleIsDividedOutAndAnOverflowSkips) {
       absl::StatusOr<int64_t> step = rig.workload->WaitForStep();
       ASSERT_TRUE(step.ok()) << step.status();
       if (*step < 0) break;
-      if (*step > 1) EXPECT_EQ(rig.workload->skipped(*step - 1), *step - 1 == 3);
+      if (*step > 1) {
+        EXPECT_EQ(rig.workload->skipped(*step - 1), *step - 1 == 3);
+      }
       float* g = rig.workload->gradient();
       for (size_t i = 0; i < kN; ++i) g[i] = static_cast<float>(scale * (0.25 * i - 0.5));
       if (*step == 3) g[1] = std::numeric_limits<float>::infinity();

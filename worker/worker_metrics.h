@@ -1,4 +1,4 @@
-// The worker's Prometheus metrics (DESIGN.md, "Metrics"), fed by the Trainer through
+// The worker's Prometheus metrics (docs/design.md, "Observability"), fed by the Trainer through
 // TrainerMetricsSink, and the /metrics endpoint that serves them.
 //
 //   onebit_worker_stage                          0 = warmup, 1 = compression (last step)

@@ -18,7 +18,7 @@ launched the way torch.optim and torchrun are:
 HYPER-PARAMETERS are keyword arguments, as in torch.optim.Adam: lr, betas, eps,
 weight_decay (decoupled, as torch.optim.AdamW's and DeepSpeed's: decoupled_weight_decay is
 True, and False is refused), bias_correction (on by default, as in torch's Adam, unless a job config with
-an optimizer block is given: its default is off, as ALGORITHM.md says), and each type's own
+an optimizer block is given: its default is off, as docs/algorithms.md says), and each type's own
 (freeze_step; ZeroOneAdam's var_freeze_step, var_update_scaler, local_step_scaler,
 local_step_clipper; OneBitLamb's max_coeff, min_coeff, coeff_beta, factor_max,
 factor_min, factor_threshold). `config` (a path or a dict of the job config JSON that
@@ -369,7 +369,7 @@ def _job_config(job, optimizer_type, explicit, n, device, notes=None):
         hp[key] = list(value) if key == "betas" else value
     if keywords_only:
         # Configured like torch.optim.Adam, it behaves like it; a job config's optimizer
-        # block keeps its own default (off, ALGORITHM.md).
+        # block keeps its own default (off, docs/algorithms.md).
         hp.setdefault("bias_correction", True)
     ob = job.setdefault("onebit", {})
     if optimizer_type in ("OneBitAdam", "OneBitLamb") and "freeze_step" not in hp and \

@@ -75,7 +75,7 @@ class StreamCase(unittest.TestCase):
 
 class SameBitsAsReplay(StreamCase):
     """The package's optimizers on a recorded stream: the bits of onebit-replay (itself
-    tested against the float64 models of ALGORITHM.md, tests:replay_test)."""
+    tested against the float64 models of docs/algorithms.md, tests:replay_test)."""
 
     def run_both(self, name, optimizer, params, replay_flags, split="", edit=None):
         tmp = tempfile.mkdtemp(prefix=name + "-", dir=self.tmp)

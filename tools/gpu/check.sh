@@ -310,7 +310,7 @@ export -f job launch cnn ddp
 check cnn_nccl_w1 120 cnn cnn_nccl_w1 "{\"onebit\": {$CUDA, $ONE}, $WITH_NCCL}"
 check cnn_nccl_w1_ddp 120 ddp cnn_nccl_w1
 # The same for 300 steps: the time from the launch to the first step and from the last
-# step to the end (on the H200 both were ~90 s once: a mutex starved in python/core.cc).
+# step to the end (on the H200 both were ~90 s once: a mutex starved in the extension of then, python/embedded.cc now).
 check cnn_w4_300 120 cnn cnn_w4_300 \
   "{\"steps\": 300, \"optimizer\": {\"params\": {\"freeze_step\": 100}}, \"onebit\": {$CUDA}}"
 check cnn_w4 200 cnn cnn_w4 "{\"onebit\": {$CUDA}}"

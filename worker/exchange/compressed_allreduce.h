@@ -1,4 +1,4 @@
-// CompressedAllreduce (ALGORITHM.md): 1-bit averaging with error feedback on both sides,
+// CompressedAllreduce (docs/algorithms.md): 1-bit averaging with error feedback on both sides,
 // written once against Transport. In peer mode every worker is also the server of its own
 // chunk: one all-to-all of compressed blocks (worker -> server), the server-side
 // aggregation of the own chunk, one all-gather of the server blocks (server -> everyone).

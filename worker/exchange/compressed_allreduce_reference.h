@@ -1,4 +1,4 @@
-// CompressedAllreduce (ALGORITHM.md) in float64, written from the text for tests, sharing
+// CompressedAllreduce (docs/algorithms.md) in float64, written from the text for tests, sharing
 // no code with the implementation: all W workers and servers live in one object.
 #ifndef ONEBIT_WORKER_EXCHANGE_COMPRESSED_ALLREDUCE_REFERENCE_H_
 #define ONEBIT_WORKER_EXCHANGE_COMPRESSED_ALLREDUCE_REFERENCE_H_

@@ -1,4 +1,4 @@
-// The hierarchical exchange (DESIGN.md, `exchange.mode: hierarchical`): full precision
+// The hierarchical exchange (docs/design.md, "Hierarchical mode"): full precision
 // inside a node, where links are fast, and 1-bit compression only between nodes, where they
 // are slow. Worker (node, l) of nodes x local_size workers holds slice l of the padded
 // tensor (compression/layout.h, HierarchicalLayout):

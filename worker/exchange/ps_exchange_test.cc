@@ -41,7 +41,7 @@ bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-// CompressedAllreduce with S server chunks in float64 (ALGORITHM.md with S for W on the
+// CompressedAllreduce with S server chunks in float64 (docs/algorithms.md with S for W on the
 // server side), to check PsExchange when S != W.
 class PsModel {
  public:

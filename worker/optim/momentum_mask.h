@@ -1,5 +1,5 @@
-// The momentum mask an optimizer applies after its compressed exchanges (ALGORITHM.md,
-// "Momentum mask"): the user's {0,1} mask, supplied at every start and never restored from
+// The momentum mask an optimizer applies after its compressed exchanges (docs/algorithms.md,
+// "Momentum masks"): the user's {0,1} mask, supplied at every start and never restored from
 // a checkpoint; and, when asked for, an automatic one that masks the parameters whose
 // exactly averaged gradient stayed exactly zero through warmup (unused embedding rows,
 // pixels that are always black). Such a parameter's variance is zero, so without a mask

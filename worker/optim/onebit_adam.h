@@ -1,4 +1,4 @@
-// The 1-bit Adam stage machine for one worker (ALGORITHM.md, "1-bit Adam").
+// The 1-bit Adam stage machine for one worker (docs/algorithms.md, "1-bit Adam").
 //
 // Steps are numbered from 1. Steps 1..freeze_step are warmup: plain Adam on the exactly
 // averaged gradient (a full-precision allreduce with a fixed summation order, so every
@@ -41,7 +41,7 @@ struct OnebitAdamOptions {
   // warmup (momentum_mask.h).
   bool auto_mask_zero_gradients = false;
   // Bias-corrected moments (optim_checks.h's BiasCorrectedHyper; the variance's correction
-  // freezes with it). Off by default, as in ALGORITHM.md.
+  // freezes with it). Off by default, as in docs/algorithms.md.
   bool bias_correction = false;
   // Gradient clipping by global norm (gradient_clipper.h); 0: off.
   double max_grad_norm = 0.0;

@@ -1,4 +1,4 @@
-// A float64 model of ALGORITHM.md's 1-bit Adam, written from the text for tests, sharing
+// A float64 model of docs/algorithms.md's 1-bit Adam, written from the text for tests, sharing
 // no code with the kernels. All W workers live in one object.
 #ifndef ONEBIT_WORKER_OPTIM_ONEBIT_ADAM_REFERENCE_H_
 #define ONEBIT_WORKER_OPTIM_ONEBIT_ADAM_REFERENCE_H_
@@ -65,7 +65,7 @@ class ReferenceOnebitAdam {
   ReferenceCompressedAllreduce exchange_;
 };
 
-// The hierarchical mode (DESIGN.md) in float64: nodes x local_size workers, worker
+// The hierarchical mode (docs/design.md) in float64: nodes x local_size workers, worker
 // w = node * local_size + l. Warmup is the flat model's. In compression every node averages
 // its workers' momenta exactly; slice l of the node averages (the tensor padded to
 // local_size slices of S = ReferencePaddedSize(ceil(n / local_size), nodes)) goes through

@@ -1,4 +1,4 @@
-// OnebitAdam against the float64 model of ALGORITHM.md: transports x world sizes x
+// OnebitAdam against the float64 model of docs/algorithms.md: transports x world sizes x
 // lengths, across the switch from warmup to compression.
 #include "worker/optim/onebit_adam.h"
 

@@ -1,4 +1,4 @@
-// 1-bit LAMB for one worker (ALGORITHM.md, "1-bit LAMB"; Li et al., 2022). Steps are
+// 1-bit LAMB for one worker (docs/algorithms.md, "1-bit LAMB"; Li et al., 2022). Steps are
 // numbered from 1, as 1-bit Adam's, and the parameters are split into groups (the model's
 // tensors: a partition of [0, n) into ranges, given by the workload) for the per-tensor
 // quantities.

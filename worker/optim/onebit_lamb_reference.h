@@ -1,4 +1,4 @@
-// A float64 model of ALGORITHM.md's 1-bit LAMB (and the choices onebit_lamb.h states),
+// A float64 model of docs/algorithms.md's 1-bit LAMB (and the choices onebit_lamb.h states),
 // written from the text for tests, sharing no code with the implementation. All W workers
 // live in one object; they share p, m, v and v_fresh.
 #ifndef ONEBIT_WORKER_OPTIM_ONEBIT_LAMB_REFERENCE_H_

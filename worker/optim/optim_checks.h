@@ -23,7 +23,7 @@ absl::Status ValidateMomentumMask(const std::vector<float>& mask, size_t n);
 absl::Status CheckFreezeStepMove(int64_t steps, int64_t current, int64_t proposed);
 
 // BIAS CORRECTION (the optimizers' bias_correction option, off by default as in
-// ALGORITHM.md). The corrected update m^/(sqrt(v^)+eps) (+ wd*p), with m^ = m/bc1,
+// docs/algorithms.md). The corrected update m^/(sqrt(v^)+eps) (+ wd*p), with m^ = m/bc1,
 // v^ = v/bc2, bc1 = 1 - b1^t and bc2 = 1 - b2^k (k: the variance updates so far, none: no
 // correction of v), is the plain update with
 //   lr' = lr*c, eps' = eps*sqrt(bc2), wd' = wd/c, clip' = clip/c,   where c = sqrt(bc2)/bc1,

@@ -34,7 +34,7 @@ struct OptimizerSpec {
   std::vector<float> momentum_mask;
   // Also mask what stays exactly zero through warmup (momentum_mask.h).
   bool auto_mask_zero_gradients = false;
-  // Bias-corrected moments (off by default, as in ALGORITHM.md).
+  // Bias-corrected moments (off by default, as in docs/algorithms.md).
   bool bias_correction = false;
   // Gradient clipping by global norm (gradient_clipper.h); 0: off.
   double max_grad_norm = 0.0;

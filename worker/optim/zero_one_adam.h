@@ -1,4 +1,4 @@
-// 0/1 Adam for one worker (ALGORITHM.md, "0/1 Adam"; Lu et al., 2022). Steps are numbered
+// 0/1 Adam for one worker (docs/algorithms.md, "0/1 Adam"; Lu et al., 2022). Steps are numbered
 // from 1, as 1-bit Adam's:
 //
 //   1..var_freeze_step   the variance stage (Stage::kWarmup): on the schedule's variance

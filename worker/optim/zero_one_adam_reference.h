@@ -1,4 +1,4 @@
-// A float64 model of ALGORITHM.md's 0/1 Adam, written from the text for tests, sharing no
+// A float64 model of docs/algorithms.md's 0/1 Adam, written from the text for tests, sharing no
 // code with the implementation (its schedule included). All W workers live in one object;
 // between sync steps each keeps its own p and m.
 #ifndef ONEBIT_WORKER_OPTIM_ZERO_ONE_ADAM_REFERENCE_H_

@@ -1,4 +1,4 @@
-// ZeroOneAdam against the float64 model of ALGORITHM.md over transports x world sizes x
+// ZeroOneAdam against the float64 model of docs/algorithms.md over transports x world sizes x
 // lengths, with every boundary inside the run: variance steps and compressed ones, the
 // variance interval doubling, the end of the variance stage, local and sync steps, the
 // sync interval doubling up to its cap. And its schedule on its own.

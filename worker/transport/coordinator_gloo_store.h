@@ -2,7 +2,7 @@
 // in different processes (or machines) find each other through the coordinator.
 //
 //   auto store = std::make_shared<CoordinatorGlooStore>(client, GlooStorePrefix(job_id, 0));
-//   GlooTransport::Create(store, rank, world_size, options);   // worker/gloo_transport.h
+//   GlooTransport::Create(store, rank, world_size, options);   // worker/transport/gloo_transport.h
 //
 // Keys are written once (the coordinator's semantics, and gloo's HashStore's): a new
 // communicator over the same job (after a failure, a new membership) must use a new

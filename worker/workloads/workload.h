@@ -37,7 +37,7 @@ namespace onebit {
 
 // MIXED PRECISION. What a workload computes its forward and backward passes in. The
 // parameters it is given, the gradients it writes and the optimizer's state stay fp32
-// whatever this is (the fp32 "master" copy, ALGORITHM.md's numbers); only the CUDA
+// whatever this is (the fp32 "master" copy, docs/algorithms.md's numbers); only the CUDA
 // workload computes in fp16 or bf16 (the job config's fp16 / bf16 blocks), the CPU ones
 // always in fp32.
 enum class ComputePrecision { kFp32, kFp16, kBf16 };
