@@ -7,6 +7,8 @@
 //                                          {"atStep": "120"} (or "at_step", or a number)
 //   POST /v1/freeze/delay  -> DelayFreeze  body DelayFreezeRequest, e.g. {"toStep": 200}
 //   POST /v1/stop          -> Stop         body StopRequest; empty or {} stops as soon as safe
+//   GET  /v1/checkpoints   -> ListCheckpoints  ListCheckpointsResponse
+//   POST /v1/checkpoints   -> Checkpoint   body CheckpointRequest
 //
 // Bodies and answers use protobuf's JSON mapping (proto_json.h). An empty POST body is {}.
 // Errors answer {"code": "FAILED_PRECONDITION", "message": "..."} with the HTTP status

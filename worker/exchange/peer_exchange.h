@@ -2,7 +2,7 @@
 // through ExactAllreduce, compressed averages through CompressedAllreduce, both over one
 // Transport (in-process, gloo or NCCL).
 //
-// OVERLAP (issue 7). The warmup sum can also run bucket by bucket while the gradient is
+// OVERLAP. The warmup sum can also run bucket by bucket while the gradient is
 // still being computed: overlap() (overlapped_warmup.h); SumGradients closes a step it
 // opened, with the same bits as one sum of the whole buffer.
 //
