@@ -393,11 +393,20 @@ def run_compose():
         r = wait_for("switch", past_switch, 300)
         check(bool(r), f"compose: every worker past the switch (freeze_step {freeze}), "
               f"read through Prometheus: min(onebit_worker_step) = {r[0]['value'][1] if r else None}")
-        stages = prometheus_query(prom_port, "onebit_worker_stage") or []
+        # One scrape can miss a busy member (a CI run saw worker-3's up = 0 once, every
+        # healthcheck passing): wait for a round in which Prometheus reached all 7.
+        def every_member_scraped():
+            up = prometheus_query(prom_port, "up") or []
+            stages = prometheus_query(prom_port, "onebit_worker_stage") or []
+            done = (len(up) == 7 and all(u["value"][1] == "1" for u in up) and
+                    len(stages) == 4 and all(s["value"][1] == "1" for s in stages))
+            return (up, stages) if done else None
+        scraped = wait_for("every member scraped", every_member_scraped, 60)
+        up, stages = scraped or ((prometheus_query(prom_port, "up") or []),
+                                 (prometheus_query(prom_port, "onebit_worker_stage") or []))
         check(len(stages) == 4 and all(s["value"][1] == "1" for s in stages),
               f"compose: onebit_worker_stage of 4 workers through Prometheus: "
               f"{[(s['metric'].get('instance'), s['value'][1]) for s in stages]}")
-        up = prometheus_query(prom_port, "up") or []
         check(len(up) == 7 and all(u["value"][1] == "1" for u in up),
               f"compose: Prometheus scraped all 7 members: {[(u['metric']['instance'], u['value'][1]) for u in up]}")
         names = {s: f"{project}_{s}_1" for s in services}
