@@ -12,7 +12,7 @@ reference:
 Tests are not read: they make files and trees of their own. Not references: `#include` lines (the compiler checks those), URLs, paths with a part in
 capitals (placeholders such as `fuzz/corpus/TARGET`), paths through an `out/` folder
 (outputs), and a path that begins the name of a tracked file (a prefix such as
-`tools/bench/results/DAY/run7_`). deploy/test.sh runs it before the build; outside a git
+`results/bench/DAY/run7_`). deploy/test.sh runs it before the build; outside a git
 checkout it says that it skips.
 """
 import os

@@ -126,7 +126,7 @@ if [ -n "$wheel" ]; then
   mkdir -p "$py_context/examples"
   cp "$wheel" "$py_context/"
   cp -r "$repo/examples/gpt" "$py_context/examples/"
-  rm -rf "$py_context/examples/gpt/results" "$py_context/examples/gpt/out"
+  rm -rf "$py_context/examples/gpt/out"
   log "podman build localhost/onebit-pytorch:$tag ($(basename "$wheel"))"
   "${podman[@]}" build -q --build-arg BASE="$base" -t "localhost/onebit-pytorch:$tag" \
     -f "$here/Containerfile.pytorch" "$py_context" >/dev/null

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Trains the Fashion-MNIST CNN twice, with 1-bit Adam launched torchrun-style (onebit-run)
 # and with Adam over DDP (same data, model, seed, steps), and plots both into
-# results/loss.png.
+# results/fashion_mnist_cnn/loss.png (at the repository's top).
 #
 #   examples/fashion_mnist_cnn/run.sh            # the full run (a few minutes on 2 cores)
 #   STEPS=60 examples/fashion_mnist_cnn/run.sh   # a smoke test: 60 steps, into out/smoke
@@ -15,7 +15,7 @@ if [ "$STEPS" -gt 0 ]; then
   OUT="$HERE/out/smoke"; RESULTS="$OUT/results"
   OVERRIDE="$STEPS"
 else
-  OUT="$HERE/out/full"; RESULTS="$HERE/results"; OVERRIDE=0
+  OUT="$HERE/out/full"; RESULTS="$HERE/../../results/fashion_mnist_cnn"; OVERRIDE=0
 fi
 mkdir -p "$OUT" "$RESULTS"
 # shellcheck source=../run_lib.sh

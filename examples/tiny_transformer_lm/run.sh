@@ -1,7 +1,8 @@
 #!/bin/bash
 # Trains the character-level transformer twice, with 1-bit Adam launched torchrun-style
 # (onebit-run) and with Adam over DDP (same text, windows, model, seed, steps), and plots
-# both into results/loss.png (training loss of rank 0, held-out loss of rank 0's model).
+# both into results/tiny_transformer_lm/loss.png at the repository's top (training loss of
+# rank 0, held-out loss of rank 0's model).
 #
 #   examples/tiny_transformer_lm/run.sh              # the full run (~4 minutes on 2 cores)
 #   STEPS=40 examples/tiny_transformer_lm/run.sh     # a smoke test: 40 steps, into out/smoke
@@ -16,7 +17,7 @@ if [ "$STEPS" -gt 0 ]; then
   OVERRIDE="$STEPS"
   EVERY=(--eval_every=10)
 else
-  OUT="$HERE/out/full"; RESULTS="$HERE/results"; OVERRIDE=0; EVERY=()
+  OUT="$HERE/out/full"; RESULTS="$HERE/../../results/tiny_transformer_lm"; OVERRIDE=0; EVERY=()
 fi
 mkdir -p "$OUT" "$RESULTS"
 # shellcheck source=../run_lib.sh

@@ -23,7 +23,7 @@
 // carries one flow each way. The former exchange sent the same bytes with one AllToAll,
 // W-1 TCP flows at once on each rate-limited link, then summed after everything had
 // arrived (BENCHMARKS.md, "Warmup exchange"; the runs of the former exchange:
-// tools/bench/results/2026-11-23/README.md).
+// results/bench/2026-11-23/README.md).
 //
 // THE PIPELINE. Chunks move in segments of at most `segment_elements`, as a sequence of
 // SendRecv calls, step by step and segment by segment: every reduce-scatter step, then
