@@ -48,8 +48,6 @@ packages=(
   podman podman-compose runc containernetworking-plugins
   golang-github-containernetworking-plugin-dnsname catatonit debootstrap
   python3-yaml curl
-  # The documentation site (mkdocs.yml, docs/; //docs:site_test builds it strictly).
-  mkdocs
 )
 
 if $build_only; then
@@ -92,9 +90,10 @@ if [ ! -x /usr/local/cuda/bin/nvcc ]; then
   fi
 fi
 
-# The Python environments: auditwheel for the wheel; for the tests, pip's torch and NumPy.
+# The Python environments: auditwheel for the wheel; for the tests, pip's torch and NumPy,
+# and mkdocs-material for the documentation site.
 if $build_only; then
   bash python/envs/setup.sh wheel-tools
 else
-  bash python/envs/setup.sh wheel-tools torch-latest
+  bash python/envs/setup.sh wheel-tools torch-latest docs
 fi

@@ -1,6 +1,6 @@
 """Checks every link between the built site's pages, down to its anchor.
 
-mkdocs 1.4 (Debian 12's) checks that a linked page exists but not that the #anchor does.
+mkdocs checks that a linked page exists; this also checks that the #anchor does.
 Usage: check_links.py SITE_DIR. Prints each broken link and exits 1 if there is one.
 """
 import html.parser

