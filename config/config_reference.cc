@@ -56,21 +56,22 @@ bool UnderAlias(const std::string& section, const std::set<std::string>& aliases
 }
 
 constexpr char kIntro[] = R"(The job config is one JSON file that every process of a job reads (`--config`). Its top
-level is DeepSpeed's, so that a DeepSpeed user's config works unchanged; onebit's own
-settings live in `onebit`. Unknown keys and bad values are errors that name the key's path,
-e.g. `onebit.exchange.servers: must be >= 1 in ps mode`.
+level is DeepSpeed's, so a DeepSpeed user's config works unchanged. onebit's own settings
+live in `onebit`. Unknown keys and bad values are errors that name the key's path, e.g.
+`onebit.exchange.servers: must be >= 1 in ps mode`.
 
-DeepSpeed's keys that mean nothing here are accepted with one notice each (the coordinator
-prints them once at start; worker and server under `--check`); keys that would change what
-trains are errors. Each block below lists them after its settings.
+Some of DeepSpeed's keys mean nothing in onebit. They are accepted, with one notice each.
+The coordinator prints the notices once at start; a worker or a shard prints them under
+`--check`. Keys that would change what trains are errors. Each block below lists these keys
+after its settings.
 
 Batch sizes follow DeepSpeed's rule `train_batch_size == train_micro_batch_size_per_gpu *
-gradient_accumulation_steps * onebit.workers`: any two of the three batch keys determine the
-third (with only `train_batch_size` or only the micro batch, accumulation is 1; with neither,
-the micro batch is 64); `"auto"` counts as not given. When all three are given and
+gradient_accumulation_steps * onebit.workers`. Any two of the three batch keys determine
+the third. With only `train_batch_size`, or only the micro batch, accumulation is 1. With
+neither, the micro batch is 64. `"auto"` counts as not given. When all three are given and
 `onebit.workers` is not, workers = train_batch_size / (micro * accumulation), with a notice.
 
-Comments (`//`, `/* */`) and trailing commas are accepted, with a notice, although strict
+Comments (`//`, `/* */`) and trailing commas are accepted with a notice, although strict
 JSON forbids them. Checks that span several keys are stated in the meanings below.
 )";
 

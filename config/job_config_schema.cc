@@ -511,9 +511,9 @@ Key OptimizerBlock(ParseState* s) {
               return absl::OkStatus();
             })
            .Means("Adam's bias correction. DeepSpeed's 1-bit optimizers accept the key and "
-                  "never apply it, so true (except for Adam) gives a notice that results "
-                  "differ from DeepSpeed's; Adam's default is false here too (DeepSpeed's "
-                  "Adam: true), as it is 1-bit Adam's full-precision baseline.")},
+                  "never apply it. So true gives a notice that results differ from "
+                  "DeepSpeed's, except for Adam. Adam's default is false too (DeepSpeed's "
+                  "Adam: true), because it is 1-bit Adam's full-precision baseline.")},
       {"comm_backend_name",
        Then(String(&o->comm_backend_name, {"gloo", "nccl", "mpi"}),
             [s, o, notices](const std::string& bp) {
@@ -525,9 +525,9 @@ Key OptimizerBlock(ParseState* s) {
               s->backend_given = true;
               return absl::OkStatus();
             })
-           .Means("The workers' transport: gloo (CPU or GPU) or nccl (GPU); mpi runs on gloo "
-                  "(notice). nccl with onebit.device not given means device cuda (notice); "
-                  "with device cpu it is an error.")},
+           .Means("The workers' transport: gloo (CPU or GPU) or nccl (GPU). mpi runs on gloo, "
+                  "with a notice. With nccl and no onebit.device, the device is cuda, with a "
+                  "notice; with device cpu, nccl is an error.")},
       {"cuda_aware", IgnoredBool(notices, "it steers DeepSpeed's MPI backend; onebit has none")},
       {"eps_inside_sqrt",
        NoticeIfTrue(notices, "true accepted, no effect: eps is added outside the sqrt "
@@ -539,11 +539,11 @@ Key OptimizerBlock(ParseState* s) {
       {"update_clip",
        Number(&o->update_clip, 0, 1e6)
            .Means("onebit's own: the bound on each element's m/(sqrt(v)+eps) on the steps whose "
-                  "variance is frozen (1-bit Adam's compression stage, 0/1 Adam's steps between "
-                  "variance updates); the weight decay is added after it. It stops the "
-                  "elements whose variance froze at ~0 (dead units, unused embedding rows) from "
-                  "moving by scale/eps when the 1-bit momentum gives them +-scale. 0: no clip, "
-                  "as DeepSpeed. Adam accepts it and never freezes.")},
+                  "variance is frozen. Those are 1-bit Adam's compression stage, and 0/1 Adam's "
+                  "steps between variance updates. The weight decay is added after the clip. "
+                  "It stops the elements whose variance froze at ~0 (dead units, unused "
+                  "embedding rows) from moving by scale/eps when the 1-bit momentum gives them "
+                  "+-scale. 0: no clip, as DeepSpeed. Adam accepts it and never freezes.")},
       {"freeze_step", Integer(&o->freeze_step, 0, kMaxSteps)
                           .Means("The last warmup step (static freeze, onebit.freeze.mode "
                                  "static). Adam accepts it and never freezes.")},
@@ -754,12 +754,12 @@ Key Fp16Block(PrecisionConfig* p, Notices* notices) {
                              "runs in fp16)")},
       {"fp16_master_weights_and_grads",
        OnlyBool(false, "true is not supported: master parameters and optimizer state stay fp32")},
-  }).Means("DeepSpeed's fp16 block: the CUDA workloads compute in fp16 (master parameters and "
-           "optimizer state stay fp32; the CPU path computes in fp32 whatever it says, with a "
-           "notice), with dynamic loss scaling that every worker agrees on (a step that "
-           "overflowed on any worker is skipped on all). With workload pytorch (onebit.torch), "
-           "on any device: the script's torch.autocast decides what computes in fp16 and "
-           "onebit scales its loss: backward() on opt.scale(loss) in place of torch's "
+  }).Means("DeepSpeed's fp16 block. The CUDA workloads compute in fp16; master parameters and "
+           "optimizer state stay fp32. The CPU path computes in fp32 whatever the block says, "
+           "with a notice. Every worker agrees on the loss scale: a step that overflowed on "
+           "any worker is skipped on all. With workload pytorch (onebit.torch), on any "
+           "device, the script's torch.autocast decides what computes in fp16. onebit then "
+           "scales the loss: call backward() on opt.scale(loss), in place of torch's "
            "GradScaler. Not together with bf16.");
 }
 
@@ -769,10 +769,10 @@ Key Bf16Block(PrecisionConfig* p, Notices* notices) {
       {"enabled", Bool(&p->bf16).Means("The CUDA workloads compute in bf16.")},
       {"immediate_grad_update", NoticeIfTrue(notices, notice)},
       {"check_grad_overflow", NoticeIfTrue(notices, notice)},
-  }).Means("DeepSpeed's bf16 block: the CUDA workloads compute in bf16 (master parameters and "
-           "optimizer state stay fp32; the CPU path computes in fp32 whatever it says, with a "
-           "notice); no effect with workload pytorch, where the script's torch.autocast "
-           "decides (notice). Not together with fp16.");
+  }).Means("DeepSpeed's bf16 block. The CUDA workloads compute in bf16; master parameters and "
+           "optimizer state stay fp32. The CPU path computes in fp32 whatever the block says, "
+           "with a notice. With workload pytorch the block has no effect, with a notice: the "
+           "script's torch.autocast decides. Not together with fp16.");
 }
 
 constexpr char kZeroNoEffect[] =
@@ -888,10 +888,10 @@ Key OnebitBlock(ParseState* s) {
                        "device cuda.")},
            {"warmup_over",
             String(&x->warmup_over, {"shards", "workers"})
-                .Means("With shards (ps, hierarchical over inter ps): the warmup's "
-                       "full-precision sums through the shards, or between the workers as in "
-                       "peer mode (the shards then serve only the compressed stage); workers: "
-                       "OneBitAdam and OneBitLamb.")},
+                .Means("With shards (ps, or hierarchical over inter ps): where the warmup's "
+                       "full-precision sums go. shards: through the shards. workers: between "
+                       "the workers, as in peer mode; the shards then serve only the "
+                       "compressed stage. workers needs OneBitAdam or OneBitLamb.")},
            {"warmup_dtype",
             String(&x->warmup_dtype, {"fp32", "bf16", "fp16"})
                 .Means("What the full-precision (warmup) exchange carries on the wire; bf16 "
@@ -900,10 +900,10 @@ Key OnebitBlock(ParseState* s) {
                        "workers).")},
            {"warmup_order",
             String(&x->warmup_order, {"auto", "rank", "ring"})
-                .Means("The fixed order of the full-precision sums: rank (rank 0 up, the "
-                       "shards' order), ring (a warmup between the workers, fp32 wire), or "
-                       "auto: ring where the warmup goes between the workers with the fp32 "
-                       "wire, rank otherwise.")},
+                .Means("The fixed order of the full-precision sums. rank: rank 0 up, the "
+                       "shards' order. ring: for a warmup between the workers with the fp32 "
+                       "wire. auto: ring where the warmup goes between the workers with the "
+                       "fp32 wire, rank otherwise.")},
            {"overlap", Bool(&x->overlap)
                            .Means("Peer mode, or ps with warmup_over \"workers\": exchange "
                                   "the full-precision gradient layer by layer during the "
