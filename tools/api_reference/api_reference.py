@@ -50,7 +50,8 @@ class Errors(list):
     """What the reference cannot say: one message per item, all reported at the end."""
 
     def add(self, item, message):
-        self.append(f"{item}: {message}")
+        if f"{item}: {message}" not in self:
+            self.append(f"{item}: {message}")
 
 
 # ---- docstrings ----
@@ -147,7 +148,7 @@ def keyword_default(k):
     return k.default if isinstance(k.default, str) else f"`{k.default!r}`"
 
 
-def args_table(item, sig, described, errors, keywords=None, skip=()):
+def args_table(item, sig, described, errors, keywords=None):
     """The argument table's lines; an error for each argument without a description and
     each description of an argument the signature lacks. `keywords`: _KEYWORDS entries
     that describe the arguments of those names."""
@@ -178,7 +179,6 @@ def args_table(item, sig, described, errors, keywords=None, skip=()):
         if name not in names:
             errors.add(item, f"the docstring's Args: describes `{name}`, which the signature "
                              f"{sig} does not have")
-    rows = [r for r in rows if r[0] not in skip]
     if not rows:
         return []
     lines = ["| Argument | Default | Description |", "|---|---|---|"]
@@ -213,16 +213,19 @@ def private_base(cls):
     return None
 
 
-def members(cls, package):
+def members(cls, package, own_only=False):
     """cls's public methods and properties defined in the package (not torch's), in the
-    order of their definition: [(name, object)]."""
+    order of their definition: [(name, function or property)]. `own_only`: those cls
+    itself defines."""
     out, seen = [], set()
-    for klass in cls.__mro__:
+    for klass in cls.__mro__[:1] if own_only else cls.__mro__:
         if not klass.__module__.startswith(package):
             continue
         for name, value in vars(klass).items():
             if name.startswith("_") or name in seen:
                 continue
+            if isinstance(value, (staticmethod, classmethod)):
+                value = value.__func__
             if isinstance(value, property) or inspect.isfunction(value):
                 seen.add(name)
                 out.append((name, value))
@@ -300,6 +303,8 @@ def render_class(module, name, cls, errors, package, keywords, shared=None):
             lines += [f"| `{k}` | {cell(keyword_default(e))} | {cell(e.meaning)} |"
                       for k, e in rows if e is not None]
             lines.append("")
+        for member, value in members(cls, package, own_only=True):
+            lines += render_function(f"{item}.{member}", member, value, 4, errors, True)
         return lines
     if defines_init(cls, package):
         _, described, _ = described_text(item, constructor_doc(cls), errors)
@@ -506,8 +511,15 @@ def main(argv=None):
                     help="the job config's reference, which _KEYWORDS is checked against")
     a = ap.parse_args(argv)
     sys.path.insert(0, a.path)
+    try:
+        modules = modules_of(a.package)
+    except ImportError as e:
+        print(f"api_reference: cannot import {a.package} with {sys.executable}: {e}. Run it "
+              "with a Python that has torch (Debian's /usr/bin/python3 with python3-torch)",
+              file=sys.stderr)
+        return 2
     errors = Errors()
-    text = reference(modules_of(a.package), a.package, a.config_md, errors)
+    text = reference(modules, a.package, a.config_md, errors)
     if errors:
         for e in errors:
             print(f"api_reference: FAIL: {e}", file=sys.stderr)
@@ -526,8 +538,8 @@ def main(argv=None):
     diff = list(difflib.unified_diff(committed.splitlines(), text.splitlines(),
                                      "committed", "from the code", lineterm="", n=1))
     print("\n".join(diff[:60] + (["..."] if len(diff) > 60 else [])), file=sys.stderr)
-    print(f"api_reference: FAIL: {a.check} is not what the docstrings give (diff above). "
-          f"Regenerate it: {REGENERATE}", file=sys.stderr)
+    print(f"api_reference: FAIL: {os.path.relpath(a.check, ROOT)} is not what the docstrings "
+          f"give (diff above). Regenerate it: {REGENERATE}", file=sys.stderr)
     return 1
 
 
