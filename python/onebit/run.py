@@ -120,7 +120,7 @@ def _nnodes(value):
 
 
 def parse(argv):
-    """onebit-run's command line, checked: torchrun's flags (module docstring). A bad one
+    """onebit-run's command line, checked (`onebit-run --help` lists the flags). A bad one
     exits 2 with argparse's message.
 
     Args:

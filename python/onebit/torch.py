@@ -714,7 +714,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
     process that builds one is a worker of the job.
 
     The worker joins the job at the first step(), or at the first read of done, rank,
-    world_size, next_step or loss_scale. Until then the model's parameters may still
+    world_size, next_step or loss_scale (which scale() reads). Until then the model's parameters may still
     change, and load_state_dict() may give the state to start after. A `with` block closes
     the optimizer at its end. `opt.state[p]` reads one parameter's state as
     torch.optim.Adam's does: copies, read-only.
@@ -743,6 +743,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             agree with the config's onebit.exchange.overlap where both are given.
         bucket_cap_mb: With overlap on, the most MB of gradients in each bucket that goes
             to the exchange during backward(), as DDP's. The first bucket takes up to 1 MB.
+            It must be > 0.
         **hyper: The type's own hyper-parameters (its section lists them). Any other
             keyword is a TypeError.
     """
