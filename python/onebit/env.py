@@ -41,22 +41,38 @@ def _first_int(names, default, environ):
 
 
 def rank(environ=os.environ):
-    """This process's rank in the job (0 when nothing says)."""
+    """This process's rank in the job (0 when nothing says).
+
+    Args:
+        environ: The environment to read: os.environ, or a dict in its place.
+    """
     return _first_int(("ONEBIT_RANK", "RANK", "SLURM_PROCID"), 0, environ)
 
 
 def world_size(environ=os.environ):
-    """The number of worker processes in the job (1 when nothing says)."""
+    """The number of worker processes in the job (1 when nothing says).
+
+    Args:
+        environ: The environment to read: os.environ, or a dict in its place.
+    """
     return _first_int(("ONEBIT_WORLD_SIZE", "WORLD_SIZE", "SLURM_NTASKS"), 1, environ)
 
 
 def local_rank(environ=os.environ):
-    """This process's rank among the workers on its machine: the GPU it takes."""
+    """This process's rank among the workers on its machine: the GPU it takes.
+
+    Args:
+        environ: The environment to read: os.environ, or a dict in its place.
+    """
     return _first_int(("ONEBIT_LOCAL_RANK", "LOCAL_RANK", "SLURM_LOCALID"), 0, environ)
 
 
 def local_world_size(environ=os.environ):
-    """The number of workers on this machine."""
+    """The number of workers on this machine.
+
+    Args:
+        environ: The environment to read: os.environ, or a dict in its place.
+    """
     return _first_int(("ONEBIT_LOCAL_WORLD_SIZE", "LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE",
                        "SLURM_TASKS_PER_NODE"), 1, environ)
 
@@ -87,7 +103,19 @@ def first_slurm_host(nodelist):
 
 
 class Rendezvous:
-    """How this process finds its job's coordinator."""
+    """How this process finds its job's coordinator: rendezvous() makes one. Each argument
+    is an attribute of the same name.
+
+    Args:
+        coordinator: host:port of the coordinator every rank dials; None where this process
+            runs it alone on a free port.
+        embedded: True where this process (rank 0) runs the coordinator.
+        bind_host: Where the embedded coordinator listens; None when not embedded.
+        grpc_port: The embedded coordinator's gRPC port (0: a free one); None when not
+            embedded.
+        rest_port: Its REST port, the next one (0: a free one); None when not embedded.
+        host: This worker's own address, for gloo and /metrics.
+    """
 
     def __init__(self, coordinator, embedded, bind_host, grpc_port, rest_port, host):
         self.coordinator = coordinator  # host:port every rank dials
@@ -113,7 +141,17 @@ def _own_address(toward):
 
 
 def rendezvous(coordinator=None, environ=os.environ):
-    """Where the coordinator is, and whether this process must run it."""
+    """Where the coordinator is, and whether this process must run it.
+
+    Args:
+        coordinator: host:port of a running coordinator; None: $ONEBIT_COORDINATOR, else
+            rank 0 runs it on MASTER_PORT + 1.
+        environ: The environment to read: os.environ, or a dict in its place.
+
+    Returns:
+        A Rendezvous. ValueError for a MASTER_PORT or ONEBIT_COORDINATOR_PORT that is no
+        port.
+    """
     explicit = coordinator or environ.get("ONEBIT_COORDINATOR")
     master = environ.get("MASTER_ADDR")
     if not master and environ.get("SLURM_JOB_NODELIST"):

@@ -49,9 +49,16 @@ def _ephemeral_low():
 def free_port_run(host="127.0.0.1", count=3):
     """A port p with p .. p + count - 1 free on host a moment ago.
 
-    Drawn below the kernel's ephemeral range where there is room (as torchrun's 29500 is):
-    there, no outgoing connection of any process can take one of the ports between this
+    Drawn below the kernel's ephemeral range where there is room (as torchrun's 29500 is).
+    There no outgoing connection of any process can take one of the ports between this
     probe and the coordinator's bind, as one did when p came from a port-0 bind.
+
+    Args:
+        host: The address to bind the ports on.
+        count: How many consecutive ports must be free.
+
+    Returns:
+        The first port, p. SystemExit when 50 tries found none.
     """
     low = _ephemeral_low()
     lowest = 10000
@@ -113,6 +120,15 @@ def _nnodes(value):
 
 
 def parse(argv):
+    """onebit-run's command line, checked (`onebit-run --help` lists the flags). A bad one
+    exits 2 with argparse's message.
+
+    Args:
+        argv: The arguments after the program's name.
+
+    Returns:
+        An argparse.Namespace; master_port is a number, picked where it was 0.
+    """
     p = argparse.ArgumentParser(prog="onebit-run", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--nproc_per_node", "--nproc-per-node", type=_nproc, default=1,
@@ -283,6 +299,15 @@ class _Group:
 
 
 def main(argv=None):
+    """onebit-run: starts the processes and waits for them, restarting the group after a
+    failure while --max_restarts allows.
+
+    Args:
+        argv: The command line's arguments; None: sys.argv[1:].
+
+    Returns:
+        The exit code: 0, the failed process's, or 128 + the signal that ended it.
+    """
     a = parse(sys.argv[1:] if argv is None else argv)
     group = _Group(a)
     signal.signal(signal.SIGINT, group.forward)

@@ -104,10 +104,73 @@ from onebit import env as _env
 from onebit.env import local_rank, local_world_size, rank, world_size
 
 __all__ = ["OneBitAdam", "ZeroOneAdam", "OneBitLamb", "Adam", "OnebitError", "ScriptError",
-           "load_config",
+           "ScriptValueError", "ScriptRuntimeError", "load_config",
            "rank", "world_size", "local_rank", "local_world_size"]
 
-_UNSET = object()  # a keyword argument the caller did not give
+
+class _Unset:
+    """A keyword argument the caller did not give (its repr is the API reference's)."""
+
+    def __repr__(self):
+        return "unset"
+
+
+_UNSET = _Unset()
+
+# The hyper-parameters the optimizers take as keyword arguments: the job config's
+# optimizer.params keys. A keyword wins over the config's optimizer block; with neither,
+# `default` applies (a str is a rule in words). The constructor takes the defaults of lr,
+# betas, eps, weight_decay and bias_correction from here; the job config applies the
+# others' (config/job_config_schema.cc). The API reference (docs/api.md) prints this table,
+# and its test checks each default against docs/config.md (`config_default`, where the job
+# config's own default differs) and each type's keys against its Types column.
+_Keyword = collections.namedtuple("_Keyword", "default meaning config_default",
+                                  defaults=(None,))
+_KEYWORDS = {
+    "lr": _Keyword(1e-3, "The learning rate. A torch lr_scheduler may move it before any "
+                         "step()."),
+    "betas": _Keyword((0.9, 0.999), "Adam's (beta1, beta2), the same for every param group. "
+                                    "A schedule may move them (OneCycleLR's momentum "
+                                    "cycling)."),
+    "eps": _Keyword(1e-8, "Added to the denominator outside the square root. It is fixed when "
+                          "the optimizer is built: a change in param_groups is a ValueError."),
+    "weight_decay": _Keyword(0.0, "Decoupled weight decay, as torch.optim.AdamW's: "
+                                  "lr * weight_decay * p joins the update, outside the "
+                                  "compressed momentum. Each param group may have and schedule "
+                                  "its own."),
+    "bias_correction": _Keyword(
+        True, "Adam's bias correction, on by default as in torch's Adam. Under a job config "
+              "with an optimizer block, the block's value applies, off by default "
+              "(docs/algorithms.md).", config_default=False),
+    "freeze_step": _Keyword(
+        "automatic (OneBitAdam, OneBitLamb)", "The last warmup step: OneBitAdam and OneBitLamb compress from the next "
+                     "one. Without it the config's onebit.freeze block decides. Without that "
+                     "block too, the coordinator freezes when the variance settles. Adam "
+                     "accepts it and never freezes.", config_default=100000),
+    "update_clip": _Keyword(2.0, "The bound on each element's m/(sqrt(v)+eps) on the steps "
+                                 "whose variance is frozen; weight decay is added after it. It "
+                                 "keeps elements whose variance froze near 0 from moving by "
+                                 "scale/eps. 0 turns it off, as in DeepSpeed. Adam never "
+                                 "freezes, so it has no effect there."),
+    "var_freeze_step": _Keyword(100000, "The last step that may update the variance: the end "
+                                        "of 0/1 Adam's variance stage."),
+    "var_update_scaler": _Keyword(16, "kappa: the variance steps before the interval between "
+                                      "them doubles."),
+    "local_step_scaler": _Keyword(32678, "The local stage's steps before local_step_interval "
+                                         "(the interval between sync steps) doubles."),
+    "local_step_clipper": _Keyword(16, "H: the largest local_step_interval."),
+    "max_coeff": _Keyword(10.0, "The trust ratio's upper clamp."),
+    "min_coeff": _Keyword(0.01, "The trust ratio's lower clamp; above 0 and at most "
+                                "max_coeff."),
+    "coeff_beta": _Keyword(0.9, "The factor of the trust ratio's running average; in [0, 1)."),
+    "factor_max": _Keyword(4.0, "The upper clamp of the compression stage's fresh-variance "
+                                "factor; at least 1."),
+    "factor_min": _Keyword(0.5, "The lower clamp of the compression stage's fresh-variance "
+                                "factor; above 0 and at most 1."),
+    "factor_threshold": _Keyword(0.1, "How far a tensor's fresh-variance factor may move in one "
+                                      "step, as a fraction of its last value."),
+}
+
 # The parameter types onebit trains: float32 ones view its flat buffer; bfloat16 and float16
 # ones keep their memory, and the buffer holds their float32 master copy.
 _PARAM_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -177,16 +240,26 @@ class ScriptError(Exception):
 
 
 class ScriptValueError(ScriptError, ValueError):
-    pass
+    """A ScriptError that is a ValueError: the script asks what the optimizer cannot do (a
+    second optimizer in the job, a parameter without a gradient, ...)."""
 
 
 class ScriptRuntimeError(ScriptError, RuntimeError):
-    pass
+    """A ScriptError that is a RuntimeError: the script did something at the wrong time (a
+    gradient changed after it went to the exchange, a parameter given memory of its own)."""
 
 
 class OnebitError(RuntimeError):
     """The worker stopped: the job failed (exit_code 78: do not restart), or it recovers
-    (75: restart me), or this worker hit an error of its own (1)."""
+    (75: restart me), or this worker hit an error of its own (1).
+
+    Uncaught, it ends the script with its exit_code, as onebit-worker would exit.
+
+    Args:
+        message: Why the worker stopped, in the coordinator's words where it gave them.
+        exit_code: The exit code the job's verdict asks of this process (the attribute of
+            the same name): 78, 75 or 1.
+    """
 
     def __init__(self, message, exit_code=1):
         super().__init__(message)
@@ -293,11 +366,19 @@ def _core():
 
 
 def load_config(config):
-    """The job config as a dict: a path to a JSON file (DeepSpeed's ds_config.json
-    included: // and /* */ comments and trailing commas are taken out as onebit's C++
-    parser does), a dict (a deep copy), or None ({}). A script that reads the config it
-    passes as config= (its batch size, steps, seed) reads it with this, so that both see
-    the same file."""
+    """The job config as a dict, read as the optimizers read their `config`.
+
+    A script that reads the config it passes as `config=` (its batch size, steps, seed)
+    reads it with this, so that both see the same file.
+
+    Args:
+        config: A path to a JSON file, a dict, or None. The file may be DeepSpeed's
+            ds_config.json: its `//` and `/* */` comments and trailing commas are taken out,
+            as onebit's C++ parser does.
+
+    Returns:
+        A new dict: the file's content, a deep copy of the dict, or {} for None.
+    """
     if config is None:
         return {}
     if isinstance(config, dict):
@@ -352,6 +433,35 @@ def _code_digest():
     return digest.hexdigest()
 
 
+# The job config's keys that the optimizers fill in or read themselves (_job_config and the
+# constructor), where docs/config.md's default is not what a script gets: key: the rule. The
+# API reference prints it; its test checks that docs/config.md has each key.
+_CONFIG_FILLED_IN = {
+    "steps": "Without it the job is open-ended: it ends after the last step every worker's "
+             "loop ran (at opt.close(), a `with` block's end or the script's exit).",
+    "optimizer.type": "The optimizer's class. Another type in the config is a ValueError; "
+                      "Adam also takes \"AdamW\".",
+    "optimizer.params": "The hyper-parameter keywords given, which win over the block's.",
+    "onebit.workers": "The launcher's world size. A config's value that differs under a "
+                      "launcher is a ValueError.",
+    "onebit.device": "cuda for CUDA parameters, else cpu.",
+    "onebit.workload.type": "pytorch.",
+    "onebit.workload.parameters": "The number of elements the optimizer trains.",
+    "onebit.freeze": "{\"mode\": \"automatic\"} for OneBitAdam and OneBitLamb without a "
+                     "freeze_step.",
+    "onebit.exchange.overlap": "The overlap keyword's decision.",
+    "onebit.exchange.servers": "\"per_node\" (ps mode only): one shard per node, run by its "
+                               "local rank 0, so world size / local world size shards.",
+    "onebit.exchange.warmup_over": "\"workers\" for OneBitAdam and OneBitLamb with servers "
+                                   "\"per_node\", where the config gives none.",
+    "onebit.failure.max_restarts": "Where the config gives none: the launcher's "
+                                   "--max_restarts (TORCHELASTIC_MAX_RESTARTS), if higher "
+                                   "than the default.",
+    "onebit.momentum_mask.ranges": "The config's ranges and those of the param groups' "
+                                   "exp_avg_mask.",
+}
+
+
 def _job_config(job, optimizer_type, explicit, n, device, notes=None):
     """The whole job config: `job` (the user's, maybe {}) with the keyword arguments in its
     optimizer block and what the launcher and the model say in its onebit block. Defaults
@@ -370,7 +480,7 @@ def _job_config(job, optimizer_type, explicit, n, device, notes=None):
     if keywords_only:
         # Configured like torch.optim.Adam, it behaves like it; a job config's optimizer
         # block keeps its own default (off, docs/algorithms.md).
-        hp.setdefault("bias_correction", True)
+        hp.setdefault("bias_correction", _KEYWORDS["bias_correction"].default)
     ob = job.setdefault("onebit", {})
     if optimizer_type in ("OneBitAdam", "OneBitLamb") and "freeze_step" not in hp and \
             "freeze" not in ob:
@@ -600,6 +710,43 @@ class _State(collections.abc.Mapping):
 
 
 class _OnebitOptimizer(torch.optim.Optimizer):
+    """A torch.optim.Optimizer whose step() runs the job's exchange and update in C++: each
+    process that builds one is a worker of the job.
+
+    The worker joins the job at the first step(), or at the first read of done, rank,
+    world_size, next_step or loss_scale (which scale() reads). Until then the model's parameters may still
+    change, and load_state_dict() may give the state to start after. A `with` block closes
+    the optimizer at its end. `opt.state[p]` reads one parameter's state as
+    torch.optim.Adam's does: copies, read-only.
+
+    Args:
+        params: The parameters to train, as torch.optim takes them: tensors, (name, tensor)
+            pairs from model.named_parameters(), or param-group dicts. Those that do not
+            require a gradient are left out. They must be float32, bfloat16 or float16,
+            dense and contiguous, all on one device.
+        decoupled_weight_decay: True, torch 2's keyword for AdamW's decoupled weight decay.
+            False, the L2 form of torch.optim.Adam, is a ValueError: add the L2 term to the
+            loss instead.
+        config: The job config: a path to a JSON file, a dict, or None for $ONEBIT_CONFIG
+            (none where it is unset). It gives the rest of the job: exchange mode, steps,
+            checkpoints, freezing, security. The keywords win over its optimizer block. A
+            path or dict in lr's place is taken as config, the older form.
+        coordinator: host:port of a running onebit-coordinator. None: $ONEBIT_COORDINATOR,
+            else rank 0 runs the job's coordinator in its own process on MASTER_PORT + 1.
+        timeout_s: How long step() waits for the worker to finish a step before it raises
+            OnebitError. Rank 0 also waits up to this long at the end, for the others to
+            finish the job.
+        overlap: Whether the warmup's full-precision exchange starts during backward(), as
+            DDP's does. None: on for CPU tensors where the warmup goes between the workers
+            (peer mode, or ps with warmup_over "workers"), without fp16 loss scaling or
+            gradient_accumulation_steps. True where it cannot work is a ValueError. It must
+            agree with the config's onebit.exchange.overlap where both are given.
+        bucket_cap_mb: With overlap on, the most MB of gradients in each bucket that goes
+            to the exchange during backward(), as DDP's. The first bucket takes up to 1 MB.
+            It must be > 0.
+        **hyper: The type's own hyper-parameters (its section lists them). Any other
+            keyword is a TypeError.
+    """
     _type = None  # the job config's optimizer.type
     _own = ()     # the type's own keyword hyper-parameters (optimizer.params keys)
     _states = ()  # the type's state tensors besides exp_avg and exp_avg_sq, from step 1
@@ -636,8 +783,9 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         job = load_config(config)
         block = job.get("optimizer", {}).get("params", {})
         block = {**block, **explicit}
-        defaults = {"lr": block.get("lr", 1e-3), "betas": tuple(block.get("betas", (0.9, 0.999))),
-                    "eps": block.get("eps", 1e-8), "weight_decay": block.get("weight_decay", 0.0)}
+        defaults = {key: block.get(key, _KEYWORDS[key].default)
+                    for key in ("lr", "betas", "eps", "weight_decay")}
+        defaults["betas"] = tuple(defaults["betas"])
         params, self._names, frozen = _named_and_trainable(params)
         if not params and frozen:
             raise ValueError(f"no parameter requires a gradient ({frozen} left out: "
@@ -900,22 +1048,44 @@ class _OnebitOptimizer(torch.optim.Optimizer):
     # ---- what the job says ----
     @property
     def rank(self):
+        """This worker's rank in the job: the launcher's, where it names one."""
         return self._joined().rank
 
     @property
     def world_size(self):
+        """The number of workers in the job."""
         return self._joined().world_size
 
     @property
     def next_step(self):
-        """The step the next step() call completes (-1 once done); with the job config's
-        gradient_accumulation_steps K, step() is called after every micro-batch and this
-        counts micro-batches (optimizer step t ends with micro-batch t * K)."""
+        """The step the next step() call completes, or -1 once done. With the job config's
+        gradient_accumulation_steps K, step() is called after every micro-batch, and this
+        counts micro-batches: optimizer step t ends with micro-batch t * K."""
         self._joined()
         return self._next
 
     # ---- the training loop ----
     def step(self, closure=None, loss=None, **kwargs):
+        """Hands this worker's gradient to the job's step and returns once the step's new
+        parameters are in place.
+
+        Every parameter needs a gradient since the last step. With the job config's
+        gradient_accumulation_steps K, call it after each micro-batch: every K-th call ends
+        an optimizer step. After the job's last step, or after close(), it raises
+        OnebitError; so does a worker that stopped (a lost peer, the job's failure).
+
+        Args:
+            closure: A function that runs backward() and returns the loss, as torch.optim's
+                takes; called with gradients enabled before the step. None: no closure.
+            loss: This step's loss, a tensor or a number: the worker logs it, exports it,
+                and watches it for a jump after the freeze. None: no loss this step.
+            **kwargs: Only grad_scaler, which the GradScaler of torch < 2.1 passes: a
+                ScriptValueError (torch >= 2.1's GradScaler works). Any other is a
+                TypeError.
+
+        Returns:
+            The loss: the closure's result, else `loss`.
+        """
         # torch.amp.GradScaler (torch >= 2.1) sets grad_scale and found_inf here before it
         # calls step(); older ones hand themselves over as grad_scaler=.
         if kwargs.get("grad_scaler") is not None:
@@ -1071,27 +1241,41 @@ class _OnebitOptimizer(torch.optim.Optimizer):
 
     @property
     def loss_scale(self):
-        """What the loss is multiplied by before backward() under the job config's fp16 block
-        (dynamic loss scaling: every worker skips a step whose gradient overflowed on any of
-        them, and the scale halves; it doubles after fp16.loss_scale_window good steps), or
-        1.0 without it. It may change at every step()."""
+        """What the loss is multiplied by before backward() under the job config's fp16
+        block, or 1.0 without it. It may change at every step(). Its scaling is dynamic:
+        every worker skips a step whose gradient overflowed on any of them, and the scale
+        halves. It doubles after fp16.loss_scale_window good steps."""
         self._joined()
         return self._loss_scale
 
     def scale(self, loss):
-        """`loss` times loss_scale, as torch's GradScaler.scale: call backward() on what it
-        returns, and hand step() the loss itself (`opt.step(loss=loss)`); onebit divides the
-        scale out of the gradient before clipping and the exchange."""
+        """`loss` times loss_scale, as torch's GradScaler.scale. Call backward() on what it
+        returns, and hand step() the loss itself (`opt.step(loss=loss)`). onebit divides the
+        scale out of the gradient before clipping and the exchange.
+
+        Args:
+            loss: The loss tensor to scale.
+
+        Returns:
+            `loss * loss_scale`.
+        """
         return loss * self.loss_scale
 
     def clip_grad_norm_(self, max_norm, norm_type=2.0):
         """Clips the next step's gradient by its global L2 norm, as
-        torch.nn.utils.clip_grad_norm_ does, but where onebit has the gradient: in the
-        warmup the exact average of every worker's gradient (what DDP clips), in the
-        compression stage this worker's own (no gradient is averaged there: the momentum
-        is). The same as the config's gradient_clipping for that step, which it replaces.
-        Returns the total norm of this worker's gradient now, as torch's does (with the loss
-        scale divided out under fp16 loss scaling)."""
+        torch.nn.utils.clip_grad_norm_ does, but where onebit has the gradient. In the
+        warmup that is the exact average of every worker's gradient, which DDP clips. In
+        the compression stage it is this worker's own: no gradient is averaged there, only
+        the momentum. For that step it replaces the config's gradient_clipping.
+
+        Args:
+            max_norm: The largest L2 norm the gradient keeps: >= 0 and finite.
+            norm_type: 2.0, the only norm onebit clips by; another is a ValueError.
+
+        Returns:
+            The total L2 norm of this worker's gradient now, as torch's returns it, with the
+            loss scale divided out under fp16 loss scaling.
+        """
         if float(norm_type) != 2.0:
             raise ValueError(f"onebit clips by the L2 norm (norm_type=2), not {norm_type}")
         max_norm = float(max_norm)
@@ -1296,9 +1480,14 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         return betas[0]
 
     def add_param_group(self, param_group):
-        """torch.optim's, while the optimizer is being built. Afterwards a ValueError: the
+        """torch.optim's, while the optimizer is being built; afterwards a ValueError. The
         parameters are one flat buffer, sized and counted by the job when the optimizer was
-        built, so a group added later (layers unfrozen in fine-tuning) would never train."""
+        built, so a group added later (layers unfrozen in fine-tuning) would never train.
+
+        Args:
+            param_group: A dict with "params" and the group's own hyper-parameters, as
+                torch.optim takes it.
+        """
         if hasattr(self, "_params"):
             raise ValueError(
                 "add_param_group after the optimizer was built: onebit's parameters are one "
@@ -1308,6 +1497,13 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         super().add_param_group(param_group)
 
     def zero_grad(self, set_to_none=True):
+        """Clears every parameter's gradient, as torch.optim's does. A gradient zeroed in
+        place counts as none: step() needs a new one from backward().
+
+        Args:
+            set_to_none: True: each .grad becomes None, and step() copies the tensors
+                backward() makes into the exchange's buffer. False: zeroed in place.
+        """
         super().zero_grad(set_to_none=set_to_none)
         # Zeroing in place is no new gradient, and what arrived before is gone.
         self._arrived = [False] * len(self._params)
@@ -1339,21 +1535,21 @@ class _OnebitOptimizer(torch.optim.Optimizer):
 
     def state_dict(self):
         """The optimizer's state between two steps, or after the last one once the job is
-        over, in torch.optim's layout (copies; torch.save, torch.load(weights_only=True) and
-        torch.distributed.checkpoint take it):
+        over, in torch.optim's layout. It holds copies. torch.save,
+        torch.load(weights_only=True) and torch.distributed.checkpoint take it:
 
         - "state": {index: {"step", "exp_avg", "exp_avg_sq", and an optimizer's own
-          tensors}}, each on its parameter's device and of its shape (empty before the
-          first step, as torch's);
-        - "param_groups": [{the hyper-parameters, "params": [indices]}]; the first group
+          tensors}}, each on its parameter's device and of its shape. It is empty before
+          the first step, as torch's.
+        - "param_groups": [{the hyper-parameters, "params": [indices]}]. The first group
           also holds onebit's own part under "onebit": the job's step and freeze step, the
-          rank and world size that saved it, this worker's error buffers ("errors":
-          worker_error, and server_error in peer mode), the optimizer's and the trainer's
-          scalars (fp16's loss scaler). It sits in a group because
-          torch.distributed.checkpoint keeps only "state" and "param_groups".
+          rank and world size that saved it, and this worker's error buffers. It holds the
+          optimizer's and the trainer's scalars too, such as fp16's loss scaler. It sits in
+          a group because torch.distributed.checkpoint keeps only "state" and
+          "param_groups".
 
-        Before the first step this does not join the job: the state is step 0's, zeros
-        (after a load_state_dict, the state loaded), so that torch.distributed.checkpoint's
+        Before the first step this does not join the job. The state is then step 0's, zeros,
+        or the state a load_state_dict() gave. So torch.distributed.checkpoint's
         get_optimizer_state_dict gives dcp.load a template to load into.
         """
         if self._worker is None and not self._done:
@@ -1450,20 +1646,26 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         return raw, groups
 
     def load_state_dict(self, state_dict):
-        """Puts back a state_dict(), as torch.optim's does (the parameters are the model's:
-        load them with model.load_state_dict).
+        """Puts back a state_dict(), as torch.optim's does. The parameters are the model's:
+        load them with model.load_state_dict.
 
         Before the first step (a fresh job: the torch.save/torch.load way to resume), the
-        job starts after the state's step: moments and the optimizer's scalars come from
-        it, and this worker's error buffers too when the same rank of as many workers
-        saved it (else they start at zero, as a checkpoint of another topology does). Every
-        worker must load a state of the same step; the coordinator fails the job, naming
-        both, when they differ. A job with parameter-server shards resumes from its
-        checkpoint.dir instead, and a committed checkpoint of the job (a recovery) wins
-        over a loaded state. A state of step 0 (saved before any step) loads no moments.
+        job starts after the state's step. Moments and the optimizer's scalars come from
+        it. This worker's error buffers do too when the same rank of as many workers saved
+        it; else they start at zero, as from a checkpoint of another topology. Every worker
+        must load a state of the same step: the coordinator fails the job, naming both,
+        when they differ. A job with parameter-server shards resumes from its
+        checkpoint.dir instead. A committed checkpoint of the job (a recovery) wins over a
+        loaded state. A state of step 0 (saved before any step) loads no moments.
 
-        Later, a state of the step the job is at (the coordinator decides the steps).
-        ValueError, and no change, for another step or a state that does not fit."""
+        Later, it takes a state of the step the job is at (the coordinator decides the
+        steps). Another step, or a state that does not fit, is a ValueError and changes
+        nothing.
+
+        Args:
+            state_dict: What state_dict() returned, maybe through torch.save and
+                torch.load, or torch.distributed.checkpoint.
+        """
         state, groups = self._flat_state(state_dict)
         for key in ("step", "freeze_step", "tensors", "scalars", "errors", "trainer"):
             if key not in state:
@@ -1504,10 +1706,16 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         """Stops the worker: the job hears of it (the trainer fails with `why`) unless it
         is over already. In a job without steps it ends the loop instead: the job ends after
         the last step every worker ran. Rank 0 of a job whose coordinator it runs keeps it
-        until the job is over; if it stops first, the job fails, or recovers when the
-        reason is `restartable` (an exception: a launcher's restart may fix it) or the
-        worker stopped by itself. A `with` block calls it at its end, and so does the end
-        of the script."""
+        until the job is over. If rank 0 stops first, the job fails, or recovers where
+        the reason is `restartable` or the worker stopped by itself. A `with` block calls
+        it at its end, and so does the end of the script.
+
+        Args:
+            why: The reason the job hears. None: that the script closed the optimizer, and
+                after which step.
+            restartable: True where a launcher's restart may fix the reason (an
+                exception): the job recovers instead of failing.
+        """
         why = why or self._ended_early("the script closed the optimizer")
         if self._worker is None:
             # Never joined: nothing of this worker's ran. The job hears of it through rank
