@@ -23,7 +23,7 @@ readme_lines=$(wc -l < "$root/README.md")
 
 work="${TEST_TMPDIR:-$(mktemp -d)}/site-src"
 rm -rf "$work" && mkdir -p "$work"
-cp -L "$root/mkdocs.yml" "$work/"
+cp -L "$root/mkdocs.yml" "$root/README.md" "$work/"
 cp -rL "$root/docs" "$work/docs"
 
 site="$work/../site"
