@@ -18,7 +18,8 @@ import statistics
 import sys
 
 LIMIT = 40
-PAGES = ["README.md", "RELIABILITY.md", "BENCHMARKS.md", "CHANGELOG.md"]
+PAGES = ["README.md", "RELIABILITY.md", "BENCHMARKS.md", "CHANGELOG.md", "examples/README.md",
+         "results/README.md"]
 SKIP = {"docs/config.md"}  # generated from the config parser
 BUDGET = "docs/prose_budget.json"
 
