@@ -18,7 +18,8 @@ loss_fn = torch.nn.MSELoss()
 model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
 initial = loss_fn(model(x), y).item()
 opt = ot.OneBitAdam(model.parameters(), config=config)
-loader = DataLoader(data, batch_size=ot.load_config(config)["train_micro_batch_size_per_gpu"], sampler=sampler)
+batch_size = ot.load_config(config)["train_micro_batch_size_per_gpu"]
+loader = DataLoader(data, batch_size=batch_size, sampler=sampler)
 
 for epoch in range(2):  # 32 optimizer steps an epoch with 2 processes
     sampler.set_epoch(epoch)

@@ -17,8 +17,9 @@ loss_fn = torch.nn.MSELoss()
 
 model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
 initial = loss_fn(model(x), y).item()
-engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
-loader = DataLoader(data, batch_size=engine.train_micro_batch_size_per_gpu(), sampler=sampler)
+engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+batch_size = engine.train_micro_batch_size_per_gpu()
+loader = DataLoader(data, batch_size=batch_size, sampler=sampler)
 device = engine.device  # a GPU: DeepSpeed's 1-bit Adam runs on GPUs only
 
 for epoch in range(2):  # 32 optimizer steps an epoch with 2 processes
