@@ -24,8 +24,9 @@ local_step_clipper; OneBitLamb's max_coeff, min_coeff, coeff_beta, factor_max,
 factor_min, factor_threshold). `config` (a path or a dict of the job config JSON that
 onebit-launch and onebit-worker read; default $ONEBIT_CONFIG) gives the rest: exchange
 mode, steps, checkpoints, freezing, security. Keyword arguments win over its optimizer
-block. Without a config: peer mode, gloo for CPU tensors and NCCL for CUDA ones, a static
-freeze, the world size from the launcher, and the parameter count from the model.
+block. Without a config: peer mode over gloo (for CPU and CUDA tensors alike; NCCL needs
+optimizer.params.comm_backend_name "nccl"), a static freeze, the world size from the
+launcher, and the parameter count from the model.
 
 THE JOB is found from the launcher's environment (onebit/env.py): torchrun's RANK,
 WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT, Slurm's SLURM_PROCID, SLURM_NTASKS,
