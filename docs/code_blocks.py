@@ -712,7 +712,7 @@ class Runner:
                     return False, command, "\n".join(outputs), None
                 env["ONEBIT_CONFIG"] = os.path.join(cwd, f"line{i + 1}.json")
             shown = command + (" (as onebit-run)" if effective != command else "") + (
-                f"    (ONEBIT_CONFIG: {json.dumps(config)})" if config else "")
+                f"    (ONEBIT_CONFIG: {json.dumps(config)})".replace(cwd, ".") if config else "")
             what.append(shown)
             key = ("shell", effective, json.dumps(config, sort_keys=True).replace(cwd, ""),
                    json.dumps(files, sort_keys=True))
@@ -769,6 +769,9 @@ def run_blocks(root, by_page, python, only, out):
             print(f"{b.where}: run ({b.kind}): {state} in {took:.1f} s{same}", file=out)
             for line in what.split("\n"):
                 print(f"    {line}", file=out)
+            last = [line for line in output.split("\n") if line.strip()][-1:]
+            if ok and last:
+                print(f"    | {last[0][:150]}", file=out)
             if not ok:
                 tail = output.strip().split("\n")[-60:]
                 errors.append(f"{b.where}: this {b.kind} block failed:\n" + _indent(b.text) +
