@@ -158,7 +158,7 @@ def markdown_renderer(root):
     class _Loader(yaml.SafeLoader):
         pass
 
-    # mkdocs.yml may hold mkdocs' own !!python/name tags; none of them matter here.
+    # mkdocs.yml may hold the Python tags of mkdocs' own YAML loader: none matter here.
     _Loader.add_multi_constructor("tag:yaml.org,2002:python/", lambda *a: None)
     _Loader.add_multi_constructor("!", lambda *a: None)
     with open(os.path.join(root, "mkdocs.yml")) as f:
