@@ -623,16 +623,22 @@ class Runner:
     def config_of(self, b, page_blocks, fill_dir):
         """The whole job config the block stands for (see the module's docstring)."""
         cfg = place(config_fragment(b.text, fill_dir), b.arg)
-        if b.text.lstrip().startswith("{") and not b.arg:
+        base = self.base_of(b, page_blocks)
+        if base is None:
             return unmark(cfg)
-        base = {}
-        for other in page_blocks:
-            if other is b:
-                break
+        return merge(unmark(config_fragment(base.text, fill_dir)), cfg)
+
+    @staticmethod
+    def base_of(b, page_blocks):
+        """The whole config a fragment goes into: the page's last one above it, or None."""
+        if b.text.lstrip().startswith("{") and not b.arg:
+            return None  # a whole config itself
+        base = None
+        for other in page_blocks[:page_blocks.index(b)]:
             if (other.status == "run" and other.kind == "config" and not other.arg
                     and other.text.lstrip().startswith("{")):
-                base = unmark(config_fragment(other.text, fill_dir))
-        return merge(base, cfg)
+                base = other
+        return base
 
     def run_config(self, b, page_blocks):
         cwd = self.fresh_dir("config")
@@ -646,7 +652,9 @@ class Runner:
             cfg = self.config_of(b, page_blocks, fill_dir)
         except json.JSONDecodeError as e:
             return False, "json", f"not JSON (after `...` and fragments are resolved): {e}", None
-        what = "onebit._native.check_config (the C++ parser) on " + json.dumps(cfg)
+        base = self.base_of(b, page_blocks)
+        what = ("onebit._native.check_config (the C++ parser) on " + json.dumps(cfg) +
+                (f" (the block put into the config of {base.where})" if base else ""))
         ok, out, first = self.check_config(cfg, cwd, b.where)
         return ok, what, out, first
 
@@ -655,9 +663,12 @@ class Runner:
         path = os.path.join(cwd, name)
         with open(path, "w") as f:
             json.dump(cfg, f, indent=1)
-        code = ("import sys; from onebit import _native; "
-                "notices = _native.check_config(sys.argv[1]); "
-                "print('config OK' + ''.join('; notice: ' + n for n in notices))")
+        code = ("import sys; from onebit import _native\n"
+                "try:\n"
+                "    notices = _native.check_config(sys.argv[1])\n"
+                "except ValueError as e:\n"
+                "    sys.exit(f'the C++ parser refused it: {e}')\n"
+                "print('config OK' + ''.join('; notice: ' + n for n in notices))\n")
         return self._exec(("config", json.dumps(cfg, sort_keys=True).replace(cwd, "")),
                           where, [self.python, "-c", code, path], cwd, self.env())
 
@@ -719,9 +730,10 @@ class Runner:
             ok, out, first = self._exec(key, b.where, ["bash", "-euo", "pipefail", "-c",
                                                        effective], cwd, env)
             firsts.add(first)
-            outputs.append(f"$ {shown}\n{out}")
             if not ok:
+                outputs.append(f"$ {shown}\n{out}")
                 return False, "\n".join(what), "\n".join(outputs), None
+            outputs.append(f"$ {shown}: ok")
         first = firsts.pop() if len(firsts) == 1 else None  # every line ran before, there
         return True, "\n".join(what), "\n".join(outputs), first
 
