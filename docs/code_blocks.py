@@ -25,22 +25,26 @@ How a `run` block runs (with --run; in //docs:code_blocks_test), by its kind:
   before POSTLUDE (an optimizer the snippet built but never stepped trains a few steps, so
   that its job runs), as a 2-rank job under `python3 -m onebit.run` (onebit-run, onebit's
   torchrun stand-in), in an empty directory holding job.json (JOB_JSON). A line that is
-  only `...` stands for the rest of the quick start's step (STEP).
+  only `...` stands for the rest of the quick start's step (STEP). A job that says it
+  failed fails the block even where the process exits 0 (JOB_FAILED).
 - config (text starting with `{`, or a `"key": ...` fragment): a job config, loaded by
   onebit's own C++ parser through the package (onebit._native.check_config), so that an
-  unknown key or a bad value fails. `{...,`, `, ...}` mean "the rest" and are dropped; a
-  `...` value becomes the path of a fresh directory. A fragment goes into the page's last
-  whole config above it (none: an empty one), at the marker's `at` path.
-- shell (anything else): each command line with bash, in a copy of the test's files (the
-  repository's files the test has: docs/BUILD), in this order of stand-ins on PATH:
-  `python3` (the interpreter with torch, the package on PYTHONPATH), `onebit-run`
-  (python3 -m onebit.run, on a free port unless the line gives one), `torchrun` (as
-  onebit-run: Debian 12's torchrun fails at start, as README.md says), and `bazel` (only
-  `bazel run //PKG:NAME -- ARGS`, as the built target). Also:
+  unknown key or a bad value fails. A fragment goes into the page's last whole config
+  above it (none: an empty one), at the marker's `at` path; each object of it replaces
+  the one in its place, except an object with `...` ("the rest": `{...,` or `, ...}`),
+  which adds to it. A `...` value becomes the path of a fresh directory.
+- shell (anything else): each command line with `bash -euo pipefail -c`, in a fresh copy
+  of the files the test has (docs/BUILD's data; the repository's files when run from a
+  checkout), with these stand-ins first on PATH: `python3` (the interpreter with torch,
+  the package on PYTHONPATH), `onebit-run` (python3 -m onebit.run, on a free port unless
+  the line gives one), `torchrun` (as onebit-run: Debian 12's torchrun fails at start, as
+  README.md says), and `bazel` (only `bazel run //PKG:NAME -- ARGS`: the built target).
+  Also:
     * train.py is the page's last python `run` block above, as that block runs;
     * a line's trailing `...` is the previous line's arguments;
     * a job config fragment in a line's comment (`# with "onebit": {"checkpoint": ...}`)
-      is that line's job config ($ONEBIT_CONFIG), so that a wrong key there fails.
+      is checked by the parser, then is that line's job config ($ONEBIT_CONFIG), so
+      that a wrong key there fails.
 Identical runs (README.md's quick start and docs/pytorch.md's) run once.
 
 Usage: code_blocks.py ROOT [--run] [--python PY] [--page PAGE ...] [--only PAGE:LINE]
@@ -57,6 +61,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -576,18 +581,29 @@ class Runner:
         if key in self.done:
             ok, out, first = self.done[key]
             return ok, out, first
+        # A session of its own: whatever it started (a job's ranks) ends with it.
+        p = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            p = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, timeout=TIMEOUT_S)
-            out = p.stdout.decode(errors="replace")
-            ok = p.returncode == 0
-            if ok and JOB_FAILED.search(out):
-                ok, out = False, out + "\n(exit 0, but the job failed: the lines above)"
-            elif not ok:
-                out += f"\n(exit {p.returncode})"
-        except subprocess.TimeoutExpired as e:
-            out = (e.stdout or b"").decode(errors="replace") + f"\n(timed out after {TIMEOUT_S} s)"
-            ok = False
+            raw, _ = p.communicate(timeout=TIMEOUT_S)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if timed_out:
+            raw, _ = p.communicate()
+        out = raw.decode(errors="replace")
+        ok = p.returncode == 0 and not timed_out
+        if timed_out:
+            out += f"\n(timed out after {TIMEOUT_S} s)"
+        elif ok and JOB_FAILED.search(out):
+            ok, out = False, out + "\n(exit 0, but the job failed: the lines above)"
+        elif not ok:
+            out += f"\n(exit {p.returncode})"
         self.done[key] = (ok, out, where)
         return ok, out, None
 

@@ -10,6 +10,7 @@ native core (no Python snippet: the page check runs those).
 import io
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -105,6 +106,17 @@ class CodeBlocksTest(unittest.TestCase):
                              "before the failure", "(exit 3)")
         self.assertNotIn("never\n", errors[0].split("output")[1])
         self.assertEqual(self.check("<!-- code: run -->\n    echo fine\n    true\n", run=True), [])
+
+    def test_a_run_block_that_hangs_fails_and_leaves_nothing_behind(self):
+        timeout, cb.TIMEOUT_S = cb.TIMEOUT_S, 2
+        try:
+            page = "<!-- code: run -->\n    (sleep 300; touch late) & echo started; sleep 300\n"
+            errors = self.check(page, run=True)
+        finally:
+            cb.TIMEOUT_S = timeout
+        self.assertFailsWith(errors, "docs/page.md:2", "started", "(timed out after 2 s)")
+        gone = subprocess.run(["pgrep", "-f", "sleep 300; touch late"], capture_output=True)
+        self.assertNotEqual(gone.returncode, 0, gone.stdout)
 
     def test_a_job_config_with_a_wrong_key_fails(self):
         good = '{"steps": 10, "onebit": {"workers": 2, "exchange": {"mode": "peer"}}}'
