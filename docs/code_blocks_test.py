@@ -149,6 +149,15 @@ class CodeBlocksTest(unittest.TestCase):
         self.assertFailsWith(self.check(page, run=True), "docs/page.md:3: this python block",
                              "not Python")
 
+    def test_a_python_block_whose_job_fails_fails_even_at_exit_0(self):
+        # The prelude's job.json has 6 steps; the loop stops after 2: the job fails at the
+        # script's exit, which onebit's script survives with exit 0.
+        page = ("<!-- code: run -->\n```python\n"
+                'opt = ot.OneBitAdam(model.parameters(), lr=1e-3, config="job.json")\n'
+                "for step in range(1, 3):\n    x, y = batch_of(step)\n    ...\n```\n")
+        self.assertFailsWith(self.check(page, run=True), "docs/page.md:3: this python block",
+                             "the training loop is shorter than the job")
+
     def test_train_py_is_the_python_block_above(self):
         page = "<!-- code: run -->\n    python3 train.py\n"
         self.assertFailsWith(self.check(page, run=True), "train.py: no python `run` block above")
