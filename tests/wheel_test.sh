@@ -157,6 +157,10 @@ py=/usr/bin/python3
 if "$py" -c "import torch, ensurepip" 2>/dev/null; then
   "$py" -m venv --system-site-packages venv
   venv/bin/python -m pip install -q --no-index --no-cache-dir "$wheel"
+  # docs/install.md's check of the install, as the page gives it (//docs:code_blocks_test
+  # holds the page to these two lines).
+  venv/bin/python -c "import onebit.torch as ot; print(ot.OneBitAdam)"
+  venv/bin/onebit-run --help >/dev/null
   for c in onebit-coordinator onebit-server onebit-worker onebitctl onebit-launch onebit-run; do
     [ -x "venv/bin/$c" ] || { echo "FAIL: $c is not on the venv's PATH"; exit 1; }
   done

@@ -3,7 +3,7 @@
 # 1-bit Adam at several freeze steps, with the automatic freeze, and once without the update
 # clip, against Adam over DDP on the same data, model, seed and steps.
 #
-#   examples/tiny_transformer_lm/sweep.sh              # every run (~15 minutes on 2 cores)
+#   examples/tiny_transformer_lm/sweep.sh              # every run (~5 minutes on 2 cores)
 #   PLOT_ONLY=1 examples/tiny_transformer_lm/sweep.sh  # redraw the plot from out/sweep
 #
 # Writes results/tiny_transformer_lm/sweep/sweep.csv (run, freeze step, held-out loss) and
