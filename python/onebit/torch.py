@@ -923,6 +923,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         self._done = False
         self._stopped = None  # why the worker stopped, once it did
         self._stopped_code = 1  # the exit code its verdict asks for
+        self._failed_job = None  # why this script's own loop failed the job, if it did
         self._clip = None     # clip_grad_norm_'s max_norm for the next step
         me = weakref.ref(self)
         atexit.register(lambda: me() is not None and me()._at_exit())
@@ -984,6 +985,14 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             else:
                 self.close(self._stopped or self._ended_early("the script exited"))
         self._close_coordinator()
+        if self._failed_job:
+            # This script's loop ended before the job's last step, so the job failed for
+            # good: the process says so to its launcher, as every other rank's does.
+            print(f"onebit: the job failed: {self._failed_job}; exiting with 78 (do not "
+                  "restart)", file=sys.stderr)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(78)
         if self._stopped and self._worker is not None and self._worker.join(10.0) is None:
             # The script caught the job's OnebitError and ended; the worker's thread is
             # still blocked in an exchange with a peer that stopped, and the interpreter's
@@ -1736,6 +1745,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
                 # The loop ended before the job's last step: it would end early again after
                 # any restart, so the job fails at once (reported while still a member).
                 self._worker.fail_job(why, self._last_step())
+                self._failed_job = why
             elif not stopped and self._coordinator is None:
                 # The script raised: the job recovers at once, naming this worker and the
                 # error, where its peers would otherwise wait out a heartbeat timeout (rank

@@ -2083,6 +2083,9 @@ class TrainedLikeTorchOptim(unittest.TestCase):
         r, out = self.run_alone(LOOP_LENGTH, "2")
         self.assertIn("the script exited after step 2 of the job's 4 (onebit.steps): the "
                       "training loop is shorter than the job", out)
+        # The job failed for good: the process tells its launcher (before: exit 0).
+        self.assertEqual(r.returncode, 78, out[-3000:])
+        self.assertIn("exiting with 78 (do not restart)", out)
 
     def test_without_a_freeze_step_the_freeze_is_automatic(self):
         # Before: freeze_step's default, 100000, and a job that never compressed, silently.
