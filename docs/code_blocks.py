@@ -176,6 +176,10 @@ def markdown_renderer(root):
                 settings[name] = dict(value or {})
         else:
             names.append(entry)
+    if "pymdownx.snippets" in settings:
+        # Its paths are relative to where mkdocs runs: the repository's root.
+        settings["pymdownx.snippets"]["base_path"] = [
+            os.path.join(root, p) for p in settings["pymdownx.snippets"].get("base_path", ["."])]
     return lambda: markdown.Markdown(extensions=names, extension_configs=settings)
 
 
