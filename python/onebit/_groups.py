@@ -15,7 +15,8 @@ def _hyper_groups(param_groups, job):
     multiple of the job's, so the config's scheduler moves every group alike; betas and
     eps are the job's for all (the momentum is one flat exchange). Several groups are
     always the worker's groups, alike or not, so that a weight-decay schedule may move
-    each on its own (groups with the job's values change no bit)."""
+    each on its own (groups with the job's values change no bit). `job`: the job's lr,
+    betas, eps and weight_decay (the optimizer's torch.optim defaults)."""
     groups, begin, same = [], 0, True
     for i, group in enumerate(param_groups):
         for key in ("betas", "eps"):
@@ -48,7 +49,8 @@ def _masked_ranges(param_groups, flat):
     parameters takes it as exp_avg *= mask does, broadcast) masks, in order, adjacent
     runs joined: the job config's onebit.momentum_mask.ranges, so every worker's mask is
     checked against the others' at registration. ValueError for a mask that does not
-    fit a parameter, holds another value, or has too many runs for a config."""
+    fit a parameter, holds another value, or has too many runs for a config. `flat`: the
+    parameters (a _FlatParams), in param_groups' order."""
     runs, i = [], 0
     for g, group in enumerate(param_groups):
         mask = group.get("exp_avg_mask")
@@ -97,6 +99,7 @@ class _Schedule:
     values, and its config's scheduler, stand."""
 
     def __init__(self, param_groups, defaults):
+        """param_groups as built, with torch.optim's `defaults` (the job's lr and betas)."""
         # A torch lr_scheduler writes group["lr"]; each step hands the job's lr it implies
         # to the C++ side (lr()).
         self._job_lr = float(defaults["lr"])
@@ -110,7 +113,8 @@ class _Schedule:
     def lr(self, param_groups, config_scheduler):
         """The job's lr for this step when the param groups' lrs moved (a torch
         lr_scheduler), else None (the config's lr and scheduler). Groups keep their ratio
-        to the job's lr (fixed at construction), so they must all move by one factor."""
+        to the job's lr (fixed at construction), so they must all move by one factor.
+        `config_scheduler`: the job config has a scheduler of its own."""
         lrs = [float(g["lr"]) for g in param_groups]
         if lrs == self._initial_lrs:
             return None
@@ -157,7 +161,8 @@ class _Schedule:
     def betas(self, param_groups, config_cycles_betas):
         """The betas for this step when a schedule moved them in param_groups (OneCycleLR's
         momentum cycling), else None (the config's betas and scheduler). Every group must
-        have the same (the momentum is one flat exchange)."""
+        have the same (the momentum is one flat exchange). `config_cycles_betas`: the job
+        config's scheduler cycles them itself."""
         betas = [tuple(float(b) for b in g["betas"]) for g in param_groups]
         if all(b == self._initial_betas for b in betas):
             return None

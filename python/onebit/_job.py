@@ -311,7 +311,10 @@ class _Job:
     """
 
     def __init__(self, config, optimizer, optimizer_type, explicit, n, device, masked):
-        self._optimizer = optimizer  # the class name its errors begin with
+        """`optimizer`: the class name its errors begin with, of `optimizer_type`; `explicit`:
+        the keywords given; n elements on `device` ("cpu" or "cuda"); `masked`: the param
+        groups' exp_avg_mask ranges (_masked_ranges)."""
+        self._optimizer = optimizer
         self._explicit = explicit
         self.has_scheduler = bool(config.get("scheduler"))
         # Without steps the job is open-ended: it ends when the workers' loops do.
