@@ -277,7 +277,7 @@ absl::Status LocalJob::Start() {
           absl::StrCat("ONEBIT_SUMMARY_FILE=", options_.dir, "/worker-", i, ".json"),
           absl::StrCat("ONEBIT_HISTORY_CSV=", options_.dir, "/worker-", i, ".csv")};
       env.insert(env.end(), options_.worker_env.begin(), options_.worker_env.end());
-      // A script takes no flags: its --fault goes in ONEBIT_FAULT (python/onebit/torch.py).
+      // A script takes no flags: its --fault goes in ONEBIT_FAULT (read by python/onebit/_job.py).
       if (auto flags = options_.flags_of_worker.find(i); flags != options_.flags_of_worker.end()) {
         for (absl::string_view flag : flags->second) {
           if (absl::ConsumePrefix(&flag, "--fault=")) {

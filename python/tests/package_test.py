@@ -430,62 +430,57 @@ class TorchLrScheduler(StreamCase):
                       "(gradient_accumulation_steps = 2 micro-batches a step)",
                       r.stdout + r.stderr)
 
+    @staticmethod
+    def schedule_of(*lrs, decays=(0.0, 0.1)):
+        """Param groups of these lrs and weight decays (lr 0.01, betas (0.9, 0.999) and eps
+        1e-8 the job's), and the _Schedule of the optimizer built with them."""
+        from onebit._groups import _Schedule
+        groups = [{"lr": lr, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": decay}
+                  for lr, decay in zip(lrs, decays)]
+        return groups, _Schedule(groups, {"lr": 0.01, "betas": (0.9, 0.999)})
+
     def test_betas_move_together_and_eps_stays(self):
-        import types
-        import onebit.torch as ot
-        fake = types.SimpleNamespace(
-            param_groups=[{"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0},
-                          {"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.1}],
-            _initial_betas=(0.9, 0.999), _fixed_eps=[1e-8, 1e-8], _initial_decays=[0.0, 0.1],
-            _config_momentum=False)
-        betas = ot._OnebitOptimizer._scheduled_betas
-        self.assertIsNone(betas(fake))
-        for g in fake.param_groups:
+        groups, schedule = self.schedule_of(0.01, 0.01)
+        self.assertIsNone(schedule.betas(groups, False))
+        for g in groups:
             g["betas"] = (0.85, 0.99)
-        self.assertEqual(betas(fake), (0.85, 0.99))
-        fake._config_momentum = True
+        self.assertEqual(schedule.betas(groups, False), (0.85, 0.99))
         with self.assertRaises(ValueError) as e:
-            betas(fake)
+            schedule.betas(groups, True)  # the job config's scheduler cycles the betas
         self.assertIn("the job config's scheduler cycles them: use one of the two",
                       str(e.exception))
-        fake._config_momentum = False
-        fake.param_groups[1]["betas"] = (0.95, 0.99)
+        groups[1]["betas"] = (0.95, 0.99)
         with self.assertRaises(ValueError) as e:
-            betas(fake)
+            schedule.betas(groups, False)
         self.assertIn("every group steps with the same betas", str(e.exception))
         # A weight-decay schedule: each group's own, as written.
-        decays = ot._OnebitOptimizer._scheduled_weight_decays
-        self.assertIsNone(decays(fake))
-        fake.param_groups[1]["weight_decay"] = 0.05
-        self.assertEqual(decays(fake), [0.0, 0.05])
-        ot._OnebitOptimizer._check_fixed(fake)  # weight_decay may move
+        self.assertIsNone(schedule.weight_decays(groups))
+        groups[1]["weight_decay"] = 0.05
+        self.assertEqual(schedule.weight_decays(groups), [0.0, 0.05])
+        schedule.check_fixed(groups)  # weight_decay may move
         for bad in (-0.1, float("nan"), float("inf")):
-            fake.param_groups[0]["weight_decay"] = bad
+            groups[0]["weight_decay"] = bad
             with self.assertRaises(ValueError) as e:
-                decays(fake)
+                schedule.weight_decays(groups)
             self.assertIn(f"param group 0's weight_decay is {bad}: it must be >= 0 and finite",
                           str(e.exception))
-        fake.param_groups[0]["eps"] = 1e-6
+        groups[0]["eps"] = 1e-6
         with self.assertRaises(ValueError) as e:
-            ot._OnebitOptimizer._check_fixed(fake)
+            schedule.check_fixed(groups)
         self.assertIn("param group 0's eps went from 1e-08 to 1e-06: onebit fixes eps when "
                       "the optimizer is built", str(e.exception))
 
     def test_groups_must_move_together_and_not_beside_a_config_scheduler(self):
-        import types
-        import onebit.torch as ot
-        fake = types.SimpleNamespace(param_groups=[{"lr": 0.01}, {"lr": 0.02}], _job_lr=0.01,
-                                     _initial_lrs=[0.01, 0.02], _config_scheduler=False)
-        self.assertIsNone(ot._OnebitOptimizer._scheduled_lr(fake))
-        fake.param_groups = [{"lr": 0.005}, {"lr": 0.01}]
-        self.assertAlmostEqual(ot._OnebitOptimizer._scheduled_lr(fake), 0.005)
-        fake.param_groups = [{"lr": 0.005}, {"lr": 0.02}]
+        groups, schedule = self.schedule_of(0.01, 0.02)
+        self.assertIsNone(schedule.lr(groups, False))
+        groups[0]["lr"], groups[1]["lr"] = 0.005, 0.01
+        self.assertAlmostEqual(schedule.lr(groups, False), 0.005)
+        groups[1]["lr"] = 0.02
         with self.assertRaises(ValueError) as e:
-            ot._OnebitOptimizer._scheduled_lr(fake)
+            schedule.lr(groups, False)
         self.assertIn("param group 1's lr went from 0.02 to 0.02", str(e.exception))
-        fake._config_scheduler = True
         with self.assertRaises(ValueError) as e:
-            ot._OnebitOptimizer._scheduled_lr(fake)
+            schedule.lr(groups, True)  # the job config has a scheduler
         self.assertIn("the job config has a scheduler: use one of the two", str(e.exception))
 
 
@@ -550,8 +545,8 @@ class CodeDigest(unittest.TestCase):
     def test_the_script_and_its_own_modules(self):
         root = tempfile.mkdtemp(prefix="onebit-digest-")
         files = {
-            "train.py": "import helper, models.net, dep\nimport onebit.torch as ot\n"
-                        "print(ot._code_digest())\n",
+            "train.py": "import helper, models.net, dep\nimport onebit.torch\n"
+                        "from onebit._job import _code_digest\nprint(_code_digest())\n",
             "helper.py": "X = 1\n",
             "models/__init__.py": "",
             "models/net.py": "Y = 2\n",
@@ -596,8 +591,8 @@ class BadInput(unittest.TestCase):
 
     def tearDown(self):
         # One optimizer at a time per process: the ones a test built (never joined) end here.
-        import onebit.torch as ot
-        for opt in list(ot._BUILT):
+        from onebit._processes import _BUILT
+        for opt in list(_BUILT):
             if not (opt._closed or opt._done):
                 opt.close("the test is over")
 
@@ -645,13 +640,13 @@ class BadInput(unittest.TestCase):
                            config=npy)
 
     def test_a_missing_library_names_its_debian_package(self):
-        import onebit.torch as ot
-        hint = ot._missing_library_hint(
+        from onebit._core import _missing_library_hint
+        hint = _missing_library_hint(
             "libgloo.so.0: cannot open shared object file: No such file or directory")
         self.assertEqual(hint, "libgloo.so.0 is missing: apt-get install libgloo0")
-        self.assertIn("NCCL 2", ot._missing_library_hint(
+        self.assertIn("NCCL 2", _missing_library_hint(
             "libnccl.so.2: cannot open shared object file: No such file or directory"))
-        self.assertIsNone(ot._missing_library_hint("No module named '_onebit_core'"))
+        self.assertIsNone(_missing_library_hint("No module named '_onebit_core'"))
 
     def test_a_lenient_config_file(self):
         # Comments and trailing commas, as DeepSpeed's files have them; a string that looks
@@ -717,7 +712,7 @@ class BadInput(unittest.TestCase):
         with self.assertRaises(ValueError) as e:
             ot.OneBitAdam(p, cfg, coordinator="127.0.0.1:1", overlap=True)
         self.assertIn("overlap with gradient_accumulation_steps 2", str(e.exception))
-        self.assertIsNone(ot.OneBitAdam(p, cfg, coordinator="127.0.0.1:1")._overlap)
+        self.assertIsNone(ot.OneBitAdam(p, cfg, coordinator="127.0.0.1:1")._gradients.overlap)
 
     def test_a_param_group_added_after_construction(self):
         # torch.optim takes it; here it would never train (the flat buffer is sized at
@@ -806,13 +801,13 @@ class EnvContract(unittest.TestCase):
     def test_the_launchers_restarts_are_the_jobs_at_least(self):
         # torchrun --max_restarts K sets TORCHELASTIC_MAX_RESTARTS: a config without
         # failure.max_restarts keeps max(K, the default 3); a config's own value stands.
-        import onebit.torch as ot
+        from onebit._job import _job_config
         def failure(job, launcher):
             with mock.patch.dict(os.environ):
                 os.environ.pop("TORCHELASTIC_MAX_RESTARTS", None)
                 if launcher is not None:
                     os.environ["TORCHELASTIC_MAX_RESTARTS"] = launcher
-                full = ot._job_config(json.loads(json.dumps(job)), "OneBitAdam", {}, 10, "cpu")
+                full = _job_config(json.loads(json.dumps(job)), "OneBitAdam", {}, 10, "cpu")
                 return full["onebit"].get("failure")
         from onebit import env
         self.assertEqual((env.restart_count({}), env.max_restarts({})), (0, None))

@@ -206,10 +206,12 @@ def slug(heading):
 
 
 def private_base(cls):
-    """The nearest base class of cls that its module defines with a private name (the
-    optimizers' _OnebitOptimizer), or None."""
+    """The nearest base class of cls with a private name that cls's package defines, in
+    cls's module or another (the optimizers' _OnebitOptimizer, in onebit/_optimizer.py), or
+    None."""
+    package = cls.__module__.split(".")[0]
     for base in cls.__mro__[1:]:
-        if base.__module__ == cls.__module__ and base.__name__.startswith("_"):
+        if base.__module__.split(".")[0] == package and base.__name__.startswith("_"):
             return base
     return None
 

@@ -95,13 +95,14 @@ CONFIG_MD = """
 
 
 class ApiReferenceTest(unittest.TestCase):
-    def generate(self, module_text, *args, config_md=None):
-        """Runs the generator on package `fixture` with module_text as its __init__.py:
-        (exit code, stdout, stderr)."""
+    def generate(self, module_text, *args, config_md=None, modules=None):
+        """Runs the generator on package `fixture` with module_text as its __init__.py and
+        `modules` ({name: text}) beside it: (exit code, stdout, stderr)."""
         tmp = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
         os.makedirs(os.path.join(tmp, "fixture"))
-        with open(os.path.join(tmp, "fixture", "__init__.py"), "w") as f:
-            f.write(textwrap.dedent(module_text))
+        for name, text in dict(modules or {}, __init__=module_text).items():
+            with open(os.path.join(tmp, "fixture", name + ".py"), "w") as f:
+                f.write(textwrap.dedent(text))
         config = os.path.join(tmp, "config.md")
         with open(config, "w") as f:
             f.write(config_md or "")
@@ -176,6 +177,18 @@ class ApiReferenceTest(unittest.TestCase):
         self.assertIn("| `lr` | `0.5` | The step size. |", out)  # the constructor's
         self.assertIn("| `clip` | `2.0` | The bound. |", out)   # Fast's own
         self.assertIn("| `**hyper` |  | The type's own. |", out)
+
+    def test_a_private_base_in_a_private_module_is_shared(self):
+        # As onebit.torch's optimizers and their _OnebitOptimizer in onebit/_optimizer.py.
+        start = KEYWORDS.index("    class _Base:")
+        end = KEYWORDS.index("    class Fast(_Base):")
+        base = '    """The base."""\n' + KEYWORDS[start:end]
+        code, out, err = self.generate(
+            KEYWORDS[:start] + "    from fixture._base import _Base\n\n\n" + KEYWORDS[end:],
+            config_md=CONFIG_MD.format(clip="2"), modules={"_base": base})
+        self.assertEqual(code, 0, err)
+        self.assertIn("### Common to Fast, Slow", out)
+        self.assertIn("| `clip` | `2.0` | The bound. |", out)
 
     def test_a_default_or_a_type_that_disagrees_with_the_config_reference_fails(self):
         code, _, err = self.generate(KEYWORDS, config_md=CONFIG_MD.format(clip="3"))
