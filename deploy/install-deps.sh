@@ -70,7 +70,7 @@ else
 fi
 
 # kubectl (its kustomize builds deploy/k8s) is not in Debian 12: it comes from Kubernetes'
-# own apt repository where that is configured (as on the project's machines); without it
+# own apt repository where that is configured (as on the build machines); without it
 # the deploy test says that it skips the Kubernetes checks.
 if ! $build_only && ! command -v kubectl >/dev/null; then
   echo "install-deps: kubectl not found; trying apt-get install kubectl"

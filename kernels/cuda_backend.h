@@ -37,7 +37,7 @@ void* CudaStreamOf(Backend* backend);
 // bits and error, element by element, and the same sum of squares order for a given length
 // (a function of the length alone, as every reduction here). They differ in how the memory
 // is asked for; the benchmark (cuda_kernels_benchmark) runs each against the copy, so that
-// the faster one becomes the default on the cards that count (issue 19: the thread-byte
+// the faster one becomes the default on the cards that count (the thread-byte
 // reading ran at 0.84 of the copy on an H100 and 0.75 on an H200, and Nsight Compute put
 // 85% of its stalls on the workers' bit bytes).
 enum class ServerBitLoads {

@@ -444,7 +444,7 @@ int main(int argc, char** argv) {
   // Queued checkpoint parts are written and reported while the client is still alive, for
   // at most ShardCheckpointer::kFinishBudget, beside gRPC's grace for the calls in flight: a
   // coordinator that is gone (stopped first, its pod's address silent) must not hold the
-  // shard past an orchestrator's stop grace period (issue 22: exit within 5 s).
+  // shard past an orchestrator's stop grace period (exit within 5 s).
   std::thread drain([&checkpointer] {
     if (checkpointer) checkpointer->Finish(onebit::server::ShardCheckpointer::kFinishBudget);
   });

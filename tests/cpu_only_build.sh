@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The build without CUDA (issue 44: building the wheel for CPUs needs no CUDA), checked on a
+# The build without CUDA (building the wheel for CPUs needs no CUDA), checked on a
 # machine that has CUDA: --repo_env=ONEBIT_CUDA=off (third_party/cuda/cuda_configure.bzl),
 # in a Bazel output base of its own, so that the normal build's stays as it is.
 #   1. @cuda is the empty repository; every target analyses (`build --nobuild //...`); the

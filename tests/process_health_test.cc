@@ -314,7 +314,7 @@ void StartPsJob(const std::string& dir, const std::string& config, int64_t past,
   ASSERT_GT(last_step, past) << ReadFile(dir + "/worker0.log");
 }
 
-// Issue 22: SIGTERM ends every process with exit 0 within 5 s, whatever stopped before it.
+// SIGTERM ends every process with exit 0 within 5 s, whatever stopped before it.
 // Checkpoints every 2 steps, so that a shard always has a part to report: with the
 // coordinator stopped first, that report met a coordinator that was gone and the shard
 // waited in its retries (under podman kube play, whose stopped pod's address is silent,

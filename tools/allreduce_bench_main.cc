@@ -8,7 +8,7 @@
 // algos: gloo_ring  gloo's ring allreduce, in place (the DDP baseline; the copy of the
 //                   input into its buffer is not timed)
 //        alltoall   the former ExactAllreduce: AllToAll of the chunks, SumRows in rank
-//                   order, AllGather (the baseline of issue 7)
+//                   order, AllGather (the baseline)
 //        ring, ring_bf16, ring_fp16   ExactAllreduce (W-1 shift steps of SendRecv in
 //                   rank-order sums, pipelined: --segment, --in_flight; wire dtype)
 //        ringsum    ExactAllreduce in ring order (SumOrder::kRing: fixed neighbours)
@@ -50,7 +50,7 @@ ABSL_FLAG(int, in_flight, 0, "ExactAllreduce max_in_flight (0: the default; 1: u
 namespace onebit {
 namespace {
 
-// The former ExactAllreduce (before issue 7), kept here as the baseline.
+// The former ExactAllreduce (before the ring order), kept here as the baseline.
 class AllToAllAllreduce {
  public:
   static absl::StatusOr<std::unique_ptr<AllToAllAllreduce>> Create(kernels::Backend* b,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Overlap of the full-precision exchange with the backward pass (issue 7): the Fashion-MNIST
+# Overlap of the full-precision exchange with the backward pass: the Fashion-MNIST
 # MLP (784-256-128-10), 4 workers, optimizer "Adam" (every step a full-precision exchange),
 # peer mode over gloo, exchange.overlap off and on in alternation, REPS pairs, in one run.
 #

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The full-precision warmup exchange on an emulated cluster (root only): NODES network
-# namespaces with one worker each, every node's link limited to RATE with tc (issue 7).
+# namespaces with one worker each, every node's link limited to RATE with tc.
 #
 #   sudo tools/bench_warmup.sh BASELINE_BIN [NODES=4] [PARAMS=25000000] [RATES="100mbit 1gbit"]
 #                              [ITERS=5] [STEPS_100M=5] [STEPS_1G=10] [JOBS=1]

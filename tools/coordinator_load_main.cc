@@ -1,4 +1,4 @@
-// onebit-coordinator-load: how wide one coordinator goes (issue 22, item 3). Plays N
+// onebit-coordinator-load: how wide one coordinator goes. Plays N
 // simulated members, the workers of a peer job, against a real onebit-coordinator process
 // over gRPC, each member on a connection of its own as separate processes would be, doing
 // what onebit-worker does with the coordinator: register, a heartbeat session (one beat a

@@ -236,7 +236,7 @@ struct TrainerOptions {
   // The clock of the step-time split (also given to the exchange); null: steady_clock.
   // Borrowed.
   StepClock* clock = nullptr;
-  // OVERLAP (issue 7; the job config's exchange.overlap): the overlapped warmup of the
+  // OVERLAP (the job config's exchange.overlap): the overlapped warmup of the
   // exchange given to Create (a PeerExchange's or a WorkersWarmupExchange's, that exchange
   // or one it wraps). Its warmup sums then run bucket by bucket during the backward pass,
   // on the buckets the workload announces (Workload::gradient_buckets; a workload without

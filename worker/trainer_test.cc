@@ -270,7 +270,7 @@ TEST(TrainerTest, GlooOverTcpGivesTheSameBitsAndBytes) {
   }
 }
 
-// Overlap (issue 7): the warmup sum run layer by layer during the backward pass gives the
+// Overlap: the warmup sum run layer by layer during the backward pass gives the
 // same bits as one sum after it, on both transports and for W in {1, 2, 4}; the steps after
 // the switch (no overlap there) follow from the same state.
 TEST(TrainerTest, OverlapGivesTheSameBits) {

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Step time against the number of nodes W, from several runs of tools/bench/run.sh that
-differ only in --nodes (issue 21, item 3):
+differ only in --nodes:
 
     python3 tools/bench/width_plot.py OUT.png DIR4:4 DIR8:8 DIR16:16 DIR32:32
 

@@ -1,4 +1,4 @@
-// onebit-chaos: a job under random faults ends as if nothing had happened (issue 22, item 4).
+// onebit-chaos: a job under random faults ends as if nothing had happened.
 //
 // Runs a job twice with the same config: undisturbed, then under a schedule of faults
 // (tools/chaos/chaos.h: SIGKILLs of random members, the coordinator among them and at

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU checks, in one call to a lent GPU machine (no Bazel, gRPC or apt there; CUDA,
+# The GPU checks, in one call to a GPU machine (no Bazel, gRPC or apt there; CUDA,
 # NCCL, PyTorch and a C++ compiler are). Build here first: tools/gpu/bundle.sh makes
 # gpu-bundle/, which git ignores and the call carries:
 #
@@ -238,7 +238,7 @@ gpt2_resume() {
 export -f gpt2_resume
 check gpt2_resume 150 gpt2_resume
 
-# ---- Where a GPU worker's step goes (issue 19; tools/gpu/step_bench.py): compute, then
+# ---- Where a GPU worker's step goes (tools/gpu/step_bench.py): compute, then
 # onebit's step split into compress, exchange, update and PCIe copies, with the PCIe bytes
 # per step, against fused AdamW in the same process. GPT-2 small (124M) and 1.07B on one
 # worker over NCCL; GPT-2 with 4 workers sharing the GPU through 2 shards (two emulated
@@ -347,7 +347,7 @@ check mlp_ps_w4_lamb_int8 120 mlp mlp_ps_w4_lamb_int8 \
   "{\"onebit\": {$CUDA, \"exchange\": {\"compressor\": \"int8\"}}, \"optimizer\": {\"type\": \"OneBitLamb\", \"params\": {\"lr\": 0.005}}}" \
   --compare_adam=false
 
-# A failure no restart fixes fails the job at once (issue 22): fp16 overflowing at the
+# A failure no restart fixes fails the job at once: fp16 overflowing at the
 # minimum loss scale (2^60, which may not shrink) is every worker's at step 1; the job must
 # end with 78 from every process, naming a worker and the step, with no restart.
 fails_fast() {
@@ -396,7 +396,7 @@ check hier_ps_w2 90 hier hier_ps_w2 2 "$H2"
 check hier_ps_w2_recovery 120 hier hier_ps_w2_recovery 2 "$H2" --fault=worker1:kill_in_exchange:45
 check hier_ps_w2_same_end 20 same_end hier_ps_w2 hier_ps_w2_recovery
 # NCCL inside each node (of one worker: one GPU), gloo between the nodes: the inter-node
-# compression on the device, its blocks staged through pinned memory (issue 19).
+# compression on the device, its blocks staged through pinned memory.
 H3='{"mode": "hierarchical", "local_size": 1, "inter": "peer", "servers": 0, "inter_transport": "gloo"}'
 check hier_nccl_gloo_w2 90 hier hier_nccl_gloo_w2 2 "$H3"
 

@@ -1,4 +1,4 @@
-"""Where a GPU worker's step goes (issue 19): the model's compute, then onebit's optimizer
+"""Where a GPU worker's step goes: the model's compute, then onebit's optimizer
 step split into compression, PCIe copies, the exchange and the update, with the bytes that
 crossed PCIe per step, against torch.optim.AdamW (fused where the device's PyTorch has it)
 on the same model in the same process.

@@ -1,5 +1,5 @@
 // The warmup sum run bucket by bucket while the gradient is still being computed (what
-// DDP does; issue 7), for every exchange whose warmup is an ExactAllreduce between the
+// DDP does), for every exchange whose warmup is an ExactAllreduce between the
 // workers: peer mode, and ps mode with exchange.warmup_over "workers".
 //
 // Enable(buckets) makes one ExactAllreduce per bucket up front (the buckets: a partition

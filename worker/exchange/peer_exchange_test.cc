@@ -1,4 +1,4 @@
-// The overlapped warmup sum (issue 7; overlapped_warmup.h) of PeerExchange and of
+// The overlapped warmup sum (overlapped_warmup.h) of PeerExchange and of
 // WorkersWarmupExchange (ps with warmup_over "workers"): bucket by bucket on its exchange
 // thread, against one sum of the whole buffer, over real transports.
 #include "worker/exchange/peer_exchange.h"
