@@ -377,11 +377,17 @@ int onebit_worker_supply(onebit_worker* w, int64_t step, int has_loss, double lo
   return Guard([&]() -> absl::Status {
     ONEBIT_WORKER(w);
     if (weight_decays == nullptr && n_weight_decays > 0) return Null("weight_decays");
-    std::optional<double> l;
-    if (has_loss) l = loss;
-    return w->worker->Supply(step, l, lr, max_grad_norm, beta1, beta2,
-                             std::vector<double>(weight_decays, weight_decays + n_weight_decays),
-                             grad_scale);
+    onebit::StepInputs in;
+    if (has_loss) in.loss = loss;
+    if (!std::isnan(lr)) in.lr = lr;
+    if (!std::isnan(max_grad_norm)) in.max_grad_norm = max_grad_norm;
+    // One beta without the other: refused by the check of the betas' range.
+    if (!std::isnan(beta1) || !std::isnan(beta2)) in.betas = std::make_pair(beta1, beta2);
+    if (n_weight_decays > 0) {
+      in.weight_decays = std::vector<double>(weight_decays, weight_decays + n_weight_decays);
+    }
+    if (!std::isnan(grad_scale)) in.grad_scale = grad_scale;
+    return w->worker->Supply(step, std::move(in));
   });
 }
 

@@ -280,13 +280,10 @@ absl::StatusOr<int64_t> EmbeddedWorker::WaitSlice(absl::Time deadline) {
   return step;
 }
 
-absl::Status EmbeddedWorker::Supply(int64_t step, std::optional<double> loss, double lr,
-                                    double max_grad_norm, double beta1, double beta2,
-                                    std::vector<double> weight_decays, double grad_scale) {
+absl::Status EmbeddedWorker::Supply(int64_t step, StepInputs inputs) {
   absl::MutexLock lock(&mu_);
   if (workload_ == nullptr) return NotRunning();
-  return workload_->Supply(step, loss, lr, max_grad_norm, beta1, beta2, std::move(weight_decays),
-                           grad_scale);
+  return workload_->Supply(step, std::move(inputs));
 }
 
 absl::StatusOr<bool> EmbeddedWorker::Skipped(int64_t step) {

@@ -20,6 +20,13 @@ namespace onebit {
 namespace {
 
 constexpr size_t kN = 5;
+
+// What a script that sets nothing but its loss (none: nullopt) hands in.
+StepInputs WithLoss(std::optional<double> loss) {
+  StepInputs in;
+  in.loss = loss;
+  return in;
+}
 constexpr float kTarget = 3.0f;
 
 struct Rig {
@@ -88,7 +95,7 @@ TEST(ExternalWorkloadTest, AStepWithoutALossLeavesTheLossOut) {
                                        : *step == 5 ? std::optional<double>(0.5)
                                        : *step == 6 ? std::optional<double>(0.75)
                                                     : std::nullopt;
-    ASSERT_TRUE(rig.workload->Supply(*step, loss).ok());
+    ASSERT_TRUE(rig.workload->Supply(*step, WithLoss(loss)).ok());
     EXPECT_EQ(rig.workload->loss_given(), loss.has_value());
   }
   trainer.join();
@@ -127,8 +134,9 @@ TEST(ExternalWorkloadTest, TheClientTrainsTheOptimizersOwnParameters) {
       g[i] = 2.0f * (p[i] - kTarget);
       loss += (p[i] - kTarget) * (p[i] - kTarget);
     }
-    ASSERT_TRUE(rig.workload->Supply(*step, loss).ok());
-    EXPECT_EQ(rig.workload->Supply(*step, loss).code(), absl::StatusCode::kFailedPrecondition);
+    ASSERT_TRUE(rig.workload->Supply(*step, WithLoss(loss)).ok());
+    EXPECT_EQ(rig.workload->Supply(*step, WithLoss(loss)).code(),
+              absl::StatusCode::kFailedPrecondition);
   }
   trainer.join();
   ASSERT_TRUE(trained.ok()) << trained;
@@ -168,7 +176,7 @@ TEST(ExternalWorkloadTest, TheClientScalesItsLossByTheTrainersScale) {
       before_overflow.assign(p, p + kN);
       g[1] = std::numeric_limits<float>::infinity();
     }
-    ASSERT_TRUE(rig.workload->Supply(*step, 0.0).ok());
+    ASSERT_TRUE(rig.workload->Supply(*step, WithLoss(0.0)).ok());
   }
   trainer.join();
   ASSERT_TRUE(trained.ok()) << trained;
@@ -215,17 +223,20 @@ TEST(ExternalWorkloadTest, TheScriptsWeightDecaysGoWithTheirStep) {
     if (*step < 0) break;
     if (*step == 1) {
       for (const double bad : {-0.5, kNone, std::numeric_limits<double>::infinity()}) {
-        const absl::Status refused =
-            rig.workload->Supply(*step, 1.0, kNone, kNone, kNone, kNone, {0.1, bad});
+        StepInputs in = WithLoss(1.0);
+        in.weight_decays = std::vector<double>{0.1, bad};
+        const absl::Status refused = rig.workload->Supply(*step, in);
         EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << bad;
         EXPECT_NE(refused.message().find("the weight decay of parameter group 1 for step 1"),
                   std::string::npos)
             << refused;
       }
-      ASSERT_TRUE(rig.workload->Supply(*step, 1.0, kNone, kNone, kNone, kNone, {0.1, 0.3}).ok());
+      StepInputs in = WithLoss(1.0);
+      in.weight_decays = std::vector<double>{0.1, 0.3};
+      ASSERT_TRUE(rig.workload->Supply(*step, in).ok());
       EXPECT_EQ(rig.workload->SuppliedWeightDecays(1), (std::vector<double>{0.1, 0.3}));
     } else {
-      ASSERT_TRUE(rig.workload->Supply(*step, 1.0).ok());
+      ASSERT_TRUE(rig.workload->Supply(*step, WithLoss(1.0)).ok());
       EXPECT_EQ(rig.workload->SuppliedWeightDecays(*step), std::nullopt);
       EXPECT_EQ(rig.workload->SuppliedWeightDecays(1), std::nullopt);  // another step's
     }
@@ -238,7 +249,6 @@ TEST(ExternalWorkloadTest, TheScriptsWeightDecaysGoWithTheirStep) {
 // divided out (the parameters move as with the unscaled gradient), an overflow skips the
 // step (the parameters stay) and the client hears so; a bad scale is refused.
 TEST(ExternalWorkloadTest, TheScriptsGradScaleIsDividedOutAndAnOverflowSkips) {
-  constexpr double kNone = std::numeric_limits<double>::quiet_NaN();
   std::vector<std::vector<float>> after;  // the parameters after each step
   for (const double scale : {1.0, 1024.0}) {
     Rig rig(4, std::nullopt, nullptr, /*script_scale=*/true);
@@ -256,11 +266,14 @@ TEST(ExternalWorkloadTest, TheScriptsGradScaleIsDividedOutAndAnOverflowSkips) {
       if (*step == 3) g[1] = std::numeric_limits<float>::infinity();
       if (*step == 2) {
         for (const double bad : {0.0, -1.0, std::numeric_limits<double>::infinity()}) {
-          EXPECT_EQ(rig.workload->Supply(2, 1.0, kNone, kNone, kNone, kNone, {}, bad).code(),
-                    absl::StatusCode::kInvalidArgument);
+          StepInputs in = WithLoss(1.0);
+          in.grad_scale = bad;
+          EXPECT_EQ(rig.workload->Supply(2, in).code(), absl::StatusCode::kInvalidArgument);
         }
       }
-      ASSERT_TRUE(rig.workload->Supply(*step, 1.0, kNone, kNone, kNone, kNone, {}, scale).ok());
+      StepInputs in = WithLoss(1.0);
+      in.grad_scale = scale;
+      ASSERT_TRUE(rig.workload->Supply(*step, in).ok());
       EXPECT_EQ(rig.workload->SuppliedGradScale(*step), scale);
     }
     trainer.join();
@@ -278,7 +291,7 @@ TEST(ExternalWorkloadTest, WaitingForAStepTimesOutAndBadInputIsRefused) {
   ASSERT_TRUE(w.ok());
   EXPECT_EQ((*w)->WaitForStep(absl::Now() + absl::Milliseconds(20)).status().code(),
             absl::StatusCode::kUnavailable);
-  EXPECT_EQ((*w)->Supply(1, 0.0).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*w)->Supply(1, WithLoss(0.0)).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ((*w)->parameter_groups(), (std::vector<size_t>{0, 4}));
   EXPECT_EQ((*w)->Evaluate(nullptr).status().code(), absl::StatusCode::kFailedPrecondition);
   o.initial.clear();
@@ -339,7 +352,7 @@ TEST(ExternalWorkloadTest, AnnouncedBucketsReachTheTrainerInOrder) {
   w.gradient()[0] = 0.5f;  // not announced yet: free to change
   EXPECT_EQ(w.ChangedSinceAnnounced(), -1);
   w.gradient()[0] = 10.0f;
-  ASSERT_TRUE(w.Supply(1, 0.5).ok());  // buckets 1 and 2 with it
+  ASSERT_TRUE(w.Supply(1, WithLoss(0.5)).ok());  // buckets 1 and 2 with it
   trainer.join();
   ASSERT_TRUE(loss.ok()) << loss.status();
   EXPECT_EQ(*loss, 0.5);
