@@ -199,10 +199,10 @@ void ExternalWorkload::AnnounceLocked(size_t bucket) {
   AnnounceGradient(r.begin, r.end);
 }
 
-std::optional<double> ExternalWorkload::SuppliedGradScale(int64_t step) {
+StepInputs ExternalWorkload::ScriptInputs(int64_t step) const {
   absl::MutexLock lock(&mu_);
-  if (supplied_ != step) return std::nullopt;
-  return inputs_.grad_scale;
+  if (supplied_ != step) return {};
+  return inputs_;
 }
 
 void ExternalWorkload::StepEnded(int64_t step, bool skipped) {
@@ -213,12 +213,6 @@ void ExternalWorkload::StepEnded(int64_t step, bool skipped) {
 bool ExternalWorkload::skipped(int64_t step) const {
   absl::MutexLock lock(&mu_);
   return skipped_step_ == step;
-}
-
-std::optional<double> ExternalWorkload::SuppliedMaxGradNorm(int64_t step) {
-  absl::MutexLock lock(&mu_);
-  if (supplied_ != step) return std::nullopt;
-  return inputs_.max_grad_norm;
 }
 
 absl::Status ExternalWorkload::EndAfter(int64_t step) {
@@ -235,24 +229,6 @@ std::optional<int64_t> ExternalWorkload::ended_after() const {
   absl::MutexLock lock(&mu_);
   if (ended_after_ < 0) return std::nullopt;
   return ended_after_;
-}
-
-std::optional<std::pair<double, double>> ExternalWorkload::SuppliedBetas(int64_t step) {
-  absl::MutexLock lock(&mu_);
-  if (supplied_ != step) return std::nullopt;
-  return inputs_.betas;
-}
-
-std::optional<std::vector<double>> ExternalWorkload::SuppliedWeightDecays(int64_t step) {
-  absl::MutexLock lock(&mu_);
-  if (supplied_ != step) return std::nullopt;
-  return inputs_.weight_decays;
-}
-
-std::optional<double> ExternalWorkload::SuppliedLearningRate(int64_t step) {
-  absl::MutexLock lock(&mu_);
-  if (supplied_ != step) return std::nullopt;
-  return inputs_.lr;
 }
 
 void ExternalWorkload::Close(absl::Status why) {

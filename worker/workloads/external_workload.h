@@ -98,6 +98,9 @@ class ExternalWorkload : public Workload {
   // before backward; the trainer sets it before it asks for the next step.
   // INVALID_ARGUMENT unless finite and > 0.
   absl::Status SetLossScale(float scale) override;
+  // What Supply handed in with `step`, while that step runs (until the next is asked
+  // for); nothing set for any other step.
+  StepInputs ScriptInputs(int64_t step) const override;
 
   // ---- The client's thread ----
   // The step whose gradient the trainer waits for; -1 once the trainer finished (OK), or
@@ -107,16 +110,12 @@ class ExternalWorkload : public Workload {
   // script set for it (StepInputs: its loss, lr, clipping norm, betas, weight decays and
   // gradient scale; unset fields leave the job's). FAILED_PRECONDITION when the trainer is
   // not waiting for `step`; INVALID_ARGUMENT for a value out of range (ValidateStepInputs),
-  // after which the step may be supplied again. Supplied*() return them while the step runs.
+  // after which the step may be supplied again. ScriptInputs(step) returns them.
   absl::Status Supply(int64_t step, StepInputs inputs);
-  std::optional<double> SuppliedGradScale(int64_t step);
   // The trainer's word on step `step` (Workload::StepEnded); skipped(step): whether it was
   // skipped (false for a step not ended yet).
   void StepEnded(int64_t step, bool skipped) override;
   bool skipped(int64_t step) const;
-  std::optional<double> SuppliedLearningRate(int64_t step);
-  std::optional<std::pair<double, double>> SuppliedBetas(int64_t step);
-  std::optional<std::vector<double>> SuppliedWeightDecays(int64_t step);
   // OVERLAP: gradient()'s part of bucket `bucket` is final for `step` (the step WaitForStep
   // returned): it goes to the trainer now. FAILED_PRECONDITION when the trainer does not
   // wait for `step`, when `bucket` is not the next one (the buckets go in order, each once
@@ -130,7 +129,6 @@ class ExternalWorkload : public Workload {
   // later step returns OUT_OF_RANGE, and ended_after() says `step`.
   absl::Status EndAfter(int64_t step);
   std::optional<int64_t> ended_after() const override;
-  std::optional<double> SuppliedMaxGradNorm(int64_t step);
   // The client is gone (see the header comment). Idempotent.
   void Close(absl::Status why);
   float* gradient() { return gradient_.data(); }

@@ -38,7 +38,7 @@ struct Rig {
   std::unique_ptr<Trainer> trainer;
 
   explicit Rig(int64_t steps, std::optional<LossScalerOptions> loss_scaling = std::nullopt,
-               std::vector<std::string>* lines = nullptr, bool script_scale = false) {
+               std::vector<std::string>* lines = nullptr) {
     ExternalWorkloadOptions o;
     o.initial.assign(kN, 0.0f);
     o.groups = {0, 2, kN};
@@ -54,11 +54,6 @@ struct Rig {
     options.log_every = 2;
     options.eval_at_end = false;
     options.loss_scaling = loss_scaling;
-    if (script_scale) {
-      options.script_grad_scale = [w = workload.get()](int64_t step) {
-        return w->SuppliedGradScale(step);
-      };
-    }
     auto t = Trainer::Create(options, workload.get(), backend.get(), transport.get(),
                              controller.get());
     EXPECT_TRUE(t.ok()) << t.status();
@@ -210,7 +205,7 @@ TEST(ExternalWorkloadTest, TheTrainersErrorReachesTheClient) {
 }
 
 // A script's weight-decay schedule: the groups' decays handed in with a step are what
-// SuppliedWeightDecays gives for it (none for a step without them); a bad one is refused,
+// ScriptInputs gives for it (none for a step without them); a bad one is refused,
 // and the step may then be supplied right.
 TEST(ExternalWorkloadTest, TheScriptsWeightDecaysGoWithTheirStep) {
   Rig rig(2);
@@ -232,13 +227,13 @@ TEST(ExternalWorkloadTest, TheScriptsWeightDecaysGoWithTheirStep) {
             << refused;
       }
       StepInputs in = WithLoss(1.0);
-      in.weight_decays = std::vector<double>{0.1, 0.3};
+      in.weight_decays = std::vector<double>{0.3};  // the optimizer's one hyper group
       ASSERT_TRUE(rig.workload->Supply(*step, in).ok());
-      EXPECT_EQ(rig.workload->SuppliedWeightDecays(1), (std::vector<double>{0.1, 0.3}));
+      EXPECT_EQ(rig.workload->ScriptInputs(1).weight_decays, (std::vector<double>{0.3}));
     } else {
       ASSERT_TRUE(rig.workload->Supply(*step, WithLoss(1.0)).ok());
-      EXPECT_EQ(rig.workload->SuppliedWeightDecays(*step), std::nullopt);
-      EXPECT_EQ(rig.workload->SuppliedWeightDecays(1), std::nullopt);  // another step's
+      EXPECT_EQ(rig.workload->ScriptInputs(*step).weight_decays, std::nullopt);
+      EXPECT_EQ(rig.workload->ScriptInputs(1).weight_decays, std::nullopt);  // another step's
     }
   }
   trainer.join();
@@ -251,7 +246,7 @@ TEST(ExternalWorkloadTest, TheScriptsWeightDecaysGoWithTheirStep) {
 TEST(ExternalWorkloadTest, TheScriptsGradScaleIsDividedOutAndAnOverflowSkips) {
   std::vector<std::vector<float>> after;  // the parameters after each step
   for (const double scale : {1.0, 1024.0}) {
-    Rig rig(4, std::nullopt, nullptr, /*script_scale=*/true);
+    Rig rig(4);
     absl::Status trained;
     std::thread trainer = rig.Train(&trained);
     for (;;) {
@@ -274,7 +269,7 @@ TEST(ExternalWorkloadTest, TheScriptsGradScaleIsDividedOutAndAnOverflowSkips) {
       StepInputs in = WithLoss(1.0);
       in.grad_scale = scale;
       ASSERT_TRUE(rig.workload->Supply(*step, in).ok());
-      EXPECT_EQ(rig.workload->SuppliedGradScale(*step), scale);
+      EXPECT_EQ(rig.workload->ScriptInputs(*step).grad_scale, scale);
     }
     trainer.join();
     ASSERT_TRUE(trained.ok()) << trained;
