@@ -98,8 +98,8 @@ class ExternalWorkload : public Workload {
   // before backward; the trainer sets it before it asks for the next step.
   // INVALID_ARGUMENT unless finite and > 0.
   absl::Status SetLossScale(float scale) override;
-  // What Supply handed in with `step`, while that step runs (until the next is asked
-  // for); nothing set for any other step.
+  // What Supply handed in with `step` while `step` is the last step supplied; nothing set
+  // for any other step.
   StepInputs ScriptInputs(int64_t step) const override;
 
   // ---- The client's thread ----
