@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "checkpoint/manifest.h"
+#include "common/status_macros.h"
 #include "coordinator/log.h"
 
 namespace onebit {
@@ -101,7 +102,12 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock* clock,
       metrics_(metrics),
       kv_(options.kv_limits),
       stage_machine_(std::move(stage_machine)),
-      membership_(options.config.workers, ServerCount(options.config), options.heartbeat_timeout) {
+      membership_(options.config.workers, ServerCount(options.config), options.heartbeat_timeout),
+      checkpoints_(CheckpointCommitsOptions{options.job_id, checkpoint::TopologyKey(options.config),
+                                            options.config.optimizer.type,
+                                            options.config.checkpoint.keep,
+                                            options.commit_checkpoint},
+                   clock, metrics) {
   absl::MutexLock lock(&mu_);
   resume_ = options_.resume;
   generation_ = options_.generation;
@@ -129,18 +135,8 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock* clock,
     const FreezeConfig& f = options_.config.freeze;
     metrics_->SetAutomaticFreeze(f.threshold, f.reports_in_a_row, f.min_warmup, f.max_warmup);
   }
-  for (const v1::CheckpointManifest& m : options_.committed) {
-    v1::CheckpointInfo info;
-    info.set_step(m.step());
-    info.set_name(checkpoint::StepDirName(m.step()));
-    info.set_committed(true);
-    info.set_parts_done(m.parts_size());
-    info.set_parts_expected(m.parts_size());
-    info.set_reason(m.reason());
-    info.set_created_unix_ms(m.created_unix_ms());
-    committed_.push_back(info);
-  }
-  ForgetCheckpointsAfterLocked(resume_.has_value() ? resume_->step() : 0);
+  checkpoints_.AddFound(options_.committed);
+  checkpoints_.ForgetAfter(resume_.has_value() ? resume_->step() : 0);
   if (state_ == v1::JOB_STATE_FAILED) {
     LogLine(absl::StrCat("job ", options_.job_id, " FAILED before this coordinator started, and "
                          "a restart cannot fix it: ", failure_reason_));
@@ -212,7 +208,7 @@ v1::JobStatus Coordinator::JobLocked() const {
   job.set_last_loss(last_loss_);
   job.set_last_variance_change(last_variance_change_);
   job.set_exchange_mode(options_.config.exchange.mode);
-  job.set_last_checkpoint_step(committed_.empty() ? 0 : committed_.back().step());
+  job.set_last_checkpoint_step(checkpoints_.last_committed_step());
   job.set_resumed_from_step(resume_.has_value() ? resume_->step() : 0);
   job.set_state(state_);
   job.set_failure_reason(failure_reason_);
@@ -328,7 +324,7 @@ absl::Status Coordinator::LoadedStateLocked(const v1::RegisterRequest& request) 
   resume.set_step(step);
   resume.set_reason("the workers' loaded states");
   resume_ = resume;
-  ForgetCheckpointsAfterLocked(step);
+  checkpoints_.ForgetAfter(step);
   LogLine(absl::StrCat("the job starts after step ", step, ": its workers loaded saved states "
                        "of that step (", who, " first)"));
   return absl::OkStatus();
@@ -660,152 +656,46 @@ absl::StatusOr<v1::JobStatus> Coordinator::Stop(const v1::StopRequest& request) 
                               : absl::StrCat("stop after step ", request.after_step()));
 }
 
-std::string Coordinator::CheckpointReasonLocked(int64_t step) const {
-  if (auto it = requested_checkpoints_.find(step); it != requested_checkpoints_.end()) {
-    return it->second;
-  }
-  const int64_t every = stage_machine_.options().checkpoint_every;
-  if (every > 0 && step > 0 && step % every == 0) return absl::StrCat("every ", every, " steps");
-  return "";
-}
-
-bool Coordinator::ServersHoldStateAtLocked(int64_t step) const {
-  if (!ShardsSkipWarmup(options_.config.exchange)) return true;
-  const int64_t freeze = stage_machine_.freeze_step();
-  return freeze >= 0 && step > freeze;
-}
-
-int Coordinator::ExpectedPartsLocked(int64_t step) const {
-  return membership_.world_size() + (ServersHoldStateAtLocked(step) ? membership_.num_servers() : 0);
-}
-
-v1::CheckpointInfo Coordinator::PendingInfoLocked(int64_t step, const PendingCheckpoint& p) const {
-  v1::CheckpointInfo info;
-  info.set_step(step);
-  info.set_name(checkpoint::StepDirName(step));
-  info.set_committed(false);
-  info.set_parts_done(static_cast<int>(p.parts.size()));
-  info.set_parts_expected(ExpectedPartsLocked(step));
-  info.set_reason(p.reason);
-  return info;
+CheckpointFacts Coordinator::CheckpointFactsLocked() const {
+  CheckpointFacts facts;
+  facts.world_size = membership_.world_size();
+  facts.num_servers = membership_.num_servers();
+  facts.shards_skip_warmup = ShardsSkipWarmup(options_.config.exchange);
+  facts.freeze_step = stage_machine_.freeze_step();
+  facts.checkpoint_every = stage_machine_.options().checkpoint_every;
+  facts.max_reported_step = stage_machine_.max_reported_step();
+  facts.num_parameters = NumParametersLocked();
+  return facts;
 }
 
 absl::StatusOr<v1::CommitPartResponse> Coordinator::CommitPart(const v1::CommitPartRequest& request) {
-  if (!options_.commit_checkpoint) {
-    return absl::FailedPreconditionError("this job takes no checkpoints (onebit.checkpoint.dir is empty)");
-  }
+  ONEBIT_RETURN_IF_ERROR(checkpoints_.CheckEnabled());
   const v1::CheckpointPart& part = request.part();
-  if (part.role() != v1::ROLE_WORKER && part.role() != v1::ROLE_SERVER) {
-    return absl::InvalidArgumentError("part.role must be ROLE_WORKER or ROLE_SERVER");
-  }
-  // The coordinator names the files: a member cannot point a manifest anywhere else.
-  const std::string expected_file = checkpoint::PartFileName(part.role(), part.rank());
-  if (part.file() != expected_file) {
-    return absl::InvalidArgumentError(absl::StrCat("part.file must be '", expected_file, "' for ",
-                                                   RoleName(part.role()), " ", part.rank()));
-  }
-  if (part.bytes() == 0) return absl::InvalidArgumentError("part.bytes must be > 0");
+  ONEBIT_RETURN_IF_ERROR(CheckpointCommits::ValidatePart(part));
   absl::MutexLock lock(&mu_);
-  absl::Status status = membership_.CheckMember(part.role(), part.rank(), request.instance_id());
-  if (!status.ok()) return status;
-  const int64_t step = request.step();
-  const std::string reason = CheckpointReasonLocked(step);
-  if (reason.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("no checkpoint is scheduled after step ", step));
-  }
-  if (!committed_.empty() && step <= committed_.back().step()) {
-    // A retry after the manifest was written, or a part of a checkpoint already superseded.
-    v1::CommitPartResponse response;
-    response.set_committed(step == committed_.back().step());
-    return response;
-  }
-  if (part.role() == v1::ROLE_SERVER && !ServersHoldStateAtLocked(step)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the checkpoint after step ", step, " has no shard parts: it is in the warmup, which "
-        "goes between the workers (onebit.exchange.warmup_over workers)"));
-  }
-  PendingCheckpoint& pending = pending_checkpoints_[step];
-  pending.reason = reason;
-  pending.parts[{part.role(), part.rank()}] = part;
-  const int expected = ExpectedPartsLocked(step);
-  v1::CommitPartResponse response;
-  if (static_cast<int>(pending.parts.size()) < expected) return response;
-
-  // Phase two: every part is on disk; the manifest makes the checkpoint exist.
-  v1::CheckpointManifest manifest;
-  manifest.set_version(checkpoint::kManifestVersion);
-  manifest.set_job_id(options_.job_id);
-  manifest.set_step(step);
-  manifest.set_freeze_step(stage_machine_.freeze_step());
-  manifest.set_world_size(membership_.world_size());
-  manifest.set_num_servers(membership_.num_servers());
-  manifest.set_exchange_mode(checkpoint::TopologyKey(options_.config));
-  manifest.set_num_parameters(NumParametersLocked());
-  manifest.set_optimizer(options_.config.optimizer.type);
-  manifest.set_created_unix_ms(absl::ToUnixMillis(clock_->Now()));
-  manifest.set_reason(reason);
-  for (const auto& [key, p] : pending.parts) *manifest.add_parts() = p;
-  const absl::Time start = clock_->Now();
-  status = options_.commit_checkpoint(manifest);
-  if (!status.ok()) {
-    LogLine(absl::StrCat("checkpoint of step ", step, " NOT committed: ", status.message()));
-    pending_checkpoints_.erase(step);
-    if (metrics_ != nullptr) metrics_->CheckpointFailed();
-    return status;
-  }
-  v1::CheckpointInfo info = PendingInfoLocked(step, pending);
-  info.set_committed(true);
-  info.set_created_unix_ms(manifest.created_unix_ms());
-  committed_.push_back(info);
-  // Older pending ones can never complete now; retention keeps the newest `keep`.
-  pending_checkpoints_.erase(pending_checkpoints_.begin(), pending_checkpoints_.upper_bound(step));
-  const size_t keep = static_cast<size_t>(std::max(1, options_.config.checkpoint.keep));
-  if (committed_.size() > keep) committed_.erase(committed_.begin(), committed_.end() - keep);
-  LogLine(absl::StrCat("checkpoint of step ", step, " committed (", reason, "): ",
-                       manifest.parts_size(), " parts"));
-  if (metrics_ != nullptr) {
-    metrics_->CheckpointCommitted(step, absl::ToDoubleSeconds(clock_->Now() - start));
-  }
-  ChangedLocked();
-  response.set_committed(true);
+  ONEBIT_RETURN_IF_ERROR(
+      membership_.CheckMember(part.role(), part.rank(), request.instance_id()));
+  bool committed = false;
+  auto response = checkpoints_.AddPart(request.step(), part, CheckpointFactsLocked(), &committed);
+  if (committed) ChangedLocked();
   return response;
 }
 
 absl::StatusOr<v1::CheckpointInfo> Coordinator::Checkpoint(const v1::CheckpointRequest& request) {
-  if (!options_.commit_checkpoint) {
-    return absl::FailedPreconditionError("this job takes no checkpoints (onebit.checkpoint.dir is empty)");
-  }
+  ONEBIT_RETURN_IF_ERROR(checkpoints_.CheckEnabled());
   if (request.at_step() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("at_step must be >= 0, got ", request.at_step()));
   }
   absl::MutexLock lock(&mu_);
   absl::StatusOr<int64_t> step = stage_machine_.RequestCheckpoint(request.at_step());
   if (!step.ok()) return step.status();
-  if (CheckpointReasonLocked(*step).empty()) requested_checkpoints_[*step] = "operator";
-  LogLine(absl::StrCat("operator: checkpoint after step ", *step));
-  PendingCheckpoint pending;
-  pending.reason = CheckpointReasonLocked(*step);
-  return PendingInfoLocked(*step, pending);
+  return checkpoints_.Request(*step, CheckpointFactsLocked());
 }
 
 absl::StatusOr<v1::ListCheckpointsResponse> Coordinator::ListCheckpoints(
     const v1::ListCheckpointsRequest&) {
   absl::MutexLock lock(&mu_);
-  v1::ListCheckpointsResponse response;
-  for (const v1::CheckpointInfo& info : committed_) *response.add_checkpoints() = info;
-  for (const auto& [step, pending] : pending_checkpoints_) {
-    *response.add_checkpoints() = PendingInfoLocked(step, pending);
-  }
-  const int64_t last_committed = committed_.empty() ? 0 : committed_.back().step();
-  for (const auto& [step, reason] : requested_checkpoints_) {
-    if (step > last_committed && step > stage_machine_.max_reported_step() &&
-        !pending_checkpoints_.count(step)) {
-      PendingCheckpoint scheduled;
-      scheduled.reason = reason;
-      *response.add_checkpoints() = PendingInfoLocked(step, scheduled);
-    }
-  }
-  return response;
+  return checkpoints_.List(CheckpointFactsLocked());
 }
 
 void Coordinator::CheckFailuresLocked() {
@@ -1005,10 +895,9 @@ void Coordinator::RecoverLocked(const std::string& what_failed) {
   step_hypers_.clear();
   membership_ = Membership(options_.config.workers, ServerCount(options_.config),
                            options_.heartbeat_timeout);
-  pending_checkpoints_.clear();
-  requested_checkpoints_.clear();
+  checkpoints_.ClearPending();
   resume_ = resume;
-  ForgetCheckpointsAfterLocked(resume.has_value() ? resume->step() : 0);
+  checkpoints_.ForgetAfter(resume.has_value() ? resume->step() : 0);
   first_loaded_.reset();  // the new generation's workers say again what they loaded
   last_loss_step_ = last_variance_step_ = -1;
   state_ = v1::JOB_STATE_RECOVERING;
@@ -1036,17 +925,6 @@ bool Coordinator::Failed() const {
   return state_ == v1::JOB_STATE_FAILED;
 }
 
-void Coordinator::ForgetCheckpointsAfterLocked(int64_t step) {
-  const auto newer = [step](const v1::CheckpointInfo& c) { return c.step() > step; };
-  const size_t before = committed_.size();
-  committed_.erase(std::remove_if(committed_.begin(), committed_.end(), newer), committed_.end());
-  if (committed_.size() != before) {
-    LogLine(absl::StrCat(before - committed_.size(), " committed checkpoint(s) after step ", step,
-                         " belong to an earlier run (or are damaged): this run writes those "
-                         "steps again"));
-  }
-}
-
 bool Coordinator::FinishedLocked() const {
   if (membership_.Registered(v1::ROLE_WORKER) != membership_.world_size()) return false;
   const int64_t last = stage_machine_.stop_after_step();
@@ -1055,13 +933,12 @@ bool Coordinator::FinishedLocked() const {
   if (resume_.has_value() && resume_->step() >= last) return true;
   // A checkpoint whose parts are still coming in keeps the job open: its manifest is the
   // last thing a finished job writes.
-  if (!stage_machine_.Finished() || !pending_checkpoints_.empty()) return false;
+  if (!stage_machine_.Finished() || checkpoints_.has_pending()) return false;
   // The parts of a checkpoint after the last step come after the workers' last reports;
   // those up to the resume point are the ones it resumed from.
   const int64_t first = resume_.has_value() ? resume_->step() + 1 : 1;
   const std::vector<int64_t> due = stage_machine_.CheckpointSteps(first, last);
-  const int64_t committed = committed_.empty() ? 0 : committed_.back().step();
-  return !options_.commit_checkpoint || due.empty() || committed >= due.back();
+  return !checkpoints_.enabled() || due.empty() || checkpoints_.last_committed_step() >= due.back();
 }
 
 void Coordinator::Shutdown() {

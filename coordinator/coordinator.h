@@ -1,7 +1,8 @@
 // The coordinator's state and the one implementation of CoordinatorHandler: membership, the
-// rendezvous store, the stage machine with its leases, stats, and the admin calls. No I/O
-// besides log lines; the clock is injected. Served by CoordinatorServer (gRPC, REST,
-// metrics); tests may also call it directly.
+// rendezvous store, the stage machine with its leases, stats, and the admin calls. The
+// checkpoints' two-phase commit is CheckpointCommits'. No I/O besides log lines; the clock
+// is injected. Served by CoordinatorServer (gRPC, REST, metrics); tests may also call it
+// directly.
 //
 // Thread-safe. One mutex guards the job state (every call is short); the rendezvous store
 // has its own, so that waiting KvGets hold nothing the rest needs. Every call validates
@@ -23,6 +24,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "checkpoint/manifest.h"
+#include "coordinator/checkpoint_commits.h"
 #include "coordinator/clock.h"
 #include "coordinator/coordinator_handler.h"
 #include "config/job_config.h"
@@ -208,22 +210,8 @@ class Coordinator final : public CoordinatorHandler {
   // An admin call that changed the stage machine: log and answer with the new status.
   v1::JobStatus AdminDoneLocked(const std::string& what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // A checkpoint whose parts are coming in.
-  struct PendingCheckpoint {
-    std::string reason;
-    std::map<std::pair<int, int>, v1::CheckpointPart> parts;  // by (role, rank)
-  };
-  // Why a checkpoint is taken after `step` ("every 10 steps", "operator"); "" if none is.
-  std::string CheckpointReasonLocked(int64_t step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether the shards hold state after `step`, so that its checkpoint has their parts:
-  // always, unless the warmup goes between the workers (exchange.warmup_over "workers")
-  // and `step` is in it (the switch, once a lease passed `step`, never moves before it).
-  bool ServersHoldStateAtLocked(int64_t step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The parts the checkpoint of `step` is complete with: every worker's, and the shards'
-  // where they hold state.
-  int ExpectedPartsLocked(int64_t step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  v1::CheckpointInfo PendingInfoLocked(int64_t step, const PendingCheckpoint& p) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job's facts a checkpoint depends on, now.
+  CheckpointFacts CheckpointFactsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const CoordinatorOptions options_;
   Clock* const clock_;
@@ -255,14 +243,7 @@ class Coordinator final : public CoordinatorHandler {
   Digest digest_ ABSL_GUARDED_BY(mu_);
   int64_t logged_freeze_step_ ABSL_GUARDED_BY(mu_) = -1;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
-  std::map<int64_t, PendingCheckpoint> pending_checkpoints_ ABSL_GUARDED_BY(mu_);
-  std::map<int64_t, std::string> requested_checkpoints_ ABSL_GUARDED_BY(mu_);  // step -> reason
-  std::vector<v1::CheckpointInfo> committed_ ABSL_GUARDED_BY(mu_);  // oldest first
-  // Drops the committed checkpoints after `step`, where this run starts: an earlier run's
-  // (one that went further, or whose newest is damaged). Without this, the job would
-  // count them as its own: finish before writing its last checkpoint, and answer the
-  // parts of those steps "committed" without a manifest of its own.
-  void ForgetCheckpointsAfterLocked(int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  CheckpointCommits checkpoints_ ABSL_GUARDED_BY(mu_);
   std::optional<v1::ResumeFrom> resume_ ABSL_GUARDED_BY(mu_);
   v1::JobState state_ ABSL_GUARDED_BY(mu_) = v1::JOB_STATE_STARTING;
   std::string failure_reason_ ABSL_GUARDED_BY(mu_);
