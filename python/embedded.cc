@@ -183,7 +183,7 @@ absl::Status EmbeddedWorker::Start() {
     if (workload_ != nullptr) workload_->Close(absl::AbortedError(verdict.reason));
   };
   thread_ = std::thread([this, o] {
-    const absl::Status status = RunWorkerProcess(o);
+    const absl::Status status = RunWorkerProcess(o, &member_);
     absl::MutexLock lock(&mu_);
     done_ = true;
     status_ = status;
@@ -308,7 +308,7 @@ std::optional<std::pair<int, std::string>> EmbeddedWorker::Join(double timeout_s
 }
 
 int EmbeddedWorker::FailJob(const std::string& why, int64_t step) {
-  return ExitCodeAfterError(MarkPermanent(absl::FailedPreconditionError(why), step));
+  return member_.ExitCodeAfterError(MarkPermanent(absl::FailedPreconditionError(why), step));
 }
 
 MemberVerdict EmbeddedWorker::VerdictAfterFailure() {
@@ -318,13 +318,13 @@ MemberVerdict EmbeddedWorker::VerdictAfterFailure() {
     if (verdict_.has_value()) return *verdict_;  // said when it came
     error = status_;
   }
-  MemberVerdict verdict = VerdictAfterError(error);
+  MemberVerdict verdict = member_.VerdictAfterError(error);
   if (!verdict.reason.empty()) std::fprintf(stderr, "onebit-worker: %s\n", verdict.reason.c_str());
   return verdict;
 }
 
 void EmbeddedWorker::ReportRestartableExit(const std::string& why, int64_t step) {
-  onebit::ReportRestartableExit(why, step);
+  member_.ReportRestartableExit(why, step);
 }
 
 absl::StatusOr<std::pair<float*, float*>> EmbeddedWorker::Buffers() {

@@ -115,6 +115,9 @@ class EmbeddedWorker {
   const std::vector<ParamRange> buckets_;
   const std::optional<OptimizerState> loaded_;
   const std::vector<float> initial_;
+  // The worker's membership, for the verdict after its run failed (thread-safe); destroyed
+  // after thread_ is joined.
+  WorkerMember member_;
   std::thread thread_;
   absl::Mutex mu_;
   std::vector<float> final_params_ ABSL_GUARDED_BY(mu_);  // after_run's copy

@@ -83,11 +83,12 @@ int main(int argc, char** argv) {
   // Before any thread starts, so that every thread inherits the blocked signals.
   onebit::TerminationWatcher signals(&onebit::LeaveOnSignal);
   absl::ParseCommandLine(argc, argv);
-  const absl::Status status = onebit::RunWorkerProcess(OptionsFromFlags());
+  onebit::WorkerMember member;
+  const absl::Status status = onebit::RunWorkerProcess(OptionsFromFlags(), &member);
   if (!status.ok()) {
     std::fprintf(stderr, "onebit-worker: error: %s\n", status.ToString().c_str());
     if (status.code() == absl::StatusCode::kInvalidArgument) return 2;
-    return onebit::ExitCodeAfterError(status);
+    return member.ExitCodeAfterError(status);
   }
   return 0;
 }

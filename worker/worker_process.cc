@@ -112,8 +112,11 @@ class HistorySink : public TrainerMetricsSink {
   std::ofstream out_;
 };
 
-// The job's parts, in the order they must be torn down (reverse).
+// The job's parts, in the order they must be torn down (reverse), and what the steps of
+// RunWorkerProcess share.
 struct Worker {
+  std::string host;           // WorkerProcessOptions::host: gloo, /metrics, push order
+  security::TlsOptions tls;   // the security flags over the config's
   // Outlives everything below: the step controller's report thread calls it until joined.
   std::shared_ptr<CoordinatorClient> client;
   std::shared_ptr<prometheus::Registry> registry;
@@ -134,11 +137,6 @@ struct Worker {
   std::unique_ptr<WorkerCheckpointer> checkpointer;
   std::unique_ptr<Trainer> trainer;
 };
-
-// TLS of this process (flags over the config), set once in RunWorkerProcess.
-security::TlsOptions g_tls;
-// This worker's address (WorkerProcessOptions::host), set once in RunWorkerProcess.
-std::string g_host;
 
 // The threads of a worker's CPU backend (WorkerCpuThreads): the flag's, else the config's,
 // else the usable cores shared among the workers a launcher put on this machine.
@@ -165,44 +163,27 @@ kernels::Compressor JobCompressor(const JobConfig& config) {
 }
 
 // `shards`: the addresses of the shards this worker pushes to.
-PsExchangeOptions PsOptions(const JobConfig& config, const std::vector<std::string>& shards) {
+PsExchangeOptions PsOptions(const JobConfig& config, const std::vector<std::string>& shards,
+                            const Worker& w) {
   PsExchangeOptions options;
   // Shards beside this worker: the staggered pushes start after its host (ps_exchange.h).
-  PushPlan plan = PlanPushes(g_host, shards);
+  PushPlan plan = PlanPushes(w.host, shards);
   if (!plan.local.empty()) {
     std::fprintf(stderr, "ps: shards [%s] run on this host (%s): large pushes go [%s]\n",
-                 absl::StrJoin(plan.local, ", ").c_str(), g_host.c_str(),
+                 absl::StrJoin(plan.local, ", ").c_str(), w.host.c_str(),
                  absl::StrJoin(plan.order, ", ").c_str());
   }
   options.push_order = std::move(plan.order);
   options.local_shards = std::move(plan.local);
   options.compressor = JobCompressor(config);
   options.step_deadline = absl::Seconds(config.failure.ps_step_deadline_s);
-  options.tls = g_tls;
+  options.tls = w.tls;
   return options;
 }
 
 // EXIT CODES (coordinator/member.h): 0 done; 75 the job recovers in a newer generation, or
 // the coordinator restarted and no longer knows this worker (restart this process); 78 the
 // job failed (do not restart); 1 this worker hit an error; 2 bad flags or config.
-
-// What the member knows of the job, for the exit code after an error (main).
-struct MemberState {
-  std::shared_ptr<CoordinatorClient> client;
-  // The same coordinator, one attempt a call: the verdict after an error and a restartable
-  // report are best effort within wait_for_verdict, never client's whole retry budget
-  // (failure.coordinator_retry_s) a call, which a coordinator that died with rank 0's
-  // process turned into minutes.
-  std::shared_ptr<CoordinatorClient> once;
-  MemberIdentity me;  // job_id "" until registered
-  int rank = -1;
-  std::string instance_id;
-  absl::Duration wait_for_verdict = absl::Seconds(15);
-  // The verdict on the training's error, decided while the session still beat
-  // (RunWorkerProcess); VerdictAfterError returns it.
-  std::optional<MemberVerdict> decided;
-};
-MemberState g_member;
 
 // An error a peer's failure may have caused: a connection that broke or a wait that timed
 // out (gloo, the shards' gRPC). Others are this worker's own.
@@ -229,23 +210,61 @@ void Depart(const std::function<void(const MemberVerdict&)>& on_verdict, int ran
 
 }  // namespace
 
-MemberVerdict VerdictAfterError(const absl::Status& error) {
-  if (g_member.decided.has_value() && !IsPermanent(error)) return *g_member.decided;
+void WorkerMember::Connected(std::shared_ptr<CoordinatorClient> client,
+                             std::shared_ptr<CoordinatorClient> once,
+                             const std::string& instance_id) {
+  absl::MutexLock lock(&mu_);
+  client_ = std::move(client);
+  once_ = std::move(once);
+  instance_id_ = instance_id;
+  me_ = MemberIdentity{};
+  rank_ = -1;
+  decided_.reset();
+}
+
+void WorkerMember::Registered(const MemberIdentity& me, int rank, absl::Duration wait_for_verdict) {
+  absl::MutexLock lock(&mu_);
+  me_ = me;
+  rank_ = rank;
+  wait_for_verdict_ = wait_for_verdict;
+}
+
+void WorkerMember::Decide(const MemberVerdict& verdict) {
+  absl::MutexLock lock(&mu_);
+  decided_ = verdict;
+}
+
+MemberVerdict WorkerMember::VerdictAfterError(const absl::Status& error) {
+  // A copy: the calls below wait on the coordinator, and hold no lock.
+  std::shared_ptr<CoordinatorClient> client, once;
+  MemberIdentity me;
+  int rank;
+  std::string instance_id;
+  absl::Duration wait_for_verdict;
+  {
+    absl::MutexLock lock(&mu_);
+    if (decided_.has_value() && !IsPermanent(error)) return *decided_;
+    client = client_;
+    once = once_;
+    me = me_;
+    rank = rank_;
+    instance_id = instance_id_;
+    wait_for_verdict = wait_for_verdict_;
+  }
   const MemberVerdict unknown{kMemberExitFailed, ""};
-  if (g_member.client == nullptr) return unknown;
-  if (g_member.me.job_id.empty()) {  // not registered: refused because the job is over?
-    return VerdictAfterRegisterError(*g_member.client, error).value_or(unknown);
+  if (client == nullptr) return unknown;
+  if (me.job_id.empty()) {  // not registered: refused because the job is over?
+    return VerdictAfterRegisterError(*client, error).value_or(unknown);
   }
   if (IsPermanent(error)) {
     const absl::Status reported = ReportPermanentFailure(
-        *g_member.client, v1::ROLE_WORKER, g_member.rank, g_member.instance_id, error,
-        PermanentErrorStep(error));
+        *client, v1::ROLE_WORKER, rank, instance_id, error, PermanentErrorStep(error));
     if (!reported.ok()) {
       std::fprintf(stderr, "onebit-worker: cannot report the failure to the coordinator: %s\n",
                    reported.ToString().c_str());
     }
   }
-  CoordinatorClient& ask = g_member.once != nullptr ? *g_member.once : *g_member.client;
+  CoordinatorClient& ask = once != nullptr ? *once : *client;
   // A job that ends below the steps it leased ended where a worker's training loop did (a
   // job without steps, LeaseRequest.ended): this worker, which failed in a later step's
   // exchange, ran past it.
@@ -258,19 +277,30 @@ MemberVerdict VerdictAfterError(const absl::Status& error) {
                      " while this worker still ran: its training loop ran past the others' "
                      "(every worker must run the same number of steps)")};
   }
-  return AwaitVerdict(ask, g_member.me, g_member.wait_for_verdict).value_or(unknown);
+  return AwaitVerdict(ask, me, wait_for_verdict).value_or(unknown);
 }
 
-int ExitCodeAfterError(const absl::Status& error) {
+int WorkerMember::ExitCodeAfterError(const absl::Status& error) {
   const MemberVerdict verdict = VerdictAfterError(error);
   if (!verdict.reason.empty()) std::fprintf(stderr, "onebit-worker: %s\n", verdict.reason.c_str());
   return verdict.exit_code;
 }
 
-void ReportRestartableExit(const std::string& why, int64_t step) {
-  if (g_member.once == nullptr || g_member.me.job_id.empty()) return;
-  const absl::Status reported = ReportRestartableFailure(
-      *g_member.once, v1::ROLE_WORKER, g_member.rank, g_member.instance_id, why, step);
+void WorkerMember::ReportRestartableExit(const std::string& why, int64_t step) {
+  std::shared_ptr<CoordinatorClient> once;
+  MemberIdentity me;
+  int rank;
+  std::string instance_id;
+  {
+    absl::MutexLock lock(&mu_);
+    once = once_;
+    me = me_;
+    rank = rank_;
+    instance_id = instance_id_;
+  }
+  if (once == nullptr || me.job_id.empty()) return;
+  const absl::Status reported =
+      ReportRestartableFailure(*once, v1::ROLE_WORKER, rank, instance_id, why, step);
   if (!reported.ok()) {
     std::fprintf(stderr, "onebit-worker: cannot tell the coordinator why this worker stops: %s\n",
                  reported.ToString().c_str());
@@ -347,7 +377,8 @@ absl::StatusOr<std::unique_ptr<Transport>> GroupTransport(const JobConfig& confi
                                                           int world_size,
                                                           std::shared_ptr<CoordinatorClient> store_client,
                                                           kernels::Backend* backend,
-                                                          const std::string& comm) {
+                                                          const std::string& comm,
+                                                          const std::string& host) {
   if (comm == "nccl") {
     const std::string key = absl::StrCat(GroupPrefix(reg, group), "/nccl_unique_id");
     if (rank == 0) {
@@ -368,7 +399,7 @@ absl::StatusOr<std::unique_ptr<Transport>> GroupTransport(const JobConfig& confi
   auto store = std::make_shared<CoordinatorGlooStore>(
       store_client, GlooStorePrefix(GroupPrefix(reg, group), 0));
   GlooOptions options;
-  options.hostname = g_host;
+  options.hostname = host;
   options.timeout = absl::Seconds(config.failure.gloo_timeout_s);
   return GlooTransport::Create(store, rank, world_size, options);
 }
@@ -383,7 +414,7 @@ absl::StatusOr<std::unique_ptr<Transport>> WorldTransport(
   ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<Transport> world,
                           GroupTransport(config, reg, "world", reg.rank(), reg.world_size(),
                                          std::move(client), w.backend.get(),
-                                         config.optimizer.comm_backend_name));
+                                         config.optimizer.comm_backend_name, w.host));
   if (!trace_path.empty()) {
     if (w.trace == nullptr) {
       ONEBIT_ASSIGN_OR_RETURN(w.trace, CallTrace::Create(trace_path));
@@ -405,12 +436,14 @@ absl::StatusOr<ExactAllreduceOptions> WarmupOptions(const JobConfig& config) {
 // `node` of `nodes`), over exchange.inter_transport, in the backend's memory.
 absl::StatusOr<std::unique_ptr<Transport>> SliceTransport(
     const JobConfig& config, const v1::RegisterResponse& reg, int local_rank, int node, int nodes,
-    std::shared_ptr<CoordinatorClient> client, kernels::Backend* backend) {
+    std::shared_ptr<CoordinatorClient> client, kernels::Backend* backend,
+    const std::string& host) {
   const std::string& between = config.exchange.inter_transport;
   ONEBIT_ASSIGN_OR_RETURN(
       std::unique_ptr<Transport> inter,
       GroupTransport(config, reg, absl::StrCat("slice", local_rank), node, nodes, std::move(client),
-                     backend, between == "auto" ? config.optimizer.comm_backend_name : between));
+                     backend, between == "auto" ? config.optimizer.comm_backend_name : between,
+                     host));
   return InBackendMemory(backend, std::move(inter));
 }
 
@@ -427,7 +460,7 @@ absl::StatusOr<std::unique_ptr<Exchange>> NewHierarchicalExchange(
                reg.rank(), node, nodes, local_rank, local_size, config.exchange.inter.c_str());
   ONEBIT_ASSIGN_OR_RETURN(w.transport, GroupTransport(config, reg, absl::StrCat("node", node),
                                                       local_rank, local_size, client, backend,
-                                                      config.optimizer.comm_backend_name));
+                                                      config.optimizer.comm_backend_name, w.host));
   std::unique_ptr<Exchange> between_nodes;
   if (config.exchange.inter == "ps") {
     const int k = config.exchange.servers / local_size;
@@ -437,12 +470,12 @@ absl::StatusOr<std::unique_ptr<Exchange>> NewHierarchicalExchange(
     std::vector<std::string> own(shards.begin() + local_rank * k,
                                  shards.begin() + (local_rank + 1) * k);
     ONEBIT_ASSIGN_OR_RETURN(between_nodes, PsExchange::Create(backend, node, nodes, layout.slice(),
-                                                              own, PsOptions(config, own)));
+                                                              own, PsOptions(config, own, w)));
     if (ShardsSkipWarmup(config.exchange)) {
       // exchange.warmup_over "workers": the slice's warmup sum between the nodes' workers of
       // this local rank (rank order, fp32: the shards' bits), the shards from the switch on.
-      ONEBIT_ASSIGN_OR_RETURN(w.inter_transport,
-                              SliceTransport(config, reg, local_rank, node, nodes, client, backend));
+      ONEBIT_ASSIGN_OR_RETURN(w.inter_transport, SliceTransport(config, reg, local_rank, node,
+                                                                nodes, client, backend, w.host));
       ONEBIT_ASSIGN_OR_RETURN(
           between_nodes, WorkersWarmupExchange::Create(backend, w.inter_transport.get(),
                                                        layout.slice(), ExactAllreduceOptions(),
@@ -451,8 +484,8 @@ absl::StatusOr<std::unique_ptr<Exchange>> NewHierarchicalExchange(
     return HierarchicalExchange::Create(backend, w.transport.get(), std::move(between_nodes),
                                         layout);
   }
-  ONEBIT_ASSIGN_OR_RETURN(w.inter_transport,
-                          SliceTransport(config, reg, local_rank, node, nodes, client, backend));
+  ONEBIT_ASSIGN_OR_RETURN(w.inter_transport, SliceTransport(config, reg, local_rank, node, nodes,
+                                                            client, backend, w.host));
   return HierarchicalExchange::CreatePeer(backend, w.transport.get(), w.inter_transport.get(), n,
                                           JobCompressor(config));
 }
@@ -540,60 +573,34 @@ absl::Status AwaitJobOver(CoordinatorClient& client, LastEvent& last, const Memb
   }
 }
 
-}  // namespace
-
-absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
-  const absl::Time start = absl::Now();
-  if (o.config_path.empty() || o.coordinator.empty()) {
-    return absl::InvalidArgumentError("--config and --coordinator are required");
-  }
-  g_host = o.host;
-  // Destroyed before `w` below (declared after it) on every way out.
-  struct Teardown {
-    const std::function<void()>* hook = nullptr;
-    ~Teardown() {
-      if (hook != nullptr && *hook) (*hook)();
-    }
-  };
-  ONEBIT_ASSIGN_OR_RETURN(JobConfig config, LoadJobConfig(o.config_path));
-  ONEBIT_ASSIGN_OR_RETURN(g_tls, security::TlsFromFlags(config.security.tls));
-  Worker w;
-  Teardown teardown{&o.before_teardown};
+// The coordinator's client (w.client: retried for failure.coordinator_retry_s) and its
+// one-attempt twin for the verdicts (member.h), with the process's TLS in w.tls.
+absl::StatusOr<std::shared_ptr<CoordinatorClient>> ConnectToCoordinator(
+    const WorkerProcessOptions& o, const JobConfig& config, Worker& w) {
   GrpcClientOptions client_options;
   client_options.address = o.coordinator;
   client_options.retry_for = absl::Seconds(config.failure.coordinator_retry_s);
   // A silent link (no RST, no FIN) breaks the connection within half the heartbeat timeout.
   client_options.keepalive = absl::Seconds(config.failure.heartbeat_timeout_s) / 4;
-  client_options.tls = g_tls;
+  client_options.tls = w.tls;
   ONEBIT_ASSIGN_OR_RETURN(client_options.token,
                           security::ResolveToken(o.member_token_file,
                                                  "ONEBIT_MEMBER_TOKEN",
                                                  config.security.member_token_file));
   ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> client,
                           NewGrpcCoordinatorClient(client_options));
-  ONEBIT_ASSIGN_OR_RETURN(std::optional<Fault> fault,
-                          ParseFault(o.fault,
-                                     {"kill_in_exchange", "kill_before_commit"}));
-  if (o.check) {
-    ONEBIT_RETURN_IF_ERROR(WorkloadParameterCount(config.workload).status());
-    // A running job's notices are the coordinator's to print (once, not once per worker).
-    for (const std::string& notice : config.notices) {
-      std::fprintf(stderr, "onebit-worker: config notice: %s\n", notice.c_str());
-    }
-    std::printf("onebit-worker: flags and config OK (%s, %s exchange, %s)\n",
-                config.workload.type.c_str(), config.exchange.mode.c_str(), config.device.c_str());
-    return absl::OkStatus();
-  }
-  std::shared_ptr<CoordinatorClient> shared_client = std::move(client);
-  w.client = shared_client;
+  w.client = std::move(client);
   GrpcClientOptions once_options = client_options;
   once_options.retry_for = absl::ZeroDuration();
   once_options.max_attempts = 1;
   ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> once,
                           NewGrpcCoordinatorClient(once_options));
+  return std::shared_ptr<CoordinatorClient>(std::move(once));
+}
 
-  const int port = o.metrics_port >= 0 ? o.metrics_port
-                                                          : config.ports.metrics;
+// /metrics and the probes (not ready until training), published to the signal thread.
+absl::Status StartProbes(const WorkerProcessOptions& o, const JobConfig& config, Worker& w) {
+  const int port = o.metrics_port >= 0 ? o.metrics_port : config.ports.metrics;
   w.registry = std::make_shared<prometheus::Registry>();
   ONEBIT_ASSIGN_OR_RETURN(w.metrics, MetricsServer::Start(o.host, port));
   w.metrics->RegisterCollectable(w.registry);
@@ -605,33 +612,34 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
                  o.host.c_str(), w.metrics->port());
   }
   PublishHealth(w.metrics.get());
-  struct Unpublish {
-    ~Unpublish() { PublishHealth(nullptr); }
-  } unpublish;  // before w.metrics is destroyed
+  return absl::OkStatus();
+}
 
-  const std::string instance = InstanceId();
+// This worker's registration: who it is, its model's size and its config's terms. A mask
+// from a .npy is read here where the model's size is known, so that the job terms carry what
+// it masks and the workers' files are held to each other; *read_mask gets it (a file this
+// worker cannot read says so in the terms, and fails the trainer's setup as before).
+v1::RegisterRequest RegisterRequestFor(const WorkerProcessOptions& o, const JobConfig& config,
+                                       const std::string& instance, int metrics_port,
+                                       std::optional<std::vector<float>>* read_mask) {
   v1::RegisterRequest reg_request;
   reg_request.set_role(v1::ROLE_WORKER);
   reg_request.set_instance_id(instance);
   reg_request.set_address(o.host);
-  reg_request.set_metrics_address(absl::StrCat(o.host, ":", w.metrics->port()));
+  reg_request.set_metrics_address(absl::StrCat(o.host, ":", metrics_port));
   reg_request.set_requested_rank(o.rank);
   if (o.num_parameters > 0) {
     reg_request.set_num_parameters(static_cast<int64_t>(o.num_parameters));
   } else if (absl::StatusOr<size_t> n = WorkloadParameterCount(config.workload); n.ok()) {
     reg_request.set_num_parameters(static_cast<int64_t>(*n));
   }
-  // A mask from a .npy is read before registering where the model's size is known, so that
-  // the job terms carry what it masks and the workers' files are held to each other (a
-  // file this worker cannot read says so there, and fails the setup below as before).
-  std::optional<std::vector<float>> read_mask;
   std::string mask_summary;
   if (!config.momentum_mask.npy.empty() && reg_request.num_parameters() > 0) {
     absl::StatusOr<std::vector<float>> mask =
         MomentumMaskFromConfig(config, static_cast<size_t>(reg_request.num_parameters()));
     if (mask.ok()) {
       mask_summary = MomentumMaskSummary(*mask);
-      read_mask = *std::move(mask);
+      *read_mask = *std::move(mask);
     } else {
       mask_summary = absl::StrCat("unreadable: ", mask.status().message());
     }
@@ -640,23 +648,15 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
   reg_request.set_job_key(o.job_key);
   reg_request.set_loaded_step(o.loaded_step);
   reg_request.set_loaded_freeze_step(o.loaded_freeze_step);
-  g_member.client = shared_client;  // a refusal's exit code asks it (ExitCodeAfterError)
-  g_member.once = std::move(once);
-  g_member.me = MemberIdentity{};
-  g_member.decided.reset();
-  g_member.instance_id = instance;
-  ONEBIT_ASSIGN_OR_RETURN(
-      v1::RegisterResponse reg,
-      RegisterReplacing(*shared_client, reg_request,
-                        absl::Seconds(config.failure.heartbeat_timeout_s) + absl::Seconds(10)));
-  if (!o.quiet) {
-    std::fprintf(stderr, "worker rank %d of %d (job %s)\n", reg.rank(), reg.world_size(),
-                 reg.job_id().c_str());
-  }
-  w.metrics_sink = std::make_unique<WorkerMetrics>(
-      *w.registry, std::map<std::string, std::string>{{"rank", absl::StrCat(reg.rank())}});
-  w.metrics->SetNotReady("setting up the workload and the exchange");
-  w.sink = std::make_unique<HistorySink>(w.metrics_sink.get(), o.history_csv);
+  return reg_request;
+}
+
+// The session that beats for this member and hears the job's events: an event that ends
+// this member's part departs (Depart), and `last_event` keeps the latest status.
+absl::Status StartSession(const WorkerProcessOptions& o, const JobConfig& config,
+                          const v1::RegisterResponse& reg, const std::string& instance,
+                          const MemberIdentity& me, std::shared_ptr<LastEvent> last_event,
+                          Worker& w) {
   SessionOptions session;
   // Several heartbeats per detection window, so that one late beat is no death.
   session.heartbeat_interval =
@@ -664,10 +664,6 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
   session.role = v1::ROLE_WORKER;
   session.rank = reg.rank();
   session.instance_id = instance;
-  g_member.me = MemberIdentity{reg.job_id(), reg.generation(), /*leave_on_success=*/false};
-  g_member.rank = reg.rank();
-  g_member.wait_for_verdict = absl::Seconds(config.failure.heartbeat_timeout_s) + absl::Seconds(5);
-  const MemberIdentity me = g_member.me;
   const int my_rank = reg.rank();
   // The coordinator no longer knows this worker (it restarted since), or stayed out of
   // reach: leave with what the job says (member.h).
@@ -676,28 +672,30 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
   // for a heartbeat: it counts this worker dead and recovers without it, so leave (75)
   // instead of waiting in a collective for the transport's own timeout.
   session.silence_limit = absl::Seconds(config.failure.heartbeat_timeout_s) / 2;
-  session.on_end = [client = shared_client.get(), me, my_rank,
+  session.on_end = [client = w.client.get(), me, my_rank,
                     on_verdict = o.on_verdict](const absl::Status& why) {
     Depart(on_verdict, my_rank, VerdictAfterSessionEnd(*client, me, why));
   };
-  // The job's latest status as the session heard it (the summary's recoveries).
-  auto last_event = std::make_shared<LastEvent>();
   ONEBIT_ASSIGN_OR_RETURN(
       w.session,
-      shared_client->StartSession(session, [me, my_rank, last_event,
-                                            on_verdict = o.on_verdict](const v1::JobEvent& e) {
+      w.client->StartSession(session, [me, my_rank, last_event,
+                                       on_verdict = o.on_verdict](const v1::JobEvent& e) {
         if (std::optional<MemberVerdict> verdict = VerdictFor(e.job(), me)) {
           Depart(on_verdict, my_rank, *verdict);
         }
         absl::MutexLock lock(&last_event->mu);
         last_event->job = e.job();
       }));
+  return absl::OkStatus();
+}
 
-  const int cpu_threads = CpuThreads(o, config);
+// The backend and the workload (the config's, or the caller's) in w.
+absl::Status BuildWorkload(const WorkerProcessOptions& o, const JobConfig& config,
+                           const v1::RegisterResponse& reg, Worker& w) {
   if (config.device == "cuda") {
     ONEBIT_ASSIGN_OR_RETURN(w.backend, kernels::NewCudaBackend(o.cuda_device));
   } else {
-    w.backend = kernels::NewCpuBackend(/*allow_simd=*/true, cpu_threads);
+    w.backend = kernels::NewCpuBackend(/*allow_simd=*/true, CpuThreads(o, config));
   }
   if (o.workload_factory) {
     ONEBIT_ASSIGN_OR_RETURN(w.workload, o.workload_factory(config, reg.rank(), reg.world_size(),
@@ -706,13 +704,20 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
     ONEBIT_ASSIGN_OR_RETURN(w.workload,
                             NewWorkload(config, reg.rank(), reg.world_size(), w.backend.get()));
   }
-  const size_t n = w.workload->num_parameters();
-  // The job config's exchange.overlap (peer mode, or ps with warmup_over "workers").
+  return absl::OkStatus();
+}
+
+// The exchange of the config's mode in w.exchange, with its transports. Returns the overlap
+// of the warmup (exchange.overlap: peer mode, or ps with warmup_over "workers"), or null.
+absl::StatusOr<OverlappedWarmup*> BuildExchange(const WorkerProcessOptions& o,
+                                                const JobConfig& config,
+                                                const v1::RegisterResponse& reg, size_t n,
+                                                Worker& w) {
   OverlappedWarmup* overlap = nullptr;
   if (config.exchange.mode == "ps") {
     ONEBIT_ASSIGN_OR_RETURN(std::vector<std::string> shards,
-                            ShardAddresses(*shared_client, reg.num_servers(), RendezvousTimeout(config)));
-    PsExchangeOptions ps = PsOptions(config, shards);
+                            ShardAddresses(*w.client, reg.num_servers(), RendezvousTimeout(config)));
+    PsExchangeOptions ps = PsOptions(config, shards, w);
     if (!o.transport_trace.empty()) {
       ONEBIT_ASSIGN_OR_RETURN(w.trace, CallTrace::Create(o.transport_trace));
       ps.trace = w.trace.get();
@@ -722,8 +727,8 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
                                                            reg.world_size(), n, shards, ps));
     if (ShardsSkipWarmup(config.exchange)) {
       // exchange.warmup_over "workers": the warmup as in peer mode, over the workers' group.
-      ONEBIT_ASSIGN_OR_RETURN(
-          w.transport, WorldTransport(config, reg, shared_client, o.transport_trace, w));
+      ONEBIT_ASSIGN_OR_RETURN(w.transport,
+                              WorldTransport(config, reg, w.client, o.transport_trace, w));
       ONEBIT_ASSIGN_OR_RETURN(ExactAllreduceOptions exact, WarmupOptions(config));
       ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<WorkersWarmupExchange> workers,
                               WorkersWarmupExchange::Create(w.backend.get(), w.transport.get(), n,
@@ -732,11 +737,11 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
       w.exchange = std::move(workers);
     }
   } else if (config.exchange.mode == "hierarchical") {
-    ONEBIT_ASSIGN_OR_RETURN(w.exchange, NewHierarchicalExchange(config, reg, n, shared_client,
+    ONEBIT_ASSIGN_OR_RETURN(w.exchange, NewHierarchicalExchange(config, reg, n, w.client,
                                                                 w.backend.get(), w));
   } else {
     ONEBIT_ASSIGN_OR_RETURN(w.transport,
-                            WorldTransport(config, reg, shared_client, o.transport_trace, w));
+                            WorldTransport(config, reg, w.client, o.transport_trace, w));
     ONEBIT_ASSIGN_OR_RETURN(ExactAllreduceOptions exact, WarmupOptions(config));
     ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<PeerExchange> peer,
                             PeerExchange::Create(w.backend.get(), w.transport.get(), n, exact,
@@ -745,13 +750,25 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
     if (config.exchange.overlap) overlap = &peer->overlap();
     w.exchange = std::move(peer);
   }
+  return overlap;
+}
+
+// The step controller, the checkpointer and the trainer in w, over w.exchange (wrapped by
+// --fault=kill_in_exchange).
+absl::Status BuildTrainer(const WorkerProcessOptions& o, const JobConfig& config,
+                          const v1::RegisterResponse& reg, const std::string& instance,
+                          const std::optional<Fault>& fault,
+                          std::optional<std::vector<float>> read_mask, OverlappedWarmup* overlap,
+                          Worker& w) {
+  const size_t n = w.workload->num_parameters();
+  const int rank = reg.rank();
   if (fault.has_value() && fault->point == "kill_in_exchange") {
     w.fault_exchange = std::make_unique<FaultExchange>(w.exchange.get(), fault->step,
-                                                       absl::StrCat("worker ", reg.rank()));
+                                                       absl::StrCat("worker ", rank));
   }
   Exchange* exchange = w.fault_exchange ? w.fault_exchange.get() : w.exchange.get();
   w.controller = std::make_unique<CoordinatorStepController>(
-      shared_client.get(), w.session.get(), reg.rank(), config.log_every, exchange);
+      w.client.get(), w.session.get(), rank, config.log_every, exchange);
   TrainerOptions options = TrainerOptionsFromConfig(config);
   if (!o.evaluate) {
     options.eval_every = 0;
@@ -764,7 +781,6 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
     ONEBIT_ASSIGN_OR_RETURN(options.optimizer.momentum_mask, MomentumMaskFromConfig(config, n));
   }
   options.optimizer.hyper_groups = o.hyper_groups;
-  const int rank = reg.rank();
   if (!config.checkpoint.dir.empty()) {
     CheckpointerOptions c;
     c.dir = config.checkpoint.dir;
@@ -781,7 +797,7 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
         }
       };
     }
-    w.checkpointer = std::make_unique<WorkerCheckpointer>(c, shared_client.get());
+    w.checkpointer = std::make_unique<WorkerCheckpointer>(c, w.client.get());
     options.checkpoints = w.checkpointer.get();
   }
   options.print = [rank, quiet = o.quiet](absl::string_view line) {
@@ -792,10 +808,18 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
   };
   ONEBIT_ASSIGN_OR_RETURN(w.trainer, Trainer::Create(options, w.workload.get(), w.backend.get(),
                                                      exchange, w.controller.get(), w.sink.get()));
+  return absl::OkStatus();
+}
+
+// Where the job starts: after the step of the states its workers loaded themselves
+// (o.restore_loaded_state), from a checkpoint (RegisterResponse.resume), or at step 0.
+absl::Status StartFromSavedState(const WorkerProcessOptions& o, const JobConfig& config,
+                                 const v1::RegisterResponse& reg, Worker& w) {
+  const int rank = reg.rank();
   if (reg.has_resume() && reg.resume().name().empty()) {
     // The job starts after the step of the states its workers loaded. A state that does
     // not fit is the same after any restart: the job fails at once, naming this worker
-    // and why (before, this worker's silence was taken for a lost process and recovered).
+    // and why (not a silence taken for a lost process).
     if (o.loaded_step != reg.resume().step() || !o.restore_loaded_state) {
       return MarkPermanent(absl::FailedPreconditionError(absl::StrCat(
           "the job starts after step ", reg.resume().step(), " from its workers' saved states; "
@@ -827,26 +851,14 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
                      ? absl::StrCat(" (error buffers reset: ", reg.resume().reason(), ")").c_str()
                      : "");
   }
-  if (o.before_run) ONEBIT_RETURN_IF_ERROR(o.before_run(*w.trainer));
-  w.metrics->SetReady();  // registered, set up, training
-  absl::StatusOr<TrainerSummary> ran = w.trainer->Run();
-  if (!ran.ok() && MayBeAPeersFailure(ran.status())) {
-    // A peer that died breaks this worker's exchange within milliseconds, and the
-    // coordinator names the member that went silent first: were this worker's session to
-    // end now, its last heartbeat would be older than the dead peer's about half the time
-    // (a heartbeat interval is far longer than those milliseconds), and the recovery
-    // would name this worker. So the verdict is awaited while the session still beats (a
-    // job event that ends this worker's part exits from the session at once).
-    g_member.decided = VerdictAfterError(ran.status());
-  }
-  ONEBIT_RETURN_IF_ERROR(ran.status());
-  TrainerSummary summary = *std::move(ran);
-  if (o.after_run) ONEBIT_RETURN_IF_ERROR(o.after_run(*w.trainer));
-  w.metrics->SetNotReady("the job is over for this worker");
-  // The last checkpoint's part is written and reported before this worker goes.
-  if (w.checkpointer != nullptr) ONEBIT_RETURN_IF_ERROR(w.checkpointer->Flush());
-  ONEBIT_RETURN_IF_ERROR(AwaitJobOver(*shared_client, *last_event, me, my_rank, o.on_verdict));
+  return absl::OkStatus();
+}
 
+// After the job ended for this worker: the final parameters (o.params_out) and the summary
+// (o.summary_file).
+absl::Status WriteOutputs(const WorkerProcessOptions& o, const JobConfig& config, int rank,
+                          const TrainerSummary& summary, absl::Time start, LastEvent& last_event,
+                          Worker& w) {
   if (!o.params_out.empty()) {
     ONEBIT_ASSIGN_OR_RETURN(std::vector<float> params, w.trainer->optimizer().ParamsToHost());
     ONEBIT_RETURN_IF_ERROR(npy::WriteFloat32(o.params_out,
@@ -858,14 +870,109 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
     // ended with the job (and would be retried for coordinator_retry_s).
     absl::StatusOr<v1::JobStatus> job = absl::UnavailableError("no job event yet");
     {
-      absl::MutexLock lock(&last_event->mu);
-      if (last_event->job.has_value()) job = *last_event->job;
+      absl::MutexLock lock(&last_event.mu);
+      if (last_event.job.has_value()) job = *last_event.job;
     }
-    if (!job.ok()) job = shared_client->GetJob({});
+    if (!job.ok()) job = w.client->GetJob({});
     ONEBIT_RETURN_IF_ERROR(WriteSummary(o.summary_file, config, rank, summary,
                                         absl::ToDoubleSeconds(absl::Now() - start),
                                         w.trainer->optimizer().masked_elements(), job));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RunWorkerProcess(const WorkerProcessOptions& o, WorkerMember* member) {
+  const absl::Time start = absl::Now();
+  if (o.config_path.empty() || o.coordinator.empty()) {
+    return absl::InvalidArgumentError("--config and --coordinator are required");
+  }
+  if (member == nullptr) return absl::InvalidArgumentError("RunWorkerProcess: member is null");
+  // Destroyed before `w` below (declared after it) on every way out.
+  struct Teardown {
+    const std::function<void()>* hook = nullptr;
+    ~Teardown() {
+      if (hook != nullptr && *hook) (*hook)();
+    }
+  };
+  ONEBIT_ASSIGN_OR_RETURN(JobConfig config, LoadJobConfig(o.config_path));
+  Worker w;
+  w.host = o.host;
+  ONEBIT_ASSIGN_OR_RETURN(w.tls, security::TlsFromFlags(config.security.tls));
+  Teardown teardown{&o.before_teardown};
+  ONEBIT_ASSIGN_OR_RETURN(std::shared_ptr<CoordinatorClient> once,
+                          ConnectToCoordinator(o, config, w));
+  ONEBIT_ASSIGN_OR_RETURN(std::optional<Fault> fault,
+                          ParseFault(o.fault, {"kill_in_exchange", "kill_before_commit"}));
+  if (o.check) {
+    ONEBIT_RETURN_IF_ERROR(WorkloadParameterCount(config.workload).status());
+    // A running job's notices are the coordinator's to print (once, not once per worker).
+    for (const std::string& notice : config.notices) {
+      std::fprintf(stderr, "onebit-worker: config notice: %s\n", notice.c_str());
+    }
+    std::printf("onebit-worker: flags and config OK (%s, %s exchange, %s)\n",
+                config.workload.type.c_str(), config.exchange.mode.c_str(), config.device.c_str());
+    return absl::OkStatus();
+  }
+  ONEBIT_RETURN_IF_ERROR(StartProbes(o, config, w));
+  struct Unpublish {
+    ~Unpublish() { PublishHealth(nullptr); }
+  } unpublish;  // before w.metrics is destroyed
+
+  // Register: the coordinator assigns the rank. A refusal's exit code asks the member.
+  const std::string instance = InstanceId();
+  std::optional<std::vector<float>> read_mask;
+  const v1::RegisterRequest reg_request =
+      RegisterRequestFor(o, config, instance, w.metrics->port(), &read_mask);
+  member->Connected(w.client, std::move(once), instance);
+  ONEBIT_ASSIGN_OR_RETURN(
+      v1::RegisterResponse reg,
+      RegisterReplacing(*w.client, reg_request,
+                        absl::Seconds(config.failure.heartbeat_timeout_s) + absl::Seconds(10)));
+  if (!o.quiet) {
+    std::fprintf(stderr, "worker rank %d of %d (job %s)\n", reg.rank(), reg.world_size(),
+                 reg.job_id().c_str());
+  }
+  w.metrics_sink = std::make_unique<WorkerMetrics>(
+      *w.registry, std::map<std::string, std::string>{{"rank", absl::StrCat(reg.rank())}});
+  w.metrics->SetNotReady("setting up the workload and the exchange");
+  w.sink = std::make_unique<HistorySink>(w.metrics_sink.get(), o.history_csv);
+  const MemberIdentity me{reg.job_id(), reg.generation(), /*leave_on_success=*/false};
+  member->Registered(me, reg.rank(),
+                     absl::Seconds(config.failure.heartbeat_timeout_s) + absl::Seconds(5));
+  auto last_event = std::make_shared<LastEvent>();
+  ONEBIT_RETURN_IF_ERROR(StartSession(o, config, reg, instance, me, last_event, w));
+
+  // Set up, then train.
+  ONEBIT_RETURN_IF_ERROR(BuildWorkload(o, config, reg, w));
+  ONEBIT_ASSIGN_OR_RETURN(OverlappedWarmup* overlap,
+                          BuildExchange(o, config, reg, w.workload->num_parameters(), w));
+  ONEBIT_RETURN_IF_ERROR(
+      BuildTrainer(o, config, reg, instance, fault, std::move(read_mask), overlap, w));
+  ONEBIT_RETURN_IF_ERROR(StartFromSavedState(o, config, reg, w));
+  if (o.before_run) ONEBIT_RETURN_IF_ERROR(o.before_run(*w.trainer));
+  w.metrics->SetReady();  // registered, set up, training
+  absl::StatusOr<TrainerSummary> ran = w.trainer->Run();
+  if (!ran.ok() && MayBeAPeersFailure(ran.status())) {
+    // A peer that died breaks this worker's exchange within milliseconds, and the
+    // coordinator names the member that went silent first: were this worker's session to
+    // end now, its last heartbeat would be older than the dead peer's about half the time
+    // (a heartbeat interval is far longer than those milliseconds), and the recovery
+    // would name this worker. So the verdict is awaited while the session still beats (a
+    // job event that ends this worker's part exits from the session at once).
+    member->Decide(member->VerdictAfterError(ran.status()));
+  }
+  ONEBIT_RETURN_IF_ERROR(ran.status());
+  TrainerSummary summary = *std::move(ran);
+  if (o.after_run) ONEBIT_RETURN_IF_ERROR(o.after_run(*w.trainer));
+
+  // The end: the last checkpoint's part is written and reported before this worker goes,
+  // and it stays a member until the job is over.
+  w.metrics->SetNotReady("the job is over for this worker");
+  if (w.checkpointer != nullptr) ONEBIT_RETURN_IF_ERROR(w.checkpointer->Flush());
+  ONEBIT_RETURN_IF_ERROR(AwaitJobOver(*w.client, *last_event, me, reg.rank(), o.on_verdict));
+  ONEBIT_RETURN_IF_ERROR(WriteOutputs(o, config, reg.rank(), summary, start, *last_event, w));
   (void)w.session->Stop();
   return absl::OkStatus();
 }

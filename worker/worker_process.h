@@ -22,7 +22,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "config/job_config.h"
+#include "coordinator/coordinator_client.h"
 #include "coordinator/member.h"
 #include "kernels/kernels.h"
 #include "worker/optim/optim_checks.h"
@@ -96,27 +99,54 @@ struct WorkerProcessOptions {
   std::function<void(const MemberVerdict& verdict)> on_verdict;
 };
 
-// Runs the worker until the job ends for it. INVALID_ARGUMENT for bad options or config
-// (exit code 2 in onebit-worker); other errors: ExitCodeAfterError says what to exit with.
-absl::Status RunWorkerProcess(const WorkerProcessOptions& options);
+// What a worker knows of its membership in the job, for the verdict after an error.
+// RunWorkerProcess fills it in as it connects and registers (a later run starts it over);
+// the caller asks it once the run failed, or while it runs (ReportRestartableExit).
+// Thread-safe; the calls to the coordinator hold no lock.
+class WorkerMember {
+ public:
+  // After RunWorkerProcess failed with `error`: 75 when the coordinator says the job
+  // recovers in a newer generation (restart this process), 78 when the job failed (a
+  // registration it refused because the job is over included), else 1, with the
+  // coordinator's word on why (empty where it said nothing: `error` is all there is). Asks
+  // the coordinator for up to a heartbeat timeout: a dead peer shows here before the
+  // coordinator has noticed. An error no restart fixes (IsPermanent: the training
+  // diverged) is reported first, so that the job fails at once, naming this worker.
+  MemberVerdict VerdictAfterError(const absl::Status& error);
+  // VerdictAfterError's exit code, its reason printed to stderr ("onebit-worker: ...").
+  int ExitCodeAfterError(const absl::Status& error);
+  // This worker stops for a reason of its own that a restart may fix (`why`: the training
+  // script raised) in `step`: the coordinator hears it at once, and a running job
+  // recovers, naming this worker and `why` (member.h ReportRestartableFailure). Call it
+  // while the worker is still a member (before its workload closes); before it registered,
+  // it does nothing.
+  void ReportRestartableExit(const std::string& why, int64_t step);
 
-// After RunWorkerProcess failed with `error`: 75 when the coordinator says the job recovers
-// in a newer generation (restart this process), 78 when the job failed (a registration it
-// refused because the job is over included), else 1, with the coordinator's word on why
-// (empty where it said nothing: `error` is all there is). Asks the coordinator for up to a
-// heartbeat timeout: a dead peer shows here before the coordinator has noticed. An error no
-// restart fixes (IsPermanent: the training diverged) is reported first, so that the job
-// fails at once, naming this worker.
-MemberVerdict VerdictAfterError(const absl::Status& error);
+  // RunWorkerProcess's: the clients (`once`: one attempt a call, for the verdicts), then
+  // the identity the coordinator gave, then a verdict decided while the session still beat.
+  void Connected(std::shared_ptr<CoordinatorClient> client,
+                 std::shared_ptr<CoordinatorClient> once, const std::string& instance_id);
+  void Registered(const MemberIdentity& me, int rank, absl::Duration wait_for_verdict);
+  void Decide(const MemberVerdict& verdict);
 
-// VerdictAfterError's exit code, its reason printed to stderr ("onebit-worker: ...").
-int ExitCodeAfterError(const absl::Status& error);
+ private:
+  absl::Mutex mu_;
+  std::shared_ptr<CoordinatorClient> client_ ABSL_GUARDED_BY(mu_);
+  // The verdicts and the restartable report are best effort within wait_for_verdict_, never
+  // client_'s whole retry budget (failure.coordinator_retry_s) a call, which a coordinator
+  // that died with rank 0's process would turn into minutes.
+  std::shared_ptr<CoordinatorClient> once_ ABSL_GUARDED_BY(mu_);
+  std::string instance_id_ ABSL_GUARDED_BY(mu_);
+  MemberIdentity me_ ABSL_GUARDED_BY(mu_);  // job_id "" until registered
+  int rank_ ABSL_GUARDED_BY(mu_) = -1;
+  absl::Duration wait_for_verdict_ ABSL_GUARDED_BY(mu_) = absl::Seconds(15);
+  std::optional<MemberVerdict> decided_ ABSL_GUARDED_BY(mu_);
+};
 
-// This worker stops for a reason of its own that a restart may fix (`why`: the training
-// script raised) in `step`: the coordinator hears it at once, and a running job recovers,
-// naming this worker and `why` (member.h ReportRestartableFailure). Call it while the
-// worker is still a member (before its workload closes); nothing before it registered.
-void ReportRestartableExit(const std::string& why, int64_t step);
+// Runs the worker until the job ends for it, keeping `member` (not null) up to date.
+// INVALID_ARGUMENT for bad options or config (exit code 2 in onebit-worker); other errors:
+// member->ExitCodeAfterError says what to exit with.
+absl::Status RunWorkerProcess(const WorkerProcessOptions& options, WorkerMember* member);
 
 // SIGTERM/SIGINT (for common/signals.h's TerminationWatcher): /readyz turns 503, output is
 // flushed, and the process exits 0 at once.
