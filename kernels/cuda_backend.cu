@@ -1277,31 +1277,11 @@ class CudaBackend final : public Backend {
   }
 
   absl::Status CopyFromHost(void* dst, const void* host_src, size_t bytes) override {
-    if (bytes == 0) return absl::OkStatus();
-    ONEBIT_RETURN_IF_ERROR(Activate());
-    from_host_.fetch_add(bytes, std::memory_order_relaxed);
-    // The kernels queued before first, so that the timer sees the copy alone.
-    ONEBIT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-    const CopyTimer timer(&copy_ns_);
-    ONEBIT_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_));
-    // CUDA may still read host_src after cudaMemcpyAsync returns (always for pinned memory,
-    // sometimes for pageable). Callers written against Backend expect to reuse the buffer
-    // at once, as with the CPU backend, so wait.
-    ONEBIT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-    return absl::OkStatus();
+    return HostCopy(dst, host_src, bytes, cudaMemcpyHostToDevice, from_host_);
   }
 
   absl::Status CopyToHost(void* host_dst, const void* src, size_t bytes) override {
-    if (bytes == 0) return absl::OkStatus();
-    ONEBIT_RETURN_IF_ERROR(Activate());
-    to_host_.fetch_add(bytes, std::memory_order_relaxed);
-    ONEBIT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-    const CopyTimer timer(&copy_ns_);
-    ONEBIT_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
-    ONEBIT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-    return absl::OkStatus();
+    return HostCopy(host_dst, src, bytes, cudaMemcpyDeviceToHost, to_host_);
   }
 
   absl::Status Copy(void* dst, const void* src, size_t bytes) override {
@@ -1683,6 +1663,22 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // A copy between the host and the device, counted in `bytes_counter`, timed alone (the
+  // kernels queued before it finish first), and finished when it returns: CUDA may still
+  // read host memory after cudaMemcpyAsync returns (always pinned, sometimes pageable), and
+  // callers written against Backend reuse the buffer at once, as with the CPU backend.
+  absl::Status HostCopy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                        std::atomic<uint64_t>& bytes_counter) {
+    if (bytes == 0) return absl::OkStatus();
+    ONEBIT_RETURN_IF_ERROR(Activate());
+    bytes_counter.fetch_add(bytes, std::memory_order_relaxed);
+    ONEBIT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    const CopyTimer timer(&copy_ns_);
+    ONEBIT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, kind, stream_));
+    ONEBIT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    return absl::OkStatus();
+  }
+
   // The fp32 wire is the floats themselves: a copy on the stream unless in place.
   absl::Status CopyFloats(const void* from, size_t n, void* to) {
     if (from != to) {
