@@ -28,6 +28,16 @@ absl::Status CheckChunk(size_t chunk) {
   return absl::OkStatus();
 }
 
+// A tensor of n elements compressed as num_chunks chunks of `chunk` (padded past n).
+absl::Status CheckChunks(size_t n, size_t num_chunks, size_t chunk) {
+  if (absl::Status s = CheckChunk(chunk); !s.ok()) return s;
+  if (n > num_chunks * chunk) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor of ", n, " elements does not fit ",
+                                                   num_chunks, " chunks of ", chunk));
+  }
+  return absl::OkStatus();
+}
+
 // Elements per piece of work: 256 KB of floats, a multiple of 8 (whole sign bytes). Big
 // enough that handing a piece to a thread costs little, small enough that a 1M-element
 // chunk keeps several threads busy.
@@ -83,13 +93,8 @@ class CpuBackend : public Backend {
   absl::Status CompressWorker(const float* m, const float* g, float beta1, size_t n,
                               size_t num_chunks, size_t chunk, float* err,
                               uint8_t* out) override {
-    if (absl::Status s = CheckChunk(chunk); !s.ok()) return s;
+    if (absl::Status s = CheckChunks(n, num_chunks, chunk); !s.ok()) return s;
     const size_t n_pad = num_chunks * chunk;
-    if (n > n_pad) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor of ", n, " elements does not fit ", num_chunks, " chunks of ",
-                       chunk));
-    }
     // Pass 1 over [0, n_pad): elements past n are the padding, whose err is summed only.
     const double sumsq = SumOverPieces(n_pad, [&](size_t i, size_t count) {
       const size_t real = i < n ? std::min(count, n - i) : 0;
@@ -136,13 +141,8 @@ class CpuBackend : public Backend {
   absl::Status CompressWorkerInt8(const float* m, const float* g, float beta1, size_t n,
                                   size_t num_chunks, size_t chunk, float* err,
                                   uint8_t* out) override {
-    if (absl::Status s = CheckChunk(chunk); !s.ok()) return s;
+    if (absl::Status s = CheckChunks(n, num_chunks, chunk); !s.ok()) return s;
     const size_t n_pad = num_chunks * chunk;
-    if (n > n_pad) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor of ", n, " elements does not fit ", num_chunks, " chunks of ",
-                       chunk));
-    }
     // Pass 1: x into err, and each piece's range; pieces never span two chunks.
     const size_t per_chunk = Pieces(chunk);
     ranges_.assign(num_chunks * per_chunk, cpu::int8::Range());

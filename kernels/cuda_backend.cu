@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <memory>
 #include <string>
 
@@ -1276,31 +1277,11 @@ class CudaBackend final : public Backend {
   }
 
   absl::Status CopyFromHost(void* dst, const void* host_src, size_t bytes) override {
-    if (bytes == 0) return absl::OkStatus();
-    ONEBIT_RETURN_IF_ERROR(Activate());
-    from_host_.fetch_add(bytes, std::memory_order_relaxed);
-    // The kernels queued before first, so that the timer sees the copy alone.
-    ONEBIT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-    const CopyTimer timer(&copy_ns_);
-    ONEBIT_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_));
-    // CUDA may still read host_src after cudaMemcpyAsync returns (always for pinned memory,
-    // sometimes for pageable). Callers written against Backend expect to reuse the buffer
-    // at once, as with the CPU backend, so wait.
-    ONEBIT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-    return absl::OkStatus();
+    return HostCopy(dst, host_src, bytes, cudaMemcpyHostToDevice, from_host_);
   }
 
   absl::Status CopyToHost(void* host_dst, const void* src, size_t bytes) override {
-    if (bytes == 0) return absl::OkStatus();
-    ONEBIT_RETURN_IF_ERROR(Activate());
-    to_host_.fetch_add(bytes, std::memory_order_relaxed);
-    ONEBIT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-    const CopyTimer timer(&copy_ns_);
-    ONEBIT_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
-    ONEBIT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-    return absl::OkStatus();
+    return HostCopy(host_dst, src, bytes, cudaMemcpyDeviceToHost, to_host_);
   }
 
   absl::Status Copy(void* dst, const void* src, size_t bytes) override {
@@ -1650,24 +1631,10 @@ class CudaBackend final : public Backend {
   absl::Status ToWire(WireDtype dtype, const float* x, size_t n, void* out) override {
     if (n == 0) return absl::OkStatus();
     ONEBIT_RETURN_IF_ERROR(Activate());
-    switch (dtype) {
-      case WireDtype::kFp32:
-        if (out != x) {
-          ONEBIT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out, x, n * sizeof(float),
-                                                      cudaMemcpyDeviceToDevice, stream_));
-        }
-        return absl::OkStatus();
-      case WireDtype::kBf16:
-        ToWireKernel<WireDtype::kBf16><<<Blocks(n), kThreads, 0, stream_>>>(x, n, out);
-        break;
-      case WireDtype::kFp16:
-        ToWireKernel<WireDtype::kFp16><<<Blocks(n), kThreads, 0, stream_>>>(x, n, out);
-        break;
-      default:
-        return absl::InvalidArgumentError("unknown wire dtype");
-    }
-    ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
-    return absl::OkStatus();
+    if (dtype == WireDtype::kFp32) return CopyFloats(x, n, out);
+    return LaunchWire16(dtype, [&](auto d) {
+      ToWireKernel<decltype(d)::value><<<Blocks(n), kThreads, 0, stream_>>>(x, n, out);
+    });
   }
 
   absl::Status SumWireRows(WireDtype dtype, const void* rows, int num_rows, size_t count,
@@ -1677,39 +1644,60 @@ class CudaBackend final : public Backend {
     }
     if (count == 0) return absl::OkStatus();
     ONEBIT_RETURN_IF_ERROR(Activate());
-    switch (dtype) {
-      case WireDtype::kFp32:
-        return SumRows(static_cast<const float*>(rows), num_rows, count, out);
-      case WireDtype::kBf16:
-        SumWireRowsKernel<WireDtype::kBf16>
-            <<<Blocks(count), kThreads, 0, stream_>>>(rows, num_rows, count, out);
-        break;
-      case WireDtype::kFp16:
-        SumWireRowsKernel<WireDtype::kFp16>
-            <<<Blocks(count), kThreads, 0, stream_>>>(rows, num_rows, count, out);
-        break;
-      default:
-        return absl::InvalidArgumentError("unknown wire dtype");
+    if (dtype == WireDtype::kFp32) {
+      return SumRows(static_cast<const float*>(rows), num_rows, count, out);
     }
-    ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
-    return absl::OkStatus();
+    return LaunchWire16(dtype, [&](auto d) {
+      SumWireRowsKernel<decltype(d)::value>
+          <<<Blocks(count), kThreads, 0, stream_>>>(rows, num_rows, count, out);
+    });
   }
 
   absl::Status WireToFloat(WireDtype dtype, const void* in, size_t n, float* out) override {
     if (n == 0) return absl::OkStatus();
     ONEBIT_RETURN_IF_ERROR(Activate());
+    if (dtype == WireDtype::kFp32) return CopyFloats(in, n, out);
+    return LaunchWire16(dtype, [&](auto d) {
+      WireToFloatKernel<decltype(d)::value><<<Blocks(n), kThreads, 0, stream_>>>(in, n, out);
+    });
+  }
+
+ private:
+  // A copy between the host and the device, counted in `bytes_counter`, timed alone (the
+  // kernels queued before it finish first), and finished when it returns: CUDA may still
+  // read host memory after cudaMemcpyAsync returns (always pinned, sometimes pageable), and
+  // callers written against Backend reuse the buffer at once, as with the CPU backend.
+  absl::Status HostCopy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                        std::atomic<uint64_t>& bytes_counter) {
+    if (bytes == 0) return absl::OkStatus();
+    ONEBIT_RETURN_IF_ERROR(Activate());
+    bytes_counter.fetch_add(bytes, std::memory_order_relaxed);
+    ONEBIT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    const CopyTimer timer(&copy_ns_);
+    ONEBIT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, kind, stream_));
+    ONEBIT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    return absl::OkStatus();
+  }
+
+  // The fp32 wire is the floats themselves: a copy on the stream unless in place.
+  absl::Status CopyFloats(const void* from, size_t n, void* to) {
+    if (from != to) {
+      ONEBIT_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(to, from, n * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
+    }
+    return absl::OkStatus();
+  }
+
+  // Calls launch(std::integral_constant<WireDtype, D>) for a 16-bit wire dtype D, then
+  // checks the launch; any other dtype is INVALID_ARGUMENT.
+  template <typename Launch>
+  static absl::Status LaunchWire16(WireDtype dtype, Launch launch) {
     switch (dtype) {
-      case WireDtype::kFp32:
-        if (in != out) {
-          ONEBIT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out, in, n * sizeof(float),
-                                                      cudaMemcpyDeviceToDevice, stream_));
-        }
-        return absl::OkStatus();
       case WireDtype::kBf16:
-        WireToFloatKernel<WireDtype::kBf16><<<Blocks(n), kThreads, 0, stream_>>>(in, n, out);
+        launch(std::integral_constant<WireDtype, WireDtype::kBf16>());
         break;
       case WireDtype::kFp16:
-        WireToFloatKernel<WireDtype::kFp16><<<Blocks(n), kThreads, 0, stream_>>>(in, n, out);
+        launch(std::integral_constant<WireDtype, WireDtype::kFp16>());
         break;
       default:
         return absl::InvalidArgumentError("unknown wire dtype");
@@ -1718,7 +1706,6 @@ class CudaBackend final : public Backend {
     return absl::OkStatus();
   }
 
- private:
   // The calling thread's current device may be another backend's.
   absl::Status Activate() const {
     ONEBIT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
