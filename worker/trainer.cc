@@ -429,6 +429,47 @@ uint64_t HyperDigest(uint64_t chain, const std::vector<double>& values) {
 
 }  // namespace
 
+absl::Status Trainer::SetStepHypers(int64_t t, const StepInputs& script, StepReport& report) {
+  const double lr = script.lr.has_value()     ? *script.lr
+                    : options_.learning_rate ? options_.learning_rate(t)
+                                             : options_.optimizer.hyper.lr;
+  if (!(lr >= 0) || !std::isfinite(lr)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the learning-rate schedule gives ", lr, " for step ", t));
+  }
+  optimizer_->set_lr(static_cast<float>(lr));
+  // What every worker must step alike (StepReport::hyper_digest), in this order: lr, beta1,
+  // beta2, clipping norm, each parameter group's weight decay.
+  std::vector<double> hypers = {optimizer_->lr(), options_.optimizer.hyper.beta1,
+                                options_.optimizer.hyper.beta2, options_.optimizer.max_grad_norm};
+  hypers[3] = script.max_grad_norm.value_or(options_.optimizer.max_grad_norm);
+  const absl::Status clipping = optimizer_->set_max_grad_norm(hypers[3]);
+  if (!clipping.ok()) return clipping;
+  if (script.betas.has_value() || options_.betas) {
+    const auto [beta1, beta2] = script.betas.has_value() ? *script.betas : options_.betas(t);
+    if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the momentum schedule gives betas ", beta1, ", ", beta2, " for step ", t));
+    }
+    optimizer_->set_betas(static_cast<float>(beta1), static_cast<float>(beta2));
+    hypers[1] = beta1;
+    hypers[2] = beta2;
+  } else {
+    optimizer_->set_betas(options_.optimizer.hyper.beta1, options_.optimizer.hyper.beta2);
+  }
+  const absl::Status decayed = optimizer_->set_weight_decays(
+      script.weight_decays.has_value() ? *script.weight_decays : built_weight_decays_);
+  if (!decayed.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the weight-decay schedule for step ", t, ": ", decayed.message()));
+  }
+  for (double decay : optimizer_->weight_decays()) hypers.push_back(decay);
+  report.lr = optimizer_->lr();
+  hyper_chain_ = HyperDigest(hyper_chain_, hypers);
+  report.hyper_digest = hyper_chain_;
+  return absl::OkStatus();
+}
+
 absl::Status Trainer::RunStep(int64_t t) {
   Exchange& exchange = optimizer_->exchange();
   StepReport report;
@@ -461,43 +502,7 @@ absl::Status Trainer::RunStep(int64_t t) {
   // Each value after the gradient (TrainerOptions' SCRIPT VALUES): the script's for the
   // step's last micro-batch, else the schedule's, else the optimizer's own.
   const StepInputs script = workload_->ScriptInputs(t * options_.gradient_accumulation_steps);
-  const double lr = script.lr.has_value()     ? *script.lr
-                    : options_.learning_rate ? options_.learning_rate(t)
-                                             : options_.optimizer.hyper.lr;
-  if (!(lr >= 0) || !std::isfinite(lr)) {
-    return abandon(absl::InvalidArgumentError(
-        absl::StrCat("the learning-rate schedule gives ", lr, " for step ", t)));
-  }
-  optimizer_->set_lr(static_cast<float>(lr));
-  // What every worker must step alike (StepReport::hyper_digest), in this order: lr, beta1,
-  // beta2, clipping norm, each parameter group's weight decay.
-  std::vector<double> hypers = {optimizer_->lr(), options_.optimizer.hyper.beta1,
-                                options_.optimizer.hyper.beta2, options_.optimizer.max_grad_norm};
-  hypers[3] = script.max_grad_norm.value_or(options_.optimizer.max_grad_norm);
-  const absl::Status clipping = optimizer_->set_max_grad_norm(hypers[3]);
-  if (!clipping.ok()) return abandon(clipping);
-  if (script.betas.has_value() || options_.betas) {
-    const auto [beta1, beta2] = script.betas.has_value() ? *script.betas : options_.betas(t);
-    if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1)) {
-      return abandon(absl::InvalidArgumentError(
-          absl::StrCat("the momentum schedule gives betas ", beta1, ", ", beta2, " for step ", t)));
-    }
-    optimizer_->set_betas(static_cast<float>(beta1), static_cast<float>(beta2));
-    hypers[1] = beta1;
-    hypers[2] = beta2;
-  } else {
-    optimizer_->set_betas(options_.optimizer.hyper.beta1, options_.optimizer.hyper.beta2);
-  }
-  const absl::Status decayed = optimizer_->set_weight_decays(
-      script.weight_decays.has_value() ? *script.weight_decays : built_weight_decays_);
-  if (!decayed.ok()) {
-    return abandon(absl::InvalidArgumentError(
-        absl::StrCat("the weight-decay schedule for step ", t, ": ", decayed.message())));
-  }
-  for (double decay : optimizer_->weight_decays()) hypers.push_back(decay);
-  report.lr = optimizer_->lr();
-  hyper_chain_ = HyperDigest(hyper_chain_, hypers);
-  report.hyper_digest = hyper_chain_;
+  if (absl::Status set = SetStepHypers(t, script, report); !set.ok()) return abandon(set);
   report.loss = *loss;
   report.loss_given = workload_->loss_given();
   const double computed = clock_->Seconds();
@@ -585,8 +590,18 @@ absl::Status Trainer::RunStep(int64_t t) {
     ONEBIT_ASSIGN_OR_RETURN(report.error_norm, exchange.worker_compressor().ErrorNorm());
   }
 
+  AddToSummary(report);
+
+  ONEBIT_RETURN_IF_ERROR(controller_->Report(report));
+  if (sink_ != nullptr) sink_->RecordStep(report);
+
+  LogProgress(report, log_line);
+  return absl::OkStatus();
+}
+
+void Trainer::AddToSummary(const StepReport& report) {
+  const int64_t t = report.step;
   StageTotals& totals = report.stage == Stage::kWarmup ? summary_.warmup : summary_.compression;
-  const double seconds = report.seconds();
   ++totals.steps;
   if (report.bytes_sent > 0) ++totals.steps_communicated;
   totals.bytes_sent += report.bytes_sent;
@@ -594,7 +609,7 @@ absl::Status Trainer::RunStep(int64_t t) {
   totals.inter_node_bytes_sent += report.inter_node_bytes_sent;
   totals.device_bytes_to_host += report.device_bytes_to_host;
   totals.device_bytes_from_host += report.device_bytes_from_host;
-  totals.seconds += seconds;
+  totals.seconds += report.seconds();
   totals.compute_seconds += report.compute_seconds;
   totals.compress_seconds += report.compress_seconds;
   totals.exchange_seconds += report.exchange_seconds;
@@ -612,20 +627,21 @@ absl::Status Trainer::RunStep(int64_t t) {
                                 : ""));
     }
   }
+}
 
-  ONEBIT_RETURN_IF_ERROR(controller_->Report(report));
-  if (sink_ != nullptr) sink_->RecordStep(report);
-
+void Trainer::LogProgress(const StepReport& report, bool log_line) {
+  const int64_t t = report.step;
   if (report.loss_given) {
     window_loss_ += report.loss;
     ++window_loss_steps_;
   }
-  window_seconds_ += seconds;
+  window_seconds_ += report.seconds();
   ++window_steps_;
   if (log_line) {
     const std::string of_total =
         options_.total_steps > 0 ? absl::StrCat("/", options_.total_steps) : "";
-    const double sent_mb = static_cast<double>(exchange.bytes_sent() - sent_at_start_) / 1e6;
+    const double sent_mb =
+        static_cast<double>(optimizer_->exchange().bytes_sent() - sent_at_start_) / 1e6;
     const std::string scaling =
         scaler_.has_value() ? absl::StrFormat("  loss scale %g  skipped %d", scaler_->scale(),
                                               summary_.skipped_steps)
@@ -641,7 +657,6 @@ absl::Status Trainer::RunStep(int64_t t) {
     window_loss_ = window_seconds_ = 0.0;
     window_steps_ = window_loss_steps_ = 0;
   }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<std::optional<double>> Trainer::VarianceChange(int64_t t, Stage stage) {

@@ -322,6 +322,13 @@ class Trainer {
   absl::Status InitOverlap();
   absl::Status ApplyLease(const Lease& lease, int64_t next_step);
   absl::Status RunStep(int64_t step);
+  // The step's lr, betas, clipping norm and weight decays into the optimizer (the script's,
+  // else the schedule's, else the built ones), and their digest into `report`.
+  absl::Status SetStepHypers(int64_t step, const StepInputs& script, StepReport& report);
+  // A finished step into summary_ (its stage's totals, the first compression step).
+  void AddToSummary(const StepReport& report);
+  // The progress line every log_every steps (`log_line`), averaged over the steps since.
+  void LogProgress(const StepReport& report, bool log_line);
   // The step's gradient into grad_ (accumulated over micro batches); its loss.
   absl::StatusOr<double> ComputeGradient(int64_t step);
   // Loss scaling: unscales grad_, agrees on an overflow, updates the scaler; whether the

@@ -561,7 +561,9 @@ TEST(TrainerTest, AccumulationAndTheLearningRateSchedule) {
   for (size_t i = 0; i < unscheduled.size(); ++i) {
     EXPECT_FLOAT_EQ(unscheduled[i].lr, 0.1);
     EXPECT_NE(unscheduled[i].hyper_digest, 0u);
-    if (i > 0) EXPECT_NE(unscheduled[i].hyper_digest, unscheduled[i - 1].hyper_digest);
+    if (i > 0) {
+      EXPECT_NE(unscheduled[i].hyper_digest, unscheduled[i - 1].hyper_digest);
+    }
   }
   ASSERT_TRUE(three_steps(options).ok());
   for (size_t i = 0; i < unscheduled.size(); ++i) {
