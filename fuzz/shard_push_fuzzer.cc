@@ -82,7 +82,7 @@ void CheckResult(const PsLayout& layout, int shard, ChunkKind kind, const Result
       std::fprintf(stderr, "fuzz: the shard answered a onebit result with scale %g\n", scale);
     }
     ONEBIT_FUZZ_CHECK(std::isfinite(scale) && scale >= 0.0f);
-    if (layout.compressor() == kernels::Compressor::kInt8) {
+    if (&layout.codec() == &Int8Codec()) {
       float offset;
       std::memcpy(&offset, result->data() + sizeof(scale), sizeof(offset));
       ONEBIT_FUZZ_CHECK(std::isfinite(offset));
@@ -99,7 +99,7 @@ void Run(const uint8_t* data, size_t size) {
   config.n = 1 + in.Get<uint16_t>() % 512;
   const uint8_t flags = in.Byte();
   config.retained_steps = 2 + (flags >> 1) % 3;
-  if (flags & 0x40) config.compressor = kernels::Compressor::kInt8;
+  if (flags & 0x40) config.codec = &Int8Codec();
   int checkpoints = 0;
   if (flags & 0x80) {
     config.on_checkpoint = [&checkpoints](int64_t, std::vector<float>) { ++checkpoints; };

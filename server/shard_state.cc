@@ -109,7 +109,7 @@ absl::StatusOr<std::unique_ptr<ShardState>> ShardState::Create(kernels::Backend*
         absl::StrCat("a shard needs a host-memory backend, got ", backend->name()));
   }
   ONEBIT_ASSIGN_OR_RETURN(PsLayout layout,
-                          PsLayout::Create(config.n, config.num_shards, config.compressor));
+                          PsLayout::Create(config.n, config.num_shards, *config.codec));
   if (config.shard < 0 || config.shard >= config.num_shards) {
     return absl::InvalidArgumentError(
         absl::StrCat("shard index ", config.shard, " is outside [0, ", config.num_shards, ")"));
@@ -132,7 +132,7 @@ absl::Status ShardState::Init() {
   first_step_ = config_.first_step;
   const size_t w = static_cast<size_t>(config_.num_workers);
   ONEBIT_ASSIGN_OR_RETURN(aggregator_,
-                          ChunkAggregator::Create(backend_, layout_.chunk(), config_.compressor));
+                          ChunkAggregator::Create(backend_, layout_.chunk(), *config_.codec));
   ONEBIT_ASSIGN_OR_RETURN(onebit_rows_,
                           kernels::Buffer<uint8_t>::Create(backend_, w * layout_.block_bytes()));
   return absl::OkStatus();
@@ -175,20 +175,18 @@ absl::Status ShardState::ValidatePayload(ChunkKind kind, const absl::Cord& paylo
     *reason = RejectReason::kWrongSize;
     std::string why;
     if (kind == ChunkKind::kOnebit) {
-      const kernels::Compressor other = config_.compressor == kernels::Compressor::kInt8
-                                            ? kernels::Compressor::kOnebit
-                                            : kernels::Compressor::kInt8;
-      if (payload.size() == kernels::BlockBytes(other, layout_.chunk())) {
-        why = absl::StrCat(": the block size of compressor ", kernels::CompressorName(other),
+      const Codec& other = config_.codec == &Int8Codec() ? OnebitCodec() : Int8Codec();
+      if (payload.size() == other.BlockBytes(layout_.chunk())) {
+        why = absl::StrCat(": the block size of compressor ", other.name(),
                            ", but this shard's job compresses with ",
-                           kernels::CompressorName(config_.compressor),
+                           config_.codec->name(),
                            " (onebit.exchange.compressor must be the same for workers and shards)");
       }
     }
     return absl::InvalidArgumentError(absl::StrCat(
         ChunkKindName(kind), " payload for shard ", config_.shard, " must be ", expected,
         " bytes, got ", payload.size(),
-        kind == ChunkKind::kOnebit ? absl::StrCat(" (", kernels::CompressorName(config_.compressor),
+        kind == ChunkKind::kOnebit ? absl::StrCat(" (", config_.codec->name(),
                                                   " blocks of ", layout_.chunk(), " elements)")
                                    : std::string(),
         why));
@@ -199,10 +197,10 @@ absl::Status ShardState::ValidatePayload(ChunkKind kind, const absl::Cord& paylo
     if (!std::isfinite(scale) || scale < 0.0f) {
       *reason = RejectReason::kBadScale;
       return absl::InvalidArgumentError(
-          absl::StrCat(kernels::CompressorName(config_.compressor),
+          absl::StrCat(config_.codec->name(),
                        " block scale must be finite and >= 0, got ", scale));
     }
-    if (config_.compressor == kernels::Compressor::kInt8) {
+    if (config_.codec == &Int8Codec()) {
       float offset;
       CopyCord(payload.Subcord(sizeof(scale), sizeof(offset)), &offset);
       if (!std::isfinite(offset)) {

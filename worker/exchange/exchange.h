@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "compression/codec.h"
 #include "kernels/kernels.h"
 #include "worker/exchange/step_clock.h"
 
@@ -32,14 +33,14 @@ using ErrorState = std::map<std::string, std::vector<float>>;
 // INT8 (exchange.compressor "int8"): the exchange also decodes the blocks into `momentum`,
 // so a caller that only knows the 1-bit fused decode (DecompressFrozenAdamUpdate) takes
 // the momentum path (Copy + FrozenAdamUpdate) and never misreads int8 blocks as 1 bit.
-// `blocks` stay set, in `compressor`'s format.
+// `blocks` stay set, in `codec`'s format.
 struct CompressedResult {
   const uint8_t* blocks = nullptr;
   size_t num_chunks = 0;
   size_t chunk = 0;
   // When set, the result as floats: n elements (or more, padded); use it, not the blocks.
   const float* momentum = nullptr;
-  kernels::Compressor compressor = kernels::Compressor::kOnebit;  // the blocks' format
+  const Codec* codec = nullptr;  // the blocks' format; set with `blocks`
 };
 
 // Payload bytes one way or the other.

@@ -7,13 +7,13 @@ namespace onebit {
 
 absl::StatusOr<std::unique_ptr<PeerExchange>> PeerExchange::Create(
     kernels::Backend* backend, Transport* transport, size_t n,
-    const ExactAllreduceOptions& exact, kernels::Compressor compressor) {
+    const ExactAllreduceOptions& exact, const Codec& codec) {
   ONEBIT_RETURN_IF_ERROR(CheckSameMemorySpace(*backend, *transport));
   std::unique_ptr<PeerExchange> e(new PeerExchange(backend, transport, n, exact));
   ONEBIT_ASSIGN_OR_RETURN(e->exact_, ExactAllreduce::Create(backend, transport, n, exact));
   ONEBIT_ASSIGN_OR_RETURN(e->compressed_,
-                          CompressedAllreduce::Create(backend, transport, n, compressor));
-  if (compressor == kernels::Compressor::kInt8) {
+                          CompressedAllreduce::Create(backend, transport, n, codec));
+  if (&codec != &OnebitCodec()) {
     ONEBIT_ASSIGN_OR_RETURN(e->decoded_, kernels::Buffer<float>::Create(backend, n));
   }
   return e;
@@ -36,8 +36,8 @@ absl::StatusOr<CompressedResult> PeerExchange::AverageMomentum(int64_t /*step*/,
   ONEBIT_RETURN_IF_ERROR(compressed_->RunMomentum(m, g, beta1));
   CompressedResult r{compressed_->result_blocks(), compressed_->num_chunks(),
                      compressed_->chunk()};
-  r.compressor = compressed_->compressor();
-  if (r.compressor == kernels::Compressor::kInt8) {  // see CompressedResult
+  r.codec = &compressed_->codec();
+  if (r.codec != &OnebitCodec()) {  // see CompressedResult
     ONEBIT_RETURN_IF_ERROR(compressed_->DecodeResult(decoded_.data()));
     r.momentum = decoded_.data();
   }

@@ -28,12 +28,12 @@ namespace onebit {
 
 class PeerExchange : public Exchange {
  public:
-  // `exact` configures the warmup's ExactAllreduce (its wire dtype, say); `compressor` is
-  // the compressed exchange's format (job config exchange.compressor; every rank the same).
+  // `exact` configures the warmup's ExactAllreduce (its wire dtype, say); `codec` is the
+  // compressed exchange's format (job config exchange.compressor; every rank the same).
   static absl::StatusOr<std::unique_ptr<PeerExchange>> Create(
       kernels::Backend* backend, Transport* transport, size_t n,
       const ExactAllreduceOptions& exact = ExactAllreduceOptions(),
-      kernels::Compressor compressor = kernels::Compressor::kOnebit);
+      const Codec& codec = OnebitCodec());
 
   // The overlapped warmup sum (the header comment); not enabled until the trainer
   // enables it with the workload's buckets.

@@ -168,7 +168,7 @@ absl::StatusOr<std::unique_ptr<PsExchange>> PsExchange::Create(
   if (shard_addresses.empty()) return absl::InvalidArgumentError("ps mode needs at least one shard");
   ONEBIT_ASSIGN_OR_RETURN(
       PsLayout layout,
-      PsLayout::Create(n, static_cast<int>(shard_addresses.size()), options.compressor));
+      PsLayout::Create(n, static_cast<int>(shard_addresses.size()), *options.codec));
   ONEBIT_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
                           security::GrpcChannelCredentials(options.tls));
   const grpc::ChannelArguments args = ChannelArguments(layout, options.tls);
@@ -202,7 +202,7 @@ absl::StatusOr<std::unique_ptr<PsExchange>> PsExchange::Create(
   }
   ONEBIT_RETURN_IF_ERROR(ValidatePushPlan(options, channels.size()));
   ONEBIT_ASSIGN_OR_RETURN(
-      PsLayout layout, PsLayout::Create(n, static_cast<int>(channels.size()), options.compressor));
+      PsLayout layout, PsLayout::Create(n, static_cast<int>(channels.size()), *options.codec));
   std::unique_ptr<PsExchange> exchange(new PsExchange(backend, rank, world_size, layout, options));
   ONEBIT_RETURN_IF_ERROR(exchange->Init(std::move(channels)));
   return exchange;
@@ -227,8 +227,8 @@ absl::Status PsExchange::Init(std::vector<std::shared_ptr<grpc::Channel>> channe
   for (int s : options_.local_shards) local_shard_[s] = true;
   ONEBIT_ASSIGN_OR_RETURN(compressor_,
                           WorkerCompressor::Create(backend_, layout_.n(), num_shards,
-                                                   layout_.chunk(), layout_.compressor()));
-  if (layout_.compressor() == kernels::Compressor::kInt8) {
+                                                   layout_.chunk(), layout_.codec()));
+  if (&layout_.codec() != &OnebitCodec()) {
     ONEBIT_ASSIGN_OR_RETURN(decoded_, kernels::Buffer<float>::Create(backend_, layout_.n()));
   }
   using kernels::Buffer;
@@ -309,12 +309,11 @@ absl::StatusOr<CompressedResult> PsExchange::AverageMomentum(int64_t step, const
   ONEBIT_RETURN_IF_ERROR(CopyResults(gathered_.data(), gathered_.bytes(),
                                      [block](int s) { return s * block; }));
   CompressedResult r{gathered_.data(), shards_.size(), layout_.chunk()};
-  r.compressor = layout_.compressor();
-  if (r.compressor == kernels::Compressor::kInt8) {  // see CompressedResult
+  r.codec = &layout_.codec();
+  if (r.codec != &OnebitCodec()) {  // see CompressedResult
     ScopedStepTime time(step_clock(), &compress_seconds_);
-    ONEBIT_RETURN_IF_ERROR(backend_->DecompressInt8(gathered_.data(), shards_.size(),
-                                                    layout_.chunk(), layout_.n(),
-                                                    decoded_.data()));
+    ONEBIT_RETURN_IF_ERROR(r.codec->Decode(*backend_, gathered_.data(), shards_.size(),
+                                           layout_.chunk(), layout_.n(), decoded_.data()));
     ONEBIT_RETURN_IF_ERROR(FinishTimedDeviceWork(step_clock(), backend_));
     r.momentum = decoded_.data();
   }
@@ -488,7 +487,7 @@ absl::Status PsExchange::ValidateResult(const Shard& shard, int64_t step, ChunkK
       return absl::InternalError(
           absl::StrCat(shard.name, " sent a result block with scale ", scale));
     }
-    if (layout_.compressor() == kernels::Compressor::kInt8) {
+    if (&layout_.codec() == &Int8Codec()) {
       float offset;
       wire::CopyTo(r.payload.Subcord(sizeof(scale), sizeof(offset)), &offset);
       if (!std::isfinite(offset)) {

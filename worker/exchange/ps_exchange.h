@@ -103,8 +103,9 @@ struct PsExchangeOptions {
   // certificate for mutual TLS. Off: plaintext. Only the address overload of Create uses it.
   security::TlsOptions tls;
   // The compressed blocks' format (job config exchange.compressor); the shards must use
-  // the same, or they reject the pushes (a block of the other format's size).
-  kernels::Compressor compressor = kernels::Compressor::kOnebit;
+  // the same, or they reject the pushes (a block of another format's size). Not owned
+  // (codecs live for the whole process).
+  const Codec* codec = &OnebitCodec();
   // Where to write a line per push and per result (see TRACE); borrowed, must outlive the
   // exchange. nullptr: no trace.
   CallTrace* trace = nullptr;
