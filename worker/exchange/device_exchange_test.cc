@@ -87,16 +87,16 @@ class Pair {
     EXPECT_EQ(got->chunk, want->chunk) << who_;
     EXPECT_EQ(got->codec, want->codec) << who_;
     EXPECT_EQ(got->blocks != nullptr, want->blocks != nullptr) << who_;
-    EXPECT_EQ(got->momentum != nullptr, want->momentum != nullptr) << who_;
+    EXPECT_EQ(got->exact != nullptr, want->exact != nullptr) << who_;
     if (want->blocks != nullptr && got->blocks != nullptr) {
       const size_t bytes = want->num_chunks * want->codec->BlockBytes(want->chunk);
       EXPECT_EQ(Read(device_, got->blocks, bytes),
                 std::vector<uint8_t>(want->blocks, want->blocks + bytes))
           << who_ << " step " << step;
     }
-    if (want->momentum != nullptr && got->momentum != nullptr) {
-      EXPECT_EQ(Read(device_, got->momentum, n_),
-                std::vector<float>(want->momentum, want->momentum + n_))
+    if (want->exact != nullptr && got->exact != nullptr) {
+      EXPECT_EQ(Read(device_, got->exact, n_),
+                std::vector<float>(want->exact, want->exact + n_))
           << who_ << " step " << step;
     }
     return moved;

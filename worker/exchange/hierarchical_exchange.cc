@@ -107,7 +107,7 @@ absl::StatusOr<CompressedResult> HierarchicalExchange::AverageMomentum(int64_t s
     ONEBIT_RETURN_IF_ERROR(
         intra_->AllGather(slice_m_.data(), gathered_.data(), slice * sizeof(float)));
     CompressedResult exact;
-    exact.momentum = gathered_.data();
+    exact.exact = gathered_.data();
     return exact;
   }
   ONEBIT_ASSIGN_OR_RETURN(CompressedResult r,
@@ -126,16 +126,7 @@ absl::StatusOr<CompressedResult> HierarchicalExchange::GatherSlices(const Compre
   }
   const size_t slice_bytes = r.num_chunks * codec_->BlockBytes(r.chunk);
   ONEBIT_RETURN_IF_ERROR(intra_->AllGather(r.blocks, blocks_.data(), slice_bytes));
-  CompressedResult result{blocks_.data(), layout_.num_chunks(), layout_.chunk()};
-  result.codec = codec_;
-  if (codec_ != &OnebitCodec()) {  // see CompressedResult
-    ScopedStepTime time(step_clock(), &compress_seconds_);
-    ONEBIT_RETURN_IF_ERROR(codec_->Decode(*backend_, blocks_.data(), layout_.num_chunks(),
-                                          layout_.chunk(), layout_.n(), gathered_.data()));
-    ONEBIT_RETURN_IF_ERROR(FinishTimedDeviceWork(step_clock(), backend_));
-    result.momentum = gathered_.data();
-  }
-  return result;
+  return CompressedResult{codec_, blocks_.data(), layout_.num_chunks(), layout_.chunk()};
 }
 
 absl::StatusOr<CompressedResult> HierarchicalExchange::CompressedAverage(int64_t step,
@@ -146,7 +137,7 @@ absl::StatusOr<CompressedResult> HierarchicalExchange::CompressedAverage(int64_t
     ONEBIT_RETURN_IF_ERROR(
         intra_->AllGather(slice_sum_.data(), gathered_.data(), slice * sizeof(float)));
     CompressedResult exact;
-    exact.momentum = gathered_.data();
+    exact.exact = gathered_.data();
     return exact;
   }
   ONEBIT_ASSIGN_OR_RETURN(CompressedResult r, inter_->CompressedAverage(step, slice_sum_.data()));

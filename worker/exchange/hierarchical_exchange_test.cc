@@ -68,13 +68,7 @@ Results RunExchange(TransportKind kind, int nodes, int local, size_t n, int roun
           if (!avg.ok()) return avg.status();
           std::vector<float>& out = r.momentum[round][w];
           out.resize(n);
-          if (avg->momentum != nullptr) {
-            out.assign(avg->momentum, avg->momentum + n);
-          } else if (absl::Status s = backend->Decompress(avg->blocks, avg->num_chunks, avg->chunk,
-                                                           n, out.data());
-                     !s.ok()) {
-            return s;
-          }
+          if (absl::Status s = DecodeResult(*avg, *backend, n, out.data()); !s.ok()) return s;
         }
         return absl::OkStatus();
       });
@@ -165,11 +159,7 @@ TEST_P(HierarchicalCompressorTest, NodesOfOneWorkerArePeerExchange) {
           auto avg = (*e)->AverageMomentum(round + 1, m.data(), g.data(), kBeta1);
           if (!avg.ok()) return avg.status();
           peer[round][t.rank()].resize(kN);
-          if (avg->momentum != nullptr) {  // int8: decoded by the exchange
-            std::memcpy(peer[round][t.rank()].data(), avg->momentum, kN * sizeof(float));
-          } else if (auto s = backend->Decompress(avg->blocks, avg->num_chunks, avg->chunk, kN,
-                                                  peer[round][t.rank()].data());
-                     !s.ok()) {
+          if (auto s = DecodeResult(*avg, *backend, kN, peer[round][t.rank()].data()); !s.ok()) {
             return s;
           }
         }

@@ -13,9 +13,6 @@ absl::StatusOr<std::unique_ptr<PeerExchange>> PeerExchange::Create(
   ONEBIT_ASSIGN_OR_RETURN(e->exact_, ExactAllreduce::Create(backend, transport, n, exact));
   ONEBIT_ASSIGN_OR_RETURN(e->compressed_,
                           CompressedAllreduce::Create(backend, transport, n, codec));
-  if (&codec != &OnebitCodec()) {
-    ONEBIT_ASSIGN_OR_RETURN(e->decoded_, kernels::Buffer<float>::Create(backend, n));
-  }
   return e;
 }
 
@@ -34,14 +31,8 @@ absl::StatusOr<const float*> PeerExchange::SumGradients(int64_t step, const floa
 absl::StatusOr<CompressedResult> PeerExchange::AverageMomentum(int64_t /*step*/, const float* m,
                                                                const float* g, float beta1) {
   ONEBIT_RETURN_IF_ERROR(compressed_->RunMomentum(m, g, beta1));
-  CompressedResult r{compressed_->result_blocks(), compressed_->num_chunks(),
-                     compressed_->chunk()};
-  r.codec = &compressed_->codec();
-  if (r.codec != &OnebitCodec()) {  // see CompressedResult
-    ONEBIT_RETURN_IF_ERROR(compressed_->DecodeResult(decoded_.data()));
-    r.momentum = decoded_.data();
-  }
-  return r;
+  return CompressedResult{&compressed_->codec(), compressed_->result_blocks(),
+                          compressed_->num_chunks(), compressed_->chunk()};
 }
 
 absl::StatusOr<CompressedResult> PeerExchange::CompressedAverage(int64_t step, const float* x) {

@@ -72,8 +72,7 @@ class PeerExchange : public Exchange {
   Transport* transport_;
   std::unique_ptr<ExactAllreduce> exact_;
   std::unique_ptr<CompressedAllreduce> compressed_;
-  kernels::Buffer<float> decoded_;  // int8: the decoded result (CompressedResult::momentum)
-  kernels::Buffer<float> flag_;     // AnyOverflow's one float
+  kernels::Buffer<float> flag_;  // AnyOverflow's one float
   const std::unique_ptr<OverlappedWarmup> overlap_;  // last: its thread stops first
 };
 

@@ -228,9 +228,6 @@ absl::Status PsExchange::Init(std::vector<std::shared_ptr<grpc::Channel>> channe
   ONEBIT_ASSIGN_OR_RETURN(compressor_,
                           WorkerCompressor::Create(backend_, layout_.n(), num_shards,
                                                    layout_.chunk(), layout_.codec()));
-  if (&layout_.codec() != &OnebitCodec()) {
-    ONEBIT_ASSIGN_OR_RETURN(decoded_, kernels::Buffer<float>::Create(backend_, layout_.n()));
-  }
   using kernels::Buffer;
   ONEBIT_ASSIGN_OR_RETURN(blocks_,
                           Buffer<uint8_t>::Create(backend_, num_shards * layout_.block_bytes()));
@@ -308,16 +305,7 @@ absl::StatusOr<CompressedResult> PsExchange::AverageMomentum(int64_t step, const
   failed_step_ = 0;
   ONEBIT_RETURN_IF_ERROR(CopyResults(gathered_.data(), gathered_.bytes(),
                                      [block](int s) { return s * block; }));
-  CompressedResult r{gathered_.data(), shards_.size(), layout_.chunk()};
-  r.codec = &layout_.codec();
-  if (r.codec != &OnebitCodec()) {  // see CompressedResult
-    ScopedStepTime time(step_clock(), &compress_seconds_);
-    ONEBIT_RETURN_IF_ERROR(r.codec->Decode(*backend_, gathered_.data(), shards_.size(),
-                                           layout_.chunk(), layout_.n(), decoded_.data()));
-    ONEBIT_RETURN_IF_ERROR(FinishTimedDeviceWork(step_clock(), backend_));
-    r.momentum = decoded_.data();
-  }
-  return r;
+  return CompressedResult{&layout_.codec(), gathered_.data(), shards_.size(), layout_.chunk()};
 }
 
 absl::StatusOr<CompressedResult> PsExchange::CompressedAverage(int64_t step, const float* x) {

@@ -217,7 +217,6 @@ class PsExchange : public Exchange {
   kernels::Buffer<float> sum_;         // SumGradients' result, n values (made by its first call)
   kernels::Buffer<uint8_t> blocks_;    // the S compressed blocks this worker pushes
   kernels::Buffer<uint8_t> gathered_;  // the S result blocks
-  kernels::Buffer<float> decoded_;     // int8: the result decoded (CompressedResult::momentum)
   kernels::StagingBuffer result_stage_;  // device backends: the results on their way up
   // The step of a failed AverageMomentum whose blocks_ a retry must push again; 0: none.
   int64_t failed_step_ = 0;
