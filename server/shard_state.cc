@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <utility>
+#include <vector>
 
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
@@ -175,12 +177,14 @@ absl::Status ShardState::ValidatePayload(ChunkKind kind, const absl::Cord& paylo
     *reason = RejectReason::kWrongSize;
     std::string why;
     if (kind == ChunkKind::kOnebit) {
-      const Codec& other = config_.codec == &Int8Codec() ? OnebitCodec() : Int8Codec();
-      if (payload.size() == other.BlockBytes(layout_.chunk())) {
-        why = absl::StrCat(": the block size of compressor ", other.name(),
-                           ", but this shard's job compresses with ",
-                           config_.codec->name(),
+      for (const Codec* other : AllCodecs()) {
+        if (other == config_.codec || payload.size() != other->BlockBytes(layout_.chunk())) {
+          continue;
+        }
+        why = absl::StrCat(": the block size of compressor ", other->name(),
+                           ", but this shard's job compresses with ", config_.codec->name(),
                            " (onebit.exchange.compressor must be the same for workers and shards)");
+        break;
       }
     }
     return absl::InvalidArgumentError(absl::StrCat(
@@ -192,22 +196,13 @@ absl::Status ShardState::ValidatePayload(ChunkKind kind, const absl::Cord& paylo
         why));
   }
   if (kind == ChunkKind::kOnebit) {
-    float scale;
-    CopyCord(payload.Subcord(0, sizeof(scale)), &scale);
-    if (!std::isfinite(scale) || scale < 0.0f) {
+    std::vector<uint8_t> header(config_.codec->header_bytes());
+    CopyCord(payload.Subcord(0, header.size()), header.data());
+    if (const std::optional<HeaderFault> fault = config_.codec->CheckHeader(header.data())) {
       *reason = RejectReason::kBadScale;
-      return absl::InvalidArgumentError(
-          absl::StrCat(config_.codec->name(),
-                       " block scale must be finite and >= 0, got ", scale));
-    }
-    if (config_.codec == &Int8Codec()) {
-      float offset;
-      CopyCord(payload.Subcord(sizeof(scale), sizeof(offset)), &offset);
-      if (!std::isfinite(offset)) {
-        *reason = RejectReason::kBadScale;
-        return absl::InvalidArgumentError(
-            absl::StrCat("int8 block offset must be finite, got ", offset));
-      }
+      return absl::InvalidArgumentError(absl::StrCat(config_.codec->name(), " block ",
+                                                     fault->field, " must be ", fault->rule,
+                                                     ", got ", fault->value));
     }
   }
   return absl::OkStatus();
@@ -410,11 +405,13 @@ absl::Status ShardState::Complete() {
                                     reinterpret_cast<uint8_t*>(result->data()));
     // Finite scales can still overflow their sum (W scales near FLT_MAX): the server error
     // is then infinite or NaN, and no worker would accept the result.
-    float scale;
-    std::memcpy(&scale, result->data(), sizeof(scale));
-    if (status.ok() && !std::isfinite(scale)) {
-      status = absl::OutOfRangeError(absl::StrCat(
-          "the average of the workers' blocks overflowed float32 (result scale ", scale, ")"));
+    if (status.ok()) {
+      if (const std::optional<HeaderFault> fault = config_.codec->CheckHeader(
+              reinterpret_cast<const uint8_t*>(result->data()))) {
+        status = absl::OutOfRangeError(
+            absl::StrCat("the average of the workers' blocks overflowed float32 (result ",
+                         fault->field, " ", fault->value, ")"));
+      }
     }
   }
   if (!status.ok()) {

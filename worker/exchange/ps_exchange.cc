@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -469,19 +471,13 @@ absl::Status PsExchange::ValidateResult(const Shard& shard, int64_t step, ChunkK
                                             expected));
   }
   if (kind == ChunkKind::kOnebit) {
-    float scale;
-    wire::CopyTo(r.payload.Subcord(0, sizeof(scale)), &scale);
-    if (!std::isfinite(scale) || scale < 0.0f) {
-      return absl::InternalError(
-          absl::StrCat(shard.name, " sent a result block with scale ", scale));
-    }
-    if (&layout_.codec() == &Int8Codec()) {
-      float offset;
-      wire::CopyTo(r.payload.Subcord(sizeof(scale), sizeof(offset)), &offset);
-      if (!std::isfinite(offset)) {
-        return absl::InternalError(
-            absl::StrCat(shard.name, " sent an int8 result block with offset ", offset));
-      }
+    const Codec& codec = layout_.codec();
+    std::vector<uint8_t> header(codec.header_bytes());
+    wire::CopyTo(r.payload.Subcord(0, header.size()), header.data());
+    if (const std::optional<HeaderFault> fault = codec.CheckHeader(header.data())) {
+      return absl::InternalError(absl::StrCat(shard.name, " sent a result block with ",
+                                              fault->field, " ", fault->value, " (",
+                                              codec.name(), ")"));
     }
   }
   return absl::OkStatus();
