@@ -140,7 +140,8 @@ absl::Status OnebitAdam::CompressionStep(const float* local_grad) {
     ScopedStepTime time(exchange_->step_clock(), &exchange_call_seconds_);
     ONEBIT_ASSIGN_OR_RETURN(r, exchange_->AverageMomentum(step_ + 1, m_.data(), grad, beta1));
   }
-  // The fused decode takes one set of hyper-parameters; it gives the bits of the other way.
+  // The fused decode takes one set of hyper-parameters (GroupsAlike). It gives the bits of
+  // DecodeResult then FrozenUpdate (Codec::fuses_frozen_update).
   if (r.codec != nullptr && r.codec->fuses_frozen_update() && GroupsAlike(groups_)) {
     return r.codec->DecodeFrozenAdamUpdate(*backend_, r.blocks, r.num_chunks, r.chunk,
                                            StepHyper(groups_[0]), v_.data(), mask_.data(),
