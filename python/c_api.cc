@@ -370,18 +370,33 @@ int onebit_worker_wait_for_step(onebit_worker* w, double timeout_s, int64_t* ste
   });
 }
 
-int onebit_worker_supply(onebit_worker* w, int64_t step, int has_loss, double loss, double lr,
-                         double max_grad_norm, double beta1, double beta2,
-                         const double* weight_decays, size_t n_weight_decays,
-                         double grad_scale) {
+int onebit_worker_supply_step(onebit_worker* w, int64_t step, const onebit_step_inputs* inputs) {
   return Guard([&]() -> absl::Status {
     ONEBIT_WORKER(w);
-    if (weight_decays == nullptr && n_weight_decays > 0) return Null("weight_decays");
-    std::optional<double> l;
-    if (has_loss) l = loss;
-    return w->worker->Supply(step, l, lr, max_grad_norm, beta1, beta2,
-                             std::vector<double>(weight_decays, weight_decays + n_weight_decays),
-                             grad_scale);
+    if (inputs == nullptr) return Null("inputs");
+    constexpr uint32_t kKnown = ONEBIT_STEP_LOSS | ONEBIT_STEP_LR | ONEBIT_STEP_MAX_GRAD_NORM |
+                                ONEBIT_STEP_BETAS | ONEBIT_STEP_WEIGHT_DECAYS |
+                                ONEBIT_STEP_GRAD_SCALE;
+    if ((inputs->set & ~kKnown) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "onebit_step_inputs.set has unknown bits 0x", absl::Hex(inputs->set & ~kKnown),
+          " (this library knows 0x", absl::Hex(kKnown), ")"));
+    }
+    const auto has = [&](uint32_t bit) { return (inputs->set & bit) != 0; };
+    onebit::StepInputs in;
+    if (has(ONEBIT_STEP_LOSS)) in.loss = inputs->loss;
+    if (has(ONEBIT_STEP_LR)) in.lr = inputs->lr;
+    if (has(ONEBIT_STEP_MAX_GRAD_NORM)) in.max_grad_norm = inputs->max_grad_norm;
+    if (has(ONEBIT_STEP_BETAS)) in.betas = std::make_pair(inputs->beta1, inputs->beta2);
+    if (has(ONEBIT_STEP_WEIGHT_DECAYS)) {
+      if (inputs->weight_decays == nullptr && inputs->n_weight_decays > 0) {
+        return Null("weight_decays");
+      }
+      in.weight_decays = std::vector<double>(inputs->weight_decays,
+                                             inputs->weight_decays + inputs->n_weight_decays);
+    }
+    if (has(ONEBIT_STEP_GRAD_SCALE)) in.grad_scale = inputs->grad_scale;
+    return w->worker->Supply(step, std::move(in));
   });
 }
 

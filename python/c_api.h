@@ -26,7 +26,7 @@
 extern "C" {
 #endif
 
-#define ONEBIT_ABI_VERSION 2
+#define ONEBIT_ABI_VERSION 3
 
 typedef struct onebit_worker onebit_worker;
 typedef struct onebit_coordinator onebit_coordinator;
@@ -92,12 +92,32 @@ void onebit_worker_free(onebit_worker* w);
 int onebit_worker_start(onebit_worker* w);
 /* The next step (-1: the job is over for this worker). */
 int onebit_worker_wait_for_step(onebit_worker* w, double timeout_s, int64_t* step);
-/* has_loss 0: no loss this step. NaN lr, max_grad_norm, beta1, beta2: the job's.
- * grad_scale: the factor the script's GradScaler multiplied the gradient by (NaN: none). */
-int onebit_worker_supply(onebit_worker* w, int64_t step, int has_loss, double loss, double lr,
-                         double max_grad_norm, double beta1, double beta2,
-                         const double* weight_decays, size_t n_weight_decays,
-                         double grad_scale);
+/* What the script set for one step: the fields whose bit is in `set`; the others are
+ * ignored (the job's schedule or fixed value applies). Ranges: lr and max_grad_norm >= 0;
+ * beta1 and beta2 in [0, 1); grad_scale (the factor the script's GradScaler multiplied the
+ * gradient by) finite and > 0; weight_decays one per hyper group, each >= 0 and finite. */
+enum {
+  ONEBIT_STEP_LOSS = 1u << 0,
+  ONEBIT_STEP_LR = 1u << 1,
+  ONEBIT_STEP_MAX_GRAD_NORM = 1u << 2,
+  ONEBIT_STEP_BETAS = 1u << 3, /* beta1 and beta2 */
+  ONEBIT_STEP_WEIGHT_DECAYS = 1u << 4,
+  ONEBIT_STEP_GRAD_SCALE = 1u << 5,
+};
+typedef struct onebit_step_inputs {
+  uint32_t set;
+  double loss;
+  double lr;
+  double max_grad_norm;
+  double beta1;
+  double beta2;
+  double grad_scale;
+  const double* weight_decays; /* n_weight_decays of them, read during the call */
+  size_t n_weight_decays;
+} onebit_step_inputs;
+/* Step `step`'s gradient is in place; `inputs` (read during the call) what the script set
+ * for it. INVALID_ARGUMENT for a bit `set` does not know or a value out of range. */
+int onebit_worker_supply_step(onebit_worker* w, int64_t step, const onebit_step_inputs* inputs);
 /* *skipped 1 when step `step` was skipped (an overflow on some worker). */
 int onebit_worker_skipped(onebit_worker* w, int64_t step, int* skipped);
 int onebit_worker_announce(onebit_worker* w, int64_t step, uint64_t bucket);

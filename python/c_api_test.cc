@@ -91,7 +91,39 @@ TEST(CApiTest, AWorkerHandleThatIsNullIsRefused) {
   EXPECT_EQ(onebit_worker_start(nullptr), 3);
   int skipped = 0;
   EXPECT_EQ(onebit_worker_skipped(nullptr, 1, &skipped), 3);
+  onebit_step_inputs inputs = {};
+  EXPECT_EQ(onebit_worker_supply_step(nullptr, 1, &inputs), 3);
   onebit_worker_free(nullptr);
+}
+
+// A step's inputs as the ABI carries them: unknown bits and null pointers are refused by
+// name before the worker sees them; well-formed inputs reach it (here: not started).
+TEST(CApiTest, StepInputsAreCheckedAtTheBoundary) {
+  onebit_options* o = onebit_options_new();
+  ASSERT_EQ(onebit_options_set_string(o, "config", "/x.json"), 0);
+  const float initial[4] = {0, 0, 0, 0};
+  onebit_worker* w = nullptr;
+  ASSERT_EQ(onebit_worker_new(o, initial, 4, nullptr, &w), 0) << onebit_last_error();
+  onebit_options_free(o);
+  EXPECT_EQ(onebit_worker_supply_step(w, 1, nullptr), 3);
+  EXPECT_STREQ(onebit_last_error(), "inputs is null");
+  onebit_step_inputs inputs = {};
+  inputs.set = ONEBIT_STEP_LR | (1u << 9);
+  EXPECT_EQ(onebit_worker_supply_step(w, 1, &inputs), 3);
+  EXPECT_STREQ(onebit_last_error(),
+               "onebit_step_inputs.set has unknown bits 0x200 (this library knows 0x3f)");
+  inputs.set = ONEBIT_STEP_WEIGHT_DECAYS;
+  inputs.n_weight_decays = 2;
+  EXPECT_EQ(onebit_worker_supply_step(w, 1, &inputs), 3);
+  EXPECT_STREQ(onebit_last_error(), "weight_decays is null");
+  const double decays[2] = {0.0, 0.1};
+  inputs.weight_decays = decays;
+  inputs.set |= ONEBIT_STEP_LOSS | ONEBIT_STEP_BETAS;
+  inputs.beta1 = 0.9;
+  inputs.beta2 = 0.999;
+  EXPECT_EQ(onebit_worker_supply_step(w, 1, &inputs), 9);  // FAILED_PRECONDITION
+  EXPECT_STREQ(onebit_last_error(), "the worker is not running");
+  onebit_worker_free(w);
 }
 
 TEST(CApiTest, ConfigsAreCheckedAndTheirFactsAreJson) {

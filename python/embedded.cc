@@ -142,31 +142,6 @@ absl::Status EmbeddedWorker::Start() {
     final_state_ = std::move(state);
     return absl::OkStatus();
   };
-  o.learning_rate_override = [this](int64_t step) -> std::optional<double> {
-    absl::MutexLock lock(&mu_);
-    if (workload_ == nullptr) return std::nullopt;
-    return workload_->SuppliedLearningRate(step);
-  };
-  o.grad_scale_override = [this](int64_t step) -> std::optional<double> {
-    absl::MutexLock lock(&mu_);
-    if (workload_ == nullptr) return std::nullopt;
-    return workload_->SuppliedGradScale(step);
-  };
-  o.max_grad_norm_override = [this](int64_t step) -> std::optional<double> {
-    absl::MutexLock lock(&mu_);
-    if (workload_ == nullptr) return std::nullopt;
-    return workload_->SuppliedMaxGradNorm(step);
-  };
-  o.betas_override = [this](int64_t step) -> std::optional<std::pair<double, double>> {
-    absl::MutexLock lock(&mu_);
-    if (workload_ == nullptr) return std::nullopt;
-    return workload_->SuppliedBetas(step);
-  };
-  o.weight_decays_override = [this](int64_t step) -> std::optional<std::vector<double>> {
-    absl::MutexLock lock(&mu_);
-    if (workload_ == nullptr) return std::nullopt;
-    return workload_->SuppliedWeightDecays(step);
-  };
   if (loaded_.has_value()) {
     o.restore_loaded_state = [this](Trainer& trainer, int rank, int world_size) {
       // The error buffers are this worker's only if the same rank of as many workers saved
@@ -280,13 +255,10 @@ absl::StatusOr<int64_t> EmbeddedWorker::WaitSlice(absl::Time deadline) {
   return step;
 }
 
-absl::Status EmbeddedWorker::Supply(int64_t step, std::optional<double> loss, double lr,
-                                    double max_grad_norm, double beta1, double beta2,
-                                    std::vector<double> weight_decays, double grad_scale) {
+absl::Status EmbeddedWorker::Supply(int64_t step, StepInputs inputs) {
   absl::MutexLock lock(&mu_);
   if (workload_ == nullptr) return NotRunning();
-  return workload_->Supply(step, loss, lr, max_grad_norm, beta1, beta2, std::move(weight_decays),
-                           grad_scale);
+  return workload_->Supply(step, std::move(inputs));
 }
 
 absl::StatusOr<bool> EmbeddedWorker::Skipped(int64_t step) {

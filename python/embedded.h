@@ -22,6 +22,7 @@
 #include "worker/trainer.h"
 #include "worker/worker_process.h"
 #include "worker/workloads/external_workload.h"
+#include "worker/workloads/step_inputs.h"
 
 namespace onebit {
 
@@ -59,12 +60,9 @@ class EmbeddedWorker {
   // once it ended with one. UNAVAILABLE when nothing came by the deadline.
   absl::StatusOr<int64_t> WaitForStep(double timeout_s);
 
-  // lr, max_grad_norm, beta1, beta2: the script's for this step (NaN: the job's);
-  // weight_decays: each hyper group's (empty: the optimizer's own).
-  // grad_scale: the factor the script's GradScaler multiplied the gradient by (NaN: none).
-  absl::Status Supply(int64_t step, std::optional<double> loss, double lr, double max_grad_norm,
-                      double beta1, double beta2, std::vector<double> weight_decays,
-                      double grad_scale);
+  // Step `step`'s gradient is in place; `inputs`: what the script set for it
+  // (ExternalWorkload::Supply).
+  absl::Status Supply(int64_t step, StepInputs inputs);
   // Whether step `step` was skipped (an overflow on some worker under loss scaling).
   absl::StatusOr<bool> Skipped(int64_t step);
   // Overlap: bucket `bucket` of step `step`'s gradient is final.

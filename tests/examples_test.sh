@@ -100,7 +100,10 @@ mkdir -p "$out/lm"
 HERE="$ex" OUT="$out/lm" example_job 20
 ranks 2 "$out/lm/logs" "$ex/train.py" --config="$out/lm/job.json" \
   --result="$out/lm/onebit.json" --held_out_csv="$out/lm/held_out.csv" --eval_every=10
+"$py" "$ex/ddp_adam.py" --config="$out/lm/job.json" --result="$out/lm/adam.json" \
+  --loss_csv="$out/lm/adam.csv" --held_out_csv="$out/lm/adam_held_out.csv" --eval_every=10
 check "$out/lm/onebit.json" held_out_loss
+check "$out/lm/adam.json" held_out_loss
 
 # The GPT example, torchrun-style through onebit-run (rank 0 embeds the coordinator): a
 # few steps of its tiny size with 1-bit Adam and with Adam over DDP.

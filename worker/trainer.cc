@@ -15,6 +15,7 @@
 #include "common/permanent_error.h"
 #include "common/status_macros.h"
 #include "compression/worker_compressor.h"
+#include "worker/workloads/step_inputs.h"
 
 namespace onebit {
 namespace {
@@ -457,27 +458,26 @@ absl::Status Trainer::RunStep(int64_t t) {
   }
   absl::StatusOr<double> loss = ComputeGradient(t);
   if (!loss.ok()) return abandon(loss.status());
-  // The schedules after the gradient: a training script hands in step t's learning rate
-  // with its gradient (a torch lr_scheduler's, WorkerProcessOptions::learning_rate_override).
-  if (options_.learning_rate) {
-    const double lr = options_.learning_rate(t);
-    if (!(lr >= 0) || !std::isfinite(lr)) {
-      return abandon(absl::InvalidArgumentError(
-          absl::StrCat("the learning-rate schedule gives ", lr, " for step ", t)));
-    }
-    optimizer_->set_lr(static_cast<float>(lr));
+  // Each value after the gradient (TrainerOptions' SCRIPT VALUES): the script's for the
+  // step's last micro-batch, else the schedule's, else the optimizer's own.
+  const StepInputs script = workload_->ScriptInputs(t * options_.gradient_accumulation_steps);
+  const double lr = script.lr.has_value()     ? *script.lr
+                    : options_.learning_rate ? options_.learning_rate(t)
+                                             : options_.optimizer.hyper.lr;
+  if (!(lr >= 0) || !std::isfinite(lr)) {
+    return abandon(absl::InvalidArgumentError(
+        absl::StrCat("the learning-rate schedule gives ", lr, " for step ", t)));
   }
-  // What every worker must step alike (StepReport::hyper_digest), as set below.
+  optimizer_->set_lr(static_cast<float>(lr));
+  // What every worker must step alike (StepReport::hyper_digest), in this order: lr, beta1,
+  // beta2, clipping norm, each parameter group's weight decay.
   std::vector<double> hypers = {optimizer_->lr(), options_.optimizer.hyper.beta1,
                                 options_.optimizer.hyper.beta2, options_.optimizer.max_grad_norm};
-  if (options_.script_max_grad_norm) {
-    const std::optional<double> norm = options_.script_max_grad_norm(t);
-    hypers[3] = norm.value_or(options_.optimizer.max_grad_norm);
-    const absl::Status set = optimizer_->set_max_grad_norm(hypers[3]);
-    if (!set.ok()) return abandon(set);
-  }
-  if (options_.betas) {
-    const auto [beta1, beta2] = options_.betas(t);
+  hypers[3] = script.max_grad_norm.value_or(options_.optimizer.max_grad_norm);
+  const absl::Status clipping = optimizer_->set_max_grad_norm(hypers[3]);
+  if (!clipping.ok()) return abandon(clipping);
+  if (script.betas.has_value() || options_.betas) {
+    const auto [beta1, beta2] = script.betas.has_value() ? *script.betas : options_.betas(t);
     if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1)) {
       return abandon(absl::InvalidArgumentError(
           absl::StrCat("the momentum schedule gives betas ", beta1, ", ", beta2, " for step ", t)));
@@ -485,14 +485,14 @@ absl::Status Trainer::RunStep(int64_t t) {
     optimizer_->set_betas(static_cast<float>(beta1), static_cast<float>(beta2));
     hypers[1] = beta1;
     hypers[2] = beta2;
+  } else {
+    optimizer_->set_betas(options_.optimizer.hyper.beta1, options_.optimizer.hyper.beta2);
   }
-  if (options_.weight_decays) {
-    const std::optional<std::vector<double>> decays = options_.weight_decays(t);
-    absl::Status set = optimizer_->set_weight_decays(decays.value_or(built_weight_decays_));
-    if (!set.ok()) {
-      return abandon(absl::InvalidArgumentError(absl::StrCat(
-          "the weight-decay schedule for step ", t, ": ", set.message())));
-    }
+  const absl::Status decayed = optimizer_->set_weight_decays(
+      script.weight_decays.has_value() ? *script.weight_decays : built_weight_decays_);
+  if (!decayed.ok()) {
+    return abandon(absl::InvalidArgumentError(
+        absl::StrCat("the weight-decay schedule for step ", t, ": ", decayed.message())));
   }
   for (double decay : optimizer_->weight_decays()) hypers.push_back(decay);
   report.lr = optimizer_->lr();
@@ -502,8 +502,7 @@ absl::Status Trainer::RunStep(int64_t t) {
   report.loss_given = workload_->loss_given();
   const double computed = clock_->Seconds();
   report.compute_seconds = computed - start;
-  const std::optional<double> script_scale =
-      options_.script_grad_scale ? options_.script_grad_scale(t) : std::nullopt;
+  const std::optional<double> script_scale = script.grad_scale;
   if (script_scale.has_value() && listener_ != nullptr) {
     return abandon(absl::FailedPreconditionError(
         "a script's loss scaler (torch's GradScaler) with the warmup exchange overlapping "

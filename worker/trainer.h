@@ -206,23 +206,16 @@ struct TrainerOptions {
   int64_t eval_every = 0;   // 0: no periodic evaluation
   bool eval_at_end = true;
   int64_t report_interval = 10;  // k of the variance change; 0: not computed
-  // The learning rate of step t (the job config's scheduler); null: optimizer.hyper.lr
-  // throughout. Called once per step, before it.
+  // SCRIPT VALUES: what Workload::ScriptInputs gives for step t's last micro-batch comes
+  // first: its lr and betas before the schedules below, its clipping norm before
+  // optimizer.max_grad_norm, its weight decays before the optimizer's own. Its gradient
+  // scale (a GradScaler's factor) is divided out, and every worker skips alike a step whose
+  // gradient overflowed anywhere (loss_scaling's scaler then goes unused for that step).
+  // The learning rate of step t (the job config's scheduler), asked once the step's
+  // gradient is in; null: optimizer.hyper.lr.
   std::function<double(int64_t step)> learning_rate;
-  // A training script's gradient-clipping norm for a step (its clip_grad_norm_), asked once
-  // the step's gradient is in; nullopt: optimizer.max_grad_norm (the config's).
-  std::function<std::optional<double>(int64_t step)> script_max_grad_norm;
-  // The factor the script's own loss scaler (torch's GradScaler) multiplied step t's
-  // gradient by; nullopt: none. With one, the trainer divides it out and every worker skips
-  // the step alike where any gradient overflowed (as with loss_scaling, whose own scaler
-  // then goes unused for that step).
-  std::function<std::optional<double>(int64_t step)> script_grad_scale;
-  // The betas of step t (OneCycle's momentum cycling); null: the optimizer's throughout.
+  // The betas of step t (OneCycle's momentum cycling), likewise; null: optimizer.hyper's.
   std::function<std::pair<double, double>(int64_t step)> betas;
-  // Each parameter group's weight decay for step t (a training script's weight-decay
-  // schedule; Optimizer::set_weight_decays); nullopt: those the optimizer was built with.
-  // Null: the built ones throughout.
-  std::function<std::optional<std::vector<double>>(int64_t step)> weight_decays;
   // Micro batches per step (the job config's gradient_accumulation_steps): step t
   // averages the workload's gradients of micro steps (t-1)*k + 1 .. t*k, in that order,
   // before the optimizer sees it; the step's loss is their mean. With k > 1 the warmup
@@ -350,7 +343,7 @@ class Trainer {
   StepClock* const clock_;
   std::unique_ptr<Exchange> owned_exchange_;  // the PeerExchange made over a Transport
   std::unique_ptr<Optimizer> optimizer_;
-  std::vector<double> built_weight_decays_;  // optimizer_'s at creation (weight_decays)
+  std::vector<double> built_weight_decays_;  // optimizer_'s at creation (SCRIPT VALUES)
   std::optional<LossScaler> scaler_;
   DivergenceWatch divergence_;  // the compression stage's blow-up, said once
   double agree_seconds_ = 0.0;  // this step's Exchange::AnyOverflow call

@@ -474,7 +474,11 @@ class CountingWorkload : public Workload {
     return static_cast<double>(step);
   }
   absl::StatusOr<EvalResult> Evaluate(const float*) override { return EvalResult{}; }
+  StepInputs ScriptInputs(int64_t step) const override {
+    return script ? script(step) : StepInputs{};
+  }
   std::vector<int64_t> steps;
+  std::function<StepInputs(int64_t step)> script;  // what a script sets; null: nothing
 };
 
 // Gradient accumulation averages micro steps (t-1)*k+1 .. t*k; the schedule's learning
@@ -527,8 +531,11 @@ TEST(TrainerTest, AccumulationAndTheLearningRateSchedule) {
   // run's error.
   // The step reports of the last call go to `reported`.
   std::vector<StepReport> reported;
-  const auto three_steps = [&](const TrainerOptions& o) -> absl::StatusOr<std::vector<float>> {
+  const auto three_steps = [&](const TrainerOptions& o,
+                               std::function<StepInputs(int64_t)> script = nullptr)
+      -> absl::StatusOr<std::vector<float>> {
     CountingWorkload counting;
+    counting.script = std::move(script);
     StaticStepController steps(/*freeze_step=*/-1, /*total_steps=*/3);
     RecordingSink recording;
     ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> t, Trainer::Create(o, &counting, backend.get(),
@@ -561,17 +568,18 @@ TEST(TrainerTest, AccumulationAndTheLearningRateSchedule) {
     EXPECT_EQ(reported[i].hyper_digest, unscheduled[i].hyper_digest);
   }
 
-  // A weight-decay schedule, the same way: decay 1 at step 2 adds lr * 1 * p (0.09) to that
-  // step's move; steps 1 and 3 give none, so the optimizer's built decay (0) applies there:
-  // 1 - 0.1 - (0.1 + 0.09) - 0.1 = 0.61 (with step 2's decay kept at step 3: 0.539).
+  // A script's weight decays (Workload::ScriptInputs), the same way: decay 1 at step 2 adds
+  // lr * 1 * p (0.09) to that step's move; steps 1 and 3 set none, so the optimizer's built
+  // decay (0) applies there: 1 - 0.1 - (0.1 + 0.09) - 0.1 = 0.61 (with step 2's decay kept
+  // at step 3: 0.539).
   const auto at_step_2 = [](double decay) {
-    return [decay](int64_t t) -> std::optional<std::vector<double>> {
-      if (t == 2) return std::vector<double>{decay};
-      return std::nullopt;
+    return [decay](int64_t t) {
+      StepInputs in;
+      if (t == 2) in.weight_decays = std::vector<double>{decay};
+      return in;
     };
   };
-  options.weight_decays = at_step_2(1.0);
-  const absl::StatusOr<std::vector<float>> decayed = three_steps(options);
+  const absl::StatusOr<std::vector<float>> decayed = three_steps(options, at_step_2(1.0));
   ASSERT_TRUE(decayed.ok()) << decayed.status();
   for (float x : *decayed) EXPECT_NEAR(x, 0.61f, 1e-5f);
   // Step 2's decay is in its digest and every later one (a report of step 3 alone shows
@@ -580,12 +588,69 @@ TEST(TrainerTest, AccumulationAndTheLearningRateSchedule) {
   EXPECT_EQ(reported[0].hyper_digest, unscheduled[0].hyper_digest);
   EXPECT_NE(reported[1].hyper_digest, unscheduled[1].hyper_digest);
   EXPECT_NE(reported[2].hyper_digest, unscheduled[2].hyper_digest);
-  options.weight_decays = at_step_2(-1.0);
-  const absl::StatusOr<std::vector<float>> refused = three_steps(options);
+  const absl::StatusOr<std::vector<float>> refused = three_steps(options, at_step_2(-1.0));
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(refused.status().message(),
               HasSubstr("the weight-decay schedule for step 2: parameter group 0: weight_decay "
                         "must be >= 0 and finite, got -1"));
+}
+
+// A script's values are read at each step's last micro-batch and come first; where it sets
+// none, the schedule's apply, and without a schedule the optimizer's own (also after a step
+// that had the script's).
+TEST(TrainerTest, AScriptsValuesComeBeforeTheScheduleAndTheFixedOnes) {
+  Solo solo;
+  const auto run = [&](TrainerOptions options, std::function<StepInputs(int64_t)> script)
+      -> absl::StatusOr<std::vector<StepReport>> {
+    CountingWorkload counting;
+    counting.script = std::move(script);
+    StaticStepController steps(/*freeze_step=*/-1, /*total_steps=*/3);
+    RecordingSink recording;
+    options.print = [](absl::string_view) {};
+    options.eval_at_end = false;
+    options.gradient_accumulation_steps = 2;
+    ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> t,
+                            Trainer::Create(options, &counting, solo.backend.get(),
+                                            solo.transport.get(), &steps, &recording));
+    ONEBIT_RETURN_IF_ERROR(t->Run().status());
+    return recording.steps;
+  };
+  // Micro-batch 4 is step 2's last; micro-batch 3 is no step's last, so its lr goes unused.
+  const auto script = [](int64_t micro) {
+    StepInputs in;
+    if (micro == 3) in.lr = 0.5;
+    if (micro == 4) in.lr = 0.25;
+    if (micro == 6) in.betas = std::make_pair(0.5, 0.75);
+    return in;
+  };
+  TrainerOptions scheduled;
+  scheduled.optimizer.hyper.lr = 0.001f;
+  scheduled.learning_rate = [](int64_t t) { return t == 1 ? 0.125 : 0.0625; };
+  absl::StatusOr<std::vector<StepReport>> reports = run(scheduled, script);
+  ASSERT_TRUE(reports.ok()) << reports.status();
+  ASSERT_EQ(reports->size(), 3u);
+  EXPECT_EQ((*reports)[0].lr, 0.125);
+  EXPECT_EQ((*reports)[1].lr, 0.25);
+  EXPECT_EQ((*reports)[2].lr, 0.0625);
+  TrainerOptions fixed;
+  fixed.optimizer.hyper.lr = 0.001f;
+  reports = run(fixed, script);
+  ASSERT_TRUE(reports.ok()) << reports.status();
+  ASSERT_EQ(reports->size(), 3u);
+  EXPECT_EQ((*reports)[0].lr, 0.001f);
+  EXPECT_EQ((*reports)[1].lr, 0.25);
+  EXPECT_EQ((*reports)[2].lr, 0.001f);
+  // The script's betas at step 3 show in step 3's digest alone; without them the digests
+  // are those of a run the script sets nothing in but the same lr.
+  const absl::StatusOr<std::vector<StepReport>> lr_only = run(fixed, [](int64_t micro) {
+    StepInputs in;
+    if (micro == 4) in.lr = 0.25;
+    return in;
+  });
+  ASSERT_TRUE(lr_only.ok()) << lr_only.status();
+  ASSERT_EQ(lr_only->size(), 3u);
+  EXPECT_EQ((*lr_only)[1].hyper_digest, (*reports)[1].hyper_digest);
+  EXPECT_NE((*lr_only)[2].hyper_digest, (*reports)[2].hyper_digest);
 }
 
 // fp16 on the CPU, for the trainer's side of loss scaling: the Fashion-MNIST MLP whose

@@ -211,27 +211,6 @@ bool MayBeAPeersFailure(const absl::Status& error) {
   return absl::IsUnavailable(error) || absl::IsDeadlineExceeded(error);
 }
 
-// A trainer schedule where the script's own value for optimizer step t comes first (given
-// with the step's last micro-batch, the workload's step t * micro), then the job's
-// schedule (`scheduled`, if any), then the config's fixed value.
-template <typename T>
-std::function<T(int64_t)> ScriptFirst(std::function<std::optional<T>(int64_t)> own,
-                                      std::function<T(int64_t)> scheduled, T fixed,
-                                      int64_t micro) {
-  return [own = std::move(own), scheduled = std::move(scheduled), fixed, micro](int64_t t) {
-    if (std::optional<T> value = own(t * micro)) return *value;
-    return scheduled ? scheduled(t) : fixed;
-  };
-}
-
-// The script's value for optimizer step t: the one it gave with the step's last
-// micro-batch (t * micro).
-template <typename T>
-std::function<std::optional<T>(int64_t)> AtLastMicroBatch(
-    std::function<std::optional<T>(int64_t)> own, int64_t micro) {
-  return [own = std::move(own), micro](int64_t t) { return own(t * micro); };
-}
-
 // Leaves at once: the training thread may be blocked in a collective with a dead peer
 // (every file this process writes is atomic).
 [[noreturn]] void Leave(int rank, const MemberVerdict& verdict) {
@@ -775,28 +754,6 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o) {
   w.controller = std::make_unique<CoordinatorStepController>(
       shared_client.get(), w.session.get(), reg.rank(), config.log_every, exchange);
   TrainerOptions options = TrainerOptionsFromConfig(config);
-  // The script's steps are micro-batches: with gradient_accumulation_steps k, optimizer step
-  // t's last is the workload's step t * k (Trainer::ComputeGradient), whose lr, clipping
-  // norm and betas apply.
-  const int64_t micro = config.gradient_accumulation_steps;
-  if (o.learning_rate_override) {
-    options.learning_rate = ScriptFirst(o.learning_rate_override, options.learning_rate,
-                                        config.optimizer.lr, micro);
-  }
-  if (o.grad_scale_override) {
-    options.script_grad_scale = AtLastMicroBatch(o.grad_scale_override, micro);
-  }
-  if (o.max_grad_norm_override) {
-    options.script_max_grad_norm = AtLastMicroBatch(o.max_grad_norm_override, micro);
-  }
-  if (o.betas_override) {
-    options.betas = ScriptFirst(o.betas_override, options.betas,
-                                std::make_pair(config.optimizer.beta1, config.optimizer.beta2),
-                                micro);
-  }
-  if (o.weight_decays_override) {
-    options.weight_decays = AtLastMicroBatch(o.weight_decays_override, micro);
-  }
   if (!o.evaluate) {
     options.eval_every = 0;
     options.eval_at_end = false;

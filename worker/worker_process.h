@@ -42,23 +42,6 @@ struct WorkerProcessOptions {
   // The model's parameter count, told to the coordinator when registering (it checks that
   // every worker agrees); 0: the built-in workload's, from the config.
   size_t num_parameters = 0;
-  // A training script's own learning rate for a step (a torch lr_scheduler's), asked once
-  // the step's gradient is in; nullopt: the job config's lr and scheduler. `step` is the
-  // workload's: with gradient_accumulation_steps k, that of the optimizer step's last
-  // micro-batch (optimizer step t: t * k).
-  std::function<std::optional<double>(int64_t step)> learning_rate_override;
-  // Its gradient-clipping norm for a step (clip_grad_norm_), likewise; nullopt: the
-  // config's gradient_clipping.
-  std::function<std::optional<double>(int64_t step)> max_grad_norm_override;
-  // The factor its own loss scaler (torch's GradScaler) multiplied a step's gradient by,
-  // likewise; nullopt: none (TrainerOptions::script_grad_scale).
-  std::function<std::optional<double>(int64_t step)> grad_scale_override;
-  // Its betas for a step (a torch scheduler's momentum cycling, OneCycleLR's), likewise;
-  // nullopt: the job config's betas and scheduler.
-  std::function<std::optional<std::pair<double, double>>(int64_t step)> betas_override;
-  // Its parameter groups' weight decays for a step (a weight-decay schedule; one per
-  // hyper group, in order), likewise; nullopt: those the optimizer was built with.
-  std::function<std::optional<std::vector<double>>(int64_t step)> weight_decays_override;
   int cuda_device = 0;             // with onebit.device cuda
   int cpu_threads = -1;            // -1: the config's onebit.cpu_threads
   bool check = false;              // validate flags and config, then return

@@ -1,90 +1,58 @@
 """The baseline: the same model, text, windows, seed and steps as train.py, with plain
 torch.optim.Adam over DistributedDataParallel (torch.distributed, gloo on 127.0.0.1), the
-job config's worker count as processes (torch.multiprocessing).
+job config's worker count as processes (torch.multiprocessing; the loop is ../ddp_lib.py).
 
     /usr/bin/python3 ddp_adam.py --config=job.json --result=OUT/adam.json \
         --loss_csv=OUT/adam.csv --held_out_csv=OUT/adam_held_out.csv
 """
-import argparse
-import json
-import socket
-import time
-
-import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
-from torch.nn.parallel import DistributedDataParallel
+import os
+import sys
 
 import common
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import ddp_lib  # noqa: E402
 
-def run(rank, world, port, job, steps, args):
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world)
-    seed, batch = job["seed"], job["train_micro_batch_size_per_gpu"]
-    hp = job["optimizer"]["params"]
-    train, held_out, vocab = common.load_corpus()
-    model = DistributedDataParallel(common.make_model(seed, len(vocab)))
-    opt = torch.optim.Adam(model.parameters(), lr=hp.get("lr", 1e-3),
-                           betas=tuple(hp.get("betas", (0.9, 0.999))), eps=hp.get("eps", 1e-8),
-                           weight_decay=hp.get("weight_decay", 0.0))
-    evals = [(0, common.held_out_loss(model.module, held_out))] if rank == 0 else []
-    start, losses = time.time(), []
-    for step in range(1, steps + 1):
-        x, y = common.batch(train, seed, step, rank, batch)
-        opt.zero_grad()
-        loss = common.loss_of(model, x, y)
-        loss.backward()  # DDP averages the gradients over the ranks (fp32 allreduce)
-        opt.step()
-        losses.append(loss.item())
-        if rank == 0 and step % args.eval_every == 0 and step < steps:
-            evals.append((step, common.held_out_loss(model.module, held_out)))
-            recent = losses[-args.eval_every:]
-            print(f"[adam] step {step}: train loss {sum(recent) / len(recent):.4f}, held-out "
-                  f"{evals[-1][1]:.4f} ({time.time() - start:.1f} s)", flush=True)
-    seconds = time.time() - start
-    if rank == 0:
-        final = common.held_out_loss(model.module, held_out)
-        evals.append((steps, final))
-        with open(args.loss_csv, "w") as f:
-            f.write("step,loss\n")
-            f.writelines(f"{i + 1},{v:.6f}\n" for i, v in enumerate(losses))
-        with open(args.held_out_csv, "w") as f:
+
+class CharLm:
+    """The character transformer on the training text, each rank its own windows; rank 0
+    measures the held-out loss at the start, every --eval_every steps and at the end."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.train, self.held_out, vocab = common.load_corpus()
+        self.model = common.make_model(ctx.seed, len(vocab))
+        self.evals = [(0, common.held_out_loss(self.model, self.held_out))] if ctx.rank == 0 else []
+
+    def loss(self, model, step):
+        x, y = common.batch(self.train, self.ctx.seed, step, self.ctx.rank, self.ctx.batch)
+        return common.loss_of(model, x, y)
+
+    def progress(self, model, step, losses):
+        every = self.ctx.args.eval_every
+        if step % every != 0 or step >= self.ctx.steps:
+            return None
+        self.evals.append((step, common.held_out_loss(model, self.held_out)))
+        return (f"train loss {ddp_lib.mean_last(losses, every):.4f}, "
+                f"held-out {self.evals[-1][1]:.4f}")
+
+    def result(self, model, run):
+        final = common.held_out_loss(model, self.held_out)
+        self.evals.append((self.ctx.steps, final))
+        with open(self.ctx.args.held_out_csv, "w") as f:
             f.write("step,held_out_loss\n")
-            f.writelines(f"{s},{v:.6f}\n" for s, v in evals)
-        result = {"optimizer": "torch.optim.Adam over DDP (gloo)", "steps": steps,
-                  "workers": world, "batch_per_worker": batch, "block": common.BLOCK,
-                  "seed": seed, "parameters": common.parameter_count(model.module),
-                  "held_out_loss": final, "held_out_bits_per_char": common.bits_per_char(final),
-                  "final_train_loss_rank0_last50": sum(losses[-50:]) / len(losses[-50:]),
-                  "bytes_allreduced_per_worker_per_step": 4 * common.parameter_count(model),
-                  "train_seconds": seconds}
-        with open(args.result, "w") as f:
-            json.dump(result, f, indent=2)
-        print(f"[adam] held-out loss {final:.4f} nats/char ({common.bits_per_char(final):.3f} "
-              f"bits) after {steps} steps ({seconds:.1f} s)", flush=True)
-    dist.destroy_process_group()
-
-
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--config", required=True, help="the job config train.py uses (JSON)")
-    parser.add_argument("--result", required=True, help="rank 0's result JSON")
-    parser.add_argument("--loss_csv", required=True, help="rank 0's training loss per step")
-    parser.add_argument("--held_out_csv", required=True, help="rank 0's held-out loss (CSV)")
-    parser.add_argument("--steps", type=int, default=0, help="override the config's steps")
-    parser.add_argument("--eval_every", type=int, default=50)
-    args = parser.parse_args()
-    with open(args.config) as f:
-        job = json.load(f)
-    world = job["onebit"]["workers"]
-    steps = args.steps or job["steps"]
-    with socket.socket() as s:  # a free port for the rendezvous
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(run, args=(world, port, job, steps, args), nprocs=world, join=True)
+            f.writelines(f"{s},{v:.6f}\n" for s, v in self.evals)
+        fields = {"block": common.BLOCK, "seed": self.ctx.seed,
+                  "parameters": common.parameter_count(model), "held_out_loss": final,
+                  "held_out_bits_per_char": common.bits_per_char(final),
+                  "final_train_loss_rank0_last50": ddp_lib.mean_last(run.losses, 50),
+                  "bytes_allreduced_per_worker_per_step": run.bytes_per_step,
+                  "train_seconds": run.seconds}
+        bits = common.bits_per_char(final)
+        return fields, f"held-out loss {final:.4f} nats/char ({bits:.3f} bits)"
 
 
 if __name__ == "__main__":
-    main()
+    ddp_lib.main(__doc__, CharLm, [
+        ("--held_out_csv", {"required": True, "help": "rank 0's held-out loss (CSV)"}),
+        ("--eval_every", {"type": int, "default": 50})])

@@ -9,19 +9,13 @@
 #   PLOT_ONLY=1 examples/tiny_transformer_lm/run.sh  # redraw the last full run's plot
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
-ROOT="$(cd "$HERE/../.." && pwd)"
-PY=/usr/bin/python3  # Debian's python3-torch (the pyenv python3 on PATH has no torch)
-STEPS="${STEPS:-0}"
-if [ "$STEPS" -gt 0 ]; then
-  OUT="$HERE/out/smoke"; RESULTS="$OUT/results"
-  OVERRIDE="$STEPS"
-  EVERY=(--eval_every=10)
-else
-  OUT="$HERE/out/full"; RESULTS="$HERE/../../results/tiny_transformer_lm"; OVERRIDE=0; EVERY=()
-fi
-mkdir -p "$OUT" "$RESULTS"
 # shellcheck source=../run_lib.sh
 source "$HERE/../run_lib.sh"
+example_setup
+EVERY=()
+if [ "$STEPS" -gt 0 ]; then
+  EVERY=(--eval_every=10)
+fi
 if [ -z "${PLOT_ONLY:-}" ]; then
   launch_onebit "${EVERY[@]}" --result="$RESULTS/onebit.json" \
     --held_out_csv="$RESULTS/onebit_held_out.csv"
@@ -31,10 +25,8 @@ if [ -z "${PLOT_ONLY:-}" ]; then
 fi
 onebit_summary
 
-field() { "$PY" -c "import json,sys; print('%.3f' % json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"; }
-ONEBIT_HO="$(field "$RESULTS/onebit.json" held_out_loss)"
-ADAM_HO="$(field "$RESULTS/adam.json" held_out_loss)"
-FREEZE="$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['optimizer']['params']['freeze_step'])" "$OUT/job.json")"
+ONEBIT_HO="$(result_field "$RESULTS/onebit.json" held_out_loss %.3f)"
+ADAM_HO="$(result_field "$RESULTS/adam.json" held_out_loss %.3f)"
 gnuplot <<GP
 set terminal pngcairo size 1200,500
 set output "$RESULTS/loss.png"
@@ -42,13 +34,8 @@ set datafile separator ","
 set multiplot layout 1,2 title "char-level transformer (2 layers, d=64) on Debian's license texts, 2 workers x 16 x 64 chars\nfinal held-out loss: 1-bit Adam $ONEBIT_HO, Adam over DDP $ADAM_HO nats/char"
 set grid
 set xlabel "step"
-set arrow 1 from $FREEZE, graph 0 to $FREEZE, graph 1 nohead dt 2 lc rgb "gray"
-set label 1 "freeze_step" at $FREEZE, graph 0.04 offset 0.5,0 noenhanced
 set ylabel "training loss, rank 0 (nats/char, EMA 0.95)"
-ema(x) = (s = (n == 0 ? x : 0.95 * s + 0.05 * x), n = n + 1, s)
-n = 0; s = 0
-plot "$OUT/onebit_adam/worker-0.csv" every ::1 using 1:(ema(\$4)) with lines lw 2 title "1-bit Adam (onebit)", \
-     n = 0, "$OUT/adam.csv" every ::1 using 1:(ema(\$2)) with lines lw 2 title "Adam over DDP (gloo)"
+$(loss_plot 0.95 0.05)
 set ylabel "held-out loss (nats/char)"
 plot "$RESULTS/onebit_held_out.csv" every ::1 using 1:2 with linespoints lw 2 pt 7 ps 0.6 title "1-bit Adam (onebit)", \
      "$RESULTS/adam_held_out.csv" every ::1 using 1:2 with linespoints lw 2 pt 7 ps 0.6 title "Adam over DDP (gloo)"

@@ -15,36 +15,24 @@ PY=/usr/bin/python3
 RESULTS="$ROOT/results/tiny_transformer_lm/sweep"
 mkdir -p "$RESULTS"
 
+# shellcheck source=../run_lib.sh
+source "$HERE/../run_lib.sh"
+
 # run NAME KEY=VALUE...: one 1-bit Adam run, its job.json with the keys changed (dotted
 # paths, JSON values), into out/sweep/NAME.
 run() {
   local name="$1"; shift
-  local out="$HERE/out/sweep/$name"
+  local out="$HERE/out/sweep/$name" workers rc=0
   rm -rf "$out" && mkdir -p "$out"
-  "$PY" - "$HERE/job.json" "$out/job.json" "$@" <<'PY'
-import json, sys
-job = json.load(open(sys.argv[1]))
-for kv in sys.argv[3:]:
-    key, value = kv.split("=", 1)
-    *path, last = key.split(".")
-    node = job
-    for p in path:
-        node = node.setdefault(p, {})
-    node[last] = json.loads(value)
-json.dump(job, open(sys.argv[2], "w"), indent=1)
-PY
+  workers="$(job_config "$HERE/job.json" "$out/job.json" "$@")"
   echo "== $name: $*"
-  local rc=0
-  PYTHONPATH="$ROOT/python:$ROOT/bazel-bin/python${PYTHONPATH:+:$PYTHONPATH}" \
-    ONEBIT_HISTORY_CSV="$out/worker-{rank}.csv" \
-    "$PY" -m onebit.run --nproc_per_node=2 --master_port=0 "$HERE/train.py" \
-    --config="$out/job.json" --eval_every=25 --result="$out/result.json" \
-    --held_out_csv="$out/held_out.csv" > "$out/run.log" 2>&1 || rc=$?
+  onebit_train "$out" "$workers" --config="$out/job.json" --eval_every=25 \
+    --result="$out/result.json" --held_out_csv="$out/held_out.csv" > "$out/run.log" 2>&1 || rc=$?
   echo "   exit $rc; $(tail -n 1 "$out/run.log")"
 }
 
 if [ -z "${PLOT_ONLY:-}" ]; then
-  (cd "$ROOT" && bazel build //python:libonebit_core.so)
+  build_onebit
   for f in 25 50 125 250; do
     run "freeze-$f" "optimizer.params.freeze_step=$f"
   done

@@ -11,14 +11,13 @@ message.
 """
 import ctypes
 import json
-import math
 import os
 import sys
 
 # torch is imported where tensors are made, not here: the core's config and coordinator
 # calls work without it (the wheel's test loads the core on every CPython it finds).
 
-ABI_VERSION = 2
+ABI_VERSION = 3
 LIBRARY_NAME = "libonebit_core.so"
 _INVALID_ARGUMENT, _DEADLINE_EXCEEDED, _NOT_FOUND, _UNAVAILABLE = 3, 4, 5, 14
 
@@ -26,6 +25,18 @@ _c_int, _c_int64, _c_uint64 = ctypes.c_int, ctypes.c_int64, ctypes.c_uint64
 _c_size, _c_double, _c_float = ctypes.c_size_t, ctypes.c_double, ctypes.c_float
 _c_str, _c_void = ctypes.c_char_p, ctypes.c_void_p
 _P = ctypes.POINTER
+
+# onebit_step_inputs (c_api.h): a field counts when its bit is in `set`.
+_STEP_LOSS, _STEP_LR, _STEP_MAX_GRAD_NORM = 1 << 0, 1 << 1, 1 << 2
+_STEP_BETAS, _STEP_WEIGHT_DECAYS, _STEP_GRAD_SCALE = 1 << 3, 1 << 4, 1 << 5
+
+
+class _StepInputs(ctypes.Structure):
+    _fields_ = [("set", ctypes.c_uint32), ("loss", _c_double), ("lr", _c_double),
+                ("max_grad_norm", _c_double), ("beta1", _c_double), ("beta2", _c_double),
+                ("grad_scale", _c_double), ("weight_decays", _P(_c_double)),
+                ("n_weight_decays", _c_size)]
+
 
 # Each function's (result, arguments); ints are status codes unless said otherwise.
 _SIGNATURES = {
@@ -60,9 +71,7 @@ _SIGNATURES = {
     "onebit_worker_free": (None, [_c_void]),
     "onebit_worker_start": (_c_int, [_c_void]),
     "onebit_worker_wait_for_step": (_c_int, [_c_void, _c_double, _P(_c_int64)]),
-    "onebit_worker_supply": (_c_int, [_c_void, _c_int64, _c_int, _c_double, _c_double,
-                                      _c_double, _c_double, _c_double, _P(_c_double), _c_size,
-                                      _c_double]),
+    "onebit_worker_supply_step": (_c_int, [_c_void, _c_int64, _P(_StepInputs)]),
     "onebit_worker_skipped": (_c_int, [_c_void, _c_int64, _P(_c_int)]),
     "onebit_worker_announce": (_c_int, [_c_void, _c_int64, _c_uint64]),
     "onebit_worker_loss_scale": (_c_int, [_c_void, _P(_c_float)]),
@@ -326,12 +335,28 @@ class Worker:
         _check(lib().onebit_worker_wait_for_step(self._handle, timeout_s, ctypes.byref(step)))
         return step.value
 
-    def supply(self, step, loss, lr=math.nan, max_grad_norm=math.nan, beta1=math.nan,
-               beta2=math.nan, weight_decays=(), grad_scale=math.nan):
-        decays = (_c_double * len(weight_decays))(*weight_decays)
-        _check(lib().onebit_worker_supply(
-            self._handle, step, loss is not None, math.nan if loss is None else float(loss),
-            lr, max_grad_norm, beta1, beta2, decays, len(weight_decays), grad_scale))
+    def supply(self, step, loss=None, lr=None, max_grad_norm=None, betas=None,
+               weight_decays=None, grad_scale=None):
+        """Step `step`'s gradient is in the buffer; the others are what the script set for
+        it (None: not set, the job's schedule or fixed value applies)."""
+        inputs = _StepInputs()
+        for bit, name, value in ((_STEP_LOSS, "loss", loss), (_STEP_LR, "lr", lr),
+                                 (_STEP_MAX_GRAD_NORM, "max_grad_norm", max_grad_norm),
+                                 (_STEP_GRAD_SCALE, "grad_scale", grad_scale)):
+            if value is not None:
+                setattr(inputs, name, float(value))
+                inputs.set |= bit
+        if betas is not None:
+            if len(betas) != 2:
+                raise ValueError(f"betas must be a pair (beta1, beta2), got {tuple(betas)}")
+            inputs.set |= _STEP_BETAS
+            inputs.beta1, inputs.beta2 = (float(b) for b in betas)
+        if weight_decays is not None:
+            decays = (_c_double * len(weight_decays))(*(float(d) for d in weight_decays))
+            inputs.set |= _STEP_WEIGHT_DECAYS
+            inputs.weight_decays = ctypes.cast(decays, _P(_c_double))
+            inputs.n_weight_decays = len(weight_decays)
+        _check(lib().onebit_worker_supply_step(self._handle, step, ctypes.byref(inputs)))
 
     def skipped(self, step):
         """Whether step `step` was skipped (an overflow on some worker)."""

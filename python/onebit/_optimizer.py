@@ -331,12 +331,9 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             loss.detach() if isinstance(loss, torch.Tensor) else loss)
         clip, self._clip = self._clip, None
         with _phase("hand-over to the worker"):
-            nan = float("nan")
-            self._to_worker(self._joined().supply, self._next, value,
-                            nan if lr is None else lr, nan if clip is None else clip,
-                            *((nan, nan) if betas is None else betas),
-                            weight_decays=decays or [],
-                            grad_scale=nan if grad_scale is None else grad_scale)
+            self._to_worker(self._joined().supply, self._next, loss=value, lr=lr,
+                            max_grad_norm=clip, betas=betas, weight_decays=decays or None,
+                            grad_scale=grad_scale)
             self._gradients.handed_over()
         stepped = self._next
         with _phase("the worker's step"):

@@ -621,6 +621,21 @@ class BadInput(unittest.TestCase):
         self.assertRefused([{"params": [p], "eps": 1e-3}], "param group 0 sets eps")
         self.assertRefused([{"params": [p], "weight_decay": -1.0}], "weight_decay must be >= 0")
 
+    def test_a_steps_inputs_are_checked_where_they_cross_into_the_core(self):
+        from onebit import _native
+        w = _native.Worker("/nonexistent.json", "127.0.0.1:1", torch.zeros(4), [0, 4])
+        with self.assertRaises(ValueError) as e:
+            w.supply(1, betas=(0.9,))
+        self.assertIn("betas must be a pair (beta1, beta2), got (0.9,)", str(e.exception))
+        with self.assertRaises(ValueError) as e:
+            w.supply(1, lr="fast")
+        self.assertIn("could not convert string to float: 'fast'", str(e.exception))
+        # Well formed: the core takes them, and answers that this worker never started.
+        with self.assertRaises(RuntimeError) as e:
+            w.supply(1, loss=0.5, lr=0.1, max_grad_norm=1.0, betas=(0.9, 0.999),
+                     weight_decays=[0.0], grad_scale=1.0)
+        self.assertIn("the worker is not running", str(e.exception))
+
     def test_momentum_masks(self):
         w = torch.nn.Parameter(torch.zeros(4, 3))
         self.assertRefused([{"params": [("emb", w)], "exp_avg_mask": torch.ones(5, 1)}],

@@ -95,7 +95,7 @@ absl::StatusOr<double> ExternalWorkload::ComputeGradient(const float* params, in
         backend_->Copy(grad_out, gradient_.data(), gradient_.size() * sizeof(float)));
   }
   absl::MutexLock lock(&mu_);
-  return loss_;
+  return inputs_.loss.value_or(0.0);
 }
 
 absl::StatusOr<EvalResult> ExternalWorkload::Evaluate(const float* /*params*/) {
@@ -134,12 +134,10 @@ absl::StatusOr<int64_t> ExternalWorkload::WaitForStep(absl::Time deadline) {
 
 bool ExternalWorkload::loss_given() const {
   absl::MutexLock lock(&mu_);
-  return loss_given_;
+  return supplied_ == 0 || inputs_.loss.has_value();
 }
 
-absl::Status ExternalWorkload::Supply(int64_t step, std::optional<double> loss, double lr,
-                                      double max_grad_norm, double beta1, double beta2,
-                                      std::vector<double> weight_decays, double grad_scale) {
+absl::Status ExternalWorkload::Supply(int64_t step, StepInputs inputs) {
   absl::MutexLock lock(&mu_);
   if (wanted_ != step || supplied_ == step) {
     return absl::FailedPreconditionError(
@@ -147,39 +145,9 @@ absl::Status ExternalWorkload::Supply(int64_t step, std::optional<double> loss, 
                      wanted_ > 0 ? absl::StrCat("waits for step ", wanted_)
                                  : std::string("waits for none")));
   }
-  if (!std::isnan(lr) && (!(lr >= 0) || !std::isfinite(lr))) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the learning rate of step ", step, " is ", lr, "; it must be >= 0"));
-  }
-  if (!std::isnan(max_grad_norm) && (!(max_grad_norm >= 0) || !std::isfinite(max_grad_norm))) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the gradient-clipping norm of step ", step, " is ", max_grad_norm, "; it must be >= 0"));
-  }
-  if (std::isnan(beta1) != std::isnan(beta2) ||
-      (!std::isnan(beta1) && !(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1))) {
-    return absl::InvalidArgumentError(absl::StrCat("the betas of step ", step, " are (", beta1,
-                                                   ", ", beta2, "); each must be in [0, 1)"));
-  }
-  if (!std::isnan(grad_scale) && (!(grad_scale > 0) || !std::isfinite(grad_scale))) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the gradient scale of step ", step, " is ", grad_scale, "; it must be finite and > 0"));
-  }
-  for (size_t i = 0; i < weight_decays.size(); ++i) {
-    if (!(weight_decays[i] >= 0) || !std::isfinite(weight_decays[i])) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the weight decay of parameter group ", i, " for step ", step, " is ",
-          weight_decays[i], "; it must be >= 0 and finite"));
-    }
-  }
+  ONEBIT_RETURN_IF_ERROR(ValidateStepInputs(step, inputs));
   for (size_t b = announced_; b < buckets_.size(); ++b) AnnounceLocked(b);
-  loss_ = loss.value_or(0.0);
-  loss_given_ = loss.has_value();
-  lr_ = lr;
-  max_grad_norm_ = max_grad_norm;
-  grad_scale_ = grad_scale;
-  beta1_ = beta1;
-  beta2_ = beta2;
-  weight_decays_ = std::move(weight_decays);
+  inputs_ = std::move(inputs);
   supplied_ = step;
   return absl::OkStatus();
 }
@@ -231,10 +199,10 @@ void ExternalWorkload::AnnounceLocked(size_t bucket) {
   AnnounceGradient(r.begin, r.end);
 }
 
-std::optional<double> ExternalWorkload::SuppliedGradScale(int64_t step) {
+StepInputs ExternalWorkload::ScriptInputs(int64_t step) const {
   absl::MutexLock lock(&mu_);
-  if (supplied_ != step || std::isnan(grad_scale_)) return std::nullopt;
-  return grad_scale_;
+  if (supplied_ != step) return {};
+  return inputs_;
 }
 
 void ExternalWorkload::StepEnded(int64_t step, bool skipped) {
@@ -245,12 +213,6 @@ void ExternalWorkload::StepEnded(int64_t step, bool skipped) {
 bool ExternalWorkload::skipped(int64_t step) const {
   absl::MutexLock lock(&mu_);
   return skipped_step_ == step;
-}
-
-std::optional<double> ExternalWorkload::SuppliedMaxGradNorm(int64_t step) {
-  absl::MutexLock lock(&mu_);
-  if (supplied_ != step || std::isnan(max_grad_norm_)) return std::nullopt;
-  return max_grad_norm_;
 }
 
 absl::Status ExternalWorkload::EndAfter(int64_t step) {
@@ -267,24 +229,6 @@ std::optional<int64_t> ExternalWorkload::ended_after() const {
   absl::MutexLock lock(&mu_);
   if (ended_after_ < 0) return std::nullopt;
   return ended_after_;
-}
-
-std::optional<std::pair<double, double>> ExternalWorkload::SuppliedBetas(int64_t step) {
-  absl::MutexLock lock(&mu_);
-  if (supplied_ != step || std::isnan(beta1_)) return std::nullopt;
-  return std::make_pair(beta1_, beta2_);
-}
-
-std::optional<std::vector<double>> ExternalWorkload::SuppliedWeightDecays(int64_t step) {
-  absl::MutexLock lock(&mu_);
-  if (supplied_ != step || weight_decays_.empty()) return std::nullopt;
-  return weight_decays_;
-}
-
-std::optional<double> ExternalWorkload::SuppliedLearningRate(int64_t step) {
-  absl::MutexLock lock(&mu_);
-  if (supplied_ != step || std::isnan(lr_)) return std::nullopt;
-  return lr_;
 }
 
 void ExternalWorkload::Close(absl::Status why) {

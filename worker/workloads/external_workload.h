@@ -6,7 +6,7 @@
 //   client thread                              trainer thread
 //   WaitForStep() -> t  <--------------------  ComputeGradient(params, t, grad_out) waits
 //   (forward/backward into gradient())
-//   Supply(t, loss)  ------------------------> copies gradient() into grad_out, returns loss
+//   Supply(t, inputs) -----------------------> copies gradient() into grad_out, returns loss
 //   WaitForStep() -> t+1 (the update of step t is in params() by then)
 //
 // OVERLAP: with options.buckets (a partition of [0, n) in the order the client's backward
@@ -17,7 +17,7 @@
 //   (backward ...) Announce(t, 0) ---------->  copies bucket 0 into grad_out, tells the
 //   (backward ...) Announce(t, 1) ---------->  listener (the trainer's overlapped exchange
 //   ...                                        starts on it while backward goes on)
-//   Supply(t, loss)  ------------------------> announces the buckets not announced yet
+//   Supply(t, inputs) -----------------------> announces the buckets not announced yet
 //
 // so ComputeGradient copies nothing at its end. The copies are host memcpys on the
 // client's thread (the exchange thread owns the backend meanwhile): buckets need host
@@ -58,6 +58,7 @@
 #include "absl/time/time.h"
 #include "kernels/buffer.h"
 #include "kernels/kernels.h"
+#include "worker/workloads/step_inputs.h"
 #include "worker/workloads/workload.h"
 
 namespace onebit {
@@ -97,37 +98,24 @@ class ExternalWorkload : public Workload {
   // before backward; the trainer sets it before it asks for the next step.
   // INVALID_ARGUMENT unless finite and > 0.
   absl::Status SetLossScale(float scale) override;
+  // What Supply handed in with `step` while `step` is the last step supplied; nothing set
+  // for any other step.
+  StepInputs ScriptInputs(int64_t step) const override;
 
   // ---- The client's thread ----
   // The step whose gradient the trainer waits for; -1 once the trainer finished (OK), or
   // its error. UNAVAILABLE at `deadline`.
   absl::StatusOr<int64_t> WaitForStep(absl::Time deadline = absl::InfiniteFuture());
-  // The gradient of the step WaitForStep returned is in gradient(); `loss` is its loss
-  // (none: the script gave none; loss_given() says so while the step runs).
-  // FAILED_PRECONDITION when the trainer is not waiting for `step`.
-  // `lr`: the learning rate the script's own schedule gives this step; `max_grad_norm`:
-  // the norm its clip_grad_norm_ asked for; `beta1`, `beta2`: the betas its schedule gives
-  // (OneCycleLR's momentum cycling; both or neither); NaN: none, the job's config applies.
-  // `weight_decays`: each parameter group's, from its weight-decay schedule (empty: none,
-  // the optimizer's own). `grad_scale`: the factor the script's own loss scaler (torch's
-  // GradScaler) multiplied the gradient by (1: already divided out); NaN: none, no
-  // agreement on overflows.
-  // INVALID_ARGUMENT for a value out of range. Supplied*() return them while the step runs.
-  absl::Status Supply(int64_t step, std::optional<double> loss,
-                      double lr = std::numeric_limits<double>::quiet_NaN(),
-                      double max_grad_norm = std::numeric_limits<double>::quiet_NaN(),
-                      double beta1 = std::numeric_limits<double>::quiet_NaN(),
-                      double beta2 = std::numeric_limits<double>::quiet_NaN(),
-                      std::vector<double> weight_decays = {},
-                      double grad_scale = std::numeric_limits<double>::quiet_NaN());
-  std::optional<double> SuppliedGradScale(int64_t step);
+  // The gradient of the step WaitForStep returned is in gradient(); `inputs` are what the
+  // script set for it (StepInputs: its loss, lr, clipping norm, betas, weight decays and
+  // gradient scale; unset fields leave the job's). FAILED_PRECONDITION when the trainer is
+  // not waiting for `step`; INVALID_ARGUMENT for a value out of range (ValidateStepInputs),
+  // after which the step may be supplied again. ScriptInputs(step) returns them.
+  absl::Status Supply(int64_t step, StepInputs inputs);
   // The trainer's word on step `step` (Workload::StepEnded); skipped(step): whether it was
   // skipped (false for a step not ended yet).
   void StepEnded(int64_t step, bool skipped) override;
   bool skipped(int64_t step) const;
-  std::optional<double> SuppliedLearningRate(int64_t step);
-  std::optional<std::pair<double, double>> SuppliedBetas(int64_t step);
-  std::optional<std::vector<double>> SuppliedWeightDecays(int64_t step);
   // OVERLAP: gradient()'s part of bucket `bucket` is final for `step` (the step WaitForStep
   // returned): it goes to the trainer now. FAILED_PRECONDITION when the trainer does not
   // wait for `step`, when `bucket` is not the next one (the buckets go in order, each once
@@ -141,7 +129,6 @@ class ExternalWorkload : public Workload {
   // later step returns OUT_OF_RANGE, and ended_after() says `step`.
   absl::Status EndAfter(int64_t step);
   std::optional<int64_t> ended_after() const override;
-  std::optional<double> SuppliedMaxGradNorm(int64_t step);
   // The client is gone (see the header comment). Idempotent.
   void Close(absl::Status why);
   float* gradient() { return gradient_.data(); }
@@ -178,17 +165,10 @@ class ExternalWorkload : public Workload {
   size_t announced_ ABSL_GUARDED_BY(mu_) = 0;       // buckets of wanted_ announced
   int64_t wanted_ ABSL_GUARDED_BY(mu_) = 0;    // the step the trainer waits for; 0: none
   int64_t supplied_ ABSL_GUARDED_BY(mu_) = 0;  // the last step supplied
-  double loss_ ABSL_GUARDED_BY(mu_) = 0.0;
-  bool loss_given_ ABSL_GUARDED_BY(mu_) = true;
+  StepInputs inputs_ ABSL_GUARDED_BY(mu_);  // supplied_'s
   float loss_scale_ ABSL_GUARDED_BY(mu_) = 1.0f;
   int64_t ended_after_ ABSL_GUARDED_BY(mu_) = -1;  // EndAfter's step; -1: not ended
-  double lr_ ABSL_GUARDED_BY(mu_) = std::numeric_limits<double>::quiet_NaN();  // of supplied_
-  double max_grad_norm_ ABSL_GUARDED_BY(mu_) = std::numeric_limits<double>::quiet_NaN();
-  double grad_scale_ ABSL_GUARDED_BY(mu_) = std::numeric_limits<double>::quiet_NaN();
   int64_t skipped_step_ ABSL_GUARDED_BY(mu_) = -1;  // the last step StepEnded skipped
-  double beta1_ ABSL_GUARDED_BY(mu_) = std::numeric_limits<double>::quiet_NaN();
-  double beta2_ ABSL_GUARDED_BY(mu_) = std::numeric_limits<double>::quiet_NaN();
-  std::vector<double> weight_decays_ ABSL_GUARDED_BY(mu_);  // empty: none supplied
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status close_status_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;

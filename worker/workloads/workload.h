@@ -32,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/kernels.h"
+#include "worker/workloads/step_inputs.h"
 
 namespace onebit {
 
@@ -169,6 +170,12 @@ class Workload {
         "workload ", name(), " computes in fp32 and does not scale its loss (scale ", scale,
         " asked)"));
   }
+
+  // What a training script set for workload step `step` (its learning rate, clipping norm,
+  // betas, weight decays, gradient scale), once ComputeGradient of that step returned; the
+  // trainer reads it at each optimizer step's last micro-batch and prefers it to the job's
+  // schedule and fixed values. Default: nothing set.
+  virtual StepInputs ScriptInputs(int64_t /*step*/) const { return {}; }
 
   // Workload step `step`'s optimizer step is over: it was skipped (an overflow on some
   // worker under loss scaling) or taken. Default: nothing.

@@ -20,6 +20,13 @@ namespace onebit {
 namespace {
 
 constexpr size_t kN = 5;
+
+// What a script that sets nothing but its loss (none: nullopt) hands in.
+StepInputs WithLoss(std::optional<double> loss) {
+  StepInputs in;
+  in.loss = loss;
+  return in;
+}
 constexpr float kTarget = 3.0f;
 
 struct Rig {
@@ -31,7 +38,7 @@ struct Rig {
   std::unique_ptr<Trainer> trainer;
 
   explicit Rig(int64_t steps, std::optional<LossScalerOptions> loss_scaling = std::nullopt,
-               std::vector<std::string>* lines = nullptr, bool script_scale = false) {
+               std::vector<std::string>* lines = nullptr) {
     ExternalWorkloadOptions o;
     o.initial.assign(kN, 0.0f);
     o.groups = {0, 2, kN};
@@ -47,11 +54,6 @@ struct Rig {
     options.log_every = 2;
     options.eval_at_end = false;
     options.loss_scaling = loss_scaling;
-    if (script_scale) {
-      options.script_grad_scale = [w = workload.get()](int64_t step) {
-        return w->SuppliedGradScale(step);
-      };
-    }
     auto t = Trainer::Create(options, workload.get(), backend.get(), transport.get(),
                              controller.get());
     EXPECT_TRUE(t.ok()) << t.status();
@@ -88,7 +90,7 @@ TEST(ExternalWorkloadTest, AStepWithoutALossLeavesTheLossOut) {
                                        : *step == 5 ? std::optional<double>(0.5)
                                        : *step == 6 ? std::optional<double>(0.75)
                                                     : std::nullopt;
-    ASSERT_TRUE(rig.workload->Supply(*step, loss).ok());
+    ASSERT_TRUE(rig.workload->Supply(*step, WithLoss(loss)).ok());
     EXPECT_EQ(rig.workload->loss_given(), loss.has_value());
   }
   trainer.join();
@@ -127,8 +129,9 @@ TEST(ExternalWorkloadTest, TheClientTrainsTheOptimizersOwnParameters) {
       g[i] = 2.0f * (p[i] - kTarget);
       loss += (p[i] - kTarget) * (p[i] - kTarget);
     }
-    ASSERT_TRUE(rig.workload->Supply(*step, loss).ok());
-    EXPECT_EQ(rig.workload->Supply(*step, loss).code(), absl::StatusCode::kFailedPrecondition);
+    ASSERT_TRUE(rig.workload->Supply(*step, WithLoss(loss)).ok());
+    EXPECT_EQ(rig.workload->Supply(*step, WithLoss(loss)).code(),
+              absl::StatusCode::kFailedPrecondition);
   }
   trainer.join();
   ASSERT_TRUE(trained.ok()) << trained;
@@ -168,7 +171,7 @@ TEST(ExternalWorkloadTest, TheClientScalesItsLossByTheTrainersScale) {
       before_overflow.assign(p, p + kN);
       g[1] = std::numeric_limits<float>::infinity();
     }
-    ASSERT_TRUE(rig.workload->Supply(*step, 0.0).ok());
+    ASSERT_TRUE(rig.workload->Supply(*step, WithLoss(0.0)).ok());
   }
   trainer.join();
   ASSERT_TRUE(trained.ok()) << trained;
@@ -202,7 +205,7 @@ TEST(ExternalWorkloadTest, TheTrainersErrorReachesTheClient) {
 }
 
 // A script's weight-decay schedule: the groups' decays handed in with a step are what
-// SuppliedWeightDecays gives for it (none for a step without them); a bad one is refused,
+// ScriptInputs gives for it (none for a step without them); a bad one is refused,
 // and the step may then be supplied right.
 TEST(ExternalWorkloadTest, TheScriptsWeightDecaysGoWithTheirStep) {
   Rig rig(2);
@@ -215,19 +218,22 @@ TEST(ExternalWorkloadTest, TheScriptsWeightDecaysGoWithTheirStep) {
     if (*step < 0) break;
     if (*step == 1) {
       for (const double bad : {-0.5, kNone, std::numeric_limits<double>::infinity()}) {
-        const absl::Status refused =
-            rig.workload->Supply(*step, 1.0, kNone, kNone, kNone, kNone, {0.1, bad});
+        StepInputs in = WithLoss(1.0);
+        in.weight_decays = std::vector<double>{0.1, bad};
+        const absl::Status refused = rig.workload->Supply(*step, in);
         EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << bad;
         EXPECT_NE(refused.message().find("the weight decay of parameter group 1 for step 1"),
                   std::string::npos)
             << refused;
       }
-      ASSERT_TRUE(rig.workload->Supply(*step, 1.0, kNone, kNone, kNone, kNone, {0.1, 0.3}).ok());
-      EXPECT_EQ(rig.workload->SuppliedWeightDecays(1), (std::vector<double>{0.1, 0.3}));
+      StepInputs in = WithLoss(1.0);
+      in.weight_decays = std::vector<double>{0.3};  // the optimizer's one hyper group
+      ASSERT_TRUE(rig.workload->Supply(*step, in).ok());
+      EXPECT_EQ(rig.workload->ScriptInputs(1).weight_decays, (std::vector<double>{0.3}));
     } else {
-      ASSERT_TRUE(rig.workload->Supply(*step, 1.0).ok());
-      EXPECT_EQ(rig.workload->SuppliedWeightDecays(*step), std::nullopt);
-      EXPECT_EQ(rig.workload->SuppliedWeightDecays(1), std::nullopt);  // another step's
+      ASSERT_TRUE(rig.workload->Supply(*step, WithLoss(1.0)).ok());
+      EXPECT_EQ(rig.workload->ScriptInputs(*step).weight_decays, std::nullopt);
+      EXPECT_EQ(rig.workload->ScriptInputs(1).weight_decays, std::nullopt);  // another step's
     }
   }
   trainer.join();
@@ -238,10 +244,9 @@ TEST(ExternalWorkloadTest, TheScriptsWeightDecaysGoWithTheirStep) {
 // divided out (the parameters move as with the unscaled gradient), an overflow skips the
 // step (the parameters stay) and the client hears so; a bad scale is refused.
 TEST(ExternalWorkloadTest, TheScriptsGradScaleIsDividedOutAndAnOverflowSkips) {
-  constexpr double kNone = std::numeric_limits<double>::quiet_NaN();
   std::vector<std::vector<float>> after;  // the parameters after each step
   for (const double scale : {1.0, 1024.0}) {
-    Rig rig(4, std::nullopt, nullptr, /*script_scale=*/true);
+    Rig rig(4);
     absl::Status trained;
     std::thread trainer = rig.Train(&trained);
     for (;;) {
@@ -256,12 +261,15 @@ TEST(ExternalWorkloadTest, TheScriptsGradScaleIsDividedOutAndAnOverflowSkips) {
       if (*step == 3) g[1] = std::numeric_limits<float>::infinity();
       if (*step == 2) {
         for (const double bad : {0.0, -1.0, std::numeric_limits<double>::infinity()}) {
-          EXPECT_EQ(rig.workload->Supply(2, 1.0, kNone, kNone, kNone, kNone, {}, bad).code(),
-                    absl::StatusCode::kInvalidArgument);
+          StepInputs in = WithLoss(1.0);
+          in.grad_scale = bad;
+          EXPECT_EQ(rig.workload->Supply(2, in).code(), absl::StatusCode::kInvalidArgument);
         }
       }
-      ASSERT_TRUE(rig.workload->Supply(*step, 1.0, kNone, kNone, kNone, kNone, {}, scale).ok());
-      EXPECT_EQ(rig.workload->SuppliedGradScale(*step), scale);
+      StepInputs in = WithLoss(1.0);
+      in.grad_scale = scale;
+      ASSERT_TRUE(rig.workload->Supply(*step, in).ok());
+      EXPECT_EQ(rig.workload->ScriptInputs(*step).grad_scale, scale);
     }
     trainer.join();
     ASSERT_TRUE(trained.ok()) << trained;
@@ -278,7 +286,7 @@ TEST(ExternalWorkloadTest, WaitingForAStepTimesOutAndBadInputIsRefused) {
   ASSERT_TRUE(w.ok());
   EXPECT_EQ((*w)->WaitForStep(absl::Now() + absl::Milliseconds(20)).status().code(),
             absl::StatusCode::kUnavailable);
-  EXPECT_EQ((*w)->Supply(1, 0.0).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*w)->Supply(1, WithLoss(0.0)).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ((*w)->parameter_groups(), (std::vector<size_t>{0, 4}));
   EXPECT_EQ((*w)->Evaluate(nullptr).status().code(), absl::StatusCode::kFailedPrecondition);
   o.initial.clear();
@@ -339,7 +347,7 @@ TEST(ExternalWorkloadTest, AnnouncedBucketsReachTheTrainerInOrder) {
   w.gradient()[0] = 0.5f;  // not announced yet: free to change
   EXPECT_EQ(w.ChangedSinceAnnounced(), -1);
   w.gradient()[0] = 10.0f;
-  ASSERT_TRUE(w.Supply(1, 0.5).ok());  // buckets 1 and 2 with it
+  ASSERT_TRUE(w.Supply(1, WithLoss(0.5)).ok());  // buckets 1 and 2 with it
   trainer.join();
   ASSERT_TRUE(loss.ok()) << loss.status();
   EXPECT_EQ(*loss, 0.5);
