@@ -14,6 +14,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "compression/codec.h"
+#include "compression/codec_registry.h"
 #include "kernels/buffer.h"
 #include "kernels/kernels.h"
 
@@ -21,19 +23,18 @@ namespace onebit {
 
 class ChunkAggregator {
  public:
-  // `chunk` elements, a multiple of 8, in `compressor`'s format (kernels/kernels.h). The
-  // server error starts at zero.
+  // `chunk` elements, a multiple of codec.alignment(), in `codec`'s format. The server
+  // error starts at zero.
   static absl::StatusOr<std::unique_ptr<ChunkAggregator>> Create(
-      kernels::Backend* backend, size_t chunk,
-      kernels::Compressor compressor = kernels::Compressor::kOnebit);
+      kernels::Backend* backend, size_t chunk, const Codec& codec = OnebitCodec());
 
   // `blocks`: num_workers consecutive compressed blocks of this chunk, in worker order
   // (backend memory). `out`: one block, the compressed average plus server error.
   absl::Status Aggregate(const uint8_t* blocks, int num_workers, uint8_t* out);
 
   size_t chunk() const { return error_.size(); }
-  kernels::Compressor compressor() const { return compressor_; }
-  size_t block_bytes() const { return kernels::BlockBytes(compressor_, chunk()); }
+  const Codec& codec() const { return *codec_; }
+  size_t block_bytes() const { return codec_->BlockBytes(chunk()); }
 
   // The server error: for metrics, checkpoints and topology changes.
   const kernels::Buffer<float>& error() const { return error_; }
@@ -44,12 +45,11 @@ class ChunkAggregator {
   }
 
  private:
-  ChunkAggregator(kernels::Backend* backend, kernels::Compressor compressor,
-                  kernels::Buffer<float> error)
-      : backend_(backend), compressor_(compressor), error_(std::move(error)) {}
+  ChunkAggregator(kernels::Backend* backend, const Codec& codec, kernels::Buffer<float> error)
+      : backend_(backend), codec_(&codec), error_(std::move(error)) {}
 
   kernels::Backend* backend_;
-  kernels::Compressor compressor_;
+  const Codec* codec_;
   kernels::Buffer<float> error_;
 };
 

@@ -6,7 +6,6 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/kernels.h"
 
 namespace onebit {
 
@@ -30,15 +29,19 @@ const char* ChunkKindName(ChunkKind kind) {
   }
 }
 
-absl::StatusOr<PsLayout> PsLayout::Create(size_t n, int num_shards,
-                                          kernels::Compressor compressor) {
+absl::StatusOr<PsLayout> PsLayout::Create(size_t n, int num_shards, const Codec& codec) {
   if (n == 0) return absl::InvalidArgumentError("the tensor must have at least one element");
   if (num_shards < 1 || num_shards > kMaxShards) {
     return absl::InvalidArgumentError(
         absl::StrCat("shard count must be in [1, ", kMaxShards, "], got ", num_shards));
   }
+  if (8 % codec.alignment() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the ", codec.name(), " codec's chunks must be multiples of ", codec.alignment(),
+        ", which the parameter-server layout (multiples of 8) does not give"));
+  }
   // The peer layout with S for W.
-  const PsLayout layout(n, num_shards, PeerPaddedSize(n, num_shards), compressor);
+  const PsLayout layout(n, num_shards, PeerPaddedSize(n, num_shards), codec);
   // gRPC's limits are ints and protobuf refuses messages over 2 GiB: a warmup push carries
   // a shard's whole fp32 run in one message.
   constexpr size_t kMaxMessage = static_cast<size_t>(std::numeric_limits<int32_t>::max());
@@ -51,8 +54,6 @@ absl::StatusOr<PsLayout> PsLayout::Create(size_t n, int num_shards,
   }
   return layout;
 }
-
-size_t PsLayout::block_bytes() const { return kernels::BlockBytes(compressor_, chunk()); }
 
 size_t PsLayout::max_payload_bytes() const {
   return std::max(max_fp32_count() * sizeof(float), block_bytes());

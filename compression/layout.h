@@ -13,8 +13,8 @@
 // S*lcm(S, 8) (so also of S*8), chunk C = n_pad / S, shard s owns padded elements
 // [s*C, (s+1)*C). A worker compresses its whole padded tensor (WorkerCompressor(n, S, C):
 // 1 bit with one scale, or int8 with a scale and offset per chunk) into S blocks of
-// BlockBytes(compressor, C) bytes, 4 + C/8 or 8 + C (kernels/kernels.h); the compressor
-// is the job's exchange.compressor, the same on both ends (a block of the other size is
+// codec.BlockBytes(C) bytes, 4 + C/8 or 8 + C (compression/codec.h); the codec is the
+// job's exchange.compressor, the same on both ends (a block of another codec's size is
 // rejected, naming the mismatch). Block s goes to shard s, which aggregates the W
 // blocks of its chunk in worker-rank order (ChunkAggregator) and returns one block to
 // every worker. With S == W this is exactly peer mode, so the results are bit-identical.
@@ -42,7 +42,8 @@
 #include <cstddef>
 
 #include "absl/status/statusor.h"
-#include "kernels/kernels.h"
+#include "compression/codec.h"
+#include "compression/codec_registry.h"
 
 namespace onebit {
 
@@ -57,10 +58,10 @@ const char* ChunkKindName(ChunkKind kind);  // "fp32", "onebit", or "unspecified
 
 class PsLayout {
  public:
-  // n >= 1 parameters over 1 <= num_shards shards, compressed blocks in `compressor`'s
-  // format.
-  static absl::StatusOr<PsLayout> Create(
-      size_t n, int num_shards, kernels::Compressor compressor = kernels::Compressor::kOnebit);
+  // n >= 1 parameters over 1 <= num_shards shards, compressed blocks in `codec`'s format
+  // (whose alignment divides 8: the chunk is a multiple of 8).
+  static absl::StatusOr<PsLayout> Create(size_t n, int num_shards,
+                                         const Codec& codec = OnebitCodec());
 
   size_t n() const { return n_; }
   int num_shards() const { return num_shards_; }
@@ -68,8 +69,8 @@ class PsLayout {
   // Compression.
   size_t padded_size() const { return padded_size_; }
   size_t chunk() const { return padded_size_ / static_cast<size_t>(num_shards_); }
-  kernels::Compressor compressor() const { return compressor_; }
-  size_t block_bytes() const;  // BlockBytes(compressor(), chunk()): 4 + chunk()/8 or 8 + chunk()
+  const Codec& codec() const { return *codec_; }
+  size_t block_bytes() const { return codec_->BlockBytes(chunk()); }
 
   // Warmup: shard s's run of the unpadded tensor.
   size_t fp32_offset(int shard) const;
@@ -87,13 +88,13 @@ class PsLayout {
   static constexpr size_t kMessageOverheadBytes = 64 << 10;
 
  private:
-  PsLayout(size_t n, int num_shards, size_t padded_size, kernels::Compressor compressor)
-      : n_(n), num_shards_(num_shards), padded_size_(padded_size), compressor_(compressor) {}
+  PsLayout(size_t n, int num_shards, size_t padded_size, const Codec& codec)
+      : n_(n), num_shards_(num_shards), padded_size_(padded_size), codec_(&codec) {}
 
   size_t n_;
   int num_shards_;
   size_t padded_size_;
-  kernels::Compressor compressor_;
+  const Codec* codec_;
 };
 
 class HierarchicalLayout {

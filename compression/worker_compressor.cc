@@ -7,20 +7,20 @@ namespace onebit {
 
 absl::StatusOr<std::unique_ptr<WorkerCompressor>> WorkerCompressor::Create(
     kernels::Backend* backend, size_t n, size_t num_chunks, size_t chunk,
-    kernels::Compressor compressor) {
-  if (chunk % 8 != 0 || num_chunks == 0 || n > num_chunks * chunk) {
+    const Codec& codec) {
+  if (chunk % codec.alignment() != 0 || num_chunks == 0 || n > num_chunks * chunk) {
     return absl::InvalidArgumentError(absl::StrCat("bad layout: ", n, " elements in ",
                                                    num_chunks, " chunks of ", chunk));
   }
   ONEBIT_ASSIGN_OR_RETURN(kernels::Buffer<float> error,
                           kernels::Buffer<float>::Create(backend, num_chunks * chunk));
   return std::unique_ptr<WorkerCompressor>(
-      new WorkerCompressor(backend, n, num_chunks, chunk, compressor, std::move(error)));
+      new WorkerCompressor(backend, n, num_chunks, chunk, codec, std::move(error)));
 }
 
 absl::Status WorkerCompressor::Compress(const float* m, const float* g, float beta1,
                                         uint8_t* out) {
-  return backend_->Compress(compressor_, m, g, beta1, n_, num_chunks_, chunk_, error_.data(), out);
+  return codec_->Compress(*backend_, m, g, beta1, n_, num_chunks_, chunk_, error_.data(), out);
 }
 
 absl::StatusOr<double> WorkerCompressor::ErrorNorm() const {

@@ -309,7 +309,7 @@ void ShardPushes() {
   Write("shard_push_fuzzer", "restore.bin", restore);
 
   // int8 (flags bit 6): two compression steps of real int8 blocks.
-  absl::StatusOr<PsLayout> layout8 = PsLayout::Create(n, shards, kernels::Compressor::kInt8);
+  absl::StatusOr<PsLayout> layout8 = PsLayout::Create(n, shards, Int8Codec());
   if (!layout8.ok()) std::exit(1);
   auto int8 = [&](int worker) {
     std::vector<float> m = Ramp(n, 0.1f * static_cast<float>(worker + 1));

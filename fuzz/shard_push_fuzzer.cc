@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -76,17 +77,14 @@ void CheckResult(const PsLayout& layout, int shard, ChunkKind kind, const Result
   if (result == nullptr) return;
   ONEBIT_FUZZ_CHECK(result->size() == layout.payload_bytes(kind, shard));
   if (kind == ChunkKind::kOnebit) {
-    float scale;
-    std::memcpy(&scale, result->data(), sizeof(scale));
-    if (!std::isfinite(scale) || scale < 0.0f) {
-      std::fprintf(stderr, "fuzz: the shard answered a onebit result with scale %g\n", scale);
+    const std::optional<HeaderFault> fault =
+        layout.codec().CheckHeader(reinterpret_cast<const uint8_t*>(result->data()));
+    if (fault.has_value()) {
+      std::fprintf(stderr, "fuzz: the shard answered a %s result with %s %g\n",
+                   std::string(layout.codec().name()).c_str(),
+                   std::string(fault->field).c_str(), fault->value);
     }
-    ONEBIT_FUZZ_CHECK(std::isfinite(scale) && scale >= 0.0f);
-    if (layout.compressor() == kernels::Compressor::kInt8) {
-      float offset;
-      std::memcpy(&offset, result->data() + sizeof(scale), sizeof(offset));
-      ONEBIT_FUZZ_CHECK(std::isfinite(offset));
-    }
+    ONEBIT_FUZZ_CHECK(!fault.has_value());
   }
 }
 
@@ -99,7 +97,7 @@ void Run(const uint8_t* data, size_t size) {
   config.n = 1 + in.Get<uint16_t>() % 512;
   const uint8_t flags = in.Byte();
   config.retained_steps = 2 + (flags >> 1) % 3;
-  if (flags & 0x40) config.compressor = kernels::Compressor::kInt8;
+  if (flags & 0x40) config.codec = &Int8Codec();
   int checkpoints = 0;
   if (flags & 0x80) {
     config.on_checkpoint = [&checkpoints](int64_t, std::vector<float>) { ++checkpoints; };

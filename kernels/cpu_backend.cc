@@ -500,13 +500,6 @@ absl::StatusOr<void*> Backend::AllocateHost(size_t bytes) {
 
 void Backend::FreeHost(void* ptr) { std::free(ptr); }
 
-absl::StatusOr<Compressor> ParseCompressor(const std::string& name) {
-  if (name == "onebit") return Compressor::kOnebit;
-  if (name == "int8") return Compressor::kInt8;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown compressor \"", name, "\": must be \"onebit\" or \"int8\""));
-}
-
 bool CpuHasAvx2() {
 #if defined(__x86_64__) && defined(__GNUC__)
   return cpu::Avx2Kernels() != nullptr && __builtin_cpu_supports("avx2") &&

@@ -831,13 +831,10 @@ TEST(CpuKernelsInt8Test, RejectsBadChunks) {
             absl::StatusCode::kInvalidArgument);
 }
 
-TEST(CompressorTest, NamesAndSizes) {
-  EXPECT_EQ(BlockBytes(Compressor::kOnebit, 64), 12u);
-  EXPECT_EQ(BlockBytes(Compressor::kInt8, 64), 72u);
-  EXPECT_EQ(*ParseCompressor("int8"), Compressor::kInt8);
-  EXPECT_EQ(*ParseCompressor("onebit"), Compressor::kOnebit);
-  EXPECT_EQ(ParseCompressor("fp16").status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_STREQ(CompressorName(Compressor::kInt8), "int8");
+// The formats' block sizes (the codecs' names: compression/codec_test.cc).
+TEST(BlockBytesTest, Sizes) {
+  EXPECT_EQ(CompressedBlockBytes(64), 12u);
+  EXPECT_EQ(Int8BlockBytes(64), 72u);
 }
 
 }  // namespace

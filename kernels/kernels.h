@@ -14,7 +14,7 @@
 // consecutive blocks. This layout is a wire format: keep it stable.
 //
 // INT8 WIRE FORMAT (exchange.compressor "int8"): the same tensors, padding and chunks; a
-// chunk of C elements is one block of BlockBytes(kInt8, C) = 8 + C bytes:
+// chunk of C elements is one block of Int8BlockBytes(C) = 8 + C bytes:
 //
 //   offset 0     float32 scale, little-endian IEEE 754
 //   offset 4     float32 offset (lo), little-endian IEEE 754
@@ -91,23 +91,8 @@ enum class MemorySpace { kHost, kCuda };
 // Bytes of one compressed block of `chunk` elements (chunk % 8 == 0).
 constexpr size_t CompressedBlockBytes(size_t chunk) { return 4 + chunk / 8; }
 
-// The compressed exchange's wire format (job config exchange.compressor).
-enum class Compressor : int { kOnebit = 0, kInt8 = 1 };
-
 // Bytes of one int8 block of `chunk` elements.
 constexpr size_t Int8BlockBytes(size_t chunk) { return 8 + chunk; }
-
-// Bytes of one block of `chunk` elements in `compressor`'s format.
-constexpr size_t BlockBytes(Compressor compressor, size_t chunk) {
-  return compressor == Compressor::kInt8 ? Int8BlockBytes(chunk) : CompressedBlockBytes(chunk);
-}
-
-// "onebit" or "int8".
-constexpr const char* CompressorName(Compressor compressor) {
-  return compressor == Compressor::kInt8 ? "int8" : "onebit";
-}
-// The compressor named `name` ("onebit", "int8"); INVALID_ARGUMENT otherwise.
-absl::StatusOr<Compressor> ParseCompressor(const std::string& name);
 
 struct AdamHyper {
   float lr = 1e-3f;
@@ -192,23 +177,6 @@ class Backend {
                                            float* err, uint8_t* out) = 0;
   virtual absl::Status DecompressInt8(const uint8_t* blocks, size_t num_chunks, size_t chunk,
                                       size_t n, float* out) = 0;
-
-  // The methods above for either format.
-  absl::Status Compress(Compressor c, const float* m, const float* g, float beta1, size_t n,
-                        size_t num_chunks, size_t chunk, float* err, uint8_t* out) {
-    return c == Compressor::kInt8 ? CompressWorkerInt8(m, g, beta1, n, num_chunks, chunk, err, out)
-                                  : CompressWorker(m, g, beta1, n, num_chunks, chunk, err, out);
-  }
-  absl::Status Aggregate(Compressor c, const uint8_t* blocks, int num_workers, size_t chunk,
-                         float* err, uint8_t* out) {
-    return c == Compressor::kInt8 ? ServerAggregateInt8(blocks, num_workers, chunk, err, out)
-                                  : ServerAggregate(blocks, num_workers, chunk, err, out);
-  }
-  absl::Status Decode(Compressor c, const uint8_t* blocks, size_t num_chunks, size_t chunk,
-                      size_t n, float* out) {
-    return c == Compressor::kInt8 ? DecompressInt8(blocks, num_chunks, chunk, n, out)
-                                  : Decompress(blocks, num_chunks, chunk, n, out);
-  }
 
   // out[i] = rows[0][i] + rows[1][i] + ... in row order (float), for the rows
   // rows[j] = rows + j*count. The fixed order makes a full-precision allreduce built on it

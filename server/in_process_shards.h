@@ -14,15 +14,15 @@
 namespace onebit::server {
 
 // S shards of a tensor of n elements for `workers` workers, compressed blocks in
-// `compressor`'s format. A shard that fails to start is a test failure.
+// `codec`'s format. A shard that fails to start is a test failure.
 struct InProcessShards {
   InProcessShards(int num_shards, int workers, size_t n,
-                  kernels::Compressor compressor = kernels::Compressor::kOnebit,
+                  const Codec& codec = OnebitCodec(),
                   bool allow_step_gaps = false) {
     for (int s = 0; s < num_shards; ++s) {
       ServerProcessOptions options;
       options.shard = ShardConfig{s, num_shards, workers, n, 2};
-      options.shard.compressor = compressor;
+      options.shard.codec = &codec;
       options.shard.allow_step_gaps = allow_step_gaps;
       options.serve_metrics = false;
       options.shutdown_grace = absl::Milliseconds(200);

@@ -48,6 +48,7 @@
 #include "coordinator/coordinator_handler.h"
 #include "coordinator/member.h"
 #include "config/job_config.h"
+#include "compression/codec_registry.h"
 #include "compression/layout.h"
 #include "config/model_spec.h"
 #include "server/server_process.h"
@@ -324,10 +325,10 @@ int main(int argc, char** argv) {
   if (n < 1) return UsageError("--n must be >= 1");
   options.shard.n = static_cast<size_t>(n);
   {
-    absl::StatusOr<onebit::kernels::Compressor> parsed =
-        onebit::kernels::ParseCompressor(compressor.empty() ? "onebit" : compressor);
+    absl::StatusOr<const onebit::Codec*> parsed =
+        onebit::FindCodec(compressor.empty() ? "onebit" : compressor);
     if (!parsed.ok()) return UsageError(absl::StrCat("--compressor: ", parsed.status().message()));
-    options.shard.compressor = *parsed;
+    options.shard.codec = *parsed;
     options.shard.allow_step_gaps = allow_step_gaps;
   }
   if (options.port < 0 || options.port > 65535) return UsageError("--port must be in [0, 65535]");
@@ -346,7 +347,7 @@ int main(int argc, char** argv) {
     std::cout << "onebit-server: flags and config OK (shard " << options.shard.shard << " of "
               << options.shard.num_shards << ", " << options.shard.num_workers
               << " workers, n = " << n << ", "
-              << onebit::kernels::CompressorName(options.shard.compressor) << ")" << std::endl;
+              << options.shard.codec->name() << ")" << std::endl;
     return 0;
   }
 

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <utility>
+#include <vector>
 
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
@@ -109,7 +111,7 @@ absl::StatusOr<std::unique_ptr<ShardState>> ShardState::Create(kernels::Backend*
         absl::StrCat("a shard needs a host-memory backend, got ", backend->name()));
   }
   ONEBIT_ASSIGN_OR_RETURN(PsLayout layout,
-                          PsLayout::Create(config.n, config.num_shards, config.compressor));
+                          PsLayout::Create(config.n, config.num_shards, *config.codec));
   if (config.shard < 0 || config.shard >= config.num_shards) {
     return absl::InvalidArgumentError(
         absl::StrCat("shard index ", config.shard, " is outside [0, ", config.num_shards, ")"));
@@ -132,7 +134,7 @@ absl::Status ShardState::Init() {
   first_step_ = config_.first_step;
   const size_t w = static_cast<size_t>(config_.num_workers);
   ONEBIT_ASSIGN_OR_RETURN(aggregator_,
-                          ChunkAggregator::Create(backend_, layout_.chunk(), config_.compressor));
+                          ChunkAggregator::Create(backend_, layout_.chunk(), *config_.codec));
   ONEBIT_ASSIGN_OR_RETURN(onebit_rows_,
                           kernels::Buffer<uint8_t>::Create(backend_, w * layout_.block_bytes()));
   return absl::OkStatus();
@@ -175,41 +177,32 @@ absl::Status ShardState::ValidatePayload(ChunkKind kind, const absl::Cord& paylo
     *reason = RejectReason::kWrongSize;
     std::string why;
     if (kind == ChunkKind::kOnebit) {
-      const kernels::Compressor other = config_.compressor == kernels::Compressor::kInt8
-                                            ? kernels::Compressor::kOnebit
-                                            : kernels::Compressor::kInt8;
-      if (payload.size() == kernels::BlockBytes(other, layout_.chunk())) {
-        why = absl::StrCat(": the block size of compressor ", kernels::CompressorName(other),
-                           ", but this shard's job compresses with ",
-                           kernels::CompressorName(config_.compressor),
+      for (const Codec* other : AllCodecs()) {
+        if (other == config_.codec || payload.size() != other->BlockBytes(layout_.chunk())) {
+          continue;
+        }
+        why = absl::StrCat(": the block size of compressor ", other->name(),
+                           ", but this shard's job compresses with ", config_.codec->name(),
                            " (onebit.exchange.compressor must be the same for workers and shards)");
+        break;
       }
     }
     return absl::InvalidArgumentError(absl::StrCat(
         ChunkKindName(kind), " payload for shard ", config_.shard, " must be ", expected,
         " bytes, got ", payload.size(),
-        kind == ChunkKind::kOnebit ? absl::StrCat(" (", kernels::CompressorName(config_.compressor),
+        kind == ChunkKind::kOnebit ? absl::StrCat(" (", config_.codec->name(),
                                                   " blocks of ", layout_.chunk(), " elements)")
                                    : std::string(),
         why));
   }
   if (kind == ChunkKind::kOnebit) {
-    float scale;
-    CopyCord(payload.Subcord(0, sizeof(scale)), &scale);
-    if (!std::isfinite(scale) || scale < 0.0f) {
+    std::vector<uint8_t> header(config_.codec->header_bytes());
+    CopyCord(payload.Subcord(0, header.size()), header.data());
+    if (const std::optional<HeaderFault> fault = config_.codec->CheckHeader(header.data())) {
       *reason = RejectReason::kBadScale;
-      return absl::InvalidArgumentError(
-          absl::StrCat(kernels::CompressorName(config_.compressor),
-                       " block scale must be finite and >= 0, got ", scale));
-    }
-    if (config_.compressor == kernels::Compressor::kInt8) {
-      float offset;
-      CopyCord(payload.Subcord(sizeof(scale), sizeof(offset)), &offset);
-      if (!std::isfinite(offset)) {
-        *reason = RejectReason::kBadScale;
-        return absl::InvalidArgumentError(
-            absl::StrCat("int8 block offset must be finite, got ", offset));
-      }
+      return absl::InvalidArgumentError(absl::StrCat(config_.codec->name(), " block ",
+                                                     fault->field, " must be ", fault->rule,
+                                                     ", got ", fault->value));
     }
   }
   return absl::OkStatus();
@@ -412,11 +405,13 @@ absl::Status ShardState::Complete() {
                                     reinterpret_cast<uint8_t*>(result->data()));
     // Finite scales can still overflow their sum (W scales near FLT_MAX): the server error
     // is then infinite or NaN, and no worker would accept the result.
-    float scale;
-    std::memcpy(&scale, result->data(), sizeof(scale));
-    if (status.ok() && !std::isfinite(scale)) {
-      status = absl::OutOfRangeError(absl::StrCat(
-          "the average of the workers' blocks overflowed float32 (result scale ", scale, ")"));
+    if (status.ok()) {
+      if (const std::optional<HeaderFault> fault = config_.codec->CheckHeader(
+              reinterpret_cast<const uint8_t*>(result->data()))) {
+        status = absl::OutOfRangeError(
+            absl::StrCat("the average of the workers' blocks overflowed float32 (result ",
+                         fault->field, " ", fault->value, ")"));
+      }
     }
   }
   if (!status.ok()) {

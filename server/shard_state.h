@@ -69,6 +69,8 @@
 #include "kernels/buffer.h"
 #include "kernels/kernels.h"
 #include "compression/chunk_aggregator.h"
+#include "compression/codec.h"
+#include "compression/codec_registry.h"
 #include "compression/layout.h"
 
 namespace onebit::server {
@@ -93,7 +95,8 @@ struct ShardConfig {
   // Called after every completed step, with the lock held (fault injection).
   std::function<void(int64_t step)> on_step_completed;
   // The compressed blocks' format (job config exchange.compressor); the workers' must match.
-  kernels::Compressor compressor = kernels::Compressor::kOnebit;
+  // Not owned (codecs live for the whole process).
+  const Codec* codec = &OnebitCodec();
   // Steps must only increase, not follow one another: 0/1 Adam's local steps exchange
   // nothing (optimizer.type ZeroOneAdam). Off: each step is the one after the last, and a
   // resumed job's first push is at its first step.

@@ -282,11 +282,11 @@ std::string Int8Payload(const PsLayout& layout, int worker, int64_t step) {
 
 TEST_F(ShardStateTest, Int8MatchesChunkAggregatorInRankOrder) {
   ShardConfig config{0, 3, 4, 1000, 2};
-  config.compressor = kernels::Compressor::kInt8;
+  config.codec = &Int8Codec();
   auto state = NewState(config);
   const PsLayout& layout = state->layout();
   ASSERT_EQ(layout.block_bytes(), 8 + layout.chunk());
-  auto direct = ChunkAggregator::Create(backend_.get(), layout.chunk(), kernels::Compressor::kInt8);
+  auto direct = ChunkAggregator::Create(backend_.get(), layout.chunk(), Int8Codec());
   ASSERT_TRUE(direct.ok());
   for (int64_t step = 1; step <= 3; ++step) {
     std::string rows;
@@ -315,7 +315,7 @@ TEST_F(ShardStateTest, CompressorMismatchAndBadInt8HeadersAreRejected) {
   CountingObserver observer;
   ShardConfig config{0, 2, 2, 1000, 2};
   auto onebit = NewState(config, &observer);
-  config.compressor = kernels::Compressor::kInt8;
+  config.codec = &Int8Codec();
   auto int8 = NewState(config, &observer);
   const size_t chunk = onebit->layout().chunk();
   auto pushed = onebit->Push(0, 1, 0, ChunkKind::kOnebit,

@@ -99,14 +99,14 @@ struct ShardProcess {
 
 // Starts shard `s` and waits for its address file.
 ShardProcess StartShard(int s, int shards, int workers, size_t n,
-                        kernels::Compressor compressor = kernels::Compressor::kOnebit) {
+                        const Codec* compressor = &OnebitCodec()) {
   ShardProcess shard;
   shard.address_file = TempPath(absl::StrCat("shard", s, ".json"));
   shard.child = StartChild(
       {ServerBinary(), absl::StrCat("--shard=", s), absl::StrCat("--shards=", shards),
        absl::StrCat("--workers=", workers), absl::StrCat("--n=", n), "--port=0",
        "--metrics_port=0", absl::StrCat("--address_file=", shard.address_file),
-       absl::StrCat("--compressor=", kernels::CompressorName(compressor))});
+       absl::StrCat("--compressor=", std::string(compressor->name()))});
   if (shard.child == nullptr) return shard;
   const absl::Time deadline = absl::Now() + absl::Seconds(20);
   while (absl::Now() < deadline) {
@@ -212,10 +212,10 @@ absl::StatusOr<std::vector<float>> RunPsWorker(
 }
 
 // Both compressors (job config exchange.compressor): the shards learn theirs from a flag.
-class PsServerCompressorTest : public ::testing::TestWithParam<kernels::Compressor> {};
+class PsServerCompressorTest : public ::testing::TestWithParam<const Codec*> {};
 
 TEST_P(PsServerCompressorTest, ShardProcessesGiveThePeerResultAndHonestMetrics) {
-  const kernels::Compressor compressor = GetParam();
+  const Codec* compressor = GetParam();
   constexpr int kW = 2;
   constexpr size_t kN = 10007;
   constexpr int kSteps = 12;
@@ -234,7 +234,7 @@ TEST_P(PsServerCompressorTest, ShardProcessesGiveThePeerResultAndHonestMetrics) 
   for (int rank = 0; rank < kW; ++rank) {
     threads.emplace_back([&, rank] {
       PsExchangeOptions options;
-      options.compressor = compressor;
+      options.codec = compressor;
       auto params = RunPsWorker(rank, kW, kN, kSteps, kFreeze, addresses, options, &sent[rank]);
       ASSERT_TRUE(params.ok()) << params.status();
       ps[rank] = *params;
@@ -247,7 +247,7 @@ TEST_P(PsServerCompressorTest, ShardProcessesGiveThePeerResultAndHonestMetrics) 
                 auto backend = kernels::NewCpuBackend();
                 const std::vector<float> p0 = Random(1, kN, 0.0f, 1.0f);
                 auto exchange = PeerExchange::Create(backend.get(), &transport, kN,
-                                                     ExactAllreduceOptions(), compressor);
+                                                     ExactAllreduceOptions(), *compressor);
                 if (!exchange.ok()) return exchange.status();
                 auto adam = OnebitAdam::Create(Options(kFreeze), backend.get(), exchange->get(),
                                                p0.data(), kN);
@@ -265,7 +265,7 @@ TEST_P(PsServerCompressorTest, ShardProcessesGiveThePeerResultAndHonestMetrics) 
         << "rank " << rank;
   }
 
-  const auto layout = *PsLayout::Create(kN, kW, compressor);
+  const auto layout = *PsLayout::Create(kN, kW, *compressor);
   uint64_t total_sent = 0;
   for (int s = 0; s < kW; ++s) {
     SCOPED_TRACE(testing::Message() << "shard " << s);
@@ -297,20 +297,20 @@ TEST_P(PsServerCompressorTest, ShardProcessesGiveThePeerResultAndHonestMetrics) 
 }
 
 INSTANTIATE_TEST_SUITE_P(Compressors, PsServerCompressorTest,
-                         ::testing::Values(kernels::Compressor::kOnebit,
-                                           kernels::Compressor::kInt8),
-                         [](const ::testing::TestParamInfo<kernels::Compressor>& info) {
-                           return std::string(kernels::CompressorName(info.param));
+                         ::testing::Values(&OnebitCodec(),
+                                           &Int8Codec()),
+                         [](const ::testing::TestParamInfo<const Codec*>& info) {
+                           return std::string(info.param->name());
                          });
 
 // A worker whose compressor differs from the shard's gets a clear rejection naming the
 // mismatch at the first compressed step, not garbage.
 TEST(PsServerTest, AWorkerWithAnotherCompressorIsRejectedByName) {
   constexpr size_t kN = 1000;
-  ShardProcess shard = StartShard(0, 1, 1, kN, kernels::Compressor::kOnebit);
+  ShardProcess shard = StartShard(0, 1, 1, kN, &OnebitCodec());
   ASSERT_FALSE(shard.grpc.empty());
   PsExchangeOptions options;
-  options.compressor = kernels::Compressor::kInt8;
+  options.codec = &Int8Codec();
   auto backend = kernels::NewCpuBackend();
   auto exchange = PsExchange::Create(backend.get(), 0, 1, kN, {shard.grpc}, options);
   ASSERT_TRUE(exchange.ok()) << exchange.status();

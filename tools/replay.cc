@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "common/npy.h"
+#include "compression/codec_registry.h"
 #include "worker/exchange/peer_exchange.h"
 #include "worker/transport/local_group.h"
 #include "worker/exchange/peer_exchange.h"
@@ -133,11 +134,10 @@ absl::Status RunWorker(const ReplayConfig& config, const Inputs& in, Transport& 
     spec.freeze_step = config.freeze_step;
   }
   spec.bias_correction = config.bias_correction;
-  ONEBIT_ASSIGN_OR_RETURN(const kernels::Compressor compressor,
-                          kernels::ParseCompressor(config.compressor));
+  ONEBIT_ASSIGN_OR_RETURN(const Codec* codec, FindCodec(config.compressor));
   ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<PeerExchange> exchange,
                           PeerExchange::Create(backend.get(), &transport, n,
-                                               ExactAllreduceOptions(), compressor));
+                                               ExactAllreduceOptions(), *codec));
   ONEBIT_ASSIGN_OR_RETURN(
       std::unique_ptr<Optimizer> optimizer,
       CreateOptimizer(spec, backend.get(), exchange.get(), in.params.data(), n));
@@ -216,7 +216,7 @@ absl::Status ValidateConfig(const ReplayConfig& c) {
     return FlagError("transport", absl::StrCat("unknown transport '", c.transport,
                                                "' (supported: inproc, gloo)"));
   }
-  if (!kernels::ParseCompressor(c.compressor).ok()) {
+  if (!FindCodec(c.compressor).ok()) {
     return FlagError("compressor", absl::StrCat("unknown compressor '", c.compressor,
                                                 "' (supported: onebit, int8)"));
   }

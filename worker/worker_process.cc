@@ -46,6 +46,7 @@
 #include "worker/transport/staged_transport.h"
 #include "worker/transport/call_trace.h"
 #include "worker/transport/traced_transport.h"
+#include "compression/codec_registry.h"
 #include "compression/layout.h"
 #include "worker/exchange/exact_allreduce.h"
 #include "worker/exchange/hierarchical_exchange.h"
@@ -158,8 +159,8 @@ absl::StatusOr<std::unique_ptr<Transport>> InBackendMemory(kernels::Backend* bac
 }
 
 // The job's exchange.compressor (validated when the config was parsed).
-kernels::Compressor JobCompressor(const JobConfig& config) {
-  return kernels::ParseCompressor(config.exchange.compressor).value_or(kernels::Compressor::kOnebit);
+const Codec& JobCodec(const JobConfig& config) {
+  return *FindCodec(config.exchange.compressor).value_or(&OnebitCodec());
 }
 
 // `shards`: the addresses of the shards this worker pushes to.
@@ -175,7 +176,7 @@ PsExchangeOptions PsOptions(const JobConfig& config, const std::vector<std::stri
   }
   options.push_order = std::move(plan.order);
   options.local_shards = std::move(plan.local);
-  options.compressor = JobCompressor(config);
+  options.codec = &JobCodec(config);
   options.step_deadline = absl::Seconds(config.failure.ps_step_deadline_s);
   options.tls = w.tls;
   return options;
@@ -487,7 +488,7 @@ absl::StatusOr<std::unique_ptr<Exchange>> NewHierarchicalExchange(
   ONEBIT_ASSIGN_OR_RETURN(w.inter_transport, SliceTransport(config, reg, local_rank, node, nodes,
                                                             client, backend, w.host));
   return HierarchicalExchange::CreatePeer(backend, w.transport.get(), w.inter_transport.get(), n,
-                                          JobCompressor(config));
+                                          JobCodec(config));
 }
 
 // A stage's step time split (seconds over all its steps) as a JSON object.
@@ -745,7 +746,7 @@ absl::StatusOr<OverlappedWarmup*> BuildExchange(const WorkerProcessOptions& o,
     ONEBIT_ASSIGN_OR_RETURN(ExactAllreduceOptions exact, WarmupOptions(config));
     ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<PeerExchange> peer,
                             PeerExchange::Create(w.backend.get(), w.transport.get(), n, exact,
-                                                 JobCompressor(config)));
+                                                 JobCodec(config)));
     // The job config refuses overlap for GPU workers over gloo.
     if (config.exchange.overlap) overlap = &peer->overlap();
     w.exchange = std::move(peer);

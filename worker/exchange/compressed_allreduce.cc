@@ -6,30 +6,30 @@
 namespace onebit {
 
 absl::StatusOr<std::unique_ptr<CompressedAllreduce>> CompressedAllreduce::Create(
-    kernels::Backend* backend, Transport* transport, size_t n, kernels::Compressor compressor) {
+    kernels::Backend* backend, Transport* transport, size_t n, const Codec& codec) {
   ONEBIT_RETURN_IF_ERROR(CheckSameMemorySpace(*backend, *transport));
   std::unique_ptr<CompressedAllreduce> c(
-      new CompressedAllreduce(backend, transport, n, compressor));
+      new CompressedAllreduce(backend, transport, n, codec));
   ONEBIT_RETURN_IF_ERROR(c->Init());
   return c;
 }
 
 CompressedAllreduce::CompressedAllreduce(kernels::Backend* backend, Transport* transport,
-                                         size_t n, kernels::Compressor compressor)
+                                         size_t n, const Codec& codec)
     : backend_(backend),
       transport_(transport),
       world_size_(transport->world_size()),
-      compressor_(compressor),
+      codec_(&codec),
       n_(n),
       n_pad_(PeerPaddedSize(n, transport->world_size())),
       chunk_(n_pad_ / static_cast<size_t>(world_size_)),
-      block_bytes_(kernels::BlockBytes(compressor, chunk_)) {}
+      block_bytes_(codec.BlockBytes(chunk_)) {}
 
 absl::Status CompressedAllreduce::Init() {
   const size_t w = static_cast<size_t>(world_size_);
   ONEBIT_ASSIGN_OR_RETURN(worker_,
-                          WorkerCompressor::Create(backend_, n_, w, chunk_, compressor_));
-  ONEBIT_ASSIGN_OR_RETURN(server_, ChunkAggregator::Create(backend_, chunk_, compressor_));
+                          WorkerCompressor::Create(backend_, n_, w, chunk_, *codec_));
+  ONEBIT_ASSIGN_OR_RETURN(server_, ChunkAggregator::Create(backend_, chunk_, *codec_));
   ONEBIT_ASSIGN_OR_RETURN(send_, kernels::Buffer<uint8_t>::Create(backend_, w * block_bytes_));
   ONEBIT_ASSIGN_OR_RETURN(received_,
                           kernels::Buffer<uint8_t>::Create(backend_, w * block_bytes_));
@@ -63,7 +63,7 @@ absl::Status CompressedAllreduce::Run(const float* in, float* out) {
 absl::Status CompressedAllreduce::DecodeResult(float* out) {
   ScopedStepTime time(clock_, &compress_seconds_);
   ONEBIT_RETURN_IF_ERROR(
-      backend_->Decode(compressor_, gathered_.data(), num_chunks(), chunk_, n_, out));
+      codec_->Decode(*backend_, gathered_.data(), num_chunks(), chunk_, n_, out));
   return FinishTimedDeviceWork(clock_, backend_);
 }
 

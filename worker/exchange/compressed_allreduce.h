@@ -4,8 +4,8 @@
 // aggregation of the own chunk, one all-gather of the server blocks (server -> everyone).
 //
 // Layout: N_pad is n rounded up to a multiple of W*lcm(W,8); chunk C = N_pad/W; chunk r
-// belongs to rank r. Blocks follow the wire format in kernels/kernels.h: 1 bit with one
-// scale per tensor, or int8 with a scale and offset per chunk (the compressor).
+// belongs to rank r. Blocks are in the codec's format (compression/codec.h): 1 bit with
+// one scale per tensor, or int8 with a scale and offset per chunk.
 //
 // Thread safety: one thread at a time. Backend and transport are borrowed.
 #ifndef ONEBIT_WORKER_EXCHANGE_COMPRESSED_ALLREDUCE_H_
@@ -20,6 +20,8 @@
 #include "kernels/buffer.h"
 #include "kernels/kernels.h"
 #include "compression/chunk_aggregator.h"
+#include "compression/codec.h"
+#include "compression/codec_registry.h"
 #include "compression/layout.h"
 #include "worker/transport/transport.h"
 #include "compression/worker_compressor.h"
@@ -31,7 +33,7 @@ class CompressedAllreduce {
  public:
   static absl::StatusOr<std::unique_ptr<CompressedAllreduce>> Create(
       kernels::Backend* backend, Transport* transport, size_t n,
-      kernels::Compressor compressor = kernels::Compressor::kOnebit);
+      const Codec& codec = OnebitCodec());
 
   // out = the compressed average of every rank's `in` (n elements, backend memory).
   // in and out may be the same buffer.
@@ -39,14 +41,14 @@ class CompressedAllreduce {
 
   // Exchanges the local momentum fma(b1, m, (1-b1)*g) without materialising it, leaving
   // the averaged result as blocks in result_blocks(); m is not written. Callers decode
-  // with Backend::Decompress or a fused update.
+  // with codec().Decode or its fused update.
   absl::Status RunMomentum(const float* m, const float* g, float beta1);
 
   // After Run*/RunMomentum: world_size blocks of chunk() elements (backend memory).
   const uint8_t* result_blocks() const { return gathered_.data(); }
   // Decodes result_blocks() into out (n elements, backend memory), timed as compression.
   absl::Status DecodeResult(float* out);
-  kernels::Compressor compressor() const { return compressor_; }
+  const Codec& codec() const { return *codec_; }
   size_t num_chunks() const { return static_cast<size_t>(world_size_); }
   size_t chunk() const { return chunk_; }
   size_t padded_size() const { return n_pad_; }
@@ -64,14 +66,14 @@ class CompressedAllreduce {
 
  private:
   CompressedAllreduce(kernels::Backend* backend, Transport* transport, size_t n,
-                      kernels::Compressor compressor);
+                      const Codec& codec);
   absl::Status Init();
   absl::Status Exchange();
 
   kernels::Backend* backend_;
   Transport* transport_;
   int world_size_;
-  kernels::Compressor compressor_;
+  const Codec* codec_;
   size_t n_, n_pad_, chunk_, block_bytes_;
   std::unique_ptr<WorkerCompressor> worker_;
   std::unique_ptr<ChunkAggregator> server_;

@@ -39,7 +39,7 @@ double RelativeError(const std::vector<float>& got, const std::vector<double>& w
   return norm == 0 ? std::sqrt(diff) : std::sqrt(diff / norm);
 }
 
-using Param = std::tuple<TransportKind, int, size_t, kernels::Compressor>;
+using Param = std::tuple<TransportKind, int, size_t, const Codec*>;
 
 class CompressedAllreduceTest : public ::testing::TestWithParam<Param> {};
 
@@ -64,7 +64,7 @@ TEST_P(CompressedAllreduceTest, MatchesFloat64Model) {
   std::vector<uint64_t> sent(w);
   const absl::Status status = RunLocalGroup(kind, w, [&](Transport& transport) -> absl::Status {
     auto backend = kernels::NewCpuBackend();
-    auto exchange = CompressedAllreduce::Create(backend.get(), &transport, n, compressor);
+    auto exchange = CompressedAllreduce::Create(backend.get(), &transport, n, *compressor);
     if (!exchange.ok()) return exchange.status();
     const int rank = transport.rank();
     const uint64_t before = transport.bytes_sent();
@@ -78,7 +78,7 @@ TEST_P(CompressedAllreduceTest, MatchesFloat64Model) {
   });
   ASSERT_TRUE(status.ok()) << status;
 
-  ReferenceCompressedAllreduce reference(w, n, compressor == kernels::Compressor::kInt8);
+  ReferenceCompressedAllreduce reference(w, n, compressor == &Int8Codec());
   const size_t n_pad = ReferencePaddedSize(n, w);
   ASSERT_EQ(PeerPaddedSize(n, w), n_pad);
   for (int round = 0; round < kRounds; ++round) {
@@ -94,7 +94,7 @@ TEST_P(CompressedAllreduceTest, MatchesFloat64Model) {
                                n * sizeof(float)))
           << "rank " << rank << " round " << round;
     }
-    if (compressor == kernels::Compressor::kInt8) {
+    if (compressor == &Int8Codec()) {
       ExpectInt8Near(outputs[round][0], want, "round " + std::to_string(round));
     } else {
       EXPECT_LT(RelativeError(outputs[round][0], want), 1e-5) << "round " << round;
@@ -103,7 +103,7 @@ TEST_P(CompressedAllreduceTest, MatchesFloat64Model) {
   // Two exchanges of one block per peer each round: 2*(W-1) blocks of 4 + C/8 bytes
   // (1 bit) or 8 + C bytes (int8).
   const uint64_t block =
-      compressor == kernels::Compressor::kInt8 ? 8 + n_pad / w : 4 + n_pad / w / 8;
+      compressor == &Int8Codec() ? 8 + n_pad / w : 4 + n_pad / w / 8;
   for (int rank = 0; rank < w; ++rank) {
     EXPECT_EQ(sent[rank], static_cast<uint64_t>(kRounds) * 2 * (w - 1) * block) << "rank " << rank;
   }
@@ -114,27 +114,27 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(TransportKind::kInproc, TransportKind::kGloo),
                        ::testing::Values(1, 2, 3, 4, 5, 8),
                        ::testing::Values(size_t{1}, size_t{7}, size_t{1000}, size_t{10007}),
-                       ::testing::Values(kernels::Compressor::kOnebit, kernels::Compressor::kInt8)),
+                       ::testing::Values(&OnebitCodec(), &Int8Codec())),
     [](const ::testing::TestParamInfo<Param>& info) {
       return TransportKindName(std::get<0>(info.param)) + "_W" +
              std::to_string(std::get<1>(info.param)) + "_N" +
              std::to_string(std::get<2>(info.param)) + "_" +
-             kernels::CompressorName(std::get<3>(info.param));
+             std::string((std::get<3>(info.param))->name());
     });
 
 // The same rounds over inproc and gloo give the same bits, for either compressor.
 class CompressedAllreduceTransportsTest
-    : public ::testing::TestWithParam<kernels::Compressor> {};
+    : public ::testing::TestWithParam<const Codec*> {};
 
 TEST_P(CompressedAllreduceTransportsTest, InprocAndGlooBitIdentical) {
-  const kernels::Compressor compressor = GetParam();
+  const Codec* compressor = GetParam();
   constexpr int kWorkers = 4;
   constexpr size_t kN = 10007;
   auto run = [&](TransportKind kind) {
     std::vector<std::vector<float>> out(kWorkers);
     const absl::Status status = RunLocalGroup(kind, kWorkers, [&](Transport& transport) -> absl::Status {
       auto backend = kernels::NewCpuBackend();
-      auto exchange = CompressedAllreduce::Create(backend.get(), &transport, kN, compressor);
+      auto exchange = CompressedAllreduce::Create(backend.get(), &transport, kN, *compressor);
       if (!exchange.ok()) return exchange.status();
       std::vector<float>& all = out[transport.rank()];
       for (int round = 0; round < kRounds; ++round) {
@@ -159,10 +159,10 @@ TEST_P(CompressedAllreduceTransportsTest, InprocAndGlooBitIdentical) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Compressors, CompressedAllreduceTransportsTest,
-                         ::testing::Values(kernels::Compressor::kOnebit,
-                                           kernels::Compressor::kInt8),
-                         [](const ::testing::TestParamInfo<kernels::Compressor>& info) {
-                           return std::string(kernels::CompressorName(info.param));
+                         ::testing::Values(&OnebitCodec(),
+                                           &Int8Codec()),
+                         [](const ::testing::TestParamInfo<const Codec*>& info) {
+                           return std::string(info.param->name());
                          });
 
 }  // namespace

@@ -27,7 +27,7 @@ namespace onebit {
 namespace {
 
 using kernels::Backend;
-using kernels::Compressor;
+
 
 std::vector<float> Random(size_t n, unsigned seed) {
   std::mt19937 rng(seed);
@@ -85,18 +85,18 @@ class Pair {
     if (!want.ok() || !got.ok()) return moved;
     EXPECT_EQ(got->num_chunks, want->num_chunks) << who_;
     EXPECT_EQ(got->chunk, want->chunk) << who_;
-    EXPECT_EQ(got->compressor, want->compressor) << who_;
+    EXPECT_EQ(got->codec, want->codec) << who_;
     EXPECT_EQ(got->blocks != nullptr, want->blocks != nullptr) << who_;
-    EXPECT_EQ(got->momentum != nullptr, want->momentum != nullptr) << who_;
+    EXPECT_EQ(got->exact != nullptr, want->exact != nullptr) << who_;
     if (want->blocks != nullptr && got->blocks != nullptr) {
-      const size_t bytes = want->num_chunks * kernels::BlockBytes(want->compressor, want->chunk);
+      const size_t bytes = want->num_chunks * want->codec->BlockBytes(want->chunk);
       EXPECT_EQ(Read(device_, got->blocks, bytes),
                 std::vector<uint8_t>(want->blocks, want->blocks + bytes))
           << who_ << " step " << step;
     }
-    if (want->momentum != nullptr && got->momentum != nullptr) {
-      EXPECT_EQ(Read(device_, got->momentum, n_),
-                std::vector<float>(want->momentum, want->momentum + n_))
+    if (want->exact != nullptr && got->exact != nullptr) {
+      EXPECT_EQ(Read(device_, got->exact, n_),
+                std::vector<float>(want->exact, want->exact + n_))
           << who_ << " step " << step;
     }
     return moved;
@@ -151,11 +151,11 @@ void RunSteps(Pair& pair, int rank, size_t n, const std::function<void(const Mov
   }
 }
 
-class DeviceExchangeTest : public ::testing::TestWithParam<Compressor> {};
+class DeviceExchangeTest : public ::testing::TestWithParam<const Codec*> {};
 
 // Peer mode over gloo's stand-in: PeerExchange on the device over a StagedTransport.
 TEST_P(DeviceExchangeTest, PeerOverAStagedTransport) {
-  const Compressor c = GetParam();
+  const Codec* c = GetParam();
   for (const int w : {1, 3}) {
     for (const size_t n : {size_t{5}, size_t{40000}}) {
       const absl::Status status = RunLocalGroup(TransportKind::kInproc, w, [&](Transport& t) {
@@ -164,20 +164,20 @@ TEST_P(DeviceExchangeTest, PeerOverAStagedTransport) {
         if (!device.ok()) return device.status();
         auto staged = StagedTransport::Create(device->get(), &t);
         if (!staged.ok()) return staged.status();
-        auto plain = PeerExchange::Create(cpu.get(), &t, n, ExactAllreduceOptions(), c);
-        auto dev = PeerExchange::Create(device->get(), staged->get(), n, ExactAllreduceOptions(), c);
+        auto plain = PeerExchange::Create(cpu.get(), &t, n, ExactAllreduceOptions(), *c);
+        auto dev = PeerExchange::Create(device->get(), staged->get(), n, ExactAllreduceOptions(), *c);
         if (!plain.ok()) return plain.status();
         if (!dev.ok()) return dev.status();
         const std::string who = absl::StrCat("peer, rank ", t.rank(), " of ", w, ", n ", n, ", ",
-                                             kernels::CompressorName(c));
+                                             std::string(c->name()));
         Pair pair(plain->get(), dev->get(), device->get(), n, who);
-        const size_t block = kernels::BlockBytes(c, (*dev)->compressed().chunk());
+        const size_t block = c->BlockBytes((*dev)->compressed().chunk());
         RunSteps(pair, t.rank(), n, [&](const Moved& moved) {
           // Down: the W blocks of the all-to-all and this rank's server block; up: the W
           // blocks of its chunk and the W gathered ones. Nothing else, no fp32.
           EXPECT_EQ(moved.down, (w + 1) * block) << who;
           EXPECT_EQ(moved.up, 2 * w * block) << who;
-          if (c == Compressor::kOnebit && n > 1000) {
+          if (c == &OnebitCodec() && n > 1000) {
             EXPECT_LT(moved.down + moved.up, n * sizeof(float) / 2) << who;
           }
         });
@@ -191,12 +191,12 @@ TEST_P(DeviceExchangeTest, PeerOverAStagedTransport) {
 
 // ps mode: PsExchange on the device against real shard services.
 TEST_P(DeviceExchangeTest, PsShards) {
-  const Compressor c = GetParam();
+  const Codec* c = GetParam();
   const int w = 2, s = 3;
   const size_t n = 30001;
-  server::InProcessShards for_cpu(s, w, n, c), for_device(s, w, n, c);
+  server::InProcessShards for_cpu(s, w, n, *c), for_device(s, w, n, *c);
   PsExchangeOptions options;
-  options.compressor = c;
+  options.codec = c;
   std::vector<std::thread> threads;
   for (int rank = 0; rank < w; ++rank) {
     threads.emplace_back([&, rank] {
@@ -207,7 +207,7 @@ TEST_P(DeviceExchangeTest, PsShards) {
       auto dev = PsExchange::Create(device->get(), rank, w, n, for_device.addresses, options);
       ASSERT_TRUE(plain.ok()) << plain.status();
       ASSERT_TRUE(dev.ok()) << dev.status();
-      const std::string who = absl::StrCat("ps, rank ", rank, ", ", kernels::CompressorName(c));
+      const std::string who = absl::StrCat("ps, rank ", rank, ", ", std::string(c->name()));
       Pair pair(plain->get(), dev->get(), device->get(), n, who);
       const size_t blocks = s * (*dev)->layout().block_bytes();
       RunSteps(pair, rank, n, [&](const Moved& moved) {
@@ -231,7 +231,7 @@ TEST_P(DeviceExchangeTest, PsShards) {
 // Hierarchical with gloo between the nodes: NCCL's stand-in inside the node (a
 // StagedTransport too), the inter-node CompressedAllreduce on the device.
 TEST_P(DeviceExchangeTest, HierarchicalWithAStagedTransportBetweenNodes) {
-  const Compressor c = GetParam();
+  const Codec* c = GetParam();
   const size_t n = 10007;
   const absl::Status status = RunLocalNodes(
       TransportKind::kInproc, 2, 2, [&](Transport& intra, Transport& inter) -> absl::Status {
@@ -242,9 +242,9 @@ TEST_P(DeviceExchangeTest, HierarchicalWithAStagedTransportBetweenNodes) {
         auto staged_inter = StagedTransport::Create(device->get(), &inter);
         if (!staged_intra.ok()) return staged_intra.status();
         if (!staged_inter.ok()) return staged_inter.status();
-        auto plain = HierarchicalExchange::CreatePeer(cpu.get(), &intra, &inter, n, c);
+        auto plain = HierarchicalExchange::CreatePeer(cpu.get(), &intra, &inter, n, *c);
         auto dev = HierarchicalExchange::CreatePeer(device->get(), staged_intra->get(),
-                                                    staged_inter->get(), n, c);
+                                                    staged_inter->get(), n, *c);
         if (!plain.ok()) return plain.status();
         if (!dev.ok()) return dev.status();
         Pair pair(plain->get(), dev->get(), device->get(), n,
@@ -257,8 +257,8 @@ TEST_P(DeviceExchangeTest, HierarchicalWithAStagedTransportBetweenNodes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Compressors, DeviceExchangeTest,
-                         ::testing::Values(Compressor::kOnebit, Compressor::kInt8),
-                         [](const auto& info) { return kernels::CompressorName(info.param); });
+                         ::testing::Values(&OnebitCodec(), &Int8Codec()),
+                         [](const auto& info) { return std::string(info.param->name()); });
 
 }  // namespace
 }  // namespace onebit

@@ -17,6 +17,15 @@ absl::Status Exchange::RestoreErrors(const ErrorState& state) {
   return worker_compressor().RestoreError(*error);
 }
 
+absl::Status DecodeResult(const CompressedResult& r, kernels::Backend& backend, size_t n,
+                          float* out) {
+  if (r.codec == nullptr) {
+    if (r.exact == nullptr) return absl::InternalError("an exchange result with no data");
+    return backend.Copy(out, r.exact, n * sizeof(float));
+  }
+  return r.codec->Decode(backend, r.blocks, r.num_chunks, r.chunk, n, out);
+}
+
 absl::StatusOr<const std::vector<float>*> FindError(const ErrorState& state,
                                                     const std::string& name) {
   auto it = state.find(name);

@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "compression/codec.h"
 #include "kernels/kernels.h"
 #include "worker/exchange/step_clock.h"
 
@@ -25,22 +26,24 @@ class WorkerCompressor;
 // Named host copies of error buffers (Exchange::SaveErrors).
 using ErrorState = std::map<std::string, std::vector<float>>;
 
-// The averaged momentum as compressed blocks (backend memory), one per server chunk, in
-// the wire format of kernels/kernels.h; or, where the exchange averaged exactly (a
-// hierarchical exchange with one node), as floats. Valid until the next call.
-//
-// INT8 (exchange.compressor "int8"): the exchange also decodes the blocks into `momentum`,
-// so a caller that only knows the 1-bit fused decode (DecompressFrozenAdamUpdate) takes
-// the momentum path (Copy + FrozenAdamUpdate) and never misreads int8 blocks as 1 bit.
-// `blocks` stay set, in `compressor`'s format.
+// The averaged momentum, in one of two forms, valid until the next call (backend memory):
+// - compressed: `codec` is set, and `blocks` holds num_chunks blocks of `chunk` elements
+//   in its format; the exchange does not decode them (DecodeResult, or the codec's fused
+//   frozen-Adam decode);
+// - exact: `codec` is null, and `exact` holds the average as floats, n elements (or more,
+//   padded): a hierarchical exchange with one node averages without compressing.
 struct CompressedResult {
+  const Codec* codec = nullptr;
   const uint8_t* blocks = nullptr;
   size_t num_chunks = 0;
   size_t chunk = 0;
-  // When set, the result as floats: n elements (or more, padded); use it, not the blocks.
-  const float* momentum = nullptr;
-  kernels::Compressor compressor = kernels::Compressor::kOnebit;  // the blocks' format
+  const float* exact = nullptr;
 };
+
+// The first n elements of `r` as floats into `out` (backend memory): a copy of r.exact, or
+// r.codec's Decode of the blocks.
+absl::Status DecodeResult(const CompressedResult& r, kernels::Backend& backend, size_t n,
+                          float* out);
 
 // Payload bytes one way or the other.
 struct LinkBytes {

@@ -29,14 +29,14 @@ absl::StatusOr<std::unique_ptr<HierarchicalExchange>> HierarchicalExchange::Crea
 
 absl::StatusOr<std::unique_ptr<HierarchicalExchange>> HierarchicalExchange::CreatePeer(
     kernels::Backend* backend, Transport* intra, Transport* inter, size_t n,
-    kernels::Compressor compressor) {
+    const Codec& codec) {
   ONEBIT_ASSIGN_OR_RETURN(HierarchicalLayout layout,
                           HierarchicalLayout::Create(n, intra->world_size(), inter->world_size()));
   std::unique_ptr<Exchange> between_nodes;
   if (inter->world_size() > 1) {
     ONEBIT_ASSIGN_OR_RETURN(between_nodes,
                             PeerExchange::Create(backend, inter, layout.slice(),
-                                                 ExactAllreduceOptions(), compressor));
+                                                 ExactAllreduceOptions(), codec));
   }
   return Create(backend, intra, std::move(between_nodes), layout);
 }
@@ -63,10 +63,9 @@ absl::Status HierarchicalExchange::Init() {
     ONEBIT_ASSIGN_OR_RETURN(idle_compressor_, WorkerCompressor::Create(backend_, 0, 1, 8));
     return absl::OkStatus();
   }
-  compressor_ = inter_->worker_compressor().compressor();
-  ONEBIT_ASSIGN_OR_RETURN(
-      blocks_, Buffer<uint8_t>::Create(backend_, layout_.num_chunks() *
-                                                     kernels::BlockBytes(compressor_, layout_.chunk())));
+  codec_ = &inter_->worker_compressor().codec();
+  ONEBIT_ASSIGN_OR_RETURN(blocks_, Buffer<uint8_t>::Create(backend_, layout_.num_chunks() *
+                                                                 codec_->BlockBytes(layout_.chunk())));
   return absl::OkStatus();
 }
 
@@ -108,7 +107,7 @@ absl::StatusOr<CompressedResult> HierarchicalExchange::AverageMomentum(int64_t s
     ONEBIT_RETURN_IF_ERROR(
         intra_->AllGather(slice_m_.data(), gathered_.data(), slice * sizeof(float)));
     CompressedResult exact;
-    exact.momentum = gathered_.data();
+    exact.exact = gathered_.data();
     return exact;
   }
   ONEBIT_ASSIGN_OR_RETURN(CompressedResult r,
@@ -118,25 +117,16 @@ absl::StatusOr<CompressedResult> HierarchicalExchange::AverageMomentum(int64_t s
 
 absl::StatusOr<CompressedResult> HierarchicalExchange::GatherSlices(const CompressedResult& r) {
   if (r.blocks == nullptr || r.chunk != layout_.chunk() ||
-      r.num_chunks != static_cast<size_t>(layout_.inter_chunks()) || r.compressor != compressor_) {
+      r.num_chunks != static_cast<size_t>(layout_.inter_chunks()) || r.codec != codec_) {
     return absl::InternalError(absl::StrCat(
-        "the inter-node exchange returned ", r.num_chunks, " ", kernels::CompressorName(r.compressor),
-        " chunks of ", r.chunk, ", the layout wants ", layout_.inter_chunks(), " ",
-        kernels::CompressorName(compressor_), " of ", layout_.chunk()));
+        "the inter-node exchange returned ", r.num_chunks, " ",
+        r.codec == nullptr ? "unencoded" : r.codec->name(), " chunks of ", r.chunk,
+        ", the layout wants ", layout_.inter_chunks(), " ", codec_->name(), " of ",
+        layout_.chunk()));
   }
-  const size_t slice_bytes = r.num_chunks * kernels::BlockBytes(compressor_, r.chunk);
+  const size_t slice_bytes = r.num_chunks * codec_->BlockBytes(r.chunk);
   ONEBIT_RETURN_IF_ERROR(intra_->AllGather(r.blocks, blocks_.data(), slice_bytes));
-  CompressedResult result{blocks_.data(), layout_.num_chunks(), layout_.chunk()};
-  result.compressor = compressor_;
-  if (compressor_ == kernels::Compressor::kInt8) {  // see CompressedResult
-    ScopedStepTime time(step_clock(), &compress_seconds_);
-    ONEBIT_RETURN_IF_ERROR(backend_->DecompressInt8(blocks_.data(), layout_.num_chunks(),
-                                                    layout_.chunk(), layout_.n(),
-                                                    gathered_.data()));
-    ONEBIT_RETURN_IF_ERROR(FinishTimedDeviceWork(step_clock(), backend_));
-    result.momentum = gathered_.data();
-  }
-  return result;
+  return CompressedResult{codec_, blocks_.data(), layout_.num_chunks(), layout_.chunk()};
 }
 
 absl::StatusOr<CompressedResult> HierarchicalExchange::CompressedAverage(int64_t step,
@@ -147,7 +137,7 @@ absl::StatusOr<CompressedResult> HierarchicalExchange::CompressedAverage(int64_t
     ONEBIT_RETURN_IF_ERROR(
         intra_->AllGather(slice_sum_.data(), gathered_.data(), slice * sizeof(float)));
     CompressedResult exact;
-    exact.momentum = gathered_.data();
+    exact.exact = gathered_.data();
     return exact;
   }
   ONEBIT_ASSIGN_OR_RETURN(CompressedResult r, inter_->CompressedAverage(step, slice_sum_.data()));

@@ -54,11 +54,10 @@ class HierarchicalExchange : public Exchange {
       const HierarchicalLayout& layout);
   // The peer form: the inter-node exchange is a PeerExchange over `inter` (local rank l of
   // every node; its world size is the number of nodes), for a tensor of n elements.
-  // `compressor`: the inter-node exchange's format (with Create, the inter exchange's own).
-  // With int8 the result blocks are also decoded (CompressedResult).
+  // `codec`: the inter-node exchange's format (with Create, the inter exchange's own).
   static absl::StatusOr<std::unique_ptr<HierarchicalExchange>> CreatePeer(
       kernels::Backend* backend, Transport* intra, Transport* inter, size_t n,
-      kernels::Compressor compressor = kernels::Compressor::kOnebit);
+      const Codec& codec = OnebitCodec());
 
   int world_size() const override { return nodes_ * layout_.local_size(); }
   absl::StatusOr<const float*> SumGradients(int64_t step, const float* grad) override;
@@ -83,10 +82,10 @@ class HierarchicalExchange : public Exchange {
   uint64_t bytes_received() const override;
   LinkBytes intra_node_bytes() const override;
   LinkBytes inter_node_bytes() const override;
-  // The inter-node exchange's compression, and int8's decoding of the gathered blocks (the
-  // intra-node reduce-scatter and all-gather are full precision: exchange time).
+  // The inter-node exchange's compression (the intra-node reduce-scatter and all-gather
+  // are full precision: exchange time).
   double compress_seconds() const override {
-    return (inter_ != nullptr ? inter_->compress_seconds() : 0.0) + compress_seconds_;
+    return inter_ != nullptr ? inter_->compress_seconds() : 0.0;
   }
   void set_step_clock(StepClock* clock) override {
     Exchange::set_step_clock(clock);
@@ -122,7 +121,7 @@ class HierarchicalExchange : public Exchange {
   kernels::Buffer<float> gathered_;    // the whole sum (floats), padded
   kernels::Buffer<uint8_t> blocks_;    // every slice's result blocks
   kernels::Buffer<float> flag_;        // AnyOverflow's one float
-  kernels::Compressor compressor_ = kernels::Compressor::kOnebit;  // the inter exchange's
+  const Codec* codec_ = nullptr;       // the inter exchange's; null with one node
 };
 
 }  // namespace onebit

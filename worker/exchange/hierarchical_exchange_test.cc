@@ -48,7 +48,7 @@ struct Results {
 
 // Each round: SumGradients(g), then AverageMomentum(m, g) with the same m on every worker.
 Results RunExchange(TransportKind kind, int nodes, int local, size_t n, int rounds,
-                    kernels::Compressor compressor = kernels::Compressor::kOnebit) {
+                    const Codec* compressor = &OnebitCodec()) {
   const int workers = nodes * local;
   Results r;
   r.sums.assign(rounds, std::vector<std::vector<float>>(workers));
@@ -57,7 +57,7 @@ Results RunExchange(TransportKind kind, int nodes, int local, size_t n, int roun
       RunLocalNodes(kind, nodes, local, [&](Transport& intra, Transport& inter) -> absl::Status {
         const int w = inter.rank() * local + intra.rank();
         auto backend = kernels::NewCpuBackend();
-        auto e = HierarchicalExchange::CreatePeer(backend.get(), &intra, &inter, n, compressor);
+        auto e = HierarchicalExchange::CreatePeer(backend.get(), &intra, &inter, n, *compressor);
         if (!e.ok()) return e.status();
         for (int round = 0; round < rounds; ++round) {
           const std::vector<float> g = Tensor(w, round, n), m = Tensor(100, round, n);
@@ -68,13 +68,7 @@ Results RunExchange(TransportKind kind, int nodes, int local, size_t n, int roun
           if (!avg.ok()) return avg.status();
           std::vector<float>& out = r.momentum[round][w];
           out.resize(n);
-          if (avg->momentum != nullptr) {
-            out.assign(avg->momentum, avg->momentum + n);
-          } else if (absl::Status s = backend->Decompress(avg->blocks, avg->num_chunks, avg->chunk,
-                                                           n, out.data());
-                     !s.ok()) {
-            return s;
-          }
+          if (absl::Status s = DecodeResult(*avg, *backend, n, out.data()); !s.ok()) return s;
         }
         return absl::OkStatus();
       });
@@ -82,12 +76,12 @@ Results RunExchange(TransportKind kind, int nodes, int local, size_t n, int roun
   return r;
 }
 
-class HierarchicalCompressorTest : public ::testing::TestWithParam<kernels::Compressor> {};
+class HierarchicalCompressorTest : public ::testing::TestWithParam<const Codec*> {};
 
 TEST_P(HierarchicalCompressorTest, MatchesFloat64ModelOfEachSlice) {
   constexpr int kRounds = 3;
-  const kernels::Compressor compressor = GetParam();
-  const bool int8 = compressor == kernels::Compressor::kInt8;
+  const Codec* compressor = GetParam();
+  const bool int8 = compressor == &Int8Codec();
   for (auto [nodes, local] : {std::pair{2, 2}, std::pair{3, 2}, std::pair{2, 3}, std::pair{1, 3}}) {
     for (size_t n : {size_t{7}, size_t{1001}}) {
       SCOPED_TRACE(testing::Message() << nodes << "x" << local << " n " << n);
@@ -150,14 +144,14 @@ TEST_P(HierarchicalCompressorTest, MatchesFloat64ModelOfEachSlice) {
 TEST_P(HierarchicalCompressorTest, NodesOfOneWorkerArePeerExchange) {
   constexpr size_t kN = 1001;
   constexpr int kNodes = 4, kRounds = 3;
-  const kernels::Compressor compressor = GetParam();
+  const Codec* compressor = GetParam();
   const Results hierarchical =
       RunExchange(TransportKind::kInproc, kNodes, 1, kN, kRounds, compressor);
   std::vector<std::vector<std::vector<float>>> peer(kRounds, std::vector<std::vector<float>>(kNodes));
   const absl::Status status =
       RunLocalGroup(TransportKind::kInproc, kNodes, [&](Transport& t) -> absl::Status {
         auto backend = kernels::NewCpuBackend();
-        auto e = PeerExchange::Create(backend.get(), &t, kN, ExactAllreduceOptions(), compressor);
+        auto e = PeerExchange::Create(backend.get(), &t, kN, ExactAllreduceOptions(), *compressor);
         if (!e.ok()) return e.status();
         for (int round = 0; round < kRounds; ++round) {
           const std::vector<float> g = Tensor(t.rank(), round, kN), m = Tensor(100, round, kN);
@@ -165,11 +159,7 @@ TEST_P(HierarchicalCompressorTest, NodesOfOneWorkerArePeerExchange) {
           auto avg = (*e)->AverageMomentum(round + 1, m.data(), g.data(), kBeta1);
           if (!avg.ok()) return avg.status();
           peer[round][t.rank()].resize(kN);
-          if (avg->momentum != nullptr) {  // int8: decoded by the exchange
-            std::memcpy(peer[round][t.rank()].data(), avg->momentum, kN * sizeof(float));
-          } else if (auto s = backend->Decompress(avg->blocks, avg->num_chunks, avg->chunk, kN,
-                                                  peer[round][t.rank()].data());
-                     !s.ok()) {
+          if (auto s = DecodeResult(*avg, *backend, kN, peer[round][t.rank()].data()); !s.ok()) {
             return s;
           }
         }
@@ -187,10 +177,10 @@ TEST_P(HierarchicalCompressorTest, NodesOfOneWorkerArePeerExchange) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Compressors, HierarchicalCompressorTest,
-                         ::testing::Values(kernels::Compressor::kOnebit,
-                                           kernels::Compressor::kInt8),
-                         [](const ::testing::TestParamInfo<kernels::Compressor>& info) {
-                           return std::string(kernels::CompressorName(info.param));
+                         ::testing::Values(&OnebitCodec(),
+                                           &Int8Codec()),
+                         [](const ::testing::TestParamInfo<const Codec*>& info) {
+                           return std::string(info.param->name());
                          });
 
 // fp16's overflow agreement: one overflowing worker anywhere (another node, another local
@@ -206,7 +196,7 @@ TEST(HierarchicalExchangeTest, EveryWorkerLearnsWhetherAnyGradientOverflowed) {
           kind, nodes, local, [&](Transport& intra, Transport& inter) -> absl::Status {
             auto backend = kernels::NewCpuBackend();
             auto e = HierarchicalExchange::CreatePeer(backend.get(), &intra, &inter, 10,
-                                                      kernels::Compressor::kOnebit);
+                                                      OnebitCodec());
             if (!e.ok()) return e.status();
             const int me = inter.rank() * local + intra.rank();
             std::vector<int> mine;

@@ -7,15 +7,12 @@ namespace onebit {
 
 absl::StatusOr<std::unique_ptr<PeerExchange>> PeerExchange::Create(
     kernels::Backend* backend, Transport* transport, size_t n,
-    const ExactAllreduceOptions& exact, kernels::Compressor compressor) {
+    const ExactAllreduceOptions& exact, const Codec& codec) {
   ONEBIT_RETURN_IF_ERROR(CheckSameMemorySpace(*backend, *transport));
   std::unique_ptr<PeerExchange> e(new PeerExchange(backend, transport, n, exact));
   ONEBIT_ASSIGN_OR_RETURN(e->exact_, ExactAllreduce::Create(backend, transport, n, exact));
   ONEBIT_ASSIGN_OR_RETURN(e->compressed_,
-                          CompressedAllreduce::Create(backend, transport, n, compressor));
-  if (compressor == kernels::Compressor::kInt8) {
-    ONEBIT_ASSIGN_OR_RETURN(e->decoded_, kernels::Buffer<float>::Create(backend, n));
-  }
+                          CompressedAllreduce::Create(backend, transport, n, codec));
   return e;
 }
 
@@ -34,14 +31,8 @@ absl::StatusOr<const float*> PeerExchange::SumGradients(int64_t step, const floa
 absl::StatusOr<CompressedResult> PeerExchange::AverageMomentum(int64_t /*step*/, const float* m,
                                                                const float* g, float beta1) {
   ONEBIT_RETURN_IF_ERROR(compressed_->RunMomentum(m, g, beta1));
-  CompressedResult r{compressed_->result_blocks(), compressed_->num_chunks(),
-                     compressed_->chunk()};
-  r.compressor = compressed_->compressor();
-  if (r.compressor == kernels::Compressor::kInt8) {  // see CompressedResult
-    ONEBIT_RETURN_IF_ERROR(compressed_->DecodeResult(decoded_.data()));
-    r.momentum = decoded_.data();
-  }
-  return r;
+  return CompressedResult{&compressed_->codec(), compressed_->result_blocks(),
+                          compressed_->num_chunks(), compressed_->chunk()};
 }
 
 absl::StatusOr<CompressedResult> PeerExchange::CompressedAverage(int64_t step, const float* x) {

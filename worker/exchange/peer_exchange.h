@@ -28,12 +28,12 @@ namespace onebit {
 
 class PeerExchange : public Exchange {
  public:
-  // `exact` configures the warmup's ExactAllreduce (its wire dtype, say); `compressor` is
-  // the compressed exchange's format (job config exchange.compressor; every rank the same).
+  // `exact` configures the warmup's ExactAllreduce (its wire dtype, say); `codec` is the
+  // compressed exchange's format (job config exchange.compressor; every rank the same).
   static absl::StatusOr<std::unique_ptr<PeerExchange>> Create(
       kernels::Backend* backend, Transport* transport, size_t n,
       const ExactAllreduceOptions& exact = ExactAllreduceOptions(),
-      kernels::Compressor compressor = kernels::Compressor::kOnebit);
+      const Codec& codec = OnebitCodec());
 
   // The overlapped warmup sum (the header comment); not enabled until the trainer
   // enables it with the workload's buckets.
@@ -72,8 +72,7 @@ class PeerExchange : public Exchange {
   Transport* transport_;
   std::unique_ptr<ExactAllreduce> exact_;
   std::unique_ptr<CompressedAllreduce> compressed_;
-  kernels::Buffer<float> decoded_;  // int8: the decoded result (CompressedResult::momentum)
-  kernels::Buffer<float> flag_;     // AnyOverflow's one float
+  kernels::Buffer<float> flag_;  // AnyOverflow's one float
   const std::unique_ptr<OverlappedWarmup> overlap_;  // last: its thread stops first
 };
 

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -168,7 +170,7 @@ absl::StatusOr<std::unique_ptr<PsExchange>> PsExchange::Create(
   if (shard_addresses.empty()) return absl::InvalidArgumentError("ps mode needs at least one shard");
   ONEBIT_ASSIGN_OR_RETURN(
       PsLayout layout,
-      PsLayout::Create(n, static_cast<int>(shard_addresses.size()), options.compressor));
+      PsLayout::Create(n, static_cast<int>(shard_addresses.size()), *options.codec));
   ONEBIT_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
                           security::GrpcChannelCredentials(options.tls));
   const grpc::ChannelArguments args = ChannelArguments(layout, options.tls);
@@ -202,7 +204,7 @@ absl::StatusOr<std::unique_ptr<PsExchange>> PsExchange::Create(
   }
   ONEBIT_RETURN_IF_ERROR(ValidatePushPlan(options, channels.size()));
   ONEBIT_ASSIGN_OR_RETURN(
-      PsLayout layout, PsLayout::Create(n, static_cast<int>(channels.size()), options.compressor));
+      PsLayout layout, PsLayout::Create(n, static_cast<int>(channels.size()), *options.codec));
   std::unique_ptr<PsExchange> exchange(new PsExchange(backend, rank, world_size, layout, options));
   ONEBIT_RETURN_IF_ERROR(exchange->Init(std::move(channels)));
   return exchange;
@@ -227,10 +229,7 @@ absl::Status PsExchange::Init(std::vector<std::shared_ptr<grpc::Channel>> channe
   for (int s : options_.local_shards) local_shard_[s] = true;
   ONEBIT_ASSIGN_OR_RETURN(compressor_,
                           WorkerCompressor::Create(backend_, layout_.n(), num_shards,
-                                                   layout_.chunk(), layout_.compressor()));
-  if (layout_.compressor() == kernels::Compressor::kInt8) {
-    ONEBIT_ASSIGN_OR_RETURN(decoded_, kernels::Buffer<float>::Create(backend_, layout_.n()));
-  }
+                                                   layout_.chunk(), layout_.codec()));
   using kernels::Buffer;
   ONEBIT_ASSIGN_OR_RETURN(blocks_,
                           Buffer<uint8_t>::Create(backend_, num_shards * layout_.block_bytes()));
@@ -308,17 +307,7 @@ absl::StatusOr<CompressedResult> PsExchange::AverageMomentum(int64_t step, const
   failed_step_ = 0;
   ONEBIT_RETURN_IF_ERROR(CopyResults(gathered_.data(), gathered_.bytes(),
                                      [block](int s) { return s * block; }));
-  CompressedResult r{gathered_.data(), shards_.size(), layout_.chunk()};
-  r.compressor = layout_.compressor();
-  if (r.compressor == kernels::Compressor::kInt8) {  // see CompressedResult
-    ScopedStepTime time(step_clock(), &compress_seconds_);
-    ONEBIT_RETURN_IF_ERROR(backend_->DecompressInt8(gathered_.data(), shards_.size(),
-                                                    layout_.chunk(), layout_.n(),
-                                                    decoded_.data()));
-    ONEBIT_RETURN_IF_ERROR(FinishTimedDeviceWork(step_clock(), backend_));
-    r.momentum = decoded_.data();
-  }
-  return r;
+  return CompressedResult{&layout_.codec(), gathered_.data(), shards_.size(), layout_.chunk()};
 }
 
 absl::StatusOr<CompressedResult> PsExchange::CompressedAverage(int64_t step, const float* x) {
@@ -482,19 +471,13 @@ absl::Status PsExchange::ValidateResult(const Shard& shard, int64_t step, ChunkK
                                             expected));
   }
   if (kind == ChunkKind::kOnebit) {
-    float scale;
-    wire::CopyTo(r.payload.Subcord(0, sizeof(scale)), &scale);
-    if (!std::isfinite(scale) || scale < 0.0f) {
-      return absl::InternalError(
-          absl::StrCat(shard.name, " sent a result block with scale ", scale));
-    }
-    if (layout_.compressor() == kernels::Compressor::kInt8) {
-      float offset;
-      wire::CopyTo(r.payload.Subcord(sizeof(scale), sizeof(offset)), &offset);
-      if (!std::isfinite(offset)) {
-        return absl::InternalError(
-            absl::StrCat(shard.name, " sent an int8 result block with offset ", offset));
-      }
+    const Codec& codec = layout_.codec();
+    std::vector<uint8_t> header(codec.header_bytes());
+    wire::CopyTo(r.payload.Subcord(0, header.size()), header.data());
+    if (const std::optional<HeaderFault> fault = codec.CheckHeader(header.data())) {
+      return absl::InternalError(absl::StrCat(shard.name, " sent a result block with ",
+                                              fault->field, " ", fault->value, " (",
+                                              codec.name(), ")"));
     }
   }
   return absl::OkStatus();

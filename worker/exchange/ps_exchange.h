@@ -103,8 +103,9 @@ struct PsExchangeOptions {
   // certificate for mutual TLS. Off: plaintext. Only the address overload of Create uses it.
   security::TlsOptions tls;
   // The compressed blocks' format (job config exchange.compressor); the shards must use
-  // the same, or they reject the pushes (a block of the other format's size).
-  kernels::Compressor compressor = kernels::Compressor::kOnebit;
+  // the same, or they reject the pushes (a block of another format's size). Not owned
+  // (codecs live for the whole process).
+  const Codec* codec = &OnebitCodec();
   // Where to write a line per push and per result (see TRACE); borrowed, must outlive the
   // exchange. nullptr: no trace.
   CallTrace* trace = nullptr;
@@ -216,7 +217,6 @@ class PsExchange : public Exchange {
   kernels::Buffer<float> sum_;         // SumGradients' result, n values (made by its first call)
   kernels::Buffer<uint8_t> blocks_;    // the S compressed blocks this worker pushes
   kernels::Buffer<uint8_t> gathered_;  // the S result blocks
-  kernels::Buffer<float> decoded_;     // int8: the result decoded (CompressedResult::momentum)
   kernels::StagingBuffer result_stage_;  // device backends: the results on their way up
   // The step of a failed AverageMomentum whose blocks_ a retry must push again; 0: none.
   int64_t failed_step_ = 0;

@@ -341,7 +341,7 @@ TEST(PsExchangeTest, CreateRejectsAPushOrderThatIsNotAPermutation) {
 TEST(PsExchangeTest, EveryWorkerLearnsWhetherAnyGradientOverflowed) {
   constexpr int kWorkers = 3;
   const size_t n = 101;
-  InProcessShards shards(2, kWorkers, n, kernels::Compressor::kOnebit, /*allow_step_gaps=*/true);
+  InProcessShards shards(2, kWorkers, n, OnebitCodec(), /*allow_step_gaps=*/true);
   // Step 2: worker 1 overflowed; step 4: workers 0 and 2.
   const auto overflowed = [](int64_t step, int rank) {
     return (step == 2 && rank == 1) || (step == 4 && rank != 1);

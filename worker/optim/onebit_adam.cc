@@ -140,17 +140,15 @@ absl::Status OnebitAdam::CompressionStep(const float* local_grad) {
     ScopedStepTime time(exchange_->step_clock(), &exchange_call_seconds_);
     ONEBIT_ASSIGN_OR_RETURN(r, exchange_->AverageMomentum(step_ + 1, m_.data(), grad, beta1));
   }
-  if (r.momentum != nullptr) {  // averaged exactly
-    ONEBIT_RETURN_IF_ERROR(backend_->Copy(m_.data(), r.momentum, n_ * sizeof(float)));
-    return FrozenUpdate();
+  // The fused decode takes one set of hyper-parameters (GroupsAlike). It gives the bits of
+  // DecodeResult then FrozenUpdate (Codec::fuses_frozen_update).
+  if (r.codec != nullptr && r.codec->fuses_frozen_update() && GroupsAlike(groups_)) {
+    return r.codec->DecodeFrozenAdamUpdate(*backend_, r.blocks, r.num_chunks, r.chunk,
+                                           StepHyper(groups_[0]), v_.data(), mask_.data(),
+                                           m_.data(), p_.data(), n_);
   }
-  if (!GroupsAlike(groups_)) {  // the fused kernel takes one set of hyper-parameters
-    ONEBIT_RETURN_IF_ERROR(backend_->Decompress(r.blocks, r.num_chunks, r.chunk, n_, m_.data()));
-    return FrozenUpdate();
-  }
-  return backend_->DecompressFrozenAdamUpdate(r.blocks, r.num_chunks, r.chunk,
-                                              StepHyper(groups_[0]), v_.data(), mask_.data(),
-                                              m_.data(), p_.data(), n_);
+  ONEBIT_RETURN_IF_ERROR(DecodeResult(r, *backend_, n_, m_.data()));
+  return FrozenUpdate();
 }
 
 absl::StatusOr<std::vector<float>> OnebitAdam::ParamsToHost() const { return p_.ToHost(); }

@@ -168,7 +168,7 @@ TEST_P(PsEqualsPeerFamilyTest, BitIdenticalWhenShardsEqualWorkers) {
     options.group_offsets = {0, 400, 1003};
     std::vector<std::vector<float>> peer_server_errors;
     const std::vector<WorkerEnd> peer = RunPeer(options, w, 14, n, &peer_server_errors);
-    InProcessShards shards(w, w, n, kernels::Compressor::kOnebit,
+    InProcessShards shards(w, w, n, OnebitCodec(),
                            /*allow_step_gaps=*/options.type == "ZeroOneAdam");
     const std::vector<WorkerEnd> ps = RunPs(options, w, 14, n, shards.addresses);
     for (int rank = 0; rank < w; ++rank) {
@@ -253,7 +253,7 @@ TEST_P(WorkersWarmupTest, SameBitsAsTheWarmupThroughTheShards) {
     SCOPED_TRACE(testing::Message() << "W " << w);
     InProcessShards through(kShards, w, n);
     const std::vector<WorkerEnd> want = RunPs(options, w, kSteps, n, through.addresses);
-    InProcessShards shards(kShards, w, n, kernels::Compressor::kOnebit, /*allow_step_gaps=*/true);
+    InProcessShards shards(kShards, w, n, OnebitCodec(), /*allow_step_gaps=*/true);
     std::vector<uint64_t> shard_bytes;
     const std::vector<WorkerEnd> got =
         RunPsWorkersWarmup(options, w, kSteps, n, shards.addresses, SumOrder::kRank, &shard_bytes);
@@ -283,7 +283,7 @@ TEST_P(WorkersWarmupTest, RingOrderAgreesAcrossWorkers) {
   options.type = GetParam();
   options.hyper.lr = 1e-2f;
   options.freeze_step = 4;
-  InProcessShards shards(2, 3, n, kernels::Compressor::kOnebit, /*allow_step_gaps=*/true);
+  InProcessShards shards(2, 3, n, OnebitCodec(), /*allow_step_gaps=*/true);
   std::vector<uint64_t> shard_bytes;
   const std::vector<WorkerEnd> got =
       RunPsWorkersWarmup(options, 3, 8, n, shards.addresses, SumOrder::kRing, &shard_bytes);

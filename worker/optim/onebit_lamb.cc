@@ -238,11 +238,7 @@ absl::Status OnebitLamb::CompressionStep(const float* local_grad) {
       ScopedStepTime time(exchange_->step_clock(), &exchange_call_seconds_);
       ONEBIT_ASSIGN_OR_RETURN(r, exchange_->CompressedAverage(step_ + 1, m_.data()));
     }
-    if (r.momentum != nullptr) {
-      ONEBIT_RETURN_IF_ERROR(backend_->Copy(m_.data(), r.momentum, n_ * sizeof(float)));
-    } else {
-      ONEBIT_RETURN_IF_ERROR(backend_->Decompress(r.blocks, r.num_chunks, r.chunk, n_, m_.data()));
-    }
+    ONEBIT_RETURN_IF_ERROR(DecodeResult(r, *backend_, n_, m_.data()));
     for (size_t k = 0; k < groups_.size(); ++k) {
       ONEBIT_RETURN_IF_ERROR(backend_->Scale(static_cast<float>(1.0 / scaling_[k]),
                                              m_.data() + groups_[k].begin, groups_[k].size()));

@@ -202,8 +202,8 @@ absl::StatusOr<const float*> ZeroOneAdam::CompressedAverage(const float* x) {
     ScopedStepTime time(exchange_->step_clock(), &exchange_call_seconds_);
     ONEBIT_ASSIGN_OR_RETURN(r, exchange_->CompressedAverage(step_ + 1, x));
   }
-  if (r.momentum != nullptr) return r.momentum;  // averaged exactly (one node)
-  ONEBIT_RETURN_IF_ERROR(backend_->Decompress(r.blocks, r.num_chunks, r.chunk, n_, avg_.data()));
+  if (r.codec == nullptr) return r.exact;  // averaged exactly (one node)
+  ONEBIT_RETURN_IF_ERROR(DecodeResult(r, *backend_, n_, avg_.data()));
   return avg_.data();
 }
 
