@@ -10,9 +10,8 @@
 //
 // The CPU kernels sum squares in a different order on AVX2 and on the scalar path
 // (kernels/kernels.h), so the golden hashes are kept per path; a path with no hashes skips,
-// saying so. To regenerate (after a deliberate change):
-//   bazel test //tests:bit_identity_test \
-//     --test_env=ONEBIT_UPDATE_GOLDEN=$PWD/tests/golden/bit_identity.txt
+// saying so. To regenerate after a deliberate change, run this test with
+//   --test_env=ONEBIT_UPDATE_GOLDEN=$PWD/tests/golden/bit_identity.txt
 #include <sys/stat.h>
 
 #include <cstdint>
