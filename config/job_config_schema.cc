@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "config/optimizer_kind.h"
 
 namespace onebit {
 namespace config_schema {
@@ -440,14 +441,13 @@ Key Rejected(std::string why) {
 
 // ---- The blocks.
 
-// DeepSpeed's optimizer names are case-insensitive; "" when `name` is none of ours.
-std::string CanonicalOptimizer(const std::string& name) {
-  const std::string lower = absl::AsciiStrToLower(name);
-  if (lower == "onebitadam") return "OneBitAdam";
-  if (lower == "zerooneadam") return "ZeroOneAdam";
-  if (lower == "onebitlamb") return "OneBitLamb";
-  if (lower == "adam" || lower == "adamw") return "Adam";
-  return "";
+// The optimizer types' names joined by `sep`, each between `quote`s.
+std::string OptimizerNames(const char* sep, const char* quote) {
+  std::vector<std::string> names;
+  for (const OptimizerTraits& t : AllOptimizerTraits()) {
+    names.push_back(absl::StrCat(quote, t.name, quote));
+  }
+  return absl::StrJoin(names, sep);
 }
 
 Key OptimizerBlock(ParseState* s) {
@@ -457,16 +457,17 @@ Key OptimizerBlock(ParseState* s) {
   type.parse = [o](const Value& t, const std::string& tp) -> absl::Status {
     std::string name;
     ONEBIT_RETURN_IF_ERROR(String(&name).parse(t, tp));
-    const std::string canonical = CanonicalOptimizer(name);
-    if (canonical.empty()) {
-      return Bad(tp, absl::StrCat("must be one of OneBitAdam, ZeroOneAdam, OneBitLamb, Adam "
-                                  "(case-insensitive; AdamW is Adam), got '", name, "'"));
+    absl::StatusOr<OptimizerKind> kind = ParseOptimizerKind(name);
+    if (!kind.ok()) {
+      return Bad(tp, absl::StrCat("must be one of ", OptimizerNames(", ", ""),
+                                  " (case-insensitive; AdamW is Adam), got '", name, "'"));
     }
-    o->type = canonical;
+    o->type = Traits(*kind).name;
     return absl::OkStatus();
   };
   type.type = "string";
-  type.allowed = "\"OneBitAdam\", \"ZeroOneAdam\", \"OneBitLamb\", \"Adam\" (any case; \"AdamW\" is \"Adam\")";
+  type.allowed =
+      absl::StrCat(OptimizerNames(", ", "\""), " (any case; \"AdamW\" is \"Adam\")");
   type.value = [o] { return JsonString(o->type); };
   type.example = type.value;
   type.meaning =
@@ -476,21 +477,12 @@ Key OptimizerBlock(ParseState* s) {
   const std::vector<std::string> common = {"lr", "betas", "eps", "weight_decay", "bias_correction",
                                            "comm_backend_name", "cuda_aware", "eps_inside_sqrt",
                                            "amsgrad", "max_grad_norm"};
-  auto with = [&](std::vector<std::string> more) {
-    std::vector<std::string> keys = common;
-    keys.insert(keys.end(), more.begin(), more.end());
-    return keys;
-  };
-  KeysOfType keys_of_type = {
-      {"OneBitAdam", with({"freeze_step", "update_clip"})},
-      {"ZeroOneAdam", with({"var_freeze_step", "var_update_scaler", "local_step_scaler",
-                            "local_step_clipper", "update_clip"})},
-      {"OneBitLamb", with({"freeze_step", "max_coeff", "min_coeff", "coeff_beta", "factor_max",
-                           "factor_min", "factor_threshold"})},
-      // onebit's Adam is 1-bit Adam's warmup throughout: it takes freeze_step (unused) and
-      // the 1-bit keys, so that a config can switch type alone.
-      {"Adam", with({"freeze_step", "update_clip", "adam_w_mode", "torch_adam", "set_grad_none"})},
-  };
+  KeysOfType keys_of_type;
+  for (const OptimizerTraits& t : AllOptimizerTraits()) {
+    std::vector<std::string>& keys = keys_of_type[t.name];
+    keys = common;
+    keys.insert(keys.end(), t.own_keys.begin(), t.own_keys.end());
+  }
   Keys all = {
       {"lr", Number(&o->lr, 0, 1e3).Means(
                  "The learning rate; replaced by the scheduler's value when `scheduler` is set.")},
