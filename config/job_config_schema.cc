@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <set>
 #include <utility>
 
@@ -302,10 +303,10 @@ Key TypedObject(Key type, Keys rest) {
 
 using KeysOfType = std::map<std::string, std::vector<std::string>>;
 
-// The params of one type out of a family (optimizers, schedulers), the type read from *type
-// when they are parsed: a key that only other types take is an error that says so, not
-// "unknown key".
-Key TypedParams(const std::string* type, KeysOfType keys_of_type, Keys all) {
+// The params of one type out of a family (optimizers, schedulers), the type's name read
+// from type() when they are parsed: a key that only other types take is an error that says
+// so, not "unknown key".
+Key TypedParams(std::function<std::string()> type, KeysOfType keys_of_type, Keys all) {
   for (auto& [key, k] : all) {
     for (const auto& [t, ks] : keys_of_type) {
       if (std::find(ks.begin(), ks.end(), key) != ks.end()) k.types.push_back(t);
@@ -314,14 +315,15 @@ Key TypedParams(const std::string* type, KeysOfType keys_of_type, Keys all) {
   Key params = Section(std::move(all));
   params.parse = [type, keys_of_type, all = params.keys](const Value& v,
                                                          const std::string& path) {
-    const std::vector<std::string>& mine = keys_of_type.at(*type);
+    const std::string name = type();
+    const std::vector<std::string>& mine = keys_of_type.at(name);
     Keys handlers;
     for (const std::string& k : mine) handlers[k].parse = all->at(k).parse;
     for (const auto& [other, keys] : keys_of_type) {
-      if (other == *type) continue;
+      if (other == name) continue;
       for (const std::string& k : keys) {
         if (handlers.count(k)) continue;
-        handlers[k].parse = [type = *type, keys_of_type, k](const Value&, const std::string& p) {
+        handlers[k].parse = [type = name, keys_of_type, k](const Value&, const std::string& p) {
           std::vector<std::string> takers;
           for (const auto& [t, ks] : keys_of_type) {
             if (std::find(ks.begin(), ks.end(), k) != ks.end()) takers.push_back(t);
@@ -462,13 +464,13 @@ Key OptimizerBlock(ParseState* s) {
       return Bad(tp, absl::StrCat("must be one of ", OptimizerNames(", ", ""),
                                   " (case-insensitive; AdamW is Adam), got '", name, "'"));
     }
-    o->type = Traits(*kind).name;
+    o->kind = *kind;
     return absl::OkStatus();
   };
   type.type = "string";
   type.allowed =
       absl::StrCat(OptimizerNames(", ", "\""), " (any case; \"AdamW\" is \"Adam\")");
-  type.value = [o] { return JsonString(o->type); };
+  type.value = [o] { return JsonString(Traits(o->kind).name); };
   type.example = type.value;
   type.meaning =
       "The optimizer: 1-bit Adam, 0/1 Adam, 1-bit LAMB, or Adam (full precision throughout: "
@@ -494,7 +496,7 @@ Key OptimizerBlock(ParseState* s) {
       {"bias_correction",
        Then(Bool(&o->bias_correction),
             [o, notices](const std::string& bp) {
-              if (o->bias_correction && o->type != "Adam") {
+              if (o->bias_correction && Traits(o->kind).compresses) {
                 notices->push_back(absl::StrCat(
                     bp, ": true: onebit applies Adam's bias correction; DeepSpeed's 1-bit "
                         "optimizers accept this key and never apply it, so results differ from "
@@ -567,7 +569,8 @@ Key OptimizerBlock(ParseState* s) {
       {"torch_adam", IgnoredBool(notices, "it picks DeepSpeed's Adam implementation")},
       {"set_grad_none", IgnoredBool(notices, "PyTorch gradient memory")},
   };
-  Key params = TypedParams(&o->type, std::move(keys_of_type), std::move(all))
+  Key params = TypedParams([o] { return std::string(Traits(o->kind).name); },
+                           std::move(keys_of_type), std::move(all))
                    .Means("The type's hyper-parameters (the Types column says which type takes "
                           "which); a key of another type is an error, as DeepSpeed's "
                           "constructor would raise.");
@@ -665,7 +668,7 @@ Key SchedulerBlock(ParseState* s) {
            .Means("-1 only: onebit computes the schedule from the step, so a resumed job "
                   "continues it by itself.")},
   };
-  Key params = TypedParams(&sc->type, std::move(keys_of_type), std::move(all))
+  Key params = TypedParams([sc] { return sc->type; }, std::move(keys_of_type), std::move(all))
                    .Means("The type's parameters (the Types column says which type takes "
                           "which); defaults are DeepSpeed's.");
   params.parse = [s, typed = std::move(params.parse)](const Value& p, const std::string& pp) {

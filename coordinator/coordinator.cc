@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "checkpoint/manifest.h"
+#include "config/optimizer_kind.h"
 #include "coordinator/log.h"
 
 namespace onebit {
@@ -17,7 +18,7 @@ absl::StatusOr<StageMachineOptions> StageMachineOptionsFromConfig(const JobConfi
   o.world_size = config.workers;
   o.lease_steps = config.lease_steps;
   o.total_steps = config.steps;
-  if (config.optimizer.type == "Adam") {
+  if (!Traits(config.optimizer.kind).compresses) {
     o.policy = FreezePolicy::kNever;
   } else if (config.freeze.mode == "static") {
     o.policy = FreezePolicy::kStatic;
@@ -477,7 +478,7 @@ absl::StatusOr<v1::LeaseResponse> Coordinator::Lease(const v1::LeaseRequest& req
   response.set_stop_after_step(grant->stop_after_step);
   for (int64_t step : grant->checkpoint_steps) response.add_checkpoint_steps(step);
   const OptimizerConfig& o = options_.config.optimizer;
-  if (o.type == "ZeroOneAdam" && grant->through_step >= request.next_step()) {
+  if (Traits(o.kind).has_local_steps && grant->through_step >= request.next_step()) {
     // The switch as the lease schedules it (none yet: not within any lease's reach).
     const int64_t freeze = grant->freeze_step >= 0 ? grant->freeze_step
                                                    : std::numeric_limits<int64_t>::max();
@@ -741,7 +742,7 @@ absl::StatusOr<v1::CommitPartResponse> Coordinator::CommitPart(const v1::CommitP
   manifest.set_num_servers(membership_.num_servers());
   manifest.set_exchange_mode(checkpoint::TopologyKey(options_.config));
   manifest.set_num_parameters(NumParametersLocked());
-  manifest.set_optimizer(options_.config.optimizer.type);
+  manifest.set_optimizer(Traits(options_.config.optimizer.kind).name);
   manifest.set_created_unix_ms(absl::ToUnixMillis(clock_->Now()));
   manifest.set_reason(reason);
   for (const auto& [key, p] : pending.parts) *manifest.add_parts() = p;
