@@ -58,7 +58,7 @@ TrainerOptions TrainerOptionsFromConfig(const JobConfig& config) {
   t.optimizer.hyper.eps = static_cast<float>(o.eps);
   t.optimizer.hyper.weight_decay = static_cast<float>(o.weight_decay);
   t.optimizer.hyper.update_clip = static_cast<float>(o.update_clip);
-  t.optimizer.type = Traits(o.kind).name;
+  t.optimizer.kind = o.kind;
   t.optimizer.bias_correction = o.bias_correction;
   t.optimizer.max_grad_norm = config.gradient_clipping;
   t.optimizer.zero_one.var_update_scaler = o.var_update_scaler;

@@ -1,6 +1,7 @@
 #include "worker/optim/optimizer_factory.h"
 
 #include <limits>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -9,55 +10,86 @@
 
 namespace onebit {
 
+namespace {
+
+using Built = absl::StatusOr<std::unique_ptr<Optimizer>>;
+
+// T::Create over the exchange, as an Optimizer.
+template <typename T, typename Options>
+Built Build(const Options& options, kernels::Backend* backend, Exchange* exchange,
+            const float* initial_params, size_t n) {
+  ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<T> optimizer,
+                          T::Create(options, backend, exchange, initial_params, n));
+  return std::unique_ptr<Optimizer>(std::move(optimizer));
+}
+
+// OneBitAdam, and Adam: OnebitAdam that never freezes.
+Built BuildOnebitAdam(const OptimizerSpec& spec, kernels::Backend* backend, Exchange* exchange,
+                      const float* initial_params, size_t n) {
+  OnebitAdamOptions o;
+  o.hyper = spec.hyper;
+  o.freeze_step =
+      Traits(spec.kind).compresses ? spec.freeze_step : std::numeric_limits<int64_t>::max();
+  o.momentum_mask = spec.momentum_mask;
+  o.auto_mask_zero_gradients = spec.auto_mask_zero_gradients;
+  o.bias_correction = spec.bias_correction;
+  o.max_grad_norm = spec.max_grad_norm;
+  o.hyper_groups = spec.hyper_groups;
+  return Build<OnebitAdam>(o, backend, exchange, initial_params, n);
+}
+
+Built BuildZeroOneAdam(const OptimizerSpec& spec, kernels::Backend* backend, Exchange* exchange,
+                       const float* initial_params, size_t n) {
+  ZeroOneAdamOptions o;
+  o.hyper = spec.hyper;
+  o.var_freeze_step = spec.freeze_step;
+  o.schedule = spec.zero_one;
+  o.momentum_mask = spec.momentum_mask;
+  o.auto_mask_zero_gradients = spec.auto_mask_zero_gradients;
+  o.bias_correction = spec.bias_correction;
+  o.max_grad_norm = spec.max_grad_norm;
+  o.hyper_groups = spec.hyper_groups;
+  return Build<ZeroOneAdam>(o, backend, exchange, initial_params, n);
+}
+
+Built BuildOnebitLamb(const OptimizerSpec& spec, kernels::Backend* backend, Exchange* exchange,
+                      const float* initial_params, size_t n) {
+  OnebitLambOptions o;
+  o.hyper = spec.hyper;
+  o.freeze_step = spec.freeze_step;
+  o.coeffs = spec.lamb;
+  o.group_offsets = spec.group_offsets;
+  o.momentum_mask = spec.momentum_mask;
+  o.auto_mask_zero_gradients = spec.auto_mask_zero_gradients;
+  o.bias_correction = spec.bias_correction;
+  o.max_grad_norm = spec.max_grad_norm;
+  o.hyper_groups = spec.hyper_groups;
+  return Build<OnebitLamb>(o, backend, exchange, initial_params, n);
+}
+
+// The one registration of an optimizer's code: its kind's builder.
+struct Builder {
+  OptimizerKind kind;
+  Built (*build)(const OptimizerSpec&, kernels::Backend*, Exchange*, const float*, size_t);
+};
+constexpr Builder kBuilders[] = {
+    {OptimizerKind::kOneBitAdam, BuildOnebitAdam},
+    {OptimizerKind::kZeroOneAdam, BuildZeroOneAdam},
+    {OptimizerKind::kOneBitLamb, BuildOnebitLamb},
+    {OptimizerKind::kAdam, BuildOnebitAdam},
+};
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const OptimizerSpec& spec,
                                                            kernels::Backend* backend,
                                                            Exchange* exchange,
                                                            const float* initial_params, size_t n) {
-  if (spec.type == "OneBitAdam" || spec.type == "Adam") {
-    OnebitAdamOptions o;
-    o.hyper = spec.hyper;
-    o.freeze_step =
-        spec.type == "Adam" ? std::numeric_limits<int64_t>::max() : spec.freeze_step;
-    o.momentum_mask = spec.momentum_mask;
-    o.auto_mask_zero_gradients = spec.auto_mask_zero_gradients;
-    o.bias_correction = spec.bias_correction;
-    o.max_grad_norm = spec.max_grad_norm;
-    o.hyper_groups = spec.hyper_groups;
-    ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<OnebitAdam> adam,
-                            OnebitAdam::Create(o, backend, exchange, initial_params, n));
-    return std::unique_ptr<Optimizer>(std::move(adam));
+  for (const Builder& b : kBuilders) {
+    if (b.kind == spec.kind) return b.build(spec, backend, exchange, initial_params, n);
   }
-  if (spec.type == "ZeroOneAdam") {
-    ZeroOneAdamOptions o;
-    o.hyper = spec.hyper;
-    o.var_freeze_step = spec.freeze_step;
-    o.schedule = spec.zero_one;
-    o.momentum_mask = spec.momentum_mask;
-    o.auto_mask_zero_gradients = spec.auto_mask_zero_gradients;
-    o.bias_correction = spec.bias_correction;
-    o.max_grad_norm = spec.max_grad_norm;
-    o.hyper_groups = spec.hyper_groups;
-    ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<ZeroOneAdam> adam,
-                            ZeroOneAdam::Create(o, backend, exchange, initial_params, n));
-    return std::unique_ptr<Optimizer>(std::move(adam));
-  }
-  if (spec.type == "OneBitLamb") {
-    OnebitLambOptions o;
-    o.hyper = spec.hyper;
-    o.freeze_step = spec.freeze_step;
-    o.coeffs = spec.lamb;
-    o.group_offsets = spec.group_offsets;
-    o.momentum_mask = spec.momentum_mask;
-    o.auto_mask_zero_gradients = spec.auto_mask_zero_gradients;
-    o.bias_correction = spec.bias_correction;
-    o.max_grad_norm = spec.max_grad_norm;
-    o.hyper_groups = spec.hyper_groups;
-    ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<OnebitLamb> lamb,
-                            OnebitLamb::Create(o, backend, exchange, initial_params, n));
-    return std::unique_ptr<Optimizer>(std::move(lamb));
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown optimizer type \"", spec.type, "\" (OneBitAdam, Adam, ZeroOneAdam, OneBitLamb)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("no builder for optimizer type ", Traits(spec.kind).name));
 }
 
 }  // namespace onebit

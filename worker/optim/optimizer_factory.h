@@ -1,4 +1,5 @@
-// Makes the optimizer a job config names (config's optimizer.type) over an exchange.
+// Makes the optimizer a job config names (config's optimizer.type) over an exchange: one
+// builder per OptimizerKind (config/optimizer_kind.h).
 #ifndef ONEBIT_WORKER_OPTIM_OPTIMIZER_FACTORY_H_
 #define ONEBIT_WORKER_OPTIM_OPTIMIZER_FACTORY_H_
 
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "config/optimizer_kind.h"
 #include "kernels/kernels.h"
 #include "worker/exchange/exchange.h"
 #include "worker/optim/onebit_lamb.h"
@@ -19,9 +21,8 @@
 namespace onebit {
 
 struct OptimizerSpec {
-  // "OneBitAdam", "Adam" (OnebitAdam that never freezes: full precision throughout),
-  // "ZeroOneAdam" or "OneBitLamb".
-  std::string type = "OneBitAdam";
+  // Adam is OnebitAdam that never freezes: full precision throughout.
+  OptimizerKind kind = OptimizerKind::kOneBitAdam;
   kernels::AdamHyper hyper;
   // The last warmup step: freeze_step, or ZeroOneAdam's var_freeze_step. Ignored by "Adam".
   int64_t freeze_step = 100000;
@@ -43,7 +44,7 @@ struct OptimizerSpec {
   std::vector<HyperGroup> hyper_groups;
 };
 
-// INVALID_ARGUMENT for an unknown type or bad options. The exchange is borrowed.
+// INVALID_ARGUMENT for bad options. The exchange is borrowed.
 absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const OptimizerSpec& spec,
                                                            kernels::Backend* backend,
                                                            Exchange* exchange,
