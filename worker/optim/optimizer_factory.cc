@@ -14,6 +14,10 @@ namespace {
 
 using Built = absl::StatusOr<std::unique_ptr<Optimizer>>;
 
+// The part of `options` that every optimizer takes: assigning the spec to it copies just
+// that part.
+CommonOptimizerOptions& Common(CommonOptimizerOptions& options) { return options; }
+
 // T::Create over the exchange, as an Optimizer.
 template <typename T, typename Options>
 Built Build(const Options& options, kernels::Backend* backend, Exchange* exchange,
@@ -27,43 +31,28 @@ Built Build(const Options& options, kernels::Backend* backend, Exchange* exchang
 Built BuildOnebitAdam(const OptimizerSpec& spec, kernels::Backend* backend, Exchange* exchange,
                       const float* initial_params, size_t n) {
   OnebitAdamOptions o;
-  o.hyper = spec.hyper;
+  Common(o) = spec;
   o.freeze_step =
       Traits(spec.kind).compresses ? spec.freeze_step : std::numeric_limits<int64_t>::max();
-  o.momentum_mask = spec.momentum_mask;
-  o.auto_mask_zero_gradients = spec.auto_mask_zero_gradients;
-  o.bias_correction = spec.bias_correction;
-  o.max_grad_norm = spec.max_grad_norm;
-  o.hyper_groups = spec.hyper_groups;
   return Build<OnebitAdam>(o, backend, exchange, initial_params, n);
 }
 
 Built BuildZeroOneAdam(const OptimizerSpec& spec, kernels::Backend* backend, Exchange* exchange,
                        const float* initial_params, size_t n) {
   ZeroOneAdamOptions o;
-  o.hyper = spec.hyper;
+  Common(o) = spec;
   o.var_freeze_step = spec.freeze_step;
   o.schedule = spec.zero_one;
-  o.momentum_mask = spec.momentum_mask;
-  o.auto_mask_zero_gradients = spec.auto_mask_zero_gradients;
-  o.bias_correction = spec.bias_correction;
-  o.max_grad_norm = spec.max_grad_norm;
-  o.hyper_groups = spec.hyper_groups;
   return Build<ZeroOneAdam>(o, backend, exchange, initial_params, n);
 }
 
 Built BuildOnebitLamb(const OptimizerSpec& spec, kernels::Backend* backend, Exchange* exchange,
                       const float* initial_params, size_t n) {
   OnebitLambOptions o;
-  o.hyper = spec.hyper;
+  Common(o) = spec;
   o.freeze_step = spec.freeze_step;
   o.coeffs = spec.lamb;
   o.group_offsets = spec.group_offsets;
-  o.momentum_mask = spec.momentum_mask;
-  o.auto_mask_zero_gradients = spec.auto_mask_zero_gradients;
-  o.bias_correction = spec.bias_correction;
-  o.max_grad_norm = spec.max_grad_norm;
-  o.hyper_groups = spec.hyper_groups;
   return Build<OnebitLamb>(o, backend, exchange, initial_params, n);
 }
 
