@@ -14,46 +14,33 @@ namespace {
 
 using Built = absl::StatusOr<std::unique_ptr<Optimizer>>;
 
-// The part of `options` that every optimizer takes: assigning the spec to it copies just
-// that part.
-CommonOptimizerOptions& Common(CommonOptimizerOptions& options) { return options; }
+// Each optimizer's own options from the spec (the common part is copied before).
+void OnebitAdamOwn(const OptimizerSpec& spec, OnebitAdamOptions* o) {
+  // Adam is OnebitAdam that never freezes.
+  o->freeze_step =
+      Traits(spec.kind).compresses ? spec.freeze_step : std::numeric_limits<int64_t>::max();
+}
+void ZeroOneAdamOwn(const OptimizerSpec& spec, ZeroOneAdamOptions* o) {
+  o->var_freeze_step = spec.freeze_step;
+  o->schedule = spec.zero_one;
+}
+void OnebitLambOwn(const OptimizerSpec& spec, OnebitLambOptions* o) {
+  o->freeze_step = spec.freeze_step;
+  o->coeffs = spec.lamb;
+  o->group_offsets = spec.group_offsets;
+}
 
-// T::Create over the exchange, as an Optimizer.
-template <typename T, typename Options>
-Built Build(const Options& options, kernels::Backend* backend, Exchange* exchange,
+// T::Create over the exchange, as an Optimizer, with the spec's common options and the
+// ones kOwn sets.
+template <typename T, typename Options, void (*kOwn)(const OptimizerSpec&, Options*)>
+Built Build(const OptimizerSpec& spec, kernels::Backend* backend, Exchange* exchange,
             const float* initial_params, size_t n) {
+  Options options;
+  static_cast<CommonOptimizerOptions&>(options) = spec;
+  kOwn(spec, &options);
   ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<T> optimizer,
                           T::Create(options, backend, exchange, initial_params, n));
   return std::unique_ptr<Optimizer>(std::move(optimizer));
-}
-
-// OneBitAdam, and Adam: OnebitAdam that never freezes.
-Built BuildOnebitAdam(const OptimizerSpec& spec, kernels::Backend* backend, Exchange* exchange,
-                      const float* initial_params, size_t n) {
-  OnebitAdamOptions o;
-  Common(o) = spec;
-  o.freeze_step =
-      Traits(spec.kind).compresses ? spec.freeze_step : std::numeric_limits<int64_t>::max();
-  return Build<OnebitAdam>(o, backend, exchange, initial_params, n);
-}
-
-Built BuildZeroOneAdam(const OptimizerSpec& spec, kernels::Backend* backend, Exchange* exchange,
-                       const float* initial_params, size_t n) {
-  ZeroOneAdamOptions o;
-  Common(o) = spec;
-  o.var_freeze_step = spec.freeze_step;
-  o.schedule = spec.zero_one;
-  return Build<ZeroOneAdam>(o, backend, exchange, initial_params, n);
-}
-
-Built BuildOnebitLamb(const OptimizerSpec& spec, kernels::Backend* backend, Exchange* exchange,
-                      const float* initial_params, size_t n) {
-  OnebitLambOptions o;
-  Common(o) = spec;
-  o.freeze_step = spec.freeze_step;
-  o.coeffs = spec.lamb;
-  o.group_offsets = spec.group_offsets;
-  return Build<OnebitLamb>(o, backend, exchange, initial_params, n);
 }
 
 // The one registration of an optimizer's code: its kind's builder.
@@ -62,10 +49,10 @@ struct Builder {
   Built (*build)(const OptimizerSpec&, kernels::Backend*, Exchange*, const float*, size_t);
 };
 constexpr Builder kBuilders[] = {
-    {OptimizerKind::kOneBitAdam, BuildOnebitAdam},
-    {OptimizerKind::kZeroOneAdam, BuildZeroOneAdam},
-    {OptimizerKind::kOneBitLamb, BuildOnebitLamb},
-    {OptimizerKind::kAdam, BuildOnebitAdam},
+    {OptimizerKind::kOneBitAdam, Build<OnebitAdam, OnebitAdamOptions, OnebitAdamOwn>},
+    {OptimizerKind::kZeroOneAdam, Build<ZeroOneAdam, ZeroOneAdamOptions, ZeroOneAdamOwn>},
+    {OptimizerKind::kOneBitLamb, Build<OnebitLamb, OnebitLambOptions, OnebitLambOwn>},
+    {OptimizerKind::kAdam, Build<OnebitAdam, OnebitAdamOptions, OnebitAdamOwn>},
 };
 
 }  // namespace
