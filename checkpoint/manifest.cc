@@ -14,6 +14,7 @@
 #include "checkpoint/part.h"
 #include "common/atomic_file.h"
 #include "common/status_macros.h"
+#include "config/optimizer_kind.h"
 #include "proto/proto_json.h"
 
 namespace onebit::checkpoint {
@@ -218,10 +219,11 @@ absl::StatusOr<ResumePlan> PlanResume(const JobConfig& config, uint64_t num_para
           " parameters, this job's model has ", num_parameters,
           ": use another onebit.checkpoint.dir, or set onebit.checkpoint.resume to false"));
     }
-    if (m.optimizer() != config.optimizer.type) {
+    const std::string optimizer = Traits(config.optimizer.kind).name;
+    if (m.optimizer() != optimizer) {
       return absl::FailedPreconditionError(absl::StrCat(
           "the checkpoint of step ", m.step(), " in ", root, " was written by optimizer ",
-          m.optimizer(), ", this job runs ", config.optimizer.type));
+          m.optimizer(), ", this job runs ", optimizer));
     }
     v1::ResumeFrom resume;
     resume.set_step(m.step());

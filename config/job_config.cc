@@ -177,6 +177,32 @@ namespace {
 std::string G(double x) { return absl::StrFormat("%.17g", x); }
 const char* B(bool b) { return b ? "true" : "false"; }
 
+// The params keys with a value of their own, in the order JSON prints them; `line` starts
+// a new line before the key. Keys a type takes without effect (Adam's adam_w_mode) have none.
+struct ParamKey {
+  const char* key;
+  bool line;
+  std::string (*value)(const OptimizerConfig&);
+};
+constexpr ParamKey kParamKeys[] = {
+    {"freeze_step", false, [](const OptimizerConfig& o) { return absl::StrCat(o.freeze_step); }},
+    {"update_clip", false, [](const OptimizerConfig& o) { return G(o.update_clip); }},
+    {"var_freeze_step", true,
+     [](const OptimizerConfig& o) { return absl::StrCat(o.var_freeze_step); }},
+    {"var_update_scaler", false,
+     [](const OptimizerConfig& o) { return absl::StrCat(o.var_update_scaler); }},
+    {"local_step_scaler", false,
+     [](const OptimizerConfig& o) { return absl::StrCat(o.local_step_scaler); }},
+    {"local_step_clipper", false,
+     [](const OptimizerConfig& o) { return absl::StrCat(o.local_step_clipper); }},
+    {"max_coeff", true, [](const OptimizerConfig& o) { return G(o.max_coeff); }},
+    {"min_coeff", false, [](const OptimizerConfig& o) { return G(o.min_coeff); }},
+    {"coeff_beta", false, [](const OptimizerConfig& o) { return G(o.coeff_beta); }},
+    {"factor_max", false, [](const OptimizerConfig& o) { return G(o.factor_max); }},
+    {"factor_min", false, [](const OptimizerConfig& o) { return G(o.factor_min); }},
+    {"factor_threshold", false, [](const OptimizerConfig& o) { return G(o.factor_threshold); }},
+};
+
 // The params of the optimizer's type, every one.
 std::string OptimizerParamsJson(const OptimizerConfig& o) {
   std::string out = absl::StrFormat(
@@ -184,19 +210,10 @@ std::string OptimizerParamsJson(const OptimizerConfig& o) {
                "bias_correction": %s, "comm_backend_name": "%s")",
       G(o.lr), G(o.beta1), G(o.beta2), G(o.eps), G(o.weight_decay), B(o.bias_correction),
       o.comm_backend_name);
-  if (o.type != "ZeroOneAdam") absl::StrAppend(&out, ", \"freeze_step\": ", o.freeze_step);
-  if (o.type != "OneBitLamb") absl::StrAppend(&out, ", \"update_clip\": ", G(o.update_clip));
-  if (o.type == "ZeroOneAdam") {
-    absl::StrAppend(&out, ",\n               \"var_freeze_step\": ", o.var_freeze_step,
-                    ", \"var_update_scaler\": ", o.var_update_scaler,
-                    ", \"local_step_scaler\": ", o.local_step_scaler,
-                    ", \"local_step_clipper\": ", o.local_step_clipper);
-  }
-  if (o.type == "OneBitLamb") {
-    absl::StrAppend(&out, ",\n               \"max_coeff\": ", G(o.max_coeff),
-                    ", \"min_coeff\": ", G(o.min_coeff), ", \"coeff_beta\": ", G(o.coeff_beta),
-                    ", \"factor_max\": ", G(o.factor_max), ", \"factor_min\": ", G(o.factor_min),
-                    ", \"factor_threshold\": ", G(o.factor_threshold));
+  const std::vector<std::string>& own = Traits(o.kind).own_keys;
+  for (const ParamKey& k : kParamKeys) {
+    if (std::find(own.begin(), own.end(), k.key) == own.end()) continue;
+    absl::StrAppend(&out, k.line ? ",\n               \"" : ", \"", k.key, "\": ", k.value(o));
   }
   return out;
 }
@@ -290,7 +307,7 @@ std::string JobConfigToJson(const JobConfig& c) {
 }
 )",
       TrainBatchSize(c), c.micro_batch, c.gradient_accumulation_steps, c.gradient_clipping,
-      c.steps, c.seed, o.type, OptimizerParamsJson(o), SchedulerJson(c.scheduler),
+      c.steps, c.seed, Traits(o.kind).name, OptimizerParamsJson(o), SchedulerJson(c.scheduler),
       B(p.fp16), p.loss_scale, p.initial_scale_power, p.loss_scale_window, p.hysteresis,
       B(p.consecutive_hysteresis), p.min_loss_scale, B(p.bf16), c.workers, c.device, c.cpu_threads, c.lease_steps,
       c.log_every, c.exchange.mode, c.exchange.servers, c.exchange.local_size, c.exchange.inter,
@@ -383,8 +400,23 @@ std::string JobTermsDifference(const std::string& first, const std::string& othe
   return absl::StrJoin(parts, "; ");
 }
 
+namespace {
+
+// The field of the params key Traits(kind).warmup_end_key.
+int64_t OptimizerConfig::*WarmupEndField(OptimizerKind kind) {
+  return absl::string_view(Traits(kind).warmup_end_key) == "var_freeze_step"
+             ? &OptimizerConfig::var_freeze_step
+             : &OptimizerConfig::freeze_step;
+}
+
+}  // namespace
+
 int64_t WarmupEndStep(const OptimizerConfig& optimizer) {
-  return optimizer.type == "ZeroOneAdam" ? optimizer.var_freeze_step : optimizer.freeze_step;
+  return optimizer.*WarmupEndField(optimizer.kind);
+}
+
+int64_t* MutableWarmupEndStep(OptimizerConfig* optimizer) {
+  return &(optimizer->*WarmupEndField(optimizer->kind));
 }
 
 int64_t TrainBatchSize(const JobConfig& config) {

@@ -101,6 +101,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "config/optimizer_kind.h"
 
 namespace onebit {
 
@@ -113,9 +114,9 @@ inline constexpr int64_t kOpenEndedSteps = int64_t{1} << 40;
 inline constexpr double kDefaultUpdateClip = 2.0;
 
 struct OptimizerConfig {
-  // "OneBitAdam", "ZeroOneAdam", "OneBitLamb" or "Adam" (full precision throughout: 1-bit
-  // Adam's warmup forever), spelled so whatever case the config used.
-  std::string type = "OneBitAdam";
+  // The "type": OneBitAdam, ZeroOneAdam, OneBitLamb or Adam (full precision throughout:
+  // 1-bit Adam's warmup forever). Traits(kind) says what the rest of the system needs.
+  OptimizerKind kind = OptimizerKind::kOneBitAdam;
   double lr = 1e-3;  // replaced by the scheduler's value when "scheduler" is set
   double beta1 = 0.9;
   double beta2 = 0.999;
@@ -403,9 +404,11 @@ struct JobConfig {
 // DeepSpeed's train_batch_size: micro_batch * gradient_accumulation_steps * workers (what
 // JobConfigToJson prints, so a config built in code stays consistent).
 int64_t TrainBatchSize(const JobConfig& config);
-// The last warmup step the config gives: optimizer.params.var_freeze_step for ZeroOneAdam
-// (the end of its variance stage), freeze_step otherwise.
+// The last warmup step the config gives: the params key Traits(kind).warmup_end_key names
+// (var_freeze_step for ZeroOneAdam, the end of its variance stage; freeze_step otherwise).
 int64_t WarmupEndStep(const OptimizerConfig& optimizer);
+// The field that WarmupEndStep reads.
+int64_t* MutableWarmupEndStep(OptimizerConfig* optimizer);
 
 // True when the job has onebit-server shards: ps mode, or hierarchical over ps.
 bool UsesServers(const ExchangeConfig& exchange);

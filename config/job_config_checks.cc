@@ -2,8 +2,11 @@
 // (config/job_config_schema.h has the keys).
 #include <algorithm>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "config/job_config.h"
 #include "config/job_config_schema.h"
@@ -147,13 +150,18 @@ absl::Status CheckJobConfig(const ParseState& state) {
     return Bad("onebit.exchange.warmup_over",
                "only applies where there are shards (mode ps, or hierarchical with inter ps)");
   }
-  if (x.warmup_over == "workers" && o.type != "OneBitAdam" && o.type != "OneBitLamb") {
+  if (x.warmup_over == "workers" && !Traits(o.kind).one_switch) {
+    std::vector<std::string> one_switch;
+    for (const OptimizerTraits& t : AllOptimizerTraits()) {
+      if (t.one_switch) one_switch.push_back(t.name);
+    }
     return Bad("onebit.exchange.warmup_over",
                absl::StrCat(
-                   "workers needs an optimizer with one switch to compression (OneBitAdam, "
-                   "OneBitLamb), not ", o.type,
-                   o.type == "Adam" ? " (it never compresses: the shards would idle; use mode peer)"
-                                    : " (its full-precision and compressed steps alternate)"));
+                   "workers needs an optimizer with one switch to compression (",
+                   absl::StrJoin(one_switch, ", "), "), not ", Traits(o.kind).name,
+                   !Traits(o.kind).compresses
+                       ? " (it never compresses: the shards would idle; use mode peer)"
+                       : " (its full-precision and compressed steps alternate)"));
   }
   if (!WarmupBetweenWorkers(x) && x.warmup_dtype != "fp32") {
     return Bad("onebit.exchange.warmup_dtype",

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <set>
 #include <utility>
 
@@ -10,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "config/optimizer_kind.h"
 
 namespace onebit {
 namespace config_schema {
@@ -301,10 +303,10 @@ Key TypedObject(Key type, Keys rest) {
 
 using KeysOfType = std::map<std::string, std::vector<std::string>>;
 
-// The params of one type out of a family (optimizers, schedulers), the type read from *type
-// when they are parsed: a key that only other types take is an error that says so, not
-// "unknown key".
-Key TypedParams(const std::string* type, KeysOfType keys_of_type, Keys all) {
+// The params of one type out of a family (optimizers, schedulers), the type's name read
+// from type() when they are parsed: a key that only other types take is an error that says
+// so, not "unknown key".
+Key TypedParams(std::function<std::string()> type, KeysOfType keys_of_type, Keys all) {
   for (auto& [key, k] : all) {
     for (const auto& [t, ks] : keys_of_type) {
       if (std::find(ks.begin(), ks.end(), key) != ks.end()) k.types.push_back(t);
@@ -313,14 +315,15 @@ Key TypedParams(const std::string* type, KeysOfType keys_of_type, Keys all) {
   Key params = Section(std::move(all));
   params.parse = [type, keys_of_type, all = params.keys](const Value& v,
                                                          const std::string& path) {
-    const std::vector<std::string>& mine = keys_of_type.at(*type);
+    const std::string name = type();
+    const std::vector<std::string>& mine = keys_of_type.at(name);
     Keys handlers;
     for (const std::string& k : mine) handlers[k].parse = all->at(k).parse;
     for (const auto& [other, keys] : keys_of_type) {
-      if (other == *type) continue;
+      if (other == name) continue;
       for (const std::string& k : keys) {
         if (handlers.count(k)) continue;
-        handlers[k].parse = [type = *type, keys_of_type, k](const Value&, const std::string& p) {
+        handlers[k].parse = [type = name, keys_of_type, k](const Value&, const std::string& p) {
           std::vector<std::string> takers;
           for (const auto& [t, ks] : keys_of_type) {
             if (std::find(ks.begin(), ks.end(), k) != ks.end()) takers.push_back(t);
@@ -440,14 +443,13 @@ Key Rejected(std::string why) {
 
 // ---- The blocks.
 
-// DeepSpeed's optimizer names are case-insensitive; "" when `name` is none of ours.
-std::string CanonicalOptimizer(const std::string& name) {
-  const std::string lower = absl::AsciiStrToLower(name);
-  if (lower == "onebitadam") return "OneBitAdam";
-  if (lower == "zerooneadam") return "ZeroOneAdam";
-  if (lower == "onebitlamb") return "OneBitLamb";
-  if (lower == "adam" || lower == "adamw") return "Adam";
-  return "";
+// The optimizer types' names joined by `sep`, each between `quote`s.
+std::string OptimizerNames(const char* sep, const char* quote) {
+  std::vector<std::string> names;
+  for (const OptimizerTraits& t : AllOptimizerTraits()) {
+    names.push_back(absl::StrCat(quote, t.name, quote));
+  }
+  return absl::StrJoin(names, sep);
 }
 
 Key OptimizerBlock(ParseState* s) {
@@ -457,17 +459,18 @@ Key OptimizerBlock(ParseState* s) {
   type.parse = [o](const Value& t, const std::string& tp) -> absl::Status {
     std::string name;
     ONEBIT_RETURN_IF_ERROR(String(&name).parse(t, tp));
-    const std::string canonical = CanonicalOptimizer(name);
-    if (canonical.empty()) {
-      return Bad(tp, absl::StrCat("must be one of OneBitAdam, ZeroOneAdam, OneBitLamb, Adam "
-                                  "(case-insensitive; AdamW is Adam), got '", name, "'"));
+    absl::StatusOr<OptimizerKind> kind = ParseOptimizerKind(name);
+    if (!kind.ok()) {
+      return Bad(tp, absl::StrCat("must be one of ", OptimizerNames(", ", ""),
+                                  " (case-insensitive; AdamW is Adam), got '", name, "'"));
     }
-    o->type = canonical;
+    o->kind = *kind;
     return absl::OkStatus();
   };
   type.type = "string";
-  type.allowed = "\"OneBitAdam\", \"ZeroOneAdam\", \"OneBitLamb\", \"Adam\" (any case; \"AdamW\" is \"Adam\")";
-  type.value = [o] { return JsonString(o->type); };
+  type.allowed =
+      absl::StrCat(OptimizerNames(", ", "\""), " (any case; \"AdamW\" is \"Adam\")");
+  type.value = [o] { return JsonString(Traits(o->kind).name); };
   type.example = type.value;
   type.meaning =
       "The optimizer: 1-bit Adam, 0/1 Adam, 1-bit LAMB, or Adam (full precision throughout: "
@@ -476,21 +479,12 @@ Key OptimizerBlock(ParseState* s) {
   const std::vector<std::string> common = {"lr", "betas", "eps", "weight_decay", "bias_correction",
                                            "comm_backend_name", "cuda_aware", "eps_inside_sqrt",
                                            "amsgrad", "max_grad_norm"};
-  auto with = [&](std::vector<std::string> more) {
-    std::vector<std::string> keys = common;
-    keys.insert(keys.end(), more.begin(), more.end());
-    return keys;
-  };
-  KeysOfType keys_of_type = {
-      {"OneBitAdam", with({"freeze_step", "update_clip"})},
-      {"ZeroOneAdam", with({"var_freeze_step", "var_update_scaler", "local_step_scaler",
-                            "local_step_clipper", "update_clip"})},
-      {"OneBitLamb", with({"freeze_step", "max_coeff", "min_coeff", "coeff_beta", "factor_max",
-                           "factor_min", "factor_threshold"})},
-      // onebit's Adam is 1-bit Adam's warmup throughout: it takes freeze_step (unused) and
-      // the 1-bit keys, so that a config can switch type alone.
-      {"Adam", with({"freeze_step", "update_clip", "adam_w_mode", "torch_adam", "set_grad_none"})},
-  };
+  KeysOfType keys_of_type;
+  for (const OptimizerTraits& t : AllOptimizerTraits()) {
+    std::vector<std::string>& keys = keys_of_type[t.name];
+    keys = common;
+    keys.insert(keys.end(), t.own_keys.begin(), t.own_keys.end());
+  }
   Keys all = {
       {"lr", Number(&o->lr, 0, 1e3).Means(
                  "The learning rate; replaced by the scheduler's value when `scheduler` is set.")},
@@ -502,7 +496,7 @@ Key OptimizerBlock(ParseState* s) {
       {"bias_correction",
        Then(Bool(&o->bias_correction),
             [o, notices](const std::string& bp) {
-              if (o->bias_correction && o->type != "Adam") {
+              if (o->bias_correction && Traits(o->kind).compresses) {
                 notices->push_back(absl::StrCat(
                     bp, ": true: onebit applies Adam's bias correction; DeepSpeed's 1-bit "
                         "optimizers accept this key and never apply it, so results differ from "
@@ -575,7 +569,8 @@ Key OptimizerBlock(ParseState* s) {
       {"torch_adam", IgnoredBool(notices, "it picks DeepSpeed's Adam implementation")},
       {"set_grad_none", IgnoredBool(notices, "PyTorch gradient memory")},
   };
-  Key params = TypedParams(&o->type, std::move(keys_of_type), std::move(all))
+  Key params = TypedParams([o] { return std::string(Traits(o->kind).name); },
+                           std::move(keys_of_type), std::move(all))
                    .Means("The type's hyper-parameters (the Types column says which type takes "
                           "which); a key of another type is an error, as DeepSpeed's "
                           "constructor would raise.");
@@ -673,7 +668,7 @@ Key SchedulerBlock(ParseState* s) {
            .Means("-1 only: onebit computes the schedule from the step, so a resumed job "
                   "continues it by itself.")},
   };
-  Key params = TypedParams(&sc->type, std::move(keys_of_type), std::move(all))
+  Key params = TypedParams([sc] { return sc->type; }, std::move(keys_of_type), std::move(all))
                    .Means("The type's parameters (the Types column says which type takes "
                           "which); defaults are DeepSpeed's.");
   params.parse = [s, typed = std::move(params.parse)](const Value& p, const std::string& pp) {

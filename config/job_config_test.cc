@@ -48,7 +48,7 @@ TEST(JobConfigTest, ParsesEveryKey) {
   EXPECT_EQ(c->micro_batch, 32);
   EXPECT_EQ(c->steps, 300);
   EXPECT_EQ(c->seed, 7u);
-  EXPECT_EQ(c->optimizer.type, "OneBitAdam");
+  EXPECT_EQ(c->optimizer.kind, OptimizerKind::kOneBitAdam);
   EXPECT_DOUBLE_EQ(c->optimizer.lr, 0.002);
   EXPECT_DOUBLE_EQ(c->optimizer.beta1, 0.8);
   EXPECT_DOUBLE_EQ(c->optimizer.beta2, 0.99);
@@ -99,7 +99,7 @@ TEST(JobConfigTest, ParsesEveryKey) {
 TEST(JobConfigTest, EmptyObjectGivesDefaults) {
   auto c = ParseJobConfig("{}");
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_EQ(c->optimizer.type, "OneBitAdam");
+  EXPECT_EQ(c->optimizer.kind, OptimizerKind::kOneBitAdam);
   EXPECT_EQ(c->exchange.mode, "peer");
   EXPECT_EQ(c->exchange.warmup_dtype, "fp32");
   EXPECT_EQ(c->exchange.warmup_order, "auto");

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "checkpoint/manifest.h"
 #include "common/status_macros.h"
+#include "config/optimizer_kind.h"
 #include "coordinator/log.h"
 
 namespace onebit {
@@ -18,7 +19,7 @@ absl::StatusOr<StageMachineOptions> StageMachineOptionsFromConfig(const JobConfi
   o.world_size = config.workers;
   o.lease_steps = config.lease_steps;
   o.total_steps = config.steps;
-  if (config.optimizer.type == "Adam") {
+  if (!Traits(config.optimizer.kind).compresses) {
     o.policy = FreezePolicy::kNever;
   } else if (config.freeze.mode == "static") {
     o.policy = FreezePolicy::kStatic;
@@ -104,7 +105,7 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock* clock,
       stage_machine_(std::move(stage_machine)),
       membership_(options.config.workers, ServerCount(options.config), options.heartbeat_timeout),
       checkpoints_(CheckpointCommitsOptions{options.job_id, checkpoint::TopologyKey(options.config),
-                                            options.config.optimizer.type,
+                                            Traits(options.config.optimizer.kind).name,
                                             options.config.checkpoint.keep,
                                             options.commit_checkpoint},
                    clock, metrics) {
@@ -473,7 +474,7 @@ absl::StatusOr<v1::LeaseResponse> Coordinator::Lease(const v1::LeaseRequest& req
   response.set_stop_after_step(grant->stop_after_step);
   for (int64_t step : grant->checkpoint_steps) response.add_checkpoint_steps(step);
   const OptimizerConfig& o = options_.config.optimizer;
-  if (o.type == "ZeroOneAdam" && grant->through_step >= request.next_step()) {
+  if (Traits(o.kind).has_local_steps && grant->through_step >= request.next_step()) {
     // The switch as the lease schedules it (none yet: not within any lease's reach).
     const int64_t freeze = grant->freeze_step >= 0 ? grant->freeze_step
                                                    : std::numeric_limits<int64_t>::max();

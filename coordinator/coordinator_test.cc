@@ -507,7 +507,7 @@ TEST_F(CoordinatorTest, FinishedOnceEveryWorkerReportedTheLastStep) {
 
 TEST_F(CoordinatorTest, AdamJobsReportNoFreezeMode) {
   JobConfig config = SmallJob();
-  config.optimizer.type = "Adam";
+  config.optimizer.kind = OptimizerKind::kAdam;
   Make(config);
   v1::JobStatus job = *coordinator_->GetJob({});
   EXPECT_EQ(job.freeze_mode(), v1::FREEZE_MODE_UNSPECIFIED);

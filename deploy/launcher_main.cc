@@ -43,6 +43,7 @@
 #include "common/permanent_error.h"
 #include "common/signals.h"
 #include "config/job_config.h"
+#include "config/optimizer_kind.h"
 #include "deploy/local_job.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
@@ -120,9 +121,8 @@ absl::StatusOr<bool> ApplyOverrides(JobConfig* c) {
   if (absl::GetFlag(FLAGS_servers) >= 0) x.servers = absl::GetFlag(FLAGS_servers);
   if (absl::GetFlag(FLAGS_steps) > 0) c->steps = absl::GetFlag(FLAGS_steps);
   if (absl::GetFlag(FLAGS_freeze_step) >= 0) {
-    // ZeroOneAdam's warmup end is its var_freeze_step (freeze_step is an error there).
-    (c->optimizer.type == "ZeroOneAdam" ? c->optimizer.var_freeze_step : c->optimizer.freeze_step) =
-        absl::GetFlag(FLAGS_freeze_step);
+    // The type's own warmup-end key (ZeroOneAdam's var_freeze_step).
+    *MutableWarmupEndStep(&c->optimizer) = absl::GetFlag(FLAGS_freeze_step);
   }
   const std::string json = JobConfigToJson(*c);
   if (json == JobConfigToJson(before)) return false;
@@ -272,16 +272,8 @@ std::string PerStep(const JobResult& r, const std::string& stage) {
   return absl::StrFormat("%.0f x %s", steps, Bytes(Mean(r, "bytes_sent_" + stage) / steps));
 }
 
-// How the summary names the config's optimizer.
-std::string DisplayName(const std::string& type) {
-  if (type == "ZeroOneAdam") return "0/1 Adam";
-  if (type == "OneBitLamb") return "1-bit LAMB";
-  if (type == "Adam") return "Adam";
-  return "1-bit Adam";
-}
-
 void PrintSummary(const JobConfig& c, const JobResult& onebit, const JobResult* adam) {
-  const std::string name = DisplayName(c.optimizer.type);
+  const std::string name = Traits(c.optimizer.kind).display_name;
   std::string exchange = c.exchange.mode;
   if (c.exchange.mode == "hierarchical") {
     absl::StrAppend(&exchange, " (", c.workers / c.exchange.local_size, " nodes x ",
@@ -332,12 +324,13 @@ void PrintSummary(const JobConfig& c, const JobResult& onebit, const JobResult* 
       adam ? absl::StrFormat("%.1f s", adam->seconds) : "");
 
   const double warm = Mean(onebit, "warmup_steps"), comp = Mean(onebit, "compression_steps");
-  if (c.optimizer.type == "ZeroOneAdam" && warm > 0 && comp > 0) {
+  if (Traits(c.optimizer.kind).has_local_steps && warm > 0 && comp > 0) {
     // Its warmup mixes full-precision and 1-bit steps and its later steps mostly send
     // nothing: per-step ratios against the warmup would mislead.
-    std::printf("\n0/1 Adam: %.0f of %.0f variance-stage steps and %.0f of %.0f later steps "
+    std::printf("\n%s: %.0f of %.0f variance-stage steps and %.0f of %.0f later steps "
                 "communicated (the rest sent nothing)\n",
-                Mean(onebit, "steps_communicated_warmup"), warm,
+                Traits(c.optimizer.kind).display_name, Mean(onebit, "steps_communicated_warmup"),
+                warm,
                 Mean(onebit, "steps_communicated_compression"), comp);
   } else if (c.workers == 1) {
     std::printf("\none worker: nothing is exchanged, so there are no bytes to compare\n");
@@ -464,7 +457,7 @@ int Main(int argc, char** argv) {
     return 2;
   }
 
-  std::printf("== %s: %s%s\n", DisplayName(config->optimizer.type).c_str(), config_path.c_str(),
+  std::printf("== %s: %s%s\n", Traits(config->optimizer.kind).display_name, config_path.c_str(),
               command.empty() ? "" : absl::StrCat(", workers: ", absl::StrJoin(command, " ")).c_str());
   absl::StatusOr<JobResult> onebit =
       RunJob(bin, out + "/onebit_adam", *config, config_path, *script, absl::GetFlag(FLAGS_fault));
@@ -476,7 +469,7 @@ int Main(int argc, char** argv) {
   // A script compares itself (the examples run Adam over DDP).
   if (absl::GetFlag(FLAGS_compare_adam) && command.empty()) {
     JobConfig adam_config = *config;
-    adam_config.optimizer.type = "Adam";
+    adam_config.optimizer.kind = OptimizerKind::kAdam;
     const std::string adam_path = out + "/adam.json";
     std::ofstream(adam_path) << JobConfigToJson(adam_config);
     std::printf("\n== Adam, same job with a full-precision exchange: %s\n", adam_path.c_str());
@@ -489,9 +482,10 @@ int Main(int argc, char** argv) {
   }
   PrintSummary(*config, *onebit, adam.get());
   std::vector<std::pair<std::string, std::string>> runs = {
-      {DisplayName(config->optimizer.type), out + "/onebit_adam/worker-0.csv"}};
+      {Traits(config->optimizer.kind).display_name, out + "/onebit_adam/worker-0.csv"}};
   if (adam) runs.push_back({"Adam", out + "/adam/worker-0.csv"});
-  PlotLossCurves(out, runs, config->optimizer.type == "Adam" ? -1 : WarmupEndStep(config->optimizer),
+  PlotLossCurves(out, runs,
+                 !Traits(config->optimizer.kind).compresses ? -1 : WarmupEndStep(config->optimizer),
                  /*with_accuracy=*/command.empty());
   return 0;
 }

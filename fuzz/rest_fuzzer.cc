@@ -58,7 +58,7 @@ JobConfig ConfigFor(absl::string_view name) {
     config.freeze.max_warmup = 80;
     config.freeze.report_interval = 5;
   } else if (name == "adam") {
-    config.optimizer.type = "Adam";
+    config.optimizer.kind = OptimizerKind::kAdam;
   } else if (name == "ps") {
     config.exchange.mode = "ps";
     config.exchange.servers = 2;

@@ -51,6 +51,7 @@
 #include "compression/codec_registry.h"
 #include "compression/layout.h"
 #include "config/model_spec.h"
+#include "config/optimizer_kind.h"
 #include "server/server_process.h"
 #include "server/shard_checkpointer.h"
 #include "checkpoint/manifest.h"
@@ -286,7 +287,7 @@ int main(int argc, char** argv) {
     // Steps that push nothing to the shards: 0/1 Adam's local steps, steps skipped for an
     // fp16 overflow, and a warmup that goes between the workers (the first push is the
     // first compressed step).
-    allow_step_gaps = config->optimizer.type == "ZeroOneAdam" || onebit::ScalesLoss(*config) ||
+    allow_step_gaps = onebit::Traits(config->optimizer.kind).has_local_steps || onebit::ScalesLoss(*config) ||
                       onebit::ShardsSkipWarmup(x);
     if (x.mode == "hierarchical") {
       // Hierarchical over ps: local rank l of every node (one worker per node) exchanges

@@ -367,7 +367,7 @@ TEST_F(SwitchTest, OperatorStopsTheJobEarly) {
 
 TEST_F(SwitchTest, AdamNeverSwitches) {
   JobConfig config = TestJobConfig(2, 40, 8, 10);
-  config.optimizer.type = "Adam";
+  config.optimizer.kind = OptimizerKind::kAdam;
   Start(config);
   std::vector<WorkerRun> runs = RunJob(Scenario{2});
   EXPECT_EQ(CheckAgreement(runs, 40), 40);  // warmup (full precision) throughout

@@ -199,7 +199,7 @@ TEST_F(JobTest, PsAndPeerGiveTheSameParameters) {
 TEST_F(JobTest, ZeroOneAdamAndOneBitLambRunAsJobs) {
   {
     JobConfig c = SmallJob(3, 40);
-    c.optimizer.type = "ZeroOneAdam";
+    c.optimizer.kind = OptimizerKind::kZeroOneAdam;
     c.optimizer.var_freeze_step = 12;
     c.optimizer.var_update_scaler = 2;
     c.optimizer.local_step_scaler = 4;
@@ -219,7 +219,7 @@ TEST_F(JobTest, ZeroOneAdamAndOneBitLambRunAsJobs) {
   }
   {
     JobConfig c = SmallJob(2, 24);
-    c.optimizer.type = "OneBitLamb";
+    c.optimizer.kind = OptimizerKind::kOneBitLamb;
     c.optimizer.freeze_step = 8;
     auto job = StartJob("lamb-peer", c);
     const auto summaries = Finish(*job);
@@ -234,7 +234,7 @@ TEST_F(JobTest, ZeroOneAdamAndOneBitLambRunAsJobs) {
 // do not run.
 TEST_F(JobTest, AWorkerWithAnotherZeroOneScheduleStopsWithAnError) {
   JobConfig c = SmallJob(2, 30);
-  c.optimizer.type = "ZeroOneAdam";
+  c.optimizer.kind = OptimizerKind::kZeroOneAdam;
   c.optimizer.var_freeze_step = 4;
   c.optimizer.local_step_scaler = 2;
   c.failure.max_restarts = 0;  // no recovery to wait through: the job fails at once
@@ -263,7 +263,7 @@ TEST_F(JobTest, Bf16WarmupHalvesTheBytesAndTrains) {
   std::map<std::string, std::vector<google::protobuf::Value>> runs;
   for (const std::string dtype : {"fp32", "bf16", "fp32-rank"}) {
     JobConfig c = SmallJob(3, 40);
-    c.optimizer.type = "Adam";
+    c.optimizer.kind = OptimizerKind::kAdam;
     c.exchange.warmup_dtype = dtype == "bf16" ? "bf16" : "fp32";
     if (dtype == "fp32-rank") c.exchange.warmup_order = "rank";
     const std::string out = TmpDir() + "/params-" + dtype + "-{i}.npy";
@@ -294,7 +294,7 @@ TEST_F(JobTest, Bf16WarmupHalvesTheBytesAndTrains) {
   EXPECT_NEAR(NumberField(runs["fp32-rank"][0], "last_loss"), fp32, 0.002 * fp32);
   // The job with one worker's first loss as the starting point.
   JobConfig c = SmallJob(1, 1);
-  c.optimizer.type = "Adam";
+  c.optimizer.kind = OptimizerKind::kAdam;
   auto one = StartJob("warmup-start", c);
   const auto start = Finish(*one);
   ASSERT_EQ(start.size(), 1u);

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "config/optimizer_kind.h"
 #include "common/status_macros.h"
 #include "common/npy.h"
 #include "compression/codec_registry.h"
@@ -106,8 +107,31 @@ absl::Status CheckOutputPath(const std::string& path) {
   return absl::OkStatus();
 }
 
+// The --optimizer names and the optimizers they run.
+constexpr std::pair<const char*, OptimizerKind> kOptimizers[] = {
+    {"onebit_adam", OptimizerKind::kOneBitAdam},
+    {"zero_one_adam", OptimizerKind::kZeroOneAdam},
+    {"onebit_lamb", OptimizerKind::kOneBitLamb},
+};
+
+absl::StatusOr<OptimizerKind> ParseReplayOptimizer(const std::string& name) {
+  std::vector<std::string> names;
+  for (const auto& [flag, kind] : kOptimizers) {
+    if (name == flag) return kind;
+    names.push_back(flag);
+  }
+  return FlagError("optimizer", absl::StrCat("unknown optimizer '", name, "' (supported: ",
+                                             absl::StrJoin(names, ", "), ")"));
+}
+
+// The last warmup step the flags give: --var-freeze-step for 0/1 Adam, else --freeze-step.
+int64_t ReplayFreezeStep(const ReplayConfig& c, OptimizerKind kind) {
+  return kind == OptimizerKind::kZeroOneAdam ? c.var_freeze_step : c.freeze_step;
+}
+
 // One worker's whole run, in its own thread.
-absl::Status RunWorker(const ReplayConfig& config, const Inputs& in, Transport& transport,
+absl::Status RunWorker(const ReplayConfig& config, OptimizerKind optimizer_kind, const Inputs& in,
+                       Transport& transport,
                        WorkerResult* result, std::ostream* progress) {
   const int rank = transport.rank();
   const size_t n = static_cast<size_t>(in.n);
@@ -119,20 +143,12 @@ absl::Status RunWorker(const ReplayConfig& config, const Inputs& in, Transport& 
       static_cast<float*>(grad_memory), [&backend](float* p) { backend->Free(p); });
 
   OptimizerSpec spec;
+  spec.kind = optimizer_kind;
   spec.hyper = config.hyper;
-  if (config.optimizer == "zero_one_adam") {
-    spec.type = "ZeroOneAdam";
-    spec.freeze_step = config.var_freeze_step;
-    spec.zero_one = config.zero_one;
-  } else if (config.optimizer == "onebit_lamb") {
-    spec.type = "OneBitLamb";
-    spec.freeze_step = config.freeze_step;
-    spec.lamb = config.lamb;
-    spec.group_offsets = config.groups;
-  } else {
-    spec.type = "OneBitAdam";
-    spec.freeze_step = config.freeze_step;
-  }
+  spec.freeze_step = ReplayFreezeStep(config, optimizer_kind);
+  spec.zero_one = config.zero_one;
+  spec.lamb = config.lamb;
+  if (optimizer_kind == OptimizerKind::kOneBitLamb) spec.group_offsets = config.groups;
   spec.bias_correction = config.bias_correction;
   ONEBIT_ASSIGN_OR_RETURN(const Codec* codec, FindCodec(config.compressor));
   ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<PeerExchange> exchange,
@@ -185,12 +201,7 @@ absl::Status RunWorker(const ReplayConfig& config, const Inputs& in, Transport& 
 }  // namespace
 
 absl::Status ValidateConfig(const ReplayConfig& c) {
-  if (c.optimizer != "onebit_adam" && c.optimizer != "zero_one_adam" &&
-      c.optimizer != "onebit_lamb") {
-    return FlagError("optimizer",
-                     absl::StrCat("unknown optimizer '", c.optimizer,
-                                  "' (supported: onebit_adam, zero_one_adam, onebit_lamb)"));
-  }
+  ONEBIT_RETURN_IF_ERROR(ParseReplayOptimizer(c.optimizer).status());
   if (absl::Status s = ValidateLambCoeffs(c.lamb); !s.ok()) {
     // The message starts with, or names first, the coefficient at fault: its flag.
     std::string flag;
@@ -285,6 +296,8 @@ void NormalizeFlagNames(std::vector<std::string>* args) {
 
 absl::StatusOr<ReplaySummary> RunReplay(const ReplayConfig& config, std::ostream* progress) {
   ONEBIT_RETURN_IF_ERROR(ValidateConfig(config));
+  ONEBIT_ASSIGN_OR_RETURN(const OptimizerKind optimizer_kind,
+                          ParseReplayOptimizer(config.optimizer));
   ONEBIT_ASSIGN_OR_RETURN(Inputs in, OpenInputs(config));
   if (!config.groups.empty() && config.groups.back() != static_cast<size_t>(in.n)) {
     return FlagError("groups", absl::StrCat("the last boundary is ", config.groups.back(),
@@ -299,8 +312,8 @@ absl::StatusOr<ReplaySummary> RunReplay(const ReplayConfig& config, std::ostream
   // RunLocalGroup tears the group down when a rank fails, so the others stop too, and
   // returns the root cause prefixed with its rank.
   ONEBIT_RETURN_IF_ERROR(RunLocalGroup(kind, config.workers, [&](Transport& transport) {
-    return RunWorker(config, in, transport, &workers[static_cast<size_t>(transport.rank())],
-                     progress);
+    return RunWorker(config, optimizer_kind, in, transport,
+                     &workers[static_cast<size_t>(transport.rank())], progress);
   }));
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
 
@@ -339,7 +352,7 @@ absl::StatusOr<ReplaySummary> RunReplay(const ReplayConfig& config, std::ostream
   s.workers = config.workers;
   s.n = in.n;
   s.steps = in.steps;
-  s.freeze_step = config.optimizer == "zero_one_adam" ? config.var_freeze_step : config.freeze_step;
+  s.freeze_step = ReplayFreezeStep(config, optimizer_kind);
   s.warmup_steps = workers[0].warmup_steps;
   s.compression_steps = workers[0].compression_steps;
   std::copy(std::begin(workers[0].zero_one_steps), std::end(workers[0].zero_one_steps),

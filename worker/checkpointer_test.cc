@@ -31,7 +31,7 @@ std::vector<float> Grad(int rank, int64_t t) {
 
 OptimizerSpec Spec() {
   OptimizerSpec spec;
-  spec.type = "OneBitAdam";
+  spec.kind = OptimizerKind::kOneBitAdam;
   spec.freeze_step = 2;
   return spec;
 }

@@ -7,6 +7,7 @@
 #include "common/status_macros.h"
 #include "config/lr_schedule.h"
 #include "config/momentum_mask.h"
+#include "config/optimizer_kind.h"
 #include "worker/workloads/fashion_mnist.h"
 #include "worker/workloads/mlp_cpu.h"
 #include "worker/workloads/mlp_cuda.h"
@@ -57,7 +58,7 @@ TrainerOptions TrainerOptionsFromConfig(const JobConfig& config) {
   t.optimizer.hyper.eps = static_cast<float>(o.eps);
   t.optimizer.hyper.weight_decay = static_cast<float>(o.weight_decay);
   t.optimizer.hyper.update_clip = static_cast<float>(o.update_clip);
-  t.optimizer.type = o.type;
+  t.optimizer.kind = o.kind;
   t.optimizer.bias_correction = o.bias_correction;
   t.optimizer.max_grad_norm = config.gradient_clipping;
   t.optimizer.zero_one.var_update_scaler = o.var_update_scaler;
@@ -71,7 +72,7 @@ TrainerOptions TrainerOptionsFromConfig(const JobConfig& config) {
   t.optimizer.lamb.factor_threshold = o.factor_threshold;
   t.optimizer.auto_mask_zero_gradients = config.momentum_mask.auto_zero_grad;
   // The user's mask needs the parameter count: MomentumMaskFromConfig, once it is known.
-  t.never_freeze = o.type == "Adam";
+  t.never_freeze = !Traits(o.kind).compresses;
   if (!config.scheduler.type.empty()) {
     t.learning_rate = [scheduler = config.scheduler, base = o.lr](int64_t step) {
       return LearningRate(scheduler, base, step);

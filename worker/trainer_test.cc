@@ -772,7 +772,7 @@ TEST(TrainerLossScalingTest, WithoutOverflowsTheScaleChangesNoBit) {
   for (const char* type : {"OneBitAdam", "ZeroOneAdam", "OneBitLamb"}) {
     SCOPED_TRACE(type);
     OptimizerSpec spec;
-    spec.type = type;
+    spec.kind = ParseOptimizerKind(type).value();
     const auto never = [](int64_t, int) { return false; };
     LossScalerOptions scaling;
     scaling.initial_scale_power = 12;
@@ -801,7 +801,7 @@ TEST(TrainerLossScalingTest, AnOverflowAnywhereIsSkippedByEveryWorker) {
   scaling.initial_scale_power = 10;
   scaling.hysteresis = 1;
   OptimizerSpec spec;
-  spec.type = "OneBitAdam";
+  spec.kind = OptimizerKind::kOneBitAdam;
   const std::vector<ScaledRun> runs = RunScaled(3, 24, spec, scaling, overflows);
   ASSERT_EQ(runs.size(), 3u);
   for (int r = 0; r < 3; ++r) {
@@ -830,7 +830,7 @@ TEST(TrainerLossScalingTest, AWorkloadsOwnGradientBufferIsReadInPlace) {
   for (const char* type : {"OneBitAdam", "ZeroOneAdam", "OneBitLamb"}) {
     SCOPED_TRACE(type);
     OptimizerSpec spec;
-    spec.type = type;
+    spec.kind = ParseOptimizerKind(type).value();
     const std::vector<ScaledRun> copied = RunScaled(2, 20, spec, scaling, overflows);
     const std::vector<ScaledRun> in_place =
         RunScaled(2, 20, spec, scaling, overflows, /*in_place=*/true);
@@ -859,7 +859,7 @@ TEST(TrainerLossScalingTest, ASkippedStepChangesNothing) {
   for (const char* type : {"OneBitAdam", "ZeroOneAdam", "OneBitLamb"}) {
     SCOPED_TRACE(type);
     OptimizerSpec spec;
-    spec.type = type;
+    spec.kind = ParseOptimizerKind(type).value();
     const std::vector<ScaledRun> runs = RunScaled(2, 16, spec, scaling, always);
     FashionMnistWorkloadOptions o;
     o.hidden = {16};
@@ -883,7 +883,7 @@ TEST(TrainerLossScalingTest, ASkippedStepChangesNothing) {
 // worker has the same bits again.
 TEST(TrainerLossScalingTest, ZeroOneAdamLocalOverflowsRejoinAtTheSync) {
   OptimizerSpec spec;
-  spec.type = "ZeroOneAdam";
+  spec.kind = OptimizerKind::kZeroOneAdam;
   spec.zero_one.var_update_scaler = 2;
   spec.zero_one.local_step_scaler = 2;
   spec.zero_one.local_step_clipper = 4;
@@ -922,7 +922,7 @@ TEST(TrainerLossScalingTest, AnOverflowAtTheMinimumScaleEndsTheRunOnEveryWorker)
   scaling.hysteresis = 1;
   scaling.min_loss_scale = 1;
   OptimizerSpec spec;
-  spec.type = "OneBitAdam";
+  spec.kind = OptimizerKind::kOneBitAdam;
   std::vector<absl::Status> results(2);
   const absl::Status status =
       RunLocalGroup(TransportKind::kInproc, 2, [&](Transport& transport) -> absl::Status {

@@ -522,7 +522,7 @@ absl::Status WriteSummary(const std::string& path, const JobConfig& config, int 
 "device_bytes_to_host_compression": %d, "device_bytes_from_host_compression": %d,
 "split_warmup": %s, "split_compression": %s}
 )",
-      rank, config.optimizer.type, config.exchange.mode, s.warmup.steps, s.compression.steps,
+      rank, Traits(config.optimizer.kind).name, config.exchange.mode, s.warmup.steps, s.compression.steps,
       s.first_compression_step, s.warmup.bytes_sent, s.compression.bytes_sent,
       s.warmup.bytes_received, s.compression.bytes_received, s.warmup.inter_node_bytes_sent,
       s.compression.inter_node_bytes_sent, s.warmup.seconds, s.compression.seconds, s.last_loss, test_loss, accuracy,

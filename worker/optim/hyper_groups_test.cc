@@ -48,7 +48,7 @@ struct Variant {
 
 OptimizerSpec Spec(const Variant& v) {
   OptimizerSpec spec;
-  spec.type = v.type;
+  spec.kind = ParseOptimizerKind(v.type).value();
   spec.hyper.lr = kLr;
   spec.freeze_step = 8;
   // 0/1 Adam: variance updates doubling early, syncs every 1, 2, 4 local steps.

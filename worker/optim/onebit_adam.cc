@@ -33,7 +33,7 @@ absl::StatusOr<std::unique_ptr<OnebitAdam>> OnebitAdam::Create(const OnebitAdamO
       ResolveHyperGroups(options.hyper_groups, n, options.hyper.weight_decay));
   std::unique_ptr<OnebitAdam> adam(new OnebitAdam(options, backend, exchange, n));
   adam->groups_ = std::move(groups);
-  ONEBIT_RETURN_IF_ERROR(adam->Init(initial_params));
+  ONEBIT_RETURN_IF_ERROR(adam->InitCommon(initial_params));
   return adam;
 }
 
@@ -51,38 +51,8 @@ absl::StatusOr<std::unique_ptr<OnebitAdam>> OnebitAdam::Create(const OnebitAdamO
   return adam;
 }
 
-OnebitAdam::OnebitAdam(const OnebitAdamOptions& options, kernels::Backend* backend,
-                       Exchange* exchange, size_t n)
-    : options_(options), backend_(backend), exchange_(exchange), n_(n) {}
-
-absl::Status OnebitAdam::Init(const float* initial_params) {
-  using kernels::Buffer;
-  ONEBIT_ASSIGN_OR_RETURN(p_, Buffer<float>::FromHost(backend_, initial_params, n_));
-  ONEBIT_ASSIGN_OR_RETURN(m_, Buffer<float>::Create(backend_, n_));
-  ONEBIT_ASSIGN_OR_RETURN(v_, Buffer<float>::Create(backend_, n_));
-  ONEBIT_ASSIGN_OR_RETURN(mask_, MomentumMask::Create(backend_, options_.momentum_mask,
-                                                    options_.auto_mask_zero_gradients, n_));
-  ONEBIT_ASSIGN_OR_RETURN(clip_, GradientClipper::Create(backend_, options_.max_grad_norm, n_));
-  return absl::OkStatus();
-}
-
-Stage OnebitAdam::stage() const {
-  return step_ + 1 <= options_.freeze_step ? Stage::kWarmup : Stage::kCompression;
-}
-
-absl::Status OnebitAdam::SetFreezeStep(int64_t freeze_step) {
-  ONEBIT_RETURN_IF_ERROR(CheckFreezeStepMove(step_, options_.freeze_step, freeze_step));
-  options_.freeze_step = freeze_step;
-  return absl::OkStatus();
-}
-
 absl::Status OnebitAdam::Step(const float* grad) {
   ONEBIT_RETURN_IF_ERROR(stage() == Stage::kWarmup ? WarmupStep(grad) : CompressionStep(grad));
-  ++step_;
-  return absl::OkStatus();
-}
-
-absl::Status OnebitAdam::SkipStep() {
   ++step_;
   return absl::OkStatus();
 }
@@ -151,7 +121,6 @@ absl::Status OnebitAdam::CompressionStep(const float* local_grad) {
   return FrozenUpdate();
 }
 
-absl::StatusOr<std::vector<float>> OnebitAdam::ParamsToHost() const { return p_.ToHost(); }
 absl::StatusOr<std::vector<float>> OnebitAdam::MomentumToHost() const { return m_.ToHost(); }
 absl::StatusOr<std::vector<float>> OnebitAdam::VarianceToHost() const { return v_.ToHost(); }
 

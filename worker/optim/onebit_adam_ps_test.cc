@@ -160,7 +160,7 @@ TEST_P(PsEqualsPeerFamilyTest, BitIdenticalWhenShardsEqualWorkers) {
   for (int w : {2, 3}) {
     SCOPED_TRACE(testing::Message() << "W " << w);
     OptimizerSpec options;
-    options.type = GetParam();
+    options.kind = ParseOptimizerKind(GetParam()).value();
     options.hyper.lr = 1e-2f;
     options.hyper.weight_decay = 0.01f;
     options.freeze_step = 5;
@@ -169,7 +169,7 @@ TEST_P(PsEqualsPeerFamilyTest, BitIdenticalWhenShardsEqualWorkers) {
     std::vector<std::vector<float>> peer_server_errors;
     const std::vector<WorkerEnd> peer = RunPeer(options, w, 14, n, &peer_server_errors);
     InProcessShards shards(w, w, n, OnebitCodec(),
-                           /*allow_step_gaps=*/options.type == "ZeroOneAdam");
+                           /*allow_step_gaps=*/options.kind == OptimizerKind::kZeroOneAdam);
     const std::vector<WorkerEnd> ps = RunPs(options, w, 14, n, shards.addresses);
     for (int rank = 0; rank < w; ++rank) {
       SCOPED_TRACE(testing::Message() << "rank " << rank);
@@ -245,7 +245,7 @@ TEST_P(WorkersWarmupTest, SameBitsAsTheWarmupThroughTheShards) {
   constexpr int kSteps = 12, kShards = 2;
   constexpr int64_t kFreeze = 5;
   OptimizerSpec options;
-  options.type = GetParam();
+  options.kind = ParseOptimizerKind(GetParam()).value();
   options.hyper.lr = 1e-2f;
   options.hyper.weight_decay = 0.01f;
   options.freeze_step = kFreeze;
@@ -280,7 +280,7 @@ TEST_P(WorkersWarmupTest, SameBitsAsTheWarmupThroughTheShards) {
 TEST_P(WorkersWarmupTest, RingOrderAgreesAcrossWorkers) {
   const size_t n = 1003;
   OptimizerSpec options;
-  options.type = GetParam();
+  options.kind = ParseOptimizerKind(GetParam()).value();
   options.hyper.lr = 1e-2f;
   options.freeze_step = 4;
   InProcessShards shards(2, 3, n, OnebitCodec(), /*allow_step_gaps=*/true);

@@ -90,13 +90,14 @@ absl::StatusOr<std::unique_ptr<OnebitLamb>> OnebitLamb::Create(const OnebitLambO
     lamb->tensor_hyper_.push_back(h);
   }
   lamb->hyper_groups_ = std::move(hyper);
-  ONEBIT_RETURN_IF_ERROR(lamb->Init(initial_params));
+  ONEBIT_RETURN_IF_ERROR(lamb->InitCommon(initial_params, {&lamb->v_fresh_, &lamb->m_last_,
+                                                            &lamb->u_}));
   return lamb;
 }
 
 OnebitLamb::OnebitLamb(const OnebitLambOptions& options, kernels::Backend* backend,
                        Exchange* exchange, size_t n)
-    : options_(options), backend_(backend), exchange_(exchange), n_(n) {
+    : OptimizerBase(options, backend, exchange, n) {
   if (options.group_offsets.empty()) {
     groups_.push_back({0, n});
   } else {
@@ -107,28 +108,6 @@ OnebitLamb::OnebitLamb(const OnebitLambOptions& options, kernels::Backend* backe
   coeff_freeze_.assign(groups_.size(), 0.0);
   scaling_.assign(groups_.size(), 1.0);
   last_factor_.assign(groups_.size(), 1.0);
-}
-
-absl::Status OnebitLamb::Init(const float* initial_params) {
-  using kernels::Buffer;
-  ONEBIT_ASSIGN_OR_RETURN(p_, Buffer<float>::FromHost(backend_, initial_params, n_));
-  for (Buffer<float>* b : {&m_, &v_, &v_fresh_, &m_last_, &u_}) {
-    ONEBIT_ASSIGN_OR_RETURN(*b, Buffer<float>::Create(backend_, n_));
-  }
-  ONEBIT_ASSIGN_OR_RETURN(mask_, MomentumMask::Create(backend_, options_.momentum_mask,
-                                                    options_.auto_mask_zero_gradients, n_));
-  ONEBIT_ASSIGN_OR_RETURN(clip_, GradientClipper::Create(backend_, options_.max_grad_norm, n_));
-  return absl::OkStatus();
-}
-
-Stage OnebitLamb::stage() const {
-  return step_ + 1 <= options_.freeze_step ? Stage::kWarmup : Stage::kCompression;
-}
-
-absl::Status OnebitLamb::SetFreezeStep(int64_t freeze_step) {
-  ONEBIT_RETURN_IF_ERROR(CheckFreezeStepMove(step_, options_.freeze_step, freeze_step));
-  options_.freeze_step = freeze_step;
-  return absl::OkStatus();
 }
 
 absl::StatusOr<double> OnebitLamb::Norm(const float* x, size_t n) {
@@ -144,13 +123,6 @@ absl::Status OnebitLamb::Step(const float* grad) {
     if (!switched_) ONEBIT_RETURN_IF_ERROR(Switch());
     ONEBIT_RETURN_IF_ERROR(CompressionStep(grad));
   }
-  ++step_;
-  return absl::OkStatus();
-}
-
-absl::Status OnebitLamb::SkipStep() {
-  // A skipped first compression step leaves the switch to the next one: nothing it reads
-  // has moved.
   ++step_;
   return absl::OkStatus();
 }

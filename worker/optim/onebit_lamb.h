@@ -43,10 +43,9 @@
 #include "kernels/buffer.h"
 #include "kernels/kernels.h"
 #include "worker/exchange/exchange.h"
-#include "worker/optim/gradient_clipper.h"
-#include "worker/optim/momentum_mask.h"
 #include "worker/optim/optim_checks.h"
 #include "worker/optim/optimizer.h"
+#include "worker/optim/optimizer_base.h"
 
 namespace onebit {
 
@@ -63,29 +62,20 @@ struct LambCoeffs {
 // [0, 1), 0 < factor_min <= 1 <= factor_max, factor_threshold >= 0, all finite.
 absl::Status ValidateLambCoeffs(const LambCoeffs& c);
 
-struct OnebitLambOptions {
-  kernels::AdamHyper hyper;
+// bias_correction corrects the direction u (the variance's correction freezes with the
+// variance); the trust ratios and factors see the corrected u. Each of hyper_groups is a
+// union of whole tensors (group_offsets' groups).
+struct OnebitLambOptions : CommonOptimizerOptions {
   int64_t freeze_step = 100000;
   LambCoeffs coeffs;
   // The groups' boundaries {0, e_1, ..., n}, increasing; empty: one group of everything.
   std::vector<size_t> group_offsets;
-  // Optional {0,1} momentum mask of n elements (host memory). Empty: no mask.
-  std::vector<float> momentum_mask;
-  // Also mask the parameters whose exactly averaged gradient stays exactly zero through
-  // warmup (momentum_mask.h).
-  bool auto_mask_zero_gradients = false;
-  // Bias correction of the direction u (optim_checks.h's BiasCorrectedHyper; the
-  // variance's correction freezes with it); the trust ratios and factors see the corrected
-  // u. Off by default.
-  bool bias_correction = false;
-  // Gradient clipping by global norm (gradient_clipper.h); 0: off.
-  double max_grad_norm = 0.0;
-  // Groups of tensors with their own lr and weight decay (optim_checks.h; each a union of
-  // whole groups above, the tensors); empty: one with hyper's.
-  std::vector<HyperGroup> hyper_groups;
 };
 
-class OnebitLamb : public Optimizer {
+// SkipStep: a skipped first compression step leaves the switch to the next one, since
+// nothing it reads has moved.
+class OnebitLamb
+    : public OptimizerBase<OnebitLambOptions, &OnebitLambOptions::freeze_step> {
  public:
   static absl::StatusOr<std::unique_ptr<OnebitLamb>> Create(const OnebitLambOptions& options,
                                                             kernels::Backend* backend,
@@ -94,30 +84,10 @@ class OnebitLamb : public Optimizer {
                                                             size_t n);
 
   absl::Status Step(const float* grad) override;
-  absl::Status SkipStep() override;
-  Stage stage() const override;
-  int64_t step() const override { return step_; }
-  int64_t freeze_step() const override { return options_.freeze_step; }
-  absl::Status SetFreezeStep(int64_t freeze_step) override;
-  void set_lr(float lr) override { options_.hyper.lr = lr; }
-  absl::Status set_max_grad_norm(double max_norm) override { return clip_.SetMaxNorm(max_norm); }
-  float lr() const override { return options_.hyper.lr; }
-  void set_betas(float beta1, float beta2) override {
-    options_.hyper.beta1 = beta1;
-    options_.hyper.beta2 = beta2;
-  }
   absl::Status set_weight_decays(const std::vector<double>& decays) override {
     return SetGroupWeightDecays(decays, &hyper_groups_);
   }
   std::vector<double> weight_decays() const override { return GroupWeightDecays(hyper_groups_); }
-
-  size_t size() const override { return n_; }
-  const float* params() const override { return p_.data(); }
-  const float* variance() const override { return v_.data(); }
-  absl::StatusOr<std::vector<float>> ParamsToHost() const override { return p_.ToHost(); }
-  int64_t masked_elements() const override { return mask_.masked(); }
-  Exchange& exchange() override { return *exchange_; }
-  double exchange_call_seconds() const override { return exchange_call_seconds_; }
 
   size_t num_groups() const { return groups_.size(); }
   // Per group: the running average of the trust ratio, the scaling coefficient (1 until
@@ -143,7 +113,6 @@ class OnebitLamb : public Optimizer {
   };
   OnebitLamb(const OnebitLambOptions& options, kernels::Backend* backend, Exchange* exchange,
              size_t n);
-  absl::Status Init(const float* initial_params);
   absl::Status WarmupStep(const float* grad);
   absl::Status Switch();
   absl::Status CompressionStep(const float* grad);
@@ -158,20 +127,12 @@ class OnebitLamb : public Optimizer {
     return const_cast<OnebitLamb*>(this)->FindBuffer(name);
   }
 
-  OnebitLambOptions options_;
-  kernels::Backend* backend_;
-  Exchange* exchange_;
-  size_t n_;
   std::vector<Group> groups_;              // the tensors
   std::vector<HyperGroup> hyper_groups_;   // options_.hyper_groups, resolved
   std::vector<size_t> tensor_hyper_;       // tensor k's index into hyper_groups_
-  int64_t step_ = 0;
   bool switched_ = false;
   std::vector<double> coeff_freeze_, scaling_, last_factor_;
-  kernels::Buffer<float> p_, m_, v_, v_fresh_, m_last_, u_;
-  MomentumMask mask_;
-  GradientClipper clip_;
-  double exchange_call_seconds_ = 0.0;
+  kernels::Buffer<float> v_fresh_, m_last_, u_;
 };
 
 }  // namespace onebit

@@ -1,6 +1,7 @@
 #include "worker/optim/optimizer_factory.h"
 
 #include <limits>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -9,55 +10,62 @@
 
 namespace onebit {
 
+namespace {
+
+using Built = absl::StatusOr<std::unique_ptr<Optimizer>>;
+
+// Each optimizer's own options from the spec (the common part is copied before).
+void OnebitAdamOwn(const OptimizerSpec& spec, OnebitAdamOptions* o) {
+  // Adam is OnebitAdam that never freezes.
+  o->freeze_step =
+      Traits(spec.kind).compresses ? spec.freeze_step : std::numeric_limits<int64_t>::max();
+}
+void ZeroOneAdamOwn(const OptimizerSpec& spec, ZeroOneAdamOptions* o) {
+  o->var_freeze_step = spec.freeze_step;
+  o->schedule = spec.zero_one;
+}
+void OnebitLambOwn(const OptimizerSpec& spec, OnebitLambOptions* o) {
+  o->freeze_step = spec.freeze_step;
+  o->coeffs = spec.lamb;
+  o->group_offsets = spec.group_offsets;
+}
+
+// T::Create over the exchange, as an Optimizer, with the spec's common options and the
+// ones kOwn sets.
+template <typename T, typename Options, void (*kOwn)(const OptimizerSpec&, Options*)>
+Built Build(const OptimizerSpec& spec, kernels::Backend* backend, Exchange* exchange,
+            const float* initial_params, size_t n) {
+  Options options;
+  static_cast<CommonOptimizerOptions&>(options) = spec;
+  kOwn(spec, &options);
+  ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<T> optimizer,
+                          T::Create(options, backend, exchange, initial_params, n));
+  return std::unique_ptr<Optimizer>(std::move(optimizer));
+}
+
+// The one registration of an optimizer's code: its kind's builder.
+struct Builder {
+  OptimizerKind kind;
+  Built (*build)(const OptimizerSpec&, kernels::Backend*, Exchange*, const float*, size_t);
+};
+constexpr Builder kBuilders[] = {
+    {OptimizerKind::kOneBitAdam, Build<OnebitAdam, OnebitAdamOptions, OnebitAdamOwn>},
+    {OptimizerKind::kZeroOneAdam, Build<ZeroOneAdam, ZeroOneAdamOptions, ZeroOneAdamOwn>},
+    {OptimizerKind::kOneBitLamb, Build<OnebitLamb, OnebitLambOptions, OnebitLambOwn>},
+    {OptimizerKind::kAdam, Build<OnebitAdam, OnebitAdamOptions, OnebitAdamOwn>},
+};
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const OptimizerSpec& spec,
                                                            kernels::Backend* backend,
                                                            Exchange* exchange,
                                                            const float* initial_params, size_t n) {
-  if (spec.type == "OneBitAdam" || spec.type == "Adam") {
-    OnebitAdamOptions o;
-    o.hyper = spec.hyper;
-    o.freeze_step =
-        spec.type == "Adam" ? std::numeric_limits<int64_t>::max() : spec.freeze_step;
-    o.momentum_mask = spec.momentum_mask;
-    o.auto_mask_zero_gradients = spec.auto_mask_zero_gradients;
-    o.bias_correction = spec.bias_correction;
-    o.max_grad_norm = spec.max_grad_norm;
-    o.hyper_groups = spec.hyper_groups;
-    ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<OnebitAdam> adam,
-                            OnebitAdam::Create(o, backend, exchange, initial_params, n));
-    return std::unique_ptr<Optimizer>(std::move(adam));
+  for (const Builder& b : kBuilders) {
+    if (b.kind == spec.kind) return b.build(spec, backend, exchange, initial_params, n);
   }
-  if (spec.type == "ZeroOneAdam") {
-    ZeroOneAdamOptions o;
-    o.hyper = spec.hyper;
-    o.var_freeze_step = spec.freeze_step;
-    o.schedule = spec.zero_one;
-    o.momentum_mask = spec.momentum_mask;
-    o.auto_mask_zero_gradients = spec.auto_mask_zero_gradients;
-    o.bias_correction = spec.bias_correction;
-    o.max_grad_norm = spec.max_grad_norm;
-    o.hyper_groups = spec.hyper_groups;
-    ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<ZeroOneAdam> adam,
-                            ZeroOneAdam::Create(o, backend, exchange, initial_params, n));
-    return std::unique_ptr<Optimizer>(std::move(adam));
-  }
-  if (spec.type == "OneBitLamb") {
-    OnebitLambOptions o;
-    o.hyper = spec.hyper;
-    o.freeze_step = spec.freeze_step;
-    o.coeffs = spec.lamb;
-    o.group_offsets = spec.group_offsets;
-    o.momentum_mask = spec.momentum_mask;
-    o.auto_mask_zero_gradients = spec.auto_mask_zero_gradients;
-    o.bias_correction = spec.bias_correction;
-    o.max_grad_norm = spec.max_grad_norm;
-    o.hyper_groups = spec.hyper_groups;
-    ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<OnebitLamb> lamb,
-                            OnebitLamb::Create(o, backend, exchange, initial_params, n));
-    return std::unique_ptr<Optimizer>(std::move(lamb));
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown optimizer type \"", spec.type, "\" (OneBitAdam, Adam, ZeroOneAdam, OneBitLamb)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("no builder for optimizer type ", Traits(spec.kind).name));
 }
 
 }  // namespace onebit

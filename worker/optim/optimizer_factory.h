@@ -1,4 +1,5 @@
-// Makes the optimizer a job config names (config's optimizer.type) over an exchange.
+// Makes the optimizer a job config names (config's optimizer.type) over an exchange: one
+// builder per OptimizerKind (config/optimizer_kind.h).
 #ifndef ONEBIT_WORKER_OPTIM_OPTIMIZER_FACTORY_H_
 #define ONEBIT_WORKER_OPTIM_OPTIMIZER_FACTORY_H_
 
@@ -9,41 +10,31 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "config/optimizer_kind.h"
 #include "kernels/kernels.h"
 #include "worker/exchange/exchange.h"
 #include "worker/optim/onebit_lamb.h"
 #include "worker/optim/optim_checks.h"
 #include "worker/optim/optimizer.h"
+#include "worker/optim/optimizer_base.h"
 #include "config/zero_one_schedule.h"
 
 namespace onebit {
 
-struct OptimizerSpec {
-  // "OneBitAdam", "Adam" (OnebitAdam that never freezes: full precision throughout),
-  // "ZeroOneAdam" or "OneBitLamb".
-  std::string type = "OneBitAdam";
-  kernels::AdamHyper hyper;
-  // The last warmup step: freeze_step, or ZeroOneAdam's var_freeze_step. Ignored by "Adam".
+// The options every optimizer takes (CommonOptimizerOptions), plus each one's own.
+struct OptimizerSpec : CommonOptimizerOptions {
+  // Adam is OnebitAdam that never freezes: full precision throughout.
+  OptimizerKind kind = OptimizerKind::kOneBitAdam;
+  // The last warmup step: freeze_step, or ZeroOneAdam's var_freeze_step. Ignored by Adam.
   int64_t freeze_step = 100000;
   ZeroOneScheduleParams zero_one;  // ZeroOneAdam
   LambCoeffs lamb;                 // OneBitLamb
   // OneBitLamb's parameter groups (the model's tensors): boundaries {0, ..., n}; empty:
   // one group.
   std::vector<size_t> group_offsets;
-  // Optional {0,1} momentum mask of n elements (host memory).
-  std::vector<float> momentum_mask;
-  // Also mask what stays exactly zero through warmup (momentum_mask.h).
-  bool auto_mask_zero_gradients = false;
-  // Bias-corrected moments (off by default, as in docs/algorithms.md).
-  bool bias_correction = false;
-  // Gradient clipping by global norm (gradient_clipper.h); 0: off.
-  double max_grad_norm = 0.0;
-  // Parameter groups with their own lr (a multiple of hyper.lr) and weight decay
-  // (optim_checks.h: a PyTorch script's param groups); empty: one group with hyper's.
-  std::vector<HyperGroup> hyper_groups;
 };
 
-// INVALID_ARGUMENT for an unknown type or bad options. The exchange is borrowed.
+// INVALID_ARGUMENT for bad options. The exchange is borrowed.
 absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const OptimizerSpec& spec,
                                                            kernels::Backend* backend,
                                                            Exchange* exchange,

@@ -33,7 +33,7 @@ std::vector<float> Grad(int rank, int64_t t) {
 
 OptimizerSpec Spec(const std::string& type, bool auto_mask) {
   OptimizerSpec s;
-  s.type = type;
+  s.kind = ParseOptimizerKind(type).value();
   s.hyper.lr = 0.01f;
   s.hyper.weight_decay = 0.001f;
   s.freeze_step = 8;

@@ -32,7 +32,8 @@ absl::StatusOr<std::unique_ptr<ZeroOneAdam>> ZeroOneAdam::Create(
   std::unique_ptr<ZeroOneAdam> adam(new ZeroOneAdam(options, backend, exchange, n));
   adam->lrs_.assign(groups.size(), 0.0);
   adam->groups_ = std::move(groups);
-  ONEBIT_RETURN_IF_ERROR(adam->Init(initial_params));
+  ONEBIT_RETURN_IF_ERROR(
+      adam->InitCommon(initial_params, {&adam->acc_, &adam->avg_, &adam->anchor_}));
   return adam;
 }
 
@@ -50,36 +51,7 @@ absl::StatusOr<std::unique_ptr<ZeroOneAdam>> ZeroOneAdam::Create(
 
 ZeroOneAdam::ZeroOneAdam(const ZeroOneAdamOptions& options, kernels::Backend* backend,
                          Exchange* exchange, size_t n)
-    : options_(options),
-      backend_(backend),
-      exchange_(exchange),
-      n_(n),
-      schedule_(options.schedule) {}
-
-absl::Status ZeroOneAdam::Init(const float* initial_params) {
-  using kernels::Buffer;
-  ONEBIT_ASSIGN_OR_RETURN(p_, Buffer<float>::FromHost(backend_, initial_params, n_));
-  ONEBIT_ASSIGN_OR_RETURN(m_, Buffer<float>::Create(backend_, n_));
-  ONEBIT_ASSIGN_OR_RETURN(v_, Buffer<float>::Create(backend_, n_));
-  ONEBIT_ASSIGN_OR_RETURN(acc_, Buffer<float>::Create(backend_, n_));
-  ONEBIT_ASSIGN_OR_RETURN(avg_, Buffer<float>::Create(backend_, n_));
-  ONEBIT_ASSIGN_OR_RETURN(anchor_, Buffer<float>::Create(backend_, n_));
-  ONEBIT_ASSIGN_OR_RETURN(mask_, MomentumMask::Create(backend_, options_.momentum_mask,
-                                                    options_.auto_mask_zero_gradients, n_));
-  ONEBIT_ASSIGN_OR_RETURN(clip_, GradientClipper::Create(backend_, options_.max_grad_norm, n_));
-  return absl::OkStatus();
-}
-
-Stage ZeroOneAdam::stage() const {
-  return step_ + 1 <= options_.var_freeze_step ? Stage::kWarmup : Stage::kCompression;
-}
-
-absl::Status ZeroOneAdam::SetFreezeStep(int64_t var_freeze_step) {
-  ONEBIT_RETURN_IF_ERROR(
-      CheckFreezeStepMove(step_, options_.var_freeze_step, var_freeze_step));
-  options_.var_freeze_step = var_freeze_step;
-  return absl::OkStatus();
-}
+    : OptimizerBase(options, backend, exchange, n), schedule_(options.schedule) {}
 
 absl::Status ZeroOneAdam::Step(const float* grad) {
   const int64_t t = step_ + 1;

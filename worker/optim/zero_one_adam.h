@@ -38,40 +38,32 @@
 #include "kernels/buffer.h"
 #include "kernels/kernels.h"
 #include "worker/exchange/exchange.h"
-#include "worker/optim/gradient_clipper.h"
-#include "worker/optim/momentum_mask.h"
 #include "worker/optim/optim_checks.h"
 #include "worker/optim/optimizer.h"
+#include "worker/optim/optimizer_base.h"
 #include "config/zero_one_schedule.h"
 #include "worker/transport/transport.h"
 
 namespace onebit {
 
-struct ZeroOneAdamOptions {
-  kernels::AdamHyper hyper;
+// bias_correction: k of BiasCorrectedHyper counts the variance updates so far, the current
+// one included. The local steps then accumulate lr' = lr*c and sum it: after a sync m is
+// the lr'-weighted mean of the momenta since the last one.
+// hyper_groups: each group sums its own lr over the local steps. A sync exchanges the
+// lr-weighted accumulators of every group in one compressed buffer, so with several workers
+// the groups' lr and decay shape each other's compression (with one, each group gets the
+// bits of a run of everything with its hyper-parameters).
+struct ZeroOneAdamOptions : CommonOptimizerOptions {
   // The last step of the variance stage (DeepSpeed's default).
   int64_t var_freeze_step = 100000;
   ZeroOneScheduleParams schedule;
-  // Optional {0,1} momentum mask of n elements (host memory). Empty: no mask.
-  std::vector<float> momentum_mask;
-  // Also mask the parameters whose exactly averaged gradient stays exactly zero through
-  // warmup (momentum_mask.h).
-  bool auto_mask_zero_gradients = false;
-  // Bias correction (optim_checks.h's BiasCorrectedHyper, k: the variance updates so far,
-  // the current one included). The local steps then accumulate lr' = lr*c and sum it: after
-  // a sync m is the lr'-weighted mean of the momenta since the last one.
-  bool bias_correction = false;
-  // Gradient clipping by global norm (gradient_clipper.h); 0: off.
-  double max_grad_norm = 0.0;
-  // Parameter groups with their own lr and weight decay (optim_checks.h); empty: one group
-  // with hyper's. Each group sums its own lr over the local steps. A sync exchanges the
-  // lr-weighted accumulators of every group in one compressed buffer, so with several
-  // workers the groups' lr and decay shape each other's compression (with one, each group
-  // gets the bits of a run of everything with its hyper-parameters).
-  std::vector<HyperGroup> hyper_groups;
 };
 
-class ZeroOneAdam : public Optimizer {
+// stage(): kWarmup through var_freeze_step (the variance stage), kCompression after. The
+// freeze step is var_freeze_step; it moves only while it has not passed, with the same
+// value on every worker.
+class ZeroOneAdam
+    : public OptimizerBase<ZeroOneAdamOptions, &ZeroOneAdamOptions::var_freeze_step> {
  public:
   // `initial_params` is host memory with n elements. The exchange is borrowed.
   static absl::StatusOr<std::unique_ptr<ZeroOneAdam>> Create(const ZeroOneAdamOptions& options,
@@ -89,25 +81,11 @@ class ZeroOneAdam : public Optimizer {
   absl::Status Step(const float* grad) override;
   absl::Status SkipStep() override;
 
-  // kWarmup through var_freeze_step (the variance stage), kCompression after.
-  Stage stage() const override;
   bool sums_gradients() const override {
     return next_step_kind() == ZeroOneStep::kVarianceUpdate;
   }
   // How the next step communicates.
   ZeroOneStep next_step_kind() const { return schedule_.Next(options_.var_freeze_step); }
-  int64_t step() const override { return step_; }
-  // var_freeze_step. Moves only while it has not passed (as OnebitAdam's freeze step),
-  // with the same value on every worker.
-  int64_t freeze_step() const override { return options_.var_freeze_step; }
-  absl::Status SetFreezeStep(int64_t var_freeze_step) override;
-  void set_lr(float lr) override { options_.hyper.lr = lr; }
-  absl::Status set_max_grad_norm(double max_norm) override { return clip_.SetMaxNorm(max_norm); }
-  float lr() const override { return options_.hyper.lr; }
-  void set_betas(float beta1, float beta2) override {
-    options_.hyper.beta1 = beta1;
-    options_.hyper.beta2 = beta2;
-  }
   absl::Status set_weight_decays(const std::vector<double>& decays) override {
     return SetGroupWeightDecays(decays, &groups_);
   }
@@ -117,16 +95,8 @@ class ZeroOneAdam : public Optimizer {
   std::optional<std::vector<int64_t>> ExchangeSteps(int64_t first, int64_t last,
                                                     int64_t freeze_step) const override;
 
-  size_t size() const override { return n_; }
-  const float* params() const override { return p_.data(); }
-  const float* variance() const override { return v_.data(); }
-  absl::StatusOr<std::vector<float>> ParamsToHost() const override { return p_.ToHost(); }
   // The sum of the (first parameter group's) learning rates since the last sync.
   double lr_sum() const { return lrs_[0]; }
-
-  int64_t masked_elements() const override { return mask_.masked(); }
-  Exchange& exchange() override { return *exchange_; }
-  double exchange_call_seconds() const override { return exchange_call_seconds_; }
 
   // Checkpoints. Through the variance stage "params", "exp_avg" and "exp_avg_sq", all
   // shared; after it the variance is still shared, while "params", "exp_avg",
@@ -142,7 +112,6 @@ class ZeroOneAdam : public Optimizer {
  private:
   ZeroOneAdam(const ZeroOneAdamOptions& options, kernels::Backend* backend, Exchange* exchange,
               size_t n);
-  absl::Status Init(const float* initial_params);
   absl::Status VarianceUpdate(const float* grad);
   absl::Status CompressedGradient(const float* grad);
   absl::Status LocalStep(const float* grad, bool sync);
@@ -156,21 +125,12 @@ class ZeroOneAdam : public Optimizer {
     return const_cast<ZeroOneAdam*>(this)->FindBuffer(name);
   }
 
-  ZeroOneAdamOptions options_;
-  kernels::Backend* backend_;
-  Exchange* exchange_;
-  std::unique_ptr<Exchange> owned_exchange_;
-  size_t n_;
-  int64_t step_ = 0;
   ZeroOneSchedule schedule_;
   bool errors_reset_ = false;
   std::vector<HyperGroup> groups_;  // options_.hyper_groups, resolved: at least one
   std::vector<double> lrs_;         // per group: the lr summed since the last sync
   // anchor_: the parameters after the last sync (or at the end of the variance stage).
-  kernels::Buffer<float> p_, m_, v_, acc_, avg_, anchor_;
-  MomentumMask mask_;
-  GradientClipper clip_;
-  double exchange_call_seconds_ = 0.0;
+  kernels::Buffer<float> acc_, avg_, anchor_;
 };
 
 }  // namespace onebit

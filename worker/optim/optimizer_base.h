@@ -1,0 +1,127 @@
+// What the three optimizers share: the options every one takes, and a base that holds the
+// state every one has (p, m, v, the momentum mask, the gradient clipper, the step count)
+// with the Optimizer methods that only read or set it. Each optimizer keeps its own
+// update math, its own hyper-parameters per step and its own checkpoint names.
+//
+// Thread safety: one thread at a time, as Optimizer. The backend and the exchange are
+// borrowed and must outlive the optimizer.
+#ifndef ONEBIT_WORKER_OPTIM_OPTIMIZER_BASE_H_
+#define ONEBIT_WORKER_OPTIM_OPTIMIZER_BASE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/status_macros.h"
+#include "kernels/buffer.h"
+#include "kernels/kernels.h"
+#include "worker/exchange/exchange.h"
+#include "worker/optim/gradient_clipper.h"
+#include "worker/optim/momentum_mask.h"
+#include "worker/optim/optim_checks.h"
+#include "worker/optim/optimizer.h"
+
+namespace onebit {
+
+// The options of every optimizer. Each optimizer's options add their own fields (the last
+// warmup step among them) and say where a field means something particular to them.
+struct CommonOptimizerOptions {
+  kernels::AdamHyper hyper;
+  // Optional {0,1} momentum mask of n elements (host memory), applied after every
+  // compressed exchange. Empty means no mask.
+  std::vector<float> momentum_mask;
+  // Also mask the parameters whose exactly averaged gradient stays exactly zero through
+  // warmup (momentum_mask.h).
+  bool auto_mask_zero_gradients = false;
+  // Bias-corrected moments (optim_checks.h's BiasCorrectedHyper). Off by default, as in
+  // docs/algorithms.md.
+  bool bias_correction = false;
+  // Gradient clipping by global norm (gradient_clipper.h); 0: off.
+  double max_grad_norm = 0.0;
+  // Parameter groups with their own lr and weight decay (optim_checks.h); empty: one group
+  // with hyper's.
+  std::vector<HyperGroup> hyper_groups;
+};
+
+// Options: a struct derived from CommonOptimizerOptions; kFreezeStep: its field with the
+// last warmup step. The stage is kWarmup through that step and kCompression after it.
+template <typename Options, int64_t Options::*kFreezeStep>
+class OptimizerBase : public Optimizer {
+ public:
+  // Counts the step and changes no state.
+  absl::Status SkipStep() override {
+    ++step_;
+    return absl::OkStatus();
+  }
+  Stage stage() const override {
+    return step_ + 1 <= freeze_step() ? Stage::kWarmup : Stage::kCompression;
+  }
+  int64_t step() const override { return step_; }
+  int64_t freeze_step() const override { return options_.*kFreezeStep; }
+  // Moves the switch. Must not be at or before a step already run in compression, and
+  // must be called with the same value on every worker before the step it concerns.
+  absl::Status SetFreezeStep(int64_t freeze_step) override {
+    ONEBIT_RETURN_IF_ERROR(CheckFreezeStepMove(step_, options_.*kFreezeStep, freeze_step));
+    options_.*kFreezeStep = freeze_step;
+    return absl::OkStatus();
+  }
+  void set_lr(float lr) override { options_.hyper.lr = lr; }
+  float lr() const override { return options_.hyper.lr; }
+  void set_betas(float beta1, float beta2) override {
+    options_.hyper.beta1 = beta1;
+    options_.hyper.beta2 = beta2;
+  }
+  absl::Status set_max_grad_norm(double max_norm) override { return clip_.SetMaxNorm(max_norm); }
+
+  size_t size() const override { return n_; }
+  // Backend memory, n elements each.
+  const float* params() const override { return p_.data(); }
+  const float* variance() const override { return v_.data(); }
+  absl::StatusOr<std::vector<float>> ParamsToHost() const override { return p_.ToHost(); }
+  int64_t masked_elements() const override { return mask_.masked(); }
+  Exchange& exchange() override { return *exchange_; }
+  // Seconds Step() has spent inside the exchange's calls so far, read on the exchange's
+  // step_clock(); the rest of a Step is the update. Cumulative.
+  double exchange_call_seconds() const override { return exchange_call_seconds_; }
+
+ protected:
+  OptimizerBase(const Options& options, kernels::Backend* backend, Exchange* exchange, size_t n)
+      : options_(options), backend_(backend), exchange_(exchange), n_(n) {}
+
+  // Allocates p (a copy of `initial_params`, host memory, n elements), m, v and then
+  // `more`, all zero, in that order; then the mask and the clipper from the options.
+  absl::Status InitCommon(const float* initial_params,
+                          std::initializer_list<kernels::Buffer<float>*> more = {}) {
+    using kernels::Buffer;
+    ONEBIT_ASSIGN_OR_RETURN(p_, Buffer<float>::FromHost(backend_, initial_params, n_));
+    for (Buffer<float>* b : {&m_, &v_}) {
+      ONEBIT_ASSIGN_OR_RETURN(*b, Buffer<float>::Create(backend_, n_));
+    }
+    for (Buffer<float>* b : more) {
+      ONEBIT_ASSIGN_OR_RETURN(*b, Buffer<float>::Create(backend_, n_));
+    }
+    ONEBIT_ASSIGN_OR_RETURN(mask_, MomentumMask::Create(backend_, options_.momentum_mask,
+                                                      options_.auto_mask_zero_gradients, n_));
+    ONEBIT_ASSIGN_OR_RETURN(clip_, GradientClipper::Create(backend_, options_.max_grad_norm, n_));
+    return absl::OkStatus();
+  }
+
+  Options options_;
+  kernels::Backend* backend_;
+  Exchange* exchange_;
+  std::unique_ptr<Exchange> owned_exchange_;  // set by a Create over a Transport
+  size_t n_;
+  int64_t step_ = 0;
+  kernels::Buffer<float> p_, m_, v_;
+  MomentumMask mask_;
+  GradientClipper clip_;
+  double exchange_call_seconds_ = 0.0;
+};
+
+}  // namespace onebit
+
+#endif  // ONEBIT_WORKER_OPTIM_OPTIMIZER_BASE_H_
