@@ -13,9 +13,7 @@
 //
 //   auto server = MetricsServer::Start("0.0.0.0", 9100);
 //   server->RegisterCollectable(registry);
-//   server->SetReady();
-//   ...
-//   server->SetNotReady("shutting down");
+//   server->SetReady();  ...  server->SetNotReady("shutting down");
 //
 // Thread safety: every method may be called from any thread. The destructor stops the
 // listener (waits for requests in flight).

@@ -8,7 +8,6 @@
 //   options.name = "server 0";
 //   options.echo = true;                        // also "[server 0] line" on our stdout
 //   ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<Process> p, Process::Start(options));
-//   ...
 //   p->Terminate();                             // SIGTERM, then SIGKILL after a grace
 //
 // Output: with a log_path or echo, the child's stdout and stderr go into one pipe that a

@@ -2,9 +2,33 @@
 // exchange: every process computes the layout from the same numbers, so that no two ever
 // disagree about a payload size.
 //
+// The layouts: peer at PeerPaddedSize, parameter server at PsLayout, hierarchical at
+// HierarchicalLayout.
+//
+// Thread safety: immutable after Create.
+#ifndef ONEBIT_COMPRESSION_LAYOUT_H_
+#define ONEBIT_COMPRESSION_LAYOUT_H_
+
+#include <cstddef>
+
+#include "absl/status/statusor.h"
+#include "compression/codec.h"
+#include "compression/codec_registry.h"
+
+namespace onebit {
+
 // PEER (PeerPaddedSize): n_pad = n rounded up to a multiple of W*lcm(W, 8); chunk
 // C = n_pad / W belongs to rank r as elements [r*C, (r+1)*C) (docs/algorithms.md).
 //
+// N_pad for n elements over w ranks in peer mode (a multiple of w*lcm(w, 8)).
+size_t PeerPaddedSize(size_t n, int w);
+
+// Values mirror onebit.v1.ChunkKind, so a proto enum converts with a cast; anything else is
+// rejected by validation, never trusted.
+enum class ChunkKind : int { kUnspecified = 0, kFp32 = 1, kOnebit = 2 };
+
+const char* ChunkKindName(ChunkKind kind);  // "fp32", "onebit", or "unspecified"
+
 // PARAMETER SERVER (PsLayout), the contract of onebit-server (ShardState) and the worker's
 // PsExchange:
 //
@@ -25,37 +49,6 @@
 // starting from 0.0f (Backend::SumRows), as ExactAllreduce does, so the warmup sum has the
 // same bits for every S (a sum of one element position never crosses shards). With S > n
 // some shards get empty runs; they still take part (empty payloads).
-//
-// HIERARCHICAL (HierarchicalLayout): nodes x local_size workers. The tensor is padded to
-// n_pad = local_size * S and cut into local_size slices of S elements; slice l is
-// averaged at full precision inside each node, and exchanged between the nodes by local
-// rank l of every node, as a tensor of S elements in `inter_chunks` server chunks (one per
-// node in peer mode, the slice's shards in ps mode). S is the smallest multiple of
-// inter_chunks*lcm(inter_chunks, 8) that is >= ceil(n / local_size), so the inter-node
-// exchange of a slice needs no padding of its own and the local_size * inter_chunks result
-// blocks, in slice order, are the whole padded tensor.
-//
-// Thread safety: immutable after Create.
-#ifndef ONEBIT_COMPRESSION_LAYOUT_H_
-#define ONEBIT_COMPRESSION_LAYOUT_H_
-
-#include <cstddef>
-
-#include "absl/status/statusor.h"
-#include "compression/codec.h"
-#include "compression/codec_registry.h"
-
-namespace onebit {
-
-// N_pad for n elements over w ranks in peer mode (a multiple of w*lcm(w, 8)).
-size_t PeerPaddedSize(size_t n, int w);
-
-// Values mirror onebit.v1.ChunkKind, so a proto enum converts with a cast; anything else is
-// rejected by validation, never trusted.
-enum class ChunkKind : int { kUnspecified = 0, kFp32 = 1, kOnebit = 2 };
-
-const char* ChunkKindName(ChunkKind kind);  // "fp32", "onebit", or "unspecified"
-
 class PsLayout {
  public:
   // n >= 1 parameters over 1 <= num_shards shards, compressed blocks in `codec`'s format
@@ -97,6 +90,14 @@ class PsLayout {
   const Codec* codec_;
 };
 
+// HIERARCHICAL (HierarchicalLayout): nodes x local_size workers. The tensor is padded to
+// n_pad = local_size * S and cut into local_size slices of S elements; slice l is
+// averaged at full precision inside each node, and exchanged between the nodes by local
+// rank l of every node, as a tensor of S elements in `inter_chunks` server chunks (one per
+// node in peer mode, the slice's shards in ps mode). S is the smallest multiple of
+// inter_chunks*lcm(inter_chunks, 8) that is >= ceil(n / local_size), so the inter-node
+// exchange of a slice needs no padding of its own and the local_size * inter_chunks result
+// blocks, in slice order, are the whole padded tensor.
 class HierarchicalLayout {
  public:
   // n >= 1 parameters, local_size >= 1 workers per node, inter_chunks >= 1 server chunks

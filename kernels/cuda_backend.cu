@@ -62,11 +62,10 @@ absl::Status CheckChunking(size_t num_chunks, size_t chunk, size_t n) {
 // Bandwidth. Every kernel walks its arrays in groups of kGroup = 4 consecutive elements: a
 // thread moves 16 bytes of each float array per step, as one 16-byte load or store when
 // the kernel runs with kVec (every float array it touches 16-byte aligned, and row strides
-// multiples of 4), else as four 4-byte ones. One element per thread with 4-byte accesses,
-// as this file once did, kept too few bytes in flight to reach the memory's bandwidth
-// (0.5-0.65 of a device-to-device copy for the reducing and packing kernels). The float32
-// arithmetic is the same either way, element by element, so kVec changes the speed and
-// never the bits. Elements at or past an array's end read as 0 and are never stored.
+// multiples of 4), else as four 4-byte ones: one element per thread keeps too few bytes in
+// flight to reach the memory's bandwidth. The float32 arithmetic is the same either way,
+// element by element, so kVec changes the speed and never the bits. Elements at or past
+// an array's end read as 0 and are never stored.
 //
 // Packed signs: a group's 4 sign bits are a nibble of one byte (chunks are multiples of 8
 // elements, so a byte never spans two chunks and a group never spans two bytes). A warp's
@@ -193,8 +192,8 @@ __device__ __forceinline__ void AddSquares(const Group& x, double* sum) {
 //   3. the last block to finish adds partials[0..ReduceBlocks(n)) in index order, by the
 //      same per-thread loop and tree, and stores the total.
 // An atomic counter only elects the block that does step 3; what it adds, and in which
-// order, does not depend on which block that is. Adding the block sums with atomicAdd, as
-// this file once did, made the last bit depend on the order in which blocks finished.
+// order, does not depend on which block that is (an atomicAdd of the block sums would make
+// the last bit depend on the order in which blocks finished).
 // The grid must not depend on the SM count either, or the same tensor would be summed in
 // another order on another GPU. Nor does the order depend on kVec: a group's elements are
 // added in the same order however they were loaded. (ServerInputKernel's threads take spans
@@ -1198,10 +1197,8 @@ class CopyTimer {
 };
 
 // A reduction's result on its way to the host, in pinned memory: the copy is one DMA queued
-// behind the kernel and the host waits once. Into pageable memory (a caller's double) the
-// copy is staged by the driver and needed a wait of its own first; on an H200 SumSquares
-// took 21 us at 256K elements (~1 us of reading) and 86 us at 64M (~66 us of reading at
-// the copy's speed): ~20 us a call was that trip (BENCHMARKS.md).
+// behind the kernel and the host waits once (a copy into pageable memory is staged by the
+// driver and needs a wait of its own first).
 struct HostResults {
   double total;
   unsigned max_bits;

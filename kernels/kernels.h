@@ -1,65 +1,6 @@
 // The compression and optimizer math of 1-bit Adam: one API, two implementations
-// (CPU: AVX2 with a scalar fallback; CUDA). docs/algorithms.md is the contract.
-//
-// WIRE FORMAT: a compressed chunk of C elements (C a multiple of 8) is one block of
-// CompressedBlockBytes(C) = 4 + C/8 bytes:
-//
-//   offset 0     float32 scale, little-endian IEEE 754
-//   offset 4     packed signs, C/8 bytes: element j of the chunk is bit (j % 8) of byte
-//                4 + j/8, least significant bit first. Bit 1 means +1 (x >= 0, so
-//                sign(0) = +1), bit 0 means -1.
-//
-// Read as little-endian uint32 words the sign bytes are bit (j % 32) of word j/32: the
-// layout a CUDA warp ballot produces. A tensor of N_pad elements split into K chunks is K
-// consecutive blocks. This layout is a wire format: keep it stable.
-//
-// INT8 WIRE FORMAT (exchange.compressor "int8"): the same tensors, padding and chunks; a
-// chunk of C elements is one block of Int8BlockBytes(C) = 8 + C bytes:
-//
-//   offset 0     float32 scale, little-endian IEEE 754
-//   offset 4     float32 offset (lo), little-endian IEEE 754
-//   offset 8     C uint8 codes, element j of the chunk at byte 8 + j
-//
-// Every block has its own scale and offset (the worker's K chunks each get their own; the
-// server's result is one block). Over the chunk's values x (a worker's x = m' + err, a
-// server's y, both as for 1 bit):
-//   lo    = min_j x_j + 0.0f,  hi = max_j x_j + 0.0f   (+ 0.0f: -0 becomes +0, so the
-//           result never depends on which of -0/+0 a min saw first)
-//   scale = float((double(hi) - double(lo)) / 255.0)   (float64, correctly rounded, then
-//           to float32 by round to nearest even: never overflows for finite lo, hi)
-//   inv   = 1.0f / scale, or 0.0f when scale is 0, not finite, or 1/scale is not finite
-//   r     = (x_j - lo) * inv;  r = (r > 0 ? r : 0);  r = (r < 255 ? r : 255)  (NaN -> 0)
-//   q_j   = uint8(round half to even(r))
-//   d_j   = fma(float(q_j), scale, lo)              (the decoded value)
-//   err_j = x_j - d_j
-// NON-FINITE INPUT: if any value of a chunk is NaN, lo = hi = NaN; an infinite one makes
-// hi - lo infinite or NaN. Either way the scale is not finite, every code is 0 and the
-// whole chunk decodes to NaN (fma(0, inf, lo) and fma(0, NaN, lo) are NaN), so the
-// trainer's NaN check stops the run; no float->int conversion ever sees NaN or inf. A
-// shard rejects a block whose scale or offset is not finite (or whose scale is < 0).
-// SERVER: acc = sum over workers j in rank order, from 0.0f, of d_j (each worker's block
-// decoded with its own scale and offset); y = fma(acc, 1/W, err); then y is quantised
-// as above and err = y - d. min and max do not depend on the order they are taken in
-// (after the + 0.0f), so CPU (any thread count, scalar or AVX2) and CUDA give the same
-// bits for int8: there is no sum of squares.
-//
-// EXACT ARITHMETIC: both implementations evaluate these float32 expressions, with explicit
-// fused multiply-adds where written fma(), so that they agree bit for bit except for the
-// order of the sums of squares (accumulated in float64):
-//   momentum   m = fma(b1, m, (1 - b1) * g)
-//   worker     x = m + err (m after the momentum update when fused); err = x - s*sign(x)
-//   server     acc = sum over workers j in order of (bit_j ? s_j : -s_j);
-//              y = fma(acc, 1/W, err);  err = y - s*sign(y)
-//   scale      s = float(sqrt(sumsq / n)) computed in float64; s = 0 when n = 0
-//   warmup     g' = g * grad_scale; m = fma(b1, m, (1-b1)*g'); v = fma(b2, v, ((1-b2)*g')*g')
-//   update     u = m / (sqrt(v) + eps); if wd > 0: u = fma(wd, p, u); p = fma(-lr, u, p)
-//   mask       m = m * mask (compression stage only, after the exchange)
-//   0/1 Adam   local: m = fma(b1, m, (1-b1)*g); p = fma(-lr, u, p); acc = fma(-lr, u, acc)
-//              sync:  acc = acc * (sqrt(v) + eps); after the exchange
-//                     m = (-avg) / lrs (* mask); p = anchor + avg / (sqrt(v) + eps); anchor = p
-//   LAMB       the Backend methods' own lines below (AdamMomentsUpdate ... MaxDenomRatio)
-//   average    out = (sum over rows in order, from 0.0f) * (1.0f / num_rows)
-//   wire rows  out = sum over rows in order, from 0.0f, of from_wire(row) (wire_dtype.h)
+// (CPU: AVX2 with a scalar fallback; CUDA). docs/algorithms.md is the contract; the wire
+// formats are at CompressedBlockBytes and Int8BlockBytes, the arithmetic at Backend.
 //
 // REPRODUCIBILITY: each backend sums the squares in an order fixed by n alone (the CUDA
 // backend's does not depend on the GPU either; the CPU backend's not on its thread count),
@@ -88,9 +29,29 @@ namespace onebit::kernels {
 
 enum class MemorySpace { kHost, kCuda };
 
+// WIRE FORMAT: a compressed chunk of C elements (C a multiple of 8) is one block of
+// CompressedBlockBytes(C) = 4 + C/8 bytes:
+//
+//   offset 0     float32 scale, little-endian IEEE 754
+//   offset 4     packed signs, C/8 bytes: element j of the chunk is bit (j % 8) of byte
+//                4 + j/8, least significant bit first. Bit 1 means +1 (x >= 0, so
+//                sign(0) = +1), bit 0 means -1.
+//
+// Read as little-endian uint32 words the sign bytes are bit (j % 32) of word j/32: the
+// layout a CUDA warp ballot produces. A tensor of N_pad elements split into K chunks is K
+// consecutive blocks. This layout is a wire format: keep it stable.
+//
 // Bytes of one compressed block of `chunk` elements (chunk % 8 == 0).
 constexpr size_t CompressedBlockBytes(size_t chunk) { return 4 + chunk / 8; }
 
+// INT8 WIRE FORMAT (exchange.compressor "int8"): the same tensors, padding and chunks; a
+// chunk of C elements is one block of Int8BlockBytes(C) = 8 + C bytes:
+//
+//   offset 0     float32 scale, little-endian IEEE 754
+//   offset 4     float32 offset (lo), little-endian IEEE 754
+//   offset 8     C uint8 codes, element j of the chunk at byte 8 + j
+//
+// The quantiser and the server's sum are at Backend::CompressWorkerInt8.
 // Bytes of one int8 block of `chunk` elements.
 constexpr size_t Int8BlockBytes(size_t chunk) { return 8 + chunk; }
 
@@ -107,6 +68,23 @@ struct AdamHyper {
   float update_clip = 0.0f;
 };
 
+// EXACT ARITHMETIC: both implementations evaluate these float32 expressions, with explicit
+// fused multiply-adds where written fma(), so that they agree bit for bit except for the
+// order of the sums of squares (accumulated in float64):
+//   momentum   m = fma(b1, m, (1 - b1) * g)
+//   worker     x = m + err (m after the momentum update when fused); err = x - s*sign(x)
+//   server     acc = sum over workers j in order of (bit_j ? s_j : -s_j);
+//              y = fma(acc, 1/W, err);  err = y - s*sign(y)
+//   scale      s = float(sqrt(sumsq / n)) computed in float64; s = 0 when n = 0
+//   warmup     g' = g * grad_scale; m = fma(b1, m, (1-b1)*g'); v = fma(b2, v, ((1-b2)*g')*g')
+//   update     u = m / (sqrt(v) + eps); if wd > 0: u = fma(wd, p, u); p = fma(-lr, u, p)
+//   mask       m = m * mask (compression stage only, after the exchange)
+//   0/1 Adam   local: m = fma(b1, m, (1-b1)*g); p = fma(-lr, u, p); acc = fma(-lr, u, acc)
+//              sync:  acc = acc * (sqrt(v) + eps); after the exchange
+//                     m = (-avg) / lrs (* mask); p = anchor + avg / (sqrt(v) + eps); anchor = p
+//   LAMB       the Backend methods' own lines below (AdamMomentsUpdate ... MaxDenomRatio)
+//   average    out = (sum over rows in order, from 0.0f) * (1.0f / num_rows)
+//   wire rows  out = sum over rows in order, from 0.0f, of from_wire(row) (wire_dtype.h)
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -167,12 +145,33 @@ class Backend {
   virtual absl::Status Decompress(const uint8_t* blocks, size_t num_chunks, size_t chunk,
                                   size_t n, float* out) = 0;
 
-  // The int8 format (see INT8 WIRE FORMAT above). Same arguments as the 1-bit methods;
-  // blocks are Int8BlockBytes(chunk) bytes, and each of the num_chunks chunks gets its own
-  // scale and offset.
+  // The int8 format (INT8 WIRE FORMAT, at Int8BlockBytes). Same arguments as the 1-bit
+  // methods; blocks are Int8BlockBytes(chunk) bytes.
+  // Every block has its own scale and offset (the worker's K chunks each get their own; the
+  // server's result is one block). Over the chunk's values x (a worker's x = m' + err, a
+  // server's y, both as for 1 bit):
+  //   lo    = min_j x_j + 0.0f,  hi = max_j x_j + 0.0f   (+ 0.0f: -0 becomes +0, so the
+  //           result never depends on which of -0/+0 a min saw first)
+  //   scale = float((double(hi) - double(lo)) / 255.0)   (float64, correctly rounded, then
+  //           to float32 by round to nearest even: never overflows for finite lo, hi)
+  //   inv   = 1.0f / scale, or 0.0f when scale is 0, not finite, or 1/scale is not finite
+  //   r     = (x_j - lo) * inv;  r = (r > 0 ? r : 0);  r = (r < 255 ? r : 255)  (NaN -> 0)
+  //   q_j   = uint8(round half to even(r))
+  //   d_j   = fma(float(q_j), scale, lo)              (the decoded value)
+  //   err_j = x_j - d_j
+  // NON-FINITE INPUT: if any value of a chunk is NaN, lo = hi = NaN; an infinite one makes
+  // hi - lo infinite or NaN. Either way the scale is not finite, every code is 0 and the
+  // whole chunk decodes to NaN (fma(0, inf, lo) and fma(0, NaN, lo) are NaN), so the
+  // trainer's NaN check stops the run; no float->int conversion ever sees NaN or inf. A
+  // shard rejects a block whose scale or offset is not finite (or whose scale is < 0).
   virtual absl::Status CompressWorkerInt8(const float* m, const float* g, float beta1, size_t n,
                                           size_t num_chunks, size_t chunk, float* err,
                                           uint8_t* out) = 0;
+  // SERVER: acc = sum over workers j in rank order, from 0.0f, of d_j (each worker's block
+  // decoded with its own scale and offset); y = fma(acc, 1/W, err); then y is quantised
+  // as above and err = y - d. min and max do not depend on the order they are taken in
+  // (after the + 0.0f), so CPU (any thread count, scalar or AVX2) and CUDA give the same
+  // bits for int8: there is no sum of squares.
   virtual absl::Status ServerAggregateInt8(const uint8_t* blocks, int num_workers, size_t chunk,
                                            float* err, uint8_t* out) = 0;
   virtual absl::Status DecompressInt8(const uint8_t* blocks, size_t num_chunks, size_t chunk,

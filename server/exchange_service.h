@@ -9,22 +9,11 @@
 // and push nothing; a message larger than the largest legal push is refused by gRPC
 // (RESOURCE_EXHAUSTED) before it is buffered.
 //
-// NO PAYLOAD COPIES: Exchange is served over raw ByteBuffers (proto/exchange_wire.h, the
-// same bytes as exchange.proto): a push's payload reaches ShardState as a Cord over gRPC's
-// receive slices (an fp32 run is added into the sum straight from them, or kept as they
-// are while it waits for its turn), and every reply's payload is a reference to the step's
-// one result string, shared by all W workers' streams (and retries), never copied. Pull,
-// off the hot path, is plain protobuf.
-//
-// Pull: the result of a recent step; waits while it is open, up to the call's deadline and
-// at most `max_pull_wait`.
-//
-// THREADS: this is gRPC's synchronous API, so every open stream holds a server thread
-// while it waits for the slowest worker: W streams wait on each other in ShardState, not on
-// gRPC, and cannot deadlock as long as the server may run W + a few threads at once
-// (ServerProcess bounds its thread quota at a generous multiple of W). The callback API
-// would save those threads, at the price of turning ShardState's wait into completion
-// callbacks; with W in the tens to hundreds per shard, threads are the simpler choice.
+// Threads: gRPC's synchronous API, so every open stream holds a server thread while it
+// waits for the slowest worker. The W streams wait on each other in ShardState and cannot
+// deadlock while the server may run W + a few threads at once (ServerProcess's thread
+// quota is a generous multiple of W); with W in the tens to hundreds per shard, threads
+// are simpler than completion callbacks.
 //
 // Thread safety: thread-safe. State and metrics are borrowed; metrics may be null.
 #ifndef ONEBIT_SERVER_EXCHANGE_SERVICE_H_
@@ -51,9 +40,14 @@ class ExchangeService final : public v1::ParameterServer::Service {
   ExchangeService(ShardState* state, ServerMetrics* metrics,
                   const ExchangeServiceOptions& options = {});
 
-  // Exchange over raw messages (registered in place of the generated protobuf handler).
+  // Exchange over raw messages (registered in place of the generated protobuf handler;
+  // proto/exchange_wire.h, the same bytes as exchange.proto). No payload is copied: a
+  // push's payload reaches ShardState as a Cord over gRPC's receive slices, and every
+  // reply's payload references the step's one result string, shared by all W streams.
   grpc::Status ExchangeRaw(grpc::ServerContext* context,
                            grpc::ServerReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>* stream);
+  // The result of a recent step (plain protobuf, off the hot path); waits while it is
+  // open, up to the call's deadline and at most `max_pull_wait`.
   grpc::Status Pull(grpc::ServerContext* context, const v1::PullRequest* request,
                     v1::ChunkResult* response) override;
   // Over OverflowVotes for the shard's W workers; waits up to the call's deadline and at

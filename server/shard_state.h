@@ -14,37 +14,6 @@
 // A fresh shard opens at whatever step comes first (a resumed job need not start at 1);
 // after that, step t+1 opens only after step t completed.
 //
-// MEMORY (fp32 steps): the sum is streamed in rank order. Rank r's run is added into the
-// step's result as soon as ranks < r are in; a run that arrives before its turn is kept
-// (the payload's string or receive slices themselves, not copied) until then, and dropped once added. So
-// the shard holds one chunk for the sum plus only the runs that came early, never W rows
-// of its own; and the last push of a step costs one addition, not W. A result that left
-// the retained window becomes a later step's sum once no reply holds it (a few are kept
-// aside for that), so a steady run allocates no chunk-sized buffer per step.
-//
-// IDEMPOTENCY per (worker, step, chunk): the results of the last `retained_steps` steps are
-// kept, so a retried push of a finished step gets the same result again and changes
-// nothing; so does a repeated push of the open step. A repeat whose payload differs from
-// the first push (a compressed block compared byte for byte on the open step; an fp32 run,
-// which is not kept once added, and every push of a finished step by a 64-bit hash) is ALREADY_EXISTS: the worker re-ran its compressor, so its worker error has
-// moved on and no answer is right.
-//
-// VALIDATION, every failure leaving the state untouched:
-//   INVALID_ARGUMENT     kind not fp32/onebit, worker outside [0, W), chunk != shard,
-//                        step < 1, payload of the wrong size (the message names expected
-//                        and got, and says so when the size is the other compressor's: a
-//                        worker whose exchange.compressor differs from the shard's), a
-//                        compressed block whose scale is negative, NaN or infinite, or
-//                        (int8) whose offset is NaN or infinite (it would poison the server
-//                        error for good)
-//   FAILED_PRECONDITION  a step older than the retained window, a step ahead of the open
-//                        one (or skipping one), a kind that differs from the step's kind
-//   ALREADY_EXISTS       a repeated push with a different payload (see above)
-//   UNAVAILABLE          after Shutdown()
-// fp32 values are not checked: a non-finite gradient is the worker's business and leaves
-// no state behind on the shard. Finite scales whose average overflows float32 would poison
-// the server error all the same: that step fails, and the shard with it (INTERNAL).
-//
 // Thread safety: all methods are thread-safe. The backend (host memory) and the observer
 // are borrowed; the observer is called with the shard's lock held and must not call back.
 #ifndef ONEBIT_SERVER_SHARD_STATE_H_
@@ -134,16 +103,45 @@ class ShardObserver {
 // A step's result payload, shared by everyone who asks for it.
 using ResultPayload = std::shared_ptr<const std::string>;
 
+// MEMORY (fp32 steps): the sum is streamed in rank order. Rank r's run is added into the
+// step's result as soon as ranks < r are in; a run that arrives before its turn is kept
+// (the payload's string or receive slices themselves, not copied) until then, and dropped
+// once added. So the shard holds one chunk for the sum plus only the runs that came early, never W rows
+// of its own; and the last push of a step costs one addition, not W. A result that left
+// the retained window becomes a later step's sum once no reply holds it (a few are kept
+// aside for that), so a steady run allocates no chunk-sized buffer per step.
 class ShardState {
  public:
   static absl::StatusOr<std::unique_ptr<ShardState>> Create(kernels::Backend* backend,
                                                             const ShardConfig& config,
                                                             ShardObserver* observer = nullptr);
 
+  // IDEMPOTENCY per (worker, step, chunk): the results of the last `retained_steps` steps are
+  // kept, so a retried push of a finished step gets the same result again and changes
+  // nothing; so does a repeated push of the open step. A repeat whose payload differs from
+  // the first push (a compressed block compared byte for byte on the open step; an fp32 run,
+  // which is not kept once added, and every push of a finished step by a 64-bit hash) is
+  // ALREADY_EXISTS: the worker re-ran its compressor, so its worker error has moved on and
+  // no answer is right.
   struct PushOutcome {
     bool duplicate = false;  // seen before: nothing changed
     ResultPayload result;    // the step's result if it is complete, null while it is open
   };
+  // VALIDATION, every failure leaving the state untouched:
+  //   INVALID_ARGUMENT     kind not fp32/onebit, worker outside [0, W), chunk != shard,
+  //                        step < 1, payload of the wrong size (the message names expected
+  //                        and got, and says so when the size is the other compressor's: a
+  //                        worker whose exchange.compressor differs from the shard's), a
+  //                        compressed block whose scale is negative, NaN or infinite, or
+  //                        (int8) whose offset is NaN or infinite (it would poison the server
+  //                        error for good)
+  //   FAILED_PRECONDITION  a step older than the retained window, a step ahead of the open
+  //                        one (or skipping one), a kind that differs from the step's kind
+  //   ALREADY_EXISTS       a repeated push with a different payload (see above)
+  //   UNAVAILABLE          after Shutdown()
+  // fp32 values are not checked: a non-finite gradient is the worker's business and leaves
+  // no state behind on the shard. Finite scales whose average overflows float32 would poison
+  // the server error all the same: that step fails, and the shard with it (INTERNAL).
   // Validates and records one push; completes the step when it is the W-th. Never waits
   // for other workers.
   // `checkpoint`: the job checkpoints after this step (any worker's flag counts).

@@ -1,10 +1,9 @@
 // A worker's side of checkpoints (docs/design.md, "Two-phase checkpoint commit").
 //
-// Save (after a checkpoint step S) takes a host snapshot of the state on the training
-// thread; a writer thread encodes, writes and reports it. Synchronous (the default), Save
-// returns once the part is reported; with `async`, at once, and training goes on while the
-// part is written (a Save waits for the previous part first, so at most one snapshot is in
-// memory; Flush waits for the last: call it before the process exits).
+// Save (after a checkpoint step S) snapshots the state to host memory on the training
+// thread; a writer thread encodes, writes and reports it. Save returns once the part is
+// reported, or with `async` at once (it waits for the previous part first, so at most one
+// snapshot is in memory; Flush waits for the last: call it before the process exits).
 // This worker's part, <dir>/step-S/worker-R.part, holds
 //   params, exp_avg, exp_avg_sq   the slice [R*n/W, (R+1)*n/W): every worker has the same
 //                                 p, m and v, so the W parts together hold them once

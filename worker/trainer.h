@@ -7,30 +7,10 @@
 //   1. if t is past the current lease, Acquire(t); apply its freeze step to the optimizer
 //      (every worker gets the same leases, so every worker switches at the same step);
 //      stop if the lease says the job ended before t. Never runs past a lease.
-//   2. compute the gradient (timed as "compute"), optimizer Step, split into "compress"
-//      (compression with error feedback and server-side aggregation on this worker, as
-//      the Exchange reports it), "exchange" (the rest of the exchange call: transport,
-//      waiting for peers or shards) and "update" (the rest of the step: the optimizer
-//      update, fused with decompression in the compression stage; the backend is
-//      synchronized at its end so GPU times are real). The parts add up to the step;
-//      they are read from TrainerOptions::clock, a few reads per step;
-//      OVERLAP: with TrainerOptions::overlap, a warmup step of several workers hands the
-//      gradient to the exchange's overlapped warmup bucket by bucket while the workload
-//      computes it (one bucket per layer, announced by the workload), and the optimizer's
-//      sum waits for the last bucket. "compute" is then the workload's call, with the exchange of the
-//      buckets finished early running beside it (hidden); "exchange" is what the
-//      optimizer still waits for after it (the exposed part; the buckets not started by
-//      then run on the training thread, inside it). StepReport::
-//      overlapped_exchange_seconds is the time spent on the buckets, hidden or not;
-//   3. build a StepReport (bytes from the Exchange's counters, the variance change every
-//      report_interval warmup steps, the worker error norm on logged compression steps),
-//      give it to the controller and the metrics sink;
-//   4. every log_every steps print one line,
-//        step 120/600  loss 0.4123  stage warmup  step 41.2 ms  sent 12.4 MB
-//      (loss and step time are means over the steps since the last line; "sent" is every
-//      byte this worker sent since the trainer was made, 1 MB = 10^6 bytes);
-//   5. every eval_every steps, and after the last step, evaluate on the test set and print
-//        eval step 600  test loss 0.4012  test accuracy 85.31%
+//   2. compute the gradient, then the optimizer Step; the time splits into compute,
+//      compress, exchange and update (StepReport), read from TrainerOptions::clock;
+//   3. build a StepReport and give it to the controller and the metrics sink;
+//   4. print progress and eval lines (TrainerOptions::log_every, eval_every).
 //
 // Optimizer "Adam" is OnebitAdam that never freezes (TrainerOptions::never_freeze). The
 // others (worker/optim/optimizer_factory.h) switch stage where the leases say: 1-bit Adam
@@ -99,10 +79,15 @@ struct StepReport {
   Stage stage = Stage::kWarmup;
   double loss = 0.0;  // this worker's micro batch
   bool loss_given = true;  // false: the workload had none (Workload::loss_given); loss is 0
-  // The step time split (see the header comment); each >= 0, summing to the step.
+  // The step time split; each >= 0, summing to the step.
   double compute_seconds = 0.0;
+  // Compression with error feedback and server-side aggregation on this worker, as the
+  // Exchange reports it.
   double compress_seconds = 0.0;
+  // The rest of the exchange call: transport, waiting for peers or shards.
   double exchange_seconds = 0.0;
+  // The rest of the step: the optimizer update, fused with decompression in the
+  // compression stage; the backend is synchronized at its end, so GPU times are real.
   double update_seconds = 0.0;
   double seconds() const {
     return compute_seconds + compress_seconds + exchange_seconds + update_seconds;
@@ -202,10 +187,18 @@ struct TrainerOptions {
   bool never_freeze = false;
   uint64_t init_seed = 1;   // Workload::InitParameters
   int64_t total_steps = 0;  // shown as "step t/total"; 0: unknown. Does not stop.
-  int64_t log_every = 20;   // 0: no progress lines
-  int64_t eval_every = 0;   // 0: no periodic evaluation
+  // Every log_every steps one line; loss and step time are means over the steps since the
+  // last line, "sent" is every byte this worker sent since the trainer was made (1 MB =
+  // 10^6 bytes). 0: no progress lines.
+  //   step 120/600  loss 0.4123  stage warmup  step 41.2 ms  sent 12.4 MB
+  int64_t log_every = 20;
+  // Every eval_every steps (and after the last, with eval_at_end) one line. 0: no
+  // periodic evaluation.
+  //   eval step 600  test loss 0.4012  test accuracy 85.31%
+  int64_t eval_every = 0;
   bool eval_at_end = true;
-  int64_t report_interval = 10;  // k of the variance change; 0: not computed
+  // k of the variance change, reported every k warmup steps; 0: not computed.
+  int64_t report_interval = 10;
   // SCRIPT VALUES: what Workload::ScriptInputs gives for step t's last micro-batch comes
   // first: its lr and betas before the schedules below, its clipping norm before
   // optimizer.max_grad_norm, its weight decays before the optimizer's own. Its gradient
@@ -234,7 +227,9 @@ struct TrainerOptions {
   // or one it wraps). Its warmup sums then run bucket by bucket during the backward pass,
   // on the buckets the workload announces (Workload::gradient_buckets; a workload without
   // them runs as without overlap). The parameters get the same bits either way. Null: no
-  // overlap. Borrowed.
+  // overlap. Borrowed. The step's "compute" is then the workload's call, with the buckets
+  // exchanged beside it (hidden); "exchange" is what the optimizer still waits for after
+  // it (the buckets not started by then run on the training thread, inside it).
   OverlappedWarmup* overlap = nullptr;
   // fp16's LOSS SCALING (the job config's fp16 block, for a workload that computes in
   // fp16): the workload scales its loss (Workload::SetLossScale) and each step

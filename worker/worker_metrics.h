@@ -1,27 +1,6 @@
-// The worker's Prometheus metrics (docs/design.md, "Observability"), fed by the Trainer through
-// TrainerMetricsSink, and the /metrics endpoint that serves them.
-//
-//   onebit_worker_stage                          0 = warmup, 1 = compression (last step)
-//   onebit_worker_step                           the last completed step
-//   onebit_worker_steps_total{stage}             steps run per stage
-//   onebit_worker_step_seconds{part}             histogram; part = compute | compress |
-//                                                exchange | update (StepReport: they add up
-//                                                to the step; compress is 0 in warmup)
-//   onebit_worker_bytes_sent_total{stage,link}   payload bytes this worker put on the wire
-//                                                (link: intra_node or inter_node)
-//   onebit_worker_bytes_received_total{stage,link} payload bytes it took off the wire
-//   onebit_worker_device_bytes_total{stage,direction}  bytes the optimizer step copied
-//                                                between a GPU and host memory (PCIe;
-//                                                direction: to_host or from_host); 0 on CPUs
-//   onebit_worker_compression_ratio              fp32 ring-allreduce bytes / bytes sent, last
-//                                                step that sent anything (about 1 in warmup)
-//   onebit_worker_loss                           training loss of the last step
-//   onebit_worker_variance_change                ||v_t - v_{t-k}|| / ||v_t||, last report
-//   onebit_worker_error_norm                     L2 norm of the worker error, last measured
-//   onebit_worker_test_loss, onebit_worker_test_accuracy   last evaluation
-//   onebit_worker_checkpoint_seconds             histogram: writing this worker's checkpoint
-//                                                part (the training thread's pause)
-//   onebit_worker_last_checkpoint_step           the last step it wrote a part after
+// The worker's Prometheus metrics (docs/design.md, "Observability"; the list is at
+// WorkerMetrics), fed by the Trainer through TrainerMetricsSink, and the /metrics
+// endpoint that serves them.
 //
 // Counters and histograms exist with every label value from the start, so rates see zeros
 // instead of gaps. Gauges of a value that does not exist yet, or never will, are absent
@@ -30,6 +9,7 @@
 // sent, the error norm before the first compression step that measures it, the test loss
 // before the first evaluation, the test accuracy of a workload that has none (synthetic),
 // the last checkpoint step before the first checkpoint.
+//
 // Thread safety: thread-safe (prometheus-cpp metrics are atomic).
 #ifndef ONEBIT_WORKER_WORKER_METRICS_H_
 #define ONEBIT_WORKER_WORKER_METRICS_H_
@@ -49,6 +29,26 @@
 
 namespace onebit {
 
+//   onebit_worker_stage                          0 = warmup, 1 = compression (last step)
+//   onebit_worker_step                           the last completed step
+//   onebit_worker_steps_total{stage}             steps run per stage
+//   onebit_worker_step_seconds{part}             histogram; part = compute | compress |
+//                                                exchange | update (StepReport: they add up
+//                                                to the step; compress is 0 in warmup)
+//   onebit_worker_bytes_sent_total{stage,link}   payload bytes this worker put on the wire
+//                                                (link: intra_node or inter_node)
+//   onebit_worker_bytes_received_total{stage,link} payload bytes it took off the wire
+//   onebit_worker_device_bytes_total{stage,direction}  bytes the optimizer step copied
+//                                                over PCIe (to_host, from_host); 0 on CPUs
+//   onebit_worker_compression_ratio              fp32 ring-allreduce bytes / bytes sent, last
+//                                                step that sent anything (about 1 in warmup)
+//   onebit_worker_loss                           training loss of the last step
+//   onebit_worker_variance_change                ||v_t - v_{t-k}|| / ||v_t||, last report
+//   onebit_worker_error_norm                     L2 norm of the worker error, last measured
+//   onebit_worker_test_loss, onebit_worker_test_accuracy   last evaluation
+//   onebit_worker_checkpoint_seconds             histogram: writing this worker's checkpoint
+//                                                part (the training thread's pause)
+//   onebit_worker_last_checkpoint_step           the last step it wrote a part after
 class WorkerMetrics : public TrainerMetricsSink {
  public:
   // Registers the families on `registry` (borrowed). `labels` (say {"rank", "3"}) go on

@@ -1,57 +1,19 @@
 // A full-precision allreduce whose result does not depend on the transport: a
-// reduce-scatter, each rank's chunk summed in rank order, then an all-gather, both moved
-// as W-1 shift permutations of point-to-point SendRecv, segment by segment. The warmup
-// stage sums gradients with it.
+// reduce-scatter, each rank's chunk summed in a fixed order, then an all-gather, both moved
+// as W-1 permutation steps of point-to-point SendRecv, segment by segment. The warmup
+// stage sums gradients with it. docs/algorithms.md has the orders and the 16-bit wires.
 //
-// ORDER OF THE SUM. The n elements are cut into W chunks of C = ceil(n/W) (the last ones
-// shorter or empty); rank v owns chunk v. Every rank sends chunk v of its values to rank
-// v, which sums
+// ORDER OF THE SUM (kRank). The n elements are cut into W chunks of C = ceil(n/W) (the
+// last ones shorter or empty); rank v owns chunk v, receives chunk v from every rank and
 //
 //   s = 0.0f;  for j = 0..W-1: s = s + from_wire(to_wire(x_j))     (float32 adds)
 //
-// in rank order (Backend::SumWireRows) and sends to_wire(s) to every rank; every rank,
+// in rank order (Backend::SumWireRows), then sends to_wire(s) to every rank; every rank,
 // the owner included, reads the result back with from_wire. With the default fp32 wire
-// to_wire is the identity and this is exactly the parameter-server shards' sum (rank
-// order from 0.0f, compression/layout.h), so ps and peer mode give the same bits. With
-// bf16 or fp16 each value is rounded once on the way in and the sum once on the way out
-// (round to nearest even, kernels/wire_dtype.h): half the bytes on the wire, float32 sums.
-//
-// THE SCHEDULE. Reduce-scatter step s = 1..W-1: rank r sends chunk r+s to rank r+s and
-// receives chunk r from rank r-s (mod W); all-gather step s: rank r sends its summed chunk
-// to rank r+s and receives chunk r-s from rank r-s. Each rank sends and receives
-// 2(W-1)/W of the buffer, as a ring allreduce does, and in every step each node's link
-// carries one flow each way. The former exchange sent the same bytes with one AllToAll,
-// W-1 TCP flows at once on each rate-limited link, then summed after everything had
-// arrived (BENCHMARKS.md, "Warmup exchange"; the runs of the former exchange:
-// results/bench/2026-11-23/README.md).
-//
-// THE PIPELINE. Chunks move in segments of at most `segment_elements`, as a sequence of
-// SendRecv calls, step by step and segment by segment: every reduce-scatter step, then
-// every all-gather step (in the order s = W-1..1: the same peers as the step before, so a
-// call changes peers 2W-4 times, not 2W-3). Up to `max_in_flight` of them are started
-// (Transport::StartSendRecv) before the oldest is waited for, so the link does not idle
-// between two messages or two steps, and a segment of this rank's chunk is summed as soon
-// as its last row has arrived, while later segments are still on the wire; its all-gather
-// sends wait only for that sum. The sum of a segment is the rank-order sum above
-// (elementwise, so segments change no bit). On a transport whose StartSendRecv blocks
-// (inproc, NCCL) this is the plain step-by-step schedule.
-//
-// RING ORDER (options.order = kRing, fp32 wire only). A ring allreduce, as gloo's and
-// NCCL's, with its fixed order: chunk v's partial sum starts at rank v+1 and travels
-// v+1 -> v+2 -> ... -> v, each rank adding its own values,
-//
-//   s = 0.0f;  for j = v+1, v+2, ..., v (mod W): s = s + x_j
-//
-// then the sums go round the ring once more. The same bytes as the shift schedule, but
-// every rank only ever sends to r+1 and receives from r-1: no link changes peer, which
-// on shaped links is the shift schedule's loss (BENCHMARKS.md). The bits still do not
-// depend on the transport, but they differ from the rank order, so from the
-// parameter-server shards' sum: peer mode only, and ps and peer mode then no longer agree
-// bit for bit in the warmup.
-//
-// Tried and dropped (BENCHMARKS.md): posting every receive first and pacing only the
-// sends let the ranks drift apart, so two senders met on one shaped link at the step
-// changes; it was slower at 100 Mbit/s than this lockstep.
+// to_wire is the identity and this is exactly the parameter-server shards' sum (rank order
+// from 0.0f, compression/layout.h), so ps and peer mode give the same bits. With bf16 or
+// fp16 each value is rounded once on the way in and the sum once on the way out (round to
+// nearest even, kernels/wire_dtype.h). Segments change no bit (the sum is elementwise).
 //
 // Thread safety: one thread at a time. Backend and transport are borrowed.
 #ifndef ONEBIT_WORKER_EXCHANGE_EXACT_ALLREDUCE_H_
@@ -73,7 +35,17 @@ namespace onebit {
 // "fp32", "bf16" or "fp16" (the job config's exchange.warmup_dtype).
 absl::StatusOr<kernels::WireDtype> ParseWireDtype(absl::string_view name);
 
-// The fixed order of the sums (above). kRank is the parameter-server shards' order.
+// The fixed order of the sums. kRank (above) is the parameter-server shards' order: step
+// s = 1..W-1 of the reduce-scatter, rank r sends chunk r+s to rank r+s and receives chunk r
+// from rank r-s (mod W); the all-gather runs its steps s = W-1..1 the same way.
+// kRing (fp32 wire only) is gloo's and NCCL's ring: chunk v's partial sum starts at rank
+// v+1 and travels v+1 -> v+2 -> ... -> v, each rank adding its own values,
+//
+//   s = 0.0f;  for j = v+1, v+2, ..., v (mod W): s = s + x_j
+//
+// then the sums go round once more. The same bytes, but no link changes peer. Its bits do
+// not depend on the transport but differ from kRank's, so ps and peer mode then no longer
+// agree bit for bit in the warmup: peer mode only.
 enum class SumOrder { kRank, kRing };
 
 // "rank" or "ring" (the job config's exchange.warmup_order).
@@ -95,6 +67,9 @@ struct ExactAllreduceOptions {
   // few hundred microseconds of gloo's own per message.
   size_t segment_elements = size_t{1} << 20;
   // SendRecv calls started and not yet waited for (>= 1; 1 is the unpipelined schedule).
+  // Segments go step by step, in lockstep; a segment of this rank's chunk is summed as soon
+  // as its last row has arrived and its all-gather sends wait only for that sum. On a
+  // transport whose StartSendRecv blocks (inproc, NCCL) this is the plain schedule.
   int max_in_flight = 2;
 };
 

@@ -1,28 +1,20 @@
-// The hierarchical exchange (docs/design.md, "Hierarchical mode"): full precision
-// inside a node, where links are fast, and 1-bit compression only between nodes, where they
-// are slow. Worker (node, l) of nodes x local_size workers holds slice l of the padded
-// tensor (compression/layout.h, HierarchicalLayout):
+// The hierarchical exchange (docs/design.md, "Hierarchical mode"): full precision inside
+// a node, where links are fast, and 1-bit compression only between nodes, where they are
+// slow. Worker (node, l) of nodes x local_size workers holds slice l of the padded tensor
+// (compression/layout.h, HierarchicalLayout):
 //
-//   warmup       reduce-scatter inside the node (the node's sum of slice l, in local-rank
-//                order), the inter-node exchange's exact sum of that slice over the nodes
-//                (in node order), all-gather inside the node. The result is the sum over
-//                all workers, the same bits over every transport.
-//   compression  the node's average gradient of slice l (reduce-scatter, then * 1/local_size,
-//                Backend::AverageRows), the momentum of that average,
-//                fma(b1, m, (1-b1)*avg) = the average of the node's local momenta (m is the
-//                same on every worker), goes through the inter-node exchange's compressed
-//                allreduce with local rank l of every other node (worker and server errors
-//                exist only on this path, per slice), then the nodes x local_size result
-//                blocks are all-gathered inside the node. With one node nothing is
-//                compressed: the result is the exact average, as floats.
+//   warmup       reduce-scatter inside the node (local-rank order), the inter-node
+//                exchange's exact sum of slice l (node order), all-gather inside the node:
+//                the sum over all workers, the same bits over every transport.
+//   compression  the node's average gradient of slice l (Backend::AverageRows), its
+//                momentum fma(b1, m, (1-b1)*avg) (= the average of the node's local
+//                momenta), the inter-node compressed allreduce of it (worker and server
+//                errors exist only here, per slice), then an all-gather inside the node of
+//                the result blocks. With one node nothing is compressed: the exact average.
 //
-// The inter-node exchange is any Exchange over a tensor of layout.slice() elements whose
-// world is the nodes: PeerExchange over a transport of the same local rank on every node,
-// or PsExchange over the slice's own shards. Inside the node: a Transport of the node's
-// local_size workers (gloo or in-process on CPUs, NCCL on GPUs).
-//
-// BYTES: intra_node_bytes() counts the intra transport, inter_node_bytes() the inter-node
-// exchange; bytes_sent()/bytes_received() are their sums.
+// The inter-node exchange is any Exchange over layout.slice() elements whose world is the
+// nodes (PeerExchange over the same local rank on every node, or PsExchange over the
+// slice's shards). Inside the node: a Transport of its local_size workers.
 //
 // Thread safety: one thread at a time. Backend and intra transport are borrowed; the
 // inter-node exchange is owned.
@@ -78,6 +70,8 @@ class HierarchicalExchange : public Exchange {
   void ScheduleCheckpoint(int64_t step) override {
     if (inter_ != nullptr) inter_->ScheduleCheckpoint(step);
   }
+  // The sums of intra_node_bytes() (the intra transport) and inter_node_bytes() (the
+  // inter-node exchange).
   uint64_t bytes_sent() const override;
   uint64_t bytes_received() const override;
   LinkBytes intra_node_bytes() const override;

@@ -1,24 +1,19 @@
-// The warmup sum run bucket by bucket while the gradient is still being computed (what
-// DDP does), for every exchange whose warmup is an ExactAllreduce between the
-// workers: peer mode, and ps mode with exchange.warmup_over "workers".
+// The warmup sum run bucket by bucket while the gradient is still being computed (as DDP
+// does), for every exchange whose warmup is an ExactAllreduce between the workers: peer
+// mode, and ps mode with exchange.warmup_over "workers".
 //
-// Enable(buckets) makes one ExactAllreduce per bucket up front (the buckets: a partition
-// of [0, n) in the order the gradient becomes final, the same on every rank, so that every
-// rank calls the transport in the same order) and a thread that runs them. A step then goes:
-//   Begin(step, grad)           the computing thread, before computing grad
-//   BucketReady(begin, end) ... the computing thread, as each bucket of grad is final (in
-//                               the buckets' order); the exchange thread sums it
-//   Finish(step, grad)          the exchange's SumGradients: waits for the bucket in
-//                               flight, runs the ones not started yet itself (no hand-off
-//                               to the exchange thread and back), returns the whole sum
-// (or End() instead, to abandon the step when computing failed). The rank-order sum is
-// elementwise, so the result has the same bits as one ExactAllreduce of the whole buffer,
-// whatever the buckets. From Begin to the end of Finish/End the exchange thread owns the
-// transport and the backend: the computing thread must use neither (a workload that
-// announces buckets does not use the backend while computing). An error of a bucket's
-// exchange skips the buckets after it and comes back from Finish/End; a vanished peer
-// ends the bucket's exchange with the transport's timeout, as it would end a whole-buffer
-// one.
+// Enable(buckets) makes one ExactAllreduce per bucket up front and a thread that runs
+// them. The buckets partition [0, n) in the order the gradient becomes final, the same on
+// every rank, so every rank calls the transport in the same order. A step is Begin (before
+// computing grad), BucketReady per bucket as it becomes final (the exchange thread sums
+// it), then Finish (the exchange's SumGradients: the rest run on the caller's thread), or
+// End to abandon the step. The rank-order sum is elementwise, so the result has the same
+// bits as one ExactAllreduce of the whole buffer, whatever the buckets.
+//
+// From Begin to the end of Finish/End the exchange thread owns the transport and the
+// backend: the computing thread must use neither. An error of a bucket's exchange skips
+// the buckets after it and comes back from Finish/End; a vanished peer ends a bucket's
+// exchange with the transport's timeout, as it would end a whole-buffer one.
 //
 // Thread safety: one thread at a time, except BucketReady (any thread, between Begin and
 // Finish/End). Backend and transport are borrowed.

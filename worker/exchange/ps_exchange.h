@@ -9,48 +9,9 @@
 //                over S chunks, one scale), block s goes to shard s, shard s returns its
 //                recompressed average; the S blocks are the result.
 //
-// STREAMS: opened lazily, kept across steps, and reopened when one breaks. The S results
-// are read as they come (one completion queue, no threads). Small pushes (the compressed
-// blocks) are all written at once. Large ones (the warmup's fp32 runs) go out in shard
-// order of options.push_order (PlanPushes), each once the one before it has been written:
-// with the shards apart from the workers, every worker pushes shard 0 first, so shard 0 can
-// answer, and its result comes down the link while shard 1's push goes up. With shards
-// beside the workers, each worker starts after its own host, so that every host's link
-// takes one push at a time rather than all of them in turn (BENCHMARKS.md, "ps shards
-// beside the workers").
-// Written all at once, every push competed for the uplink until the end, and no result
-// could start down before every push was in: the two directions of a link were busy one
-// after the other, twice the wire time (BENCHMARKS.md, "Emulated cluster: onebit against DDP",
-// the run of 2026-11-24). A push is idempotent per (worker, step, chunk), so after a broken stream
-// the same bytes are pushed again on a new one (at most max_attempts streams per shard and
-// step, with backoff). When AverageMomentum(t) fails, the next AverageMomentum(t) re-sends
-// the blocks it made rather than compressing again, so the worker error moves once per
-// step (after restoring the worker error from a checkpoint, make a new PsExchange).
-//
-// ERRORS: a shard that is down, or that gives no result within step_deadline (the wait
-// for the slowest worker included), makes the call fail with UNAVAILABLE, never hang. A
-// rejection by a shard (INVALID_ARGUMENT, FAILED_PRECONDITION, ALREADY_EXISTS) is returned
-// as it came, prefixed with the shard. A malformed result is INTERNAL. Every failed call
-// leaves no operation in flight; the next call reopens what is broken.
-//
-// COPIES: a push is the payload copied once into a gRPC slice plus a few header bytes
-// (proto/exchange_wire.h; the same bytes as exchange.proto), and a result is read straight
-// from the received slices into sum/gathered: one copy each way, no protobuf strings.
-//
-// DEVICES: the backend may be a GPU's. The compression, the worker error and the results
-// then stay in device memory; the copy into a push's slice is the copy down (into pinned
-// memory), and the results are read into one pinned buffer and copied up at once. Only
-// what goes on the wire crosses PCIe: in the compression stage the S packed blocks (N/8
-// bytes and S scales) each way, never the fp32 momentum.
-//
-// TRACE (options.trace, a worker's --transport_trace): per shard and attempt, a "Push" line
-// (to = the shard; from the write's start to its completion, when gRPC has taken the
-// message) and a "Result" line (from = the shard; from the push's completion, or its start
-// if it never completed, to the result's arrival), so that tools/bench/rounds.py reads the
-// rounds and the waits of a ps step as it does a peer step's.
-//
-// BYTES: bytes_sent/bytes_received count the payload fields of the pushes written and the
-// results read (retries included), nothing else: the bytes of the exchange itself.
+// Streams are opened lazily, kept across steps and reopened when one breaks; the S results
+// are read as they come (one completion queue, no threads). Small pushes are written all
+// at once, large ones staggered (PsExchangeOptions::stagger_min_bytes, PlanPushes).
 //
 // Thread safety: one thread at a time. The backend (host or device memory) is borrowed.
 #ifndef ONEBIT_WORKER_EXCHANGE_PS_EXCHANGE_H_
@@ -93,7 +54,8 @@ struct PsExchangeOptions {
   size_t stagger_min_bytes = size_t{256} << 10;
   // The order of the staggered pushes: a permutation of [0, S) (PlanPushes); empty: shard
   // 0, 1, ..., S-1, which suits shards apart from the workers (shard 0 answers first, its
-  // results come down while the next pushes go up).
+  // results come down while the next pushes go up). Written all at once, large pushes
+  // would keep a link's uplink busy before its downlink instead of both together.
   std::vector<int> push_order;
   // Shards on this worker's host (PlanPushes): their pushes cross no link, so they are
   // written at once rather than in the staggered order, where the last would end the push
@@ -106,8 +68,11 @@ struct PsExchangeOptions {
   // the same, or they reject the pushes (a block of another format's size). Not owned
   // (codecs live for the whole process).
   const Codec* codec = &OnebitCodec();
-  // Where to write a line per push and per result (see TRACE); borrowed, must outlive the
-  // exchange. nullptr: no trace.
+  // Where to write a line per push and per result; borrowed, must outlive the exchange.
+  // nullptr: no trace. Per shard and attempt, a "Push" line (to = the shard; from the
+  // write's start to its completion, when gRPC has taken the message) and a "Result" line
+  // (from = the shard; from the push's completion, or its start if it never completed, to
+  // the result's arrival), as tools/bench/rounds.py reads a peer step's.
   CallTrace* trace = nullptr;
 };
 
@@ -130,6 +95,23 @@ struct PushPlan {
 };
 PushPlan PlanPushes(const std::string& host, const std::vector<std::string>& shard_addresses);
 
+// Errors: a shard that is down, or that gives no result within step_deadline (the wait
+// for the slowest worker included), makes the call fail with UNAVAILABLE, never hang. A
+// rejection by a shard (INVALID_ARGUMENT, FAILED_PRECONDITION, ALREADY_EXISTS) is returned
+// as it came, prefixed with the shard; a malformed result is INTERNAL. A failed call
+// leaves no operation in flight; the next call reopens what is broken.
+//
+// Retries: a push is idempotent per (worker, step, chunk), so after a broken stream the
+// same bytes go again on a new one (at most max_attempts streams per shard and step, with
+// backoff). When AverageMomentum(t) fails, the next AverageMomentum(t) re-sends the blocks
+// it made rather than compressing again, so the worker error moves once per step (after
+// restoring the worker error from a checkpoint, make a new PsExchange).
+//
+// Copies: a push is the payload copied once into a gRPC slice plus a few header bytes
+// (proto/exchange_wire.h), a result is read straight from the received slices: one copy
+// each way. On a GPU backend the compression, the worker error and the results stay in
+// device memory; only what goes on the wire crosses PCIe (through pinned memory): never
+// the fp32 momentum.
 class PsExchange : public Exchange {
  public:
   // `shard_addresses[s]` is shard s's gRPC "host:port". Channels get
@@ -164,6 +146,8 @@ class PsExchange : public Exchange {
   WorkerCompressor& worker_compressor() override { return *compressor_; }
   // The pushes of `step` ask every shard to write its server error after the step.
   void ScheduleCheckpoint(int64_t step) override { checkpoint_step_ = step; }
+  // The payload fields of the pushes written and the results read (retries included),
+  // nothing else.
   uint64_t bytes_sent() const override { return bytes_sent_.load(); }
   uint64_t bytes_received() const override { return bytes_received_.load(); }
 

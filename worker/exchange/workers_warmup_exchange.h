@@ -3,27 +3,18 @@
 // the compressed stage goes through the parameter-server shards (the wrapped exchange, a
 // PsExchange in a job). ps mode wraps its exchange of the whole tensor; hierarchical over
 // inter ps the inter-node exchange of each slice (the transport: the same local rank on
-// every node, rank order and fp32, so the bits are the shards' warmup's).
+// every node). Why: the workers' allreduce runs one flow each way on every link, where W
+// streams per shard would meet on shared links; the server error stays on the shards.
 //
-// WHY. Through the shards, each warmup step is W independent streams per shard; with the
-// shards on the workers' hosts they meet on the same links and the step took 1.35x DDP's
-// at 100 Mbit/s (BENCHMARKS.md, "ps shards beside the workers"). The workers' allreduce
-// runs in fixed rounds, one flow each way on every link, as DDP's ring does. The
-// compressed stage, 1/32 of the bytes, keeps its shards: the server error lives there.
-//
-// BITS. With the rank order and the fp32 wire the sums are the shards' own (rank order
+// Bits: with the rank order and the fp32 wire the sums are the shards' own (rank order
 // from 0.0f, exact_allreduce.h), so a job gives the same bits as with warmup_over
 // "shards"; the ring order and the 16-bit wires give their own fixed bits.
 //
-// THE SHARDS' SIDE. They see no push before the first compressed step (freeze_step + 1,
-// or the resumed step), so they run with allow_step_gaps, and a checkpoint of the warmup
-// has no shard parts: the server error is zero until the first compressed step
-// (coordinator: Coordinator::ServersHoldStateAtLocked; resume: ResumeFrom.servers_start_empty).
-// AnyOverflow (fp16 loss scaling) also goes between the workers, so a skipped step
-// reaches no shard either.
-//
-// OVERLAP. As in peer mode, the warmup sum can run bucket by bucket during backward:
-// overlap() (overlapped_warmup.h), closed by SumGradients with the same bits.
+// The shards see no push before the first compressed step (freeze_step + 1, or the
+// resumed step), so they run with allow_step_gaps, and a warmup checkpoint has no shard
+// parts (Coordinator::ServersHoldStateAtLocked; ResumeFrom.servers_start_empty). AnyOverflow
+// also goes between the workers. The warmup can overlap backward (overlap(),
+// overlapped_warmup.h) with the same bits.
 //
 // Thread safety: one thread at a time. Backend and transport are borrowed.
 #ifndef ONEBIT_WORKER_EXCHANGE_WORKERS_WARMUP_EXCHANGE_H_

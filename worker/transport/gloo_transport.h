@@ -73,10 +73,7 @@ class GlooTransport final : public Transport {
   // compressed exchange's blocks of a small model are a few kB: latency, not flows, is
   // their cost). Larger blocks: one shift at a time, so that each link carries one flow
   // each way as in a ring, but nothing is forwarded: a late rank delays the shifts it is
-  // in, not every later one. Measured at 100 Mbit/s on 4 emulated nodes with blocks of
-  // 781 KB (BENCHMARKS.md, "The compressed exchange at the wire's bound"): every shift at
-  // once (gloo's alltoall) took 1.24-1.28x the wire time, gloo's ring all-gather 1.2-1.6x,
-  // one shift at a time 1.03x.
+  // in, not every later one.
   static constexpr size_t kAllInFlightMaxBlockBytes = size_t{256} << 10;
   absl::Status AllToAll(const void* send, void* recv, size_t block_bytes) override;
   absl::Status AllGather(const void* send, void* recv, size_t block_bytes) override;

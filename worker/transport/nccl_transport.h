@@ -6,8 +6,7 @@
 // after the operation until it completes, an error shows up, Abort() is called, or the
 // deadline passes; in the last three cases the communicator is aborted (ncclCommAbort) and
 // the call returns kAborted / kDeadlineExceeded / the mapped NCCL error. After an error the
-// transport is unusable and every call returns that error (transport.h). Waiting for each
-// collective to finish costs little: CompressedAllreduce needs its result at once anyway.
+// transport is unusable and every call returns that error (transport.h).
 //
 // RENDEZVOUS: one rank makes a unique id (NewNcclUniqueId), the coordinator's key/value
 // store carries it as bytes (SerializeNcclUniqueId / ParseNcclUniqueId) to the others, and

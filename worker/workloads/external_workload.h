@@ -9,34 +9,6 @@
 //   Supply(t, inputs) -----------------------> copies gradient() into grad_out, returns loss
 //   WaitForStep() -> t+1 (the update of step t is in params() by then)
 //
-// OVERLAP: with options.buckets (a partition of [0, n) in the order the client's backward
-// pass finishes them: gradient_buckets()), the client announces each bucket of the step it
-// computes as soon as its part of gradient() is final, in that order:
-//
-//   WaitForStep() -> t
-//   (backward ...) Announce(t, 0) ---------->  copies bucket 0 into grad_out, tells the
-//   (backward ...) Announce(t, 1) ---------->  listener (the trainer's overlapped exchange
-//   ...                                        starts on it while backward goes on)
-//   Supply(t, inputs) -----------------------> announces the buckets not announced yet
-//
-// so ComputeGradient copies nothing at its end. The copies are host memcpys on the
-// client's thread (the exchange thread owns the backend meanwhile): buckets need host
-// memory.
-//
-// BUFFERS: params() is the optimizer's parameter vector (the trainer's, zero copies: the
-// client's tensors view it) once the trainer has asked for its first step, or once
-// SetParams was called; gradient() is this workload's own n-element buffer (backend
-// memory) that the client writes (its gradient tensors view it). Without buckets it is
-// also gradient_buffer(): a trainer that passes it as grad_out gets the client's gradient
-// with no copy (the trainer does; the client's tensors then hold what the trainer left in
-// them after the step, the unscaled gradient under fp16 loss scaling). Otherwise
-// ComputeGradient copies it into grad_out, one copy per step.
-//
-// ENDINGS: Finish(status) tells the client that the trainer is done (OK: the job ended;
-// else its error); Close(status) tells the trainer that the client is gone: the waiting or
-// next ComputeGradient fails with that status (CANCELLED if OK), so the worker stops and
-// the coordinator hears of it, instead of waiting for a gradient that never comes.
-//
 // Thread safety: the trainer calls the Workload methods from one thread; the client's
 // methods may be called from any one other thread.
 #ifndef ONEBIT_WORKER_WORKLOADS_EXTERNAL_WORKLOAD_H_
@@ -70,8 +42,19 @@ struct ExternalWorkloadOptions {
   // Boundaries {0, e_1, ..., n} of the model's tensors (Workload::parameter_groups); empty:
   // one tensor.
   std::vector<size_t> groups;
-  // OVERLAP (see the header comment): empty, or a partition of [0, n) in announcement
-  // order. Host memory only.
+  // OVERLAP: empty, or a partition of [0, n) in the order the client's backward pass
+  // finishes them (gradient_buckets()). The client announces each bucket of the step it
+  // computes as soon as its part of gradient() is final, in that order:
+  //
+  //   WaitForStep() -> t
+  //   (backward ...) Announce(t, 0) ---------->  copies bucket 0 into grad_out, tells the
+  //   (backward ...) Announce(t, 1) ---------->  listener (the trainer's overlapped exchange
+  //   ...                                        starts on it while backward goes on)
+  //   Supply(t, inputs) -----------------------> announces the buckets not announced yet
+  //
+  // so ComputeGradient copies nothing at its end. The copies are host memcpys on the
+  // client's thread (the exchange thread owns the backend meanwhile): buckets need host
+  // memory.
   std::vector<ParamRange> buckets;
 };
 
@@ -129,20 +112,28 @@ class ExternalWorkload : public Workload {
   // later step returns OUT_OF_RANGE, and ended_after() says `step`.
   absl::Status EndAfter(int64_t step);
   std::optional<int64_t> ended_after() const override;
-  // The client is gone (see the header comment). Idempotent.
+  // The client is gone: the waiting or next ComputeGradient fails with `why` (CANCELLED
+  // if OK), so the worker stops and the coordinator hears of it, instead of waiting for a
+  // gradient that never comes. Idempotent.
   void Close(absl::Status why);
+  // This workload's own n-element buffer (backend memory) that the client writes (its
+  // gradient tensors view it). Without buckets it is also gradient_buffer(): a trainer
+  // that passes it as grad_out gets the client's gradient with no copy (the client's
+  // tensors then hold what the trainer left there, the unscaled gradient under fp16 loss
+  // scaling); otherwise ComputeGradient copies it into grad_out, once per step.
   float* gradient() { return gradient_.data(); }
   // What the client multiplies its loss by before backward (1 without loss scaling): the
   // scale the trainer set for the step WaitForStep returned.
   float loss_scale() const;
   // gradient() without buckets (their copies go into the trainer's buffer), else null.
   float* gradient_buffer() override { return buckets_.empty() ? gradient_.data() : nullptr; }
-  // The parameters the trainer steps: known once the trainer asked for a step (or
-  // SetParams); null before.
+  // The optimizer's parameter vector the trainer steps (zero copies: the client's tensors
+  // view it): known once the trainer asked for a step (or SetParams); null before.
   float* params();
   void SetParams(const float* params);
 
   // ---- The trainer's side, at its end ----
+  // Tells the client that the trainer is done (OK: the job ended; else its error).
   void Finish(absl::Status status);
 
  private:
