@@ -6,13 +6,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "worker/exchange/peer_exchange.h"
 #include "worker/optim/optim_checks.h"
 
 namespace onebit {
-namespace {
-
-absl::Status ValidateOptions(const OnebitAdamOptions& o, size_t n) {
+absl::Status OnebitAdam::ValidateOptions(const OnebitAdamOptions& o, size_t n) {
   ONEBIT_RETURN_IF_ERROR(ValidateAdamHyper(o.hyper));
   if (o.freeze_step < 0) {
     return absl::InvalidArgumentError(absl::StrCat("freeze_step must be >= 0, got ", o.freeze_step));
@@ -20,35 +17,9 @@ absl::Status ValidateOptions(const OnebitAdamOptions& o, size_t n) {
   return ValidateMomentumMask(o.momentum_mask, n);
 }
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<OnebitAdam>> OnebitAdam::Create(const OnebitAdamOptions& options,
-                                                               kernels::Backend* backend,
-                                                               Exchange* exchange,
-                                                               const float* initial_params,
-                                                               size_t n) {
-  ONEBIT_RETURN_IF_ERROR(ValidateOptions(options, n));
-  ONEBIT_ASSIGN_OR_RETURN(
-      std::vector<HyperGroup> groups,
-      ResolveHyperGroups(options.hyper_groups, n, options.hyper.weight_decay));
-  std::unique_ptr<OnebitAdam> adam(new OnebitAdam(options, backend, exchange, n));
-  adam->groups_ = std::move(groups);
-  ONEBIT_RETURN_IF_ERROR(adam->InitCommon(initial_params));
-  return adam;
-}
-
-absl::StatusOr<std::unique_ptr<OnebitAdam>> OnebitAdam::Create(const OnebitAdamOptions& options,
-                                                               kernels::Backend* backend,
-                                                               Transport* transport,
-                                                               const float* initial_params,
-                                                               size_t n) {
-  ONEBIT_RETURN_IF_ERROR(ValidateOptions(options, n));
-  ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<PeerExchange> exchange,
-                          PeerExchange::Create(backend, transport, n));
-  ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<OnebitAdam> adam,
-                          Create(options, backend, exchange.get(), initial_params, n));
-  adam->owned_exchange_ = std::move(exchange);
-  return adam;
+absl::Status OnebitAdam::Init(std::vector<HyperGroup> groups, const float* initial_params) {
+  hyper_groups_ = std::move(groups);
+  return InitCommon(initial_params);
 }
 
 absl::Status OnebitAdam::Step(const float* grad) {
@@ -76,7 +47,7 @@ absl::Status OnebitAdam::WarmupStep(const float* grad) {
   }
   ONEBIT_RETURN_IF_ERROR(mask_.Observe(sum));
   ONEBIT_ASSIGN_OR_RETURN(double clip, clip_.Factor(sum, 1.0 / w));
-  for (const HyperGroup& g : groups_) {
+  for (const HyperGroup& g : hyper_groups_) {
     ONEBIT_RETURN_IF_ERROR(backend_->AdamWarmupUpdate(StepHyper(g), sum + g.begin,
                                                       MeanScale(clip, w), m_.data() + g.begin,
                                                       v_.data() + g.begin, p_.data() + g.begin,
@@ -88,7 +59,7 @@ absl::Status OnebitAdam::WarmupStep(const float* grad) {
 // The frozen-variance update of every group on the momentum in m_.
 absl::Status OnebitAdam::FrozenUpdate() {
   const float* mask = mask_.data();
-  for (const HyperGroup& g : groups_) {
+  for (const HyperGroup& g : hyper_groups_) {
     ONEBIT_RETURN_IF_ERROR(backend_->FrozenAdamUpdate(
         StepHyper(g), v_.data() + g.begin, mask != nullptr ? mask + g.begin : nullptr,
         m_.data() + g.begin, p_.data() + g.begin, g.size()));
@@ -112,9 +83,9 @@ absl::Status OnebitAdam::CompressionStep(const float* local_grad) {
   }
   // The fused decode takes one set of hyper-parameters (GroupsAlike). It gives the bits of
   // DecodeResult then FrozenUpdate (Codec::fuses_frozen_update).
-  if (r.codec != nullptr && r.codec->fuses_frozen_update() && GroupsAlike(groups_)) {
+  if (r.codec != nullptr && r.codec->fuses_frozen_update() && GroupsAlike(hyper_groups_)) {
     return r.codec->DecodeFrozenAdamUpdate(*backend_, r.blocks, r.num_chunks, r.chunk,
-                                           StepHyper(groups_[0]), v_.data(), mask_.data(),
+                                           StepHyper(hyper_groups_[0]), v_.data(), mask_.data(),
                                            m_.data(), p_.data(), n_);
   }
   ONEBIT_RETURN_IF_ERROR(DecodeResult(r, *backend_, n_, m_.data()));

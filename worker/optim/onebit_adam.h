@@ -24,7 +24,6 @@
 #include "worker/optim/optim_checks.h"
 #include "worker/optim/optimizer.h"
 #include "worker/optim/optimizer_base.h"
-#include "worker/transport/transport.h"
 
 namespace onebit {
 
@@ -35,30 +34,12 @@ struct OnebitAdamOptions : CommonOptimizerOptions {
   int64_t freeze_step = 100000;
 };
 
-class OnebitAdam
-    : public OptimizerBase<OnebitAdamOptions, &OnebitAdamOptions::freeze_step> {
+class OnebitAdam : public OptimizerBase<OnebitAdam, OnebitAdamOptions,
+                                       &OnebitAdamOptions::freeze_step> {
  public:
-  // `initial_params` is host memory with n elements. The exchange is borrowed and must
-  // outlive the optimizer; it is not used with one worker.
-  static absl::StatusOr<std::unique_ptr<OnebitAdam>> Create(const OnebitAdamOptions& options,
-                                                            kernels::Backend* backend,
-                                                            Exchange* exchange,
-                                                            const float* initial_params,
-                                                            size_t n);
-  // The same over a PeerExchange on `transport`, which the optimizer owns.
-  static absl::StatusOr<std::unique_ptr<OnebitAdam>> Create(const OnebitAdamOptions& options,
-                                                            kernels::Backend* backend,
-                                                            Transport* transport,
-                                                            const float* initial_params,
-                                                            size_t n);
   // One optimizer step on this worker's local gradient `grad` (backend memory, n
   // elements; it is not modified).
   absl::Status Step(const float* grad) override;
-
-  absl::Status set_weight_decays(const std::vector<double>& decays) override {
-    return SetGroupWeightDecays(decays, &groups_);
-  }
-  std::vector<double> weight_decays() const override { return GroupWeightDecays(groups_); }
 
   // Backend memory, n elements.
   const float* momentum() const { return m_.data(); }
@@ -77,9 +58,12 @@ class OnebitAdam
                        const StateScalars& scalars) override;
 
  private:
+  friend OptimizerBase;
   OnebitAdam(const OnebitAdamOptions& options, kernels::Backend* backend, Exchange* exchange,
              size_t n)
       : OptimizerBase(options, backend, exchange, n) {}
+  static absl::Status ValidateOptions(const OnebitAdamOptions& o, size_t n);
+  absl::Status Init(std::vector<HyperGroup> groups, const float* initial_params);
   absl::Status WarmupStep(const float* grad);
   absl::Status CompressionStep(const float* grad);
   absl::Status FrozenUpdate();
@@ -87,7 +71,6 @@ class OnebitAdam
   // The hyper-parameters of the next step for `group` (bias-corrected if asked for).
   kernels::AdamHyper StepHyper(const HyperGroup& group) const;
 
-  std::vector<HyperGroup> groups_;  // options_.hyper_groups, resolved: at least one
 };
 
 }  // namespace onebit

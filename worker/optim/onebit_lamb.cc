@@ -12,7 +12,11 @@
 namespace onebit {
 namespace {
 
-absl::Status ValidateOptions(const OnebitLambOptions& o, size_t n) {
+std::string GroupKey(const char* name, size_t k) { return absl::StrCat(name, "/", k); }
+
+}  // namespace
+
+absl::Status OnebitLamb::ValidateOptions(const OnebitLambOptions& o, size_t n) {
   ONEBIT_RETURN_IF_ERROR(ValidateAdamHyper(o.hyper));
   if (o.freeze_step < 0) {
     return absl::InvalidArgumentError(absl::StrCat("freeze_step must be >= 0, got ", o.freeze_step));
@@ -34,10 +38,6 @@ absl::Status ValidateOptions(const OnebitLambOptions& o, size_t n) {
   }
   return ValidateMomentumMask(o.momentum_mask, n);
 }
-
-std::string GroupKey(const char* name, size_t k) { return absl::StrCat(name, "/", k); }
-
-}  // namespace
 
 absl::Status ValidateLambCoeffs(const LambCoeffs& c) {
   const std::pair<const char*, double> all[] = {
@@ -68,31 +68,20 @@ absl::Status ValidateLambCoeffs(const LambCoeffs& c) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<OnebitLamb>> OnebitLamb::Create(const OnebitLambOptions& options,
-                                                               kernels::Backend* backend,
-                                                               Exchange* exchange,
-                                                               const float* initial_params,
-                                                               size_t n) {
-  ONEBIT_RETURN_IF_ERROR(ValidateOptions(options, n));
-  ONEBIT_ASSIGN_OR_RETURN(
-      std::vector<HyperGroup> hyper,
-      ResolveHyperGroups(options.hyper_groups, n, options.hyper.weight_decay));
-  std::unique_ptr<OnebitLamb> lamb(new OnebitLamb(options, backend, exchange, n));
+absl::Status OnebitLamb::Init(std::vector<HyperGroup> hyper, const float* initial_params) {
   // Each tensor (LAMB's layer) lies in one hyper-parameter group.
   size_t h = 0;
-  for (const Group& t : lamb->groups_) {
+  for (const Group& t : groups_) {
     while (hyper[h].end <= t.begin) ++h;
     if (t.begin < hyper[h].begin || t.end > hyper[h].end) {
       return absl::InvalidArgumentError(absl::StrCat(
           "tensor [", t.begin, ", ", t.end, ") straddles parameter groups: group ", h,
           " is [", hyper[h].begin, ", ", hyper[h].end, ")"));
     }
-    lamb->tensor_hyper_.push_back(h);
+    tensor_hyper_.push_back(h);
   }
-  lamb->hyper_groups_ = std::move(hyper);
-  ONEBIT_RETURN_IF_ERROR(lamb->InitCommon(initial_params, {&lamb->v_fresh_, &lamb->m_last_,
-                                                            &lamb->u_}));
-  return lamb;
+  hyper_groups_ = std::move(hyper);
+  return InitCommon(initial_params, {&v_fresh_, &m_last_, &u_});
 }
 
 OnebitLamb::OnebitLamb(const OnebitLambOptions& options, kernels::Backend* backend,

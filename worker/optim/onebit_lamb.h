@@ -74,21 +74,10 @@ struct OnebitLambOptions : CommonOptimizerOptions {
 
 // SkipStep: a skipped first compression step leaves the switch to the next one, since
 // nothing it reads has moved.
-class OnebitLamb
-    : public OptimizerBase<OnebitLambOptions, &OnebitLambOptions::freeze_step> {
+class OnebitLamb : public OptimizerBase<OnebitLamb, OnebitLambOptions,
+                                        &OnebitLambOptions::freeze_step> {
  public:
-  static absl::StatusOr<std::unique_ptr<OnebitLamb>> Create(const OnebitLambOptions& options,
-                                                            kernels::Backend* backend,
-                                                            Exchange* exchange,
-                                                            const float* initial_params,
-                                                            size_t n);
-
   absl::Status Step(const float* grad) override;
-  absl::Status set_weight_decays(const std::vector<double>& decays) override {
-    return SetGroupWeightDecays(decays, &hyper_groups_);
-  }
-  std::vector<double> weight_decays() const override { return GroupWeightDecays(hyper_groups_); }
-
   size_t num_groups() const { return groups_.size(); }
   // Per group: the running average of the trust ratio, the scaling coefficient (1 until
   // the switch), the last factor.
@@ -111,8 +100,12 @@ class OnebitLamb
     size_t begin, end;
     size_t size() const { return end - begin; }
   };
+  friend OptimizerBase;
   OnebitLamb(const OnebitLambOptions& options, kernels::Backend* backend, Exchange* exchange,
              size_t n);
+  static absl::Status ValidateOptions(const OnebitLambOptions& o, size_t n);
+  // Also checks that each tensor lies in one of `hyper_groups`.
+  absl::Status Init(std::vector<HyperGroup> hyper_groups, const float* initial_params);
   absl::Status WarmupStep(const float* grad);
   absl::Status Switch();
   absl::Status CompressionStep(const float* grad);
@@ -128,7 +121,6 @@ class OnebitLamb
   }
 
   std::vector<Group> groups_;              // the tensors
-  std::vector<HyperGroup> hyper_groups_;   // options_.hyper_groups, resolved
   std::vector<size_t> tensor_hyper_;       // tensor k's index into hyper_groups_
   bool switched_ = false;
   std::vector<double> coeff_freeze_, scaling_, last_factor_;

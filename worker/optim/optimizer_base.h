@@ -20,10 +20,12 @@
 #include "kernels/buffer.h"
 #include "kernels/kernels.h"
 #include "worker/exchange/exchange.h"
+#include "worker/exchange/peer_exchange.h"
 #include "worker/optim/gradient_clipper.h"
 #include "worker/optim/momentum_mask.h"
 #include "worker/optim/optim_checks.h"
 #include "worker/optim/optimizer.h"
+#include "worker/transport/transport.h"
 
 namespace onebit {
 
@@ -47,11 +49,43 @@ struct CommonOptimizerOptions {
   std::vector<HyperGroup> hyper_groups;
 };
 
+// Derived: the optimizer, which makes OptimizerBase a friend and has
+//   static absl::Status ValidateOptions(const Options&, size_t n);
+//   absl::Status Init(std::vector<HyperGroup> groups, const float* initial_params);
+// (Init takes the resolved parameter groups, then calls InitCommon).
 // Options: a struct derived from CommonOptimizerOptions; kFreezeStep: its field with the
 // last warmup step. The stage is kWarmup through that step and kCompression after it.
-template <typename Options, int64_t Options::*kFreezeStep>
+template <typename Derived, typename Options, int64_t Options::*kFreezeStep>
 class OptimizerBase : public Optimizer {
  public:
+  // `initial_params` is host memory with n elements. The exchange is borrowed and must
+  // outlive the optimizer; it is not used with one worker. INVALID_ARGUMENT for bad options.
+  static absl::StatusOr<std::unique_ptr<Derived>> Create(const Options& options,
+                                                         kernels::Backend* backend,
+                                                         Exchange* exchange,
+                                                         const float* initial_params, size_t n) {
+    ONEBIT_RETURN_IF_ERROR(Derived::ValidateOptions(options, n));
+    ONEBIT_ASSIGN_OR_RETURN(
+        std::vector<HyperGroup> groups,
+        ResolveHyperGroups(options.hyper_groups, n, options.hyper.weight_decay));
+    std::unique_ptr<Derived> optimizer(new Derived(options, backend, exchange, n));
+    ONEBIT_RETURN_IF_ERROR(optimizer->Init(std::move(groups), initial_params));
+    return optimizer;
+  }
+  // The same over a PeerExchange on `transport`, which the optimizer owns.
+  static absl::StatusOr<std::unique_ptr<Derived>> Create(const Options& options,
+                                                         kernels::Backend* backend,
+                                                         Transport* transport,
+                                                         const float* initial_params, size_t n) {
+    ONEBIT_RETURN_IF_ERROR(Derived::ValidateOptions(options, n));
+    ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<PeerExchange> exchange,
+                            PeerExchange::Create(backend, transport, n));
+    ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<Derived> optimizer,
+                            Create(options, backend, exchange.get(), initial_params, n));
+    optimizer->owned_exchange_ = std::move(exchange);
+    return optimizer;
+  }
+
   // Counts the step and changes no state.
   absl::Status SkipStep() override {
     ++step_;
@@ -76,6 +110,11 @@ class OptimizerBase : public Optimizer {
     options_.hyper.beta2 = beta2;
   }
   absl::Status set_max_grad_norm(double max_norm) override { return clip_.SetMaxNorm(max_norm); }
+  // One decay per parameter group, in group order.
+  absl::Status set_weight_decays(const std::vector<double>& decays) override {
+    return SetGroupWeightDecays(decays, &hyper_groups_);
+  }
+  std::vector<double> weight_decays() const override { return GroupWeightDecays(hyper_groups_); }
 
   size_t size() const override { return n_; }
   // Backend memory, n elements each.
@@ -119,6 +158,7 @@ class OptimizerBase : public Optimizer {
   kernels::Buffer<float> p_, m_, v_;
   MomentumMask mask_;
   GradientClipper clip_;
+  std::vector<HyperGroup> hyper_groups_;  // options_.hyper_groups, resolved: at least one
   double exchange_call_seconds_ = 0.0;
 };
 

@@ -4,13 +4,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "worker/exchange/peer_exchange.h"
 #include "worker/optim/optim_checks.h"
 
 namespace onebit {
-namespace {
-
-absl::Status ValidateOptions(const ZeroOneAdamOptions& o, size_t n) {
+absl::Status ZeroOneAdam::ValidateOptions(const ZeroOneAdamOptions& o, size_t n) {
   ONEBIT_RETURN_IF_ERROR(ValidateAdamHyper(o.hyper));
   if (o.var_freeze_step < 0) {
     return absl::InvalidArgumentError(
@@ -20,33 +17,10 @@ absl::Status ValidateOptions(const ZeroOneAdamOptions& o, size_t n) {
   return ValidateMomentumMask(o.momentum_mask, n);
 }
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<ZeroOneAdam>> ZeroOneAdam::Create(
-    const ZeroOneAdamOptions& options, kernels::Backend* backend, Exchange* exchange,
-    const float* initial_params, size_t n) {
-  ONEBIT_RETURN_IF_ERROR(ValidateOptions(options, n));
-  ONEBIT_ASSIGN_OR_RETURN(
-      std::vector<HyperGroup> groups,
-      ResolveHyperGroups(options.hyper_groups, n, options.hyper.weight_decay));
-  std::unique_ptr<ZeroOneAdam> adam(new ZeroOneAdam(options, backend, exchange, n));
-  adam->lrs_.assign(groups.size(), 0.0);
-  adam->groups_ = std::move(groups);
-  ONEBIT_RETURN_IF_ERROR(
-      adam->InitCommon(initial_params, {&adam->acc_, &adam->avg_, &adam->anchor_}));
-  return adam;
-}
-
-absl::StatusOr<std::unique_ptr<ZeroOneAdam>> ZeroOneAdam::Create(
-    const ZeroOneAdamOptions& options, kernels::Backend* backend, Transport* transport,
-    const float* initial_params, size_t n) {
-  ONEBIT_RETURN_IF_ERROR(ValidateOptions(options, n));
-  ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<PeerExchange> exchange,
-                          PeerExchange::Create(backend, transport, n));
-  ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<ZeroOneAdam> adam,
-                          Create(options, backend, exchange.get(), initial_params, n));
-  adam->owned_exchange_ = std::move(exchange);
-  return adam;
+absl::Status ZeroOneAdam::Init(std::vector<HyperGroup> groups, const float* initial_params) {
+  lrs_.assign(groups.size(), 0.0);
+  hyper_groups_ = std::move(groups);
+  return InitCommon(initial_params, {&acc_, &avg_, &anchor_});
 }
 
 ZeroOneAdam::ZeroOneAdam(const ZeroOneAdamOptions& options, kernels::Backend* backend,
@@ -88,8 +62,8 @@ absl::Status ZeroOneAdam::SkipStep() {
   if (kind == ZeroOneStep::kLocal || kind == ZeroOneStep::kSync) {
     // A step of the window with no update: a sync that is skipped leaves the accumulator
     // to the next sync.
-    for (size_t k = 0; k < groups_.size(); ++k) {
-      lrs_[k] += StepHyper(ZeroOneStep::kLocal, groups_[k]).lr;
+    for (size_t k = 0; k < hyper_groups_.size(); ++k) {
+      lrs_[k] += StepHyper(ZeroOneStep::kLocal, hyper_groups_[k]).lr;
     }
   }
   schedule_.Advance(options_.var_freeze_step);
@@ -117,7 +91,7 @@ absl::Status ZeroOneAdam::VarianceUpdate(const float* grad) {
   }
   ONEBIT_RETURN_IF_ERROR(mask_.Observe(sum));  // the exactly averaged steps only
   ONEBIT_ASSIGN_OR_RETURN(double clip, clip_.Factor(sum, 1.0 / w));
-  for (const HyperGroup& g : groups_) {
+  for (const HyperGroup& g : hyper_groups_) {
     ONEBIT_RETURN_IF_ERROR(backend_->AdamWarmupUpdate(
         StepHyper(ZeroOneStep::kVarianceUpdate, g), sum + g.begin, MeanScale(clip, w),
         m_.data() + g.begin, v_.data() + g.begin, p_.data() + g.begin, g.size()));
@@ -130,7 +104,7 @@ absl::Status ZeroOneAdam::CompressedGradient(const float* local_grad) {
   ONEBIT_ASSIGN_OR_RETURN(const float* g, CompressedAverage(grad));
   ONEBIT_RETURN_IF_ERROR(backend_->MomentumUpdate(options_.hyper.beta1, g, m_.data(), n_));
   const float* mask = mask_.data();
-  for (const HyperGroup& g : groups_) {
+  for (const HyperGroup& g : hyper_groups_) {
     ONEBIT_RETURN_IF_ERROR(backend_->FrozenAdamUpdate(
         StepHyper(ZeroOneStep::kCompressedGradient, g), v_.data() + g.begin,
         mask != nullptr ? mask + g.begin : nullptr, m_.data() + g.begin, p_.data() + g.begin,
@@ -141,8 +115,8 @@ absl::Status ZeroOneAdam::CompressedGradient(const float* local_grad) {
 
 absl::Status ZeroOneAdam::LocalStep(const float* local_grad, bool sync) {
   ONEBIT_ASSIGN_OR_RETURN(const float* grad, clip_.Clip(local_grad));
-  for (size_t k = 0; k < groups_.size(); ++k) {
-    const HyperGroup& g = groups_[k];
+  for (size_t k = 0; k < hyper_groups_.size(); ++k) {
+    const HyperGroup& g = hyper_groups_[k];
     const kernels::AdamHyper h = StepHyper(ZeroOneStep::kLocal, g);
     ONEBIT_RETURN_IF_ERROR(backend_->ZeroOneLocalUpdate(
         h, grad + g.begin, v_.data() + g.begin, m_.data() + g.begin, p_.data() + g.begin,
@@ -151,13 +125,13 @@ absl::Status ZeroOneAdam::LocalStep(const float* local_grad, bool sync) {
   }
   if (!sync) return absl::OkStatus();
   // eps is every group's (bias correction scales it alike).
-  const float eps = StepHyper(ZeroOneStep::kLocal, groups_[0]).eps;
+  const float eps = StepHyper(ZeroOneStep::kLocal, hyper_groups_[0]).eps;
   ONEBIT_RETURN_IF_ERROR(backend_->ZeroOneSyncPrepare(eps, v_.data(), acc_.data(), n_));
   // With one worker the average is the accumulator itself (SyncApply does not write it).
   ONEBIT_ASSIGN_OR_RETURN(const float* avg, CompressedAverage(acc_.data()));
   const float* mask = mask_.data();
-  for (size_t k = 0; k < groups_.size(); ++k) {
-    const HyperGroup& g = groups_[k];
+  for (size_t k = 0; k < hyper_groups_.size(); ++k) {
+    const HyperGroup& g = hyper_groups_[k];
     ONEBIT_RETURN_IF_ERROR(backend_->ZeroOneSyncApply(
         eps, static_cast<float>(lrs_[k]), v_.data() + g.begin,
         mask != nullptr ? mask + g.begin : nullptr, avg + g.begin, m_.data() + g.begin,
@@ -208,7 +182,7 @@ std::vector<StateSpec> ZeroOneAdam::CheckpointStates() const {
 StateScalars ZeroOneAdam::CheckpointScalars() const {
   // Group 0's sum keeps the name it had before there were groups.
   StateScalars scalars = {{"lr_sum", lrs_[0]}};
-  for (size_t k = 1; k < groups_.size(); ++k) scalars[absl::StrCat("lr_sum.", k)] = lrs_[k];
+  for (size_t k = 1; k < hyper_groups_.size(); ++k) scalars[absl::StrCat("lr_sum.", k)] = lrs_[k];
   mask_.AddCheckpointScalars(&scalars);
   return scalars;
 }
@@ -243,9 +217,9 @@ absl::Status ZeroOneAdam::Restore(int64_t step, int64_t freeze_step, const State
     ONEBIT_ASSIGN_OR_RETURN(const std::vector<float>* values, FindState(states, name, n_));
     copies.emplace_back(FindBuffer(name), values);
   }
-  std::vector<double> lrs(groups_.size(), 0.0);
+  std::vector<double> lrs(hyper_groups_.size(), 0.0);
   if (local) {
-    for (size_t k = 0; k < groups_.size(); ++k) {
+    for (size_t k = 0; k < hyper_groups_.size(); ++k) {
       const std::string key = k == 0 ? "lr_sum" : absl::StrCat("lr_sum.", k);
       const auto it = scalars.find(key);
       if (it == scalars.end()) {

@@ -42,7 +42,6 @@
 #include "worker/optim/optimizer.h"
 #include "worker/optim/optimizer_base.h"
 #include "config/zero_one_schedule.h"
-#include "worker/transport/transport.h"
 
 namespace onebit {
 
@@ -62,22 +61,9 @@ struct ZeroOneAdamOptions : CommonOptimizerOptions {
 // stage(): kWarmup through var_freeze_step (the variance stage), kCompression after. The
 // freeze step is var_freeze_step; it moves only while it has not passed, with the same
 // value on every worker.
-class ZeroOneAdam
-    : public OptimizerBase<ZeroOneAdamOptions, &ZeroOneAdamOptions::var_freeze_step> {
+class ZeroOneAdam : public OptimizerBase<ZeroOneAdam, ZeroOneAdamOptions,
+                                         &ZeroOneAdamOptions::var_freeze_step> {
  public:
-  // `initial_params` is host memory with n elements. The exchange is borrowed.
-  static absl::StatusOr<std::unique_ptr<ZeroOneAdam>> Create(const ZeroOneAdamOptions& options,
-                                                             kernels::Backend* backend,
-                                                             Exchange* exchange,
-                                                             const float* initial_params,
-                                                             size_t n);
-  // The same over a PeerExchange on `transport`, which the optimizer owns.
-  static absl::StatusOr<std::unique_ptr<ZeroOneAdam>> Create(const ZeroOneAdamOptions& options,
-                                                             kernels::Backend* backend,
-                                                             Transport* transport,
-                                                             const float* initial_params,
-                                                             size_t n);
-
   absl::Status Step(const float* grad) override;
   absl::Status SkipStep() override;
 
@@ -86,10 +72,6 @@ class ZeroOneAdam
   }
   // How the next step communicates.
   ZeroOneStep next_step_kind() const { return schedule_.Next(options_.var_freeze_step); }
-  absl::Status set_weight_decays(const std::vector<double>& decays) override {
-    return SetGroupWeightDecays(decays, &groups_);
-  }
-  std::vector<double> weight_decays() const override { return GroupWeightDecays(groups_); }
   const ZeroOneSchedule& schedule() const { return schedule_; }
   // first must be the next step.
   std::optional<std::vector<int64_t>> ExchangeSteps(int64_t first, int64_t last,
@@ -110,8 +92,11 @@ class ZeroOneAdam
                        const StateScalars& scalars) override;
 
  private:
+  friend OptimizerBase;
   ZeroOneAdam(const ZeroOneAdamOptions& options, kernels::Backend* backend, Exchange* exchange,
               size_t n);
+  static absl::Status ValidateOptions(const ZeroOneAdamOptions& o, size_t n);
+  absl::Status Init(std::vector<HyperGroup> groups, const float* initial_params);
   absl::Status VarianceUpdate(const float* grad);
   absl::Status CompressedGradient(const float* grad);
   absl::Status LocalStep(const float* grad, bool sync);
@@ -127,7 +112,6 @@ class ZeroOneAdam
 
   ZeroOneSchedule schedule_;
   bool errors_reset_ = false;
-  std::vector<HyperGroup> groups_;  // options_.hyper_groups, resolved: at least one
   std::vector<double> lrs_;         // per group: the lr summed since the last sync
   // anchor_: the parameters after the last sync (or at the end of the variance stage).
   kernels::Buffer<float> acc_, avg_, anchor_;
