@@ -204,6 +204,208 @@ int UsageError(const std::string& message) {
   return kExitUsage;
 }
 
+// What the flags and the job config make of this shard.
+struct ShardSetup {
+  onebit::server::ServerProcessOptions options;
+  absl::StatusOr<onebit::JobConfig> config = absl::NotFoundError("no --config");
+  onebit::GrpcClientOptions client_options;  // address "": no coordinator
+  int64_t n = 0;
+  int group_offset = 0;  // hierarchical over ps: the first shard of this shard's slice
+  std::string checkpoint_dir, topology;
+  double retry_s = 120, heartbeat_s = 10;
+  std::vector<std::string> notices;  // printed by --check; a job's by its coordinator
+  // --check of a job whose model size the workers decide: nothing more to check.
+  bool size_decided_later = false;
+};
+
+// The flags over the job config (--config), checked. INVALID_ARGUMENT for a usage error
+// (exit 2); UNAVAILABLE when the model's size could not be learned from the coordinator.
+absl::StatusOr<ShardSetup> SetupFromFlags() {
+  ShardSetup setup;
+  onebit::server::ServerProcessOptions& options = setup.options;
+  options.shard.shard = absl::GetFlag(FLAGS_shard);
+  options.shard.num_shards = absl::GetFlag(FLAGS_shards);
+  options.shard.num_workers = absl::GetFlag(FLAGS_workers);
+  options.shard.retained_steps = absl::GetFlag(FLAGS_retained_steps);
+  int64_t& n = setup.n;
+  n = absl::GetFlag(FLAGS_n);
+  std::string compressor = absl::GetFlag(FLAGS_compressor);
+  // 0/1 Adam's local steps push nothing, nor do steps skipped for an fp16 overflow.
+  bool allow_step_gaps = false;
+  onebit::SecurityConfig security;
+  int config_cpu_threads = 0;
+  absl::StatusOr<onebit::JobConfig>& config = setup.config;
+  if (!absl::GetFlag(FLAGS_config).empty()) {
+    config = onebit::LoadJobConfig(absl::GetFlag(FLAGS_config));
+    if (!config.ok()) return absl::InvalidArgumentError(config.status().message());
+    security = config->security;
+  }
+  // The coordinator's channel (TLS, the member token) also serves to learn the model's size.
+  absl::StatusOr<onebit::security::TlsOptions> tls = onebit::security::TlsFromFlags(security.tls);
+  if (!tls.ok()) return absl::InvalidArgumentError(tls.status().message());
+  options.tls = *tls;
+  onebit::GrpcClientOptions& client_options = setup.client_options;
+  absl::StatusOr<std::string> token = onebit::security::ResolveToken(
+      absl::GetFlag(FLAGS_member_token_file), "ONEBIT_MEMBER_TOKEN", security.member_token_file);
+  if (!token.ok()) return absl::InvalidArgumentError(token.status().message());
+  client_options.token = *token;
+  client_options.address = absl::GetFlag(FLAGS_coordinator);
+  client_options.tls = options.tls;
+  if (config.ok()) {
+    config_cpu_threads = config->cpu_threads;
+    setup.notices = config->notices;
+    setup.checkpoint_dir = config->checkpoint.dir;
+    setup.retry_s = config->failure.coordinator_retry_s;
+    setup.heartbeat_s = config->failure.heartbeat_timeout_s;
+    client_options.retry_for = absl::Seconds(setup.retry_s);
+    setup.topology = onebit::checkpoint::TopologyKey(*config);
+    absl::StatusOr<size_t> count = onebit::WorkloadParameterCount(config->workload);
+    if (!count.ok()) return absl::InvalidArgumentError(count.status().message());
+    if (*count == 0 && n == 0) {
+      // A PyTorch model whose size the config leaves to the workers (workload.parameters 0).
+      if (absl::GetFlag(FLAGS_check)) {
+        setup.size_decided_later = true;
+        return setup;
+      }
+      if (client_options.address.empty()) {
+        return absl::InvalidArgumentError(
+            "onebit.workload.parameters is 0 (the workers' model decides): give --coordinator "
+            "(the shard learns it there) or --n");
+      }
+      count = LearnModelSize(client_options, absl::Seconds(setup.retry_s));
+      if (!count.ok()) return absl::UnavailableError(count.status().message());
+    }
+    const onebit::ExchangeConfig& x = config->exchange;
+    if (compressor.empty()) compressor = x.compressor;
+    // Steps that push nothing to the shards: 0/1 Adam's local steps, steps skipped for an
+    // fp16 overflow, and a warmup that goes between the workers (the first push is the
+    // first compressed step).
+    allow_step_gaps = onebit::Traits(config->optimizer.kind).has_local_steps ||
+                      onebit::ScalesLoss(*config) || onebit::ShardsSkipWarmup(x);
+    if (x.mode == "hierarchical") {
+      // Hierarchical over ps: local rank l of every node (one worker per node) exchanges
+      // slice l with its own K = servers / local_size shards; this is shard --shard % K of
+      // slice --shard / K, and its tensor is one slice.
+      const int k = x.servers / x.local_size;
+      if (options.shard.shard < 0 || options.shard.shard >= x.servers) {
+        return absl::InvalidArgumentError("--shard must be in [0, onebit.exchange.servers)");
+      }
+      absl::StatusOr<onebit::HierarchicalLayout> layout =
+          onebit::HierarchicalLayout::Create(*count, x.local_size, k);
+      if (!layout.ok()) return absl::InvalidArgumentError(layout.status().message());
+      setup.group_offset = options.shard.shard - options.shard.shard % k;
+      options.shard.shard %= k;
+      if (options.shard.num_shards == 0) options.shard.num_shards = k;
+      if (options.shard.num_workers == 0) {
+        options.shard.num_workers = config->workers / x.local_size;
+      }
+      if (n == 0) n = static_cast<int64_t>(layout->slice());
+    }
+    if (options.shard.num_shards == 0) options.shard.num_shards = config->exchange.servers;
+    if (options.shard.num_workers == 0) options.shard.num_workers = config->workers;
+    if (n == 0) n = static_cast<int64_t>(*count);
+    if (options.metrics_port == 0) options.metrics_port = config->ports.metrics;
+  }
+  int cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
+  if (cpu_threads < 0) cpu_threads = config_cpu_threads;
+  options.cpu_threads = cpu_threads > 0 ? cpu_threads : onebit::UsableCpus();
+  options.host = absl::GetFlag(FLAGS_host);
+  options.port = absl::GetFlag(FLAGS_port);
+  if (absl::GetFlag(FLAGS_metrics_port) != 0) {
+    options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  }
+  options.address_file = absl::GetFlag(FLAGS_address_file);
+  if (options.shard.num_shards < 1) return absl::InvalidArgumentError("--shards must be >= 1");
+  if (options.shard.shard < 0 || options.shard.shard >= options.shard.num_shards) {
+    return absl::InvalidArgumentError("--shard must be in [0, --shards)");
+  }
+  if (options.shard.num_workers < 1) return absl::InvalidArgumentError("--workers must be >= 1");
+  if (n < 1) return absl::InvalidArgumentError("--n must be >= 1");
+  options.shard.n = static_cast<size_t>(n);
+  absl::StatusOr<const onebit::Codec*> codec =
+      onebit::FindCodec(compressor.empty() ? "onebit" : compressor);
+  if (!codec.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--compressor: ", codec.status().message()));
+  }
+  options.shard.codec = *codec;
+  options.shard.allow_step_gaps = allow_step_gaps;
+  if (options.port < 0 || options.port > 65535) {
+    return absl::InvalidArgumentError("--port must be in [0, 65535]");
+  }
+  if (options.metrics_port < 0 || options.metrics_port > 65535) {
+    return absl::InvalidArgumentError("--metrics_port must be in [0, 65535]");
+  }
+  if (options.shard.retained_steps < 2) {
+    return absl::InvalidArgumentError("--retained_steps must be >= 2");
+  }
+  return setup;
+}
+
+// Registers with the coordinator, opens the shard at the job's first step and restores the
+// server error from the checkpoint the job resumes from. *client and *session are set on
+// success; otherwise the exit code the job's verdict asks for (or kExitRuntime) is returned.
+std::optional<int> JoinAndRestore(const ShardSetup& setup, onebit::server::ServerProcess& process,
+                                  onebit::server::ShardCheckpointer* checkpointer,
+                                  std::unique_ptr<onebit::CoordinatorClient>* client,
+                                  std::unique_ptr<onebit::CoordinatorSession>* session) {
+  onebit::GrpcClientOptions client_options = setup.client_options;
+  client_options.retry_for = absl::Seconds(setup.retry_s);
+  // A silent link breaks the connection within half the heartbeat timeout, and the
+  // session ends after the other half (JoinJob's silence_limit): exit 75.
+  client_options.keepalive = absl::Seconds(setup.heartbeat_s) / 4;
+  auto made = onebit::NewGrpcCoordinatorClient(client_options);
+  onebit::v1::RegisterResponse reg;
+  std::string instance;
+  const int index = setup.group_offset + setup.options.shard.shard;
+  auto joined =
+      made.ok()
+          ? JoinJob(**made, index, process,
+                    std::min(absl::Seconds(1), absl::Seconds(setup.heartbeat_s) / 4),
+                    absl::Seconds(setup.retry_s), absl::Seconds(setup.heartbeat_s) / 2,
+                    setup.config.ok() ? onebit::JobTerms(*setup.config) : std::string(), &reg,
+                    &instance)
+          : absl::StatusOr<std::unique_ptr<onebit::CoordinatorSession>>(made.status());
+  if (joined.ok()) {
+    const absl::Status opened =
+        process.state().SetFirstStep(reg.has_resume() ? reg.resume().step() + 1 : 1);
+    if (!opened.ok()) joined = opened;
+  }
+  if (joined.ok() && reg.has_resume()) {
+    if (reg.resume().reset_errors()) {
+      std::cerr << "onebit-server: resuming from step " << reg.resume().step()
+                << " with the server error reset: " << reg.resume().reason() << std::endl;
+    } else if (reg.resume().servers_start_empty()) {
+      std::cerr << "onebit-server: resuming from step " << reg.resume().step()
+                << " with a zero server error: the checkpoint is of a warmup between the "
+                   "workers, which the shards took no part in" << std::endl;
+    } else {
+      const absl::Status restored = onebit::server::ShardCheckpointer::Restore(
+          setup.checkpoint_dir, reg.resume(), index, process.state());
+      if (!restored.ok()) {
+        joined = restored;
+      } else {
+        std::cerr << "onebit-server: resumed from the checkpoint of step " << reg.resume().step()
+                  << std::endl;
+      }
+    }
+  }
+  if (!joined.ok()) {
+    std::cerr << "onebit-server: cannot join the job: " << joined.status() << std::endl;
+    process.Shutdown();
+    const std::optional<onebit::MemberVerdict> verdict =
+        made.ok() ? onebit::VerdictAfterRegisterError(**made, joined.status()) : std::nullopt;
+    if (verdict.has_value()) {
+      std::cerr << "onebit-server: " << verdict->reason << std::endl;
+      return verdict->exit_code;
+    }
+    return kExitRuntime;
+  }
+  *client = *std::move(made);
+  *session = *std::move(joined);
+  if (checkpointer != nullptr) checkpointer->Start(client->get(), instance);
+  return std::nullopt;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -222,151 +424,48 @@ int main(int argc, char** argv) {
     std::_Exit(g_exit_code.load());  // 0, or what the job's verdict asked for
   });
 
-  onebit::server::ServerProcessOptions options;
-  options.shard.shard = absl::GetFlag(FLAGS_shard);
-  options.shard.num_shards = absl::GetFlag(FLAGS_shards);
-  options.shard.num_workers = absl::GetFlag(FLAGS_workers);
-  options.shard.retained_steps = absl::GetFlag(FLAGS_retained_steps);
-  int64_t n = absl::GetFlag(FLAGS_n);
-  std::string compressor = absl::GetFlag(FLAGS_compressor);
-  // 0/1 Adam's local steps push nothing, nor do steps skipped for an fp16 overflow.
-  bool allow_step_gaps = false;
-  int group_offset = 0;  // hierarchical over ps: the first shard of this shard's slice
-  std::string checkpoint_dir, topology;
-  double retry_s = 120, heartbeat_s = 10;
-  onebit::SecurityConfig security;
-  int config_cpu_threads = 0;
-  std::vector<std::string> config_notices;  // printed by --check; a job's by its coordinator
-  absl::StatusOr<onebit::JobConfig> config = absl::NotFoundError("no --config");
-  if (!absl::GetFlag(FLAGS_config).empty()) {
-    config = onebit::LoadJobConfig(absl::GetFlag(FLAGS_config));
-    if (!config.ok()) return UsageError(std::string(config.status().message()));
-    security = config->security;
-  }
-  // The coordinator's channel (TLS, the member token) also serves to learn the model's size.
-  absl::StatusOr<onebit::security::TlsOptions> tls = onebit::security::TlsFromFlags(security.tls);
-  if (!tls.ok()) return UsageError(std::string(tls.status().message()));
-  options.tls = *tls;
-  absl::StatusOr<std::string> member_token = onebit::security::ResolveToken(
-      absl::GetFlag(FLAGS_member_token_file), "ONEBIT_MEMBER_TOKEN", security.member_token_file);
-  if (!member_token.ok()) return UsageError(std::string(member_token.status().message()));
-  onebit::GrpcClientOptions client_options;
-  client_options.address = absl::GetFlag(FLAGS_coordinator);
-  client_options.tls = *tls;
-  client_options.token = *member_token;
-  if (config.ok()) {
-    config_cpu_threads = config->cpu_threads;
-    config_notices = config->notices;
-    checkpoint_dir = config->checkpoint.dir;
-    retry_s = config->failure.coordinator_retry_s;
-    heartbeat_s = config->failure.heartbeat_timeout_s;
-    client_options.retry_for = absl::Seconds(retry_s);
-    topology = onebit::checkpoint::TopologyKey(*config);
-    absl::StatusOr<size_t> count = onebit::WorkloadParameterCount(config->workload);
-    if (!count.ok()) return UsageError(std::string(count.status().message()));
-    if (*count == 0 && n == 0) {
-      // A PyTorch model whose size the config leaves to the workers (workload.parameters 0).
-      if (absl::GetFlag(FLAGS_check)) {
-        std::cout << "onebit-server: flags and config OK (shard " << options.shard.shard
-                  << "; the model's size is learned from the workers when the job starts)"
-                  << std::endl;
-        return 0;
-      }
-      if (client_options.address.empty()) {
-        return UsageError("onebit.workload.parameters is 0 (the workers' model decides): "
-                          "give --coordinator (the shard learns it there) or --n");
-      }
-      count = LearnModelSize(client_options, absl::Seconds(retry_s));
-      if (!count.ok()) {
-        std::cerr << "onebit-server: " << count.status().message() << std::endl;
-        return kExitRuntime;
-      }
+  absl::StatusOr<ShardSetup> made_setup = SetupFromFlags();
+  if (!made_setup.ok()) {
+    if (absl::IsInvalidArgument(made_setup.status())) {
+      return UsageError(std::string(made_setup.status().message()));
     }
-    const onebit::ExchangeConfig& x = config->exchange;
-    if (compressor.empty()) compressor = x.compressor;
-    // Steps that push nothing to the shards: 0/1 Adam's local steps, steps skipped for an
-    // fp16 overflow, and a warmup that goes between the workers (the first push is the
-    // first compressed step).
-    allow_step_gaps = onebit::Traits(config->optimizer.kind).has_local_steps || onebit::ScalesLoss(*config) ||
-                      onebit::ShardsSkipWarmup(x);
-    if (x.mode == "hierarchical") {
-      // Hierarchical over ps: local rank l of every node (one worker per node) exchanges
-      // slice l with its own K = servers / local_size shards; this is shard --shard % K of
-      // slice --shard / K, and its tensor is one slice.
-      const int k = x.servers / x.local_size;
-      if (options.shard.shard < 0 || options.shard.shard >= x.servers) {
-        return UsageError("--shard must be in [0, onebit.exchange.servers)");
-      }
-      absl::StatusOr<onebit::HierarchicalLayout> layout =
-          onebit::HierarchicalLayout::Create(*count, x.local_size, k);
-      if (!layout.ok()) return UsageError(std::string(layout.status().message()));
-      group_offset = options.shard.shard - options.shard.shard % k;
-      options.shard.shard %= k;
-      if (options.shard.num_shards == 0) options.shard.num_shards = k;
-      if (options.shard.num_workers == 0) options.shard.num_workers = config->workers / x.local_size;
-      if (n == 0) n = static_cast<int64_t>(layout->slice());
-    }
-    if (options.shard.num_shards == 0) options.shard.num_shards = config->exchange.servers;
-    if (options.shard.num_workers == 0) options.shard.num_workers = config->workers;
-    if (n == 0) n = static_cast<int64_t>(*count);
-    if (options.metrics_port == 0) options.metrics_port = config->ports.metrics;
+    std::cerr << "onebit-server: " << made_setup.status().message() << std::endl;
+    return kExitRuntime;
   }
-  int cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
-  if (cpu_threads < 0) cpu_threads = config_cpu_threads;
-  options.cpu_threads = cpu_threads > 0 ? cpu_threads : onebit::UsableCpus();
-  options.host = absl::GetFlag(FLAGS_host);
-  options.port = absl::GetFlag(FLAGS_port);
-  if (absl::GetFlag(FLAGS_metrics_port) != 0) options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
-  options.address_file = absl::GetFlag(FLAGS_address_file);
-  if (options.shard.num_shards < 1) return UsageError("--shards must be >= 1");
-  if (options.shard.shard < 0 || options.shard.shard >= options.shard.num_shards) {
-    return UsageError("--shard must be in [0, --shards)");
+  ShardSetup& setup = *made_setup;
+  onebit::server::ServerProcessOptions& options = setup.options;
+  if (setup.size_decided_later) {
+    std::cout << "onebit-server: flags and config OK (shard " << options.shard.shard
+              << "; the model's size is learned from the workers when the job starts)"
+              << std::endl;
+    return 0;
   }
-  if (options.shard.num_workers < 1) return UsageError("--workers must be >= 1");
-  if (n < 1) return UsageError("--n must be >= 1");
-  options.shard.n = static_cast<size_t>(n);
-  {
-    absl::StatusOr<const onebit::Codec*> parsed =
-        onebit::FindCodec(compressor.empty() ? "onebit" : compressor);
-    if (!parsed.ok()) return UsageError(absl::StrCat("--compressor: ", parsed.status().message()));
-    options.shard.codec = *parsed;
-    options.shard.allow_step_gaps = allow_step_gaps;
-  }
-  if (options.port < 0 || options.port > 65535) return UsageError("--port must be in [0, 65535]");
-  if (options.metrics_port < 0 || options.metrics_port > 65535) {
-    return UsageError("--metrics_port must be in [0, 65535]");
-  }
-  if (options.shard.retained_steps < 2) return UsageError("--retained_steps must be >= 2");
-
+  absl::StatusOr<std::optional<onebit::Fault>> fault =
+      onebit::ParseFault(absl::GetFlag(FLAGS_fault), {"kill_at_step"});
+  if (!fault.ok()) return UsageError(std::string(fault.status().message()));
   if (absl::GetFlag(FLAGS_check)) {
-    absl::StatusOr<std::optional<onebit::Fault>> fault =
-        onebit::ParseFault(absl::GetFlag(FLAGS_fault), {"kill_at_step"});
-    if (!fault.ok()) return UsageError(std::string(fault.status().message()));
-    for (const std::string& notice : config_notices) {
+    for (const std::string& notice : setup.notices) {
       std::cerr << "onebit-server: config notice: " << notice << std::endl;
     }
     std::cout << "onebit-server: flags and config OK (shard " << options.shard.shard << " of "
               << options.shard.num_shards << ", " << options.shard.num_workers
-              << " workers, n = " << n << ", "
-              << options.shard.codec->name() << ")" << std::endl;
+              << " workers, n = " << setup.n << ", " << options.shard.codec->name() << ")"
+              << std::endl;
     return 0;
   }
 
-
   // Checkpoints need the coordinator (it commits them) and a directory.
+  const bool in_a_job = !setup.client_options.address.empty();
   std::unique_ptr<onebit::server::ShardCheckpointer> checkpointer;
-  if (!checkpoint_dir.empty() && !absl::GetFlag(FLAGS_coordinator).empty()) {
+  if (!setup.checkpoint_dir.empty() && in_a_job) {
     checkpointer = std::make_unique<onebit::server::ShardCheckpointer>(
-        checkpoint_dir, group_offset + options.shard.shard, topology);
+        setup.checkpoint_dir, setup.group_offset + options.shard.shard, setup.topology);
     options.shard.on_checkpoint = [c = checkpointer.get()](int64_t step, std::vector<float> e) {
       c->Enqueue(step, std::move(e));
     };
   }
   // A shard of a job opens once the coordinator said where the job starts.
-  if (!absl::GetFlag(FLAGS_coordinator).empty()) options.shard.first_step = -1;
-  absl::StatusOr<std::optional<onebit::Fault>> fault =
-      onebit::ParseFault(absl::GetFlag(FLAGS_fault), {"kill_at_step"});
-  if (!fault.ok()) return UsageError(std::string(fault.status().message()));
+  if (in_a_job) options.shard.first_step = -1;
   if (fault->has_value()) {
     options.shard.on_step_completed = [f = **fault, shard = options.shard.shard](int64_t step) {
       if (f.At("kill_at_step", step)) {
@@ -380,62 +479,18 @@ int main(int argc, char** argv) {
     return kExitRuntime;
   }
   std::cerr << "onebit-server: shard " << options.shard.shard << " of " << options.shard.num_shards
-            << ", " << options.shard.num_workers << " workers, n = " << n << "; gRPC"
+            << ", " << options.shard.num_workers << " workers, n = " << setup.n << "; gRPC"
             << (options.tls.enabled() ? (options.tls.mutual ? " (mutual TLS)" : " (TLS)") : "")
-            << " on " << (*process)->grpc_address() << ", /metrics on " << (*process)->metrics_address()
-            << std::endl;
+            << " on " << (*process)->grpc_address() << ", /metrics on "
+            << (*process)->metrics_address() << std::endl;
 
   std::unique_ptr<onebit::CoordinatorClient> client;
   std::unique_ptr<onebit::CoordinatorSession> session;
-  if (!client_options.address.empty()) {
-    client_options.retry_for = absl::Seconds(retry_s);
-    // A silent link breaks the connection within half the heartbeat timeout, and the
-    // session ends after the other half (JoinJob's silence_limit): exit 75.
-    client_options.keepalive = absl::Seconds(heartbeat_s) / 4;
-    auto made = onebit::NewGrpcCoordinatorClient(client_options);
-    onebit::v1::RegisterResponse reg;
-    std::string instance;
-    const int index = group_offset + options.shard.shard;
-    auto joined = made.ok() ? JoinJob(**made, index, **process,
-                                      std::min(absl::Seconds(1), absl::Seconds(heartbeat_s) / 4),
-                                      absl::Seconds(retry_s), absl::Seconds(heartbeat_s) / 2,
-                                      config.ok() ? onebit::JobTerms(*config) : std::string(),
-                                      &reg, &instance)
-                            : absl::StatusOr<std::unique_ptr<onebit::CoordinatorSession>>(made.status());
-    if (joined.ok()) {
-      const absl::Status opened = (*process)->state().SetFirstStep(
-          reg.has_resume() ? reg.resume().step() + 1 : 1);
-      if (!opened.ok()) joined = opened;
+  if (in_a_job) {
+    if (std::optional<int> exit_code =
+            JoinAndRestore(setup, **process, checkpointer.get(), &client, &session)) {
+      return *exit_code;
     }
-    if (joined.ok() && reg.has_resume()) {
-      if (reg.resume().reset_errors()) {
-        std::cerr << "onebit-server: resuming from step " << reg.resume().step()
-                  << " with the server error reset: " << reg.resume().reason() << std::endl;
-      } else if (reg.resume().servers_start_empty()) {
-        std::cerr << "onebit-server: resuming from step " << reg.resume().step()
-                  << " with a zero server error: the checkpoint is of a warmup between the "
-                     "workers, which the shards took no part in" << std::endl;
-      } else {
-        const absl::Status restored = onebit::server::ShardCheckpointer::Restore(
-            checkpoint_dir, reg.resume(), index, (*process)->state());
-        if (!restored.ok()) joined = restored;
-        else std::cerr << "onebit-server: resumed from the checkpoint of step " << reg.resume().step() << std::endl;
-      }
-    }
-    if (!joined.ok()) {
-      std::cerr << "onebit-server: cannot join the job: " << joined.status() << std::endl;
-      (*process)->Shutdown();
-      const std::optional<onebit::MemberVerdict> verdict =
-          made.ok() ? onebit::VerdictAfterRegisterError(**made, joined.status()) : std::nullopt;
-      if (verdict.has_value()) {
-        std::cerr << "onebit-server: " << verdict->reason << std::endl;
-        return verdict->exit_code;
-      }
-      return kExitRuntime;
-    }
-    client = *std::move(made);
-    session = *std::move(joined);
-    if (checkpointer) checkpointer->Start(client.get(), instance);
   }
   // Open for pushes (registered with the job, where there is one): /readyz says so.
   if ((*process)->metrics_server() != nullptr) (*process)->metrics_server()->SetReady();
