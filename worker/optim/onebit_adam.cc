@@ -95,41 +95,4 @@ absl::Status OnebitAdam::CompressionStep(const float* local_grad) {
 absl::StatusOr<std::vector<float>> OnebitAdam::MomentumToHost() const { return m_.ToHost(); }
 absl::StatusOr<std::vector<float>> OnebitAdam::VarianceToHost() const { return v_.ToHost(); }
 
-std::vector<StateSpec> OnebitAdam::CheckpointStates() const {
-  std::vector<StateSpec> states = {{"params", true}, {"exp_avg", true}, {"exp_avg_sq", true}};
-  mask_.AddCheckpointStates(&states);
-  return states;
-}
-
-StateScalars OnebitAdam::CheckpointScalars() const {
-  StateScalars scalars;
-  mask_.AddCheckpointScalars(&scalars);
-  return scalars;
-}
-
-absl::StatusOr<std::vector<float>> OnebitAdam::StateToHost(const std::string& name, size_t begin,
-                                                           size_t end) const {
-  const kernels::Buffer<float>* b = name == "params"       ? &p_
-                                    : name == "exp_avg"    ? &m_
-                                    : name == "exp_avg_sq" ? &v_
-                                                           : nullptr;
-  if (b == nullptr) return mask_.StateToHost(name, begin, end);
-  return b->SliceToHost(begin, end);
-}
-
-absl::Status OnebitAdam::Restore(int64_t step, int64_t freeze_step, const StateTensors& states,
-                                 const StateScalars& scalars) {
-  if (step < 0) return absl::InvalidArgumentError(absl::StrCat("step must be >= 0, got ", step));
-  ONEBIT_ASSIGN_OR_RETURN(const std::vector<float>* params, FindState(states, "params", n_));
-  ONEBIT_ASSIGN_OR_RETURN(const std::vector<float>* momentum, FindState(states, "exp_avg", n_));
-  ONEBIT_ASSIGN_OR_RETURN(const std::vector<float>* variance, FindState(states, "exp_avg_sq", n_));
-  ONEBIT_RETURN_IF_ERROR(mask_.Restore(states, scalars));
-  ONEBIT_RETURN_IF_ERROR(p_.CopyFromHost(params->data(), n_));
-  ONEBIT_RETURN_IF_ERROR(m_.CopyFromHost(momentum->data(), n_));
-  ONEBIT_RETURN_IF_ERROR(v_.CopyFromHost(variance->data(), n_));
-  step_ = step;
-  if (freeze_step >= 0 && freeze_step < step) options_.freeze_step = freeze_step;
-  return absl::OkStatus();
-}
-
 }  // namespace onebit

@@ -48,15 +48,6 @@ class OnebitAdam : public OptimizerBase<OnebitAdam, OnebitAdamOptions,
   absl::StatusOr<std::vector<float>> MomentumToHost() const;
   absl::StatusOr<std::vector<float>> VarianceToHost() const;
 
-  // Checkpoints: "params", "exp_avg", "exp_avg_sq", all shared. Restore sets the switch if
-  // it had passed (0 <= freeze_step < step). The next Step() is step + 1.
-  std::vector<StateSpec> CheckpointStates() const override;
-  absl::StatusOr<std::vector<float>> StateToHost(const std::string& name, size_t begin,
-                                                 size_t end) const override;
-  StateScalars CheckpointScalars() const override;
-  absl::Status Restore(int64_t step, int64_t freeze_step, const StateTensors& states,
-                       const StateScalars& scalars) override;
-
  private:
   friend OptimizerBase;
   OnebitAdam(const OnebitAdamOptions& options, kernels::Backend* backend, Exchange* exchange,

@@ -81,7 +81,7 @@ absl::Status OnebitLamb::Init(std::vector<HyperGroup> hyper, const float* initia
     tensor_hyper_.push_back(h);
   }
   hyper_groups_ = std::move(hyper);
-  return InitCommon(initial_params, {&v_fresh_, &m_last_, &u_});
+  return InitCommon(initial_params, {{"exp_avg_sq_fresh", &v_fresh_}, {nullptr, &m_last_}, {nullptr, &u_}});
 }
 
 OnebitLamb::OnebitLamb(const OnebitLambOptions& options, kernels::Backend* backend,
@@ -242,31 +242,12 @@ absl::Status OnebitLamb::CompressionStep(const float* local_grad) {
   return absl::OkStatus();
 }
 
-std::vector<StateSpec> OnebitLamb::CheckpointStates() const {
-  std::vector<StateSpec> states = {
-      {"params", true}, {"exp_avg", true}, {"exp_avg_sq", true}, {"exp_avg_sq_fresh", true}};
-  mask_.AddCheckpointStates(&states);
-  return states;
+std::vector<StateSpec> OnebitLamb::TensorStates(int64_t, int64_t) const {
+  return {{"params", true}, {"exp_avg", true}, {"exp_avg_sq", true}, {"exp_avg_sq_fresh", true}};
 }
 
-kernels::Buffer<float>* OnebitLamb::FindBuffer(const std::string& name) {
-  if (name == "params") return &p_;
-  if (name == "exp_avg") return &m_;
-  if (name == "exp_avg_sq") return &v_;
-  if (name == "exp_avg_sq_fresh") return &v_fresh_;
-  return nullptr;
-}
-
-absl::StatusOr<std::vector<float>> OnebitLamb::StateToHost(const std::string& name, size_t begin,
-                                                           size_t end) const {
-  const kernels::Buffer<float>* b = FindBuffer(name);
-  if (b == nullptr) return mask_.StateToHost(name, begin, end);
-  return b->SliceToHost(begin, end);
-}
-
-StateScalars OnebitLamb::CheckpointScalars() const {
+StateScalars OnebitLamb::OwnScalars() const {
   StateScalars s;
-  mask_.AddCheckpointScalars(&s);
   s["switched"] = switched_ ? 1.0 : 0.0;
   for (size_t k = 0; k < groups_.size(); ++k) {
     s[GroupKey("coeff_freeze", k)] = coeff_freeze_[k];
@@ -276,21 +257,13 @@ StateScalars OnebitLamb::CheckpointScalars() const {
   return s;
 }
 
-absl::Status OnebitLamb::Restore(int64_t step, int64_t freeze_step, const StateTensors& states,
-                                 const StateScalars& scalars) {
-  if (step < 0) return absl::InvalidArgumentError(absl::StrCat("step must be >= 0, got ", step));
+absl::StatusOr<OnebitLamb::RestoreCommit> OnebitLamb::ReadScalars(int64_t, int64_t,
+                                                                 const StateScalars& scalars) {
   auto scalar = [&](const std::string& key) -> absl::StatusOr<double> {
     const auto it = scalars.find(key);
     if (it == scalars.end()) return absl::InvalidArgumentError(absl::StrCat("the checkpoint has no ", key));
     return it->second;
   };
-  // Everything is checked before anything changes.
-  std::vector<std::pair<kernels::Buffer<float>*, const std::vector<float>*>> copies;
-  for (const StateSpec& spec : CheckpointStates()) {
-    if (FindBuffer(spec.name) == nullptr) continue;  // the mask's, below
-    ONEBIT_ASSIGN_OR_RETURN(const std::vector<float>* values, FindState(states, spec.name, n_));
-    copies.emplace_back(FindBuffer(spec.name), values);
-  }
   std::vector<double> coeff(groups_.size()), scaling(groups_.size()), last(groups_.size());
   for (size_t k = 0; k < groups_.size(); ++k) {
     ONEBIT_ASSIGN_OR_RETURN(coeff[k], scalar(GroupKey("coeff_freeze", k)));
@@ -302,17 +275,13 @@ absl::Status OnebitLamb::Restore(int64_t step, int64_t freeze_step, const StateT
     return absl::InvalidArgumentError(absl::StrCat(
         "the checkpoint has more parameter groups than this model's ", groups_.size()));
   }
-  ONEBIT_RETURN_IF_ERROR(mask_.Restore(states, scalars));
-  for (auto& [buffer, values] : copies) {
-    ONEBIT_RETURN_IF_ERROR(buffer->CopyFromHost(values->data(), n_));
-  }
-  coeff_freeze_ = std::move(coeff);
-  scaling_ = std::move(scaling);
-  last_factor_ = std::move(last);
-  switched_ = switched != 0.0;
-  step_ = step;
-  if (freeze_step >= 0 && freeze_step < step) options_.freeze_step = freeze_step;
-  return absl::OkStatus();
+  return RestoreCommit([this, coeff, scaling, last, switched]() {
+    coeff_freeze_ = coeff;
+    scaling_ = scaling;
+    last_factor_ = last;
+    switched_ = switched != 0.0;
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace onebit

@@ -85,15 +85,6 @@ class OnebitLamb : public OptimizerBase<OnebitLamb, OnebitLambOptions,
   const std::vector<double>& scaling_coeff() const { return scaling_; }
   const std::vector<double>& last_factor() const { return last_factor_; }
 
-  // Checkpoints: "params", "exp_avg", "exp_avg_sq", "exp_avg_sq_fresh" (all shared); the
-  // scalars "coeff_freeze/K", "scaling_coeff/K", "last_factor/K" per group K and
-  // "switched" (1 once the switch ran).
-  std::vector<StateSpec> CheckpointStates() const override;
-  absl::StatusOr<std::vector<float>> StateToHost(const std::string& name, size_t begin,
-                                                 size_t end) const override;
-  StateScalars CheckpointScalars() const override;
-  absl::Status Restore(int64_t step, int64_t freeze_step, const StateTensors& states,
-                       const StateScalars& scalars) override;
 
  private:
   struct Group {
@@ -115,10 +106,13 @@ class OnebitLamb : public OptimizerBase<OnebitLamb, OnebitLambOptions,
   kernels::AdamHyper StepHyper(const HyperGroup& group, double* c) const;
   // Tensor k's hyper-parameter group.
   const HyperGroup& HyperOf(size_t k) const { return hyper_groups_[tensor_hyper_[k]]; }
-  kernels::Buffer<float>* FindBuffer(const std::string& name);
-  const kernels::Buffer<float>* FindBuffer(const std::string& name) const {
-    return const_cast<OnebitLamb*>(this)->FindBuffer(name);
-  }
+  // Checkpoints: "params", "exp_avg", "exp_avg_sq", "exp_avg_sq_fresh" (all shared); the
+  // scalars "coeff_freeze/K", "scaling_coeff/K", "last_factor/K" per group K and
+  // "switched" (1 once the switch ran).
+  std::vector<StateSpec> TensorStates(int64_t step, int64_t freeze_step) const;
+  StateScalars OwnScalars() const;
+  absl::StatusOr<RestoreCommit> ReadScalars(int64_t step, int64_t freeze_step,
+                                            const StateScalars& scalars);
 
   std::vector<Group> groups_;              // the tensors
   std::vector<size_t> tensor_hyper_;       // tensor k's index into hyper_groups_

@@ -1,7 +1,8 @@
 // What the three optimizers share: the options every one takes, and a base that holds the
 // state every one has (p, m, v, the momentum mask, the gradient clipper, the step count)
-// with the Optimizer methods that only read or set it. Each optimizer keeps its own
-// update math, its own hyper-parameters per step and its own checkpoint names.
+// with the Optimizer methods that only read or set it, and the checkpoint methods over
+// named buffers. Each optimizer keeps its own update math, its own hyper-parameters per
+// step and its own checkpoint scalars.
 //
 // Thread safety: one thread at a time, as Optimizer. The backend and the exchange are
 // borrowed and must outlive the optimizer.
@@ -10,12 +11,16 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "kernels/buffer.h"
 #include "kernels/kernels.h"
@@ -52,7 +57,8 @@ struct CommonOptimizerOptions {
 // Derived: the optimizer, which makes OptimizerBase a friend and has
 //   static absl::Status ValidateOptions(const Options&, size_t n);
 //   absl::Status Init(std::vector<HyperGroup> groups, const float* initial_params);
-// (Init takes the resolved parameter groups, then calls InitCommon).
+// (Init takes the resolved parameter groups, then calls InitCommon). It may hide the
+// checkpoint hooks below (TensorStates, OwnScalars, ReadScalars) with its own.
 // Options: a struct derived from CommonOptimizerOptions; kFreezeStep: its field with the
 // last warmup step. The stage is kWarmup through that step and kCompression after it.
 template <typename Derived, typename Options, int64_t Options::*kFreezeStep>
@@ -127,21 +133,94 @@ class OptimizerBase : public Optimizer {
   // step_clock(); the rest of a Step is the update. Cumulative.
   double exchange_call_seconds() const override { return exchange_call_seconds_; }
 
+  // Checkpoints: Derived's TensorStates, then the mask's; the buffers by name.
+  std::vector<StateSpec> CheckpointStates() const override {
+    std::vector<StateSpec> states = derived().TensorStates(step_, freeze_step());
+    mask_.AddCheckpointStates(&states);
+    return states;
+  }
+  absl::StatusOr<std::vector<float>> StateToHost(const std::string& name, size_t begin,
+                                                 size_t end) const override {
+    const kernels::Buffer<float>* b = FindBuffer(name);
+    if (b == nullptr) return mask_.StateToHost(name, begin, end);
+    return b->SliceToHost(begin, end);
+  }
+  StateScalars CheckpointScalars() const override {
+    StateScalars scalars = derived().OwnScalars();
+    mask_.AddCheckpointScalars(&scalars);
+    return scalars;
+  }
+  // Checks every tensor and scalar before it changes anything. The switch moves to
+  // `freeze_step` if it had passed (0 <= freeze_step < step). The next Step() is step + 1.
+  absl::Status Restore(int64_t step, int64_t freeze_step, const StateTensors& states,
+                       const StateScalars& scalars) override {
+    if (step < 0) return absl::InvalidArgumentError(absl::StrCat("step must be >= 0, got ", step));
+    const int64_t at = freeze_step >= 0 && freeze_step < step ? freeze_step : this->freeze_step();
+    std::vector<std::pair<kernels::Buffer<float>*, const std::vector<float>*>> copies;
+    for (const StateSpec& spec : derived().TensorStates(step, at)) {
+      ONEBIT_ASSIGN_OR_RETURN(const std::vector<float>* values, FindState(states, spec.name, n_));
+      copies.emplace_back(FindBuffer(spec.name), values);
+    }
+    ONEBIT_ASSIGN_OR_RETURN(RestoreCommit commit, derived().ReadScalars(step, at, scalars));
+    ONEBIT_RETURN_IF_ERROR(mask_.Restore(states, scalars));
+    for (auto& [buffer, values] : copies) {
+      ONEBIT_RETURN_IF_ERROR(buffer->CopyFromHost(values->data(), n_));
+    }
+    ONEBIT_RETURN_IF_ERROR(commit());
+    options_.*kFreezeStep = at;
+    step_ = step;
+    return absl::OkStatus();
+  }
+
  protected:
+  // A buffer with its checkpoint name; a null name is scratch, never saved.
+  struct NamedBuffer {
+    const char* name;
+    kernels::Buffer<float>* buffer;
+  };
+  // Applies what ReadScalars read, after the tensors are restored.
+  using RestoreCommit = std::function<absl::Status()>;
+
+  // The checkpoint hooks' defaults: the three shared tensors, no scalars of one's own.
+  // TensorStates says which tensors a checkpoint at (step, freeze_step) holds: each one a
+  // named buffer.
+  std::vector<StateSpec> TensorStates(int64_t /*step*/, int64_t /*freeze_step*/) const {
+    return {{"params", true}, {"exp_avg", true}, {"exp_avg_sq", true}};
+  }
+  StateScalars OwnScalars() const { return {}; }
+  // Reads Derived's scalars for a checkpoint at (step, freeze_step) without changing
+  // anything; the commit applies them.
+  absl::StatusOr<RestoreCommit> ReadScalars(int64_t /*step*/, int64_t /*freeze_step*/,
+                                            const StateScalars& /*scalars*/) {
+    return RestoreCommit([] { return absl::OkStatus(); });
+  }
+
+  const kernels::Buffer<float>* FindBuffer(const std::string& name) const {
+    for (const auto& [n, b] : named_) {
+      if (name == n) return b;
+    }
+    return nullptr;
+  }
+  kernels::Buffer<float>* FindBuffer(const std::string& name) {
+    return const_cast<kernels::Buffer<float>*>(std::as_const(*this).FindBuffer(name));
+  }
+
   OptimizerBase(const Options& options, kernels::Backend* backend, Exchange* exchange, size_t n)
       : options_(options), backend_(backend), exchange_(exchange), n_(n) {}
 
   // Allocates p (a copy of `initial_params`, host memory, n elements), m, v and then
   // `more`, all zero, in that order; then the mask and the clipper from the options.
-  absl::Status InitCommon(const float* initial_params,
-                          std::initializer_list<kernels::Buffer<float>*> more = {}) {
+  // p, m and v are named "params", "exp_avg" and "exp_avg_sq".
+  absl::Status InitCommon(const float* initial_params, std::initializer_list<NamedBuffer> more = {}) {
     using kernels::Buffer;
     ONEBIT_ASSIGN_OR_RETURN(p_, Buffer<float>::FromHost(backend_, initial_params, n_));
     for (Buffer<float>* b : {&m_, &v_}) {
       ONEBIT_ASSIGN_OR_RETURN(*b, Buffer<float>::Create(backend_, n_));
     }
-    for (Buffer<float>* b : more) {
-      ONEBIT_ASSIGN_OR_RETURN(*b, Buffer<float>::Create(backend_, n_));
+    named_ = {{"params", &p_}, {"exp_avg", &m_}, {"exp_avg_sq", &v_}};
+    for (const NamedBuffer& b : more) {
+      ONEBIT_ASSIGN_OR_RETURN(*b.buffer, Buffer<float>::Create(backend_, n_));
+      if (b.name != nullptr) named_.emplace_back(b.name, b.buffer);
     }
     ONEBIT_ASSIGN_OR_RETURN(mask_, MomentumMask::Create(backend_, options_.momentum_mask,
                                                       options_.auto_mask_zero_gradients, n_));
@@ -160,6 +239,12 @@ class OptimizerBase : public Optimizer {
   GradientClipper clip_;
   std::vector<HyperGroup> hyper_groups_;  // options_.hyper_groups, resolved: at least one
   double exchange_call_seconds_ = 0.0;
+
+ private:
+  const Derived& derived() const { return static_cast<const Derived&>(*this); }
+  Derived& derived() { return static_cast<Derived&>(*this); }
+
+  std::vector<std::pair<std::string, kernels::Buffer<float>*>> named_;  // checkpoint names
 };
 
 }  // namespace onebit

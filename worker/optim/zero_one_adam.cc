@@ -20,7 +20,7 @@ absl::Status ZeroOneAdam::ValidateOptions(const ZeroOneAdamOptions& o, size_t n)
 absl::Status ZeroOneAdam::Init(std::vector<HyperGroup> groups, const float* initial_params) {
   lrs_.assign(groups.size(), 0.0);
   hyper_groups_ = std::move(groups);
-  return InitCommon(initial_params, {&acc_, &avg_, &anchor_});
+  return InitCommon(initial_params, {{"accumulator", &acc_}, {nullptr, &avg_}, {"anchor", &anchor_}});
 }
 
 ZeroOneAdam::ZeroOneAdam(const ZeroOneAdamOptions& options, kernels::Backend* backend,
@@ -164,59 +164,25 @@ std::optional<std::vector<int64_t>> ZeroOneAdam::ExchangeSteps(int64_t first, in
   return steps;
 }
 
-std::vector<StateSpec> ZeroOneAdam::CheckpointStates() const {
-  std::vector<StateSpec> states;
-  if (step_ <= options_.var_freeze_step) {
-    states = {{"params", true}, {"exp_avg", true}, {"exp_avg_sq", true}};
-  } else {
-    states = {{"params", false},
-              {"exp_avg", false},
-              {"exp_avg_sq", true},
-              {"accumulator", false},
-              {"anchor", false}};
-  }
-  mask_.AddCheckpointStates(&states);
-  return states;
+std::vector<StateSpec> ZeroOneAdam::TensorStates(int64_t step, int64_t var_freeze_step) const {
+  if (step <= var_freeze_step) return {{"params", true}, {"exp_avg", true}, {"exp_avg_sq", true}};
+  return {{"params", false},
+          {"exp_avg", false},
+          {"exp_avg_sq", true},
+          {"accumulator", false},
+          {"anchor", false}};
 }
 
-StateScalars ZeroOneAdam::CheckpointScalars() const {
+StateScalars ZeroOneAdam::OwnScalars() const {
   // Group 0's sum keeps the name it had before there were groups.
   StateScalars scalars = {{"lr_sum", lrs_[0]}};
   for (size_t k = 1; k < hyper_groups_.size(); ++k) scalars[absl::StrCat("lr_sum.", k)] = lrs_[k];
-  mask_.AddCheckpointScalars(&scalars);
   return scalars;
 }
 
-kernels::Buffer<float>* ZeroOneAdam::FindBuffer(const std::string& name) {
-  if (name == "params") return &p_;
-  if (name == "exp_avg") return &m_;
-  if (name == "exp_avg_sq") return &v_;
-  if (name == "accumulator") return &acc_;
-  if (name == "anchor") return &anchor_;
-  return nullptr;
-}
-
-absl::StatusOr<std::vector<float>> ZeroOneAdam::StateToHost(const std::string& name,
-                                                            size_t begin, size_t end) const {
-  const kernels::Buffer<float>* b = FindBuffer(name);
-  if (b == nullptr) return mask_.StateToHost(name, begin, end);
-  return b->SliceToHost(begin, end);
-}
-
-absl::Status ZeroOneAdam::Restore(int64_t step, int64_t freeze_step, const StateTensors& states,
-                                  const StateScalars& scalars) {
-  if (step < 0) return absl::InvalidArgumentError(absl::StrCat("step must be >= 0, got ", step));
-  const int64_t var_freeze_step =
-      freeze_step >= 0 && freeze_step < step ? freeze_step : options_.var_freeze_step;
+absl::StatusOr<ZeroOneAdam::RestoreCommit> ZeroOneAdam::ReadScalars(
+    int64_t step, int64_t var_freeze_step, const StateScalars& scalars) {
   const bool local = step > var_freeze_step;
-  // Check everything before changing anything.
-  std::vector<std::pair<kernels::Buffer<float>*, const std::vector<float>*>> copies;
-  std::vector<std::string> names = {"params", "exp_avg", "exp_avg_sq"};
-  if (local) names.insert(names.end(), {"accumulator", "anchor"});
-  for (const std::string& name : names) {
-    ONEBIT_ASSIGN_OR_RETURN(const std::vector<float>* values, FindState(states, name, n_));
-    copies.emplace_back(FindBuffer(name), values);
-  }
   std::vector<double> lrs(hyper_groups_.size(), 0.0);
   if (local) {
     for (size_t k = 0; k < hyper_groups_.size(); ++k) {
@@ -228,17 +194,13 @@ absl::Status ZeroOneAdam::Restore(int64_t step, int64_t freeze_step, const State
       lrs[k] = it->second;
     }
   }
-  ONEBIT_RETURN_IF_ERROR(mask_.Restore(states, scalars));
-  for (auto& [buffer, values] : copies) {
-    ONEBIT_RETURN_IF_ERROR(buffer->CopyFromHost(values->data(), n_));
-  }
-  if (!local) ONEBIT_RETURN_IF_ERROR(acc_.Zero());
-  options_.var_freeze_step = var_freeze_step;
-  step_ = step;
-  lrs_ = lrs;
-  errors_reset_ = local;
-  schedule_ = ZeroOneSchedule::After(options_.schedule, step, var_freeze_step);
-  return absl::OkStatus();
+  return RestoreCommit([this, step, var_freeze_step, local, lrs]() -> absl::Status {
+    if (!local) ONEBIT_RETURN_IF_ERROR(acc_.Zero());
+    lrs_ = lrs;
+    errors_reset_ = local;
+    schedule_ = ZeroOneSchedule::After(options_.schedule, step, var_freeze_step);
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace onebit

@@ -80,16 +80,6 @@ class ZeroOneAdam : public OptimizerBase<ZeroOneAdam, ZeroOneAdamOptions,
   // The sum of the (first parameter group's) learning rates since the last sync.
   double lr_sum() const { return lrs_[0]; }
 
-  // Checkpoints. Through the variance stage "params", "exp_avg" and "exp_avg_sq", all
-  // shared; after it the variance is still shared, while "params", "exp_avg",
-  // "accumulator" and "anchor" are each worker's own; the scalar "lr_sum". The schedule
-  // is rebuilt from the step.
-  std::vector<StateSpec> CheckpointStates() const override;
-  absl::StatusOr<std::vector<float>> StateToHost(const std::string& name, size_t begin,
-                                                 size_t end) const override;
-  StateScalars CheckpointScalars() const override;
-  absl::Status Restore(int64_t step, int64_t freeze_step, const StateTensors& states,
-                       const StateScalars& scalars) override;
 
  private:
   friend OptimizerBase;
@@ -104,11 +94,14 @@ class ZeroOneAdam : public OptimizerBase<ZeroOneAdam, ZeroOneAdamOptions,
   // with one worker.
   absl::StatusOr<const float*> CompressedAverage(const float* x);
   kernels::AdamHyper StepHyper(ZeroOneStep kind, const HyperGroup& group) const;
-  // The state tensor called `name`; null when there is none.
-  kernels::Buffer<float>* FindBuffer(const std::string& name);
-  const kernels::Buffer<float>* FindBuffer(const std::string& name) const {
-    return const_cast<ZeroOneAdam*>(this)->FindBuffer(name);
-  }
+  // Checkpoints. Through the variance stage "params", "exp_avg" and "exp_avg_sq", all
+  // shared; after it the variance is still shared, while "params", "exp_avg",
+  // "accumulator" and "anchor" are each worker's own; the scalar "lr_sum" ("lr_sum.K" for
+  // group K > 0). The schedule is rebuilt from the step.
+  std::vector<StateSpec> TensorStates(int64_t step, int64_t var_freeze_step) const;
+  StateScalars OwnScalars() const;
+  absl::StatusOr<RestoreCommit> ReadScalars(int64_t step, int64_t var_freeze_step,
+                                            const StateScalars& scalars);
 
   ZeroOneSchedule schedule_;
   bool errors_reset_ = false;
