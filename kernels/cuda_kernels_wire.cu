@@ -107,11 +107,15 @@ absl::Status CopyFloats(Launch launch, const void* from, size_t n, void* to) {
   return absl::OkStatus();
 }
 
-// Calls launch16(std::integral_constant<WireDtype, D>) for a 16-bit wire dtype D, then
-// checks the launch; any other dtype is INVALID_ARGUMENT.
-template <typename Launch16>
-absl::Status LaunchWire16(WireDtype dtype, Launch16 launch16) {
+// The one switch over the wire dtypes, with a functor for each kind: fp32, the floats
+// themselves, returns fp32() (a Status); a 16-bit dtype D calls
+// launch16(std::integral_constant<WireDtype, D>()), which queues D's kernel, and checks the
+// launch. INVALID_ARGUMENT for a value that is no WireDtype.
+template <typename Fp32, typename Launch16>
+absl::Status ForWireDtype(WireDtype dtype, Fp32 fp32, Launch16 launch16) {
   switch (dtype) {
+    case WireDtype::kFp32:
+      return fp32();
     case WireDtype::kBf16:
       launch16(std::integral_constant<WireDtype, WireDtype::kBf16>());
       break;
@@ -147,29 +151,32 @@ absl::Status AverageRows(Launch launch, const float* rows, int num_rows, size_t 
 }
 
 absl::Status ToWire(Launch launch, WireDtype dtype, const float* x, size_t n, void* out) {
-  if (dtype == WireDtype::kFp32) return CopyFloats(launch, x, n, out);
-  return LaunchWire16(dtype, [&](auto d) {
-    ToWireKernel<decltype(d)::value><<<Blocks(launch, n), kThreads, 0, launch.stream>>>(x, n, out);
-  });
+  return ForWireDtype(
+      dtype, [&] { return CopyFloats(launch, x, n, out); },
+      [&](auto d) {
+        ToWireKernel<decltype(d)::value><<<Blocks(launch, n), kThreads, 0, launch.stream>>>(
+            x, n, out);
+      });
 }
 
 absl::Status SumWireRows(Launch launch, WireDtype dtype, const void* rows, int num_rows,
                          size_t count, float* out) {
-  if (dtype == WireDtype::kFp32) {
-    return SumRows(launch, static_cast<const float*>(rows), num_rows, count, out);
-  }
-  return LaunchWire16(dtype, [&](auto d) {
-    SumWireRowsKernel<decltype(d)::value>
-        <<<Blocks(launch, count), kThreads, 0, launch.stream>>>(rows, num_rows, count, out);
-  });
+  return ForWireDtype(
+      dtype,
+      [&] { return SumRows(launch, static_cast<const float*>(rows), num_rows, count, out); },
+      [&](auto d) {
+        SumWireRowsKernel<decltype(d)::value>
+            <<<Blocks(launch, count), kThreads, 0, launch.stream>>>(rows, num_rows, count, out);
+      });
 }
 
 absl::Status WireToFloat(Launch launch, WireDtype dtype, const void* in, size_t n, float* out) {
-  if (dtype == WireDtype::kFp32) return CopyFloats(launch, in, n, out);
-  return LaunchWire16(dtype, [&](auto d) {
-    WireToFloatKernel<decltype(d)::value><<<Blocks(launch, n), kThreads, 0, launch.stream>>>(
-        in, n, out);
-  });
+  return ForWireDtype(
+      dtype, [&] { return CopyFloats(launch, in, n, out); },
+      [&](auto d) {
+        WireToFloatKernel<decltype(d)::value><<<Blocks(launch, n), kThreads, 0, launch.stream>>>(
+            in, n, out);
+      });
 }
 
 }  // namespace onebit::kernels::cuda
