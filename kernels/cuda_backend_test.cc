@@ -962,11 +962,11 @@ TEST_F(CudaBackendTest, Int8EdgeCasesMatchCpu) {
 }
 
 // The kernels move groups of 4 floats as one 16-byte access when every float array is
-// 16-byte aligned, else as 4-byte ones (cuda_backend.cu, "Bandwidth"); the arithmetic must
-// not depend on which. Float arrays here start 0 to 3 elements into their allocations (the
-// exchanges' buffers hand out sub-arrays at any float offset), at lengths that are not
-// multiples of 4 and past one pass of the grid (1056 blocks of 256 threads x 4 elements on
-// an H100), and every kernel family must match the CPU.
+// 16-byte aligned, else as 4-byte ones (cuda_kernels_common.cuh, "Bandwidth"); the
+// arithmetic must not depend on which. Float arrays here start 0 to 3 elements into their
+// allocations (the exchanges' buffers hand out sub-arrays at any float offset), at lengths
+// that are not multiples of 4 and past one pass of the grid (1056 blocks of 256 threads x 4
+// elements on an H100), and every kernel family must match the CPU.
 TEST_F(CudaBackendTest, EveryAlignmentAndLengthMatchesCpu) {
   using Dev = std::unique_ptr<DeviceArray<float>>;
   const AdamHyper h = Hyper(0.01f);

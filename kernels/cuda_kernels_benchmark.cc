@@ -24,7 +24,7 @@
 //
 // The kernels that reduce (the compressions, SumSquares) also run at 256K, 1M and 4M
 // elements, where launches, the last wave of blocks and the last block's sum of the
-// partials (cuda_backend.cu, "Reductions") weigh more than at 64M.
+// partials (cuda_kernels_common.cuh, "Reductions") weigh more than at 64M.
 //
 // Without a GPU it says so and exits 0.
 #include <cuda_runtime.h>
