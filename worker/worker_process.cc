@@ -235,37 +235,28 @@ void WorkerMember::Decide(const MemberVerdict& verdict) {
   decided_ = verdict;
 }
 
+WorkerMember::State WorkerMember::Snapshot() {
+  absl::MutexLock lock(&mu_);
+  return State{client_, once_, instance_id_, me_, rank_, wait_for_verdict_, decided_};
+}
+
 MemberVerdict WorkerMember::VerdictAfterError(const absl::Status& error) {
-  // A copy: the calls below wait on the coordinator, and hold no lock.
-  std::shared_ptr<CoordinatorClient> client, once;
-  MemberIdentity me;
-  int rank;
-  std::string instance_id;
-  absl::Duration wait_for_verdict;
-  {
-    absl::MutexLock lock(&mu_);
-    if (decided_.has_value() && !IsPermanent(error)) return *decided_;
-    client = client_;
-    once = once_;
-    me = me_;
-    rank = rank_;
-    instance_id = instance_id_;
-    wait_for_verdict = wait_for_verdict_;
-  }
+  const State s = Snapshot();
+  if (s.decided.has_value() && !IsPermanent(error)) return *s.decided;
   const MemberVerdict unknown{kMemberExitFailed, ""};
-  if (client == nullptr) return unknown;
-  if (me.job_id.empty()) {  // not registered: refused because the job is over?
-    return VerdictAfterRegisterError(*client, error).value_or(unknown);
+  if (s.client == nullptr) return unknown;
+  if (s.me.job_id.empty()) {  // not registered: refused because the job is over?
+    return VerdictAfterRegisterError(*s.client, error).value_or(unknown);
   }
   if (IsPermanent(error)) {
     const absl::Status reported = ReportPermanentFailure(
-        *client, v1::ROLE_WORKER, rank, instance_id, error, PermanentErrorStep(error));
+        *s.client, v1::ROLE_WORKER, s.rank, s.instance_id, error, PermanentErrorStep(error));
     if (!reported.ok()) {
       std::fprintf(stderr, "onebit-worker: cannot report the failure to the coordinator: %s\n",
                    reported.ToString().c_str());
     }
   }
-  CoordinatorClient& ask = once != nullptr ? *once : *client;
+  CoordinatorClient& ask = s.once != nullptr ? *s.once : *s.client;
   // A job that ends below the steps it leased ended where a worker's training loop did (a
   // job without steps, LeaseRequest.ended): this worker, which failed in a later step's
   // exchange, ran past it.
@@ -278,7 +269,7 @@ MemberVerdict WorkerMember::VerdictAfterError(const absl::Status& error) {
                      " while this worker still ran: its training loop ran past the others' "
                      "(every worker must run the same number of steps)")};
   }
-  return AwaitVerdict(ask, me, wait_for_verdict).value_or(unknown);
+  return AwaitVerdict(ask, s.me, s.wait_for_verdict).value_or(unknown);
 }
 
 int WorkerMember::ExitCodeAfterError(const absl::Status& error) {
@@ -288,20 +279,10 @@ int WorkerMember::ExitCodeAfterError(const absl::Status& error) {
 }
 
 void WorkerMember::ReportRestartableExit(const std::string& why, int64_t step) {
-  std::shared_ptr<CoordinatorClient> once;
-  MemberIdentity me;
-  int rank;
-  std::string instance_id;
-  {
-    absl::MutexLock lock(&mu_);
-    once = once_;
-    me = me_;
-    rank = rank_;
-    instance_id = instance_id_;
-  }
-  if (once == nullptr || me.job_id.empty()) return;
+  const State s = Snapshot();
+  if (s.once == nullptr || s.me.job_id.empty()) return;
   const absl::Status reported =
-      ReportRestartableFailure(*once, v1::ROLE_WORKER, rank, instance_id, why, step);
+      ReportRestartableFailure(*s.once, v1::ROLE_WORKER, s.rank, s.instance_id, why, step);
   if (!reported.ok()) {
     std::fprintf(stderr, "onebit-worker: cannot tell the coordinator why this worker stops: %s\n",
                  reported.ToString().c_str());
