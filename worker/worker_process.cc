@@ -118,6 +118,7 @@ class HistorySink : public TrainerMetricsSink {
 struct Worker {
   std::string host;           // WorkerProcessOptions::host: gloo, /metrics, push order
   security::TlsOptions tls;   // the security flags over the config's
+  const Codec* codec = nullptr;  // the job's exchange.compressor (the registry's, not owned)
   // Outlives everything below: the step controller's report thread calls it until joined.
   std::shared_ptr<CoordinatorClient> client;
   std::shared_ptr<prometheus::Registry> registry;
@@ -158,11 +159,6 @@ absl::StatusOr<std::unique_ptr<Transport>> InBackendMemory(kernels::Backend* bac
   return std::unique_ptr<Transport>(std::move(staged));
 }
 
-// The job's exchange.compressor (validated when the config was parsed).
-const Codec& JobCodec(const JobConfig& config) {
-  return *FindCodec(config.exchange.compressor).value_or(&OnebitCodec());
-}
-
 // `shards`: the addresses of the shards this worker pushes to.
 PsExchangeOptions PsOptions(const JobConfig& config, const std::vector<std::string>& shards,
                             const Worker& w) {
@@ -176,7 +172,7 @@ PsExchangeOptions PsOptions(const JobConfig& config, const std::vector<std::stri
   }
   options.push_order = std::move(plan.order);
   options.local_shards = std::move(plan.local);
-  options.codec = &JobCodec(config);
+  options.codec = w.codec;
   options.step_deadline = absl::Seconds(config.failure.ps_step_deadline_s);
   options.tls = w.tls;
   return options;
@@ -469,7 +465,7 @@ absl::StatusOr<std::unique_ptr<Exchange>> NewHierarchicalExchange(
   ONEBIT_ASSIGN_OR_RETURN(w.inter_transport, SliceTransport(config, reg, local_rank, node, nodes,
                                                             client, backend, w.host));
   return HierarchicalExchange::CreatePeer(backend, w.transport.get(), w.inter_transport.get(), n,
-                                          JobCodec(config));
+                                          *w.codec);
 }
 
 // A stage's step time split (seconds over all its steps) as a JSON object.
@@ -727,7 +723,7 @@ absl::StatusOr<OverlappedWarmup*> BuildExchange(const WorkerProcessOptions& o,
     ONEBIT_ASSIGN_OR_RETURN(ExactAllreduceOptions exact, WarmupOptions(config));
     ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<PeerExchange> peer,
                             PeerExchange::Create(w.backend.get(), w.transport.get(), n, exact,
-                                                 JobCodec(config)));
+                                                 *w.codec));
     // The job config refuses overlap for GPU workers over gloo.
     if (config.exchange.overlap) overlap = &peer->overlap();
     w.exchange = std::move(peer);
@@ -881,6 +877,8 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o, WorkerMember* membe
   ONEBIT_ASSIGN_OR_RETURN(JobConfig config, LoadJobConfig(o.config_path));
   Worker w;
   w.host = o.host;
+  // An exchange.compressor that the config's parser took and no codec has: a config error.
+  ONEBIT_ASSIGN_OR_RETURN(w.codec, FindCodec(config.exchange.compressor));
   ONEBIT_ASSIGN_OR_RETURN(w.tls, security::TlsFromFlags(config.security.tls));
   Teardown teardown{&o.before_teardown};
   ONEBIT_ASSIGN_OR_RETURN(std::shared_ptr<CoordinatorClient> once,
