@@ -13,6 +13,7 @@
 #ifndef ONEBIT_COMPRESSION_CODEC_H_
 #define ONEBIT_COMPRESSION_CODEC_H_
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -30,6 +31,12 @@ struct HeaderFault {
   absl::string_view rule;
   float value = 0.0f;
 };
+
+// The scale every format's header begins with must be finite and >= 0.
+inline std::optional<HeaderFault> CheckScale(float scale) {
+  if (!std::isfinite(scale) || scale < 0.0f) return HeaderFault{"scale", "finite and >= 0", scale};
+  return std::nullopt;
+}
 
 class Codec {
  public:

@@ -20,9 +20,7 @@ class Int8 final : public Codec {
     float scale, offset;
     std::memcpy(&scale, header, sizeof(scale));
     std::memcpy(&offset, header + sizeof(scale), sizeof(offset));
-    if (!std::isfinite(scale) || scale < 0.0f) {
-      return HeaderFault{"scale", "finite and >= 0", scale};
-    }
+    if (std::optional<HeaderFault> fault = CheckScale(scale)) return fault;
     if (!std::isfinite(offset)) return HeaderFault{"offset", "finite", offset};
     return std::nullopt;
   }

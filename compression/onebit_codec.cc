@@ -18,10 +18,7 @@ class Onebit final : public Codec {
   std::optional<HeaderFault> CheckHeader(const uint8_t* header) const override {
     float scale;
     std::memcpy(&scale, header, sizeof(scale));
-    if (!std::isfinite(scale) || scale < 0.0f) {
-      return HeaderFault{"scale", "finite and >= 0", scale};
-    }
-    return std::nullopt;
+    return CheckScale(scale);
   }
 
   absl::Status Compress(kernels::Backend& backend, const float* m, const float* g, float beta1,

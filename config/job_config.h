@@ -1,96 +1,10 @@
-// The job config: one JSON file shared by every process of a job. The top level is
-// DeepSpeed's (a DeepSpeed user's config works unchanged, see "DeepSpeed's keys" below);
-// onebit's own settings live in "onebit".
+// The job config: one JSON file every process of a job reads. Its top level is DeepSpeed's
+// (a DeepSpeed user's config works unchanged); onebit's own settings live in "onebit".
+// Every key, with its type, default, allowed values and meaning, is in docs/config.md,
+// generated from the table the parser walks (config/job_config_schema.cc): DeepSpeed's keys
+// that mean nothing here, the batch rule and the lenient JSON are stated there.
 //
-//   {
-//     "train_batch_size": 256,                     // = micro * accumulation * onebit.workers
-//     "train_micro_batch_size_per_gpu": 64,        // per worker and micro batch
-//     "gradient_accumulation_steps": 1,            // micro batches per optimizer step
-//     "gradient_clipping": 0,                      // max global gradient norm; 0: off
-//     "steps": 600,
-//     "seed": 1,
-//     "optimizer": {
-//       "type": "OneBitAdam",                      // | ZeroOneAdam | OneBitLamb | Adam (AdamW)
-//       "params": {"lr": 1e-3, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0,
-//                  "bias_correction": false, "comm_backend_name": "gloo",  // gloo | nccl | mpi
-//                  "freeze_step": 100,                                   // OneBitAdam, OneBitLamb
-//                  "var_freeze_step": 100000, "var_update_scaler": 16,   // ZeroOneAdam
-//                  "local_step_scaler": 32678, "local_step_clipper": 16,
-//                  "max_coeff": 10.0, "min_coeff": 0.01, "coeff_beta": 0.9,  // OneBitLamb
-//                  "factor_max": 4.0, "factor_min": 0.5, "factor_threshold": 0.1}
-//     },
-//     "scheduler": {"type": "WarmupDecayLR",       // | WarmupLR | OneCycle | WarmupCosineLR
-//                   "params": {"warmup_min_lr": 0, "warmup_max_lr": 1e-3,
-//                              "warmup_num_steps": 1000, "warmup_type": "log",  // | linear
-//                              "total_num_steps": 10000}},   // see SchedulerConfig
-//         WarmupLR: warmup_min_lr, warmup_max_lr, warmup_num_steps, warmup_type.
-//         WarmupCosineLR: total_num_steps, warmup_min_ratio, warmup_num_steps,
-//           cos_min_ratio, warmup_type.
-//         OneCycle: cycle_min_lr, cycle_max_lr, decay_lr_rate, cycle_first_step_size,
-//           cycle_second_step_size, cycle_first_stair_count, cycle_second_stair_count,
-//           decay_step_size, cycle_momentum, cycle_min_mom, cycle_max_mom, decay_mom_rate.
-//         Every type: last_batch_iteration (-1 only).
-//     "fp16": {"enabled": false, "loss_scale": 0, "initial_scale_power": 16,
-//              "loss_scale_window": 1000, "hysteresis": 2, "consecutive_hysteresis": false,
-//              "min_loss_scale": 1},    // also auto_cast (notice), fp16_master_weights_and_grads
-//     "bf16": {"enabled": false},        // or "bfloat16"; also immediate_grad_update (notice)
-//     "onebit": {
-//       "workers": 4,
-//       "device": "cpu",                           // cpu | cuda
-//       "cpu_threads": 0,                          // CPU kernels' threads; 0: usable / local workers
-//       "exchange": {"mode": "ps", "servers": 2},  // peer | ps | hierarchical, see ExchangeConfig
-//       "freeze": {"mode": "static"},              // static | automatic, see FreezeConfig
-//       "momentum_mask": {"npy": "mask.npy",       // or "ranges": [[0, 10], [50, 60]]
-//                         "auto_zero_grad": false},  // see MomentumMaskConfig
-//       "lease_steps": 10,
-//       "workload": {"type": "fashion_mnist", "hidden": [256, 128], "eval_every": 100,
-//                    "data_dir": "/usr/share/datasets/fashion-mnist"},
-//       "ports": {"coordinator": 0, "coordinator_rest": 0, "metrics": 0, "server": 0},
-//       "log_every": 20,
-//       "checkpoint": {"dir": "/ckpt", "every_steps": 100, "keep": 3, "resume": true},
-//       "failure": {"heartbeat_timeout_s": 10, "rejoin_timeout_s": 300, "max_restarts": 3, ...},
-//       "security": {"tls": {"ca_cert": "/etc/onebit/ca.pem", "cert": "/etc/onebit/node.pem",
-//                            "key": "/etc/onebit/node.key", "mutual": true},
-//                    "admin_token_file": "/etc/onebit/admin.token",
-//                    "member_token_file": "/etc/onebit/member.token"}
-//     }
-//   }
-//
-// Unknown keys and bad values are errors that name the key's path, e.g.
-// "onebit.exchange.servers: must be >= 1 in ps mode" or
-// "optimizer.params.max_coeff: not a parameter of ZeroOneAdam".
-//
-// DeepSpeed's keys. Every key DeepSpeed's OnebitAdam, ZeroOneAdam and OnebitLamb
-// constructors take is accepted for that type (besides those above: cuda_aware,
-// eps_inside_sqrt, amsgrad, max_grad_norm); "Adam" takes the common ones, freeze_step, and
-// DeepSpeed's adam_w_mode (true only), torch_adam and set_grad_none; the optimizer block may
-// have legacy_fusion. A key of another type is an error (as DeepSpeed's constructor would
-// raise). Keys that mean nothing here are accepted with one notice each in
-// JobConfig::notices (the parser prints nothing; the coordinator prints them once at start,
-// worker and server under --check, the launcher when it does not echo the coordinator):
-// optimizer.params.cuda_aware (no MPI here), eps_inside_sqrt true (DeepSpeed ignores it
-// too), amsgrad false (true is an error, as in DeepSpeed), and the top-level keys that only
-// steer DeepSpeed's engine (steps_per_print, wall_clock_breakdown, prescale_gradients,
-// zero_optimization stages 0-2, monitors, profilers, ...). Keys that would change what
-// trains are errors: zero_optimization stage 3, compression_training, an enabled amp,
-// elasticity, sparse_attention, progressive_layer_drop, curriculum learning.
-// optimizer.params.max_grad_norm is an error as in DeepSpeed: use gradient_clipping.
-// Optimizer type names are case-insensitive, as in DeepSpeed ("onebitadam"); "AdamW" is
-// onebit's "Adam" (its weight decay is already decoupled). comm_backend_name "mpi" runs on
-// gloo (notice). With onebit.device not given, comm_backend_name "nccl" means device cuda
-// (notice), as a DeepSpeed config means GPUs; an explicit device cpu with nccl is an error.
-//
-// Batch sizes follow DeepSpeed's rule train_batch_size == train_micro_batch_size_per_gpu *
-// gradient_accumulation_steps * onebit.workers: any two of the three batch keys determine
-// the third (with only train_batch_size or only the micro batch, accumulation is 1; with
-// neither, the micro batch is 64); "auto" (Hugging Face's spelling) counts as not given.
-// When all three are given and onebit.workers is not, workers = train_batch_size /
-// (micro * accumulation) (notice). An inconsistent or indivisible set is an error naming
-// the keys. The trainer runs gradient_accumulation_steps micro batches per optimizer step
-// and averages their gradients before the exchange.
-//
-// Lenient JSON: // and /* */ comments and trailing commas (both appear in DeepSpeed's
-// tutorials) are accepted, with a notice, although strict JSON forbids them.
+// JobConfig is a plain value; the functions below keep no state and may run on any thread.
 #ifndef ONEBIT_CONFIG_JOB_CONFIG_H_
 #define ONEBIT_CONFIG_JOB_CONFIG_H_
 
@@ -397,7 +311,9 @@ struct JobConfig {
   SecurityConfig security;
   // What the parser accepted but the job ignores or derived, one line each, sorted, e.g.
   // "optimizer.params.cuda_aware: accepted, no effect here (...)". Not part of the config:
-  // JobConfigToJson leaves them out. Each binary prints them once at start.
+  // JobConfigToJson leaves them out. The parser prints nothing: the coordinator prints them
+  // once at start, a worker or shard under --check, the launcher when it does not echo the
+  // coordinator.
   std::vector<std::string> notices;
 };
 

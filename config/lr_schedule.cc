@@ -8,6 +8,7 @@ namespace {
 
 constexpr double kPi = 3.14159265358979323846;
 
+// N, clamped as DeepSpeed clamps warmup_num_steps.
 int64_t WarmupSteps(const SchedulerConfig& s) { return std::max<int64_t>(2, s.warmup_num_steps); }
 
 // WarmupLR's gamma during the warmup (0 <= k < N).
@@ -51,7 +52,7 @@ double LearningRate(const SchedulerConfig& s, double base_lr, int64_t step) {
     return s.warmup_min_lr + (s.warmup_max_lr - s.warmup_min_lr) * gamma;
   }
   if (s.type == "WarmupCosineLR") {
-    if (k < 0) return 0.0;
+    if (k < 0) return 0.0;  // step 1 has lr 0, as in DeepSpeed
     const int64_t n = WarmupSteps(s);
     double ratio;
     if (k < n) {

@@ -1,25 +1,7 @@
 // What a member process of a job (onebit-worker, onebit-server, a script through
 // onebit.torch) does with the coordinator's word about the job: carry on, or leave with
-// the exit code its supervisor acts on.
-//
-//   0   the job succeeded (a shard leaves; a worker that ran its last step waits for it, so
-//       that a recovery in the last steps can restart it like any member)
-//   1   this member hit an error of its own and the coordinator said nothing more (a
-//       supervisor may restart it: the job recovers, or the new process learns it is over)
-//   2   bad flags or config (onebit-worker, onebit-server): fix them; do not restart
-//   75  restart me: the job recovers in a newer generation, or the coordinator no longer
-//       knows this member (it restarted, or replaced it); the new process registers again
-//   78  the job FAILED (its failure_reason says why: a member's training diverged, a model
-//       that disagrees with the job's, max_restarts spent, ...): a restart cannot fix it,
-//       so supervisors must not restart (Kubernetes: a podFailurePolicy rule FailJob on
-//       78). The coordinator exits 78 too, and a coordinator restarted with the same
-//       config and state file stays FAILED, so a supervisor that restarts everything
-//       (compose's restart: on-failure) only repeats the same exit.
-//
-// A member registers once per process: when its coordinator restarts (a new generation,
-// its state reloaded from disk) the member's registration is gone, and the member learns
-// it from its session (the coordinator answers the first heartbeat it does not know with
-// the job's status, then ends the session; SessionOptions::on_end).
+// the exit code its supervisor acts on (docs/operate.md, "Exit codes", is the table users
+// read; a supervisor must not restart a 2 or a 78).
 #ifndef ONEBIT_COORDINATOR_MEMBER_H_
 #define ONEBIT_COORDINATOR_MEMBER_H_
 
@@ -35,9 +17,19 @@
 
 namespace onebit {
 
+// The job succeeded (a shard leaves; a worker that ran its last step waits for it, so that
+// a recovery in the last steps can restart it like any member).
 inline constexpr int kMemberExitDone = 0;
+// An error of this member's own, and the coordinator said nothing more: a restart may
+// help (the job recovers, or the new process learns it is over). 2 (bad flags or config)
+// is the binaries' own.
 inline constexpr int kMemberExitFailed = 1;
+// Restart me: the job recovers in a newer generation, or the coordinator no longer knows
+// this member (it restarted, or replaced it); the new process registers again.
 inline constexpr int kMemberExitRestart = 75;
+// The job FAILED (its failure_reason says why): no restart fixes it (Kubernetes: a
+// podFailurePolicy rule FailJob on 78). A coordinator restarted on a failed job stays
+// FAILED and exits 78 too, so a supervisor that restarts everything repeats the same exit.
 inline constexpr int kMemberExitJobFailed = 78;
 
 // Reports `error` (common/permanent_error.h: one no restart fixes) as this member's permanent failure in `step` (0: none): the job fails
@@ -89,7 +81,9 @@ std::optional<MemberVerdict> VerdictAfterRegisterError(CoordinatorClient& client
 // coordinator refused the member (it does not know it) and the job's status says why, or
 // 75 (a new process registers again); 75 at once when the session heard nothing for its
 // silence_limit (ABORTED: cut off, counted dead); a coordinator out of reach for the
-// session's whole give_up_after: 1.
+// session's whole give_up_after: 1. A member registers once per process: a coordinator
+// that restarted (a new generation, its state reloaded from disk) no longer knows it, so
+// answers its first heartbeat with the job's status and ends the session.
 MemberVerdict VerdictAfterSessionEnd(CoordinatorClient& client, const MemberIdentity& me,
                                      const absl::Status& why);
 

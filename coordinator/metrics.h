@@ -1,37 +1,6 @@
-// The coordinator's job-level Prometheus metrics (served on /metrics by CoordinatorServer).
+// The coordinator's job-level Prometheus metrics (served on /metrics by CoordinatorServer):
+// each is documented at its member below, named onebit_coordinator_ and the member's name.
 // Thread-safe: prometheus-cpp metrics are atomic, families lock.
-//
-//   onebit_coordinator_stage                 0 warmup, 1 compression (of the most advanced worker)
-//   onebit_coordinator_step                  highest completed step reported
-//   onebit_coordinator_freeze_step           last warmup step; -1 if none scheduled
-//   onebit_coordinator_max_lease_step        furthest step any worker may run
-//   onebit_coordinator_stop_after_step       the job ends after this step
-//   onebit_coordinator_world_size            workers in the job config
-//   onebit_coordinator_workers_registered / _workers_alive
-//   onebit_coordinator_servers_registered / _servers_alive
-//   onebit_coordinator_loss                  loss of the latest stats report (absent before
-//                                            the first step)
-//   onebit_coordinator_variance_change       latest measured variance change (absent before
-//                                            the first measurement)
-//   onebit_coordinator_freeze_threshold      automatic freezing only: the variance change
-//                                            must stay under it ...
-//   onebit_coordinator_freeze_reports_in_a_row  ... for this many reports in a row ...
-//   onebit_coordinator_freeze_min_warmup_step   ... but not before this step;
-//   onebit_coordinator_freeze_max_warmup_step   freeze here at the latest
-//   onebit_coordinator_kv_keys               keys in the rendezvous store
-//   onebit_coordinator_leases_granted_total
-//   onebit_coordinator_lease_seconds         histogram of Lease handling time
-//   onebit_coordinator_heartbeat_seconds     histogram of handling a session's heartbeat
-//                                            (the lock it waits for included)
-//   onebit_coordinator_rpc_errors_total{method}  failed calls, gRPC and REST alike
-//   onebit_coordinator_checkpoints_committed_total / _checkpoints_failed_total
-//   onebit_coordinator_last_checkpoint_step  newest committed checkpoint; 0 if none
-//   onebit_coordinator_checkpoint_commit_seconds  histogram of writing a manifest
-//   onebit_coordinator_resumed_step          checkpoint this run resumed from; 0 if none
-//   onebit_coordinator_resumed_errors_reset  1 if that resume reset the error buffers
-//   onebit_coordinator_job_state             1 starting, 2 running, 3 recovering, 4 succeeded, 5 failed
-//   onebit_coordinator_generation            membership generation (1 + recoveries)
-//   onebit_coordinator_recoveries            recoveries so far, coordinator restarts included
 #ifndef ONEBIT_COORDINATOR_METRICS_H_
 #define ONEBIT_COORDINATOR_METRICS_H_
 
@@ -66,38 +35,44 @@ class CoordinatorMetrics {
   void CheckpointFailed() { checkpoints_failed_->Increment(); }
   void Resumed(int64_t step, bool errors_reset);
   // The automatic freeze rule (FreezeConfig), exported once; not called in static mode, so
-  // those gauges are absent there.
+  // those gauges are absent there: _freeze_threshold (the variance change must stay under
+  // it) for _freeze_reports_in_a_row reports in a row, not before _freeze_min_warmup_step;
+  // _freeze_max_warmup_step: the freeze at the latest.
   void SetAutomaticFreeze(double threshold, int reports_in_a_row, int64_t min_warmup,
                           int64_t max_warmup);
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
-  prometheus::Gauge* stage_;
-  prometheus::Gauge* step_;
-  prometheus::Gauge* freeze_step_;
-  prometheus::Gauge* max_lease_step_;
-  prometheus::Gauge* stop_after_step_;
-  prometheus::Gauge* world_size_;
+  prometheus::Gauge* stage_;            // 0 warmup, 1 compression (of the most advanced worker)
+  prometheus::Gauge* step_;             // highest completed step reported
+  prometheus::Gauge* freeze_step_;      // last warmup step; -1 if none scheduled
+  prometheus::Gauge* max_lease_step_;   // furthest step any worker may run
+  prometheus::Gauge* stop_after_step_;  // the job ends after this step
+  prometheus::Gauge* world_size_;       // workers in the job config
   prometheus::Gauge* workers_registered_;
   prometheus::Gauge* workers_alive_;
   prometheus::Gauge* servers_registered_;
   prometheus::Gauge* servers_alive_;
-  prometheus::Family<prometheus::Gauge>* loss_;             // added at the first step
-  prometheus::Family<prometheus::Gauge>* variance_change_;  // added at the first report
-  prometheus::Gauge* kv_keys_;
-  prometheus::Counter* leases_granted_;
-  prometheus::Histogram* lease_seconds_;
+  // The latest stats report's (absent before the first step).
+  prometheus::Family<prometheus::Gauge>* loss_;
+  // The latest measured (absent before the first measurement).
+  prometheus::Family<prometheus::Gauge>* variance_change_;
+  prometheus::Gauge* kv_keys_;            // keys in the rendezvous store
+  prometheus::Counter* leases_granted_;   // _total
+  prometheus::Histogram* lease_seconds_;  // of Lease handling time
+  // Of handling a session's heartbeat (the lock it waits for included).
   prometheus::Histogram* heartbeat_seconds_;
-  prometheus::Family<prometheus::Counter>* rpc_errors_;
-  prometheus::Counter* checkpoints_committed_;
-  prometheus::Counter* checkpoints_failed_;
-  prometheus::Gauge* last_checkpoint_step_;
-  prometheus::Histogram* checkpoint_commit_seconds_;
-  prometheus::Gauge* resumed_step_;
-  prometheus::Gauge* resumed_errors_reset_;
+  prometheus::Family<prometheus::Counter>* rpc_errors_;  // _total{method}: failed calls, gRPC, REST
+  prometheus::Counter* checkpoints_committed_;           // _total
+  prometheus::Counter* checkpoints_failed_;              // _total
+  prometheus::Gauge* last_checkpoint_step_;              // newest committed checkpoint; 0 if none
+  prometheus::Histogram* checkpoint_commit_seconds_;     // of writing a manifest
+  prometheus::Gauge* resumed_step_;          // checkpoint this run resumed from; 0 if none
+  prometheus::Gauge* resumed_errors_reset_;  // 1 if that resume reset the error buffers
+  // 1 starting, 2 running, 3 recovering, 4 succeeded, 5 failed.
   prometheus::Gauge* job_state_;
-  prometheus::Gauge* generation_;
-  prometheus::Gauge* recoveries_;
+  prometheus::Gauge* generation_;  // membership generation (1 + recoveries)
+  prometheus::Gauge* recoveries_;  // recoveries so far, coordinator restarts included
 };
 
 }  // namespace onebit

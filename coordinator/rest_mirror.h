@@ -1,29 +1,8 @@
 // The REST/JSON mirror of the coordinator's admin calls, on its own port, calling the same
-// CoordinatorHandler as the gRPC service:
-//
-//   GET  /v1/job           -> GetJob       JobStatus
-//   GET  /v1/members       -> ListMembers  ListMembersResponse
-//   POST /v1/freeze        -> Freeze       body FreezeRequest, e.g. {"now": true} or
-//                                          {"atStep": "120"} (or "at_step", or a number)
-//   POST /v1/freeze/delay  -> DelayFreeze  body DelayFreezeRequest, e.g. {"toStep": 200}
-//   POST /v1/stop          -> Stop         body StopRequest; empty or {} stops as soon as safe
-//   GET  /v1/checkpoints   -> ListCheckpoints  ListCheckpointsResponse
-//   POST /v1/checkpoints   -> Checkpoint   body CheckpointRequest
-//
-// Bodies and answers use protobuf's JSON mapping (proto_json.h). An empty POST body is {}.
-// Errors answer {"code": "FAILED_PRECONDITION", "message": "..."} with the HTTP status
-// HttpStatusFor(code): 400 INVALID_ARGUMENT / OUT_OF_RANGE (malformed JSON too),
-// 409 FAILED_PRECONDITION / ALREADY_EXISTS / ABORTED, 404 NOT_FOUND (and unknown paths),
-// 405 for a known path with the wrong method (with an Allow header), 429 RESOURCE_EXHAUSTED,
-// 504 DEADLINE_EXCEEDED, 503 UNAVAILABLE, 501 UNIMPLEMENTED, 401/403, 499 CANCELLED,
-// 500 otherwise. Bodies over 1 MiB get 413.
-//
-// SECURITY (security/auth.h): with tokens configured, the request's "Authorization:
-// Bearer <token>" header is checked as on gRPC: the POSTs are admin calls (admin token),
-// the GETs reads (member or admin token). None, or a wrong one: 401 with
-// "WWW-Authenticate: Bearer"; the member token on a POST: 403. With TLS options the mirror
-// serves HTTPS with the same certificate as the gRPC port, and with mutual TLS it requires
-// a client certificate from the same CA (curl --cacert CA --cert C --key K).
+// CoordinatorHandler as the gRPC service: GET /v1/job, /v1/members and /v1/checkpoints; POST
+// /v1/freeze, /v1/freeze/delay, /v1/stop and /v1/checkpoints (docs/operate.md has the
+// routes and their bodies, docs/security.md who may call which). Bodies and answers use
+// protobuf's JSON mapping (proto_json.h); an empty POST body is {}.
 #ifndef ONEBIT_COORDINATOR_REST_MIRROR_H_
 #define ONEBIT_COORDINATOR_REST_MIRROR_H_
 
@@ -44,6 +23,9 @@ class Server;
 
 namespace onebit {
 
+// The HTTP status of an error with `code`: 400 INVALID_ARGUMENT and OUT_OF_RANGE, 409
+// FAILED_PRECONDITION, ALREADY_EXISTS and ABORTED, 499 CANCELLED, 500 a code with no
+// better one; the others their usual (401, 403, 404, 429, 501, 503, 504).
 int HttpStatusFor(absl::StatusCode code);
 
 struct RestResponse {
@@ -54,9 +36,13 @@ struct RestResponse {
 };
 
 // The whole mirror as a function of (method, path, body): what the HTTP server runs for
-// every request, and what tests can call without a socket. `metrics` may be null.
-// `tokens` (may be null: no checks) and `authorization` (the header's value, "" when
-// absent) decide who may call what.
+// every request, and what tests can call without a socket. `metrics` may be null. Errors
+// answer {"code": "FAILED_PRECONDITION", "message": "..."} with HttpStatusFor(code);
+// malformed JSON is 400, an unknown path 404, a known path with the wrong method 405 (with
+// `allow`). `tokens` (may be null: no checks) and `authorization` (the header's value, ""
+// when absent: "Bearer <token>") decide who may call what, as on gRPC: a POST needs the
+// admin token, a GET the member or admin token; none or a wrong one is 401 (with
+// `www_authenticate`), the member token on a POST 403.
 RestResponse HandleRest(CoordinatorHandler* handler, CoordinatorMetrics* metrics,
                         absl::string_view method, absl::string_view path, absl::string_view body,
                         const security::Tokens* tokens = nullptr,
@@ -64,10 +50,13 @@ RestResponse HandleRest(CoordinatorHandler* handler, CoordinatorMetrics* metrics
 
 struct RestMirrorOptions {
   security::Tokens tokens;  // none: every route is open
-  security::TlsOptions tls;  // enabled: HTTPS (cert and key required; ca_cert with mutual)
+  // Enabled: HTTPS, with the gRPC port's certificate (cert and key required); mutual: a
+  // client certificate from ca_cert's CA is required.
+  security::TlsOptions tls;
 };
 
-// The HTTP server around HandleRest: a cpp-httplib server with a small thread pool.
+// The HTTP server around HandleRest: a cpp-httplib server with a small thread pool. A body
+// over 1 MiB gets 413.
 // Start and Stop from one thread; the handler and metrics must outlive it.
 class RestMirror {
  public:

@@ -2,29 +2,13 @@
 // that make every worker switch at the same step, and when the job stops. Pure logic: no
 // I/O, no clock, no locking (the owner serialises calls; see Coordinator).
 //
-// Steps are numbered from 1. Steps 1..F are warmup and steps > F compress, where F is the
-// freeze step (< 0: none scheduled, every step is warmup). A lease "through L" lets a worker
-// run steps up to and including L knowing F as of the grant. The invariants that make every
-// worker switch at the same step:
-//   - a freeze is scheduled (or moved) only to some F >= max_lease_step: a lease granted
-//     while no freeze (or a later one) was scheduled promised warmup through its end;
-//   - once any lease extends past F (max_lease_step > F), F never moves again;
-//   - a worker never gets a lease past the job's stop step, and the stop step is only ever
-//     moved earlier, never below max_lease_step.
-// Freeze policies:
-//   - kStatic: F = the configured freeze step from the start.
-//   - kAutomatic: workers report ||v_t - v_{t-k}|| / ||v_t|| during warmup. A report step
-//     counts once every worker has reported it (the value used is the largest of theirs:
-//     the variance is identical on all workers in warmup, so they agree unless something
-//     is wrong, and then the cautious value wins). When `reports_in_a_row` consecutive
-//     counted report steps are under the threshold and the last is >= min_warmup, F =
-//     max(max_lease_step, that step). While no freeze is scheduled, leases stop at
-//     max_warmup and a lease reaching it schedules F = max_warmup: the switch happens at
-//     max_warmup at the latest.
-//   - kNever (optimizer "Adam"): no freeze ever; freeze requests fail.
-// An operator may force a freeze (now, or at a step), postpone or cancel one, and stop the
-// job early, within the invariants above; violations get FAILED_PRECONDITION naming the
-// earliest step that would work.
+// Steps 1..F are warmup and steps > F compress (F: the freeze step; < 0: none scheduled). A
+// lease "through L" lets a worker run steps up to and including L, knowing F as of the
+// grant. The invariants (docs/design.md, "Step leases and the stage switch"): F is
+// scheduled or moved only to some F >= max_lease_step; once a lease extends past F, F never
+// moves again; no lease passes the stop step, which only ever moves earlier and never below
+// max_lease_step. An operator call that would break them gets FAILED_PRECONDITION naming
+// the earliest step that would work.
 #ifndef ONEBIT_COORDINATOR_STAGE_MACHINE_H_
 #define ONEBIT_COORDINATOR_STAGE_MACHINE_H_
 
@@ -39,7 +23,16 @@
 
 namespace onebit {
 
-enum class FreezePolicy { kNever, kStatic, kAutomatic };
+// Who schedules F.
+enum class FreezePolicy {
+  kNever,   // optimizer "Adam": no freeze ever; freeze requests fail
+  kStatic,  // F = static_freeze_step from the start
+  // The workers' variance changes (ReportVarianceChange): when reports_in_a_row counted
+  // report steps in a row are under the threshold and the last is >= min_warmup, F =
+  // max(max_lease_step, that step). While no freeze is scheduled, leases stop at max_warmup
+  // and the lease that reaches it schedules F = max_warmup: the switch at the latest.
+  kAutomatic,
+};
 
 struct StageMachineOptions {
   int world_size = 1;
@@ -90,10 +83,12 @@ class StageMachine {
   // within the rank's lease.
   absl::Status ReportProgress(int rank, int64_t step);
 
-  // A warmup report of the relative variance change measured at `step` (NaN counts as
-  // "not under the threshold"). Also counts as progress. Ignored for the freeze decision
-  // unless the policy is kAutomatic and no freeze is scheduled; a repeated (rank, step) is
-  // counted once.
+  // A warmup report of the relative variance change ||v_t - v_{t-k}|| / ||v_t|| measured at
+  // `step` (NaN counts as "not under the threshold"). Also counts as progress. Ignored for
+  // the freeze decision unless the policy is kAutomatic and no freeze is scheduled; a
+  // repeated (rank, step) is counted once. A step counts once every worker reported it,
+  // with the largest value: the variance is the same on every worker in warmup, so they
+  // agree unless something is wrong, and then the cautious value wins.
   absl::Status ReportVarianceChange(int rank, int64_t step, double variance_change);
 
   // Operator calls.

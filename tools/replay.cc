@@ -347,6 +347,7 @@ absl::StatusOr<ReplaySummary> RunReplay(const ReplayConfig& config, std::ostream
 
   ReplaySummary s;
   s.optimizer = config.optimizer;
+  s.kind = optimizer_kind;
   s.transport = config.transport;
   s.compressor = config.compressor;
   s.workers = config.workers;
@@ -384,7 +385,7 @@ std::string FormatSummary(const ReplaySummary& s) {
   absl::StrAppend(&out, "  compressor          ", s.compressor, "\n");
   absl::StrAppend(&out, "  stages              ", s.warmup_steps, " warmup, ",
                   s.compression_steps, " compression (freeze step ", s.freeze_step, ")\n");
-  if (s.optimizer == "zero_one_adam") {
+  if (s.kind == OptimizerKind::kZeroOneAdam) {
     absl::StrAppend(&out, "  0/1 Adam steps      ", s.zero_one_steps[0], " variance update, ",
                     s.zero_one_steps[1], " compressed gradient, ", s.zero_one_steps[3],
                     " sync, ", s.zero_one_steps[2], " local (no exchange)\n");

@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "config/optimizer_kind.h"
 #include "kernels/kernels.h"
 #include "worker/optim/onebit_lamb.h"
 #include "config/zero_one_schedule.h"
@@ -64,7 +65,8 @@ std::string ResolvePath(const std::string& path, const std::string& working_dir)
 void NormalizeFlagNames(std::vector<std::string>* args);
 
 struct ReplaySummary {
-  std::string optimizer;
+  std::string optimizer;  // the --optimizer name
+  OptimizerKind kind = OptimizerKind::kOneBitAdam;  // what it runs
   std::string transport;
   std::string compressor;
   int workers = 0;

@@ -15,6 +15,7 @@ namespace onebit::tools {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 ReplayConfig ValidConfig() {
   ReplayConfig c;
@@ -122,6 +123,18 @@ TEST(ReplayTest, RunReplayReportsProgressAndSummary) {
   absl::StatusOr<npy::Float32Array> out = npy::ReadFloat32(c.out_path, {n});
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_NE(out->data, params);
+}
+
+// The 0/1 Adam line follows the kind the run had, not how --optimizer spelled it.
+TEST(ReplayTest, FormatSummaryCountsZeroOneAdamsStepsOnlyForIt) {
+  ReplaySummary s;
+  s.optimizer = "onebit_adam";
+  s.kind = OptimizerKind::kOneBitAdam;
+  EXPECT_THAT(FormatSummary(s), Not(HasSubstr("0/1 Adam steps")));
+  s.optimizer = "zero_one_adam";
+  s.kind = OptimizerKind::kZeroOneAdam;
+  s.zero_one_steps[0] = 7;
+  EXPECT_THAT(FormatSummary(s), HasSubstr("0/1 Adam steps      7 variance update"));
 }
 
 }  // namespace

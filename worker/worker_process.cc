@@ -118,6 +118,7 @@ class HistorySink : public TrainerMetricsSink {
 struct Worker {
   std::string host;           // WorkerProcessOptions::host: gloo, /metrics, push order
   security::TlsOptions tls;   // the security flags over the config's
+  const Codec* codec = nullptr;  // the job's exchange.compressor (the registry's, not owned)
   // Outlives everything below: the step controller's report thread calls it until joined.
   std::shared_ptr<CoordinatorClient> client;
   std::shared_ptr<prometheus::Registry> registry;
@@ -158,11 +159,6 @@ absl::StatusOr<std::unique_ptr<Transport>> InBackendMemory(kernels::Backend* bac
   return std::unique_ptr<Transport>(std::move(staged));
 }
 
-// The job's exchange.compressor (validated when the config was parsed).
-const Codec& JobCodec(const JobConfig& config) {
-  return *FindCodec(config.exchange.compressor).value_or(&OnebitCodec());
-}
-
 // `shards`: the addresses of the shards this worker pushes to.
 PsExchangeOptions PsOptions(const JobConfig& config, const std::vector<std::string>& shards,
                             const Worker& w) {
@@ -176,7 +172,7 @@ PsExchangeOptions PsOptions(const JobConfig& config, const std::vector<std::stri
   }
   options.push_order = std::move(plan.order);
   options.local_shards = std::move(plan.local);
-  options.codec = &JobCodec(config);
+  options.codec = w.codec;
   options.step_deadline = absl::Seconds(config.failure.ps_step_deadline_s);
   options.tls = w.tls;
   return options;
@@ -235,37 +231,28 @@ void WorkerMember::Decide(const MemberVerdict& verdict) {
   decided_ = verdict;
 }
 
+WorkerMember::State WorkerMember::Snapshot() {
+  absl::MutexLock lock(&mu_);
+  return State{client_, once_, instance_id_, me_, rank_, wait_for_verdict_, decided_};
+}
+
 MemberVerdict WorkerMember::VerdictAfterError(const absl::Status& error) {
-  // A copy: the calls below wait on the coordinator, and hold no lock.
-  std::shared_ptr<CoordinatorClient> client, once;
-  MemberIdentity me;
-  int rank;
-  std::string instance_id;
-  absl::Duration wait_for_verdict;
-  {
-    absl::MutexLock lock(&mu_);
-    if (decided_.has_value() && !IsPermanent(error)) return *decided_;
-    client = client_;
-    once = once_;
-    me = me_;
-    rank = rank_;
-    instance_id = instance_id_;
-    wait_for_verdict = wait_for_verdict_;
-  }
+  const State s = Snapshot();
+  if (s.decided.has_value() && !IsPermanent(error)) return *s.decided;
   const MemberVerdict unknown{kMemberExitFailed, ""};
-  if (client == nullptr) return unknown;
-  if (me.job_id.empty()) {  // not registered: refused because the job is over?
-    return VerdictAfterRegisterError(*client, error).value_or(unknown);
+  if (s.client == nullptr) return unknown;
+  if (s.me.job_id.empty()) {  // not registered: refused because the job is over?
+    return VerdictAfterRegisterError(*s.client, error).value_or(unknown);
   }
   if (IsPermanent(error)) {
     const absl::Status reported = ReportPermanentFailure(
-        *client, v1::ROLE_WORKER, rank, instance_id, error, PermanentErrorStep(error));
+        *s.client, v1::ROLE_WORKER, s.rank, s.instance_id, error, PermanentErrorStep(error));
     if (!reported.ok()) {
       std::fprintf(stderr, "onebit-worker: cannot report the failure to the coordinator: %s\n",
                    reported.ToString().c_str());
     }
   }
-  CoordinatorClient& ask = once != nullptr ? *once : *client;
+  CoordinatorClient& ask = s.once != nullptr ? *s.once : *s.client;
   // A job that ends below the steps it leased ended where a worker's training loop did (a
   // job without steps, LeaseRequest.ended): this worker, which failed in a later step's
   // exchange, ran past it.
@@ -278,7 +265,7 @@ MemberVerdict WorkerMember::VerdictAfterError(const absl::Status& error) {
                      " while this worker still ran: its training loop ran past the others' "
                      "(every worker must run the same number of steps)")};
   }
-  return AwaitVerdict(ask, me, wait_for_verdict).value_or(unknown);
+  return AwaitVerdict(ask, s.me, s.wait_for_verdict).value_or(unknown);
 }
 
 int WorkerMember::ExitCodeAfterError(const absl::Status& error) {
@@ -288,20 +275,10 @@ int WorkerMember::ExitCodeAfterError(const absl::Status& error) {
 }
 
 void WorkerMember::ReportRestartableExit(const std::string& why, int64_t step) {
-  std::shared_ptr<CoordinatorClient> once;
-  MemberIdentity me;
-  int rank;
-  std::string instance_id;
-  {
-    absl::MutexLock lock(&mu_);
-    once = once_;
-    me = me_;
-    rank = rank_;
-    instance_id = instance_id_;
-  }
-  if (once == nullptr || me.job_id.empty()) return;
+  const State s = Snapshot();
+  if (s.once == nullptr || s.me.job_id.empty()) return;
   const absl::Status reported =
-      ReportRestartableFailure(*once, v1::ROLE_WORKER, rank, instance_id, why, step);
+      ReportRestartableFailure(*s.once, v1::ROLE_WORKER, s.rank, s.instance_id, why, step);
   if (!reported.ok()) {
     std::fprintf(stderr, "onebit-worker: cannot tell the coordinator why this worker stops: %s\n",
                  reported.ToString().c_str());
@@ -488,7 +465,7 @@ absl::StatusOr<std::unique_ptr<Exchange>> NewHierarchicalExchange(
   ONEBIT_ASSIGN_OR_RETURN(w.inter_transport, SliceTransport(config, reg, local_rank, node, nodes,
                                                             client, backend, w.host));
   return HierarchicalExchange::CreatePeer(backend, w.transport.get(), w.inter_transport.get(), n,
-                                          JobCodec(config));
+                                          *w.codec);
 }
 
 // A stage's step time split (seconds over all its steps) as a JSON object.
@@ -746,7 +723,7 @@ absl::StatusOr<OverlappedWarmup*> BuildExchange(const WorkerProcessOptions& o,
     ONEBIT_ASSIGN_OR_RETURN(ExactAllreduceOptions exact, WarmupOptions(config));
     ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<PeerExchange> peer,
                             PeerExchange::Create(w.backend.get(), w.transport.get(), n, exact,
-                                                 JobCodec(config)));
+                                                 *w.codec));
     // The job config refuses overlap for GPU workers over gloo.
     if (config.exchange.overlap) overlap = &peer->overlap();
     w.exchange = std::move(peer);
@@ -900,6 +877,8 @@ absl::Status RunWorkerProcess(const WorkerProcessOptions& o, WorkerMember* membe
   ONEBIT_ASSIGN_OR_RETURN(JobConfig config, LoadJobConfig(o.config_path));
   Worker w;
   w.host = o.host;
+  // An exchange.compressor that the config's parser took and no codec has: a config error.
+  ONEBIT_ASSIGN_OR_RETURN(w.codec, FindCodec(config.exchange.compressor));
   ONEBIT_ASSIGN_OR_RETURN(w.tls, security::TlsFromFlags(config.security.tls));
   Teardown teardown{&o.before_teardown};
   ONEBIT_ASSIGN_OR_RETURN(std::shared_ptr<CoordinatorClient> once,

@@ -130,6 +130,17 @@ class WorkerMember {
   void Decide(const MemberVerdict& verdict);
 
  private:
+  // The members below, copied under mu_: the calls to the coordinator wait, and hold no lock.
+  struct State {
+    std::shared_ptr<CoordinatorClient> client, once;
+    std::string instance_id;
+    MemberIdentity me;
+    int rank;
+    absl::Duration wait_for_verdict;
+    std::optional<MemberVerdict> decided;
+  };
+  State Snapshot() ABSL_LOCKS_EXCLUDED(mu_);
+
   absl::Mutex mu_;
   std::shared_ptr<CoordinatorClient> client_ ABSL_GUARDED_BY(mu_);
   // The verdicts and the restartable report are best effort within wait_for_verdict_, never

@@ -1,33 +1,8 @@
-// 1-bit LAMB for one worker (docs/algorithms.md, "1-bit LAMB"; Li et al., 2022). Steps are
-// numbered from 1, as 1-bit Adam's, and the parameters are split into groups (the model's
-// tensors: a partition of [0, n) into ranges, given by the workload) for the per-tensor
-// quantities.
-//
-//   1..freeze_step   warmup: LAMB on the exact average of the gradients. m and v move as in
-//                    Adam; per group, u = m/(sqrt(v)+eps) (+ wd*p) and the trust ratio
-//                    c = clamp(||p||/||u||, min_coeff, max_coeff) (1 when a norm is 0);
-//                    p -= lr*c*u. A running average of c, coeff_freeze = coeff_beta *
-//                    coeff_freeze + (1-coeff_beta)*c, starts at 0 and skips the steps whose
-//                    c came from a zero norm (as the reference does: a tensor still at zero
-//                    says nothing about its trust ratio).
-//   the switch       before the first compression step: v_fresh = v, and per group
-//                    scaling_coeff = mean over groups of rms(m) / rms(m of the group)
-//                    (1 for a group whose rms is 0), so that every tensor has about the
-//                    same magnitude inside the one compressed exchange.
-//   > freeze_step    compression: m = b1*m + (1-b1)*g (local gradient), each group scaled
-//                    by its scaling_coeff, ONE CompressedAllreduce of the flat momentum,
-//                    each group multiplied by 1/scaling_coeff, the momentum mask. The
-//                    fresh variance follows the gradient the momentum implies:
-//                    g~ = (m - b1*m_last)/(1-b1); v_fresh = b2*v_fresh + (1-b2)*g~^2. Per
-//                    group, with the frozen v: u_pre = m/(sqrt(v)+eps), u = u_pre (+ wd*p);
-//                    factor = max over the group of (sqrt(v)+eps)/(sqrt(v_fresh)+eps); with
-//                    wd > 0, r = min(1, ||u_pre||/||u||) and factor = factor*r + (1-r);
-//                    clamped to [factor_min, factor_max] and to within factor_threshold
-//                    of the group's last factor (starting at 1); p -= lr * coeff_freeze *
-//                    factor * u.
-//
-// With one worker nothing is exchanged (nor scaled). Every scalar above is computed on the
-// host in float64 from float64 norms (Backend::SumSquares) and applied as float32.
+// 1-bit LAMB for one worker (Li et al., 2022). Steps are numbered from 1, as 1-bit Adam's;
+// the per-tensor quantities are per parameter group (the model's tensors: a partition of
+// [0, n) into ranges, given by the workload). docs/algorithms.md, "1-bit LAMB", is the math
+// of the warmup, the switch and the compression stage this implements; its scalars are
+// computed on the host in float64 from Backend::SumSquares and applied as float32.
 //
 // Thread safety: one thread at a time. The backend and exchange are borrowed.
 #ifndef ONEBIT_WORKER_OPTIM_ONEBIT_LAMB_H_

@@ -1,29 +1,8 @@
-// 0/1 Adam for one worker (docs/algorithms.md, "0/1 Adam"; Lu et al., 2022). Steps are numbered
-// from 1, as 1-bit Adam's:
-//
-//   1..var_freeze_step   the variance stage (Stage::kWarmup): on the schedule's variance
-//                        steps an exact allreduce of the gradients moves m and v, as in 1-bit
-//                        Adam's warmup; on the others the gradients go through
-//                        CompressedAllreduce and only m moves, from their compressed average.
-//                        Every step updates p with the variance as it stands.
-//   > var_freeze_step    local steps (Stage::kCompression): m from the local gradient, p
-//                        updated, the update accumulated (acc += -lr*u, lrs += lr). On a
-//                        sync step the accumulated update, scaled by sqrt(v)+eps, goes
-//                        through CompressedAllreduce and replaces the local one:
-//                          p -= acc; acc *= sqrt(v)+eps; acc = CompressedAllreduce(acc);
-//                          m = -acc/lrs; p += acc/(sqrt(v)+eps); acc = 0; lrs = 0.
-//                        Between syncs the workers' p and m differ. p - acc is taken as
-//                        the parameters after the last sync, kept (what it is in exact
-//                        arithmetic): then every worker's p has the same bits after a sync,
-//                        where subtracting would leave each its own rounding.
-//
-// Before step var_freeze_step + 1 every error buffer of the exchange is set to zero, once:
-// they held the gradients' compression error and will hold the accumulator's.
-// ZeroOneSchedule says which steps communicate. With one worker nothing is exchanged (a
-// compressed or synced average of one tensor is that tensor). The momentum mask, when
-// given, multiplies m after every compressed exchange (the variance stage's compressed
-// steps and the syncs), never on local steps. With lrs == 0 at a sync (lr 0 throughout
-// the interval) m is left as it is rather than divided by zero.
+// 0/1 Adam for one worker (Lu et al., 2022). Steps are numbered from 1, as 1-bit Adam's:
+// steps 1..var_freeze_step are the variance stage (Stage::kWarmup), later ones the local
+// stage (Stage::kCompression); ZeroOneSchedule says which steps communicate. The math of
+// every kind of step, the error reset before step var_freeze_step + 1 and the sync's
+// anchor is docs/algorithms.md's "0/1 Adam". Between syncs the workers' p and m differ.
 //
 // Thread safety: one thread at a time. The backend and exchange are borrowed.
 #ifndef ONEBIT_WORKER_OPTIM_ZERO_ONE_ADAM_H_
