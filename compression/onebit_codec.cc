@@ -1,5 +1,4 @@
 // The 1-bit format: a float32 scale and the chunk's signs (kernels.h, WIRE FORMAT).
-#include <cmath>
 #include <cstring>
 
 #include "compression/codec.h"
