@@ -49,6 +49,39 @@ float ScaleFor(double sumsq, size_t n) {
   return n == 0 ? 0.0f : static_cast<float>(std::sqrt(sumsq / static_cast<double>(n)));
 }
 
+// A 16-bit wire dtype's conversions (wire_dtype.h), as a type, so that loops over them
+// inline the conversion.
+template <WireDtype kDtype>
+struct Wire16 {
+  static uint16_t From(float x) {
+    return kDtype == WireDtype::kBf16 ? FloatToBf16(x) : FloatToFp16(x);
+  }
+  static float To(uint16_t h) { return kDtype == WireDtype::kBf16 ? Bf16ToFloat(h) : Fp16ToFloat(h); }
+};
+
+// The one switch over the wire dtypes: fp32() for fp32, half(Wire16<dtype>()) for a 16-bit
+// dtype.
+template <typename Fp32, typename Half>
+absl::Status ForWireDtype(WireDtype dtype, Fp32 fp32, Half half) {
+  switch (dtype) {
+    case WireDtype::kFp32:
+      return fp32();
+    case WireDtype::kBf16:
+      half(Wire16<WireDtype::kBf16>());
+      return absl::OkStatus();
+    case WireDtype::kFp16:
+      half(Wire16<WireDtype::kFp16>());
+      return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError("unknown wire dtype");
+}
+
+// n floats from `from` to `to` (they may be the same or overlap).
+absl::Status CopyFloats(const void* from, size_t n, void* to) {
+  if (n > 0 && from != to) std::memmove(to, from, n * sizeof(float));
+  return absl::OkStatus();
+}
+
 class CpuBackend : public Backend {
  public:
   CpuBackend(const cpu::KernelTable& table, int threads) : k_(table), pool_(threads) {}
@@ -356,71 +389,43 @@ class CpuBackend : public Backend {
     return absl::OkStatus();
   }
 
+  // Plain loops: the compiler vectorises them, and they run at memory speed, far above any
+  // link the exchange crosses.
   absl::Status ToWire(WireDtype dtype, const float* x, size_t n, void* out) override {
-    // Plain loops: the compiler vectorises them, and they run at memory speed, far above
-    // any link the exchange crosses.
-    switch (dtype) {
-      case WireDtype::kFp32:
-        if (n > 0 && out != x) std::memmove(out, x, n * sizeof(float));
-        return absl::OkStatus();
-      case WireDtype::kBf16: {
-        uint16_t* o = static_cast<uint16_t*>(out);
-        for (size_t i = 0; i < n; ++i) o[i] = FloatToBf16(x[i]);
-        return absl::OkStatus();
-      }
-      case WireDtype::kFp16: {
-        uint16_t* o = static_cast<uint16_t*>(out);
-        for (size_t i = 0; i < n; ++i) o[i] = FloatToFp16(x[i]);
-        return absl::OkStatus();
-      }
-    }
-    return absl::InvalidArgumentError("unknown wire dtype");
+    return ForWireDtype(
+        dtype, [&] { return CopyFloats(x, n, out); },
+        [&](auto wire) {
+          uint16_t* o = static_cast<uint16_t*>(out);
+          for (size_t i = 0; i < n; ++i) o[i] = wire.From(x[i]);
+        });
   }
 
   absl::Status SumWireRows(WireDtype dtype, const void* rows, int num_rows, size_t count,
                            float* out) override {
     if (num_rows < 0) return absl::InvalidArgumentError("negative row count");
-    switch (dtype) {
-      case WireDtype::kFp32:
-        SumRowsPieces(static_cast<const float*>(rows), num_rows, count, out, 1.0f, false);
-        return absl::OkStatus();
-      case WireDtype::kBf16:
-      case WireDtype::kFp16: {
-        const uint16_t* r = static_cast<const uint16_t*>(rows);
-        const bool bf16 = dtype == WireDtype::kBf16;
-        // Row by row (out may not alias a row: the rows are 16-bit).
-        for (size_t i = 0; i < count; ++i) out[i] = 0.0f;
-        for (int j = 0; j < num_rows; ++j) {
-          const uint16_t* row = r + static_cast<size_t>(j) * count;
-          if (bf16) {
-            for (size_t i = 0; i < count; ++i) out[i] += Bf16ToFloat(row[i]);
-          } else {
-            for (size_t i = 0; i < count; ++i) out[i] += Fp16ToFloat(row[i]);
+    return ForWireDtype(
+        dtype,
+        [&] {
+          SumRowsPieces(static_cast<const float*>(rows), num_rows, count, out, 1.0f, false);
+          return absl::OkStatus();
+        },
+        [&](auto wire) {
+          // Row by row (out may not alias a row: the rows are 16-bit).
+          for (size_t i = 0; i < count; ++i) out[i] = 0.0f;
+          for (int j = 0; j < num_rows; ++j) {
+            const uint16_t* row = static_cast<const uint16_t*>(rows) + static_cast<size_t>(j) * count;
+            for (size_t i = 0; i < count; ++i) out[i] += wire.To(row[i]);
           }
-        }
-        return absl::OkStatus();
-      }
-    }
-    return absl::InvalidArgumentError("unknown wire dtype");
+        });
   }
 
   absl::Status WireToFloat(WireDtype dtype, const void* in, size_t n, float* out) override {
-    switch (dtype) {
-      case WireDtype::kFp32:
-        if (n > 0 && in != out) std::memmove(out, in, n * sizeof(float));
-        return absl::OkStatus();
-      case WireDtype::kBf16: {
-        const uint16_t* a = static_cast<const uint16_t*>(in);
-        for (size_t i = 0; i < n; ++i) out[i] = Bf16ToFloat(a[i]);
-        return absl::OkStatus();
-      }
-      case WireDtype::kFp16: {
-        const uint16_t* a = static_cast<const uint16_t*>(in);
-        for (size_t i = 0; i < n; ++i) out[i] = Fp16ToFloat(a[i]);
-        return absl::OkStatus();
-      }
-    }
-    return absl::InvalidArgumentError("unknown wire dtype");
+    return ForWireDtype(
+        dtype, [&] { return CopyFloats(in, n, out); },
+        [&](auto wire) {
+          const uint16_t* a = static_cast<const uint16_t*>(in);
+          for (size_t i = 0; i < n; ++i) out[i] = wire.To(a[i]);
+        });
   }
 
  private:
