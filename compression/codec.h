@@ -1,10 +1,13 @@
 // A Codec is one block format of the compressed exchange (exchange.compressor): how many
-// bytes a chunk takes, what a valid block header holds, and the Backend kernels that
-// compress with error feedback, aggregate on the server and decode. The formats themselves
-// are specified in kernels/kernels.h; a Codec only names them and forwards to the kernels.
+// bytes a chunk takes, what a valid block header holds, and the kernels that compress with
+// error feedback, aggregate on the server and decode. The 1-bit and int8 formats are
+// specified in kernels/kernels.h and their codecs forward to Backend methods; a codec may
+// instead keep its format and kernels with it, running them on any backend through
+// Backend::HostAddress and CudaStreamOf (compression/fp8/fp8_e4m3.h).
 //
 // Adding a format means one implementation of this interface and one row in
-// codec_registry.cc; no exchange, shard or optimizer branches on the format.
+// codec_registry.cc (and, for a codec with its own CUDA kernels, one dep of
+// //compression:codecs_cuda); no exchange, shard or optimizer branches on the format.
 //
 // Ownership and thread safety: codecs are stateless singletons that live for the whole
 // process (FindCodec, AllCodecs). They hold no buffers: the error buffers belong to the
@@ -42,16 +45,19 @@ class Codec {
  public:
   virtual ~Codec() = default;
 
-  // The exchange.compressor value that selects this codec ("onebit", "int8").
+  // The exchange.compressor value that selects this codec ("onebit", "int8", "fp8").
   virtual absl::string_view name() const = 0;
 
-  // Every chunk is a multiple of alignment() elements (8 for the sign bytes of 1 bit).
+  // Every chunk is a multiple of alignment() elements (8 for the sign bytes of 1 bit, 1 for
+  // fp8). It must divide 8, the layouts' multiple (PsLayout::Create checks it).
   virtual size_t alignment() const = 0;
 
   // Bytes of one block of `chunk` elements.
   virtual size_t BlockBytes(size_t chunk) const = 0;
 
-  // Bytes at the start of a block that CheckHeader reads (<= BlockBytes(0)).
+  // Bytes at the start of a block that CheckHeader reads: at most BlockBytes(c) for every
+  // chunk c >= alignment(). Chunks are never empty: the layouts (compression/layout.h) give
+  // at least 8 elements. (fp8's empty block has 0 bytes, its header 1.)
   virtual size_t header_bytes() const = 0;
 
   // The first fault of the block header at `header` (header_bytes() bytes, host memory),

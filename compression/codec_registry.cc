@@ -6,7 +6,7 @@
 
 namespace onebit {
 
-std::vector<const Codec*> AllCodecs() { return {&OnebitCodec(), &Int8Codec()}; }
+std::vector<const Codec*> AllCodecs() { return {&OnebitCodec(), &Int8Codec(), &Fp8Codec()}; }
 
 absl::StatusOr<const Codec*> FindCodec(absl::string_view name) {
   const std::vector<const Codec*> all = AllCodecs();

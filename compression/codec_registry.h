@@ -15,6 +15,9 @@ namespace onebit {
 const Codec& OnebitCodec();
 // The int8 format (scale, offset and one code per element).
 const Codec& Int8Codec();
+// The fp8 e4m3 format (a power-of-two scale per 32 elements and one code per element):
+// compression/fp8/, its kernels with it.
+const Codec& Fp8Codec();
 
 // Every registered codec, the default (1 bit) first.
 std::vector<const Codec*> AllCodecs();

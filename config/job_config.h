@@ -177,10 +177,12 @@ struct ExchangeConfig {
   // models). Same bits either way; off by default in a job config (BENCHMARKS.md, "Warmup
   // exchange", says why).
   bool overlap = false;
-  // The compressed exchange's wire format (kernels/kernels.h), for every mode: "onebit"
-  // (1 bit and one scale per block) or "int8" (a code per element, a scale and an offset
-  // per block: 4x fewer bytes than fp32, for jobs that diverge at one bit). Workers and
-  // shards must agree; a shard rejects blocks of the other format's size.
+  // The compressed exchange's wire format (kernels/kernels.h, compression/fp8/fp8_e4m3.h),
+  // for every mode: "onebit" (1 bit and one scale per block), "int8" (a code per element, a
+  // scale and an offset per block: 4x fewer bytes than fp32, for jobs that diverge at one
+  // bit) or "fp8" (an e4m3 code per element and a power-of-two scale per 32 elements: 3.9x
+  // fewer bytes than fp32, and a relative precision that does not depend on the block's
+  // range). Workers and shards must agree; a shard rejects blocks of another format's size.
   std::string compressor = "onebit";
 };
 

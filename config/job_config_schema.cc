@@ -905,9 +905,11 @@ Key OnebitBlock(ParseState* s) {
                                   "backward pass (workloads that announce layers). Same bits "
                                   "either way; on GPUs only with nccl.")},
            {"compressor",
-            String(&x->compressor, {"onebit", "int8"})
+            String(&x->compressor, {"onebit", "int8", "fp8"})
                 .Means("The compressed exchange's wire format: onebit (1 bit and a scale per "
-                       "block) or int8 (a code per element; 4x fewer bytes than fp32).")},
+                       "block), int8 (a code per element; 4x fewer bytes than fp32) or fp8 "
+                       "(an e4m3 code per element and a power-of-two scale per 32; 3.9x "
+                       "fewer).")},
        }).Means("How workers exchange gradients and momenta.")},
       {"freeze",
        Section({

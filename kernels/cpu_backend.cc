@@ -505,6 +505,10 @@ absl::StatusOr<void*> Backend::AllocateHost(size_t bytes) {
 
 void Backend::FreeHost(void* ptr) { std::free(ptr); }
 
+void* Backend::HostAddress(const void* p) const {
+  return memory_space() == MemorySpace::kHost ? const_cast<void*>(p) : nullptr;
+}
+
 bool CpuHasAvx2() {
 #if defined(__x86_64__) && defined(__GNUC__)
   return cpu::Avx2Kernels() != nullptr && __builtin_cpu_supports("avx2") &&

@@ -832,6 +832,21 @@ TEST(CpuKernelsInt8Test, RejectsBadChunks) {
 }
 
 // The formats' block sizes (the codecs' names: compression/codec_test.cc).
+// Host memory: kernels from outside kernels/ run on the pointers themselves.
+TEST(CpuBackendTest, HostAddressIsThePointer) {
+  for (int threads : {1, 2}) {
+    std::unique_ptr<Backend> cpu = NewCpuBackend(true, threads);
+    float x[4] = {1, 2, 3, 4};
+    EXPECT_EQ(HostAddressOf(*cpu, x), x);
+    EXPECT_EQ(HostAddressOf(*cpu, static_cast<const float*>(x + 3)), x + 3);
+    EXPECT_EQ(cpu->HostAddress(nullptr), nullptr);
+    absl::StatusOr<void*> p = cpu->Allocate(16);
+    ASSERT_TRUE(p.ok());
+    EXPECT_EQ(cpu->HostAddress(*p), *p);
+    cpu->Free(*p);
+  }
+}
+
 TEST(BlockBytesTest, Sizes) {
   EXPECT_EQ(CompressedBlockBytes(64), 12u);
   EXPECT_EQ(Int8BlockBytes(64), 72u);

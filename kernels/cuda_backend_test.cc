@@ -268,6 +268,9 @@ TEST_F(CudaBackendTest, AllocateZeroBytesGivesDistinctPointers) {
   EXPECT_NE(*a, nullptr);
   EXPECT_NE(*b, nullptr);
   EXPECT_NE(*a, *b);
+  // Host code cannot touch device memory: kernels from outside kernels/ use the stream.
+  EXPECT_EQ(cuda()->HostAddress(*a), nullptr);
+  EXPECT_EQ(cuda()->HostAddress(nullptr), nullptr);
   cuda()->Free(*a);
   cuda()->Free(*b);
   cuda()->Free(nullptr);

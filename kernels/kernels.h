@@ -119,6 +119,22 @@ class Backend {
   };
   virtual HostTransfers host_transfers() const { return {}; }
 
+  // KERNELS FROM OUTSIDE kernels/ (a codec's own, e.g. compression/fp8/): code that is not
+  // a Backend method runs on every backend without the Backend knowing it.
+  //   host   HostAddress(p) != nullptr: run host code on HostAddress(p) for every pointer
+  //          p (the CPU backend: p itself; the simulated device: its shadow of p).
+  //   CUDA   HostAddress(p) == nullptr: launch on CudaStreamOf(this) (cuda_backend.h)
+  //          with the stream's device current (cudaStreamGetDevice). The launches are then
+  //          ordered with the backend's own kernels, and Synchronize() waits for them.
+  // HostAddress(p) is where host code reads and writes the bytes at p (p in memory_space(),
+  // up to one past its allocation), or nullptr where host code cannot touch this backend's
+  // memory. A backend answers nullptr for every p or for none (but nullptr, which maps to
+  // nullptr). Default: p for MemorySpace::kHost, nullptr otherwise. THREADS: the address
+  // lives as long as p's allocation; host code uses it only on the thread that holds the
+  // backend (one at a time). A backend with host addresses finishes its kernels before its
+  // methods return, so such code never races them.
+  virtual void* HostAddress(const void* p) const;
+
   // m = fma(b1, m, (1-b1)*g) over n elements.
   virtual absl::Status MomentumUpdate(float beta1, const float* g, float* m, size_t n) = 0;
 
@@ -264,6 +280,12 @@ class Backend {
   virtual absl::Status MaxDenomRatio(float eps, const float* v, const float* v_fresh, size_t n,
                                      float* host_result) = 0;
 };
+
+// HostAddress typed: the host address of p (T*), or nullptr.
+template <typename T>
+T* HostAddressOf(const Backend& backend, T* p) {
+  return static_cast<T*>(backend.HostAddress(p));
+}
 
 // The CPU backend. With allow_simd, uses AVX2+FMA when the CPU has them (checked at run
 // time) and the scalar code otherwise; the two agree bit for bit but for the summation

@@ -75,6 +75,10 @@ class SimulatedDevice final : public Backend {
     return absl::OkStatus();
   }
   absl::Status Synchronize() override { return absl::OkStatus(); }
+  // Host code reaches the simulated memory through the shadow, as its kernels do.
+  void* HostAddress(const void* p) const override {
+    return const_cast<void*>(static_cast<const void*>(D(static_cast<const char*>(p))));
+  }
   HostTransfers host_transfers() const override {
     return {to_host_.load(std::memory_order_relaxed), from_host_.load(std::memory_order_relaxed),
             0.0};  // the copies are memcpys: no bus to time

@@ -3,7 +3,9 @@
 // PROT_NONE, so host code that reads or writes device memory directly (instead of through
 // CopyToHost/CopyFromHost) dies with SIGSEGV, as it would be wrong on a GPU; its kernels
 // run the CPU kernels on a shadow mapping of the same layout. It counts the bytes copied
-// to and from the host (host_transfers), which on a GPU would cross PCIe.
+// to and from the host (host_transfers), which on a GPU would cross PCIe. HostAddress gives
+// the shadow of a device pointer, so kernels from outside kernels/ (a codec's own) run on
+// it as on the CPU backend.
 //
 // Its kernels give the CPU backend's bits (AVX2 where the CPU has it), so an exchange made
 // with it must agree bit for bit with the same exchange on the CPU backend.

@@ -50,6 +50,51 @@ TEST(SimulatedDeviceTest, CompressesAsTheCpuBackendAndCountsItsCopies) {
   EXPECT_EQ(cpu->host_transfers().to_host, 0u);  // host memory: no bus
 }
 
+// A kernel from outside kernels/ (Backend::HostAddress): host code on the translated
+// pointers reads what the backend's copies and kernels wrote and writes what they read.
+void ExternalAxpy(const Backend& b, float a, const float* x, float* y, size_t n) {
+  const float* hx = HostAddressOf(b, x);
+  float* hy = HostAddressOf(b, y);
+  for (size_t i = 0; i < n; ++i) hy[i] = a * hx[i] + hy[i];
+}
+
+TEST(SimulatedDeviceTest, HostAddressIsTheShadowOfEachPointer) {
+  auto device = NewSimulatedDeviceBackend();
+  ASSERT_TRUE(device.ok()) << device.status();
+  Backend& b = **device;
+  const size_t n = 300;
+  const std::vector<float> x0 = Random(n, 5), y0 = Random(n, 6);
+  Buffer<float> x = *Buffer<float>::FromHost(&b, x0.data(), n);
+  Buffer<float> y = *Buffer<float>::FromHost(&b, y0.data(), n);
+  EXPECT_EQ(b.HostAddress(nullptr), nullptr);
+  float* hx = HostAddressOf(b, x.data());
+  float* hy = HostAddressOf(b, y.data());
+  ASSERT_NE(hx, nullptr);
+  EXPECT_NE(hx, x.data());  // device addresses are PROT_NONE: the host must not use them
+  // Every element, and interior pointers, map to the bytes CopyFromHost wrote.
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(hx[i], x0[i]) << i;
+    ASSERT_EQ(hy[i], y0[i]) << i;
+    ASSERT_EQ(HostAddressOf(b, x.data() + i), hx + i) << i;
+  }
+  EXPECT_EQ(HostAddressOf(b, x.data() + n), hx + n);  // one past the end
+  // A backend kernel sees what host code wrote, and host code sees what it wrote.
+  hx[7] = 3.0f;
+  ASSERT_TRUE(b.Scale(2.0f, x.data(), n).ok());
+  EXPECT_EQ(hx[7], 6.0f);
+  EXPECT_EQ(x.ToHost()->at(7), 6.0f);
+  // An external kernel on the device gives the CPU backend's bits.
+  ExternalAxpy(b, 0.5f, x.data(), y.data(), n);
+  std::unique_ptr<Backend> cpu = NewCpuBackend();
+  std::vector<float> cx = x0, cy = y0;
+  cx[7] = 3.0f;
+  ASSERT_TRUE(cpu->Scale(2.0f, cx.data(), n).ok());
+  EXPECT_EQ(HostAddressOf(*cpu, cx.data()), cx.data());  // host memory: itself
+  ExternalAxpy(*cpu, 0.5f, cx.data(), cy.data(), n);
+  EXPECT_EQ(*y.ToHost(), cy);
+  EXPECT_EQ(*x.ToHost(), cx);
+}
+
 TEST(SimulatedDeviceDeathTest, TheHostCannotReadItsMemory) {
   auto device = NewSimulatedDeviceBackend();
   ASSERT_TRUE(device.ok()) << device.status();

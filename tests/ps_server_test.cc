@@ -296,9 +296,8 @@ TEST_P(PsServerCompressorTest, ShardProcessesGiveThePeerResultAndHonestMetrics) 
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Compressors, PsServerCompressorTest,
-                         ::testing::Values(&OnebitCodec(),
-                                           &Int8Codec()),
+// Every registered codec: peer mode is the reference, no model needed.
+INSTANTIATE_TEST_SUITE_P(Compressors, PsServerCompressorTest, ::testing::ValuesIn(AllCodecs()),
                          [](const ::testing::TestParamInfo<const Codec*>& info) {
                            return std::string(info.param->name());
                          });

@@ -42,7 +42,8 @@ struct ReplayConfig {
   std::string grads_path;
   std::string out_path;
   std::string transport = "inproc";  // "inproc" or "gloo" (TCP over 127.0.0.1)
-  // The compressed exchange's format (job config exchange.compressor): "onebit" or "int8".
+  // The compressed exchange's format (job config exchange.compressor): "onebit", "int8" or
+  // "fp8".
   std::string compressor = "onebit";
   // How often rank 0 reports progress; zero or negative: never.
   absl::Duration progress_interval = absl::Seconds(5);

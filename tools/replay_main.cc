@@ -74,8 +74,9 @@ ABSL_FLAG(std::string, out, "", "Output: float32 .npy of shape (N,), written ato
                                 "(required).");
 ABSL_FLAG(std::string, transport, "inproc", "inproc or gloo (TCP over 127.0.0.1).");
 ABSL_FLAG(std::string, compressor, "onebit",
-          "Compressed exchange format: onebit (1 bit + a scale per block) or int8 (a byte "
-          "per element + a scale and an offset per block).");
+          "Compressed exchange format: onebit (1 bit + a scale per block), int8 (a byte "
+          "per element + a scale and an offset per block) or fp8 (an e4m3 byte per element "
+          "+ a power-of-two scale per 32 elements).");
 
 namespace {
 

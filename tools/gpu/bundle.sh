@@ -25,7 +25,7 @@ grep -qx '/gpu-bundle/' .git/info/exclude 2>/dev/null || echo '/gpu-bundle/' >> 
 # Debian libraries copied below.
 TESTS=(
   kernels/cuda_backend_test kernels/cuda_determinism_test kernels/cuda_kernels_benchmark
-  worker/workloads/mlp_cuda_test worker/transport/nccl_transport_test worker/trainer_test
+  compression/fp8/fp8_cuda_test worker/workloads/mlp_cuda_test worker/transport/nccl_transport_test worker/trainer_test
 )
 BINARIES=(
   deploy/onebit-launch coordinator/onebit-coordinator server/onebit-server

@@ -121,6 +121,7 @@ check info 30 info
 # ---- The GPU tests (each skips with a message where there is no GPU) ----
 check cuda_backend_test 150 "$BIN/kernels/cuda_backend_test"
 check cuda_determinism_test 200 "$BIN/kernels/cuda_determinism_test"
+check fp8_cuda_test 120 "$BIN/compression/fp8/fp8_cuda_test"
 check mlp_cuda_test 120 "$BIN/worker/workloads/mlp_cuda_test"
 check nccl_transport_test 90 "$BIN/worker/transport/nccl_transport_test"
 check trainer_test_gpu 120 "$BIN/worker/trainer_test" --gtest_filter='TrainerGpu*'
