@@ -35,7 +35,8 @@ struct HeaderFault {
   float value = 0.0f;
 };
 
-// The scale every format's header begins with must be finite and >= 0.
+// The rule for a float32 scale at the start of a header (the 1-bit and int8 formats): finite
+// and >= 0.
 inline std::optional<HeaderFault> CheckScale(float scale) {
   if (!std::isfinite(scale) || scale < 0.0f) return HeaderFault{"scale", "finite and >= 0", scale};
   return std::nullopt;
