@@ -135,9 +135,10 @@ class Backend {
   // methods return, so such code never races them.
   virtual void* HostAddress(const void* p) const;
 
-  // m = fma(b1, m, (1-b1)*g) over n elements.
-  virtual absl::Status MomentumUpdate(float beta1, const float* g, float* m, size_t n) = 0;
-
+  // The kernels by family, one CUDA file each (cuda_kernels_FAMILY.cu).
+  //
+  // 1-BIT CODEC (the WIRE FORMAT above; compression/onebit_codec.cc).
+  //
   // Worker-side compression with error feedback, into `num_chunks` blocks of
   // `chunk` elements each (n_pad = num_chunks * chunk, n <= n_pad, chunk % 8 == 0):
   //   x[i] = m'[i] + err[i] for i < n and x[i] = err[i] for n <= i < n_pad, where
@@ -161,6 +162,8 @@ class Backend {
   virtual absl::Status Decompress(const uint8_t* blocks, size_t num_chunks, size_t chunk,
                                   size_t n, float* out) = 0;
 
+  // INT8 CODEC (compression/int8_codec.cc).
+  //
   // The int8 format (INT8 WIRE FORMAT, at Int8BlockBytes). Same arguments as the 1-bit
   // methods; blocks are Int8BlockBytes(chunk) bytes.
   // Every block has its own scale and offset (the worker's K chunks each get their own; the
@@ -193,6 +196,8 @@ class Backend {
   virtual absl::Status DecompressInt8(const uint8_t* blocks, size_t num_chunks, size_t chunk,
                                       size_t n, float* out) = 0;
 
+  // ROWS AND WIRE FORMATS (the full-precision exchanges).
+  //
   // out[i] = rows[0][i] + rows[1][i] + ... in row order (float), for the rows
   // rows[j] = rows + j*count. The fixed order makes a full-precision allreduce built on it
   // give the same bits over every transport.
@@ -202,20 +207,6 @@ class Backend {
   // sum in the same fixed order, so every backend gives the same bits. The hierarchical
   // exchange averages a node's gradients with it.
   virtual absl::Status AverageRows(const float* rows, int num_rows, size_t count, float* out) = 0;
-
-  // Warmup Adam step on the gradient g*grad_scale: updates m, v and p.
-  virtual absl::Status AdamWarmupUpdate(const AdamHyper& h, const float* g, float grad_scale,
-                                        float* m, float* v, float* p, size_t n) = 0;
-
-  // Frozen-variance update: m *= mask (if mask != nullptr), then p -= lr * u.
-  virtual absl::Status FrozenAdamUpdate(const AdamHyper& h, const float* v, const float* mask,
-                                        float* m, float* p, size_t n) = 0;
-
-  // Decompress fused with FrozenAdamUpdate: m = decode(blocks)[0..n) * mask; p update.
-  virtual absl::Status DecompressFrozenAdamUpdate(const uint8_t* blocks, size_t num_chunks,
-                                                  size_t chunk, const AdamHyper& h,
-                                                  const float* v, const float* mask, float* m,
-                                                  float* p, size_t n) = 0;
 
   // The full-precision exchange's wire formats (wire_dtype.h; worker/exchange/
   // exact_allreduce.h). ToWire: out[i] = to_wire(x[i]), round to nearest even.
@@ -230,9 +221,24 @@ class Backend {
   // out[i] = FromWire(in[i]) for n elements of dtype.
   virtual absl::Status WireToFloat(WireDtype dtype, const void* in, size_t n, float* out) = 0;
 
-  // Sum of squares of x (float64), written to *host_result. Used for metrics (error
-  // norms), not on the hot path.
-  virtual absl::Status SumSquares(const float* x, size_t n, double* host_result) = 0;
+  // ADAM (the warmup, the frozen-variance update and its fused 1-bit decode; 0/1 Adam).
+  //
+  // m = fma(b1, m, (1-b1)*g) over n elements.
+  virtual absl::Status MomentumUpdate(float beta1, const float* g, float* m, size_t n) = 0;
+
+  // Warmup Adam step on the gradient g*grad_scale: updates m, v and p.
+  virtual absl::Status AdamWarmupUpdate(const AdamHyper& h, const float* g, float grad_scale,
+                                        float* m, float* v, float* p, size_t n) = 0;
+
+  // Frozen-variance update: m *= mask (if mask != nullptr), then p -= lr * u.
+  virtual absl::Status FrozenAdamUpdate(const AdamHyper& h, const float* v, const float* mask,
+                                        float* m, float* p, size_t n) = 0;
+
+  // Decompress fused with FrozenAdamUpdate: m = decode(blocks)[0..n) * mask; p update.
+  virtual absl::Status DecompressFrozenAdamUpdate(const uint8_t* blocks, size_t num_chunks,
+                                                  size_t chunk, const AdamHyper& h,
+                                                  const float* v, const float* mask, float* m,
+                                                  float* p, size_t n) = 0;
 
   // 0/1 ADAM (docs/algorithms.md, "0/1 Adam"; worker/optim/zero_one_adam.h). With d = sqrt(v) + eps
   // and u = m / d, u = fma(wd, p, u) if wd > 0 (the update's direction, as above):
@@ -255,6 +261,9 @@ class Backend {
   // 1-BIT LAMB (docs/algorithms.md, "1-bit LAMB"; worker/optim/onebit_lamb.h) and other small
   // element-wise steps. The per-tensor norms it needs come from SumSquares.
   //
+  // Sum of squares of x (float64), written to *host_result: LAMB's norms, gradient
+  // clipping's global norm and the error metrics.
+  virtual absl::Status SumSquares(const float* x, size_t n, double* host_result) = 0;
   // AdamWarmupUpdate's moments without the update: g' = g * grad_scale;
   // m = fma(b1, m, (1-b1)*g'); v = fma(b2, v, ((1-b2)*g')*g').
   virtual absl::Status AdamMomentsUpdate(const AdamHyper& h, const float* g, float grad_scale,
