@@ -8,6 +8,18 @@
 namespace onebit::fp8::cpu {
 namespace {
 
+// DecodeUnit of every code, looked up rather than computed: the same floats, bit for bit.
+struct UnitTable {
+  float value[256];
+  UnitTable() {
+    for (int c = 0; c < 256; ++c) value[c] = DecodeUnit(static_cast<uint8_t>(c));
+  }
+};
+const float* Unit() {
+  static const UnitTable* const table = new UnitTable;
+  return table->value;
+}
+
 // Encodes the `count` values x held in err into one sub-block (its scale byte and codes);
 // err = x - decoded.
 void EncodeSubBlock(size_t count, float* err, uint8_t* scale, uint8_t* codes) {
@@ -24,12 +36,9 @@ void EncodeSubBlock(size_t count, float* err, uint8_t* scale, uint8_t* codes) {
   }
   const int e = ScaleExponent(s);
   const float inv = Pow2(-e), pow2e = Pow2(e);
-  for (size_t j = 0; j < count; ++j) {
-    const float x = err[j];
-    const uint8_t code = EncodeWith(x, inv);
-    codes[j] = code;
-    err[j] = x - DecodeUnit(code) * pow2e;  // fp8::Decode(code, s)
-  }
+  const float* unit = Unit();
+  for (size_t j = 0; j < count; ++j) codes[j] = EncodeWith(err[j], inv);
+  for (size_t j = 0; j < count; ++j) err[j] = err[j] - unit[codes[j]] * pow2e;  // fp8::Decode
 }
 
 }  // namespace
@@ -57,6 +66,7 @@ void ServerAggregate(const uint8_t* blocks, int num_workers, size_t chunk, float
                      uint8_t* out) {
   const size_t stride = BlockBytes(chunk), scales = ScaleBytes(chunk);
   const float inv_w = 1.0f / static_cast<float>(num_workers);
+  const float* unit = Unit();
   float acc[kSubBlock];
   for (size_t k = 0; k < scales; ++k) {
     const size_t first = k * kSubBlock, count = std::min(kSubBlock, chunk - first);
@@ -71,7 +81,7 @@ void ServerAggregate(const uint8_t* blocks, int num_workers, size_t chunk, float
         continue;
       }
       const float pow2e = Pow2(ScaleExponent(s));
-      for (size_t j = 0; j < count; ++j) acc[j] += DecodeUnit(codes[j]) * pow2e;
+      for (size_t j = 0; j < count; ++j) acc[j] += unit[codes[j]] * pow2e;
     }
     for (size_t j = 0; j < count; ++j) err[first + j] = std::fma(acc[j], inv_w, err[first + j]);
     EncodeSubBlock(count, err + first, out + k, out + scales + first);
@@ -80,6 +90,7 @@ void ServerAggregate(const uint8_t* blocks, int num_workers, size_t chunk, float
 
 void Decode(const uint8_t* blocks, size_t num_chunks, size_t chunk, size_t n, float* out) {
   const size_t stride = BlockBytes(chunk), scales = ScaleBytes(chunk);
+  const float* unit = Unit();
   for (size_t r = 0; r < num_chunks && r * chunk < n; ++r) {
     const uint8_t* block = blocks + r * stride;
     const size_t count = std::min(chunk, n - r * chunk);
@@ -93,7 +104,7 @@ void Decode(const uint8_t* blocks, size_t num_chunks, size_t chunk, size_t n, fl
         continue;
       }
       const float pow2e = Pow2(ScaleExponent(s));
-      for (size_t j = 0; j < m; ++j) o[j] = DecodeUnit(codes[j]) * pow2e;  // fp8::Decode
+      for (size_t j = 0; j < m; ++j) o[j] = unit[codes[j]] * pow2e;  // fp8::Decode
     }
   }
 }

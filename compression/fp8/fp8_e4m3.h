@@ -130,18 +130,23 @@ ONEBIT_FP8_HD float RoundToEven(float x) {
 }
 
 // The code of a finite x (never NaN or inf) in a sub-block of scale exponent e (|x| <= 448 *
-// 2^e), given inv = 2^-e (Pow2(-e)). Branch free.
+// 2^e), given inv = 2^-e (Pow2(-e)). Branch free, integer operations but for two float32
+// products by powers of two and the subnormal rounding:
+//   a >= 2^-6   rounding a's bits to 3 mantissa bits, to nearest even, gives the code:
+//               ((biased exponent - 120) << 3) + mantissa, a carry into the exponent
+//               being the next binade's M = 0 (the formula of ENCODING, in bits);
+//   a < 2^-6    n = rint(a * 2^9), the subnormal code.
 ONEBIT_FP8_HD uint8_t EncodeWith(float x, float inv) {
   const uint32_t bits = FloatBits(x);
   // Exact but where the product is below 2^-126; then the code is 0 either way (a * 2^9
   // < 2^-117 rounds to 0).
   const float a = BitsFloat(bits & 0x7FFFFFFFu) * inv;
-  const int floor_log2 = static_cast<int>(FloatBits(a) >> 23) - 127;  // -127 for subnormals
-  const int kk = floor_log2 < -6 ? -6 : floor_log2;
-  const int n = static_cast<int>(RoundToEven(a * Pow2Normal(3 - kk)));  // exact product, 0..16
-  const int mag = (kk + 6) * 8 + n;
-  return static_cast<uint8_t>(((bits >> 24) & 0x80u) |
-                              static_cast<uint32_t>(mag < kMaxMagnitude ? mag : kMaxMagnitude));
+  const uint32_t ab = FloatBits(a);
+  const uint32_t rounded = (ab + 0x7FFFFu + ((ab >> 20) & 1u)) >> 20;
+  const uint32_t normal = rounded - (120u << 3);
+  const uint32_t subnormal = static_cast<uint32_t>(RoundToEven(a * 512.0f));  // 0..8
+  const uint32_t mag = ab >= (121u << 23) ? normal : subnormal;
+  return static_cast<uint8_t>(((bits >> 24) & 0x80u) | (mag < kMaxMagnitude ? mag : kMaxMagnitude));
 }
 
 // The code of a finite x in a sub-block of scale exponent e (|x| <= 448 * 2^e).

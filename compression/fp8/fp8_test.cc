@@ -94,6 +94,12 @@ std::vector<float> Random(size_t n, uint32_t seed, float stddev = 1.0f) {
   return v;
 }
 
+float BitsFloatForTest(uint32_t b) {
+  float x;
+  std::memcpy(&x, &b, sizeof(x));
+  return x;
+}
+
 bool SameBits(float a, float b) { return std::memcmp(&a, &b, sizeof(a)) == 0; }
 
 // ---- The format ---------------------------------------------------------------------
@@ -151,6 +157,18 @@ TEST(Fp8FormatTest, RoundsToNearestEven) {
       ASSERT_EQ(Encode(mid, e), ModelEncode(mid, e));
     }
   }
+}
+
+// Encode against the float64 model over a sweep of every binade from float32's smallest
+// subnormal to 448 (a stride through the bit patterns, both signs).
+TEST(Fp8FormatTest, EncodeMatchesTheModelAcrossTheRange) {
+  const uint32_t top = 0x43E00000u;  // 448.0f
+  for (uint32_t b = 0; b <= top; b += 997) {
+    const float x = BitsFloatForTest(b);
+    ASSERT_EQ(Encode(x, 0), ModelEncode(x, 0)) << x;
+    ASSERT_EQ(Encode(-x, 0), ModelEncode(-x, 0)) << -x;
+  }
+  ASSERT_EQ(Encode(448.0f, 0), 0x7E);
 }
 
 // Subnormal codes M * 2^-9, and the carries across the subnormal boundary.
