@@ -75,6 +75,8 @@ class CoordinatorServer {
   const std::string& rest_address() const { return addresses_.rest; }
   Coordinator* coordinator() const { return coordinator_.get(); }
   CoordinatorMetrics* metrics() const { return metrics_.get(); }
+  // Session streams open now: one per member that is connected.
+  int open_sessions() const { return service_->open_sessions(); }
 
  private:
   CoordinatorServer() = default;

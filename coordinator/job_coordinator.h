@@ -82,6 +82,8 @@ class JobCoordinator {
   // Whether the job is over; the first time it is, logs it.
   Outcome Check();
   Coordinator* coordinator() { return server_->coordinator(); }
+  // Members connected now (their Session streams).
+  int open_sessions() const { return server_->open_sessions(); }
   const CoordinatorAddresses& addresses() const { return server_->addresses(); }
   // Stops serving; a job that is over is saved as over (a later start is a new job,
   // unless it failed and starts with the same config: then it is the same failed job).

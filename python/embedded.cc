@@ -462,6 +462,11 @@ void EmbeddedCoordinator::Recover(const std::string& reason) {
 
 void EmbeddedCoordinator::Close() {
   if (!job_) return;
+  // The others hear the job's end (or failure, or recovery) on their sessions; stopping
+  // before they have would cut that word off, and they would see only a lost coordinator.
+  constexpr absl::Duration kMemberDrain = absl::Seconds(5);
+  const absl::Time deadline = absl::Now() + kMemberDrain;
+  while (job_->open_sessions() > 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
   job_->Shutdown();
   job_.reset();
 }

@@ -153,6 +153,9 @@ class EmbeddedCoordinator {
   std::string failure_reason();
   void Abandon(const std::string& reason);  // fails a job that is not over
   void Recover(const std::string& reason);  // starts a recovery of a running job
+  // Stops the coordinator once the members still connected have heard the job's state
+  // and gone (they end their sessions when the job ends, fails or recovers), waiting at
+  // most 5 s for them.
   void Close();
 
  private:

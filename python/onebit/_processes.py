@@ -212,8 +212,7 @@ class _Processes:
         deadline = time.monotonic() + (timeout if job_over else 0.0)
         while self.coordinator.poll() == "running" and time.monotonic() < deadline:
             time.sleep(0.05)
-        time.sleep(0.5)  # the others' sessions hear the end
-        self.coordinator.close()
+        self.coordinator.close()  # once the others have heard the end (at most 5 s)
         self.coordinator = None
 
     def leave(self, what, restartable):
