@@ -90,6 +90,12 @@ class Exchange {
   // (or none does). It moves one flag, not the gradient, and changes no error buffer.
   virtual absl::StatusOr<bool> AnyOverflow(int64_t step, bool local_overflow) = 0;
 
+  // Where a hierarchical exchange cuts its tensor into slices (HierarchicalLayout::slice()),
+  // so that whole-tensor sums of squares are added slice by slice in slice order, the
+  // same in sharded and unsharded runs (docs/algorithms.md, "Sums of squares and
+  // threads"). 0: no cut, one piece (the flat exchanges).
+  virtual size_t reduction_stride() const { return 0; }
+
   // The worker side's error state, for metrics and checkpoints.
   virtual WorkerCompressor& worker_compressor() = 0;
 

@@ -6,6 +6,7 @@
 #ifndef ONEBIT_WORKER_EXCHANGE_FORWARDING_EXCHANGE_H_
 #define ONEBIT_WORKER_EXCHANGE_FORWARDING_EXCHANGE_H_
 
+#include <cstddef>
 #include <cstdint>
 
 #include "worker/exchange/exchange.h"
@@ -32,6 +33,7 @@ class ForwardingExchange : public Exchange {
   absl::StatusOr<bool> AnyOverflow(int64_t step, bool local_overflow) override {
     return inner_->AnyOverflow(step, local_overflow);
   }
+  size_t reduction_stride() const override { return inner_->reduction_stride(); }
   WorkerCompressor& worker_compressor() override { return inner_->worker_compressor(); }
   absl::StatusOr<ErrorState> SaveErrors() override { return inner_->SaveErrors(); }
   absl::Status RestoreErrors(const ErrorState& state) override {

@@ -63,6 +63,8 @@ class HierarchicalExchange : public Exchange {
   absl::Status ResetErrors(int64_t step) override;
   // Inside the node over the intra transport, then over the inter-node exchange.
   absl::StatusOr<bool> AnyOverflow(int64_t step, bool local_overflow) override;
+  // The slice length: the sums of squares are cut where the slices begin.
+  size_t reduction_stride() const override { return layout_.slice(); }
   WorkerCompressor& worker_compressor() override;
   // The inter-node exchange's errors (one node: none, nothing is compressed).
   absl::StatusOr<ErrorState> SaveErrors() override;
