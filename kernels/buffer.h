@@ -59,6 +59,15 @@ class Buffer {
     return backend_->CopyFromHost(data_, host, bytes());
   }
 
+  // `count` elements from host memory into elements [offset, offset + count).
+  absl::Status CopyFromHostAt(size_t offset, const T* host, size_t count) {
+    if (offset > size_ || count > size_ - offset) {
+      return absl::InvalidArgumentError(absl::StrCat("elements [", offset, ", ", offset + count,
+                                                     ") are not within ", size_));
+    }
+    if (count == 0) return absl::OkStatus();
+    return backend_->CopyFromHost(data_ + offset, host, count * sizeof(T));
+  }
   absl::StatusOr<std::vector<T>> ToHost() const {
     std::vector<T> host(size_);
     ONEBIT_RETURN_IF_ERROR(backend_->CopyToHost(host.data(), data_, bytes()));

@@ -43,28 +43,30 @@ absl::Status OnebitAdam::WarmupStep(const float* grad) {
   const float* sum = grad;
   if (w > 1) {
     ScopedStepTime time(exchange_->step_clock(), &exchange_call_seconds_);
-    ONEBIT_ASSIGN_OR_RETURN(sum, exchange_->SumGradients(step_ + 1, grad));
+    // Sharded: the sum of this worker's state range only.
+    ONEBIT_ASSIGN_OR_RETURN(sum, sharded() ? exchange_->SumGradientsOfShard(step_ + 1, grad)
+                                           : exchange_->SumGradients(step_ + 1, grad));
   }
   ONEBIT_RETURN_IF_ERROR(mask_.Observe(sum));
   ONEBIT_ASSIGN_OR_RETURN(double clip, clip_.Factor(sum, 1.0 / w));
-  for (const HyperGroup& g : hyper_groups_) {
+  for (const HyperGroup& g : StateGroups()) {
     ONEBIT_RETURN_IF_ERROR(backend_->AdamWarmupUpdate(StepHyper(g), sum + g.begin,
                                                       MeanScale(clip, w), m_.data() + g.begin,
-                                                      v_.data() + g.begin, p_.data() + g.begin,
-                                                      g.size()));
+                                                      v_.data() + g.begin,
+                                                      state_params() + g.begin, g.size()));
   }
-  return absl::OkStatus();
+  return SyncParams();
 }
 
 // The frozen-variance update of every group on the momentum in m_.
 absl::Status OnebitAdam::FrozenUpdate() {
   const float* mask = mask_.data();
-  for (const HyperGroup& g : hyper_groups_) {
+  for (const HyperGroup& g : StateGroups()) {
     ONEBIT_RETURN_IF_ERROR(backend_->FrozenAdamUpdate(
         StepHyper(g), v_.data() + g.begin, mask != nullptr ? mask + g.begin : nullptr,
-        m_.data() + g.begin, p_.data() + g.begin, g.size()));
+        m_.data() + g.begin, state_params() + g.begin, g.size()));
   }
-  return absl::OkStatus();
+  return SyncParams();
 }
 
 absl::Status OnebitAdam::CompressionStep(const float* local_grad) {
@@ -79,20 +81,29 @@ absl::Status OnebitAdam::CompressionStep(const float* local_grad) {
   CompressedResult r;
   {
     ScopedStepTime time(exchange_->step_clock(), &exchange_call_seconds_);
-    ONEBIT_ASSIGN_OR_RETURN(r, exchange_->AverageMomentum(step_ + 1, m_.data(), grad, beta1));
+    // Sharded: the blocks of this worker's slice only; decoding is chunk by chunk, so they
+    // give the bits the whole result gives there.
+    ONEBIT_ASSIGN_OR_RETURN(
+        r, sharded() ? exchange_->AverageMomentumOfShard(step_ + 1, m_.data(), grad, beta1)
+                     : exchange_->AverageMomentum(step_ + 1, m_.data(), grad, beta1));
   }
   // The fused decode takes one set of hyper-parameters (GroupsAlike). It gives the bits of
   // DecodeResult then FrozenUpdate (Codec::fuses_frozen_update).
   if (r.codec != nullptr && r.codec->fuses_frozen_update() && GroupsAlike(hyper_groups_)) {
-    return r.codec->DecodeFrozenAdamUpdate(*backend_, r.blocks, r.num_chunks, r.chunk,
-                                           StepHyper(hyper_groups_[0]), v_.data(), mask_.data(),
-                                           m_.data(), p_.data(), n_);
+    ONEBIT_RETURN_IF_ERROR(r.codec->DecodeFrozenAdamUpdate(
+        *backend_, r.blocks, r.num_chunks, r.chunk, StepHyper(hyper_groups_[0]), v_.data(),
+        mask_.data(), m_.data(), state_params(), state_count_));
+    return SyncParams();
   }
-  ONEBIT_RETURN_IF_ERROR(DecodeResult(r, *backend_, n_, m_.data()));
+  ONEBIT_RETURN_IF_ERROR(DecodeResult(r, *backend_, state_count_, m_.data()));
   return FrozenUpdate();
 }
 
-absl::StatusOr<std::vector<float>> OnebitAdam::MomentumToHost() const { return m_.ToHost(); }
-absl::StatusOr<std::vector<float>> OnebitAdam::VarianceToHost() const { return v_.ToHost(); }
+absl::StatusOr<std::vector<float>> OnebitAdam::MomentumToHost() const {
+  return m_.SliceToHost(0, state_count_);
+}
+absl::StatusOr<std::vector<float>> OnebitAdam::VarianceToHost() const {
+  return v_.SliceToHost(0, state_count_);
+}
 
 }  // namespace onebit

@@ -41,10 +41,10 @@ class OnebitAdam : public OptimizerBase<OnebitAdam, OnebitAdamOptions,
   // elements; it is not modified).
   absl::Status Step(const float* grad) override;
 
-  // Backend memory, n elements.
+  // Backend memory, the state range's elements (optimizer.h, state_count()).
   const float* momentum() const { return m_.data(); }
 
-  // Copies of the state into host memory.
+  // Copies of the state range's moments into host memory.
   absl::StatusOr<std::vector<float>> MomentumToHost() const;
   absl::StatusOr<std::vector<float>> VarianceToHost() const;
 

@@ -67,6 +67,9 @@ class OnebitLamb : public OptimizerBase<OnebitLamb, OnebitLambOptions,
     size_t size() const { return end - begin; }
   };
   friend OptimizerBase;
+  static constexpr const char* kCannotShard =
+      "1-bit LAMB does not shard its state yet (onebit.exchange.shard_state, issue 47); use "
+      "OneBitAdam, or shard_state false";
   OnebitLamb(const OnebitLambOptions& options, kernels::Backend* backend, Exchange* exchange,
              size_t n);
   static absl::Status ValidateOptions(const OnebitLambOptions& o, size_t n);

@@ -82,7 +82,12 @@ class Optimizer {
   virtual absl::Status set_max_grad_norm(double max_norm) = 0;
 
   virtual size_t size() const = 0;
-  // Backend memory, n elements each.
+  // SHARDED STATE (Exchange::state_shard): the parameters this worker keeps the moments
+  // of, [state_begin(), state_begin() + state_count()); all of them unless sharded.
+  virtual size_t state_begin() const { return 0; }
+  virtual size_t state_count() const { return size(); }
+  // Backend memory: the n parameters; the variance of the state_count() parameters from
+  // state_begin().
   virtual const float* params() const = 0;
   virtual const float* variance() const = 0;
   virtual absl::StatusOr<std::vector<float>> ParamsToHost() const = 0;
@@ -105,13 +110,17 @@ class Optimizer {
 
   // CHECKPOINTS (see above).
   virtual std::vector<StateSpec> CheckpointStates() const = 0;
-  // Elements [begin, end) of a listed tensor, copied to host memory.
+  // Elements [begin, end) of a listed tensor, copied to host memory. A sharded optimizer
+  // holds its shared tensors (but "params") only within its state range: INVALID_ARGUMENT
+  // naming that range for any other.
   virtual absl::StatusOr<std::vector<float>> StateToHost(const std::string& name, size_t begin,
                                                          size_t end) const = 0;
   virtual StateScalars CheckpointScalars() const { return {}; }
   // Resumes after `step` of a run whose warmup ended after `freeze_step` (< 0 or >= step:
   // not yet; the leases decide as before). `states` holds every tensor CheckpointStates()
-  // lists after that step, n elements each; the error buffers live in the exchange
+  // lists after that step, n elements each (a shared tensor: state_count() elements from
+  // state_begin(), "params" too; a sharded optimizer then all-gathers the parameters inside
+  // the node, a collective of every local rank); the error buffers live in the exchange
   // (Exchange::RestoreErrors). INVALID_ARGUMENT naming what is missing or of the wrong
   // size, leaving the state as it was.
   virtual absl::Status Restore(int64_t step, int64_t freeze_step, const StateTensors& states,

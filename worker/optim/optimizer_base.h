@@ -9,11 +9,13 @@
 #ifndef ONEBIT_WORKER_OPTIM_OPTIMIZER_BASE_H_
 #define ONEBIT_WORKER_OPTIM_OPTIMIZER_BASE_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -54,11 +56,19 @@ struct CommonOptimizerOptions {
   std::vector<HyperGroup> hyper_groups;
 };
 
+// SHARDED STATE (docs/design.md, "Sharded state"). Over an exchange with a state shard
+// (Exchange::state_shard), m, v and every buffer InitCommon names hold only the shard's
+// parameters [state_begin(), state_begin() + state_count()), allocated at the shard's
+// stride and zero past its count; the mask holds the shard's count. p stays whole,
+// padded to the node's pieces x stride, and SyncParams all-gathers it inside the node
+// after each update. Unsharded, the state range is [0, n) and nothing is padded.
+//
 // Derived: the optimizer, which makes OptimizerBase a friend and has
 //   static absl::Status ValidateOptions(const Options&, size_t n);
 //   absl::Status Init(std::vector<HyperGroup> groups, const float* initial_params);
 // (Init takes the resolved parameter groups, then calls InitCommon). It may hide the
-// checkpoint hooks below (TensorStates, OwnScalars, ReadScalars) with its own.
+// checkpoint hooks below (TensorStates, OwnScalars, ReadScalars) with its own, and
+// kCannotShard with the reason it refuses a sharded exchange.
 // Options: a struct derived from CommonOptimizerOptions; kFreezeStep: its field with the
 // last warmup step. The stage is kWarmup through that step and kCompression after it.
 template <typename Derived, typename Options, int64_t Options::*kFreezeStep>
@@ -75,6 +85,7 @@ class OptimizerBase : public Optimizer {
         std::vector<HyperGroup> groups,
         ResolveHyperGroups(options.hyper_groups, n, options.hyper.weight_decay));
     std::unique_ptr<Derived> optimizer(new Derived(options, backend, exchange, n));
+    ONEBIT_RETURN_IF_ERROR(optimizer->AdoptShard());
     ONEBIT_RETURN_IF_ERROR(optimizer->Init(std::move(groups), initial_params));
     return optimizer;
   }
@@ -123,10 +134,15 @@ class OptimizerBase : public Optimizer {
   std::vector<double> weight_decays() const override { return GroupWeightDecays(hyper_groups_); }
 
   size_t size() const override { return n_; }
-  // Backend memory, n elements each.
+  size_t state_begin() const override { return state_begin_; }
+  size_t state_count() const override { return state_count_; }
+  // Backend memory: p has n elements, v the state range's.
   const float* params() const override { return p_.data(); }
   const float* variance() const override { return v_.data(); }
-  absl::StatusOr<std::vector<float>> ParamsToHost() const override { return p_.ToHost(); }
+  absl::StatusOr<std::vector<float>> ParamsToHost() const override {
+    return p_.SliceToHost(0, n_);
+  }
+  // Sharded: the elements of this worker's state range the mask zeroes.
   int64_t masked_elements() const override { return mask_.masked(); }
   Exchange& exchange() override { return *exchange_; }
   // Seconds Step() has spent inside the exchange's calls so far, read on the exchange's
@@ -142,8 +158,17 @@ class OptimizerBase : public Optimizer {
   absl::StatusOr<std::vector<float>> StateToHost(const std::string& name, size_t begin,
                                                  size_t end) const override {
     const kernels::Buffer<float>* b = FindBuffer(name);
-    if (b == nullptr) return mask_.StateToHost(name, begin, end);
-    return b->SliceToHost(begin, end);
+    if (b == &p_) {  // whole on every worker, sharded or not
+      if (end > n_) return absl::InvalidArgumentError(absl::StrCat("params has ", n_, " elements"));
+      return p_.SliceToHost(begin, end);
+    }
+    if (begin < state_begin_ || end > state_begin_ + state_count_ || begin > end) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "optimizer state ", name, " [", begin, ", ", end, ") is not held here: this worker ",
+          "holds [", state_begin_, ", ", state_begin_ + state_count_, ") (sharded state)"));
+    }
+    if (b == nullptr) return mask_.StateToHost(name, begin - state_begin_, end - state_begin_);
+    return b->SliceToHost(begin - state_begin_, end - state_begin_);
   }
   StateScalars CheckpointScalars() const override {
     StateScalars scalars = derived().OwnScalars();
@@ -158,18 +183,20 @@ class OptimizerBase : public Optimizer {
     const int64_t at = freeze_step >= 0 && freeze_step < step ? freeze_step : this->freeze_step();
     std::vector<std::pair<kernels::Buffer<float>*, const std::vector<float>*>> copies;
     for (const StateSpec& spec : derived().TensorStates(step, at)) {
-      ONEBIT_ASSIGN_OR_RETURN(const std::vector<float>* values, FindState(states, spec.name, n_));
+      ONEBIT_ASSIGN_OR_RETURN(const std::vector<float>* values,
+                              FindState(states, spec.name, spec.shared ? state_count_ : n_));
       copies.emplace_back(FindBuffer(spec.name), values);
     }
     ONEBIT_ASSIGN_OR_RETURN(RestoreCommit commit, derived().ReadScalars(step, at, scalars));
     ONEBIT_RETURN_IF_ERROR(mask_.Restore(states, scalars));
     for (auto& [buffer, values] : copies) {
-      ONEBIT_RETURN_IF_ERROR(buffer->CopyFromHost(values->data(), n_));
+      const size_t at_element = buffer == &p_ ? state_begin_ : 0;
+      ONEBIT_RETURN_IF_ERROR(buffer->CopyFromHostAt(at_element, values->data(), values->size()));
     }
     ONEBIT_RETURN_IF_ERROR(commit());
     options_.*kFreezeStep = at;
     step_ = step;
-    return absl::OkStatus();
+    return SyncParams();
   }
 
  protected:
@@ -205,25 +232,62 @@ class OptimizerBase : public Optimizer {
     return const_cast<kernels::Buffer<float>*>(std::as_const(*this).FindBuffer(name));
   }
 
+  // An optimizer that refuses a sharded exchange names the reason here (Derived's own
+  // kCannotShard hides this one).
+  static constexpr const char* kCannotShard = nullptr;
+
   OptimizerBase(const Options& options, kernels::Backend* backend, Exchange* exchange, size_t n)
-      : options_(options), backend_(backend), exchange_(exchange), n_(n) {}
+      : options_(options), backend_(backend), exchange_(exchange), n_(n), state_count_(n) {}
+
+  // The parameter groups cut to the state range, with begin and end counted from
+  // state_begin() (the groups themselves unsharded); empty intersections are dropped.
+  std::vector<HyperGroup> StateGroups() const {
+    if (!sharded_) return hyper_groups_;
+    std::vector<HyperGroup> cut;
+    const size_t lo = state_begin_, hi = state_begin_ + state_count_;
+    for (HyperGroup g : hyper_groups_) {
+      const size_t b = std::max(g.begin, lo), e = std::min(g.end, hi);
+      if (b >= e) continue;
+      g.begin = b - lo;
+      g.end = e - lo;
+      cut.push_back(g);
+    }
+    return cut;
+  }
+  // The parameters of the state range (backend memory, state_count() elements).
+  float* state_params() { return p_.data() + state_begin_; }
+  bool sharded() const { return sharded_; }
+  // Sharded: every local rank's updated slice of p into every local rank's p (exact; a
+  // collective of the node's workers). Unsharded: nothing.
+  absl::Status SyncParams() {
+    if (!sharded_) return absl::OkStatus();
+    ScopedStepTime time(exchange_->step_clock(), &exchange_call_seconds_);
+    return exchange_->AllGatherShards(p_.data());
+  }
 
   // Allocates p (a copy of `initial_params`, host memory, n elements), m, v and then
   // `more`, all zero, in that order; then the mask and the clipper from the options.
   // p, m and v are named "params", "exp_avg" and "exp_avg_sq".
   absl::Status InitCommon(const float* initial_params, std::initializer_list<NamedBuffer> more = {}) {
     using kernels::Buffer;
-    ONEBIT_ASSIGN_OR_RETURN(p_, Buffer<float>::FromHost(backend_, initial_params, n_));
+    ONEBIT_ASSIGN_OR_RETURN(p_, Buffer<float>::Create(backend_, params_alloc_));
+    ONEBIT_RETURN_IF_ERROR(p_.CopyFromHostAt(0, initial_params, n_));
     for (Buffer<float>* b : {&m_, &v_}) {
-      ONEBIT_ASSIGN_OR_RETURN(*b, Buffer<float>::Create(backend_, n_));
+      ONEBIT_ASSIGN_OR_RETURN(*b, Buffer<float>::Create(backend_, state_alloc_));
     }
     named_ = {{"params", &p_}, {"exp_avg", &m_}, {"exp_avg_sq", &v_}};
     for (const NamedBuffer& b : more) {
-      ONEBIT_ASSIGN_OR_RETURN(*b.buffer, Buffer<float>::Create(backend_, n_));
+      ONEBIT_ASSIGN_OR_RETURN(*b.buffer, Buffer<float>::Create(backend_, state_alloc_));
       if (b.name != nullptr) named_.emplace_back(b.name, b.buffer);
     }
-    ONEBIT_ASSIGN_OR_RETURN(mask_, MomentumMask::Create(backend_, options_.momentum_mask,
-                                                      options_.auto_mask_zero_gradients, n_));
+    std::vector<float> user_mask;
+    if (!options_.momentum_mask.empty()) {
+      const auto from = options_.momentum_mask.begin() + static_cast<std::ptrdiff_t>(state_begin_);
+      user_mask.assign(from, from + static_cast<std::ptrdiff_t>(state_count_));
+    }
+    ONEBIT_ASSIGN_OR_RETURN(mask_, MomentumMask::Create(backend_, user_mask,
+                                                      options_.auto_mask_zero_gradients,
+                                                      state_count_));
     ONEBIT_ASSIGN_OR_RETURN(clip_, GradientClipper::Create(backend_, options_.max_grad_norm, n_));
     return absl::OkStatus();
   }
@@ -233,6 +297,11 @@ class OptimizerBase : public Optimizer {
   Exchange* exchange_;
   std::unique_ptr<Exchange> owned_exchange_;  // set by a Create over a Transport
   size_t n_;
+  size_t state_begin_ = 0;   // the state range (sharded: the shard's parameters)
+  size_t state_count_;
+  size_t state_alloc_ = 0;   // elements of m, v and the named buffers (n, or the stride)
+  size_t params_alloc_ = 0;  // elements of p (n, or pieces x stride)
+  bool sharded_ = false;
   int64_t step_ = 0;
   kernels::Buffer<float> p_, m_, v_;
   MomentumMask mask_;
@@ -241,6 +310,27 @@ class OptimizerBase : public Optimizer {
   double exchange_call_seconds_ = 0.0;
 
  private:
+  // Takes the exchange's state shard, if any, before Init allocates.
+  absl::Status AdoptShard() {
+    state_alloc_ = params_alloc_ = n_;
+    const std::optional<StateShard> shard = exchange_->state_shard();
+    if (!shard.has_value()) return absl::OkStatus();
+    if (Derived::kCannotShard != nullptr) {
+      return absl::InvalidArgumentError(Derived::kCannotShard);
+    }
+    if (shard->begin > shard->end || shard->end > n_ || shard->end - shard->begin > shard->stride ||
+        shard->stride * static_cast<size_t>(shard->pieces) < n_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the exchange's state shard [", shard->begin, ", ", shard->end, ") of stride ",
+          shard->stride, " x ", shard->pieces, " does not fit ", n_, " parameters"));
+    }
+    sharded_ = true;
+    state_begin_ = shard->begin;
+    state_count_ = shard->end - shard->begin;
+    state_alloc_ = shard->stride;
+    params_alloc_ = shard->stride * static_cast<size_t>(shard->pieces);
+    return absl::OkStatus();
+  }
   const Derived& derived() const { return static_cast<const Derived&>(*this); }
   Derived& derived() { return static_cast<Derived&>(*this); }
 

@@ -62,6 +62,10 @@ class ZeroOneAdam : public OptimizerBase<ZeroOneAdam, ZeroOneAdamOptions,
 
  private:
   friend OptimizerBase;
+  static constexpr const char* kCannotShard =
+      "0/1 Adam cannot shard its state (onebit.exchange.shard_state): its local steps keep "
+      "each worker's own parameters and momentum (docs/algorithms.md, \"Local steps\"), so a "
+      "node has no state to share; use OneBitAdam or OneBitLamb, or shard_state false";
   ZeroOneAdam(const ZeroOneAdamOptions& options, kernels::Backend* backend, Exchange* exchange,
               size_t n);
   static absl::Status ValidateOptions(const ZeroOneAdamOptions& o, size_t n);
