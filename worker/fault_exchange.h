@@ -32,6 +32,22 @@ class FaultExchange final : public ForwardingExchange {
     MaybeDie(step);
     return ForwardingExchange::CompressedAverage(step, x);
   }
+  // The sharded calls that open a step's exchange (the LAMB rows: ShardRows, before
+  // CompressedAverageOfRows).
+  absl::StatusOr<const float*> SumGradientsOfShard(int64_t step, const float* grad) override {
+    MaybeDie(step);
+    return ForwardingExchange::SumGradientsOfShard(step, grad);
+  }
+  absl::StatusOr<CompressedResult> AverageMomentumOfShard(int64_t step, const float* m_shard,
+                                                          const float* g,
+                                                          float beta1) override {
+    MaybeDie(step);
+    return ForwardingExchange::AverageMomentumOfShard(step, m_shard, g, beta1);
+  }
+  absl::StatusOr<float*> ShardRows(int64_t step, const float* x) override {
+    MaybeDie(step);
+    return ForwardingExchange::ShardRows(step, x);
+  }
 
  private:
   void MaybeDie(int64_t step) {

@@ -53,6 +53,11 @@ class CompressedAllreduce {
   size_t chunk() const { return chunk_; }
   size_t padded_size() const { return n_pad_; }
   size_t size() const { return n_; }
+  // The bytes of its buffers (backend memory): the worker and server errors, the blocks.
+  uint64_t buffer_bytes() const {
+    return worker_->error().bytes() + server_->error().bytes() + send_.bytes() +
+           received_.bytes() + server_out_.bytes() + gathered_.bytes();
+  }
 
   const WorkerCompressor& worker() const { return *worker_; }
   const ChunkAggregator& server() const { return *server_; }

@@ -3,7 +3,9 @@
 // device (kernels/simulated_device.h: memory the host cannot touch, so any host read of a
 // device tensor kills the test) against the same exchange on the CPU backend: the same
 // bits for every call, and per compression step only the packed blocks cross the "bus"
-// (Backend::host_transfers), never an fp32 tensor.
+// (Backend::host_transfers), never an fp32 tensor. The hierarchical exchange's
+// sharded-state calls too.
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -254,6 +256,120 @@ TEST_P(DeviceExchangeTest, HierarchicalWithAStagedTransportBetweenNodes) {
         return absl::OkStatus();
       });
   EXPECT_TRUE(status.ok()) << status;
+}
+
+// A sharded call's result on the device (`got`) against the CPU's (`want`): the same form
+// and bits (exact: the slice's `slice` floats).
+void ExpectSameResult(Backend* device, const CompressedResult& want, const CompressedResult& got,
+                      size_t slice, const std::string& who) {
+  EXPECT_EQ(got.num_chunks, want.num_chunks) << who;
+  EXPECT_EQ(got.chunk, want.chunk) << who;
+  EXPECT_EQ(got.codec, want.codec) << who;
+  ASSERT_EQ(got.blocks != nullptr, want.blocks != nullptr) << who;
+  ASSERT_EQ(got.exact != nullptr, want.exact != nullptr) << who;
+  if (want.blocks != nullptr) {
+    const size_t bytes = want.num_chunks * want.codec->BlockBytes(want.chunk);
+    EXPECT_EQ(Read(device, got.blocks, bytes),
+              std::vector<uint8_t>(want.blocks, want.blocks + bytes))
+        << who;
+  }
+  if (want.exact != nullptr) {
+    EXPECT_EQ(Read(device, got.exact, slice), std::vector<float>(want.exact, want.exact + slice))
+        << who;
+  }
+}
+
+// Sharded state on the device: every shard call (the slice's sums and results, the LAMB
+// rows written by the caller, the parameters' all-gather, the partials) against the CPU's,
+// bit for bit, with staged transports inside and between the nodes. The simulated device
+// kills the test if the exchange reads device memory on the host.
+TEST_P(DeviceExchangeTest, ShardedHierarchicalWithStagedTransports) {
+  const Codec* c = GetParam();
+  const size_t n = 10007;
+  for (const int nodes : {1, 2}) {
+    const absl::Status status = RunLocalNodes(
+        TransportKind::kInproc, nodes, 2, [&](Transport& intra, Transport& inter) -> absl::Status {
+          auto cpu = kernels::NewCpuBackend();
+          auto device = kernels::NewSimulatedDeviceBackend();
+          if (!device.ok()) return device.status();
+          Backend* d = device->get();
+          auto staged_intra = StagedTransport::Create(d, &intra);
+          auto staged_inter = StagedTransport::Create(d, &inter);
+          if (!staged_intra.ok()) return staged_intra.status();
+          if (!staged_inter.ok()) return staged_inter.status();
+          HierarchicalOptions sharded;
+          sharded.shard_state = true;
+          auto plain =
+              HierarchicalExchange::CreatePeer(cpu.get(), &intra, &inter, n, *c, sharded);
+          auto dev = HierarchicalExchange::CreatePeer(d, staged_intra->get(),
+                                                      staged_inter->get(), n, *c, sharded);
+          if (!plain.ok()) return plain.status();
+          if (!dev.ok()) return dev.status();
+          const int l = intra.rank(), w = inter.rank() * 2 + l;
+          const std::string who = absl::StrCat("sharded, ", nodes, " nodes, node ", inter.rank(),
+                                               " local ", l, ", ", std::string(c->name()));
+          const HierarchicalLayout& layout = (*dev)->layout();
+          const size_t slice = layout.slice(), count = layout.slice_count(l);
+          for (int64_t step = 1; step <= 4; ++step) {
+            const std::vector<float> g = Random(n, w * 100 + step);
+            const std::vector<float> x = Random(n, w * 100 + step + 50);
+            std::vector<float> m = Random(slice, step + 70);
+            std::fill(m.begin() + count, m.end(), 0.0f);
+            auto dg = kernels::Buffer<float>::FromHost(d, g.data(), n);
+            auto dx = kernels::Buffer<float>::FromHost(d, x.data(), n);
+            auto dm = kernels::Buffer<float>::FromHost(d, m.data(), slice);
+            if (!dg.ok() || !dx.ok() || !dm.ok()) return absl::InternalError("device buffers");
+
+            auto want_sum = (*plain)->SumGradientsOfShard(step, g.data());
+            auto got_sum = (*dev)->SumGradientsOfShard(step, dg->data());
+            if (!want_sum.ok()) return want_sum.status();
+            if (!got_sum.ok()) return got_sum.status();
+            EXPECT_EQ(Read(d, *got_sum, slice), std::vector<float>(*want_sum, *want_sum + slice))
+                << who << " step " << step;
+
+            auto want_avg = (*plain)->AverageMomentumOfShard(step, m.data(), g.data(), 0.9f);
+            auto got_avg = (*dev)->AverageMomentumOfShard(step, dm->data(), dg->data(), 0.9f);
+            if (!want_avg.ok()) return want_avg.status();
+            if (!got_avg.ok()) return got_avg.status();
+            ExpectSameResult(d, *want_avg, *got_avg, slice, absl::StrCat(who, " step ", step));
+
+            auto want_rows = (*plain)->ShardRows(step, x.data());
+            auto got_rows = (*dev)->ShardRows(step, dx->data());
+            if (!want_rows.ok()) return want_rows.status();
+            if (!got_rows.ok()) return got_rows.status();
+            std::vector<float> rows(*want_rows, *want_rows + 2 * slice);
+            EXPECT_EQ(Read(d, *got_rows, 2 * slice), rows) << who << " step " << step;
+            for (float& v : rows) v *= 0.5f;  // the caller's edit, on both
+            std::copy(rows.begin(), rows.end(), *want_rows);
+            if (absl::Status s = d->CopyFromHost(*got_rows, rows.data(), rows.size() * 4);
+                !s.ok()) {
+              return s;
+            }
+            auto want_rows_avg = (*plain)->CompressedAverageOfRows(step);
+            auto got_rows_avg = (*dev)->CompressedAverageOfRows(step);
+            if (!want_rows_avg.ok()) return want_rows_avg.status();
+            if (!got_rows_avg.ok()) return got_rows_avg.status();
+            ExpectSameResult(d, *want_rows_avg, *got_rows_avg, slice,
+                             absl::StrCat(who, " step ", step, " rows"));
+
+            std::vector<float> p = Random(layout.padded_size(), w * 100 + step + 90);
+            auto dp = kernels::Buffer<float>::FromHost(d, p.data(), p.size());
+            if (!dp.ok()) return dp.status();
+            if (absl::Status s = (*plain)->AllGatherShards(p.data()); !s.ok()) return s;
+            if (absl::Status s = (*dev)->AllGatherShards(dp->data()); !s.ok()) return s;
+            EXPECT_EQ(Read(d, dp->data(), p.size()), p) << who << " step " << step;
+
+            const std::vector<double> mine = {w + 0.25, -1.0 / step};
+            auto want_partials = (*plain)->GatherPartials(mine);
+            auto got_partials = (*dev)->GatherPartials(mine);
+            if (!want_partials.ok()) return want_partials.status();
+            if (!got_partials.ok()) return got_partials.status();
+            EXPECT_EQ(*got_partials, *want_partials) << who << " step " << step;
+          }
+          return absl::OkStatus();
+        });
+    EXPECT_TRUE(status.ok()) << status;
+  }
 }
 
 // Every registered codec: the CPU backend is the reference, no model needed.

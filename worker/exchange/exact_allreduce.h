@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "absl/status/status.h"
@@ -83,6 +84,11 @@ class ExactAllreduce {
   // result() until the next call.
   absl::Status Run(const float* in);
   const float* result() const { return result_; }
+  // The bytes of its buffers (backend memory).
+  uint64_t buffer_bytes() const {
+    return wire_in_.bytes() + rows_.bytes() + summed_.bytes() + gathered_.bytes() +
+           converted_.bytes() + partial_.bytes() + slots_.bytes();
+  }
 
  private:
   ExactAllreduce(kernels::Backend* backend, Transport* transport, size_t n, size_t chunk,

@@ -1,6 +1,7 @@
 #include "worker/exchange/exchange.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "common/status_macros.h"
 #include "compression/worker_compressor.h"
 
@@ -15,6 +16,39 @@ absl::StatusOr<ErrorState> Exchange::SaveErrors() {
 absl::Status Exchange::RestoreErrors(const ErrorState& state) {
   ONEBIT_ASSIGN_OR_RETURN(const std::vector<float>* error, FindError(state, "worker_error"));
   return worker_compressor().RestoreError(*error);
+}
+
+namespace {
+
+absl::Status NotSharded(absl::string_view call) {
+  return absl::UnimplementedError(absl::StrCat(
+      call, ": this exchange keeps no sharded optimizer state (only a hierarchical exchange "
+            "built with shard_state does)"));
+}
+
+}  // namespace
+
+absl::StatusOr<const float*> Exchange::SumGradientsOfShard(int64_t, const float*) {
+  return NotSharded("SumGradientsOfShard");
+}
+
+absl::StatusOr<CompressedResult> Exchange::AverageMomentumOfShard(int64_t, const float*,
+                                                                  const float*, float) {
+  return NotSharded("AverageMomentumOfShard");
+}
+
+absl::StatusOr<float*> Exchange::ShardRows(int64_t, const float*) {
+  return NotSharded("ShardRows");
+}
+
+absl::StatusOr<CompressedResult> Exchange::CompressedAverageOfRows(int64_t) {
+  return NotSharded("CompressedAverageOfRows");
+}
+
+absl::Status Exchange::AllGatherShards(float*) { return NotSharded("AllGatherShards"); }
+
+absl::StatusOr<std::vector<double>> Exchange::GatherPartials(const std::vector<double>&) {
+  return NotSharded("GatherPartials");
 }
 
 absl::Status DecodeResult(const CompressedResult& r, kernels::Backend& backend, size_t n,

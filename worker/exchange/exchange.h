@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,21 @@ absl::Status DecodeResult(const CompressedResult& r, kernels::Backend& backend, 
 struct LinkBytes {
   uint64_t sent = 0;
   uint64_t received = 0;
+};
+
+// SHARDED STATE: which part of the optimizer state this worker keeps, on an exchange that
+// shards it (HierarchicalExchange built with shard_state; hierarchical_exchange.h). The
+// padded tensor is `pieces` slices of `stride` elements; this worker keeps the state of
+// slice `piece` only. Element i of a shard buffer (stride elements, zero past end - begin)
+// is parameter piece*stride + i.
+struct StateShard {
+  // The parameters of slice `piece`, [begin, end) within [0, n): begin = piece*stride
+  // unless the slice is all padding, and then begin = end = n.
+  size_t begin = 0, end = 0;
+  size_t stride = 0;              // S: the padded tensor is pieces*stride elements
+  int piece = 0, pieces = 1;      // this worker's local rank, and the node's workers
+  int replica = 0, replicas = 1;  // this worker's node, and the nodes: every node holds
+                                  // slice `piece` too (who saves which part of it)
 };
 
 // state[name], or INVALID_ARGUMENT naming what the checkpoint lacks.
@@ -95,6 +111,52 @@ class Exchange {
   // same in sharded and unsharded runs (docs/algorithms.md, "Sums of squares and
   // threads"). 0: no cut, one piece (the flat exchanges).
   virtual size_t reduction_stride() const { return 0; }
+
+  // SHARDED STATE (StateShard). An exchange that shards the optimizer state answers
+  // state_shard() and the calls below, and then FAILED_PRECONDITION to SumGradients,
+  // AverageMomentum and CompressedAverage (whole-tensor results it keeps no buffers for);
+  // one that does not answers nullopt, and these calls fail (the defaults: UNIMPLEMENTED).
+  // Every call below but state_shard and buffer_bytes is a collective of the node's
+  // workers (the step calls: of every worker): all call it at the same point, with the
+  // same sizes.
+  virtual std::optional<StateShard> state_shard() const { return std::nullopt; }
+
+  // Warmup: slice `piece` of SumGradients(step, grad): stride floats (backend memory),
+  // the same bits as those elements of SumGradients, zero past the parameters; valid
+  // until the next call. `grad`: this worker's whole gradient (n elements).
+  virtual absl::StatusOr<const float*> SumGradientsOfShard(int64_t step, const float* grad);
+
+  // Compression: AverageMomentum for slice `piece` only. `m_shard`: the slice of m (stride
+  // floats, zero past the parameters; not written); `g`: the whole local gradient (n).
+  // The result covers the slice's stride elements: its inter-node chunks (the same blocks
+  // as that slice's chunks of AverageMomentum's result), or with nothing compressed (one
+  // node) the exact floats. Decode with DecodeResult(r, backend, end - begin, out).
+  virtual absl::StatusOr<CompressedResult> AverageMomentumOfShard(int64_t step,
+                                                                  const float* m_shard,
+                                                                  const float* g, float beta1);
+
+  // 1-bit LAMB's compression, in two calls. ShardRows: slice `piece` of every local
+  // worker's `x` (n elements), `pieces` rows of stride floats in local-rank order (zero
+  // past the parameters), writable; valid until the next call, which must be
+  // CompressedAverageOfRows of the same step.
+  // CompressedAverageOfRows: the rows' AverageRows (whatever the caller wrote into them),
+  // then the inter-node CompressedAverage of it; the result has AverageMomentumOfShard's
+  // form. With the rows untouched it is slice `piece` of CompressedAverage(step, x).
+  // FAILED_PRECONDITION when ShardRows(step) did not come just before.
+  virtual absl::StatusOr<float*> ShardRows(int64_t step, const float* x);
+  virtual absl::StatusOr<CompressedResult> CompressedAverageOfRows(int64_t step);
+
+  // Exact: `whole` (pieces*stride floats, backend memory) gets every local worker's slice
+  // of its own `whole`; this worker's slice is read from `whole` and kept.
+  virtual absl::Status AllGatherShards(float* whole);
+
+  // Exact: every local worker's `mine` (host; the same length on all of them, a
+  // precondition the call cannot check), concatenated in local-rank order.
+  virtual absl::StatusOr<std::vector<double>> GatherPartials(const std::vector<double>& mine);
+
+  // The bytes of the exchange's own buffers (backend memory), those of an exchange it
+  // wraps included; for metrics. 0: not reported.
+  virtual uint64_t buffer_bytes() const { return 0; }
 
   // The worker side's error state, for metrics and checkpoints.
   virtual WorkerCompressor& worker_compressor() = 0;

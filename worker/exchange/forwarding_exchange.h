@@ -8,6 +8,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <vector>
 
 #include "worker/exchange/exchange.h"
 
@@ -34,6 +36,26 @@ class ForwardingExchange : public Exchange {
     return inner_->AnyOverflow(step, local_overflow);
   }
   size_t reduction_stride() const override { return inner_->reduction_stride(); }
+  std::optional<StateShard> state_shard() const override { return inner_->state_shard(); }
+  absl::StatusOr<const float*> SumGradientsOfShard(int64_t step, const float* grad) override {
+    return inner_->SumGradientsOfShard(step, grad);
+  }
+  absl::StatusOr<CompressedResult> AverageMomentumOfShard(int64_t step, const float* m_shard,
+                                                          const float* g,
+                                                          float beta1) override {
+    return inner_->AverageMomentumOfShard(step, m_shard, g, beta1);
+  }
+  absl::StatusOr<float*> ShardRows(int64_t step, const float* x) override {
+    return inner_->ShardRows(step, x);
+  }
+  absl::StatusOr<CompressedResult> CompressedAverageOfRows(int64_t step) override {
+    return inner_->CompressedAverageOfRows(step);
+  }
+  absl::Status AllGatherShards(float* whole) override { return inner_->AllGatherShards(whole); }
+  absl::StatusOr<std::vector<double>> GatherPartials(const std::vector<double>& mine) override {
+    return inner_->GatherPartials(mine);
+  }
+  uint64_t buffer_bytes() const override { return inner_->buffer_bytes(); }
   WorkerCompressor& worker_compressor() override { return inner_->worker_compressor(); }
   absl::StatusOr<ErrorState> SaveErrors() override { return inner_->SaveErrors(); }
   absl::Status RestoreErrors(const ErrorState& state) override {

@@ -1,5 +1,6 @@
 #include "worker/exchange/hierarchical_exchange.h"
 
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -11,7 +12,7 @@ namespace onebit {
 
 absl::StatusOr<std::unique_ptr<HierarchicalExchange>> HierarchicalExchange::Create(
     kernels::Backend* backend, Transport* intra, std::unique_ptr<Exchange> inter,
-    const HierarchicalLayout& layout) {
+    const HierarchicalLayout& layout, const HierarchicalOptions& options) {
   ONEBIT_RETURN_IF_ERROR(CheckSameMemorySpace(*backend, *intra));
   if (intra->world_size() != layout.local_size()) {
     return absl::InvalidArgumentError(absl::StrCat("the node's transport has ",
@@ -21,15 +22,20 @@ absl::StatusOr<std::unique_ptr<HierarchicalExchange>> HierarchicalExchange::Crea
   if (inter != nullptr && inter->world_size() < 1) {
     return absl::InvalidArgumentError("the inter-node exchange has no ranks");
   }
+  const int nodes = inter == nullptr ? 1 : inter->world_size();
+  if (options.node < 0 || options.node >= nodes) {
+    return absl::InvalidArgumentError(absl::StrCat("node ", options.node, " of ", nodes,
+                                                   " nodes (the inter-node exchange's ranks)"));
+  }
   std::unique_ptr<HierarchicalExchange> e(
-      new HierarchicalExchange(backend, intra, std::move(inter), layout));
+      new HierarchicalExchange(backend, intra, std::move(inter), layout, options));
   ONEBIT_RETURN_IF_ERROR(e->Init());
   return e;
 }
 
 absl::StatusOr<std::unique_ptr<HierarchicalExchange>> HierarchicalExchange::CreatePeer(
     kernels::Backend* backend, Transport* intra, Transport* inter, size_t n,
-    const Codec& codec) {
+    const Codec& codec, const HierarchicalOptions& options) {
   ONEBIT_ASSIGN_OR_RETURN(HierarchicalLayout layout,
                           HierarchicalLayout::Create(n, intra->world_size(), inter->world_size()));
   std::unique_ptr<Exchange> between_nodes;
@@ -38,16 +44,20 @@ absl::StatusOr<std::unique_ptr<HierarchicalExchange>> HierarchicalExchange::Crea
                             PeerExchange::Create(backend, inter, layout.slice(),
                                                  ExactAllreduceOptions(), codec));
   }
-  return Create(backend, intra, std::move(between_nodes), layout);
+  HierarchicalOptions with_node = options;
+  with_node.node = inter->rank();
+  return Create(backend, intra, std::move(between_nodes), layout, with_node);
 }
 
 HierarchicalExchange::HierarchicalExchange(kernels::Backend* backend, Transport* intra,
                                            std::unique_ptr<Exchange> inter,
-                                           const HierarchicalLayout& layout)
+                                           const HierarchicalLayout& layout,
+                                           const HierarchicalOptions& options)
     : backend_(backend),
       intra_(intra),
       inter_(std::move(inter)),
       layout_(layout),
+      options_(options),
       nodes_(inter_ == nullptr ? 1 : inter_->world_size()) {}
 
 absl::Status HierarchicalExchange::Init() {
@@ -57,30 +67,57 @@ absl::Status HierarchicalExchange::Init() {
   ONEBIT_ASSIGN_OR_RETURN(padded_, Buffer<float>::Create(backend_, layout_.padded_size()));
   ONEBIT_ASSIGN_OR_RETURN(received_, Buffer<float>::Create(backend_, local * slice));
   ONEBIT_ASSIGN_OR_RETURN(slice_sum_, Buffer<float>::Create(backend_, slice));
-  ONEBIT_ASSIGN_OR_RETURN(gathered_, Buffer<float>::Create(backend_, layout_.padded_size()));
-  ONEBIT_ASSIGN_OR_RETURN(slice_m_, Buffer<float>::Create(backend_, slice));
   if (inter_ == nullptr) {
     ONEBIT_ASSIGN_OR_RETURN(idle_compressor_, WorkerCompressor::Create(backend_, 0, 1, 8));
+  } else {
+    codec_ = &inter_->worker_compressor().codec();
+  }
+  if (sharded()) {
+    // Slice l's results stay in slice_sum_, stage_ or the inter exchange's result: no whole
+    // sum, no copy of m, no gathered blocks.
+    ONEBIT_ASSIGN_OR_RETURN(stage_, Buffer<float>::Create(backend_, slice));
     return absl::OkStatus();
   }
-  codec_ = &inter_->worker_compressor().codec();
-  ONEBIT_ASSIGN_OR_RETURN(blocks_, Buffer<uint8_t>::Create(backend_, layout_.num_chunks() *
-                                                                 codec_->BlockBytes(layout_.chunk())));
+  ONEBIT_ASSIGN_OR_RETURN(gathered_, Buffer<float>::Create(backend_, layout_.padded_size()));
+  ONEBIT_ASSIGN_OR_RETURN(slice_m_, Buffer<float>::Create(backend_, slice));
+  if (inter_ != nullptr) {
+    ONEBIT_ASSIGN_OR_RETURN(blocks_, Buffer<uint8_t>::Create(
+                                         backend_, layout_.num_chunks() *
+                                                       codec_->BlockBytes(layout_.chunk())));
+  }
   return absl::OkStatus();
+}
+
+absl::Status HierarchicalExchange::CheckMode(bool sharded_call, absl::string_view call,
+                                             absl::string_view instead) const {
+  if (sharded_call == sharded()) return absl::OkStatus();
+  if (sharded()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        call, ": this hierarchical exchange shards the optimizer state (shard_state), so it "
+              "keeps no whole-tensor result; call ", instead));
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      call, ": this hierarchical exchange was built without shard_state, so every worker "
+            "keeps the whole optimizer state; call ", instead));
+}
+
+absl::Status HierarchicalExchange::ScatterRows(const float* in) {
+  rows_step_.reset();  // received_ is overwritten
+  // The padding of padded_ stays zero: only the first n elements are ever written.
+  ONEBIT_RETURN_IF_ERROR(backend_->Copy(padded_.data(), in, layout_.n() * sizeof(float)));
+  return intra_->AllToAll(padded_.data(), received_.data(), layout_.slice() * sizeof(float));
 }
 
 absl::Status HierarchicalExchange::ReduceScatter(const float* in, bool average) {
   const int local = layout_.local_size();
   const size_t slice = layout_.slice();
-  // The padding of padded_ stays zero: only the first n elements are ever written.
-  ONEBIT_RETURN_IF_ERROR(backend_->Copy(padded_.data(), in, layout_.n() * sizeof(float)));
-  ONEBIT_RETURN_IF_ERROR(
-      intra_->AllToAll(padded_.data(), received_.data(), slice * sizeof(float)));
+  ONEBIT_RETURN_IF_ERROR(ScatterRows(in));
   return average ? backend_->AverageRows(received_.data(), local, slice, slice_sum_.data())
                  : backend_->SumRows(received_.data(), local, slice, slice_sum_.data());
 }
 
 absl::StatusOr<const float*> HierarchicalExchange::SumGradients(int64_t step, const float* grad) {
+  ONEBIT_RETURN_IF_ERROR(CheckMode(false, "SumGradients", "SumGradientsOfShard"));
   ONEBIT_RETURN_IF_ERROR(ReduceScatter(grad, /*average=*/false));
   const float* slice_total = slice_sum_.data();
   if (inter_ != nullptr) {
@@ -95,6 +132,7 @@ absl::StatusOr<CompressedResult> HierarchicalExchange::AverageMomentum(int64_t s
                                                                        const float* m,
                                                                        const float* g,
                                                                        float beta1) {
+  ONEBIT_RETURN_IF_ERROR(CheckMode(false, "AverageMomentum", "AverageMomentumOfShard"));
   ONEBIT_RETURN_IF_ERROR(ReduceScatter(g, /*average=*/true));
   const size_t slice = layout_.slice();
   // This slice of m; past the parameters it stays zero, as the padding of a flat exchange.
@@ -115,7 +153,7 @@ absl::StatusOr<CompressedResult> HierarchicalExchange::AverageMomentum(int64_t s
   return GatherSlices(r);
 }
 
-absl::StatusOr<CompressedResult> HierarchicalExchange::GatherSlices(const CompressedResult& r) {
+absl::Status HierarchicalExchange::CheckInterResult(const CompressedResult& r) const {
   if (r.blocks == nullptr || r.chunk != layout_.chunk() ||
       r.num_chunks != static_cast<size_t>(layout_.inter_chunks()) || r.codec != codec_) {
     return absl::InternalError(absl::StrCat(
@@ -124,6 +162,11 @@ absl::StatusOr<CompressedResult> HierarchicalExchange::GatherSlices(const Compre
         ", the layout wants ", layout_.inter_chunks(), " ", codec_->name(), " of ",
         layout_.chunk()));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CompressedResult> HierarchicalExchange::GatherSlices(const CompressedResult& r) {
+  ONEBIT_RETURN_IF_ERROR(CheckInterResult(r));
   const size_t slice_bytes = r.num_chunks * codec_->BlockBytes(r.chunk);
   ONEBIT_RETURN_IF_ERROR(intra_->AllGather(r.blocks, blocks_.data(), slice_bytes));
   return CompressedResult{codec_, blocks_.data(), layout_.num_chunks(), layout_.chunk()};
@@ -131,6 +174,8 @@ absl::StatusOr<CompressedResult> HierarchicalExchange::GatherSlices(const Compre
 
 absl::StatusOr<CompressedResult> HierarchicalExchange::CompressedAverage(int64_t step,
                                                                          const float* x) {
+  ONEBIT_RETURN_IF_ERROR(
+      CheckMode(false, "CompressedAverage", "ShardRows, then CompressedAverageOfRows"));
   ONEBIT_RETURN_IF_ERROR(ReduceScatter(x, /*average=*/true));
   const size_t slice = layout_.slice();
   if (inter_ == nullptr) {  // one node: the exact average, nothing compressed
@@ -142,6 +187,113 @@ absl::StatusOr<CompressedResult> HierarchicalExchange::CompressedAverage(int64_t
   }
   ONEBIT_ASSIGN_OR_RETURN(CompressedResult r, inter_->CompressedAverage(step, slice_sum_.data()));
   return GatherSlices(r);
+}
+
+std::optional<StateShard> HierarchicalExchange::state_shard() const {
+  if (!sharded()) return std::nullopt;
+  StateShard shard;
+  const int l = local_rank();
+  const size_t count = layout_.slice_count(l);
+  shard.begin = count > 0 ? static_cast<size_t>(l) * layout_.slice() : layout_.n();
+  shard.end = shard.begin + count;
+  shard.stride = layout_.slice();
+  shard.piece = l;
+  shard.pieces = layout_.local_size();
+  shard.replica = options_.node;
+  shard.replicas = nodes_;
+  return shard;
+}
+
+absl::StatusOr<const float*> HierarchicalExchange::SumGradientsOfShard(int64_t step,
+                                                                       const float* grad) {
+  ONEBIT_RETURN_IF_ERROR(CheckMode(true, "SumGradientsOfShard", "SumGradients"));
+  ONEBIT_RETURN_IF_ERROR(ReduceScatter(grad, /*average=*/false));
+  if (inter_ == nullptr) return slice_sum_.data();
+  return inter_->SumGradients(step, slice_sum_.data());
+}
+
+absl::StatusOr<CompressedResult> HierarchicalExchange::AverageMomentumOfShard(
+    int64_t step, const float* m_shard, const float* g, float beta1) {
+  ONEBIT_RETURN_IF_ERROR(CheckMode(true, "AverageMomentumOfShard", "AverageMomentum"));
+  ONEBIT_RETURN_IF_ERROR(ReduceScatter(g, /*average=*/true));
+  const size_t slice = layout_.slice();
+  if (inter_ == nullptr) {  // one node: the exact average, nothing compressed
+    ONEBIT_RETURN_IF_ERROR(backend_->Copy(stage_.data(), m_shard, slice * sizeof(float)));
+    ONEBIT_RETURN_IF_ERROR(
+        backend_->MomentumUpdate(beta1, slice_sum_.data(), stage_.data(), slice));
+    CompressedResult exact;
+    exact.exact = stage_.data();
+    return exact;
+  }
+  ONEBIT_ASSIGN_OR_RETURN(CompressedResult r,
+                          inter_->AverageMomentum(step, m_shard, slice_sum_.data(), beta1));
+  ONEBIT_RETURN_IF_ERROR(CheckInterResult(r));
+  return r;
+}
+
+absl::StatusOr<float*> HierarchicalExchange::ShardRows(int64_t step, const float* x) {
+  ONEBIT_RETURN_IF_ERROR(CheckMode(true, "ShardRows", "CompressedAverage"));
+  ONEBIT_RETURN_IF_ERROR(ScatterRows(x));
+  rows_step_ = step;
+  return received_.data();
+}
+
+absl::StatusOr<CompressedResult> HierarchicalExchange::CompressedAverageOfRows(int64_t step) {
+  ONEBIT_RETURN_IF_ERROR(CheckMode(true, "CompressedAverageOfRows", "CompressedAverage"));
+  if (rows_step_ != step) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "CompressedAverageOfRows(", step, "): ShardRows(", step,
+        ") must come just before it (the rows in hand: ",
+        rows_step_.has_value() ? absl::StrCat("step ", *rows_step_) : std::string("none"), ")"));
+  }
+  rows_step_.reset();
+  const size_t slice = layout_.slice();
+  ONEBIT_RETURN_IF_ERROR(
+      backend_->AverageRows(received_.data(), layout_.local_size(), slice, slice_sum_.data()));
+  if (inter_ == nullptr) {  // one node: the exact average, nothing compressed
+    CompressedResult exact;
+    exact.exact = slice_sum_.data();
+    return exact;
+  }
+  ONEBIT_ASSIGN_OR_RETURN(CompressedResult r,
+                          inter_->CompressedAverage(step, slice_sum_.data()));
+  ONEBIT_RETURN_IF_ERROR(CheckInterResult(r));
+  return r;
+}
+
+absl::Status HierarchicalExchange::AllGatherShards(float* whole) {
+  ONEBIT_RETURN_IF_ERROR(CheckMode(true, "AllGatherShards", "nothing: p is whole already"));
+  const size_t slice = layout_.slice();
+  ONEBIT_RETURN_IF_ERROR(backend_->Copy(stage_.data(), whole + local_rank() * slice,
+                                        slice * sizeof(float)));
+  return intra_->AllGather(stage_.data(), whole, slice * sizeof(float));
+}
+
+absl::StatusOr<std::vector<double>> HierarchicalExchange::GatherPartials(
+    const std::vector<double>& mine) {
+  ONEBIT_RETURN_IF_ERROR(
+      CheckMode(true, "GatherPartials", "nothing: every worker has every partial"));
+  const size_t k = mine.size();
+  if (k == 0) return std::vector<double>();  // the same length everywhere: no one sends
+  const size_t local = static_cast<size_t>(layout_.local_size());
+  // [0, k): this rank's; then every rank's, in rank order (send and receive apart).
+  if (partials_.size() != (1 + local) * k) {
+    ONEBIT_ASSIGN_OR_RETURN(partials_,
+                            kernels::Buffer<double>::Create(backend_, (1 + local) * k));
+  }
+  ONEBIT_RETURN_IF_ERROR(
+      backend_->CopyFromHost(partials_.data(), mine.data(), k * sizeof(double)));
+  ONEBIT_RETURN_IF_ERROR(
+      intra_->AllGather(partials_.data(), partials_.data() + k, k * sizeof(double)));
+  return partials_.SliceToHost(k, (1 + local) * k);
+}
+
+uint64_t HierarchicalExchange::buffer_bytes() const {
+  uint64_t bytes = padded_.bytes() + received_.bytes() + slice_sum_.bytes() + slice_m_.bytes() +
+                   gathered_.bytes() + blocks_.bytes() + stage_.bytes() + partials_.bytes() +
+                   flag_.bytes();
+  if (inter_ != nullptr) bytes += inter_->buffer_bytes();
+  return bytes;
 }
 
 absl::StatusOr<bool> HierarchicalExchange::AnyOverflow(int64_t step, bool local_overflow) {

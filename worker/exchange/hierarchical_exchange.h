@@ -16,6 +16,16 @@
 // nodes (PeerExchange over the same local rank on every node, or PsExchange over the
 // slice's shards). Inside the node: a Transport of its local_size workers.
 //
+// SHARDED STATE (HierarchicalOptions::shard_state): worker l keeps the optimizer state of
+// slice l only (state_shard()). The step calls then stop before the intra-node all-gather:
+// SumGradientsOfShard, AverageMomentumOfShard and ShardRows + CompressedAverageOfRows give
+// slice l (the inter-node result as it is; one node: exact floats); the optimizer updates
+// slice l of the parameters and AllGatherShards makes them whole on every local worker.
+// The whole-tensor calls (SumGradients, AverageMomentum, CompressedAverage) then fail,
+// and without shard_state the shard calls do (FAILED_PRECONDITION both ways), so that no
+// worker silently does the other mode's work. The inter-node traffic and the bits of
+// slice l are the same in both modes.
+//
 // Thread safety: one thread at a time. Backend and intra transport are borrowed; the
 // inter-node exchange is owned.
 #ifndef ONEBIT_WORKER_EXCHANGE_HIERARCHICAL_EXCHANGE_H_
@@ -24,8 +34,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "compression/layout.h"
 #include "compression/worker_compressor.h"
 #include "kernels/buffer.h"
@@ -35,6 +48,16 @@
 
 namespace onebit {
 
+// How a HierarchicalExchange is built.
+struct HierarchicalOptions {
+  // Shard the optimizer state across the node's workers (the header comment). Off: every
+  // worker keeps the whole state, as before sharding existed.
+  bool shard_state = false;
+  // This worker's node, the inter-node exchange's rank in [0, nodes): StateShard::replica.
+  // CreatePeer takes it from the inter transport instead.
+  int node = 0;
+};
+
 class HierarchicalExchange : public Exchange {
  public:
   // `intra`: this node's workers; its rank is this worker's local rank and its world size
@@ -43,20 +66,18 @@ class HierarchicalExchange : public Exchange {
   // size is the number of nodes. Null means a single node.
   static absl::StatusOr<std::unique_ptr<HierarchicalExchange>> Create(
       kernels::Backend* backend, Transport* intra, std::unique_ptr<Exchange> inter,
-      const HierarchicalLayout& layout);
+      const HierarchicalLayout& layout, const HierarchicalOptions& options = {});
   // The peer form: the inter-node exchange is a PeerExchange over `inter` (local rank l of
   // every node; its world size is the number of nodes), for a tensor of n elements.
   // `codec`: the inter-node exchange's format (with Create, the inter exchange's own).
   static absl::StatusOr<std::unique_ptr<HierarchicalExchange>> CreatePeer(
       kernels::Backend* backend, Transport* intra, Transport* inter, size_t n,
-      const Codec& codec = OnebitCodec());
+      const Codec& codec = OnebitCodec(), const HierarchicalOptions& options = {});
 
   int world_size() const override { return nodes_ * layout_.local_size(); }
   absl::StatusOr<const float*> SumGradients(int64_t step, const float* grad) override;
   absl::StatusOr<CompressedResult> AverageMomentum(int64_t step, const float* m, const float* g,
                                                    float beta1) override;
-  // The worker error of this worker's slice (one node: a compressor that never runs, so
-  // that metrics and checkpoints see zero error).
   // The node average of x (exact), then its slice through the inter-node exchange's
   // CompressedAverage; with one node, the exact average.
   absl::StatusOr<CompressedResult> CompressedAverage(int64_t step, const float* x) override;
@@ -65,6 +86,23 @@ class HierarchicalExchange : public Exchange {
   absl::StatusOr<bool> AnyOverflow(int64_t step, bool local_overflow) override;
   // The slice length: the sums of squares are cut where the slices begin.
   size_t reduction_stride() const override { return layout_.slice(); }
+  // SHARDED STATE (exchange.h; FAILED_PRECONDITION without shard_state). Slice l's
+  // results live in this exchange's slice buffers, or with other nodes in the inter-node
+  // exchange's result, valid until the next call. AllGatherShards stages this worker's
+  // slice first: a Transport does not promise an in-place all-gather.
+  std::optional<StateShard> state_shard() const override;
+  absl::StatusOr<const float*> SumGradientsOfShard(int64_t step, const float* grad) override;
+  absl::StatusOr<CompressedResult> AverageMomentumOfShard(int64_t step, const float* m_shard,
+                                                          const float* g,
+                                                          float beta1) override;
+  absl::StatusOr<float*> ShardRows(int64_t step, const float* x) override;
+  absl::StatusOr<CompressedResult> CompressedAverageOfRows(int64_t step) override;
+  absl::Status AllGatherShards(float* whole) override;
+  absl::StatusOr<std::vector<double>> GatherPartials(const std::vector<double>& mine) override;
+  // This exchange's buffers and the inter-node exchange's buffer_bytes().
+  uint64_t buffer_bytes() const override;
+  // The worker error of this worker's slice (one node: a compressor that never runs, so
+  // that metrics and checkpoints see zero error).
   WorkerCompressor& worker_compressor() override;
   // The inter-node exchange's errors (one node: none, nothing is compressed).
   absl::StatusOr<ErrorState> SaveErrors() override;
@@ -90,15 +128,25 @@ class HierarchicalExchange : public Exchange {
 
   int nodes() const { return nodes_; }
   int local_rank() const { return intra_->rank(); }
+  bool sharded() const { return options_.shard_state; }
   const HierarchicalLayout& layout() const { return layout_; }
 
  private:
   HierarchicalExchange(kernels::Backend* backend, Transport* intra,
-                       std::unique_ptr<Exchange> inter, const HierarchicalLayout& layout);
+                       std::unique_ptr<Exchange> inter, const HierarchicalLayout& layout,
+                       const HierarchicalOptions& options);
   absl::Status Init();
+  // OK when the exchange is in the mode `call` belongs to (sharded or not); otherwise
+  // FAILED_PRECONDITION naming `call` and what to call instead.
+  absl::Status CheckMode(bool sharded_call, absl::string_view call,
+                         absl::string_view instead) const;
+  // Slice l of every local worker's `in` (n elements) into received_, in local-rank order.
+  absl::Status ScatterRows(const float* in);
   // The node's slice of `in` (n elements): its sum (average) over the local workers at
   // slice_sum_.
   absl::Status ReduceScatter(const float* in, bool average);
+  // INTERNAL unless `r` (the inter-node result) is this slice's blocks in the layout.
+  absl::Status CheckInterResult(const CompressedResult& r) const;
   // Every local rank's slice of blocks `r` (the inter-node result) gathered into the
   // node's whole result.
   absl::StatusOr<CompressedResult> GatherSlices(const CompressedResult& r);
@@ -107,15 +155,23 @@ class HierarchicalExchange : public Exchange {
   Transport* const intra_;
   const std::unique_ptr<Exchange> inter_;
   const HierarchicalLayout layout_;
+  const HierarchicalOptions options_;
   const int nodes_;
   std::unique_ptr<WorkerCompressor> idle_compressor_;  // one node only
   kernels::Buffer<float> padded_;      // the input, padded to layout.padded_size()
   kernels::Buffer<float> received_;    // slice l of every local worker
   kernels::Buffer<float> slice_sum_;   // the node's sum (or average) of slice l
+  // Unsharded only:
   kernels::Buffer<float> slice_m_;     // slice l of the momentum, zero past the parameters
                                        // (one node: the averaged momentum's slice)
   kernels::Buffer<float> gathered_;    // the whole sum (floats), padded
   kernels::Buffer<uint8_t> blocks_;    // every slice's result blocks
+  // Sharded only:
+  kernels::Buffer<float> stage_;       // AllGatherShards' copy of slice l; one node: the
+                                       // averaged momentum of slice l
+  kernels::Buffer<double> partials_;   // GatherPartials: mine, then every rank's (made
+                                       // on use, resized with the length)
+  std::optional<int64_t> rows_step_;   // the step whose rows ShardRows left in received_
   kernels::Buffer<float> flag_;        // AnyOverflow's one float
   const Codec* codec_ = nullptr;       // the inter exchange's; null with one node
 };

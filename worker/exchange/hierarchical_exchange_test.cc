@@ -1,21 +1,33 @@
 // HierarchicalExchange on its own, nodes x local_size workers as threads: the warmup sum
 // and the one-node average against float64, the compressed result against the float64
 // CompressedAllreduce of each slice of the node averages, 4 nodes of one worker against
-// PeerExchange bit for bit, and its construction checks. (OnebitAdam over it, across the
+// PeerExchange bit for bit, the sharded-state calls against the whole-tensor ones (bit
+// for bit, inproc and gloo), and its construction checks. (OnebitAdam over it, across the
 // switch, is worker/optim:onebit_adam_hierarchical_test.)
 #include "worker/exchange/hierarchical_exchange.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
-#include <random>
+#include <functional>
+#include <memory>
 #include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "common/status_macros.h"
+#include "compression/codec_registry.h"
 #include "gtest/gtest.h"
 #include "kernels/kernels.h"
 #include "worker/exchange/compressed_allreduce_reference.h"
+#include "server/in_process_shards.h"
 #include "worker/exchange/peer_exchange.h"
+#include "worker/exchange/ps_exchange.h"
 #include "worker/transport/local_group.h"
 
 namespace onebit {
@@ -216,6 +228,325 @@ TEST(HierarchicalExchangeTest, EveryWorkerLearnsWhetherAnyGradientOverflowed) {
       for (int r = 0; r < w; ++r) EXPECT_EQ(answers[r], want) << "worker " << r;
     }
   }
+}
+
+// SHARDED STATE. The bits of x as an unsigned integer of the same width.
+template <typename T>
+auto Bits(T x) {
+  if constexpr (sizeof(T) == 4) {
+    uint32_t b;
+    std::memcpy(&b, &x, 4);
+    return b;
+  } else {
+    uint64_t b;
+    std::memcpy(&b, &x, 8);
+    return b;
+  }
+}
+
+// "" when got[0, count) and want[0, count) have the same bits; else the first difference.
+template <typename T>
+std::string BitDiff(const T* got, const T* want, size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    if (Bits(got[i]) != Bits(want[i])) {
+      return (testing::Message() << "element " << i << " of " << count << ": " << got[i]
+                                 << " (bits " << Bits(got[i]) << "), want " << want[i]
+                                 << " (bits " << Bits(want[i]) << ")")
+          .GetString();
+    }
+  }
+  return "";
+}
+
+// "" when x[begin, end) is all +0.0f.
+std::string NonZero(const float* x, size_t begin, size_t end) {
+  const std::vector<float> zeros(end > begin ? end - begin : 0, 0.0f);
+  return BitDiff(x + begin, zeros.data(), zeros.size());
+}
+
+// Arbitrary float bits (NaNs with payloads, -0, infinities, subnormals among them), a
+// function of (who, i).
+float PatternFloat(int who, size_t i) {
+  const uint32_t b = static_cast<uint32_t>(who + 1) * 2654435761u ^ static_cast<uint32_t>(i) * 40503u;
+  float x;
+  std::memcpy(&x, &b, 4);
+  return x;
+}
+
+double PatternDouble(int who, size_t i) {
+  const uint64_t b = static_cast<uint64_t>(who + 7) * 0x9E3779B97F4A7C15ull ^ (i * 0xC2B2AE3D27D4EB4Full);
+  double x;
+  std::memcpy(&x, &b, 8);
+  return x;
+}
+
+std::vector<float> Decoded(const CompressedResult& r, kernels::Backend& backend, size_t n) {
+  std::vector<float> out(n, -1.0f);
+  if (n > 0) {
+    const absl::Status s = DecodeResult(r, backend, n, out.data());
+    EXPECT_TRUE(s.ok()) << s;
+  }
+  return out;
+}
+
+// `shard` (AverageMomentumOfShard, CompressedAverageOfRows) against `whole`
+// (AverageMomentum, CompressedAverage) of the same step: slice l's blocks, the same bytes,
+// decode to slice l's floats; with one node both are exact and the shard's padding is zero.
+void ExpectSliceOfResult(const CompressedResult& whole, const CompressedResult& shard,
+                         const HierarchicalLayout& layout, int l, kernels::Backend& backend) {
+  const size_t slice = layout.slice(), count = layout.slice_count(l);
+  if (whole.codec == nullptr) {
+    ASSERT_EQ(shard.codec, nullptr);
+    ASSERT_NE(shard.exact, nullptr);
+    EXPECT_EQ(BitDiff(shard.exact, whole.exact + l * slice, count), "");
+    EXPECT_EQ(NonZero(shard.exact, count, slice), "");
+    return;
+  }
+  ASSERT_EQ(shard.codec, whole.codec);
+  ASSERT_EQ(shard.num_chunks, static_cast<size_t>(layout.inter_chunks()));
+  ASSERT_EQ(shard.chunk, layout.chunk());
+  ASSERT_EQ(whole.num_chunks, layout.num_chunks());
+  const size_t slice_bytes = shard.num_chunks * shard.codec->BlockBytes(shard.chunk);
+  EXPECT_EQ(std::memcmp(shard.blocks, whole.blocks + l * slice_bytes, slice_bytes), 0);
+  const std::vector<float> all = Decoded(whole, backend, layout.n());
+  const std::vector<float> mine = Decoded(shard, backend, count);
+  EXPECT_EQ(BitDiff(mine.data(), all.data() + l * slice, count), "");
+}
+
+// Makes worker (node, l)'s exchange on `backend`, sharded or not.
+using MakeExchange = std::function<absl::StatusOr<std::unique_ptr<HierarchicalExchange>>(
+    kernels::Backend* backend, bool sharded)>;
+
+// The peer form over the worker's two transports.
+MakeExchange PeerForm(Transport& intra, Transport& inter, size_t n, const Codec& codec) {
+  return [&intra, &inter, n, &codec](kernels::Backend* backend, bool sharded) {
+    HierarchicalOptions options;
+    options.shard_state = sharded;
+    return HierarchicalExchange::CreatePeer(backend, &intra, &inter, n, codec, options);
+  };
+}
+
+// Every shard call beside its whole-tensor twin, on two exchanges over the same
+// transports (collectives in the same order on every worker), with the same inputs, so
+// that their error buffers stay alike.
+absl::Status CheckShardCalls(int nodes, int local, size_t n, const Codec& codec, int node,
+                             int l, const MakeExchange& make) {
+  constexpr int kRounds = 4;
+  const int w = node * local + l;
+  auto backend = kernels::NewCpuBackend();
+  ONEBIT_ASSIGN_OR_RETURN(auto whole, make(backend.get(), false));
+  ONEBIT_ASSIGN_OR_RETURN(auto shard, make(backend.get(), true));
+  const HierarchicalLayout& layout = shard->layout();
+  const size_t slice = layout.slice(), count = layout.slice_count(l), padded = layout.padded_size();
+
+  EXPECT_FALSE(whole->state_shard().has_value());
+  const std::optional<StateShard> s = shard->state_shard();
+  if (!s.has_value()) return absl::InternalError("a sharded exchange without a shard");
+  EXPECT_EQ(s->begin, count > 0 ? l * slice : n);
+  EXPECT_EQ(s->end, s->begin + count);
+  EXPECT_LE(s->end, n);
+  EXPECT_EQ(s->stride, slice);
+  EXPECT_EQ(s->stride, shard->reduction_stride());
+  EXPECT_EQ(s->piece, l);
+  EXPECT_EQ(s->pieces, local);
+  EXPECT_EQ(s->replica, node);
+  EXPECT_EQ(s->replicas, nodes);
+
+  // Sharding drops the whole sum and the gathered blocks, and adds a slice (stage) where
+  // it drops one (the copy of m).
+  const uint64_t blocks = nodes > 1 ? layout.num_chunks() * codec.BlockBytes(layout.chunk()) : 0;
+  EXPECT_EQ(whole->buffer_bytes() - shard->buffer_bytes(), padded * sizeof(float) + blocks);
+  // Its own: padded input, the received rows, slice sum, stage; and the inter exchange's,
+  // whose worker error alone is a slice.
+  EXPECT_GE(shard->buffer_bytes(), (2 * padded + 2 * slice + (nodes > 1 ? slice : 0)) * sizeof(float));
+
+  // Every exchange call its own step, warmup steps first (parameter-server shards accept
+  // one push a step, and no warmup after compression).
+  int64_t step = 0;
+  for (int round = 0; round < kRounds; ++round) {
+    SCOPED_TRACE(testing::Message() << "worker " << w << " warmup round " << round);
+    const std::vector<float> g = Tensor(w, round, n);
+    ++step;
+    ONEBIT_ASSIGN_OR_RETURN(const float* sum, whole->SumGradients(step, g.data()));
+    ONEBIT_ASSIGN_OR_RETURN(const float* sum_l, shard->SumGradientsOfShard(step, g.data()));
+    EXPECT_EQ(BitDiff(sum_l, sum + l * slice, count), "");
+    EXPECT_EQ(NonZero(sum_l, count, slice), "");
+  }
+  for (int round = 0; round < kRounds; ++round) {
+    SCOPED_TRACE(testing::Message() << "worker " << w << " compression round " << round);
+    const std::vector<float> g = Tensor(w, round, n), m = Tensor(100, round, n);
+    const std::vector<float> x = Tensor(200 + w, round, n);
+    // 1-bit Adam.
+    ++step;
+    std::vector<float> m_shard(slice, 0.0f);
+    std::copy(m.begin() + std::min(l * slice, n), m.begin() + std::min(l * slice + count, n),
+              m_shard.begin());
+    ONEBIT_ASSIGN_OR_RETURN(CompressedResult avg,
+                            whole->AverageMomentum(step, m.data(), g.data(), kBeta1));
+    ONEBIT_ASSIGN_OR_RETURN(CompressedResult avg_l, shard->AverageMomentumOfShard(
+                                                        step, m_shard.data(), g.data(), kBeta1));
+    ExpectSliceOfResult(avg, avg_l, layout, l, *backend);
+    // 1-bit LAMB's rows: slice l of every local worker's x. Odd rounds write them (times 2,
+    // exact), and the average follows: CompressedAverage of 2x.
+    const bool doubled = round % 2 == 1;
+    std::vector<float> x_whole = x;
+    if (doubled) {
+      for (float& v : x_whole) v *= 2.0f;
+    }
+    ++step;
+    ONEBIT_ASSIGN_OR_RETURN(CompressedResult x_avg, whole->CompressedAverage(step, x_whole.data()));
+    ONEBIT_ASSIGN_OR_RETURN(float* rows, shard->ShardRows(step, x.data()));
+    for (int j = 0; j < local; ++j) {
+      const std::vector<float> xj = Tensor(200 + node * local + j, round, n);
+      float* row = rows + j * slice;
+      EXPECT_EQ(BitDiff(row, xj.data() + std::min(l * slice, n), count), "") << "row " << j;
+      EXPECT_EQ(NonZero(row, count, slice), "") << "row " << j;
+      if (doubled) {
+        for (size_t i = 0; i < slice; ++i) row[i] *= 2.0f;
+      }
+    }
+    ONEBIT_ASSIGN_OR_RETURN(CompressedResult x_avg_l, shard->CompressedAverageOfRows(step));
+    ExpectSliceOfResult(x_avg, x_avg_l, layout, l, *backend);
+  }
+
+  // AllGatherShards: this worker's slice of its own buffer, and every other's, bit for bit.
+  std::vector<float> p(padded, 1234.5f);
+  for (size_t i = 0; i < slice; ++i) p[l * slice + i] = PatternFloat(w, i);
+  ONEBIT_RETURN_IF_ERROR(shard->AllGatherShards(p.data()));
+  for (int j = 0; j < local; ++j) {
+    std::vector<float> want(slice);
+    for (size_t i = 0; i < slice; ++i) want[i] = PatternFloat(node * local + j, i);
+    EXPECT_EQ(BitDiff(p.data() + j * slice, want.data(), slice), "") << "slice " << j;
+  }
+
+  // GatherPartials: local-rank order, bit for bit; the lengths change between calls.
+  for (size_t k : {size_t{3}, size_t{1}, size_t{0}, size_t{5}}) {
+    std::vector<double> mine(k), want;
+    for (size_t i = 0; i < k; ++i) mine[i] = PatternDouble(w, i + k);
+    for (int j = 0; j < local; ++j) {
+      for (size_t i = 0; i < k; ++i) want.push_back(PatternDouble(node * local + j, i + k));
+    }
+    ONEBIT_ASSIGN_OR_RETURN(const std::vector<double> got, shard->GatherPartials(mine));
+    EXPECT_EQ(got.size(), want.size());
+    if (got.size() == want.size()) {
+      EXPECT_EQ(BitDiff(got.data(), want.data(), got.size()), "");
+    }
+  }
+
+  // Each mode refuses the other's calls, before any collective.
+  ++step;
+  const std::vector<float> g = Tensor(w, kRounds, n);
+  const auto failed = [](const absl::Status& s) {
+    return s.code() == absl::StatusCode::kFailedPrecondition;
+  };
+  EXPECT_TRUE(failed(shard->SumGradients(step, g.data()).status()));
+  EXPECT_TRUE(failed(shard->AverageMomentum(step, g.data(), g.data(), kBeta1).status()));
+  EXPECT_TRUE(failed(shard->CompressedAverage(step, g.data()).status()));
+  EXPECT_TRUE(failed(whole->SumGradientsOfShard(step, g.data()).status()));
+  EXPECT_TRUE(failed(whole->AverageMomentumOfShard(step, g.data(), g.data(), kBeta1).status()));
+  EXPECT_TRUE(failed(whole->ShardRows(step, g.data()).status()));
+  EXPECT_TRUE(failed(whole->CompressedAverageOfRows(step).status()));
+  EXPECT_TRUE(failed(whole->AllGatherShards(p.data())));
+  EXPECT_TRUE(failed(whole->GatherPartials({1.0}).status()));
+  // The rows' average wants the rows of its own step, just before.
+  EXPECT_TRUE(failed(shard->CompressedAverageOfRows(step).status()));
+  ONEBIT_RETURN_IF_ERROR(shard->ShardRows(step, g.data()).status());
+  EXPECT_TRUE(failed(shard->CompressedAverageOfRows(step + 1).status()));
+  std::vector<float> m_shard(slice, 0.0f);
+  ONEBIT_RETURN_IF_ERROR(
+      shard->AverageMomentumOfShard(step, m_shard.data(), g.data(), kBeta1).status());
+  EXPECT_TRUE(failed(shard->CompressedAverageOfRows(step).status()));  // the rows are gone
+  return absl::OkStatus();
+}
+
+class HierarchicalShardTest : public ::testing::TestWithParam<TransportKind> {};
+
+TEST_P(HierarchicalShardTest, ShardCallsMatchUnsharded) {
+  for (int nodes : {1, 2, 3}) {
+    for (int local : {2, 3, 4}) {
+      for (size_t n : {size_t{1001}, size_t{200003}}) {
+        SCOPED_TRACE(testing::Message() << nodes << "x" << local << " n " << n);
+        const absl::Status status = RunLocalNodes(
+            GetParam(), nodes, local, [&](Transport& intra, Transport& inter) {
+              return CheckShardCalls(nodes, local, n, OnebitCodec(), inter.rank(), intra.rank(),
+                                     PeerForm(intra, inter, n, OnebitCodec()));
+            });
+        ASSERT_TRUE(status.ok()) << status;
+      }
+    }
+  }
+}
+
+// The other codecs' blocks (fp8's and int8's chunk headers) and a tensor smaller than the
+// node, so that some slices are all padding.
+TEST_P(HierarchicalShardTest, ShardCallsMatchUnshardedForEveryCodec) {
+  for (const Codec* codec : {&Int8Codec(), &Fp8Codec()}) {
+    for (auto [nodes, local, n] : {std::tuple{2, 3, size_t{1001}}, std::tuple{3, 4, size_t{10}}}) {
+      SCOPED_TRACE(testing::Message() << codec->name() << " " << nodes << "x" << local << " n "
+                                      << n);
+      const absl::Status status = RunLocalNodes(
+          GetParam(), nodes, local, [&](Transport& intra, Transport& inter) {
+            return CheckShardCalls(nodes, local, n, *codec, inter.rank(), intra.rank(),
+                                   PeerForm(intra, inter, n, *codec));
+          });
+      ASSERT_TRUE(status.ok()) << status;
+    }
+  }
+}
+
+// Between the nodes, each local rank's parameter-server shards (Create with a PsExchange,
+// the node given in the options): the same checks.
+TEST(HierarchicalShardPsTest, ShardCallsMatchUnsharded) {
+  constexpr int kNodes = 2, kLocal = 2, kShardsPerSlice = 2;
+  constexpr size_t kN = 1001;
+  const absl::StatusOr<HierarchicalLayout> layout =
+      HierarchicalLayout::Create(kN, kLocal, kShardsPerSlice);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  // [sharded][local rank]: the slice's shards, one set per exchange.
+  std::vector<std::vector<std::unique_ptr<server::InProcessShards>>> shards(2);
+  for (auto& of_mode : shards) {
+    for (int l = 0; l < kLocal; ++l) {
+      of_mode.push_back(
+          std::make_unique<server::InProcessShards>(kShardsPerSlice, kNodes, layout->slice()));
+    }
+  }
+  const absl::Status status = RunLocalNodes(
+      TransportKind::kInproc, kNodes, kLocal, [&](Transport& intra, Transport& inter) {
+        const int node = inter.rank(), l = intra.rank();
+        MakeExchange make = [&](kernels::Backend* backend, bool sharded)
+            -> absl::StatusOr<std::unique_ptr<HierarchicalExchange>> {
+          ONEBIT_ASSIGN_OR_RETURN(
+              std::unique_ptr<PsExchange> ps,
+              PsExchange::Create(backend, node, kNodes, layout->slice(),
+                                 shards[sharded ? 1 : 0][l]->addresses));
+          HierarchicalOptions options;
+          options.shard_state = sharded;
+          options.node = node;
+          return HierarchicalExchange::Create(backend, &intra, std::move(ps), *layout, options);
+        };
+        return CheckShardCalls(kNodes, kLocal, kN, OnebitCodec(), node, l, make);
+      });
+  ASSERT_TRUE(status.ok()) << status;
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, HierarchicalShardTest,
+                         ::testing::Values(TransportKind::kInproc, TransportKind::kGloo),
+                         [](const ::testing::TestParamInfo<TransportKind>& info) {
+                           return TransportKindName(info.param);
+                         });
+
+TEST(HierarchicalExchangeTest, RejectsANodeOutsideTheInterExchange) {
+  const absl::Status status =
+      RunLocalNodes(TransportKind::kInproc, 1, 2, [](Transport& intra, Transport&) -> absl::Status {
+        auto backend = kernels::NewCpuBackend();
+        auto layout = HierarchicalLayout::Create(100, 2, 1);
+        HierarchicalOptions options;
+        options.shard_state = true;
+        options.node = 1;  // one node: only node 0
+        return HierarchicalExchange::Create(backend.get(), &intra, nullptr, *layout, options)
+            .status();
+      });
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
 }
 
 TEST(HierarchicalExchangeTest, RejectsAMismatchedNodeTransport) {

@@ -36,6 +36,13 @@ OverlappedWarmup::OverlappedWarmup(kernels::Backend* backend, Transport* transpo
                                    const ExactAllreduceOptions& exact)
     : backend_(backend), transport_(transport), n_(n), exact_options_(exact) {}
 
+uint64_t OverlappedWarmup::buffer_bytes() const {
+  if (state_ == nullptr) return 0;
+  uint64_t bytes = state_->sum.bytes();
+  for (const auto& a : state_->allreduces) bytes += a->buffer_bytes();
+  return bytes;
+}
+
 OverlappedWarmup::~OverlappedWarmup() {
   if (state_ == nullptr) return;
   {

@@ -71,6 +71,8 @@ class OverlappedWarmup {
   // Seconds spent on buckets so far (on the step clock): on the exchange thread, and on
   // the calling thread for those Finish runs itself. Cumulative.
   double busy_seconds() const;
+  // The bytes of its buffers (backend memory; 0 until enabled). Not during a step.
+  uint64_t buffer_bytes() const;
   void set_step_clock(StepClock* clock) { clock_ = clock; }
 
  private:

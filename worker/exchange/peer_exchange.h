@@ -53,6 +53,11 @@ class PeerExchange : public Exchange {
   absl::Status RestoreErrors(const ErrorState& state) override;
   uint64_t bytes_sent() const override { return transport_->bytes_sent(); }
   uint64_t bytes_received() const override { return transport_->bytes_received(); }
+  // The warmup's (overlapped too) and the compressed allreduce's buffers.
+  uint64_t buffer_bytes() const override {
+    return exact_->buffer_bytes() + compressed_->buffer_bytes() + flag_.bytes() +
+           overlap_->buffer_bytes();
+  }
   // The compressed allreduce's compression and own-chunk aggregation.
   double compress_seconds() const override { return compressed_->compress_seconds(); }
   void set_step_clock(StepClock* clock) override {

@@ -227,5 +227,29 @@ TEST(PeerExchangeTest, EveryRankLearnsWhetherAnyGradientOverflowed) {
   }
 }
 
+// buffer_bytes (metrics): at least the worker error (padded n) and the warmup's whole sum
+// (n); the overlapped warmup's n-element sum once enabled; a WorkersWarmupExchange counts
+// its own warmup beside the compressed exchange it wraps.
+TEST(PeerExchangeTest, BufferBytesCountTheBuffers) {
+  constexpr int kW = 2;
+  const absl::Status status = RunLocalGroup(TransportKind::kInproc, kW, [&](Transport& t) {
+    auto backend = kernels::NewCpuBackend();
+    absl::StatusOr<Overlapped> peer =
+        MakeOverlapped(Overlapping::kPeer, backend.get(), &t, ExactAllreduceOptions());
+    if (!peer.ok()) return peer.status();
+    const uint64_t before = peer->exchange->buffer_bytes();
+    EXPECT_GE(before, 2 * kN * sizeof(float));
+    if (absl::Status s = peer->overlap->Enable(kBuckets); !s.ok()) return s;
+    EXPECT_GE(peer->exchange->buffer_bytes(), before + kN * sizeof(float));
+
+    absl::StatusOr<Overlapped> workers =
+        MakeOverlapped(Overlapping::kWorkersWarmup, backend.get(), &t, ExactAllreduceOptions());
+    if (!workers.ok()) return workers.status();
+    EXPECT_GE(workers->exchange->buffer_bytes(), before + kN * sizeof(float));
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(status.ok()) << status;
+}
+
 }  // namespace
 }  // namespace onebit

@@ -150,6 +150,11 @@ class PsExchange : public Exchange {
   // nothing else.
   uint64_t bytes_sent() const override { return bytes_sent_.load(); }
   uint64_t bytes_received() const override { return bytes_received_.load(); }
+  // The worker error and the block and sum buffers (backend memory; not the host staging
+  // of device results, nor gRPC's own).
+  uint64_t buffer_bytes() const override {
+    return compressor_->error().bytes() + sum_.bytes() + blocks_.bytes() + gathered_.bytes();
+  }
 
   int rank() const { return rank_; }
   // The staggered pushes' order (options.push_order, or 0..S-1).

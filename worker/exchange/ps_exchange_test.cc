@@ -109,6 +109,8 @@ TEST(PsExchangeTest, CompressionMatchesTheFloat64ModelWhenShardsDifferFromWorker
           auto backend = kernels::NewCpuBackend();
           auto exchange = PsExchange::Create(backend.get(), rank, w, n, shards.addresses);
           ASSERT_TRUE(exchange.ok()) << exchange.status();
+          // buffer_bytes: at least the worker error (n, padded).
+          EXPECT_GE((*exchange)->buffer_bytes(), n * sizeof(float));
           for (int round = 0; round < kRounds; ++round) {
             const std::vector<float> m = Random(100 * round + rank, n, 0.1f * rank, 1.0f + rank);
             auto r = (*exchange)->AverageMomentum(round + 1, m.data(), nullptr, 0.0f);

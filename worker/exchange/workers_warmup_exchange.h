@@ -55,6 +55,11 @@ class WorkersWarmupExchange final : public ForwardingExchange {
   // A flat exchange: every byte counts as between nodes (exchange.h).
   LinkBytes intra_node_bytes() const override { return {}; }
   LinkBytes inter_node_bytes() const override { return {bytes_sent(), bytes_received()}; }
+  // Both paths' buffers.
+  uint64_t buffer_bytes() const override {
+    return compressed_->buffer_bytes() + exact_->buffer_bytes() + flag_.bytes() +
+           overlap_->buffer_bytes();
+  }
 
   Exchange& compressed() { return *compressed_; }
   // The overlapped warmup sum; not enabled until the trainer enables it.
