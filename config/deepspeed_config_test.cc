@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "config/job_config.h"
 #include "config/seed_configs_test.h"
 #include "gtest/gtest.h"
@@ -79,7 +80,10 @@ TEST(SeedConfigsTest, GuideOneBitAdamWithZero) {
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 1e-4);
   EXPECT_EQ(c.optimizer.beta2, 0.999);
   EXPECT_EQ(c.optimizer.freeze_step, 400);
-  EXPECT_TRUE(HasNotice(c, "zero_optimization: stage 2 accepted, no effect"));
+  EXPECT_FALSE(c.exchange.shard_state);  // one worker, peer mode
+  EXPECT_TRUE(HasNotice(c, "zero_optimization: stage 2 accepted, no effect in onebit (every "
+                           "worker keeps the whole optimizer state: onebit.exchange.shard_state "
+                           "shards it in mode hierarchical only, not peer)"));
 }
 
 TEST(SeedConfigsTest, GuideMinimal) {
@@ -289,6 +293,83 @@ TEST(DeepSpeedConfigTest, NoticesOfTopLevelKeys) {
       "fp16": {"auto_cast": true, "enabled": true}})");
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->notices, c.notices);
+}
+
+// ZeRO stage 1 or 2 is onebit.exchange.shard_state where it applies (hierarchical,
+// local_size >= 2, not 0/1 Adam, the key not given); elsewhere a notice says why it does
+// nothing. The printed config keeps what the stage decided.
+TEST(DeepSpeedConfigTest, ZeroStageShardsTheStateInsideNodes) {
+  const auto config = [](const std::string& zero, const std::string& type,
+                         const std::string& exchange) {
+    return absl::StrCat(R"({"zero_optimization": )", zero, R"(, "optimizer": {"type": ")", type,
+                        R"("}, "onebit": {"workers": 4, "exchange": )", exchange, "}}");
+  };
+  const std::string hier = R"({"mode": "hierarchical", "local_size": 2})";
+  const std::string sharded =
+      ": the optimizer state is sharded across each node's workers "
+      "(onebit.exchange.shard_state true)";
+  for (const char* type : {"OneBitAdam", "OneBitLamb"}) {
+    JobConfig c = MustParse(config(R"({"stage": 1})", type, hier));
+    EXPECT_TRUE(c.exchange.shard_state) << type;
+    EXPECT_EQ(c.notices, std::vector<std::string>{"zero_optimization: stage 1" + sharded});
+    c = MustParse(config(R"({"stage": 2, "overlap_comm": true})", type, hier));
+    EXPECT_TRUE(c.exchange.shard_state) << type;
+    EXPECT_EQ(c.notices,
+              std::vector<std::string>{
+                  "zero_optimization: stage 2" + sharded +
+                  "; each worker's own gradient stays whole, since backward writes it, and the "
+                  "reduced gradient is its slice"});
+  }
+  // Given true, the stage agrees and says so.
+  JobConfig c = MustParse(config(R"({"stage": 1})", "OneBitAdam",
+                                 R"({"mode": "hierarchical", "local_size": 2,
+                                     "shard_state": true})"));
+  EXPECT_TRUE(c.exchange.shard_state);
+  EXPECT_EQ(c.notices, std::vector<std::string>{"zero_optimization: stage 1" + sharded});
+
+  // Elsewhere: no effect, and the notice says why.
+  const std::string no_effect =
+      "accepted, no effect in onebit (every worker keeps the whole optimizer state: ";
+  const struct {
+    std::string zero, type, exchange, notice;
+  } unsharded[] = {
+      {R"({"stage": 1})", "OneBitAdam", R"({"mode": "peer"})",
+       "zero_optimization: stage 1 " + no_effect +
+           "onebit.exchange.shard_state shards it in mode hierarchical only, not peer)"},
+      {R"({"stage": 2})", "OneBitAdam", R"({"mode": "ps", "servers": 2})",
+       "zero_optimization: stage 2 " + no_effect +
+           "onebit.exchange.shard_state shards it in mode hierarchical only, not ps)"},
+      {R"({"stage": 1})", "OneBitAdam", R"({"mode": "hierarchical", "local_size": 1})",
+       "zero_optimization: stage 1 " + no_effect +
+           "onebit.exchange.local_size is 1, so a node has no other worker to share it with)"},
+      {R"({"stage": 1})", "ZeroOneAdam", hier,
+       "zero_optimization: stage 1 " + no_effect +
+           "0/1 Adam's local steps keep each worker's own parameters and momentum "
+           "(docs/algorithms.md, \"Local steps\"), so a node has no state to share)"},
+      {R"({"stage": 2})", "OneBitLamb",
+       R"({"mode": "hierarchical", "local_size": 2, "shard_state": false})",
+       "zero_optimization: stage 2 " + no_effect + "onebit.exchange.shard_state is false)"},
+      {R"({"stage": 0})", "OneBitAdam", hier,
+       "zero_optimization: stage 0 accepted, no effect in onebit (onebit.exchange.shard_state "
+       "says whether the optimizer state is sharded)"},
+      {"{}", "OneBitAdam", hier,
+       "zero_optimization: stage 0 accepted, no effect in onebit (onebit.exchange.shard_state "
+       "says whether the optimizer state is sharded)"},
+  };
+  for (const auto& u : unsharded) {
+    const std::string json = config(u.zero, u.type, u.exchange);
+    c = MustParse(json);
+    EXPECT_FALSE(c.exchange.shard_state) << json;
+    EXPECT_EQ(c.notices, std::vector<std::string>{u.notice}) << json;
+  }
+  // Stage 0 leaves a given shard_state as it is; no block, no notice.
+  c = MustParse(config(R"({"stage": 0})", "OneBitAdam",
+                       R"({"mode": "hierarchical", "local_size": 2, "shard_state": true})"));
+  EXPECT_TRUE(c.exchange.shard_state);
+  c = MustParse(R"({"onebit": {"workers": 4, "exchange": {"mode": "hierarchical",
+      "local_size": 2}}})");
+  EXPECT_FALSE(c.exchange.shard_state);
+  EXPECT_TRUE(c.notices.empty()) << ::testing::PrintToString(c.notices);
 }
 
 TEST(DeepSpeedConfigTest, PrecisionRoundTrips) {

@@ -184,6 +184,13 @@ struct ExchangeConfig {
   // fewer bytes than fp32, and a relative precision that does not depend on the block's
   // range). Workers and shards must agree; a shard rejects blocks of another format's size.
   std::string compressor = "onebit";
+  // Hierarchical with local_size >= 2 only (an error elsewhere): local rank l keeps the
+  // optimizer state (m, v, LAMB's extra tensors, the momentum mask) of its slice l only;
+  // the parameters stay whole, all-gathered inside the node after each update. Same bits
+  // as unsharded. Not with ZeroOneAdam: its local steps keep each worker's own state, so a
+  // node has none to share. zero_optimization.stage 1 or 2 turns it on where it applies,
+  // unless the key is given.
+  bool shard_state = false;
 };
 
 

@@ -10,6 +10,7 @@
 #include "common/status_macros.h"
 #include "config/job_config.h"
 #include "config/job_config_schema.h"
+#include "config/optimizer_kind.h"
 
 namespace onebit {
 namespace config_schema {
@@ -90,6 +91,68 @@ absl::Status ResolveBatch(int64_t train_batch, bool micro_given, int64_t accumul
   }
   c->micro_batch = micro;
   c->gradient_accumulation_steps = accumulation;
+  return absl::OkStatus();
+}
+
+// 0/1 Adam and shard_state (docs/algorithms.md, "Local steps"): sharding its variance stage
+// alone would lower nothing, since the local stage is its peak.
+constexpr char kZeroOneAdamHasNoSharedState[] =
+    "0/1 Adam's local steps keep each worker's own parameters and momentum (docs/algorithms.md, "
+    "\"Local steps\"), so a node has no state to share";
+
+// onebit.exchange.shard_state against the exchange and the optimizer, and what
+// zero_optimization.stage makes of it: stage 1 or 2 turns it on where it applies and it is
+// not given; elsewhere the stage is a notice that says why it does nothing.
+absl::Status ResolveShardState(const ParseState& state) {
+  JobConfig* c = state.config;
+  ExchangeConfig& x = c->exchange;
+  const bool zero_one_adam = c->optimizer.kind == OptimizerKind::kZeroOneAdam;
+  constexpr char kKey[] = "onebit.exchange.shard_state";
+  if (x.shard_state && x.mode != "hierarchical") {
+    return Bad(kKey, absl::StrCat("only applies to mode hierarchical, not ", x.mode,
+                                  " (it shards the optimizer state across the workers of "
+                                  "each node)"));
+  }
+  if (x.shard_state && x.local_size < 2) {
+    return Bad(kKey, absl::StrCat("needs local_size >= 2 (the workers of a node share the "
+                                  "state), got ", x.local_size));
+  }
+  if (x.shard_state && zero_one_adam) {
+    return Bad(kKey, absl::StrCat("not with ZeroOneAdam: ", kZeroOneAdamHasNoSharedState,
+                                  "; use OneBitAdam or OneBitLamb, or shard_state false"));
+  }
+  const int stage = state.zero_stage;
+  if (stage < 0) return absl::OkStatus();
+  if (stage == 0) {
+    c->notices.push_back("zero_optimization: stage 0 accepted, no effect in onebit "
+                         "(onebit.exchange.shard_state says whether the optimizer state is "
+                         "sharded)");
+    return absl::OkStatus();
+  }
+  std::string why_not;  // why the stage shards nothing here
+  if (x.mode != "hierarchical") {
+    why_not = absl::StrCat("onebit.exchange.shard_state shards it in mode hierarchical only, "
+                           "not ", x.mode);
+  } else if (x.local_size < 2) {
+    why_not = "onebit.exchange.local_size is 1, so a node has no other worker to share it with";
+  } else if (zero_one_adam) {
+    why_not = absl::StrCat(kZeroOneAdamHasNoSharedState);
+  } else if (state.shard_state_given && !x.shard_state) {
+    why_not = "onebit.exchange.shard_state is false";
+  }
+  if (!why_not.empty()) {
+    c->notices.push_back(absl::StrCat("zero_optimization: stage ", stage,
+                                      " accepted, no effect in onebit (every worker keeps the "
+                                      "whole optimizer state: ", why_not, ")"));
+    return absl::OkStatus();
+  }
+  x.shard_state = true;
+  c->notices.push_back(absl::StrCat(
+      "zero_optimization: stage ", stage, ": the optimizer state is sharded across each node's "
+      "workers (onebit.exchange.shard_state true)",
+      stage == 2 ? "; each worker's own gradient stays whole, since backward writes it, and "
+                   "the reduced gradient is its slice"
+                 : ""));
   return absl::OkStatus();
 }
 
@@ -188,6 +251,7 @@ absl::Status CheckJobConfig(const ParseState& state) {
     return Bad("onebit.exchange.local_size",
                absl::StrCat("must divide onebit.workers = ", c->workers, ", got ", x.local_size));
   }
+  ONEBIT_RETURN_IF_ERROR(ResolveShardState(state));
   if (x.mode == "hierarchical" && x.inter == "ps" && x.servers % x.local_size != 0) {
     return Bad("onebit.exchange.servers",
                absl::StrCat("must be a multiple of local_size = ", x.local_size,

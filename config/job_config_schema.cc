@@ -770,16 +770,16 @@ Key Bf16Block(PrecisionConfig* p, Notices* notices) {
            "script's torch.autocast decides. Not together with fp16.");
 }
 
-constexpr char kZeroNoEffect[] =
-    "every worker keeps the whole optimizer state; DeepSpeed itself refuses ZeRO with its "
-    "1-bit optimizers";
 constexpr char kZeroStage3[] =
     "3 is not supported with 1-bit optimizers (it partitions the parameters; onebit keeps them "
     "whole on every worker)";
 
-Key ZeroBlock(Notices* notices) {
+// Records the stage; CheckJobConfig decides what it does, since that depends on the
+// exchange and the optimizer, which may come after the block. A setting, not a key without
+// effect: stage 1 or 2 may turn on onebit.exchange.shard_state.
+Key ZeroBlock(ParseState* s) {
   Key k;
-  k.parse = [notices](const Value& v, const std::string& path) -> absl::Status {
+  k.parse = [s](const Value& v, const std::string& path) -> absl::Status {
     if (v.kind_case() != Value::kStructValue) return Bad(path, "must be an object");
     int stage = 0;
     auto it = v.struct_value().fields().find("stage");
@@ -787,15 +787,18 @@ Key ZeroBlock(Notices* notices) {
       ONEBIT_RETURN_IF_ERROR(Integer(&stage, 0, 3).parse(it->second, Join(path, "stage")));
     }
     if (stage == 3) return Bad(Join(path, "stage"), kZeroStage3);
-    notices->push_back(absl::StrCat(path, ": stage ", stage, " accepted, no effect in onebit (",
-                                    kZeroNoEffect, ")"));
+    s->zero_stage = stage;
     return absl::OkStatus();
   };
-  k.kind = KeyKind::kNoEffect;
   k.type = "object";
   k.allowed = "\"stage\" 0, 1 or 2 (other keys are not read)";
-  k.meaning = absl::StrCat("Accepted, no effect in onebit (notice): ", kZeroNoEffect,
-                           ". Stage ", kZeroStage3, ".");
+  k.value = [] { return std::string("{\"stage\": 0}"); };  // DeepSpeed's default
+  k.meaning = absl::StrCat(
+      "Stage 1 or 2 turns on onebit.exchange.shard_state, with a notice, where it applies: "
+      "mode hierarchical, local_size >= 2, an optimizer other than ZeroOneAdam, and "
+      "shard_state not given. Elsewhere the stage has no effect, and a notice says why: every "
+      "worker keeps the whole optimizer state (DeepSpeed itself refuses ZeRO with its 1-bit "
+      "optimizers). Stage 0: no effect (notice). Stage ", kZeroStage3, ".");
   k.example = [] { return std::string("{\"stage\": 1}"); };
   return k;
 }
@@ -811,8 +814,9 @@ const std::map<std::string, std::string>& EngineOnlyKeys() {
       {"gradient_predivide_factor", "onebit averages gradients in fp32"},
       {"communication_data_type", "see onebit.exchange.warmup_dtype"},
       {"sparse_gradients", "onebit exchanges dense gradients"},
-      {"zero_allow_untested_optimizer", "no ZeRO in onebit"},
-      {"zero_force_ds_cpu_optimizer", "no ZeRO in onebit"},
+      {"zero_allow_untested_optimizer",
+       "onebit.exchange.shard_state says where onebit shards the optimizer state"},
+      {"zero_force_ds_cpu_optimizer", "no ZeRO-Offload in onebit"},
       {"flops_profiler", "a DeepSpeed profiler"},
       {"tensorboard", "onebit exports Prometheus metrics"},
       {"wandb", "onebit exports Prometheus metrics"},
@@ -824,7 +828,9 @@ const std::map<std::string, std::string>& EngineOnlyKeys() {
       {"checkpoint", "onebit.checkpoint configures checkpoints"},
       {"data_types", "onebit accumulates gradients in fp32"},
       {"dataloader_drop_last", "the workloads sample their own batches"},
-      {"disable_allgather", "no ZeRO in onebit"},
+      {"disable_allgather",
+       "onebit's sharded state (onebit.exchange.shard_state) all-gathers the parameters "
+       "inside each node"},
       {"timers", "onebit exports Prometheus metrics"},
       {"autotuning", "a DeepSpeed tuning tool"},
   };
@@ -910,6 +916,14 @@ Key OnebitBlock(ParseState* s) {
                        "block), int8 (a code per element; 4x fewer bytes than fp32) or fp8 "
                        "(an e4m3 code per element and a power-of-two scale per 32; 3.9x "
                        "fewer).")},
+           {"shard_state",
+            Given(&s->shard_state_given, Bool(&x->shard_state))
+                .Means("Hierarchical with local_size >= 2: each worker keeps the optimizer "
+                       "state of its slice of the node only (ZeRO stage 1 inside the node); "
+                       "the parameters stay whole, all-gathered inside the node after each "
+                       "update. Same bits as false. Not with ZeroOneAdam (its local steps "
+                       "keep each worker's own state). Not given: true with "
+                       "zero_optimization.stage 1 or 2 where it applies, false otherwise.")},
        }).Means("How workers exchange gradients and momenta.")},
       {"freeze",
        Section({
@@ -1073,7 +1087,7 @@ Keys JobConfigKeys(ParseState* s) {
       {"scheduler", SchedulerBlock(s)},
       {"fp16", Fp16Block(&c->precision, notices)},
       {"bf16", Bf16Block(&c->precision, notices)},
-      {"zero_optimization", ZeroBlock(notices)},
+      {"zero_optimization", ZeroBlock(s)},
       {"amp", Unsupported(notices, "Apex AMP; use fp16 or bf16")},
       {"compression_training",
        Unsupported(notices, "DeepSpeed's quantization-aware training changes the model", true)},

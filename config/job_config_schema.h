@@ -78,6 +78,8 @@ struct ParseState {
        max_lr_given = false;
   int64_t last_batch_iteration = -1;
   bool checkpoint_every_given = false;  // onebit.checkpoint.every_steps
+  bool shard_state_given = false;       // onebit.exchange.shard_state
+  int zero_stage = -1;                  // zero_optimization.stage; -1: no block
 };
 
 // The top level's keys, writing into state->config (and its notices) and *state. The

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -210,6 +211,65 @@ TEST(JobConfigTest, WarmupDtype) {
     auto again = ParseJobConfig(JobConfigToJson(*c));
     ASSERT_TRUE(again.ok()) << again.status();
     EXPECT_EQ(again->exchange.warmup_dtype, dtype);
+  }
+}
+
+// Sharded optimizer state: hierarchical mode with local_size >= 2, not 0/1 Adam; it
+// survives the JSON the launcher and the package hand on.
+TEST(JobConfigTest, ShardState) {
+  auto plain = ParseJobConfig("{}");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->exchange.shard_state);
+  for (const char* type : {"OneBitAdam", "OneBitLamb", "Adam"}) {
+    for (const char* inter : {R"("inter": "peer")", R"("inter": "ps", "servers": 2)"}) {
+      const std::string json = absl::StrCat(
+          R"({"optimizer": {"type": ")", type, R"("}, "onebit": {"workers": 4, "exchange": {
+          "mode": "hierarchical", "local_size": 2, )", inter, R"(, "shard_state": true}}})");
+      auto c = ParseJobConfig(json);
+      ASSERT_TRUE(c.ok()) << json << ": " << c.status();
+      EXPECT_TRUE(c->exchange.shard_state) << json;
+      EXPECT_TRUE(c->notices.empty()) << ::testing::PrintToString(c->notices);
+      auto again = ParseJobConfig(JobConfigToJson(*c));
+      ASSERT_TRUE(again.ok()) << again.status();
+      EXPECT_TRUE(again->exchange.shard_state) << json;
+      EXPECT_EQ(JobConfigToJson(*again), JobConfigToJson(*c));
+    }
+  }
+  // false is accepted anywhere (it is the default).
+  for (const char* json : {
+           R"({"onebit": {"exchange": {"shard_state": false}}})",
+           R"({"optimizer": {"type": "ZeroOneAdam"}, "onebit": {"workers": 4, "exchange": {
+               "mode": "hierarchical", "local_size": 2, "shard_state": false}}})"}) {
+    auto c = ParseJobConfig(json);
+    ASSERT_TRUE(c.ok()) << json << ": " << c.status();
+    EXPECT_FALSE(c->exchange.shard_state);
+  }
+  const struct {
+    const char* json;
+    const char* error;
+  } bad[] = {
+      {R"({"onebit": {"exchange": {"shard_state": true}}})",
+       "onebit.exchange.shard_state: only applies to mode hierarchical, not peer (it shards the "
+       "optimizer state across the workers of each node)"},
+      {R"({"onebit": {"workers": 2, "exchange": {"mode": "ps", "servers": 1,
+           "shard_state": true}}})",
+       "onebit.exchange.shard_state: only applies to mode hierarchical, not ps (it shards the "
+       "optimizer state across the workers of each node)"},
+      {R"({"onebit": {"workers": 2, "exchange": {"mode": "hierarchical", "shard_state": true}}})",
+       "onebit.exchange.shard_state: needs local_size >= 2 (the workers of a node share the "
+       "state), got 1"},
+      {R"({"optimizer": {"type": "ZeroOneAdam"}, "onebit": {"workers": 4, "exchange": {
+           "mode": "hierarchical", "local_size": 2, "shard_state": true}}})",
+       "onebit.exchange.shard_state: not with ZeroOneAdam: 0/1 Adam's local steps keep each "
+       "worker's own parameters and momentum (docs/algorithms.md, \"Local steps\"), so a node "
+       "has no state to share; use OneBitAdam or OneBitLamb, or shard_state false"},
+      {R"({"onebit": {"exchange": {"shard_state": 1}}})",
+       "onebit.exchange.shard_state: must be true or false"},
+  };
+  for (const auto& b : bad) {
+    auto c = ParseJobConfig(b.json);
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << b.json;
+    EXPECT_EQ(c.status().message(), b.error) << b.json;
   }
 }
 
@@ -487,6 +547,11 @@ TEST(JobConfigTest, JobTermsLeaveOutWhatMayDifferPerProcess) {
   EXPECT_EQ(JobTermsDifference(JobTerms(base), JobTerms(other), "the job's", 2),
             "onebit.exchange.mode \"ps\" (the job's: \"peer\"); onebit.workload.hidden "
             "[64] (the job's: [256,128]); and 3 more");  // seed, micro batch, train batch
+  // A worker of another shard_state fails the job at registration, by name.
+  other = base;
+  other.exchange.shard_state = true;
+  EXPECT_EQ(JobTermsDifference(JobTerms(base), JobTerms(other), "the job's", 3),
+            "onebit.exchange.shard_state true (the job's: false)");
   other = base;
   other.scheduler.type = "WarmupLR";  // a block the job's config does not have
   EXPECT_EQ(JobTermsDifference(JobTerms(base), JobTerms(other), "the job's", 1).rfind(

@@ -27,6 +27,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,11 @@ ABSL_FLAG(std::string, exchange, "",
 ABSL_FLAG(int, local_size, 0, "Override onebit.exchange.local_size (workers per node).");
 ABSL_FLAG(std::string, inter, "", "Override onebit.exchange.inter: peer or ps.");
 ABSL_FLAG(int, servers, -1, "Override onebit.exchange.servers.");
+ABSL_FLAG(std::optional<bool>, shard_state, std::nullopt,
+          "Override onebit.exchange.shard_state (=true or =false; hierarchical with "
+          "local_size >= 2 only). Without it, --exchange and --local_size turn it off where "
+          "it no longer applies, never on: the config's zero_optimization.stage was read "
+          "before them.");
 ABSL_FLAG(int, steps, 0, "Override steps.");
 ABSL_FLAG(int, freeze_step, -1, "Override optimizer.params.freeze_step.");
 ABSL_FLAG(std::string, fault, "",
@@ -119,6 +125,13 @@ absl::StatusOr<bool> ApplyOverrides(JobConfig* c) {
   if (!absl::GetFlag(FLAGS_inter).empty()) x.inter = absl::GetFlag(FLAGS_inter);
   if (x.mode == "hierarchical" && x.inter == "peer") x.servers = 0;
   if (absl::GetFlag(FLAGS_servers) >= 0) x.servers = absl::GetFlag(FLAGS_servers);
+  // The config's zero_optimization.stage was resolved before these overrides (the JSON
+  // below has no such block): a new topology keeps shard_state only where it applies.
+  if (absl::GetFlag(FLAGS_shard_state).has_value()) {
+    x.shard_state = *absl::GetFlag(FLAGS_shard_state);
+  } else if (x.mode != "hierarchical" || x.local_size < 2) {
+    x.shard_state = false;
+  }
   if (absl::GetFlag(FLAGS_steps) > 0) c->steps = absl::GetFlag(FLAGS_steps);
   if (absl::GetFlag(FLAGS_freeze_step) >= 0) {
     // The type's own warmup-end key (ZeroOneAdam's var_freeze_step).
@@ -427,6 +440,7 @@ int Main(int argc, char** argv) {
   std::string config_path = UserPath(absl::GetFlag(FLAGS_config));
   absl::StatusOr<JobConfig> config = LoadJobConfig(config_path);
   const std::vector<std::string> notices = config.ok() ? config->notices : std::vector<std::string>{};
+  const bool shard_state = config.ok() && config->exchange.shard_state;
   absl::StatusOr<bool> overridden = config.ok() ? ApplyOverrides(&*config) : false;
   if (!config.ok() || !overridden.ok()) {
     const absl::Status& s = config.ok() ? overridden.status() : config.status();
@@ -438,6 +452,11 @@ int Main(int argc, char** argv) {
     for (const std::string& notice : notices) {
       std::fprintf(stderr, "config notice: %s\n", notice.c_str());
     }
+  }
+  if (config->exchange.shard_state != shard_state) {  // a zero_optimization notice may say otherwise
+    std::fprintf(stderr, "config notice: onebit.exchange.shard_state: %s with the command line's "
+                 "overrides (the config's: %s)\n", shard_state ? "false" : "true",
+                 shard_state ? "true" : "false");
   }
   const std::string out = UserPath(absl::GetFlag(FLAGS_out_dir));
   std::error_code error;
