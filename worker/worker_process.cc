@@ -434,8 +434,13 @@ absl::StatusOr<std::unique_ptr<Exchange>> NewHierarchicalExchange(
   const int local_size = config.exchange.local_size;
   const int node = reg.rank() / local_size, local_rank = reg.rank() % local_size;
   const int nodes = reg.world_size() / local_size;
-  std::fprintf(stderr, "worker rank %d: node %d of %d, local rank %d of %d, between nodes: %s\n",
-               reg.rank(), node, nodes, local_rank, local_size, config.exchange.inter.c_str());
+  std::fprintf(stderr,
+               "worker rank %d: node %d of %d, local rank %d of %d, between nodes: %s%s\n",
+               reg.rank(), node, nodes, local_rank, local_size, config.exchange.inter.c_str(),
+               config.exchange.shard_state ? ", optimizer state sharded in the node" : "");
+  HierarchicalOptions options;
+  options.shard_state = config.exchange.shard_state;
+  options.node = node;
   ONEBIT_ASSIGN_OR_RETURN(w.transport, GroupTransport(config, reg, absl::StrCat("node", node),
                                                       local_rank, local_size, client, backend,
                                                       config.optimizer.comm_backend_name, w.host));
@@ -460,12 +465,12 @@ absl::StatusOr<std::unique_ptr<Exchange>> NewHierarchicalExchange(
                                                        std::move(between_nodes)));
     }
     return HierarchicalExchange::Create(backend, w.transport.get(), std::move(between_nodes),
-                                        layout);
+                                        layout, options);
   }
   ONEBIT_ASSIGN_OR_RETURN(w.inter_transport, SliceTransport(config, reg, local_rank, node, nodes,
                                                             client, backend, w.host));
   return HierarchicalExchange::CreatePeer(backend, w.transport.get(), w.inter_transport.get(), n,
-                                          *w.codec);
+                                          *w.codec, options);
 }
 
 // A stage's step time split (seconds over all its steps) as a JSON object.
