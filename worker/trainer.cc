@@ -15,6 +15,7 @@
 #include "common/permanent_error.h"
 #include "common/status_macros.h"
 #include "compression/worker_compressor.h"
+#include "worker/optim/sliced_reductions.h"
 #include "worker/workloads/step_inputs.h"
 
 namespace onebit {
@@ -677,13 +678,11 @@ absl::StatusOr<std::optional<double>> Trainer::VarianceChange(int64_t t, Stage s
   std::optional<double> change;
   if (v_prev_step_ == t - k) {
     if (v_prev_.empty()) v_prev_.assign(n, 0.0f);  // v_0 = 0
-    double diff = 0.0, norm = 0.0;
-    for (size_t i = 0; i < n; ++i) {
-      const double d = double{v_now_[i]} - v_prev_[i];
-      diff += d * d;
-      norm += double{v_now_[i]} * v_now_[i];
-    }
-    change = norm > 0.0 ? std::sqrt(diff / norm) : 0.0;
+    // Per slice of the exchange, added in slice order (sliced_reductions.h): the same bits
+    // from a worker that holds one slice of v and gathers the others' partials.
+    const std::vector<ElementRange> pieces =
+        CutAtStride({0, n}, optimizer_->exchange().reduction_stride());
+    change = RelativeChange(RelativeChangePartials(v_now_.data(), v_prev_.data(), 0, pieces));
   }
   v_prev_.swap(v_now_);
   v_prev_step_ = t;
