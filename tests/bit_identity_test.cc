@@ -45,6 +45,9 @@ struct Case {
   const char* exchange;
   const char* extra = "";  // more top-level keys, each followed by a comma
   const char* onebit_extra = "";  // more keys of the "onebit" block, each followed by a comma
+  // A sharded case names its unsharded twin, listed before it: the two must end with the
+  // same bits, in this run as in the golden file.
+  const char* twin = nullptr;
 };
 
 // fashion_mnist with one hidden layer of 16: 12,730 parameters, and its first layer's rows
@@ -90,6 +93,11 @@ constexpr char kHier[] = R"({"mode": "hierarchical", "local_size": 2})";
 constexpr char kHierInt8[] = R"({"mode": "hierarchical", "local_size": 2, "compressor": "int8"})";
 constexpr char kHierPs[] = R"({"mode": "hierarchical", "local_size": 2, "inter": "ps",
         "servers": 2})";
+constexpr char kHierShard[] = R"({"mode": "hierarchical", "local_size": 2, "shard_state": true})";
+constexpr char kHierShardInt8[] =
+    R"({"mode": "hierarchical", "local_size": 2, "compressor": "int8", "shard_state": true})";
+constexpr char kHierShardPs[] = R"({"mode": "hierarchical", "local_size": 2, "inter": "ps",
+        "servers": 2, "shard_state": true})";
 
 constexpr char kSchedule[] =
     R"("scheduler": {"type": "WarmupDecayLR", "params": {"warmup_num_steps": 5,
@@ -127,6 +135,13 @@ const std::vector<Case>& Cases() {
       {"hier_adam", 4, kAdam, kHier},
       {"hier_onebit_lamb_clip_schedule", 4, kOnebitLamb, kHier, kScheduleClip},
       {"hier_one_node_onebit_lamb", 2, kOnebitLamb, kHier},
+      // Sharded optimizer state (onebit.exchange.shard_state): the twin's bits.
+      {"hier_shard_onebit_adam_clip_mask_schedule", 4, kOnebitAdam, kHierShard, kScheduleClip,
+       kAutoMask, "hier_onebit_adam_clip_mask_schedule"},
+      {"hier_shard_onebit_adam_int8", 4, kOnebitAdam, kHierShardInt8, kSchedule, "",
+       "hier_onebit_adam_int8"},
+      {"hier_shard_ps_onebit_adam", 4, kOnebitAdam, kHierShardPs, "", "", "hier_ps_onebit_adam"},
+      {"hier_shard_adam", 4, kAdam, kHierShard, "", "", "hier_adam"},
   };
   return *cases;
 }
@@ -205,11 +220,21 @@ TEST(BitIdentityTest, EveryCaseKeepsItsBits) {
                  << golden_path << "; make them with ONEBIT_UPDATE_GOLDEN (see the file's top)";
   }
   std::map<std::string, std::string> out = golden;
+  std::map<std::string, std::string> ran;  // case -> hash, this run
   for (const Case& c : Cases()) {
     const std::string key = kernel_path + " " + c.name;
     const std::string hash = RunCase(c);
     if (hash.empty()) continue;
     std::printf("%s %s\n", key.c_str(), hash.c_str());
+    ran[c.name] = hash;
+    if (c.twin != nullptr) {
+      const auto twin = ran.find(c.twin);
+      if (twin == ran.end()) {
+        ADD_FAILURE() << c.name << ": its twin " << c.twin << " did not run before it";
+      } else {
+        EXPECT_EQ(hash, twin->second) << c.name << " ended apart from its twin " << c.twin;
+      }
+    }
     if (!update.empty()) {
       out[key] = hash;
       continue;
