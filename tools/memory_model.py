@@ -254,8 +254,10 @@ def buffers(c):
     if c.workload == "builtin":
         add("gradient: the trainer's grad_", "trainer_grad", 4 * n, design=False)
     else:
-        add(f"gradient buffer ({c.grad_dtype}; fp32 .grad tensors view it)", "external_grad",
-            gb * n, design=c.grad_dtype != "fp32")
+        add(f"gradient buffer, {c.grad_dtype} ("
+            + ("backward's own .grad is cast into it" if low and gb == 4
+               else "the .grad tensors view it") + ")",
+            "external_grad", gb * n, design=c.grad_dtype != "fp32")
         if low and gb == 4:
             add(f"model gradients, {c.param_dtype} (backward's own .grad, cast in)",
                 "torch_low_grads", pb * n, design=False)
@@ -346,7 +348,7 @@ def peer_rows(gpus):
          "read from DeepSpeed's code: fp16 p 2, fp16 grads 2 (until flattened), fp32 flat "
          "grads 4 (fused_optimizer.py step), fp32 master 4, m, v 8, worker_error 4, "
          "server_error 4/Nd (fp16/onebit/adam.py). compressed_allreduce (runtime/comm/nccl.py) "
-         "adds about 13 more of temporaries at its peak"),
+         "adds about 8 more of temporaries at its peak, 12 when the tensor needs padding"),
     ]
 
 
