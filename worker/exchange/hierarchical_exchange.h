@@ -63,11 +63,13 @@ struct HierarchicalOptions {
   // CreatePeer takes it from the inter transport instead.
   int node = 0;
   // Elements of one segment of the intra-node reduce-scatter (>= 1; the header comment):
-  // one AllToAll moves L blocks of this many floats. 1 Mi elements is 4 MiB a block, the
-  // same unit as ExactAllreduce's messages: its transfer (about 30 us on NVLink, 3 ms at
-  // 10 Gbit/s) outweighs a call's own cost (NCCL: ~10 us; gloo: a few hundred us), while
-  // the two L x segment buffers stay at 2 x 4 MiB x L (64 MiB on a node of 8), O(1) in n.
-  size_t segment_elements = size_t{1} << 20;
+  // one AllToAll moves L blocks of this many floats. 4 Mi elements (16 MiB a block) keeps
+  // the two L x segment buffers at 128 MiB on a node of 4 and 256 MiB on a node of 8, O(1)
+  // in n. Over gloo on loopback a call costs a few ms of its own: at 32 Mi parameters and
+  // L = 4, 4 Mi segments took 1-3% longer than one segment, 1 Mi 24-36%
+  // (tools/segment_bench_main.cc; results/bench/2026-11-29/memory/segments.txt). On NVLink
+  // a 16 MiB block takes about 50 us against NCCL's ~10 us a call (not measured here).
+  size_t segment_elements = size_t{1} << 22;
 };
 
 class HierarchicalExchange : public Exchange {
