@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Peak memory of the workers of a CPU job against the memory model (tools/memory_model.py):
+# Peak memory of the workers of a CPU job against the memory model (tools/memory_model.py,
+# docs/performance.md "Memory"):
 # NODES x LOCAL workers on loopback in the hierarchical exchange (local_size LOCAL, peer
 # between the nodes), the synthetic workload (nothing stored per element), OneBitAdam with
 # a short warmup, at two model sizes. The slope of the peak between the two sizes is bytes
 # per parameter; it removes the fixed part of the RSS (the binary, gRPC, gloo, threads).
 #
-#   nice -n 19 tools/bench_memory.sh [--shard_state=true|false] [--sizes=2000000,8000000]
+#   nice -n 19 tools/bench_memory.sh [--shard_state=true|false] [--sizes=16777216,25165824]
 #       [--nodes=2] [--local=4] [--steps=30] [--freeze_step=5] [--out=out/bench_memory]
 #       [--no_build]
 #
@@ -14,9 +15,13 @@
 # kernel kept for the process (the VmHWM of /proc/PID/status at exit; /usr/bin/time -v reads
 # the same number). The wrapper also polls VmHWM every 0.1 s, as a cross-check.
 #
-# --shard_state is passed to onebit-launch only where the launcher has the flag (issue 47,
-# plan step 5). Without it only --shard_state=false can be measured: the script says so and
+# --shard_state is passed to onebit-launch (onebit.exchange.shard_state). A launcher without
+# the flag (before issue 47) can measure only --shard_state=false: the script says so and
 # exits 2 for true.
+#
+# Sizes: the reduce-scatter keeps 2 x L rows of min(S, 4 Mi) floats (S = n / L), so both
+# sizes need S >= 4 Mi (n >= 16 Mi at L = 4) for the slope to leave them out, as the
+# model does. The defaults peak at about 7 GiB for the 8 workers together (unsharded).
 #
 # Results: a Markdown table on stdout and in OUT/results-shard_state-<x>.md, every worker's
 # peak in OUT/results-shard_state-<x>.csv; each run's logs, summaries and peaks under
@@ -25,7 +30,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 SHARD=false
-SIZES=2000000,8000000
+SIZES=16777216,25165824
 NODES=2
 LOCAL=4
 STEPS=30
@@ -61,7 +66,9 @@ mkdir -p "$OUT"
 OUT=$(realpath "$OUT")
 
 SHARD_FLAG=()
-if "$LAUNCH" --helpfull 2>&1 | grep -q -- '--shard_state'; then
+# The help text first: grep -q would close the pipe early, and pipefail would count it.
+LAUNCH_HELP=$("$LAUNCH" --helpfull 2>&1 || true)
+if grep -q -- '--shard_state' <<< "$LAUNCH_HELP"; then
   SHARD_FLAG=("--shard_state=$SHARD")
 elif [ "$SHARD" = true ]; then
   echo "bench_memory: onebit-launch has no --shard_state flag yet: the sharded engine" \

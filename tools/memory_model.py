@@ -1,31 +1,32 @@
 #!/usr/bin/env python3
-"""Bytes per GPU of a onebit worker: the memory model of docs/memory-model-draft.md.
+"""Bytes per GPU of a onebit worker: the memory model of docs/performance.md, "Memory".
 
-    tools/memory_model.py --params 7e9 --local_size 8 --nodes 8 --param_dtype bf16
+    tools/memory_model.py --params 7e9 --local_size 8 --nodes 8 --shard_state true
     tools/memory_model.py --params 7e9 --shard_state true --param_dtype bf16 --grad_dtype bf16
     tools/memory_model.py --table                  # 1B, 7B, 13B on nodes of 8 x 80 GiB
-    tools/memory_model.py --cpu_job --params 8e6 --local_size 4 --nodes 2 --freeze_step 5 \
-        --steps 30 --workload builtin --json       # a CPU job's peak RSS (tools/bench_memory.sh)
+    tools/memory_model.py --cpu_job --params 16777216 --local_size 4 --nodes 2 \
+        --freeze_step 5 --steps 30 --workload builtin --json   # tools/bench_memory.sh
 
 The model lists every buffer whose size grows with the parameter count n, one row each,
-with the code that allocates it. It covers the hierarchical exchange (exchange.mode
-hierarchical, inter peer) of a worker on a node of L workers, with K nodes. Its slices
-hold S elements: the smallest multiple of K * lcm(K, 8) >= ceil(n / L)
-(compression/layout.cc, HierarchicalLayout::Create).
+with the code that allocates it (a file and a symbol, not a line). It covers the
+hierarchical exchange (exchange.mode hierarchical, inter peer) of a worker on a node of L
+workers, with K nodes. Its slices hold S elements: the smallest multiple of K * lcm(K, 8)
+>= ceil(n / L) (compression/layout.cc, HierarchicalLayout::Create).
 
-shard_state false is the code of today. shard_state true is NOT code yet: it is the design of
-PLAN-issue47.md after its step 7 (segmented reduce-scatter, no whole-tensor scratch) and, for
-bf16/fp16 parameters or gradient buffers, step 8. Its rows say "design".
+shard_state false and true with fp32 parameters are the code of today. Rows marked DESIGN
+are not code yet: bf16/fp16 parameters or a bf16 gradient buffer with shard_state (plan
+step 8), and 1-bit LAMB with shard_state (being built; refused today).
 
 Not counted: activations, the CUDA context, NCCL's and gloo's own buffers, the allocator's
 slack, and anything of O(1) bytes. Those depend on the model, the batch and the machine.
 
 Closed forms (large n, S = n/L, b = the codec's bytes per element: 1/8 onebit, 1 int8,
-33/32 fp8; OneBitAdam, compression stage, no clip, no mask, fp32 gradient buffer):
+33/32 fp8; OneBitAdam, compression stage, no clip, no mask, fp32 gradient buffer; plus the
+reduce-scatter's 2 x L x min(S, 4 Mi) floats, O(1) in n):
 
-    today, fp32 parameters:       28 + b + (20 + 3b)/L + (8 + b)/(L K)
-    design, fp32 parameters:       8 + (28 + 4b)/L + (8 + b)/(L K)
-    design, bf16 p + bf16 grads:   4 + (30 + 4b)/L + (8 + b)/(L K)
+    shard_state false, fp32 parameters:   20 + b + (20 + 3b)/L + (8 + b)/(L K)
+    shard_state true, fp32 parameters:     8 + (28 + 3b)/L + (8 + b)/(L K)
+    DESIGN, bf16 p + bf16 grads:           4 + (30 + 3b)/L + (8 + b)/(L K)
 
 Peers (bytes per parameter per GPU, Nd = GPUs in the data-parallel group):
 
@@ -47,50 +48,86 @@ OPTIMIZERS = ("onebit_adam", "adam", "zero_one_adam", "onebit_lamb")
 CODECS = ("onebit", "int8", "fp8")
 STAGES = ("warmup", "compression")
 WORKLOADS = ("pytorch", "builtin")
-# The design's segmented intra-node reduce-scatter (plan step 7) keeps L rows of one
-# segment. The plan names no segment size: this takes ExactAllreduce's (1 Mi elements,
-# worker/exchange/exact_allreduce.h segment_elements). A guess, and O(1) in n.
-DESIGN_SEGMENT_ELEMENTS = 1 << 20
+# The intra-node reduce-scatter's segment (HierarchicalOptions::segment_elements in
+# worker/exchange/hierarchical_exchange.h; memory_model_test.py reads it there).
+SEGMENT_ELEMENTS = 1 << 22
 
-# Where each buffer is allocated: (file, a regex of the allocating line[, a regex of a line
-# it follows]). --check_refs and memory_model_test.py keep these true; the line numbers are
-# looked up in the checkout, so they follow the code.
+# Where each buffer is allocated: (file, symbol, a regex of the allocating line[, a regex
+# of a line it follows]). Rows name the file and the symbol, which survive edits that move
+# lines; --check_refs and memory_model_test.py check that the regex still matches, and
+# print the line it is on today.
 REFS = {
-    "p": ("worker/optim/optimizer_base.h", r"\(p_, Buffer<float>::FromHost"),
-    "mv": ("worker/optim/optimizer_base.h", r"for \(Buffer<float>\* b : \{&m_, &v_\}\)"),
-    "zero_one_more": ("worker/optim/zero_one_adam.cc", r'"accumulator", &acc_'),
-    "lamb_more": ("worker/optim/onebit_lamb.cc", r'"exp_avg_sq_fresh", &v_fresh_'),
-    "clip": ("worker/optim/gradient_clipper.cc", r"c\.clipped_, kernels::Buffer<float>::Create"),
-    "user_mask": ("worker/optim/momentum_mask.cc", r"m\.mask_, kernels::Buffer<float>::FromHost"),
-    "user_mask_host": ("worker/optim/momentum_mask.cc", r"m\.user_ = user;"),
-    "optimizer_options": ("worker/optim/optimizer_base.h", r"^\s*Options options_;"),
-    "trainer_options": ("worker/trainer.h", r"^\s*TrainerOptions options_;"),
-    "seen": ("worker/optim/momentum_mask.cc", r"m\.seen_, kernels::Buffer<float>::Create"),
-    "auto_mask": ("worker/optim/momentum_mask.cc", r"\(mask_, kernels::Buffer<float>::Create"),
-    "trainer_grad": ("worker/trainer.cc", r"\(grad_, kernels::Buffer<float>::Create"),
-    "external_grad": ("worker/workloads/external_workload.cc", r"kernels::Buffer<float> gradient,"),
-    "micro_grad": ("worker/trainer.cc", r"\(micro_grad_, kernels::Buffer<float>::Create"),
-    "initial": ("worker/trainer.cc", r"std::vector<float> initial\(n\);"),
-    "variance_copies": ("worker/trainer.cc", r"v_now_\.resize\(n\);"),
-    "embedded_initial": ("python/embedded.cc", r"initial_\(std::move\(initial\)\)"),
-    "external_initial": ("worker/workloads/external_workload.cc",
+    "p": ("worker/optim/optimizer_base.h", "OptimizerBase::InitCommon, p_",
+          r"\(p_, Buffer<float>::Create\(backend_, params_alloc_\)"),
+    "mv": ("worker/optim/optimizer_base.h", "OptimizerBase::InitCommon, m_ and v_",
+           r"for \(Buffer<float>\* b : \{&m_, &v_\}\)"),
+    "zero_one_more": ("worker/optim/zero_one_adam.cc", "ZeroOneAdam::Init",
+                      r'"accumulator", &acc_'),
+    "lamb_more": ("worker/optim/onebit_lamb.cc", "OnebitLamb::Init",
+                  r'"exp_avg_sq_fresh", &v_fresh_'),
+    "clip": ("worker/optim/gradient_clipper.cc", "GradientClipper::Create, clipped_",
+             r"c\.clipped_, kernels::Buffer<float>::Create"),
+    "clip_scale": ("worker/optim/onebit_adam.cc", "OnebitAdam::CompressionStep, ClipScale",
+                   r"clip_\.ClipScale\(local_grad\)"),
+    "clip_lazy": ("worker/optim/gradient_clipper.cc", "GradientClipper::Clip, clipped_",
+                  r"\(clipped_, kernels::Buffer<float>::Create", r"GradientClipper::Clip\("),
+    "user_mask": ("worker/optim/momentum_mask.cc", "MomentumMask::Create, mask_",
+                  r"m\.mask_, kernels::Buffer<float>::FromHost"),
+    "user_mask_host": ("worker/optim/momentum_mask.cc", "MomentumMask::Create, user_",
+                       r"m\.user_ = user;"),
+    "optimizer_options": ("worker/optim/optimizer_base.h", "OptimizerBase::options_",
+                          r"^\s*Options options_;"),
+    "trainer_options": ("worker/trainer.h", "Trainer::options_",
+                        r"^\s*TrainerOptions options_;"),
+    "seen": ("worker/optim/momentum_mask.cc", "MomentumMask::Create, seen_",
+             r"m\.seen_, kernels::Buffer<float>::Create"),
+    "auto_mask": ("worker/optim/momentum_mask.cc", "MomentumMask::Fix, mask_",
+                  r"\(mask_, kernels::Buffer<float>::Create"),
+    "trainer_grad": ("worker/trainer.cc", "Trainer::Init, grad_",
+                     r"\(grad_, kernels::Buffer<float>::Create"),
+    "external_grad": ("worker/workloads/external_workload.cc", "ExternalWorkload::Create, gradient",
+                      r"kernels::Buffer<float> gradient,"),
+    "micro_grad": ("worker/trainer.cc", "Trainer::Init, micro_grad_",
+                   r"\(micro_grad_, kernels::Buffer<float>::Create"),
+    "initial": ("worker/trainer.cc", "Trainer::Init, initial",
+                r"std::vector<float> initial\(n\);"),
+    "variance_copies": ("worker/trainer.cc", "Trainer::VarianceChange, v_now_",
+                        r"v_now_\.resize\(count\);"),
+    "embedded_initial": ("python/embedded.cc", "EmbeddedWorker::EmbeddedWorker, initial_",
+                         r"initial_\(std::move\(initial\)\)"),
+    "external_initial": ("worker/workloads/external_workload.cc", "ExternalWorkload::ExternalWorkload, initial_",
                          r"initial_\(std::move\(options\.initial\)\)"),
-    "torch_low_params": ("python/onebit/_params.py", r"self\.masters\[i\] = flat"),
-    "torch_low_grads": ("python/onebit/_params.py", r"view\.copy_\(p\.grad\.reshape"),
-    "padded": ("worker/exchange/hierarchical_exchange.cc", r"\(padded_, Buffer<float>::Create"),
-    "received": ("worker/exchange/hierarchical_exchange.cc", r"\(received_, Buffer<float>::Create"),
-    "slice_sum": ("worker/exchange/hierarchical_exchange.cc", r"\(slice_sum_, Buffer<float>::Create"),
-    "gathered": ("worker/exchange/hierarchical_exchange.cc", r"\(gathered_, Buffer<float>::Create"),
-    "slice_m": ("worker/exchange/hierarchical_exchange.cc", r"\(slice_m_, Buffer<float>::Create"),
-    "blocks": ("worker/exchange/hierarchical_exchange.cc", r"\(blocks_, Buffer<uint8_t>::Create"),
-    "inter_rows": ("worker/exchange/exact_allreduce.cc", r"a->rows_, Buffer<uint8_t>::Create"),
-    "inter_summed": ("worker/exchange/exact_allreduce.cc", r"a->summed_, Buffer<float>::Create"),
-    "inter_gathered": ("worker/exchange/exact_allreduce.cc",
+    "torch_low_params": ("python/onebit/_params.py", "_FlatParams.bind, masters",
+                         r"self\.masters\[i\] = flat"),
+    "torch_low_grads": ("python/onebit/_params.py", "_FlatParams.grad_into_view",
+                        r"view\.copy_\(p\.grad\.reshape"),
+    "segments": ("worker/exchange/hierarchical_exchange.cc",
+                 "HierarchicalExchange::Init, send_ and received_",
+                 r"\(send_, Buffer<float>::Create"),
+    "slice_sum": ("worker/exchange/hierarchical_exchange.cc", "HierarchicalExchange::Init, slice_sum_",
+                  r"\(slice_sum_, Buffer<float>::Create"),
+    "stage": ("worker/exchange/hierarchical_exchange.cc", "HierarchicalExchange::Init, stage_",
+              r"\(stage_, Buffer<float>::Create"),
+    "gathered": ("worker/exchange/hierarchical_exchange.cc", "HierarchicalExchange::Init, gathered_",
+                 r"\(gathered_, Buffer<float>::Create"),
+    "slice_m": ("worker/exchange/hierarchical_exchange.cc", "HierarchicalExchange::Init, slice_m_",
+                r"\(slice_m_, Buffer<float>::Create"),
+    "blocks": ("worker/exchange/hierarchical_exchange.cc", "HierarchicalExchange::Init, blocks_",
+               r"\(blocks_, Buffer<uint8_t>::Create"),
+    "lamb_rows": ("worker/exchange/hierarchical_exchange.cc", "HierarchicalExchange::ShardRows, rows_",
+                  r"\(rows_, kernels::Buffer<float>::Create"),
+    "inter_rows": ("worker/exchange/exact_allreduce.cc", "ExactAllreduce::Create, rows_",
+                   r"a->rows_, Buffer<uint8_t>::Create"),
+    "inter_summed": ("worker/exchange/exact_allreduce.cc", "ExactAllreduce::Create, summed_",
+                     r"a->summed_, Buffer<float>::Create"),
+    "inter_gathered": ("worker/exchange/exact_allreduce.cc", "ExactAllreduce::Create, gathered_",
                        r"a->gathered_, Buffer<uint8_t>::Create", r"a->summed_, Buffer<float>"),
-    "worker_error": ("compression/worker_compressor.cc",
+    "worker_error": ("compression/worker_compressor.cc", "WorkerCompressor::Create, the error",
                      r"Buffer<float>::Create\(backend, num_chunks \* chunk\)"),
-    "server_error": ("compression/chunk_aggregator.cc", r"Buffer<float>::Create\(backend, chunk\)"),
+    "server_error": ("compression/chunk_aggregator.cc", "ChunkAggregator::Create, the error",
+                     r"Buffer<float>::Create\(backend, chunk\)"),
     "inter_blocks": ("worker/exchange/compressed_allreduce.cc",
+                     "CompressedAllreduce::Init, send_ and the block buffers",
                      r"send_, kernels::Buffer<uint8_t>::Create"),
 }
 
@@ -162,10 +199,10 @@ class Config:
             raise ValueError("bf16/fp16 parameters come from a PyTorch model (workload "
                              "pytorch); the built-in workloads are fp32")
         if self.shard_state and self.local_size < 2:
-            raise ValueError("shard_state needs local_size >= 2 (plan section 5)")
+            raise ValueError("shard_state needs local_size >= 2 (the job config refuses less)")
         if self.shard_state and self.optimizer == "zero_one_adam":
-            raise ValueError("shard_state with zero_one_adam is refused in the design (plan "
-                             "section 3.2): its local steps keep each worker's own p and m")
+            raise ValueError("shard_state with zero_one_adam is refused (ZeroOneAdam's "
+                             "kCannotShard): its local steps keep each worker's own p and m")
         if self.grad_dtype != "fp32":
             if not self.shard_state:
                 raise ValueError("a bf16/fp16 gradient buffer is the design of plan step 8, "
@@ -182,11 +219,11 @@ class Config:
 @dataclass
 class Buffer:
     name: str
-    ref: str           # a key of REFS: the code that allocates it (today)
+    ref: str           # a key of REFS: the code that allocates it
     nbytes: int
     memory: str = "device"   # device (GPU memory on GPUs, RAM on CPUs) or host
     when: str = "job"        # job, init (transient in Trainer::Init), warmup, compression
-    design: bool = False     # not code yet: the plan's design
+    design: bool = False     # not code yet (the note says whose design)
     note: str = ""
 
 
@@ -201,12 +238,17 @@ def buffers(c):
     pb, gb = DTYPE_BYTES[c.param_dtype], DTYPE_BYTES[c.grad_dtype]
     low = c.param_dtype != "fp32"
     sh = c.shard_state
+    lamb = c.optimizer == "onebit_lamb"
     state = S if sh else n  # the elements of m, v and the like
     rows = []
 
-    def add(name, ref, nbytes, **kw):
-        changed = kw.pop("design", True)  # False: the same buffer in the design
-        rows.append(Buffer(name, ref, int(nbytes), design=sh and changed, **kw))
+    def add(name, ref, nbytes, design=False, **kw):
+        rows.append(Buffer(name, ref, int(nbytes), design=design, **kw))
+
+    # Sharded, these are not code yet: low-precision parameters (plan step 8) and 1-bit
+    # LAMB (refused today; being built on ShardRows).
+    low_design = sh and low
+    lamb_design = sh and lamb
 
     # Parameters.
     if not sh:
@@ -215,93 +257,94 @@ def buffers(c):
             add(f"model parameters, {c.param_dtype} (torch's own tensors)", "torch_low_params",
                 pb * n)
     elif not low:
-        add("p, whole and padded (every worker's model reads it)", "p", 4 * padded,
-            note="plan 2.2: p_ at padded_size")
+        add("p, whole and padded to L x S (every worker's model reads it)", "p", 4 * padded,
+            design=lamb_design)
     else:
-        add("p: fp32 master of the slice", "p", 4 * S, note="plan 2.3")
+        add("p: fp32 master of the slice", "p", 4 * S, design=True, note="plan 2.3")
         add(f"p_low_: the model's {c.param_dtype} parameters, padded", "p", pb * padded,
-            note="plan 2.3: a new buffer; the model views it")
-    if sh:
-        add("all-gather staging of the updated slice", "padded", (pb if low else 4) * S,
-            note="plan 2.1 AllGatherShards")
+            design=True, note="plan 2.3: a new buffer; the model views it")
     # Optimizer state.
-    add("m (exp_avg)", "mv", 4 * state)
-    add("v (exp_avg_sq)", "mv", 4 * state)
+    add("m (exp_avg)", "mv", 4 * state, design=lamb_design or low_design)
+    add("v (exp_avg_sq)", "mv", 4 * state, design=lamb_design or low_design)
     if c.optimizer == "zero_one_adam":
         add("0/1 Adam: accumulator, avg (scratch), anchor", "zero_one_more", 12 * n)
-    if c.optimizer == "onebit_lamb":
+    if lamb:
         add("1-bit LAMB: exp_avg_sq_fresh, m_last (scratch), u (scratch)", "lamb_more",
-            12 * state)
+            12 * state, design=lamb_design, note="1-bit LAMB sharded: being built")
     if c.clip:
-        if sh:
-            add("clip copy: none, the clip scales the send segment", "clip", 0,
-                note="plan step 7")
-        else:
+        if not sh:
             add("clip copy clipped_", "clip", 4 * n)
+        elif lamb:
+            add("clip copy clipped_, made at the first compression step that clips",
+                "clip_lazy", 4 * n, when="compression", design=True,
+                note="LAMB's rows do not take the clip factor yet")
+        else:
+            add("clip copy: none, the exchange scales each segment it sends", "clip_scale", 0,
+                design=low_design)
     if c.user_mask:
-        add("user momentum mask", "user_mask", 4 * state)
-        add("user mask, host copy in MomentumMask", "user_mask_host", 4 * state, memory="host")
+        add("user momentum mask", "user_mask", 4 * state, design=lamb_design or low_design)
+        add("user mask, host copy in MomentumMask", "user_mask_host", 4 * state, memory="host",
+            design=lamb_design or low_design)
         add("user mask, host copy in the optimizer's options", "optimizer_options", 4 * n,
-            memory="host", design=False)
+            memory="host")
         add("user mask, host copy in the trainer's options", "trainer_options", 4 * n,
-            memory="host", design=False)
+            memory="host")
     if c.auto_mask:
-        add("automatic mask: nonzero_seen", "seen", 4 * state)
+        add("automatic mask: nonzero_seen", "seen", 4 * state, design=lamb_design or low_design)
         if not c.user_mask:
             add("automatic mask: mask_ (made at the first compression step)", "auto_mask",
-                4 * state, when="compression")
+                4 * state, when="compression", design=lamb_design or low_design)
     # Gradients.
     if c.workload == "builtin":
-        add("gradient: the trainer's grad_", "trainer_grad", 4 * n, design=False)
+        add("gradient: the trainer's grad_", "trainer_grad", 4 * n)
     else:
         add(f"gradient buffer, {c.grad_dtype} ("
             + ("backward's own .grad is cast into it" if low and gb == 4
                else "the .grad tensors view it") + ")",
-            "external_grad", gb * n, design=c.grad_dtype != "fp32")
+            "external_grad", gb * n, design=c.grad_dtype != "fp32", note="plan step 8")
         if low and gb == 4:
             add(f"model gradients, {c.param_dtype} (backward's own .grad, cast in)",
-                "torch_low_grads", pb * n, design=False)
+                "torch_low_grads", pb * n)
         if c.accumulation:
-            add("gradient: the trainer's grad_ (accumulation)", "trainer_grad", 4 * n,
-                design=False)
+            add("gradient: the trainer's grad_ (accumulation)", "trainer_grad", 4 * n)
     if c.accumulation:
-        add("gradient accumulation: micro_grad_", "micro_grad", 4 * n, design=False)
+        add("gradient accumulation: micro_grad_", "micro_grad", 4 * n)
     # The hierarchical exchange.
+    add("hierarchical: send_, received_ (the reduce-scatter's L rows of one segment, twice)",
+        "segments", 2 * 4 * L * min(S, SEGMENT_ELEMENTS))
+    add("hierarchical: slice_sum_", "slice_sum", 4 * S)
     if not sh:
-        add("hierarchical: padded_ (the input, padded)", "padded", 4 * padded)
-        add("hierarchical: received_ (slice l of every local worker)", "received", 4 * padded)
         add("hierarchical: gathered_ (the whole result)", "gathered", 4 * padded)
         add("hierarchical: slice_m_", "slice_m", 4 * S)
-    else:
-        add("segmented reduce-scatter rows (L x one segment; O(1) in n)", "received",
-            4 * L * min(S, DESIGN_SEGMENT_ELEMENTS), note="plan step 7; segment size a guess")
-    add("hierarchical: slice_sum_", "slice_sum", 4 * S, design=False)
-    if K > 1:
-        if sh:
-            add("hierarchical: blocks_ (this slice's K blocks)", "blocks", K * bb,
-                note="plan 2.1")
-        else:
+        if K > 1:
             add("hierarchical: blocks_ (every slice's K blocks)", "blocks", L * K * bb)
+    else:
+        add("hierarchical: stage_ (the all-gather's copy of the updated slice)", "stage",
+            (pb if low else 4) * S, design=low_design)
+        if lamb:
+            add("hierarchical: rows_ (ShardRows: slice l of every local worker's x, L x S)",
+                "lamb_rows", 4 * padded, when="compression", design=True,
+                note="1-bit LAMB sharded: being built")
+    if K > 1:
         # The inter-node PeerExchange over the slice (hierarchical_exchange.cc CreatePeer).
-        add("inter ExactAllreduce: rows_", "inter_rows", 4 * K * chunk, design=False)
-        add("inter ExactAllreduce: summed_", "inter_summed", 4 * chunk, design=False)
-        add("inter ExactAllreduce: gathered_", "inter_gathered", 4 * S, design=False)
-        add("inter worker error", "worker_error", 4 * S, design=False)
-        add("inter server error", "server_error", 4 * chunk, design=False)
+        add("inter ExactAllreduce: rows_", "inter_rows", 4 * K * chunk)
+        add("inter ExactAllreduce: summed_", "inter_summed", 4 * chunk)
+        add("inter ExactAllreduce: gathered_", "inter_gathered", 4 * S)
+        add("inter worker error", "worker_error", 4 * S)
+        add("inter server error", "server_error", 4 * chunk)
         add("inter CompressedAllreduce: send_, received_, gathered_, server_out_",
-            "inter_blocks", (3 * K + 1) * bb, design=False)
+            "inter_blocks", (3 * K + 1) * bb)
     # Host memory outside the backend.
     add("initial parameters (Trainer::Init, freed when it returns)", "initial", 4 * n,
-        memory="host", when="init", design=False)
+        memory="host", when="init")
     if c.report_interval > 0 and c.last_warmup_step >= c.report_interval:
         add("variance-change copies v_prev_, v_now_ (freed at the switch)", "variance_copies",
-            8 * state, memory="host", when="warmup",
-            note="plan 3.1: the slice only" if sh else "")
+            8 * state, memory="host", when="warmup", design=lamb_design or low_design)
     if c.workload == "pytorch":
         add("initial parameters kept by EmbeddedWorker", "embedded_initial", 4 * n,
-            memory="host", design=False)
+            memory="host")
         add("initial parameters kept by ExternalWorkload", "external_initial", 4 * n,
-            memory="host", design=False)
+            memory="host")
     return rows
 
 
@@ -357,21 +400,27 @@ def peer_rows(gpus):
 def repo_root():
     """The checkout this file is in (through Bazel's runfiles links), or None."""
     here = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
-    probe = os.path.join(here, REFS["padded"][0])
+    probe = os.path.join(here, REFS["segments"][0])
     return here if os.path.isfile(probe) else None
 
 
 def locate(root):
-    """{ref: 'path:line'} for every REFS entry found; raises LookupError naming the missing."""
+    """{ref: 'path:line'} for every REFS entry found today; raises LookupError naming the
+    missing. The rows themselves name path and symbol (where()), not the line."""
     found, missing = {}, []
     for key, spec in REFS.items():
-        path, pattern = spec[0], spec[1]
-        after = spec[2] if len(spec) > 2 else None
+        path, symbol, pattern = spec[0], spec[1], spec[2]
+        after = spec[3] if len(spec) > 3 else None
         try:
             with open(os.path.join(root, path), encoding="utf-8") as f:
-                lines = f.read().splitlines()
+                text = f.read()
         except OSError:
             missing.append(f"{key}: {path} is missing")
+            continue
+        lines = text.splitlines()
+        owner = re.split(r"::|\.", symbol.split(",")[0])[-1].strip()
+        if not re.search(r"\b" + re.escape(owner) + r"\b", text):
+            missing.append(f"{key}: {path} has no {owner} (symbol {symbol!r})")
             continue
         start = 0
         if after is not None:
@@ -391,11 +440,13 @@ def locate(root):
     return found
 
 
-def where(row, lines):
-    path = lines.get(row.ref, REFS[row.ref][0]) if lines else REFS[row.ref][0]
+def where(row):
+    """The file and symbol that allocate `row`'s buffer (no line number: lines move)."""
+    path, symbol = REFS[row.ref][0], REFS[row.ref][1]
+    at = f"{path} ({symbol})"
     if row.design:
-        return f"design ({row.note or 'plan'}); today {path}"
-    return path
+        return f"DESIGN ({row.note or 'plan'}); code today: {at}"
+    return at
 
 
 # ---- Output ----
@@ -406,21 +457,21 @@ def fmt_gib(nbytes):
 
 def describe(c):
     return (f"{c.optimizer}, {c.codec} codec, {c.param_dtype} parameters, {c.grad_dtype} "
-            f"gradient buffer, shard_state {'true (DESIGN, plan steps 7-8)' if c.shard_state else 'false (today)'}, "
+            f"gradient buffer, shard_state {'true' if c.shard_state else 'false'}, "
             f"{c.stage} stage, L = {c.local_size} workers per node, {c.nodes} nodes, "
             f"workload {c.workload}"
             + "".join(f", {flag}" for flag in ("clip", "user_mask", "auto_mask", "accumulation")
                       if getattr(c, flag)))
 
 
-def report(c, lines):
+def report(c):
     rows = buffers(c)
     n = c.params
     out = [f"{n:,} parameters: {describe(c)}", "",
            "| buffer | allocated by | memory | lives | B/param | GiB |",
            "|---|---|---|---|---:|---:|"]
     for r in rows:
-        out.append(f"| {r.name} | {where(r, lines)} | {r.memory} | {r.when} | "
+        out.append(f"| {r.name} | {where(r)} | {r.memory} | {r.when} | "
                    f"{r.nbytes / n:.3f} | {fmt_gib(r.nbytes)} |")
     dev = total(live(rows, "device", c.stage))
     host = total(live(rows, "host", c.stage))
@@ -430,6 +481,8 @@ def report(c, lines):
             f"host memory besides (same stage, Init's transient copy aside): {host / n:.2f} "
             f"B/param, {fmt_gib(host)} GiB per process",
             "not counted: activations, the CUDA context, NCCL/gloo buffers, allocator slack"]
+    if any(r.design for r in rows):
+        out.append("rows marked DESIGN are not code yet")
     return "\n".join(out)
 
 
@@ -440,10 +493,10 @@ def table_setups(local_size, nodes):
     """The onebit rows of --table: (label, Config without params)."""
     base = dict(local_size=local_size, nodes=nodes, workload="pytorch", stage="compression")
     return [
-        ("onebit today, fp32 parameters", dict(base)),
-        ("onebit today, bf16 parameters (fp32 masters in onebit)",
+        ("onebit unsharded, fp32 parameters", dict(base)),
+        ("onebit unsharded, bf16 parameters (fp32 masters in onebit)",
          dict(base, param_dtype="bf16")),
-        ("DESIGN sharded, fp32 parameters", dict(base, shard_state=True)),
+        ("onebit sharded, fp32 parameters", dict(base, shard_state=True)),
         ("DESIGN sharded, bf16 parameters, fp32 gradient buffer",
          dict(base, shard_state=True, param_dtype="bf16")),
         ("DESIGN sharded, bf16 parameters, bf16 gradient buffer",
@@ -489,24 +542,23 @@ def table(local_size=8, nodes=8, gpu_gib=80.0):
     def left(per_param, params):
         return gpu_gib - per_param * params / GIB
 
-    today = [(k, b) for k, b in onebit if not k.startswith("DESIGN")]
-    design = [(k, b) for k, b in onebit if k.startswith("DESIGN")]
-    verdict = [
-        "",
-        "DESIGN rows are PLAN-issue47.md after its step 7 (step 8 for bf16), not code yet.",
-        "Today: " + ("no onebit row fits 7B." if all(left(b, 7e9) < 0 for _, b in today)
-                     else "a onebit row fits 7B."),
-    ]
     def room(b, params, name):
         gib = left(b, params)
         return f"{name} leaves {gib:.0f} GiB" if gib >= 0 else f"{name} is {-gib:.0f} GiB over"
 
-    for k, b in design:
+    verdict = ["",
+               "DESIGN rows are not code yet: bf16 parameters and a bf16 gradient buffer with "
+               "shard_state (PLAN-issue47.md step 8). The other onebit rows are the code of "
+               "today."]
+    for k, b in onebit:
         verdict.append(f"{k}: {room(b, 7e9, '7B')}, {room(b, 13e9, '13B')}.")
-    roomy = [k for k, b in design if left(b, 7e9) >= 16]
+    roomy = [k for k, b in onebit if left(b, 7e9) >= 16]
+    built = [k for k in roomy if not k.startswith("DESIGN")]
     if roomy:
-        verdict.append(f"So 7B trains with the design only as {'; '.join(roomy)}, with "
-                       "activations under its headroom (the other rows leave under 16 GiB).")
+        verdict.append(f"So 7B trains, with its activations under the headroom, only as "
+                       f"{'; '.join(roomy)}"
+                       + ("" if built else ", which is not built yet")
+                       + " (the other rows leave under 16 GiB).")
     if all(left(b, 13e9) < 0 for _, b in onebit):
         verdict.append("No onebit row fits 13B.")
     host7 = total(live(buffers(Config(params=int(7e9), **table_setups(local_size, nodes)[0][1])),
@@ -536,7 +588,8 @@ def main(argv=None):
     ap.add_argument("--param_dtype", default="fp32", choices=sorted(DTYPE_BYTES))
     ap.add_argument("--grad_dtype", default="fp32", choices=sorted(DTYPE_BYTES))
     ap.add_argument("--shard_state", type=parse_bool, default=False,
-                    help="true: the plan's design after step 7 (not code yet)")
+                    help="onebit.exchange.shard_state (true: the optimizer state sharded "
+                         "across the node's workers)")
     ap.add_argument("--stage", default="compression", choices=STAGES)
     ap.add_argument("--workload", default="pytorch", choices=WORKLOADS,
                     help="pytorch (ExternalWorkload) or builtin (synthetic, mlp, fashion_mnist)")
@@ -582,21 +635,17 @@ def main(argv=None):
     except ValueError as e:
         print(f"memory_model: {e}", file=sys.stderr)
         return 2
-    try:
-        lines = locate(root) if root else {}
-    except LookupError:
-        lines = {}
     if a.json:
         print(json.dumps({
             "params": c.params, "config": describe(c),
             "device_bytes": total(live(rows, "device", c.stage)),
             "host_bytes": total(live(rows, "host", c.stage)),
             "cpu_job_peak_bytes": cpu_job_peak_bytes(c),
-            "buffers": [dict(name=r.name, where=where(r, lines), memory=r.memory, when=r.when,
+            "buffers": [dict(name=r.name, where=where(r), memory=r.memory, when=r.when,
                              bytes=r.nbytes, design=r.design) for r in rows],
         }, indent=1))
         return 0
-    print(report(c, lines))
+    print(report(c))
     if a.cpu_job:
         peak = cpu_job_peak_bytes(c)
         print(f"CPU job peak RSS above the fixed part: {peak / c.params:.2f} B/param, "

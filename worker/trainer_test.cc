@@ -1208,10 +1208,11 @@ TEST(WorkerMetricsTest, TheTrainerFeedsTheMetricsAndTheEndpointServesThem) {
   // The buffers: 1-bit Adam's p, m and v of 1,000 parameters; the peer exchange's.
   EXPECT_EQ(summary.optimizer_state_bytes, 3 * 1000 * sizeof(float));
   EXPECT_GT(summary.exchange_buffer_bytes, 1000 * sizeof(float));
-  EXPECT_THAT(text, HasSubstr(absl::StrCat("onebit_worker_state_bytes{rank=\"0\",part=\"optimizer\"} ",
-                                           summary.optimizer_state_bytes)));
-  EXPECT_THAT(text, HasSubstr(absl::StrCat("onebit_worker_state_bytes{rank=\"0\",part=\"exchange\"} ",
-                                           summary.exchange_buffer_bytes)));
+  for (const auto& [part, bytes] : {std::pair{"optimizer", summary.optimizer_state_bytes},
+                                     std::pair{"exchange", summary.exchange_buffer_bytes}}) {
+    EXPECT_THAT(text, HasSubstr(absl::StrCat("onebit_worker_state_bytes{rank=\"0\",part=\"",
+                                             part, "\"} ", bytes)));
+  }
   // Values that do not exist are absent, not 0: the synthetic workload has no test
   // accuracy; 6 warmup steps make no variance report (every 10 steps); with no progress
   // lines the error norm is never measured.

@@ -67,8 +67,9 @@ struct HierarchicalOptions {
   // the two L x segment buffers at 128 MiB on a node of 4 and 256 MiB on a node of 8, O(1)
   // in n. Over gloo on loopback a call costs a few ms of its own: at 32 Mi parameters and
   // L = 4, 4 Mi segments took 1-3% longer than one segment, 1 Mi 24-36%
-  // (tools/segment_bench_main.cc; results/bench/2026-11-29/memory/segments.txt). On NVLink
-  // a 16 MiB block takes about 50 us against NCCL's ~10 us a call (not measured here).
+  // (tools/segment_bench_main.cc, results/bench/2026-11-29/memory-step7/segments.txt).
+  // On NVLink a 16 MiB block takes about 50 us against NCCL's ~10 us a call (not
+  // measured here).
   size_t segment_elements = size_t{1} << 22;
 };
 
