@@ -85,9 +85,10 @@ class WorkerCheckpointer : public CheckpointSink {
 };
 
 // Restores `optimizer` (and its exchange's error buffers) from the checkpoint `resume`
-// names under `dir`. A sharded optimizer's Restore all-gathers p inside the node: every
-// local worker calls this at the same point (every worker of a resumed job does, at start). Errors name the file and what is wrong (DATA_LOSS for a damaged part,
-// INVALID_ARGUMENT for one that does not fit this job).
+// names under `dir`. Errors name the file and what is wrong (DATA_LOSS for a damaged part,
+// INVALID_ARGUMENT for one that does not fit this job). A sharded optimizer's Restore
+// all-gathers p inside the node: every local worker calls this at the same point (every
+// worker of a resumed job does, at start).
 // `trainer_scalars` (may be null) gets the trainer's scalars (Trainer::RestoreScalars), from
 // the first worker part that has them: every worker saves the same, and a worker of a
 // larger world has no part of its own.

@@ -275,14 +275,16 @@ std::vector<std::vector<float>> RestoreAndCheck(const Job& job, size_t n,
         return absl::InternalError(absl::StrCat("no whole ", spec.name));
       }
       EXPECT_TRUE(SameBits(got, it->second.data() + lo))
-          << JobName(job) << ", worker " << w << ": " << spec.name << " [" << lo << ", " << hi << ")";
+          << JobName(job) << ", worker " << w << ": " << spec.name << " [" << lo << ", " << hi
+          << ")";
     }
     ONEBIT_ASSIGN_OR_RETURN(std::vector<float> p, o.ParamsToHost());
     EXPECT_TRUE(SameBits(p, whole.at("params").data())) << JobName(job) << ", worker " << w;
     if (reset_errors) {
       ONEBIT_ASSIGN_OR_RETURN(ErrorState errors, o.exchange().SaveErrors());
       for (const auto& [name, values] : errors) {
-        EXPECT_EQ(values, std::vector<float>(values.size(), 0.0f)) << "worker " << w << ": " << name;
+        EXPECT_EQ(values, std::vector<float>(values.size(), 0.0f))
+            << "worker " << w << ": " << name;
       }
     }
     ONEBIT_RETURN_IF_ERROR(Train(o, w, kEnd));
