@@ -4,9 +4,10 @@
 // optimizer moved behind an interface, a kernel file split) keeps every hash; one that
 // changes a result on purpose regenerates the file and says why in its commit.
 //
-// The cases cover the three optimizers and Adam, both codecs, the three exchange modes, a
-// bf16 warmup wire, weight decay, an lr schedule, gradient clipping and the momentum mask
-// (fashion_mnist's always-zero border pixels), each freezing mid-run.
+// The cases cover the three optimizers and Adam, both codecs, the three exchange modes
+// (hierarchical with one node and with two), a bf16 warmup wire, weight decay, an lr
+// schedule, gradient clipping and the automatic momentum mask (fashion_mnist's always-zero
+// border pixels), each freezing mid-run.
 //
 // The CPU kernels sum squares in a different order on AVX2 and on the scalar path
 // (kernels/kernels.h), so the golden hashes are kept per path; a path with no hashes skips,
@@ -43,6 +44,10 @@ struct Case {
   const char* optimizer;
   const char* exchange;
   const char* extra = "";  // more top-level keys, each followed by a comma
+  const char* onebit_extra = "";  // more keys of the "onebit" block, each followed by a comma
+  // A sharded case names its unsharded twin, listed before it: the two must end with the
+  // same bits, in this run as in the golden file.
+  const char* twin = nullptr;
 };
 
 // fashion_mnist with one hidden layer of 16: 12,730 parameters, and its first layer's rows
@@ -55,6 +60,7 @@ std::string JobJson(const Case& c) {
   %s
   "optimizer": %s,
   "onebit": {
+    %s
     "workers": %d,
     "exchange": %s,
     "freeze": {"mode": "static"},
@@ -63,7 +69,7 @@ std::string JobJson(const Case& c) {
     "workload": {"type": "fashion_mnist", "hidden": [16], "eval_every": 0}
   }
 })",
-                         c.extra, c.optimizer, c.workers, c.exchange);
+                         c.extra, c.optimizer, c.onebit_extra, c.workers, c.exchange);
 }
 
 constexpr char kOnebitAdam[] =
@@ -87,11 +93,20 @@ constexpr char kHier[] = R"({"mode": "hierarchical", "local_size": 2})";
 constexpr char kHierInt8[] = R"({"mode": "hierarchical", "local_size": 2, "compressor": "int8"})";
 constexpr char kHierPs[] = R"({"mode": "hierarchical", "local_size": 2, "inter": "ps",
         "servers": 2})";
+constexpr char kHierShard[] = R"({"mode": "hierarchical", "local_size": 2, "shard_state": true})";
+constexpr char kHierShardInt8[] =
+    R"({"mode": "hierarchical", "local_size": 2, "compressor": "int8", "shard_state": true})";
+constexpr char kHierShardPs[] = R"({"mode": "hierarchical", "local_size": 2, "inter": "ps",
+        "servers": 2, "shard_state": true})";
 
 constexpr char kSchedule[] =
     R"("scheduler": {"type": "WarmupDecayLR", "params": {"warmup_num_steps": 5,
         "total_num_steps": 24, "warmup_max_lr": 0.003}},)";
 constexpr char kClip[] = R"("gradient_clipping": 0.5,)";
+constexpr char kScheduleClip[] =
+    R"("scheduler": {"type": "WarmupDecayLR", "params": {"warmup_num_steps": 5,
+        "total_num_steps": 24, "warmup_max_lr": 0.003}}, "gradient_clipping": 0.5,)";
+constexpr char kAutoMask[] = R"("momentum_mask": {"auto_zero_grad": true},)";
 
 const std::vector<Case>& Cases() {
   static const auto* cases = new std::vector<Case>{
@@ -114,6 +129,19 @@ const std::vector<Case>& Cases() {
       {"hier_ps_onebit_adam", 4, kOnebitAdam, kHierPs},
       {"hier_zero_one_adam", 4, kZeroOneAdam, kHier},
       {"hier_onebit_lamb", 4, kOnebitLamb, kHierInt8},
+      // The unsharded twins of issue 47's sharded cases: clipping in warmup and
+      // compression, the automatic mask, a schedule, LAMB on the 1-bit codec, one node.
+      {"hier_onebit_adam_clip_mask_schedule", 4, kOnebitAdam, kHier, kScheduleClip, kAutoMask},
+      {"hier_adam", 4, kAdam, kHier},
+      {"hier_onebit_lamb_clip_schedule", 4, kOnebitLamb, kHier, kScheduleClip},
+      {"hier_one_node_onebit_lamb", 2, kOnebitLamb, kHier},
+      // Sharded optimizer state (onebit.exchange.shard_state): the twin's bits.
+      {"hier_shard_onebit_adam_clip_mask_schedule", 4, kOnebitAdam, kHierShard, kScheduleClip,
+       kAutoMask, "hier_onebit_adam_clip_mask_schedule"},
+      {"hier_shard_onebit_adam_int8", 4, kOnebitAdam, kHierShardInt8, kSchedule, "",
+       "hier_onebit_adam_int8"},
+      {"hier_shard_ps_onebit_adam", 4, kOnebitAdam, kHierShardPs, "", "", "hier_ps_onebit_adam"},
+      {"hier_shard_adam", 4, kAdam, kHierShard, "", "", "hier_adam"},
   };
   return *cases;
 }
@@ -192,11 +220,21 @@ TEST(BitIdentityTest, EveryCaseKeepsItsBits) {
                  << golden_path << "; make them with ONEBIT_UPDATE_GOLDEN (see the file's top)";
   }
   std::map<std::string, std::string> out = golden;
+  std::map<std::string, std::string> ran;  // case -> hash, this run
   for (const Case& c : Cases()) {
     const std::string key = kernel_path + " " + c.name;
     const std::string hash = RunCase(c);
     if (hash.empty()) continue;
     std::printf("%s %s\n", key.c_str(), hash.c_str());
+    ran[c.name] = hash;
+    if (c.twin != nullptr) {
+      const auto twin = ran.find(c.twin);
+      if (twin == ran.end()) {
+        ADD_FAILURE() << c.name << ": its twin " << c.twin << " did not run before it";
+      } else {
+        EXPECT_EQ(hash, twin->second) << c.name << " ended apart from its twin " << c.twin;
+      }
+    }
     if (!update.empty()) {
       out[key] = hash;
       continue;

@@ -15,6 +15,7 @@
 #include "common/permanent_error.h"
 #include "common/status_macros.h"
 #include "compression/worker_compressor.h"
+#include "worker/optim/sliced_reductions.h"
 #include "worker/workloads/step_inputs.h"
 
 namespace onebit {
@@ -670,20 +671,35 @@ absl::StatusOr<std::optional<double>> Trainer::VarianceChange(int64_t t, Stage s
   }
   if (t % k != 0) return std::optional<double>();
   // Host copies: every k warmup steps, one read of v (cheap next to k steps of training).
+  // Sharded, v is the state range's only.
   const size_t n = optimizer_->size();
-  v_now_.resize(n);
+  const size_t begin = optimizer_->state_begin(), count = optimizer_->state_count();
+  v_now_.resize(count);
   ONEBIT_RETURN_IF_ERROR(
-      backend_->CopyToHost(v_now_.data(), optimizer_->variance(), n * sizeof(float)));
+      backend_->CopyToHost(v_now_.data(), optimizer_->variance(), count * sizeof(float)));
   std::optional<double> change;
   if (v_prev_step_ == t - k) {
-    if (v_prev_.empty()) v_prev_.assign(n, 0.0f);  // v_0 = 0
-    double diff = 0.0, norm = 0.0;
-    for (size_t i = 0; i < n; ++i) {
-      const double d = double{v_now_[i]} - v_prev_[i];
-      diff += d * d;
-      norm += double{v_now_[i]} * v_now_[i];
+    if (v_prev_.empty()) v_prev_.assign(count, 0.0f);  // v_0 = 0
+    // Per slice of the exchange, added in slice order (sliced_reductions.h): the same bits
+    // from a worker that holds one slice of v and gathers the others' partials.
+    Exchange& exchange = optimizer_->exchange();
+    const size_t stride = exchange.reduction_stride();
+    if (!exchange.state_shard().has_value()) {
+      change = RelativeChange(
+          RelativeChangePartials(v_now_.data(), v_prev_.data(), 0, CutAtStride({0, n}, stride)));
+    } else {
+      const ChangePartials mine = RelativeChangePartials(
+          v_now_.data(), v_prev_.data(), begin, CutAtStride({0, n}, stride, {begin, begin + count}));
+      ONEBIT_ASSIGN_OR_RETURN(const std::vector<double> all,
+                              exchange.GatherPartials({AddInOrder(mine.diff),
+                                                       AddInOrder(mine.norm)}));
+      ChangePartials node;  // slice by slice, in local-rank order
+      for (size_t l = 0; l + 1 < all.size(); l += 2) {
+        node.diff.push_back(all[l]);
+        node.norm.push_back(all[l + 1]);
+      }
+      change = RelativeChange(node);
     }
-    change = norm > 0.0 ? std::sqrt(diff / norm) : 0.0;
   }
   v_prev_.swap(v_now_);
   v_prev_step_ = t;

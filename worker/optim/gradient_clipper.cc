@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "worker/optim/sliced_reductions.h"
 
 namespace onebit {
 
@@ -35,10 +36,14 @@ absl::Status GradientClipper::SetMaxNorm(double max_norm) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<double> GradientClipper::Factor(const float* g, double scale) {
+absl::StatusOr<double> GradientClipper::Factor(const float* g, double scale, size_t stride) {
   if (!enabled()) return 1.0;
-  double sumsq = 0;
-  ONEBIT_RETURN_IF_ERROR(backend_->SumSquares(g, n_, &sumsq));
+  ONEBIT_ASSIGN_OR_RETURN(double sumsq, SlicedSumSquares(*backend_, g, {0, n_}, stride));
+  return FactorOf(sumsq, scale);
+}
+
+double GradientClipper::FactorOf(double sumsq, double scale) {
+  if (!enabled()) return 1.0;
   last_norm_ = std::sqrt(sumsq) * std::abs(scale);
   const double factor = max_norm_ / (last_norm_ + 1e-6);
   // A NaN norm passes unclipped: the trainer stops on the NaN it makes.
@@ -46,7 +51,7 @@ absl::StatusOr<double> GradientClipper::Factor(const float* g, double scale) {
 }
 
 absl::StatusOr<const float*> GradientClipper::Clip(const float* g) {
-  ONEBIT_ASSIGN_OR_RETURN(double factor, Factor(g));
+  ONEBIT_ASSIGN_OR_RETURN(double factor, Factor(g, 1.0, /*stride=*/0));
   if (factor >= 1.0) return g;
   ONEBIT_RETURN_IF_ERROR(backend_->Copy(clipped_.data(), g, n_ * sizeof(float)));
   ONEBIT_RETURN_IF_ERROR(backend_->Scale(static_cast<float>(factor), clipped_.data(), n_));

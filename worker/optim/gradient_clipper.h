@@ -30,9 +30,16 @@ class GradientClipper {
   // checks as Create.
   absl::Status SetMaxNorm(double max_norm);
   // The factor that clips scale*g (n elements, backend memory): 1 when off or within the
-  // norm, else max_norm / (||scale*g|| + 1e-6).
-  absl::StatusOr<double> Factor(const float* g, double scale = 1.0);
+  // norm, else max_norm / (||scale*g|| + 1e-6). ||g||^2 is cut at the multiples of
+  // `stride` and the pieces added in slice order (sliced_reductions.h): the optimizers pass
+  // the exchange's reduction_stride() for the exact sum, whose norm a sharded worker
+  // assembles from every slice's piece. Stride 0: one SumSquares over g.
+  absl::StatusOr<double> Factor(const float* g, double scale, size_t stride);
+  // The same from ||g||^2 itself (a sum assembled elsewhere, in the same order).
+  double FactorOf(double sumsq, double scale);
   // g itself when within the norm (or off), else a clipped copy, valid until the next call.
+  // The norm is one SumSquares over g (stride 0): each worker clips its own whole gradient,
+  // which no other worker sums.
   absl::StatusOr<const float*> Clip(const float* g);
   // The norm of the last gradient measured (for metrics); 0 before any.
   double last_norm() const { return last_norm_; }

@@ -48,7 +48,8 @@ absl::Status OnebitAdam::WarmupStep(const float* grad) {
                                            : exchange_->SumGradients(step_ + 1, grad));
   }
   ONEBIT_RETURN_IF_ERROR(mask_.Observe(sum));
-  ONEBIT_ASSIGN_OR_RETURN(double clip, clip_.Factor(sum, 1.0 / w));
+  // The exact sum's norm in slice order (sliced_reductions.h); sharded, gathered.
+  ONEBIT_ASSIGN_OR_RETURN(double clip, ExactSumClipFactor(sum, 1.0 / w));
   for (const HyperGroup& g : StateGroups()) {
     ONEBIT_RETURN_IF_ERROR(backend_->AdamWarmupUpdate(StepHyper(g), sum + g.begin,
                                                       MeanScale(clip, w), m_.data() + g.begin,

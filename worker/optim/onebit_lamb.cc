@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/optim/optim_checks.h"
+#include "worker/optim/sliced_reductions.h"
 
 namespace onebit {
 namespace {
@@ -99,9 +100,10 @@ OnebitLamb::OnebitLamb(const OnebitLambOptions& options, kernels::Backend* backe
   last_factor_.assign(groups_.size(), 1.0);
 }
 
-absl::StatusOr<double> OnebitLamb::Norm(const float* x, size_t n) {
-  double sumsq = 0.0;
-  ONEBIT_RETURN_IF_ERROR(backend_->SumSquares(x, n, &sumsq));
+absl::StatusOr<double> OnebitLamb::Norm(const float* x, const Group& tensor) {
+  ONEBIT_ASSIGN_OR_RETURN(
+      double sumsq,
+      SlicedSumSquares(*backend_, x, {tensor.begin, tensor.end}, exchange_->reduction_stride()));
   return std::sqrt(sumsq);
 }
 
@@ -136,7 +138,9 @@ absl::Status OnebitLamb::WarmupStep(const float* grad) {
     ONEBIT_ASSIGN_OR_RETURN(g, exchange_->SumGradients(step_ + 1, grad));
   }
   ONEBIT_RETURN_IF_ERROR(mask_.Observe(g));
-  ONEBIT_ASSIGN_OR_RETURN(double clip, clip_.Factor(g, 1.0 / w));
+  // The exact sum: its norm in slice order (sliced_reductions.h).
+  ONEBIT_ASSIGN_OR_RETURN(double clip,
+                          clip_.Factor(g, 1.0 / w, exchange_->reduction_stride()));
   ONEBIT_RETURN_IF_ERROR(
       backend_->AdamMomentsUpdate(h, g, MeanScale(clip, w), m_.data(), v_.data(), n_));
   for (const HyperGroup& hg : hyper_groups_) {  // u with each group's weight decay
@@ -147,8 +151,8 @@ absl::Status OnebitLamb::WarmupStep(const float* grad) {
   for (size_t k = 0; k < groups_.size(); ++k) {
     const Group& gr = groups_[k];
     const float lr = StepHyper(HyperOf(k), &scale).lr;
-    ONEBIT_ASSIGN_OR_RETURN(double p_norm, Norm(p_.data() + gr.begin, gr.size()));
-    ONEBIT_ASSIGN_OR_RETURN(double u_norm, Norm(u_.data() + gr.begin, gr.size()));
+    ONEBIT_ASSIGN_OR_RETURN(double p_norm, Norm(p_.data(), gr));
+    ONEBIT_ASSIGN_OR_RETURN(double u_norm, Norm(u_.data(), gr));
     u_norm *= scale;  // the true direction's
     double trust = 1.0;
     if (p_norm != 0 && u_norm != 0) {
@@ -169,7 +173,7 @@ absl::Status OnebitLamb::Switch() {
   double total = 0.0;
   for (size_t k = 0; k < groups_.size(); ++k) {
     const Group& gr = groups_[k];
-    ONEBIT_ASSIGN_OR_RETURN(double norm, Norm(m_.data() + gr.begin, gr.size()));
+    ONEBIT_ASSIGN_OR_RETURN(double norm, Norm(m_.data(), gr));
     rms[k] = norm / std::sqrt(static_cast<double>(gr.size()));
     total += rms[k];
   }
@@ -220,15 +224,13 @@ absl::Status OnebitLamb::CompressionStep(const float* local_grad) {
     const kernels::AdamHyper hk = StepHyper(HyperOf(k), &scale);  // its lr and decay
     float* u = u_.data() + gr.begin;
     float* p = p_.data() + gr.begin;
-    float ratio_max = 0.0f;
-    ONEBIT_RETURN_IF_ERROR(backend_->MaxDenomRatio(h.eps, v_.data() + gr.begin,
-                                                   v_fresh_.data() + gr.begin, gr.size(),
-                                                   &ratio_max));
-    double factor = ratio_max;
+    ONEBIT_ASSIGN_OR_RETURN(double factor,
+                            SlicedMaxDenomRatio(*backend_, h.eps, v_.data(), v_fresh_.data(),
+                                                {gr.begin, gr.end}, exchange_->reduction_stride()));
     if (hk.weight_decay > 0.0f) {
-      ONEBIT_ASSIGN_OR_RETURN(double pre_norm, Norm(u, gr.size()));
+      ONEBIT_ASSIGN_OR_RETURN(double pre_norm, Norm(u_.data(), gr));
       ONEBIT_RETURN_IF_ERROR(backend_->Axpy(hk.weight_decay, p, u, gr.size()));
-      ONEBIT_ASSIGN_OR_RETURN(double norm, Norm(u, gr.size()));
+      ONEBIT_ASSIGN_OR_RETURN(double norm, Norm(u_.data(), gr));
       const double r = norm > 0 ? std::min(1.0, pre_norm / norm) : 1.0;
       factor = factor * r + (1.0 - r);
     }

@@ -2,7 +2,9 @@
 // the per-tensor quantities are per parameter group (the model's tensors: a partition of
 // [0, n) into ranges, given by the workload). docs/algorithms.md, "1-bit LAMB", is the math
 // of the warmup, the switch and the compression stage this implements; its scalars are
-// computed on the host in float64 from Backend::SumSquares and applied as float32.
+// computed on the host in float64 from Backend::SumSquares and applied as float32. Each
+// tensor's norms are cut at the exchange's reduction_stride() and added in slice order
+// (sliced_reductions.h), so a worker holding one slice can assemble the same bits.
 //
 // Thread safety: one thread at a time. The backend and exchange are borrowed.
 #ifndef ONEBIT_WORKER_OPTIM_ONEBIT_LAMB_H_
@@ -78,7 +80,9 @@ class OnebitLamb : public OptimizerBase<OnebitLamb, OnebitLambOptions,
   absl::Status WarmupStep(const float* grad);
   absl::Status Switch();
   absl::Status CompressionStep(const float* grad);
-  absl::StatusOr<double> Norm(const float* x, size_t n);
+  // ||x over tensor||, x a whole buffer: cut at the exchange's reduction_stride() and
+  // added in slice order (sliced_reductions.h).
+  absl::StatusOr<double> Norm(const float* x, const Group& tensor);
   // The step's hyper-parameters for the kernels and c, the factor from their direction to
   // the true one (1 without bias correction).
   kernels::AdamHyper StepHyper(const HyperGroup& group, double* c) const;

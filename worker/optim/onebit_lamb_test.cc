@@ -1,5 +1,6 @@
 // OnebitLamb against the float64 model over transports x world sizes x lengths, with
-// several parameter groups and the switch inside the run; inproc and gloo bit for bit.
+// several parameter groups and the switch inside the run; inproc and gloo bit for bit; the
+// norms cut at the exchange's reduction_stride().
 #include "worker/optim/onebit_lamb.h"
 
 #include <cmath>
@@ -10,6 +11,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/kernels.h"
+#include "worker/exchange/forwarding_exchange.h"
 #include "worker/exchange/peer_exchange.h"
 #include "worker/optim/onebit_lamb_reference.h"
 #include "worker/optim/test_stream.h"
@@ -29,6 +31,22 @@ struct Case {
   double max_coeff = 10.0;
   bool bias_correction = false;
   double clip = 0.0;  // gradient clipping's max norm
+  size_t stride = 0;  // the exchange's reduction_stride()
+};
+
+// A flat exchange that reports a reduction stride, as a hierarchical one does.
+class StrideExchange : public ForwardingExchange {
+ public:
+  StrideExchange(Exchange* inner, size_t stride) : ForwardingExchange(inner), stride_(stride) {}
+  size_t reduction_stride() const override { return stride_; }
+
+ private:
+  size_t stride_;
+};
+
+// Rank 0's float64 scalars at the end of a run.
+struct Scalars {
+  std::vector<double> coeff_freeze, scaling_coeff, last_factor;
 };
 
 // Three groups where there is room for them (as a model's tensors), else one.
@@ -43,13 +61,15 @@ std::vector<float> Mask(size_t n) {
   return mask;
 }
 
-std::vector<std::vector<float>> RunOptimizer(TransportKind kind, int w, size_t n, const Case& c) {
+std::vector<std::vector<float>> RunOptimizer(TransportKind kind, int w, size_t n, const Case& c,
+                                             Scalars* scalars = nullptr) {
   std::vector<std::vector<float>> result(w);
   const std::vector<float> p0 = Params(n);
   const absl::Status status = RunLocalGroup(kind, w, [&](Transport& transport) -> absl::Status {
     auto backend = kernels::NewCpuBackend();
     auto exchange = PeerExchange::Create(backend.get(), &transport, n);
     if (!exchange.ok()) return exchange.status();
+    StrideExchange strided(exchange->get(), c.stride);
     OnebitLambOptions options;
     options.hyper.lr = 0.01f;
     options.hyper.weight_decay = c.weight_decay;
@@ -59,11 +79,14 @@ std::vector<std::vector<float>> RunOptimizer(TransportKind kind, int w, size_t n
     if (c.mask) options.momentum_mask = Mask(n);
     options.bias_correction = c.bias_correction;
     options.max_grad_norm = c.clip;
-    auto lamb = OnebitLamb::Create(options, backend.get(), exchange->get(), p0.data(), n);
+    auto lamb = OnebitLamb::Create(options, backend.get(), &strided, p0.data(), n);
     if (!lamb.ok()) return lamb.status();
     for (int64_t t = 1; t <= c.steps; ++t) {
       const std::vector<float> g = Grad(transport.rank(), t, n);
       if (absl::Status s = (*lamb)->Step(g.data()); !s.ok()) return s;
+    }
+    if (scalars != nullptr && transport.rank() == 0) {
+      *scalars = {(*lamb)->coeff_freeze(), (*lamb)->scaling_coeff(), (*lamb)->last_factor()};
     }
     auto p = (*lamb)->ParamsToHost();
     if (!p.ok()) return p.status();
@@ -165,6 +188,35 @@ TEST(OnebitLambTest, SameBitsOverInprocAndGloo) {
   const auto a = RunOptimizer(TransportKind::kInproc, 3, 999, Case{});
   const auto b = RunOptimizer(TransportKind::kGloo, 3, 999, Case{});
   EXPECT_EQ(0, std::memcmp(a[0].data(), b[0].data(), 999 * sizeof(float)));
+}
+
+// The norms (trust ratios, the switch's scaling, the factor's) are cut at the exchange's
+// reduction_stride() and added in slice order. A stride past the end is one piece: the
+// bits of no stride. A stride inside the tensors changes the float64 scalars' last bits
+// (and so, rarely, a parameter), and the result still follows the model.
+TEST(OnebitLambTest, NormsAreCutAtTheReductionStride) {
+  const size_t n = 1003;
+  Case c;
+  c.weight_decay = 0.01f;  // the factor's norms before and after the decay
+  c.clip = 5.0;            // clips every warmup step, on the exact sum's norm
+  Scalars none, past, inside;
+  const auto a = RunOptimizer(TransportKind::kInproc, 2, n, c, &none);
+  for (size_t stride : {n, n + 1, size_t{1} << 20}) {
+    Case p = c;
+    p.stride = stride;
+    const auto b = RunOptimizer(TransportKind::kInproc, 2, n, p, &past);
+    EXPECT_EQ(0, std::memcmp(a[0].data(), b[0].data(), n * sizeof(float))) << stride;
+    EXPECT_EQ(none.coeff_freeze, past.coeff_freeze) << stride;
+    EXPECT_EQ(none.scaling_coeff, past.scaling_coeff) << stride;
+    EXPECT_EQ(none.last_factor, past.last_factor) << stride;
+  }
+  Case cut = c;
+  cut.stride = 104;  // a multiple of 8, as a hierarchical slice is; cuts each of the groups
+  RunOptimizer(TransportKind::kInproc, 2, n, cut, &inside);
+  EXPECT_NE(none.coeff_freeze, inside.coeff_freeze);
+  for (int w : {1, 2, 3}) {
+    EXPECT_LT(Disagreement(TransportKind::kInproc, w, n, cut), 1e-4) << w;
+  }
 }
 
 TEST(OnebitLambTest, RejectsBadOptions) {

@@ -23,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "common/status_macros.h"
 #include "kernels/buffer.h"
 #include "kernels/kernels.h"
@@ -32,6 +33,7 @@
 #include "worker/optim/momentum_mask.h"
 #include "worker/optim/optim_checks.h"
 #include "worker/optim/optimizer.h"
+#include "worker/optim/sliced_reductions.h"
 #include "worker/transport/transport.h"
 
 namespace onebit {
@@ -142,6 +144,8 @@ class OptimizerBase : public Optimizer {
   absl::StatusOr<std::vector<float>> ParamsToHost() const override {
     return p_.SliceToHost(0, n_);
   }
+  // The gradient norm the clipper measured last (0 before any, or with clipping off).
+  double last_clip_norm() const { return clip_.last_norm(); }
   // Sharded: the elements of this worker's state range the mask zeroes.
   int64_t masked_elements() const override { return mask_.masked(); }
   Exchange& exchange() override { return *exchange_; }
@@ -253,6 +257,57 @@ class OptimizerBase : public Optimizer {
       cut.push_back(g);
     }
     return cut;
+  }
+  // Reductions over whole ranges of parameters (global indices) in the canonical order
+  // (sliced_reductions.h). x (backend memory) holds the state range: element state_begin()
+  // at x[0]. `partials` gives the float64 partials of a list of pieces, in order; `combine`
+  // adds them (AddInOrder) or takes their maximum (MaxNanWins). Sharded: each worker
+  // reduces its own piece of each range, then one GatherPartials inside the node (a
+  // collective of every local rank, with the same ranges) gives every worker every piece.
+  template <typename Partials>
+  absl::StatusOr<std::vector<double>> StateReduce(const std::vector<ElementRange>& ranges,
+                                                  Partials partials,
+                                                  double (*combine)(absl::Span<const double>)) {
+    const size_t stride = exchange_->reduction_stride();
+    std::vector<double> out;
+    for (const ElementRange& range : ranges) {
+      ONEBIT_ASSIGN_OR_RETURN(
+          std::vector<double> pieces,
+          partials(sharded_ ? CutAtStride(range, stride,
+                                          {state_begin_, state_begin_ + state_count_})
+                            : CutAtStride(range, stride)));
+      out.push_back(combine(pieces));  // sharded: the one piece in this slice, or 0.0
+    }
+    if (!sharded_) return out;
+    ONEBIT_ASSIGN_OR_RETURN(const std::vector<double> all, exchange_->GatherPartials(out));
+    const size_t k = ranges.size();
+    if (k > 0 && all.size() % k != 0) {
+      return absl::InternalError(absl::StrCat("the node gathered ", all.size(),
+                                              " partials for ", k, " ranges"));
+    }
+    for (size_t r = 0; r < k; ++r) {
+      std::vector<double> by_slice;
+      for (size_t l = 0; l < all.size() / k; ++l) by_slice.push_back(all[l * k + r]);
+      out[r] = combine(by_slice);
+    }
+    return out;
+  }
+  // ||x||^2 over each range (x as above).
+  absl::StatusOr<std::vector<double>> StateSumSquares(const float* x,
+                                                      const std::vector<ElementRange>& ranges) {
+    return StateReduce(
+        ranges,
+        [&](const std::vector<ElementRange>& pieces) {
+          return SumSquaresOfPieces(*backend_, x, state_begin_, pieces);
+        },
+        &AddInOrder);
+  }
+  // The warmup's clip factor of scale * the exact sum (the state range's, backend memory).
+  absl::StatusOr<double> ExactSumClipFactor(const float* sum, double scale) {
+    if (!clip_.enabled()) return 1.0;
+    ONEBIT_ASSIGN_OR_RETURN(const std::vector<double> sumsq,
+                            StateSumSquares(sum, {ElementRange{0, n_}}));
+    return clip_.FactorOf(sumsq[0], scale);
   }
   // The parameters of the state range (backend memory, state_count() elements).
   float* state_params() { return p_.data() + state_begin_; }

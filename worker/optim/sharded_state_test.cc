@@ -66,6 +66,7 @@ OnebitAdamOptions Options(const Case& c) {
 
 struct WorkerEnd {
   std::vector<std::vector<float>> params;  // after every step
+  std::vector<double> clip_norms;          // the clipper's float64 norm after every step
   std::vector<float> m, v;                 // the state range's, at the end
   size_t state_begin = 0;
 };
@@ -96,6 +97,7 @@ std::vector<WorkerEnd> RunCase(const Case& c, bool shard) {
           auto p = (*adam)->ParamsToHost();
           if (!p.ok()) return p.status();
           end.params.push_back(*std::move(p));
+          end.clip_norms.push_back((*adam)->last_clip_norm());
         }
         auto m = (*adam)->MomentumToHost();
         if (!m.ok()) return m.status();
@@ -129,6 +131,11 @@ TEST_P(ShardedStateTest, SameBitsAsUnsharded) {
       ASSERT_EQ(sharded[w].params[t].size(), c.n);
       ASSERT_TRUE(SameBits(sharded[w].params[t].data(), whole[w].params[t].data(), c.n))
           << "worker " << w << ", step " << t + 1;
+      // The norm is a float64 in slice order: a wrong order rarely shows in float32 bits.
+      ASSERT_EQ(std::memcmp(&sharded[w].clip_norms[t], &whole[w].clip_norms[t], sizeof(double)),
+                0)
+          << "worker " << w << ", step " << t + 1 << ": clip norm " << sharded[w].clip_norms[t]
+          << " against " << whole[w].clip_norms[t];
     }
     // The moments of the state range are the unsharded worker's there.
     const WorkerEnd& s = sharded[w];

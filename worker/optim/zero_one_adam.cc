@@ -90,7 +90,9 @@ absl::Status ZeroOneAdam::VarianceUpdate(const float* grad) {
     ONEBIT_ASSIGN_OR_RETURN(sum, exchange_->SumGradients(step_ + 1, grad));
   }
   ONEBIT_RETURN_IF_ERROR(mask_.Observe(sum));  // the exactly averaged steps only
-  ONEBIT_ASSIGN_OR_RETURN(double clip, clip_.Factor(sum, 1.0 / w));
+  // The exact sum: its norm in slice order (sliced_reductions.h).
+  ONEBIT_ASSIGN_OR_RETURN(double clip,
+                          clip_.Factor(sum, 1.0 / w, exchange_->reduction_stride()));
   for (const HyperGroup& g : hyper_groups_) {
     ONEBIT_RETURN_IF_ERROR(backend_->AdamWarmupUpdate(
         StepHyper(ZeroOneStep::kVarianceUpdate, g), sum + g.begin, MeanScale(clip, w),
