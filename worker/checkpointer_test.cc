@@ -132,15 +132,17 @@ struct Job {
   int nodes;
   int local;
   bool shard;
+  OptimizerKind kind = OptimizerKind::kOneBitAdam;
 };
 
 std::string JobName(const Job& job) {
-  return absl::StrCat(job.nodes, "x", job.local, job.shard ? " sharded" : " unsharded");
+  return absl::StrCat(job.kind == OptimizerKind::kOneBitLamb ? "1-bit LAMB " : "1-bit Adam ",
+                      job.nodes, "x", job.local, job.shard ? " sharded" : " unsharded");
 }
 
-OptimizerSpec MaskedSpec() {
+OptimizerSpec MaskedSpec(OptimizerKind kind) {
   OptimizerSpec spec;
-  spec.kind = OptimizerKind::kOneBitAdam;
+  spec.kind = kind;
   spec.freeze_step = kFreeze;
   spec.auto_mask_zero_gradients = true;
   return spec;
@@ -171,8 +173,8 @@ absl::Status RunJob(const Job& job, size_t n,
         std::vector<float> initial(n);
         for (size_t i = 0; i < n; ++i) initial[i] = std::cos(0.3f * i);
         ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> o,
-                                CreateOptimizer(MaskedSpec(), backend.get(), exchange.get(),
-                                                initial.data(), n));
+                                CreateOptimizer(MaskedSpec(job.kind), backend.get(),
+                                                exchange.get(), initial.data(), n));
         return body(w, *o);
       });
 }
@@ -322,18 +324,23 @@ void ExpectPartsCoverOnce(const std::string& root, int world_size, size_t n,
 
 // Sharded and unsharded checkpoints hold the same bits in the same layout of global
 // ranges, and each resumes the other to the bits of the uninterrupted run: the error
-// buffers are per slice in both modes, so the topology (and its key) is the same.
+// buffers are per slice in both modes, so the topology (and its key) is the same. 1-bit
+// LAMB adds a shared tensor (exp_avg_sq_fresh) and scalars per group.
 TEST(CheckpointerShardedTest, ShardedAndUnshardedResumeEachOther) {
   constexpr size_t kLarge = 1001;
-  const Job whole{2, 2, false}, sharded{2, 2, true};
-  const std::string root = std::string(std::getenv("TEST_TMPDIR")) + "/either";
-  const Reference ref = RunAndSave(whole, kLarge, root + "/unsharded");
-  const Reference ref_sharded = RunAndSave(sharded, kLarge, root + "/sharded");
-  ASSERT_FALSE(ref.at_save.empty());
-  EXPECT_EQ(ref_sharded.end, ref.end) << "the sharded run is not the unsharded one";
-  ExpectPartsCoverOnce(root + "/sharded", 4, kLarge, ref.at_save);
-  EXPECT_EQ(RestoreAndCheck(sharded, kLarge, root + "/unsharded", false, ref.at_save), ref.end);
-  EXPECT_EQ(RestoreAndCheck(whole, kLarge, root + "/sharded", false, ref.at_save), ref.end);
+  for (OptimizerKind kind : {OptimizerKind::kOneBitAdam, OptimizerKind::kOneBitLamb}) {
+    const Job whole{2, 2, false, kind}, sharded{2, 2, true, kind};
+    SCOPED_TRACE(JobName(sharded));
+    const std::string root = absl::StrCat(std::getenv("TEST_TMPDIR"), "/either-",
+                                          static_cast<int>(kind));
+    const Reference ref = RunAndSave(whole, kLarge, root + "/unsharded");
+    const Reference ref_sharded = RunAndSave(sharded, kLarge, root + "/sharded");
+    ASSERT_FALSE(ref.at_save.empty());
+    EXPECT_EQ(ref_sharded.end, ref.end) << "the sharded run is not the unsharded one";
+    ExpectPartsCoverOnce(root + "/sharded", 4, kLarge, ref.at_save);
+    EXPECT_EQ(RestoreAndCheck(sharded, kLarge, root + "/unsharded", false, ref.at_save), ref.end);
+    EXPECT_EQ(RestoreAndCheck(whole, kLarge, root + "/sharded", false, ref.at_save), ref.end);
+  }
 }
 
 // A checkpoint of local size 4 resumes at local size 2, sharded or not: p and the shared
