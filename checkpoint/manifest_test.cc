@@ -219,5 +219,33 @@ TEST_F(ManifestTest, TopologyKeys) {
   EXPECT_EQ(TopologyKey(c), "peer compressor=int8");
 }
 
+// Sharded state keeps the error buffers per slice, as unsharded does: the two resume each
+// other's checkpoints with their errors. Another local size cuts the slices (and the
+// errors) anew: the parts' global ranges reshard p, m and v, and the errors reset.
+TEST_F(ManifestTest, ShardingKeepsTheTopologyAndTheLocalSizeChangesIt) {
+  JobConfig config;
+  config.workers = 1;
+  config.exchange.mode = "hierarchical";
+  config.exchange.local_size = 4;
+  config.checkpoint.dir = root_;
+  v1::CheckpointManifest m = Commit(10);
+  m.set_exchange_mode(TopologyKey(config));
+  ASSERT_TRUE(WriteManifest(JoinPath(root_, StepDirName(10)), m).ok());
+  config.exchange.shard_state = true;
+  absl::StatusOr<ResumePlan> plan = PlanResume(config, 100);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_TRUE(plan->resume.has_value());
+  EXPECT_FALSE(plan->resume->reset_errors()) << plan->resume->reason();
+  config.exchange.local_size = 2;
+  plan = PlanResume(config, 100);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_TRUE(plan->resume.has_value());
+  EXPECT_EQ(plan->resume->step(), 10);
+  EXPECT_TRUE(plan->resume->reset_errors());
+  EXPECT_NE(plan->resume->reason().find("local_size=4 inter=peer' -> 'hierarchical local_size=2"),
+            std::string::npos)
+      << plan->resume->reason();
+}
+
 }  // namespace
 }  // namespace onebit::checkpoint

@@ -19,6 +19,8 @@ namespace {
 
 constexpr uint8_t kDtypeFloat32 = 1;
 constexpr size_t kMagicBytes = 8;
+// Magic, version and body length.
+constexpr size_t kHeader = kMagicBytes + sizeof(uint32_t) + sizeof(uint64_t);
 
 void AppendRaw(std::string* out, const void* data, size_t size) {
   out->append(static_cast<const char*>(data), size);
@@ -30,25 +32,23 @@ void AppendString(std::string* out, const std::string& s) {
   out->append(s);
 }
 
-// Reads fixed fields from the front of a byte range; every read checks the bytes left.
-class Reader {
- public:
-  explicit Reader(absl::string_view bytes) : rest_(bytes) {}
+absl::Status Truncated(absl::string_view what, uint64_t size, uint64_t left) {
+  return absl::DataLossError(absl::StrCat("checkpoint part truncated in ", what, ": needs ", size,
+                                          " bytes, ", left, " left"));
+}
 
-  absl::Status Raw(void* out, size_t size, absl::string_view what) {
-    if (rest_.size() < size) {
-      return absl::DataLossError(absl::StrCat("checkpoint part truncated in ", what, ": needs ",
-                                              size, " bytes, ", rest_.size(), " left"));
-    }
-    // An empty tensor's out is null, and memcpy's arguments must not be, even for 0 bytes.
-    if (size > 0) std::memcpy(out, rest_.data(), size);
-    rest_.remove_prefix(size);
-    return absl::OkStatus();
-  }
+// Reads fixed fields from the front of a byte range (Reader) or of a stream with a known
+// number of bytes left (StreamReader); every read checks the bytes left. Derived has
+//   absl::Status Raw(void* out, size_t size, absl::string_view what);
+//   absl::Status Skip(uint64_t size, absl::string_view what);
+//   uint64_t left() const;
+template <typename Derived>
+class FieldReader {
+ public:
   template <typename T>
   absl::StatusOr<T> Get(absl::string_view what) {
     T v;
-    ONEBIT_RETURN_IF_ERROR(Raw(&v, sizeof(v), what));
+    ONEBIT_RETURN_IF_ERROR(derived().Raw(&v, sizeof(v), what));
     return v;
   }
   absl::StatusOr<std::string> String(absl::string_view what) {
@@ -57,20 +57,70 @@ class Reader {
       return absl::DataLossError(
           absl::StrCat("checkpoint part: ", what, " of ", len, " bytes (limit ", kMaxPartNameBytes, ")"));
     }
-    std::string s(std::min<size_t>(len, rest_.size()), '\0');
-    ONEBIT_RETURN_IF_ERROR(Raw(s.data(), len, what));
+    std::string s(std::min<uint64_t>(len, derived().left()), '\0');
+    ONEBIT_RETURN_IF_ERROR(derived().Raw(s.data(), len, what));
     return s;
   }
-  size_t left() const { return rest_.size(); }
+
+ private:
+  Derived& derived() { return static_cast<Derived&>(*this); }
+};
+
+class Reader : public FieldReader<Reader> {
+ public:
+  explicit Reader(absl::string_view bytes) : rest_(bytes) {}
+
+  absl::Status Raw(void* out, size_t size, absl::string_view what) {
+    if (rest_.size() < size) return Truncated(what, size, rest_.size());
+    // An empty tensor's out is null, and memcpy's arguments must not be, even for 0 bytes.
+    if (size > 0) std::memcpy(out, rest_.data(), size);
+    rest_.remove_prefix(size);
+    return absl::OkStatus();
+  }
+  absl::Status Skip(uint64_t size, absl::string_view what) {
+    if (rest_.size() < size) return Truncated(what, size, rest_.size());
+    rest_.remove_prefix(size);
+    return absl::OkStatus();
+  }
+  uint64_t left() const { return rest_.size(); }
 
  private:
   absl::string_view rest_;
 };
 
-absl::StatusOr<Part> DecodeBody(absl::string_view body) {
-  Reader r(body);
+class StreamReader : public FieldReader<StreamReader> {
+ public:
+  StreamReader(std::istream& in, uint64_t left) : in_(in), left_(left) {}
+
+  absl::Status Raw(void* out, size_t size, absl::string_view what) {
+    if (left_ < size) return Truncated(what, size, left_);
+    if (size > 0 && !in_.read(static_cast<char*>(out), static_cast<std::streamsize>(size))) {
+      return absl::DataLossError(absl::StrCat("checkpoint part: cannot read ", what));
+    }
+    left_ -= size;
+    return absl::OkStatus();
+  }
+  absl::Status Skip(uint64_t size, absl::string_view what) {
+    if (left_ < size) return Truncated(what, size, left_);
+    if (!in_.seekg(static_cast<std::streamoff>(size), std::ios::cur)) {
+      return absl::DataLossError(absl::StrCat("checkpoint part: cannot skip ", what));
+    }
+    left_ -= size;
+    return absl::OkStatus();
+  }
+  uint64_t left() const { return left_; }
+
+ private:
+  std::istream& in_;
+  uint64_t left_;
+};
+
+// The body's entries. With `data` false the tensors' elements are skipped: each tensor
+// keeps its shape and an empty `data`.
+template <typename R>
+absl::StatusOr<Part> DecodeBody(R& r, bool data) {
   Part part;
-  ONEBIT_ASSIGN_OR_RETURN(uint32_t num_meta, r.Get<uint32_t>("meta count"));
+  ONEBIT_ASSIGN_OR_RETURN(uint32_t num_meta, r.template Get<uint32_t>("meta count"));
   if (num_meta > kMaxPartEntries) {
     return absl::DataLossError(absl::StrCat("checkpoint part: ", num_meta, " meta entries"));
   }
@@ -81,24 +131,24 @@ absl::StatusOr<Part> DecodeBody(absl::string_view body) {
       return absl::DataLossError("checkpoint part: a meta key appears twice");
     }
   }
-  ONEBIT_ASSIGN_OR_RETURN(uint32_t num_tensors, r.Get<uint32_t>("tensor count"));
+  ONEBIT_ASSIGN_OR_RETURN(uint32_t num_tensors, r.template Get<uint32_t>("tensor count"));
   if (num_tensors > kMaxPartEntries) {
     return absl::DataLossError(absl::StrCat("checkpoint part: ", num_tensors, " tensors"));
   }
   for (uint32_t i = 0; i < num_tensors; ++i) {
     ONEBIT_ASSIGN_OR_RETURN(std::string name, r.String("tensor name"));
-    ONEBIT_ASSIGN_OR_RETURN(uint8_t dtype, r.Get<uint8_t>("dtype"));
+    ONEBIT_ASSIGN_OR_RETURN(uint8_t dtype, r.template Get<uint8_t>("dtype"));
     if (dtype != kDtypeFloat32) {
       return absl::DataLossError(
           absl::StrCat("checkpoint part: tensor '", name, "' has unknown dtype ", dtype));
     }
-    ONEBIT_ASSIGN_OR_RETURN(uint32_t ndim, r.Get<uint32_t>("ndim"));
+    ONEBIT_ASSIGN_OR_RETURN(uint32_t ndim, r.template Get<uint32_t>("ndim"));
     if (ndim > kMaxPartDims) {
       return absl::DataLossError(absl::StrCat("checkpoint part: tensor '", name, "' has ", ndim, " dims"));
     }
     Tensor t;
     for (uint32_t d = 0; d < ndim; ++d) {
-      ONEBIT_ASSIGN_OR_RETURN(uint64_t dim, r.Get<uint64_t>("shape"));
+      ONEBIT_ASSIGN_OR_RETURN(uint64_t dim, r.template Get<uint64_t>("shape"));
       t.shape.push_back(dim);
     }
     // A zero dimension makes the tensor empty whatever the others are (EncodePart writes
@@ -118,8 +168,12 @@ absl::StatusOr<Part> DecodeBody(absl::string_view body) {
       return absl::DataLossError(absl::StrCat("checkpoint part truncated in tensor '", name, "': ",
                                               elements, " floats, ", r.left(), " bytes left"));
     }
-    t.data.resize(elements);
-    ONEBIT_RETURN_IF_ERROR(r.Raw(t.data.data(), elements * sizeof(float), name));
+    if (data) {
+      t.data.resize(elements);
+      ONEBIT_RETURN_IF_ERROR(r.Raw(t.data.data(), elements * sizeof(float), name));
+    } else {
+      ONEBIT_RETURN_IF_ERROR(r.Skip(elements * sizeof(float), name));
+    }
     if (!part.tensors.emplace(std::move(name), std::move(t)).second) {
       return absl::DataLossError("checkpoint part: a tensor name appears twice");
     }
@@ -239,7 +293,6 @@ std::string EncodePart(const Part& part) {
 }
 
 absl::StatusOr<Part> DecodePart(absl::string_view bytes) {
-  constexpr size_t kHeader = kMagicBytes + sizeof(uint32_t) + sizeof(uint64_t);
   if (bytes.size() < kMagicBytes || bytes.substr(0, kMagicBytes) != absl::string_view(kPartMagic, kMagicBytes)) {
     return absl::InvalidArgumentError("not a onebit checkpoint part (bad magic)");
   }
@@ -265,7 +318,8 @@ absl::StatusOr<Part> DecodePart(absl::string_view bytes) {
     return absl::DataLossError(absl::StrCat("checkpoint part checksum mismatch: stored ", stored,
                                             ", computed ", actual));
   }
-  return DecodeBody(bytes.substr(kHeader, body_bytes));
+  Reader body(bytes.substr(kHeader, body_bytes));
+  return DecodeBody(body, /*data=*/true);
 }
 
 namespace {
@@ -294,6 +348,46 @@ absl::StatusOr<WrittenFile> WritePart(const std::string& path, const Part& part)
 absl::StatusOr<Part> ReadPart(const std::string& path) {
   ONEBIT_ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(path));
   absl::StatusOr<Part> part = DecodePart(bytes);
+  if (!part.ok()) {
+    return absl::Status(part.status().code(), absl::StrCat(path, ": ", part.status().message()));
+  }
+  return part;
+}
+
+namespace {
+absl::StatusOr<Part> DecodeHead(std::istream& in) {
+  if (!in.seekg(0, std::ios::end)) return absl::DataLossError("cannot find the file's size");
+  const uint64_t size = static_cast<uint64_t>(in.tellg());
+  in.seekg(0);
+  char magic[kMagicBytes] = {};
+  if (size < kMagicBytes || !in.read(magic, kMagicBytes) ||
+      absl::string_view(magic, kMagicBytes) != absl::string_view(kPartMagic, kMagicBytes)) {
+    return absl::InvalidArgumentError("not a onebit checkpoint part (bad magic)");
+  }
+  if (size < kHeader + sizeof(uint32_t)) {
+    return absl::DataLossError(absl::StrCat("checkpoint part truncated: ", size, " bytes"));
+  }
+  StreamReader header(in, kHeader - kMagicBytes);
+  ONEBIT_ASSIGN_OR_RETURN(uint32_t version, header.Get<uint32_t>("version"));
+  if (version != kPartVersion) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint part version ", version, " (this build reads ", kPartVersion, ")"));
+  }
+  ONEBIT_ASSIGN_OR_RETURN(uint64_t body_bytes, header.Get<uint64_t>("length"));
+  const uint64_t available = size - kHeader - sizeof(uint32_t);
+  if (body_bytes != available) {
+    return absl::DataLossError(absl::StrCat("checkpoint part truncated or padded: header says ",
+                                            body_bytes, " body bytes, file has ", available));
+  }
+  StreamReader body(in, body_bytes);
+  return DecodeBody(body, /*data=*/false);
+}
+}  // namespace
+
+absl::StatusOr<Part> ReadPartHead(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  absl::StatusOr<Part> part = DecodeHead(in);
   if (!part.ok()) {
     return absl::Status(part.status().code(), absl::StrCat(path, ": ", part.status().message()));
   }

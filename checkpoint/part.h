@@ -72,6 +72,11 @@ struct WrittenFile {
 absl::StatusOr<WrittenFile> WritePart(const std::string& path, const Part& part);
 // Reads and decodes; errors name the path.
 absl::StatusOr<Part> ReadPart(const std::string& path);
+// A part's meta and its tensors' names and shapes (each Tensor's `data` empty), read from
+// the front of the file with the elements skipped, so without the checksum, which covers
+// them: enough to decide whether a part is needed, then ReadPart checks all of it. Errors
+// as ReadPart's for the parts it reads.
+absl::StatusOr<Part> ReadPartHead(const std::string& path);
 // The whole file's size and CRC-32, for verifying against a manifest.
 absl::StatusOr<WrittenFile> ChecksumFile(const std::string& path);
 

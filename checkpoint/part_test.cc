@@ -121,5 +121,39 @@ TEST(PartTest, FilesRoundTripAndReportTheirChecksum) {
   EXPECT_EQ(ReadPart(path + ".missing").status().code(), absl::StatusCode::kNotFound);
 }
 
+// The head: meta and shapes without the elements, so a damaged element is not seen (the
+// full read catches it); any truncation, a foreign file and a missing one are.
+TEST(PartTest, TheHeadHasMetaAndShapesOnly) {
+  const std::string path = std::string(std::getenv("TEST_TMPDIR")) + "/head.part";
+  const Part part = Example();
+  ASSERT_TRUE(WritePart(path, part).ok());
+  absl::StatusOr<Part> head = ReadPartHead(path);
+  ASSERT_TRUE(head.ok()) << head.status();
+  EXPECT_EQ(head->meta, part.meta);
+  ASSERT_EQ(head->tensors.size(), 3u);
+  EXPECT_EQ(head->tensors.at("params").shape, (std::vector<uint64_t>{3}));
+  EXPECT_EQ(head->tensors.at("matrix").shape, (std::vector<uint64_t>{2, 3}));
+  for (const auto& [name, t] : head->tensors) EXPECT_TRUE(t.data.empty()) << name;
+
+  std::string bytes = EncodePart(part);
+  const size_t element = bytes.find(std::string("\x00\x00\x20\xc0", 4));  // -2.5f
+  ASSERT_NE(element, std::string::npos);
+  bytes[element + 3] ^= 0x01;
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  EXPECT_TRUE(ReadPartHead(path).ok());
+  EXPECT_EQ(ReadPart(path).status().code(), absl::StatusCode::kDataLoss);
+
+  for (size_t len : {size_t{4}, size_t{20}, bytes.size() / 2, bytes.size() - 1}) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes.substr(0, len);
+    absl::StatusOr<Part> cut = ReadPartHead(path);
+    EXPECT_FALSE(cut.ok()) << "length " << len;
+    if (len >= 8) EXPECT_EQ(cut.status().code(), absl::StatusCode::kDataLoss) << cut.status();
+    EXPECT_NE(cut.status().message().find(path), std::string::npos) << cut.status();
+  }
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << "NOTAPART and more bytes here";
+  EXPECT_EQ(ReadPartHead(path).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ReadPartHead(path + ".missing").status().code(), absl::StatusCode::kNotFound);
+}
+
 }  // namespace
 }  // namespace onebit::checkpoint

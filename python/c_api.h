@@ -135,8 +135,16 @@ int onebit_worker_report_restartable_exit(onebit_worker* w, const char* why, int
 int onebit_worker_buffers(onebit_worker* w, uintptr_t* params, uintptr_t* gradient, int* cuda);
 /* Copies the final parameters (n floats) once the job ended. */
 int onebit_worker_final_params(onebit_worker* w, float* out, size_t n);
+/* The state between two steps. A sharded worker's (onebit.exchange.shard_state) holds every
+ * tensor over its state range only, which the scalars "state_begin" and "state_end" name
+ * (python/optimizer_state.h). */
 int onebit_worker_state_dict(onebit_worker* w, onebit_state** out);
+/* Elements [begin, end) of each tensor but the parameters. A sharded worker holds them
+ * within its state range: INVALID_ARGUMENT naming that range for a non-empty other. */
 int onebit_worker_state_slice(onebit_worker* w, int64_t begin, int64_t end, onebit_state** out);
+/* A whole state, or exactly a sharded worker's own range (anything else: INVALID_ARGUMENT
+ * naming both). A sharded worker's load all-gathers the parameters inside its node: every
+ * local rank loads at the same step. */
 int onebit_worker_load_state_dict(onebit_worker* w, const onebit_state* s);
 int onebit_worker_rank(onebit_worker* w);
 int onebit_worker_world_size(onebit_worker* w);

@@ -14,26 +14,9 @@
 namespace onebit {
 namespace {
 
-// Elements [begin, end) of each of the optimizer's state tensors, as host copies.
-absl::StatusOr<NamedTensors> Tensors(Optimizer& o, size_t begin, size_t end) {
-  NamedTensors tensors;
-  for (const StateSpec& spec : o.CheckpointStates()) {
-    absl::StatusOr<std::vector<float>> v = o.StateToHost(spec.name, begin, end);
-    if (!v.ok()) return v.status();
-    tensors.emplace_back(spec.name, *std::move(v));
-  }
-  return tensors;
-}
-
 // The trainer's optimizer state as host copies (the trainer between two steps).
 absl::StatusOr<OptimizerState> Save(Trainer& trainer) {
-  Optimizer& o = trainer.optimizer();
-  OptimizerState state;
-  state.step = o.step();
-  state.freeze_step = o.freeze_step();
-  ONEBIT_ASSIGN_OR_RETURN(state.tensors, Tensors(o, 0, o.size()));
-  state.scalars = o.CheckpointScalars();
-  ONEBIT_ASSIGN_OR_RETURN(state.errors, o.exchange().SaveErrors());
+  ONEBIT_ASSIGN_OR_RETURN(OptimizerState state, SaveOptimizerState(trainer.optimizer()));
   state.trainer = trainer.CheckpointScalars();
   return state;
 }
@@ -42,27 +25,7 @@ absl::StatusOr<OptimizerState> Save(Trainer& trainer) {
 // keep_errors false the error buffers stay as they are (zero at a job's start): the
 // state's are another worker's, or of another topology.
 absl::Status RestoreState(Trainer& trainer, const OptimizerState& s, bool keep_errors) {
-  Optimizer& o = trainer.optimizer();
-  StateTensors tensors(s.tensors.begin(), s.tensors.end());
-  for (const StateSpec& spec : o.CheckpointStates()) {
-    auto it = tensors.find(spec.name);
-    if (it == tensors.end() || it->second.size() != o.size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("the state's ", spec.name, " is missing or not ", o.size(), " elements"));
-    }
-  }
-  if (keep_errors) {
-    ONEBIT_ASSIGN_OR_RETURN(ErrorState current, o.exchange().SaveErrors());
-    for (const auto& [name, v] : current) {
-      auto it = s.errors.find(name);
-      if (it == s.errors.end() || it->second.size() != v.size()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("the state's ", name, " is missing or not ", v.size(), " elements"));
-      }
-    }
-  }
-  ONEBIT_RETURN_IF_ERROR(o.Restore(s.step, s.freeze_step, tensors, s.scalars));
-  if (keep_errors) ONEBIT_RETURN_IF_ERROR(o.exchange().RestoreErrors(s.errors));
+  ONEBIT_RETURN_IF_ERROR(RestoreOptimizerState(trainer.optimizer(), s, keep_errors));
   return trainer.RestoreScalars(s.trainer);
 }
 
@@ -368,18 +331,12 @@ absl::StatusOr<OptimizerState> EmbeddedWorker::StateSlice(int64_t begin, int64_t
     return absl::InvalidArgumentError(
         absl::StrCat("elements [", begin, ", ", end, ") of a model of ", n));
   }
-  NamedTensors all;
   if (final) {
     out.step = final_state_->step;
-    for (const auto& [name, v] : final_state_->tensors) {
-      all.emplace_back(name, std::vector<float>(v.begin() + begin, v.begin() + end));
-    }
+    ONEBIT_ASSIGN_OR_RETURN(out.tensors, onebit::StateSlice(*final_state_, n, begin, end));
   } else {
     out.step = o->step();
-    ONEBIT_ASSIGN_OR_RETURN(all, Tensors(*o, begin, end));
-  }
-  for (auto& [name, v] : all) {
-    if (name != "params") out.tensors.emplace_back(name, std::move(v));
+    ONEBIT_ASSIGN_OR_RETURN(out.tensors, onebit::StateSlice(*o, begin, end));
   }
   return out;
 }

@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "coordinator/job_coordinator.h"
+#include "python/optimizer_state.h"
 #include "worker/exchange/exchange.h"
 #include "worker/optim/optimizer.h"
 #include "worker/trainer.h"
@@ -25,20 +26,6 @@
 #include "worker/workloads/step_inputs.h"
 
 namespace onebit {
-
-using NamedTensors = std::vector<std::pair<std::string, std::vector<float>>>;
-
-// An optimizer's whole state between two steps, as state_dict() hands it to a script.
-struct OptimizerState {
-  int64_t step = 0;
-  int64_t freeze_step = -1;
-  int rank = -1;  // the rank and world size that saved it (-1: not said)
-  int world_size = -1;
-  NamedTensors tensors;  // the optimizer's state tensors (parameters included)
-  StateScalars scalars;  // its scalars
-  ErrorState errors;     // this worker's error buffers
-  StateScalars trainer;  // the trainer's scalars (the loss scaler)
-};
 
 // A whole onebit worker (worker_process.h: registration, leases, the exchange, /metrics,
 // checkpoints) on a thread of its own, over an ExternalWorkload whose gradients the
@@ -90,11 +77,15 @@ class EmbeddedWorker {
   absl::StatusOr<std::pair<float*, float*>> Buffers();
   // The parameters at the end of the job (a copy this object owns), once the job ended.
   absl::StatusOr<std::vector<float>> FinalParams();
-  // The whole state between two steps, or after the last step once the job is over.
+  // The state between two steps, or after the last step once the job is over: whole, or
+  // a sharded worker's state range (optimizer_state.h).
   absl::StatusOr<OptimizerState> StateDict();
-  // Elements [begin, end) of each state tensor but the parameters, with the step.
+  // Elements [begin, end) of each state tensor but the parameters, with the step; a
+  // sharded worker has them within its state range only.
   absl::StatusOr<OptimizerState> StateSlice(int64_t begin, int64_t end);
-  // Puts back a state of the same step; nothing changes when it does not fit.
+  // Puts back a state of the same step, whole or of this worker's state range; nothing
+  // changes when it does not fit. A sharded worker's is a collective of its node's workers
+  // (RestoreOptimizerState): every local rank loads at the same step.
   absl::Status LoadStateDict(const OptimizerState& state);
 
   int rank();

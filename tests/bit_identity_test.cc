@@ -142,6 +142,11 @@ const std::vector<Case>& Cases() {
        "hier_onebit_adam_int8"},
       {"hier_shard_ps_onebit_adam", 4, kOnebitAdam, kHierShardPs, "", "", "hier_ps_onebit_adam"},
       {"hier_shard_adam", 4, kAdam, kHierShard, "", "", "hier_adam"},
+      {"hier_shard_onebit_lamb", 4, kOnebitLamb, kHierShardInt8, "", "", "hier_onebit_lamb"},
+      {"hier_shard_onebit_lamb_clip_schedule", 4, kOnebitLamb, kHierShard, kScheduleClip, "",
+       "hier_onebit_lamb_clip_schedule"},
+      {"hier_shard_one_node_onebit_lamb", 2, kOnebitLamb, kHierShard, "", "",
+       "hier_one_node_onebit_lamb"},
   };
   return *cases;
 }

@@ -31,6 +31,7 @@ std::string TmpDir() { return testing_paths::TestTmpDir(); }
 struct FaultCase {
   std::string name;
   std::string mode;         // peer | ps | ps-warmup-workers (ps, exchange.warmup_over workers)
+                            // | hier-shard (hierarchical, local size 2, sharded state)
   int64_t freeze_step;
   std::string process;      // "worker", "server", "coordinator"
   int index;                // worker rank or shard index
@@ -41,11 +42,18 @@ struct FaultCase {
 
 class RecoveryTest : public ::testing::TestWithParam<FaultCase> {};
 
-// The case's job: 3 workers, 30 steps, a checkpoint every 10 steps when `ckpt` is given.
+// The case's job: 3 workers (hier-shard: 2 nodes of 2), 30 steps, a checkpoint every 10
+// steps when `ckpt` is given.
 JobConfig CaseJob(const FaultCase& f, const std::string& ckpt) {
   const bool workers_warmup = f.mode == "ps-warmup-workers";
-  JobConfig c = SmallJob(workers_warmup ? "ps" : f.mode, 3, 30, f.freeze_step, ckpt);
+  const bool sharded = f.mode == "hier-shard";
+  JobConfig c = SmallJob(workers_warmup ? "ps" : sharded ? "hierarchical" : f.mode,
+                         sharded ? 4 : 3, 30, f.freeze_step, ckpt);
   if (workers_warmup) c.exchange.warmup_over = "workers";
+  if (sharded) {
+    c.exchange.local_size = 2;
+    c.exchange.shard_state = true;
+  }
   return c;
 }
 
@@ -159,6 +167,12 @@ INSTANTIATE_TEST_SUITE_P(
         FaultCase{"peer_worker_at_the_switch", "peer", 12, "worker", 0, "kill_in_exchange:13", 10},
         // Mid-checkpoint: its part written, the manifest never: step 20 does not exist.
         FaultCase{"peer_worker_mid_checkpoint", "peer", 5, "worker", 2, "kill_before_commit:20", 10},
+        // Sharded state: each worker saves and restores its slice's share; p is gathered
+        // inside the node again at the resume.
+        FaultCase{"hier_shard_worker_mid_exchange", "hier-shard", 5, "worker", 1,
+                  "kill_in_exchange:15", 10},
+        FaultCase{"hier_shard_worker_mid_checkpoint", "hier-shard", 5, "worker", 2,
+                  "kill_before_commit:20", 10},
         // In the job's last step, after the others ran it: they wait as members until the
         // job is over, so the recovery restarts them too (a finished worker that had left
         // could not rejoin, and the job failed at its end).

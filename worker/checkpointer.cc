@@ -1,6 +1,10 @@
 #include "worker/checkpointer.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <map>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -31,6 +35,34 @@ std::pair<size_t, size_t> Slice(size_t n, int rank, int world_size) {
   const size_t begin = n * static_cast<size_t>(rank) / static_cast<size_t>(world_size);
   const size_t end = n * static_cast<size_t>(rank + 1) / static_cast<size_t>(world_size);
   return {begin, end};
+}
+
+// The elements of every shared tensor this worker saves. Unsharded: its slice
+// Slice(n, rank, W) of the whole tensor (every worker has all of it). Sharded
+// (Exchange::state_shard): its node's share of its state range, Slice(state_count,
+// node, nodes) from state_begin; each slice is held by the same local rank of every node,
+// so the parts of all workers again cover [0, n) once.
+std::pair<size_t, size_t> SavedRange(Optimizer& optimizer, int rank, int world_size) {
+  const std::optional<StateShard> shard = optimizer.exchange().state_shard();
+  if (!shard.has_value()) return Slice(optimizer.size(), rank, world_size);
+  const auto [begin, end] = Slice(optimizer.state_count(), shard->replica, shard->replicas);
+  return {optimizer.state_begin() + begin, optimizer.state_begin() + end};
+}
+
+// [slice_begin, slice_end) of a worker part, checked against a checkpoint of `step` of n
+// parameters.
+absl::StatusOr<std::pair<size_t, size_t>> PartRange(const std::string& path,
+                                                   const checkpoint::Part& part, int64_t step,
+                                                   size_t n) {
+  ONEBIT_ASSIGN_OR_RETURN(int64_t begin, part.MetaInt("slice_begin"));
+  ONEBIT_ASSIGN_OR_RETURN(int64_t end, part.MetaInt("slice_end"));
+  ONEBIT_ASSIGN_OR_RETURN(int64_t saved_step, part.MetaInt("step"));
+  if (saved_step != step || begin < 0 || end < begin || static_cast<uint64_t>(end) > n) {
+    return absl::DataLossError(absl::StrCat(path, ": step ", saved_step, ", slice [", begin, ", ",
+                                            end, ") does not fit a checkpoint of step ", step,
+                                            " of ", n, " parameters"));
+  }
+  return std::make_pair(static_cast<size_t>(begin), static_cast<size_t>(end));
 }
 
 // The part's meta entries `prefix` + name as numbers, by name.
@@ -69,7 +101,7 @@ absl::Status WorkerCheckpointer::Save(int64_t step, Optimizer& optimizer,
   // One snapshot in memory at a time: wait for the previous part first.
   ONEBIT_RETURN_IF_ERROR(Flush());
   const size_t n = optimizer.size();
-  const auto [begin, end] = Slice(n, options_.rank, options_.world_size);
+  const auto [begin, end] = SavedRange(optimizer, options_.rank, options_.world_size);
   Pending pending;
   pending.step = step;
   checkpoint::Part& part = pending.part;
@@ -170,53 +202,71 @@ absl::Status RestoreWorker(const std::string& root, const v1::ResumeFrom& resume
     return absl::InvalidArgumentError(absl::StrCat(dir, ": ", manifest.num_parameters(),
                                                    " parameters, this model has ", n));
   }
-  // Shared tensors are put together from every worker's slice; this worker's own tensors,
-  // errors and scalars come from its part.
+  // This worker's state range: [0, n), or its shard's.
+  const size_t lo = optimizer.state_begin();
+  const size_t count = optimizer.state_count();
+  if (lo > n || count > n - lo) {
+    return absl::InternalError(absl::StrCat("the optimizer's state range [", lo, ", ", lo + count,
+                                            ") is not within its ", n, " parameters"));
+  }
+  // Shared tensors are put together over the state range from the parts that overlap it
+  // (a part that does not is read only up to its tensors' shapes); this worker's own
+  // tensors, errors and scalars come from its part.
   StateTensors states;
   std::map<std::string, std::vector<bool>> covered;
+  auto shared = [&](const std::string& name) -> std::vector<float>& {
+    auto [it, added] = states.try_emplace(name);
+    if (added) {
+      it->second.resize(count);
+      covered[name].assign(count, false);
+    }
+    return it->second;
+  };
   StateScalars scalars;
   bool own_part_read = false;
   bool trainer_read = false;
   for (const v1::CheckpointPart& entry : manifest.parts()) {
     if (entry.role() != v1::ROLE_WORKER) continue;
     const std::string path = checkpoint::JoinPath(dir, entry.file());
-    ONEBIT_ASSIGN_OR_RETURN(checkpoint::Part part, checkpoint::ReadPart(path));
-    ONEBIT_ASSIGN_OR_RETURN(int64_t begin, part.MetaInt("slice_begin"));
-    ONEBIT_ASSIGN_OR_RETURN(int64_t end, part.MetaInt("slice_end"));
-    ONEBIT_ASSIGN_OR_RETURN(int64_t step, part.MetaInt("step"));
-    if (step != resume.step() || begin < 0 || end < begin || static_cast<size_t>(end) > n) {
-      return absl::DataLossError(absl::StrCat(path, ": step ", step, ", slice [", begin, ", ", end,
-                                              ") does not fit a checkpoint of step ", resume.step(),
-                                              " of ", n, " parameters"));
+    ONEBIT_ASSIGN_OR_RETURN(checkpoint::Part head, checkpoint::ReadPartHead(path));
+    ONEBIT_ASSIGN_OR_RETURN(auto range, PartRange(path, head, resume.step(), n));
+    // Every shared tensor of the checkpoint is restored, even over an empty state range.
+    for (const auto& [name, t] : head.tensors) {
+      if (!IsErrorTensor(name) && !absl::StartsWith(name, kOwnPrefix)) shared(name);
+    }
+    if (trainer_scalars != nullptr && !trainer_read) {
+      ONEBIT_ASSIGN_OR_RETURN(*trainer_scalars, MetaScalars(path, head, kTrainerScalarPrefix));
+      trainer_read = !trainer_scalars->empty();
     }
     const bool own = entry.rank() == rank;
+    if (!own && std::max(range.first, lo) >= std::min(range.second, lo + count)) continue;
+    ONEBIT_ASSIGN_OR_RETURN(checkpoint::Part part, checkpoint::ReadPart(path));
+    ONEBIT_ASSIGN_OR_RETURN(range, PartRange(path, part, resume.step(), n));
+    const auto [begin, end] = range;
+    const size_t from = std::max(begin, lo), to = std::min(end, lo + count);  // overlap
     ErrorState errors;
-    for (const auto& [name, t] : part.tensors) {
+    for (auto& [name, t] : part.tensors) {
       if (IsErrorTensor(name)) {
-        if (own) errors[name] = t.data;
+        if (own) errors[name] = std::move(t.data);
       } else if (absl::StartsWith(name, kOwnPrefix)) {
         if (!own) continue;
         if (t.data.size() != n) {
           return absl::DataLossError(
               absl::StrCat(path, ": ", name, " has ", t.data.size(), " elements, not ", n));
         }
-        states[name.substr(kOwnPrefix.size())] = t.data;
+        states[name.substr(kOwnPrefix.size())] = std::move(t.data);
       } else {
-        if (t.data.size() != static_cast<size_t>(end - begin)) {
+        if (t.data.size() != end - begin) {
           return absl::DataLossError(absl::StrCat(path, ": ", name, " has ", t.data.size(),
                                                   " elements for a slice of ", end - begin));
         }
-        std::vector<float>& whole = states[name];
+        std::vector<float>& values = shared(name);
+        if (from >= to) continue;  // this worker's own part, outside its state range
+        std::copy(t.data.begin() + (from - begin), t.data.begin() + (to - begin),
+                  values.begin() + (from - lo));
         std::vector<bool>& done = covered[name];
-        whole.resize(n);
-        done.resize(n, false);
-        std::copy(t.data.begin(), t.data.end(), whole.begin() + begin);
-        std::fill(done.begin() + begin, done.begin() + end, true);
+        std::fill(done.begin() + (from - lo), done.begin() + (to - lo), true);
       }
-    }
-    if (trainer_scalars != nullptr && !trainer_read) {
-      ONEBIT_ASSIGN_OR_RETURN(*trainer_scalars, MetaScalars(path, part, kTrainerScalarPrefix));
-      trainer_read = !trainer_scalars->empty();
     }
     if (!own) continue;
     own_part_read = true;
@@ -229,9 +279,10 @@ absl::Status RestoreWorker(const std::string& root, const v1::ResumeFrom& resume
     }
   }
   for (const auto& [name, done] : covered) {
-    for (size_t i = 0; i < n; ++i) {
+    for (size_t i = 0; i < count; ++i) {
       if (!done[i]) {
-        return absl::DataLossError(absl::StrCat(dir, ": no worker part holds ", name, " element ", i));
+        return absl::DataLossError(
+            absl::StrCat(dir, ": no worker part holds ", name, " element ", lo + i));
       }
     }
   }

@@ -6,16 +6,21 @@
 // snapshot is in memory; Flush waits for the last: call it before the process exits).
 // This worker's part, <dir>/step-S/worker-R.part, holds
 //   params, exp_avg, exp_avg_sq   the slice [R*n/W, (R+1)*n/W): every worker has the same
-//                                 p, m and v, so the W parts together hold them once
+//                                 p, m and v, so the W parts together hold them once.
+//                                 SHARDED STATE (Exchange::state_shard): node j's share
+//                                 of its state range, Slice(state_count, j, nodes) from
+//                                 state_begin; the W parts again hold [0, n) once
 //   worker_error (+ server_error in peer mode)   this worker's own error buffers, whole
 // and meta (step, rank, world size, n, slice, topology). The file is written atomically,
 // then reported to the coordinator with its size and CRC-32; the coordinator writes the
 // manifest when every part is in.
 //
-// Restore (a resumed job): p, m and v are put together from every worker part the
-// manifest lists (any former world size: each part says which slice it holds); this
-// worker's own error buffers come from its own part unless the coordinator said the
-// topology changed (ResumeFrom.reset_errors), in which case they start at zero.
+// Restore (a resumed job): p, m and v are put together over the optimizer's state range
+// (all n, or a sharded worker's own) from the worker parts the manifest lists that overlap
+// it (any former world size, local size or sharding: each part says which slice it holds;
+// the others are read only up to their tensors' shapes); this worker's own error buffers
+// come from its own part unless the coordinator said the topology changed
+// (ResumeFrom.reset_errors), in which case they start at zero.
 //
 // Thread safety: one thread at a time.
 #ifndef ONEBIT_WORKER_CHECKPOINTER_H_
@@ -81,7 +86,9 @@ class WorkerCheckpointer : public CheckpointSink {
 
 // Restores `optimizer` (and its exchange's error buffers) from the checkpoint `resume`
 // names under `dir`. Errors name the file and what is wrong (DATA_LOSS for a damaged part,
-// INVALID_ARGUMENT for one that does not fit this job).
+// INVALID_ARGUMENT for one that does not fit this job). A sharded optimizer's Restore
+// all-gathers p inside the node: every local worker calls this at the same point (every
+// worker of a resumed job does, at start).
 // `trainer_scalars` (may be null) gets the trainer's scalars (Trainer::RestoreScalars), from
 // the first worker part that has them: every worker saves the same, and a worker of a
 // larger world has no part of its own.

@@ -16,6 +16,12 @@ def _torch_layout(raw, rank_, world, flat, param_groups):
     of `world` workers: each of `flat`'s parameters (a _FlatParams) its slice, the groups
     of param_groups their indices."""
     step = int(raw["step"])
+    if "state_begin" in raw["scalars"]:
+        # A sharded worker (onebit.exchange.shard_state) holds its range's moments only.
+        raise NotImplementedError(
+            "this worker holds the optimizer state of parameters "
+            f"[{int(raw['scalars']['state_begin'])}, {int(raw['scalars']['state_end'])}) only "
+            "(onebit.exchange.shard_state); state_dict() of a sharded job is not supported yet")
     state = {}
     if step >= 0:
         for i, p in enumerate(flat.params):

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -100,11 +102,45 @@ OnebitLamb::OnebitLamb(const OnebitLambOptions& options, kernels::Backend* backe
   last_factor_.assign(groups_.size(), 1.0);
 }
 
-absl::StatusOr<double> OnebitLamb::Norm(const float* x, const Group& tensor) {
+OnebitLamb::Group OnebitLamb::OwnPart(size_t k) const {
+  const size_t lo = std::max(groups_[k].begin, state_begin_);
+  const size_t hi = std::min(groups_[k].end, state_begin_ + state_count_);
+  return lo < hi ? Group{lo - state_begin_, hi - state_begin_} : Group{0, 0};
+}
+
+absl::Status OnebitLamb::AddSumSquares(const float* x, size_t k, Reductions* r) {
   ONEBIT_ASSIGN_OR_RETURN(
-      double sumsq,
-      SlicedSumSquares(*backend_, x, {tensor.begin, tensor.end}, exchange_->reduction_stride()));
-  return std::sqrt(sumsq);
+      const std::vector<double> pieces,
+      SumSquaresOfPieces(*backend_, x, state_begin_,
+                         StatePieces({groups_[k].begin, groups_[k].end})));
+  r->mine.push_back(AddInOrder(pieces));
+  r->combine.push_back(&AddInOrder);
+  return absl::OkStatus();
+}
+
+absl::Status OnebitLamb::AddMaxDenomRatio(float eps, size_t k, Reductions* r) {
+  ONEBIT_ASSIGN_OR_RETURN(
+      const std::vector<double> pieces,
+      MaxDenomRatioOfPieces(*backend_, eps, v_.data(), v_fresh_.data(), state_begin_,
+                            StatePieces({groups_[k].begin, groups_[k].end})));
+  r->mine.push_back(MaxNanWins(pieces));
+  r->combine.push_back(&MaxNanWins);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<double>> OnebitLamb::Gather(Reductions r) {
+  ScopedStepTime time(exchange_->step_clock(), &exchange_call_seconds_);
+  return CombineInNode(std::move(r.mine), r.combine);
+}
+
+absl::Status OnebitLamb::ScaleTensors(float* x, bool inverse) {
+  for (size_t k = 0; k < groups_.size(); ++k) {
+    const Group own = OwnPart(k);
+    if (own.size() == 0) continue;
+    const float a = static_cast<float>(inverse ? 1.0 / scaling_[k] : scaling_[k]);
+    ONEBIT_RETURN_IF_ERROR(backend_->Scale(a, x + own.begin, own.size()));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status OnebitLamb::Step(const float* grad) {
@@ -132,49 +168,60 @@ absl::Status OnebitLamb::WarmupStep(const float* grad) {
   const kernels::AdamHyper h = StepHyper(hyper_groups_[0], &scale);  // its betas, eps: all's
   const LambCoeffs& c = options_.coeffs;
   const int w = exchange_->world_size();
-  const float* g = grad;
+  const float* g = grad;  // the exact sum of the state range
   if (w > 1) {
     ScopedStepTime time(exchange_->step_clock(), &exchange_call_seconds_);
-    ONEBIT_ASSIGN_OR_RETURN(g, exchange_->SumGradients(step_ + 1, grad));
+    ONEBIT_ASSIGN_OR_RETURN(g, sharded() ? exchange_->SumGradientsOfShard(step_ + 1, grad)
+                                         : exchange_->SumGradients(step_ + 1, grad));
   }
   ONEBIT_RETURN_IF_ERROR(mask_.Observe(g));
-  // The exact sum: its norm in slice order (sliced_reductions.h).
-  ONEBIT_ASSIGN_OR_RETURN(double clip,
-                          clip_.Factor(g, 1.0 / w, exchange_->reduction_stride()));
-  ONEBIT_RETURN_IF_ERROR(
-      backend_->AdamMomentsUpdate(h, g, MeanScale(clip, w), m_.data(), v_.data(), n_));
-  for (const HyperGroup& hg : hyper_groups_) {  // u with each group's weight decay
+  // The exact sum's norm in slice order (sliced_reductions.h); sharded, gathered.
+  ONEBIT_ASSIGN_OR_RETURN(double clip, ExactSumClipFactor(g, 1.0 / w));
+  ONEBIT_RETURN_IF_ERROR(backend_->AdamMomentsUpdate(h, g, MeanScale(clip, w), m_.data(),
+                                                     v_.data(), state_count_));
+  for (const HyperGroup& hg : StateGroups()) {  // u with each group's weight decay
     ONEBIT_RETURN_IF_ERROR(backend_->AdamDirectionInto(
         StepHyper(hg, &scale), m_.data() + hg.begin, v_.data() + hg.begin,
-        p_.data() + hg.begin, u_.data() + hg.begin, hg.size()));
+        state_params() + hg.begin, u_.data() + hg.begin, hg.size()));
   }
-  for (size_t k = 0; k < groups_.size(); ++k) {
-    const Group& gr = groups_[k];
+  // ||p_k|| (before the update) and ||u_k|| of every tensor, in one gather. Each tensor's
+  // update below reads only its own p.
+  const size_t tensors = groups_.size();
+  Reductions r;
+  for (const float* x : {state_params(), u_.data()}) {
+    for (size_t k = 0; k < tensors; ++k) ONEBIT_RETURN_IF_ERROR(AddSumSquares(x, k, &r));
+  }
+  ONEBIT_ASSIGN_OR_RETURN(const std::vector<double> sumsq, Gather(std::move(r)));
+  for (size_t k = 0; k < tensors; ++k) {
     const float lr = StepHyper(HyperOf(k), &scale).lr;
-    ONEBIT_ASSIGN_OR_RETURN(double p_norm, Norm(p_.data(), gr));
-    ONEBIT_ASSIGN_OR_RETURN(double u_norm, Norm(u_.data(), gr));
-    u_norm *= scale;  // the true direction's
+    const double p_norm = std::sqrt(sumsq[k]);
+    const double u_norm = std::sqrt(sumsq[tensors + k]) * scale;  // the true direction's
     double trust = 1.0;
     if (p_norm != 0 && u_norm != 0) {
       trust = std::clamp(p_norm / u_norm, c.min_coeff, c.max_coeff);
       coeff_freeze_[k] = c.coeff_beta * coeff_freeze_[k] + (1 - c.coeff_beta) * trust;
     }
-    ONEBIT_RETURN_IF_ERROR(backend_->Axpy(static_cast<float>(-lr * trust),
-                                          u_.data() + gr.begin, p_.data() + gr.begin,
-                                          gr.size()));
+    const Group own = OwnPart(k);
+    if (own.size() == 0) continue;
+    ONEBIT_RETURN_IF_ERROR(backend_->Axpy(static_cast<float>(-lr * trust), u_.data() + own.begin,
+                                          state_params() + own.begin, own.size()));
   }
-  return absl::OkStatus();
+  return SyncParams();
 }
 
 absl::Status OnebitLamb::Switch() {
   ONEBIT_RETURN_IF_ERROR(mask_.Fix());
-  ONEBIT_RETURN_IF_ERROR(backend_->Copy(v_fresh_.data(), v_.data(), n_ * sizeof(float)));
+  ONEBIT_RETURN_IF_ERROR(
+      backend_->Copy(v_fresh_.data(), v_.data(), state_count_ * sizeof(float)));
+  Reductions r;
+  for (size_t k = 0; k < groups_.size(); ++k) {
+    ONEBIT_RETURN_IF_ERROR(AddSumSquares(m_.data(), k, &r));
+  }
+  ONEBIT_ASSIGN_OR_RETURN(const std::vector<double> sumsq, Gather(std::move(r)));
   std::vector<double> rms(groups_.size());
   double total = 0.0;
   for (size_t k = 0; k < groups_.size(); ++k) {
-    const Group& gr = groups_[k];
-    ONEBIT_ASSIGN_OR_RETURN(double norm, Norm(m_.data(), gr));
-    rms[k] = norm / std::sqrt(static_cast<double>(gr.size()));
+    rms[k] = std::sqrt(sumsq[k]) / std::sqrt(static_cast<double>(groups_[k].size()));
     total += rms[k];
   }
   const double united = total / static_cast<double>(groups_.size());
@@ -186,51 +233,88 @@ absl::Status OnebitLamb::Switch() {
   return absl::OkStatus();
 }
 
+absl::StatusOr<CompressedResult> OnebitLamb::ShardedMomentumAverage(float beta1,
+                                                                    const float* grad) {
+  const std::optional<StateShard> shard = exchange_->state_shard();
+  if (!shard.has_value()) return absl::InternalError("the exchange no longer shards the state");
+  float* rows = nullptr;
+  {
+    ScopedStepTime time(exchange_->step_clock(), &exchange_call_seconds_);
+    ONEBIT_ASSIGN_OR_RETURN(rows, exchange_->ShardRows(step_ + 1, grad));
+  }
+  // Row j is local worker j's gradient over this slice; it becomes the slice of that
+  // worker's scaled momentum m_j = fma(b1, m, (1-b1)*g_j) * scaling, element by element
+  // the floats worker j forms unsharded. Past the parameters the rows stay zero.
+  if (state_count_ > 0) {
+    for (int j = 0; j < shard->pieces; ++j) {
+      float* row = rows + static_cast<size_t>(j) * shard->stride;
+      ONEBIT_RETURN_IF_ERROR(backend_->Copy(u_.data(), m_.data(), state_count_ * sizeof(float)));
+      ONEBIT_RETURN_IF_ERROR(backend_->MomentumUpdate(beta1, row, u_.data(), state_count_));
+      ONEBIT_RETURN_IF_ERROR(ScaleTensors(u_.data(), /*inverse=*/false));
+      ONEBIT_RETURN_IF_ERROR(backend_->Copy(row, u_.data(), state_count_ * sizeof(float)));
+    }
+  }
+  ScopedStepTime time(exchange_->step_clock(), &exchange_call_seconds_);
+  return exchange_->CompressedAverageOfRows(step_ + 1);
+}
+
 absl::Status OnebitLamb::CompressionStep(const float* local_grad) {
-  ONEBIT_ASSIGN_OR_RETURN(const float* grad, clip_.Clip(local_grad));
+  ONEBIT_ASSIGN_OR_RETURN(const float* grad, clip_.Clip(local_grad));  // the whole, own
   double scale = 1.0;  // lr*scale*u is the true step: h.lr already has it
   const kernels::AdamHyper h = StepHyper(hyper_groups_[0], &scale);  // its betas, eps: all's
   const LambCoeffs& c = options_.coeffs;
-  ONEBIT_RETURN_IF_ERROR(backend_->Copy(m_last_.data(), m_.data(), n_ * sizeof(float)));
-  ONEBIT_RETURN_IF_ERROR(backend_->MomentumUpdate(h.beta1, grad, m_.data(), n_));
+  const size_t count = state_count_;
+  ONEBIT_RETURN_IF_ERROR(backend_->Copy(m_last_.data(), m_.data(), count * sizeof(float)));
   if (exchange_->world_size() > 1) {
-    for (size_t k = 0; k < groups_.size(); ++k) {
-      ONEBIT_RETURN_IF_ERROR(backend_->Scale(static_cast<float>(scaling_[k]),
-                                             m_.data() + groups_[k].begin, groups_[k].size()));
-    }
     CompressedResult r;
-    {
+    if (sharded()) {
+      ONEBIT_ASSIGN_OR_RETURN(r, ShardedMomentumAverage(h.beta1, grad));
+    } else {
+      ONEBIT_RETURN_IF_ERROR(backend_->MomentumUpdate(h.beta1, grad, m_.data(), n_));
+      ONEBIT_RETURN_IF_ERROR(ScaleTensors(m_.data(), /*inverse=*/false));
       ScopedStepTime time(exchange_->step_clock(), &exchange_call_seconds_);
       ONEBIT_ASSIGN_OR_RETURN(r, exchange_->CompressedAverage(step_ + 1, m_.data()));
     }
-    ONEBIT_RETURN_IF_ERROR(DecodeResult(r, *backend_, n_, m_.data()));
-    for (size_t k = 0; k < groups_.size(); ++k) {
-      ONEBIT_RETURN_IF_ERROR(backend_->Scale(static_cast<float>(1.0 / scaling_[k]),
-                                             m_.data() + groups_[k].begin, groups_[k].size()));
-    }
+    ONEBIT_RETURN_IF_ERROR(DecodeResult(r, *backend_, count, m_.data()));
+    ONEBIT_RETURN_IF_ERROR(ScaleTensors(m_.data(), /*inverse=*/true));
+  } else {
+    ONEBIT_RETURN_IF_ERROR(backend_->MomentumUpdate(h.beta1, grad, m_.data(), n_));
   }
   if (mask_.data() != nullptr) {
-    ONEBIT_RETURN_IF_ERROR(backend_->ApplyMask(mask_.data(), m_.data(), n_));
+    ONEBIT_RETURN_IF_ERROR(backend_->ApplyMask(mask_.data(), m_.data(), count));
   }
   ONEBIT_RETURN_IF_ERROR(backend_->FreshVarianceUpdate(h.beta1, h.beta2, m_.data(),
-                                                       m_last_.data(), v_fresh_.data(), n_));
+                                                       m_last_.data(), v_fresh_.data(), count));
   // u_pre = m/(sqrt(v)+eps) first, for its norms; the weight decay goes in after.
   kernels::AdamHyper no_decay = h;
   no_decay.weight_decay = 0.0f;
-  ONEBIT_RETURN_IF_ERROR(backend_->AdamDirectionInto(no_decay, m_.data(), v_.data(), p_.data(),
-                                                     u_.data(), n_));
-  for (size_t k = 0; k < groups_.size(); ++k) {
-    const Group& gr = groups_[k];
-    const kernels::AdamHyper hk = StepHyper(HyperOf(k), &scale);  // its lr and decay
-    float* u = u_.data() + gr.begin;
-    float* p = p_.data() + gr.begin;
-    ONEBIT_ASSIGN_OR_RETURN(double factor,
-                            SlicedMaxDenomRatio(*backend_, h.eps, v_.data(), v_fresh_.data(),
-                                                {gr.begin, gr.end}, exchange_->reduction_stride()));
-    if (hk.weight_decay > 0.0f) {
-      ONEBIT_ASSIGN_OR_RETURN(double pre_norm, Norm(u_.data(), gr));
-      ONEBIT_RETURN_IF_ERROR(backend_->Axpy(hk.weight_decay, p, u, gr.size()));
-      ONEBIT_ASSIGN_OR_RETURN(double norm, Norm(u_.data(), gr));
+  ONEBIT_RETURN_IF_ERROR(backend_->AdamDirectionInto(no_decay, m_.data(), v_.data(),
+                                                     state_params(), u_.data(), count));
+  // Per tensor: the ratio's max; with weight decay ||u_pre_k||, then u_k += wd*p_k, then
+  // ||u_k||. All of them in one gather: each tensor's decay reads only its own p.
+  const size_t tensors = groups_.size();
+  std::vector<kernels::AdamHyper> hk(tensors);
+  Reductions reductions;
+  for (size_t k = 0; k < tensors; ++k) {
+    hk[k] = StepHyper(HyperOf(k), &scale);  // its lr and decay
+    ONEBIT_RETURN_IF_ERROR(AddMaxDenomRatio(h.eps, k, &reductions));
+    if (hk[k].weight_decay > 0.0f) {
+      ONEBIT_RETURN_IF_ERROR(AddSumSquares(u_.data(), k, &reductions));
+      const Group own = OwnPart(k);
+      if (own.size() > 0) {
+        ONEBIT_RETURN_IF_ERROR(backend_->Axpy(hk[k].weight_decay, state_params() + own.begin,
+                                              u_.data() + own.begin, own.size()));
+      }
+      ONEBIT_RETURN_IF_ERROR(AddSumSquares(u_.data(), k, &reductions));
+    }
+  }
+  ONEBIT_ASSIGN_OR_RETURN(const std::vector<double> reduced, Gather(std::move(reductions)));
+  size_t at = 0;
+  for (size_t k = 0; k < tensors; ++k) {
+    double factor = reduced[at++];
+    if (hk[k].weight_decay > 0.0f) {
+      const double pre_norm = std::sqrt(reduced[at++]);
+      const double norm = std::sqrt(reduced[at++]);
       const double r = norm > 0 ? std::min(1.0, pre_norm / norm) : 1.0;
       factor = factor * r + (1.0 - r);
     }
@@ -238,10 +322,13 @@ absl::Status OnebitLamb::CompressionStep(const float* local_grad) {
     factor = std::clamp(factor, last_factor_[k] * (1.0 - c.factor_threshold),
                         last_factor_[k] * (1.0 + c.factor_threshold));
     last_factor_[k] = factor;
+    const Group own = OwnPart(k);
+    if (own.size() == 0) continue;
     ONEBIT_RETURN_IF_ERROR(
-        backend_->Axpy(static_cast<float>(-hk.lr * coeff_freeze_[k] * factor), u, p, gr.size()));
+        backend_->Axpy(static_cast<float>(-hk[k].lr * coeff_freeze_[k] * factor),
+                       u_.data() + own.begin, state_params() + own.begin, own.size()));
   }
-  return absl::OkStatus();
+  return SyncParams();
 }
 
 std::vector<StateSpec> OnebitLamb::TensorStates(int64_t, int64_t) const {

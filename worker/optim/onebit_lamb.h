@@ -6,6 +6,14 @@
 // tensor's norms are cut at the exchange's reduction_stride() and added in slice order
 // (sliced_reductions.h), so a worker holding one slice can assemble the same bits.
 //
+// SHARDED STATE (optimizer_base.h): m, v, v_fresh and the scratch hold this worker's slice.
+// Each phase's per-tensor norms (the warmup's ||p_k|| and ||u_k||, the switch's ||m_k||,
+// the compression step's ratio and ||u_k|| before and after the decay) are this worker's
+// pieces, then one gather inside the node for all tensors. So the float64 scalars are the
+// same on every worker, with the bits of an unsharded run. The compression step never forms
+// a worker's whole momentum: it forms every local worker's momentum of this slice from the
+// rows of their gradients (Exchange::ShardRows), with the float ops each worker would use.
+//
 // Thread safety: one thread at a time. The backend and exchange are borrowed.
 #ifndef ONEBIT_WORKER_OPTIM_ONEBIT_LAMB_H_
 #define ONEBIT_WORKER_OPTIM_ONEBIT_LAMB_H_
@@ -69,9 +77,6 @@ class OnebitLamb : public OptimizerBase<OnebitLamb, OnebitLambOptions,
     size_t size() const { return end - begin; }
   };
   friend OptimizerBase;
-  static constexpr const char* kCannotShard =
-      "1-bit LAMB does not shard its state yet (onebit.exchange.shard_state, issue 47); use "
-      "OneBitAdam, or shard_state false";
   OnebitLamb(const OnebitLambOptions& options, kernels::Backend* backend, Exchange* exchange,
              size_t n);
   static absl::Status ValidateOptions(const OnebitLambOptions& o, size_t n);
@@ -80,9 +85,26 @@ class OnebitLamb : public OptimizerBase<OnebitLamb, OnebitLambOptions,
   absl::Status WarmupStep(const float* grad);
   absl::Status Switch();
   absl::Status CompressionStep(const float* grad);
-  // ||x over tensor||, x a whole buffer: cut at the exchange's reduction_stride() and
-  // added in slice order (sliced_reductions.h).
-  absl::StatusOr<double> Norm(const float* x, const Group& tensor);
+  // Sharded: the compression step's exchange. Every local worker's scaled momentum of this
+  // slice, formed from m_ and the rows of their gradients (`grad`: this worker's, whole),
+  // then averaged: the result of CompressedAverageOfRows.
+  absl::StatusOr<CompressedResult> ShardedMomentumAverage(float beta1, const float* grad);
+  // x (the state range's) *= float(scaling_k), or float(1/scaling_k) when inverse, over
+  // each tensor k's part of the state range.
+  absl::Status ScaleTensors(float* x, bool inverse);
+  // Tensor k's part of the state range, counted from state_begin(); empty if none.
+  Group OwnPart(size_t k) const;
+  // Per-tensor reductions of one phase, gathered once (OptimizerBase::CombineInNode). Every
+  // worker adds the same ones in the same order; Gather gives them back in that order.
+  struct Reductions {
+    std::vector<double> mine;
+    std::vector<Combine> combine;
+  };
+  // ||x over tensor k||^2, x holding the state range (element state_begin() at x[0]).
+  absl::Status AddSumSquares(const float* x, size_t k, Reductions* r);
+  // The largest (sqrt(v) + eps) / (sqrt(v_fresh) + eps) over tensor k.
+  absl::Status AddMaxDenomRatio(float eps, size_t k, Reductions* r);
+  absl::StatusOr<std::vector<double>> Gather(Reductions r);
   // The step's hyper-parameters for the kernels and c, the factor from their direction to
   // the true one (1 without bias correction).
   kernels::AdamHyper StepHyper(const HyperGroup& group, double* c) const;
@@ -96,11 +118,11 @@ class OnebitLamb : public OptimizerBase<OnebitLamb, OnebitLambOptions,
   absl::StatusOr<RestoreCommit> ReadScalars(int64_t step, int64_t freeze_step,
                                             const StateScalars& scalars);
 
-  std::vector<Group> groups_;              // the tensors
+  std::vector<Group> groups_;              // the tensors (global indices)
   std::vector<size_t> tensor_hyper_;       // tensor k's index into hyper_groups_
   bool switched_ = false;
   std::vector<double> coeff_freeze_, scaling_, last_factor_;
-  kernels::Buffer<float> v_fresh_, m_last_, u_;
+  kernels::Buffer<float> v_fresh_, m_last_, u_;  // the state range's
 };
 
 }  // namespace onebit

@@ -264,39 +264,55 @@ class OptimizerBase : public Optimizer {
     }
     return cut;
   }
-  // Reductions over whole ranges of parameters (global indices) in the canonical order
-  // (sliced_reductions.h). x (backend memory) holds the state range: element state_begin()
-  // at x[0]. `partials` gives the float64 partials of a list of pieces, in order; `combine`
-  // adds them (AddInOrder) or takes their maximum (MaxNanWins). Sharded: each worker
-  // reduces its own piece of each range, then one GatherPartials inside the node (a
-  // collective of every local rank, with the same ranges) gives every worker every piece.
-  template <typename Partials>
-  absl::StatusOr<std::vector<double>> StateReduce(const std::vector<ElementRange>& ranges,
-                                                  Partials partials,
-                                                  double (*combine)(absl::Span<const double>)) {
+  // How a reduction's float64 partials combine: AddInOrder or MaxNanWins.
+  using Combine = double (*)(absl::Span<const double>);
+  // The canonical pieces of `range` (global indices; sliced_reductions.h) that the state
+  // range holds: all of them unsharded, sharded at most one (the one in this slice).
+  std::vector<ElementRange> StatePieces(ElementRange range) const {
     const size_t stride = exchange_->reduction_stride();
-    std::vector<double> out;
-    for (const ElementRange& range : ranges) {
-      ONEBIT_ASSIGN_OR_RETURN(
-          std::vector<double> pieces,
-          partials(sharded_ ? CutAtStride(range, stride,
-                                          {state_begin_, state_begin_ + state_count_})
-                            : CutAtStride(range, stride)));
-      out.push_back(combine(pieces));  // sharded: the one piece in this slice, or 0.0
+    return sharded_ ? CutAtStride(range, stride, {state_begin_, state_begin_ + state_count_})
+                    : CutAtStride(range, stride);
+  }
+  // The second half of a batch of reductions whose partials the caller computed:
+  // mine[r] is combine[r] of this worker's StatePieces of reduction r. Unsharded, that is
+  // the result. Sharded, one GatherPartials inside the node (a collective of every local
+  // rank, with the same reductions in the same order), then each reduction's values
+  // combined in slice order. Work that reads none of the results may go between the
+  // halves, so a step needs one gather however many reductions it has.
+  absl::StatusOr<std::vector<double>> CombineInNode(std::vector<double> mine,
+                                                    absl::Span<const Combine> combine) {
+    const size_t k = mine.size();
+    if (combine.size() != k) {
+      return absl::InternalError(absl::StrCat(k, " partials with ", combine.size(),
+                                              " ways to combine them"));
     }
-    if (!sharded_) return out;
-    ONEBIT_ASSIGN_OR_RETURN(const std::vector<double> all, exchange_->GatherPartials(out));
-    const size_t k = ranges.size();
+    if (!sharded_) return mine;
+    ONEBIT_ASSIGN_OR_RETURN(const std::vector<double> all, exchange_->GatherPartials(mine));
     if (k > 0 && all.size() % k != 0) {
       return absl::InternalError(absl::StrCat("the node gathered ", all.size(),
-                                              " partials for ", k, " ranges"));
+                                              " partials for ", k, " reductions"));
     }
     for (size_t r = 0; r < k; ++r) {
       std::vector<double> by_slice;
       for (size_t l = 0; l < all.size() / k; ++l) by_slice.push_back(all[l * k + r]);
-      out[r] = combine(by_slice);
+      mine[r] = combine[r](by_slice);
     }
-    return out;
+    return mine;
+  }
+  // Reductions over whole ranges of parameters (global indices) in the canonical order
+  // (sliced_reductions.h). x (backend memory) holds the state range: element state_begin()
+  // at x[0]. `partials` gives the float64 partials of a list of pieces, in order; `combine`
+  // adds them (AddInOrder) or takes their maximum (MaxNanWins). Sharded: each worker
+  // reduces its own piece of each range, then one GatherPartials (CombineInNode).
+  template <typename Partials>
+  absl::StatusOr<std::vector<double>> StateReduce(const std::vector<ElementRange>& ranges,
+                                                  Partials partials, Combine combine) {
+    std::vector<double> mine;
+    for (const ElementRange& range : ranges) {
+      ONEBIT_ASSIGN_OR_RETURN(std::vector<double> pieces, partials(StatePieces(range)));
+      mine.push_back(combine(pieces));  // sharded: the one piece in this slice, or 0.0
+    }
+    return CombineInNode(std::move(mine), std::vector<Combine>(ranges.size(), combine));
   }
   // ||x||^2 over each range (x as above).
   absl::StatusOr<std::vector<double>> StateSumSquares(const float* x,
