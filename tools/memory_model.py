@@ -15,7 +15,7 @@ workers, with K nodes. Its slices hold S elements: the smallest multiple of K * 
 
 shard_state false and true with fp32 parameters are the code of today. Rows marked DESIGN
 are not code yet: bf16/fp16 parameters or a bf16 gradient buffer with shard_state (plan
-step 8), and 1-bit LAMB with shard_state (being built; refused today).
+step 8).
 
 Not counted: activations, the CUDA context, NCCL's and gloo's own buffers, the allocator's
 slack, and anything of O(1) bytes. Those depend on the model, the batch and the machine.
@@ -245,10 +245,8 @@ def buffers(c):
     def add(name, ref, nbytes, design=False, **kw):
         rows.append(Buffer(name, ref, int(nbytes), design=design, **kw))
 
-    # Sharded, these are not code yet: low-precision parameters (plan step 8) and 1-bit
-    # LAMB (refused today; being built on ShardRows).
+    # Sharded, low-precision parameters are not code yet (plan step 8).
     low_design = sh and low
-    lamb_design = sh and lamb
 
     # Parameters.
     if not sh:
@@ -257,43 +255,42 @@ def buffers(c):
             add(f"model parameters, {c.param_dtype} (torch's own tensors)", "torch_low_params",
                 pb * n)
     elif not low:
-        add("p, whole and padded to L x S (every worker's model reads it)", "p", 4 * padded,
-            design=lamb_design)
+        add("p, whole and padded to L x S (every worker's model reads it)", "p", 4 * padded)
     else:
         add("p: fp32 master of the slice", "p", 4 * S, design=True, note="plan 2.3")
         add(f"p_low_: the model's {c.param_dtype} parameters, padded", "p", pb * padded,
             design=True, note="plan 2.3: a new buffer; the model views it")
     # Optimizer state.
-    add("m (exp_avg)", "mv", 4 * state, design=lamb_design or low_design)
-    add("v (exp_avg_sq)", "mv", 4 * state, design=lamb_design or low_design)
+    add("m (exp_avg)", "mv", 4 * state, design=low_design)
+    add("v (exp_avg_sq)", "mv", 4 * state, design=low_design)
     if c.optimizer == "zero_one_adam":
         add("0/1 Adam: accumulator, avg (scratch), anchor", "zero_one_more", 12 * n)
     if lamb:
         add("1-bit LAMB: exp_avg_sq_fresh, m_last (scratch), u (scratch)", "lamb_more",
-            12 * state, design=lamb_design, note="1-bit LAMB sharded: being built")
+            12 * state, design=low_design)
     if c.clip:
         if not sh:
             add("clip copy clipped_", "clip", 4 * n)
         elif lamb:
-            add("clip copy clipped_, made at the first compression step that clips",
-                "clip_lazy", 4 * n, when="compression", design=True,
-                note="LAMB's rows do not take the clip factor yet")
+            add("clip copy clipped_, made at the first compression step that clips (1-bit "
+                "LAMB's rows do not take the clip factor)", "clip_lazy", 4 * n,
+                when="compression", design=low_design)
         else:
             add("clip copy: none, the exchange scales each segment it sends", "clip_scale", 0,
                 design=low_design)
     if c.user_mask:
-        add("user momentum mask", "user_mask", 4 * state, design=lamb_design or low_design)
+        add("user momentum mask", "user_mask", 4 * state, design=low_design)
         add("user mask, host copy in MomentumMask", "user_mask_host", 4 * state, memory="host",
-            design=lamb_design or low_design)
+            design=low_design)
         add("user mask, host copy in the optimizer's options", "optimizer_options", 4 * n,
             memory="host")
         add("user mask, host copy in the trainer's options", "trainer_options", 4 * n,
             memory="host")
     if c.auto_mask:
-        add("automatic mask: nonzero_seen", "seen", 4 * state, design=lamb_design or low_design)
+        add("automatic mask: nonzero_seen", "seen", 4 * state, design=low_design)
         if not c.user_mask:
             add("automatic mask: mask_ (made at the first compression step)", "auto_mask",
-                4 * state, when="compression", design=lamb_design or low_design)
+                4 * state, when="compression", design=low_design)
     # Gradients.
     if c.workload == "builtin":
         add("gradient: the trainer's grad_", "trainer_grad", 4 * n)
@@ -322,9 +319,9 @@ def buffers(c):
         add("hierarchical: stage_ (the all-gather's copy of the updated slice)", "stage",
             (pb if low else 4) * S, design=low_design)
         if lamb:
-            add("hierarchical: rows_ (ShardRows: slice l of every local worker's x, L x S)",
-                "lamb_rows", 4 * padded, when="compression", design=True,
-                note="1-bit LAMB sharded: being built")
+            add("hierarchical: rows_ (ShardRows: slice l of every local worker's gradient, "
+                "L x S, made at the first compression step)", "lamb_rows", 4 * padded,
+                when="compression", design=low_design)
     if K > 1:
         # The inter-node PeerExchange over the slice (hierarchical_exchange.cc CreatePeer).
         add("inter ExactAllreduce: rows_", "inter_rows", 4 * K * chunk)
@@ -339,7 +336,7 @@ def buffers(c):
         memory="host", when="init")
     if c.report_interval > 0 and c.last_warmup_step >= c.report_interval:
         add("variance-change copies v_prev_, v_now_ (freed at the switch)", "variance_copies",
-            8 * state, memory="host", when="warmup", design=lamb_design or low_design)
+            8 * state, memory="host", when="warmup", design=low_design)
     if c.workload == "pytorch":
         add("initial parameters kept by EmbeddedWorker", "embedded_initial", 4 * n,
             memory="host")
