@@ -42,7 +42,7 @@ EOF
 trap 'tools/emulated_cluster.sh down' EXIT
 cluster=$(tools/emulated_cluster.sh up "$NODES" "$RATE")
 
-node_tx() { tools/emulated_cluster.sh bytes | awk '{s += $2} END {print s}'; }
+node_tx() { tools/emulated_cluster.sh bytes | awk '{s += $2} END {printf "%.0f\n", s}'; }
 
 # run NAME STAGE FLAGS...: one job, prints "wire_per_node_step payload_per_node_step step_ms"
 run() {
