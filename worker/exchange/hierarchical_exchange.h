@@ -98,6 +98,7 @@ class HierarchicalExchange : public Exchange {
   absl::StatusOr<float*> ShardRows(int64_t step, const float* x) override;
   absl::StatusOr<CompressedResult> CompressedAverageOfRows(int64_t step) override;
   absl::Status AllGatherShards(float* whole) override;
+  absl::Status AllGatherShardBytes(void* whole, size_t element_bytes) override;
   absl::StatusOr<std::vector<double>> GatherPartials(const std::vector<double>& mine) override;
   // This exchange's buffers and the inter-node exchange's buffer_bytes().
   uint64_t buffer_bytes() const override;
