@@ -88,8 +88,8 @@ class HierarchicalExchange : public Exchange {
   size_t reduction_stride() const override { return layout_.slice(); }
   // SHARDED STATE (exchange.h; FAILED_PRECONDITION without shard_state). Slice l's
   // results live in this exchange's slice buffers, or with other nodes in the inter-node
-  // exchange's result, valid until the next call. AllGatherShards stages this worker's
-  // slice first: a Transport does not promise an in-place all-gather.
+  // exchange's result, valid until the next call. AllGatherShards (and AllGatherShardBytes)
+  // stages this worker's slice first: a Transport does not promise an in-place all-gather.
   std::optional<StateShard> state_shard() const override;
   absl::StatusOr<const float*> SumGradientsOfShard(int64_t step, const float* grad) override;
   absl::StatusOr<CompressedResult> AverageMomentumOfShard(int64_t step, const float* m_shard,

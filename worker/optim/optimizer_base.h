@@ -417,7 +417,7 @@ class OptimizerBase : public Optimizer {
   size_t state_begin_ = 0;   // the state range (sharded: the shard's parameters)
   size_t state_count_;
   size_t state_alloc_ = 0;   // elements of m, v and the named buffers (n, or the stride)
-  size_t params_alloc_ = 0;  // elements of p (n, or pieces x stride)
+  size_t params_alloc_ = 0;  // elements of p (n, or pieces x stride); low_: of p_low_
   bool sharded_ = false;
   bool low_ = false;         // sharded with low-precision parameters: p is the master shard
   size_t shard_piece_ = 0;   // sharded: this worker's slice of the padded parameters
