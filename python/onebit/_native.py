@@ -419,8 +419,13 @@ class Worker:
         return self._buffers()[2]
 
     def params(self):
-        """The optimizer's parameters as a float32 CPU tensor over the core's memory."""
-        return _host_view(self._buffers()[0], self._size, self)
+        """The optimizer's parameters as a float32 CPU tensor over the core's memory (none
+        where the worker keeps low-precision parameters: param_buffer())."""
+        address = self._buffers()[0]
+        if not address:
+            raise RuntimeError("the worker keeps low-precision parameters, no float32 ones "
+                               "(param_buffer)")
+        return _host_view(address, self._size, self)
 
     def gradient(self):
         """This worker's gradient buffer, likewise."""
