@@ -183,10 +183,10 @@ TEST(WireDtypeTest, CpuToWireSumWireRowsAndWireToFloatMatchTheModel) {
 }
 
 // The bits torch's copy_ from float32 gives (torch 1.13 and 2.15, CPU, scalar and
-// vectorised: x.to(torch.bfloat16) and x.to(torch.float16)), which the optimizer's low-precision parameters must equal
-// (optimizer_base.h): ties, fp16's subnormals, overflow boundaries, signed zeros and
-// infinities. A NaN stays a NaN, its payload not compared (torch's own scalar and
-// vectorised paths differ there).
+// vectorised: x.to(torch.bfloat16) and x.to(torch.float16)), which the optimizer's
+// low-precision parameters must equal (optimizer_base.h): ties, fp16's subnormals,
+// overflow boundaries, signed zeros and infinities. A NaN stays a NaN, its payload not
+// compared (torch's own scalar and vectorised paths differ there).
 TEST(WireDtypeTest, NarrowingMatchesTorchCopy) {
   struct Want {
     uint32_t x;
