@@ -99,6 +99,11 @@ TEST_F(JobTest, StaticFreezeSwitchesEveryWorkerAtTheSameStep) {
   for (const auto& s : summaries) {
     EXPECT_EQ(NumberField(s, "warmup_steps"), 13);
     EXPECT_EQ(NumberField(s, "compression_steps"), 17);
+    // The memory a worker reports: its buffers, and the process's peak (Linux: VmHWM).
+    EXPECT_GT(NumberField(s, "optimizer_state_bytes"), 0);
+    EXPECT_GT(NumberField(s, "exchange_buffer_bytes"), 0);
+    EXPECT_GT(NumberField(s, "peak_rss_bytes"),
+              NumberField(s, "optimizer_state_bytes") + NumberField(s, "exchange_buffer_bytes"));
   }
 }
 

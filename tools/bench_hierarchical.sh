@@ -5,6 +5,7 @@
 #
 #   sudo tools/bench_hierarchical.sh [NODES=2] [LOCAL=2] [RATE=1gbit] [PARAMS=1000000] [STEPS=30]
 #
+# ONLY=REGEX runs only the exchanges whose label matches (e.g. ONLY=hierarchical).
 # For each exchange (flat peer, flat ps, hierarchical over peer, hierarchical over ps) and
 # each stage (a run of warmup steps only, a run of compression steps only) it records:
 #   - wire bytes that left each node per step: the node's eth0 counter (payload, TCP/IP
@@ -75,8 +76,10 @@ PY
 } | tee "$OUT/results.md"
 for spec in "flat peer|--exchange=peer" "flat ps ($NODES shards)|--exchange=ps --servers=$NODES" \
             "hierarchical, peer between nodes|--exchange=hierarchical --local_size=$LOCAL --inter=peer" \
-            "hierarchical, ps between nodes ($((NODES * LOCAL)) shards)|--exchange=hierarchical --local_size=$LOCAL --inter=ps --servers=$((NODES * LOCAL))"; do
+            "hierarchical, ps between nodes ($((NODES * LOCAL)) shards)|--exchange=hierarchical --local_size=$LOCAL --inter=ps --servers=$((NODES * LOCAL))" \
+            "hierarchical sharded state, peer between nodes|--exchange=hierarchical --local_size=$LOCAL --inter=peer --shard_state=true"; do
   label=${spec%%|*}
+  [[ -z "${ONLY:-}" || "$label" =~ $ONLY ]] || continue
   flags=${spec#*|}
   name=$(echo "$label" | tr -c 'a-z0-9' '-' | sed 's/-*$//')
   for stage in warmup compression; do

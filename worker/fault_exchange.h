@@ -39,10 +39,10 @@ class FaultExchange final : public ForwardingExchange {
     return ForwardingExchange::SumGradientsOfShard(step, grad);
   }
   absl::StatusOr<CompressedResult> AverageMomentumOfShard(int64_t step, const float* m_shard,
-                                                          const float* g,
-                                                          float beta1) override {
+                                                          const float* g, float beta1,
+                                                          float g_scale) override {
     MaybeDie(step);
-    return ForwardingExchange::AverageMomentumOfShard(step, m_shard, g, beta1);
+    return ForwardingExchange::AverageMomentumOfShard(step, m_shard, g, beta1, g_scale);
   }
   absl::StatusOr<float*> ShardRows(int64_t step, const float* x) override {
     MaybeDie(step);

@@ -23,7 +23,7 @@ TEST(FaultExchangeDeathTest, TheShardCallsThatOpenAStepKillAtTheFaultStep) {
   FaultExchange f(&inner, kFaultStep, "worker 3");
   EXPECT_EXIT(f.SumGradientsOfShard(kFaultStep, grad).IgnoreError(),
               ::testing::KilledBySignal(SIGKILL), kKilled);
-  EXPECT_EXIT(f.AverageMomentumOfShard(kFaultStep, m, grad, 0.9f).IgnoreError(),
+  EXPECT_EXIT(f.AverageMomentumOfShard(kFaultStep, m, grad, 0.9f, 1.0f).IgnoreError(),
               ::testing::KilledBySignal(SIGKILL), kKilled);
   EXPECT_EXIT(f.ShardRows(kFaultStep, grad).IgnoreError(), ::testing::KilledBySignal(SIGKILL),
               kKilled);
@@ -37,7 +37,7 @@ TEST(FaultExchangeTest, ShardCallsForwardAtOtherSteps) {
   EXPECT_EQ(f.state_shard()->replicas, 3);
   EXPECT_EQ(f.buffer_bytes(), inner.bytes);
   EXPECT_TRUE(f.SumGradientsOfShard(kFaultStep - 1, grad).ok());
-  EXPECT_TRUE(f.AverageMomentumOfShard(kFaultStep + 1, m, grad, 0.9f).ok());
+  EXPECT_TRUE(f.AverageMomentumOfShard(kFaultStep + 1, m, grad, 0.9f, 1.0f).ok());
   EXPECT_TRUE(f.ShardRows(kFaultStep - 1, grad).ok());
   // The rows' average belongs to the step ShardRows opened: it never kills.
   EXPECT_TRUE(f.CompressedAverageOfRows(kFaultStep).ok());

@@ -190,7 +190,29 @@ absl::Status Trainer::Init(Exchange* exchange, Transport* transport) {
     ONEBIT_RETURN_IF_ERROR(workload_->SetLossScale(static_cast<float>(scaler_->scale())));
     summary_.loss_scale = scaler_->scale();
   }
+  RecordStateBytes(/*first=*/true);
+  const std::optional<StateShard> shard = optimizer_->exchange().state_shard();
+  Print(absl::StrFormat(
+      "memory: optimizer state %.1f MiB%s, exchange buffers %.1f MiB (backend memory, "
+      "docs/performance.md#memory)",
+      static_cast<double>(summary_.optimizer_state_bytes) / (1 << 20),
+      shard.has_value() ? absl::StrFormat(" (sharded, slice %d of %d)", shard->piece + 1,
+                                          shard->pieces)
+                        : std::string(),
+      static_cast<double>(summary_.exchange_buffer_bytes) / (1 << 20)));
   return InitOverlap();
+}
+
+void Trainer::RecordStateBytes(bool first) {
+  const uint64_t optimizer = optimizer_->state_bytes();
+  const uint64_t exchange = optimizer_->exchange().buffer_bytes();
+  if (!first && optimizer == summary_.optimizer_state_bytes &&
+      exchange == summary_.exchange_buffer_bytes) {
+    return;
+  }
+  summary_.optimizer_state_bytes = optimizer;
+  summary_.exchange_buffer_bytes = exchange;
+  if (sink_ != nullptr) sink_->RecordStateBytes(optimizer, exchange);
 }
 
 absl::Status Trainer::InitOverlap() {
@@ -592,6 +614,7 @@ absl::Status Trainer::RunStep(int64_t t) {
   }
 
   AddToSummary(report);
+  RecordStateBytes(/*first=*/false);
 
   ONEBIT_RETURN_IF_ERROR(controller_->Report(report));
   if (sink_ != nullptr) sink_->RecordStep(report);

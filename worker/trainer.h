@@ -177,6 +177,10 @@ class TrainerMetricsSink {
   virtual void RecordEval(int64_t step, const EvalResult& result) = 0;
   // A checkpoint part written after `step`, taking `seconds` of the training thread.
   virtual void RecordCheckpoint(int64_t /*step*/, double /*seconds*/) {}
+  // The bytes of the optimizer's buffers (Optimizer::state_bytes) and the exchange's
+  // (Exchange::buffer_bytes): once when the trainer is made, then after a step that changed
+  // them (buffers made on first use).
+  virtual void RecordStateBytes(uint64_t /*optimizer*/, uint64_t /*exchange*/) {}
 };
 
 struct TrainerOptions {
@@ -277,6 +281,10 @@ struct TrainerSummary {
   // With loss scaling: the steps skipped for an overflow, and the scale of the next step.
   int64_t skipped_steps = 0;
   double loss_scale = 0.0;
+  // The optimizer's and the exchange's buffers (TrainerMetricsSink::RecordStateBytes), as
+  // of the last step.
+  uint64_t optimizer_state_bytes = 0;
+  uint64_t exchange_buffer_bytes = 0;
 };
 
 class Trainer {
@@ -322,6 +330,9 @@ class Trainer {
   absl::Status SetStepHypers(int64_t step, const StepInputs& script, StepReport& report);
   // A finished step into summary_ (its stage's totals, the first compression step).
   void AddToSummary(const StepReport& report);
+  // The optimizer's and exchange's buffer bytes into summary_, and to the sink when they
+  // changed (or `first`).
+  void RecordStateBytes(bool first);
   // The progress line every log_every steps (`log_line`), averaged over the steps since.
   void LogProgress(const StepReport& report, bool log_line);
   // The step's gradient into grad_ (accumulated over micro batches); its loss.

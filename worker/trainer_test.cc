@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "config/zero_one_schedule.h"
 #include "gmock/gmock.h"
@@ -221,15 +222,23 @@ TEST(TrainerTest, TwoWorkersSwitchTogetherAndCompress32x) {
     EXPECT_GE(run.sink.steps.back().compression_ratio, 30.0);
     EXPECT_NEAR(run.sink.steps.front().compression_ratio, 1.0, 0.01);  // warmup: fp32
 
-    // A progress line every log_every steps, then the final evaluation.
+    // The memory at the start (p, m, v: 12 bytes a parameter), a progress line every
+    // log_every steps, then the final evaluation.
+    const size_t num_progress = plan.steps / plan.log_every;
+    ASSERT_EQ(run.lines.size(), num_progress + 2);
+    EXPECT_TRUE(std::regex_match(
+        run.lines[0],
+        std::regex(absl::StrFormat(R"(memory: optimizer state %.1f MiB, exchange buffers )"
+                                   R"(\d+\.\d MiB \(backend memory, .*\))",
+                                   12.0 * n / (1 << 20)))))
+        << run.lines[0];
+    EXPECT_EQ(run.summary.optimizer_state_bytes, 12 * n);
     const std::regex progress(R"(step (\d+)/140  loss \d+\.\d{4}  stage (warmup|compression))"
                               R"(  step \d+\.\d ms  sent \d+\.\d MB)");
-    const size_t num_progress = plan.steps / plan.log_every;
-    ASSERT_EQ(run.lines.size(), num_progress + 1);
     for (size_t i = 0; i < num_progress; ++i) {
       const int64_t step = plan.log_every * static_cast<int64_t>(i + 1);
       std::smatch m;
-      ASSERT_TRUE(std::regex_match(run.lines[i], m, progress)) << run.lines[i];
+      ASSERT_TRUE(std::regex_match(run.lines[i + 1], m, progress)) << run.lines[i + 1];
       EXPECT_EQ(m[1], absl::StrCat(step));
       EXPECT_EQ(m[2], step <= plan.freeze_step ? "warmup" : "compression");
     }
@@ -1195,6 +1204,14 @@ TEST(WorkerMetricsTest, TheTrainerFeedsTheMetricsAndTheEndpointServesThem) {
   for (const char* name :
        {"onebit_worker_compression_ratio", "onebit_worker_loss", "onebit_worker_test_loss"}) {
     EXPECT_THAT(text, HasSubstr(absl::StrCat(name, "{rank=\"0\"}"))) << name;
+  }
+  // The buffers: 1-bit Adam's p, m and v of 1,000 parameters; the peer exchange's.
+  EXPECT_EQ(summary.optimizer_state_bytes, 3 * 1000 * sizeof(float));
+  EXPECT_GT(summary.exchange_buffer_bytes, 1000 * sizeof(float));
+  for (const auto& [part, bytes] : {std::pair{"optimizer", summary.optimizer_state_bytes},
+                                     std::pair{"exchange", summary.exchange_buffer_bytes}}) {
+    EXPECT_THAT(text, HasSubstr(absl::StrCat("onebit_worker_state_bytes{rank=\"0\",part=\"",
+                                             part, "\"} ", bytes)));
   }
   // Values that do not exist are absent, not 0: the synthetic workload has no test
   // accuracy; 6 warmup steps make no variance report (every 10 steps); with no progress

@@ -37,6 +37,15 @@ prometheus::Family<prometheus::Histogram>& StepSeconds(prometheus::Registry& reg
       .Register(registry);
 }
 
+prometheus::Family<prometheus::Gauge>& StateBytes(prometheus::Registry& registry,
+                                                  const Labels& labels) {
+  return GaugeFamily(registry, "onebit_worker_state_bytes",
+                     "Bytes of backend memory (device memory on GPUs) this worker holds, by "
+                     "part: optimizer (parameters, optimizer state and scratch, momentum "
+                     "mask, clip copy) or exchange (the exchange's buffers).",
+                     labels);
+}
+
 prometheus::Histogram::BucketBoundaries StepBuckets() {
   return {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
 }
@@ -99,7 +108,9 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& registry, const Labels& label
                               .Add({}, StepBuckets())),
       last_checkpoint_step_(GaugeFamily(registry, "onebit_worker_last_checkpoint_step",
                                         "The last step this worker wrote a checkpoint part after.",
-                                        labels)) {
+                                        labels)),
+      optimizer_state_bytes_(StateBytes(registry, labels), {{"part", "optimizer"}}),
+      exchange_buffer_bytes_(StateBytes(registry, labels), {{"part", "exchange"}}) {
   auto& sent = CounterFamily(registry, "onebit_worker_bytes_sent_total",
                              "Payload bytes sent, by stage and link (intra_node: inside this "
                              "worker's node; inter_node: between nodes).",
@@ -152,6 +163,11 @@ void WorkerMetrics::RecordStep(const StepReport& report) {
 void WorkerMetrics::RecordCheckpoint(int64_t step, double seconds) {
   checkpoint_seconds_.Observe(seconds);
   last_checkpoint_step_.Set(static_cast<double>(step));
+}
+
+void WorkerMetrics::RecordStateBytes(uint64_t optimizer, uint64_t exchange) {
+  optimizer_state_bytes_.Set(static_cast<double>(optimizer));
+  exchange_buffer_bytes_.Set(static_cast<double>(exchange));
 }
 
 void WorkerMetrics::RecordEval(int64_t, const EvalResult& result) {

@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "prometheus/counter.h"
@@ -49,6 +50,11 @@ namespace onebit {
 //   onebit_worker_checkpoint_seconds             histogram: writing this worker's checkpoint
 //                                                part (the training thread's pause)
 //   onebit_worker_last_checkpoint_step           the last step it wrote a part after
+//   onebit_worker_state_bytes{part}              bytes of backend memory (device memory on
+//                                                GPUs) the worker holds, by part: optimizer
+//                                                (Optimizer::state_bytes: p, its state and
+//                                                scratch, mask, clip copy) or exchange
+//                                                (Exchange::buffer_bytes); from the start
 class WorkerMetrics : public TrainerMetricsSink {
  public:
   // Registers the families on `registry` (borrowed). `labels` (say {"rank", "3"}) go on
@@ -59,6 +65,7 @@ class WorkerMetrics : public TrainerMetricsSink {
   void RecordStep(const StepReport& report) override;
   void RecordEval(int64_t step, const EvalResult& result) override;
   void RecordCheckpoint(int64_t step, double seconds) override;
+  void RecordStateBytes(uint64_t optimizer, uint64_t exchange) override;
 
  private:
   prometheus::Gauge& stage_;
@@ -77,14 +84,17 @@ class WorkerMetrics : public TrainerMetricsSink {
   // A gauge added to its family the first time it gets a value (on the trainer's thread).
   class LazyGauge {
    public:
-    explicit LazyGauge(prometheus::Family<prometheus::Gauge>& family) : family_(family) {}
+    explicit LazyGauge(prometheus::Family<prometheus::Gauge>& family,
+                       std::map<std::string, std::string> labels = {})
+        : family_(family), labels_(std::move(labels)) {}
     void Set(double value) {
-      if (gauge_ == nullptr) gauge_ = &family_.Add({});
+      if (gauge_ == nullptr) gauge_ = &family_.Add(labels_);
       gauge_->Set(value);
     }
 
    private:
     prometheus::Family<prometheus::Gauge>& family_;
+    const std::map<std::string, std::string> labels_;
     prometheus::Gauge* gauge_ = nullptr;
   };
   LazyGauge compression_ratio_;
@@ -98,6 +108,8 @@ class WorkerMetrics : public TrainerMetricsSink {
   LazyGauge test_accuracy_;
   prometheus::Histogram& checkpoint_seconds_;
   LazyGauge last_checkpoint_step_;
+  LazyGauge optimizer_state_bytes_;
+  LazyGauge exchange_buffer_bytes_;
 };
 
 // A registry served over HTTP at /metrics.

@@ -38,6 +38,7 @@
 #include "worker/checkpointer.h"
 #include "common/fault.h"
 #include "common/parallel.h"
+#include "common/process_memory.h"
 #include "worker/coordinator_step_controller.h"
 #include "worker/fault_exchange.h"
 #include "worker/transport/gloo_transport.h"
@@ -482,6 +483,8 @@ std::string SplitJson(const StageTotals& t) {
 }
 
 // `job`: the job's status at the end (its recoveries), if the coordinator answered.
+// peak_rss_bytes: the process's VmHWM now (0 where /proc has none), on a CPU worker the
+// peak of everything; on a GPU worker host memory only.
 absl::Status WriteSummary(const std::string& path, const JobConfig& config, int rank,
                           const TrainerSummary& s, double seconds, int64_t masked_elements,
                           const absl::StatusOr<v1::JobStatus>& job) {
@@ -502,7 +505,8 @@ absl::Status WriteSummary(const std::string& path, const JobConfig& config, int 
 "recoveries": %d, "resumed_after_steps": [%s],
 "device_bytes_to_host_warmup": %d, "device_bytes_from_host_warmup": %d,
 "device_bytes_to_host_compression": %d, "device_bytes_from_host_compression": %d,
-"split_warmup": %s, "split_compression": %s}
+"split_warmup": %s, "split_compression": %s,
+"optimizer_state_bytes": %d, "exchange_buffer_bytes": %d, "peak_rss_bytes": %d}
 )",
       rank, Traits(config.optimizer.kind).name, config.exchange.mode, s.warmup.steps, s.compression.steps,
       s.first_compression_step, s.warmup.bytes_sent, s.compression.bytes_sent,
@@ -512,7 +516,8 @@ absl::Status WriteSummary(const std::string& path, const JobConfig& config, int 
       s.compression.steps_communicated, masked_elements, job.ok() ? job->recoveries() : -1,
       absl::StrJoin(resumed, ", "), s.warmup.device_bytes_to_host,
       s.warmup.device_bytes_from_host, s.compression.device_bytes_to_host,
-      s.compression.device_bytes_from_host, SplitJson(s.warmup), SplitJson(s.compression));
+      s.compression.device_bytes_from_host, SplitJson(s.warmup), SplitJson(s.compression),
+      s.optimizer_state_bytes, s.exchange_buffer_bytes, PeakRssBytes());
   return WriteFileAtomically(path, json);
 }
 

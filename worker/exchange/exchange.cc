@@ -33,7 +33,7 @@ absl::StatusOr<const float*> Exchange::SumGradientsOfShard(int64_t, const float*
 }
 
 absl::StatusOr<CompressedResult> Exchange::AverageMomentumOfShard(int64_t, const float*,
-                                                                  const float*, float) {
+                                                                  const float*, float, float) {
   return NotSharded("AverageMomentumOfShard");
 }
 

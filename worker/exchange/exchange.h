@@ -131,9 +131,13 @@ class Exchange {
   // The result covers the slice's stride elements: its inter-node chunks (the same blocks
   // as that slice's chunks of AverageMomentum's result), or with nothing compressed (one
   // node) the exact floats. Decode with DecodeResult(r, backend, end - begin, out).
+  // `g_scale`: the local gradient enters as g_scale * g (one float multiply per element,
+  // Backend::Scale's bits; 1: g itself), so the compression step's clip
+  // (GradientClipper::ClipScale) needs no clipped copy of g.
   virtual absl::StatusOr<CompressedResult> AverageMomentumOfShard(int64_t step,
                                                                   const float* m_shard,
-                                                                  const float* g, float beta1);
+                                                                  const float* g, float beta1,
+                                                                  float g_scale);
 
   // 1-bit LAMB's compression, in two calls. ShardRows: slice `piece` of every local
   // worker's `x` (n elements), `pieces` rows of stride floats in local-rank order (zero

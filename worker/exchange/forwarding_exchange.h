@@ -41,9 +41,9 @@ class ForwardingExchange : public Exchange {
     return inner_->SumGradientsOfShard(step, grad);
   }
   absl::StatusOr<CompressedResult> AverageMomentumOfShard(int64_t step, const float* m_shard,
-                                                          const float* g,
-                                                          float beta1) override {
-    return inner_->AverageMomentumOfShard(step, m_shard, g, beta1);
+                                                          const float* g, float beta1,
+                                                          float g_scale) override {
+    return inner_->AverageMomentumOfShard(step, m_shard, g, beta1, g_scale);
   }
   absl::StatusOr<float*> ShardRows(int64_t step, const float* x) override {
     return inner_->ShardRows(step, x);

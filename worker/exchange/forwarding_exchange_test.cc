@@ -22,7 +22,7 @@ TEST(ExchangeTest, AnExchangeWithoutShardsSaysSo) {
            s.message().find("shard_state") != absl::string_view::npos;
   };
   EXPECT_TRUE(unimplemented(e.SumGradientsOfShard(1, x).status()));
-  EXPECT_TRUE(unimplemented(e.AverageMomentumOfShard(1, x, x, 0.9f).status()));
+  EXPECT_TRUE(unimplemented(e.AverageMomentumOfShard(1, x, x, 0.9f, 1.0f).status()));
   EXPECT_TRUE(unimplemented(e.ShardRows(1, x).status()));
   EXPECT_TRUE(unimplemented(e.CompressedAverageOfRows(1).status()));
   EXPECT_TRUE(unimplemented(e.AllGatherShards(whole.data())));
@@ -50,7 +50,7 @@ TEST(ForwardingExchangeTest, ForwardsEveryShardCall) {
   absl::StatusOr<const float*> sum = f.SumGradientsOfShard(4, grad);
   ASSERT_TRUE(sum.ok());
   EXPECT_EQ(*sum, grad + 1);
-  absl::StatusOr<CompressedResult> avg = f.AverageMomentumOfShard(5, m, grad, 0.75f);
+  absl::StatusOr<CompressedResult> avg = f.AverageMomentumOfShard(5, m, grad, 0.75f, 0.5f);
   ASSERT_TRUE(avg.ok());
   EXPECT_EQ(avg->chunk, 5u);
   absl::StatusOr<float*> rows = f.ShardRows(6, grad);
@@ -74,6 +74,7 @@ TEST(ForwardingExchangeTest, ForwardsEveryShardCall) {
   EXPECT_EQ(inner.calls[1].first, m);
   EXPECT_EQ(inner.calls[1].second, grad);
   EXPECT_EQ(inner.calls[1].beta1, 0.75f);
+  EXPECT_EQ(inner.calls[1].g_scale, 0.5f);
   EXPECT_EQ(inner.calls[2].name, "ShardRows");
   EXPECT_EQ(inner.calls[2].step, 6);
   EXPECT_EQ(inner.calls[2].first, grad);

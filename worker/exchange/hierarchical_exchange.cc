@@ -1,5 +1,6 @@
 #include "worker/exchange/hierarchical_exchange.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -23,6 +24,9 @@ absl::StatusOr<std::unique_ptr<HierarchicalExchange>> HierarchicalExchange::Crea
     return absl::InvalidArgumentError("the inter-node exchange has no ranks");
   }
   const int nodes = inter == nullptr ? 1 : inter->world_size();
+  if (options.segment_elements < 1) {
+    return absl::InvalidArgumentError("segment_elements must be >= 1");
+  }
   if (options.node < 0 || options.node >= nodes) {
     return absl::InvalidArgumentError(absl::StrCat("node ", options.node, " of ", nodes,
                                                    " nodes (the inter-node exchange's ranks)"));
@@ -64,8 +68,8 @@ absl::Status HierarchicalExchange::Init() {
   using kernels::Buffer;
   const size_t local = static_cast<size_t>(layout_.local_size());
   const size_t slice = layout_.slice();
-  ONEBIT_ASSIGN_OR_RETURN(padded_, Buffer<float>::Create(backend_, layout_.padded_size()));
-  ONEBIT_ASSIGN_OR_RETURN(received_, Buffer<float>::Create(backend_, local * slice));
+  ONEBIT_ASSIGN_OR_RETURN(send_, Buffer<float>::Create(backend_, local * segment()));
+  ONEBIT_ASSIGN_OR_RETURN(received_, Buffer<float>::Create(backend_, local * segment()));
   ONEBIT_ASSIGN_OR_RETURN(slice_sum_, Buffer<float>::Create(backend_, slice));
   if (inter_ == nullptr) {
     ONEBIT_ASSIGN_OR_RETURN(idle_compressor_, WorkerCompressor::Create(backend_, 0, 1, 8));
@@ -101,19 +105,43 @@ absl::Status HierarchicalExchange::CheckMode(bool sharded_call, absl::string_vie
             "keeps the whole optimizer state; call ", instead));
 }
 
-absl::Status HierarchicalExchange::ScatterRows(const float* in) {
-  rows_step_.reset();  // received_ is overwritten
-  // The padding of padded_ stays zero: only the first n elements are ever written.
-  ONEBIT_RETURN_IF_ERROR(backend_->Copy(padded_.data(), in, layout_.n() * sizeof(float)));
-  return intra_->AllToAll(padded_.data(), received_.data(), layout_.slice() * sizeof(float));
+size_t HierarchicalExchange::segment() const {
+  return std::min(options_.segment_elements, layout_.slice());
 }
 
-absl::Status HierarchicalExchange::ReduceScatter(const float* in, bool average) {
+absl::Status HierarchicalExchange::ExchangeSegment(const float* in, size_t begin, size_t count,
+                                                   float scale, float* rows) {
+  const size_t n = layout_.n(), slice = layout_.slice();
+  for (int j = 0; j < layout_.local_size(); ++j) {
+    // Local rank j's segment: in[j*S + begin, + count), zero past n (the padding).
+    const size_t from = static_cast<size_t>(j) * slice + begin;
+    const size_t have = from >= n ? 0 : std::min(count, n - from);
+    float* block = send_.data() + static_cast<size_t>(j) * count;
+    if (have > 0) {
+      ONEBIT_RETURN_IF_ERROR(backend_->Copy(block, in + from, have * sizeof(float)));
+      // The bits of GradientClipper::Clip's copy: the same float multiply per element.
+      if (scale != 1.0f) ONEBIT_RETURN_IF_ERROR(backend_->Scale(scale, block, have));
+    }
+    if (have < count) {
+      ONEBIT_RETURN_IF_ERROR(backend_->Zero(block + have, (count - have) * sizeof(float)));
+    }
+  }
+  return intra_->AllToAll(send_.data(), rows, count * sizeof(float));
+}
+
+absl::Status HierarchicalExchange::ReduceScatter(const float* in, bool average, float scale) {
+  rows_step_.reset();  // ShardRows' rows are valid until the next call (exchange.h)
   const int local = layout_.local_size();
-  const size_t slice = layout_.slice();
-  ONEBIT_RETURN_IF_ERROR(ScatterRows(in));
-  return average ? backend_->AverageRows(received_.data(), local, slice, slice_sum_.data())
-                 : backend_->SumRows(received_.data(), local, slice, slice_sum_.data());
+  const size_t slice = layout_.slice(), segment = this->segment();
+  for (size_t begin = 0; begin < slice; begin += segment) {
+    const size_t count = std::min(segment, slice - begin);
+    ONEBIT_RETURN_IF_ERROR(ExchangeSegment(in, begin, count, scale, received_.data()));
+    // Elementwise in local-rank order from 0.0f: the bits of one whole-slice SumRows.
+    float* out = slice_sum_.data() + begin;
+    ONEBIT_RETURN_IF_ERROR(average ? backend_->AverageRows(received_.data(), local, count, out)
+                                   : backend_->SumRows(received_.data(), local, count, out));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<const float*> HierarchicalExchange::SumGradients(int64_t step, const float* grad) {
@@ -213,9 +241,9 @@ absl::StatusOr<const float*> HierarchicalExchange::SumGradientsOfShard(int64_t s
 }
 
 absl::StatusOr<CompressedResult> HierarchicalExchange::AverageMomentumOfShard(
-    int64_t step, const float* m_shard, const float* g, float beta1) {
+    int64_t step, const float* m_shard, const float* g, float beta1, float g_scale) {
   ONEBIT_RETURN_IF_ERROR(CheckMode(true, "AverageMomentumOfShard", "AverageMomentum"));
-  ONEBIT_RETURN_IF_ERROR(ReduceScatter(g, /*average=*/true));
+  ONEBIT_RETURN_IF_ERROR(ReduceScatter(g, /*average=*/true, g_scale));
   const size_t slice = layout_.slice();
   if (inter_ == nullptr) {  // one node: the exact average, nothing compressed
     ONEBIT_RETURN_IF_ERROR(backend_->Copy(stage_.data(), m_shard, slice * sizeof(float)));
@@ -233,9 +261,27 @@ absl::StatusOr<CompressedResult> HierarchicalExchange::AverageMomentumOfShard(
 
 absl::StatusOr<float*> HierarchicalExchange::ShardRows(int64_t step, const float* x) {
   ONEBIT_RETURN_IF_ERROR(CheckMode(true, "ShardRows", "CompressedAverage"));
-  ONEBIT_RETURN_IF_ERROR(ScatterRows(x));
+  rows_step_.reset();
+  const size_t local = static_cast<size_t>(layout_.local_size());
+  const size_t slice = layout_.slice(), segment = this->segment();
+  if (rows_.size() != local * slice) {
+    ONEBIT_ASSIGN_OR_RETURN(rows_, kernels::Buffer<float>::Create(backend_, local * slice));
+  }
+  for (size_t begin = 0; begin < slice; begin += segment) {
+    const size_t count = std::min(segment, slice - begin);
+    if (count == slice) {  // one segment: its rows are the whole rows
+      ONEBIT_RETURN_IF_ERROR(ExchangeSegment(x, 0, slice, 1.0f, rows_.data()));
+      break;
+    }
+    ONEBIT_RETURN_IF_ERROR(ExchangeSegment(x, begin, count, 1.0f, received_.data()));
+    for (size_t j = 0; j < local; ++j) {
+      ONEBIT_RETURN_IF_ERROR(backend_->Copy(rows_.data() + j * slice + begin,
+                                            received_.data() + j * count,
+                                            count * sizeof(float)));
+    }
+  }
   rows_step_ = step;
-  return received_.data();
+  return rows_.data();
 }
 
 absl::StatusOr<CompressedResult> HierarchicalExchange::CompressedAverageOfRows(int64_t step) {
@@ -249,7 +295,7 @@ absl::StatusOr<CompressedResult> HierarchicalExchange::CompressedAverageOfRows(i
   rows_step_.reset();
   const size_t slice = layout_.slice();
   ONEBIT_RETURN_IF_ERROR(
-      backend_->AverageRows(received_.data(), layout_.local_size(), slice, slice_sum_.data()));
+      backend_->AverageRows(rows_.data(), layout_.local_size(), slice, slice_sum_.data()));
   if (inter_ == nullptr) {  // one node: the exact average, nothing compressed
     CompressedResult exact;
     exact.exact = slice_sum_.data();
@@ -304,9 +350,9 @@ absl::StatusOr<std::vector<double>> HierarchicalExchange::GatherPartials(
 }
 
 uint64_t HierarchicalExchange::buffer_bytes() const {
-  uint64_t bytes = padded_.bytes() + received_.bytes() + slice_sum_.bytes() + slice_m_.bytes() +
-                   gathered_.bytes() + blocks_.bytes() + stage_.bytes() + partials_.bytes() +
-                   flag_.bytes();
+  uint64_t bytes = send_.bytes() + received_.bytes() + slice_sum_.bytes() + slice_m_.bytes() +
+                   gathered_.bytes() + blocks_.bytes() + stage_.bytes() + rows_.bytes() +
+                   partials_.bytes() + flag_.bytes();
   if (inter_ != nullptr) bytes += inter_->buffer_bytes();
   return bytes;
 }

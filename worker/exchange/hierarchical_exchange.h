@@ -16,6 +16,12 @@
 // nodes (PeerExchange over the same local rank on every node, or PsExchange over the
 // slice's shards). Inside the node: a Transport of its local_size workers.
 //
+// The intra-node reduce-scatter runs segment by segment (HierarchicalOptions::
+// segment_elements): each AllToAll moves segment k of every local rank's slice, and its L
+// rows are summed (averaged) in local-rank order into the same elements of slice l. The
+// sum is elementwise, so segments change no bit; the exchange keeps L rows of one segment
+// to send and L to receive, not two copies of the padded tensor.
+//
 // SHARDED STATE (HierarchicalOptions::shard_state): worker l keeps the optimizer state of
 // slice l only (state_shard()). The step calls then stop before the intra-node all-gather:
 // SumGradientsOfShard, AverageMomentumOfShard and ShardRows + CompressedAverageOfRows give
@@ -56,6 +62,15 @@ struct HierarchicalOptions {
   // This worker's node, the inter-node exchange's rank in [0, nodes): StateShard::replica.
   // CreatePeer takes it from the inter transport instead.
   int node = 0;
+  // Elements of one segment of the intra-node reduce-scatter (>= 1; the header comment):
+  // one AllToAll moves L blocks of this many floats. 4 Mi elements (16 MiB a block) keeps
+  // the two L x segment buffers at 128 MiB on a node of 4 and 256 MiB on a node of 8, O(1)
+  // in n. Over gloo on loopback a call costs a few ms of its own: at 32 Mi parameters and
+  // L = 4, 4 Mi segments took 1-3% longer than one segment, 1 Mi 24-36%
+  // (tools/segment_bench_main.cc, results/bench/2026-11-29/memory-step7/segments.txt).
+  // On NVLink a 16 MiB block takes about 50 us against NCCL's ~10 us a call (not
+  // measured here).
+  size_t segment_elements = size_t{1} << 22;
 };
 
 class HierarchicalExchange : public Exchange {
@@ -92,15 +107,19 @@ class HierarchicalExchange : public Exchange {
   // stages this worker's slice first: a Transport does not promise an in-place all-gather.
   std::optional<StateShard> state_shard() const override;
   absl::StatusOr<const float*> SumGradientsOfShard(int64_t step, const float* grad) override;
+  // g_scale multiplies each segment of g after it is packed, before it is sent.
   absl::StatusOr<CompressedResult> AverageMomentumOfShard(int64_t step, const float* m_shard,
-                                                          const float* g,
-                                                          float beta1) override;
+                                                          const float* g, float beta1,
+                                                          float g_scale) override;
+  // The rows (L x S floats, 1-bit LAMB's) are allocated on the first call: an exchange
+  // that never answers ShardRows keeps only the segment buffers.
   absl::StatusOr<float*> ShardRows(int64_t step, const float* x) override;
   absl::StatusOr<CompressedResult> CompressedAverageOfRows(int64_t step) override;
   absl::Status AllGatherShards(float* whole) override;
   absl::Status AllGatherShardBytes(void* whole, size_t element_bytes) override;
   absl::StatusOr<std::vector<double>> GatherPartials(const std::vector<double>& mine) override;
-  // This exchange's buffers and the inter-node exchange's buffer_bytes().
+  // This exchange's buffers and the inter-node exchange's buffer_bytes(). ShardRows' rows
+  // count from its first call on.
   uint64_t buffer_bytes() const override;
   // The worker error of this worker's slice (one node: a compressor that never runs, so
   // that metrics and checkpoints see zero error).
@@ -127,6 +146,8 @@ class HierarchicalExchange : public Exchange {
     if (inter_ != nullptr) inter_->set_step_clock(clock);
   }
 
+  // Elements per reduce-scatter segment: options.segment_elements, at most the slice.
+  size_t segment() const;
   int nodes() const { return nodes_; }
   int local_rank() const { return intra_->rank(); }
   bool sharded() const { return options_.shard_state; }
@@ -141,11 +162,14 @@ class HierarchicalExchange : public Exchange {
   // FAILED_PRECONDITION naming `call` and what to call instead.
   absl::Status CheckMode(bool sharded_call, absl::string_view call,
                          absl::string_view instead) const;
-  // Slice l of every local worker's `in` (n elements) into received_, in local-rank order.
-  absl::Status ScatterRows(const float* in);
-  // The node's slice of `in` (n elements): its sum (average) over the local workers at
-  // slice_sum_.
-  absl::Status ReduceScatter(const float* in, bool average);
+  // Segment [begin, begin + count) of every local rank's slice of `in` (n elements, zero
+  // past n), each scaled by `scale` unless it is 1, into send_; then the AllToAll: row j of
+  // `rows` (count floats each, contiguous) is local rank j's segment of slice l.
+  absl::Status ExchangeSegment(const float* in, size_t begin, size_t count, float scale,
+                               float* rows);
+  // The node's slice of scale * `in` (n elements): its sum (average) over the local workers
+  // at slice_sum_, one segment at a time.
+  absl::Status ReduceScatter(const float* in, bool average, float scale = 1.0f);
   // INTERNAL unless `r` (the inter-node result) is this slice's blocks in the layout.
   absl::Status CheckInterResult(const CompressedResult& r) const;
   // Every local rank's slice of blocks `r` (the inter-node result) gathered into the
@@ -159,8 +183,9 @@ class HierarchicalExchange : public Exchange {
   const HierarchicalOptions options_;
   const int nodes_;
   std::unique_ptr<WorkerCompressor> idle_compressor_;  // one node only
-  kernels::Buffer<float> padded_;      // the input, padded to layout.padded_size()
-  kernels::Buffer<float> received_;    // slice l of every local worker
+  // The reduce-scatter's L rows of one segment: packed from the input, and received.
+  kernels::Buffer<float> send_;
+  kernels::Buffer<float> received_;
   kernels::Buffer<float> slice_sum_;   // the node's sum (or average) of slice l
   // Unsharded only:
   kernels::Buffer<float> slice_m_;     // slice l of the momentum, zero past the parameters
@@ -172,7 +197,9 @@ class HierarchicalExchange : public Exchange {
                                        // averaged momentum of slice l
   kernels::Buffer<double> partials_;   // GatherPartials: mine, then every rank's (made
                                        // on use, resized with the length)
-  std::optional<int64_t> rows_step_;   // the step whose rows ShardRows left in received_
+  kernels::Buffer<float> rows_;        // ShardRows: slice l of every local worker (L x S),
+                                       // made on its first call
+  std::optional<int64_t> rows_step_;   // the step whose rows ShardRows left in rows_
   kernels::Buffer<float> flag_;        // AnyOverflow's one float
   const Codec* codec_ = nullptr;       // the inter exchange's; null with one node
 };

@@ -317,11 +317,16 @@ void ExpectSliceOfResult(const CompressedResult& whole, const CompressedResult& 
 using MakeExchange = std::function<absl::StatusOr<std::unique_ptr<HierarchicalExchange>>(
     kernels::Backend* backend, bool sharded)>;
 
-// The peer form over the worker's two transports.
-MakeExchange PeerForm(Transport& intra, Transport& inter, size_t n, const Codec& codec) {
-  return [&intra, &inter, n, &codec](kernels::Backend* backend, bool sharded) {
+constexpr size_t kDefaultSegment = HierarchicalOptions().segment_elements;
+
+// The peer form over the worker's two transports, reduce-scattered in segments of
+// `segment` elements.
+MakeExchange PeerForm(Transport& intra, Transport& inter, size_t n, const Codec& codec,
+                      size_t segment = kDefaultSegment) {
+  return [&intra, &inter, n, &codec, segment](kernels::Backend* backend, bool sharded) {
     HierarchicalOptions options;
     options.shard_state = sharded;
+    options.segment_elements = segment;
     return HierarchicalExchange::CreatePeer(backend, &intra, &inter, n, codec, options);
   };
 }
@@ -356,9 +361,12 @@ absl::Status CheckShardCalls(int nodes, int local, size_t n, const Codec& codec,
   // it drops one (the copy of m).
   const uint64_t blocks = nodes > 1 ? layout.num_chunks() * codec.BlockBytes(layout.chunk()) : 0;
   EXPECT_EQ(whole->buffer_bytes() - shard->buffer_bytes(), padded * sizeof(float) + blocks);
-  // Its own: padded input, the received rows, slice sum, stage; and the inter exchange's,
-  // whose worker error alone is a slice.
-  EXPECT_GE(shard->buffer_bytes(), (2 * padded + 2 * slice + (nodes > 1 ? slice : 0)) * sizeof(float));
+  // Its own: the reduce-scatter's L rows of one segment, sent and received, slice sum,
+  // stage; and the inter exchange's, whose worker error alone is a slice.
+  const size_t segment = shard->segment();
+  EXPECT_EQ(segment, whole->segment());
+  EXPECT_GE(shard->buffer_bytes(),
+            (2 * local * segment + 2 * slice + (nodes > 1 ? slice : 0)) * sizeof(float));
 
   // Every exchange call its own step, warmup steps first (parameter-server shards accept
   // one push a step, and no warmup after compression).
@@ -384,7 +392,8 @@ absl::Status CheckShardCalls(int nodes, int local, size_t n, const Codec& codec,
     ONEBIT_ASSIGN_OR_RETURN(CompressedResult avg,
                             whole->AverageMomentum(step, m.data(), g.data(), kBeta1));
     ONEBIT_ASSIGN_OR_RETURN(CompressedResult avg_l, shard->AverageMomentumOfShard(
-                                                        step, m_shard.data(), g.data(), kBeta1));
+                                                        step, m_shard.data(), g.data(), kBeta1,
+                                                        1.0f));
     ExpectSliceOfResult(avg, avg_l, layout, l, *backend);
     // 1-bit LAMB's rows: slice l of every local worker's x. Odd rounds write them (times 2,
     // exact), and the average follows: CompressedAverage of 2x.
@@ -395,7 +404,11 @@ absl::Status CheckShardCalls(int nodes, int local, size_t n, const Codec& codec,
     }
     ++step;
     ONEBIT_ASSIGN_OR_RETURN(CompressedResult x_avg, whole->CompressedAverage(step, x_whole.data()));
+    const uint64_t before_rows = shard->buffer_bytes();
     ONEBIT_ASSIGN_OR_RETURN(float* rows, shard->ShardRows(step, x.data()));
+    // The rows are made on the first call: L x S floats.
+    EXPECT_EQ(shard->buffer_bytes() - before_rows,
+              round == 0 ? local * slice * sizeof(float) : 0);
     for (int j = 0; j < local; ++j) {
       const std::vector<float> xj = Tensor(200 + node * local + j, round, n);
       float* row = rows + j * slice;
@@ -457,7 +470,8 @@ absl::Status CheckShardCalls(int nodes, int local, size_t n, const Codec& codec,
   EXPECT_TRUE(failed(shard->AverageMomentum(step, g.data(), g.data(), kBeta1).status()));
   EXPECT_TRUE(failed(shard->CompressedAverage(step, g.data()).status()));
   EXPECT_TRUE(failed(whole->SumGradientsOfShard(step, g.data()).status()));
-  EXPECT_TRUE(failed(whole->AverageMomentumOfShard(step, g.data(), g.data(), kBeta1).status()));
+  EXPECT_TRUE(
+      failed(whole->AverageMomentumOfShard(step, g.data(), g.data(), kBeta1, 1.0f).status()));
   EXPECT_TRUE(failed(whole->ShardRows(step, g.data()).status()));
   EXPECT_TRUE(failed(whole->CompressedAverageOfRows(step).status()));
   EXPECT_TRUE(failed(whole->AllGatherShards(p.data())));
@@ -469,27 +483,147 @@ absl::Status CheckShardCalls(int nodes, int local, size_t n, const Codec& codec,
   EXPECT_TRUE(failed(shard->CompressedAverageOfRows(step + 1).status()));
   std::vector<float> m_shard(slice, 0.0f);
   ONEBIT_RETURN_IF_ERROR(
-      shard->AverageMomentumOfShard(step, m_shard.data(), g.data(), kBeta1).status());
+      shard->AverageMomentumOfShard(step, m_shard.data(), g.data(), kBeta1, 1.0f).status());
   EXPECT_TRUE(failed(shard->CompressedAverageOfRows(step).status()));  // the rows are gone
   return absl::OkStatus();
 }
 
 class HierarchicalShardTest : public ::testing::TestWithParam<TransportKind> {};
 
+// Reduce-scattered in one segment, in segments whose last one is short, and in many.
 TEST_P(HierarchicalShardTest, ShardCallsMatchUnsharded) {
   for (int nodes : {1, 2, 3}) {
     for (int local : {2, 3, 4}) {
-      for (size_t n : {size_t{1001}, size_t{200003}}) {
-        SCOPED_TRACE(testing::Message() << nodes << "x" << local << " n " << n);
+      for (auto [n, segment] : {std::pair{size_t{1001}, kDefaultSegment},
+                                std::pair{size_t{1001}, size_t{97}},
+                                std::pair{size_t{200003}, size_t{16384}}}) {
+        SCOPED_TRACE(testing::Message() << nodes << "x" << local << " n " << n << " segment "
+                                        << segment);
         const absl::Status status = RunLocalNodes(
             GetParam(), nodes, local, [&](Transport& intra, Transport& inter) {
               return CheckShardCalls(nodes, local, n, OnebitCodec(), inter.rank(), intra.rank(),
-                                     PeerForm(intra, inter, n, OnebitCodec()));
+                                     PeerForm(intra, inter, n, OnebitCodec(), segment));
             });
         ASSERT_TRUE(status.ok()) << status;
       }
     }
   }
+}
+
+// What every call of a segmented exchange returns against the same call of a one-segment
+// exchange (the reduce-scatter as it was before segments: one AllToAll of whole slices),
+// with the same inputs, bit for bit; and g_scale against a gradient scaled beforehand
+// (GradientClipper::Clip's copy). Segments of 1 element, of an odd length whose last one is
+// short, and exactly the slice.
+absl::Status CheckSegmentsChangeNoBit(int nodes, int local, size_t n, size_t segment,
+                                      Transport& intra, Transport& inter) {
+  const int node = inter.rank(), l = intra.rank(), w = node * local + l;
+  auto backend = kernels::NewCpuBackend();
+  std::unique_ptr<HierarchicalExchange> e[2][2];  // [segmented][sharded]
+  for (int segmented : {0, 1}) {
+    for (int sharded : {0, 1}) {
+      ONEBIT_ASSIGN_OR_RETURN(
+          e[segmented][sharded],
+          PeerForm(intra, inter, n, OnebitCodec(), segmented ? segment : kDefaultSegment)(
+              backend.get(), sharded == 1));
+    }
+  }
+  const HierarchicalLayout& layout = e[0][0]->layout();
+  const size_t slice = layout.slice(), padded = layout.padded_size();
+  if (slice > kDefaultSegment) return absl::InternalError("the reference has segments");
+  // The segmented exchange keeps 2 x L x segment floats where the other keeps 2 x padded.
+  EXPECT_EQ(e[0][0]->buffer_bytes() - e[1][0]->buffer_bytes(),
+            2 * (padded - local * std::min(segment, slice)) * sizeof(float));
+  const auto same = [&](const float* got, const float* want, size_t count) {
+    return BitDiff(got, want, count);
+  };
+  int64_t step = 0;
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE(testing::Message() << "worker " << w << " round " << round);
+    const std::vector<float> g = Tensor(w, round, n);
+    ++step;
+    const float* sums[2][2];
+    for (int s : {0, 1}) {
+      ONEBIT_ASSIGN_OR_RETURN(sums[s][0], e[s][0]->SumGradients(step, g.data()));
+      ONEBIT_ASSIGN_OR_RETURN(sums[s][1], e[s][1]->SumGradientsOfShard(step, g.data()));
+    }
+    EXPECT_EQ(same(sums[1][0], sums[0][0], n), "");
+    EXPECT_EQ(same(sums[1][1], sums[0][1], slice), "");
+  }
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE(testing::Message() << "worker " << w << " compression round " << round);
+    const std::vector<float> g = Tensor(w, round, n), m = Tensor(100, round, n);
+    const std::vector<float> x = Tensor(200 + w, round, n);
+    std::vector<float> m_shard(slice, 0.0f);
+    std::copy(m.begin() + std::min(l * slice, n),
+              m.begin() + std::min(l * slice + layout.slice_count(l), n), m_shard.begin());
+    // Round 0 clips nothing; the others scale each worker's gradient by its own factor.
+    const float g_scale = round == 0 ? 1.0f : 0.3f + 0.1f * static_cast<float>(w + round);
+    std::vector<float> clipped = g;
+    if (g_scale != 1.0f) {
+      ONEBIT_RETURN_IF_ERROR(backend->Scale(g_scale, clipped.data(), n));
+    }
+    ++step;
+    std::vector<float> avg[2][2];
+    for (int s : {0, 1}) {
+      ONEBIT_ASSIGN_OR_RETURN(CompressedResult r,
+                              e[s][0]->AverageMomentum(step, m.data(), clipped.data(), kBeta1));
+      avg[s][0] = Decoded(r, *backend, n);
+      ONEBIT_ASSIGN_OR_RETURN(r, e[s][1]->AverageMomentumOfShard(step, m_shard.data(), g.data(),
+                                                                  kBeta1, g_scale));
+      avg[s][1] = Decoded(r, *backend, layout.slice_count(l));
+    }
+    EXPECT_EQ(same(avg[1][0].data(), avg[0][0].data(), n), "");
+    EXPECT_EQ(same(avg[1][1].data(), avg[0][1].data(), avg[0][1].size()), "");
+    // The shard's g_scale against the whole exchange's clipped copy.
+    EXPECT_EQ(same(avg[1][1].data(), avg[0][0].data() + std::min(l * slice, n),
+                   avg[0][1].size()),
+              "");
+    ++step;
+    std::vector<float> x_avg[2], rows[2];
+    for (int s : {0, 1}) {
+      ONEBIT_ASSIGN_OR_RETURN(CompressedResult r, e[s][0]->CompressedAverage(step, x.data()));
+      x_avg[s] = Decoded(r, *backend, n);
+      ONEBIT_ASSIGN_OR_RETURN(float* got_rows, e[s][1]->ShardRows(step, x.data()));
+      rows[s].assign(got_rows, got_rows + local * slice);
+      ONEBIT_RETURN_IF_ERROR(e[s][1]->CompressedAverageOfRows(step).status());
+    }
+    EXPECT_EQ(same(x_avg[1].data(), x_avg[0].data(), n), "");
+    EXPECT_EQ(same(rows[1].data(), rows[0].data(), local * slice), "");
+  }
+  return absl::OkStatus();
+}
+
+TEST_P(HierarchicalShardTest, SegmentsChangeNoBit) {
+  for (auto [nodes, local] : {std::pair{1, 2}, std::pair{2, 3}, std::pair{2, 4}}) {
+    for (size_t n : {size_t{1001}, size_t{4099}}) {
+      const size_t slice = HierarchicalLayout::Create(n, local, nodes)->slice();
+      for (size_t segment : {size_t{1}, size_t{97}, slice}) {
+        // A call per element: inproc only, and small (gloo takes about 1 ms a call).
+        if (segment == 1 && (n > 1001 || GetParam() != TransportKind::kInproc)) continue;
+        SCOPED_TRACE(testing::Message() << nodes << "x" << local << " n " << n << " segment "
+                                        << segment);
+        const absl::Status status = RunLocalNodes(
+            GetParam(), nodes, local, [&](Transport& intra, Transport& inter) {
+              return CheckSegmentsChangeNoBit(nodes, local, n, segment, intra, inter);
+            });
+        ASSERT_TRUE(status.ok()) << status;
+      }
+    }
+  }
+}
+
+TEST(HierarchicalExchangeTest, RejectsAnEmptySegment) {
+  const absl::Status status =
+      RunLocalNodes(TransportKind::kInproc, 1, 2, [](Transport& intra, Transport&) -> absl::Status {
+        auto backend = kernels::NewCpuBackend();
+        auto layout = HierarchicalLayout::Create(100, 2, 1);
+        HierarchicalOptions options;
+        options.segment_elements = 0;
+        return HierarchicalExchange::Create(backend.get(), &intra, nullptr, *layout, options)
+            .status();
+      });
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
 }
 
 // The other codecs' blocks (fp8's and int8's chunk headers) and a tensor smaller than the

@@ -48,6 +48,7 @@ class RecordingExchange : public BareExchange {
     const void* first = nullptr;   // grad, m_shard, x or whole
     const void* second = nullptr;  // g
     float beta1 = 0.0f;
+    float g_scale = 0.0f;
     std::vector<double> partials;
     size_t element_bytes = 0;  // AllGatherShardBytes'
   };
@@ -67,9 +68,9 @@ class RecordingExchange : public BareExchange {
     return grad + 1;
   }
   absl::StatusOr<CompressedResult> AverageMomentumOfShard(int64_t step, const float* m_shard,
-                                                          const float* g,
-                                                          float beta1) override {
-    calls.push_back({"AverageMomentumOfShard", step, m_shard, g, beta1});
+                                                          const float* g, float beta1,
+                                                          float g_scale) override {
+    calls.push_back({"AverageMomentumOfShard", step, m_shard, g, beta1, g_scale});
     return Result(step);
   }
   absl::StatusOr<float*> ShardRows(int64_t step, const float* x) override {

@@ -9,7 +9,7 @@
 namespace onebit {
 
 absl::StatusOr<GradientClipper> GradientClipper::Create(kernels::Backend* backend,
-                                                        double max_norm, size_t n) {
+                                                        double max_norm, size_t n, bool copy) {
   if (!(max_norm >= 0) || !std::isfinite(max_norm)) {
     return absl::InvalidArgumentError(
         absl::StrCat("gradient clipping norm must be >= 0 and finite, got ", max_norm));
@@ -18,7 +18,8 @@ absl::StatusOr<GradientClipper> GradientClipper::Create(kernels::Backend* backen
   c.backend_ = backend;
   c.max_norm_ = max_norm;
   c.n_ = n;
-  if (max_norm > 0) {
+  c.copy_ = copy;
+  if (max_norm > 0 && copy) {
     ONEBIT_ASSIGN_OR_RETURN(c.clipped_, kernels::Buffer<float>::Create(backend, n));
   }
   return c;
@@ -29,7 +30,7 @@ absl::Status GradientClipper::SetMaxNorm(double max_norm) {
     return absl::InvalidArgumentError(
         absl::StrCat("gradient clipping norm must be >= 0 and finite, got ", max_norm));
   }
-  if (max_norm > 0 && clipped_.size() < n_) {
+  if (max_norm > 0 && copy_ && clipped_.size() < n_) {
     ONEBIT_ASSIGN_OR_RETURN(clipped_, kernels::Buffer<float>::Create(backend_, n_));
   }
   max_norm_ = max_norm;
@@ -50,11 +51,19 @@ double GradientClipper::FactorOf(double sumsq, double scale) {
   return factor < 1.0 ? factor : 1.0;
 }
 
-absl::StatusOr<const float*> GradientClipper::Clip(const float* g) {
+absl::StatusOr<float> GradientClipper::ClipScale(const float* g) {
   ONEBIT_ASSIGN_OR_RETURN(double factor, Factor(g, 1.0, /*stride=*/0));
-  if (factor >= 1.0) return g;
+  return factor >= 1.0 ? 1.0f : static_cast<float>(factor);
+}
+
+absl::StatusOr<const float*> GradientClipper::Clip(const float* g) {
+  ONEBIT_ASSIGN_OR_RETURN(const float scale, ClipScale(g));
+  if (scale == 1.0f) return g;
+  if (clipped_.size() < n_) {  // Create(copy = false)
+    ONEBIT_ASSIGN_OR_RETURN(clipped_, kernels::Buffer<float>::Create(backend_, n_));
+  }
   ONEBIT_RETURN_IF_ERROR(backend_->Copy(clipped_.data(), g, n_ * sizeof(float)));
-  ONEBIT_RETURN_IF_ERROR(backend_->Scale(static_cast<float>(factor), clipped_.data(), n_));
+  ONEBIT_RETURN_IF_ERROR(backend_->Scale(scale, clipped_.data(), n_));
   return static_cast<const float*>(clipped_.data());
 }
 

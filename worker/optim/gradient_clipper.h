@@ -22,8 +22,11 @@ class GradientClipper {
  public:
   GradientClipper() = default;
   // max_norm 0: clipping is off (and costs nothing); < 0 or not finite: INVALID_ARGUMENT.
+  // `copy`: Clip's copy (n floats) is allocated while clipping is on; false: on Clip's
+  // first call only, for an owner that clips through ClipScale (a sharded 1-bit Adam,
+  // whose exchange scales the gradient as it sends it).
   static absl::StatusOr<GradientClipper> Create(kernels::Backend* backend, double max_norm,
-                                                size_t n);
+                                                size_t n, bool copy = true);
 
   bool enabled() const { return max_norm_ > 0; }
   // The norm of the steps that follow (a training script's clip_grad_norm_); the same
@@ -37,10 +40,16 @@ class GradientClipper {
   absl::StatusOr<double> Factor(const float* g, double scale, size_t stride);
   // The same from ||g||^2 itself (a sum assembled elsewhere, in the same order).
   double FactorOf(double sumsq, double scale);
-  // g itself when within the norm (or off), else a clipped copy, valid until the next call.
-  // The norm is one SumSquares over g (stride 0): each worker clips its own whole gradient,
-  // which no other worker sums.
+  // What Clip multiplies g by (n elements, backend memory), as a float: 1 within the norm
+  // (or off), else float(Factor(g, 1, 0)). The norm is one SumSquares over g (stride 0):
+  // each worker clips its own whole gradient, which no other worker sums.
+  absl::StatusOr<float> ClipScale(const float* g);
+  // g itself when ClipScale(g) is 1, else a copy multiplied by it (Backend::Scale), valid
+  // until the next call. A factor that rounds to 1.0f copies nothing: its norm is finite,
+  // so g holds no NaN, and x * 1.0f is x for every other float.
   absl::StatusOr<const float*> Clip(const float* g);
+  // The bytes of Clip's copy (backend memory), for metrics: 0 until it exists.
+  uint64_t bytes() const { return clipped_.bytes(); }
   // The norm of the last gradient measured (for metrics); 0 before any.
   double last_norm() const { return last_norm_; }
 
@@ -48,6 +57,7 @@ class GradientClipper {
   kernels::Backend* backend_ = nullptr;
   double max_norm_ = 0;
   size_t n_ = 0;
+  bool copy_ = true;
   double last_norm_ = 0;
   kernels::Buffer<float> clipped_;
 };

@@ -74,5 +74,45 @@ TEST(GradientClipperTest, ClipScalesItsOwnWholeGradient) {
   EXPECT_EQ(off->FactorOf(1e30, 1.0), 1.0);
 }
 
+// ClipScale is the multiplier Clip applies; without the copy (Create(copy = false)) the
+// clipper holds nothing until a Clip needs it.
+TEST(GradientClipperTest, ClipScaleIsClipsMultiplierAndNeedsNoCopy) {
+  auto backend = kernels::NewCpuBackend();
+  const size_t n = 1001;
+  const std::vector<float> host = Ramp(n);
+  auto g = kernels::Buffer<float>::FromHost(backend.get(), host.data(), n);
+  ASSERT_TRUE(g.ok());
+  auto with_copy = GradientClipper::Create(backend.get(), /*max_norm=*/0.5, n);
+  auto no_copy = GradientClipper::Create(backend.get(), /*max_norm=*/0.5, n, /*copy=*/false);
+  ASSERT_TRUE(with_copy.ok());
+  ASSERT_TRUE(no_copy.ok());
+  EXPECT_EQ(with_copy->bytes(), n * sizeof(float));
+  EXPECT_EQ(no_copy->bytes(), 0u);
+  auto scale = no_copy->ClipScale(g->data());
+  ASSERT_TRUE(scale.ok());
+  EXPECT_EQ(*scale, static_cast<float>(*with_copy->Factor(g->data(), 1.0, 0)));
+  EXPECT_EQ(no_copy->bytes(), 0u);
+  // A Clip without the copy makes it, with the bits of the one that had it.
+  auto a = with_copy->Clip(g->data());
+  ASSERT_TRUE(a.ok());
+  std::vector<float> want(n), got(n);
+  ASSERT_TRUE(backend->CopyToHost(want.data(), *a, n * sizeof(float)).ok());
+  auto b = no_copy->Clip(g->data());
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(no_copy->bytes(), n * sizeof(float));
+  ASSERT_TRUE(backend->CopyToHost(got.data(), *b, n * sizeof(float)).ok());
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], host[i] * *scale) << i;
+  EXPECT_EQ(got, want);
+  // Within the norm: exactly 1.
+  auto loose = GradientClipper::Create(backend.get(), /*max_norm=*/1e9, n, /*copy=*/false);
+  ASSERT_TRUE(loose.ok());
+  EXPECT_EQ(*loose->ClipScale(g->data()), 1.0f);
+  // Turned on later: the copy follows `copy`.
+  auto later = GradientClipper::Create(backend.get(), /*max_norm=*/0.0, n, /*copy=*/false);
+  ASSERT_TRUE(later.ok());
+  ASSERT_TRUE(later->SetMaxNorm(0.5).ok());
+  EXPECT_EQ(later->bytes(), 0u);
+}
+
 }  // namespace
 }  // namespace onebit

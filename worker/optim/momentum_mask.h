@@ -45,6 +45,8 @@ class MomentumMask {
   bool fixed() const { return fixed_; }
   // Elements the mask zeroes (the user's before the switch).
   int64_t masked() const { return masked_; }
+  // The bytes of its buffers in backend memory (the host copy of the user's mask aside).
+  uint64_t bytes() const { return mask_.bytes() + seen_.bytes(); }
 
   // CHECKPOINTS (automatic only): the shared state "nonzero_seen" (which gradients were
   // ever non-zero) and the scalar "mask_fixed"; a restore recomputes the mask from them

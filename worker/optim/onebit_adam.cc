@@ -71,7 +71,15 @@ absl::Status OnebitAdam::FrozenUpdate() {
 }
 
 absl::Status OnebitAdam::CompressionStep(const float* local_grad) {
-  ONEBIT_ASSIGN_OR_RETURN(const float* grad, clip_.Clip(local_grad));
+  // Sharded: the exchange scales each segment of the gradient as it sends it, with the
+  // bits of Clip's whole copy (gradient_clipper.h), so no copy is made.
+  float g_scale = 1.0f;
+  const float* grad = local_grad;
+  if (sharded() && exchange_->world_size() > 1) {
+    ONEBIT_ASSIGN_OR_RETURN(g_scale, clip_.ClipScale(local_grad));
+  } else {
+    ONEBIT_ASSIGN_OR_RETURN(grad, clip_.Clip(local_grad));
+  }
   ONEBIT_RETURN_IF_ERROR(mask_.Fix());  // the first compression step: the automatic mask
   const float beta1 = options_.hyper.beta1;
   if (exchange_->world_size() == 1) {  // one worker: nothing to exchange
@@ -85,8 +93,9 @@ absl::Status OnebitAdam::CompressionStep(const float* local_grad) {
     // Sharded: the blocks of this worker's slice only; decoding is chunk by chunk, so they
     // give the bits the whole result gives there.
     ONEBIT_ASSIGN_OR_RETURN(
-        r, sharded() ? exchange_->AverageMomentumOfShard(step_ + 1, m_.data(), grad, beta1)
-                     : exchange_->AverageMomentum(step_ + 1, m_.data(), grad, beta1));
+        r, sharded()
+               ? exchange_->AverageMomentumOfShard(step_ + 1, m_.data(), grad, beta1, g_scale)
+               : exchange_->AverageMomentum(step_ + 1, m_.data(), grad, beta1));
   }
   // The fused decode takes one set of hyper-parameters (GroupsAlike). It gives the bits of
   // DecodeResult then FrozenUpdate (Codec::fuses_frozen_update).

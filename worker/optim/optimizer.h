@@ -111,6 +111,11 @@ class Optimizer {
   // Elements the momentum mask zeroes now (momentum_mask.h; 0 without one).
   virtual int64_t masked_elements() const { return 0; }
 
+  // The bytes of the optimizer's own buffers in backend memory (device memory on GPUs):
+  // p, its state and scratch, the momentum mask and the clipper's copy, as allocated now;
+  // for metrics. The exchange's are Exchange::buffer_bytes(); host copies are not counted.
+  virtual uint64_t state_bytes() const { return 0; }
+
   virtual Exchange& exchange() = 0;
   // Seconds Step() has spent inside the exchange's calls so far (its step_clock()).
   virtual double exchange_call_seconds() const = 0;

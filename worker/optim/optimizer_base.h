@@ -172,6 +172,12 @@ class OptimizerBase : public Optimizer {
   double last_clip_norm() const { return clip_.last_norm(); }
   // Sharded: the elements of this worker's state range the mask zeroes.
   int64_t masked_elements() const override { return mask_.masked(); }
+  // p, m, v and every buffer InitCommon made (scratch included), the mask and the clipper.
+  uint64_t state_bytes() const override {
+    uint64_t bytes = mask_.bytes() + clip_.bytes();
+    for (const kernels::Buffer<float>* b : owned_buffers_) bytes += b->bytes();
+    return bytes;
+  }
   Exchange& exchange() override { return *exchange_; }
   // Seconds Step() has spent inside the exchange's calls so far, read on the exchange's
   // step_clock(); the rest of a Step is the update. Cumulative.
@@ -393,9 +399,11 @@ class OptimizerBase : public Optimizer {
       ONEBIT_ASSIGN_OR_RETURN(*b, Buffer<float>::Create(backend_, state_alloc_));
     }
     named_ = {{"params", &p_}, {"exp_avg", &m_}, {"exp_avg_sq", &v_}};
+    owned_buffers_ = {&p_, &m_, &v_};
     for (const NamedBuffer& b : more) {
       ONEBIT_ASSIGN_OR_RETURN(*b.buffer, Buffer<float>::Create(backend_, state_alloc_));
       if (b.name != nullptr) named_.emplace_back(b.name, b.buffer);
+      owned_buffers_.push_back(b.buffer);
     }
     std::vector<float> user_mask;
     if (!options_.momentum_mask.empty()) {
@@ -405,7 +413,10 @@ class OptimizerBase : public Optimizer {
     ONEBIT_ASSIGN_OR_RETURN(mask_, MomentumMask::Create(backend_, user_mask,
                                                       options_.auto_mask_zero_gradients,
                                                       state_count_));
-    ONEBIT_ASSIGN_OR_RETURN(clip_, GradientClipper::Create(backend_, options_.max_grad_norm, n_));
+    // Sharded, the compression step's clip scales the gradient inside the exchange
+    // (AverageMomentumOfShard's g_scale): no whole copy unless a Clip asks for one.
+    ONEBIT_ASSIGN_OR_RETURN(clip_, GradientClipper::Create(backend_, options_.max_grad_norm, n_,
+                                                           /*copy=*/!sharded_));
     return absl::OkStatus();
   }
 
@@ -457,6 +468,7 @@ class OptimizerBase : public Optimizer {
   Derived& derived() { return static_cast<Derived&>(*this); }
 
   std::vector<std::pair<std::string, kernels::Buffer<float>*>> named_;  // checkpoint names
+  std::vector<const kernels::Buffer<float>*> owned_buffers_;  // InitCommon's, for state_bytes
 };
 
 }  // namespace onebit

@@ -1,0 +1,654 @@
+#!/usr/bin/env python3
+"""Bytes per GPU of a onebit worker: the memory model of docs/performance.md, "Memory".
+
+    tools/memory_model.py --params 7e9 --local_size 8 --nodes 8 --shard_state true
+    tools/memory_model.py --params 7e9 --shard_state true --param_dtype bf16 --grad_dtype bf16
+    tools/memory_model.py --table                  # 1B, 7B, 13B on nodes of 8 x 80 GiB
+    tools/memory_model.py --cpu_job --params 16777216 --local_size 4 --nodes 2 \
+        --freeze_step 5 --steps 30 --workload builtin --json   # tools/bench_memory.sh
+
+The model lists every buffer whose size grows with the parameter count n, one row each,
+with the code that allocates it (a file and a symbol, not a line). It covers the
+hierarchical exchange (exchange.mode hierarchical, inter peer) of a worker on a node of L
+workers, with K nodes. Its slices hold S elements: the smallest multiple of K * lcm(K, 8)
+>= ceil(n / L) (compression/layout.cc, HierarchicalLayout::Create).
+
+shard_state false and true with fp32 parameters are the code of today. Rows marked DESIGN
+are not code yet: bf16/fp16 parameters or a bf16 gradient buffer with shard_state (plan
+step 8).
+
+Not counted: activations, the CUDA context, NCCL's and gloo's own buffers, the allocator's
+slack, and anything of O(1) bytes. Those depend on the model, the batch and the machine.
+
+Closed forms (large n, S = n/L, b = the codec's bytes per element: 1/8 onebit, 1 int8,
+33/32 fp8; OneBitAdam, compression stage, no clip, no mask, fp32 gradient buffer; plus the
+reduce-scatter's 2 x L x min(S, 4 Mi) floats, O(1) in n):
+
+    shard_state false, fp32 parameters:   20 + b + (20 + 3b)/L + (8 + b)/(L K)
+    shard_state true, fp32 parameters:     8 + (28 + 3b)/L + (8 + b)/(L K)
+    DESIGN, bf16 p + bf16 grads:           4 + (30 + 3b)/L + (8 + b)/(L K)
+
+Peers (bytes per parameter per GPU, Nd = GPUs in the data-parallel group):
+
+    DDP + Adam (fp32 p, g, m, v):              16     (+4: DDP's bucket copy, its default)
+    ZeRO-1, mixed precision:                   2 + 2 + 12/Nd   (the ZeRO paper, K = 12)
+    DeepSpeed 1-bit Adam (fp16, FP16_Optimizer): 24 + 4/Nd at its step, read from its code
+"""
+import argparse
+import json
+import math
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+
+GIB = 2 ** 30
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+OPTIMIZERS = ("onebit_adam", "adam", "zero_one_adam", "onebit_lamb")
+CODECS = ("onebit", "int8", "fp8")
+STAGES = ("warmup", "compression")
+WORKLOADS = ("pytorch", "builtin")
+# The intra-node reduce-scatter's segment (HierarchicalOptions::segment_elements in
+# worker/exchange/hierarchical_exchange.h; memory_model_test.py reads it there).
+SEGMENT_ELEMENTS = 1 << 22
+
+# Where each buffer is allocated: (file, symbol, a regex of the allocating line[, a regex
+# of a line it follows]). Rows name the file and the symbol, which survive edits that move
+# lines; --check_refs and memory_model_test.py check that the regex still matches, and
+# print the line it is on today.
+REFS = {
+    "p": ("worker/optim/optimizer_base.h", "OptimizerBase::InitCommon, p_",
+          r"\(p_, Buffer<float>::Create\(backend_, params_alloc_\)"),
+    "mv": ("worker/optim/optimizer_base.h", "OptimizerBase::InitCommon, m_ and v_",
+           r"for \(Buffer<float>\* b : \{&m_, &v_\}\)"),
+    "zero_one_more": ("worker/optim/zero_one_adam.cc", "ZeroOneAdam::Init",
+                      r'"accumulator", &acc_'),
+    "lamb_more": ("worker/optim/onebit_lamb.cc", "OnebitLamb::Init",
+                  r'"exp_avg_sq_fresh", &v_fresh_'),
+    "clip": ("worker/optim/gradient_clipper.cc", "GradientClipper::Create, clipped_",
+             r"c\.clipped_, kernels::Buffer<float>::Create"),
+    "clip_scale": ("worker/optim/onebit_adam.cc", "OnebitAdam::CompressionStep, ClipScale",
+                   r"clip_\.ClipScale\(local_grad\)"),
+    "clip_lazy": ("worker/optim/gradient_clipper.cc", "GradientClipper::Clip, clipped_",
+                  r"\(clipped_, kernels::Buffer<float>::Create", r"GradientClipper::Clip\("),
+    "user_mask": ("worker/optim/momentum_mask.cc", "MomentumMask::Create, mask_",
+                  r"m\.mask_, kernels::Buffer<float>::FromHost"),
+    "user_mask_host": ("worker/optim/momentum_mask.cc", "MomentumMask::Create, user_",
+                       r"m\.user_ = user;"),
+    "optimizer_options": ("worker/optim/optimizer_base.h", "OptimizerBase::options_",
+                          r"^\s*Options options_;"),
+    "trainer_options": ("worker/trainer.h", "Trainer::options_",
+                        r"^\s*TrainerOptions options_;"),
+    "seen": ("worker/optim/momentum_mask.cc", "MomentumMask::Create, seen_",
+             r"m\.seen_, kernels::Buffer<float>::Create"),
+    "auto_mask": ("worker/optim/momentum_mask.cc", "MomentumMask::Fix, mask_",
+                  r"\(mask_, kernels::Buffer<float>::Create"),
+    "trainer_grad": ("worker/trainer.cc", "Trainer::Init, grad_",
+                     r"\(grad_, kernels::Buffer<float>::Create"),
+    "external_grad": ("worker/workloads/external_workload.cc", "ExternalWorkload::Create, gradient",
+                      r"kernels::Buffer<float> gradient,"),
+    "micro_grad": ("worker/trainer.cc", "Trainer::Init, micro_grad_",
+                   r"\(micro_grad_, kernels::Buffer<float>::Create"),
+    "initial": ("worker/trainer.cc", "Trainer::Init, initial",
+                r"std::vector<float> initial\(n\);"),
+    "variance_copies": ("worker/trainer.cc", "Trainer::VarianceChange, v_now_",
+                        r"v_now_\.resize\(count\);"),
+    "embedded_initial": ("python/embedded.cc", "EmbeddedWorker::EmbeddedWorker, initial_",
+                         r"initial_\(std::move\(initial\)\)"),
+    "external_initial": ("worker/workloads/external_workload.cc", "ExternalWorkload::ExternalWorkload, initial_",
+                         r"initial_\(std::move\(options\.initial\)\)"),
+    "torch_low_params": ("python/onebit/_params.py", "_FlatParams.bind, masters",
+                         r"self\.masters\[i\] = flat"),
+    "torch_low_grads": ("python/onebit/_params.py", "_FlatParams.grad_into_view",
+                        r"view\.copy_\(p\.grad\.reshape"),
+    "segments": ("worker/exchange/hierarchical_exchange.cc",
+                 "HierarchicalExchange::Init, send_ and received_",
+                 r"\(send_, Buffer<float>::Create"),
+    "slice_sum": ("worker/exchange/hierarchical_exchange.cc", "HierarchicalExchange::Init, slice_sum_",
+                  r"\(slice_sum_, Buffer<float>::Create"),
+    "stage": ("worker/exchange/hierarchical_exchange.cc", "HierarchicalExchange::Init, stage_",
+              r"\(stage_, Buffer<float>::Create"),
+    "gathered": ("worker/exchange/hierarchical_exchange.cc", "HierarchicalExchange::Init, gathered_",
+                 r"\(gathered_, Buffer<float>::Create"),
+    "slice_m": ("worker/exchange/hierarchical_exchange.cc", "HierarchicalExchange::Init, slice_m_",
+                r"\(slice_m_, Buffer<float>::Create"),
+    "blocks": ("worker/exchange/hierarchical_exchange.cc", "HierarchicalExchange::Init, blocks_",
+               r"\(blocks_, Buffer<uint8_t>::Create"),
+    "lamb_rows": ("worker/exchange/hierarchical_exchange.cc", "HierarchicalExchange::ShardRows, rows_",
+                  r"\(rows_, kernels::Buffer<float>::Create"),
+    "inter_rows": ("worker/exchange/exact_allreduce.cc", "ExactAllreduce::Create, rows_",
+                   r"a->rows_, Buffer<uint8_t>::Create"),
+    "inter_summed": ("worker/exchange/exact_allreduce.cc", "ExactAllreduce::Create, summed_",
+                     r"a->summed_, Buffer<float>::Create"),
+    "inter_gathered": ("worker/exchange/exact_allreduce.cc", "ExactAllreduce::Create, gathered_",
+                       r"a->gathered_, Buffer<uint8_t>::Create", r"a->summed_, Buffer<float>"),
+    "worker_error": ("compression/worker_compressor.cc", "WorkerCompressor::Create, the error",
+                     r"Buffer<float>::Create\(backend, num_chunks \* chunk\)"),
+    "server_error": ("compression/chunk_aggregator.cc", "ChunkAggregator::Create, the error",
+                     r"Buffer<float>::Create\(backend, chunk\)"),
+    "inter_blocks": ("worker/exchange/compressed_allreduce.cc",
+                     "CompressedAllreduce::Init, send_ and the block buffers",
+                     r"send_, kernels::Buffer<uint8_t>::Create"),
+}
+
+
+def block_bytes(codec, chunk):
+    """Bytes of one compressed block of `chunk` elements."""
+    if codec == "onebit":
+        return 4 + chunk // 8          # kernels/kernels.h CompressedBlockBytes
+    if codec == "int8":
+        return 8 + chunk               # kernels/kernels.h Int8BlockBytes
+    if codec == "fp8":
+        return -(-chunk // 32) + chunk  # compression/fp8/fp8_e4m3.h BlockBytes
+    raise ValueError(f"codec {codec!r}: one of {', '.join(CODECS)}")
+
+
+def peer_padded_size(n, w):
+    """compression/layout.cc PeerPaddedSize: n rounded up to a multiple of w * lcm(w, 8)."""
+    multiple = w * math.lcm(w, 8)
+    return -(-n // multiple) * multiple
+
+
+def slice_size(n, local_size, nodes):
+    """HierarchicalLayout's S: the elements of one local rank's slice."""
+    return peer_padded_size(-(-n // local_size), nodes)
+
+
+@dataclass
+class Config:
+    params: int
+    local_size: int = 8
+    nodes: int = 8
+    optimizer: str = "onebit_adam"
+    codec: str = "onebit"
+    param_dtype: str = "fp32"
+    grad_dtype: str = "fp32"
+    shard_state: bool = False
+    clip: bool = False
+    user_mask: bool = False
+    auto_mask: bool = False
+    accumulation: bool = False
+    stage: str = "compression"
+    workload: str = "pytorch"
+    # Only for the host copies of the variance change (trainer.cc VarianceChange) and a CPU
+    # job's peak: the last warmup step, the job's steps, the freeze report interval.
+    freeze_step: int = 100000
+    steps: int = 10 ** 9
+    report_interval: int = 10
+
+    def check(self):
+        bad = []
+        if self.params < 1:
+            bad.append("params must be >= 1")
+        if self.local_size < 1 or self.nodes < 1:
+            bad.append("local_size and nodes must be >= 1")
+        for name, value, allowed in (("optimizer", self.optimizer, OPTIMIZERS),
+                                     ("codec", self.codec, CODECS),
+                                     ("param_dtype", self.param_dtype, DTYPE_BYTES),
+                                     ("grad_dtype", self.grad_dtype, DTYPE_BYTES),
+                                     ("stage", self.stage, STAGES),
+                                     ("workload", self.workload, WORKLOADS)):
+            if value not in allowed:
+                bad.append(f"{name} {value!r}: one of {', '.join(allowed)}")
+        if bad:
+            raise ValueError("; ".join(bad))
+        if self.optimizer == "adam" and self.stage == "compression":
+            raise ValueError("adam never leaves the warmup stage (OnebitAdam that never "
+                             "freezes, optimizer_factory.cc): use --stage warmup")
+        if self.param_dtype != "fp32" and self.workload != "pytorch":
+            raise ValueError("bf16/fp16 parameters come from a PyTorch model (workload "
+                             "pytorch); the built-in workloads are fp32")
+        if self.shard_state and self.local_size < 2:
+            raise ValueError("shard_state needs local_size >= 2 (the job config refuses less)")
+        if self.shard_state and self.optimizer == "zero_one_adam":
+            raise ValueError("shard_state with zero_one_adam is refused (ZeroOneAdam's "
+                             "kCannotShard): its local steps keep each worker's own p and m")
+        if self.grad_dtype != "fp32":
+            if not self.shard_state:
+                raise ValueError("a bf16/fp16 gradient buffer is the design of plan step 8, "
+                                 "with shard_state true; today's buffer is fp32")
+            if self.grad_dtype != self.param_dtype:
+                raise ValueError("a low-precision gradient buffer is the parameters' .grad: "
+                                 "grad_dtype must equal param_dtype")
+
+    @property
+    def last_warmup_step(self):
+        return self.steps if self.optimizer == "adam" else min(self.freeze_step, self.steps)
+
+
+@dataclass
+class Buffer:
+    name: str
+    ref: str           # a key of REFS: the code that allocates it
+    nbytes: int
+    memory: str = "device"   # device (GPU memory on GPUs, RAM on CPUs) or host
+    when: str = "job"        # job, init (transient in Trainer::Init), warmup, compression
+    design: bool = False     # not code yet (the note says whose design)
+    note: str = ""
+
+
+def buffers(c):
+    """Every buffer of one worker that grows with n, as Buffer rows."""
+    c.check()
+    n, L, K = c.params, c.local_size, c.nodes
+    S = slice_size(n, L, K)
+    padded = L * S
+    chunk = S // K
+    bb = block_bytes(c.codec, chunk)
+    pb, gb = DTYPE_BYTES[c.param_dtype], DTYPE_BYTES[c.grad_dtype]
+    low = c.param_dtype != "fp32"
+    sh = c.shard_state
+    lamb = c.optimizer == "onebit_lamb"
+    state = S if sh else n  # the elements of m, v and the like
+    rows = []
+
+    def add(name, ref, nbytes, design=False, **kw):
+        rows.append(Buffer(name, ref, int(nbytes), design=design, **kw))
+
+    # Sharded, low-precision parameters are not code yet (plan step 8).
+    low_design = sh and low
+
+    # Parameters.
+    if not sh:
+        add("p" + (" (fp32 master; the model keeps its own)" if low else ""), "p", 4 * n)
+        if low:
+            add(f"model parameters, {c.param_dtype} (torch's own tensors)", "torch_low_params",
+                pb * n)
+    elif not low:
+        add("p, whole and padded to L x S (every worker's model reads it)", "p", 4 * padded)
+    else:
+        add("p: fp32 master of the slice", "p", 4 * S, design=True, note="plan 2.3")
+        add(f"p_low_: the model's {c.param_dtype} parameters, padded", "p", pb * padded,
+            design=True, note="plan 2.3: a new buffer; the model views it")
+    # Optimizer state.
+    add("m (exp_avg)", "mv", 4 * state, design=low_design)
+    add("v (exp_avg_sq)", "mv", 4 * state, design=low_design)
+    if c.optimizer == "zero_one_adam":
+        add("0/1 Adam: accumulator, avg (scratch), anchor", "zero_one_more", 12 * n)
+    if lamb:
+        add("1-bit LAMB: exp_avg_sq_fresh, m_last (scratch), u (scratch)", "lamb_more",
+            12 * state, design=low_design)
+    if c.clip:
+        if not sh:
+            add("clip copy clipped_", "clip", 4 * n)
+        elif lamb:
+            add("clip copy clipped_, made at the first compression step that clips (1-bit "
+                "LAMB's rows do not take the clip factor)", "clip_lazy", 4 * n,
+                when="compression", design=low_design)
+        else:
+            add("clip copy: none, the exchange scales each segment it sends", "clip_scale", 0,
+                design=low_design)
+    if c.user_mask:
+        add("user momentum mask", "user_mask", 4 * state, design=low_design)
+        add("user mask, host copy in MomentumMask", "user_mask_host", 4 * state, memory="host",
+            design=low_design)
+        add("user mask, host copy in the optimizer's options", "optimizer_options", 4 * n,
+            memory="host")
+        add("user mask, host copy in the trainer's options", "trainer_options", 4 * n,
+            memory="host")
+    if c.auto_mask:
+        add("automatic mask: nonzero_seen", "seen", 4 * state, design=low_design)
+        if not c.user_mask:
+            add("automatic mask: mask_ (made at the first compression step)", "auto_mask",
+                4 * state, when="compression", design=low_design)
+    # Gradients.
+    if c.workload == "builtin":
+        add("gradient: the trainer's grad_", "trainer_grad", 4 * n)
+    else:
+        add(f"gradient buffer, {c.grad_dtype} ("
+            + ("backward's own .grad is cast into it" if low and gb == 4
+               else "the .grad tensors view it") + ")",
+            "external_grad", gb * n, design=c.grad_dtype != "fp32", note="plan step 8")
+        if low and gb == 4:
+            add(f"model gradients, {c.param_dtype} (backward's own .grad, cast in)",
+                "torch_low_grads", pb * n)
+        if c.accumulation:
+            add("gradient: the trainer's grad_ (accumulation)", "trainer_grad", 4 * n)
+    if c.accumulation:
+        add("gradient accumulation: micro_grad_", "micro_grad", 4 * n)
+    # The hierarchical exchange.
+    add("hierarchical: send_, received_ (the reduce-scatter's L rows of one segment, twice)",
+        "segments", 2 * 4 * L * min(S, SEGMENT_ELEMENTS))
+    add("hierarchical: slice_sum_", "slice_sum", 4 * S)
+    if not sh:
+        add("hierarchical: gathered_ (the whole result)", "gathered", 4 * padded)
+        add("hierarchical: slice_m_", "slice_m", 4 * S)
+        if K > 1:
+            add("hierarchical: blocks_ (every slice's K blocks)", "blocks", L * K * bb)
+    else:
+        add("hierarchical: stage_ (the all-gather's copy of the updated slice)", "stage",
+            (pb if low else 4) * S, design=low_design)
+        if lamb:
+            add("hierarchical: rows_ (ShardRows: slice l of every local worker's gradient, "
+                "L x S, made at the first compression step)", "lamb_rows", 4 * padded,
+                when="compression", design=low_design)
+    if K > 1:
+        # The inter-node PeerExchange over the slice (hierarchical_exchange.cc CreatePeer).
+        add("inter ExactAllreduce: rows_", "inter_rows", 4 * K * chunk)
+        add("inter ExactAllreduce: summed_", "inter_summed", 4 * chunk)
+        add("inter ExactAllreduce: gathered_", "inter_gathered", 4 * S)
+        add("inter worker error", "worker_error", 4 * S)
+        add("inter server error", "server_error", 4 * chunk)
+        add("inter CompressedAllreduce: send_, received_, gathered_, server_out_",
+            "inter_blocks", (3 * K + 1) * bb)
+    # Host memory outside the backend.
+    add("initial parameters (Trainer::Init, freed when it returns)", "initial", 4 * n,
+        memory="host", when="init")
+    if c.report_interval > 0 and c.last_warmup_step >= c.report_interval:
+        add("variance-change copies v_prev_, v_now_ (freed at the switch)", "variance_copies",
+            8 * state, memory="host", when="warmup", design=low_design)
+    if c.workload == "pytorch":
+        add("initial parameters kept by EmbeddedWorker", "embedded_initial", 4 * n,
+            memory="host")
+        add("initial parameters kept by ExternalWorkload", "external_initial", 4 * n,
+            memory="host")
+    return rows
+
+
+def live(rows, memory, stage):
+    """Rows of `memory` alive through `stage` (job-long and that stage's own)."""
+    return [r for r in rows if r.memory == memory and r.when in ("job", stage)]
+
+
+def total(rows):
+    return sum(r.nbytes for r in rows)
+
+
+def per_gpu_bytes(c):
+    """Device bytes of one worker in c.stage."""
+    return total(live(buffers(c), "device", c.stage))
+
+
+def cpu_job_peak_bytes(c):
+    """A CPU worker's peak RSS above its fixed part: every row is RAM, and the peak is the
+    job-long rows plus the largest of what Trainer::Init, warmup and compression add."""
+    rows = buffers(c)
+    base = total(r for r in rows if r.when == "job")
+    extra = [total(r for r in rows if r.when == "init")]
+    if c.last_warmup_step >= 1:
+        extra.append(total(r for r in rows if r.when == "warmup"))
+    if c.optimizer != "adam" and c.steps > c.freeze_step:
+        extra.append(total(r for r in rows if r.when == "compression"))
+    return base + max(extra)
+
+
+# ---- The peers ----
+
+def peer_rows(gpus):
+    """(setup, bytes per parameter, where the figure comes from) for Nd = gpus."""
+    return [
+        ("DDP + Adam (fp32 p, g, m, v)", 16.0,
+         "p 4 + g 4 + m 4 + v 4. DDP's gradient buckets add 4 more unless "
+         "gradient_as_bucket_view=True (off by default). bf16 p, g with fp32 master, m, v "
+         "is also 2 + 2 + 12 = 16"),
+        ("ZeRO-1, mixed precision", 4.0 + 12.0 / gpus,
+         "the ZeRO paper (Rajbhandari et al., SC'20), section 5.1: 2 + 2 + K/Nd with K = 12 "
+         "(fp32 master, m, v sharded over all Nd GPUs)"),
+        ("DeepSpeed 1-bit Adam (fp16, FP16_Optimizer)", 24.0 + 4.0 / gpus,
+         "read from DeepSpeed's code: fp16 p 2, fp16 grads 2 (until flattened), fp32 flat "
+         "grads 4 (fused_optimizer.py step), fp32 master 4, m, v 8, worker_error 4, "
+         "server_error 4/Nd (fp16/onebit/adam.py). compressed_allreduce (runtime/comm/nccl.py) "
+         "adds about 8 more of temporaries at its peak, 12 when the tensor needs padding"),
+    ]
+
+
+# ---- Code references ----
+
+def repo_root():
+    """The checkout this file is in (through Bazel's runfiles links), or None."""
+    here = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+    probe = os.path.join(here, REFS["segments"][0])
+    return here if os.path.isfile(probe) else None
+
+
+def locate(root):
+    """{ref: 'path:line'} for every REFS entry found today; raises LookupError naming the
+    missing. The rows themselves name path and symbol (where()), not the line."""
+    found, missing = {}, []
+    for key, spec in REFS.items():
+        path, symbol, pattern = spec[0], spec[1], spec[2]
+        after = spec[3] if len(spec) > 3 else None
+        try:
+            with open(os.path.join(root, path), encoding="utf-8") as f:
+                text = f.read()
+        except OSError:
+            missing.append(f"{key}: {path} is missing")
+            continue
+        lines = text.splitlines()
+        owner = re.split(r"::|\.", symbol.split(",")[0])[-1].strip()
+        if not re.search(r"\b" + re.escape(owner) + r"\b", text):
+            missing.append(f"{key}: {path} has no {owner} (symbol {symbol!r})")
+            continue
+        start = 0
+        if after is not None:
+            start = next((i + 1 for i, line in enumerate(lines) if re.search(after, line)), None)
+            if start is None:
+                missing.append(f"{key}: no line of {path} matches {after!r}")
+                continue
+        line = next((i + 1 for i in range(start, len(lines)) if re.search(pattern, lines[i])),
+                    None)
+        if line is None:
+            missing.append(f"{key}: no line of {path} matches {pattern!r}")
+        else:
+            found[key] = f"{path}:{line}"
+    if missing:
+        raise LookupError("the model names code that is not there any more (update REFS and "
+                          "the rows): " + "; ".join(missing))
+    return found
+
+
+def where(row):
+    """The file and symbol that allocate `row`'s buffer (no line number: lines move)."""
+    path, symbol = REFS[row.ref][0], REFS[row.ref][1]
+    at = f"{path} ({symbol})"
+    if row.design:
+        return f"DESIGN ({row.note or 'plan'}); code today: {at}"
+    return at
+
+
+# ---- Output ----
+
+def fmt_gib(nbytes):
+    return f"{nbytes / GIB:.1f}"
+
+
+def describe(c):
+    return (f"{c.optimizer}, {c.codec} codec, {c.param_dtype} parameters, {c.grad_dtype} "
+            f"gradient buffer, shard_state {'true' if c.shard_state else 'false'}, "
+            f"{c.stage} stage, L = {c.local_size} workers per node, {c.nodes} nodes, "
+            f"workload {c.workload}"
+            + "".join(f", {flag}" for flag in ("clip", "user_mask", "auto_mask", "accumulation")
+                      if getattr(c, flag)))
+
+
+def report(c):
+    rows = buffers(c)
+    n = c.params
+    out = [f"{n:,} parameters: {describe(c)}", "",
+           "| buffer | allocated by | memory | lives | B/param | GiB |",
+           "|---|---|---|---|---:|---:|"]
+    for r in rows:
+        out.append(f"| {r.name} | {where(r)} | {r.memory} | {r.when} | "
+                   f"{r.nbytes / n:.3f} | {fmt_gib(r.nbytes)} |")
+    dev = total(live(rows, "device", c.stage))
+    host = total(live(rows, "host", c.stage))
+    out += ["",
+            f"device (GPU) memory in the {c.stage} stage: {dev / n:.2f} B/param, "
+            f"{fmt_gib(dev)} GiB per GPU",
+            f"host memory besides (same stage, Init's transient copy aside): {host / n:.2f} "
+            f"B/param, {fmt_gib(host)} GiB per process",
+            "not counted: activations, the CUDA context, NCCL/gloo buffers, allocator slack"]
+    if any(r.design for r in rows):
+        out.append("rows marked DESIGN are not code yet")
+    return "\n".join(out)
+
+
+TABLE_SIZES = ((1e9, "1B"), (7e9, "7B"), (13e9, "13B"))
+
+
+def table_setups(local_size, nodes):
+    """The onebit rows of --table: (label, Config without params)."""
+    base = dict(local_size=local_size, nodes=nodes, workload="pytorch", stage="compression")
+    return [
+        ("onebit unsharded, fp32 parameters", dict(base)),
+        ("onebit unsharded, bf16 parameters (fp32 masters in onebit)",
+         dict(base, param_dtype="bf16")),
+        ("onebit sharded, fp32 parameters", dict(base, shard_state=True)),
+        ("DESIGN sharded, bf16 parameters, fp32 gradient buffer",
+         dict(base, shard_state=True, param_dtype="bf16")),
+        ("DESIGN sharded, bf16 parameters, bf16 gradient buffer",
+         dict(base, shard_state=True, param_dtype="bf16", grad_dtype="bf16")),
+    ]
+
+
+def table(local_size=8, nodes=8, gpu_gib=80.0):
+    gpus = local_size * nodes
+    head = [
+        f"Per GPU, nodes of {local_size} GPUs of {gpu_gib:g} GiB, {nodes} nodes ({gpus} GPUs), "
+        "1-bit Adam in its compression stage, 1-bit codec, a PyTorch model, no clipping or "
+        "masks. GiB = 2^30 bytes.",
+        "",
+        "Counted: parameters, gradients, optimizer state and the exchange's buffers. Not "
+        "counted: activations, the CUDA context, NCCL buffers, allocator slack. A row "
+        "\"fits\" when what it counts is under the GPU's memory; the headroom is what is left "
+        "for the rest.",
+        "",
+        "| setup | B/param | 1B (GiB) | 7B (GiB) | 13B (GiB) | fits (headroom GiB) |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    out, notes = list(head), []
+
+    def line(label, per_param, note=None):
+        sizes = [per_param * p / GIB for p, _ in TABLE_SIZES]
+        fits = [f"{name} ({gpu_gib - s:.0f})" for s, (_, name) in zip(sizes, TABLE_SIZES)
+                if s < gpu_gib]
+        out.append(f"| {label} | {per_param:.2f} | " + " | ".join(f"{s:.1f}" for s in sizes)
+                   + f" | {', '.join(fits) if fits else 'none'} |")
+        if note:
+            notes.append(f"- {label}: {note}.")
+
+    for label, per_param, source in peer_rows(gpus):
+        line(label, per_param, source)
+    onebit = []
+    for label, kw in table_setups(local_size, nodes):
+        per_param = per_gpu_bytes(Config(params=int(7e9), **kw)) / 7e9
+        line(label, per_param)
+        onebit.append((label, per_param))
+    out += ["", "Where the peers' figures come from:"] + notes
+
+    def left(per_param, params):
+        return gpu_gib - per_param * params / GIB
+
+    def room(b, params, name):
+        gib = left(b, params)
+        return f"{name} leaves {gib:.0f} GiB" if gib >= 0 else f"{name} is {-gib:.0f} GiB over"
+
+    verdict = ["",
+               "DESIGN rows are not code yet: bf16 parameters and a bf16 gradient buffer with "
+               "shard_state (PLAN-issue47.md step 8). The other onebit rows are the code of "
+               "today."]
+    for k, b in onebit:
+        verdict.append(f"{k}: {room(b, 7e9, '7B')}, {room(b, 13e9, '13B')}.")
+    roomy = [k for k, b in onebit if left(b, 7e9) >= 16]
+    built = [k for k in roomy if not k.startswith("DESIGN")]
+    if roomy:
+        verdict.append(f"So 7B trains, with its activations under the headroom, only as "
+                       f"{'; '.join(roomy)}"
+                       + ("" if built else ", which is not built yet")
+                       + " (the other rows leave under 16 GiB).")
+    if all(left(b, 13e9) < 0 for _, b in onebit):
+        verdict.append("No onebit row fits 13B.")
+    host7 = total(live(buffers(Config(params=int(7e9), **table_setups(local_size, nodes)[0][1])),
+                       "host", "compression"))
+    verdict.append(f"Host RAM is apart from this: a PyTorch worker keeps two whole fp32 copies "
+                   f"of the initial parameters ({fmt_gib(host7)} GiB per process at 7B, "
+                   f"{fmt_gib(host7 * local_size)} GiB per node).")
+    out += verdict
+    return "\n".join(out)
+
+
+def parse_bool(text):
+    if text.lower() in ("true", "1", "yes"):
+        return True
+    if text.lower() in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r}: true or false")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--params", type=float, help="parameters n (7e9 is fine)")
+    ap.add_argument("--local_size", type=int, default=8, help="workers per node, L")
+    ap.add_argument("--nodes", type=int, default=8, help="nodes, K (the inter peer group)")
+    ap.add_argument("--optimizer", default="onebit_adam", choices=OPTIMIZERS)
+    ap.add_argument("--codec", default="onebit", choices=CODECS)
+    ap.add_argument("--param_dtype", default="fp32", choices=sorted(DTYPE_BYTES))
+    ap.add_argument("--grad_dtype", default="fp32", choices=sorted(DTYPE_BYTES))
+    ap.add_argument("--shard_state", type=parse_bool, default=False,
+                    help="onebit.exchange.shard_state (true: the optimizer state sharded "
+                         "across the node's workers)")
+    ap.add_argument("--stage", default="compression", choices=STAGES)
+    ap.add_argument("--workload", default="pytorch", choices=WORKLOADS,
+                    help="pytorch (ExternalWorkload) or builtin (synthetic, mlp, fashion_mnist)")
+    for flag in ("clip", "user_mask", "auto_mask", "accumulation"):
+        ap.add_argument(f"--{flag}", action="store_true")
+    ap.add_argument("--freeze_step", type=int, default=100000)
+    ap.add_argument("--steps", type=int, default=10 ** 9)
+    ap.add_argument("--report_interval", type=int, default=10)
+    ap.add_argument("--table", action="store_true", help="the 1B/7B/13B table (Markdown)")
+    ap.add_argument("--gpu_gib", type=float, default=80.0)
+    ap.add_argument("--cpu_job", action="store_true",
+                    help="a CPU worker's predicted peak RSS above its fixed part")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--check_refs", action="store_true",
+                    help="check that every row's code is where the model says; exit 1 if not")
+    a = ap.parse_args(argv)
+
+    root = repo_root()
+    if a.check_refs:
+        if root is None:
+            print("memory_model: no checkout beside this file", file=sys.stderr)
+            return 1
+        try:
+            for key, at in locate(root).items():
+                print(f"{key}: {at}")
+        except LookupError as e:
+            print(f"memory_model: {e}", file=sys.stderr)
+            return 1
+        return 0
+    if a.table:
+        print(table(a.local_size, a.nodes, a.gpu_gib))
+        return 0
+    if a.params is None:
+        ap.error("--params is required (or --table, --check_refs)")
+    c = Config(params=int(a.params), local_size=a.local_size, nodes=a.nodes,
+               optimizer=a.optimizer, codec=a.codec, param_dtype=a.param_dtype,
+               grad_dtype=a.grad_dtype, shard_state=a.shard_state, clip=a.clip,
+               user_mask=a.user_mask, auto_mask=a.auto_mask, accumulation=a.accumulation,
+               stage=a.stage, workload=a.workload, freeze_step=a.freeze_step, steps=a.steps,
+               report_interval=a.report_interval)
+    try:
+        rows = buffers(c)
+    except ValueError as e:
+        print(f"memory_model: {e}", file=sys.stderr)
+        return 2
+    if a.json:
+        print(json.dumps({
+            "params": c.params, "config": describe(c),
+            "device_bytes": total(live(rows, "device", c.stage)),
+            "host_bytes": total(live(rows, "host", c.stage)),
+            "cpu_job_peak_bytes": cpu_job_peak_bytes(c),
+            "buffers": [dict(name=r.name, where=where(r), memory=r.memory, when=r.when,
+                             bytes=r.nbytes, design=r.design) for r in rows],
+        }, indent=1))
+        return 0
+    print(report(c))
+    if a.cpu_job:
+        peak = cpu_job_peak_bytes(c)
+        print(f"CPU job peak RSS above the fixed part: {peak / c.params:.2f} B/param, "
+              f"{peak / 2**20:.1f} MiB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
