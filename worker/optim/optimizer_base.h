@@ -176,7 +176,7 @@ class OptimizerBase : public Optimizer {
   uint64_t state_bytes() const override {
     uint64_t bytes = mask_.bytes() + clip_.bytes();
     for (const kernels::Buffer<float>* b : owned_buffers_) bytes += b->bytes();
-    return bytes;
+    return bytes + p_low_.bytes();  // low-precision parameters: the model's, padded
   }
   Exchange& exchange() override { return *exchange_; }
   // Seconds Step() has spent inside the exchange's calls so far, read on the exchange's

@@ -135,6 +135,12 @@ std::vector<WorkerRun> RunJob(const Case& c, bool shard, std::vector<Saved>* sav
         run.state_begin = o.state_begin();
         const size_t lo = o.state_begin(), hi = lo + o.state_count();
         if (shard) {
+          // The padded 2-byte parameters, and slices of floats: the master, m and v (LAMB:
+          // 3 more), besides the masks.
+          const std::optional<StateShard> cut = o.exchange().state_shard();
+          const size_t slices = c.lamb ? 6 : 3;
+          EXPECT_GE(o.state_bytes(), cut->stride * (slices * sizeof(float) +
+                                                    cut->pieces * sizeof(uint16_t)));
           EXPECT_EQ(o.params(), nullptr);
           EXPECT_NE(o.low_params(), nullptr);
           EXPECT_EQ(o.low_params_dtype(), c.dtype);
