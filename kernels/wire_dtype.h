@@ -112,6 +112,23 @@ ONEBIT_HOST_DEVICE inline float Fp16ToFloat(uint16_t h) {
   return BitsToFloat(sign | ((e + 112u) << 23) | (m << 13));
 }
 
+// A 16-bit format's bits for x (bf16 or fp16; fp32 is not 16-bit: 0), and back. The
+// optimizer's low-precision parameters use them on the host, where the backends use ToWire.
+ONEBIT_HOST_DEVICE inline uint16_t NarrowParam(WireDtype dtype, float x) {
+  switch (dtype) {
+    case WireDtype::kBf16:
+      return FloatToBf16(x);
+    case WireDtype::kFp16:
+      return FloatToFp16(x);
+    case WireDtype::kFp32:
+      break;
+  }
+  return 0;
+}
+ONEBIT_HOST_DEVICE inline float WidenParam(WireDtype dtype, uint16_t h) {
+  return dtype == WireDtype::kFp16 ? Fp16ToFloat(h) : Bf16ToFloat(h);
+}
+
 // The value `x` takes on the wire, back as a float32 (what the receiver computes with).
 ONEBIT_HOST_DEVICE inline float RoundToWire(WireDtype dtype, float x) {
   switch (dtype) {

@@ -182,5 +182,53 @@ TEST(WireDtypeTest, CpuToWireSumWireRowsAndWireToFloatMatchTheModel) {
   EXPECT_FALSE(std::signbit(out));
 }
 
+// The bits torch's copy_ from float32 gives (torch 1.13 and 2.15, CPU, scalar and
+// vectorised: x.to(torch.bfloat16) and x.to(torch.float16)), which the optimizer's
+// low-precision parameters must equal (optimizer_base.h): ties, fp16's subnormals,
+// overflow boundaries, signed zeros and infinities. A NaN stays a NaN, its payload not
+// compared (torch's own scalar and vectorised paths differ there).
+TEST(WireDtypeTest, NarrowingMatchesTorchCopy) {
+  struct Want {
+    uint32_t x;
+    uint16_t bf16, fp16;
+  };
+  const Want table[] = {
+      {0x3f800000u, 0x3f80, 0x3c00},
+      {0x3f808000u, 0x3f80, 0x3c04},
+      {0x3f818000u, 0x3f82, 0x3c0c},
+      {0x477fe000u, 0x4780, 0x7bff},
+      {0x477feffdu, 0x4780, 0x7bff},
+      {0x477ff000u, 0x4780, 0x7c00},
+      {0x49742400u, 0x4974, 0x7c00},
+      {0xb22bcc77u, 0xb22c, 0x8000},
+      {0x3649539cu, 0x3649, 0x0032},
+      {0x3380d959u, 0x3381, 0x0001},
+      {0x32f91badu, 0x32f9, 0x0000},
+      {0x33000000u, 0x3300, 0x0000},
+      {0x33800000u, 0x3380, 0x0001},
+      {0x012355e6u, 0x0123, 0x0000},
+      {0x000116c2u, 0x0001, 0x0000},
+      {0x80000000u, 0x8000, 0x8000},
+      {0x7f800000u, 0x7f80, 0x7c00},
+      {0xff800000u, 0xff80, 0xfc00},
+      {0x7f7fffffu, 0x7f80, 0x7c00},
+      {0xff7f8000u, 0xff80, 0xfc00},
+      {0x3dcccccdu, 0x3dcd, 0x2e66},
+      {0xb7d1b717u, 0xb7d2, 0x81a3},
+      {0x38800000u, 0x3880, 0x0400},
+      {0x387fda40u, 0x3880, 0x03ff},
+  };
+  for (const Want& w : table) {
+    const float x = BitsToFloat(w.x);
+    EXPECT_EQ(NarrowParam(WireDtype::kBf16, x), w.bf16) << std::hex << w.x;
+    EXPECT_EQ(NarrowParam(WireDtype::kFp16, x), w.fp16) << std::hex << w.x;
+    EXPECT_EQ(FloatToBf16(x), w.bf16);
+    EXPECT_EQ(FloatToFp16(x), w.fp16);
+  }
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(std::isnan(WidenParam(WireDtype::kBf16, NarrowParam(WireDtype::kBf16, nan))));
+  EXPECT_TRUE(std::isnan(WidenParam(WireDtype::kFp16, NarrowParam(WireDtype::kFp16, nan))));
+}
+
 }  // namespace
 }  // namespace onebit::kernels

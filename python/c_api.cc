@@ -274,6 +274,17 @@ int onebit_options_set_string(onebit_options* o, const char* key, const char* va
                          : k == "fault"             ? &w.fault
                          : k == "job_key"           ? &w.job_key
                                                     : nullptr;
+    if (k == "param_dtype") {
+      const std::string v = value;
+      if (v != "fp32" && v != "bf16" && v != "fp16") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("param_dtype is fp32, bf16 or fp16, not \"", v, "\""));
+      }
+      w.param_dtype = v == "bf16"   ? onebit::kernels::WireDtype::kBf16
+                      : v == "fp16" ? onebit::kernels::WireDtype::kFp16
+                                    : onebit::kernels::WireDtype::kFp32;
+      return absl::OkStatus();
+    }
     if (field == nullptr) return absl::InvalidArgumentError(absl::StrCat("no string option ", k));
     *field = value;
     return absl::OkStatus();
@@ -560,6 +571,19 @@ int onebit_worker_world_size(onebit_worker* w) {
   return w == nullptr ? 0 : w->worker->world_size();
 }
 size_t onebit_worker_size(onebit_worker* w) { return w == nullptr ? 0 : w->worker->size(); }
+
+int onebit_worker_param_buffer(onebit_worker* w, uintptr_t* address, int* dtype) {
+  return Guard([&]() -> absl::Status {
+    ONEBIT_WORKER(w);
+    if (address == nullptr || dtype == nullptr) return Null("an argument");
+    absl::StatusOr<std::pair<const void*, onebit::kernels::WireDtype>> b =
+        w->worker->ParamBuffer();
+    if (!b.ok()) return b.status();
+    *address = reinterpret_cast<uintptr_t>(b->first);
+    *dtype = static_cast<int>(b->second);  // WireDtype's values are the ABI's
+    return absl::OkStatus();
+  });
+}
 
 // ---- The coordinator ----
 

@@ -26,7 +26,7 @@
 extern "C" {
 #endif
 
-#define ONEBIT_ABI_VERSION 3
+#define ONEBIT_ABI_VERSION 4
 
 typedef struct onebit_worker onebit_worker;
 typedef struct onebit_coordinator onebit_coordinator;
@@ -149,6 +149,12 @@ int onebit_worker_load_state_dict(onebit_worker* w, const onebit_state* s);
 int onebit_worker_rank(onebit_worker* w);
 int onebit_worker_world_size(onebit_worker* w);
 size_t onebit_worker_size(onebit_worker* w);
+/* The model's parameters as the worker keeps them (like onebit_worker_buffers: host memory,
+ * or device memory when cuda). *dtype 1 bf16 or 2 fp16: a sharded worker's low-precision
+ * parameters (the option param_dtype with onebit.exchange.shard_state), 2 bytes each, in
+ * the model's order and padded past its n; onebit_worker_buffers' parameters are then
+ * null. *dtype 0: float32, the parameters of onebit_worker_buffers. */
+int onebit_worker_param_buffer(onebit_worker* w, uintptr_t* address, int* dtype);
 
 /* ---- The coordinator rank 0 embeds ---- */
 int onebit_coordinator_start(const char* config, const char* host, int port, int rest_port,

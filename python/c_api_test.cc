@@ -75,6 +75,10 @@ TEST(CApiTest, OptionsTakeTheirKeysAndRefuseOthers) {
   EXPECT_EQ(onebit_options_set_string(o, "colour", "blue"), 3);
   EXPECT_STREQ(onebit_last_error(), "no string option colour");
   EXPECT_EQ(onebit_options_set_int(o, "rank", int64_t{1} << 40), 3);
+  EXPECT_EQ(onebit_options_set_string(o, "param_dtype", "bf16"), 0);
+  EXPECT_EQ(onebit_options_set_string(o, "param_dtype", "fp16"), 0);
+  EXPECT_EQ(onebit_options_set_string(o, "param_dtype", "float16"), 3);
+  EXPECT_STREQ(onebit_last_error(), "param_dtype is fp32, bf16 or fp16, not \"float16\"");
   EXPECT_EQ(onebit_options_add_hyper_group(o, 0, 4, 1.0f, 0.0f), 0);
   EXPECT_EQ(onebit_options_add_bucket(o, 0, 4), 0);
   EXPECT_EQ(onebit_options_add_group_boundary(o, 4), 0);
@@ -93,6 +97,9 @@ TEST(CApiTest, AWorkerHandleThatIsNullIsRefused) {
   EXPECT_EQ(onebit_worker_skipped(nullptr, 1, &skipped), 3);
   onebit_step_inputs inputs = {};
   EXPECT_EQ(onebit_worker_supply_step(nullptr, 1, &inputs), 3);
+  uintptr_t address = 0;
+  int dtype = -1;
+  EXPECT_EQ(onebit_worker_param_buffer(nullptr, &address, &dtype), 3);
   onebit_worker_free(nullptr);
 }
 

@@ -292,10 +292,20 @@ void EmbeddedWorker::ReportRestartableExit(const std::string& why, int64_t step)
 
 absl::StatusOr<std::pair<float*, float*>> EmbeddedWorker::Buffers() {
   absl::MutexLock lock(&mu_);
-  if (workload_ == nullptr || workload_->params() == nullptr) {
+  if (workload_ == nullptr || !workload_->asked()) {
     return absl::FailedPreconditionError("no buffers before the first step");
   }
   return std::make_pair(workload_->params(), workload_->gradient());
+}
+
+absl::StatusOr<std::pair<const void*, kernels::WireDtype>> EmbeddedWorker::ParamBuffer() {
+  absl::MutexLock lock(&mu_);
+  if (workload_ == nullptr || !workload_->asked() || trainer_ == nullptr) {
+    return absl::FailedPreconditionError("no buffers before the first step");
+  }
+  const Optimizer& o = trainer_->optimizer();
+  if (o.low_params() != nullptr) return std::make_pair(o.low_params(), o.low_params_dtype());
+  return std::make_pair(static_cast<const void*>(workload_->params()), kernels::WireDtype::kFp32);
 }
 
 absl::StatusOr<std::vector<float>> EmbeddedWorker::FinalParams() {
@@ -305,7 +315,7 @@ absl::StatusOr<std::vector<float>> EmbeddedWorker::FinalParams() {
 }
 
 absl::StatusOr<Optimizer*> EmbeddedWorker::RunningOptimizer() {
-  if (trainer_ == nullptr || workload_ == nullptr || workload_->params() == nullptr) {
+  if (trainer_ == nullptr || workload_ == nullptr || !workload_->asked()) {
     return absl::FailedPreconditionError("the worker is not between two steps");
   }
   return &trainer_->optimizer();

@@ -75,6 +75,11 @@ class EmbeddedWorker {
   // The optimizer's parameters and this worker's gradient buffer (host or device memory,
   // as cuda() says; valid while the worker runs).
   absl::StatusOr<std::pair<float*, float*>> Buffers();
+  // The model's parameters as the optimizer keeps them: its low-precision buffer
+  // (Optimizer::low_params: bf16 or fp16, padded; host or device memory as cuda() says;
+  // valid while the worker runs) with its format, or Buffers()'s fp32 parameters and fp32.
+  // The parameters of Buffers() are null in the first case.
+  absl::StatusOr<std::pair<const void*, kernels::WireDtype>> ParamBuffer();
   // The parameters at the end of the job (a copy this object owns), once the job ended.
   absl::StatusOr<std::vector<float>> FinalParams();
   // The state between two steps, or after the last step once the job is over: whole, or

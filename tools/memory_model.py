@@ -13,9 +13,9 @@ hierarchical exchange (exchange.mode hierarchical, inter peer) of a worker on a 
 workers, with K nodes. Its slices hold S elements: the smallest multiple of K * lcm(K, 8)
 >= ceil(n / L) (compression/layout.cc, HierarchicalLayout::Create).
 
-shard_state false and true with fp32 parameters are the code of today. Rows marked DESIGN
-are not code yet: bf16/fp16 parameters or a bf16 gradient buffer with shard_state (plan
-step 8).
+shard_state false and true, with fp32, bf16 or fp16 parameters and an fp32 gradient buffer,
+are the code of today. Rows marked DESIGN are not code yet: a bf16/fp16 gradient buffer
+with shard_state (plan step 8, its second half).
 
 Not counted: activations, the CUDA context, NCCL's and gloo's own buffers, the allocator's
 slack, and anything of O(1) bytes. Those depend on the model, the batch and the machine.
@@ -26,6 +26,7 @@ reduce-scatter's 2 x L x min(S, 4 Mi) floats, O(1) in n):
 
     shard_state false, fp32 parameters:   20 + b + (20 + 3b)/L + (8 + b)/(L K)
     shard_state true, fp32 parameters:     8 + (28 + 3b)/L + (8 + b)/(L K)
+    shard_state true, bf16 p, fp32 grads:  8 + (32 + 3b)/L + (8 + b)/(L K)
     DESIGN, bf16 p + bf16 grads:           4 + (30 + 3b)/L + (8 + b)/(L K)
 
 Peers (bytes per parameter per GPU, Nd = GPUs in the data-parallel group):
@@ -59,6 +60,12 @@ SEGMENT_ELEMENTS = 1 << 22
 REFS = {
     "p": ("worker/optim/optimizer_base.h", "OptimizerBase::InitCommon, p_",
           r"\(p_, Buffer<float>::Create\(backend_, params_alloc_\)"),
+    "p_master": ("worker/optim/optimizer_base.h", "OptimizerBase::InitCommon, p_ (low_)",
+                 r"\(p_, Buffer<float>::Create\(backend_, state_alloc_\)"),
+    "p_low": ("worker/optim/optimizer_base.h", "OptimizerBase::InitCommon, p_low_",
+              r"\(p_low_, Buffer<uint16_t>::Create\(backend_, params_alloc_\)"),
+    "p_low_host": ("worker/optim/optimizer_base.h", "OptimizerBase::InitCommon, low",
+                   r"std::vector<uint16_t> low\(params_alloc_, 0\)"),
     "mv": ("worker/optim/optimizer_base.h", "OptimizerBase::InitCommon, m_ and v_",
            r"for \(Buffer<float>\* b : \{&m_, &v_\}\)"),
     "zero_one_more": ("worker/optim/zero_one_adam.cc", "ZeroOneAdam::Init",
@@ -245,9 +252,6 @@ def buffers(c):
     def add(name, ref, nbytes, design=False, **kw):
         rows.append(Buffer(name, ref, int(nbytes), design=design, **kw))
 
-    # Sharded, low-precision parameters are not code yet (plan step 8).
-    low_design = sh and low
-
     # Parameters.
     if not sh:
         add("p" + (" (fp32 master; the model keeps its own)" if low else ""), "p", 4 * n)
@@ -257,40 +261,38 @@ def buffers(c):
     elif not low:
         add("p, whole and padded to L x S (every worker's model reads it)", "p", 4 * padded)
     else:
-        add("p: fp32 master of the slice", "p", 4 * S, design=True, note="plan 2.3")
-        add(f"p_low_: the model's {c.param_dtype} parameters, padded", "p", pb * padded,
-            design=True, note="plan 2.3: a new buffer; the model views it")
+        add("p: fp32 master of the slice", "p_master", 4 * S)
+        add(f"p_low_: the model's {c.param_dtype} parameters, padded (the model views them)",
+            "p_low", pb * padded)
     # Optimizer state.
-    add("m (exp_avg)", "mv", 4 * state, design=low_design)
-    add("v (exp_avg_sq)", "mv", 4 * state, design=low_design)
+    add("m (exp_avg)", "mv", 4 * state)
+    add("v (exp_avg_sq)", "mv", 4 * state)
     if c.optimizer == "zero_one_adam":
         add("0/1 Adam: accumulator, avg (scratch), anchor", "zero_one_more", 12 * n)
     if lamb:
         add("1-bit LAMB: exp_avg_sq_fresh, m_last (scratch), u (scratch)", "lamb_more",
-            12 * state, design=low_design)
+            12 * state)
     if c.clip:
         if not sh:
             add("clip copy clipped_", "clip", 4 * n)
         elif lamb:
             add("clip copy clipped_, made at the first compression step that clips (1-bit "
                 "LAMB's rows do not take the clip factor)", "clip_lazy", 4 * n,
-                when="compression", design=low_design)
+                when="compression")
         else:
-            add("clip copy: none, the exchange scales each segment it sends", "clip_scale", 0,
-                design=low_design)
+            add("clip copy: none, the exchange scales each segment it sends", "clip_scale", 0)
     if c.user_mask:
-        add("user momentum mask", "user_mask", 4 * state, design=low_design)
-        add("user mask, host copy in MomentumMask", "user_mask_host", 4 * state, memory="host",
-            design=low_design)
+        add("user momentum mask", "user_mask", 4 * state)
+        add("user mask, host copy in MomentumMask", "user_mask_host", 4 * state, memory="host")
         add("user mask, host copy in the optimizer's options", "optimizer_options", 4 * n,
             memory="host")
         add("user mask, host copy in the trainer's options", "trainer_options", 4 * n,
             memory="host")
     if c.auto_mask:
-        add("automatic mask: nonzero_seen", "seen", 4 * state, design=low_design)
+        add("automatic mask: nonzero_seen", "seen", 4 * state)
         if not c.user_mask:
             add("automatic mask: mask_ (made at the first compression step)", "auto_mask",
-                4 * state, when="compression", design=low_design)
+                4 * state, when="compression")
     # Gradients.
     if c.workload == "builtin":
         add("gradient: the trainer's grad_", "trainer_grad", 4 * n)
@@ -316,12 +318,15 @@ def buffers(c):
         if K > 1:
             add("hierarchical: blocks_ (every slice's K blocks)", "blocks", L * K * bb)
     else:
+        # A slice of floats, also for low-precision parameters (AllGatherShardBytes stages
+        # their 2-byte slice in it). A bf16 gradient buffer's design makes it 2-byte.
         add("hierarchical: stage_ (the all-gather's copy of the updated slice)", "stage",
-            (pb if low else 4) * S, design=low_design)
+            (pb if low and c.grad_dtype != "fp32" else 4) * S,
+            design=low and c.grad_dtype != "fp32", note="plan step 8")
         if lamb:
             add("hierarchical: rows_ (ShardRows: slice l of every local worker's gradient, "
                 "L x S, made at the first compression step)", "lamb_rows", 4 * padded,
-                when="compression", design=low_design)
+                when="compression")
     if K > 1:
         # The inter-node PeerExchange over the slice (hierarchical_exchange.cc CreatePeer).
         add("inter ExactAllreduce: rows_", "inter_rows", 4 * K * chunk)
@@ -334,9 +339,12 @@ def buffers(c):
     # Host memory outside the backend.
     add("initial parameters (Trainer::Init, freed when it returns)", "initial", 4 * n,
         memory="host", when="init")
+    if sh and low:
+        add(f"the initial parameters cast to {c.param_dtype} (InitCommon, freed when it "
+            "returns)", "p_low_host", pb * padded, memory="host", when="init")
     if c.report_interval > 0 and c.last_warmup_step >= c.report_interval:
         add("variance-change copies v_prev_, v_now_ (freed at the switch)", "variance_copies",
-            8 * state, memory="host", when="warmup", design=low_design)
+            8 * state, memory="host", when="warmup")
     if c.workload == "pytorch":
         add("initial parameters kept by EmbeddedWorker", "embedded_initial", 4 * n,
             memory="host")
@@ -494,7 +502,7 @@ def table_setups(local_size, nodes):
         ("onebit unsharded, bf16 parameters (fp32 masters in onebit)",
          dict(base, param_dtype="bf16")),
         ("onebit sharded, fp32 parameters", dict(base, shard_state=True)),
-        ("DESIGN sharded, bf16 parameters, fp32 gradient buffer",
+        ("onebit sharded, bf16 parameters, fp32 gradient buffer",
          dict(base, shard_state=True, param_dtype="bf16")),
         ("DESIGN sharded, bf16 parameters, bf16 gradient buffer",
          dict(base, shard_state=True, param_dtype="bf16", grad_dtype="bf16")),
@@ -544,9 +552,9 @@ def table(local_size=8, nodes=8, gpu_gib=80.0):
         return f"{name} leaves {gib:.0f} GiB" if gib >= 0 else f"{name} is {-gib:.0f} GiB over"
 
     verdict = ["",
-               "DESIGN rows are not code yet: bf16 parameters and a bf16 gradient buffer with "
-               "shard_state (PLAN-issue47.md step 8). The other onebit rows are the code of "
-               "today."]
+               "DESIGN rows are not code yet: a bf16 gradient buffer with shard_state "
+               "(PLAN-issue47.md step 8, its second half). The other onebit rows are the code "
+               "of today."]
     for k, b in onebit:
         verdict.append(f"{k}: {room(b, 7e9, '7B')}, {room(b, 13e9, '13B')}.")
     roomy = [k for k, b in onebit if left(b, 7e9) >= 16]

@@ -1,7 +1,8 @@
 // FaultExchange (--fault=kill_in_exchange:STEP) with sharded state: the three calls that
 // open a step's exchange (SumGradientsOfShard, AverageMomentumOfShard, ShardRows) kill the
 // process at the fault's step and forward at every other; the calls inside a step
-// (CompressedAverageOfRows, AllGatherShards, GatherPartials) always forward.
+// (CompressedAverageOfRows, AllGatherShards, AllGatherShardBytes, GatherPartials) always
+// forward.
 #include "worker/fault_exchange.h"
 
 #include <csignal>
@@ -42,7 +43,8 @@ TEST(FaultExchangeTest, ShardCallsForwardAtOtherSteps) {
   EXPECT_TRUE(f.CompressedAverageOfRows(kFaultStep).ok());
   EXPECT_TRUE(f.AllGatherShards(whole).ok());
   EXPECT_TRUE(f.GatherPartials({1.0}).ok());
-  ASSERT_EQ(inner.calls.size(), 6u);
+  EXPECT_TRUE(f.AllGatherShardBytes(whole, 2).ok());
+  ASSERT_EQ(inner.calls.size(), 7u);
   EXPECT_EQ(inner.calls[0].step, kFaultStep - 1);
   EXPECT_EQ(inner.calls[1].step, kFaultStep + 1);
   EXPECT_EQ(inner.calls[3].name, "CompressedAverageOfRows");

@@ -769,6 +769,12 @@ absl::Status BuildTrainer(const WorkerProcessOptions& o, const JobConfig& config
     ONEBIT_ASSIGN_OR_RETURN(options.optimizer.momentum_mask, MomentumMaskFromConfig(config, n));
   }
   options.optimizer.hyper_groups = o.hyper_groups;
+  if (o.param_dtype != kernels::WireDtype::kFp32 && !o.workload_factory) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parameters in ", kernels::WireDtypeName(o.param_dtype),
+        " come from an outside workload (a PyTorch model); the built-in ones are fp32"));
+  }
+  options.optimizer.param_dtype = o.param_dtype;
   if (!config.checkpoint.dir.empty()) {
     CheckpointerOptions c;
     c.dir = config.checkpoint.dir;

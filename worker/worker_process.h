@@ -28,6 +28,7 @@
 #include "coordinator/coordinator_client.h"
 #include "coordinator/member.h"
 #include "kernels/kernels.h"
+#include "kernels/wire_dtype.h"
 #include "worker/optim/optim_checks.h"
 #include "worker/trainer.h"
 #include "worker/workloads/workload.h"
@@ -63,6 +64,10 @@ struct WorkerProcessOptions {
   // Parameter groups with their own lr (a multiple of the job's) and weight decay: a
   // PyTorch script's param groups (worker/optim/optim_checks.h). Empty: the job's for all.
   std::vector<HyperGroup> hyper_groups;
+  // The model's parameter format (CommonOptimizerOptions::param_dtype): bf16 or fp16 when
+  // every parameter a PyTorch script trains has that type. Only with workload_factory: the
+  // built-in workloads read fp32 parameters.
+  kernels::WireDtype param_dtype = kernels::WireDtype::kFp32;
   // Whether the trainer evaluates the workload (periodically and at the end, as the config
   // says); off for an outside workload, which evaluates its model itself.
   bool evaluate = true;

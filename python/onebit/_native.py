@@ -17,7 +17,7 @@ import sys
 # torch is imported where tensors are made, not here: the core's config and coordinator
 # calls work without it (the wheel's test loads the core on every CPython it finds).
 
-ABI_VERSION = 3
+ABI_VERSION = 4
 LIBRARY_NAME = "libonebit_core.so"
 _INVALID_ARGUMENT, _DEADLINE_EXCEEDED, _NOT_FOUND, _UNAVAILABLE = 3, 4, 5, 14
 
@@ -91,6 +91,7 @@ _SIGNATURES = {
     "onebit_worker_rank": (_c_int, [_c_void]),
     "onebit_worker_world_size": (_c_int, [_c_void]),
     "onebit_worker_size": (_c_size, [_c_void]),
+    "onebit_worker_param_buffer": (_c_int, [_c_void, _P(ctypes.c_size_t), _P(_c_int)]),
     "onebit_coordinator_start": (_c_int, [_c_str, _c_str, _c_int, _c_int, _c_int, _c_str, _c_str,
                                           _P(_c_void)]),
     "onebit_coordinator_free": (None, [_c_void]),
@@ -287,7 +288,8 @@ class Worker:
 
     def __init__(self, config, coordinator, initial, groups, host="127.0.0.1", metrics_port=0,
                  rank=-1, summary_file="", history_csv="", cuda_device=0, member_token_file="",
-                 hyper_groups=(), loaded=None, buckets=(), fault="", job_key="", quiet=False):
+                 hyper_groups=(), loaded=None, buckets=(), fault="", job_key="", quiet=False,
+                 param_dtype="fp32"):
         L = lib()
         self._handle = None
         options = L.onebit_options_new()
@@ -297,7 +299,7 @@ class Worker:
                                ("host", host), ("summary_file", summary_file),
                                ("history_csv", history_csv),
                                ("member_token_file", member_token_file), ("fault", fault),
-                               ("job_key", job_key)):
+                               ("job_key", job_key), ("param_dtype", param_dtype)):
                 _check(L.onebit_options_set_string(options, _b(key), _b(value)))
             for key, value in (("metrics_port", metrics_port), ("rank", rank),
                                ("cuda_device", cuda_device), ("quiet", int(bool(quiet)))):
@@ -417,8 +419,13 @@ class Worker:
         return self._buffers()[2]
 
     def params(self):
-        """The optimizer's parameters as a float32 CPU tensor over the core's memory."""
-        return _host_view(self._buffers()[0], self._size, self)
+        """The optimizer's parameters as a float32 CPU tensor over the core's memory (none
+        where the worker keeps low-precision parameters: param_buffer())."""
+        address = self._buffers()[0]
+        if not address:
+            raise RuntimeError("the worker keeps low-precision parameters, no float32 ones "
+                               "(param_buffer)")
+        return _host_view(address, self._size, self)
 
     def gradient(self):
         """This worker's gradient buffer, likewise."""
@@ -426,6 +433,15 @@ class Worker:
 
     def params_address(self):
         return self._buffers()[0]
+
+    def param_buffer(self):
+        """(address, dtype) of the model's parameters as the worker keeps them: dtype
+        "bf16" or "fp16" for a sharded worker's low-precision parameters (padded past n),
+        else "fp32" and params_address()."""
+        address, dtype = ctypes.c_size_t(), _c_int()
+        _check(lib().onebit_worker_param_buffer(self._handle, ctypes.byref(address),
+                                                ctypes.byref(dtype)))
+        return address.value, {0: "fp32", 1: "bf16", 2: "fp16"}[dtype.value]
 
     def gradient_address(self):
         return self._buffers()[1]

@@ -165,6 +165,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
             ranges = self._gradients.start()
             self._worker = _core().Worker(initial=initial,
                                           loaded=self._loaded, buckets=ranges,
+                                          param_dtype=self._flat.param_dtype(),
                                           **self._worker_args)
             self._loaded = None
             self._worker.start()

@@ -3,7 +3,11 @@ where the script named them, each checked), each one's slice of one flat float32
 and from the worker's joining (bind) to its end (unbind) their memory: each float32
 parameter and each .grad views the worker's buffers, where a bfloat16 or float16 parameter
 keeps its own memory and the buffer holds its float32 master, copied back after each
-step."""
+step. With sharded state and every parameter of one low-precision type, the worker keeps
+only its shard's float32 masters, and the parameters view its low-precision buffer, which
+it writes itself after each step."""
+
+import ctypes
 
 import torch
 
@@ -13,6 +17,8 @@ from onebit._errors import ScriptRuntimeError
 # The parameter types onebit trains: float32 ones view its flat buffer; bfloat16 and float16
 # ones keep their memory, and the buffer holds their float32 master copy.
 _PARAM_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+# The worker's names of the low-precision types (its option param_dtype).
+_LOW_DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
 def _named_and_trainable(params):
@@ -45,11 +51,24 @@ def _named_and_trainable(params):
     return clean(params), names, frozen
 
 
-def _cuda_view(address, n, device):
+def _cuda_view(address, n, device, typestr="<f4"):
     class _Memory:
         __cuda_array_interface__ = {
-            "shape": (n,), "typestr": "<f4", "data": (address, False), "version": 2}
+            "shape": (n,), "typestr": typestr, "data": (address, False), "version": 2}
     return torch.as_tensor(_Memory(), device=device)
+
+
+def _low_view(address, n, dtype, device, owner):
+    """n elements of a 2-byte `dtype` at `address` (the worker's low-precision parameters,
+    device or host memory), no copy. The array interfaces know no bfloat16: the memory is
+    taken as int16 and viewed as `dtype`. A host view keeps `owner` alive."""
+    if device.type == "cuda":
+        return _cuda_view(address, n, device, "<i2").view(dtype)
+    if n == 0:
+        return torch.empty(0, dtype=dtype)
+    array = (ctypes.c_int16 * n).from_address(address)
+    array._owner = owner  # noqa: SLF001 (the worker outlives the view)
+    return torch.frombuffer(array, dtype=torch.int16, count=n).view(dtype)
 
 
 class _FlatParams:
@@ -69,6 +88,7 @@ class _FlatParams:
             self.offsets.append(self.offsets[-1] + p.numel())
         self.n = self.offsets[-1]
         self.masters = {}  # bfloat16/float16 parameters' float32 masters, once bound
+        self.own_grads = set()  # bfloat16/float16 parameters: their .grad is their own
         self.grad = None   # the worker's gradient buffer, once bound
         self.grad_views = []
         self._addresses = []  # each parameter's memory, as bound
@@ -101,6 +121,14 @@ class _FlatParams:
             if p.device != device:
                 raise ValueError(f"{self.what(i)} is on {p.device}, parameter 0 on {device}")
 
+    def param_dtype(self):
+        """The worker's option param_dtype: "bf16" or "fp16" when every parameter has that
+        type, else "fp32" (mixed types keep every master whole in the worker)."""
+        dtypes = {p.dtype for p in self.params}
+        if len(dtypes) == 1 and next(iter(dtypes)) in _LOW_DTYPE_NAMES:
+            return _LOW_DTYPE_NAMES[next(iter(dtypes))]
+        return "fp32"
+
     def current(self):
         """The model's parameters, flat, as a float32 CPU copy."""
         return torch.cat([p.detach().reshape(-1).to(device="cpu", dtype=torch.float32)
@@ -121,15 +149,22 @@ class _FlatParams:
     def bind(self, worker):
         """The parameters and their gradients become views of the worker's buffers (a
         gradient made before the worker joined is copied in): the indices of those that had
-        one."""
+        one. A worker with low-precision parameters (sharded state) holds the model's own:
+        the parameters view them, and it keeps no master here."""
+        address, dtype = worker.param_buffer()
+        low = None
+        if dtype != "fp32":
+            torch_dtype = next(t for t, name in _LOW_DTYPE_NAMES.items() if name == dtype)
+            low = _low_view(address, self.n, torch_dtype, self.device, worker)
         if worker.cuda:
-            flat = _cuda_view(worker.params_address(), self.n, self.device)
+            flat = None if low is not None else _cuda_view(address, self.n, self.device)
             grad = _cuda_view(worker.gradient_address(), self.n, self.device)
         else:
-            flat = worker.params()
+            flat = None if low is not None else worker.params()
             grad = worker.gradient()
         self.grad_views = []
         self.masters = {}  # index: the float32 master of a bfloat16 or float16 parameter
+        self.own_grads = set()
         arrived = []
         with torch.no_grad():
             for i, (p, begin, end) in enumerate(zip(self.params, self.offsets,
@@ -138,11 +173,19 @@ class _FlatParams:
                 if p.grad is not None:
                     view.copy_(p.grad)
                     arrived.append(i)  # a gradient made before the worker joined
-                if p.dtype == torch.float32:
+                if low is not None:  # the worker's parameter; its own (low) gradient
+                    if p.dtype != low.dtype:
+                        raise ScriptRuntimeError(
+                            f"{self.what(i)} is {p.dtype}; the worker keeps {low.dtype} "
+                            "parameters (the model's types changed after the optimizer was built)")
+                    p.data = low[begin:end].view(p.shape)
+                    self.own_grads.add(i)
+                elif p.dtype == torch.float32:
                     p.data = flat[begin:end].view(p.shape)
                     p.grad = view
                 else:  # its own memory and gradient; the master and its gradient here
                     self.masters[i] = flat[begin:end].view(p.shape)
+                    self.own_grads.add(i)
                 self.grad_views.append(view)
         self.grad = grad  # what the views cover, in the parameters' order
         self._addresses = [p.data_ptr() for p in self.params]
@@ -160,6 +203,7 @@ class _FlatParams:
         over, and they take the worker's last parameters; else NaN."""
         self.grad = None
         masters, self.masters = self.masters, {}
+        own_grads, self.own_grads = self.own_grads, set()
         with torch.no_grad():
             if final:
                 last = worker.final_params().to(self.device)
@@ -169,9 +213,15 @@ class _FlatParams:
                     if final:
                         p.copy_(last[begin:end].view(p.shape))
                     continue
-                p.data = last[begin:end].view(p.shape).clone() if final else \
-                    torch.full(p.shape, float("nan"), device=self.device)
-                p.grad = None
+                # A low-precision parameter viewing the worker's: its values (final_params
+                # widened them: the cast back is exact) in memory of its own, its .grad kept.
+                if final:
+                    value = last[begin:end].view(p.shape)
+                    p.data = value.clone() if p.dtype == value.dtype else value.to(p.dtype)
+                else:
+                    p.data = torch.full(p.shape, float("nan"), dtype=p.dtype, device=self.device)
+                if i not in own_grads:
+                    p.grad = None
 
     def grads_into_views(self, indices):
         """grad_into_view for each of `indices`; where that is every parameter (backward
@@ -179,7 +229,7 @@ class _FlatParams:
         buffer: one batched copy in place of one per tensor (on the CPU about half the time,
         BENCHMARKS.md; on a GPU one batched kernel in place of a copy per parameter, not
         yet measured)."""
-        if len(indices) < len(self.params) or self.masters:
+        if len(indices) < len(self.params) or self.own_grads:
             for i in indices:
                 self.grad_into_view(i)
             return
@@ -196,7 +246,7 @@ class _FlatParams:
         if p.grad.data_ptr() != view.data_ptr():
             with torch.no_grad():
                 view.copy_(p.grad.reshape(view.shape))
-            if i not in self.masters:
+            if i not in self.own_grads:
                 p.grad = view
 
     def zero_grads(self):
@@ -204,6 +254,6 @@ class _FlatParams:
         parameters' own."""
         with torch.no_grad():
             self.grad.zero_()
-            for i in self.masters:
+            for i in self.own_grads:
                 if self.params[i].grad is not None:
                     self.params[i].grad.zero_()

@@ -2028,6 +2028,41 @@ class LowPrecisionParameters(unittest.TestCase):
         self.train("float16")
 
 
+class ShardedLowPrecisionParameters(unittest.TestCase):
+    """With shard_state, a bfloat16 or float16 model's parameters view the worker's own
+    low-precision buffer (its float32 masters sharded): the parameters after every step are
+    those of the same job unsharded, which copies each master back, bit for bit."""
+
+    def digests(self, dtype, exchange):
+        r, logs = on_two_ranks(f"low-{dtype}-{exchange}", os.path.join(HERE, "low_precision.py"),
+                               dtype, exchange)
+        self.assertEqual(r.returncode, 0, r.stderr + "".join(logs)[-3000:])
+        out = []
+        for rank, log in enumerate(logs):
+            m = re.search(rf"rank {rank}: parameters \['torch.{dtype}'\], state torch.float32, "
+                          rf"synced True, loss ([0-9.]+) -> ([0-9.]+), digest (\w+)", log)
+            self.assertIsNotNone(m, log[-3000:])
+            self.assertLess(float(m.group(2)), float(m.group(1)) / 4)  # it trains
+            out.append(m.group(3))
+        self.assertEqual(out[0], out[1])  # both ranks alike
+        return out[0]
+
+    def same_bits(self, dtype):
+        self.assertEqual(self.digests(dtype, "sharded"), self.digests(dtype, "hier"))
+
+    def test_bfloat16(self):
+        self.same_bits("bfloat16")
+
+    def test_float16(self):
+        try:
+            torch.nn.functional.linear(torch.ones(2, 2, dtype=torch.float16),
+                                       torch.ones(2, 2, dtype=torch.float16))
+        except RuntimeError as e:
+            self.skipTest(f"torch {torch.__version__} has no float16 matrix product on the "
+                          f"CPU ({e}): the torch-latest stack runs this")
+        self.same_bits("float16")
+
+
 class TrainedLikeTorchOptim(unittest.TestCase):
     """One process alone (it runs its own coordinator): named parameters, a frozen layer
     left out of the job, and a step() without a new gradient refused without harm."""

@@ -47,6 +47,10 @@ absl::StatusOr<CompressedResult> Exchange::CompressedAverageOfRows(int64_t) {
 
 absl::Status Exchange::AllGatherShards(float*) { return NotSharded("AllGatherShards"); }
 
+absl::Status Exchange::AllGatherShardBytes(void*, size_t) {
+  return NotSharded("AllGatherShardBytes");
+}
+
 absl::StatusOr<std::vector<double>> Exchange::GatherPartials(const std::vector<double>&) {
   return NotSharded("GatherPartials");
 }

@@ -153,6 +153,9 @@ class Exchange {
   // Exact: `whole` (pieces*stride floats, backend memory) gets every local worker's slice
   // of its own `whole`; this worker's slice is read from `whole` and kept.
   virtual absl::Status AllGatherShards(float* whole);
+  // The same for elements of `element_bytes` bytes (4 or less; the low-precision
+  // parameters, 2): `whole` holds pieces*stride of them. Raw bytes: exact for any format.
+  virtual absl::Status AllGatherShardBytes(void* whole, size_t element_bytes);
 
   // Exact: every local worker's `mine` (host; the same length on all of them, a
   // precondition the call cannot check), concatenated in local-rank order.

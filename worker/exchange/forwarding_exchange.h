@@ -52,6 +52,9 @@ class ForwardingExchange : public Exchange {
     return inner_->CompressedAverageOfRows(step);
   }
   absl::Status AllGatherShards(float* whole) override { return inner_->AllGatherShards(whole); }
+  absl::Status AllGatherShardBytes(void* whole, size_t element_bytes) override {
+    return inner_->AllGatherShardBytes(whole, element_bytes);
+  }
   absl::StatusOr<std::vector<double>> GatherPartials(const std::vector<double>& mine) override {
     return inner_->GatherPartials(mine);
   }

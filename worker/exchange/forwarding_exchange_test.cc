@@ -26,6 +26,7 @@ TEST(ExchangeTest, AnExchangeWithoutShardsSaysSo) {
   EXPECT_TRUE(unimplemented(e.ShardRows(1, x).status()));
   EXPECT_TRUE(unimplemented(e.CompressedAverageOfRows(1).status()));
   EXPECT_TRUE(unimplemented(e.AllGatherShards(whole.data())));
+  EXPECT_TRUE(unimplemented(e.AllGatherShardBytes(whole.data(), 2)));
   EXPECT_TRUE(unimplemented(e.GatherPartials({1.0}).status()));
   EXPECT_EQ(e.reduction_stride(), 0u);
 }
@@ -62,8 +63,9 @@ TEST(ForwardingExchangeTest, ForwardsEveryShardCall) {
   absl::StatusOr<std::vector<double>> partials = f.GatherPartials({1.5, -2.0});
   ASSERT_TRUE(partials.ok());
   EXPECT_EQ(*partials, (std::vector<double>{1.5, -2.0, 1.5, -2.0}));
+  EXPECT_TRUE(f.AllGatherShardBytes(whole, 2).ok());
 
-  ASSERT_EQ(inner.calls.size(), 6u);
+  ASSERT_EQ(inner.calls.size(), 7u);
   EXPECT_EQ(inner.calls[0].name, "SumGradientsOfShard");
   EXPECT_EQ(inner.calls[0].step, 4);
   EXPECT_EQ(inner.calls[0].first, grad);
@@ -82,6 +84,9 @@ TEST(ForwardingExchangeTest, ForwardsEveryShardCall) {
   EXPECT_EQ(inner.calls[4].first, whole);
   EXPECT_EQ(inner.calls[5].name, "GatherPartials");
   EXPECT_EQ(inner.calls[5].partials, (std::vector<double>{1.5, -2.0}));
+  EXPECT_EQ(inner.calls[6].name, "AllGatherShardBytes");
+  EXPECT_EQ(inner.calls[6].first, whole);
+  EXPECT_EQ(inner.calls[6].element_bytes, 2u);
 }
 
 }  // namespace

@@ -315,6 +315,21 @@ absl::Status HierarchicalExchange::AllGatherShards(float* whole) {
   return intra_->AllGather(stage_.data(), whole, slice * sizeof(float));
 }
 
+absl::Status HierarchicalExchange::AllGatherShardBytes(void* whole, size_t element_bytes) {
+  ONEBIT_RETURN_IF_ERROR(
+      CheckMode(true, "AllGatherShardBytes", "nothing: the parameters are whole already"));
+  if (element_bytes == 0 || element_bytes > sizeof(float)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("AllGatherShardBytes: elements of ", element_bytes, " bytes (1 to 4)"));
+  }
+  // stage_ holds a slice of floats: room for a slice of narrower elements.
+  const size_t bytes = layout_.slice() * element_bytes;
+  char* const at = static_cast<char*>(whole);
+  ONEBIT_RETURN_IF_ERROR(
+      backend_->Copy(stage_.data(), at + static_cast<size_t>(local_rank()) * bytes, bytes));
+  return intra_->AllGather(stage_.data(), whole, bytes);
+}
+
 absl::StatusOr<std::vector<double>> HierarchicalExchange::GatherPartials(
     const std::vector<double>& mine) {
   ONEBIT_RETURN_IF_ERROR(

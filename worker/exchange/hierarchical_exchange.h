@@ -103,8 +103,8 @@ class HierarchicalExchange : public Exchange {
   size_t reduction_stride() const override { return layout_.slice(); }
   // SHARDED STATE (exchange.h; FAILED_PRECONDITION without shard_state). Slice l's
   // results live in this exchange's slice buffers, or with other nodes in the inter-node
-  // exchange's result, valid until the next call. AllGatherShards stages this worker's
-  // slice first: a Transport does not promise an in-place all-gather.
+  // exchange's result, valid until the next call. AllGatherShards (and AllGatherShardBytes)
+  // stages this worker's slice first: a Transport does not promise an in-place all-gather.
   std::optional<StateShard> state_shard() const override;
   absl::StatusOr<const float*> SumGradientsOfShard(int64_t step, const float* grad) override;
   // g_scale multiplies each segment of g after it is packed, before it is sent.
@@ -116,6 +116,7 @@ class HierarchicalExchange : public Exchange {
   absl::StatusOr<float*> ShardRows(int64_t step, const float* x) override;
   absl::StatusOr<CompressedResult> CompressedAverageOfRows(int64_t step) override;
   absl::Status AllGatherShards(float* whole) override;
+  absl::Status AllGatherShardBytes(void* whole, size_t element_bytes) override;
   absl::StatusOr<std::vector<double>> GatherPartials(const std::vector<double>& mine) override;
   // This exchange's buffers and the inter-node exchange's buffer_bytes(). ShardRows' rows
   // count from its first call on.

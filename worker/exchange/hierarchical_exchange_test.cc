@@ -431,6 +431,20 @@ absl::Status CheckShardCalls(int nodes, int local, size_t n, const Codec& codec,
     for (size_t i = 0; i < slice; ++i) want[i] = PatternFloat(node * local + j, i);
     EXPECT_EQ(BitDiff(p.data() + j * slice, want.data(), slice), "") << "slice " << j;
   }
+  // AllGatherShardBytes: the same for 2-byte elements (low-precision parameters).
+  std::vector<uint16_t> low(padded, 0xabcd);
+  for (size_t i = 0; i < slice; ++i) low[l * slice + i] = static_cast<uint16_t>(w * 7919 + i);
+  ONEBIT_RETURN_IF_ERROR(shard->AllGatherShardBytes(low.data(), sizeof(uint16_t)));
+  for (int j = 0; j < local; ++j) {
+    for (size_t i = 0; i < slice; ++i) {
+      const auto want = static_cast<uint16_t>((node * local + j) * 7919 + i);
+      if (low[j * slice + i] != want) {
+        ADD_FAILURE() << "2-byte slice " << j << " element " << i << ": " << low[j * slice + i];
+        break;
+      }
+    }
+  }
+  EXPECT_EQ(shard->AllGatherShardBytes(low.data(), 8).code(), absl::StatusCode::kInvalidArgument);
 
   // GatherPartials: local-rank order, bit for bit; the lengths change between calls.
   for (size_t k : {size_t{3}, size_t{1}, size_t{0}, size_t{5}}) {
@@ -461,6 +475,7 @@ absl::Status CheckShardCalls(int nodes, int local, size_t n, const Codec& codec,
   EXPECT_TRUE(failed(whole->ShardRows(step, g.data()).status()));
   EXPECT_TRUE(failed(whole->CompressedAverageOfRows(step).status()));
   EXPECT_TRUE(failed(whole->AllGatherShards(p.data())));
+  EXPECT_TRUE(failed(whole->AllGatherShardBytes(p.data(), sizeof(uint16_t))));
   EXPECT_TRUE(failed(whole->GatherPartials({1.0}).status()));
   // The rows' average wants the rows of its own step, just before.
   EXPECT_TRUE(failed(shard->CompressedAverageOfRows(step).status()));

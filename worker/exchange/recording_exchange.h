@@ -50,6 +50,7 @@ class RecordingExchange : public BareExchange {
     float beta1 = 0.0f;
     float g_scale = 0.0f;
     std::vector<double> partials;
+    size_t element_bytes = 0;  // AllGatherShardBytes'
   };
 
   // What it answers: state_shard() and buffer_bytes() return these; the pointer calls
@@ -82,6 +83,11 @@ class RecordingExchange : public BareExchange {
   }
   absl::Status AllGatherShards(float* whole) override {
     calls.push_back({"AllGatherShards", -1, whole});
+    return absl::OkStatus();
+  }
+  absl::Status AllGatherShardBytes(void* whole, size_t element_bytes) override {
+    calls.push_back({"AllGatherShardBytes", -1, whole});
+    calls.back().element_bytes = element_bytes;
     return absl::OkStatus();
   }
   absl::StatusOr<std::vector<double>> GatherPartials(const std::vector<double>& mine) override {

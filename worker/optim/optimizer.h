@@ -26,6 +26,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/wire_dtype.h"
 #include "worker/exchange/exchange.h"
 
 namespace onebit {
@@ -86,11 +87,17 @@ class Optimizer {
   // of, [state_begin(), state_begin() + state_count()); all of them unless sharded.
   virtual size_t state_begin() const { return 0; }
   virtual size_t state_count() const { return size(); }
-  // Backend memory: the n parameters; the variance of the state_count() parameters from
-  // state_begin().
+  // Backend memory: the n parameters (null with low_params()); the variance of the
+  // state_count() parameters from state_begin().
   virtual const float* params() const = 0;
   virtual const float* variance() const = 0;
   virtual absl::StatusOr<std::vector<float>> ParamsToHost() const = 0;
+  // LOW-PRECISION PARAMETERS (optimizer_base.h): a sharded optimizer of a bf16 or fp16
+  // model keeps the model's parameters here, backend memory, padded to the node's
+  // pieces x stride elements of low_params_dtype() (2 bytes each); params() is then null.
+  // Null and fp32 otherwise. Valid for the optimizer's life; written by each step.
+  virtual const void* low_params() const { return nullptr; }
+  virtual kernels::WireDtype low_params_dtype() const { return kernels::WireDtype::kFp32; }
 
   // The steps in [first, last] that will communicate, the next ones being first..last and
   // the warmup ending after `freeze_step`; nullopt for an optimizer whose every step does

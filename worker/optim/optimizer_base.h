@@ -27,6 +27,7 @@
 #include "common/status_macros.h"
 #include "kernels/buffer.h"
 #include "kernels/kernels.h"
+#include "kernels/wire_dtype.h"
 #include "worker/exchange/exchange.h"
 #include "worker/exchange/peer_exchange.h"
 #include "worker/optim/gradient_clipper.h"
@@ -56,6 +57,11 @@ struct CommonOptimizerOptions {
   // Parameter groups with their own lr and weight decay (optim_checks.h); empty: one group
   // with hyper's.
   std::vector<HyperGroup> hyper_groups;
+  // The model's parameter format: fp32, or bf16 / fp16 when every parameter the model
+  // trains has that type (the warmup wire's formats and conversions: wire_dtype.h). It
+  // changes anything only over a sharded exchange (LOW-PRECISION PARAMETERS below);
+  // unsharded, p is the whole fp32 master and the model casts it itself.
+  kernels::WireDtype param_dtype = kernels::WireDtype::kFp32;
 };
 
 // SHARDED STATE (docs/design.md, "Sharded state"). Over an exchange with a state shard
@@ -64,6 +70,14 @@ struct CommonOptimizerOptions {
 // stride and zero past its count; the mask holds the shard's count. p stays whole,
 // padded to the node's pieces x stride, and SyncParams all-gathers it inside the node
 // after each update. Unsharded, the state range is [0, n) and nothing is padded.
+//
+// LOW-PRECISION PARAMETERS (docs/algorithms.md, "Mixed precision"). Sharded with a bf16 or
+// fp16 param_dtype, p is the fp32 master of the state range only (stride elements, zero
+// past its count). The model's parameters are low_params(): pieces x stride elements of
+// param_dtype. After each update SyncParams casts the shard (round to nearest even, as
+// torch's copy_ from float32 does) into its slice of low_params() and all-gathers those at
+// 2 bytes per parameter. params() is then null; ParamsToHost widens low_params(); the
+// checkpoint's "params" is the master over the state range, so a resume is exact.
 //
 // Derived: the optimizer, which makes OptimizerBase a friend and has
 //   static absl::Status ValidateOptions(const Options&, size_t n);
@@ -138,11 +152,21 @@ class OptimizerBase : public Optimizer {
   size_t size() const override { return n_; }
   size_t state_begin() const override { return state_begin_; }
   size_t state_count() const override { return state_count_; }
-  // Backend memory: p has n elements, v the state range's.
-  const float* params() const override { return p_.data(); }
+  // Backend memory: p has n elements (null with low-precision parameters), v the state
+  // range's.
+  const float* params() const override { return low_ ? nullptr : p_.data(); }
   const float* variance() const override { return v_.data(); }
+  // With low-precision parameters: their n values, widened to fp32 (exact).
   absl::StatusOr<std::vector<float>> ParamsToHost() const override {
-    return p_.SliceToHost(0, n_);
+    if (!low_) return p_.SliceToHost(0, n_);
+    ONEBIT_ASSIGN_OR_RETURN(const std::vector<uint16_t> low, p_low_.SliceToHost(0, n_));
+    std::vector<float> out(n_);
+    for (size_t i = 0; i < n_; ++i) out[i] = kernels::WidenParam(options_.param_dtype, low[i]);
+    return out;
+  }
+  const void* low_params() const override { return low_ ? p_low_.data() : nullptr; }
+  kernels::WireDtype low_params_dtype() const override {
+    return low_ ? options_.param_dtype : kernels::WireDtype::kFp32;
   }
   // The gradient norm the clipper measured last (0 before any, or with clipping off).
   double last_clip_norm() const { return clip_.last_norm(); }
@@ -152,7 +176,7 @@ class OptimizerBase : public Optimizer {
   uint64_t state_bytes() const override {
     uint64_t bytes = mask_.bytes() + clip_.bytes();
     for (const kernels::Buffer<float>* b : owned_buffers_) bytes += b->bytes();
-    return bytes;
+    return bytes + p_low_.bytes();  // low-precision parameters: the model's, padded
   }
   Exchange& exchange() override { return *exchange_; }
   // Seconds Step() has spent inside the exchange's calls so far, read on the exchange's
@@ -168,7 +192,7 @@ class OptimizerBase : public Optimizer {
   absl::StatusOr<std::vector<float>> StateToHost(const std::string& name, size_t begin,
                                                  size_t end) const override {
     const kernels::Buffer<float>* b = FindBuffer(name);
-    if (b == &p_) {  // whole on every worker, sharded or not
+    if (b == &p_ && !low_) {  // whole on every worker, sharded or not (but the master)
       if (end > n_) return absl::InvalidArgumentError(absl::StrCat("params has ", n_, " elements"));
       return p_.SliceToHost(begin, end);
     }
@@ -178,6 +202,7 @@ class OptimizerBase : public Optimizer {
           "holds [", state_begin_, ", ", state_begin_ + state_count_, ") (sharded state)"));
     }
     if (b == nullptr) return mask_.StateToHost(name, begin - state_begin_, end - state_begin_);
+    if (b == &p_) return p_.SliceToHost(begin - state_begin_, end - state_begin_);  // master
     return b->SliceToHost(begin - state_begin_, end - state_begin_);
   }
   StateScalars CheckpointScalars() const override {
@@ -200,7 +225,7 @@ class OptimizerBase : public Optimizer {
     ONEBIT_ASSIGN_OR_RETURN(RestoreCommit commit, derived().ReadScalars(step, at, scalars));
     ONEBIT_RETURN_IF_ERROR(mask_.Restore(states, scalars));
     for (auto& [buffer, values] : copies) {
-      const size_t at_element = buffer == &p_ ? state_begin_ : 0;
+      const size_t at_element = buffer == &p_ && !low_ ? state_begin_ : 0;
       ONEBIT_RETURN_IF_ERROR(buffer->CopyFromHostAt(at_element, values->data(), values->size()));
     }
     ONEBIT_RETURN_IF_ERROR(commit());
@@ -331,24 +356,45 @@ class OptimizerBase : public Optimizer {
                             StateSumSquares(sum, {ElementRange{0, n_}}));
     return clip_.FactorOf(sumsq[0], scale);
   }
-  // The parameters of the state range (backend memory, state_count() elements).
-  float* state_params() { return p_.data() + state_begin_; }
+  // The parameters of the state range (backend memory, state_count() elements; with
+  // low-precision parameters, their fp32 master).
+  float* state_params() { return low_ ? p_.data() : p_.data() + state_begin_; }
   bool sharded() const { return sharded_; }
   // Sharded: every local rank's updated slice of p into every local rank's p (exact; a
-  // collective of the node's workers). Unsharded: nothing.
+  // collective of the node's workers). With low-precision parameters, the master shard
+  // cast into its slice of low_params() first, then those all-gathered. Unsharded: nothing.
   absl::Status SyncParams() {
     if (!sharded_) return absl::OkStatus();
+    if (low_) {
+      // The whole stride: its padding is zero in the master, so in low_params() too.
+      ONEBIT_RETURN_IF_ERROR(backend_->ToWire(options_.param_dtype, p_.data(), state_alloc_,
+                                              p_low_.data() + shard_piece_ * state_alloc_));
+    }
     ScopedStepTime time(exchange_->step_clock(), &exchange_call_seconds_);
+    if (low_) return exchange_->AllGatherShardBytes(p_low_.data(), sizeof(uint16_t));
     return exchange_->AllGatherShards(p_.data());
   }
 
   // Allocates p (a copy of `initial_params`, host memory, n elements), m, v and then
   // `more`, all zero, in that order; then the mask and the clipper from the options.
-  // p, m and v are named "params", "exp_avg" and "exp_avg_sq".
+  // p, m and v are named "params", "exp_avg" and "exp_avg_sq". With low-precision
+  // parameters p is the state range's master, and low_params() every parameter cast.
   absl::Status InitCommon(const float* initial_params, std::initializer_list<NamedBuffer> more = {}) {
     using kernels::Buffer;
-    ONEBIT_ASSIGN_OR_RETURN(p_, Buffer<float>::Create(backend_, params_alloc_));
-    ONEBIT_RETURN_IF_ERROR(p_.CopyFromHostAt(0, initial_params, n_));
+    if (low_) {
+      ONEBIT_ASSIGN_OR_RETURN(p_, Buffer<float>::Create(backend_, state_alloc_));
+      ONEBIT_RETURN_IF_ERROR(p_.CopyFromHostAt(0, initial_params + state_begin_, state_count_));
+      // Cast on the host with the backends' own conversion (wire_dtype.h): the same bits.
+      std::vector<uint16_t> low(params_alloc_, 0);
+      for (size_t i = 0; i < n_; ++i) {
+        low[i] = kernels::NarrowParam(options_.param_dtype, initial_params[i]);
+      }
+      ONEBIT_ASSIGN_OR_RETURN(p_low_, Buffer<uint16_t>::Create(backend_, params_alloc_));
+      ONEBIT_RETURN_IF_ERROR(p_low_.CopyFromHostAt(0, low.data(), params_alloc_));
+    } else {
+      ONEBIT_ASSIGN_OR_RETURN(p_, Buffer<float>::Create(backend_, params_alloc_));
+      ONEBIT_RETURN_IF_ERROR(p_.CopyFromHostAt(0, initial_params, n_));
+    }
     for (Buffer<float>* b : {&m_, &v_}) {
       ONEBIT_ASSIGN_OR_RETURN(*b, Buffer<float>::Create(backend_, state_alloc_));
     }
@@ -382,10 +428,13 @@ class OptimizerBase : public Optimizer {
   size_t state_begin_ = 0;   // the state range (sharded: the shard's parameters)
   size_t state_count_;
   size_t state_alloc_ = 0;   // elements of m, v and the named buffers (n, or the stride)
-  size_t params_alloc_ = 0;  // elements of p (n, or pieces x stride)
+  size_t params_alloc_ = 0;  // elements of p (n, or pieces x stride); low_: of p_low_
   bool sharded_ = false;
+  bool low_ = false;         // sharded with low-precision parameters: p is the master shard
+  size_t shard_piece_ = 0;   // sharded: this worker's slice of the padded parameters
   int64_t step_ = 0;
   kernels::Buffer<float> p_, m_, v_;
+  kernels::Buffer<uint16_t> p_low_;  // low_: the model's parameters, pieces x stride
   MomentumMask mask_;
   GradientClipper clip_;
   std::vector<HyperGroup> hyper_groups_;  // options_.hyper_groups, resolved: at least one
@@ -411,6 +460,8 @@ class OptimizerBase : public Optimizer {
     state_count_ = shard->end - shard->begin;
     state_alloc_ = shard->stride;
     params_alloc_ = shard->stride * static_cast<size_t>(shard->pieces);
+    shard_piece_ = static_cast<size_t>(shard->piece);
+    low_ = options_.param_dtype != kernels::WireDtype::kFp32;
     return absl::OkStatus();
   }
   const Derived& derived() const { return static_cast<const Derived&>(*this); }

@@ -71,6 +71,7 @@ absl::StatusOr<double> ExternalWorkload::ComputeGradient(const float* params, in
   {
     absl::MutexLock lock(&mu_);
     params_ = params;
+    asked_ = true;
     grad_out_ = grad_out;
     announced_ = 0;
     wanted_ = step;
@@ -246,6 +247,12 @@ float* ExternalWorkload::params() {
 void ExternalWorkload::SetParams(const float* params) {
   absl::MutexLock lock(&mu_);
   params_ = params;
+  asked_ = true;
+}
+
+bool ExternalWorkload::asked() const {
+  absl::MutexLock lock(&mu_);
+  return asked_;
 }
 
 void ExternalWorkload::Finish(absl::Status status) {

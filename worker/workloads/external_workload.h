@@ -127,9 +127,12 @@ class ExternalWorkload : public Workload {
   // gradient() without buckets (their copies go into the trainer's buffer), else null.
   float* gradient_buffer() override { return buckets_.empty() ? gradient_.data() : nullptr; }
   // The optimizer's parameter vector the trainer steps (zero copies: the client's tensors
-  // view it): known once the trainer asked for a step (or SetParams); null before.
+  // view it): known once the trainer asked for a step (or SetParams); null before, and
+  // null for an optimizer whose parameters are low precision (Optimizer::low_params).
   float* params();
   void SetParams(const float* params);
+  // Whether the trainer has asked for a step (or SetParams was called).
+  bool asked() const;
 
   // ---- The trainer's side, at its end ----
   // Tells the client that the trainer is done (OK: the job ended; else its error).
@@ -151,6 +154,7 @@ class ExternalWorkload : public Workload {
 
   mutable absl::Mutex mu_;
   const float* params_ ABSL_GUARDED_BY(mu_) = nullptr;
+  bool asked_ ABSL_GUARDED_BY(mu_) = false;  // ComputeGradient or SetParams came
   float* grad_out_ ABSL_GUARDED_BY(mu_) = nullptr;  // the waiting ComputeGradient's
   size_t announced_ ABSL_GUARDED_BY(mu_) = 0;       // buckets of wanted_ announced
   int64_t wanted_ ABSL_GUARDED_BY(mu_) = 0;    // the step the trainer waits for; 0: none

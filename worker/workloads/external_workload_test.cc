@@ -109,6 +109,7 @@ TEST(ExternalWorkloadTest, AStepWithoutALossLeavesTheLossOut) {
 TEST(ExternalWorkloadTest, TheClientTrainsTheOptimizersOwnParameters) {
   constexpr int64_t kSteps = 200;
   Rig rig(kSteps);
+  EXPECT_FALSE(rig.workload->asked());
   absl::Status trained;
   std::thread trainer = rig.Train(&trained);
   std::vector<int64_t> steps;
@@ -117,6 +118,7 @@ TEST(ExternalWorkloadTest, TheClientTrainsTheOptimizersOwnParameters) {
     ASSERT_TRUE(step.ok()) << step.status();
     if (*step < 0) break;
     steps.push_back(*step);
+    ASSERT_TRUE(rig.workload->asked());
     // Zero copies: the parameters are the optimizer's buffer.
     float* p = rig.workload->params();
     ASSERT_EQ(p, rig.trainer->optimizer().params());
@@ -141,6 +143,28 @@ TEST(ExternalWorkloadTest, TheClientTrainsTheOptimizersOwnParameters) {
   for (float x : p) EXPECT_NEAR(x, kTarget, 0.3f);
   EXPECT_EQ(rig.trainer->summary().last_step, kSteps);
   EXPECT_EQ(rig.trainer->summary().compression.steps, kSteps / 2);
+}
+
+// An optimizer with low-precision parameters has no fp32 ones to hand over: the trainer
+// asks with null parameters, and the client still learns that it asked.
+TEST(ExternalWorkloadTest, ATrainerMayAskWithoutFloatParameters) {
+  auto backend = kernels::NewCpuBackend();
+  ExternalWorkloadOptions o;
+  o.initial.assign(kN, 0.0f);
+  auto w = ExternalWorkload::Create(o, backend.get());
+  ASSERT_TRUE(w.ok()) << w.status();
+  std::vector<float> grad(kN);
+  absl::StatusOr<double> loss;
+  std::thread trainer([&] { loss = (*w)->ComputeGradient(nullptr, 1, grad.data()); });
+  absl::StatusOr<int64_t> step = (*w)->WaitForStep();
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_EQ(*step, 1);
+  EXPECT_TRUE((*w)->asked());
+  EXPECT_EQ((*w)->params(), nullptr);
+  ASSERT_TRUE((*w)->Supply(1, WithLoss(2.0)).ok());
+  trainer.join();
+  ASSERT_TRUE(loss.ok()) << loss.status();
+  EXPECT_EQ(*loss, 2.0);
 }
 
 // fp16 loss scaling through the client (onebit.torch's opt.scale(loss)): the client reads
