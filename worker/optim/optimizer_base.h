@@ -102,6 +102,7 @@ class OptimizerBase : public Optimizer {
         ResolveHyperGroups(options.hyper_groups, n, options.hyper.weight_decay));
     std::unique_ptr<Derived> optimizer(new Derived(options, backend, exchange, n));
     ONEBIT_RETURN_IF_ERROR(optimizer->AdoptShard());
+    ONEBIT_RETURN_IF_ERROR(optimizer->AgreeOnParamDtype());
     ONEBIT_RETURN_IF_ERROR(optimizer->Init(std::move(groups), initial_params));
     return optimizer;
   }
@@ -462,6 +463,27 @@ class OptimizerBase : public Optimizer {
     params_alloc_ = shard->stride * static_cast<size_t>(shard->pieces);
     shard_piece_ = static_cast<size_t>(shard->piece);
     low_ = options_.param_dtype != kernels::WireDtype::kFp32;
+    return absl::OkStatus();
+  }
+  // Sharded: the node's workers must keep their parameters in one dtype, or their
+  // all-gathers would move different sizes. One gather inside the node, at creation (a
+  // collective of every local rank). FAILED_PRECONDITION naming the first that differs.
+  absl::Status AgreeOnParamDtype() {
+    if (!sharded_) return absl::OkStatus();
+    const kernels::WireDtype mine = options_.param_dtype;
+    ONEBIT_ASSIGN_OR_RETURN(const std::vector<double> all,
+                            exchange_->GatherPartials({static_cast<double>(static_cast<int>(mine))}));
+    for (size_t l = 0; l < all.size(); ++l) {
+      if (all[l] == static_cast<double>(static_cast<int>(mine))) continue;
+      const int theirs = static_cast<int>(all[l]);
+      return absl::FailedPreconditionError(absl::StrCat(
+          "local rank ", l, " keeps its parameters in ",
+          theirs >= 0 && theirs <= 2 ? kernels::WireDtypeName(static_cast<kernels::WireDtype>(theirs))
+                                     : "an unknown dtype",
+          ", this worker in ", kernels::WireDtypeName(mine),
+          ": with onebit.exchange.shard_state every worker of a node trains the same "
+          "parameter dtype"));
+    }
     return absl::OkStatus();
   }
   const Derived& derived() const { return static_cast<const Derived&>(*this); }

@@ -267,5 +267,28 @@ TEST(ShardedLowPrecisionTest, UnshardedKeepsTheWholeMaster) {
   EXPECT_TRUE(status.ok()) << status;
 }
 
+// Sharded, a node whose workers keep different parameter dtypes fails at creation, on every
+// worker, before any all-gather of mismatched sizes.
+TEST(ShardedLowPrecisionTest, ANodeOfMixedDtypesIsRefused) {
+  const Case c{WireDtype::kBf16, "onebit", 1, 2, 101, false};
+  const std::vector<float> p0 = InitialParams(c);
+  const absl::Status status = RunLocalNodes(
+      TransportKind::kInproc, 1, 2, [&](Transport& intra, Transport& inter) -> absl::Status {
+        auto backend = kernels::NewCpuBackend();
+        HierarchicalOptions options;
+        options.shard_state = true;
+        auto exchange = HierarchicalExchange::CreatePeer(backend.get(), &intra, &inter, c.n,
+                                                         OnebitCodec(), options);
+        if (!exchange.ok()) return exchange.status();
+        // Local rank 1 trains fp32 parameters, local rank 0 bf16.
+        auto made = Make(c, /*low=*/intra.rank() == 0, backend.get(), exchange->get(), p0);
+        EXPECT_EQ(made.status().code(), absl::StatusCode::kFailedPrecondition) << made.status();
+        EXPECT_NE(made.status().message().find("same parameter dtype"), std::string::npos)
+            << made.status();
+        return absl::OkStatus();
+      });
+  EXPECT_TRUE(status.ok()) << status;
+}
+
 }  // namespace
 }  // namespace onebit
