@@ -14,17 +14,17 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "compression/codec_registry.h"
 #include "kernels/kernels.h"
 #include "kernels/wire_dtype.h"
-#include "worker/exchange/hierarchical_exchange.h"
 #include "worker/optim/onebit_adam.h"
 #include "worker/optim/onebit_lamb.h"
+#include "worker/optim/sharded_test_util.h"
 #include "worker/optim/test_stream.h"
-#include "worker/transport/local_group.h"
 
 namespace onebit {
 namespace {
+
+using sharded_test::Saved;
 
 using kernels::WireDtype;
 
@@ -64,9 +64,7 @@ std::vector<float> InitialParams(const Case& c) {
 }
 
 std::vector<float> Gradient(int worker, int64_t step, size_t n) {
-  std::vector<float> g = test_stream::Grad(worker, step, n);
-  for (size_t i = 3; i < n; i += 97) g[i] = 0.0f;
-  return g;
+  return sharded_test::GradientWithZeros(worker, step, n, 3, 97);
 }
 
 template <typename Options>
@@ -96,13 +94,6 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Make(const Case& c, bool low,
   return OnebitAdam::Create(o, backend, exchange, p0.data(), c.n);
 }
 
-// What a worker saves after kSave.
-struct Saved {
-  StateTensors tensors;
-  StateScalars scalars;
-  ErrorState errors;
-};
-
 struct WorkerRun {
   std::vector<std::vector<uint16_t>> low;      // sharded: low_params()'s n elements, each step
   std::vector<std::vector<float>> widened;     // ParamsToHost, each step
@@ -116,19 +107,10 @@ std::vector<WorkerRun> RunJob(const Case& c, bool shard, std::vector<Saved>* sav
                            const std::vector<Saved>* restore) {
   std::vector<WorkerRun> runs(static_cast<size_t>(c.nodes * c.local));
   const std::vector<float> p0 = InitialParams(c);
-  const absl::StatusOr<const Codec*> codec = FindCodec(c.codec);
-  EXPECT_TRUE(codec.ok()) << codec.status();
-  const absl::Status status = RunLocalNodes(
-      TransportKind::kInproc, c.nodes, c.local,
-      [&](Transport& intra, Transport& inter) -> absl::Status {
-        const int w = inter.rank() * c.local + intra.rank();
-        auto backend = kernels::NewCpuBackend();
-        HierarchicalOptions options;
-        options.shard_state = shard;
-        auto exchange = HierarchicalExchange::CreatePeer(backend.get(), &intra, &inter, c.n,
-                                                         **codec, options);
-        if (!exchange.ok()) return exchange.status();
-        auto made = Make(c, shard, backend.get(), exchange->get(), p0);
+  const absl::Status status = sharded_test::RunJob(
+      c.nodes, c.local, c.n, c.codec, shard,
+      [&](int w, kernels::Backend* backend, Exchange* exchange) -> absl::Status {
+        auto made = Make(c, shard, backend, exchange, p0);
         if (!made.ok()) return made.status();
         Optimizer& o = **made;
         WorkerRun& run = runs[static_cast<size_t>(w)];
@@ -147,8 +129,9 @@ std::vector<WorkerRun> RunJob(const Case& c, bool shard, std::vector<Saved>* sav
         }
         if (restore != nullptr) {
           const Saved& s = (*restore)[static_cast<size_t>(w)];
-          if (absl::Status r = o.Restore(kSave, o.freeze_step(), s.tensors, s.scalars); !r.ok()) return r;
-          if (absl::Status r = o.exchange().RestoreErrors(s.errors); !r.ok()) return r;
+          if (absl::Status r = sharded_test::Restore(o, kSave, o.freeze_step(), s); !r.ok()) {
+            return r;
+          }
         }
         for (int64_t t = o.step() + 1; t <= kSteps; ++t) {
           o.set_lr(0.01f / static_cast<float>(t));
@@ -167,16 +150,9 @@ std::vector<WorkerRun> RunJob(const Case& c, bool shard, std::vector<Saved>* sav
             run.master.push_back(*std::move(master));
           }
           if (t == kSave && saved != nullptr) {
-            Saved& s = (*saved)[static_cast<size_t>(w)];
-            for (const StateSpec& spec : o.CheckpointStates()) {
-              auto v = o.StateToHost(spec.name, lo, hi);
-              if (!v.ok()) return v.status();
-              s.tensors[spec.name] = *std::move(v);
-            }
-            s.scalars = o.CheckpointScalars();
-            auto errors = o.exchange().SaveErrors();
-            if (!errors.ok()) return errors.status();
-            s.errors = *std::move(errors);
+            auto s = sharded_test::Save(o);
+            if (!s.ok()) return s.status();
+            (*saved)[static_cast<size_t>(w)] = *std::move(s);
           }
         }
         return absl::OkStatus();
@@ -209,11 +185,7 @@ TEST_P(ShardedLowPrecisionTest, CastOfTheUnshardedParameters) {
             << "worker " << w << ", step " << t + 1 << ", element " << i;
       }
       const std::vector<float>& master = sharded[w].master[static_cast<size_t>(t)];
-      ASSERT_LE(sharded[w].state_begin + master.size(), c.n);
-      if (master.empty()) continue;  // an all-padding slice (no memcmp of null)
-      ASSERT_EQ(std::memcmp(master.data(), p.data() + sharded[w].state_begin,
-                            master.size() * sizeof(float)),
-                0)
+      ASSERT_TRUE(sharded_test::SameOverRange(master, sharded[w].state_begin, p, c.n))
           << "worker " << w << "'s master, step " << t + 1;
     }
   }
@@ -251,13 +223,10 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(ShardedLowPrecisionTest, UnshardedKeepsTheWholeMaster) {
   const Case c{WireDtype::kBf16, "onebit", 1, 2, 101, false};
   const std::vector<float> p0 = InitialParams(c);
-  const absl::Status status = RunLocalNodes(
-      TransportKind::kInproc, 1, 2, [&](Transport& intra, Transport& inter) -> absl::Status {
-        auto backend = kernels::NewCpuBackend();
-        auto exchange = HierarchicalExchange::CreatePeer(backend.get(), &intra, &inter, c.n,
-                                                         OnebitCodec(), HierarchicalOptions());
-        if (!exchange.ok()) return exchange.status();
-        auto made = Make(c, /*low=*/true, backend.get(), exchange->get(), p0);
+  const absl::Status status = sharded_test::RunJob(
+      1, 2, c.n, "onebit", /*shard=*/false,
+      [&](int, kernels::Backend* backend, Exchange* exchange) -> absl::Status {
+        auto made = Make(c, /*low=*/true, backend, exchange, p0);
         if (!made.ok()) return made.status();
         EXPECT_NE((*made)->params(), nullptr);
         EXPECT_EQ((*made)->low_params(), nullptr);
@@ -272,16 +241,11 @@ TEST(ShardedLowPrecisionTest, UnshardedKeepsTheWholeMaster) {
 TEST(ShardedLowPrecisionTest, ANodeOfMixedDtypesIsRefused) {
   const Case c{WireDtype::kBf16, "onebit", 1, 2, 101, false};
   const std::vector<float> p0 = InitialParams(c);
-  const absl::Status status = RunLocalNodes(
-      TransportKind::kInproc, 1, 2, [&](Transport& intra, Transport& inter) -> absl::Status {
-        auto backend = kernels::NewCpuBackend();
-        HierarchicalOptions options;
-        options.shard_state = true;
-        auto exchange = HierarchicalExchange::CreatePeer(backend.get(), &intra, &inter, c.n,
-                                                         OnebitCodec(), options);
-        if (!exchange.ok()) return exchange.status();
-        // Local rank 1 trains fp32 parameters, local rank 0 bf16.
-        auto made = Make(c, /*low=*/intra.rank() == 0, backend.get(), exchange->get(), p0);
+  const absl::Status status = sharded_test::RunJob(
+      1, 2, c.n, "onebit", /*shard=*/true,
+      [&](int w, kernels::Backend* backend, Exchange* exchange) -> absl::Status {
+        // Local rank 1 trains fp32 parameters, local rank 0 bf16 (one node: w is the rank).
+        auto made = Make(c, /*low=*/w == 0, backend, exchange, p0);
         EXPECT_EQ(made.status().code(), absl::StatusCode::kFailedPrecondition) << made.status();
         EXPECT_NE(made.status().message().find("same parameter dtype"), std::string::npos)
             << made.status();

@@ -11,13 +11,14 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/kernels.h"
-#include "worker/exchange/hierarchical_exchange.h"
 #include "worker/optim/onebit_adam.h"
+#include "worker/optim/sharded_test_util.h"
 #include "worker/optim/test_stream.h"
-#include "worker/transport/local_group.h"
 
 namespace onebit {
 namespace {
+
+using sharded_test::Saved;
 
 constexpr int64_t kFreeze = 3;
 constexpr int64_t kSave = 5;
@@ -39,17 +40,8 @@ OnebitAdamOptions Options(size_t n) {
 }
 
 std::vector<float> Gradient(int worker, int64_t step, size_t n) {
-  std::vector<float> g = test_stream::Grad(worker, step, n);
-  for (size_t i = 5; i < n; i += 31) g[i] = 0.0f;
-  return g;
+  return sharded_test::GradientWithZeros(worker, step, n, 5, 31);
 }
-
-// What a worker saves after kSave.
-struct Saved {
-  StateTensors tensors;
-  StateScalars scalars;
-  ErrorState errors;
-};
 
 // Runs `c` sharded. restore == nullptr: from the start, saving after kSave into *saved;
 // else: from (*restore)[w]. Every worker's parameters after every step past kSave.
@@ -57,21 +49,12 @@ std::vector<std::vector<std::vector<float>>> RunShards(const Case& c, std::vecto
                                                        const std::vector<Saved>* restore) {
   std::vector<std::vector<std::vector<float>>> params(c.nodes * c.local);
   const std::vector<float> p0 = test_stream::Params(c.n);
-  const absl::Status status = RunLocalNodes(
-      TransportKind::kInproc, c.nodes, c.local,
-      [&](Transport& intra, Transport& inter) -> absl::Status {
-        const int w = inter.rank() * c.local + intra.rank();
-        auto backend = kernels::NewCpuBackend();
-        HierarchicalOptions options;
-        options.shard_state = true;
-        auto exchange = HierarchicalExchange::CreatePeer(backend.get(), &intra, &inter, c.n,
-                                                         OnebitCodec(), options);
-        if (!exchange.ok()) return exchange.status();
-        auto adam =
-            OnebitAdam::Create(Options(c.n), backend.get(), exchange->get(), p0.data(), c.n);
+  const absl::Status status = sharded_test::RunJob(
+      c.nodes, c.local, c.n, "onebit", /*shard=*/true,
+      [&](int w, kernels::Backend* backend, Exchange* exchange) -> absl::Status {
+        auto adam = OnebitAdam::Create(Options(c.n), backend, exchange, p0.data(), c.n);
         if (!adam.ok()) return adam.status();
         OnebitAdam& o = **adam;
-        const size_t lo = o.state_begin(), hi = lo + o.state_count();
         if (restore != nullptr) {
           const Saved& s = (*restore)[w];
           // Another size: refused, nothing changed (every worker fails alike, before the
@@ -81,23 +64,15 @@ std::vector<std::vector<std::vector<float>>> RunShards(const Case& c, std::vecto
           const absl::Status refused = o.Restore(kSave, kFreeze, whole, s.scalars);
           EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
           EXPECT_EQ(o.step(), 0);
-          if (absl::Status r = o.Restore(kSave, kFreeze, s.tensors, s.scalars); !r.ok()) return r;
-          if (absl::Status r = o.exchange().RestoreErrors(s.errors); !r.ok()) return r;
+          if (absl::Status r = sharded_test::Restore(o, kSave, kFreeze, s); !r.ok()) return r;
         }
         for (int64_t t = o.step() + 1; t <= kEnd; ++t) {
           const std::vector<float> g = Gradient(w, t, c.n);
           if (absl::Status s = o.Step(g.data()); !s.ok()) return s;
           if (t == kSave && saved != nullptr) {
-            Saved& s = (*saved)[w];
-            for (const StateSpec& spec : o.CheckpointStates()) {
-              auto v = o.StateToHost(spec.name, lo, hi);
-              if (!v.ok()) return v.status();
-              s.tensors[spec.name] = *std::move(v);
-            }
-            s.scalars = o.CheckpointScalars();
-            auto errors = o.exchange().SaveErrors();
-            if (!errors.ok()) return errors.status();
-            s.errors = *std::move(errors);
+            auto s = sharded_test::Save(o);
+            if (!s.ok()) return s.status();
+            (*saved)[w] = *std::move(s);
           }
           if (t > kSave) {
             auto p = o.ParamsToHost();

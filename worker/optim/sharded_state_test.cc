@@ -7,21 +7,21 @@
 // on one node and on several.
 #include <cstring>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "compression/codec_registry.h"
 #include "kernels/kernels.h"
-#include "worker/exchange/hierarchical_exchange.h"
 #include "worker/optim/onebit_adam.h"
+#include "worker/optim/sharded_test_util.h"
 #include "worker/optim/test_stream.h"
 #include "worker/optim/zero_one_adam.h"
-#include "worker/transport/local_group.h"
 
 namespace onebit {
 namespace {
+
+using sharded_test::SameOverRange;
+using sharded_test::SameParamsEveryStep;
 
 constexpr int64_t kSteps = 10;
 constexpr int64_t kFreezeStep = 4;
@@ -44,9 +44,7 @@ std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
 
 // Some elements never see a gradient: the automatic mask masks them.
 std::vector<float> Gradient(int worker, int64_t step, size_t n) {
-  std::vector<float> g = test_stream::Grad(worker, step, n);
-  for (size_t i = 3; i < n; i += 97) g[i] = 0.0f;
-  return g;
+  return sharded_test::GradientWithZeros(worker, step, n, 3, 97);
 }
 
 OnebitAdamOptions Options(const Case& c) {
@@ -74,19 +72,10 @@ struct WorkerEnd {
 std::vector<WorkerEnd> RunCase(const Case& c, bool shard) {
   std::vector<WorkerEnd> ends(static_cast<size_t>(c.nodes * c.local));
   const std::vector<float> p0 = test_stream::Params(c.n);
-  const absl::StatusOr<const Codec*> codec = FindCodec(c.codec);
-  EXPECT_TRUE(codec.ok()) << codec.status();
-  const absl::Status status = RunLocalNodes(
-      TransportKind::kInproc, c.nodes, c.local,
-      [&](Transport& intra, Transport& inter) -> absl::Status {
-        const int w = inter.rank() * c.local + intra.rank();
-        auto backend = kernels::NewCpuBackend();
-        HierarchicalOptions options;
-        options.shard_state = shard;
-        auto exchange = HierarchicalExchange::CreatePeer(backend.get(), &intra, &inter, c.n,
-                                                         **codec, options);
-        if (!exchange.ok()) return exchange.status();
-        auto adam = OnebitAdam::Create(Options(c), backend.get(), exchange->get(), p0.data(), c.n);
+  const absl::Status status = sharded_test::RunJob(
+      c.nodes, c.local, c.n, c.codec, shard,
+      [&](int w, kernels::Backend* backend, Exchange* exchange) -> absl::Status {
+        auto adam = OnebitAdam::Create(Options(c), backend, exchange, p0.data(), c.n);
         if (!adam.ok()) return adam.status();
         WorkerEnd& end = ends[static_cast<size_t>(w)];
         for (int64_t t = 1; t <= kSteps; ++t) {
@@ -112,10 +101,6 @@ std::vector<WorkerEnd> RunCase(const Case& c, bool shard) {
   return ends;
 }
 
-bool SameBits(const float* a, const float* b, size_t count) {
-  return std::memcmp(a, b, count * sizeof(float)) == 0;
-}
-
 class ShardedStateTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ShardedStateTest, SameBitsAsUnsharded) {
@@ -125,12 +110,9 @@ TEST_P(ShardedStateTest, SameBitsAsUnsharded) {
   ASSERT_EQ(whole.size(), sharded.size());
   size_t covered = 0;
   for (size_t w = 0; w < whole.size(); ++w) {
-    ASSERT_EQ(whole[w].params.size(), static_cast<size_t>(kSteps));
-    ASSERT_EQ(sharded[w].params.size(), static_cast<size_t>(kSteps));
+    ASSERT_TRUE(SameParamsEveryStep(sharded[w].params, whole[w].params, c.n, kSteps))
+        << "worker " << w;
     for (int64_t t = 0; t < kSteps; ++t) {
-      ASSERT_EQ(sharded[w].params[t].size(), c.n);
-      ASSERT_TRUE(SameBits(sharded[w].params[t].data(), whole[w].params[t].data(), c.n))
-          << "worker " << w << ", step " << t + 1;
       // The norm is a float64 in slice order: a wrong order rarely shows in float32 bits.
       ASSERT_EQ(std::memcmp(&sharded[w].clip_norms[t], &whole[w].clip_norms[t], sizeof(double)),
                 0)
@@ -139,12 +121,10 @@ TEST_P(ShardedStateTest, SameBitsAsUnsharded) {
     }
     // The moments of the state range are the unsharded worker's there.
     const WorkerEnd& s = sharded[w];
-    ASSERT_EQ(whole[w].m.size(), c.n);
-    ASSERT_LE(s.state_begin + s.m.size(), c.n);
     ASSERT_EQ(s.m.size(), s.v.size());
-    EXPECT_TRUE(SameBits(s.m.data(), whole[w].m.data() + s.state_begin, s.m.size()))
+    EXPECT_TRUE(SameOverRange(s.m, s.state_begin, whole[w].m, c.n))
         << "worker " << w << "'s momentum";
-    EXPECT_TRUE(SameBits(s.v.data(), whole[w].v.data() + s.state_begin, s.v.size()))
+    EXPECT_TRUE(SameOverRange(s.v, s.state_begin, whole[w].v, c.n))
         << "worker " << w << "'s variance";
     if (w < static_cast<size_t>(c.local)) covered += s.m.size();  // node 0's workers
   }
@@ -165,17 +145,12 @@ INSTANTIATE_TEST_SUITE_P(
 
 // 0/1 Adam keeps each worker's own parameters in its local steps: it refuses.
 TEST(ShardedStateTest, ZeroOneAdamRefusesASharedState) {
-  const absl::Status status = RunLocalNodes(
-      TransportKind::kInproc, 1, 2, [&](Transport& intra, Transport& inter) -> absl::Status {
-        auto backend = kernels::NewCpuBackend();
-        HierarchicalOptions options;
-        options.shard_state = true;
-        auto exchange = HierarchicalExchange::CreatePeer(backend.get(), &intra, &inter, 100,
-                                                         OnebitCodec(), options);
-        if (!exchange.ok()) return exchange.status();
+  const absl::Status status = sharded_test::RunJob(
+      1, 2, 100, "onebit", /*shard=*/true,
+      [&](int, kernels::Backend* backend, Exchange* exchange) -> absl::Status {
         const std::vector<float> p0(100, 1.0f);
-        auto zero_one = ZeroOneAdam::Create(ZeroOneAdamOptions(), backend.get(), exchange->get(),
-                                            p0.data(), 100);
+        auto zero_one =
+            ZeroOneAdam::Create(ZeroOneAdamOptions(), backend, exchange, p0.data(), 100);
         EXPECT_EQ(zero_one.status().code(), absl::StatusCode::kInvalidArgument);
         EXPECT_NE(zero_one.status().message().find("local steps"), std::string::npos)
             << zero_one.status();
