@@ -126,7 +126,9 @@ class EmbeddedWorker {
   std::optional<OptimizerState> final_state_ ABSL_GUARDED_BY(mu_);  // likewise
   Trainer* trainer_ ABSL_GUARDED_BY(mu_) = nullptr;  // from before_run to the teardown
   ExternalWorkload* workload_ ABSL_GUARDED_BY(mu_) = nullptr;
-  kernels::Backend* backend_ ABSL_GUARDED_BY(mu_) = nullptr;  // the workload's, as long
+  // The workload's backend (GatheredStateDict's staging buffer), from the workload factory
+  // to the teardown.
+  kernels::Backend* backend_ ABSL_GUARDED_BY(mu_) = nullptr;
   int waiting_ ABSL_GUARDED_BY(mu_) = 0;      // WaitSlice calls using workload_ outside mu_
   bool ending_ ABSL_GUARDED_BY(mu_) = false;  // the teardown has begun
   // The job's word that ended this worker's part (WorkerProcessOptions::on_verdict): the

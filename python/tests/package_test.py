@@ -2164,6 +2164,17 @@ class ShardedState(unittest.TestCase):
         parts = sorted(covered[2])
         self.assertEqual((parts[0][0], parts[0][1], parts[1][1]), (0, parts[1][0], 256))
 
+    def test_bfloat16_model_same_bits_as_unsharded(self):
+        # The float32 master copy is whole on every worker (the node's all-gather), and the
+        # bfloat16 parameters take its value after each step, sharded or not.
+        out = tempfile.mkdtemp(prefix="onebit-sharded-bf16-")
+        script = os.path.join(HERE, "sharded_state.py")
+        for mode in ("sharded", "whole"):
+            r, logs = on_two_ranks(f"shard-bf16-{mode}", script, mode, out, "bfloat16")
+            self.assertEqual(r.returncode, 0, r.stderr + "".join(logs)[-3000:])
+        StreamCase.assertSameBits(self, np.load(os.path.join(out, "sharded.npy")),
+                                  np.load(os.path.join(out, "whole.npy")))
+
 
 class TrainedLikeTorchOptim(unittest.TestCase):
     """One process alone (it runs its own coordinator): named parameters, a frozen layer

@@ -1,14 +1,15 @@
 """A small MLP trained by 1-bit Adam on one node of two workers, exchange "hierarchical",
 with the optimizer state sharded across them or not (the shard_state keyword):
 
-    python3 -m onebit.run --nproc_per_node=2 --master_port=0 sharded_state.py MODE DIR
+    python3 -m onebit.run --nproc_per_node=2 --master_port=0 sharded_state.py MODE DIR [DTYPE]
 
 MODE: sharded or whole: 12 steps, compressing after step 5. After step 8 each rank saves
 state_dict() and state_dict(full=True) to DIR/MODE-rank{r}-{own,full}.pt and the model
 to DIR/model-rank{r}.pt, then loads them back (the sharded ranks both; the whole ranks
 their own, then the sharded job's gathered state where DIR has it). resume: a fresh
 sharded job that loads DIR/sharded-rank{r}-own.pt and the model before its first step,
-and trains steps 9 to 12. Rank 0 writes the final parameters to DIR/MODE.npy.
+and trains steps 9 to 12. Rank 0 writes the final parameters to DIR/MODE.npy. DTYPE
+(float32 by default; bfloat16) is the model's: onebit keeps the float32 master copy.
 """
 import os
 import sys
@@ -29,12 +30,13 @@ def load(path):
 
 def main():
     mode, out = sys.argv[1], sys.argv[2]
+    dtype = getattr(torch, sys.argv[3] if len(sys.argv) > 3 else "float32")
     rank = int(os.environ["RANK"])
     torch.manual_seed(0)
     # 3-16-16-4: 404 elements; the two workers' ranges split 2.weight.
     model = torch.nn.Sequential(torch.nn.Linear(3, 16), torch.nn.Tanh(),
                                 torch.nn.Linear(16, 16), torch.nn.Tanh(),
-                                torch.nn.Linear(16, 4))
+                                torch.nn.Linear(16, 4)).to(dtype)
     if mode == "resume":
         model.load_state_dict(load(os.path.join(out, f"model-rank{rank}.pt")))
     config = {"steps": STEPS,
@@ -52,12 +54,12 @@ def main():
             save(opt, model, mode, out, rank)
         x, y = batches[step - 1]
         opt.zero_grad()
-        F.cross_entropy(model(x), y).backward()
+        F.cross_entropy(model(x.to(dtype)).float(), y).backward()
         opt.step()
     assert opt.done
     if rank == 0:
-        np.save(os.path.join(out, mode + ".npy"),
-                torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy())
+        np.save(os.path.join(out, mode + ".npy"), torch.cat(
+            [p.detach().reshape(-1).float() for p in model.parameters()]).numpy())
 
 
 def save(opt, model, mode, out, rank):
