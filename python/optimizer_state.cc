@@ -77,6 +77,13 @@ absl::StatusOr<OptimizerState> GatherOptimizerState(Optimizer& o, kernels::Backe
     return absl::InternalError(absl::StrCat("the state range ", Text(mine), " does not fit ",
                                             shard->pieces, " pieces of ", shard->stride));
   }
+  // Checked before the first all-gather, so that no worker leaves the others waiting in one.
+  for (const auto& [name, v] : state.tensors) {
+    if (name != "params" && v.size() != count) {
+      return absl::InternalError(absl::StrCat("the state's ", name, " has ", v.size(),
+                                              " elements for ", Text(mine)));
+    }
+  }
   ONEBIT_ASSIGN_OR_RETURN(kernels::Buffer<float> whole,
                           kernels::Buffer<float>::Create(&backend, padded));
   // Every worker of the node goes through the same tensors in the same order
@@ -85,10 +92,6 @@ absl::StatusOr<OptimizerState> GatherOptimizerState(Optimizer& o, kernels::Backe
     if (name == "params") {  // whole on every worker already
       ONEBIT_ASSIGN_OR_RETURN(v, o.StateToHost(name, 0, n));
       continue;
-    }
-    if (v.size() != count) {
-      return absl::InternalError(absl::StrCat("the state's ", name, " has ", v.size(),
-                                              " elements for ", Text(mine)));
     }
     ONEBIT_RETURN_IF_ERROR(backend.Zero(whole.data(), padded * sizeof(float)));
     ONEBIT_RETURN_IF_ERROR(

@@ -15,8 +15,9 @@ def _torch_layout(raw, rank_, world, flat, param_groups):
     """state_dict() of the worker's state `raw` (or _unjoined_state's), saved by rank `rank_`
     of `world` workers: each of `flat`'s parameters (a _FlatParams) its slice, the groups
     of param_groups their indices. A sharded worker's `raw` holds its state range only
-    (scalars state_begin and state_end): the parameters wholly inside it get entries, the
-    parts of those that straddle its ends go into the "shard" record (_shard_record)."""
+    (scalars state_begin and state_end): the parameters wholly inside it get entries, and
+    the parts of those that straddle its ends go into onebit's "shard" record
+    (docs/pytorch.md, "Sharded optimizer state")."""
     step = int(raw["step"])
     scalars = dict(raw["scalars"])
     lo, hi, shard = 0, flat.n, None
@@ -116,7 +117,7 @@ def _flat_state(state_dict, param_groups, flat):
     step = int(extras.get("step", 0))
     if step >= 1:  # (step 0's zeros load nothing)
         names = None if shard is None else sorted(shard.get("names", []))
-        pieces = []  # (what, {name: 1-D tensor}) in element order over [lo, hi)
+        pieces = []  # {name: tensor} of each parameter or part, in element order over [lo, hi)
         for i, entry in enumerate(entries):
             begin, end = flat.offsets[i], flat.offsets[i + 1]
             a, b = max(begin, lo), min(end, hi)

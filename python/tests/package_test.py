@@ -2153,6 +2153,8 @@ class ShardedState(unittest.TestCase):
                 for name, t in own["state"][i].items():
                     self.assertTrue(torch.equal(t, whole["state"][i][name]), (i, name))
             self.assertIn(f"rank {rank}: own [{lo}, {hi})", logs["sharded"][rank])
+            self.assertIn(f"rank {rank}: after the end: state_dict(full=True): the job is over: "
+                          "a sharded worker's node has left", logs["sharded"][rank])
             for i, name in enumerate(["0.weight", "0.bias", "2.weight", "2.bias", "4.weight",
                                       "4.bias"]):
                 held = "served" if i in inside else "refused"
