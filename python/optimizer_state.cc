@@ -79,7 +79,7 @@ absl::StatusOr<OptimizerState> GatherOptimizerState(Optimizer& o, kernels::Backe
   }
   // Checked before the first all-gather, so that no worker leaves the others waiting in one.
   for (const auto& [name, v] : state.tensors) {
-    if (name != "params" && v.size() != count) {
+    if (v.size() != count) {
       return absl::InternalError(absl::StrCat("the state's ", name, " has ", v.size(),
                                               " elements for ", Text(mine)));
     }
@@ -87,12 +87,9 @@ absl::StatusOr<OptimizerState> GatherOptimizerState(Optimizer& o, kernels::Backe
   ONEBIT_ASSIGN_OR_RETURN(kernels::Buffer<float> whole,
                           kernels::Buffer<float>::Create(&backend, padded));
   // Every worker of the node goes through the same tensors in the same order
-  // (CheckpointStates'), so the all-gathers pair up.
+  // (CheckpointStates'), so the all-gathers pair up. The parameters too: a worker of a
+  // low-precision model keeps its float32 masters of its range only.
   for (auto& [name, v] : state.tensors) {
-    if (name == "params") {  // whole on every worker already
-      ONEBIT_ASSIGN_OR_RETURN(v, o.StateToHost(name, 0, n));
-      continue;
-    }
     ONEBIT_RETURN_IF_ERROR(backend.Zero(whole.data(), padded * sizeof(float)));
     ONEBIT_RETURN_IF_ERROR(
         whole.CopyFromHostAt(static_cast<size_t>(shard->piece) * shard->stride, v.data(), count));
