@@ -566,6 +566,17 @@ int onebit_worker_load_state_dict(onebit_worker* w, const onebit_state* s) {
   });
 }
 
+int onebit_worker_gathered_state_dict(onebit_worker* w, onebit_state** out) {
+  return Guard([&]() -> absl::Status {
+    ONEBIT_WORKER(w);
+    if (out == nullptr) return Null("out");
+    absl::StatusOr<onebit::OptimizerState> s = w->worker->GatheredStateDict();
+    if (!s.ok()) return s.status();
+    *out = new onebit_state{*std::move(s)};
+    return absl::OkStatus();
+  });
+}
+
 int onebit_worker_rank(onebit_worker* w) { return w == nullptr ? -1 : w->worker->rank(); }
 int onebit_worker_world_size(onebit_worker* w) {
   return w == nullptr ? 0 : w->worker->world_size();

@@ -140,12 +140,17 @@ int onebit_worker_final_params(onebit_worker* w, float* out, size_t n);
  * (python/optimizer_state.h). */
 int onebit_worker_state_dict(onebit_worker* w, onebit_state** out);
 /* Elements [begin, end) of each tensor but the parameters. A sharded worker holds them
- * within its state range: INVALID_ARGUMENT naming that range for a non-empty other. */
+ * within its state range: INVALID_ARGUMENT naming that range for a non-empty other; its
+ * slices' scalars "state_begin" and "state_end" name that range. */
 int onebit_worker_state_slice(onebit_worker* w, int64_t begin, int64_t end, onebit_state** out);
 /* A whole state, or exactly a sharded worker's own range (anything else: INVALID_ARGUMENT
  * naming both). A sharded worker's load all-gathers the parameters inside its node: every
  * local rank loads at the same step. */
 int onebit_worker_load_state_dict(onebit_worker* w, const onebit_state* s);
+/* The whole state between two steps. A sharded worker all-gathers each tensor inside its
+ * node: a collective, every local rank calls it at the same step (FAILED_PRECONDITION once
+ * the job is over). An unsharded worker's is onebit_worker_state_dict's. */
+int onebit_worker_gathered_state_dict(onebit_worker* w, onebit_state** out);
 int onebit_worker_rank(onebit_worker* w);
 int onebit_worker_world_size(onebit_worker* w);
 size_t onebit_worker_size(onebit_worker* w);

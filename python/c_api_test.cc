@@ -130,6 +130,14 @@ TEST(CApiTest, StepInputsAreCheckedAtTheBoundary) {
   inputs.beta2 = 0.999;
   EXPECT_EQ(onebit_worker_supply_step(w, 1, &inputs), 9);  // FAILED_PRECONDITION
   EXPECT_STREQ(onebit_last_error(), "the worker is not running");
+  // The gathered state likewise: null out refused by name, then not between two steps.
+  onebit_state* state = nullptr;
+  EXPECT_EQ(onebit_worker_gathered_state_dict(nullptr, &state), 3);
+  EXPECT_EQ(onebit_worker_gathered_state_dict(w, nullptr), 3);
+  EXPECT_STREQ(onebit_last_error(), "out is null");
+  EXPECT_EQ(onebit_worker_gathered_state_dict(w, &state), 9);
+  EXPECT_STREQ(onebit_last_error(), "the worker is not between two steps");
+  EXPECT_EQ(state, nullptr);
   onebit_worker_free(w);
 }
 

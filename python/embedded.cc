@@ -91,6 +91,7 @@ absl::Status EmbeddedWorker::Start() {
                             ExternalWorkload::Create(std::move(w), backend));
     absl::MutexLock lock(&mu_);
     workload_ = made.get();
+    backend_ = backend;
     rank_ = rank;
     world_size_ = world_size;
     cuda_ = backend->memory_space() == kernels::MemorySpace::kCuda;
@@ -133,6 +134,7 @@ absl::Status EmbeddedWorker::Start() {
     mu_.Await(absl::Condition(
         +[](int* waiting) { return *waiting == 0; }, &waiting_));  // WaitSlice is done with it
     workload_ = nullptr;
+    backend_ = nullptr;
     trainer_ = nullptr;
   };
   o.on_verdict = [this](const MemberVerdict& verdict) {
@@ -328,6 +330,21 @@ absl::StatusOr<OptimizerState> EmbeddedWorker::StateDict() {
   return Save(*trainer_);
 }
 
+absl::StatusOr<OptimizerState> EmbeddedWorker::GatheredStateDict() {
+  absl::MutexLock lock(&mu_);
+  if (done_ && final_state_.has_value()) {
+    if (final_state_->scalars.count(kStateBeginScalar) == 0) return *final_state_;
+    return absl::FailedPreconditionError(
+        "the job is over: a sharded worker's node has left, so its whole state can no longer "
+        "be gathered (gather it between two steps, or take this worker's own range)");
+  }
+  ONEBIT_ASSIGN_OR_RETURN(Optimizer * o, RunningOptimizer());
+  if (backend_ == nullptr) return NotRunning();
+  ONEBIT_ASSIGN_OR_RETURN(OptimizerState state, GatherOptimizerState(*o, *backend_));
+  state.trainer = trainer_->CheckpointScalars();
+  return state;
+}
+
 absl::StatusOr<OptimizerState> EmbeddedWorker::StateSlice(int64_t begin, int64_t end) {
   OptimizerState out;
   absl::MutexLock lock(&mu_);
@@ -347,6 +364,16 @@ absl::StatusOr<OptimizerState> EmbeddedWorker::StateSlice(int64_t begin, int64_t
   } else {
     out.step = o->step();
     ONEBIT_ASSIGN_OR_RETURN(out.tensors, onebit::StateSlice(*o, begin, end));
+  }
+  // Where a sharded worker's state lies (the range a script may read).
+  if (final) {
+    for (const char* key : {kStateBeginScalar, kStateEndScalar}) {
+      const auto it = final_state_->scalars.find(key);
+      if (it != final_state_->scalars.end()) out.scalars[key] = it->second;
+    }
+  } else if (o->exchange().state_shard().has_value()) {
+    out.scalars[kStateBeginScalar] = static_cast<double>(o->state_begin());
+    out.scalars[kStateEndScalar] = static_cast<double>(o->state_begin() + o->state_count());
   }
   return out;
 }

@@ -85,8 +85,14 @@ class EmbeddedWorker {
   // The state between two steps, or after the last step once the job is over: whole, or
   // a sharded worker's state range (optimizer_state.h).
   absl::StatusOr<OptimizerState> StateDict();
+  // The whole state between two steps, gathered inside the node on a sharded worker
+  // (GatherOptimizerState: a collective of the node's workers, every local rank at the
+  // same step); StateDict's on an unsharded one, after the job's end too. A sharded
+  // worker's after the end: FAILED_PRECONDITION (its node's workers are gone).
+  absl::StatusOr<OptimizerState> GatheredStateDict();
   // Elements [begin, end) of each state tensor but the parameters, with the step; a
-  // sharded worker has them within its state range only.
+  // sharded worker has them within its state range only (its scalars "state_begin" and
+  // "state_end" say which).
   absl::StatusOr<OptimizerState> StateSlice(int64_t begin, int64_t end);
   // Puts back a state of the same step, whole or of this worker's state range; nothing
   // changes when it does not fit. A sharded worker's is a collective of its node's workers
@@ -120,6 +126,9 @@ class EmbeddedWorker {
   std::optional<OptimizerState> final_state_ ABSL_GUARDED_BY(mu_);  // likewise
   Trainer* trainer_ ABSL_GUARDED_BY(mu_) = nullptr;  // from before_run to the teardown
   ExternalWorkload* workload_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // The workload's backend (GatheredStateDict's staging buffer), from the workload factory
+  // to the teardown.
+  kernels::Backend* backend_ ABSL_GUARDED_BY(mu_) = nullptr;
   int waiting_ ABSL_GUARDED_BY(mu_) = 0;      // WaitSlice calls using workload_ outside mu_
   bool ending_ ABSL_GUARDED_BY(mu_) = false;  // the teardown has begun
   // The job's word that ended this worker's part (WorkerProcessOptions::on_verdict): the

@@ -2,9 +2,11 @@
 
 #include <cmath>
 #include <map>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kernels/buffer.h"
 
 namespace onebit {
 namespace {
@@ -60,6 +62,42 @@ absl::StatusOr<OptimizerState> SaveOptimizerState(Optimizer& o) {
     state.scalars[kStateEndScalar] = static_cast<double>(range.second);
   }
   ONEBIT_ASSIGN_OR_RETURN(state.errors, o.exchange().SaveErrors());
+  return state;
+}
+
+absl::StatusOr<OptimizerState> GatherOptimizerState(Optimizer& o, kernels::Backend& backend) {
+  ONEBIT_ASSIGN_OR_RETURN(OptimizerState state, SaveOptimizerState(o));
+  const std::optional<StateShard> shard = o.exchange().state_shard();
+  if (!shard.has_value()) return state;
+  const size_t n = o.size();
+  const Range mine = StateRange(o);
+  const size_t count = mine.second - mine.first;
+  const size_t padded = static_cast<size_t>(shard->pieces) * shard->stride;
+  if (count > shard->stride || padded < n) {
+    return absl::InternalError(absl::StrCat("the state range ", Text(mine), " does not fit ",
+                                            shard->pieces, " pieces of ", shard->stride));
+  }
+  // Checked before the first all-gather, so that no worker leaves the others waiting in one.
+  for (const auto& [name, v] : state.tensors) {
+    if (v.size() != count) {
+      return absl::InternalError(absl::StrCat("the state's ", name, " has ", v.size(),
+                                              " elements for ", Text(mine)));
+    }
+  }
+  ONEBIT_ASSIGN_OR_RETURN(kernels::Buffer<float> whole,
+                          kernels::Buffer<float>::Create(&backend, padded));
+  // Every worker of the node goes through the same tensors in the same order
+  // (CheckpointStates'), so the all-gathers pair up. The parameters too: a worker of a
+  // low-precision model keeps its float32 masters of its range only.
+  for (auto& [name, v] : state.tensors) {
+    ONEBIT_RETURN_IF_ERROR(backend.Zero(whole.data(), padded * sizeof(float)));
+    ONEBIT_RETURN_IF_ERROR(
+        whole.CopyFromHostAt(static_cast<size_t>(shard->piece) * shard->stride, v.data(), count));
+    ONEBIT_RETURN_IF_ERROR(o.exchange().AllGatherShards(whole.data()));
+    ONEBIT_ASSIGN_OR_RETURN(v, whole.SliceToHost(0, n));
+  }
+  state.scalars.erase(kStateBeginScalar);
+  state.scalars.erase(kStateEndScalar);
   return state;
 }
 

@@ -19,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/kernels.h"
 #include "worker/exchange/exchange.h"
 #include "worker/optim/optimizer.h"
 
@@ -46,6 +47,14 @@ inline constexpr char kStateEndScalar[] = "state_end";
 // `o`'s state between two steps (all but the trainer's scalars): every tensor over its
 // state range.
 absl::StatusOr<OptimizerState> SaveOptimizerState(Optimizer& o);
+
+// `o`'s whole state between two steps (all but the trainer's scalars): a sharded worker
+// all-gathers each tensor inside its node (Exchange::AllGatherShards, through a staging
+// buffer of pieces x stride floats in `backend`'s memory), a collective of the node's
+// workers: every local worker calls it at the same point. The result has no range scalars
+// and loads into a sharded or an unsharded worker; its error buffers are this worker's. An
+// unsharded worker's is SaveOptimizerState's.
+absl::StatusOr<OptimizerState> GatherOptimizerState(Optimizer& o, kernels::Backend& backend);
 
 // Puts `s` into `o` (all but the trainer's scalars); everything is checked before anything
 // changes. `s` is whole (n elements a tensor; a sharded worker takes its range of each) or

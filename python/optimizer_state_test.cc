@@ -2,7 +2,7 @@
 // 2 nodes x 2 workers as threads, sharded and not: a sharded worker saves its state range
 // and says which; it loads a whole state (its range of it) or exactly its own, and refuses
 // another range naming both; slices outside its range name the range it holds. The
-// unsharded worker's state stays whole.
+// unsharded worker's state stays whole. The node's workers gather the whole state together.
 #include "python/optimizer_state.h"
 
 #include <cmath>
@@ -173,6 +173,25 @@ TEST_F(OptimizerStateTest, UnshardedWorkersLoadWholeStatesOnly) {
     EXPECT_EQ(now->tensors, (*whole_)[w].tensors);
   });
   EXPECT_TRUE(run.ok()) << run;
+}
+
+TEST_F(OptimizerStateTest, GatheredShardsAreTheWholeState) {
+  // Every worker of each node gathers at the same point: the unsharded worker's state, bit
+  // for bit, without range scalars, and its own error buffers.
+  for (bool shard : {false, true}) {
+    SCOPED_TRACE(shard ? "sharded" : "unsharded");
+    const absl::Status run = RunJob(shard, kSteps, [&](int w, Optimizer& o) {
+      auto backend = kernels::NewCpuBackend();
+      absl::StatusOr<OptimizerState> all = GatherOptimizerState(o, *backend);
+      ASSERT_TRUE(all.ok()) << all.status();
+      const OptimizerState& whole = (*whole_)[w];
+      EXPECT_EQ(all->step, kSteps);
+      EXPECT_EQ(all->tensors, whole.tensors);
+      EXPECT_EQ(all->errors, whole.errors);
+      EXPECT_EQ(all->scalars, whole.scalars);
+    });
+    EXPECT_TRUE(run.ok()) << run;
+  }
 }
 
 TEST_F(OptimizerStateTest, SlicesOutsideTheRangeNameIt) {

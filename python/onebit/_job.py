@@ -184,6 +184,7 @@ _CONFIG_FILLED_IN = {
     "onebit.freeze": "{\"mode\": \"automatic\"} for OneBitAdam and OneBitLamb without a "
                      "freeze_step.",
     "onebit.exchange.overlap": "The overlap keyword's decision.",
+    "onebit.exchange.shard_state": "The shard_state keyword, where given.",
     "onebit.exchange.servers": "\"per_node\" (ps mode only): one shard per node, run by its "
                                "local rank 0, so world size / local world size shards.",
     "onebit.exchange.warmup_over": "\"workers\" for OneBitAdam and OneBitLamb with servers "
@@ -265,6 +266,21 @@ def _job_config(job, optimizer_type, explicit, n, device, notes=None):
     return job
 
 
+
+
+def _shard_state_setting(job, shard_state):
+    """Puts the shard_state keyword (None: not given) into the job config `job` as
+    onebit.exchange.shard_state, before the C++ config checks where it applies (mode
+    hierarchical, local_size >= 2, not ZeroOneAdam). The config's value and the keyword
+    must agree where both are given."""
+    if shard_state is None:
+        return
+    exchange = job.setdefault("onebit", {}).setdefault("exchange", {})
+    configured = exchange.get("shard_state")
+    if configured is not None and bool(shard_state) != configured:
+        raise ValueError(f"shard_state={shard_state} while the job config's "
+                         f"onebit.exchange.shard_state is {configured}: give one of the two")
+    exchange["shard_state"] = bool(shard_state)
 
 
 def _explicit_keywords(optimizer, own, keywords, hyper):

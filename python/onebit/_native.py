@@ -88,6 +88,7 @@ _SIGNATURES = {
     "onebit_worker_state_dict": (_c_int, [_c_void, _P(_c_void)]),
     "onebit_worker_state_slice": (_c_int, [_c_void, _c_int64, _c_int64, _P(_c_void)]),
     "onebit_worker_load_state_dict": (_c_int, [_c_void, _c_void]),
+    "onebit_worker_gathered_state_dict": (_c_int, [_c_void, _P(_c_void)]),
     "onebit_worker_rank": (_c_int, [_c_void]),
     "onebit_worker_world_size": (_c_int, [_c_void]),
     "onebit_worker_size": (_c_size, [_c_void]),
@@ -462,7 +463,13 @@ class Worker:
         handle = _c_void()
         _check(lib().onebit_worker_state_slice(self._handle, begin, end, ctypes.byref(handle)))
         d = _state_to_dict(handle)
-        return {"step": d["step"], "tensors": d["tensors"]}
+        return {"step": d["step"], "tensors": d["tensors"], "scalars": d["scalars"]}
+
+    def gathered_state_dict(self):
+        """The whole state; a sharded worker's gathered inside its node (a collective)."""
+        handle = _c_void()
+        _check(lib().onebit_worker_gathered_state_dict(self._handle, ctypes.byref(handle)))
+        return _state_to_dict(handle)
 
     def load_state_dict(self, state):
         handle = _state_from_dict(state)

@@ -19,10 +19,11 @@ from onebit._core import _core
 from onebit._errors import OnebitError, ScriptRuntimeError, ScriptValueError
 from onebit._gradients import _Gradients, _overlap_setting
 from onebit._groups import _hyper_groups, _masked_ranges, _Schedule
-from onebit._job import (_UNSET, _Job, _explicit_keywords, _torch_defaults, load_config)
+from onebit._job import (_UNSET, _Job, _explicit_keywords, _shard_state_setting,
+                         _torch_defaults, load_config)
 from onebit._params import _FlatParams, _named_and_trainable
 from onebit._processes import _Processes, _refuse_a_second_member, _track
-from onebit._state import (_flat_state, _start_state, _State, _torch_layout,
+from onebit._state import (_flat_state, _start_state, _State, _state_range, _torch_layout,
                            _unjoined_state)
 
 
@@ -70,6 +71,12 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         bucket_cap_mb: With overlap on, the most MB of gradients in each bucket that goes
             to the exchange during backward(), as DDP's. The first bucket takes up to 1 MB.
             It must be > 0.
+        shard_state: Whether each worker keeps the optimizer state of its slice of the
+            parameters only, the node's workers sharing it (onebit.exchange.shard_state).
+            The training's bits stay the same. It needs exchange mode "hierarchical" with
+            local_size >= 2, and OneBitAdam, Adam or OneBitLamb; elsewhere True is a
+            ValueError. None: the config decides (off by default). It must agree with
+            the config's onebit.exchange.shard_state where both are given.
         **hyper: The type's own hyper-parameters (its section lists them). Any other
             keyword is a TypeError.
     """
@@ -82,7 +89,8 @@ class _OnebitOptimizer(torch.optim.Optimizer):
 
     def __init__(self, params, lr=_UNSET, betas=_UNSET, eps=_UNSET, weight_decay=_UNSET, *,
                  bias_correction=_UNSET, decoupled_weight_decay=True, config=None,
-                 coordinator=None, timeout_s=600.0, overlap=None, bucket_cap_mb=25.0, **hyper):
+                 coordinator=None, timeout_s=600.0, overlap=None, bucket_cap_mb=25.0,
+                 shard_state=None, **hyper):
         if not decoupled_weight_decay:
             raise ValueError(
                 "decoupled_weight_decay=False: onebit's weight decay is decoupled, as AdamW's "
@@ -104,6 +112,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         if config is None:
             config = os.environ.get("ONEBIT_CONFIG") or None
         job = load_config(config)
+        _shard_state_setting(job, shard_state)
         defaults = _torch_defaults(job, explicit)
         params, names, frozen = _named_and_trainable(params)
         if not params and frozen:
@@ -161,7 +170,9 @@ class _OnebitOptimizer(torch.optim.Optimizer):
                     "optimizer")
             initial = self._flat.current()
             if self._loaded is not None and "params" not in self._loaded["tensors"]:
-                self._loaded["tensors"]["params"] = initial  # the model's, as torch.optim
+                # The model's, as torch.optim (over a sharded state's range).
+                lo, hi = _state_range(self._loaded, self._flat.n)
+                self._loaded["tensors"]["params"] = initial[lo:hi]
             ranges = self._gradients.start()
             self._worker = _core().Worker(initial=initial,
                                           loaded=self._loaded, buckets=ranges,
@@ -482,7 +493,7 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         super().zero_grad(set_to_none=set_to_none)
         self._gradients.zeroed(set_to_none)
 
-    def state_dict(self):
+    def state_dict(self, full=False):
         """The optimizer's state between two steps, or after the last one once the job is
         over, in torch.optim's layout. It holds copies. torch.save,
         torch.load(weights_only=True) and torch.distributed.checkpoint take it:
@@ -497,15 +508,42 @@ class _OnebitOptimizer(torch.optim.Optimizer):
           a group because torch.distributed.checkpoint keeps only "state" and
           "param_groups".
 
+        With sharded state (onebit.exchange.shard_state) a worker holds the state of one
+        flat range of the parameters, [begin, end) in param_groups' order. By default it
+        returns that range: "state" has the parameters wholly inside it. The "onebit" part
+        then has "shard": {"begin", "end", "names" (the state tensors), "partial"}.
+        "partial" maps the index of each parameter that straddles an end of the range to
+        {"begin", "end", "state"}: elements [begin, end) of the flattened parameter, and
+        each state tensor's 1-D part. This loads back into the same rank of the same
+        topology, mid-run or before a fresh job's first step.
+
         Before the first step this does not join the job. The state is then step 0's, zeros,
         or the state a load_state_dict() gave. So torch.distributed.checkpoint's
         get_optimizer_state_dict gives dcp.load a template to load into.
+
+        Args:
+            full: True: the whole state, as an unsharded worker's, which loads into a
+                sharded job or an unsharded one. A sharded worker gathers it from the
+                other workers of its node between two steps: every rank of the node must
+                call it at the same step. After the job's last step the node is gone, and
+                it is a RuntimeError. Unsharded, it changes nothing.
         """
         if self._worker is None and not self._done:
             raw, rank_, world = _unjoined_state(self._loaded, self._flat.n, self._states)
+            if full and "state_begin" in raw["scalars"]:
+                raise RuntimeError(
+                    "state_dict(full=True) before the first step: the state loaded is one "
+                    "rank's shard, and the node gathers the whole state once the job runs")
         else:
             worker = self._joined()
-            raw, rank_, world = worker.state_dict(), worker.rank, worker.world_size
+            if not full:
+                raw = worker.state_dict()
+            else:
+                try:
+                    raw = worker.gathered_state_dict()
+                except RuntimeError as e:
+                    raise RuntimeError(f"state_dict(full=True): {e}") from None
+            rank_, world = worker.rank, worker.world_size
         return _torch_layout(raw, rank_, world, self._flat, self.param_groups)
 
     def load_state_dict(self, state_dict):
@@ -525,6 +563,11 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         steps). Another step, or a state that does not fit, is a ValueError and changes
         nothing.
 
+        A sharded worker takes a whole state (state_dict(full=True), or an unsharded
+        job's) or its own range, as state_dict() gave it on the same rank. After the first
+        step its load is a collective: the node's workers share the new parameters, so
+        every rank of the node loads at the same step.
+
         Args:
             state_dict: What state_dict() returned, maybe through torch.save and
                 torch.load, or torch.distributed.checkpoint.
@@ -532,7 +575,8 @@ class _OnebitOptimizer(torch.optim.Optimizer):
         state, groups = _flat_state(state_dict, self.param_groups, self._flat)
         if self._worker is not None:
             if "params" not in state["tensors"]:
-                state["tensors"]["params"] = self._flat.current()
+                lo, hi = _state_range(state, self._flat.n)
+                state["tensors"]["params"] = self._flat.current()[lo:hi]
             self._worker.load_state_dict(state)
             return
         loaded = _start_state(state, groups, self.param_groups, self._flat.n)

@@ -2063,6 +2063,121 @@ class ShardedLowPrecisionParameters(unittest.TestCase):
         self.same_bits("float16")
 
 
+class ShardedState(unittest.TestCase):
+    """onebit.exchange.shard_state through the package (python/tests/sharded_state.py): the
+    shard_state keyword, the same bits as the unsharded job, state_dict()'s own range and
+    state_dict(full=True)'s gathered whole state, each loaded back."""
+
+    def test_keyword_and_config_agree_and_misuse_is_refused_at_construction(self):
+        import onebit.torch as ot
+        p = [torch.nn.Parameter(torch.zeros(N))]
+
+        def refused(exchange, text, optimizer="OneBitAdam", **kw):
+            cfg = job_config(optimizer, {"lr": 0.001})
+            cfg["onebit"]["exchange"] = exchange
+            with self.assertRaises(ValueError) as e:
+                getattr(ot, optimizer)(p, cfg, coordinator="127.0.0.1:1", **kw)
+            self.assertIn(text, str(e.exception))
+
+        hier = {"mode": "hierarchical", "local_size": 2}
+        refused(dict(hier, shard_state=False), "shard_state=True while the job config's "
+                "onebit.exchange.shard_state is False: give one of the two", shard_state=True)
+        refused(dict(hier, shard_state=True), "shard_state=False while the job config's "
+                "onebit.exchange.shard_state is True", shard_state=False)
+        # The C++ config's checks, naming the key.
+        refused({"mode": "peer"}, "OneBitAdam: onebit.exchange.shard_state: only applies to "
+                "mode hierarchical, not peer", shard_state=True)
+        refused({"mode": "hierarchical", "local_size": 1},
+                "onebit.exchange.shard_state: needs local_size >= 2", shard_state=True)
+        refused(hier, "onebit.exchange.shard_state: not with ZeroOneAdam", "ZeroOneAdam",
+                shard_state=True)
+
+    def test_same_bits_as_unsharded_and_state_dicts_round_trip(self):
+        out = tempfile.mkdtemp(prefix="onebit-sharded-")
+        script = os.path.join(HERE, "sharded_state.py")
+        logs = {}
+        for mode in ("sharded", "whole", "resume"):
+            r, logs[mode] = on_two_ranks(f"shard-{mode}", script, mode, out)
+            self.assertEqual(r.returncode, 0, r.stderr + "".join(logs[mode])[-3000:])
+        final = {m: np.load(os.path.join(out, m + ".npy")) for m in ("sharded", "whole",
+                                                                      "resume")}
+        # Sharded, each rank's own range and the gathered whole state loaded back after
+        # step 8, and a fresh sharded job from the own ranges: the unsharded job's bits
+        # (which loaded the sharded job's gathered state too).
+        StreamCase.assertSameBits(self, final["sharded"], final["whole"])
+        StreamCase.assertSameBits(self, final["resume"], final["whole"])
+        for rank in (0, 1):
+            self.assertIn(f"worker rank {rank}: starts after step 8 from its loaded state",
+                          logs["resume"][rank])
+            self.assertIn(f"rank {rank}: loaded the sharded job's gathered state",
+                          logs["whole"][rank])
+            self.assertNotIn("refused", logs["whole"][rank])
+
+        def load(mode, rank, kind):
+            return torch.load(os.path.join(out, f"{mode}-rank{rank}-{kind}.pt"),
+                              weights_only=not torch.__version__.startswith("1."))
+
+        sizes = [48, 16, 256, 16, 64, 4]  # 3-16-16-4
+        offsets = np.cumsum([0] + sizes)
+        covered = {}
+        for rank in (0, 1):
+            whole = load("whole", rank, "own")
+            self.assertEqual(load("whole", rank, "full")["state"].keys(), whole["state"].keys())
+            full = load("sharded", rank, "full")
+            own = load("sharded", rank, "own")
+            self.assertNotIn("shard", full["param_groups"][0]["onebit"])
+            self.assertEqual(sorted(full["state"]), list(range(6)))
+            for i, entry in whole["state"].items():
+                for name, t in entry.items():
+                    self.assertTrue(torch.equal(full["state"][i][name], t), (rank, i, name))
+            for key in ("step", "freeze_step", "scalars"):
+                self.assertEqual(full["param_groups"][0]["onebit"][key],
+                                 whole["param_groups"][0]["onebit"][key], key)
+            errors = full["param_groups"][0]["onebit"]["errors"]
+            for name, t in whole["param_groups"][0]["onebit"]["errors"].items():
+                self.assertTrue(torch.equal(errors[name], t), name)
+            # The own range: whole parameters in "state", the straddling parts in "shard".
+            shard = own["param_groups"][0]["onebit"]["shard"]
+            lo, hi = shard["begin"], shard["end"]
+            self.assertEqual(shard["names"], ["exp_avg", "exp_avg_sq"])
+            self.assertNotIn("state_begin", own["param_groups"][0]["onebit"]["scalars"])
+            inside = [i for i in range(6) if lo <= offsets[i] and offsets[i + 1] <= hi]
+            self.assertEqual(sorted(own["state"]), inside)
+            for i, part in shard["partial"].items():
+                self.assertNotIn(i, inside)
+                for name, t in part["state"].items():
+                    self.assertTrue(torch.equal(
+                        t, whole["state"][i][name].reshape(-1)[part["begin"]:part["end"]]))
+                covered.setdefault(i, []).append((part["begin"], part["end"]))
+            for i in inside:
+                for name, t in own["state"][i].items():
+                    self.assertTrue(torch.equal(t, whole["state"][i][name]), (i, name))
+            self.assertIn(f"rank {rank}: own [{lo}, {hi})", logs["sharded"][rank])
+            self.assertIn(f"rank {rank}: after the end: state_dict(full=True): the job is over: "
+                          "a sharded worker's node has left", logs["sharded"][rank])
+            for i, name in enumerate(["0.weight", "0.bias", "2.weight", "2.bias", "4.weight",
+                                      "4.bias"]):
+                held = "served" if i in inside else "refused"
+                self.assertIn(f"rank {rank}: opt.state[{name}] {held}", logs["sharded"][rank])
+            self.assertRegex(logs["sharded"][rank], r"refused: .*this worker holds \[\d+, "
+                             r"\d+\) \(sharded state\); opt.state_dict\(full=True\) gathers")
+        # 2.weight straddles the two ranges; together they cover it.
+        self.assertEqual(sorted(covered), [2])
+        parts = sorted(covered[2])
+        self.assertEqual((parts[0][0], parts[0][1], parts[1][1]), (0, parts[1][0], 256))
+
+    def test_bfloat16_model_same_bits_as_unsharded(self):
+        # The float32 master copy is whole on every worker (the node's all-gather), and the
+        # bfloat16 parameters take its value after each step, sharded or not.
+        out = tempfile.mkdtemp(prefix="onebit-sharded-bf16-")
+        script = os.path.join(HERE, "sharded_state.py")
+        for mode in ("sharded", "whole"):
+            r, logs = on_two_ranks(f"shard-bf16-{mode}", script, mode, out, "bfloat16")
+            self.assertEqual(r.returncode, 0, r.stderr + "".join(logs)[-3000:])
+        StreamCase.assertSameBits(self, np.load(os.path.join(out, "sharded.npy")),
+                                  np.load(os.path.join(out, "whole.npy")))
+
+
 class TrainedLikeTorchOptim(unittest.TestCase):
     """One process alone (it runs its own coordinator): named parameters, a frozen layer
     left out of the job, and a step() without a new gradient refused without harm."""
