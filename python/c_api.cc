@@ -596,6 +596,19 @@ int onebit_worker_param_buffer(onebit_worker* w, uintptr_t* address, int* dtype)
   });
 }
 
+int onebit_worker_gradient_buffer(onebit_worker* w, uintptr_t* address, int* dtype) {
+  return Guard([&]() -> absl::Status {
+    ONEBIT_WORKER(w);
+    if (address == nullptr || dtype == nullptr) return Null("an argument");
+    absl::StatusOr<std::pair<void*, onebit::kernels::WireDtype>> b =
+        w->worker->GradientBuffer();
+    if (!b.ok()) return b.status();
+    *address = reinterpret_cast<uintptr_t>(b->first);
+    *dtype = static_cast<int>(b->second);  // WireDtype's values are the ABI's
+    return absl::OkStatus();
+  });
+}
+
 // ---- The coordinator ----
 
 int onebit_coordinator_start(const char* config, const char* host, int port, int rest_port,

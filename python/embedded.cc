@@ -87,6 +87,15 @@ absl::Status EmbeddedWorker::Start() {
     w.initial = initial_;
     w.groups = groups_;
     w.buckets = buckets_;
+    // bf16 models of a sharded job keep a bf16 gradient buffer (their .grad tensors view
+    // it): 2 bytes a parameter in place of a float32 buffer's 4 plus the tensors' own 2. It
+    // gives the same bits (gradient.h). Where the gradient is written in float32 (summed
+    // micro-batches, unscaled by fp16's loss scaling, or copied into overlap buckets) it
+    // stays float32.
+    if (options_.param_dtype == kernels::WireDtype::kBf16 && config.exchange.shard_state &&
+        config.gradient_accumulation_steps == 1 && !ScalesLoss(config) && buckets_.empty()) {
+      w.gradient_dtype = kernels::WireDtype::kBf16;
+    }
     ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<ExternalWorkload> made,
                             ExternalWorkload::Create(std::move(w), backend));
     absl::MutexLock lock(&mu_);
@@ -298,6 +307,14 @@ absl::StatusOr<std::pair<float*, float*>> EmbeddedWorker::Buffers() {
     return absl::FailedPreconditionError("no buffers before the first step");
   }
   return std::make_pair(workload_->params(), workload_->gradient());
+}
+
+absl::StatusOr<std::pair<void*, kernels::WireDtype>> EmbeddedWorker::GradientBuffer() {
+  absl::MutexLock lock(&mu_);
+  if (workload_ == nullptr || !workload_->asked()) {
+    return absl::FailedPreconditionError("no buffers before the first step");
+  }
+  return std::make_pair(workload_->gradient_bytes(), workload_->gradient_dtype());
 }
 
 absl::StatusOr<std::pair<const void*, kernels::WireDtype>> EmbeddedWorker::ParamBuffer() {

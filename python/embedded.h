@@ -73,8 +73,12 @@ class EmbeddedWorker {
   void ReportRestartableExit(const std::string& why, int64_t step);
 
   // The optimizer's parameters and this worker's gradient buffer (host or device memory,
-  // as cuda() says; valid while the worker runs).
+  // as cuda() says; valid while the worker runs). The gradient is null where it is bf16
+  // (GradientBuffer).
   absl::StatusOr<std::pair<float*, float*>> Buffers();
+  // The gradient buffer the script's .grad tensors view, with its format: float32
+  // (Buffers()'s), or bf16 for a bf16 model with sharded state (2 bytes an element).
+  absl::StatusOr<std::pair<void*, kernels::WireDtype>> GradientBuffer();
   // The model's parameters as the optimizer keeps them: its low-precision buffer
   // (Optimizer::low_params: bf16 or fp16, padded; host or device memory as cuda() says;
   // valid while the worker runs) with its format, or Buffers()'s fp32 parameters and fp32.

@@ -120,6 +120,17 @@ class OptimizerBase : public Optimizer {
     return optimizer;
   }
 
+  // OK for a float32 gradient; for a 16-bit one (gradient.h) only where every read of it
+  // goes through the exchange's sharded calls and the clipper's ClipScale: a sharded
+  // worker (so not 0/1 Adam, which cannot shard). FAILED_PRECONDITION otherwise.
+  absl::Status CheckGradient(const Gradient& grad) const override {
+    if (grad.is_fp32() || (sharded_ && exchange_->world_size() > 1)) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "a ", kernels::WireDtypeName(grad.dtype),
+        " gradient buffer is read only by a sharded optimizer state "
+        "(onebit.exchange.shard_state, hierarchical, two or more workers a node; OneBitAdam, "
+        "Adam or OneBitLamb); keep the gradient buffer float32"));
+  }
   // Counts the step and changes no state.
   absl::Status SkipStep() override {
     ++step_;
@@ -415,7 +426,7 @@ class OptimizerBase : public Optimizer {
                                                       options_.auto_mask_zero_gradients,
                                                       state_count_));
     // Sharded, the compression step's clip scales the gradient inside the exchange
-    // (AverageMomentumOfShard's g_scale): no whole copy unless a Clip asks for one.
+    // (AverageMomentumOfShard's g_scale, ShardRows' scale): no whole copy.
     ONEBIT_ASSIGN_OR_RETURN(clip_, GradientClipper::Create(backend_, options_.max_grad_norm, n_,
                                                            /*copy=*/!sharded_));
     return absl::OkStatus();
