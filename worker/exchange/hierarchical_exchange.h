@@ -113,7 +113,7 @@ class HierarchicalExchange : public Exchange {
                                                           float g_scale) override;
   // The rows (L x S floats, 1-bit LAMB's) are allocated on the first call: an exchange
   // that never answers ShardRows keeps only the segment buffers.
-  absl::StatusOr<float*> ShardRows(int64_t step, Gradient x, float scale) override;
+  absl::StatusOr<float*> ShardRows(int64_t step, Gradient x, float scale = 1.0f) override;
   absl::StatusOr<CompressedResult> CompressedAverageOfRows(int64_t step) override;
   absl::Status AllGatherShards(float* whole) override;
   absl::Status AllGatherShardBytes(void* whole, size_t element_bytes) override;
