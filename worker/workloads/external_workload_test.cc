@@ -325,6 +325,61 @@ TEST(ExternalWorkloadTest, WaitingForAStepTimesOutAndBadInputIsRefused) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// A bf16 gradient buffer (a bf16 model's in a sharded job): the client's writes are what
+// the trainer hands the optimizer, in place. Where something would write it in float32
+// (buckets, fp16's unscaling, summed micro-batches) or nothing reads it in place (an
+// unsharded optimizer), it is refused with the reason.
+TEST(ExternalWorkloadTest, ABf16GradientBufferIsReadInPlaceOrRefused) {
+  auto backend = kernels::NewCpuBackend();
+  ExternalWorkloadOptions o;
+  o.initial.assign(kN, 0.0f);
+  o.gradient_dtype = kernels::WireDtype::kBf16;
+  auto w = ExternalWorkload::Create(o, backend.get());
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ((*w)->gradient(), nullptr);
+  EXPECT_EQ((*w)->gradient_buffer(), nullptr);
+  EXPECT_EQ((*w)->gradient_dtype(), kernels::WireDtype::kBf16);
+  const std::optional<Gradient> g = (*w)->low_precision_gradient();
+  ASSERT_TRUE(g.has_value());
+  EXPECT_EQ(g->dtype, kernels::WireDtype::kBf16);
+  EXPECT_EQ(g->data, (*w)->gradient_bytes());
+  const uint16_t* bits = static_cast<const uint16_t*>(g->data);
+  EXPECT_EQ(std::vector<uint16_t>(bits, bits + kN), std::vector<uint16_t>(kN, 0));  // zeroed
+
+  ExternalWorkloadOptions bad = o;
+  bad.buckets = {{0, 2}, {2, kN}};
+  absl::Status s = ExternalWorkload::Create(bad, backend.get()).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("overlap=False"), std::string::npos) << s;
+  bad = o;
+  bad.gradient_dtype = kernels::WireDtype::kFp16;
+  s = ExternalWorkload::Create(bad, backend.get()).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("float32 or bf16"), std::string::npos) << s;
+
+  // The trainers that would not read it in place.
+  std::shared_ptr<InprocHub> hub = *InprocHub::Create(1);
+  std::unique_ptr<Transport> transport = *hub->Connect(0);
+  StaticStepController controller(/*freeze_step=*/2, /*steps=*/4);
+  const auto refused = [&](TrainerOptions options, absl::StatusCode code,
+                           const std::string& why) {
+    options.eval_at_end = false;
+    const absl::Status made = Trainer::Create(options, w->get(), backend.get(),
+                                              transport.get(), &controller)
+                                  .status();
+    EXPECT_EQ(made.code(), code) << made;
+    EXPECT_NE(made.message().find(why), std::string::npos) << made;
+  };
+  TrainerOptions plain;
+  refused(plain, absl::StatusCode::kFailedPrecondition, "onebit.exchange.shard_state");
+  TrainerOptions accumulating;
+  accumulating.gradient_accumulation_steps = 2;
+  refused(accumulating, absl::StatusCode::kInvalidArgument, "micro-batches are summed");
+  TrainerOptions scaled;
+  scaled.loss_scaling = LossScalerOptions();
+  refused(scaled, absl::StatusCode::kInvalidArgument, "bf16 needs no loss scaling");
+}
+
 // OVERLAP: buckets announced during the step reach the trainer's buffer and its listener
 // at once, in order; Supply announces the rest; out-of-order, late and bad ones are refused.
 TEST(ExternalWorkloadTest, AnnouncedBucketsReachTheTrainerInOrder) {
