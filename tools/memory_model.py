@@ -13,9 +13,11 @@ hierarchical exchange (exchange.mode hierarchical, inter peer) of a worker on a 
 workers, with K nodes. Its slices hold S elements: the smallest multiple of K * lcm(K, 8)
 >= ceil(n / L) (compression/layout.cc, HierarchicalLayout::Create).
 
-shard_state false and true, with fp32, bf16 or fp16 parameters and an fp32 gradient buffer,
-are the code of today. Rows marked DESIGN are not code yet: a bf16/fp16 gradient buffer
-with shard_state (plan step 8, its second half).
+Every row is the code of today: shard_state false and true, with fp32, bf16 or fp16
+parameters, an fp32 gradient buffer, and with shard_state and bf16 parameters the bf16
+gradient buffer the .grad tensors view (python/embedded.cc picks it where nothing writes
+the gradient in float32: no accumulation, no fp16 loss scaling, no overlap buckets). A row
+marked DESIGN would be a plan, not code; none is at present.
 
 Not counted: activations, the CUDA context, NCCL's and gloo's own buffers, the allocator's
 slack, and anything of O(1) bytes. Those depend on the model, the batch and the machine.
@@ -27,7 +29,7 @@ reduce-scatter's 2 x L x min(S, 4 Mi) floats, O(1) in n):
     shard_state false, fp32 parameters:   20 + b + (20 + 3b)/L + (8 + b)/(L K)
     shard_state true, fp32 parameters:     8 + (28 + 3b)/L + (8 + b)/(L K)
     shard_state true, bf16 p, fp32 grads:  8 + (32 + 3b)/L + (8 + b)/(L K)
-    DESIGN, bf16 p + bf16 grads:           4 + (30 + 3b)/L + (8 + b)/(L K)
+    shard_state true, bf16 p + bf16 grads: 4 + (32 + 3b)/L + (8 + b)/(L K)
 
 Peers (bytes per parameter per GPU, Nd = GPUs in the data-parallel group):
 
@@ -93,7 +95,10 @@ REFS = {
     "trainer_grad": ("worker/trainer.cc", "Trainer::Init, grad_",
                      r"\(grad_, kernels::Buffer<float>::Create"),
     "external_grad": ("worker/workloads/external_workload.cc", "ExternalWorkload::Create, gradient",
-                      r"kernels::Buffer<float> gradient,"),
+                      r"\(gradient, kernels::Buffer<float>::Create\(backend, n\)"),
+    "external_grad16": ("worker/workloads/external_workload.cc",
+                        "ExternalWorkload::Create, gradient16",
+                        r"\(gradient16, kernels::Buffer<uint16_t>::Create\(backend, n\)"),
     "micro_grad": ("worker/trainer.cc", "Trainer::Init, micro_grad_",
                    r"\(micro_grad_, kernels::Buffer<float>::Create"),
     "initial": ("worker/trainer.cc", "Trainer::Init, initial",
@@ -211,12 +216,19 @@ class Config:
             raise ValueError("shard_state with zero_one_adam is refused (ZeroOneAdam's "
                              "kCannotShard): its local steps keep each worker's own p and m")
         if self.grad_dtype != "fp32":
+            if self.grad_dtype != "bf16":
+                raise ValueError("an fp16 model's gradient buffer is fp32 (fp16's loss "
+                                 "scaling unscales it in place)")
             if not self.shard_state:
-                raise ValueError("a bf16/fp16 gradient buffer is the design of plan step 8, "
-                                 "with shard_state true; today's buffer is fp32")
+                raise ValueError("a bf16 gradient buffer comes with shard_state true (the "
+                                 "unsharded exchange reads fp32 gradients)")
             if self.grad_dtype != self.param_dtype:
                 raise ValueError("a low-precision gradient buffer is the parameters' .grad: "
                                  "grad_dtype must equal param_dtype")
+            if self.accumulation:
+                raise ValueError("a bf16 gradient buffer takes no accumulation (the trainer "
+                                 "sums micro-batches in fp32; python/embedded.cc keeps it "
+                                 "fp32 then)")
 
     @property
     def last_warmup_step(self):
@@ -300,7 +312,7 @@ def buffers(c):
         add(f"gradient buffer, {c.grad_dtype} ("
             + ("backward's own .grad is cast into it" if low and gb == 4
                else "the .grad tensors view it") + ")",
-            "external_grad", gb * n, design=c.grad_dtype != "fp32", note="plan step 8")
+            "external_grad" if gb == 4 else "external_grad16", gb * n)
         if low and gb == 4:
             add(f"model gradients, {c.param_dtype} (backward's own .grad, cast in)",
                 "torch_low_grads", pb * n)
@@ -319,10 +331,9 @@ def buffers(c):
             add("hierarchical: blocks_ (every slice's K blocks)", "blocks", L * K * bb)
     else:
         # A slice of floats, also for low-precision parameters (AllGatherShardBytes stages
-        # their 2-byte slice in it). A bf16 gradient buffer's design makes it 2-byte.
+        # their 2-byte slice in it; the one-node momentum uses it as floats).
         add("hierarchical: stage_ (the all-gather's copy of the updated slice)", "stage",
-            (pb if low and c.grad_dtype != "fp32" else 4) * S,
-            design=low and c.grad_dtype != "fp32", note="plan step 8")
+            4 * S)
         if lamb:
             add("hierarchical: rows_ (ShardRows: slice l of every local worker's gradient, "
                 "L x S, made at the first compression step)", "lamb_rows", 4 * padded,
@@ -504,7 +515,7 @@ def table_setups(local_size, nodes):
         ("onebit sharded, fp32 parameters", dict(base, shard_state=True)),
         ("onebit sharded, bf16 parameters, fp32 gradient buffer",
          dict(base, shard_state=True, param_dtype="bf16")),
-        ("DESIGN sharded, bf16 parameters, bf16 gradient buffer",
+        ("onebit sharded, bf16 parameters, bf16 gradient buffer",
          dict(base, shard_state=True, param_dtype="bf16", grad_dtype="bf16")),
     ]
 
@@ -551,19 +562,13 @@ def table(local_size=8, nodes=8, gpu_gib=80.0):
         gib = left(b, params)
         return f"{name} leaves {gib:.0f} GiB" if gib >= 0 else f"{name} is {-gib:.0f} GiB over"
 
-    verdict = ["",
-               "DESIGN rows are not code yet: a bf16 gradient buffer with shard_state "
-               "(PLAN-issue47.md step 8, its second half). The other onebit rows are the code "
-               "of today."]
+    verdict = ["", "Every onebit row is the code of today."]
     for k, b in onebit:
         verdict.append(f"{k}: {room(b, 7e9, '7B')}, {room(b, 13e9, '13B')}.")
     roomy = [k for k, b in onebit if left(b, 7e9) >= 16]
-    built = [k for k in roomy if not k.startswith("DESIGN")]
     if roomy:
         verdict.append(f"So 7B trains, with its activations under the headroom, only as "
-                       f"{'; '.join(roomy)}"
-                       + ("" if built else ", which is not built yet")
-                       + " (the other rows leave under 16 GiB).")
+                       f"{'; '.join(roomy)} (the other rows leave under 16 GiB).")
     if all(left(b, 13e9) < 0 for _, b in onebit):
         verdict.append("No onebit row fits 13B.")
     host7 = total(live(buffers(Config(params=int(7e9), **table_setups(local_size, nodes)[0][1])),
