@@ -78,8 +78,6 @@ REFS = {
              r"c\.clipped_, kernels::Buffer<float>::Create"),
     "clip_scale": ("worker/optim/onebit_adam.cc", "OnebitAdam::CompressionStep, ClipScale",
                    r"clip_\.ClipScale\(local_grad\)"),
-    "clip_lazy": ("worker/optim/gradient_clipper.cc", "GradientClipper::Clip, clipped_",
-                  r"\(clipped_, kernels::Buffer<float>::Create", r"GradientClipper::Clip\("),
     "user_mask": ("worker/optim/momentum_mask.cc", "MomentumMask::Create, mask_",
                   r"m\.mask_, kernels::Buffer<float>::FromHost"),
     "user_mask_host": ("worker/optim/momentum_mask.cc", "MomentumMask::Create, user_",
@@ -287,11 +285,7 @@ def buffers(c):
     if c.clip:
         if not sh:
             add("clip copy clipped_", "clip", 4 * n)
-        elif lamb:
-            add("clip copy clipped_, made at the first compression step that clips (1-bit "
-                "LAMB's rows do not take the clip factor)", "clip_lazy", 4 * n,
-                when="compression")
-        else:
+        else:  # 1-bit Adam's segments and 1-bit LAMB's rows take the clip's scale
             add("clip copy: none, the exchange scales each segment it sends", "clip_scale", 0)
     if c.user_mask:
         add("user momentum mask", "user_mask", 4 * state)
