@@ -742,12 +742,9 @@ absl::StatusOr<std::optional<double>> Trainer::VarianceChange(int64_t t, Stage s
       ONEBIT_ASSIGN_OR_RETURN(const std::vector<double> all,
                               exchange.GatherPartials({AddInOrder(mine.diff),
                                                        AddInOrder(mine.norm)}));
-      ChangePartials node;  // slice by slice, in local-rank order
-      for (size_t l = 0; l + 1 < all.size(); l += 2) {
-        node.diff.push_back(all[l]);
-        node.norm.push_back(all[l + 1]);
-      }
-      change = RelativeChange(node);
+      ONEBIT_ASSIGN_OR_RETURN(std::vector<std::vector<double>> by_slice,
+                              PartialsBySlice(all, 2));  // slice by slice, in local-rank order
+      change = RelativeChange({std::move(by_slice[0]), std::move(by_slice[1])});
     }
   }
   v_prev_.swap(v_now_);

@@ -40,6 +40,13 @@ struct CompressedResult {
   size_t num_chunks = 0;
   size_t chunk = 0;
   const float* exact = nullptr;
+
+  // The exact form, over `floats`.
+  static CompressedResult Exact(const float* floats) {
+    CompressedResult r;
+    r.exact = floats;
+    return r;
+  }
 };
 
 // The first n elements of `r` as floats into `out` (backend memory): a copy of r.exact, or

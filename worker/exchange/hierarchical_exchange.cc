@@ -174,11 +174,7 @@ absl::StatusOr<CompressedResult> HierarchicalExchange::AverageMomentum(int64_t s
   }
   if (inter_ == nullptr) {  // one node: the exact average, nothing compressed
     ONEBIT_RETURN_IF_ERROR(backend_->MomentumUpdate(beta1, slice_sum_.data(), slice_m_.data(), slice));
-    ONEBIT_RETURN_IF_ERROR(
-        intra_->AllGather(slice_m_.data(), gathered_.data(), slice * sizeof(float)));
-    CompressedResult exact;
-    exact.exact = gathered_.data();
-    return exact;
+    return GatherExact(slice_m_.data());
   }
   ONEBIT_ASSIGN_OR_RETURN(CompressedResult r,
                           inter_->AverageMomentum(step, slice_m_.data(), slice_sum_.data(), beta1));
@@ -197,6 +193,12 @@ absl::Status HierarchicalExchange::CheckInterResult(const CompressedResult& r) c
   return absl::OkStatus();
 }
 
+absl::StatusOr<CompressedResult> HierarchicalExchange::GatherExact(const float* slice) {
+  ONEBIT_RETURN_IF_ERROR(
+      intra_->AllGather(slice, gathered_.data(), layout_.slice() * sizeof(float)));
+  return CompressedResult::Exact(gathered_.data());
+}
+
 absl::StatusOr<CompressedResult> HierarchicalExchange::GatherSlices(const CompressedResult& r) {
   ONEBIT_RETURN_IF_ERROR(CheckInterResult(r));
   const size_t slice_bytes = r.num_chunks * codec_->BlockBytes(r.chunk);
@@ -209,13 +211,8 @@ absl::StatusOr<CompressedResult> HierarchicalExchange::CompressedAverage(int64_t
   ONEBIT_RETURN_IF_ERROR(
       CheckMode(false, "CompressedAverage", "ShardRows, then CompressedAverageOfRows"));
   ONEBIT_RETURN_IF_ERROR(ReduceScatter(x, /*average=*/true));
-  const size_t slice = layout_.slice();
   if (inter_ == nullptr) {  // one node: the exact average, nothing compressed
-    ONEBIT_RETURN_IF_ERROR(
-        intra_->AllGather(slice_sum_.data(), gathered_.data(), slice * sizeof(float)));
-    CompressedResult exact;
-    exact.exact = gathered_.data();
-    return exact;
+    return GatherExact(slice_sum_.data());
   }
   ONEBIT_ASSIGN_OR_RETURN(CompressedResult r, inter_->CompressedAverage(step, slice_sum_.data()));
   return GatherSlices(r);
@@ -253,9 +250,7 @@ absl::StatusOr<CompressedResult> HierarchicalExchange::AverageMomentumOfShard(
     ONEBIT_RETURN_IF_ERROR(backend_->Copy(stage_.data(), m_shard, slice * sizeof(float)));
     ONEBIT_RETURN_IF_ERROR(
         backend_->MomentumUpdate(beta1, slice_sum_.data(), stage_.data(), slice));
-    CompressedResult exact;
-    exact.exact = stage_.data();
-    return exact;
+    return CompressedResult::Exact(stage_.data());
   }
   ONEBIT_ASSIGN_OR_RETURN(CompressedResult r,
                           inter_->AverageMomentum(step, m_shard, slice_sum_.data(), beta1));
@@ -301,9 +296,7 @@ absl::StatusOr<CompressedResult> HierarchicalExchange::CompressedAverageOfRows(i
   ONEBIT_RETURN_IF_ERROR(
       backend_->AverageRows(rows_.data(), layout_.local_size(), slice, slice_sum_.data()));
   if (inter_ == nullptr) {  // one node: the exact average, nothing compressed
-    CompressedResult exact;
-    exact.exact = slice_sum_.data();
-    return exact;
+    return CompressedResult::Exact(slice_sum_.data());
   }
   ONEBIT_ASSIGN_OR_RETURN(CompressedResult r,
                           inter_->CompressedAverage(step, slice_sum_.data()));
@@ -312,11 +305,7 @@ absl::StatusOr<CompressedResult> HierarchicalExchange::CompressedAverageOfRows(i
 }
 
 absl::Status HierarchicalExchange::AllGatherShards(float* whole) {
-  ONEBIT_RETURN_IF_ERROR(CheckMode(true, "AllGatherShards", "nothing: p is whole already"));
-  const size_t slice = layout_.slice();
-  ONEBIT_RETURN_IF_ERROR(backend_->Copy(stage_.data(), whole + local_rank() * slice,
-                                        slice * sizeof(float)));
-  return intra_->AllGather(stage_.data(), whole, slice * sizeof(float));
+  return AllGatherShardBytes(whole, sizeof(float));
 }
 
 absl::Status HierarchicalExchange::AllGatherShardBytes(void* whole, size_t element_bytes) {

@@ -173,6 +173,9 @@ class HierarchicalExchange : public Exchange {
   absl::Status ReduceScatter(Gradient in, bool average, float scale = 1.0f);
   // INTERNAL unless `r` (the inter-node result) is this slice's blocks in the layout.
   absl::Status CheckInterResult(const CompressedResult& r) const;
+  // Unsharded, one node: every local rank's `slice` (S floats) gathered into gathered_, as
+  // an exact result.
+  absl::StatusOr<CompressedResult> GatherExact(const float* slice);
   // Every local rank's slice of blocks `r` (the inter-node result) gathered into the
   // node's whole result.
   absl::StatusOr<CompressedResult> GatherSlices(const CompressedResult& r);

@@ -236,8 +236,6 @@ absl::Status OnebitLamb::Switch() {
 
 absl::StatusOr<CompressedResult> OnebitLamb::ShardedMomentumAverage(float beta1,
                                                                     Gradient grad) {
-  const std::optional<StateShard> shard = exchange_->state_shard();
-  if (!shard.has_value()) return absl::InternalError("the exchange no longer shards the state");
   // The clip as the rows are packed (ShardRows' scale): the bits of Clip's whole copy,
   // without it.
   ONEBIT_ASSIGN_OR_RETURN(const float g_scale, clip_.ClipScale(grad));
@@ -250,8 +248,8 @@ absl::StatusOr<CompressedResult> OnebitLamb::ShardedMomentumAverage(float beta1,
   // worker's scaled momentum m_j = fma(b1, m, (1-b1)*g_j) * scaling, element by element
   // the floats worker j forms unsharded. Past the parameters the rows stay zero.
   if (state_count_ > 0) {
-    for (int j = 0; j < shard->pieces; ++j) {
-      float* row = rows + static_cast<size_t>(j) * shard->stride;
+    for (size_t j = 0; j < shard_pieces_; ++j) {
+      float* row = rows + j * state_alloc_;  // the slices' stride
       ONEBIT_RETURN_IF_ERROR(backend_->Copy(u_.data(), m_.data(), state_count_ * sizeof(float)));
       ONEBIT_RETURN_IF_ERROR(backend_->MomentumUpdate(beta1, row, u_.data(), state_count_));
       ONEBIT_RETURN_IF_ERROR(ScaleTensors(u_.data(), /*inverse=*/false));

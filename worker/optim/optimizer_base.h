@@ -325,15 +325,9 @@ class OptimizerBase : public Optimizer {
     }
     if (!sharded_) return mine;
     ONEBIT_ASSIGN_OR_RETURN(const std::vector<double> all, exchange_->GatherPartials(mine));
-    if (k > 0 && all.size() % k != 0) {
-      return absl::InternalError(absl::StrCat("the node gathered ", all.size(),
-                                              " partials for ", k, " reductions"));
-    }
-    for (size_t r = 0; r < k; ++r) {
-      std::vector<double> by_slice;
-      for (size_t l = 0; l < all.size() / k; ++l) by_slice.push_back(all[l * k + r]);
-      mine[r] = combine[r](by_slice);
-    }
+    ONEBIT_ASSIGN_OR_RETURN(const std::vector<std::vector<double>> by_slice,
+                            PartialsBySlice(all, k));
+    for (size_t r = 0; r < k; ++r) mine[r] = combine[r](by_slice[r]);
     return mine;
   }
   // Reductions over whole ranges of parameters (global indices) in the canonical order
@@ -444,6 +438,7 @@ class OptimizerBase : public Optimizer {
   bool sharded_ = false;
   bool low_ = false;         // sharded with low-precision parameters: p is the master shard
   size_t shard_piece_ = 0;   // sharded: this worker's slice of the padded parameters
+  size_t shard_pieces_ = 1;  // sharded: the node's slices (its local workers)
   int64_t step_ = 0;
   kernels::Buffer<float> p_, m_, v_;
   kernels::Buffer<uint16_t> p_low_;  // low_: the model's parameters, pieces x stride
@@ -473,6 +468,7 @@ class OptimizerBase : public Optimizer {
     state_alloc_ = shard->stride;
     params_alloc_ = shard->stride * static_cast<size_t>(shard->pieces);
     shard_piece_ = static_cast<size_t>(shard->piece);
+    shard_pieces_ = static_cast<size_t>(shard->pieces);
     low_ = options_.param_dtype != kernels::WireDtype::kFp32;
     return absl::OkStatus();
   }
