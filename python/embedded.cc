@@ -54,7 +54,7 @@ EmbeddedWorker::EmbeddedWorker(WorkerProcessOptions options, std::vector<float> 
       groups_(std::move(groups)),
       buckets_(std::move(buckets)),
       loaded_(std::move(loaded)),
-      initial_(std::move(initial)) {}
+      initial_(std::make_shared<const std::vector<float>>(std::move(initial))) {}
 
 EmbeddedWorker::~EmbeddedWorker() {
   Close("the Python optimizer was destroyed");
@@ -75,11 +75,11 @@ absl::Status EmbeddedWorker::Start() {
     }
     // 0: the workers' model decides (the coordinator checks they agree).
     if (config.workload.parameters != 0 &&
-        static_cast<size_t>(config.workload.parameters) != initial_.size()) {
+        static_cast<size_t>(config.workload.parameters) != initial_->size()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "the model has ", initial_.size(), " parameters; the job config's "
+          "the model has ", initial_->size(), " parameters; the job config's "
           "onebit.workload.parameters says ", config.workload.parameters,
-          " (every process of the job reads it: set it to ", initial_.size(),
+          " (every process of the job reads it: set it to ", initial_->size(),
           ", or to 0 to take the model's)"));
     }
     ExternalWorkloadOptions w;

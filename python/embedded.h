@@ -106,7 +106,7 @@ class EmbeddedWorker {
   int rank();
   int world_size();
   bool cuda();
-  size_t size() const { return initial_.size(); }
+  size_t size() const { return initial_->size(); }
 
  private:
   EmbeddedWorker(WorkerProcessOptions options, std::vector<float> initial,
@@ -120,7 +120,8 @@ class EmbeddedWorker {
   const std::vector<size_t> groups_;
   const std::vector<ParamRange> buckets_;
   const std::optional<OptimizerState> loaded_;
-  const std::vector<float> initial_;
+  // Shared with each run's ExternalWorkload (no copy); never null.
+  const std::shared_ptr<const std::vector<float>> initial_;
   // The worker's membership, for the verdict after its run failed (thread-safe); destroyed
   // after thread_ is joined.
   WorkerMember member_;

@@ -12,7 +12,7 @@ namespace onebit {
 
 absl::StatusOr<std::unique_ptr<ExternalWorkload>> ExternalWorkload::Create(
     ExternalWorkloadOptions options, kernels::Backend* backend) {
-  const size_t n = options.initial.size();
+  const size_t n = options.initial == nullptr ? 0 : options.initial->size();
   if (n == 0) return absl::InvalidArgumentError("the model has no parameters");
   if (options.groups.empty()) options.groups = {0, n};
   const std::vector<size_t>& g = options.groups;
@@ -86,7 +86,7 @@ ExternalWorkload::ExternalWorkload(ExternalWorkloadOptions options, kernels::Bac
       gradient16_(std::move(gradient16)) {}
 
 absl::Status ExternalWorkload::InitParameters(float* host_params, uint64_t /*seed*/) const {
-  std::memcpy(host_params, initial_.data(), initial_.size() * sizeof(float));
+  std::memcpy(host_params, initial_->data(), initial_->size() * sizeof(float));
   return absl::OkStatus();
 }
 

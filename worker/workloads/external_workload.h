@@ -37,7 +37,9 @@ namespace onebit {
 struct ExternalWorkloadOptions {
   std::string name = "external";
   // The initial parameters (every worker must pass the same; the trainer checks nothing).
-  std::vector<float> initial;
+  // Shared, not copied: the PyTorch package's EmbeddedWorker keeps the same vector for the
+  // job's restarts, and at 7B one fp32 copy is 26 GiB of host memory.
+  std::shared_ptr<const std::vector<float>> initial;
   // Boundaries {0, e_1, ..., n} of the model's tensors (Workload::parameter_groups); empty:
   // one tensor.
   std::vector<size_t> groups;
@@ -70,7 +72,7 @@ class ExternalWorkload : public Workload {
 
   // ---- Workload (the trainer's thread) ----
   std::string name() const override { return name_; }
-  size_t num_parameters() const override { return initial_.size(); }
+  size_t num_parameters() const override { return initial_->size(); }
   kernels::MemorySpace memory_space() const override { return backend_->memory_space(); }
   absl::Status InitParameters(float* host_params, uint64_t seed) const override;
   absl::StatusOr<double> ComputeGradient(const float* params, int64_t step,
@@ -155,7 +157,7 @@ class ExternalWorkload : public Workload {
 
   kernels::Backend* const backend_;
   const std::string name_;
-  const std::vector<float> initial_;
+  const std::shared_ptr<const std::vector<float>> initial_;  // never null
   const std::vector<size_t> groups_;
   const std::vector<ParamRange> buckets_;
   const kernels::WireDtype gradient_dtype_;

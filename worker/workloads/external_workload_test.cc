@@ -21,6 +21,11 @@ namespace {
 
 constexpr size_t kN = 5;
 
+// n initial parameters of `value`, shared as ExternalWorkloadOptions takes them.
+std::shared_ptr<const std::vector<float>> Initial(size_t n, float value) {
+  return std::make_shared<const std::vector<float>>(n, value);
+}
+
 // What a script that sets nothing but its loss (none: nullopt) hands in.
 StepInputs WithLoss(std::optional<double> loss) {
   StepInputs in;
@@ -40,7 +45,7 @@ struct Rig {
   explicit Rig(int64_t steps, std::optional<LossScalerOptions> loss_scaling = std::nullopt,
                std::vector<std::string>* lines = nullptr) {
     ExternalWorkloadOptions o;
-    o.initial.assign(kN, 0.0f);
+    o.initial = Initial(kN, 0.0f);
     o.groups = {0, 2, kN};
     auto made = ExternalWorkload::Create(o, backend.get());
     EXPECT_TRUE(made.ok()) << made.status();
@@ -150,7 +155,7 @@ TEST(ExternalWorkloadTest, TheClientTrainsTheOptimizersOwnParameters) {
 TEST(ExternalWorkloadTest, ATrainerMayAskWithoutFloatParameters) {
   auto backend = kernels::NewCpuBackend();
   ExternalWorkloadOptions o;
-  o.initial.assign(kN, 0.0f);
+  o.initial = Initial(kN, 0.0f);
   auto w = ExternalWorkload::Create(o, backend.get());
   ASSERT_TRUE(w.ok()) << w.status();
   std::vector<float> grad(kN);
@@ -305,7 +310,7 @@ TEST(ExternalWorkloadTest, TheScriptsGradScaleIsDividedOutAndAnOverflowSkips) {
 TEST(ExternalWorkloadTest, WaitingForAStepTimesOutAndBadInputIsRefused) {
   auto backend = kernels::NewCpuBackend();
   ExternalWorkloadOptions o;
-  o.initial.assign(4, 1.0f);
+  o.initial = Initial(4, 1.0f);
   auto w = ExternalWorkload::Create(o, backend.get());
   ASSERT_TRUE(w.ok());
   EXPECT_EQ((*w)->WaitForStep(absl::Now() + absl::Milliseconds(20)).status().code(),
@@ -313,10 +318,10 @@ TEST(ExternalWorkloadTest, WaitingForAStepTimesOutAndBadInputIsRefused) {
   EXPECT_EQ((*w)->Supply(1, WithLoss(0.0)).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ((*w)->parameter_groups(), (std::vector<size_t>{0, 4}));
   EXPECT_EQ((*w)->Evaluate(nullptr).status().code(), absl::StatusCode::kFailedPrecondition);
-  o.initial.clear();
+  o.initial = Initial(0, 0.0f);
   EXPECT_EQ(ExternalWorkload::Create(o, backend.get()).status().code(),
             absl::StatusCode::kInvalidArgument);
-  o.initial.assign(4, 1.0f);
+  o.initial = Initial(4, 1.0f);
   o.groups = {0, 3, 3, 4};
   EXPECT_EQ(ExternalWorkload::Create(o, backend.get()).status().code(),
             absl::StatusCode::kInvalidArgument);
@@ -332,7 +337,7 @@ TEST(ExternalWorkloadTest, WaitingForAStepTimesOutAndBadInputIsRefused) {
 TEST(ExternalWorkloadTest, ABf16GradientBufferIsReadInPlaceOrRefused) {
   auto backend = kernels::NewCpuBackend();
   ExternalWorkloadOptions o;
-  o.initial.assign(kN, 0.0f);
+  o.initial = Initial(kN, 0.0f);
   o.gradient_dtype = kernels::WireDtype::kBf16;
   auto w = ExternalWorkload::Create(o, backend.get());
   ASSERT_TRUE(w.ok()) << w.status();
@@ -397,7 +402,7 @@ TEST(ExternalWorkloadTest, AnnouncedBucketsReachTheTrainerInOrder) {
   };
   auto backend = kernels::NewCpuBackend();
   ExternalWorkloadOptions o;
-  o.initial.assign(kN, 0.0f);
+  o.initial = Initial(kN, 0.0f);
   o.buckets = {{3, kN}, {1, 3}, {0, 1}};  // the last layer's first, as backward ends them
   auto made = ExternalWorkload::Create(o, backend.get());
   ASSERT_TRUE(made.ok()) << made.status();
@@ -410,7 +415,7 @@ TEST(ExternalWorkloadTest, AnnouncedBucketsReachTheTrainerInOrder) {
 
   std::vector<float> grad_out(kN, -1.0f);
   absl::StatusOr<double> loss;
-  std::thread trainer([&] { loss = w.ComputeGradient(o.initial.data(), 1, grad_out.data()); });
+  std::thread trainer([&] { loss = w.ComputeGradient(o.initial->data(), 1, grad_out.data()); });
   ASSERT_EQ(*w.WaitForStep(), 1);
   for (size_t i = 0; i < kN; ++i) w.gradient()[i] = 10.0f + i;
   EXPECT_EQ(w.Announce(1, 1).code(), absl::StatusCode::kFailedPrecondition);  // not next
