@@ -197,6 +197,12 @@ absl::Status CheckJobConfig(const ParseState& state) {
   if (!c->momentum_mask.npy.empty() && !c->momentum_mask.ranges.empty()) {
     return Bad("onebit.momentum_mask.ranges", "give npy or ranges, not both");
   }
+  // With shards, the warmup goes between the workers by default where the optimizer allows:
+  // that was as fast as DDP's step with the shards beside the workers or apart, and through
+  // colocated shards 1.2-1.8x (BENCHMARKS.md, "ps shards beside the workers").
+  if (!state.warmup_over_given && UsesServers(c->exchange) && Traits(o.kind).one_switch) {
+    c->exchange.warmup_over = "workers";
+  }
   const ExchangeConfig& x = c->exchange;
   if (UsesServers(x) && x.servers < 1) {
     return Bad("onebit.exchange.servers", x.mode == "ps" ? "must be >= 1 in ps mode"

@@ -888,11 +888,14 @@ Key OnebitBlock(ParseState* s) {
                        "the transport between nodes; auto is comm_backend_name; nccl needs "
                        "device cuda.")},
            {"warmup_over",
-            String(&x->warmup_over, {"shards", "workers"})
+            Given(&s->warmup_over_given, String(&x->warmup_over, {"shards", "workers"}))
                 .Means("With shards (ps, or hierarchical over inter ps): where the warmup's "
                        "full-precision sums go. shards: through the shards. workers: between "
                        "the workers, as in peer mode; the shards then serve only the "
-                       "compressed stage. workers needs OneBitAdam or OneBitLamb.")},
+                       "compressed stage. workers needs OneBitAdam or OneBitLamb. Not given: "
+                       "workers for those two, as fast as DDP's step or faster wherever the "
+                       "shards run (BENCHMARKS.md), shards for the others.")
+                .DefaultIs("workers with shards and OneBitAdam or OneBitLamb, else shards")},
            {"warmup_dtype",
             String(&x->warmup_dtype, {"fp32", "bf16", "fp16"})
                 .Means("What the full-precision (warmup) exchange carries on the wire; bf16 "

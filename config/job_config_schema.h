@@ -79,6 +79,7 @@ struct ParseState {
   int64_t last_batch_iteration = -1;
   bool checkpoint_every_given = false;  // onebit.checkpoint.every_steps
   bool shard_state_given = false;       // onebit.exchange.shard_state
+  bool warmup_over_given = false;       // onebit.exchange.warmup_over
   int zero_stage = -1;                  // zero_optimization.stage; -1: no block
 };
 

@@ -180,7 +180,7 @@ TEST(JobConfigTest, InterTransport) {
   for (const char* bad : {
            R"({"onebit": {"exchange": {"inter_transport": "gloo"}}})",
            R"({"onebit": {"workers": 2, "exchange": {"mode": "hierarchical", "inter": "ps",
-               "servers": 1, "inter_transport": "gloo"}}})",
+               "servers": 1, "warmup_over": "shards", "inter_transport": "gloo"}}})",
            R"({"onebit": {"workers": 2, "exchange": {"mode": "hierarchical",
                "inter_transport": "nccl"}}})",
            R"({"onebit": {"workers": 2, "exchange": {"mode": "hierarchical",
@@ -275,10 +275,29 @@ TEST(JobConfigTest, ShardState) {
 
 // ps mode's warmup between the workers: the peer warmup's wire and order options apply.
 TEST(JobConfigTest, WarmupOver) {
+  // Not given: between the workers for the optimizers with one switch (the fast path
+  // wherever the shards run), through the shards for the others; given, as given.
   auto c = ParseJobConfig(R"({"onebit": {"exchange": {"mode": "ps", "servers": 2}}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->exchange.warmup_over, "workers");
+  EXPECT_TRUE(WarmupBetweenWorkers(c->exchange));
+  for (const char* kind : {"OneBitLamb", "ZeroOneAdam", "Adam"}) {
+    c = ParseJobConfig(absl::StrCat(R"({"optimizer": {"type": ")", kind,
+                                    R"("}, "onebit": {"exchange": {"mode": "ps", "servers": 2}}})"));
+    ASSERT_TRUE(c.ok()) << kind << ": " << c.status();
+    EXPECT_EQ(c->exchange.warmup_over, std::string(kind) == "OneBitLamb" ? "workers" : "shards")
+        << kind;
+  }
+  c = ParseJobConfig(R"({"onebit": {"exchange": {"mode": "ps", "servers": 2,
+      "warmup_over": "shards"}}})");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->exchange.warmup_over, "shards");
   EXPECT_FALSE(WarmupBetweenWorkers(c->exchange));
+  c = ParseJobConfig(R"({"onebit": {"workers": 4, "exchange": {"mode": "hierarchical",
+      "local_size": 2, "inter": "ps", "servers": 2}}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(ShardsSkipWarmup(c->exchange));
+  EXPECT_EQ(ParseJobConfig("{}")->exchange.warmup_over, "shards");  // peer: no shards
   c = ParseJobConfig(R"({"optimizer": {"type": "OneBitLamb"}, "onebit": {"exchange": {
       "mode": "ps", "servers": 2, "warmup_over": "workers", "warmup_dtype": "bf16"}}})");
   ASSERT_TRUE(c.ok()) << c.status();
@@ -404,7 +423,8 @@ TEST(JobConfigTest, RejectsBadConfigsNamingTheKey) {
       {R"({"onebit": {"exchange": {"servers": 2}}})", "onebit.exchange.servers"},
       {R"({"onebit": {"exchange": {"warmup_dtype": "fp8"}}})", "onebit.exchange.warmup_dtype"},
       {R"({"onebit": {"exchange": {"warmup_order": "tree"}}})", "onebit.exchange.warmup_order"},
-      {R"({"onebit": {"exchange": {"mode": "ps", "servers": 1, "warmup_order": "ring"}}})",
+      {R"({"onebit": {"exchange": {"mode": "ps", "servers": 1, "warmup_over": "shards",
+           "warmup_order": "ring"}}})",
        "onebit.exchange.warmup_order: only a warmup between the workers"},
       {R"({"onebit": {"exchange": {"warmup_over": "workers"}}})",
        "onebit.exchange.warmup_over: only applies where there are shards"},
@@ -419,14 +439,16 @@ TEST(JobConfigTest, RejectsBadConfigsNamingTheKey) {
       {R"({"onebit": {"exchange": {"warmup_dtype": "bf16", "warmup_order": "ring"}}})",
        "onebit.exchange.warmup_order: the ring adds on the wire"},
       {R"({"onebit": {"exchange": {"warmup_dtype": 16}}})", "onebit.exchange.warmup_dtype"},
-      {R"({"onebit": {"exchange": {"mode": "ps", "servers": 1, "warmup_dtype": "bf16"}}})",
+      {R"({"onebit": {"exchange": {"mode": "ps", "servers": 1, "warmup_over": "shards",
+           "warmup_dtype": "bf16"}}})",
        "onebit.exchange.warmup_dtype: only a warmup between the workers"},
       {R"({"onebit": {"exchange": {"overlap": "yes"}}})",
        "onebit.exchange.overlap: must be true or false"},
       {R"({"onebit": {"exchange": {"overlap": 1}}})", "onebit.exchange.overlap"},
       {R"({"onebit": {"exchange": {"compressor": "int4"}}})", "onebit.exchange.compressor"},
       {R"({"onebit": {"exchange": {"compressor": 8}}})", "onebit.exchange.compressor"},
-      {R"({"onebit": {"exchange": {"mode": "ps", "servers": 1, "overlap": true}}})",
+      {R"({"onebit": {"exchange": {"mode": "ps", "servers": 1, "warmup_over": "shards",
+           "overlap": true}}})",
        "onebit.exchange.overlap: only a warmup between the workers overlaps"},
       {R"({"onebit": {"workers": 4, "exchange": {"mode": "hierarchical", "local_size": 2,
            "inter": "ps", "servers": 2, "warmup_over": "workers", "overlap": true}}})",
