@@ -86,18 +86,21 @@ constexpr char kAdam[] = R"({"type": "Adam", "params": {"lr": 0.002, "weight_dec
 constexpr char kPeer[] = R"({"mode": "peer"})";
 constexpr char kPeerInt8[] = R"({"mode": "peer", "compressor": "int8"})";
 constexpr char kPeerBf16[] = R"({"mode": "peer", "warmup_dtype": "bf16"})";
-constexpr char kPs[] = R"({"mode": "ps", "servers": 2})";
-constexpr char kPsInt8[] = R"({"mode": "ps", "servers": 2, "compressor": "int8"})";
+// The shards' own warmup (warmup_over "shards"; the default for the optimizers with one
+// switch is "workers", kPsOverWorkers).
+constexpr char kPs[] = R"({"mode": "ps", "servers": 2, "warmup_over": "shards"})";
+constexpr char kPsInt8[] =
+    R"({"mode": "ps", "servers": 2, "compressor": "int8", "warmup_over": "shards"})";
 constexpr char kPsOverWorkers[] = R"({"mode": "ps", "servers": 3, "warmup_over": "workers"})";
 constexpr char kHier[] = R"({"mode": "hierarchical", "local_size": 2})";
 constexpr char kHierInt8[] = R"({"mode": "hierarchical", "local_size": 2, "compressor": "int8"})";
 constexpr char kHierPs[] = R"({"mode": "hierarchical", "local_size": 2, "inter": "ps",
-        "servers": 2})";
+        "servers": 2, "warmup_over": "shards"})";
 constexpr char kHierShard[] = R"({"mode": "hierarchical", "local_size": 2, "shard_state": true})";
 constexpr char kHierShardInt8[] =
     R"({"mode": "hierarchical", "local_size": 2, "compressor": "int8", "shard_state": true})";
 constexpr char kHierShardPs[] = R"({"mode": "hierarchical", "local_size": 2, "inter": "ps",
-        "servers": 2, "shard_state": true})";
+        "servers": 2, "shard_state": true, "warmup_over": "shards"})";
 
 constexpr char kSchedule[] =
     R"("scheduler": {"type": "WarmupDecayLR", "params": {"warmup_num_steps": 5,
