@@ -187,8 +187,6 @@ _CONFIG_FILLED_IN = {
     "onebit.exchange.shard_state": "The shard_state keyword, where given.",
     "onebit.exchange.servers": "\"per_node\" (ps mode only): one shard per node, run by its "
                                "local rank 0, so world size / local world size shards.",
-    "onebit.exchange.warmup_over": "\"workers\" for OneBitAdam and OneBitLamb with servers "
-                                   "\"per_node\", where the config gives none.",
     "onebit.failure.max_restarts": "Where the config gives none: the launcher's "
                                    "--max_restarts (TORCHELASTIC_MAX_RESTARTS), if higher "
                                    "than the default.",
@@ -244,12 +242,8 @@ def _job_config(job, optimizer_type, explicit, n, device, notes=None):
                              f"is not a multiple of the local world size {per_node} "
                              "(LOCAL_WORLD_SIZE)")
         exchange["servers"] = workers // per_node
-        # The shards share the workers' nodes: their warmup would send W streams into every
-        # link at once, so the warmup goes between the workers unless the config says
-        # otherwise (0.94x DDP against 1.83x at 100 Mbit/s, BENCHMARKS.md, "ps shards beside
-        # the workers"). Only optimizers with one switch to compression take it.
-        if optimizer_type in ("OneBitAdam", "OneBitLamb"):
-            exchange.setdefault("warmup_over", "workers")
+        # The warmup goes between the workers unless the config says otherwise: the C++
+        # config's default for the optimizers with one switch (docs/config.md).
     # A launcher that restarts the whole group (torchrun's or onebit-run's --max_restarts)
     # recovers the job through rank 0's restarted coordinator. The job keeps at least as
     # many recoveries of its own, so that a loss the coordinator sees before the launcher

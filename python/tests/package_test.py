@@ -707,9 +707,13 @@ class BadInput(unittest.TestCase):
         through_shards = ('overlap needs a warmup between the workers: onebit.exchange.mode '
                           '"peer", or "ps" with warmup_over "workers", not "ps" with its '
                           'warmup through the shards: build the optimizer with overlap=False')
-        refused({"mode": "ps", "servers": 1}, through_shards, overlap=True)
         refused({"mode": "ps", "servers": 1, "warmup_over": "shards"}, through_shards,
                 overlap=True)
+        # Without warmup_over, ps sends OneBitAdam's warmup between the workers: overlap is
+        # allowed there.
+        cfg = job_config("OneBitAdam", {"lr": 0.001})
+        cfg["onebit"]["exchange"] = {"mode": "ps", "servers": 1}
+        ot.OneBitAdam(p, cfg, coordinator="127.0.0.1:1", overlap=True).close()
         refused({"mode": "hierarchical", "local_size": 2}, 'not "hierarchical"', overlap=True)
         refused({"mode": "peer", "overlap": True}, "overlap=False while the job config's "
                 "onebit.exchange.overlap is True", overlap=False)
