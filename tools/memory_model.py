@@ -131,8 +131,6 @@ REFS = {
                         r"o\.StateToHost\(spec\.name, range\.first, range\.second\)"),
     "after_run_errors": ("python/optimizer_state.cc", "SaveOptimizerState, SaveErrors",
                          r"state\.errors, o\.exchange\(\)\.SaveErrors\(\)"),
-    "final_params_copy": ("python/c_api.cc", "onebit_worker_final_params, FinalParams",
-                          r"w->worker->FinalParams\(\)"),
     "final_params_tensor": ("python/onebit/_native.py", "Worker.final_params, out",
                             r"out = torch\.empty\(self\._size, dtype=torch\.float32\)"),
     "torch_unbind": ("python/onebit/_params.py", "_FlatParams.unbind, p.data",
@@ -455,9 +453,8 @@ def add_end_copies(c, add, n, S, chunk, state, low_sharded, pb, views):
         add("after_run: SaveErrors' copies of the inter worker and server errors (final_state_)",
             "after_run_errors", 4 * (S + chunk), memory="host", when="end",
             moment="SaveOptimizerState", also=("unbind",))
-    add("unbind: FinalParams()'s copy of final_params_ (onebit_worker_final_params; freed "
-        "once copied)", "final_params_copy", 4 * n, memory="host", when="unbind", moment="copy")
-    add("unbind: final_params()'s fp32 tensor (on a GPU then copied to the device)",
+    add("unbind: final_params()'s fp32 tensor, which FinalParams fills from final_params_ "
+        "(on a GPU then copied to the device)",
         "final_params_tensor", 4 * n, memory="host", when="unbind")
     if views:
         add(f"unbind: the model's own {c.param_dtype} parameters again (device memory on a "
@@ -749,7 +746,7 @@ def table(local_size=8, nodes=8, gpu_gib=80.0):
                      f"GiB per process at 7B, {gib(b, True)} GiB per node.")
     verdict.append("The host peak comes at the worker's end. after_run copies the final "
                    "parameters and state to the host, then final_params() copies the "
-                   "parameters twice more for the tensors. " + " ".join(peaks))
+                   "parameters once more for the tensors. " + " ".join(peaks))
     out += verdict
     return "\n".join(out)
 

@@ -233,11 +233,11 @@ class PhasesTest(unittest.TestCase):
         host = self.phases(("host",), local_size=8, nodes=1, **self.A)
         self.assertAlmostEqual(host["end"], 4 + 4 + 2, places=6)
 
-    def test_unbind_copies_the_final_parameters_twice_more(self):
+    def test_unbind_copies_the_final_parameters_once_more(self):
         # After the worker's buffers are freed: the shared initial copy, final_params_ and
-        # final_state_, then FinalParams()'s copy and the tensor it fills (4 + 4).
+        # final_state_, then the tensor FinalParams fills straight from final_params_ (4).
         host = self.phases(("host",), **self.C)
-        self.assertAlmostEqual(host["unbind"], 4 + 4 + 4.5 + 8, places=6)
+        self.assertAlmostEqual(host["unbind"], 4 + 4 + 4.5 + 4, places=6)
         dev = self.phases(("device",), **self.C)
         self.assertAlmostEqual(dev["unbind"], 4, places=6)  # the tensors' own fp32 again
         self.assertAlmostEqual(self.phases(("device",), **self.B)["unbind"], 4, places=6)
