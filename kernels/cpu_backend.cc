@@ -76,6 +76,14 @@ absl::Status ForWireDtype(WireDtype dtype, Fp32 fp32, Half half) {
   return absl::InvalidArgumentError("unknown wire dtype");
 }
 
+// kPiece floats of the calling thread's own, for a piece's intermediate values (the pool's
+// threads and the caller each have one, allocated on first use; it lives as long as the
+// thread). A piece's task uses it from start to end, and a thread runs one task at a time.
+float* PieceScratch() {
+  thread_local const std::unique_ptr<float[]> scratch(new float[kPiece]);
+  return scratch.get();
+}
+
 // n floats from `from` to `to` (they may be the same or overlap).
 absl::Status CopyFloats(const void* from, size_t n, void* to) {
   if (n > 0 && from != to) std::memmove(to, from, n * sizeof(float));
@@ -279,6 +287,24 @@ class CpuBackend : public Backend {
     *host_result =
         SumOverPieces(n, [&](size_t i, size_t count) { return k_.sum_squares(x + i, count); });
     return absl::OkStatus();
+  }
+
+  // SumSquares of the float32 widening: each piece is widened into the thread's scratch
+  // and summed by the same piece kernel, the partials added in piece order by the same
+  // SumOverPieces, so the bits are those of SumSquares on a float32 copy (widening is exact).
+  absl::Status SumSquaresWire(WireDtype dtype, const void* x, size_t n,
+                              double* host_result) override {
+    return ForWireDtype(
+        dtype, [&] { return SumSquares(static_cast<const float*>(x), n, host_result); },
+        [&](auto wire) {
+          const uint16_t* h = static_cast<const uint16_t*>(x);
+          *host_result = SumOverPieces(n, [&](size_t i, size_t count) {
+            if (count == 0) return k_.sum_squares(nullptr, 0);
+            float* widened = PieceScratch();
+            for (size_t k = 0; k < count; ++k) widened[k] = wire.To(h[i + k]);
+            return k_.sum_squares(widened, count);
+          });
+        });
   }
 
   // 0/1 Adam: the kernel table's (AVX2+FMA where the CPU has it).

@@ -1,6 +1,8 @@
 // Every CPU kernel (scalar and, where the CPU has it, AVX2) against the float64 models in
 // kernels_reference.h, at lengths chosen around the 8-, 32- and chunk boundaries.
+#include <algorithm>
 #include <cmath>
+#include <iostream>
 #include <limits>
 #include <cstring>
 #include <memory>
@@ -844,6 +846,108 @@ TEST(CpuBackendTest, HostAddressIsThePointer) {
     ASSERT_TRUE(p.ok());
     EXPECT_EQ(cpu->HostAddress(*p), *p);
     cpu->Free(*p);
+  }
+}
+
+// A tensor of n elements of a 16-bit dtype: normal values of both signs, a sixteenth of
+// them large (bf16 ~1e30; fp16 up to its largest finite value), an eighth tiny (fp16:
+// subnormals, some rounding to +-0), and at the front the largest finite value, the smallest
+// negative subnormal and -0.
+std::vector<uint16_t> Wire16Tensor(WireDtype dtype, size_t n, uint32_t seed) {
+  const bool fp16 = dtype == WireDtype::kFp16;
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> kind(0, 15);
+  std::vector<uint16_t> h(n);
+  for (size_t i = 0; i < n; ++i) {
+    float x = normal(rng);
+    switch (kind(rng)) {
+      case 0:
+        x = fp16 ? std::max(-65504.0f, std::min(65504.0f, x * 2e4f)) : x * 1e30f;
+        break;
+      case 1:
+        x *= 1e-6f;
+        break;
+      case 2:
+        x *= 1e-8f;
+        break;
+      default:
+        break;
+    }
+    h[i] = NarrowParam(dtype, x);
+  }
+  const uint16_t front[] = {static_cast<uint16_t>(fp16 ? 0x7bff : 0x7f7f),  // largest finite
+                            0x8001,   // the smallest negative subnormal
+                            0x8000};  // -0
+  for (size_t i = 0; i < n && i < 3; ++i) h[i] = front[i];
+  return h;
+}
+
+// SumSquaresWire of a bf16 or fp16 tensor is SumSquares of its float32 widening, bit for
+// bit (each piece is widened and summed by the same piece kernel), with the scalar and the
+// AVX2 kernels, on 1 and 3 threads, at lengths around 8 and the 65536-element pieces, from
+// an aligned and an odd first element. For fp32 it is SumSquares itself.
+TEST(CpuSumSquaresWireTest, MatchesSumSquaresOfTheWidenedCopyBitForBit) {
+  constexpr size_t kWireLengths[] = {0, 1, 7, 8, 65535, 65536, 65537, 3 * 65536 + 5};
+  auto same_bits = [](double a, double b) { return std::memcmp(&a, &b, sizeof(a)) == 0; };
+  for (bool simd : {false, true}) {
+    if (simd && !CpuHasAvx2()) {
+      std::cout << "this CPU has no AVX2+FMA: the scalar kernels only\n";
+      continue;
+    }
+    for (int threads : {1, 3}) {
+      std::unique_ptr<Backend> b = NewCpuBackend(simd, threads);
+      for (size_t n : kWireLengths) {
+        for (WireDtype dtype : {WireDtype::kBf16, WireDtype::kFp16}) {
+          SCOPED_TRACE(b->name() + " " + WireDtypeName(dtype) + " n " + std::to_string(n));
+          const std::vector<uint16_t> h = Wire16Tensor(dtype, n, 40 + static_cast<uint32_t>(n));
+          std::vector<float> wide(n);
+          for (size_t i = 0; i < n; ++i) wide[i] = WidenParam(dtype, h[i]);
+          for (size_t first : {size_t{0}, size_t{1}}) {
+            if (first > n) continue;
+            double want = -1, got = -2;
+            ASSERT_TRUE(b->SumSquares(wide.data() + first, n - first, &want).ok());
+            ASSERT_TRUE(b->SumSquaresWire(dtype, h.data() + first, n - first, &got).ok());
+            EXPECT_TRUE(same_bits(got, want))
+                << "from " << first << ": got " << got << " want " << want;
+          }
+          if (n > 0) {  // the largest finite value is in: not a vacuous match
+            double got = 0;
+            ASSERT_TRUE(b->SumSquaresWire(dtype, h.data(), n, &got).ok());
+            EXPECT_GE(got, static_cast<double>(wide[0]) * wide[0]);
+          }
+        }
+        const std::vector<float> x = Normal(n, 41);
+        double want = -1, got = -2;
+        ASSERT_TRUE(b->SumSquares(x.data(), n, &want).ok());
+        ASSERT_TRUE(b->SumSquaresWire(WireDtype::kFp32, x.data(), n, &got).ok());
+        EXPECT_TRUE(same_bits(got, want)) << b->name() << " fp32 n " << n;
+      }
+    }
+  }
+}
+
+TEST(CpuSumSquaresWireTest, UnknownDtypeIsInvalidAndNothingSumsToZero) {
+  for (bool simd : {false, true}) {
+    std::unique_ptr<Backend> b = NewCpuBackend(simd, 2);
+    const uint16_t h[4] = {0x3f80, 0x4000, 0x3c00, 0xc000};
+    double got = -1;
+    EXPECT_EQ(b->SumSquaresWire(static_cast<WireDtype>(3), h, 4, &got).code(),
+              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(b->SumSquaresWire(static_cast<WireDtype>(-1), h, 0, &got).code(),
+              absl::StatusCode::kInvalidArgument);
+    for (WireDtype dtype : {WireDtype::kFp32, WireDtype::kBf16, WireDtype::kFp16}) {
+      got = -1;
+      ASSERT_TRUE(b->SumSquaresWire(dtype, h, 0, &got).ok());
+      EXPECT_EQ(got, 0.0) << WireDtypeName(dtype);
+      EXPECT_FALSE(std::signbit(got)) << WireDtypeName(dtype);
+    }
+    got = -1;  // bf16 0x3f80 = 1, 0x4000 = 2, 0x3c00 = 2^-7, 0xc000 = -2
+    ASSERT_TRUE(b->SumSquaresWire(WireDtype::kBf16, h, 4, &got).ok());
+    EXPECT_EQ(got, 9.0 + std::ldexp(1.0, -14));
+    got = -1;  // fp16 0x3f80 = 1.875, 0x4000 = 2, 0x3c00 = 1, 0xc000 = -2
+    ASSERT_TRUE(b->SumSquaresWire(WireDtype::kFp16, h, 4, &got).ok());
+    EXPECT_EQ(got, 1.875 * 1.875 + 4.0 + 1.0 + 4.0);
   }
 }
 

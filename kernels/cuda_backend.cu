@@ -279,12 +279,21 @@ class CudaBackend final : public Backend {
   }
 
   absl::Status SumSquares(const float* x, size_t n, double* host_result) override {
+    return SumSquaresWire(WireDtype::kFp32, x, n, host_result);
+  }
+
+  absl::Status SumSquaresWire(WireDtype dtype, const void* x, size_t n,
+                              double* host_result) override {
+    if (dtype != WireDtype::kFp32 && dtype != WireDtype::kBf16 && dtype != WireDtype::kFp16) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown wire dtype ", static_cast<int>(dtype)));
+    }
     ONEBIT_RETURN_IF_ERROR(Activate());
     if (n == 0) {
       ONEBIT_CUDA_RETURN_IF_ERROR(
           cudaMemsetAsync(&scratch_->total, 0, sizeof(double), stream_));
     } else {
-      ONEBIT_RETURN_IF_ERROR(cuda::SumSquares(launch(), scratch_, x, n));
+      ONEBIT_RETURN_IF_ERROR(cuda::SumSquaresWire(launch(), scratch_, dtype, x, n));
     }
     ONEBIT_RETURN_IF_ERROR(ResultToHost(&results_->total, &scratch_->total));
     *host_result = results_->total;

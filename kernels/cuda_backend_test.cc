@@ -728,6 +728,68 @@ TEST_F(CudaBackendTest, SumSquaresMatchesCpu) {
   }
 }
 
+// SumSquaresWire of a bf16 or fp16 tensor gives the bits of SumSquares over its float32
+// widening (the same grid and order of additions; the widening is exact), whether the
+// 16-bit tensor is 8-byte aligned (one 8-byte load a group) or not (element by element),
+// at lengths around a group, a block's 1024 elements and past the 4M elements where the
+// threads loop (4096 blocks). For fp32 it is SumSquares. Values of both signs, +-0, large
+// ones and (fp16) subnormals.
+TEST_F(CudaBackendTest, SumSquaresWireMatchesSumSquaresOfTheWidenedCopyBitForBit) {
+  constexpr size_t kWireLengths[] = {0,     1,      3,          4,          5,
+                                     7,     8,      1023,       1025,       10007,
+                                     65537, 196613, 4194304 + 4, 2 * 4194304 + 4096 + 3};
+  auto same_bits = [](double a, double b) { return std::memcmp(&a, &b, sizeof(a)) == 0; };
+  for (size_t n : kWireLengths) {
+    std::vector<float> x = RandomFloats(rng_, n);
+    for (size_t i = 0; i < n; ++i) {
+      if (i % 16 == 3) x[i] *= 1e4f;
+      if (i % 16 == 9) x[i] *= 1e-6f;
+    }
+    for (WireDtype dtype : {WireDtype::kBf16, WireDtype::kFp16}) {
+      std::vector<uint16_t> h(n);
+      std::vector<float> wide(n);
+      for (size_t i = 0; i < n; ++i) {
+        h[i] = NarrowParam(dtype, std::max(-65504.0f, std::min(65504.0f, x[i])));
+        wide[i] = WidenParam(dtype, h[i]);
+      }
+      DeviceArray<float> wide_dev(cuda(), wide);
+      ASSERT_OK(wide_dev.status());
+      double want = -1.0;
+      ASSERT_OK(cuda()->SumSquares(wide_dev.data(), n, &want));
+      // misalign 0 and 4: 8-byte aligned (cudaMalloc's 256); 1 and 2: not.
+      for (size_t misalign : {0, 1, 2, 4}) {
+        SCOPED_TRACE(absl::StrCat(WireDtypeName(dtype), ", n = ", n, ", misalign = ", misalign));
+        DeviceArray<uint16_t> h_dev(cuda(), h, misalign);
+        ASSERT_OK(h_dev.status());
+        double got = -2.0;
+        ASSERT_OK(cuda()->SumSquaresWire(dtype, h_dev.data(), n, &got));
+        EXPECT_TRUE(same_bits(got, want)) << "got " << got << " want " << want;
+      }
+    }
+    SCOPED_TRACE(absl::StrCat("fp32, n = ", n));
+    DeviceArray<float> x_dev(cuda(), x, /*misalign=*/n % 2);
+    ASSERT_OK(x_dev.status());
+    double want = -1.0, got = -2.0;
+    ASSERT_OK(cuda()->SumSquares(x_dev.data(), n, &want));
+    ASSERT_OK(cuda()->SumSquaresWire(WireDtype::kFp32, x_dev.data(), n, &got));
+    EXPECT_TRUE(same_bits(got, want)) << "got " << got << " want " << want;
+  }
+  // An unknown dtype is invalid; no elements sum to +0.
+  DeviceArray<uint16_t> h_dev(cuda(), std::vector<uint16_t>{0x3c00, 0x4000});
+  ASSERT_OK(h_dev.status());
+  double got = -1.0;
+  EXPECT_EQ(cuda()->SumSquaresWire(static_cast<WireDtype>(3), h_dev.data(), 2, &got).code(),
+            absl::StatusCode::kInvalidArgument);
+  for (WireDtype dtype : {WireDtype::kFp32, WireDtype::kBf16, WireDtype::kFp16}) {
+    got = -1.0;
+    ASSERT_OK(cuda()->SumSquaresWire(dtype, h_dev.data(), 0, &got));
+    EXPECT_TRUE(same_bits(got, 0.0)) << WireDtypeName(dtype) << ": " << got;
+  }
+  got = -1.0;  // fp16 1 and 2
+  ASSERT_OK(cuda()->SumSquaresWire(WireDtype::kFp16, h_dev.data(), 2, &got));
+  EXPECT_EQ(got, 5.0);
+}
+
 // The worker -> server -> worker pipeline on the device alone, the blocks of one step
 // feeding the next kernel through device pointers at block offsets (byte aligned only).
 TEST_F(CudaBackendTest, CompressedExchangeOnDeviceMatchesCpu) {

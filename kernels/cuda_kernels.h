@@ -126,8 +126,12 @@ absl::Status FreshVarianceUpdate(Launch launch, float beta1, float beta2, const 
 // The largest ratio's bits into `max_bits` (device memory, zeroed by the caller).
 absl::Status MaxDenomRatio(Launch launch, float eps, const float* v, const float* v_fresh,
                            size_t n, unsigned* max_bits);
-// The sum of squares into scratch->total.
-absl::Status SumSquares(Launch launch, ReductionScratch* scratch, const float* x, size_t n);
+// The sum of squares of n elements of `dtype` widened to float32 (Backend::SumSquares for
+// kFp32, Backend::SumSquaresWire), into scratch->total. The grid and the order of the
+// additions depend on n alone, not on the dtype, so a 16-bit tensor gives the bits of its
+// float32 widening. INVALID_ARGUMENT for a value that is no WireDtype.
+absl::Status SumSquaresWire(Launch launch, ReductionScratch* scratch, WireDtype dtype,
+                            const void* x, size_t n);
 
 }  // namespace onebit::kernels::cuda
 

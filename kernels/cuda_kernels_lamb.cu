@@ -11,6 +11,7 @@
 #include "kernels/cuda_kernels_common.cuh"
 #include "kernels/cuda_status.h"
 #include "kernels/kernels.h"
+#include "kernels/wire_dtype.h"
 
 namespace onebit::kernels::cuda {
 namespace {
@@ -135,21 +136,67 @@ __global__ void MaxDenomRatioKernel(float eps, const float* v, const float* v_fr
   if ((threadIdx.x & 31) == 0 && local != 0) atomicMax(max_bits, local);
 }
 
+// Elements i .. i+3 of x[0, n) as float32 (i a multiple of kGroup; those at or past n read
+// as 0): float32 as they are (Load4), bf16 and fp16 widened by wire_dtype.h's conversions,
+// which are exact. A 16-bit group is one 8-byte load with kVec (x 8-byte aligned), else
+// four 2-byte ones; either way element e is the same float as in a float32 copy.
+template <WireDtype kDtype, bool kVec>
+__device__ __forceinline__ Group LoadWire4(const void* x, size_t i, size_t n) {
+  if constexpr (kDtype == WireDtype::kFp32) {
+    return Load4<kVec>(static_cast<const float*>(x), i, n);
+  } else {
+    const uint16_t* h = static_cast<const uint16_t*>(x);
+    uint16_t bits[kGroup];
+    if (kVec && i + kGroup <= n) {
+      const uint2 q = *reinterpret_cast<const uint2*>(h + i);  // little-endian: low half first
+      bits[0] = static_cast<uint16_t>(q.x & 0xffffu);
+      bits[1] = static_cast<uint16_t>(q.x >> 16);
+      bits[2] = static_cast<uint16_t>(q.y & 0xffffu);
+      bits[3] = static_cast<uint16_t>(q.y >> 16);
+    } else {
+#pragma unroll
+      for (size_t e = 0; e < kGroup; ++e) bits[e] = i + e < n ? h[i + e] : uint16_t{0};
+    }
+    Group r;
+#pragma unroll
+    for (size_t e = 0; e < kGroup; ++e) {
+      r.v[e] = kDtype == WireDtype::kBf16 ? Bf16ToFloat(bits[e]) : Fp16ToFloat(bits[e]);
+    }
+    return r;
+  }
+}
+
 // Two groups per step, both loaded before either is added, so that twice the bytes are in
-// flight; the additions keep the order of a one-group loop (see "Reductions").
-template <bool kVec>
-__global__ void SumSquaresKernel(const float* x, size_t n, ReductionScratch* scratch) {
+// flight; the additions keep the order of a one-group loop (see "Reductions"). x holds n
+// elements of kDtype; the grid, the groups and the order of the additions do not depend on
+// it, so a 16-bit tensor sums to the bits of its float32 widening (SumSquaresWire).
+template <WireDtype kDtype, bool kVec>
+__global__ void SumSquaresKernel(const void* x, size_t n, ReductionScratch* scratch) {
   double local = 0.0;
   const size_t stride = ElementStride();
   size_t i = FirstElement();
   for (; i + stride < n; i += 2 * stride) {
-    const Group a = Load4<kVec>(x, i, n);
-    const Group b = Load4<kVec>(x, i + stride, n);
+    const Group a = LoadWire4<kDtype, kVec>(x, i, n);
+    const Group b = LoadWire4<kDtype, kVec>(x, i + stride, n);
     AddSquares(a, &local);
     AddSquares(b, &local);
   }
-  if (i < n) AddSquares(Load4<kVec>(x, i, n), &local);
+  if (i < n) AddSquares(LoadWire4<kDtype, kVec>(x, i, n), &local);
   FinishReduction(local, scratch);
+}
+
+// SumSquaresKernel over n > 0 elements of kDtype at x; kVec where x is aligned for its
+// group loads (16 bytes for float32, 8 for 16-bit).
+template <WireDtype kDtype>
+absl::Status LaunchSumSquares(Launch launch, ReductionScratch* scratch, const void* x,
+                              size_t n) {
+  constexpr uintptr_t kAlign = kGroup * WireDtypeBytes(kDtype);
+  const auto kernel = reinterpret_cast<uintptr_t>(x) % kAlign == 0
+                          ? SumSquaresKernel<kDtype, true>
+                          : SumSquaresKernel<kDtype, false>;
+  kernel<<<ReduceBlocks(n), kThreads, 0, launch.stream>>>(x, n, scratch);
+  ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -218,11 +265,17 @@ absl::Status MaxDenomRatio(Launch launch, float eps, const float* v, const float
   return absl::OkStatus();
 }
 
-absl::Status SumSquares(Launch launch, ReductionScratch* scratch, const float* x, size_t n) {
-  const auto kernel = Vec(x) ? SumSquaresKernel<true> : SumSquaresKernel<false>;
-  kernel<<<ReduceBlocks(n), kThreads, 0, launch.stream>>>(x, n, scratch);
-  ONEBIT_CUDA_RETURN_IF_LAUNCH_ERROR();
-  return absl::OkStatus();
+absl::Status SumSquaresWire(Launch launch, ReductionScratch* scratch, WireDtype dtype,
+                            const void* x, size_t n) {
+  switch (dtype) {
+    case WireDtype::kFp32:
+      return LaunchSumSquares<WireDtype::kFp32>(launch, scratch, x, n);
+    case WireDtype::kBf16:
+      return LaunchSumSquares<WireDtype::kBf16>(launch, scratch, x, n);
+    case WireDtype::kFp16:
+      return LaunchSumSquares<WireDtype::kFp16>(launch, scratch, x, n);
+  }
+  return absl::InvalidArgumentError("unknown wire dtype");
 }
 
 }  // namespace onebit::kernels::cuda

@@ -264,6 +264,12 @@ class Backend {
   // Sum of squares of x (float64), written to *host_result: LAMB's norms, gradient
   // clipping's global norm and the error metrics.
   virtual absl::Status SumSquares(const float* x, size_t n, double* host_result) = 0;
+  // The float64 sum of squares of the float32 values of n elements of `dtype` at x (backend
+  // memory): for kFp32 exactly SumSquares(x, n); for kBf16 and kFp16 the bits SumSquares gives
+  // for the tensor widened to float32 (WireToFloat), without a float32 copy of it.
+  // INVALID_ARGUMENT for a value that is no WireDtype; 0.0 when n == 0.
+  virtual absl::Status SumSquaresWire(WireDtype dtype, const void* x, size_t n,
+                                      double* host_result) = 0;
   // AdamWarmupUpdate's moments without the update: g' = g * grad_scale;
   // m = fma(b1, m, (1-b1)*g'); v = fma(b2, v, ((1-b2)*g')*g').
   virtual absl::Status AdamMomentsUpdate(const AdamHyper& h, const float* g, float grad_scale,

@@ -146,6 +146,10 @@ class SimulatedDevice final : public Backend {
   absl::Status SumSquares(const float* x, size_t n, double* host_result) override {
     return cpu_->SumSquares(D(x), n, host_result);  // the result is the host's
   }
+  absl::Status SumSquaresWire(WireDtype dtype, const void* x, size_t n,
+                              double* host_result) override {
+    return cpu_->SumSquaresWire(dtype, D(x), n, host_result);  // the result is the host's
+  }
   absl::Status ZeroOneLocalUpdate(const AdamHyper& h, const float* g, const float* v, float* m,
                                   float* p, float* acc, size_t n) override {
     return cpu_->ZeroOneLocalUpdate(h, D(g), D(v), D(m), D(p), D(acc), n);

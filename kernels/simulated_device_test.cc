@@ -2,6 +2,7 @@
 // and the host cannot touch its memory.
 #include "kernels/simulated_device.h"
 
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -48,6 +49,35 @@ TEST(SimulatedDeviceTest, CompressesAsTheCpuBackendAndCountsItsCopies) {
   EXPECT_EQ(t.from_host, 2 * n * sizeof(float));
   EXPECT_EQ(t.to_host, chunks * CompressedBlockBytes(chunk) + chunks * chunk * sizeof(float));
   EXPECT_EQ(cpu->host_transfers().to_host, 0u);  // host memory: no bus
+}
+
+// SumSquaresWire reads the 16-bit tensor in the device's memory and gives the CPU backend's
+// bits for its float32 widening.
+TEST(SimulatedDeviceTest, SumSquaresWireIsTheCpuBackendsOnTheWidenedCopy) {
+  auto device = NewSimulatedDeviceBackend(2);
+  ASSERT_TRUE(device.ok()) << device.status();
+  std::unique_ptr<Backend> cpu = NewCpuBackend(true, 2);
+  const size_t n = 3 * 65536 + 5;
+  const std::vector<float> x = Random(n, 3);
+  for (WireDtype dtype : {WireDtype::kBf16, WireDtype::kFp16}) {
+    std::vector<uint16_t> h(n);
+    std::vector<float> wide(n);
+    for (size_t i = 0; i < n; ++i) {
+      h[i] = NarrowParam(dtype, x[i]);
+      wide[i] = WidenParam(dtype, h[i]);
+    }
+    Buffer<uint16_t> dh = *Buffer<uint16_t>::FromHost(device->get(), h.data(), n);
+    double got = -1, want = -2;
+    ASSERT_TRUE((*device)->SumSquaresWire(dtype, dh.data(), n, &got).ok());
+    ASSERT_TRUE(cpu->SumSquares(wide.data(), n, &want).ok());
+    EXPECT_EQ(std::memcmp(&got, &want, sizeof(got)), 0)
+        << WireDtypeName(dtype) << ": " << got << " vs " << want;
+  }
+  Buffer<float> dx = *Buffer<float>::FromHost(device->get(), x.data(), n);
+  double got = -1, want = -2;
+  ASSERT_TRUE((*device)->SumSquaresWire(WireDtype::kFp32, dx.data(), n, &got).ok());
+  ASSERT_TRUE(cpu->SumSquares(x.data(), n, &want).ok());
+  EXPECT_EQ(std::memcmp(&got, &want, sizeof(got)), 0) << "fp32: " << got << " vs " << want;
 }
 
 // A kernel from outside kernels/ (Backend::HostAddress): host code on the translated

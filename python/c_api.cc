@@ -524,15 +524,8 @@ int onebit_worker_buffers(onebit_worker* w, uintptr_t* params, uintptr_t* gradie
 int onebit_worker_final_params(onebit_worker* w, float* out, size_t n) {
   return Guard([&]() -> absl::Status {
     ONEBIT_WORKER(w);
-    absl::StatusOr<std::vector<float>> p = w->worker->FinalParams();
-    if (!p.ok()) return p.status();
-    if (p->size() != n) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("the final parameters are ", p->size(), " floats, not ", n));
-    }
     if (out == nullptr && n > 0) return Null("out");
-    if (n > 0) std::memcpy(out, p->data(), n * sizeof(float));
-    return absl::OkStatus();
+    return w->worker->FinalParams(out, n);
   });
 }
 
@@ -589,6 +582,19 @@ int onebit_worker_param_buffer(onebit_worker* w, uintptr_t* address, int* dtype)
     if (address == nullptr || dtype == nullptr) return Null("an argument");
     absl::StatusOr<std::pair<const void*, onebit::kernels::WireDtype>> b =
         w->worker->ParamBuffer();
+    if (!b.ok()) return b.status();
+    *address = reinterpret_cast<uintptr_t>(b->first);
+    *dtype = static_cast<int>(b->second);  // WireDtype's values are the ABI's
+    return absl::OkStatus();
+  });
+}
+
+int onebit_worker_gradient_buffer(onebit_worker* w, uintptr_t* address, int* dtype) {
+  return Guard([&]() -> absl::Status {
+    ONEBIT_WORKER(w);
+    if (address == nullptr || dtype == nullptr) return Null("an argument");
+    absl::StatusOr<std::pair<void*, onebit::kernels::WireDtype>> b =
+        w->worker->GradientBuffer();
     if (!b.ok()) return b.status();
     *address = reinterpret_cast<uintptr_t>(b->first);
     *dtype = static_cast<int>(b->second);  // WireDtype's values are the ABI's

@@ -26,7 +26,7 @@
 extern "C" {
 #endif
 
-#define ONEBIT_ABI_VERSION 4
+#define ONEBIT_ABI_VERSION 5
 
 typedef struct onebit_worker onebit_worker;
 typedef struct onebit_coordinator onebit_coordinator;
@@ -160,6 +160,11 @@ size_t onebit_worker_size(onebit_worker* w);
  * the model's order and padded past its n; onebit_worker_buffers' parameters are then
  * null. *dtype 0: float32, the parameters of onebit_worker_buffers. */
 int onebit_worker_param_buffer(onebit_worker* w, uintptr_t* address, int* dtype);
+/* The gradient buffer the model's .grad tensors view (like onebit_worker_buffers: host
+ * memory, or device memory when cuda), n elements. *dtype 1 bf16: a bf16 model's in a
+ * sharded job (2 bytes each; onebit_worker_buffers' gradient is then null). *dtype 0:
+ * float32, onebit_worker_buffers' gradient. */
+int onebit_worker_gradient_buffer(onebit_worker* w, uintptr_t* address, int* dtype);
 
 /* ---- The coordinator rank 0 embeds ---- */
 int onebit_coordinator_start(const char* config, const char* host, int port, int rest_port,

@@ -100,6 +100,7 @@ TEST(CApiTest, AWorkerHandleThatIsNullIsRefused) {
   uintptr_t address = 0;
   int dtype = -1;
   EXPECT_EQ(onebit_worker_param_buffer(nullptr, &address, &dtype), 3);
+  EXPECT_EQ(onebit_worker_gradient_buffer(nullptr, &address, &dtype), 3);
   onebit_worker_free(nullptr);
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -54,7 +55,7 @@ EmbeddedWorker::EmbeddedWorker(WorkerProcessOptions options, std::vector<float> 
       groups_(std::move(groups)),
       buckets_(std::move(buckets)),
       loaded_(std::move(loaded)),
-      initial_(std::move(initial)) {}
+      initial_(std::make_shared<const std::vector<float>>(std::move(initial))) {}
 
 EmbeddedWorker::~EmbeddedWorker() {
   Close("the Python optimizer was destroyed");
@@ -75,11 +76,11 @@ absl::Status EmbeddedWorker::Start() {
     }
     // 0: the workers' model decides (the coordinator checks they agree).
     if (config.workload.parameters != 0 &&
-        static_cast<size_t>(config.workload.parameters) != initial_.size()) {
+        static_cast<size_t>(config.workload.parameters) != initial_->size()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "the model has ", initial_.size(), " parameters; the job config's "
+          "the model has ", initial_->size(), " parameters; the job config's "
           "onebit.workload.parameters says ", config.workload.parameters,
-          " (every process of the job reads it: set it to ", initial_.size(),
+          " (every process of the job reads it: set it to ", initial_->size(),
           ", or to 0 to take the model's)"));
     }
     ExternalWorkloadOptions w;
@@ -87,6 +88,15 @@ absl::Status EmbeddedWorker::Start() {
     w.initial = initial_;
     w.groups = groups_;
     w.buckets = buckets_;
+    // bf16 models of a sharded job keep a bf16 gradient buffer (their .grad tensors view
+    // it): 2 bytes a parameter in place of a float32 buffer's 4 plus the tensors' own 2. It
+    // gives the same bits (gradient.h). Where the gradient is written in float32 (summed
+    // micro-batches, unscaled by fp16's loss scaling, or copied into overlap buckets) it
+    // stays float32.
+    if (options_.param_dtype == kernels::WireDtype::kBf16 && config.exchange.shard_state &&
+        config.gradient_accumulation_steps == 1 && !ScalesLoss(config) && buckets_.empty()) {
+      w.gradient_dtype = kernels::WireDtype::kBf16;
+    }
     ONEBIT_ASSIGN_OR_RETURN(std::unique_ptr<ExternalWorkload> made,
                             ExternalWorkload::Create(std::move(w), backend));
     absl::MutexLock lock(&mu_);
@@ -300,6 +310,14 @@ absl::StatusOr<std::pair<float*, float*>> EmbeddedWorker::Buffers() {
   return std::make_pair(workload_->params(), workload_->gradient());
 }
 
+absl::StatusOr<std::pair<void*, kernels::WireDtype>> EmbeddedWorker::GradientBuffer() {
+  absl::MutexLock lock(&mu_);
+  if (workload_ == nullptr || !workload_->asked()) {
+    return absl::FailedPreconditionError("no buffers before the first step");
+  }
+  return std::make_pair(workload_->gradient_bytes(), workload_->gradient_dtype());
+}
+
 absl::StatusOr<std::pair<const void*, kernels::WireDtype>> EmbeddedWorker::ParamBuffer() {
   absl::MutexLock lock(&mu_);
   if (workload_ == nullptr || !workload_->asked() || trainer_ == nullptr) {
@@ -310,10 +328,15 @@ absl::StatusOr<std::pair<const void*, kernels::WireDtype>> EmbeddedWorker::Param
   return std::make_pair(static_cast<const void*>(workload_->params()), kernels::WireDtype::kFp32);
 }
 
-absl::StatusOr<std::vector<float>> EmbeddedWorker::FinalParams() {
+absl::Status EmbeddedWorker::FinalParams(float* out, size_t n) {
   absl::MutexLock lock(&mu_);
   if (final_params_.empty()) return absl::FailedPreconditionError("the job has not ended");
-  return final_params_;
+  if (final_params_.size() != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the final parameters are ", final_params_.size(), " floats, not ", n));
+  }
+  if (n > 0) std::memcpy(out, final_params_.data(), n * sizeof(float));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Optimizer*> EmbeddedWorker::RunningOptimizer() {

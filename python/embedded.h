@@ -73,15 +73,21 @@ class EmbeddedWorker {
   void ReportRestartableExit(const std::string& why, int64_t step);
 
   // The optimizer's parameters and this worker's gradient buffer (host or device memory,
-  // as cuda() says; valid while the worker runs).
+  // as cuda() says; valid while the worker runs). The gradient is null where it is bf16
+  // (GradientBuffer).
   absl::StatusOr<std::pair<float*, float*>> Buffers();
+  // The gradient buffer the script's .grad tensors view, with its format: float32
+  // (Buffers()'s), or bf16 for a bf16 model with sharded state (2 bytes an element).
+  absl::StatusOr<std::pair<void*, kernels::WireDtype>> GradientBuffer();
   // The model's parameters as the optimizer keeps them: its low-precision buffer
   // (Optimizer::low_params: bf16 or fp16, padded; host or device memory as cuda() says;
   // valid while the worker runs) with its format, or Buffers()'s fp32 parameters and fp32.
   // The parameters of Buffers() are null in the first case.
   absl::StatusOr<std::pair<const void*, kernels::WireDtype>> ParamBuffer();
-  // The parameters at the end of the job (a copy this object owns), once the job ended.
-  absl::StatusOr<std::vector<float>> FinalParams();
+  // The parameters at the end of the job, once it ended, copied into `out` (n floats):
+  // no copy in between (at 7B one is 26 GiB of host memory). INVALID_ARGUMENT for another
+  // n, FAILED_PRECONDITION before the end.
+  absl::Status FinalParams(float* out, size_t n);
   // The state between two steps, or after the last step once the job is over: whole, or
   // a sharded worker's state range (optimizer_state.h).
   absl::StatusOr<OptimizerState> StateDict();
@@ -102,7 +108,7 @@ class EmbeddedWorker {
   int rank();
   int world_size();
   bool cuda();
-  size_t size() const { return initial_.size(); }
+  size_t size() const { return initial_->size(); }
 
  private:
   EmbeddedWorker(WorkerProcessOptions options, std::vector<float> initial,
@@ -116,7 +122,8 @@ class EmbeddedWorker {
   const std::vector<size_t> groups_;
   const std::vector<ParamRange> buckets_;
   const std::optional<OptimizerState> loaded_;
-  const std::vector<float> initial_;
+  // Shared with each run's ExternalWorkload (no copy); never null.
+  const std::shared_ptr<const std::vector<float>> initial_;
   // The worker's membership, for the verdict after its run failed (thread-safe); destroyed
   // after thread_ is joined.
   WorkerMember member_;

@@ -211,7 +211,10 @@ absl::Status RestoreWorker(const std::string& root, const v1::ResumeFrom& resume
   }
   // Shared tensors are put together over the state range from the parts that overlap it
   // (a part that does not is read only up to its tensors' shapes); this worker's own
-  // tensors, errors and scalars come from its part.
+  // tensors, errors and scalars come from its part. A worker the saved job did not have
+  // (a larger local size; its errors reset) takes the optimizer's scalars from the first
+  // part: they are the job's (schedules, and reductions every worker shares), not a
+  // worker's.
   StateTensors states;
   std::map<std::string, std::vector<bool>> covered;
   auto shared = [&](const std::string& name) -> std::vector<float>& {
@@ -223,6 +226,7 @@ absl::Status RestoreWorker(const std::string& root, const v1::ResumeFrom& resume
     return it->second;
   };
   StateScalars scalars;
+  std::optional<StateScalars> first_scalars;
   bool own_part_read = false;
   bool trainer_read = false;
   for (const v1::CheckpointPart& entry : manifest.parts()) {
@@ -233,6 +237,9 @@ absl::Status RestoreWorker(const std::string& root, const v1::ResumeFrom& resume
     // Every shared tensor of the checkpoint is restored, even over an empty state range.
     for (const auto& [name, t] : head.tensors) {
       if (!IsErrorTensor(name) && !absl::StartsWith(name, kOwnPrefix)) shared(name);
+    }
+    if (!first_scalars.has_value()) {
+      ONEBIT_ASSIGN_OR_RETURN(first_scalars, MetaScalars(path, head, kScalarPrefix));
     }
     if (trainer_scalars != nullptr && !trainer_read) {
       ONEBIT_ASSIGN_OR_RETURN(*trainer_scalars, MetaScalars(path, head, kTrainerScalarPrefix));
@@ -289,6 +296,7 @@ absl::Status RestoreWorker(const std::string& root, const v1::ResumeFrom& resume
   if (!resume.reset_errors() && !own_part_read) {
     return absl::DataLossError(absl::StrCat(dir, ": no part of worker ", rank, " to restore its errors from"));
   }
+  if (!own_part_read && first_scalars.has_value()) scalars = *std::move(first_scalars);
   absl::Status restored = optimizer.Restore(resume.step(), manifest.freeze_step(), states, scalars);
   if (!restored.ok()) return absl::Status(restored.code(), absl::StrCat(dir, ": ", restored.message()));
   return absl::OkStatus();

@@ -386,5 +386,23 @@ TEST(CheckpointerShardedTest, ResumesOnAnotherLocalSize) {
   EXPECT_NE(damaged.message().find("worker-0"), std::string::npos) << damaged;
 }
 
+// A checkpoint of local size 2 resumes at local size 4: workers 2 and 3 had no part. The
+// optimizer's scalars (1-bit LAMB's, from whole-tensor reductions every worker shares)
+// come from another worker's part, the shared tensors over each state range, the errors
+// reset.
+TEST(CheckpointerShardedTest, AWorkerTheSavedJobDidNotHaveResumesFromTheOthersParts) {
+  constexpr size_t kLarge = 1001;
+  for (OptimizerKind kind : {OptimizerKind::kOneBitAdam, OptimizerKind::kOneBitLamb}) {
+    SCOPED_TRACE(static_cast<int>(kind));
+    const std::string root = absl::StrCat(std::getenv("TEST_TMPDIR"), "/grown-",
+                                          static_cast<int>(kind));
+    const Reference ref = RunAndSave(Job{1, 2, false, kind}, kLarge, root + "/reference");
+    (void)RunAndSave(Job{1, 2, true, kind}, kLarge, root);
+    for (const Job& job : {Job{1, 4, true, kind}, Job{1, 4, false, kind}}) {
+      (void)RestoreAndCheck(job, kLarge, root, /*reset_errors=*/true, ref.at_save);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace onebit

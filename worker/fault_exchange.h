@@ -34,19 +34,19 @@ class FaultExchange final : public ForwardingExchange {
   }
   // The sharded calls that open a step's exchange (the LAMB rows: ShardRows, before
   // CompressedAverageOfRows).
-  absl::StatusOr<const float*> SumGradientsOfShard(int64_t step, const float* grad) override {
+  absl::StatusOr<const float*> SumGradientsOfShard(int64_t step, Gradient grad) override {
     MaybeDie(step);
     return ForwardingExchange::SumGradientsOfShard(step, grad);
   }
   absl::StatusOr<CompressedResult> AverageMomentumOfShard(int64_t step, const float* m_shard,
-                                                          const float* g, float beta1,
+                                                          Gradient g, float beta1,
                                                           float g_scale) override {
     MaybeDie(step);
     return ForwardingExchange::AverageMomentumOfShard(step, m_shard, g, beta1, g_scale);
   }
-  absl::StatusOr<float*> ShardRows(int64_t step, const float* x) override {
+  absl::StatusOr<float*> ShardRows(int64_t step, Gradient x, float scale) override {
     MaybeDie(step);
-    return ForwardingExchange::ShardRows(step, x);
+    return ForwardingExchange::ShardRows(step, x, scale);
   }
 
  private:

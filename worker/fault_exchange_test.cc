@@ -25,7 +25,7 @@ TEST(FaultExchangeDeathTest, TheShardCallsThatOpenAStepKillAtTheFaultStep) {
               ::testing::KilledBySignal(SIGKILL), kKilled);
   EXPECT_EXIT(f.AverageMomentumOfShard(kFaultStep, m, grad, 0.9f, 1.0f).IgnoreError(),
               ::testing::KilledBySignal(SIGKILL), kKilled);
-  EXPECT_EXIT(f.ShardRows(kFaultStep, grad).IgnoreError(), ::testing::KilledBySignal(SIGKILL),
+  EXPECT_EXIT(f.ShardRows(kFaultStep, grad, 1.0f).IgnoreError(), ::testing::KilledBySignal(SIGKILL),
               kKilled);
 }
 
@@ -38,7 +38,7 @@ TEST(FaultExchangeTest, ShardCallsForwardAtOtherSteps) {
   EXPECT_EQ(f.buffer_bytes(), inner.bytes);
   EXPECT_TRUE(f.SumGradientsOfShard(kFaultStep - 1, grad).ok());
   EXPECT_TRUE(f.AverageMomentumOfShard(kFaultStep + 1, m, grad, 0.9f, 1.0f).ok());
-  EXPECT_TRUE(f.ShardRows(kFaultStep - 1, grad).ok());
+  EXPECT_TRUE(f.ShardRows(kFaultStep - 1, grad, 1.0f).ok());
   // The rows' average belongs to the step ShardRows opened: it never kills.
   EXPECT_TRUE(f.CompressedAverageOfRows(kFaultStep).ok());
   EXPECT_TRUE(f.AllGatherShards(whole).ok());

@@ -171,8 +171,26 @@ absl::Status Trainer::Init(Exchange* exchange, Transport* transport) {
   }
   ONEBIT_ASSIGN_OR_RETURN(optimizer_, CreateOptimizer(spec, backend_, exchange, initial.data(), n));
   built_weight_decays_ = optimizer_->weight_decays();
+  low_grad_ = workload_->low_precision_gradient();
+  if (low_grad_.has_value()) {
+    // Read in place by the sharded exchange (gradient.h): nothing here may write it.
+    const char* dtype = kernels::WireDtypeName(low_grad_->dtype);
+    if (options_.gradient_accumulation_steps > 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gradient_accumulation_steps ", options_.gradient_accumulation_steps, " with a ",
+          dtype, " gradient buffer: the micro-batches are summed in float32; accumulate in "
+                 "the script (backward() under `with opt.no_sync():` but the last)"));
+    }
+    if (options_.loss_scaling.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "fp16 loss scaling with a ", dtype,
+          " gradient buffer: unscaling writes the gradient in float32; bf16 needs no loss "
+          "scaling"));
+    }
+    ONEBIT_RETURN_IF_ERROR(optimizer_->CheckGradient(*low_grad_));
+  }
   grad_data_ = options_.gradient_accumulation_steps == 1 ? workload_->gradient_buffer() : nullptr;
-  if (grad_data_ == nullptr) {
+  if (grad_data_ == nullptr && !low_grad_.has_value()) {
     ONEBIT_ASSIGN_OR_RETURN(grad_, kernels::Buffer<float>::Create(backend_, n));
     grad_data_ = grad_.data();
   }
@@ -397,11 +415,19 @@ absl::Status Trainer::RestoreScalars(const StateScalars& scalars) {
 absl::StatusOr<std::pair<bool, bool>> Trainer::UnscaleAndAsk(int64_t t, double loss,
                                                              double scale) {
   const size_t n = workload_->num_parameters();
+  const Gradient grad = StepGradient();
   if (scale != 1.0) {
+    if (!grad.is_fp32()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "a loss scale (torch's GradScaler, scale ", scale, ") with a ",
+          kernels::WireDtypeName(grad.dtype),
+          " gradient buffer: unscaling writes the gradient in float32; bf16 needs no "
+          "scaler (drop it, or pass scaler.get_scale() only when it is 1)"));
+    }
     ONEBIT_RETURN_IF_ERROR(backend_->Scale(static_cast<float>(1.0 / scale), grad_data_, n));
   }
   double sumsq = 0.0;
-  ONEBIT_RETURN_IF_ERROR(backend_->SumSquares(grad_data_, n, &sumsq));
+  ONEBIT_RETURN_IF_ERROR(backend_->SumSquaresWire(grad.dtype, grad.data, n, &sumsq));
   const bool local = !std::isfinite(sumsq) || !std::isfinite(loss);
   Exchange& exchange = optimizer_->exchange();
   bool any = local;
@@ -576,7 +602,7 @@ absl::Status Trainer::RunStep(int64_t t) {
   const kernels::Backend::HostTransfers moved_before = backend_->host_transfers();
   // The optimizer's warmup sum closes the overlapped exchange (the exchange's SumGradients).
   const absl::Status stepped_ok =
-      report.skipped ? optimizer_->SkipStep() : optimizer_->Step(grad_data_);
+      report.skipped ? optimizer_->SkipStep() : optimizer_->Step(StepGradient());
   if (!stepped_ok.ok()) return abandon(stepped_ok);
   workload_->StepEnded(t * options_.gradient_accumulation_steps, report.skipped);
   ONEBIT_RETURN_IF_ERROR(backend_->Synchronize());  // GPU work done: the time is real
@@ -716,12 +742,9 @@ absl::StatusOr<std::optional<double>> Trainer::VarianceChange(int64_t t, Stage s
       ONEBIT_ASSIGN_OR_RETURN(const std::vector<double> all,
                               exchange.GatherPartials({AddInOrder(mine.diff),
                                                        AddInOrder(mine.norm)}));
-      ChangePartials node;  // slice by slice, in local-rank order
-      for (size_t l = 0; l + 1 < all.size(); l += 2) {
-        node.diff.push_back(all[l]);
-        node.norm.push_back(all[l + 1]);
-      }
-      change = RelativeChange(node);
+      ONEBIT_ASSIGN_OR_RETURN(std::vector<std::vector<double>> by_slice,
+                              PartialsBySlice(all, 2));  // slice by slice, in local-rank order
+      change = RelativeChange({std::move(by_slice[0]), std::move(by_slice[1])});
     }
   }
   v_prev_.swap(v_now_);

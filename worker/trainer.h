@@ -364,6 +364,10 @@ class Trainer {
   // The step's gradient: the workload's gradient_buffer() where it has one and micro
   // batches are not accumulated (no copy a step), else grad_.
   float* grad_data_ = nullptr;
+  // The workload's own 16-bit gradient (Workload::low_precision_gradient), read in place:
+  // then grad_data_ is null. StepGradient(): what the optimizer steps on.
+  std::optional<Gradient> low_grad_;
+  Gradient StepGradient() const { return low_grad_.has_value() ? *low_grad_ : Gradient(grad_data_); }
   kernels::Buffer<float> grad_;
   kernels::Buffer<float> micro_grad_;  // gradient accumulation's scratch
   // Forwards the workload's announcements to options_.overlap; null: no overlap.

@@ -17,7 +17,7 @@ import sys
 # torch is imported where tensors are made, not here: the core's config and coordinator
 # calls work without it (the wheel's test loads the core on every CPython it finds).
 
-ABI_VERSION = 4
+ABI_VERSION = 5
 LIBRARY_NAME = "libonebit_core.so"
 _INVALID_ARGUMENT, _DEADLINE_EXCEEDED, _NOT_FOUND, _UNAVAILABLE = 3, 4, 5, 14
 
@@ -93,6 +93,7 @@ _SIGNATURES = {
     "onebit_worker_world_size": (_c_int, [_c_void]),
     "onebit_worker_size": (_c_size, [_c_void]),
     "onebit_worker_param_buffer": (_c_int, [_c_void, _P(ctypes.c_size_t), _P(_c_int)]),
+    "onebit_worker_gradient_buffer": (_c_int, [_c_void, _P(ctypes.c_size_t), _P(_c_int)]),
     "onebit_coordinator_start": (_c_int, [_c_str, _c_str, _c_int, _c_int, _c_int, _c_str, _c_str,
                                           _P(_c_void)]),
     "onebit_coordinator_free": (None, [_c_void]),
@@ -446,6 +447,15 @@ class Worker:
 
     def gradient_address(self):
         return self._buffers()[1]
+
+    def gradient_buffer(self):
+        """(address, dtype) of the gradient buffer the .grad tensors view: dtype "bf16" for
+        a bf16 model's in a sharded job (then gradient() has none), else "fp32" and
+        gradient_address()."""
+        address, dtype = ctypes.c_size_t(), _c_int()
+        _check(lib().onebit_worker_gradient_buffer(self._handle, ctypes.byref(address),
+                                                   ctypes.byref(dtype)))
+        return address.value, {0: "fp32", 1: "bf16", 2: "fp16"}[dtype.value]
 
     def final_params(self):
         """A copy of the parameters at the end of the job."""

@@ -178,6 +178,9 @@ class _OnebitOptimizer(torch.optim.Optimizer):
                                           loaded=self._loaded, buckets=ranges,
                                           param_dtype=self._flat.param_dtype(),
                                           **self._worker_args)
+            # The worker copied them: this float32 copy would stay alive through the
+            # worker's start (4 bytes a parameter of host memory, BENCHMARKS.md).
+            del initial
             self._loaded = None
             self._worker.start()
             self._next = self._wait()

@@ -58,6 +58,11 @@ def _cuda_view(address, n, device, typestr="<f4"):
     return torch.as_tensor(_Memory(), device=device)
 
 
+def _torch_dtype(name):
+    """The torch dtype of the worker's "bf16" or "fp16"."""
+    return next(t for t, known in _LOW_DTYPE_NAMES.items() if known == name)
+
+
 def _low_view(address, n, dtype, device, owner):
     """n elements of a 2-byte `dtype` at `address` (the worker's low-precision parameters,
     device or host memory), no copy. The array interfaces know no bfloat16: the memory is
@@ -150,18 +155,23 @@ class _FlatParams:
         """The parameters and their gradients become views of the worker's buffers (a
         gradient made before the worker joined is copied in): the indices of those that had
         one. A worker with low-precision parameters (sharded state) holds the model's own:
-        the parameters view them, and it keeps no master here."""
+        the parameters view them, and it keeps no master here. A bfloat16 model's gradient
+        buffer there is bfloat16 too: the .grad tensors view it as they are."""
         address, dtype = worker.param_buffer()
         low = None
         if dtype != "fp32":
-            torch_dtype = next(t for t, name in _LOW_DTYPE_NAMES.items() if name == dtype)
-            low = _low_view(address, self.n, torch_dtype, self.device, worker)
+            low = _low_view(address, self.n, _torch_dtype(dtype), self.device, worker)
+        grad_address, grad_dtype = worker.gradient_buffer()
+        if grad_dtype != "fp32":
+            grad = _low_view(grad_address, self.n, _torch_dtype(grad_dtype), self.device, worker)
+        elif worker.cuda:
+            grad = _cuda_view(grad_address, self.n, self.device)
+        else:
+            grad = worker.gradient()
         if worker.cuda:
             flat = None if low is not None else _cuda_view(address, self.n, self.device)
-            grad = _cuda_view(worker.gradient_address(), self.n, self.device)
         else:
             flat = None if low is not None else worker.params()
-            grad = worker.gradient()
         self.grad_views = []
         self.masters = {}  # index: the float32 master of a bfloat16 or float16 parameter
         self.own_grads = set()
@@ -179,7 +189,10 @@ class _FlatParams:
                             f"{self.what(i)} is {p.dtype}; the worker keeps {low.dtype} "
                             "parameters (the model's types changed after the optimizer was built)")
                     p.data = low[begin:end].view(p.shape)
-                    self.own_grads.add(i)
+                    if grad.dtype == p.dtype:  # the worker's gradient too
+                        p.grad = view
+                    else:
+                        self.own_grads.add(i)
                 elif p.dtype == torch.float32:
                     p.data = flat[begin:end].view(p.shape)
                     p.grad = view

@@ -2,7 +2,8 @@
 onebit keeps the float32 master copy, the parameters keep their type and take the master's
 value after every step, and the state is float32. EXCHANGE "hier" runs the hierarchical
 exchange (one node of two workers), "sharded" the same with shard_state: the worker then
-keeps the low-precision parameters, which the model's view. A digest of the parameters
+keeps the low-precision parameters, which the model's view, and a bfloat16 model's .grad
+tensors view its bfloat16 gradient buffer (a float16 model's stay its own). A digest of the parameters
 after every step, for comparing runs bit for bit.
 
     low_precision.py DTYPE [EXCHANGE]      (bfloat16 or float16; flat, hier or sharded)
@@ -41,6 +42,12 @@ while not opt.done:
         address, kept = opt._worker.param_buffer()
         synced = synced and model[0].weight.data_ptr() == address and kept == {
             torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
+        grad_address, grad_kept = opt._worker.gradient_buffer()
+        if dtype == torch.bfloat16:  # so do the gradients
+            synced = (synced and grad_kept == "bf16" and model[0].weight.grad.dtype == dtype
+                      and model[0].weight.grad.data_ptr() == grad_address)
+        else:
+            synced = synced and grad_kept == "fp32"
     else:  # the parameters are the master, rounded
         synced = synced and torch.equal(flat, opt._worker.params().to(dtype))
 types = sorted({str(p.dtype) for p in model.parameters()})

@@ -2003,63 +2003,60 @@ class GradScalerLikeTorch(unittest.TestCase):
         opt.close()
 
 
+def skip_without_cpu_float16(test):
+    """Skips `test` where this torch has no float16 matrix product on the CPU (torch 1.13)."""
+    try:
+        torch.nn.functional.linear(torch.ones(2, 2, dtype=torch.float16),
+                                   torch.ones(2, 2, dtype=torch.float16))
+    except RuntimeError as e:
+        test.skipTest(f"torch {torch.__version__} has no float16 matrix product on the CPU "
+                      f"({e}): the torch-latest stack runs this")
+
+
+def train_low_precision(test, dtype, *exchange):
+    """python/tests/low_precision.py on two ranks: each must train (its loss falls to under a
+    quarter) with its parameters in `dtype`, its state float32 and its buffers as expected
+    (synced). The ranks' digests of the parameters after every step."""
+    name = "-".join(("low", dtype) + exchange)
+    r, logs = on_two_ranks(name, os.path.join(HERE, "low_precision.py"), dtype, *exchange)
+    test.assertEqual(r.returncode, 0, r.stderr + "".join(logs)[-3000:])
+    digests = []
+    for rank, log in enumerate(logs):
+        m = re.search(rf"rank {rank}: parameters \['torch.{dtype}'\], state torch.float32, "
+                      rf"synced True, loss ([0-9.]+) -> ([0-9.]+), digest (\w+)", log)
+        test.assertIsNotNone(m, log[-3000:])
+        test.assertLess(float(m.group(2)), float(m.group(1)) / 4)  # it trains
+        digests.append(m.group(3))
+    return digests
+
+
 class LowPrecisionParameters(unittest.TestCase):
     """bfloat16 and float16 models without autocast (before: a ValueError, float32 only)."""
 
-    def train(self, dtype):
-        r, logs = on_two_ranks(f"low-{dtype}", os.path.join(HERE, "low_precision.py"), dtype)
-        self.assertEqual(r.returncode, 0, r.stderr + "".join(logs)[-3000:])
-        for rank, log in enumerate(logs):
-            m = re.search(rf"rank {rank}: parameters \['torch.{dtype}'\], state torch.float32, "
-                          rf"synced True, loss ([0-9.]+) -> ([0-9.]+)", log)
-            self.assertIsNotNone(m, log[-3000:])
-            self.assertLess(float(m.group(2)), float(m.group(1)) / 4)  # it trains
-
     def test_bfloat16(self):
-        self.train("bfloat16")
+        train_low_precision(self, "bfloat16")
 
     def test_float16(self):
-        try:
-            torch.nn.functional.linear(torch.ones(2, 2, dtype=torch.float16),
-                                       torch.ones(2, 2, dtype=torch.float16))
-        except RuntimeError as e:
-            self.skipTest(f"torch {torch.__version__} has no float16 matrix product on the "
-                          f"CPU ({e}): the torch-latest stack runs this")
-        self.train("float16")
+        skip_without_cpu_float16(self)
+        train_low_precision(self, "float16")
 
 
 class ShardedLowPrecisionParameters(unittest.TestCase):
     """With shard_state, a bfloat16 or float16 model's parameters view the worker's own
-    low-precision buffer (its float32 masters sharded): the parameters after every step are
-    those of the same job unsharded, which copies each master back, bit for bit."""
-
-    def digests(self, dtype, exchange):
-        r, logs = on_two_ranks(f"low-{dtype}-{exchange}", os.path.join(HERE, "low_precision.py"),
-                               dtype, exchange)
-        self.assertEqual(r.returncode, 0, r.stderr + "".join(logs)[-3000:])
-        out = []
-        for rank, log in enumerate(logs):
-            m = re.search(rf"rank {rank}: parameters \['torch.{dtype}'\], state torch.float32, "
-                          rf"synced True, loss ([0-9.]+) -> ([0-9.]+), digest (\w+)", log)
-            self.assertIsNotNone(m, log[-3000:])
-            self.assertLess(float(m.group(2)), float(m.group(1)) / 4)  # it trains
-            out.append(m.group(3))
-        self.assertEqual(out[0], out[1])  # both ranks alike
-        return out[0]
+    low-precision buffer (its float32 masters sharded; a bfloat16 model's gradients its
+    bfloat16 gradient buffer): the parameters after every step are those of the same job
+    unsharded, which copies each master back, bit for bit."""
 
     def same_bits(self, dtype):
-        self.assertEqual(self.digests(dtype, "sharded"), self.digests(dtype, "hier"))
+        sharded = train_low_precision(self, dtype, "sharded")
+        self.assertEqual(sharded[0], sharded[1])  # both ranks alike
+        self.assertEqual(sharded, train_low_precision(self, dtype, "hier"))
 
     def test_bfloat16(self):
         self.same_bits("bfloat16")
 
     def test_float16(self):
-        try:
-            torch.nn.functional.linear(torch.ones(2, 2, dtype=torch.float16),
-                                       torch.ones(2, 2, dtype=torch.float16))
-        except RuntimeError as e:
-            self.skipTest(f"torch {torch.__version__} has no float16 matrix product on the "
-                          f"CPU ({e}): the torch-latest stack runs this")
+        skip_without_cpu_float16(self)
         self.same_bits("float16")
 
 

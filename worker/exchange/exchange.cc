@@ -28,16 +28,16 @@ absl::Status NotSharded(absl::string_view call) {
 
 }  // namespace
 
-absl::StatusOr<const float*> Exchange::SumGradientsOfShard(int64_t, const float*) {
+absl::StatusOr<const float*> Exchange::SumGradientsOfShard(int64_t, Gradient) {
   return NotSharded("SumGradientsOfShard");
 }
 
 absl::StatusOr<CompressedResult> Exchange::AverageMomentumOfShard(int64_t, const float*,
-                                                                  const float*, float, float) {
+                                                                  Gradient, float, float) {
   return NotSharded("AverageMomentumOfShard");
 }
 
-absl::StatusOr<float*> Exchange::ShardRows(int64_t, const float*) {
+absl::StatusOr<float*> Exchange::ShardRows(int64_t, Gradient, float) {
   return NotSharded("ShardRows");
 }
 

@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "compression/codec.h"
 #include "kernels/kernels.h"
+#include "worker/exchange/gradient.h"
 #include "worker/exchange/step_clock.h"
 
 namespace onebit {
@@ -39,6 +40,13 @@ struct CompressedResult {
   size_t num_chunks = 0;
   size_t chunk = 0;
   const float* exact = nullptr;
+
+  // The exact form, over `floats`.
+  static CompressedResult Exact(const float* floats) {
+    CompressedResult r;
+    r.exact = floats;
+    return r;
+  }
 };
 
 // The first n elements of `r` as floats into `out` (backend memory): a copy of r.exact, or
@@ -123,8 +131,9 @@ class Exchange {
 
   // Warmup: slice `piece` of SumGradients(step, grad): stride floats (backend memory),
   // the same bits as those elements of SumGradients, zero past the parameters; valid
-  // until the next call. `grad`: this worker's whole gradient (n elements).
-  virtual absl::StatusOr<const float*> SumGradientsOfShard(int64_t step, const float* grad);
+  // until the next call. `grad`: this worker's whole gradient (n elements; float32 or
+  // 16-bit, gradient.h).
+  virtual absl::StatusOr<const float*> SumGradientsOfShard(int64_t step, Gradient grad);
 
   // Compression: AverageMomentum for slice `piece` only. `m_shard`: the slice of m (stride
   // floats, zero past the parameters; not written); `g`: the whole local gradient (n).
@@ -133,21 +142,22 @@ class Exchange {
   // node) the exact floats. Decode with DecodeResult(r, backend, end - begin, out).
   // `g_scale`: the local gradient enters as g_scale * g (one float multiply per element,
   // Backend::Scale's bits; 1: g itself), so the compression step's clip
-  // (GradientClipper::ClipScale) needs no clipped copy of g.
+  // (GradientClipper::ClipScale) needs no clipped copy of g. g may be 16-bit (gradient.h).
   virtual absl::StatusOr<CompressedResult> AverageMomentumOfShard(int64_t step,
                                                                   const float* m_shard,
-                                                                  const float* g, float beta1,
+                                                                  Gradient g, float beta1,
                                                                   float g_scale);
 
   // 1-bit LAMB's compression, in two calls. ShardRows: slice `piece` of every local
   // worker's `x` (n elements), `pieces` rows of stride floats in local-rank order (zero
-  // past the parameters), writable; valid until the next call, which must be
+  // past the parameters), writable, each element x_j * scale (AverageMomentumOfShard's
+  // g_scale); x may be 16-bit (gradient.h). Valid until the next call, which must be
   // CompressedAverageOfRows of the same step.
   // CompressedAverageOfRows: the rows' AverageRows (whatever the caller wrote into them),
   // then the inter-node CompressedAverage of it; the result has AverageMomentumOfShard's
   // form. With the rows untouched it is slice `piece` of CompressedAverage(step, x).
   // FAILED_PRECONDITION when ShardRows(step) did not come just before.
-  virtual absl::StatusOr<float*> ShardRows(int64_t step, const float* x);
+  virtual absl::StatusOr<float*> ShardRows(int64_t step, Gradient x, float scale = 1.0f);
   virtual absl::StatusOr<CompressedResult> CompressedAverageOfRows(int64_t step);
 
   // Exact: `whole` (pieces*stride floats, backend memory) gets every local worker's slice

@@ -37,16 +37,16 @@ class ForwardingExchange : public Exchange {
   }
   size_t reduction_stride() const override { return inner_->reduction_stride(); }
   std::optional<StateShard> state_shard() const override { return inner_->state_shard(); }
-  absl::StatusOr<const float*> SumGradientsOfShard(int64_t step, const float* grad) override {
+  absl::StatusOr<const float*> SumGradientsOfShard(int64_t step, Gradient grad) override {
     return inner_->SumGradientsOfShard(step, grad);
   }
   absl::StatusOr<CompressedResult> AverageMomentumOfShard(int64_t step, const float* m_shard,
-                                                          const float* g, float beta1,
+                                                          Gradient g, float beta1,
                                                           float g_scale) override {
     return inner_->AverageMomentumOfShard(step, m_shard, g, beta1, g_scale);
   }
-  absl::StatusOr<float*> ShardRows(int64_t step, const float* x) override {
-    return inner_->ShardRows(step, x);
+  absl::StatusOr<float*> ShardRows(int64_t step, Gradient x, float scale) override {
+    return inner_->ShardRows(step, x, scale);
   }
   absl::StatusOr<CompressedResult> CompressedAverageOfRows(int64_t step) override {
     return inner_->CompressedAverageOfRows(step);

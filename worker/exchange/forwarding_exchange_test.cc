@@ -35,6 +35,7 @@ TEST(ForwardingExchangeTest, ForwardsEveryShardCall) {
   RecordingExchange inner;
   ForwardingExchange f(&inner);
   float grad[3] = {}, m[3] = {}, whole[6] = {};
+  const uint16_t grad16[3] = {};  // a bf16 gradient keeps its dtype through the forwarder
 
   const std::optional<StateShard> s = f.state_shard();
   ASSERT_TRUE(s.has_value());
@@ -50,10 +51,11 @@ TEST(ForwardingExchangeTest, ForwardsEveryShardCall) {
   absl::StatusOr<const float*> sum = f.SumGradientsOfShard(4, grad);
   ASSERT_TRUE(sum.ok());
   EXPECT_EQ(*sum, grad + 1);
-  absl::StatusOr<CompressedResult> avg = f.AverageMomentumOfShard(5, m, grad, 0.75f, 0.5f);
+  absl::StatusOr<CompressedResult> avg = f.AverageMomentumOfShard(
+      5, m, Gradient(grad16, kernels::WireDtype::kBf16), 0.75f, 0.5f);
   ASSERT_TRUE(avg.ok());
   EXPECT_EQ(avg->chunk, 5u);
-  absl::StatusOr<float*> rows = f.ShardRows(6, grad);
+  absl::StatusOr<float*> rows = f.ShardRows(6, grad, 0.25f);
   ASSERT_TRUE(rows.ok());
   EXPECT_EQ(*rows, inner.rows);
   absl::StatusOr<CompressedResult> rows_avg = f.CompressedAverageOfRows(6);
@@ -72,12 +74,15 @@ TEST(ForwardingExchangeTest, ForwardsEveryShardCall) {
   EXPECT_EQ(inner.calls[1].name, "AverageMomentumOfShard");
   EXPECT_EQ(inner.calls[1].step, 5);
   EXPECT_EQ(inner.calls[1].first, m);
-  EXPECT_EQ(inner.calls[1].second, grad);
+  EXPECT_EQ(inner.calls[1].second, grad16);
+  EXPECT_EQ(inner.calls[1].dtype, kernels::WireDtype::kBf16);
   EXPECT_EQ(inner.calls[1].beta1, 0.75f);
   EXPECT_EQ(inner.calls[1].g_scale, 0.5f);
   EXPECT_EQ(inner.calls[2].name, "ShardRows");
   EXPECT_EQ(inner.calls[2].step, 6);
   EXPECT_EQ(inner.calls[2].first, grad);
+  EXPECT_EQ(inner.calls[2].g_scale, 0.25f);
+  EXPECT_EQ(inner.calls[2].dtype, kernels::WireDtype::kFp32);
   EXPECT_EQ(inner.calls[3].name, "CompressedAverageOfRows");
   EXPECT_EQ(inner.calls[3].step, 6);
   EXPECT_EQ(inner.calls[4].name, "AllGatherShards");

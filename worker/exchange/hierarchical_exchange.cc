@@ -109,7 +109,7 @@ size_t HierarchicalExchange::segment() const {
   return std::min(options_.segment_elements, layout_.slice());
 }
 
-absl::Status HierarchicalExchange::ExchangeSegment(const float* in, size_t begin, size_t count,
+absl::Status HierarchicalExchange::ExchangeSegment(Gradient in, size_t begin, size_t count,
                                                    float scale, float* rows) {
   const size_t n = layout_.n(), slice = layout_.slice();
   for (int j = 0; j < layout_.local_size(); ++j) {
@@ -118,7 +118,11 @@ absl::Status HierarchicalExchange::ExchangeSegment(const float* in, size_t begin
     const size_t have = from >= n ? 0 : std::min(count, n - from);
     float* block = send_.data() + static_cast<size_t>(j) * count;
     if (have > 0) {
-      ONEBIT_RETURN_IF_ERROR(backend_->Copy(block, in + from, have * sizeof(float)));
+      if (in.is_fp32()) {
+        ONEBIT_RETURN_IF_ERROR(backend_->Copy(block, in.fp32() + from, have * sizeof(float)));
+      } else {  // exact: the float32 values a float32 gradient buffer would hold
+        ONEBIT_RETURN_IF_ERROR(backend_->WireToFloat(in.dtype, in.From(from).data, have, block));
+      }
       // The bits of GradientClipper::Clip's copy: the same float multiply per element.
       if (scale != 1.0f) ONEBIT_RETURN_IF_ERROR(backend_->Scale(scale, block, have));
     }
@@ -129,7 +133,7 @@ absl::Status HierarchicalExchange::ExchangeSegment(const float* in, size_t begin
   return intra_->AllToAll(send_.data(), rows, count * sizeof(float));
 }
 
-absl::Status HierarchicalExchange::ReduceScatter(const float* in, bool average, float scale) {
+absl::Status HierarchicalExchange::ReduceScatter(Gradient in, bool average, float scale) {
   rows_step_.reset();  // ShardRows' rows are valid until the next call (exchange.h)
   const int local = layout_.local_size();
   const size_t slice = layout_.slice(), segment = this->segment();
@@ -170,11 +174,7 @@ absl::StatusOr<CompressedResult> HierarchicalExchange::AverageMomentum(int64_t s
   }
   if (inter_ == nullptr) {  // one node: the exact average, nothing compressed
     ONEBIT_RETURN_IF_ERROR(backend_->MomentumUpdate(beta1, slice_sum_.data(), slice_m_.data(), slice));
-    ONEBIT_RETURN_IF_ERROR(
-        intra_->AllGather(slice_m_.data(), gathered_.data(), slice * sizeof(float)));
-    CompressedResult exact;
-    exact.exact = gathered_.data();
-    return exact;
+    return GatherExact(slice_m_.data());
   }
   ONEBIT_ASSIGN_OR_RETURN(CompressedResult r,
                           inter_->AverageMomentum(step, slice_m_.data(), slice_sum_.data(), beta1));
@@ -193,6 +193,12 @@ absl::Status HierarchicalExchange::CheckInterResult(const CompressedResult& r) c
   return absl::OkStatus();
 }
 
+absl::StatusOr<CompressedResult> HierarchicalExchange::GatherExact(const float* slice) {
+  ONEBIT_RETURN_IF_ERROR(
+      intra_->AllGather(slice, gathered_.data(), layout_.slice() * sizeof(float)));
+  return CompressedResult::Exact(gathered_.data());
+}
+
 absl::StatusOr<CompressedResult> HierarchicalExchange::GatherSlices(const CompressedResult& r) {
   ONEBIT_RETURN_IF_ERROR(CheckInterResult(r));
   const size_t slice_bytes = r.num_chunks * codec_->BlockBytes(r.chunk);
@@ -205,13 +211,8 @@ absl::StatusOr<CompressedResult> HierarchicalExchange::CompressedAverage(int64_t
   ONEBIT_RETURN_IF_ERROR(
       CheckMode(false, "CompressedAverage", "ShardRows, then CompressedAverageOfRows"));
   ONEBIT_RETURN_IF_ERROR(ReduceScatter(x, /*average=*/true));
-  const size_t slice = layout_.slice();
   if (inter_ == nullptr) {  // one node: the exact average, nothing compressed
-    ONEBIT_RETURN_IF_ERROR(
-        intra_->AllGather(slice_sum_.data(), gathered_.data(), slice * sizeof(float)));
-    CompressedResult exact;
-    exact.exact = gathered_.data();
-    return exact;
+    return GatherExact(slice_sum_.data());
   }
   ONEBIT_ASSIGN_OR_RETURN(CompressedResult r, inter_->CompressedAverage(step, slice_sum_.data()));
   return GatherSlices(r);
@@ -233,7 +234,7 @@ std::optional<StateShard> HierarchicalExchange::state_shard() const {
 }
 
 absl::StatusOr<const float*> HierarchicalExchange::SumGradientsOfShard(int64_t step,
-                                                                       const float* grad) {
+                                                                       Gradient grad) {
   ONEBIT_RETURN_IF_ERROR(CheckMode(true, "SumGradientsOfShard", "SumGradients"));
   ONEBIT_RETURN_IF_ERROR(ReduceScatter(grad, /*average=*/false));
   if (inter_ == nullptr) return slice_sum_.data();
@@ -241,7 +242,7 @@ absl::StatusOr<const float*> HierarchicalExchange::SumGradientsOfShard(int64_t s
 }
 
 absl::StatusOr<CompressedResult> HierarchicalExchange::AverageMomentumOfShard(
-    int64_t step, const float* m_shard, const float* g, float beta1, float g_scale) {
+    int64_t step, const float* m_shard, Gradient g, float beta1, float g_scale) {
   ONEBIT_RETURN_IF_ERROR(CheckMode(true, "AverageMomentumOfShard", "AverageMomentum"));
   ONEBIT_RETURN_IF_ERROR(ReduceScatter(g, /*average=*/true, g_scale));
   const size_t slice = layout_.slice();
@@ -249,9 +250,7 @@ absl::StatusOr<CompressedResult> HierarchicalExchange::AverageMomentumOfShard(
     ONEBIT_RETURN_IF_ERROR(backend_->Copy(stage_.data(), m_shard, slice * sizeof(float)));
     ONEBIT_RETURN_IF_ERROR(
         backend_->MomentumUpdate(beta1, slice_sum_.data(), stage_.data(), slice));
-    CompressedResult exact;
-    exact.exact = stage_.data();
-    return exact;
+    return CompressedResult::Exact(stage_.data());
   }
   ONEBIT_ASSIGN_OR_RETURN(CompressedResult r,
                           inter_->AverageMomentum(step, m_shard, slice_sum_.data(), beta1));
@@ -259,7 +258,7 @@ absl::StatusOr<CompressedResult> HierarchicalExchange::AverageMomentumOfShard(
   return r;
 }
 
-absl::StatusOr<float*> HierarchicalExchange::ShardRows(int64_t step, const float* x) {
+absl::StatusOr<float*> HierarchicalExchange::ShardRows(int64_t step, Gradient x, float scale) {
   ONEBIT_RETURN_IF_ERROR(CheckMode(true, "ShardRows", "CompressedAverage"));
   rows_step_.reset();
   const size_t local = static_cast<size_t>(layout_.local_size());
@@ -270,10 +269,10 @@ absl::StatusOr<float*> HierarchicalExchange::ShardRows(int64_t step, const float
   for (size_t begin = 0; begin < slice; begin += segment) {
     const size_t count = std::min(segment, slice - begin);
     if (count == slice) {  // one segment: its rows are the whole rows
-      ONEBIT_RETURN_IF_ERROR(ExchangeSegment(x, 0, slice, 1.0f, rows_.data()));
+      ONEBIT_RETURN_IF_ERROR(ExchangeSegment(x, 0, slice, scale, rows_.data()));
       break;
     }
-    ONEBIT_RETURN_IF_ERROR(ExchangeSegment(x, begin, count, 1.0f, received_.data()));
+    ONEBIT_RETURN_IF_ERROR(ExchangeSegment(x, begin, count, scale, received_.data()));
     for (size_t j = 0; j < local; ++j) {
       ONEBIT_RETURN_IF_ERROR(backend_->Copy(rows_.data() + j * slice + begin,
                                             received_.data() + j * count,
@@ -297,9 +296,7 @@ absl::StatusOr<CompressedResult> HierarchicalExchange::CompressedAverageOfRows(i
   ONEBIT_RETURN_IF_ERROR(
       backend_->AverageRows(rows_.data(), layout_.local_size(), slice, slice_sum_.data()));
   if (inter_ == nullptr) {  // one node: the exact average, nothing compressed
-    CompressedResult exact;
-    exact.exact = slice_sum_.data();
-    return exact;
+    return CompressedResult::Exact(slice_sum_.data());
   }
   ONEBIT_ASSIGN_OR_RETURN(CompressedResult r,
                           inter_->CompressedAverage(step, slice_sum_.data()));
@@ -308,11 +305,7 @@ absl::StatusOr<CompressedResult> HierarchicalExchange::CompressedAverageOfRows(i
 }
 
 absl::Status HierarchicalExchange::AllGatherShards(float* whole) {
-  ONEBIT_RETURN_IF_ERROR(CheckMode(true, "AllGatherShards", "nothing: p is whole already"));
-  const size_t slice = layout_.slice();
-  ONEBIT_RETURN_IF_ERROR(backend_->Copy(stage_.data(), whole + local_rank() * slice,
-                                        slice * sizeof(float)));
-  return intra_->AllGather(stage_.data(), whole, slice * sizeof(float));
+  return AllGatherShardBytes(whole, sizeof(float));
 }
 
 absl::Status HierarchicalExchange::AllGatherShardBytes(void* whole, size_t element_bytes) {

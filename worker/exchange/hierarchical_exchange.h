@@ -106,14 +106,14 @@ class HierarchicalExchange : public Exchange {
   // exchange's result, valid until the next call. AllGatherShards (and AllGatherShardBytes)
   // stages this worker's slice first: a Transport does not promise an in-place all-gather.
   std::optional<StateShard> state_shard() const override;
-  absl::StatusOr<const float*> SumGradientsOfShard(int64_t step, const float* grad) override;
+  absl::StatusOr<const float*> SumGradientsOfShard(int64_t step, Gradient grad) override;
   // g_scale multiplies each segment of g after it is packed, before it is sent.
   absl::StatusOr<CompressedResult> AverageMomentumOfShard(int64_t step, const float* m_shard,
-                                                          const float* g, float beta1,
+                                                          Gradient g, float beta1,
                                                           float g_scale) override;
   // The rows (L x S floats, 1-bit LAMB's) are allocated on the first call: an exchange
   // that never answers ShardRows keeps only the segment buffers.
-  absl::StatusOr<float*> ShardRows(int64_t step, const float* x) override;
+  absl::StatusOr<float*> ShardRows(int64_t step, Gradient x, float scale = 1.0f) override;
   absl::StatusOr<CompressedResult> CompressedAverageOfRows(int64_t step) override;
   absl::Status AllGatherShards(float* whole) override;
   absl::Status AllGatherShardBytes(void* whole, size_t element_bytes) override;
@@ -163,15 +163,19 @@ class HierarchicalExchange : public Exchange {
   absl::Status CheckMode(bool sharded_call, absl::string_view call,
                          absl::string_view instead) const;
   // Segment [begin, begin + count) of every local rank's slice of `in` (n elements, zero
-  // past n), each scaled by `scale` unless it is 1, into send_; then the AllToAll: row j of
-  // `rows` (count floats each, contiguous) is local rank j's segment of slice l.
-  absl::Status ExchangeSegment(const float* in, size_t begin, size_t count, float scale,
+  // past n; a 16-bit `in` widened to float32 as it is packed), each scaled by `scale`
+  // unless it is 1, into send_; then the AllToAll: row j of `rows` (count floats each,
+  // contiguous) is local rank j's segment of slice l.
+  absl::Status ExchangeSegment(Gradient in, size_t begin, size_t count, float scale,
                                float* rows);
   // The node's slice of scale * `in` (n elements): its sum (average) over the local workers
   // at slice_sum_, one segment at a time.
-  absl::Status ReduceScatter(const float* in, bool average, float scale = 1.0f);
+  absl::Status ReduceScatter(Gradient in, bool average, float scale = 1.0f);
   // INTERNAL unless `r` (the inter-node result) is this slice's blocks in the layout.
   absl::Status CheckInterResult(const CompressedResult& r) const;
+  // Unsharded, one node: every local rank's `slice` (S floats) gathered into gathered_, as
+  // an exact result.
+  absl::StatusOr<CompressedResult> GatherExact(const float* slice);
   // Every local rank's slice of blocks `r` (the inter-node result) gathered into the
   // node's whole result.
   absl::StatusOr<CompressedResult> GatherSlices(const CompressedResult& r);

@@ -51,6 +51,7 @@ class RecordingExchange : public BareExchange {
     float g_scale = 0.0f;
     std::vector<double> partials;
     size_t element_bytes = 0;  // AllGatherShardBytes'
+    kernels::WireDtype dtype = kernels::WireDtype::kFp32;  // the gradient's (grad, g or x)
   };
 
   // What it answers: state_shard() and buffer_bytes() return these; the pointer calls
@@ -63,18 +64,22 @@ class RecordingExchange : public BareExchange {
   std::vector<Call> calls;
 
   std::optional<StateShard> state_shard() const override { return shard; }
-  absl::StatusOr<const float*> SumGradientsOfShard(int64_t step, const float* grad) override {
-    calls.push_back({"SumGradientsOfShard", step, grad});
-    return grad + 1;
+  absl::StatusOr<const float*> SumGradientsOfShard(int64_t step, Gradient grad) override {
+    calls.push_back({"SumGradientsOfShard", step, grad.data});
+    calls.back().dtype = grad.dtype;
+    return static_cast<const float*>(grad.data) + 1;
   }
   absl::StatusOr<CompressedResult> AverageMomentumOfShard(int64_t step, const float* m_shard,
-                                                          const float* g, float beta1,
+                                                          Gradient g, float beta1,
                                                           float g_scale) override {
-    calls.push_back({"AverageMomentumOfShard", step, m_shard, g, beta1, g_scale});
+    calls.push_back({"AverageMomentumOfShard", step, m_shard, g.data, beta1, g_scale});
+    calls.back().dtype = g.dtype;
     return Result(step);
   }
-  absl::StatusOr<float*> ShardRows(int64_t step, const float* x) override {
-    calls.push_back({"ShardRows", step, x});
+  absl::StatusOr<float*> ShardRows(int64_t step, Gradient x, float scale) override {
+    calls.push_back({"ShardRows", step, x.data});
+    calls.back().g_scale = scale;
+    calls.back().dtype = x.dtype;
     return rows;
   }
   absl::StatusOr<CompressedResult> CompressedAverageOfRows(int64_t step) override {

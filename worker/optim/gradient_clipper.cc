@@ -51,8 +51,12 @@ double GradientClipper::FactorOf(double sumsq, double scale) {
   return factor < 1.0 ? factor : 1.0;
 }
 
-absl::StatusOr<float> GradientClipper::ClipScale(const float* g) {
-  ONEBIT_ASSIGN_OR_RETURN(double factor, Factor(g, 1.0, /*stride=*/0));
+absl::StatusOr<float> GradientClipper::ClipScale(Gradient g) {
+  if (!enabled()) return 1.0f;
+  // Stride 0: one sum over [0, n), which for float32 is SumSquares itself.
+  double sumsq = 0.0;
+  ONEBIT_RETURN_IF_ERROR(backend_->SumSquaresWire(g.dtype, g.data, n_, &sumsq));
+  const double factor = FactorOf(sumsq, 1.0);
   return factor >= 1.0 ? 1.0f : static_cast<float>(factor);
 }
 

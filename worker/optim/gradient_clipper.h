@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/buffer.h"
 #include "kernels/kernels.h"
+#include "worker/exchange/gradient.h"
 
 namespace onebit {
 
@@ -42,8 +43,10 @@ class GradientClipper {
   double FactorOf(double sumsq, double scale);
   // What Clip multiplies g by (n elements, backend memory), as a float: 1 within the norm
   // (or off), else float(Factor(g, 1, 0)). The norm is one SumSquares over g (stride 0):
-  // each worker clips its own whole gradient, which no other worker sums.
-  absl::StatusOr<float> ClipScale(const float* g);
+  // each worker clips its own whole gradient, which no other worker sums. A 16-bit g
+  // (gradient.h) is measured in place, with the bits of its float32 copy
+  // (Backend::SumSquaresWire).
+  absl::StatusOr<float> ClipScale(Gradient g);
   // g itself when ClipScale(g) is 1, else a copy multiplied by it (Backend::Scale), valid
   // until the next call. A factor that rounds to 1.0f copies nothing: its norm is finite,
   // so g holds no NaN, and x * 1.0f is x for every other float.

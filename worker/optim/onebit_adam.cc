@@ -22,7 +22,8 @@ absl::Status OnebitAdam::Init(std::vector<HyperGroup> groups, const float* initi
   return InitCommon(initial_params);
 }
 
-absl::Status OnebitAdam::Step(const float* grad) {
+absl::Status OnebitAdam::Step(Gradient grad) {
+  ONEBIT_RETURN_IF_ERROR(CheckGradient(grad));
   ONEBIT_RETURN_IF_ERROR(stage() == Stage::kWarmup ? WarmupStep(grad) : CompressionStep(grad));
   ++step_;
   return absl::OkStatus();
@@ -36,16 +37,16 @@ kernels::AdamHyper OnebitAdam::StepHyper(const HyperGroup& group) const {
   return BiasCorrectedHyper(h, t, std::min(t, options_.freeze_step));
 }
 
-absl::Status OnebitAdam::WarmupStep(const float* grad) {
+absl::Status OnebitAdam::WarmupStep(Gradient grad) {
   const int w = exchange_->world_size();
   // Exact average: with several workers the full-precision sum of the local gradients,
-  // then / W in the kernel.
-  const float* sum = grad;
+  // then / W in the kernel. (One worker: float32, CheckGradient.)
+  const float* sum = grad.fp32();
   if (w > 1) {
     ScopedStepTime time(exchange_->step_clock(), &exchange_call_seconds_);
     // Sharded: the sum of this worker's state range only.
     ONEBIT_ASSIGN_OR_RETURN(sum, sharded() ? exchange_->SumGradientsOfShard(step_ + 1, grad)
-                                           : exchange_->SumGradients(step_ + 1, grad));
+                                           : exchange_->SumGradients(step_ + 1, grad.fp32()));
   }
   ONEBIT_RETURN_IF_ERROR(mask_.Observe(sum));
   // The exact sum's norm in slice order (sliced_reductions.h); sharded, gathered.
@@ -70,20 +71,21 @@ absl::Status OnebitAdam::FrozenUpdate() {
   return SyncParams();
 }
 
-absl::Status OnebitAdam::CompressionStep(const float* local_grad) {
+absl::Status OnebitAdam::CompressionStep(Gradient local_grad) {
   // Sharded: the exchange scales each segment of the gradient as it sends it, with the
-  // bits of Clip's whole copy (gradient_clipper.h), so no copy is made.
+  // bits of Clip's whole copy (gradient_clipper.h), so no copy is made; the gradient may
+  // be 16-bit. Otherwise float32 (CheckGradient).
   float g_scale = 1.0f;
-  const float* grad = local_grad;
+  Gradient grad = local_grad;
   if (sharded() && exchange_->world_size() > 1) {
     ONEBIT_ASSIGN_OR_RETURN(g_scale, clip_.ClipScale(local_grad));
   } else {
-    ONEBIT_ASSIGN_OR_RETURN(grad, clip_.Clip(local_grad));
+    ONEBIT_ASSIGN_OR_RETURN(grad, clip_.Clip(local_grad.fp32()));
   }
   ONEBIT_RETURN_IF_ERROR(mask_.Fix());  // the first compression step: the automatic mask
   const float beta1 = options_.hyper.beta1;
   if (exchange_->world_size() == 1) {  // one worker: nothing to exchange
-    ONEBIT_RETURN_IF_ERROR(backend_->MomentumUpdate(beta1, grad, m_.data(), n_));
+    ONEBIT_RETURN_IF_ERROR(backend_->MomentumUpdate(beta1, grad.fp32(), m_.data(), n_));
     return FrozenUpdate();
   }
   // The local momentum goes straight into the compressor; m is rewritten from the result.
@@ -95,7 +97,7 @@ absl::Status OnebitAdam::CompressionStep(const float* local_grad) {
     ONEBIT_ASSIGN_OR_RETURN(
         r, sharded()
                ? exchange_->AverageMomentumOfShard(step_ + 1, m_.data(), grad, beta1, g_scale)
-               : exchange_->AverageMomentum(step_ + 1, m_.data(), grad, beta1));
+               : exchange_->AverageMomentum(step_ + 1, m_.data(), grad.fp32(), beta1));
   }
   // The fused decode takes one set of hyper-parameters (GroupsAlike). It gives the bits of
   // DecodeResult then FrozenUpdate (Codec::fuses_frozen_update).

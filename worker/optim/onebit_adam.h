@@ -39,7 +39,7 @@ class OnebitAdam : public OptimizerBase<OnebitAdam, OnebitAdamOptions,
  public:
   // One optimizer step on this worker's local gradient `grad` (backend memory, n
   // elements; it is not modified).
-  absl::Status Step(const float* grad) override;
+  absl::Status Step(Gradient grad) override;
 
   // Backend memory, the state range's elements (optimizer.h, state_count()).
   const float* momentum() const { return m_.data(); }
@@ -55,8 +55,8 @@ class OnebitAdam : public OptimizerBase<OnebitAdam, OnebitAdamOptions,
       : OptimizerBase(options, backend, exchange, n) {}
   static absl::Status ValidateOptions(const OnebitAdamOptions& o, size_t n);
   absl::Status Init(std::vector<HyperGroup> groups, const float* initial_params);
-  absl::Status WarmupStep(const float* grad);
-  absl::Status CompressionStep(const float* grad);
+  absl::Status WarmupStep(Gradient grad);
+  absl::Status CompressionStep(Gradient grad);
   absl::Status FrozenUpdate();
   // The next step's hyper-parameters, bias-corrected when asked for.
   // The hyper-parameters of the next step for `group` (bias-corrected if asked for).

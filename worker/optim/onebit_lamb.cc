@@ -143,7 +143,8 @@ absl::Status OnebitLamb::ScaleTensors(float* x, bool inverse) {
   return absl::OkStatus();
 }
 
-absl::Status OnebitLamb::Step(const float* grad) {
+absl::Status OnebitLamb::Step(Gradient grad) {
+  ONEBIT_RETURN_IF_ERROR(CheckGradient(grad));
   if (stage() == Stage::kWarmup) {
     ONEBIT_RETURN_IF_ERROR(WarmupStep(grad));
   } else {
@@ -163,16 +164,16 @@ kernels::AdamHyper OnebitLamb::StepHyper(const HyperGroup& group, double* c) con
   return BiasCorrectedHyper(h, t, std::min(t, options_.freeze_step), c);
 }
 
-absl::Status OnebitLamb::WarmupStep(const float* grad) {
+absl::Status OnebitLamb::WarmupStep(Gradient grad) {
   double scale = 1.0;  // the same for every group
   const kernels::AdamHyper h = StepHyper(hyper_groups_[0], &scale);  // its betas, eps: all's
   const LambCoeffs& c = options_.coeffs;
   const int w = exchange_->world_size();
-  const float* g = grad;  // the exact sum of the state range
+  const float* g = grad.fp32();  // the exact sum of the state range (one worker: float32)
   if (w > 1) {
     ScopedStepTime time(exchange_->step_clock(), &exchange_call_seconds_);
     ONEBIT_ASSIGN_OR_RETURN(g, sharded() ? exchange_->SumGradientsOfShard(step_ + 1, grad)
-                                         : exchange_->SumGradients(step_ + 1, grad));
+                                         : exchange_->SumGradients(step_ + 1, grad.fp32()));
   }
   ONEBIT_RETURN_IF_ERROR(mask_.Observe(g));
   // The exact sum's norm in slice order (sliced_reductions.h); sharded, gathered.
@@ -234,20 +235,21 @@ absl::Status OnebitLamb::Switch() {
 }
 
 absl::StatusOr<CompressedResult> OnebitLamb::ShardedMomentumAverage(float beta1,
-                                                                    const float* grad) {
-  const std::optional<StateShard> shard = exchange_->state_shard();
-  if (!shard.has_value()) return absl::InternalError("the exchange no longer shards the state");
+                                                                    Gradient grad) {
+  // The clip as the rows are packed (ShardRows' scale): the bits of Clip's whole copy,
+  // without it.
+  ONEBIT_ASSIGN_OR_RETURN(const float g_scale, clip_.ClipScale(grad));
   float* rows = nullptr;
   {
     ScopedStepTime time(exchange_->step_clock(), &exchange_call_seconds_);
-    ONEBIT_ASSIGN_OR_RETURN(rows, exchange_->ShardRows(step_ + 1, grad));
+    ONEBIT_ASSIGN_OR_RETURN(rows, exchange_->ShardRows(step_ + 1, grad, g_scale));
   }
   // Row j is local worker j's gradient over this slice; it becomes the slice of that
   // worker's scaled momentum m_j = fma(b1, m, (1-b1)*g_j) * scaling, element by element
   // the floats worker j forms unsharded. Past the parameters the rows stay zero.
   if (state_count_ > 0) {
-    for (int j = 0; j < shard->pieces; ++j) {
-      float* row = rows + static_cast<size_t>(j) * shard->stride;
+    for (size_t j = 0; j < shard_pieces_; ++j) {
+      float* row = rows + j * state_alloc_;  // the slices' stride
       ONEBIT_RETURN_IF_ERROR(backend_->Copy(u_.data(), m_.data(), state_count_ * sizeof(float)));
       ONEBIT_RETURN_IF_ERROR(backend_->MomentumUpdate(beta1, row, u_.data(), state_count_));
       ONEBIT_RETURN_IF_ERROR(ScaleTensors(u_.data(), /*inverse=*/false));
@@ -258,8 +260,7 @@ absl::StatusOr<CompressedResult> OnebitLamb::ShardedMomentumAverage(float beta1,
   return exchange_->CompressedAverageOfRows(step_ + 1);
 }
 
-absl::Status OnebitLamb::CompressionStep(const float* local_grad) {
-  ONEBIT_ASSIGN_OR_RETURN(const float* grad, clip_.Clip(local_grad));  // the whole, own
+absl::Status OnebitLamb::CompressionStep(Gradient local_grad) {
   double scale = 1.0;  // lr*scale*u is the true step: h.lr already has it
   const kernels::AdamHyper h = StepHyper(hyper_groups_[0], &scale);  // its betas, eps: all's
   const LambCoeffs& c = options_.coeffs;
@@ -268,8 +269,9 @@ absl::Status OnebitLamb::CompressionStep(const float* local_grad) {
   if (exchange_->world_size() > 1) {
     CompressedResult r;
     if (sharded()) {
-      ONEBIT_ASSIGN_OR_RETURN(r, ShardedMomentumAverage(h.beta1, grad));
+      ONEBIT_ASSIGN_OR_RETURN(r, ShardedMomentumAverage(h.beta1, local_grad));
     } else {
+      ONEBIT_ASSIGN_OR_RETURN(const float* grad, clip_.Clip(local_grad.fp32()));  // whole, own
       ONEBIT_RETURN_IF_ERROR(backend_->MomentumUpdate(h.beta1, grad, m_.data(), n_));
       ONEBIT_RETURN_IF_ERROR(ScaleTensors(m_.data(), /*inverse=*/false));
       ScopedStepTime time(exchange_->step_clock(), &exchange_call_seconds_);
@@ -278,6 +280,7 @@ absl::Status OnebitLamb::CompressionStep(const float* local_grad) {
     ONEBIT_RETURN_IF_ERROR(DecodeResult(r, *backend_, count, m_.data()));
     ONEBIT_RETURN_IF_ERROR(ScaleTensors(m_.data(), /*inverse=*/true));
   } else {
+    ONEBIT_ASSIGN_OR_RETURN(const float* grad, clip_.Clip(local_grad.fp32()));
     ONEBIT_RETURN_IF_ERROR(backend_->MomentumUpdate(h.beta1, grad, m_.data(), n_));
   }
   if (mask_.data() != nullptr) {

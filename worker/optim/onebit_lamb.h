@@ -62,7 +62,7 @@ struct OnebitLambOptions : CommonOptimizerOptions {
 class OnebitLamb : public OptimizerBase<OnebitLamb, OnebitLambOptions,
                                         &OnebitLambOptions::freeze_step> {
  public:
-  absl::Status Step(const float* grad) override;
+  absl::Status Step(Gradient grad) override;
   size_t num_groups() const { return groups_.size(); }
   // Per group: the running average of the trust ratio, the scaling coefficient (1 until
   // the switch), the last factor.
@@ -82,13 +82,13 @@ class OnebitLamb : public OptimizerBase<OnebitLamb, OnebitLambOptions,
   static absl::Status ValidateOptions(const OnebitLambOptions& o, size_t n);
   // Also checks that each tensor lies in one of `hyper_groups`.
   absl::Status Init(std::vector<HyperGroup> hyper_groups, const float* initial_params);
-  absl::Status WarmupStep(const float* grad);
+  absl::Status WarmupStep(Gradient grad);
   absl::Status Switch();
-  absl::Status CompressionStep(const float* grad);
+  absl::Status CompressionStep(Gradient grad);
   // Sharded: the compression step's exchange. Every local worker's scaled momentum of this
-  // slice, formed from m_ and the rows of their gradients (`grad`: this worker's, whole),
-  // then averaged: the result of CompressedAverageOfRows.
-  absl::StatusOr<CompressedResult> ShardedMomentumAverage(float beta1, const float* grad);
+  // slice, formed from m_ and the rows of their clipped gradients (`grad`: this worker's,
+  // whole, unclipped; float32 or 16-bit), then averaged: CompressedAverageOfRows' result.
+  absl::StatusOr<CompressedResult> ShardedMomentumAverage(float beta1, Gradient grad);
   // x (the state range's) *= float(scaling_k), or float(1/scaling_k) when inverse, over
   // each tensor k's part of the state range.
   absl::Status ScaleTensors(float* x, bool inverse);

@@ -47,8 +47,13 @@ class Optimizer {
  public:
   virtual ~Optimizer() = default;
 
-  // One step on this worker's local gradient (backend memory, n elements, not modified).
-  virtual absl::Status Step(const float* grad) = 0;
+  // One step on this worker's local gradient (backend memory, n elements, not modified):
+  // float32, or 16-bit where the optimizer shards its state (gradient.h;
+  // FAILED_PRECONDITION elsewhere).
+  virtual absl::Status Step(Gradient grad) = 0;
+  // Whether Step would take `grad`'s dtype: OK for float32; FAILED_PRECONDITION with the
+  // reason for a 16-bit gradient the optimizer cannot read in place.
+  virtual absl::Status CheckGradient(const Gradient& grad) const = 0;
   // fp16's overflow: the next step is skipped. It counts as a step (step() and the stage,
   // the schedules and the exchange's step numbers move on, as they do on every worker)
   // but changes neither parameters nor moments nor error buffers, and sends nothing. 0/1

@@ -120,6 +120,17 @@ class OptimizerBase : public Optimizer {
     return optimizer;
   }
 
+  // OK for a float32 gradient; for a 16-bit one (gradient.h) only where every read of it
+  // goes through the exchange's sharded calls and the clipper's ClipScale: a sharded
+  // worker (so not 0/1 Adam, which cannot shard). FAILED_PRECONDITION otherwise.
+  absl::Status CheckGradient(const Gradient& grad) const override {
+    if (grad.is_fp32() || (sharded_ && exchange_->world_size() > 1)) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "a ", kernels::WireDtypeName(grad.dtype),
+        " gradient buffer is read only by a sharded optimizer state "
+        "(onebit.exchange.shard_state, hierarchical, two or more workers a node; OneBitAdam, "
+        "Adam or OneBitLamb); keep the gradient buffer float32"));
+  }
   // Counts the step and changes no state.
   absl::Status SkipStep() override {
     ++step_;
@@ -314,15 +325,9 @@ class OptimizerBase : public Optimizer {
     }
     if (!sharded_) return mine;
     ONEBIT_ASSIGN_OR_RETURN(const std::vector<double> all, exchange_->GatherPartials(mine));
-    if (k > 0 && all.size() % k != 0) {
-      return absl::InternalError(absl::StrCat("the node gathered ", all.size(),
-                                              " partials for ", k, " reductions"));
-    }
-    for (size_t r = 0; r < k; ++r) {
-      std::vector<double> by_slice;
-      for (size_t l = 0; l < all.size() / k; ++l) by_slice.push_back(all[l * k + r]);
-      mine[r] = combine[r](by_slice);
-    }
+    ONEBIT_ASSIGN_OR_RETURN(const std::vector<std::vector<double>> by_slice,
+                            PartialsBySlice(all, k));
+    for (size_t r = 0; r < k; ++r) mine[r] = combine[r](by_slice[r]);
     return mine;
   }
   // Reductions over whole ranges of parameters (global indices) in the canonical order
@@ -415,7 +420,7 @@ class OptimizerBase : public Optimizer {
                                                       options_.auto_mask_zero_gradients,
                                                       state_count_));
     // Sharded, the compression step's clip scales the gradient inside the exchange
-    // (AverageMomentumOfShard's g_scale): no whole copy unless a Clip asks for one.
+    // (AverageMomentumOfShard's g_scale, ShardRows' scale): no whole copy.
     ONEBIT_ASSIGN_OR_RETURN(clip_, GradientClipper::Create(backend_, options_.max_grad_norm, n_,
                                                            /*copy=*/!sharded_));
     return absl::OkStatus();
@@ -433,6 +438,7 @@ class OptimizerBase : public Optimizer {
   bool sharded_ = false;
   bool low_ = false;         // sharded with low-precision parameters: p is the master shard
   size_t shard_piece_ = 0;   // sharded: this worker's slice of the padded parameters
+  size_t shard_pieces_ = 1;  // sharded: the node's slices (its local workers)
   int64_t step_ = 0;
   kernels::Buffer<float> p_, m_, v_;
   kernels::Buffer<uint16_t> p_low_;  // low_: the model's parameters, pieces x stride
@@ -462,6 +468,7 @@ class OptimizerBase : public Optimizer {
     state_alloc_ = shard->stride;
     params_alloc_ = shard->stride * static_cast<size_t>(shard->pieces);
     shard_piece_ = static_cast<size_t>(shard->piece);
+    shard_pieces_ = static_cast<size_t>(shard->pieces);
     low_ = options_.param_dtype != kernels::WireDtype::kFp32;
     return absl::OkStatus();
   }

@@ -5,7 +5,8 @@
 // every step each worker's low-precision parameters must be the cast of the unsharded
 // parameters bit for bit, and its master over its state range the unsharded parameters
 // there. A checkpoint of the state range, restored into fresh optimizers, goes on to the
-// same bits.
+// same bits. With bf16_grads the gradients are bf16 values: the sharded workers read them
+// from a bf16 buffer in place (gradient.h), the unsharded ones widened to float32.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -40,12 +41,14 @@ struct Case {
   size_t n;
   bool adam;  // never freezes
   bool lamb = false;  // OnebitLamb (with adam: never freezes)
+  bool bf16_grads = false;
 };
 
 std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
   return absl::StrCat(kernels::WireDtypeName(c.dtype), "_", c.codec, "_", c.nodes, "x", c.local,
-                      "_n", c.n, c.adam ? "_adam" : "", c.lamb ? "_lamb" : "");
+                      "_n", c.n, c.adam ? "_adam" : "", c.lamb ? "_lamb" : "",
+                      c.bf16_grads ? "_bf16_grads" : "");
 }
 
 // The model's initial parameters: low-precision values (the package hands the worker its
@@ -63,8 +66,17 @@ std::vector<float> InitialParams(const Case& c) {
   return p;
 }
 
-std::vector<float> Gradient(int worker, int64_t step, size_t n) {
-  return sharded_test::GradientWithZeros(worker, step, n, 3, 97);
+// Worker `worker`'s gradient of `step`: bf16 values with bf16_grads (in `g16` too).
+std::vector<float> GradientOf(const Case& c, int worker, int64_t step,
+                              std::vector<uint16_t>* g16) {
+  std::vector<float> g = sharded_test::GradientWithZeros(worker, step, c.n, 3, 97);
+  if (!c.bf16_grads) return g;
+  g16->resize(c.n);
+  for (size_t i = 0; i < c.n; ++i) {
+    (*g16)[i] = kernels::FloatToBf16(g[i] * 40.0f);  // a few over the clip norm
+    g[i] = kernels::Bf16ToFloat((*g16)[i]);
+  }
+  return g;
 }
 
 template <typename Options>
@@ -136,8 +148,17 @@ std::vector<WorkerRun> RunJob(const Case& c, bool shard, std::vector<Saved>* sav
         for (int64_t t = o.step() + 1; t <= kSteps; ++t) {
           o.set_lr(0.01f / static_cast<float>(t));
           if (absl::Status s = o.set_weight_decays({0.01 * t, 0.001}); !s.ok()) return s;
-          const std::vector<float> g = Gradient(w, t, c.n);
-          if (absl::Status s = o.Step(g.data()); !s.ok()) return s;
+          std::vector<uint16_t> g16;
+          const std::vector<float> g = GradientOf(c, w, t, &g16);
+          const onebit::Gradient step_grad =
+              shard && c.bf16_grads ? onebit::Gradient(g16.data(), WireDtype::kBf16)
+                                    : onebit::Gradient(g.data());
+          if (c.bf16_grads) {  // over the clip norm (5): the clip's scale reaches the bits
+            double sumsq = 0.0;
+            for (float x : g) sumsq += static_cast<double>(x) * x;
+            EXPECT_GT(std::sqrt(sumsq), 5.0) << "step " << t;
+          }
+          if (absl::Status s = o.Step(step_grad); !s.ok()) return s;
           auto p = o.ParamsToHost();
           if (!p.ok()) return p.status();
           run.widened.push_back(*std::move(p));
@@ -216,7 +237,13 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{WireDtype::kBf16, "onebit", 1, 2, 1001, true},
                       Case{WireDtype::kFp16, "fp8", 3, 2, 4099, true},
                       Case{WireDtype::kBf16, "onebit", 2, 3, 1001, false, true},
-                      Case{WireDtype::kFp16, "int8", 1, 2, 1001, false, true}),
+                      Case{WireDtype::kFp16, "int8", 1, 2, 1001, false, true},
+                      // bf16 gradients read in place; 70001 crosses a SumSquares piece.
+                      Case{WireDtype::kBf16, "onebit", 2, 2, 1001, false, false, true},
+                      Case{WireDtype::kBf16, "int8", 2, 3, 70001, false, false, true},
+                      Case{WireDtype::kBf16, "onebit", 1, 2, 1001, true, false, true},
+                      Case{WireDtype::kBf16, "onebit", 2, 3, 1001, false, true, true},
+                      Case{WireDtype::kBf16, "fp8", 3, 2, 4099, true, true, true}),
     CaseName);
 
 // Unsharded, param_dtype changes nothing: the whole fp32 parameters, no low buffer.
@@ -231,6 +258,12 @@ TEST(ShardedLowPrecisionTest, UnshardedKeepsTheWholeMaster) {
         EXPECT_NE((*made)->params(), nullptr);
         EXPECT_EQ((*made)->low_params(), nullptr);
         EXPECT_EQ((*made)->low_params_dtype(), WireDtype::kFp32);
+        // A bf16 gradient needs the sharded path: refused before any exchange.
+        const std::vector<uint16_t> g16(c.n, 0x3f80);
+        const absl::Status step = (*made)->Step(onebit::Gradient(g16.data(), WireDtype::kBf16));
+        EXPECT_EQ(step.code(), absl::StatusCode::kFailedPrecondition) << step;
+        EXPECT_NE(step.message().find("shard_state"), std::string::npos) << step;
+        EXPECT_EQ((*made)->step(), 0);
         return absl::OkStatus();
       });
   EXPECT_TRUE(status.ok()) << status;

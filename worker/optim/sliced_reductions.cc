@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
 namespace onebit {
@@ -104,6 +105,18 @@ ChangePartials RelativeChangePartials(const float* now, const float* prev, size_
     out.norm[j] = norm;
   }
   return out;
+}
+
+absl::StatusOr<std::vector<std::vector<double>>> PartialsBySlice(absl::Span<const double> all,
+                                                                 size_t k) {
+  if (k == 0) return std::vector<std::vector<double>>();
+  if (all.size() % k != 0) {
+    return absl::InternalError(absl::StrCat("the node gathered ", all.size(),
+                                            " partials for ", k, " reductions"));
+  }
+  std::vector<std::vector<double>> by_slice(k);
+  for (size_t i = 0; i < all.size(); ++i) by_slice[i % k].push_back(all[i]);
+  return by_slice;
 }
 
 double RelativeChange(const ChangePartials& partials) {

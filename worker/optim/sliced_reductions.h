@@ -66,6 +66,12 @@ double AddInOrder(absl::Span<const double> partials);
 // backend's combination of its own pieces.
 double MaxNanWins(absl::Span<const double> partials);
 
+// Exchange::GatherPartials' answer for k reductions (every local rank's k partials, in rank
+// order) as k lists, one per reduction, each in rank order: slice order, which AddInOrder
+// or MaxNanWins then combine. INTERNAL unless `all` is whole rows of k.
+absl::StatusOr<std::vector<std::vector<double>>> PartialsBySlice(absl::Span<const double> all,
+                                                                 size_t k);
+
 // Both steps for a worker that holds the range: x is the whole tensor (element i at x[i]).
 absl::StatusOr<double> SlicedSumSquares(kernels::Backend& backend, const float* x,
                                         ElementRange range, size_t stride);

@@ -272,5 +272,16 @@ TEST(RelativeChangeTest, StrideZeroIsTheElementOrderLoopAndSlicesAddInOrder) {
   EXPECT_EQ(RelativeChange({{0.0}, {0.0}}), 0.0);
 }
 
+// GatherPartials' rows (rank by rank, k partials each) become one list per reduction, in
+// rank order; a ragged answer is an internal error, not a misread.
+TEST(PartialsBySliceTest, RowsOfKBecomeKListsInRankOrder) {
+  const absl::StatusOr<std::vector<std::vector<double>>> two =
+      PartialsBySlice({1.0, 10.0, 2.0, 20.0, 3.0, 30.0}, 2);
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_EQ(*two, (std::vector<std::vector<double>>{{1.0, 2.0, 3.0}, {10.0, 20.0, 30.0}}));
+  EXPECT_TRUE(PartialsBySlice({}, 0)->empty());
+  EXPECT_EQ(PartialsBySlice({1.0, 2.0, 3.0}, 2).status().code(), absl::StatusCode::kInternal);
+}
+
 }  // namespace
 }  // namespace onebit

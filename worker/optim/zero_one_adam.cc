@@ -27,7 +27,9 @@ ZeroOneAdam::ZeroOneAdam(const ZeroOneAdamOptions& options, kernels::Backend* ba
                          Exchange* exchange, size_t n)
     : OptimizerBase(options, backend, exchange, n), schedule_(options.schedule) {}
 
-absl::Status ZeroOneAdam::Step(const float* grad) {
+absl::Status ZeroOneAdam::Step(Gradient gradient) {
+  ONEBIT_RETURN_IF_ERROR(CheckGradient(gradient));  // never sharded: float32 only
+  const float* grad = gradient.fp32();
   const int64_t t = step_ + 1;
   const ZeroOneStep kind = next_step_kind();
   if (t > options_.var_freeze_step && !errors_reset_) {

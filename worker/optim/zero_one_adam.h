@@ -43,7 +43,7 @@ struct ZeroOneAdamOptions : CommonOptimizerOptions {
 class ZeroOneAdam : public OptimizerBase<ZeroOneAdam, ZeroOneAdamOptions,
                                          &ZeroOneAdamOptions::var_freeze_step> {
  public:
-  absl::Status Step(const float* grad) override;
+  absl::Status Step(Gradient grad) override;
   absl::Status SkipStep() override;
 
   bool sums_gradients() const override {

@@ -12,7 +12,7 @@ namespace onebit {
 
 absl::StatusOr<std::unique_ptr<ExternalWorkload>> ExternalWorkload::Create(
     ExternalWorkloadOptions options, kernels::Backend* backend) {
-  const size_t n = options.initial.size();
+  const size_t n = options.initial == nullptr ? 0 : options.initial->size();
   if (n == 0) return absl::InvalidArgumentError("the model has no parameters");
   if (options.groups.empty()) options.groups = {0, n};
   const std::vector<size_t>& g = options.groups;
@@ -45,24 +45,48 @@ absl::StatusOr<std::unique_ptr<ExternalWorkload>> ExternalWorkload::Create(
           absl::StrCat("gradient buckets cover [0, ", covered, "), the model has ", n));
     }
   }
-  ONEBIT_ASSIGN_OR_RETURN(kernels::Buffer<float> gradient,
-                          kernels::Buffer<float>::Create(backend, n));
-  ONEBIT_RETURN_IF_ERROR(gradient.Zero());
-  return std::unique_ptr<ExternalWorkload>(
-      new ExternalWorkload(std::move(options), backend, std::move(gradient)));
+  kernels::Buffer<float> gradient;
+  kernels::Buffer<uint16_t> gradient16;
+  if (options.gradient_dtype == kernels::WireDtype::kFp32) {
+    ONEBIT_ASSIGN_OR_RETURN(gradient, kernels::Buffer<float>::Create(backend, n));
+    ONEBIT_RETURN_IF_ERROR(gradient.Zero());
+  } else if (options.gradient_dtype == kernels::WireDtype::kBf16) {
+    if (!options.buckets.empty()) {
+      return absl::InvalidArgumentError(
+          "gradient buckets (overlap) with a bf16 gradient buffer: the overlapped warmup sums "
+          "float32 gradients; build the optimizer with overlap=False");
+    }
+    ONEBIT_ASSIGN_OR_RETURN(gradient16, kernels::Buffer<uint16_t>::Create(backend, n));
+    ONEBIT_RETURN_IF_ERROR(gradient16.Zero());
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a gradient buffer of ", kernels::WireDtypeName(options.gradient_dtype),
+                     ": float32 or bf16 only (fp16 gradients are unscaled in place, which "
+                     "needs float32)"));
+  }
+  return std::unique_ptr<ExternalWorkload>(new ExternalWorkload(
+      std::move(options), backend, std::move(gradient), std::move(gradient16)));
+}
+
+std::optional<Gradient> ExternalWorkload::low_precision_gradient() const {
+  if (gradient_dtype_ == kernels::WireDtype::kFp32) return std::nullopt;
+  return Gradient(gradient16_.data(), gradient_dtype_);
 }
 
 ExternalWorkload::ExternalWorkload(ExternalWorkloadOptions options, kernels::Backend* backend,
-                                   kernels::Buffer<float> gradient)
+                                   kernels::Buffer<float> gradient,
+                                   kernels::Buffer<uint16_t> gradient16)
     : backend_(backend),
       name_(std::move(options.name)),
       initial_(std::move(options.initial)),
       groups_(std::move(options.groups)),
       buckets_(std::move(options.buckets)),
-      gradient_(std::move(gradient)) {}
+      gradient_dtype_(options.gradient_dtype),
+      gradient_(std::move(gradient)),
+      gradient16_(std::move(gradient16)) {}
 
 absl::Status ExternalWorkload::InitParameters(float* host_params, uint64_t /*seed*/) const {
-  std::memcpy(host_params, initial_.data(), initial_.size() * sizeof(float));
+  std::memcpy(host_params, initial_->data(), initial_->size() * sizeof(float));
   return absl::OkStatus();
 }
 
@@ -90,8 +114,13 @@ absl::StatusOr<double> ExternalWorkload::ComputeGradient(const float* params, in
                                 : close_status_;
     }
   }
-  // With buckets, Announce/Supply copied them all.
-  if (buckets_.empty() && grad_out != gradient_.data()) {
+  // With buckets, Announce/Supply copied them all. A 16-bit gradient stays where it is
+  // (low_precision_gradient; grad_out null).
+  if (gradient16_.size() > 0) {
+    if (grad_out != nullptr) {
+      return absl::InternalError("a bf16 gradient buffer is read in place, not copied out");
+    }
+  } else if (buckets_.empty() && grad_out != gradient_.data()) {
     ONEBIT_RETURN_IF_ERROR(
         backend_->Copy(grad_out, gradient_.data(), gradient_.size() * sizeof(float)));
   }

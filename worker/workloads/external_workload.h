@@ -37,7 +37,9 @@ namespace onebit {
 struct ExternalWorkloadOptions {
   std::string name = "external";
   // The initial parameters (every worker must pass the same; the trainer checks nothing).
-  std::vector<float> initial;
+  // Shared, not copied: the PyTorch package's EmbeddedWorker keeps the same vector for the
+  // job's restarts, and at 7B one fp32 copy is 26 GiB of host memory.
+  std::shared_ptr<const std::vector<float>> initial;
   // Boundaries {0, e_1, ..., n} of the model's tensors (Workload::parameter_groups); empty:
   // one tensor.
   std::vector<size_t> groups;
@@ -55,6 +57,10 @@ struct ExternalWorkloadOptions {
   // client's thread (the exchange thread owns the backend meanwhile): buckets need host
   // memory.
   std::vector<ParamRange> buckets;
+  // The gradient buffer's elements: float32, or bfloat16 (2 bytes: the bf16 models of a
+  // sharded job, whose .grad tensors view it; Workload::low_precision_gradient). A 16-bit
+  // buffer takes no buckets and no loss scaling (the trainer refuses those).
+  kernels::WireDtype gradient_dtype = kernels::WireDtype::kFp32;
 };
 
 class ExternalWorkload : public Workload {
@@ -66,7 +72,7 @@ class ExternalWorkload : public Workload {
 
   // ---- Workload (the trainer's thread) ----
   std::string name() const override { return name_; }
-  size_t num_parameters() const override { return initial_.size(); }
+  size_t num_parameters() const override { return initial_->size(); }
   kernels::MemorySpace memory_space() const override { return backend_->memory_space(); }
   absl::Status InitParameters(float* host_params, uint64_t seed) const override;
   absl::StatusOr<double> ComputeGradient(const float* params, int64_t step,
@@ -121,11 +127,18 @@ class ExternalWorkload : public Workload {
   // tensors then hold what the trainer left there, the unscaled gradient under fp16 loss
   // scaling); otherwise ComputeGradient copies it into grad_out, once per step.
   float* gradient() { return gradient_.data(); }
+  // The buffer the client writes, whatever its dtype (gradient() or the 16-bit one).
+  void* gradient_bytes() {
+    return gradient16_.size() > 0 ? static_cast<void*>(gradient16_.data()) : gradient_.data();
+  }
+  kernels::WireDtype gradient_dtype() const { return gradient_dtype_; }
   // What the client multiplies its loss by before backward (1 without loss scaling): the
   // scale the trainer set for the step WaitForStep returned.
   float loss_scale() const;
   // gradient() without buckets (their copies go into the trainer's buffer), else null.
+  // Null for a 16-bit buffer: low_precision_gradient() then.
   float* gradient_buffer() override { return buckets_.empty() ? gradient_.data() : nullptr; }
+  std::optional<Gradient> low_precision_gradient() const override;
   // The optimizer's parameter vector the trainer steps (zero copies: the client's tensors
   // view it): known once the trainer asked for a step (or SetParams); null before, and
   // null for an optimizer whose parameters are low precision (Optimizer::low_params).
@@ -140,14 +153,16 @@ class ExternalWorkload : public Workload {
 
  private:
   ExternalWorkload(ExternalWorkloadOptions options, kernels::Backend* backend,
-                   kernels::Buffer<float> gradient);
+                   kernels::Buffer<float> gradient, kernels::Buffer<uint16_t> gradient16);
 
   kernels::Backend* const backend_;
   const std::string name_;
-  const std::vector<float> initial_;
+  const std::shared_ptr<const std::vector<float>> initial_;  // never null
   const std::vector<size_t> groups_;
   const std::vector<ParamRange> buckets_;
-  kernels::Buffer<float> gradient_;
+  const kernels::WireDtype gradient_dtype_;
+  kernels::Buffer<float> gradient_;       // float32: n elements; 16-bit: none
+  kernels::Buffer<uint16_t> gradient16_;  // 16-bit: n elements; float32: none
 
   // Copies bucket `bucket` into the waiting trainer's buffer and tells the listener.
   void AnnounceLocked(size_t bucket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -21,6 +21,11 @@ namespace {
 
 constexpr size_t kN = 5;
 
+// n initial parameters of `value`, shared as ExternalWorkloadOptions takes them.
+std::shared_ptr<const std::vector<float>> Initial(size_t n, float value) {
+  return std::make_shared<const std::vector<float>>(n, value);
+}
+
 // What a script that sets nothing but its loss (none: nullopt) hands in.
 StepInputs WithLoss(std::optional<double> loss) {
   StepInputs in;
@@ -40,7 +45,7 @@ struct Rig {
   explicit Rig(int64_t steps, std::optional<LossScalerOptions> loss_scaling = std::nullopt,
                std::vector<std::string>* lines = nullptr) {
     ExternalWorkloadOptions o;
-    o.initial.assign(kN, 0.0f);
+    o.initial = Initial(kN, 0.0f);
     o.groups = {0, 2, kN};
     auto made = ExternalWorkload::Create(o, backend.get());
     EXPECT_TRUE(made.ok()) << made.status();
@@ -150,7 +155,7 @@ TEST(ExternalWorkloadTest, TheClientTrainsTheOptimizersOwnParameters) {
 TEST(ExternalWorkloadTest, ATrainerMayAskWithoutFloatParameters) {
   auto backend = kernels::NewCpuBackend();
   ExternalWorkloadOptions o;
-  o.initial.assign(kN, 0.0f);
+  o.initial = Initial(kN, 0.0f);
   auto w = ExternalWorkload::Create(o, backend.get());
   ASSERT_TRUE(w.ok()) << w.status();
   std::vector<float> grad(kN);
@@ -305,7 +310,7 @@ TEST(ExternalWorkloadTest, TheScriptsGradScaleIsDividedOutAndAnOverflowSkips) {
 TEST(ExternalWorkloadTest, WaitingForAStepTimesOutAndBadInputIsRefused) {
   auto backend = kernels::NewCpuBackend();
   ExternalWorkloadOptions o;
-  o.initial.assign(4, 1.0f);
+  o.initial = Initial(4, 1.0f);
   auto w = ExternalWorkload::Create(o, backend.get());
   ASSERT_TRUE(w.ok());
   EXPECT_EQ((*w)->WaitForStep(absl::Now() + absl::Milliseconds(20)).status().code(),
@@ -313,16 +318,71 @@ TEST(ExternalWorkloadTest, WaitingForAStepTimesOutAndBadInputIsRefused) {
   EXPECT_EQ((*w)->Supply(1, WithLoss(0.0)).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ((*w)->parameter_groups(), (std::vector<size_t>{0, 4}));
   EXPECT_EQ((*w)->Evaluate(nullptr).status().code(), absl::StatusCode::kFailedPrecondition);
-  o.initial.clear();
+  o.initial = Initial(0, 0.0f);
   EXPECT_EQ(ExternalWorkload::Create(o, backend.get()).status().code(),
             absl::StatusCode::kInvalidArgument);
-  o.initial.assign(4, 1.0f);
+  o.initial = Initial(4, 1.0f);
   o.groups = {0, 3, 3, 4};
   EXPECT_EQ(ExternalWorkload::Create(o, backend.get()).status().code(),
             absl::StatusCode::kInvalidArgument);
   o.groups = {0, 2};
   EXPECT_EQ(ExternalWorkload::Create(o, backend.get()).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// A bf16 gradient buffer (a bf16 model's in a sharded job): the client's writes are what
+// the trainer hands the optimizer, in place. Where something would write it in float32
+// (buckets, fp16's unscaling, summed micro-batches) or nothing reads it in place (an
+// unsharded optimizer), it is refused with the reason.
+TEST(ExternalWorkloadTest, ABf16GradientBufferIsReadInPlaceOrRefused) {
+  auto backend = kernels::NewCpuBackend();
+  ExternalWorkloadOptions o;
+  o.initial = Initial(kN, 0.0f);
+  o.gradient_dtype = kernels::WireDtype::kBf16;
+  auto w = ExternalWorkload::Create(o, backend.get());
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ((*w)->gradient(), nullptr);
+  EXPECT_EQ((*w)->gradient_buffer(), nullptr);
+  EXPECT_EQ((*w)->gradient_dtype(), kernels::WireDtype::kBf16);
+  const std::optional<Gradient> g = (*w)->low_precision_gradient();
+  ASSERT_TRUE(g.has_value());
+  EXPECT_EQ(g->dtype, kernels::WireDtype::kBf16);
+  EXPECT_EQ(g->data, (*w)->gradient_bytes());
+  const uint16_t* bits = static_cast<const uint16_t*>(g->data);
+  EXPECT_EQ(std::vector<uint16_t>(bits, bits + kN), std::vector<uint16_t>(kN, 0));  // zeroed
+
+  ExternalWorkloadOptions bad = o;
+  bad.buckets = {{0, 2}, {2, kN}};
+  absl::Status s = ExternalWorkload::Create(bad, backend.get()).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("overlap=False"), std::string::npos) << s;
+  bad = o;
+  bad.gradient_dtype = kernels::WireDtype::kFp16;
+  s = ExternalWorkload::Create(bad, backend.get()).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("float32 or bf16"), std::string::npos) << s;
+
+  // The trainers that would not read it in place.
+  std::shared_ptr<InprocHub> hub = *InprocHub::Create(1);
+  std::unique_ptr<Transport> transport = *hub->Connect(0);
+  StaticStepController controller(/*freeze_step=*/2, /*steps=*/4);
+  const auto refused = [&](TrainerOptions options, absl::StatusCode code,
+                           const std::string& why) {
+    options.eval_at_end = false;
+    const absl::Status made = Trainer::Create(options, w->get(), backend.get(),
+                                              transport.get(), &controller)
+                                  .status();
+    EXPECT_EQ(made.code(), code) << made;
+    EXPECT_NE(made.message().find(why), std::string::npos) << made;
+  };
+  TrainerOptions plain;
+  refused(plain, absl::StatusCode::kFailedPrecondition, "onebit.exchange.shard_state");
+  TrainerOptions accumulating;
+  accumulating.gradient_accumulation_steps = 2;
+  refused(accumulating, absl::StatusCode::kInvalidArgument, "micro-batches are summed");
+  TrainerOptions scaled;
+  scaled.loss_scaling = LossScalerOptions();
+  refused(scaled, absl::StatusCode::kInvalidArgument, "bf16 needs no loss scaling");
 }
 
 // OVERLAP: buckets announced during the step reach the trainer's buffer and its listener
@@ -342,7 +402,7 @@ TEST(ExternalWorkloadTest, AnnouncedBucketsReachTheTrainerInOrder) {
   };
   auto backend = kernels::NewCpuBackend();
   ExternalWorkloadOptions o;
-  o.initial.assign(kN, 0.0f);
+  o.initial = Initial(kN, 0.0f);
   o.buckets = {{3, kN}, {1, 3}, {0, 1}};  // the last layer's first, as backward ends them
   auto made = ExternalWorkload::Create(o, backend.get());
   ASSERT_TRUE(made.ok()) << made.status();
@@ -355,7 +415,7 @@ TEST(ExternalWorkloadTest, AnnouncedBucketsReachTheTrainerInOrder) {
 
   std::vector<float> grad_out(kN, -1.0f);
   absl::StatusOr<double> loss;
-  std::thread trainer([&] { loss = w.ComputeGradient(o.initial.data(), 1, grad_out.data()); });
+  std::thread trainer([&] { loss = w.ComputeGradient(o.initial->data(), 1, grad_out.data()); });
   ASSERT_EQ(*w.WaitForStep(), 1);
   for (size_t i = 0; i < kN; ++i) w.gradient()[i] = 10.0f + i;
   EXPECT_EQ(w.Announce(1, 1).code(), absl::StatusCode::kFailedPrecondition);  // not next

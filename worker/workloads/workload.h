@@ -32,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/kernels.h"
+#include "worker/exchange/gradient.h"
 #include "worker/workloads/step_inputs.h"
 
 namespace onebit {
@@ -130,6 +131,12 @@ class Workload {
   // ComputeGradient (the trainer unscales fp16 gradients in place). Null (the default):
   // the workload writes grad_out itself, and the caller owns that buffer.
   virtual float* gradient_buffer() { return nullptr; }
+
+  // A workload whose gradient stays in a 16-bit buffer of its own (gradient.h; the PyTorch
+  // package's bfloat16 models with sharded state): that gradient, which
+  // ComputeGradient(params, step, nullptr) fills, and which the caller only reads. nullopt
+  // (the default): float32 gradients, as above.
+  virtual std::optional<Gradient> low_precision_gradient() const { return std::nullopt; }
 
   // Loss (and accuracy where it means something) on the held-out set.
   virtual absl::StatusOr<EvalResult> Evaluate(const float* params) = 0;
