@@ -524,15 +524,8 @@ int onebit_worker_buffers(onebit_worker* w, uintptr_t* params, uintptr_t* gradie
 int onebit_worker_final_params(onebit_worker* w, float* out, size_t n) {
   return Guard([&]() -> absl::Status {
     ONEBIT_WORKER(w);
-    absl::StatusOr<std::vector<float>> p = w->worker->FinalParams();
-    if (!p.ok()) return p.status();
-    if (p->size() != n) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("the final parameters are ", p->size(), " floats, not ", n));
-    }
     if (out == nullptr && n > 0) return Null("out");
-    if (n > 0) std::memcpy(out, p->data(), n * sizeof(float));
-    return absl::OkStatus();
+    return w->worker->FinalParams(out, n);
   });
 }
 

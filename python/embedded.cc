@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -327,10 +328,15 @@ absl::StatusOr<std::pair<const void*, kernels::WireDtype>> EmbeddedWorker::Param
   return std::make_pair(static_cast<const void*>(workload_->params()), kernels::WireDtype::kFp32);
 }
 
-absl::StatusOr<std::vector<float>> EmbeddedWorker::FinalParams() {
+absl::Status EmbeddedWorker::FinalParams(float* out, size_t n) {
   absl::MutexLock lock(&mu_);
   if (final_params_.empty()) return absl::FailedPreconditionError("the job has not ended");
-  return final_params_;
+  if (final_params_.size() != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the final parameters are ", final_params_.size(), " floats, not ", n));
+  }
+  if (n > 0) std::memcpy(out, final_params_.data(), n * sizeof(float));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Optimizer*> EmbeddedWorker::RunningOptimizer() {

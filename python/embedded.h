@@ -84,8 +84,10 @@ class EmbeddedWorker {
   // valid while the worker runs) with its format, or Buffers()'s fp32 parameters and fp32.
   // The parameters of Buffers() are null in the first case.
   absl::StatusOr<std::pair<const void*, kernels::WireDtype>> ParamBuffer();
-  // The parameters at the end of the job (a copy this object owns), once the job ended.
-  absl::StatusOr<std::vector<float>> FinalParams();
+  // The parameters at the end of the job, once it ended, copied into `out` (n floats):
+  // no copy in between (at 7B one is 26 GiB of host memory). INVALID_ARGUMENT for another
+  // n, FAILED_PRECONDITION before the end.
+  absl::Status FinalParams(float* out, size_t n);
   // The state between two steps, or after the last step once the job is over: whole, or
   // a sharded worker's state range (optimizer_state.h).
   absl::StatusOr<OptimizerState> StateDict();

@@ -34,13 +34,16 @@ end of three phases, and resets the peak between them (5 > /proc/self/clear_refs
 >= 4.0; where the kernel refuses, each phase's figure is the peak so far, and the script
 warns):
   init   from the start to the worker's joining: torch's own tensors, the float32 copy of
-         the parameters that Worker() takes (_FlatParams.current()), Trainer::Init, the
-         binding of the tensors to the worker's buffers
+         the parameters that Worker() takes (_FlatParams.current(), dropped before the
+         worker starts), Trainer::Init, the binding of the tensors to the worker's buffers
   train  steps 1 to STEPS - 1 (backward, the exchange, the update)
   end    the last step, the worker's end (python/embedded.cc's after_run copies the final
-         parameters and the state to the host for state_dict()) and the exit, read in an
-         atexit handler registered before onebit is imported (so it runs after onebit's)
+         parameters and the state to the host for state_dict()), the package's unbind (the
+         tensors take the final parameters) and the exit, read in an atexit handler
+         registered before onebit is imported (so it runs after onebit's)
 The worker's peak is the largest of the three: the process's VmHWM without the resets.
+The model's phases (tools/memory_model.py --json, "phases") map onto them: init is the
+larger of its join and init, train of warmup and compression, end of end and unbind.
 
 The package and libonebit_core.so come from Bazel's runfiles of //tests:python_package_test
 (bazel-bin/tests/python_package_test.runfiles/onebit/python on PYTHONPATH, as
@@ -277,9 +280,15 @@ def model_peak(a, setup, n):
     return model(a, setup, n)["cpu_job_peak_bytes"]
 
 
-def model_job_rows(a, setup, n):
-    """The model's job-long rows (its peak without Trainer::Init's transient copies)."""
-    return sum(b["bytes"] for b in model(a, setup, n)["buffers"] if b["when"] == "job")
+# The script's phases in the model's (tools/memory_model.py PHASES).
+MODEL_PHASES = {"init": ("join", "init"), "train": ("warmup", "compression"),
+                "end": ("end", "unbind")}
+
+
+def model_phase(a, setup, n, phase):
+    """The model's CPU bytes at the peak of the script's `phase`."""
+    phases = model(a, setup, n)["phases"]
+    return max(phases[p]["cpu_bytes"] for p in MODEL_PHASES[phase] if p in phases)
 
 
 def mark_of(x, label, column=1):
@@ -323,31 +332,37 @@ def report(a, results, out):
         for ph in PHASES:
             s[ph] = slope(lambda x, ph=ph: x["phases"][ph]["vmhwm_bytes"])
         s["model"] = (model_peak(a, setup, large) - model_peak(a, setup, small)) / dn
-        s["model_job_rows"] = (model_job_rows(a, setup, large)
-                               - model_job_rows(a, setup, small)) / dn
+        for ph in PHASES:
+            s["model_" + ph] = (model_phase(a, setup, large, ph)
+                                - model_phase(a, setup, small, ph)) / dn
         s["fixed_mib"] = (statistics.mean(x["vmhwm_peak_bytes"] for x in per_size[small].values())
                           - model_peak(a, setup, small)) / 2**20
         slopes[setup] = s
     lines += ["",
               f"Slopes between {small:,} and {large:,} parameters, bytes per parameter per "
               "worker (the mean over the workers; their range in brackets for the peak). The "
-              "model is tools/memory_model.py --cpu_job --workload pytorch with the setup's "
-              "--param_dtype, --grad_dtype and --shard_state; its job-long rows leave out "
-              "Trainer::Init's transient copies. RSS before the last step is what stays "
+              "model is tools/memory_model.py --cpu_job --workload pytorch --json with the "
+              "setup's --param_dtype, --grad_dtype and --shard_state: its peak, and each "
+              "phase's (init: the larger of its join and init phases; train: of warmup and "
+              "compression; end: of end and unbind). RSS before the last step is what stays "
               "allocated while the job trains.", "",
-              "| setup | slope of the peak | model | measured / model | init phase | train "
-              "phase | end phase | RSS before the last step | model's job-long rows |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "| setup | slope of the peak | model | measured / model | init: measured, model "
+              "| train: measured, model | end: measured, model | RSS before the last step |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|"]
 
     def mean(v):
         return f"{statistics.mean(v):.2f}"
+
+    def pair(s, ph):
+        m = statistics.mean(s[ph])
+        return f"{m:.2f}, {s['model_' + ph]:.2f} ({m / s['model_' + ph]:.3f})"
 
     for setup, s in slopes.items():
         meas = statistics.mean(s["peak"])
         lines.append(f"| {setup}: {DESCRIBE[setup]} | {mean(s['peak'])} ({min(s['peak']):.2f} "
                      f"to {max(s['peak']):.2f}) | {s['model']:.2f} | {meas / s['model']:.3f} | "
-                     f"{mean(s['init'])} | {mean(s['train'])} | {mean(s['end'])} | "
-                     f"{mean(s['rss_before_last'])} | {s['model_job_rows']:.2f} |")
+                     f"{pair(s, 'init')} | {pair(s, 'train')} | {pair(s, 'end')} | "
+                     f"{mean(s['rss_before_last'])} |")
     gap = max(abs(statistics.mean(s["ru_maxrss"]) - statistics.mean(s["peak"]))
               for s in slopes.values())
     fixed = ", ".join(f"{k} {s['fixed_mib']:.0f}" for k, s in slopes.items())
@@ -364,7 +379,8 @@ def report(a, results, out):
         f.write("setup,torch_dtype,shard_state,set_to_none,nodes,local_size,steps,freeze_step,"
                 "params,rank,gradient_buffer,peak_bytes,ru_maxrss_peak_bytes,"
                 "init_peak_bytes,train_peak_bytes,end_peak_bytes,rss_before_last_bytes,"
-                "rss_after_model_bytes,rss_after_import_bytes,model_peak_bytes\n")
+                "rss_after_model_bytes,rss_after_import_bytes,model_peak_bytes,"
+                "model_init_bytes,model_train_bytes,model_end_bytes\n")
         for setup, per_size in results.items():
             dt, shard, none = SETUPS[setup][:3]
             for n in (small, large):
@@ -377,7 +393,9 @@ def report(a, results, out):
                             f"{x['ru_maxrss_peak_bytes']},{ph['init']['vmhwm_bytes']},"
                             f"{ph['train']['vmhwm_bytes']},{ph['end']['vmhwm_bytes']},"
                             f"{mark_of(x, 'train', 2)},{mark_of(x, 'model', 2)},"
-                            f"{mark_of(x, 'imported', 2)},{model_peak(a, setup, n)}\n")
+                            f"{mark_of(x, 'imported', 2)},{model_peak(a, setup, n)},"
+                            + ",".join(str(model_phase(a, setup, n, ph)) for ph in PHASES)
+                            + "\n")
     with open(os.path.join(out, "slopes.json"), "w") as f:
         json.dump(slopes, f, indent=1)
     print(text)

@@ -19,6 +19,15 @@ gradient buffer the .grad tensors view (python/embedded.cc picks it where nothin
 the gradient in float32: no accumulation, no fp16 loss scaling, no overlap buckets). A row
 marked DESIGN would be a plan, not code; none is at present.
 
+A worker goes through phases (PHASES): join (Worker() takes the model's parameters), init
+(the end of Trainer::Init, before bind makes the tensors views of the worker's buffers),
+warmup, compression, end (python/embedded.cc after_run copies the final parameters and state
+to the host while every buffer lives) and unbind (the package copies the final parameters
+into the tensors, the worker's buffers freed). Each row lives in some of them. --json gives
+each phase at its peak: a CPU worker's RAM (both memories) and a GPU worker's device and
+host memory apart. A CPU job's peak (--cpu_job) is its largest phase. --table counts the
+compression stage's device memory: training, not startup.
+
 Not counted: activations, the CUDA context, NCCL's and gloo's own buffers, the allocator's
 slack, and anything of O(1) bytes. Those depend on the model, the batch and the machine.
 
@@ -103,12 +112,29 @@ REFS = {
                 r"std::vector<float> initial\(n\);"),
     "variance_copies": ("worker/trainer.cc", "Trainer::VarianceChange, v_now_",
                         r"v_now_\.resize\(count\);"),
-    "embedded_initial": ("python/embedded.cc", "EmbeddedWorker::EmbeddedWorker, initial_",
-                         r"initial_\(std::move\(initial\)\)"),
-    "external_initial": ("worker/workloads/external_workload.cc", "ExternalWorkload::ExternalWorkload, initial_",
-                         r"initial_\(std::move\(options\.initial\)\)"),
+    # One host copy, made from the caller's array by onebit_worker_new and kept by
+    # EmbeddedWorker; each run's ExternalWorkload shares it (the line after the make_shared).
+    "embedded_initial": ("python/embedded.cc", "EmbeddedWorker::Start, w.initial",
+                         r"w\.initial = initial_;",
+                         r"initial_\(std::make_shared<const std::vector<float>>\(std::move\(initial\)\)\)"),
+    "torch_current": ("python/onebit/_params.py", "_FlatParams.current",
+                      r"return torch\.cat\(\[p\.detach\(\)\.reshape\(-1\)\.to\("),
+    "torch_bind": ("python/onebit/_params.py", "_FlatParams.bind, p.data",
+                   r"p\.data = (low|flat)\[begin:end\]\.view\(p\.shape\)"),
     "torch_low_params": ("python/onebit/_params.py", "_FlatParams.bind, masters",
                          r"self\.masters\[i\] = flat"),
+    "after_run_params": ("python/embedded.cc", "EmbeddedWorker::Start, after_run",
+                         r"std::vector<float> params, trainer\.optimizer\(\)\.ParamsToHost\(\)"),
+    "params_to_host_low": ("worker/optim/optimizer_base.h", "OptimizerBase::ParamsToHost, low",
+                           r"const std::vector<uint16_t> low, p_low_\.SliceToHost\(0, n_\)"),
+    "after_run_state": ("python/optimizer_state.cc", "SaveOptimizerState, StateToHost",
+                        r"o\.StateToHost\(spec\.name, range\.first, range\.second\)"),
+    "after_run_errors": ("python/optimizer_state.cc", "SaveOptimizerState, SaveErrors",
+                         r"state\.errors, o\.exchange\(\)\.SaveErrors\(\)"),
+    "final_params_tensor": ("python/onebit/_native.py", "Worker.final_params, out",
+                            r"out = torch\.empty\(self\._size, dtype=torch\.float32\)"),
+    "torch_unbind": ("python/onebit/_params.py", "_FlatParams.unbind, p.data",
+                     r"p\.data = value\.clone\(\) if p\.dtype == value\.dtype"),
     "torch_low_grads": ("python/onebit/_params.py", "_FlatParams.grad_into_view",
                         r"view\.copy_\(p\.grad\.reshape"),
     "segments": ("worker/exchange/hierarchical_exchange.cc",
@@ -233,15 +259,41 @@ class Config:
         return self.steps if self.optimizer == "adam" else min(self.freeze_step, self.steps)
 
 
+# A worker's phases, in order. join: Worker() takes the model's parameters (before the
+# worker's thread starts); init: Trainer::Init, at its end (the tensors not yet bound);
+# warmup, compression: the steps; end: after_run (python/embedded.cc) copies the final
+# parameters and state to the host while every buffer lives; unbind: after the worker's
+# buffers are freed, the package gives the tensors memory of their own again.
+PHASES = ("join", "init", "warmup", "compression", "end", "unbind")
+# The phases a row's `when` puts it in (Buffer.also adds more).
+ALIVE = {
+    "job": ("init", "warmup", "compression", "end"),  # Trainer::Init to the worker's end
+    "steps": ("warmup", "compression", "end"),        # from the first backward on
+    "join": ("join",), "init": ("init",), "warmup": ("warmup",),
+    "compression": ("compression",), "end": ("end",), "unbind": ("unbind",),
+}
+# What InitCommon and Trainer::Init allocate after InitCommon frees its host cast `low`
+# (p_low_host): at that moment these do not exist yet, so on a CPU the cast adds only what
+# exceeds them.
+MADE_AFTER_LOW_HOST = ("mv", "lamb_more", "user_mask", "seen", "trainer_grad", "micro_grad")
+
+
 @dataclass
 class Buffer:
     name: str
     ref: str           # a key of REFS: the code that allocates it
     nbytes: int
     memory: str = "device"   # device (GPU memory on GPUs, RAM on CPUs) or host
-    when: str = "job"        # job, init (transient in Trainer::Init), warmup, compression
+    when: str = "job"        # a key of ALIVE
     design: bool = False     # not code yet (the note says whose design)
     note: str = ""
+    also: tuple = ()         # phases it is alive in besides its `when`'s
+    # In its `when` phase, alive only at this moment: rows of one moment live together,
+    # rows of two moments never (in its `also` phases it lives throughout).
+    moment: str = ""
+
+    def phases(self):
+        return ALIVE[self.when] + self.also
 
 
 def buffers(c):
@@ -257,6 +309,15 @@ def buffers(c):
     sh = c.shard_state
     lamb = c.optimizer == "onebit_lamb"
     state = S if sh else n  # the elements of m, v and the like
+    torch = c.workload == "pytorch"
+    # The model's tensors become views of the worker's buffers at bind (fp32, or sharded
+    # low precision); an unsharded bf16/fp16 model keeps its own beside fp32 masters.
+    views = torch and (sh or not low)
+    # The stage the job ends in: its rows are alive at the worker's end too.
+    last = "compression" if c.optimizer != "adam" and c.steps > c.freeze_step else "warmup"
+
+    def at_end(stage):
+        return ("end",) if stage == last else ()
     rows = []
 
     def add(name, ref, nbytes, design=False, **kw):
@@ -267,7 +328,7 @@ def buffers(c):
         add("p" + (" (fp32 master; the model keeps its own)" if low else ""), "p", 4 * n)
         if low:
             add(f"model parameters, {c.param_dtype} (torch's own tensors)", "torch_low_params",
-                pb * n)
+                pb * n, also=("join", "unbind"))
     elif not low:
         add("p, whole and padded to L x S (every worker's model reads it)", "p", 4 * padded)
     else:
@@ -298,7 +359,7 @@ def buffers(c):
         add("automatic mask: nonzero_seen", "seen", 4 * state)
         if not c.user_mask:
             add("automatic mask: mask_ (made at the first compression step)", "auto_mask",
-                4 * state, when="compression")
+                4 * state, when="compression", also=at_end("compression"))
     # Gradients.
     if c.workload == "builtin":
         add("gradient: the trainer's grad_", "trainer_grad", 4 * n)
@@ -308,8 +369,8 @@ def buffers(c):
                else "the .grad tensors view it") + ")",
             "external_grad" if gb == 4 else "external_grad16", gb * n)
         if low and gb == 4:
-            add(f"model gradients, {c.param_dtype} (backward's own .grad, cast in)",
-                "torch_low_grads", pb * n)
+            add(f"model gradients, {c.param_dtype} (backward's own .grad, cast in; made by "
+                "the first backward)", "torch_low_grads", pb * n, when="steps", also=("unbind",))
         if c.accumulation:
             add("gradient: the trainer's grad_ (accumulation)", "trainer_grad", 4 * n)
     if c.accumulation:
@@ -331,7 +392,7 @@ def buffers(c):
         if lamb:
             add("hierarchical: rows_ (ShardRows: slice l of every local worker's gradient, "
                 "L x S, made at the first compression step)", "lamb_rows", 4 * padded,
-                when="compression")
+                when="compression", also=at_end("compression"))
     if K > 1:
         # The inter-node PeerExchange over the slice (hierarchical_exchange.cc CreatePeer).
         add("inter ExactAllreduce: rows_", "inter_rows", 4 * K * chunk)
@@ -345,22 +406,97 @@ def buffers(c):
     add("initial parameters (Trainer::Init, freed when it returns)", "initial", 4 * n,
         memory="host", when="init")
     if sh and low:
-        add(f"the initial parameters cast to {c.param_dtype} (InitCommon, freed when it "
-            "returns)", "p_low_host", pb * padded, memory="host", when="init")
+        add(f"the initial parameters cast to {c.param_dtype} (InitCommon's `low`, freed before "
+            "m and v are made: on a CPU it adds only what exceeds them)", "p_low_host",
+            pb * padded, memory="host", when="init", moment="InitCommon")
     if c.report_interval > 0 and c.last_warmup_step >= c.report_interval:
         add("variance-change copies v_prev_, v_now_ (freed at the switch)", "variance_copies",
-            8 * state, memory="host", when="warmup")
-    if c.workload == "pytorch":
-        add("initial parameters kept by EmbeddedWorker", "embedded_initial", 4 * n,
-            memory="host")
-        add("initial parameters kept by ExternalWorkload", "external_initial", 4 * n,
-            memory="host")
+            8 * state, memory="host", when="warmup", also=at_end("warmup"))
+    if torch:
+        add("initial parameters: one fp32 copy (onebit_worker_new's), kept by EmbeddedWorker "
+            "and shared with each run's ExternalWorkload", "embedded_initial", 4 * n,
+            memory="host", also=("join", "unbind"))
+        add("current()'s fp32 copy handed to Worker() (dropped before start(); a bf16 or GPU "
+            "model's per-tensor casts take as much just before, when the shared copy does "
+            "not exist yet)", "torch_current", 4 * n, memory="host", when="join")
+        if views:
+            add(f"the model's own {c.param_dtype} parameters until bind makes them views of the "
+                "worker's buffer (device memory on a GPU; torch's caching allocator keeps the "
+                "freed blocks)", "torch_bind", pb * n, when="init", also=("join",))
+        add_end_copies(c, add, n, S, chunk, state, low and sh, pb, views)
     return rows
 
 
+def checkpoint_tensors(c):
+    """The tensors SaveOptimizerState copies at the worker's end: CheckpointStates (the
+    optimizer's TensorStates, then the automatic mask's nonzero_seen), each over the state
+    range."""
+    count = {"onebit_adam": 3, "adam": 3, "onebit_lamb": 4}.get(c.optimizer)
+    if count is None:  # 0/1 Adam: params, exp_avg, exp_avg_sq; after its variance stage
+        count = 5 if c.steps > c.freeze_step else 3  # also accumulator and anchor
+    return count + (1 if c.auto_mask else 0)
+
+
+def add_end_copies(c, add, n, S, chunk, state, low_sharded, pb, views):
+    """A PyTorch worker's end (python/embedded.cc after_run, then the package's unbind)."""
+    add("after_run: the final parameters, fp32 (ParamsToHost into final_params_)",
+        "after_run_params", 4 * n, memory="host", when="end", also=("unbind",))
+    if low_sharded:
+        add(f"after_run: ParamsToHost's {c.param_dtype} copy of p_low_ (freed once widened, "
+            "before the state is copied)", "params_to_host_low", pb * n, memory="host",
+            when="end", moment="ParamsToHost")
+    add(f"after_run: SaveOptimizerState's copies of {checkpoint_tensors(c)} state tensors "
+        "over the state range (final_state_)", "after_run_state",
+        4 * state * checkpoint_tensors(c), memory="host", when="end",
+        moment="SaveOptimizerState", also=("unbind",))
+    if c.nodes > 1:
+        add("after_run: SaveErrors' copies of the inter worker and server errors (final_state_)",
+            "after_run_errors", 4 * (S + chunk), memory="host", when="end",
+            moment="SaveOptimizerState", also=("unbind",))
+    add("unbind: final_params()'s fp32 tensor, which FinalParams fills from final_params_ "
+        "(on a GPU then copied to the device)",
+        "final_params_tensor", 4 * n, memory="host", when="unbind")
+    if views:
+        add(f"unbind: the model's own {c.param_dtype} parameters again (device memory on a "
+            "GPU)", "torch_unbind", pb * n, when="unbind", moment="clone")
+
+
 def live(rows, memory, stage):
-    """Rows of `memory` alive through `stage` (job-long and that stage's own)."""
-    return [r for r in rows if r.memory == memory and r.when in ("job", stage)]
+    """Rows of `memory` alive throughout `stage` (job-long and that stage's own)."""
+    return [r for r in rows if r.memory == memory and stage in r.phases()
+            and not (r.moment and r.when == stage)]
+
+
+def phase_total(rows, phase, memories=("device", "host")):
+    """The bytes of `memories` alive at the peak of `phase`: what lives throughout it, plus
+    its largest moment. A CPU worker's RAM is both memories; on a GPU, each alone."""
+    here = [r for r in rows if phase in r.phases() and r.memory in memories]
+    steady = [r for r in here if not (r.moment and r.when == phase)]
+    peaks = [0]
+    for moment in sorted({r.moment for r in here if r not in steady}):
+        extra = total(r for r in here if r.moment == moment and r not in steady)
+        if moment == "InitCommon":  # freed before these exist
+            extra -= total(r for r in steady if r.ref in MADE_AFTER_LOW_HOST)
+        peaks.append(extra)
+    return total(steady) + max(peaks)
+
+
+def job_phases(c):
+    """The phases a worker of config `c` goes through."""
+    out = ["join", "init"] if c.workload == "pytorch" else ["init"]
+    if c.last_warmup_step >= 1:
+        out.append("warmup")
+    if c.optimizer != "adam" and c.steps > c.freeze_step:
+        out.append("compression")
+    if c.workload == "pytorch":
+        out += ["end", "unbind"]
+    return out
+
+
+def phase_bytes(c, memories=("device", "host")):
+    """{phase: bytes at its peak} for the phases of `c`'s job."""
+    rows = buffers(c)
+    return {ph: phase_total(rows, ph, memories) for ph in job_phases(c)}
 
 
 def total(rows):
@@ -374,15 +510,8 @@ def per_gpu_bytes(c):
 
 def cpu_job_peak_bytes(c):
     """A CPU worker's peak RSS above its fixed part: every row is RAM, and the peak is the
-    job-long rows plus the largest of what Trainer::Init, warmup and compression add."""
-    rows = buffers(c)
-    base = total(r for r in rows if r.when == "job")
-    extra = [total(r for r in rows if r.when == "init")]
-    if c.last_warmup_step >= 1:
-        extra.append(total(r for r in rows if r.when == "warmup"))
-    if c.optimizer != "adam" and c.steps > c.freeze_step:
-        extra.append(total(r for r in rows if r.when == "compression"))
-    return base + max(extra)
+    largest of its phases (phase_bytes)."""
+    return max(phase_bytes(c).values())
 
 
 # ---- The peers ----
@@ -481,16 +610,26 @@ def report(c):
            "| buffer | allocated by | memory | lives | B/param | GiB |",
            "|---|---|---|---|---:|---:|"]
     for r in rows:
-        out.append(f"| {r.name} | {where(r)} | {r.memory} | {r.when} | "
+        lives = ", ".join(p for p in PHASES if p in r.phases())
+        if r.moment:
+            lives += f" (in {r.when}: {r.moment} only)"
+        out.append(f"| {r.name} | {where(r)} | {r.memory} | {lives} | "
                    f"{r.nbytes / n:.3f} | {fmt_gib(r.nbytes)} |")
     dev = total(live(rows, "device", c.stage))
     host = total(live(rows, "host", c.stage))
     out += ["",
             f"device (GPU) memory in the {c.stage} stage: {dev / n:.2f} B/param, "
             f"{fmt_gib(dev)} GiB per GPU",
-            f"host memory besides (same stage, Init's transient copy aside): {host / n:.2f} "
-            f"B/param, {fmt_gib(host)} GiB per process",
-            "not counted: activations, the CUDA context, NCCL/gloo buffers, allocator slack"]
+            f"host memory besides (same stage): {host / n:.2f} B/param, {fmt_gib(host)} GiB "
+            "per process",
+            "", "| phase | device (GPU) B/param | host B/param | both (a CPU worker's RAM) "
+            "B/param |", "|---|---:|---:|---:|"]
+    on_dev, on_host, ram = (phase_bytes(c, m) for m in (("device",), ("host",),
+                                                        ("device", "host")))
+    for ph in ram:
+        out.append(f"| {ph} | {on_dev[ph] / n:.2f} | {on_host[ph] / n:.2f} | "
+                   f"{ram[ph] / n:.2f} |")
+    out += ["", "not counted: activations, the CUDA context, NCCL/gloo buffers, allocator slack"]
     if any(r.design for r in rows):
         out.append("rows marked DESIGN are not code yet")
     return "\n".join(out)
@@ -565,11 +704,49 @@ def table(local_size=8, nodes=8, gpu_gib=80.0):
                        f"{'; '.join(roomy)} (the other rows leave under 16 GiB).")
     if all(left(b, 13e9) < 0 for _, b in onebit):
         verdict.append("No onebit row fits 13B.")
-    host7 = total(live(buffers(Config(params=int(7e9), **table_setups(local_size, nodes)[0][1])),
-                       "host", "compression"))
-    verdict.append(f"Host RAM is apart from this: a PyTorch worker keeps two whole fp32 copies "
-                   f"of the initial parameters ({fmt_gib(host7)} GiB per process at 7B, "
-                   f"{fmt_gib(host7 * local_size)} GiB per node).")
+    # Startup: device memory at the end of Trainer::Init, before bind and any activation.
+    seven = [(label, Config(params=int(7e9), **kw)) for label, kw in
+             table_setups(local_size, nodes)]
+    start = {label: phase_bytes(c, ("device",))["init"] / 7e9 for label, c in seven}
+    own = {label: total(r for r in buffers(c) if r.ref == "torch_bind") / 7e9
+           for label, c in seven}
+    last_label = onebit[-1][0]
+    verdict.append(
+        f"The table counts training. Startup briefly holds the model's own parameters beside "
+        f"the worker's buffers, until bind makes them views of the worker's, and before any "
+        f"activation exists: {own[last_label]:.0f} B/param for bf16 "
+        f"({fmt_gib(own[last_label] * 7e9)} GiB at 7B), 4 for fp32. torch's caching allocator "
+        f"keeps the freed blocks for the activations.")
+    for label, b in onebit:
+        if start[label] > b + 1e-9:
+            verdict.append(f"{label} at startup: {start[label]:.2f} B/param, "
+                           f"{room(start[label], 7e9, '7B')}.")
+    # Host memory of one process, by phase (every onebit row is a PyTorch worker).
+    host = {label: phase_bytes(c, ("host",)) for label, c in seven}
+
+    def gib(per_param, per_node=False):
+        return fmt_gib(per_param * 7e9 * (local_size if per_node else 1))
+
+    train = host[last_label]["compression"] / 7e9
+    verdict.append(
+        f"Host RAM is apart from this. While it trains, a PyTorch worker keeps one fp32 copy of "
+        f"the initial parameters: {train:.0f} B/param, {gib(train)} GiB per process at 7B, "
+        f"{gib(train, True)} GiB per node of {local_size}. At startup Trainer::Init's copy adds "
+        f"4 (a sharded bf16 model's cast 2 more).")
+    groups = {}  # (phase, B/param) at the host peak: the setups with it
+    for label, _ in seven:
+        ph = max(host[label], key=host[label].get)
+        b = host[label][ph] / 7e9
+        groups.setdefault((ph, round(b, 2)), (b, []))[1].append(label)
+    peaks = []
+    for (ph, _), (b, labels) in groups.items():
+        kinds = {label.split(",")[0].replace("onebit ", "") for label in labels}
+        name = kinds.pop() if len(kinds) == 1 else "; ".join(labels)
+        peaks.append(f"{name[0].upper()}{name[1:]}, {b:.2f} B/param in phase {ph}: {gib(b)} "
+                     f"GiB per process at 7B, {gib(b, True)} GiB per node.")
+    verdict.append("The host peak comes at the worker's end. after_run copies the final "
+                   "parameters and state to the host, then final_params() copies the "
+                   "parameters once more for the tensors. " + " ".join(peaks))
     out += verdict
     return "\n".join(out)
 
@@ -640,13 +817,20 @@ def main(argv=None):
         print(f"memory_model: {e}", file=sys.stderr)
         return 2
     if a.json:
+        on_dev, on_host, ram = (phase_bytes(c, m) for m in (("device",), ("host",),
+                                                            ("device", "host")))
         print(json.dumps({
             "params": c.params, "config": describe(c),
             "device_bytes": total(live(rows, "device", c.stage)),
             "host_bytes": total(live(rows, "host", c.stage)),
             "cpu_job_peak_bytes": cpu_job_peak_bytes(c),
+            # Each phase at its peak: a CPU worker's RAM (cpu_bytes: both memories), and a
+            # GPU worker's device and host memory apart.
+            "phases": {ph: dict(cpu_bytes=ram[ph], device_bytes=on_dev[ph],
+                                host_bytes=on_host[ph]) for ph in ram},
             "buffers": [dict(name=r.name, where=where(r), memory=r.memory, when=r.when,
-                             bytes=r.nbytes, design=r.design) for r in rows],
+                             phases=list(r.phases()), moment=r.moment, bytes=r.nbytes,
+                             design=r.design) for r in rows],
         }, indent=1))
         return 0
     print(report(c))

@@ -1,8 +1,10 @@
-"""tools/memory_model.py: its layout, its closed forms, its refusals, its table, the code its
-rows name, and its CPU prediction against the recorded peaks of tools/bench_memory.sh."""
+"""tools/memory_model.py: its layout, its closed forms, its refusals, its table, a PyTorch
+worker's phases, the code its rows name, and its CPU prediction against the recorded peaks of
+tools/bench_memory.sh and, phase by phase, of tools/bench_memory_torch.py."""
 import collections
 import csv
 import io
+import json
 import os
 import re
 import statistics
@@ -16,6 +18,9 @@ import memory_model as mm  # noqa: E402
 
 RECORDED = os.path.join(os.path.dirname(HERE), "results", "bench", "2026-11-29",
                         "memory-step7", "results.csv")
+# tools/bench_memory_torch.py's PyTorch workers (binaries of 1accea9), each phase's peak.
+RECORDED_TORCH = os.path.join(os.path.dirname(HERE), "results", "bench", "2026-11-29",
+                              "memory-torch-2", "results.csv")
 CODEC_BYTES = {"onebit": 1 / 8, "int8": 1.0, "fp8": 33 / 32}
 
 
@@ -130,7 +135,9 @@ class FlagsTest(unittest.TestCase):
     def test_host_rows(self):
         c = mm.Config(params=self.N, local_size=4, nodes=2, user_mask=True)
         host = mm.total(mm.live(mm.buffers(c), "host", "compression")) / self.N
-        self.assertAlmostEqual(host, 12 + 8)  # three mask copies, two Python initial copies
+        # Three mask copies and one initial copy, which EmbeddedWorker and ExternalWorkload
+        # share (two copies before 1accea9).
+        self.assertAlmostEqual(host, 12 + 4)
 
     def test_variance_copies_only_when_warmup_reaches_the_report_interval(self):
         job = dict(params=self.N, local_size=4, nodes=2, workload="builtin", steps=30)
@@ -170,6 +177,107 @@ class FlagsTest(unittest.TestCase):
             self.assertFalse([r.name for r in rows if r.design], kw)
 
 
+class PhasesTest(unittest.TestCase):
+    """A PyTorch worker's phases (join, init, the stages, end, unbind) against what the code
+    keeps alive in each, in B/param at large n (the segment rows are the same in every
+    phase)."""
+    N = 2 ** 30
+    A = dict(param_dtype="bf16", grad_dtype="bf16", shard_state=True)  # bench_memory_torch's
+    B = dict(param_dtype="bf16")
+    C = dict(shard_state=True)
+
+    def phases(self, memories=("device", "host"), local_size=4, nodes=2, **kw):
+        c = mm.Config(params=self.N, local_size=local_size, nodes=nodes, freeze_step=5,
+                      steps=30, **kw)
+        return {k: v / self.N for k, v in mm.phase_bytes(c, memories).items()}
+
+    def test_a_pytorch_job_has_every_phase_and_a_builtin_one_none_of_the_packages(self):
+        self.assertEqual(list(self.phases(**self.A)), list(mm.PHASES))
+        self.assertEqual(list(self.phases(workload="builtin")),
+                         ["init", "warmup", "compression"])
+
+    def test_init_adds_trainer_inits_copy_and_the_models_own_tensors(self):
+        # Above training: Trainer::Init's initial (4) and the model's own parameters until
+        # bind (2 bf16, 4 fp32). current()'s copy is gone (dropped before start()).
+        # p_low_host (2 L S bytes) is freed before m and v (8 S) exist: 0 at L = 4.
+        for kw, extra in ((self.A, 4 + 2), (self.C, 4 + 4),
+                          # B keeps its own tensors (a training row); its .grad comes later.
+                          (self.B, 4 - 2)):
+            ph = self.phases(**kw)
+            self.assertAlmostEqual(ph["init"] - ph["compression"], extra, places=6, msg=kw)
+
+    def test_the_bf16_cast_adds_what_exceeds_m_and_v(self):
+        # L = 8: the cast is 2 B/param, m and v 8/8 = 1, so 1 more at init.
+        ph = self.phases(local_size=8, **self.A)
+        self.assertAlmostEqual(ph["init"] - ph["compression"], 4 + 2 + 1, places=6)
+        # 1-bit LAMB makes three more state buffers after it (12/8): none more. (Its rows
+        # come at the first compression step: compare with warmup.)
+        ph = self.phases(local_size=8, optimizer="onebit_lamb", **self.A)
+        self.assertAlmostEqual(ph["init"] - ph["warmup"], 4 + 2, places=6)
+        # On a GPU m and v are device memory: the host holds the whole cast.
+        host = self.phases(("host",), local_size=8, **self.A)
+        self.assertAlmostEqual(host["init"], 4 + 4 + 2, places=6)
+
+    def test_end_adds_after_runs_copies(self):
+        # The final parameters (4), then p, m, v of the state range (12 or 12/L) and the
+        # inter errors (S + S/K floats: 1.5 at L = 4, K = 2). A bf16 worker's ParamsToHost
+        # copy of p_low_ (2) is freed before the state is copied.
+        for kw, extra in ((self.A, 4 + 3 + 1.5), (self.C, 4 + 3 + 1.5), (self.B, 4 + 12 + 1.5)):
+            ph = self.phases(**kw)
+            self.assertAlmostEqual(ph["end"] - ph["compression"], extra, places=6, msg=kw)
+        # On the host of a GPU worker at L = 8, K = 8: the shared copy, the final
+        # parameters, and the larger moment: the bf16 copy (2) or the state (1.5) and the
+        # errors (0.5625); at K = 1 no errors, so the bf16 copy.
+        host = self.phases(("host",), local_size=8, nodes=8, **self.A)
+        self.assertAlmostEqual(host["end"], 4 + 4 + 2.0625, places=6)
+        host = self.phases(("host",), local_size=8, nodes=1, **self.A)
+        self.assertAlmostEqual(host["end"], 4 + 4 + 2, places=6)
+
+    def test_unbind_copies_the_final_parameters_once_more(self):
+        # After the worker's buffers are freed: the shared initial copy, final_params_ and
+        # final_state_, then the tensor FinalParams fills straight from final_params_ (4).
+        host = self.phases(("host",), **self.C)
+        self.assertAlmostEqual(host["unbind"], 4 + 4 + 4.5 + 4, places=6)
+        dev = self.phases(("device",), **self.C)
+        self.assertAlmostEqual(dev["unbind"], 4, places=6)  # the tensors' own fp32 again
+        self.assertAlmostEqual(self.phases(("device",), **self.B)["unbind"], 4, places=6)
+
+    def test_the_peak_is_the_largest_phase(self):
+        for kw in (self.A, self.B, self.C, dict(workload="builtin")):
+            c = mm.Config(params=self.N, local_size=4, nodes=2, freeze_step=5, steps=30, **kw)
+            self.assertEqual(mm.cpu_job_peak_bytes(c), max(mm.phase_bytes(c).values()))
+        # After 1accea9 the peak of A, B and C is the end phase (A's and C's was init).
+        for kw in (self.A, self.B, self.C):
+            ph = self.phases(**kw)
+            self.assertEqual(max(ph, key=ph.get), "end", kw)
+
+    def test_one_shared_initial_copy_and_no_python_copy_while_training(self):
+        rows = mm.buffers(mm.Config(params=self.N, **self.A))
+        self.assertEqual([r.ref for r in rows if r.ref == "embedded_initial"],
+                         ["embedded_initial"])
+        current = next(r for r in rows if r.ref == "torch_current")
+        self.assertEqual(current.phases(), ("join",))
+        own = next(r for r in rows if r.ref == "torch_bind")
+        self.assertEqual((own.memory, own.phases()), ("device", ("init", "join")))
+        # The table's figure is training: no init-only row counts in it.
+        c = mm.Config(params=self.N, **self.A)
+        self.assertEqual(mm.per_gpu_bytes(c),
+                         mm.phase_total(rows, "compression", ("device",)))
+
+    def test_json_shows_each_phase(self):
+        out = io.StringIO()
+        with redirect_stdout(out):
+            mm.main(["--params", "16777216", "--local_size", "4", "--nodes", "2",
+                     "--shard_state", "true", "--param_dtype", "bf16", "--grad_dtype", "bf16",
+                     "--freeze_step", "5", "--steps", "30", "--json"])
+        got = json.loads(out.getvalue())
+        self.assertEqual(list(got["phases"]), list(mm.PHASES))
+        self.assertEqual(got["cpu_job_peak_bytes"],
+                         max(p["cpu_bytes"] for p in got["phases"].values()))
+        for p in got["phases"].values():
+            self.assertLessEqual(max(p["device_bytes"], p["host_bytes"]), p["cpu_bytes"])
+
+
 class TableTest(unittest.TestCase):
     def test_table(self):
         text = mm.table(8, 8, 80.0)
@@ -188,6 +296,14 @@ class TableTest(unittest.TestCase):
         self.assertNotIn("DESIGN", text)
         self.assertIn("| ZeRO-1, mixed precision | 4.19 |", text)
         self.assertIn("| DDP + Adam (fp32 p, g, m, v) | 16.00 |", text)
+        # Startup: the model's own bf16 parameters beside the worker's buffers until bind.
+        self.assertIn("2 B/param for bf16 (13.0 GiB at 7B), 4 for fp32", text)
+        self.assertIn("onebit sharded, bf16 parameters, bf16 gradient buffer at startup: "
+                      "10.21 B/param, 7B leaves 13 GiB.", text)
+        self.assertIn("onebit sharded, fp32 parameters at startup: 15.71 B/param, 7B is 22 GiB "
+                      "over.", text)
+        # One host copy of the initial parameters while training (two before 1accea9).
+        self.assertIn("4 B/param, 26.1 GiB per process at 7B, 208.6 GiB per node of 8", text)
 
     def test_cli(self):
         out = io.StringIO()
@@ -216,6 +332,39 @@ class CodeReferencesTest(unittest.TestCase):
             for r in mm.buffers(c):
                 self.assertIn(r.ref, found)
                 self.assertNotRegex(mm.where(r), r":\d")  # files and symbols, never lines
+
+    def source(self, path):
+        root = mm.repo_root()
+        if root is None:
+            self.skipTest("no checkout beside memory_model.py")
+        with open(os.path.join(root, path)) as f:
+            return f.read()
+
+    def test_the_phases_follow_the_code(self):
+        # One host copy of the initial parameters: onebit_worker_new's, shared.
+        self.assertRegex(self.source("python/c_api.cc"),
+                         r"EmbeddedWorker::Create\(\s*o->options, std::vector<float>\(initial, "
+                         r"initial \+ n\)")
+        self.assertRegex(self.source("worker/workloads/external_workload.h"),
+                         r"std::shared_ptr<const std::vector<float>> initial;")
+        # current()'s copy is dropped between Worker() and start(): Trainer::Init, on the
+        # worker's thread, runs after start().
+        joined = self.source("python/onebit/_optimizer.py")
+        at = [joined.find(s) for s in ("initial = self._flat.current()", "_core().Worker(",
+                                       "del initial", "self._worker.start()",
+                                       "self._flat.bind(self._worker)")]
+        self.assertNotIn(-1, at)
+        self.assertEqual(at, sorted(at), "current(), Worker(), del, start(), bind")
+        # InitCommon frees its host cast before it makes m and v.
+        base = self.source("worker/optim/optimizer_base.h")
+        body = base[base.index("absl::Status InitCommon("):]
+        cast = body.index("std::vector<uint16_t> low(")
+        closes = body.index("} else {", cast)
+        self.assertLess(closes, body.index("for (Buffer<float>* b : {&m_, &v_})"))
+        # after_run copies the parameters, then the state: both kept for state_dict().
+        embedded = self.source("python/embedded.cc")
+        run = embedded[embedded.index("o.after_run = "):]
+        self.assertLess(run.index("ParamsToHost()"), run.index("Save(trainer)"))
 
     def test_the_segment_is_the_exchanges(self):
         root = mm.repo_root()
@@ -252,6 +401,44 @@ class RecordedPeaksTest(unittest.TestCase):
             self.assertLess(abs(measured / predicted - 1), 0.05,
                             f"shard_state {shard}: measured {measured:.2f}, model "
                             f"{predicted:.2f} B/param")
+
+
+class RecordedTorchPeaksTest(unittest.TestCase):
+    """Each phase of a PyTorch worker against tools/bench_memory_torch.py's recorded run
+    (within 3%). A_none (set_to_none=True) is left out: the model keeps the .grad views."""
+    # The script's phases in the model's (bench_memory_torch.py MODEL_PHASES).
+    PHASES = {"init": ("join", "init"), "train": ("warmup", "compression"),
+              "end": ("end", "unbind")}
+
+    def test_slopes_by_phase(self):
+        with open(RECORDED_TORCH) as f:
+            rows = [r for r in csv.DictReader(f) if r["set_to_none"] == "false"]
+        runs = collections.defaultdict(lambda: collections.defaultdict(dict))
+        for r in rows:
+            key = (r["setup"], r["torch_dtype"], r["shard_state"], r["gradient_buffer"],
+                   int(r["nodes"]), int(r["local_size"]), int(r["steps"]),
+                   int(r["freeze_step"]))
+            runs[key][int(r["params"])][int(r["rank"])] = r
+        self.assertEqual({k[0] for k in runs}, {"A", "B", "C"})
+        for (setup, dtype, shard, grad, nodes, local, steps, freeze), sizes in runs.items():
+            small, large = sorted(sizes)
+            pdt = {"bfloat16": "bf16", "float32": "fp32"}[dtype]
+
+            def model(n, phase):
+                ph = mm.phase_bytes(mm.Config(
+                    params=n, local_size=local, nodes=nodes, param_dtype=pdt, grad_dtype=grad,
+                    shard_state=shard == "true", freeze_step=freeze, steps=steps))
+                return max(ph[p] for p in self.PHASES[phase])
+
+            for phase in self.PHASES:
+                col = f"{phase}_peak_bytes"
+                measured = statistics.mean(
+                    (int(sizes[large][w][col]) - int(sizes[small][w][col])) / (large - small)
+                    for w in sizes[small])
+                predicted = (model(large, phase) - model(small, phase)) / (large - small)
+                self.assertLess(abs(measured / predicted - 1), 0.03,
+                                f"{setup} {phase}: measured {measured:.2f}, model "
+                                f"{predicted:.2f} B/param")
 
 
 if __name__ == "__main__":
