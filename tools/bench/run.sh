@@ -28,9 +28,10 @@
 #   adam   onebit, optimizer "Adam": full-precision exchange (peer mode) on every step
 #   peer   onebit, 1-bit Adam, peer mode: warmup steps, then compression steps
 #   peer16 the same with the warmup's exchange in bf16 (onebit.exchange.warmup_dtype)
-#   ps     onebit, 1-bit Adam, ps mode with 4 shards (S = W): the same
-#   psw    the same with the warmup between the workers (onebit.exchange.warmup_over
-#          workers: the peer warmup's ring; the shards serve the compression stage)
+#   ps     onebit, 1-bit Adam, ps mode with 4 shards (S = W), the warmup through the shards
+#          (onebit.exchange.warmup_over shards): the same
+#   psw    the same with the warmup between the workers (warmup_over workers, 1-bit Adam's
+#          default: the peer warmup's ring; the shards serve the compression stage)
 #   zo     onebit, 0/1 Adam, peer mode, to time each kind of its steps: ZO_WARMUP (8)
 #          steps before var_freeze_step with var_update_scaler 1 (variance updates, an exact
 #          allreduce, at steps 1, 2, 4, 8; compressed-gradient steps between), then ZO_STEPS
@@ -173,7 +174,7 @@ steps_for() {  # workload rate stage -> steps
 }
 
 job_config() {  # workload optimizer steps [warmup_dtype [warmup_over]] -> JSON
-  local w=$1 opt=$2 steps=$3 dtype=${4:-fp32} over=${5:-shards} workload params xkeys
+  local w=$1 opt=$2 steps=$3 dtype=${4:-fp32} over=${5:-} workload params xkeys
   params='"lr": 0.001, "betas": [0.9, 0.999], "eps": 1.0, "freeze_step": 0'
   if [ "$opt" = ZeroOneAdam ]; then
     params='"lr": 0.001, "betas": [0.9, 0.999], "eps": 1.0, "var_freeze_step": 0,
@@ -181,8 +182,8 @@ job_config() {  # workload optimizer steps [warmup_dtype [warmup_over]] -> JSON
   fi
   xkeys="\"warmup_dtype\": \"$dtype\""
   # warmup_over is a ps key: the file says ps too (the launcher's --exchange and --servers
-  # come after the file is read)
-  [ "$over" = shards ] ||
+  # come after the file is read). ps names "shards" (OneBitAdam's default is "workers").
+  [ -z "$over" ] ||
     xkeys="$xkeys, \"mode\": \"ps\", \"servers\": $WORKERS, \"warmup_over\": \"$over\""
   if [ "$w" = fmnist ]; then
     workload='{"type": "fashion_mnist", "hidden": [256, 128], "eval_every": 0}'
@@ -244,10 +245,10 @@ sampler_stop() {
 # compression steps, in one job).
 onebit_run() {
   local w=$1 rate=$2 sys=$3 nw nc opt=OneBitAdam mode=peer name dir t0 t1 load0 dtype=fp32
-  local over=shards
+  local over=
   nw=$(steps_for "$w" "$rate" warmup)
   nc=$(steps_for "$w" "$rate" compression)
-  [ "$sys" = ps ] && mode=ps
+  if [ "$sys" = ps ]; then mode=ps; over=shards; fi
   if [ "$sys" = psw ]; then mode=ps; over=workers; fi
   if [ "$sys" = adam ]; then opt=Adam; nc=0; fi
   [ "$sys" = peer16 ] && dtype=bf16
