@@ -421,8 +421,8 @@ absl::StatusOr<std::pair<bool, bool>> Trainer::UnscaleAndAsk(int64_t t, double l
       return absl::FailedPreconditionError(absl::StrCat(
           "a loss scale (torch's GradScaler, scale ", scale, ") with a ",
           kernels::WireDtypeName(grad.dtype),
-          " gradient buffer: unscaling writes the gradient in float32; bf16 needs no "
-          "scaler (drop it, or pass scaler.get_scale() only when it is 1)"));
+          " gradient buffer (a bf16 model with sharded state): unscaling would write the "
+          "gradient in float32; bf16 needs no loss scaling, so drop the GradScaler"));
     }
     ONEBIT_RETURN_IF_ERROR(backend_->Scale(static_cast<float>(1.0 / scale), grad_data_, n));
   }
