@@ -40,11 +40,11 @@ grep -q "AllToAll" "$out/rounds.txt" && grep -q "AllGather" "$out/rounds.txt" &&
   grep -qE "SendRecv to [01] from [01]" "$out/rounds.txt" || { echo "FAIL: timeline"; exit 1; }
 grep -q '^| compression |' "$out/rounds.md" || { echo "FAIL: markdown"; cat "$out/rounds.md"; exit 1; }
 
-# ps mode, 2 shards on this host (so both pushes go at once): a push and a result per
-# shard, the results a round after the pushes.
+# ps mode, 2 shards on this host, the warmup through them (so both pushes go at once): a
+# push and a result per shard, the results a round after the pushes.
 ps="${TEST_TMPDIR:?}/ps"
 mkdir -p "$ps"
-sed 's/"workers": 2,/"workers": 2, "exchange": {"mode": "ps", "servers": 2},/' "$out/job.json" > "$ps/job.json"
+sed 's/"workers": 2,/"workers": 2, "exchange": {"mode": "ps", "servers": 2, "warmup_over": "shards"},/' "$out/job.json" > "$ps/job.json"
 if ! "$root/deploy/onebit-launch" --config="$ps/job.json" --out_dir="$ps" \
     --bin_dir="$root" --compare_adam=false --echo_all=false --timeout_s=120 \
     --transport_trace > "$ps/launch.log" 2>&1; then
