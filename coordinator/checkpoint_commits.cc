@@ -34,7 +34,8 @@ absl::Status CheckpointCommits::CheckEnabled() const {
       "this job takes no checkpoints (onebit.checkpoint.dir is empty)");
 }
 
-void CheckpointCommits::AddFound(const std::vector<v1::CheckpointManifest>& found) {
+void CheckpointCommits::SetFound(const std::vector<v1::CheckpointManifest>& found) {
+  committed_.clear();
   for (const v1::CheckpointManifest& m : found) {
     v1::CheckpointInfo info;
     info.set_step(m.step());
@@ -59,8 +60,14 @@ void CheckpointCommits::ForgetAfter(int64_t step) {
   }
 }
 
+void CheckpointCommits::BeginRecovery() {
+  absl::MutexLock lock(&write_mu_);
+  epoch_.fetch_add(1);
+}
+
 void CheckpointCommits::ClearPending() {
   pending_.clear();
+  writing_.clear();
   requested_.clear();
 }
 
@@ -92,11 +99,10 @@ v1::CheckpointInfo CheckpointCommits::Info(int64_t step, const Pending& p,
   return info;
 }
 
-absl::StatusOr<v1::CommitPartResponse> CheckpointCommits::AddPart(int64_t step,
-                                                                  const v1::CheckpointPart& part,
-                                                                  const CheckpointFacts& facts,
-                                                                  bool* committed_now) {
-  *committed_now = false;
+absl::StatusOr<v1::CommitPartResponse> CheckpointCommits::AddPart(
+    int64_t step, const v1::CheckpointPart& part, const CheckpointFacts& facts,
+    std::optional<ManifestWrite>* write) {
+  write->reset();
   const std::string reason = Reason(step, facts);
   if (reason.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("no checkpoint is scheduled after step ", step));
@@ -107,6 +113,8 @@ absl::StatusOr<v1::CommitPartResponse> CheckpointCommits::AddPart(int64_t step,
     response.set_committed(step == committed_.back().step());
     return response;
   }
+  // A retry while the manifest is being written: not committed yet.
+  if (writing_.count(step) > 0) return response;
   if (part.role() == v1::ROLE_SERVER && !ServersHoldStateAt(step, facts)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the checkpoint after step ", step, " has no shard parts: it is in the warmup, which "
@@ -118,7 +126,9 @@ absl::StatusOr<v1::CommitPartResponse> CheckpointCommits::AddPart(int64_t step,
   if (static_cast<int>(pending.parts.size()) < ExpectedParts(step, facts)) return response;
 
   // Phase two: every part is on disk; the manifest makes the checkpoint exist.
-  v1::CheckpointManifest manifest;
+  ManifestWrite& w = write->emplace();
+  w.epoch = epoch_.load();
+  v1::CheckpointManifest& manifest = w.manifest;
   manifest.set_version(checkpoint::kManifestVersion);
   manifest.set_job_id(options_.job_id);
   manifest.set_step(step);
@@ -131,29 +141,62 @@ absl::StatusOr<v1::CommitPartResponse> CheckpointCommits::AddPart(int64_t step,
   manifest.set_created_unix_ms(absl::ToUnixMillis(clock_->Now()));
   manifest.set_reason(reason);
   for (const auto& [key, p] : pending.parts) *manifest.add_parts() = p;
-  const absl::Time start = clock_->Now();
-  const absl::Status status = options_.commit(manifest);
-  if (!status.ok()) {
-    LogLine(absl::StrCat("checkpoint of step ", step, " NOT committed: ", status.message()));
-    pending_.erase(step);
-    if (metrics_ != nullptr) metrics_->CheckpointFailed();
-    return status;
+  writing_[step] = std::move(pending);
+  pending_.erase(step);
+  return response;
+}
+
+void CheckpointCommits::Write(ManifestWrite* write) {
+  absl::MutexLock lock(&write_mu_);
+  if (write->epoch != epoch_.load()) {
+    write->written = absl::AbortedError("a recovery began before its manifest was written");
+    return;
   }
+  const absl::Time start = clock_->Now();
+  write->written = options_.commit(write->manifest);
+  write->write_seconds = absl::ToDoubleSeconds(clock_->Now() - start);
+}
+
+absl::StatusOr<v1::CommitPartResponse> CheckpointCommits::Finish(const ManifestWrite& write,
+                                                                 const CheckpointFacts& facts,
+                                                                 bool* committed_now) {
+  *committed_now = false;
+  const int64_t step = write.manifest.step();
+  if (write.epoch != epoch_.load()) {
+    // A recovery began meanwhile: it read the committed checkpoints from disk, this one
+    // among them if its manifest was written first, and forgot the pending ones.
+    LogLine(absl::StrCat("checkpoint of step ", step, ": a recovery began while its manifest was ",
+                         write.written.ok() ? "written (the recovery counts it from the disk)"
+                                            : "due (not written)"));
+    if (!write.written.ok()) return write.written;
+    v1::CommitPartResponse response;
+    response.set_committed(true);
+    return response;
+  }
+  auto it = writing_.find(step);
+  const Pending pending = it != writing_.end() ? std::move(it->second) : Pending{};
+  if (it != writing_.end()) writing_.erase(it);
+  if (!write.written.ok()) {
+    LogLine(absl::StrCat("checkpoint of step ", step, " NOT committed: ", write.written.message()));
+    if (metrics_ != nullptr) metrics_->CheckpointFailed();
+    return write.written;
+  }
+  v1::CommitPartResponse response;
+  response.set_committed(true);
+  // A newer checkpoint whose manifest was written first supersedes this one.
+  if (!committed_.empty() && step <= committed_.back().step()) return response;
   v1::CheckpointInfo info = Info(step, pending, facts);
   info.set_committed(true);
-  info.set_created_unix_ms(manifest.created_unix_ms());
+  info.set_created_unix_ms(write.manifest.created_unix_ms());
   committed_.push_back(info);
   // Older pending ones can never complete now; retention keeps the newest `keep`.
   pending_.erase(pending_.begin(), pending_.upper_bound(step));
   const size_t keep = static_cast<size_t>(std::max(1, options_.keep));
   if (committed_.size() > keep) committed_.erase(committed_.begin(), committed_.end() - keep);
-  LogLine(absl::StrCat("checkpoint of step ", step, " committed (", reason, "): ",
-                       manifest.parts_size(), " parts"));
-  if (metrics_ != nullptr) {
-    metrics_->CheckpointCommitted(step, absl::ToDoubleSeconds(clock_->Now() - start));
-  }
+  LogLine(absl::StrCat("checkpoint of step ", step, " committed (", write.manifest.reason(),
+                       "): ", write.manifest.parts_size(), " parts"));
+  if (metrics_ != nullptr) metrics_->CheckpointCommitted(step, write.write_seconds);
   *committed_now = true;
-  response.set_committed(true);
   return response;
 }
 
@@ -168,10 +211,13 @@ v1::CheckpointInfo CheckpointCommits::Request(int64_t step, const CheckpointFact
 v1::ListCheckpointsResponse CheckpointCommits::List(const CheckpointFacts& facts) const {
   v1::ListCheckpointsResponse response;
   for (const v1::CheckpointInfo& info : committed_) *response.add_checkpoints() = info;
-  for (const auto& [step, pending] : pending_) *response.add_checkpoints() = Info(step, pending, facts);
+  for (const auto* in : {&writing_, &pending_}) {
+    for (const auto& [step, pending] : *in) *response.add_checkpoints() = Info(step, pending, facts);
+  }
   const int64_t last_committed = last_committed_step();
   for (const auto& [step, reason] : requested_) {
-    if (step > last_committed && step > facts.max_reported_step && !pending_.count(step)) {
+    if (step > last_committed && step > facts.max_reported_step && !pending_.count(step) &&
+        !writing_.count(step)) {
       Pending scheduled;
       scheduled.reason = reason;
       *response.add_checkpoints() = Info(step, scheduled, facts);

@@ -1,7 +1,10 @@
 #include "coordinator/checkpoint_commits.h"
 
+#include <optional>
+#include <thread>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "checkpoint/manifest.h"
 #include "gtest/gtest.h"
 
@@ -42,14 +45,25 @@ class CheckpointCommitsTest : public ::testing::Test {
     };
     return CheckpointCommits(o, &clock_, nullptr);
   }
+  // Adds a part as the coordinator does: AddPart, and for the last part Write and Finish.
+  static absl::StatusOr<v1::CommitPartResponse> Add(CheckpointCommits& c, int64_t step,
+                                                    const v1::CheckpointPart& part,
+                                                    const CheckpointFacts& f, bool* committed) {
+    *committed = false;
+    std::optional<ManifestWrite> write;
+    absl::StatusOr<v1::CommitPartResponse> response = c.AddPart(step, part, f, &write);
+    if (!response.ok() || !write.has_value()) return response;
+    c.Write(&*write);
+    return c.Finish(*write, f, committed);
+  }
   // Adds every part of `step`'s checkpoint; true when the last one committed it.
   bool AddAll(CheckpointCommits& c, int64_t step, const CheckpointFacts& f, bool servers = true) {
     bool committed = false;
     for (int r = 0; r < f.world_size; ++r) {
-      EXPECT_TRUE(c.AddPart(step, Part(v1::ROLE_WORKER, r), f, &committed).ok());
+      EXPECT_TRUE(Add(c, step, Part(v1::ROLE_WORKER, r), f, &committed).ok());
     }
     for (int s = 0; servers && s < f.num_servers; ++s) {
-      EXPECT_TRUE(c.AddPart(step, Part(v1::ROLE_SERVER, s), f, &committed).ok());
+      EXPECT_TRUE(Add(c, step, Part(v1::ROLE_SERVER, s), f, &committed).ok());
     }
     return committed;
   }
@@ -74,14 +88,14 @@ TEST_F(CheckpointCommitsTest, TheLastPartWritesTheManifest) {
   CheckpointCommits c = Make();
   const CheckpointFacts f = Facts();
   bool committed = false;
-  EXPECT_EQ(c.AddPart(3, Part(v1::ROLE_WORKER, 0), f, &committed).status().code(),
+  EXPECT_EQ(Add(c, 3, Part(v1::ROLE_WORKER, 0), f, &committed).status().code(),
             absl::StatusCode::kInvalidArgument);  // no checkpoint after step 3
-  ASSERT_TRUE(c.AddPart(5, Part(v1::ROLE_WORKER, 0), f, &committed).ok());
+  ASSERT_TRUE(Add(c, 5, Part(v1::ROLE_WORKER, 0), f, &committed).ok());
   EXPECT_FALSE(committed);
   EXPECT_TRUE(c.has_pending());
-  ASSERT_TRUE(c.AddPart(5, Part(v1::ROLE_WORKER, 1), f, &committed).ok());
+  ASSERT_TRUE(Add(c, 5, Part(v1::ROLE_WORKER, 1), f, &committed).ok());
   EXPECT_FALSE(committed);  // the shard's part is still missing
-  auto last = c.AddPart(5, Part(v1::ROLE_SERVER, 0), f, &committed);
+  auto last = Add(c, 5, Part(v1::ROLE_SERVER, 0), f, &committed);
   ASSERT_TRUE(last.ok());
   EXPECT_TRUE(committed);
   EXPECT_TRUE(last->committed());
@@ -93,7 +107,7 @@ TEST_F(CheckpointCommitsTest, TheLastPartWritesTheManifest) {
   EXPECT_EQ(c.last_committed_step(), 5);
   EXPECT_FALSE(c.has_pending());
   // A retry after the manifest is answered "committed" and writes nothing.
-  last = c.AddPart(5, Part(v1::ROLE_WORKER, 1), f, &committed);
+  last = Add(c, 5, Part(v1::ROLE_WORKER, 1), f, &committed);
   ASSERT_TRUE(last.ok());
   EXPECT_TRUE(last->committed());
   EXPECT_FALSE(committed);
@@ -106,7 +120,7 @@ TEST_F(CheckpointCommitsTest, AWarmupBetweenTheWorkersHasNoShardParts) {
   f.shards_skip_warmup = true;
   f.freeze_step = 7;  // step 5 is in the warmup
   bool committed = false;
-  EXPECT_EQ(c.AddPart(5, Part(v1::ROLE_SERVER, 0), f, &committed).status().code(),
+  EXPECT_EQ(Add(c, 5, Part(v1::ROLE_SERVER, 0), f, &committed).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(AddAll(c, 5, f, /*servers=*/false));
   EXPECT_EQ(written_.back().parts_size(), 2);
@@ -130,14 +144,151 @@ TEST_F(CheckpointCommitsTest, AFailedCommitDropsTheParts) {
   CheckpointCommits c = Make();
   const CheckpointFacts f = Facts();
   bool committed = false;
-  ASSERT_TRUE(c.AddPart(5, Part(v1::ROLE_WORKER, 0), f, &committed).ok());
-  ASSERT_TRUE(c.AddPart(5, Part(v1::ROLE_WORKER, 1), f, &committed).ok());
+  ASSERT_TRUE(Add(c, 5, Part(v1::ROLE_WORKER, 0), f, &committed).ok());
+  ASSERT_TRUE(Add(c, 5, Part(v1::ROLE_WORKER, 1), f, &committed).ok());
   fail_ = true;
-  EXPECT_EQ(c.AddPart(5, Part(v1::ROLE_SERVER, 0), f, &committed).status().code(),
+  EXPECT_EQ(Add(c, 5, Part(v1::ROLE_SERVER, 0), f, &committed).status().code(),
             absl::StatusCode::kUnavailable);
   EXPECT_FALSE(committed);
   EXPECT_FALSE(c.has_pending());
   EXPECT_EQ(c.last_committed_step(), 0);
+}
+
+// Between the last part and Finish the manifest is being written (without the
+// coordinator's lock): the step is pending, listed as complete but not committed, and a
+// retried part of it is answered "not committed" without writing a second manifest.
+TEST_F(CheckpointCommitsTest, WhileItsManifestIsWrittenAStepIsPending) {
+  CheckpointCommits c = Make();
+  const CheckpointFacts f = Facts();
+  bool committed = false;
+  ASSERT_TRUE(Add(c, 5, Part(v1::ROLE_WORKER, 0), f, &committed).ok());
+  ASSERT_TRUE(Add(c, 5, Part(v1::ROLE_WORKER, 1), f, &committed).ok());
+  std::optional<ManifestWrite> write;
+  ASSERT_TRUE(c.AddPart(5, Part(v1::ROLE_SERVER, 0), f, &write).ok());
+  ASSERT_TRUE(write.has_value());
+  EXPECT_EQ(write->manifest.parts_size(), 3);
+  EXPECT_TRUE(written_.empty());  // AddPart writes nothing
+  EXPECT_TRUE(c.has_pending());   // the job is not finished before the manifest
+  v1::ListCheckpointsResponse list = c.List(f);
+  ASSERT_EQ(list.checkpoints_size(), 1);
+  EXPECT_FALSE(list.checkpoints(0).committed());
+  EXPECT_EQ(list.checkpoints(0).parts_done(), 3);
+  std::optional<ManifestWrite> again;
+  absl::StatusOr<v1::CommitPartResponse> retry = c.AddPart(5, Part(v1::ROLE_WORKER, 1), f, &again);
+  ASSERT_TRUE(retry.ok());
+  EXPECT_FALSE(retry->committed());
+  EXPECT_FALSE(again.has_value());
+  c.Write(&*write);
+  ASSERT_TRUE(write->written.ok());
+  EXPECT_EQ(written_.size(), 1u);
+  EXPECT_EQ(c.last_committed_step(), 0);  // not before Finish
+  absl::StatusOr<v1::CommitPartResponse> done = c.Finish(*write, f, &committed);
+  ASSERT_TRUE(done.ok());
+  EXPECT_TRUE(done->committed());
+  EXPECT_TRUE(committed);
+  EXPECT_EQ(c.last_committed_step(), 5);
+  EXPECT_FALSE(c.has_pending());
+}
+
+// A recovery that begins before the manifest is written: it is never written (as if the
+// coordinator had crashed between the parts and the manifest), and the last part is told.
+TEST_F(CheckpointCommitsTest, ARecoveryBeforeTheManifestKeepsItUnwritten) {
+  CheckpointCommits c = Make();
+  const CheckpointFacts f = Facts();
+  bool committed = false;
+  ASSERT_TRUE(Add(c, 5, Part(v1::ROLE_WORKER, 0), f, &committed).ok());
+  ASSERT_TRUE(Add(c, 5, Part(v1::ROLE_WORKER, 1), f, &committed).ok());
+  std::optional<ManifestWrite> write;
+  ASSERT_TRUE(c.AddPart(5, Part(v1::ROLE_SERVER, 0), f, &write).ok());
+  ASSERT_TRUE(write.has_value());
+  c.BeginRecovery();
+  c.ClearPending();
+  c.Write(&*write);
+  EXPECT_EQ(write->written.code(), absl::StatusCode::kAborted);
+  EXPECT_TRUE(written_.empty());
+  EXPECT_EQ(c.Finish(*write, f, &committed).status().code(), absl::StatusCode::kAborted);
+  EXPECT_FALSE(committed);
+  EXPECT_EQ(c.last_committed_step(), 0);
+  EXPECT_FALSE(c.has_pending());
+}
+
+// A manifest written before a recovery read the disk: the recovery counts it (SetFound),
+// and Finish adds nothing twice.
+TEST_F(CheckpointCommitsTest, AManifestWrittenBeforeARecoveryCountsFromTheDisk) {
+  CheckpointCommits c = Make();
+  const CheckpointFacts f = Facts();
+  bool committed = false;
+  ASSERT_TRUE(Add(c, 5, Part(v1::ROLE_WORKER, 0), f, &committed).ok());
+  ASSERT_TRUE(Add(c, 5, Part(v1::ROLE_WORKER, 1), f, &committed).ok());
+  std::optional<ManifestWrite> write;
+  ASSERT_TRUE(c.AddPart(5, Part(v1::ROLE_SERVER, 0), f, &write).ok());
+  c.Write(&*write);
+  ASSERT_TRUE(write->written.ok());
+  c.BeginRecovery();
+  c.ClearPending();
+  c.SetFound(written_);
+  absl::StatusOr<v1::CommitPartResponse> done = c.Finish(*write, f, &committed);
+  ASSERT_TRUE(done.ok());
+  EXPECT_TRUE(done->committed());
+  EXPECT_FALSE(committed);  // the recovery's, not this generation's
+  ASSERT_EQ(c.List(f).checkpoints_size(), 1);
+  EXPECT_EQ(c.last_committed_step(), 5);
+}
+
+// A recovery waits for a manifest being written, so that it reads the disk after it.
+TEST_F(CheckpointCommitsTest, ARecoveryWaitsForTheManifestBeingWritten) {
+  absl::Notification entered, release;
+  CheckpointCommitsOptions o;
+  o.keep = 2;
+  o.commit = [&](const v1::CheckpointManifest&) {
+    entered.Notify();
+    release.WaitForNotification();
+    return absl::OkStatus();
+  };
+  CheckpointCommits c(o, &clock_, nullptr);
+  const CheckpointFacts f = Facts();
+  bool committed = false;
+  ASSERT_TRUE(Add(c, 5, Part(v1::ROLE_WORKER, 0), f, &committed).ok());
+  ASSERT_TRUE(Add(c, 5, Part(v1::ROLE_WORKER, 1), f, &committed).ok());
+  std::optional<ManifestWrite> write;
+  ASSERT_TRUE(c.AddPart(5, Part(v1::ROLE_SERVER, 0), f, &write).ok());
+  std::thread writer([&] { c.Write(&*write); });
+  entered.WaitForNotification();
+  absl::Notification recovered;
+  std::thread recovery([&] {
+    c.BeginRecovery();
+    recovered.Notify();
+  });
+  EXPECT_FALSE(recovered.WaitForNotificationWithTimeout(absl::Milliseconds(200)));
+  release.Notify();
+  recovery.join();
+  writer.join();
+  EXPECT_TRUE(recovered.HasBeenNotified());
+  EXPECT_TRUE(write->written.ok());
+}
+
+// Two manifests whose writes finish out of order: the older one is answered committed
+// (its manifest exists) but never listed after the newer.
+TEST_F(CheckpointCommitsTest, AnOlderManifestFinishedLastIsSuperseded) {
+  CheckpointCommits c = Make();
+  const CheckpointFacts f = Facts();
+  std::optional<ManifestWrite> first, second;
+  bool committed = false;
+  for (int64_t step : {5, 10}) {
+    ASSERT_TRUE(Add(c, step, Part(v1::ROLE_WORKER, 0), f, &committed).ok());
+    ASSERT_TRUE(Add(c, step, Part(v1::ROLE_WORKER, 1), f, &committed).ok());
+    ASSERT_TRUE(c.AddPart(step, Part(v1::ROLE_SERVER, 0), f, step == 5 ? &first : &second).ok());
+  }
+  c.Write(&*second);
+  ASSERT_TRUE(c.Finish(*second, f, &committed).ok());
+  EXPECT_TRUE(committed);
+  c.Write(&*first);
+  absl::StatusOr<v1::CommitPartResponse> late = c.Finish(*first, f, &committed);
+  ASSERT_TRUE(late.ok());
+  EXPECT_TRUE(late->committed());
+  EXPECT_FALSE(committed);
+  ASSERT_EQ(c.List(f).checkpoints_size(), 1);
+  EXPECT_EQ(c.last_committed_step(), 10);
 }
 
 TEST_F(CheckpointCommitsTest, AnOperatorsRequestIsListedUntilItStarts) {

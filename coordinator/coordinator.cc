@@ -136,7 +136,7 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock* clock,
     const FreezeConfig& f = options_.config.freeze;
     metrics_->SetAutomaticFreeze(f.threshold, f.reports_in_a_row, f.min_warmup, f.max_warmup);
   }
-  checkpoints_.AddFound(options_.committed);
+  checkpoints_.SetFound(options_.committed);
   checkpoints_.ForgetAfter(resume_.has_value() ? resume_->step() : 0);
   if (state_ == v1::JOB_STATE_FAILED) {
     LogLine(absl::StrCat("job ", options_.job_id, " FAILED before this coordinator started, and "
@@ -456,8 +456,8 @@ absl::StatusOr<v1::KvGetResponse> Coordinator::KvGet(const v1::KvGetRequest& req
 }
 
 absl::StatusOr<v1::LeaseResponse> Coordinator::Lease(const v1::LeaseRequest& request) {
+  const absl::Time start = clock_->Now();  // the wait for the lock counts
   absl::MutexLock lock(&mu_);
-  const absl::Time start = clock_->Now();
   absl::Status status = CheckWorker(request.rank());
   if (!status.ok()) return status;
   if (request.ended()) return EndedLocked(request.rank(), request.next_step() - 1);
@@ -673,11 +673,20 @@ absl::StatusOr<v1::CommitPartResponse> Coordinator::CommitPart(const v1::CommitP
   ONEBIT_RETURN_IF_ERROR(checkpoints_.CheckEnabled());
   const v1::CheckpointPart& part = request.part();
   ONEBIT_RETURN_IF_ERROR(CheckpointCommits::ValidatePart(part));
+  std::optional<ManifestWrite> write;
+  {
+    absl::MutexLock lock(&mu_);
+    ONEBIT_RETURN_IF_ERROR(
+        membership_.CheckMember(part.role(), part.rank(), request.instance_id()));
+    auto response = checkpoints_.AddPart(request.step(), part, CheckpointFactsLocked(), &write);
+    if (!response.ok() || !write.has_value()) return response;
+  }
+  // The last part: the manifest's I/O runs without the lock, so that leases, heartbeats and
+  // reports go on meanwhile (CheckpointCommits says why).
+  checkpoints_.Write(&*write);
   absl::MutexLock lock(&mu_);
-  ONEBIT_RETURN_IF_ERROR(
-      membership_.CheckMember(part.role(), part.rank(), request.instance_id()));
   bool committed = false;
-  auto response = checkpoints_.AddPart(request.step(), part, CheckpointFactsLocked(), &committed);
+  auto response = checkpoints_.Finish(*write, CheckpointFactsLocked(), &committed);
   if (committed) ChangedLocked();
   return response;
 }
@@ -866,7 +875,9 @@ void Coordinator::RecoverLocked(const std::string& what_failed) {
   }
   std::optional<v1::ResumeFrom> resume;
   int64_t freeze_step = -1;
+  std::optional<std::vector<v1::CheckpointManifest>> committed;
   if (options_.plan_resume) {
+    checkpoints_.BeginRecovery();  // the disk holds every manifest that will be written
     absl::StatusOr<checkpoint::ResumePlan> plan = options_.plan_resume();
     if (!plan.ok()) {
       FailLocked(absl::StrCat(what_failed, "; cannot recover: ", plan.status().message()));
@@ -875,6 +886,7 @@ void Coordinator::RecoverLocked(const std::string& what_failed) {
     for (const std::string& line : plan->log) LogLine(line);
     resume = plan->resume;
     freeze_step = plan->freeze_step;
+    committed = plan->committed;
   }
   absl::StatusOr<StageMachineOptions> sm_options = StageMachineOptionsFromConfig(options_.config);
   if (sm_options.ok() && resume.has_value()) {
@@ -897,6 +909,7 @@ void Coordinator::RecoverLocked(const std::string& what_failed) {
   membership_ = Membership(options_.config.workers, ServerCount(options_.config),
                            options_.heartbeat_timeout);
   checkpoints_.ClearPending();
+  if (committed.has_value()) checkpoints_.SetFound(*committed);
   resume_ = resume;
   checkpoints_.ForgetAfter(resume.has_value() ? resume->step() : 0);
   first_loaded_.reset();  // the new generation's workers say again what they loaded

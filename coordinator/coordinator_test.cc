@@ -4,7 +4,9 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 
+#include "absl/synchronization/notification.h"
 #include "coordinator/clock.h"
 #include "proto/proto_json.h"
 #include "gmock/gmock.h"
@@ -696,6 +698,42 @@ TEST_F(CoordinatorTest, CheckpointsAfterTheResumePointAreWrittenAgain) {
   }
   ASSERT_EQ(written.size(), 1u);
   EXPECT_EQ(written[0].step(), 20);
+}
+
+// The manifest's I/O runs without the coordinator's lock: while it is being written (here
+// a commit that waits), leases, reports and the job's status are answered, and the job
+// counts the checkpoint only once it is written.
+TEST_F(CoordinatorTest, OtherCallsAreAnsweredWhileAManifestIsWritten) {
+  JobConfig config = SmallJob();
+  config.exchange.mode = "peer";
+  config.exchange.servers = 0;
+  config.checkpoint.dir = "/unused";
+  config.checkpoint.every_steps = 10;
+  CoordinatorOptions options;
+  options.config = config;
+  options.job_id = "job-1";
+  absl::Notification entered, release;
+  options.commit_checkpoint = [&](const v1::CheckpointManifest&) {
+    entered.Notify();
+    release.WaitForNotification();
+    return absl::OkStatus();
+  };
+  coordinator_ = *Coordinator::Create(options, &clock_, nullptr);
+  ASSERT_EQ(RegisterWorker("w0"), 0);
+  ASSERT_EQ(RegisterWorker("w1"), 1);
+  ASSERT_TRUE(coordinator_->CommitPart(PartRequest(v1::ROLE_WORKER, 0, "w0", 10)).ok());
+  absl::StatusOr<v1::CommitPartResponse> last;
+  std::thread committer(
+      [&] { last = coordinator_->CommitPart(PartRequest(v1::ROLE_WORKER, 1, "w1", 10)); });
+  entered.WaitForNotification();
+  EXPECT_TRUE(Lease(0, 1).ok());
+  EXPECT_TRUE(coordinator_->ReportStats(Stats(0, 1, v1::STAGE_WARMUP)).ok());
+  EXPECT_EQ(coordinator_->GetJob({})->last_checkpoint_step(), 0);
+  release.Notify();
+  committer.join();
+  ASSERT_TRUE(last.ok()) << last.status();
+  EXPECT_TRUE(last->committed());
+  EXPECT_EQ(coordinator_->GetJob({})->last_checkpoint_step(), 10);
 }
 
 // A fresh job whose workers loaded saved states (onebit.torch's load_state_dict before the

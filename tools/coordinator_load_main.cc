@@ -5,9 +5,13 @@
 // second), step leases, a stats report every log_every steps and a checkpoint part report
 // at every checkpoint step. It measures, over a window once every member runs:
 //   - the latency of Lease, ReportStats and CommitPart calls as the members see them;
-//   - heartbeat handling time, from the coordinator's onebit_coordinator_heartbeat_seconds
-//     histogram (a heartbeat has no answer to time; its bucket bounds the percentile);
-//   - the coordinator process's CPU (utime + stime over the window) and memory (VmHWM).
+//   - heartbeat and Lease handling time inside the coordinator, from its
+//     onebit_coordinator_heartbeat_seconds and _lease_seconds histograms (the bucket bounds
+//     the percentile; a heartbeat has no answer to time);
+//   - the coordinator process's CPU (utime + stime over the window) and memory (VmHWM);
+//   - the generator's own CPU, and how late a thread of it wakes from a 1 ms sleep (p99):
+//     every member's thread shares the generator's CPUs, so a late wake-up there is counted
+//     in the members' latencies although the coordinator answered in time.
 // With --recovery, after the widest run's window a tenth of the members go silent (their
 // sessions stop, as a killed process's do), return as new processes once the coordinator
 // has noticed, and the tool times how long after the last of them returned the job runs.
@@ -383,6 +387,28 @@ double HistogramQuantileMs(const std::vector<std::pair<double, double>>& before,
   return -1;
 }
 
+// How late a thread of this generator wakes: it sleeps 1 ms at a time for the window, on
+// the main thread (which has nothing else to do then), and keeps each sleep's overshoot.
+class WakeLag {
+ public:
+  void Run(absl::Duration window) {
+    const absl::Time end = absl::Now() + window;
+    while (absl::Now() < end) {
+      const absl::Time before = absl::Now();
+      absl::SleepFor(absl::Milliseconds(1));
+      lag_ms_.push_back(absl::ToDoubleMilliseconds(absl::Now() - before) - 1.0);
+    }
+  }
+  double QuantileMs(double q) {
+    if (lag_ms_.empty()) return -1;
+    std::sort(lag_ms_.begin(), lag_ms_.end());
+    return lag_ms_[std::min(lag_ms_.size() - 1, static_cast<size_t>(q * lag_ms_.size()))];
+  }
+
+ private:
+  std::vector<double> lag_ms_;
+};
+
 struct Coordinator {
   std::unique_ptr<Process> process;
   CoordinatorAddresses addresses;
@@ -459,6 +485,9 @@ struct Row {
   std::map<std::string, std::pair<double, double>> p50_p99;  // call -> ms
   std::map<std::string, size_t> calls;
   double heartbeat_p50 = -1, heartbeat_p99 = -1;  // bucket bounds, ms
+  double lease_in_p50 = -1, lease_in_p99 = -1;    // inside the coordinator: bucket bounds, ms
+  double load_cpu_cores = -1;                      // this generator's
+  double wake_lag_p99 = -1;                        // ms, of a 1 ms sleep on the generator
   double cpu_cores = -1, peak_rss_mb = -1;
   int errors = 0;
   std::string recovery;  // --recovery at this width: what happened
@@ -494,19 +523,30 @@ absl::StatusOr<Row> RunWidth(const std::string& binary, const std::string& dir, 
               absl::GetFlag(FLAGS_window_s));
   std::fflush(stdout);
   absl::SleepFor(absl::Seconds(3));  // past the first leases
-  const auto hb_before = HistogramBuckets(c->addresses.metrics, "onebit_coordinator_heartbeat_seconds");
+  const std::string heartbeat = "onebit_coordinator_heartbeat_seconds";
+  const std::string lease = "onebit_coordinator_lease_seconds";
+  const auto hb_before = HistogramBuckets(c->addresses.metrics, heartbeat);
+  const auto lease_before = HistogramBuckets(c->addresses.metrics, lease);
   const ProcessUsage usage_before = Usage(c->process->pid());
+  const ProcessUsage load_before = Usage(getpid());
   const absl::Time window_start = absl::Now();
   shared.measuring = true;
-  absl::SleepFor(absl::Seconds(absl::GetFlag(FLAGS_window_s)));
+  WakeLag lag;
+  lag.Run(absl::Seconds(absl::GetFlag(FLAGS_window_s)));
   shared.measuring = false;
   const double window = absl::ToDoubleSeconds(absl::Now() - window_start);
   const ProcessUsage usage_after = Usage(c->process->pid());
-  const auto hb_after = HistogramBuckets(c->addresses.metrics, "onebit_coordinator_heartbeat_seconds");
+  const ProcessUsage load_after = Usage(getpid());
+  const auto hb_after = HistogramBuckets(c->addresses.metrics, heartbeat);
+  const auto lease_after = HistogramBuckets(c->addresses.metrics, lease);
   row.cpu_cores = (usage_after.cpu_seconds - usage_before.cpu_seconds) / window;
+  row.load_cpu_cores = (load_after.cpu_seconds - load_before.cpu_seconds) / window;
+  row.wake_lag_p99 = lag.QuantileMs(0.99);
   row.peak_rss_mb = usage_after.peak_rss_mb;
   row.heartbeat_p50 = HistogramQuantileMs(hb_before, hb_after, 0.50);
   row.heartbeat_p99 = HistogramQuantileMs(hb_before, hb_after, 0.99);
+  row.lease_in_p50 = HistogramQuantileMs(lease_before, lease_after, 0.50);
+  row.lease_in_p99 = HistogramQuantileMs(lease_before, lease_after, 0.99);
   for (const std::string call : {"Lease", "ReportStats", "CommitPart"}) {
     row.p50_p99[call] = {shared.latencies.Quantile(call, 0.50), shared.latencies.Quantile(call, 0.99)};
     row.calls[call] = shared.latencies.Count(call);
@@ -618,11 +658,13 @@ int main(int argc, char** argv) {
   }
   std::ofstream csv(out + "/results.csv");
   csv << "members,register_s,lease_p50_ms,lease_p99_ms,stats_p50_ms,stats_p99_ms,commit_p50_ms,"
-         "commit_p99_ms,heartbeat_p50_ms,heartbeat_p99_ms,cpu_cores,peak_rss_mb,errors\n";
+         "commit_p99_ms,heartbeat_p50_ms,heartbeat_p99_ms,cpu_cores,peak_rss_mb,errors,"
+         "lease_in_p50_ms,lease_in_p99_ms,load_cpu_cores,wake_lag_p99_ms\n";
   std::string md =
       "| members | all registered | Lease p50 / p99 (ms) | ReportStats p50 / p99 | CommitPart p50 / "
       "p99 | heartbeat p50 / p99 (bucket, ms) | coordinator CPU (cores) | peak RSS (MB) | "
-      "errors |\n|---:|---:|---|---|---|---|---:|---:|---:|\n";
+      "errors | Lease inside the coordinator p50 / p99 (bucket, ms) | generator CPU (cores) | "
+      "generator wake-up lag p99 (ms) |\n|---:|---:|---|---|---|---|---:|---:|---:|---|---:|---:|\n";
   for (const Row& r : rows) {
     const auto& l = r.p50_p99.at("Lease");
     const auto& s = r.p50_p99.at("ReportStats");
@@ -634,15 +676,20 @@ int main(int argc, char** argv) {
                                                   Ms(r.heartbeat_p99),
                                                   absl::StrFormat("%.3f", r.cpu_cores),
                                                   absl::StrFormat("%.1f", r.peak_rss_mb),
-                                                  absl::StrCat(r.errors)},
+                                                  absl::StrCat(r.errors), Ms(r.lease_in_p50),
+                                                  Ms(r.lease_in_p99),
+                                                  absl::StrFormat("%.3f", r.load_cpu_cores),
+                                                  Ms(r.wake_lag_p99)},
                          ",")
         << "\n";
     absl::StrAppend(&md, absl::StrFormat("| %d | %.1f s | %s / %s | %s / %s | %s / %s | %s / %s | "
-                                         "%.3f | %.1f | %d |\n",
+                                         "%.3f | %.1f | %d | %s / %s | %.3f | %s |\n",
                                          r.members, r.register_s, Ms(l.first), Ms(l.second),
                                          Ms(s.first), Ms(s.second), Ms(k.first), Ms(k.second),
                                          Ms(r.heartbeat_p50), Ms(r.heartbeat_p99), r.cpu_cores,
-                                         r.peak_rss_mb, r.errors));
+                                         r.peak_rss_mb, r.errors, Ms(r.lease_in_p50),
+                                         Ms(r.lease_in_p99), r.load_cpu_cores,
+                                         Ms(r.wake_lag_p99)));
     if (!r.recovery.empty()) absl::StrAppend(&md, "\nRecovery at ", r.members, ": ", r.recovery, "\n");
   }
   csv.close();
