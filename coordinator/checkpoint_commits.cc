@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "checkpoint/manifest.h"
 #include "coordinator/log.h"
 #include "coordinator/membership.h"
@@ -194,7 +195,8 @@ absl::StatusOr<v1::CommitPartResponse> CheckpointCommits::Finish(const ManifestW
   const size_t keep = static_cast<size_t>(std::max(1, options_.keep));
   if (committed_.size() > keep) committed_.erase(committed_.begin(), committed_.end() - keep);
   LogLine(absl::StrCat("checkpoint of step ", step, " committed (", write.manifest.reason(),
-                       "): ", write.manifest.parts_size(), " parts"));
+                       "): ", write.manifest.parts_size(), " parts, manifest written in ",
+                       absl::StrFormat("%.1f", write.write_seconds * 1e3), " ms"));
   if (metrics_ != nullptr) metrics_->CheckpointCommitted(step, write.write_seconds);
   *committed_now = true;
   return response;

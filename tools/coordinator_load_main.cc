@@ -9,7 +9,7 @@
 //     onebit_coordinator_heartbeat_seconds and _lease_seconds histograms (the bucket bounds
 //     the percentile; a heartbeat has no answer to time);
 //   - the coordinator process's CPU (utime + stime over the window) and memory (VmHWM);
-//   - the generator's own CPU, and how late a thread of it wakes from a 1 ms sleep (p99):
+//   - the generator's own CPU, and how late a thread of it wakes from a 1 ms sleep:
 //     every member's thread shares the generator's CPUs, so a late wake-up there is counted
 //     in the members' latencies although the coordinator answered in time.
 // With --recovery, after the widest run's window a tenth of the members go silent (their
@@ -23,7 +23,8 @@
 // coordinator's CPU is then what one core gives it, and the generator cannot steal it.
 //
 // Writes OUT_DIR/results.csv (one row per N), results.md and latency.png (gnuplot, when
-// installed), and prints the same table.
+// installed), and prints the same table; per width, OUT_DIR/nN/calls.csv (every call
+// timed in the window: when it started, how long it took) and calls.png.
 #include <sched.h>
 #include <signal.h>
 #include <unistd.h>
@@ -86,12 +87,23 @@ ABSL_FLAG(std::string, out_dir, "/tmp/onebit-coordinator-load", "Results and log
 namespace onebit {
 namespace {
 
-// Latencies in milliseconds, by call.
+// Latencies in milliseconds, by call, and when each call started.
 class Latencies {
  public:
-  void Add(const std::string& call, double ms) {
+  void Add(const std::string& call, absl::Time start, double ms) {
     absl::MutexLock lock(&mu_);
     ms_[call].push_back(ms);
+    calls_.push_back({call, start, ms});
+  }
+  // Every call as "call,seconds since `origin`,ms", in the order they ended.
+  void WriteCsv(const std::string& path, absl::Time origin) {
+    absl::MutexLock lock(&mu_);
+    std::ofstream out(path);
+    out << "call,t_s,ms\n";
+    for (const Call& c : calls_) {
+      out << c.call << "," << absl::StrFormat("%.4f", absl::ToDoubleSeconds(c.start - origin))
+          << "," << absl::StrFormat("%.3f", c.ms) << "\n";
+    }
   }
   // The q-quantile (0..1) of `call`'s latencies; -1 when there are none.
   double Quantile(const std::string& call, double q) {
@@ -105,14 +117,16 @@ class Latencies {
     absl::MutexLock lock(&mu_);
     return ms_[call].size();
   }
-  void Clear() {
-    absl::MutexLock lock(&mu_);
-    ms_.clear();
-  }
 
  private:
+  struct Call {
+    std::string call;
+    absl::Time start;
+    double ms;
+  };
   absl::Mutex mu_;
   std::map<std::string, std::vector<double>> ms_ ABSL_GUARDED_BY(mu_);
+  std::vector<Call> calls_ ABSL_GUARDED_BY(mu_);
 };
 
 // Times one call into `latencies` (when measuring) and returns its result.
@@ -121,7 +135,7 @@ auto Timed(Latencies* latencies, const std::atomic<bool>& measuring, const std::
            F&& f) {
   const absl::Time start = absl::Now();
   auto result = f();
-  if (measuring.load()) latencies->Add(call, absl::ToDoubleMilliseconds(absl::Now() - start));
+  if (measuring.load()) latencies->Add(call, start, absl::ToDoubleMilliseconds(absl::Now() - start));
   return result;
 }
 
@@ -389,14 +403,18 @@ double HistogramQuantileMs(const std::vector<std::pair<double, double>>& before,
 
 // How late a thread of this generator wakes: it sleeps 1 ms at a time for the window, on
 // the main thread (which has nothing else to do then), and keeps each sleep's overshoot.
+// The sleeps go into `latencies` as the call "wake-up lag", so that calls.png shows them
+// beside the calls.
 class WakeLag {
  public:
-  void Run(absl::Duration window) {
+  void Run(absl::Duration window, Latencies* latencies) {
     const absl::Time end = absl::Now() + window;
     while (absl::Now() < end) {
       const absl::Time before = absl::Now();
       absl::SleepFor(absl::Milliseconds(1));
-      lag_ms_.push_back(absl::ToDoubleMilliseconds(absl::Now() - before) - 1.0);
+      const double lag = absl::ToDoubleMilliseconds(absl::Now() - before) - 1.0;
+      lag_ms_.push_back(lag);
+      latencies->Add("wake-up lag", before, lag);
     }
   }
   double QuantileMs(double q) {
@@ -487,11 +505,30 @@ struct Row {
   double heartbeat_p50 = -1, heartbeat_p99 = -1;  // bucket bounds, ms
   double lease_in_p50 = -1, lease_in_p99 = -1;    // inside the coordinator: bucket bounds, ms
   double load_cpu_cores = -1;                      // this generator's
-  double wake_lag_p99 = -1;                        // ms, of a 1 ms sleep on the generator
+  double wake_lag_p999 = -1, wake_lag_max = -1;    // ms, of a 1 ms sleep on the generator
   double cpu_cores = -1, peak_rss_mb = -1;
   int errors = 0;
   std::string recovery;  // --recovery at this width: what happened
 };
+
+// DIR/calls.png: each call's latency against its start in the window (gnuplot, when
+// installed), where a pause shows as a column of slow calls across every kind.
+void PlotCalls(const std::string& dir, int n) {
+  if (std::system("command -v gnuplot > /dev/null") != 0) return;
+  const std::string plot = absl::StrCat(
+      "set terminal pngcairo size 1000,520; set output '", dir, "/calls.png'; ",
+      "set datafile separator ','; set logscale y; set grid; set key top left; ",
+      "set xlabel 'seconds into the window'; set ylabel 'latency as the member saw it (ms)'; ",
+      "set title 'Every call of ", n, " members'; ",
+      "plot for [c in 'Lease ReportStats CommitPart'] '", dir,
+      "/calls.csv' using 2:(strcol(1) eq c ? $3 : 1/0) with points pt 7 ps 0.3 title c, '", dir,
+      "/calls.csv' using 2:(strcol(1) eq 'wake-up lag' && $3 > 0.1 ? $3 : 1/0) with points pt 1 "
+      "ps 0.6 lc rgb 'black' title 'the generator waking late from 1 ms (over 0.1 ms)'");
+  std::ofstream(dir + "/calls.gp") << plot << "\n";
+  if (std::system(absl::StrCat("gnuplot '", dir, "/calls.gp' 2> /dev/null").c_str()) != 0) {
+    std::fprintf(stderr, "gnuplot failed on %s/calls.gp\n", dir.c_str());
+  }
+}
 
 absl::StatusOr<Row> RunWidth(const std::string& binary, const std::string& dir, int n,
                              bool recovery) {
@@ -532,7 +569,7 @@ absl::StatusOr<Row> RunWidth(const std::string& binary, const std::string& dir, 
   const absl::Time window_start = absl::Now();
   shared.measuring = true;
   WakeLag lag;
-  lag.Run(absl::Seconds(absl::GetFlag(FLAGS_window_s)));
+  lag.Run(absl::Seconds(absl::GetFlag(FLAGS_window_s)), &shared.latencies);
   shared.measuring = false;
   const double window = absl::ToDoubleSeconds(absl::Now() - window_start);
   const ProcessUsage usage_after = Usage(c->process->pid());
@@ -541,7 +578,8 @@ absl::StatusOr<Row> RunWidth(const std::string& binary, const std::string& dir, 
   const auto lease_after = HistogramBuckets(c->addresses.metrics, lease);
   row.cpu_cores = (usage_after.cpu_seconds - usage_before.cpu_seconds) / window;
   row.load_cpu_cores = (load_after.cpu_seconds - load_before.cpu_seconds) / window;
-  row.wake_lag_p99 = lag.QuantileMs(0.99);
+  row.wake_lag_p999 = lag.QuantileMs(0.999);
+  row.wake_lag_max = lag.QuantileMs(1.0);
   row.peak_rss_mb = usage_after.peak_rss_mb;
   row.heartbeat_p50 = HistogramQuantileMs(hb_before, hb_after, 0.50);
   row.heartbeat_p99 = HistogramQuantileMs(hb_before, hb_after, 0.99);
@@ -551,6 +589,8 @@ absl::StatusOr<Row> RunWidth(const std::string& binary, const std::string& dir, 
     row.p50_p99[call] = {shared.latencies.Quantile(call, 0.50), shared.latencies.Quantile(call, 0.99)};
     row.calls[call] = shared.latencies.Count(call);
   }
+  shared.latencies.WriteCsv(absl::StrCat(dir, "/calls.csv"), window_start);
+  PlotCalls(dir, n);
 
   if (recovery) {
     // A tenth of the members die; once the coordinator has started the recovery they come
@@ -659,12 +699,12 @@ int main(int argc, char** argv) {
   std::ofstream csv(out + "/results.csv");
   csv << "members,register_s,lease_p50_ms,lease_p99_ms,stats_p50_ms,stats_p99_ms,commit_p50_ms,"
          "commit_p99_ms,heartbeat_p50_ms,heartbeat_p99_ms,cpu_cores,peak_rss_mb,errors,"
-         "lease_in_p50_ms,lease_in_p99_ms,load_cpu_cores,wake_lag_p99_ms\n";
+         "lease_in_p50_ms,lease_in_p99_ms,load_cpu_cores,wake_lag_p999_ms,wake_lag_max_ms\n";
   std::string md =
       "| members | all registered | Lease p50 / p99 (ms) | ReportStats p50 / p99 | CommitPart p50 / "
       "p99 | heartbeat p50 / p99 (bucket, ms) | coordinator CPU (cores) | peak RSS (MB) | "
       "errors | Lease inside the coordinator p50 / p99 (bucket, ms) | generator CPU (cores) | "
-      "generator wake-up lag p99 (ms) |\n|---:|---:|---|---|---|---|---:|---:|---:|---|---:|---:|\n";
+      "generator wake-up lag p99.9 / max (ms) |\n|---:|---:|---|---|---|---|---:|---:|---:|---|---:|---|\n";
   for (const Row& r : rows) {
     const auto& l = r.p50_p99.at("Lease");
     const auto& s = r.p50_p99.at("ReportStats");
@@ -679,17 +719,17 @@ int main(int argc, char** argv) {
                                                   absl::StrCat(r.errors), Ms(r.lease_in_p50),
                                                   Ms(r.lease_in_p99),
                                                   absl::StrFormat("%.3f", r.load_cpu_cores),
-                                                  Ms(r.wake_lag_p99)},
+                                                  Ms(r.wake_lag_p999), Ms(r.wake_lag_max)},
                          ",")
         << "\n";
     absl::StrAppend(&md, absl::StrFormat("| %d | %.1f s | %s / %s | %s / %s | %s / %s | %s / %s | "
-                                         "%.3f | %.1f | %d | %s / %s | %.3f | %s |\n",
+                                         "%.3f | %.1f | %d | %s / %s | %.3f | %s / %s |\n",
                                          r.members, r.register_s, Ms(l.first), Ms(l.second),
                                          Ms(s.first), Ms(s.second), Ms(k.first), Ms(k.second),
                                          Ms(r.heartbeat_p50), Ms(r.heartbeat_p99), r.cpu_cores,
                                          r.peak_rss_mb, r.errors, Ms(r.lease_in_p50),
                                          Ms(r.lease_in_p99), r.load_cpu_cores,
-                                         Ms(r.wake_lag_p99)));
+                                         Ms(r.wake_lag_p999), Ms(r.wake_lag_max)));
     if (!r.recovery.empty()) absl::StrAppend(&md, "\nRecovery at ", r.members, ": ", r.recovery, "\n");
   }
   csv.close();

@@ -26,6 +26,21 @@ Workloads, matched to onebit's (worker/workloads/):
 Adam: torch.optim.Adam (lr 1e-3, betas 0.9/0.999, eps 1e-8), single-threaded like a onebit
 worker (torch.set_num_threads(1)).
 
+Communication hooks (--comm_hook), torch's own (torch.distributed.algorithms.ddp_comm_hooks):
+  fp16, bf16     fp16_compress_hook, bf16_compress_hook: the buckets in 16 bits on the wire.
+  powersgd       powerSGD_hook: each matrix of a bucket as two rank --powersgd_rank factors,
+                 vectors allreduced whole; error feedback and warm start (torch's defaults).
+  batched_powersgd
+                 batched_powerSGD_hook: each bucket as one square matrix.
+Both PowerSGD hooks allreduce the whole gradient until --powersgd_start steps have run
+(PowerSGDState.start_powerSGD_iter), as 1-bit Adam warms up. Over gloo they hang as soon
+as DDP has two buckets (torch 1.13 and 2.15 alike; pytorch/pytorch#58467: each bucket's
+hook issues its next collective from the previous one's callback, so the ranks can issue
+them in different orders), so with them DDP makes one bucket (first bucket and cap of
+10 GB): the allreduce no longer overlaps the backward. With --matrix_cols C the
+synthetic workload's chunks are matrices of C columns (where C divides them), so that
+powerSGD_hook has matrices to compress; the gradient is the same either way.
+
 Timing: --compute_steps steps under model.no_sync() (no allreduce: the compute and the
 optimizer alone) and then --steps steps of DDP; each step's wall time is written, and the
 bench drops the first DDP step (it builds the buckets and connects).
@@ -53,7 +68,8 @@ class BowlGrad(torch.autograd.Function):
         d = p - target
         ctx.save_for_backward(d, u)
         ctx.noise = noise
-        return 0.5 * torch.dot(d, d)
+        flat = d.view(-1)
+        return 0.5 * torch.dot(flat, flat)
 
     @staticmethod
     def backward(ctx, grad_out):
@@ -65,10 +81,11 @@ class BowlGrad(torch.autograd.Function):
 
 
 class Synthetic(nn.Module):
-    def __init__(self, n, chunk, seed, rank, noise):
+    def __init__(self, n, chunk, seed, rank, noise, cols=0):
         super().__init__()
         sizes = [min(chunk, n - i) for i in range(0, n, chunk)]
-        self.chunks = nn.ParameterList([nn.Parameter(torch.zeros(s)) for s in sizes])
+        shapes = [(s // cols, cols) if cols and s % cols == 0 else (s,) for s in sizes]
+        self.chunks = nn.ParameterList([nn.Parameter(torch.zeros(*sh)) for sh in shapes])
         self.n, self.noise = n, noise
         # The target (the same on every worker) and this worker's noise are drawn once, one
         # tensor per parameter chunk; at step t chunk j takes the noise of chunk (j + t) mod
@@ -77,7 +94,7 @@ class Synthetic(nn.Module):
         # about ten times that loop, which would make DDP's step mostly random numbers.)
         g = torch.Generator()
         g.manual_seed(seed)
-        self.targets = [torch.rand(s, generator=g).mul_(2).sub_(1) for s in sizes]
+        self.targets = [torch.rand(*sh, generator=g).mul_(2).sub_(1) for sh in shapes]
         g.manual_seed(seed * 1000003 + 7919 * (rank + 1))
         self.noises = [torch.rand(chunk, generator=g).mul_(2 * SQRT3).sub_(SQRT3)
                        for _ in sizes]
@@ -86,7 +103,7 @@ class Synthetic(nn.Module):
         total = 0.0
         k = len(self.chunks)
         for j, p in enumerate(self.chunks):
-            u = self.noises[(j + step) % k][:p.numel()]
+            u = self.noises[(j + step) % k][:p.numel()].view_as(p)
             total = total + BowlGrad.apply(p, self.targets[j], u, self.noise)
         return total / self.n
 
@@ -139,8 +156,13 @@ def main():
     ap.add_argument("--compute_steps", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--timeout_s", type=int, default=900)
-    ap.add_argument("--comm_hook", choices=["none", "fp16"], default="none",
-                    help="fp16: DDP's fp16_compress_hook (the gradient buckets in fp16 on the wire)")
+    ap.add_argument("--comm_hook", choices=["none", "fp16", "bf16", "powersgd", "batched_powersgd"],
+                    default="none", help="one of torch's DDP communication hooks (above)")
+    ap.add_argument("--powersgd_rank", type=int, default=4)
+    ap.add_argument("--powersgd_start", type=int, default=2,
+                    help="steps of plain allreduce before PowerSGD compresses (at least 2)")
+    ap.add_argument("--matrix_cols", type=int, default=0,
+                    help="synthetic: chunks as matrices of this many columns (0: vectors)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     if not (0 <= a.rank < a.world):
@@ -153,16 +175,30 @@ def main():
     dist.init_process_group("gloo", init_method=f"tcp://{a.master}", rank=a.rank,
                             world_size=a.world, timeout=datetime.timedelta(seconds=a.timeout_s))
     if a.workload == "synthetic":
-        module = Synthetic(a.parameters, a.chunk, a.seed, a.rank, a.noise)
+        module = Synthetic(a.parameters, a.chunk, a.seed, a.rank, a.noise, a.matrix_cols)
         data = None
     else:
         data = FashionMnist(a.data, a.micro_batch, a.rank, a.world, a.seed)
         module = data.model
     n = sum(p.numel() for p in module.parameters())
-    model = nn.parallel.DistributedDataParallel(module)
-    if a.comm_hook == "fp16":
+    ddp_args = {}
+    if a.comm_hook.endswith("powersgd"):  # one bucket: see the module's docstring
+        dist._DEFAULT_FIRST_BUCKET_BYTES = 10 << 30
+        ddp_args["bucket_cap_mb"] = 10 << 10
+    model = nn.parallel.DistributedDataParallel(module, **ddp_args)
+    if a.comm_hook in ("fp16", "bf16"):
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-        model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+        model.register_comm_hook(None, getattr(default_hooks, f"{a.comm_hook}_compress_hook"))
+    elif a.comm_hook in ("powersgd", "batched_powersgd"):
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+        if a.powersgd_start < 2:
+            sys.exit("ddp_baseline: --powersgd_start must be >= 2 (torch's PowerSGDState)")
+        state = powerSGD_hook.PowerSGDState(
+            process_group=None, matrix_approximation_rank=a.powersgd_rank,
+            start_powerSGD_iter=a.powersgd_start, random_seed=a.seed)
+        hook = powerSGD_hook.powerSGD_hook if a.comm_hook == "powersgd" else \
+            powerSGD_hook.batched_powerSGD_hook
+        model.register_comm_hook(state, hook)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-8)
     loss_fn = nn.CrossEntropyLoss()
 
@@ -197,6 +233,7 @@ def main():
         json.dump({"rank": a.rank, "world": a.world, "workload": a.workload, "parameters": n,
                    "compute_seconds": compute, "step_seconds": steps, "step_end_unix": ends,
                    "loss": losses, "comm_hook": a.comm_hook,
+                   "powersgd_rank": a.powersgd_rank, "powersgd_start": a.powersgd_start,
                    "torch": torch.__version__}, f)
     dist.destroy_process_group()
 

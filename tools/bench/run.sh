@@ -20,6 +20,9 @@
 # reno, or machine (whatever this machine has; bbr on the project's). Set machine-wide for
 # the run and put back after; runs before 2026-11-27's "TCP congestion control" used bbr.
 # --skip: configurations left out (e.g. "fmnist@10gbit"), to fit a run into the time there is.
+# --whole N: whole runs, timed from launch to exit: every system runs N steps, onebit's
+# 1-bit Adam with 15% of them warmup (PowerSGD's plain allreduce as long); the report is
+# tools/bench/whole_report.py's (OUT/whole.md, OUT/whole.png) instead of report.py's.
 # COMPRESSION_STEPS=N (environment): compression steps per run instead of 8 (4 from 50M
 # parameters), for steadier medians.
 # --bin DIR: the onebit binaries of an earlier run (OUT/bin of it) instead of building this
@@ -41,6 +44,14 @@
 #          settings from them.
 #   ddp    PyTorch DDP + torch.optim.Adam over gloo (tools/bench/ddp_baseline.py)
 #   ddp16  the same with DDP's fp16 compression hook (gradients in fp16 on the wire)
+#   ddpbf16  the same with the bf16 hook
+#   psgd   the same with torch's powerSGD_hook (rank 4; the synthetic workload's chunks as
+#          1000-column matrices, so that it has matrices to compress), plain allreduce for
+#          as many steps as 1-bit Adam warms up
+#   bpsgd  the same with batched_powerSGD_hook (rank 4)
+#   A DDP system with ":deb" (ddp:deb, psgd:deb, ...) runs on Debian's python3-torch
+#   (/usr/bin/python3); without it, on $PYTHON (Debian's too unless set, e.g.
+#   PYTHON=/opt/onebit/venvs/torch-latest/bin/python for pip's torch).
 # Workloads: synNNm (onebit's synthetic quadratic bowl with NN million parameters; synNNk for
 # thousands) and fmnist (the demo's MLP on Fashion-MNIST, 64 examples per worker and step).
 # The runs switch after a few warmup steps (eps 1 keeps the first compressed updates
@@ -69,6 +80,7 @@ SHARDS=separate
 SHARDS_PER_NODE=1
 WORKERS=4
 CC=cubic
+WHOLE=0
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) QUICK=1 ;;
@@ -82,7 +94,8 @@ while [ $# -gt 0 ]; do
     --shards-per-node) SHARDS_PER_NODE=$2; shift ;;
     --nodes) WORKERS=$2; shift ;;
     --cc) CC=$2; shift ;;
-    *) echo "usage: $0 [--quick] [--rates R] [--workloads W] [--systems S] [--shards S] [--shards-per-node P] [--nodes N] [--cc C] [--out DIR] [--bin DIR]" >&2; exit 2 ;;
+    --whole) WHOLE=$2; shift ;;
+    *) echo "usage: $0 [--quick] [--whole N] [--rates R] [--workloads W] [--systems S] [--shards S] [--shards-per-node P] [--nodes N] [--cc C] [--out DIR] [--bin DIR]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -91,6 +104,7 @@ if [ $QUICK = 1 ]; then
   [ "$WORKLOADS" = "syn25m syn100m fmnist" ] && WORKLOADS="syn2m fmnist"
   [ "$OUT" = out/bench ] && OUT=out/bench-quick
 fi
+case $WHOLE in 0|[1-9]|[1-9][0-9]|[1-9][0-9][0-9]|[1-9][0-9][0-9][0-9]) ;; *) echo "--whole must be a number of steps" >&2; exit 2 ;; esac
 case $SHARDS in separate|colocated) ;; *) echo "--shards must be separate or colocated" >&2; exit 2 ;; esac
 case $SHARDS_PER_NODE in [1-9]|[1-9][0-9]) ;; *) echo "--shards-per-node must be a number from 1 to 99" >&2; exit 2 ;; esac
 # A cluster of its own (names and subnet), so that it never meets another one on the machine.
@@ -158,6 +172,12 @@ params_of() {  # workload -> parameter count (fmnist: the MLP's)
 steps_for() {  # workload rate stage -> steps
   local w=$1 r=$2 s=$3 n
   n=$(params_of "$w")
+  if [ "$WHOLE" -gt 0 ]; then  # 15% warmup, at least 2 (PowerSGD's start)
+    local warm=$(( (WHOLE * 15 + 50) / 100 ))
+    [ $warm -ge 2 ] || warm=2
+    if [ "$s" = compression ]; then echo $((WHOLE - warm)); else echo $warm; fi
+    return
+  fi
   if [ $QUICK = 1 ]; then
     [ "$w" = fmnist ] && { echo 15; return; }
     echo 3; return
@@ -250,7 +270,7 @@ onebit_run() {
   nc=$(steps_for "$w" "$rate" compression)
   if [ "$sys" = ps ]; then mode=ps; over=shards; fi
   if [ "$sys" = psw ]; then mode=ps; over=workers; fi
-  if [ "$sys" = adam ]; then opt=Adam; nc=0; fi
+  if [ "$sys" = adam ]; then opt=Adam; nc=0; [ "$WHOLE" -gt 0 ] && nw=$WHOLE; fi
   [ "$sys" = peer16 ] && dtype=bf16
   if [ "$sys" = zo ]; then opt=ZeroOneAdam; nw=${ZO_WARMUP:-8}; nc=${ZO_STEPS:-48}; fi
   name=$w-$rate-$sys
@@ -277,30 +297,41 @@ onebit_run() {
   sampler_stop
   record kind=onebit workload="$w" params="$(params_of "$w")" rate="$rate" system="$sys" \
     shards="$SHARDS" shards_per_node="$SHARDS_PER_NODE" \
-    warmup_steps="$nw" compression_steps="$nc" dir="\"$dir/onebit_adam\"" \
+    warmup_steps="$nw" compression_steps="$nc" whole="$WHOLE" dir="\"$dir/onebit_adam\"" \
     sampler="\"$dir/sampler.txt\"" wall="$(echo "$t1 - $t0" | bc)" \
     load_before="\"$load0\"" uptime="\"$(load)\""
 }
 
 DDP_PORT=29500
-ddp_run() {  # WORKLOAD RATE SYSTEM (ddp, or ddp16: with the fp16 compression hook)
-  local w=$1 rate=$2 sys=$3 steps name dir pids=() i rc=0 t0 t1 load0 hook=none
+ddp_run() {  # WORKLOAD RATE SYSTEM (ddp, ddp16, ddpbf16, psgd, bpsgd; :deb for Debian's torch)
+  local w=$1 rate=$2 sys=$3 steps name dir pids=() i rc=0 t0 t1 load0 hook=none py=$PY
+  local warm compute=2
   steps=$(steps_for "$w" "$rate" warmup)
-  [ "$sys" = ddp16 ] && hook=fp16
-  name=$w-$rate-$sys
+  warm=$steps
+  if [ "$WHOLE" -gt 0 ]; then steps=$WHOLE; compute=0; fi
+  case $sys in *:deb) py=/usr/bin/python3 ;; esac
+  local extra=()
+  case ${sys%:deb} in
+    ddp16) hook=fp16 ;;
+    ddpbf16) hook=bf16 ;;
+    psgd) hook=powersgd; extra=(--powersgd_start "$warm" --chunk 1000000 --matrix_cols 1000) ;;
+    bpsgd) hook=batched_powersgd; extra=(--powersgd_start "$warm") ;;
+  esac
+  name=$w-$rate-${sys/:/-}
   dir=$OUT/runs/$name
   rm -rf "$dir"; mkdir -p "$dir"
   DDP_PORT=$((DDP_PORT + 1))
   local wl=(--workload synthetic --parameters "$(params_of "$w")")
   [ "$w" = fmnist ] && wl=(--workload fashion_mnist)
-  log "  $sys: $steps steps (after 2 without allreduce)"
+  log "  $sys: $steps steps (after $compute without allreduce), torch $("$py" -c 'import torch; print(torch.__version__)')"
   load0=$(load)
   sampler_start "$dir/sampler.txt"
   t0=$(date +%s.%N)
   for ((i = 0; i < WORKERS; ++i)); do
     ip netns exec "$ONEBIT_CLUSTER-node$i" env GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1 \
-      "$PY" "$ROOT/tools/bench/ddp_baseline.py" --rank $i --world $WORKERS \
-      --master "$ONEBIT_CLUSTER_SUBNET.10:$DDP_PORT" "${wl[@]}" --steps "$steps" --compute_steps 2 --comm_hook $hook \
+      "$py" "$ROOT/tools/bench/ddp_baseline.py" --rank $i --world $WORKERS \
+      --master "$ONEBIT_CLUSTER_SUBNET.10:$DDP_PORT" "${wl[@]}" --steps "$steps" \
+      --compute_steps $compute --comm_hook $hook "${extra[@]}" \
       --out "$dir/rank-$i.json" > "$dir/rank-$i.log" 2>&1 &
     pids+=($!)
   done
@@ -309,7 +340,7 @@ ddp_run() {  # WORKLOAD RATE SYSTEM (ddp, or ddp16: with the fp16 compression ho
   sampler_stop
   if [ $rc != 0 ]; then log "  FAILED: see $dir/rank-*.log"; tail -5 "$dir/rank-0.log"; return 1; fi
   record kind=ddp workload="$w" params="$(params_of "$w")" rate="$rate" system="$sys" \
-    warmup_steps="$steps" compression_steps=0 dir="\"$dir\"" sampler="\"$dir/sampler.txt\"" \
+    warmup_steps="$steps" compression_steps=0 whole="$WHOLE" dir="\"$dir\"" sampler="\"$dir/sampler.txt\"" \
     wall="$(echo "$t1 - $t0" | bc)" load_before="\"$load0\"" uptime="\"$(load)\""
 }
 
@@ -338,7 +369,8 @@ for rate in $RATES; do
     for sys in $SYSTEMS; do
       case $sys in
         adam|peer|peer16|ps|psw|zo) onebit_run "$w" "$rate" "$sys" || failed=1 ;;
-        ddp|ddp16) ddp_run "$w" "$rate" "$sys" || failed=1 ;;
+        ddp|ddp16|ddpbf16|psgd|bpsgd|ddp:deb|ddp16:deb|ddpbf16:deb|psgd:deb|bpsgd:deb)
+          ddp_run "$w" "$rate" "$sys" || failed=1 ;;
         *) die "unknown system $sys" ;;
       esac
     done
@@ -347,5 +379,9 @@ for rate in $RATES; do
 done
 memcpy_measure end
 log "runs took $(( $(date +%s) - START )) s; writing the report"
-python3 tools/bench/report.py "$OUT" --workers $WORKERS
+if [ "$WHOLE" -gt 0 ]; then
+  python3 tools/bench/whole_report.py "$OUT" --workers $WORKERS
+else
+  python3 tools/bench/report.py "$OUT" --workers $WORKERS
+fi
 [ $failed = 0 ] || die "some runs failed (see above); the report has the others"
