@@ -99,7 +99,7 @@ def launcher():
 
 
 def batch_matrices(module):
-    """torch 1.13's batched_powerSGD_hook hands _orthogonalize one 2-D matrix, and
+    """torch 1.13's (and 2.15's) batched_powerSGD_hook hands _orthogonalize one 2-D matrix, and
     _orthogonalize asserts a batch of them (3-D): every compressed step fails with a bare
     AssertionError. Give the 2-D matrix a batch dimension (a view: the orthogonalisation
     writes in place, through it)."""
@@ -220,8 +220,12 @@ def build_optimizer(args, model, device, world):
     import torch.distributed as dist  # noqa: PLC0415
     from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: PLC0415
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    # PowerSGD over gloo: one bucket (its hook hung here whenever DDP made several).
-    bucket_mb = 1024 if args.optimizer == "ddp_powersgd" else 25
+    # PowerSGD over gloo: one bucket (its hook hung here whenever DDP made several;
+    # pytorch/pytorch#58467). DDP's first bucket has its own cap (1 MB), raised too.
+    bucket_mb = 25
+    if args.optimizer == "ddp_powersgd":
+        bucket_mb = 1024
+        dist._DEFAULT_FIRST_BUCKET_BYTES = bucket_mb << 20  # noqa: SLF001
     ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
               bucket_cap_mb=bucket_mb)
     stage = lambda t: "all"  # noqa: E731

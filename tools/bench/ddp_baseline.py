@@ -31,7 +31,10 @@ Communication hooks (--comm_hook), torch's own (torch.distributed.algorithms.ddp
   powersgd       powerSGD_hook: each matrix of a bucket as two rank --powersgd_rank factors,
                  vectors allreduced whole; error feedback and warm start (torch's defaults).
   batched_powersgd
-                 batched_powerSGD_hook: each bucket as one square matrix.
+                 batched_powerSGD_hook: each bucket as one square matrix. In torch 1.13 and
+                 2.15 it hands _orthogonalize a 2-D matrix where that asserts a batch (3-D),
+                 and every compressed step fails with a bare AssertionError; the matrix is
+                 given a batch dimension here, as examples/gpt/train.py does.
 Both PowerSGD hooks allreduce the whole gradient until --powersgd_start steps have run
 (PowerSGDState.start_powerSGD_iter), as 1-bit Adam warms up. Over gloo they hang as soon
 as DDP has two buckets (torch 1.13 and 2.15 alike; pytorch/pytorch#58467: each bucket's
@@ -196,8 +199,12 @@ def main():
         state = powerSGD_hook.PowerSGDState(
             process_group=None, matrix_approximation_rank=a.powersgd_rank,
             start_powerSGD_iter=a.powersgd_start, random_seed=a.seed)
-        hook = powerSGD_hook.powerSGD_hook if a.comm_hook == "powersgd" else \
-            powerSGD_hook.batched_powerSGD_hook
+        hook = powerSGD_hook.powerSGD_hook
+        if a.comm_hook == "batched_powersgd":
+            hook = powerSGD_hook.batched_powerSGD_hook
+            orthogonalize = powerSGD_hook._orthogonalize  # noqa: SLF001
+            powerSGD_hook._orthogonalize = lambda m, epsilon=0: orthogonalize(  # noqa: SLF001
+                m.unsqueeze(0) if m.dim() == 2 else m, epsilon)
         model.register_comm_hook(state, hook)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-8)
     loss_fn = nn.CrossEntropyLoss()
