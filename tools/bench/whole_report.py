@@ -84,6 +84,8 @@ def main():
     for rec in recs:
         if rec.get("kind") not in ("onebit", "ddp"):
             continue
+        if not os.path.isdir(rec["dir"]) and "/runs/" in rec["dir"]:  # a copy of OUT elsewhere
+            rec["dir"] = os.path.join(a.out, "runs", rec["dir"].split("/runs/", 1)[1])
         try:
             span, composed, counts, torch = (onebit_run if rec["kind"] == "onebit" else ddp_run)(
                 rec, a.workers)
@@ -125,7 +127,8 @@ def main():
                 f.write(f"\"{r['name']}\" {r['launch_to_exit_s']:.2f} {r['steps_s']:.2f} "
                         f"{r['composed_s']:.2f}\n")
         png = os.path.join(a.out, f"whole-{key[0]}-{key[1]}.png")
-        plot = (f"set terminal pngcairo size 1000,{200 + 40 * len(group)}; set output '{png}'; "
+        plot = (f"set terminal pngcairo noenhanced size 1300,{300 + 40 * len(group)}; "
+                f"set output '{png}'; set bmargin 16; set rmargin 30; "
                 "set style data histograms; set style histogram clustered gap 1; "
                 "set style fill solid 0.8 border -1; set boxwidth 0.9; set grid y; "
                 "set xtics rotate by -25 left; set ylabel 'seconds'; set key top right; "

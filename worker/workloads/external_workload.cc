@@ -69,7 +69,7 @@ absl::StatusOr<std::unique_ptr<ExternalWorkload>> ExternalWorkload::Create(
 }
 
 std::optional<Gradient> ExternalWorkload::low_precision_gradient() const {
-  if (gradient_dtype_ == kernels::WireDtype::kFp32) return std::nullopt;
+  if (!low_precision()) return std::nullopt;
   return Gradient(gradient16_.data(), gradient_dtype_);
 }
 
@@ -116,7 +116,7 @@ absl::StatusOr<double> ExternalWorkload::ComputeGradient(const float* params, in
   }
   // With buckets, Announce/Supply copied them all. A 16-bit gradient stays where it is
   // (low_precision_gradient; grad_out null).
-  if (gradient16_.size() > 0) {
+  if (low_precision()) {
     if (grad_out != nullptr) {
       return absl::InternalError("a bf16 gradient buffer is read in place, not copied out");
     }

@@ -129,7 +129,7 @@ class ExternalWorkload : public Workload {
   float* gradient() { return gradient_.data(); }
   // The buffer the client writes, whatever its dtype (gradient() or the 16-bit one).
   void* gradient_bytes() {
-    return gradient16_.size() > 0 ? static_cast<void*>(gradient16_.data()) : gradient_.data();
+    return low_precision() ? static_cast<void*>(gradient16_.data()) : gradient_.data();
   }
   kernels::WireDtype gradient_dtype() const { return gradient_dtype_; }
   // What the client multiplies its loss by before backward (1 without loss scaling): the
@@ -137,7 +137,9 @@ class ExternalWorkload : public Workload {
   float loss_scale() const;
   // gradient() without buckets (their copies go into the trainer's buffer), else null.
   // Null for a 16-bit buffer: low_precision_gradient() then.
-  float* gradient_buffer() override { return buckets_.empty() ? gradient_.data() : nullptr; }
+  float* gradient_buffer() override {
+    return buckets_.empty() && !low_precision() ? gradient_.data() : nullptr;
+  }
   std::optional<Gradient> low_precision_gradient() const override;
   // The optimizer's parameter vector the trainer steps (zero copies: the client's tensors
   // view it): known once the trainer asked for a step (or SetParams); null before, and
@@ -160,9 +162,11 @@ class ExternalWorkload : public Workload {
   const std::shared_ptr<const std::vector<float>> initial_;  // never null
   const std::vector<size_t> groups_;
   const std::vector<ParamRange> buckets_;
+  // The gradient's dtype decides which of the two buffers holds it (the other is empty).
   const kernels::WireDtype gradient_dtype_;
   kernels::Buffer<float> gradient_;       // float32: n elements; 16-bit: none
   kernels::Buffer<uint16_t> gradient16_;  // 16-bit: n elements; float32: none
+  bool low_precision() const { return gradient_dtype_ != kernels::WireDtype::kFp32; }
 
   // Copies bucket `bucket` into the waiting trainer's buffer and tells the listener.
   void AnnounceLocked(size_t bucket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
