@@ -56,6 +56,18 @@ class CheckpointCommitsTest : public ::testing::Test {
     c.Write(&*write);
     return c.Finish(*write, f, committed);
   }
+  // Adds every part of `step`'s checkpoint but stops before its manifest is written: the
+  // write the last part handed out.
+  static std::optional<ManifestWrite> Unwritten(CheckpointCommits& c, int64_t step,
+                                                const CheckpointFacts& f) {
+    bool committed = false;
+    EXPECT_TRUE(Add(c, step, Part(v1::ROLE_WORKER, 0), f, &committed).ok());
+    EXPECT_TRUE(Add(c, step, Part(v1::ROLE_WORKER, 1), f, &committed).ok());
+    std::optional<ManifestWrite> write;
+    EXPECT_TRUE(c.AddPart(step, Part(v1::ROLE_SERVER, 0), f, &write).ok());
+    EXPECT_TRUE(write.has_value());
+    return write;
+  }
   // Adds every part of `step`'s checkpoint; true when the last one committed it.
   bool AddAll(CheckpointCommits& c, int64_t step, const CheckpointFacts& f, bool servers = true) {
     bool committed = false;
@@ -161,11 +173,7 @@ TEST_F(CheckpointCommitsTest, WhileItsManifestIsWrittenAStepIsPending) {
   CheckpointCommits c = Make();
   const CheckpointFacts f = Facts();
   bool committed = false;
-  ASSERT_TRUE(Add(c, 5, Part(v1::ROLE_WORKER, 0), f, &committed).ok());
-  ASSERT_TRUE(Add(c, 5, Part(v1::ROLE_WORKER, 1), f, &committed).ok());
-  std::optional<ManifestWrite> write;
-  ASSERT_TRUE(c.AddPart(5, Part(v1::ROLE_SERVER, 0), f, &write).ok());
-  ASSERT_TRUE(write.has_value());
+  std::optional<ManifestWrite> write = Unwritten(c, 5, f);
   EXPECT_EQ(write->manifest.parts_size(), 3);
   EXPECT_TRUE(written_.empty());  // AddPart writes nothing
   EXPECT_TRUE(c.has_pending());   // the job is not finished before the manifest
@@ -196,11 +204,7 @@ TEST_F(CheckpointCommitsTest, ARecoveryBeforeTheManifestKeepsItUnwritten) {
   CheckpointCommits c = Make();
   const CheckpointFacts f = Facts();
   bool committed = false;
-  ASSERT_TRUE(Add(c, 5, Part(v1::ROLE_WORKER, 0), f, &committed).ok());
-  ASSERT_TRUE(Add(c, 5, Part(v1::ROLE_WORKER, 1), f, &committed).ok());
-  std::optional<ManifestWrite> write;
-  ASSERT_TRUE(c.AddPart(5, Part(v1::ROLE_SERVER, 0), f, &write).ok());
-  ASSERT_TRUE(write.has_value());
+  std::optional<ManifestWrite> write = Unwritten(c, 5, f);
   c.BeginRecovery();
   c.ClearPending();
   c.Write(&*write);
@@ -218,10 +222,7 @@ TEST_F(CheckpointCommitsTest, AManifestWrittenBeforeARecoveryCountsFromTheDisk) 
   CheckpointCommits c = Make();
   const CheckpointFacts f = Facts();
   bool committed = false;
-  ASSERT_TRUE(Add(c, 5, Part(v1::ROLE_WORKER, 0), f, &committed).ok());
-  ASSERT_TRUE(Add(c, 5, Part(v1::ROLE_WORKER, 1), f, &committed).ok());
-  std::optional<ManifestWrite> write;
-  ASSERT_TRUE(c.AddPart(5, Part(v1::ROLE_SERVER, 0), f, &write).ok());
+  std::optional<ManifestWrite> write = Unwritten(c, 5, f);
   c.Write(&*write);
   ASSERT_TRUE(write->written.ok());
   c.BeginRecovery();
@@ -248,10 +249,7 @@ TEST_F(CheckpointCommitsTest, ARecoveryWaitsForTheManifestBeingWritten) {
   CheckpointCommits c(o, &clock_, nullptr);
   const CheckpointFacts f = Facts();
   bool committed = false;
-  ASSERT_TRUE(Add(c, 5, Part(v1::ROLE_WORKER, 0), f, &committed).ok());
-  ASSERT_TRUE(Add(c, 5, Part(v1::ROLE_WORKER, 1), f, &committed).ok());
-  std::optional<ManifestWrite> write;
-  ASSERT_TRUE(c.AddPart(5, Part(v1::ROLE_SERVER, 0), f, &write).ok());
+  std::optional<ManifestWrite> write = Unwritten(c, 5, f);
   std::thread writer([&] { c.Write(&*write); });
   entered.WaitForNotification();
   absl::Notification recovered;
@@ -272,13 +270,8 @@ TEST_F(CheckpointCommitsTest, ARecoveryWaitsForTheManifestBeingWritten) {
 TEST_F(CheckpointCommitsTest, AnOlderManifestFinishedLastIsSuperseded) {
   CheckpointCommits c = Make();
   const CheckpointFacts f = Facts();
-  std::optional<ManifestWrite> first, second;
+  std::optional<ManifestWrite> first = Unwritten(c, 5, f), second = Unwritten(c, 10, f);
   bool committed = false;
-  for (int64_t step : {5, 10}) {
-    ASSERT_TRUE(Add(c, step, Part(v1::ROLE_WORKER, 0), f, &committed).ok());
-    ASSERT_TRUE(Add(c, step, Part(v1::ROLE_WORKER, 1), f, &committed).ok());
-    ASSERT_TRUE(c.AddPart(step, Part(v1::ROLE_SERVER, 0), f, step == 5 ? &first : &second).ok());
-  }
   c.Write(&*second);
   ASSERT_TRUE(c.Finish(*second, f, &committed).ok());
   EXPECT_TRUE(committed);

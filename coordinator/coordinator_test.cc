@@ -1,10 +1,12 @@
 // The handler implementation without any transport: a fake clock, direct calls.
 #include "coordinator/coordinator.h"
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "absl/synchronization/notification.h"
 #include "coordinator/clock.h"
@@ -93,6 +95,22 @@ class CoordinatorTest : public ::testing::Test {
     absl::StatusOr<v1::RegisterResponse> response = coordinator_->Register(r);
     EXPECT_TRUE(response.ok()) << response.status();
     return response.ok() ? response->rank() : -1;
+  }
+
+  // A peer job of two workers with a checkpoint every 10 steps, whose manifests go to
+  // `commit` (the checkpoint directory is never touched).
+  static CoordinatorOptions PeerCheckpointing(
+      std::function<absl::Status(const v1::CheckpointManifest&)> commit) {
+    JobConfig config = SmallJob();
+    config.exchange.mode = "peer";
+    config.exchange.servers = 0;
+    config.checkpoint.dir = "/unused";
+    config.checkpoint.every_steps = 10;
+    CoordinatorOptions options;
+    options.config = config;
+    options.job_id = "job-1";
+    options.commit_checkpoint = std::move(commit);
+    return options;
   }
 
   absl::StatusOr<v1::LeaseResponse> Lease(int rank, int64_t next) {
@@ -661,14 +679,11 @@ TEST_F(CoordinatorTest, AJobResumedAfterItsLastStepSucceedsOnceEveryoneIsBack) {
 // that went further, or whose step 20 is damaged) writes step 20 again: the old one is not
 // its own, so its parts are not answered "committed" and the manifest is written anew.
 TEST_F(CoordinatorTest, CheckpointsAfterTheResumePointAreWrittenAgain) {
-  JobConfig config = SmallJob();
-  config.exchange.mode = "peer";
-  config.exchange.servers = 0;
-  config.checkpoint.dir = "/unused";
-  config.checkpoint.every_steps = 10;
-  CoordinatorOptions options;
-  options.config = config;
-  options.job_id = "job-1";
+  std::vector<v1::CheckpointManifest> written;
+  CoordinatorOptions options = PeerCheckpointing([&](const v1::CheckpointManifest& m) {
+    written.push_back(m);
+    return absl::OkStatus();
+  });
   for (int64_t step : {10, 20}) {
     v1::CheckpointManifest m;
     m.set_step(step);
@@ -679,11 +694,6 @@ TEST_F(CoordinatorTest, CheckpointsAfterTheResumePointAreWrittenAgain) {
   resume.set_name("step-000000010");
   options.resume = resume;
   options.resume_freeze_step = 30;
-  std::vector<v1::CheckpointManifest> written;
-  options.commit_checkpoint = [&](const v1::CheckpointManifest& m) {
-    written.push_back(m);
-    return absl::OkStatus();
-  };
   coordinator_ = *Coordinator::Create(options, &clock_, nullptr);
   v1::ListCheckpointsResponse list = *coordinator_->ListCheckpoints({});
   ASSERT_EQ(list.checkpoints_size(), 1);
@@ -704,21 +714,13 @@ TEST_F(CoordinatorTest, CheckpointsAfterTheResumePointAreWrittenAgain) {
 // a commit that waits), leases, reports and the job's status are answered, and the job
 // counts the checkpoint only once it is written.
 TEST_F(CoordinatorTest, OtherCallsAreAnsweredWhileAManifestIsWritten) {
-  JobConfig config = SmallJob();
-  config.exchange.mode = "peer";
-  config.exchange.servers = 0;
-  config.checkpoint.dir = "/unused";
-  config.checkpoint.every_steps = 10;
-  CoordinatorOptions options;
-  options.config = config;
-  options.job_id = "job-1";
   absl::Notification entered, release;
-  options.commit_checkpoint = [&](const v1::CheckpointManifest&) {
-    entered.Notify();
-    release.WaitForNotification();
-    return absl::OkStatus();
-  };
-  coordinator_ = *Coordinator::Create(options, &clock_, nullptr);
+  coordinator_ = *Coordinator::Create(PeerCheckpointing([&](const v1::CheckpointManifest&) {
+                                        entered.Notify();
+                                        release.WaitForNotification();
+                                        return absl::OkStatus();
+                                      }),
+                                      &clock_, nullptr);
   ASSERT_EQ(RegisterWorker("w0"), 0);
   ASSERT_EQ(RegisterWorker("w1"), 1);
   ASSERT_TRUE(coordinator_->CommitPart(PartRequest(v1::ROLE_WORKER, 0, "w0", 10)).ok());
