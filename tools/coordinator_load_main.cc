@@ -92,7 +92,6 @@ class Latencies {
  public:
   void Add(const std::string& call, absl::Time start, double ms) {
     absl::MutexLock lock(&mu_);
-    ms_[call].push_back(ms);
     calls_.push_back({call, start, ms});
   }
   // Every call as "call,seconds since `origin`,ms", in the order they ended.
@@ -107,16 +106,12 @@ class Latencies {
   }
   // The q-quantile (0..1) of `call`'s latencies; -1 when there are none.
   double Quantile(const std::string& call, double q) {
-    absl::MutexLock lock(&mu_);
-    std::vector<double>& v = ms_[call];
+    std::vector<double> v = Of(call);
     if (v.empty()) return -1;
     std::sort(v.begin(), v.end());
     return v[std::min(v.size() - 1, static_cast<size_t>(q * v.size()))];
   }
-  size_t Count(const std::string& call) {
-    absl::MutexLock lock(&mu_);
-    return ms_[call].size();
-  }
+  size_t Count(const std::string& call) { return Of(call).size(); }
 
  private:
   struct Call {
@@ -124,8 +119,15 @@ class Latencies {
     absl::Time start;
     double ms;
   };
+  std::vector<double> Of(const std::string& call) {
+    absl::MutexLock lock(&mu_);
+    std::vector<double> v;
+    for (const Call& c : calls_) {
+      if (c.call == call) v.push_back(c.ms);
+    }
+    return v;
+  }
   absl::Mutex mu_;
-  std::map<std::string, std::vector<double>> ms_ ABSL_GUARDED_BY(mu_);
   std::vector<Call> calls_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -402,30 +404,16 @@ double HistogramQuantileMs(const std::vector<std::pair<double, double>>& before,
 }
 
 // How late a thread of this generator wakes: it sleeps 1 ms at a time for the window, on
-// the main thread (which has nothing else to do then), and keeps each sleep's overshoot.
-// The sleeps go into `latencies` as the call "wake-up lag", so that calls.png shows them
-// beside the calls.
-class WakeLag {
- public:
-  void Run(absl::Duration window, Latencies* latencies) {
-    const absl::Time end = absl::Now() + window;
-    while (absl::Now() < end) {
-      const absl::Time before = absl::Now();
-      absl::SleepFor(absl::Milliseconds(1));
-      const double lag = absl::ToDoubleMilliseconds(absl::Now() - before) - 1.0;
-      lag_ms_.push_back(lag);
-      latencies->Add("wake-up lag", before, lag);
-    }
+// the main thread (which has nothing else to do then). Each sleep's overshoot goes into
+// `latencies` as the call "wake-up lag", so that calls.png shows it beside the calls.
+void MeasureWakeLag(absl::Duration window, Latencies* latencies) {
+  const absl::Time end = absl::Now() + window;
+  while (absl::Now() < end) {
+    const absl::Time before = absl::Now();
+    absl::SleepFor(absl::Milliseconds(1));
+    latencies->Add("wake-up lag", before, absl::ToDoubleMilliseconds(absl::Now() - before) - 1.0);
   }
-  double QuantileMs(double q) {
-    if (lag_ms_.empty()) return -1;
-    std::sort(lag_ms_.begin(), lag_ms_.end());
-    return lag_ms_[std::min(lag_ms_.size() - 1, static_cast<size_t>(q * lag_ms_.size()))];
-  }
-
- private:
-  std::vector<double> lag_ms_;
-};
+}
 
 struct Coordinator {
   std::unique_ptr<Process> process;
@@ -568,8 +556,7 @@ absl::StatusOr<Row> RunWidth(const std::string& binary, const std::string& dir, 
   const ProcessUsage load_before = Usage(getpid());
   const absl::Time window_start = absl::Now();
   shared.measuring = true;
-  WakeLag lag;
-  lag.Run(absl::Seconds(absl::GetFlag(FLAGS_window_s)), &shared.latencies);
+  MeasureWakeLag(absl::Seconds(absl::GetFlag(FLAGS_window_s)), &shared.latencies);
   shared.measuring = false;
   const double window = absl::ToDoubleSeconds(absl::Now() - window_start);
   const ProcessUsage usage_after = Usage(c->process->pid());
@@ -578,8 +565,8 @@ absl::StatusOr<Row> RunWidth(const std::string& binary, const std::string& dir, 
   const auto lease_after = HistogramBuckets(c->addresses.metrics, lease);
   row.cpu_cores = (usage_after.cpu_seconds - usage_before.cpu_seconds) / window;
   row.load_cpu_cores = (load_after.cpu_seconds - load_before.cpu_seconds) / window;
-  row.wake_lag_p999 = lag.QuantileMs(0.999);
-  row.wake_lag_max = lag.QuantileMs(1.0);
+  row.wake_lag_p999 = shared.latencies.Quantile("wake-up lag", 0.999);
+  row.wake_lag_max = shared.latencies.Quantile("wake-up lag", 1.0);
   row.peak_rss_mb = usage_after.peak_rss_mb;
   row.heartbeat_p50 = HistogramQuantileMs(hb_before, hb_after, 0.50);
   row.heartbeat_p99 = HistogramQuantileMs(hb_before, hb_after, 0.99);
