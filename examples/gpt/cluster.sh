@@ -22,7 +22,9 @@
 # --limit_s stops a system that runs longer (a hung collective) and records it as failed.
 #
 # Writes OUT/<system>/ (every rank's log; rank 0's CSV of loss and time per step and its
-# result JSON; the nodes' link byte counters before and after), OUT/results.md (the table)
+# result JSON; onebit's systems: every rank's worker history, history-rank<R>.csv, whose
+# compute_seconds is the time the worker waited for the script; the nodes' link byte
+# counters before and after), OUT/results.md (the table)
 # and OUT/loss.png (training loss against wall-clock time, and against the step).
 # Needs: dict-gcide, python3-torch, libopenblas0-pthread (deploy/install-deps.sh), gnuplot,
 # and onebit's extension: the wheel installed, or `bazel build //python:libonebit_core.so`.
@@ -84,6 +86,7 @@ run_system() {  # SYSTEM PORT
     ip netns exec "$ONEBIT_CLUSTER-node$i" env RANK=$i WORLD_SIZE=$WORKERS LOCAL_RANK=0 \
       LOCAL_WORLD_SIZE=1 MASTER_ADDR="$MASTER" MASTER_PORT="$port" GLOO_SOCKET_IFNAME=eth0 \
       OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 PYTHONUNBUFFERED=1 \
+      ONEBIT_HISTORY_CSV="$dir/history-rank{rank}.csv" \
       PYTHONPATH="$ROOT/python:$ROOT/bazel-bin/python${PYTHONPATH:+:$PYTHONPATH}" \
       timeout -k 10 "$LIMIT_S" "$PY" "$HERE/train.py" --optimizer "$sys" --size small --steps "$steps" \
       --batch "$BATCH" --freeze_step "$freeze" --log_every 10 \
@@ -107,7 +110,7 @@ if [ -z "${PLOT_ONLY:-}" ]; then
   trap '"$ROOT/tools/emulated_cluster.sh" down > /dev/null 2>&1 || true' EXIT
   "$ROOT/tools/emulated_cluster.sh" up $WORKERS "$RATE" > /dev/null
   log "$WORKERS nodes at $RATE; $STEPS steps${STEPS_FOR:+ ($STEPS_FOR)} x $WORKERS workers x batch $BATCH; systems: $SYSTEMS"
-  echo "$(git -C "$ROOT" rev-parse --short HEAD) $(date -u +%F) $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'); rate $RATE; steps $STEPS${STEPS_FOR:+ ($STEPS_FOR)}; freeze_step $FREEZE${FREEZE_FOR:+ ($FREEZE_FOR)}; batch $BATCH; $TRAIN_ARGS" > "$OUT/machine.txt.$$"
+  echo "$(git -C "$ROOT" rev-parse --short HEAD) $(date -u +%F) $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'); torch $("$PY" -c 'import torch; print(torch.__version__)'); rate $RATE; steps $STEPS${STEPS_FOR:+ ($STEPS_FOR)}; freeze_step $FREEZE${FREEZE_FOR:+ ($FREEZE_FOR)}; batch $BATCH; $TRAIN_ARGS" > "$OUT/machine.txt.$$"
   # A resumed run keeps the first part's line (the same settings: the systems compare).
   if [ -n "${RESUME:-}" ] && [ -f "$OUT/machine.txt" ]; then rm "$OUT/machine.txt.$$"; else mv "$OUT/machine.txt.$$" "$OUT/machine.txt"; fi
   port=29800

@@ -7,8 +7,10 @@ the wall time of the training loop, its ratio to Adam over DDP's, the median ste
 stage, the bytes that left each node, and the time at which the system's smoothed training
 loss first came within 2% of DDP's final one.
 """
+import csv
 import json
 import os
+import statistics
 import subprocess
 import sys
 
@@ -54,11 +56,65 @@ def bytes_sent(d):
 def settings(r):
     """What a system was run with beyond the shared hyper-parameters."""
     if r["optimizer"] in ("onebit_adam", "zero_one_adam"):
-        return f"freeze_step {r['freeze_step']}, overlap {r.get('overlap', 'off')}"
+        text = (f"freeze_step {r['freeze_step']}, {r.get('warmup_dtype', 'fp32')} warmup, "
+                f"overlap {r.get('overlap', 'off')}")
+        if "local_step_scaler" in r:
+            text += f", local steps from step {r['freeze_step'] + r['local_step_scaler']}"
+        return text
     if r["optimizer"] == "ddp_powersgd":
         p = r.get("powersgd", {"rank": 4, "hook": "layerwise"})
         return f"{p['hook']} hook, rank {p['rank']}, from step {max(2, r['freeze_step'])}"
     return ""
+
+
+def history_medians(path):
+    """{stage: (median step s, median s waiting for the script)} of a worker's history CSV
+    (ONEBIT_HISTORY_CSV), the first step of each stage left out; {} without the file."""
+    if not os.path.exists(path):
+        return {}
+    stages = {}
+    with open(path) as f:
+        for row in csv.DictReader(f):
+            if row["kind"] == "step":
+                stages.setdefault(row["stage"], []).append(
+                    (float(row["seconds"]), float(row["compute_seconds"] or 0)))
+    return {k: (statistics.median(s for s, _ in v[1:]), statistics.median(c for _, c in v[1:]))
+            for k, v in stages.items() if len(v) > 1}
+
+
+def split_lines(out, systems, results, curves, target):
+    """Where each onebit system's time to DDP's final loss went: its full-precision warmup,
+    its compressed steps up to the target, and each stage's step split into the time the
+    worker waited for the script (forward, backward, the step's Python side: compute) and
+    the rest (the exchange and the update), from rank 0's worker history."""
+    onebit = [s for s in systems if s in ("onebit_adam", "zero_one_adam")]
+    if target is None or not onebit:
+        return []
+    ddp_step = results["ddp_adam"]["median_step_s"]["all"]
+    lines = ["", "Where onebit's time to DDP's final loss went (rank 0; the step medians "
+             "leave out each stage's first step):", "",
+             "| system | reached at step | warmup steps | warmup time | compressed steps | "
+             "compressed time | warmup step: compute + rest (s) | compressed step: compute + "
+             "rest (s) | warmup step against DDP's |",
+             "|---|---:|---:|---:|---:|---:|---|---|---:|"]
+    for s in onebit:
+        rows = read_steps(os.path.join(out, s, "steps.csv"))
+        hit = next((st for st, _, loss in curves[s] if loss <= target), None)
+        upto = [r for r in rows if hit is None or r[0] <= hit]
+        warm = [r[2] for r in upto if r[4] == "warmup"]
+        comp = [r[2] for r in upto if r[4] != "warmup"]
+        hist = history_medians(os.path.join(out, s, "history-rank0.csv"))
+
+        def part(stage):
+            if stage not in hist:
+                return "-"
+            step, compute = hist[stage]
+            return f"{compute:.2f} + {step - compute:.2f}"
+        med = results[s]["median_step_s"]
+        lines.append(f"| {LABELS[s]} | {hit if hit else 'not reached'} | {len(warm)} | "
+                     f"{sum(warm):.0f} s | {len(comp)} | {sum(comp):.0f} s | {part('warmup')} | "
+                     f"{part('compression')} | {med.get('warmup', 0) / ddp_step:.2f}x |")
+    return lines
 
 
 def main():
@@ -94,6 +150,7 @@ def main():
         lines.append(f"| {LABELS[s]} | {settings(r)} | {r['train_loss_last20']:.4f} | "
                      f"{r['held_out_loss']:.4f} | {r['seconds']:.0f} s | {ratio} | {steps} | "
                      f"{'-' if sent is None else f'{sent / 1e6:.0f}'} | {reach} |")
+    lines += split_lines(out, systems, results, curves, target)
     with open(os.path.join(out, "results.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

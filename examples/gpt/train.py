@@ -18,6 +18,7 @@ Rank 0 writes --csv (step, seconds since the first step began, loss, stage) and 
 """
 import argparse
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -295,8 +296,10 @@ def main():
                 else torch.autocast(device.type, enabled=False))
     # torch's loss scaling for DDP and AdamW (their gradients are averaged before the
     # scaler looks, so every worker skips alike); onebit scales through opt.scale.
-    scaler = torch.cuda.amp.GradScaler(enabled=args.amp == "fp16" and device.type == "cuda"
-                                       and not onebit)
+    # torch.amp.GradScaler where torch has it (2.3+); torch.cuda.amp's is deprecated there.
+    scaler_type = (functools.partial(torch.amp.GradScaler, "cuda")
+                   if hasattr(torch.amp, "GradScaler") else torch.cuda.amp.GradScaler)
+    scaler = scaler_type(enabled=args.amp == "fp16" and device.type == "cuda" and not onebit)
     first = 1
     if args.resume:
         # As with torch.optim: the model and the optimizer loaded before the first step (a
@@ -374,6 +377,14 @@ def main():
         }
         if args.optimizer == "ddp_powersgd":
             result["powersgd"] = {"rank": args.powersgd_rank, "hook": args.powersgd_hook}
+        if args.optimizer in ("onebit_adam", "zero_one_adam"):
+            import onebit.torch as ot  # noqa: PLC0415
+            exchange = ot.load_config(args.config).get("onebit", {}).get("exchange", {})
+            result["warmup_dtype"] = exchange.get("warmup_dtype", "fp32")
+        if args.optimizer == "zero_one_adam":
+            result["local_step_scaler"] = args.local_step_scaler
+            result["local_step_clipper"] = args.local_step_clipper
+        result["torch"] = torch.__version__
         if args.csv:
             with open(args.csv, "w") as f:
                 f.write("step,seconds,step_seconds,loss,stage\n")
