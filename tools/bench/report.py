@@ -151,16 +151,29 @@ class Counters:
         return d[0::2], d[1::2]
 
 
-def stage_stats(times, ends, compute, average=median, keep=None):
-    """times/ends/compute: {step: [per worker]}, the steps of one stage. Drops the first;
-    of the rest keeps those `keep` accepts (all by default)."""
+def measured_steps(times, keep=None):
+    """The steps of one stage that its figures use: all but the first (it sets up), of
+    those the ones `keep` accepts (all by default). times: {step: [per worker]}."""
     steps = sorted(times)
     if len(steps) < 2:
         raise ValueError("a stage needs at least 2 steps (the first is not measured)")
     measured = [s for s in steps[1:] if keep is None or keep(s)]
     if not measured:
         raise ValueError("no step of the stage is kept")
-    step = average([statistics.mean(times[s]) for s in measured])
+    return measured
+
+
+def stage_step_s(times, average=median, keep=None):
+    """A stage's step time (s): `average` of its measured steps' worker means."""
+    return average([statistics.mean(times[s]) for s in measured_steps(times, keep)])
+
+
+def stage_stats(times, ends, compute, average=median, keep=None):
+    """times/ends/compute: {step: [per worker]}, the steps of one stage. Drops the first;
+    of the rest keeps those `keep` accepts (all by default)."""
+    steps = sorted(times)
+    measured = measured_steps(times, keep)
+    step = stage_step_s(times, average, keep)
     comp = average([statistics.mean(compute[s]) for s in measured if compute.get(s)])
     t_a, t_b = statistics.mean(ends[steps[0]]), statistics.mean(ends[steps[-1]])
     return step, comp, t_a, t_b, len(measured)

@@ -22,6 +22,9 @@ import statistics
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from report import stage_step_s  # noqa: E402  the stage figures' one rule, shared with report.py
+
 NAMES = {"adam": "onebit Adam", "peer": "1-bit Adam peer", "peer16": "1-bit Adam peer, bf16 warmup",
          "ps": "1-bit Adam ps, warmup through the shards", "psw": "1-bit Adam ps",
          "ddp": "DDP + Adam", "ddp16": "DDP + Adam, fp16 hook", "ddpbf16": "DDP + Adam, bf16 hook",
@@ -37,13 +40,6 @@ def name_of(system):
     return NAMES.get(base, base) + (" (Debian's torch)" if deb else "")
 
 
-def stage_ms(times):
-    """Median (ms) of a stage's per-step worker means, its first step left out."""
-    steps = sorted(times)
-    measured = steps[1:] if len(steps) > 1 else steps
-    return 1e3 * statistics.median(statistics.mean(times[s]) for s in measured)
-
-
 def onebit_run(rec, workers):
     stages, first_start, last_end = {}, float("inf"), 0.0
     for i in range(workers):
@@ -55,7 +51,7 @@ def onebit_run(rec, workers):
                 first_start, last_end = min(first_start, end - sec), max(last_end, end)
                 stages.setdefault(r["stage"], {}).setdefault(int(r["step"]), []).append(sec)
     counts = {st: len(t) for st, t in stages.items()}
-    composed = sum(stage_ms(t) * counts[st] for st, t in stages.items()) / 1e3
+    composed = sum(stage_step_s(t) * counts[st] for st, t in stages.items())
     return last_end - first_start, composed, counts, "-"
 
 
@@ -70,7 +66,7 @@ def ddp_run(rec, workers):
             stage = "allreduce" if s < start or not start else "compressed"
             stages.setdefault(stage, {}).setdefault(s, []).append(sec)
     counts = {st: len(t) for st, t in stages.items()}
-    composed = sum(stage_ms(t) * counts[st] for st, t in stages.items()) / 1e3
+    composed = sum(stage_step_s(t) * counts[st] for st, t in stages.items())
     return last_end - first_start, composed, counts, ranks[0].get("torch", "?")
 
 
