@@ -110,7 +110,8 @@ NOT_READ = [
      "hierarchical exchange, no DDP and no compute per step recorded"),
     ("results/bench/2026-11-23/README.md and 2026-11-27/README.md's own tables",
      "the exchange alone, or binaries replaced since"),
-    ("results/gpt/tuning-2026-11-26, results/gpt/fp16-2026-11-28",
+    ("results/gpt/tuning-2026-11-26, results/gpt/fp16-2026-11-28, "
+     "results/gpt/cluster-2026-11-30/loopback",
      "loopback runs: no link rate"),
     ("results/bench/2026-11-2[4-7]/gpu*", "one machine, no link rate"),
     ("issue 49's 200 Mbit/s table (6 nodes, 50M)",
@@ -300,8 +301,13 @@ GPT_SYSTEMS = {"ddp_adam": "ddp", "ddp_fp16": "ddp16", "onebit_adam": "peer",
                "zero_one_adam": "zo", "ddp_powersgd": "powersgd"}
 
 
-def gpt_compute(root, overlap):
-    path = os.path.join(root, GPT_COMPUTE.format("on" if overlap else "off"))
+def gpt_compute(root, overlap, folder=None):
+    """The compression steps' median compute_seconds: from the run's own worker history
+    (examples/gpt/cluster.sh keeps it since 2026-11-30) where `folder` has one, else from
+    the 30-step runs of GPT_COMPUTE."""
+    own = folder and os.path.join(folder, "history-rank0.csv")
+    path = own if own and os.path.exists(own) else \
+        os.path.join(root, GPT_COMPUTE.format("on" if overlap else "off"))
     rows = [r for r in csv.DictReader(open(path)) if r["stage"] == "compression"]
     return statistics.median(float(r["compute_seconds"]) for r in rows)
 
@@ -318,11 +324,14 @@ def gpt_rows(path, root):
             rate = m and m.group(1)
         candidate = os.path.dirname(candidate)
     system = GPT_SYSTEMS.get(j["optimizer"], j["optimizer"])
+    if system == "peer" and j.get("warmup_dtype") == "bf16":
+        system = "peer16"
     # onebit with overlap (on, or auto: on for CPU tensors) waits less for its script.
     overlap = system != "ddp" and system != "ddp16" and j.get("overlap") in ("on", "auto")
     base = {"source": os.path.relpath(folder, root), "workload": "gpt", "nodes": j["workers"],
             "params": float(j["parameters"]), "rate": rate, "system": system, "load": None,
-            "compute": gpt_compute(root, overlap), "sent": math.nan,
+            "compute": gpt_compute(root, overlap, folder if overlap else None),
+            "sent": math.nan,
             "steps": j["steps"], "freeze_step": j["freeze_step"], "seconds": j["seconds"]}
     rows = []
     for stage, step in j["median_step_s"].items():
