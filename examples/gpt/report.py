@@ -63,7 +63,9 @@ def settings(r):
         return text
     if r["optimizer"] == "ddp_powersgd":
         p = r.get("powersgd", {"rank": 4, "hook": "layerwise"})
-        return f"{p['hook']} hook, rank {p['rank']}, from step {max(2, r['freeze_step'])}"
+        hook = {"layerwise": "torch's powerSGD_hook", "batched": "torch's batched_powerSGD_hook",
+                "synchronous": "synchronous hook"}.get(p["hook"], f"{p['hook']} hook")
+        return f"{hook}, rank {p['rank']}, from step {max(2, r['freeze_step'])}"
     return ""
 
 
