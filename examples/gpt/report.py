@@ -5,7 +5,9 @@
 Per system: rank 0's final training loss (mean of the last 20 steps) and held-out loss,
 the wall time of the training loop, its ratio to Adam over DDP's, the median step time per
 stage, the bytes that left each node, and the time at which the system's smoothed training
-loss first came within 2% of DDP's final one.
+loss first came within 2% of DDP's final one. For onebit's systems a second table splits
+that time into warmup and compressed steps, each step into compute and the rest (from the
+workers' history, history-rank0.csv, where the run kept it).
 """
 import csv
 import json

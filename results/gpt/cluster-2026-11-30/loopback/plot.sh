@@ -2,7 +2,7 @@
 # Redraws loss.png from the runs' CSVs: rank 0's training loss, the mean of 20 steps, per step.
 set -euo pipefail
 cd "$(dirname "$0")"
-runs="ddp400 ob_f60_s520 ob_f80_s520 ob_f100_s520 zo_nolocal_s520"
+runs="ddp400 ob_f60_s520 ob_f80_s520 ob_f100_s520 zo_nolocal_s520"  # ob_auto_s520 is Adam throughout
 titles=("Adam over DDP, 400 steps" "1-bit Adam, freeze 60" "1-bit Adam, freeze 80" "1-bit Adam, freeze 100" "0/1 Adam, no local steps")
 plots="" i=0
 for r in $runs; do
