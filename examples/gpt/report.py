@@ -86,7 +86,7 @@ def history_medians(path):
             for k, v in stages.items() if len(v) > 1}
 
 
-def split_lines(out, systems, results, curves, target):
+def split_lines(out, systems, results, step_rows, curves, target):
     """Where each onebit system's time to DDP's final loss went: its full-precision warmup,
     its compressed steps up to the target, and each stage's step split into the time the
     worker waited for the script (forward, backward, the step's Python side: compute) and
@@ -102,9 +102,8 @@ def split_lines(out, systems, results, curves, target):
              "rest (s) | warmup step against DDP's |",
              "|---|---:|---:|---:|---:|---:|---|---|---:|"]
     for s in onebit:
-        rows = read_steps(os.path.join(out, s, "steps.csv"))
         hit = next((st for st, _, loss in curves[s] if loss <= target), None)
-        upto = [r for r in rows if hit is None or r[0] <= hit]
+        upto = [r for r in step_rows[s] if hit is None or r[0] <= hit]
         warm = [r[2] for r in upto if r[4] == "warmup"]
         comp = [r[2] for r in upto if r[4] != "warmup"]
         hist = history_medians(os.path.join(out, s, "history-rank0.csv"))
@@ -126,12 +125,12 @@ def main():
     systems = [s for s in LABELS if os.path.exists(os.path.join(out, s, "result.json"))]
     if not systems:
         raise SystemExit(f"no results under {out}")
-    results, curves = {}, {}
+    results, step_rows, curves = {}, {}, {}
     for s in systems:
         with open(os.path.join(out, s, "result.json")) as f:
             results[s] = json.load(f)
-        rows = read_steps(os.path.join(out, s, "steps.csv"))
-        curves[s] = smoothed(rows)
+        step_rows[s] = read_steps(os.path.join(out, s, "steps.csv"))
+        curves[s] = smoothed(step_rows[s])
         with open(os.path.join(out, s, "smoothed.csv"), "w") as f:
             f.writelines(f"{step},{sec:.3f},{loss:.5f}\n" for step, sec, loss in curves[s])
     base = results.get("ddp_adam")
@@ -154,7 +153,7 @@ def main():
         lines.append(f"| {LABELS[s]} | {settings(r)} | {r['train_loss_last20']:.4f} | "
                      f"{r['held_out_loss']:.4f} | {r['seconds']:.0f} s | {ratio} | {steps} | "
                      f"{'-' if sent is None else f'{sent / 1e6:.0f}'} | {reach} |")
-    lines += split_lines(out, systems, results, curves, target)
+    lines += split_lines(out, systems, results, step_rows, curves, target)
     with open(os.path.join(out, "results.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

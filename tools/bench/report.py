@@ -163,9 +163,12 @@ def measured_steps(times, keep=None):
     return measured
 
 
-def stage_step_s(times, average=median, keep=None):
-    """A stage's step time (s): `average` of its measured steps' worker means."""
-    return average([statistics.mean(times[s]) for s in measured_steps(times, keep)])
+def stage_step_s(times, average=median, keep=None, measured=None):
+    """A stage's step time (s): `average` of its measured steps' worker means (`measured`:
+    those steps when the caller has them already)."""
+    if measured is None:
+        measured = measured_steps(times, keep)
+    return average([statistics.mean(times[s]) for s in measured])
 
 
 def stage_stats(times, ends, compute, average=median, keep=None):
@@ -173,7 +176,7 @@ def stage_stats(times, ends, compute, average=median, keep=None):
     of the rest keeps those `keep` accepts (all by default)."""
     steps = sorted(times)
     measured = measured_steps(times, keep)
-    step = stage_step_s(times, average, keep)
+    step = stage_step_s(times, average, measured=measured)
     comp = average([statistics.mean(compute[s]) for s in measured if compute.get(s)])
     t_a, t_b = statistics.mean(ends[steps[0]]), statistics.mean(ends[steps[-1]])
     return step, comp, t_a, t_b, len(measured)
